@@ -1,0 +1,48 @@
+# Helpers every folder uses to declare tests and benchmarks.
+#
+# esd_add_test(NAME name SOURCES a.c ... [LIBS lib ...] [LABELS unit ...]
+#              [TIMEOUT seconds] [ARGS ...] [ENV VAR=value ...])
+# Builds a test executable and registers it with ctest. Exit code 77 means
+# skipped (the machine lacks what the test needs: huge pages, a GPU, DPDK,
+# root); every test runs under a timeout (default 60 s).
+# Labels in use: unit, integration, slow, needs-hugepages, needs-gpu,
+# needs-root, needs-dpdk.
+function(esd_add_test)
+	cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;ENV" ${ARGN})
+	if(NOT CMOCKA_FOUND)
+		return()
+	endif()
+	if(NOT T_TIMEOUT)
+		set(T_TIMEOUT 60)
+	endif()
+	if(NOT T_LABELS)
+		set(T_LABELS unit)
+	endif()
+	add_executable(${T_NAME} ${T_SOURCES})
+	target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} esd_testutil PkgConfig::CMOCKA)
+	set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+	add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
+	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
+		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+	if(T_ENV)
+		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
+	endif()
+endfunction()
+
+# esd_add_script_test(NAME name COMMAND cmd ... [LABELS ...] [TIMEOUT s] [ENV ...])
+# A test that is a script or a tool invocation rather than a cmocka binary.
+function(esd_add_script_test)
+	cmake_parse_arguments(T "" "NAME;TIMEOUT" "COMMAND;LABELS;ENV" ${ARGN})
+	if(NOT T_TIMEOUT)
+		set(T_TIMEOUT 60)
+	endif()
+	if(NOT T_LABELS)
+		set(T_LABELS integration)
+	endif()
+	add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
+		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+	if(T_ENV)
+		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
+	endif()
+endfunction()

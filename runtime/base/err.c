@@ -1,0 +1,20 @@
+/* Error strings for the 0 / -errno convention, including our own codes. */
+#include <esd/err.h>
+
+const char *esd_strerror(int rc)
+{
+	switch (-rc) {
+	case 0:
+		return "success";
+	case ESD_EBADMAGIC:
+		return "bad magic";
+	case ESD_EBADVERSION:
+		return "unsupported version";
+	case ESD_EBADSUM:
+		return "checksum mismatch";
+	case ESD_EDIVERGED:
+		return "dispatch decisions diverged between nodes";
+	default:
+		return strerror(rc < 0 ? -rc : rc);
+	}
+}
