@@ -1,0 +1,183 @@
+/*
+ * esd/policy.h - cache metadata and eviction policies: the one module that
+ * both the real cache (cache/, in shared memory) and the dispatcher's
+ * snapshots (dispatch/, private memory) use, so the two cannot diverge.
+ *
+ * Model
+ * -----
+ * A struct esd_cmeta is the metadata of one worker's cache: 'capacity'
+ * slots, each holding at most one row key with its state (esd/types.h),
+ * clock and policy bookkeeping, plus an index key -> slot. It is one
+ * contiguous, position-independent block (offsets and indices, never
+ * pointers), so it can live in a huge-page region shared with trainers or
+ * in a malloc'd buffer, and be copied with memcpy (esd_cmeta_copy).
+ *
+ * The row data (vectors, optimizer state, gradients) is not here: slot i of
+ * the metadata describes row slot i of the cache region.
+ *
+ * Determinism
+ * -----------
+ * Every mutation is a function of the metadata and the arguments only (no
+ * time, no randomness, no addresses), so two instances given the same calls
+ * in the same order are byte-identical. The victim of an eviction is the
+ * unpinned, occupied slot that is smallest in the policy's order:
+ *
+ *   LRU        (last_use asc, key asc)
+ *   LFU        (freq asc, last_use asc, key asc)
+ *   EMARK      (OUTDATED first, mark asc, freq asc, key asc)     ESD §8.1
+ *   LOOKAHEAD  (next_use desc, last_use asc, key asc)
+ *
+ * last_use is the iteration of the last access; freq counts accesses
+ * (iterations in which the key was needed); mark is Emark's target at the
+ * last access (target starts at 1 and is incremented when an insert finds
+ * the cache full and every occupied slot's mark equals target); next_use is
+ * the next iteration known to need the key (UINT64_MAX: not known).
+ *
+ * One iteration
+ * -------------
+ *   esd_cmeta_lookahead()   (optional) next-use hints from the next batch
+ *   esd_cmeta_begin_iter()  the keys this worker needs in iteration t:
+ *                           pins them, touches hits, picks slots for
+ *                           misses (evicting), reports pulls and evictions
+ *   esd_cmeta_set_state()   after pulls/pushes/training: new states, clocks
+ *   esd_cmeta_mark_outdated() rows another worker updated
+ * Rows pinned for iteration t are never evicted during t; pins lapse when
+ * the next esd_cmeta_begin_iter() starts a later iteration.
+ *
+ * Concurrency: one writer (the daemon, or the dispatcher for a snapshot).
+ * Readers in other processes read slot fields with relaxed atomics and
+ * must not rely on the index while the writer runs.
+ */
+#ifndef ESD_POLICY_H
+#define ESD_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <esd/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum esd_policy {
+	ESD_POLICY_LRU = 0,
+	ESD_POLICY_LFU = 1,
+	ESD_POLICY_EMARK = 2,
+	ESD_POLICY_LOOKAHEAD = 3,
+};
+
+/* "lru", "lfu", "emark", "lookahead". Returns 0 or -EINVAL. */
+int esd_policy_parse(const char *name, enum esd_policy *out);
+const char *esd_policy_name(enum esd_policy policy);
+
+#define ESD_NEXT_USE_NONE UINT64_MAX
+#define ESD_SLOT_NONE     UINT32_MAX
+
+/* One slot, as readers see it. 64 bytes (one cache line). Written only by
+ * the metadata's single writer. */
+struct esd_cmeta_slot {
+	uint64_t key;      /* valid when state != ESD_ROW_ABSENT */
+	uint64_t clock;    /* version of the value held (the PS's row clock) */
+	uint64_t last_use; /* iteration of the last access */
+	uint64_t next_use; /* lookahead hint, ESD_NEXT_USE_NONE if unknown */
+	uint64_t pin_iter; /* pinned during iteration pin_iter (0: never) */
+	uint32_t freq;     /* accesses (iterations that needed the key) */
+	uint32_t mark;     /* Emark target at the last access */
+	uint8_t state;     /* enum esd_row_state */
+	uint8_t reserved[15];
+};
+
+struct esd_cmeta;
+
+/* A pull the caller must perform: row 'key' into 'slot'. 'outdated' is 1
+ * when the slot already held an older version of the key. */
+struct esd_cmeta_pull {
+	uint64_t key;
+	uint32_t slot;
+	uint32_t outdated;
+};
+
+/* A row evicted to make room: 'slot' is reused by a pull of this
+ * iteration. When 'dirty' is 1 the caller must evict-push the row's value
+ * (still in the slot's row data) before pulling into the slot. */
+struct esd_cmeta_evict {
+	uint64_t key;
+	uint64_t clock;
+	uint32_t slot;
+	uint32_t dirty;
+};
+
+/* Result of esd_cmeta_begin_iter(). Arrays are provided by the caller,
+ * each with room for n (the number of needed keys) entries. */
+struct esd_cmeta_fill {
+	struct esd_cmeta_pull *pulls; /* in key order */
+	struct esd_cmeta_evict *evicts;
+	uint32_t *slots;              /* slot of each needed key, in input order */
+	size_t n_pulls, n_evicts;
+	size_t n_hits;                /* needed keys already latest (CLEAN/DIRTY) */
+	size_t n_miss_absent, n_miss_outdated;
+	size_t n_evict_clean, n_evict_dirty;
+};
+
+/* Bytes an esd_cmeta of 'capacity' slots occupies (header, slots, index,
+ * policy structures). */
+size_t esd_cmeta_bytes(uint32_t capacity);
+
+/* Format 'mem' (at least esd_cmeta_bytes(capacity) bytes, 64-byte
+ * aligned) as an empty cache. Returns 0, -EINVAL (capacity 0 or above
+ * 2^30, len too small, misaligned). */
+int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
+		   struct esd_cmeta **out);
+
+/* Validate a formatted block (magic, version, sizes) without changing it,
+ * e.g. after mapping a region. Returns 0, -ESD_EBADMAGIC, -ESD_EBADVERSION
+ * or -EINVAL (sizes inconsistent with len). */
+int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out);
+
+/* Copy src into dst (dst must have room: esd_cmeta_bytes of src's
+ * capacity). Used to take a snapshot of a cache. Returns 0 or -EINVAL. */
+int esd_cmeta_copy(void *dst, size_t len, const struct esd_cmeta *src, struct esd_cmeta **out);
+
+uint32_t esd_cmeta_capacity(const struct esd_cmeta *cm);
+uint32_t esd_cmeta_count(const struct esd_cmeta *cm); /* occupied slots */
+enum esd_policy esd_cmeta_policy(const struct esd_cmeta *cm);
+/* The policy can change between iterations (esdctl set policy). */
+int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
+
+/* Slot of key, or ESD_SLOT_NONE. No allocation, no locks. */
+uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key);
+/* Batched find with prefetching: slots[i] = esd_cmeta_find(keys[i]). */
+void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, size_t n,
+			  uint32_t *slots);
+/* State of key in this cache (ESD_ROW_ABSENT when not cached). */
+enum esd_row_state esd_cmeta_state(const struct esd_cmeta *cm, esd_key_t key);
+const struct esd_cmeta_slot *esd_cmeta_slot(const struct esd_cmeta *cm, uint32_t slot);
+
+/* Lookahead hints: every cached key in 'keys' (any order) gets next_use =
+ * iter, every other cached key ESD_NEXT_USE_NONE; keys inserted later take
+ * their hint from the most recent call. Returns 0 or -ENOMEM. */
+int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter);
+
+/* Start iteration 'iter' (>= 1, strictly greater than the previous one) with the
+ * n keys this worker needs, sorted ascending without duplicates. Pins all
+ * of them, touches the ones present, assigns slots to the absent ones
+ * (free slots first, lowest index first; then victims in policy order) and
+ * reports pulls and evictions in 'fill'. Newly inserted keys are OUTDATED
+ * until the caller sets them CLEAN after the pull.
+ * Returns 0, -EINVAL (unsorted or duplicate keys, iter not increasing) or
+ * -ENOSPC (n > capacity); on error nothing changes. */
+int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+			 struct esd_cmeta_fill *fill);
+
+/* Set the state and clock of an occupied slot (ESD_ROW_ABSENT frees it).
+ * Returns 0 or -EINVAL. */
+int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
+			uint64_t clock);
+/* If key is cached, make it OUTDATED (a newer version exists elsewhere).
+ * Returns 1 if it was cached, 0 if not. */
+int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_POLICY_H */

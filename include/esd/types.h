@@ -1,0 +1,73 @@
+/*
+ * esd/types.h - the vocabulary every component shares: row keys, row
+ * states, transfer kinds, optimizers.
+ *
+ * Keys: a row is addressed by a 64-bit key, the table id in the high 16
+ * bits and the feature ID in the low 48 bits (Criteo's largest table has
+ * 10,131,227 rows; 48 bits leave room for hashed IDs).
+ */
+#ifndef ESD_TYPES_H
+#define ESD_TYPES_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t esd_key_t;
+
+#define ESD_KEY_ID_BITS 48
+#define ESD_KEY_ID_MASK ((UINT64_C(1) << ESD_KEY_ID_BITS) - 1)
+#define ESD_MAX_TABLES  65536
+/* Upper bound on workers in one job (decisions use small per-worker arrays). */
+#define ESD_MAX_WORKERS 64
+
+static inline esd_key_t esd_key_make(uint32_t table, uint64_t id)
+{
+	return ((uint64_t)table << ESD_KEY_ID_BITS) | (id & ESD_KEY_ID_MASK);
+}
+
+static inline uint32_t esd_key_table(esd_key_t key)
+{
+	return (uint32_t)(key >> ESD_KEY_ID_BITS);
+}
+
+static inline uint64_t esd_key_id(esd_key_t key)
+{
+	return key & ESD_KEY_ID_MASK;
+}
+
+/* State of a row in one worker's cache (DESIGN §3). */
+enum esd_row_state {
+	ESD_ROW_ABSENT = 0,   /* not cached */
+	ESD_ROW_OUTDATED = 1, /* cached, but not the latest value */
+	ESD_ROW_CLEAN = 2,    /* latest value, and the PS has it too */
+	ESD_ROW_DIRTY = 3,    /* latest value, the PS does not have it */
+};
+
+/* Kinds of row transfer between a worker and the PS, as accounted. */
+enum esd_xfer_kind {
+	ESD_XFER_MISS_PULL = 0,   /* worker needs a row it does not hold latest */
+	ESD_XFER_UPDATE_PUSH = 1, /* DIRTY row others need, or a shared row's gradient */
+	ESD_XFER_EVICT_PUSH = 2,  /* DIRTY row evicted from a full cache */
+	ESD_XFER_OTHER = 3,       /* control, dense table, stats */
+	ESD_XFER_NKINDS = 4,
+};
+
+enum esd_optimizer {
+	ESD_OPT_SGD = 0,     /* no state */
+	ESD_OPT_ADAGRAD = 1, /* one accumulator per element */
+	ESD_OPT_ADAM = 2,    /* two moments per element */
+};
+
+/* Floats of optimizer state per row element. */
+static inline unsigned esd_optimizer_state_floats(enum esd_optimizer opt)
+{
+	return opt == ESD_OPT_ADAM ? 2u : opt == ESD_OPT_ADAGRAD ? 1u : 0u;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_TYPES_H */
