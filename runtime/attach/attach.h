@@ -1,0 +1,75 @@
+/*
+ * attach.h - the control channel between a node daemon and its trainer
+ * (private to runtime/): the node directory and its lock, a SOCK_SEQPACKET
+ * unix socket with peer-uid checking, fd passing, and the fixed messages
+ * of the attach protocol (docs/runtime.md "Attach protocol").
+ */
+#ifndef ESD_RUNTIME_ATTACH_H
+#define ESD_RUNTIME_ATTACH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ESD_ATTACH_MAGIC   0x45534441u /* "ESDA" */
+#define ESD_ATTACH_VERSION 1u
+#define ESD_ATTACH_SOCK    "esdd.sock"
+#define ESD_ATTACH_LOCK    "lock"
+
+enum esd_attach_op {
+	ESD_AT_HELLO = 1,   /* trainer -> daemon */
+	ESD_AT_WELCOME = 2, /* daemon -> trainer, + 2 fds (cache region, exchange area) */
+	ESD_AT_BATCH = 3,   /* daemon -> trainer: a micro-batch is ready */
+	ESD_AT_COMMIT = 4,  /* trainer -> daemon: gradients written */
+	ESD_AT_STOP = 5,    /* daemon -> trainer: training is over */
+	ESD_AT_REFUSE = 6,  /* daemon -> trainer: attach refused, text says why */
+};
+
+/* Every message is this struct; unused fields are zero. */
+struct esd_attach_msg {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	uint32_t pid;     /* HELLO: trainer pid */
+	uint32_t rank;    /* WELCOME */
+	uint32_t workers; /* WELCOME */
+	uint32_t m;       /* BATCH: samples in this micro-batch */
+	uint64_t iter;    /* BATCH, COMMIT */
+	uint64_t global_k; /* BATCH: global batch size (loss normalisation) */
+	double loss;      /* COMMIT: summed loss of the micro-batch */
+	char text[88];    /* REFUSE: reason */
+};
+
+/* Create (mode 0700) or reuse the node directory and take its lock with
+ * flock(LOCK_EX|LOCK_NB). Returns 0 and the lock fd (keep it open for the
+ * daemon's lifetime), -EBUSY if another process holds it (logged with its
+ * pid), -EPERM if the directory is not ours or is group/world accessible,
+ * or -errno. */
+int esd_nodedir_lock(const char *dir, int *lock_fd);
+
+/* Listen on DIR/esdd.sock (mode 0600; a stale socket is replaced).
+ * Returns 0 and the listening fd (non-blocking, close-on-exec), or -errno. */
+int esd_attach_listen(const char *dir, int *listen_fd);
+
+/* Accept one connection; *uid and *pid from SO_PEERCRED. Returns 0,
+ * -EAGAIN if none is pending, or -errno. */
+int esd_attach_accept(int listen_fd, int *fd, uid_t *uid, pid_t *pid);
+
+/* Connect to DIR/esdd.sock. Returns 0, -ENOENT (no daemon: logged with the
+ * path), -ECONNREFUSED, or -errno. */
+int esd_attach_connect(const char *dir, int *fd);
+
+/* Send a message with up to 4 fds. Returns 0 or -errno (-EPIPE when the
+ * peer is gone). */
+int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, int nfds);
+
+/* Receive one message, waiting at most timeout_ms (-1: forever). Received
+ * fds go to fds[0..*nfds) (close-on-exec); surplus fds are closed.
+ * Returns 0, -ETIMEDOUT, -ECONNRESET (peer closed), -EPROTO (bad magic,
+ * version or size; logged), or -errno. */
+int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int timeout_ms);
+
+/* A message with magic and version filled in. */
+struct esd_attach_msg esd_attach_msg_make(enum esd_attach_op op);
+
+#endif
