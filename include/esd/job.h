@@ -1,0 +1,108 @@
+/*
+ * esd/job.h - the settings of one training job, shared by every process.
+ *
+ * A job is described by one INI file that every process of the job reads
+ * (esd-ps, each esdd, the testbed, esd-replay), plus per-process overrides
+ * on the command line (--set node.rank=3). Everything that must be equal
+ * on all nodes for their dispatchers to agree lives here; a digest of it
+ * (esd_job_digest) is exchanged in HELLO so a node started with different
+ * settings is refused at once instead of diverging later.
+ *
+ *   [job]      seed, iterations, warmup
+ *   [workers]  n, batch (m per worker, or a list m_0,m_1,..), rates
+ *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
+ *              for all), compute_ns_per_sample (emulated compute)
+ *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
+ *              features per sample)
+ *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
+ *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness
+ *   [data]     stream (path of the dataset stream)
+ *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
+ *              checkpoint_every
+ * See docs/configuration.md for every key with its default.
+ */
+#ifndef ESD_JOB_H
+#define ESD_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <esd/config.h>
+#include <esd/optim.h>
+#include <esd/policy.h>
+#include <esd/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum esd_sync_mode {
+	ESD_SYNC_ON_DEMAND = 0, /* DESIGN §3: only what the next iteration needs */
+	ESD_SYNC_FULL_SET = 1,  /* every updated row pushed every iteration */
+	ESD_SYNC_HET = 2,       /* full-set with a staleness bound (HET) */
+};
+
+#define ESD_JOB_MAX_SHARDS 16
+#define ESD_JOB_ADDR_LEN   128
+
+struct esd_job {
+	/* [job] */
+	uint64_t seed;
+	uint64_t iterations;
+	uint64_t warmup;
+	/* [workers] */
+	uint32_t n;
+	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */
+	uint64_t global_batch;           /* k */
+	uint64_t rate_bps[ESD_MAX_WORKERS];
+	uint64_t compute_ns_per_sample;
+	/* [model] */
+	uint32_t dim;
+	uint32_t hidden;
+	uint32_t dense; /* dense features per sample */
+	struct esd_optim_params optim;
+	/* [cache] */
+	double cache_ratio;
+	uint64_t cache_rows; /* resolved: 0 until esd_job_resolve_cache */
+	enum esd_policy policy;
+	/* [dispatch] */
+	char method[32];
+	double alpha;
+	enum esd_sync_mode sync;
+	uint32_t staleness;
+	/* [data] */
+	char stream[1024];
+	/* [ps] */
+	uint32_t shards;
+	char addrs[ESD_JOB_MAX_SHARDS][ESD_JOB_ADDR_LEN];
+	char backend[16];
+	char checkpoint_dir[1024];
+	uint64_t checkpoint_every;
+};
+
+/* Fill job from cfg (defaults for unset keys; every error logged naming
+ * key and where it was set). Returns 0 or -EINVAL. Unknown keys in the
+ * job sections are errors. */
+int esd_job_from_config(const struct esd_config *cfg, struct esd_job *job);
+
+/* Keys esd_job_from_config understands, NULL-terminated, for
+ * esd_config_check_keys (programs append their own). */
+extern const char *const esd_job_keys[];
+
+/* Per-row transfer cost T_j in ns over worker j's link for a row of
+ * 'bytes' bytes: ceil(bytes * 8 * 1e9 / rate); rate 0 (unshaped) costs 1. */
+uint64_t esd_job_row_cost_ns(const struct esd_job *job, uint32_t worker, uint64_t bytes);
+
+/* Bytes of one row on the wire when pulled or value-pushed (key, clock,
+ * value and optimizer state). */
+uint64_t esd_job_row_bytes(const struct esd_job *job);
+
+/* 64-bit digest of every setting that must agree across the job. */
+uint64_t esd_job_digest(const struct esd_job *job);
+
+const char *esd_sync_name(enum esd_sync_mode m);
+int esd_sync_parse(const char *s, enum esd_sync_mode *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_JOB_H */

@@ -1,0 +1,249 @@
+/*
+ * Job settings: one INI file shared by every process of a job. Lists
+ * ("5G,5G,0.5G") give per-worker values; a single value applies to all.
+ */
+#include <esd/job.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const char *const esd_job_keys[] = {
+	"job.seed", "job.iterations", "job.warmup",
+	"workers.n", "workers.batch", "workers.rates", "workers.compute_ns_per_sample",
+	"model.dim", "model.optimizer", "model.lr", "model.eps", "model.beta1", "model.beta2",
+	"model.hidden", "model.dense",
+	"cache.ratio", "cache.rows", "cache.policy",
+	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
+	"data.stream",
+	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
+	NULL,
+};
+
+const char *esd_sync_name(enum esd_sync_mode m)
+{
+	switch (m) {
+	case ESD_SYNC_ON_DEMAND:
+		return "on-demand";
+	case ESD_SYNC_FULL_SET:
+		return "full-set";
+	case ESD_SYNC_HET:
+		return "het";
+	}
+	return "unknown";
+}
+
+int esd_sync_parse(const char *s, enum esd_sync_mode *out)
+{
+	static const enum esd_sync_mode all[] = {ESD_SYNC_ON_DEMAND, ESD_SYNC_FULL_SET,
+						 ESD_SYNC_HET};
+	for (size_t i = 0; i < 3; i++)
+		if (!strcasecmp(s, esd_sync_name(all[i]))) {
+			*out = all[i];
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* Split a comma list into at most max items; returns the count or -EINVAL. */
+static int split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
+{
+	int n = 0;
+	const char *p = s;
+	while (*p) {
+		const char *c = strchr(p, ',');
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		while (len && (*p == ' ' || *p == '\t'))
+			p++, len--;
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		if (n == max || len == 0 || len >= ESD_JOB_ADDR_LEN)
+			return -EINVAL;
+		memcpy(items[n], p, len);
+		items[n][len] = '\0';
+		n++;
+		if (!c)
+			break;
+		p = c + 1;
+	}
+	return n;
+}
+
+static int bad_list(const struct esd_config *cfg, const char *sec, const char *key,
+		    const char *why)
+{
+	const char *v;
+	esd_config_get_str(cfg, sec, key, "", &v);
+	ESD_ERR("config", "%s.%s = '%s': %s", sec, key, v, why);
+	return -EINVAL;
+}
+
+static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n, bool rate,
+		      uint64_t def, uint64_t *out)
+{
+	char items[ESD_MAX_WORKERS][ESD_JOB_ADDR_LEN];
+	const char *s;
+	esd_config_get_str(cfg, "workers", key, NULL, &s);
+	if (!s) {
+		for (uint32_t i = 0; i < n; i++)
+			out[i] = def;
+		return 0;
+	}
+	int cnt = split(s, items, ESD_MAX_WORKERS);
+	if (cnt != 1 && cnt != (int)n)
+		return bad_list(cfg, "workers", key, "expected one value or one per worker");
+	for (uint32_t i = 0; i < n; i++) {
+		const char *it = items[cnt == 1 ? 0 : i];
+		int rc = rate ? esd_parse_rate(it, &out[i]) : esd_parse_u64(it, &out[i]);
+		if (rc)
+			return bad_list(cfg, "workers", key,
+					rate ? "not a list of bit rates" : "not a list of integers");
+	}
+	return 0;
+}
+
+int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
+{
+	const char *s;
+	uint64_t u, list[ESD_MAX_WORKERS];
+	int rc = 0;
+
+	memset(j, 0, sizeof(*j));
+#define TRY(x)                                                                                     \
+	do {                                                                                       \
+		if ((x) < 0)                                                                       \
+			rc = -EINVAL;                                                              \
+	} while (0)
+	TRY(esd_config_get_u64(cfg, "job", "seed", 1, 0, UINT64_MAX, &j->seed));
+	TRY(esd_config_get_u64(cfg, "job", "iterations", 50, 1, UINT64_MAX / 2, &j->iterations));
+	TRY(esd_config_get_u64(cfg, "job", "warmup", 10, 0, UINT64_MAX / 2, &j->warmup));
+	TRY(esd_config_get_u64(cfg, "workers", "n", 8, 1, ESD_MAX_WORKERS, &u));
+	j->n = (uint32_t)u;
+	if (!rc && per_worker(cfg, "batch", j->n, false, 128, list) == 0) {
+		for (uint32_t i = 0; i < j->n; i++) {
+			if (list[i] > (1u << 20)) {
+				rc = bad_list(cfg, "workers", "batch", "batch above 2^20");
+				break;
+			}
+			j->batch[i] = (uint32_t)list[i];
+			j->global_batch += list[i];
+		}
+		if (!rc && j->global_batch == 0)
+			rc = bad_list(cfg, "workers", "batch", "global batch is 0");
+	} else {
+		rc = -EINVAL;
+	}
+	if (!rc && per_worker(cfg, "rates", j->n, true, 0, j->rate_bps))
+		rc = -EINVAL;
+	TRY(esd_config_get_u64(cfg, "workers", "compute_ns_per_sample", 0, 0, UINT64_MAX / 2,
+			       &j->compute_ns_per_sample));
+	TRY(esd_config_get_u64(cfg, "model", "dim", 16, 1, 1u << 16, &u));
+	j->dim = (uint32_t)u;
+	TRY(esd_config_get_u64(cfg, "model", "hidden", 16, 1, 4096, &u));
+	j->hidden = (uint32_t)u;
+	TRY(esd_config_get_u64(cfg, "model", "dense", 13, 0, 4096, &u));
+	j->dense = (uint32_t)u;
+	enum esd_optimizer opt = ESD_OPT_ADAGRAD;
+	esd_config_get_str(cfg, "model", "optimizer", "adagrad", &s);
+	if (esd_optim_parse(s, &opt)) {
+		ESD_ERR("config", "model.optimizer = '%s': expected sgd, adagrad or adam", s);
+		rc = -EINVAL;
+	}
+	esd_optim_params_default(&j->optim, opt);
+	double d;
+	TRY(esd_config_get_double(cfg, "model", "lr", j->optim.lr, 0, 1e6, &d));
+	j->optim.lr = (float)d;
+	TRY(esd_config_get_double(cfg, "model", "eps", j->optim.eps, 0, 1, &d));
+	j->optim.eps = (float)d;
+	TRY(esd_config_get_double(cfg, "model", "beta1", j->optim.beta1, 0, 0.999999, &d));
+	j->optim.beta1 = (float)d;
+	TRY(esd_config_get_double(cfg, "model", "beta2", j->optim.beta2, 0, 0.999999, &d));
+	j->optim.beta2 = (float)d;
+	if (!rc && esd_optim_params_check(&j->optim)) {
+		ESD_ERR("config", "model: optimizer hyper-parameters out of range");
+		rc = -EINVAL;
+	}
+	TRY(esd_config_get_double(cfg, "cache", "ratio", 0.08, 0, 1, &j->cache_ratio));
+	TRY(esd_config_get_u64(cfg, "cache", "rows", 0, 0, 1u << 30, &j->cache_rows));
+	esd_config_get_str(cfg, "cache", "policy", "emark", &s);
+	if (esd_policy_parse(s, &j->policy)) {
+		ESD_ERR("config", "cache.policy = '%s': expected lru, lfu, emark or lookahead", s);
+		rc = -EINVAL;
+	}
+	esd_config_get_str(cfg, "dispatch", "method", "hybrid", &s);
+	snprintf(j->method, sizeof(j->method), "%s", s);
+	TRY(esd_config_get_double(cfg, "dispatch", "alpha", 0.25, 0, 1, &j->alpha));
+	esd_config_get_str(cfg, "dispatch", "sync", "on-demand", &s);
+	if (esd_sync_parse(s, &j->sync)) {
+		ESD_ERR("config", "dispatch.sync = '%s': expected on-demand, full-set or het", s);
+		rc = -EINVAL;
+	}
+	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
+	j->staleness = (uint32_t)u;
+	esd_config_get_str(cfg, "data", "stream", "", &s);
+	snprintf(j->stream, sizeof(j->stream), "%s", s);
+	TRY(esd_config_get_u64(cfg, "ps", "shards", 1, 1, ESD_JOB_MAX_SHARDS, &u));
+	j->shards = (uint32_t)u;
+	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);
+	if (s) {
+		int cnt = split(s, j->addrs, ESD_JOB_MAX_SHARDS);
+		if (cnt != (int)j->shards)
+			rc = bad_list(cfg, "ps", "addrs", "expected one address per shard");
+	}
+	esd_config_get_str(cfg, "ps", "backend", "tcp", &s);
+	snprintf(j->backend, sizeof(j->backend), "%s", s);
+	esd_config_get_str(cfg, "ps", "checkpoint_dir", "", &s);
+	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
+	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
+			       &j->checkpoint_every));
+#undef TRY
+	return rc;
+}
+
+uint64_t esd_job_row_bytes(const struct esd_job *j)
+{
+	/* key + clock + value + optimizer state */
+	return 16 + (uint64_t)j->dim * 4 * (1 + esd_optimizer_state_floats(j->optim.opt));
+}
+
+uint64_t esd_job_row_cost_ns(const struct esd_job *j, uint32_t w, uint64_t bytes)
+{
+	uint64_t r = j->rate_bps[w];
+	if (!r)
+		return 1;
+	unsigned __int128 bits = (unsigned __int128)bytes * 8 * 1000000000u;
+	return (uint64_t)((bits + r - 1) / r);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+uint64_t esd_job_digest(const struct esd_job *j)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	h = fnv(h, &j->seed, sizeof(j->seed));
+	h = fnv(h, &j->n, sizeof(j->n));
+	h = fnv(h, j->batch, sizeof(j->batch[0]) * j->n);
+	h = fnv(h, j->rate_bps, sizeof(j->rate_bps[0]) * j->n);
+	h = fnv(h, &j->dim, sizeof(j->dim));
+	h = fnv(h, &j->hidden, sizeof(j->hidden));
+	h = fnv(h, &j->dense, sizeof(j->dense));
+	h = fnv(h, &j->optim, sizeof(j->optim));
+	h = fnv(h, &j->cache_rows, sizeof(j->cache_rows));
+	h = fnv(h, &j->cache_ratio, sizeof(j->cache_ratio));
+	h = fnv(h, &j->policy, sizeof(j->policy));
+	h = fnv(h, j->method, strlen(j->method));
+	h = fnv(h, &j->alpha, sizeof(j->alpha));
+	h = fnv(h, &j->sync, sizeof(j->sync));
+	h = fnv(h, &j->staleness, sizeof(j->staleness));
+	h = fnv(h, &j->shards, sizeof(j->shards));
+	return h;
+}

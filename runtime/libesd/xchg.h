@@ -1,0 +1,68 @@
+/*
+ * xchg.h - the exchange area between a node daemon and its trainer
+ * (private to runtime/; trainers use it through esd/libesd.h).
+ *
+ * One memfd per node, created by the daemon, passed to the trainer in
+ * WELCOME. It holds the micro-batch descriptor of the current iteration
+ * and the dense parameters/gradients; the rows themselves stay in the
+ * cache region and are addressed by slot.
+ *
+ *   header (this struct, 256 bytes)
+ *   slots   u32 [max_batch][tables]   cache slot of each key    (daemon)
+ *   keys    u64 [max_batch][tables]   the keys                  (daemon)
+ *   labels  f32 [max_batch]                                     (daemon)
+ *   dense   f32 [max_batch][dense]    dense features            (daemon)
+ *   params  f32 [dense_params]        dense table values        (daemon)
+ *   dgrad   f32 [dense_params]        dense table gradients     (trainer)
+ *
+ * Ordering: the daemon writes the arrays, then sends BATCH on the control
+ * socket; the trainer writes gradients (rows' gradient slots, dgrad), then
+ * sends COMMIT. The socket's send/receive pair orders the accesses (a
+ * system call is a full barrier), so the arrays need no atomics; the
+ * iteration words below are atomics for readers that poll (esdctl).
+ */
+#ifndef ESD_RUNTIME_XCHG_H
+#define ESD_RUNTIME_XCHG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ESD_XCHG_MAGIC   UINT64_C(0x4748435844534531) /* "1ESDXCHG" */
+#define ESD_XCHG_VERSION 1u
+
+struct esd_xchg_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;
+	uint64_t total_size;
+	uint32_t max_batch, tables, dense, dense_params;
+	uint64_t off_slots, off_keys, off_labels, off_dense, off_params, off_dgrad;
+	uint8_t pad0[48];
+	/* cache line 2: written by the daemon */
+	_Atomic uint64_t batch_iter; /* iteration of the published micro-batch */
+	uint32_t m;                  /* samples in it */
+	uint32_t pad1;
+	uint64_t global_k;
+	uint8_t pad2[40];
+	/* cache line 3: written by the trainer */
+	_Atomic uint64_t commit_iter;
+	double loss;
+	uint8_t pad3[48];
+	uint8_t pad4[64];
+};
+_Static_assert(sizeof(struct esd_xchg_hdr) == 256, "exchange header is 256 bytes");
+
+/* Compute the layout for the given sizes into h (magic, offsets, total). */
+void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables, uint32_t dense,
+		     uint32_t dense_params);
+/* Check a mapped header against the mapping length. Returns 0 or
+ * -ESD_EBADMAGIC / -ESD_EBADVERSION / -EINVAL (sizes), logged. */
+int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen);
+
+static inline void *esd_xchg_at(const struct esd_xchg_hdr *h, uint64_t off)
+{
+	return (char *)h + off;
+}
+
+#endif

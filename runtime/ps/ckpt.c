@@ -1,0 +1,100 @@
+/*
+ * Checkpoint and restore of a PS shard at an iteration boundary (the
+ * consistent cut of docs/runtime.md: the daemons flushed every DIRTY row
+ * before the barrier that writes it). The file format and its atomic
+ * replacement are esd/ckpt.h's.
+ */
+#include "ps.h"
+
+#include <esd/ckpt.h>
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ps_checkpoint_locked(struct ps *ps)
+{
+	char path[1100];
+	struct esd_ckpt_writer *w;
+	struct esd_ckpt_meta meta = {
+		.seed = ps->job.seed,
+		.iteration = ps->iter_done + 1,
+		.data_cursor = ps->iter_done * ps->job.global_batch,
+		.dim = ps->job.dim,
+		.optimizer = ps->job.optim.opt,
+		.shard = ps->shard,
+		.nshards = ps->job.shards,
+		.dense_len = ps->dense_val ? ps->dense_len : 0,
+		.dense_clock = ps->dense_clock,
+	};
+	int64_t t0 = esd_now_ns();
+	size_t sd = ps_store_state_len(ps->st);
+
+	ps_checkpoint_path(ps, path, sizeof(path));
+	int rc = esd_ckpt_writer_open(path, &meta, &w);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < ps_store_count(ps->st) && !rc; i++) {
+		struct ps_row *r = ps_store_at(ps->st, i);
+		rc = esd_ckpt_write_row(w, r->key, r->clock, r->data, sd ? r->data + ps->job.dim : NULL);
+	}
+	if (!rc && meta.dense_len)
+		rc = esd_ckpt_write_dense(w, ps->dense_val, sd ? ps->dense_state : NULL);
+	if (rc) {
+		esd_ckpt_writer_abort(w);
+		return rc;
+	}
+	rc = esd_ckpt_writer_commit(w);
+	if (!rc) {
+		ps->n_checkpoints++;
+		ps->last_ckpt_ns = esd_now_ns();
+		ESD_INFO("ps", "checkpoint of iteration %llu: %zu rows to %s in %.1f ms",
+			 (unsigned long long)ps->iter_done, ps_store_count(ps->st), path,
+			 esd_ns_to_ms(esd_now_ns() - t0));
+	}
+	return rc;
+}
+
+static int restore_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
+		       const float *state)
+{
+	return ps_store_put_value(arg, key, clock, value, state);
+}
+
+int ps_restore(struct ps *ps, const char *path)
+{
+	struct esd_ckpt_reader *r;
+	struct esd_ckpt_error err = {0};
+	int rc = esd_ckpt_open(path, &r, &err);
+
+	if (rc) {
+		ESD_ERR("ps", "refusing checkpoint %s: %s (at byte %llu)", path, err.msg,
+			(unsigned long long)err.offset);
+		return rc;
+	}
+	const struct esd_ckpt_info *in = esd_ckpt_info(r);
+	const struct esd_ckpt_meta *m = &in->meta;
+	if (m->seed != ps->job.seed || m->dim != ps->job.dim ||
+	    m->optimizer != ps->job.optim.opt || m->shard != ps->shard ||
+	    m->nshards != ps->job.shards || m->iteration == 0 ||
+	    (ps->dense_val && m->dense_len != ps->dense_len)) {
+		ESD_ERR("ps", "checkpoint %s is of another job (seed %llu dim %u shard %u/%u)", path,
+			(unsigned long long)m->seed, m->dim, m->shard, m->nshards);
+		esd_ckpt_close(r);
+		return -EINVAL;
+	}
+	rc = esd_ckpt_read_rows(r, restore_row, ps->st);
+	if (!rc && m->dense_len && ps->dense_val)
+		rc = esd_ckpt_read_dense(r, ps->dense_val,
+					 ps_store_state_len(ps->st) ? ps->dense_state : NULL);
+	if (!rc) {
+		ps->dense_clock = m->dense_clock;
+		ps->iter_done = m->iteration - 1;
+		ps->cursor = m->data_cursor;
+		ESD_INFO("ps", "restored %llu rows of iteration %llu from %s",
+			 (unsigned long long)in->row_count, (unsigned long long)ps->iter_done, path);
+	}
+	esd_ckpt_close(r);
+	return rc;
+}

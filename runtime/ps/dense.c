@@ -1,0 +1,96 @@
+/*
+ * The dense table (the reference model's MLP) on shard 0: one float vector
+ * cut into rows of dim floats on the wire (keys ESD_DENSE_TABLE:i), fully
+ * synchronised every iteration: every worker pushes its partial gradient,
+ * the shard sums them in worker-rank order and applies one optimizer step.
+ */
+#include "ps.h"
+
+#include <esd/err.h>
+#include <esd/model.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ps_dense_init(struct ps *ps)
+{
+	struct esd_model_shape sh = {.tables = ps->tables, .dim = ps->job.dim,
+				     .dense = ps->dense, .hidden = ps->job.hidden};
+	struct esd_model *m;
+	int rc = esd_model_create(&sh, &m);
+	if (rc)
+		return rc;
+	size_t len = esd_model_dense_len(m), sf = esd_optimizer_state_floats(ps->job.optim.opt);
+	ps->dense_len = len;
+	ps->dense_val = calloc(len, sizeof(float));
+	ps->dense_state = calloc(len * sf + 1, sizeof(float));
+	ps->dense_stage = calloc((size_t)ps->job.n * len, sizeof(float));
+	if (!ps->dense_val || !ps->dense_state || !ps->dense_stage) {
+		esd_model_free(m);
+		return -ENOMEM;
+	}
+	esd_model_dense_init(m, ps->job.seed, ps->dense_val);
+	esd_model_free(m);
+	/* the state of a vector of len floats: the optimizer's layout per element
+	 * block, initialised like a row of dim = len */
+	esd_optim_state_init(&ps->job.optim, (unsigned)len, ps->dense_state);
+	return 0;
+}
+
+void ps_dense_free(struct ps *ps)
+{
+	free(ps->dense_val);
+	free(ps->dense_state);
+	free(ps->dense_stage);
+	ps->dense_val = ps->dense_state = ps->dense_stage = NULL;
+}
+
+static int chunk(const struct ps *ps, uint64_t key, size_t *off, size_t *n)
+{
+	uint64_t i = esd_key_id(key), dim = ps->job.dim;
+	if (!ps->dense_val || i * dim >= ps->dense_len)
+		return -EINVAL;
+	*off = i * dim;
+	*n = ps->dense_len - *off < dim ? ps->dense_len - *off : dim;
+	return 0;
+}
+
+int ps_dense_read_locked(const struct ps *ps, uint64_t key, float *value, float *state)
+{
+	size_t off, n, dim = ps->job.dim;
+	if (chunk(ps, key, &off, &n))
+		return -EINVAL;
+	memset(value, 0, dim * sizeof(float));
+	memcpy(value, ps->dense_val + off, n * sizeof(float));
+	if (state) /* daemons never update the dense table: its state stays here */
+		memset(state, 0, esd_optim_state_len(ps->job.optim.opt, (unsigned)dim) * 4);
+	return 0;
+}
+
+int ps_dense_stage_locked(struct ps *ps, uint32_t worker, uint64_t key, const float *grad)
+{
+	size_t off, n;
+	if (chunk(ps, key, &off, &n))
+		return -EINVAL;
+	memcpy(ps->dense_stage + (size_t)worker * ps->dense_len + off, grad, n * sizeof(float));
+	ps->dense_staged = true;
+	return 0;
+}
+
+int ps_dense_apply_locked(struct ps *ps)
+{
+	if (!ps->dense_staged)
+		return 0;
+	size_t len = ps->dense_len;
+	float *sum = calloc(len, sizeof(float));
+	if (!sum)
+		return -ENOMEM;
+	for (uint32_t w = 0; w < ps->job.n; w++)
+		esd_optim_grad_add((unsigned)len, sum, ps->dense_stage + (size_t)w * len);
+	esd_optim_apply(&ps->job.optim, (unsigned)len, ps->dense_val, ps->dense_state, sum,
+			ps->dense_clock + 1);
+	ps->dense_clock++;
+	memset(ps->dense_stage, 0, (size_t)ps->job.n * len * sizeof(float));
+	ps->dense_staged = false;
+	free(sum);
+	return 0;
+}

@@ -1,0 +1,224 @@
+/*
+ * esd-ps: one parameter-server shard.
+ *
+ *   esd-ps --config job.ini [--shard S] [--listen ADDR] [--control PATH]
+ *          [--restore] [--set section.key=value ...]
+ *
+ * Serves the node daemons of the job over the configured transport
+ * backend, keeps the shard's rows and (shard 0) the dense table, runs the
+ * per-iteration barrier and writes checkpoints. Stops on SIGINT/SIGTERM or
+ * when every worker has said goodbye after the last iteration.
+ */
+#include "ps.h"
+
+#include <esd/ctl.h>
+#include <esd/clock.h>
+#include <esd/dataset.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_sig;
+
+static void on_signal(int sig)
+{
+	stop_sig = sig;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: esd-ps --config JOB.ini [--shard S] [--listen ADDR] [--control PATH]\n"
+		   "              [--restore] [--set section.key=value ...]\n"
+		   "  --shard S        shard index (default 0)\n"
+		   "  --listen ADDR    address to listen on (default: ps.addrs[S] of the job)\n"
+		   "  --control PATH   control socket for esdctl (default: none)\n"
+		   "  --restore        resume from ps.checkpoint_dir/ps-shardS.ckpt\n"
+		   "  --set K=V        override a job setting\n");
+}
+
+static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	(void)req;
+	(void)err;
+	pthread_mutex_lock(&ps->mu);
+	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s?}",
+			  "role", "ps", "shard", ps->shard, "workers", ps->job.n,
+			  "iteration", (json_int_t)ps->iter_done, "cursor", (json_int_t)ps->cursor,
+			  "connected", __builtin_popcountll(ps->connected_mask),
+			  "rows", (json_int_t)ps_store_count(ps->st),
+			  "barriers", (json_int_t)ps->n_barriers,
+			  "pulled_rows", (json_int_t)ps->n_pulled_rows,
+			  "value_rows", (json_int_t)ps->n_value_rows,
+			  "grad_rows", (json_int_t)ps->n_grad_rows,
+			  "checkpoints", (json_int_t)ps->n_checkpoints,
+			  "failed", ps->failed ? ps->fail_msg : NULL);
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
+static const struct esd_ctl_cmd ps_cmds[] = {
+	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
+	{NULL, NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'}, {"shard", required_argument, NULL, 's'},
+		{"listen", required_argument, NULL, 'l'}, {"control", required_argument, NULL, 'C'},
+		{"restore", no_argument, NULL, 'r'},      {"set", required_argument, NULL, 'S'},
+		{"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+	};
+	struct esd_config *cfg;
+	const char *listen_addr = NULL, *control = NULL;
+	uint64_t shard = 0;
+	bool restore = false, have_cfg = false;
+	int c, rc;
+
+	if (esd_config_create(&cfg))
+		return 1;
+	while ((c = getopt_long(argc, argv, "c:s:l:C:rS:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			if (esd_config_load(cfg, optarg))
+				return 2;
+			have_cfg = true;
+			break;
+		case 's':
+			if (esd_parse_u64(optarg, &shard) || shard >= ESD_JOB_MAX_SHARDS) {
+				fprintf(stderr, "esd-ps: --shard '%s': expected 0..%d\n", optarg,
+					ESD_JOB_MAX_SHARDS - 1);
+				return 2;
+			}
+			break;
+		case 'l':
+			listen_addr = optarg;
+			break;
+		case 'C':
+			control = optarg;
+			break;
+		case 'r':
+			restore = true;
+			break;
+		case 'S':
+			if (esd_config_set(cfg, optarg))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!have_cfg || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	char tag[32];
+	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)shard);
+	esd_log_init(tag);
+
+	struct esd_job job;
+	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &job))
+		return 2;
+	if (shard >= job.shards) {
+		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)shard,
+			job.shards);
+		return 2;
+	}
+	if (!listen_addr)
+		listen_addr = job.addrs[shard][0] ? job.addrs[shard] : "127.0.0.1:0";
+
+	/* the model shape comes from the dataset stream */
+	uint32_t tables = 0, dense = 0;
+	if (job.stream[0]) {
+		struct esd_ds_reader *dr;
+		rc = esd_ds_open(job.stream, &dr);
+		if (rc) {
+			ESD_ERR("ps", "cannot open data.stream %s: %s", job.stream, esd_ds_last_error());
+			return 1;
+		}
+		tables = esd_ds_reader_info(dr)->ntables;
+		dense = esd_ds_reader_info(dr)->ndense;
+		esd_ds_close(dr);
+	}
+
+	static struct ps ps;
+	rc = ps_init(&ps, &job, (uint32_t)shard, tables, dense);
+	if (rc) {
+		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
+		return 1;
+	}
+	if (restore) {
+		char path[1100];
+		ps_checkpoint_path(&ps, path, sizeof(path));
+		rc = ps_restore(&ps, path);
+		if (rc)
+			return 1;
+	}
+
+	struct esd_link_opts lo;
+	esd_link_opts_init(&lo);
+	lo.backend = job.backend;
+	lo.addr = listen_addr;
+	lo.max_links = job.n;
+	struct esd_listener *lis;
+	rc = esd_listener_open(&lo, &lis);
+	if (rc) {
+		ESD_ERR("ps", "cannot listen on %s (%s): %s", listen_addr, job.backend,
+			esd_strerror(rc));
+		return 1;
+	}
+	char where[256];
+	esd_listener_addr(lis, where, sizeof(where));
+	/* the testbed reads this line to learn a port picked by the kernel */
+	printf("esd-ps shard %u listening on %s %s\n", (unsigned)shard, job.backend, where);
+	fflush(stdout);
+
+	struct esd_ctl_server *ctl = NULL;
+	if (control && esd_ctl_server_start(control, ps_cmds, &ps, &ctl))
+		return 1;
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	while (!stop_sig) {
+		struct esd_link *l;
+		rc = esd_listener_accept(lis, 200 * ESD_NS_PER_MS, &l);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc) {
+			ESD_ERR("ps", "accept: %s", esd_strerror(rc));
+			break;
+		}
+		ps_serve_link(&ps, l);
+	}
+	ESD_INFO("ps", "stopping (signal %d) at iteration %llu", (int)stop_sig,
+		 (unsigned long long)ps.iter_done);
+	pthread_mutex_lock(&ps.mu);
+	ps.stopping = true;
+	pthread_cond_broadcast(&ps.cv);
+	pthread_mutex_unlock(&ps.mu);
+	for (int i = 0; i < ps.nlinks; i++) {
+		if (!ps.links[i].link)
+			continue;
+		pthread_join(ps.links[i].thread, NULL);
+		esd_link_close(ps.links[i].link);
+	}
+	esd_listener_close(lis);
+	esd_ctl_server_stop(ctl);
+	ps_fini(&ps);
+	esd_config_free(cfg);
+	return 0;
+}

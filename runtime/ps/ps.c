@@ -1,0 +1,433 @@
+/*
+ * A PS shard serving node daemons: one thread per link, the barrier, the
+ * staged-gradient application and the dense table. See ps.h and
+ * docs/runtime.md for the protocol; the invariant kept here is "every push
+ * for t is applied before any pull for t is answered".
+ */
+#include "ps.h"
+
+#include <esd/ckpt.h>
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <esd/model.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECV_POLL_NS (200 * ESD_NS_PER_MS)
+
+static bool is_dense(uint64_t key)
+{
+	return esd_key_table(key) == ESD_DENSE_TABLE;
+}
+
+void ps_fail_locked(struct ps *ps, int code, const char *fmt, ...)
+{
+	if (!ps->failed) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(ps->fail_msg, sizeof(ps->fail_msg), fmt, ap);
+		va_end(ap);
+		ps->failed = code ? code : -EIO;
+		ESD_ERR("ps", "job failed: %s", ps->fail_msg);
+	}
+	pthread_cond_broadcast(&ps->cv);
+}
+
+int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t tables,
+	    uint32_t dense)
+{
+	memset(ps, 0, sizeof(*ps));
+	ps->job = *job;
+	ps->shard = shard;
+	ps->tables = tables;
+	ps->dense = dense;
+	ps->job_token = esd_job_digest(job);
+	ps->barrier_timeout_ns = 60 * ESD_NS_PER_S;
+	pthread_mutex_init(&ps->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ps->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = ps_store_create(job->dim, &job->optim, job->seed, &ps->st);
+	if (rc)
+		return rc;
+	if (shard == 0 && tables > 0)
+		rc = ps_dense_init(ps);
+	return rc;
+}
+
+void ps_fini(struct ps *ps)
+{
+	ps_store_free(ps->st);
+	ps_dense_free(ps);
+	pthread_mutex_destroy(&ps->mu);
+	pthread_cond_destroy(&ps->cv);
+}
+
+void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/ps-shard%u.ckpt", ps->job.checkpoint_dir, ps->shard);
+}
+
+/* ---- the link threads ------------------------------------------------- */
+
+static int send_buf(struct ps_link *pl, struct esd_buf *b)
+{
+	int rc = b->len ? esd_link_send(pl->link, b->data, b->len) : 0;
+	esd_buf_reset(b);
+	return rc;
+}
+
+static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_buf *out)
+{
+	struct ps *ps = pl->ps;
+	char why[160] = "";
+	size_t sd = esd_optim_state_len(ps->job.optim.opt, ps->job.dim);
+
+	if (h->proto_version != ESD_PROTO_VERSION)
+		snprintf(why, sizeof(why), "protocol version %u, shard speaks %u",
+			 h->proto_version, ESD_PROTO_VERSION);
+	else if (h->job_token != ps->job_token)
+		snprintf(why, sizeof(why), "job settings differ (token %#llx, shard has %#llx)",
+			 (unsigned long long)h->job_token, (unsigned long long)ps->job_token);
+	else if (h->worker >= ps->job.n)
+		snprintf(why, sizeof(why), "worker %u, job has %u workers", h->worker, ps->job.n);
+	else if (h->shard != ps->shard)
+		snprintf(why, sizeof(why), "client wants shard %u, this is shard %u", h->shard,
+			 ps->shard);
+	else if (h->dim != ps->job.dim || h->state_dim != sd)
+		snprintf(why, sizeof(why), "row shape %u+%u, shard has %u+%zu", h->dim,
+			 h->state_dim, ps->job.dim, sd);
+	if (why[0]) {
+		ESD_ERR("ps", "refusing %s: %s", esd_link_peer(pl->link), why);
+		esd_link_send_error(pl->link, -EPROTO, why);
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&ps->mu);
+	pl->worker = (int)h->worker;
+	ps->connected_mask |= UINT64_C(1) << h->worker;
+	struct esd_ack ack = {.iteration = ps->iter_done, .sequence = ps->cursor,
+			      .op = ESD_OP_HELLO, .status = ps->failed};
+	pthread_mutex_unlock(&ps->mu);
+	struct esd_hello r = {.proto_version = ESD_PROTO_VERSION, .worker = ps->shard,
+			      .job_token = ps->job_token, .shard = ps->shard, .dim = ps->job.dim,
+			      .state_dim = (uint32_t)sd, .nworkers = ps->job.n};
+	int rc = esd_enc_hello(out, &r, ESD_FLAG_REPLY);
+	if (!rc)
+		rc = esd_enc_ack(out, &ack);
+	if (!rc)
+		rc = send_buf(pl, out);
+	ESD_INFO("ps", "worker %u attached from %s (shard at iteration %llu)", h->worker,
+		 esd_link_peer(pl->link), (unsigned long long)ack.iteration);
+	return rc;
+}
+
+/* Wait until the barrier of iteration t was released (or the job failed).
+ * Caller holds mu. */
+static int wait_released(struct ps *ps, uint64_t t)
+{
+	int64_t deadline = esd_now_ns() + (int64_t)ps->barrier_timeout_ns;
+	while (ps->iter_done < t && !ps->failed && !ps->stopping) {
+		struct timespec ts = esd_ns_to_timespec(deadline);
+		if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) == ETIMEDOUT) {
+			char missing[160] = "";
+			size_t off = 0;
+			for (uint32_t w = 0; w < ps->job.n; w++)
+				if (!(ps->arrived_mask & (UINT64_C(1) << w)) && off < sizeof(missing) - 8)
+					off += (size_t)snprintf(missing + off, sizeof(missing) - off,
+								"%s%u", off ? "," : "", w);
+			ps_fail_locked(ps, -ETIMEDOUT,
+				       "barrier %llu: worker(s) %s missing after %llu s",
+				       (unsigned long long)t, missing,
+				       (unsigned long long)(ps->barrier_timeout_ns / ESD_NS_PER_S));
+		}
+	}
+	return ps->failed ? ps->failed : ps->stopping ? -ESHUTDOWN : 0;
+}
+
+static void complete_barrier_locked(struct ps *ps, uint64_t t)
+{
+	for (uint32_t w = 1; w < ps->job.n; w++) {
+		if (ps->digest[w] != ps->digest[0]) {
+			ps_fail_locked(ps, -ESD_EDIVERGED,
+				       "iteration %llu: dispatch decisions differ (worker 0 digest "
+				       "%016llx, worker %u digest %016llx)",
+				       (unsigned long long)t, (unsigned long long)ps->digest[0], w,
+				       (unsigned long long)ps->digest[w]);
+			return;
+		}
+	}
+	long n = ps_store_apply_staged(ps->st);
+	if (n < 0) {
+		ps_fail_locked(ps, (int)n, "applying gradients of iteration %llu: %s",
+			       (unsigned long long)t - 1, esd_strerror((int)n));
+		return;
+	}
+	int rc = ps_dense_apply_locked(ps);
+	if (rc) {
+		ps_fail_locked(ps, rc, "dense update of iteration %llu: %s",
+			       (unsigned long long)t - 1, esd_strerror(rc));
+		return;
+	}
+	/* The state is now "iteration t-1 complete". Checkpoint if due: the
+	 * daemons flushed their DIRTY rows before this barrier. */
+	uint64_t c = t - 1;
+	if (ps->job.checkpoint_every && c > 0 && c % ps->job.checkpoint_every == 0 &&
+	    ps->job.checkpoint_dir[0]) {
+		ps->iter_done = c; /* checkpoint records the boundary c */
+		rc = ps_checkpoint_locked(ps);
+		if (rc) {
+			ps_fail_locked(ps, rc, "checkpoint at iteration %llu failed: %s",
+				       (unsigned long long)c, esd_strerror(rc));
+			return;
+		}
+	}
+	ps->iter_done = t;
+	ps->cursor = t * ps->job.global_batch;
+	ps->arrived = 0;
+	ps->arrived_mask = 0;
+	ps->n_barriers++;
+	pthread_cond_broadcast(&ps->cv);
+}
+
+static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct esd_buf *out)
+{
+	struct ps *ps = pl->ps;
+	uint32_t w = (uint32_t)pl->worker;
+	int rc;
+
+	pthread_mutex_lock(&ps->mu);
+	if (ps->failed) {
+		rc = ps->failed;
+	} else if (b->iteration != ps->iter_done + 1 || b->worker != w) {
+		ps_fail_locked(ps, -EPROTO,
+			       "worker %u sent barrier %llu as worker %u; shard expects %llu", w,
+			       (unsigned long long)b->iteration, b->worker,
+			       (unsigned long long)ps->iter_done + 1);
+		rc = ps->failed;
+	} else {
+		if (!(ps->arrived_mask & (UINT64_C(1) << w))) {
+			ps->arrived_mask |= UINT64_C(1) << w;
+			ps->arrived++;
+			ps->digest[w] = b->digest;
+		}
+		if (ps->arrived == ps->job.n)
+			complete_barrier_locked(ps, b->iteration);
+		rc = wait_released(ps, b->iteration);
+	}
+	const char *msg = ps->fail_msg;
+	pthread_mutex_unlock(&ps->mu);
+	if (rc && rc != -ESHUTDOWN)
+		return esd_link_send_error(pl->link, rc, msg) ? rc : rc;
+	struct esd_ack ack = {.iteration = b->iteration, .op = ESD_OP_BARRIER, .status = rc};
+	rc = esd_enc_ack(out, &ack);
+	return rc ? rc : send_buf(pl, out);
+}
+
+static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *out)
+{
+	struct ps *ps = pl->ps;
+	const struct esd_pull *p = &m->u.pull;
+	uint32_t dim = ps->job.dim, sd = (uint32_t)ps_store_state_len(ps->st);
+	size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
+	uint32_t per_frame = (uint32_t)(max_body / (16 + 4 * ((size_t)dim + sd)));
+	int rc;
+
+	pthread_mutex_lock(&ps->mu);
+	rc = wait_released(ps, p->iteration);
+	if (rc) {
+		pthread_mutex_unlock(&ps->mu);
+		return rc == -ESHUTDOWN ? rc : esd_link_send_error(pl->link, rc, ps->fail_msg);
+	}
+	for (uint32_t i = 0; i < p->count && !rc;) {
+		uint32_t n = p->count - i < per_frame ? p->count - i : per_frame;
+		struct esd_rows_enc e;
+		struct esd_rows hdr = {.iteration = p->iteration, .sequence = p->request,
+				       .worker = (uint32_t)pl->worker, .kind = p->kind,
+				       .dim = dim, .state_dim = sd};
+		rc = esd_enc_rows_begin(&e, out, ESD_OP_PULL_RESP, &hdr);
+		for (uint32_t j = 0; j < n && !rc; j++) {
+			esd_key_t key = esd_msg_key(m, i + j);
+			float *v, *s;
+			uint64_t clock;
+			if (is_dense(key)) {
+				rc = esd_enc_row_reserve(&e, key, ps->dense_clock, &v, &s);
+				if (!rc)
+					rc = ps_dense_read_locked(ps, key, v, s);
+				continue;
+			}
+			struct ps_row *r = ps_store_get(ps->st, key);
+			if (!r) {
+				rc = -ENOMEM;
+				break;
+			}
+			clock = r->clock;
+			rc = esd_enc_row(&e, key, clock, r->data, sd ? r->data + dim : NULL);
+		}
+		if (!rc)
+			rc = esd_enc_rows_end(&e);
+		ps->n_pulled_rows += n;
+		i += n;
+	}
+	pthread_mutex_unlock(&ps->mu);
+	if (rc) {
+		esd_buf_reset(out);
+		return esd_link_send_error(pl->link, rc, "pull failed at the shard");
+	}
+	return send_buf(pl, out);
+}
+
+static int on_push(struct ps_link *pl, const struct esd_msg *m)
+{
+	struct ps *ps = pl->ps;
+	const struct esd_rows *r = &m->u.rows;
+	uint32_t w = (uint32_t)pl->worker;
+	int rc = 0;
+
+	if (r->worker != w || r->dim != ps->job.dim ||
+	    (m->hdr.op == ESD_OP_PUSH_VALUE && r->state_dim != ps_store_state_len(ps->st))) {
+		esd_link_send_error(pl->link, -EPROTO, "push: worker or row shape mismatch");
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&ps->mu);
+	/* exactly once: push sequences of a worker only grow */
+	if (r->sequence && r->sequence <= ps->push_seq[w]) {
+		pthread_mutex_unlock(&ps->mu);
+		return 0;
+	}
+	if (m->hdr.op == ESD_OP_PUSH_GRAD && r->iteration != ps->iter_done) {
+		ps_fail_locked(ps, -EPROTO,
+			       "worker %u pushed gradients of iteration %llu during iteration %llu",
+			       w, (unsigned long long)r->iteration,
+			       (unsigned long long)ps->iter_done);
+		rc = ps->failed;
+		goto out;
+	}
+	for (uint32_t i = 0; i < r->count && !rc; i++) {
+		struct esd_row_view v;
+		esd_rows_get(r, i, &v);
+		if (m->hdr.op == ESD_OP_PUSH_VALUE) {
+			if (is_dense(v.key))
+				rc = -EPROTO;
+			else
+				rc = ps_store_put_value(ps->st, v.key, v.clock, v.value, v.state);
+			ps->n_value_rows++;
+		} else if (is_dense(v.key)) {
+			rc = ps_dense_stage_locked(ps, w, v.key, v.value);
+		} else {
+			rc = ps_store_stage_grad(ps->st, w, v.key, v.value);
+			ps->n_grad_rows++;
+		}
+	}
+	if (rc)
+		ps_fail_locked(ps, rc, "worker %u: applying a %s frame failed: %s", w,
+			       esd_op_name(m->hdr.op), esd_strerror(rc));
+	else if (r->sequence)
+		ps->push_seq[w] = r->sequence;
+out:
+	pthread_mutex_unlock(&ps->mu);
+	return rc;
+}
+
+static void *link_main(void *arg)
+{
+	struct ps_link *pl = arg;
+	struct ps *ps = pl->ps;
+	struct esd_buf out;
+	struct esd_msg m;
+
+	esd_buf_init(&out);
+	for (;;) {
+		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
+		if (rc == -ETIMEDOUT) {
+			if (__atomic_load_n(&ps->stopping, __ATOMIC_RELAXED))
+				break;
+			continue;
+		}
+		if (rc) {
+			pthread_mutex_lock(&ps->mu);
+			if (!ps->stopping && pl->worker >= 0)
+				ps_fail_locked(ps, -ECONNRESET, "worker %d: link %s: %s",
+					       pl->worker, esd_link_peer(pl->link),
+					       rc == -ECONNRESET ? "peer went away"
+								 : esd_link_last_error(pl->link));
+			pthread_mutex_unlock(&ps->mu);
+			break;
+		}
+		if (m.hdr.op != ESD_OP_HELLO && pl->worker < 0) {
+			esd_link_send_error(pl->link, -EPROTO, "first frame must be HELLO");
+			break;
+		}
+		switch (m.hdr.op) {
+		case ESD_OP_HELLO:
+			rc = on_hello(pl, &m.u.hello, &out);
+			break;
+		case ESD_OP_PULL:
+			rc = on_pull(pl, &m, &out);
+			break;
+		case ESD_OP_PUSH_VALUE:
+		case ESD_OP_PUSH_GRAD:
+			rc = on_push(pl, &m);
+			break;
+		case ESD_OP_BARRIER:
+			rc = on_barrier(pl, &m.u.barrier, &out);
+			break;
+		case ESD_OP_ERROR:
+			ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m.u.error.len,
+				m.u.error.text);
+			rc = -ECONNABORTED;
+			break;
+		default:
+			esd_link_send_error(pl->link, -EPROTO, "unexpected op at a PS shard");
+			rc = -EPROTO;
+		}
+		if (rc)
+			break;
+	}
+	esd_buf_free(&out);
+	pthread_mutex_lock(&ps->mu);
+	if (pl->worker >= 0)
+		ps->connected_mask &= ~(UINT64_C(1) << pl->worker);
+	pl->done = true;
+	pthread_mutex_unlock(&ps->mu);
+	return NULL;
+}
+
+int ps_serve_link(struct ps *ps, struct esd_link *l)
+{
+	pthread_mutex_lock(&ps->mu);
+	int slot = -1;
+	for (int i = 0; i < ps->nlinks; i++)
+		if (ps->links[i].done && ps->links[i].link) {
+			pthread_join(ps->links[i].thread, NULL);
+			esd_link_close(ps->links[i].link);
+			ps->links[i].link = NULL;
+		}
+	for (int i = 0; i < ps->nlinks && slot < 0; i++)
+		if (!ps->links[i].link)
+			slot = i;
+	if (slot < 0 && ps->nlinks < (int)(sizeof(ps->links) / sizeof(ps->links[0])))
+		slot = ps->nlinks++;
+	pthread_mutex_unlock(&ps->mu);
+	if (slot < 0) {
+		esd_link_send_error(l, -EMFILE, "too many links at this shard");
+		esd_link_close(l);
+		return -EMFILE;
+	}
+	struct ps_link *pl = &ps->links[slot];
+	memset(pl, 0, sizeof(*pl));
+	pl->ps = ps;
+	pl->link = l;
+	pl->worker = -1;
+	int rc = -pthread_create(&pl->thread, NULL, link_main, pl);
+	if (rc) {
+		esd_link_close(l);
+		pl->link = NULL;
+	}
+	return rc;
+}

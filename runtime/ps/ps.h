@@ -1,0 +1,89 @@
+/*
+ * ps.h - one PS shard: its rows, the per-iteration barrier, and the
+ * threads that serve the node daemons' links (private to esd-ps).
+ *
+ * One thread per link, each doing both receive and send on its link (a
+ * link is single-threaded); they share the store under one mutex. The
+ * barrier of iteration t completes when all n workers have sent
+ * BARRIER(t): their pushes came before on each ordered link, so they are
+ * applied; the staged gradients of t-1 are then applied (keys ascending,
+ * partials in worker-rank order), a checkpoint is written if one is due,
+ * and every waiting link is released. A PULL for t waits for that release.
+ */
+#ifndef ESD_PS_PS_H
+#define ESD_PS_PS_H
+
+#include "store.h"
+
+#include <esd/job.h>
+#include <esd/transport.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+struct ps_link {
+	struct ps *ps;
+	struct esd_link *link;
+	pthread_t thread;
+	int worker; /* -1 until HELLO */
+	bool done;
+};
+
+struct ps {
+	struct esd_job job;
+	uint32_t shard;
+	uint32_t tables, dense;      /* model shape (from the stream) */
+	uint64_t job_token;
+	uint64_t barrier_timeout_ns;
+	struct ps_store *st;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t iter_done;    /* last iteration whose barrier was released */
+	uint64_t cursor;       /* data cursor at iter_done (samples consumed) */
+	uint32_t arrived;      /* workers at the barrier of iter_done + 1 */
+	uint64_t arrived_mask;
+	uint64_t digest[ESD_MAX_WORKERS];
+	uint64_t push_seq[ESD_MAX_WORKERS]; /* last applied push sequence */
+	uint64_t connected_mask;
+	int failed;            /* -errno: the job failed; every barrier answers it */
+	char fail_msg[256];
+	bool stopping;
+
+	/* dense table (shard 0): values, optimizer state, per-worker staged
+	 * gradients of the iteration being collected */
+	float *dense_val, *dense_state, *dense_stage;
+	size_t dense_len;
+	uint64_t dense_clock;
+	bool dense_staged;
+
+	/* counters (under mu) */
+	uint64_t n_pulled_rows, n_value_rows, n_grad_rows, n_barriers, n_checkpoints;
+	int64_t last_ckpt_ns;
+
+	struct ps_link links[ESD_MAX_WORKERS * 2];
+	int nlinks;
+};
+
+int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t tables,
+	    uint32_t dense);
+void ps_fini(struct ps *ps);
+/* Start a thread serving one accepted link (ownership passes to ps). */
+int ps_serve_link(struct ps *ps, struct esd_link *l);
+/* Fail the job (first reason wins) and wake every waiter. Caller holds mu. */
+void ps_fail_locked(struct ps *ps, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Dense table (dense.c); the _locked ones need mu. */
+int ps_dense_init(struct ps *ps);
+void ps_dense_free(struct ps *ps);
+int ps_dense_read_locked(const struct ps *ps, uint64_t key, float *value, float *state);
+int ps_dense_stage_locked(struct ps *ps, uint32_t worker, uint64_t key, const float *grad);
+int ps_dense_apply_locked(struct ps *ps);
+
+/* Write a checkpoint of this shard now (caller holds mu). */
+int ps_checkpoint_locked(struct ps *ps);
+/* Restore from the checkpoint file. */
+int ps_restore(struct ps *ps, const char *path);
+/* Path of this shard's checkpoint file in job.checkpoint_dir. */
+void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * store.h - the rows of one PS shard (private to esd-ps).
+ *
+ * A row is created on first touch with esd_row_init(seed, key) and the
+ * optimizer's initial state, clock 0. Rows live in an arena of fixed-size
+ * records (key, clock, value[dim], state[]) indexed by an open-addressing
+ * table; nothing is ever freed while the shard runs (the model only grows).
+ *
+ * Gradients of rows trained by several workers arrive as partial sums, one
+ * per worker; they are staged per iteration and applied at the barrier in
+ * key order, each key's partials summed in worker-rank order, then one
+ * optimizer step. Staging the same (iteration, worker, key) twice is
+ * refused (the transport's dedup makes this a protocol error).
+ */
+#ifndef ESD_PS_STORE_H
+#define ESD_PS_STORE_H
+
+#include <esd/optim.h>
+#include <esd/types.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reserved table of the dense parameters (the reference model's MLP). */
+#define ESD_DENSE_TABLE 0xffffu
+
+struct ps_row {
+	uint64_t key;
+	uint64_t clock;
+	float data[]; /* value[dim], then state[state_len] */
+};
+
+struct ps_store;
+
+int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t seed,
+		    struct ps_store **out);
+void ps_store_free(struct ps_store *st);
+
+unsigned ps_store_dim(const struct ps_store *st);
+size_t ps_store_state_len(const struct ps_store *st);
+size_t ps_store_count(const struct ps_store *st);
+
+/* Row of key, created (initialised) if absent. NULL only on -ENOMEM. The
+ * pointer is valid until the next call that may create a row. */
+struct ps_row *ps_store_get(struct ps_store *st, uint64_t key);
+/* Row of key if it exists, else NULL (no creation). */
+struct ps_row *ps_store_find(const struct ps_store *st, uint64_t key);
+/* Row i in creation order (0 <= i < count), for checkpoints. */
+struct ps_row *ps_store_at(const struct ps_store *st, size_t i);
+
+/* Overwrite value + state + clock (PUSH_VALUE: an update or evict push).
+ * Returns 0 or -ENOMEM. */
+int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
+		       const float *state);
+
+/* Stage a partial gradient of key from worker for the iteration being
+ * collected. Returns 0, -EEXIST (same worker and key staged twice),
+ * -ENOMEM. */
+int ps_store_stage_grad(struct ps_store *st, uint32_t worker, uint64_t key, const float *grad);
+/* Apply every staged gradient (keys ascending; partials summed in worker
+ * order; one optimizer step per key; clock + 1) and clear the stage.
+ * Returns the number of rows updated, or -ENOMEM. */
+long ps_store_apply_staged(struct ps_store *st);
+size_t ps_store_staged(const struct ps_store *st);
+
+/* Shard of a key among nshards: the fixed hash every process uses. */
+uint32_t esd_shard_of(uint64_t key, uint32_t nshards);
+
+#endif
