@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <esd/config.h>
+#include <esd/dispatch.h>
 #include <esd/optim.h>
 #include <esd/policy.h>
 #include <esd/types.h>
@@ -35,11 +36,6 @@
 extern "C" {
 #endif
 
-enum esd_sync_mode {
-	ESD_SYNC_ON_DEMAND = 0, /* DESIGN §3: only what the next iteration needs */
-	ESD_SYNC_FULL_SET = 1,  /* every updated row pushed every iteration */
-	ESD_SYNC_HET = 2,       /* full-set with a staleness bound (HET) */
-};
 
 #define ESD_JOB_MAX_SHARDS 16
 #define ESD_JOB_ADDR_LEN   128
@@ -67,7 +63,8 @@ struct esd_job {
 	/* [dispatch] */
 	char method[32];
 	double alpha;
-	enum esd_sync_mode sync;
+	enum esd_sync sync; /* on-demand, or full-set (also for het) */
+	bool het;           /* "het": full-set with a staleness bound */
 	uint32_t staleness;
 	/* [data] */
 	char stream[1024];
@@ -99,8 +96,8 @@ uint64_t esd_job_row_bytes(const struct esd_job *job);
 /* 64-bit digest of every setting that must agree across the job. */
 uint64_t esd_job_digest(const struct esd_job *job);
 
-const char *esd_sync_name(enum esd_sync_mode m);
-int esd_sync_parse(const char *s, enum esd_sync_mode *out);
+/* "on-demand", "full-set" or "het" for the job's sync setting. */
+const char *esd_job_sync_name(const struct esd_job *job);
 
 #ifdef __cplusplus
 }

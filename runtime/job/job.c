@@ -23,29 +23,9 @@ const char *const esd_job_keys[] = {
 	NULL,
 };
 
-const char *esd_sync_name(enum esd_sync_mode m)
+const char *esd_job_sync_name(const struct esd_job *j)
 {
-	switch (m) {
-	case ESD_SYNC_ON_DEMAND:
-		return "on-demand";
-	case ESD_SYNC_FULL_SET:
-		return "full-set";
-	case ESD_SYNC_HET:
-		return "het";
-	}
-	return "unknown";
-}
-
-int esd_sync_parse(const char *s, enum esd_sync_mode *out)
-{
-	static const enum esd_sync_mode all[] = {ESD_SYNC_ON_DEMAND, ESD_SYNC_FULL_SET,
-						 ESD_SYNC_HET};
-	for (size_t i = 0; i < 3; i++)
-		if (!strcasecmp(s, esd_sync_name(all[i]))) {
-			*out = all[i];
-			return 0;
-		}
-	return -EINVAL;
+	return j->het ? "het" : j->sync == ESD_SYNC_FULL_SET ? "full-set" : "on-demand";
 }
 
 /* Split a comma list into at most max items; returns the count or -EINVAL. */
@@ -177,7 +157,12 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->method, sizeof(j->method), "%s", s);
 	TRY(esd_config_get_double(cfg, "dispatch", "alpha", 0.25, 0, 1, &j->alpha));
 	esd_config_get_str(cfg, "dispatch", "sync", "on-demand", &s);
-	if (esd_sync_parse(s, &j->sync)) {
+	if (!strcasecmp(s, "on-demand")) {
+		j->sync = ESD_SYNC_ON_DEMAND;
+	} else if (!strcasecmp(s, "full-set") || !strcasecmp(s, "het")) {
+		j->sync = ESD_SYNC_FULL_SET;
+		j->het = !strcasecmp(s, "het");
+	} else {
 		ESD_ERR("config", "dispatch.sync = '%s': expected on-demand, full-set or het", s);
 		rc = -EINVAL;
 	}
@@ -243,6 +228,7 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, j->method, strlen(j->method));
 	h = fnv(h, &j->alpha, sizeof(j->alpha));
 	h = fnv(h, &j->sync, sizeof(j->sync));
+	h = fnv(h, &j->het, sizeof(j->het));
 	h = fnv(h, &j->staleness, sizeof(j->staleness));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;

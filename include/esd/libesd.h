@@ -1,0 +1,104 @@
+/*
+ * esd/libesd.h - the trainer's side of the runtime: attach to the node
+ * daemon, receive micro-batches, read embedding rows in place, write
+ * gradients in place, commit. Zero copy: rows live in the node's
+ * huge-page cache region, mapped into the trainer.
+ *
+ * Loop
+ * ----
+ *     struct esd_trainer *t;
+ *     esd_trainer_attach("/run/esd/node0", &t);
+ *     struct esd_microbatch mb;
+ *     while (esd_trainer_next(t, -1, &mb) == 0) {
+ *             for each sample i < mb.m, table j < mb.tables:
+ *                     const float *row = esd_trainer_row(t, mb.slots[i * mb.tables + j]);
+ *                     float *grad     = esd_trainer_grad(t, mb.slots[i * mb.tables + j]);
+ *                     ... forward / backward, grad[d] += ... (zeroed by the daemon) ...
+ *             ... dense gradients into mb.dgrad (zeroed by the daemon) ...
+ *             esd_trainer_commit(t, &mb, loss);
+ *     }
+ *     esd_trainer_detach(t);
+ *
+ * Gradients count only once committed: a trainer that dies before
+ * esd_trainer_commit leaves nothing applied; the daemon replays the
+ * micro-batch to the next trainer that attaches.
+ *
+ * Normalise losses by mb.global_k (the global batch), not mb.m: the
+ * runtime then trains exactly what one process would on the global batch,
+ * however it is split over workers.
+ *
+ * Threads: one thread uses a trainer handle at a time.
+ */
+#ifndef ESD_LIBESD_H
+#define ESD_LIBESD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct esd_trainer;
+
+struct esd_trainer_info {
+	uint32_t rank;         /* worker rank of this node */
+	uint32_t workers;      /* workers in the job */
+	uint32_t dim;          /* floats per embedding row */
+	uint32_t tables;       /* keys per sample */
+	uint32_t dense;        /* dense features per sample */
+	uint32_t dense_params; /* floats of the dense table */
+	uint32_t max_batch;    /* most samples in one micro-batch */
+	uint32_t capacity;     /* rows (slots) of the cache region */
+	/* Row layout, for zero-copy views (numpy, torch.from_numpy):
+	 * row of slot s = rows_base + s * row_stride bytes; its value is at
+	 * + value_off, its gradient slot at + grad_off (dim floats each). */
+	void *rows_base;
+	size_t row_stride, value_off, grad_off;
+};
+
+/* One micro-batch. Arrays live in the exchange area shared with the
+ * daemon; valid until the next esd_trainer_next or detach. */
+struct esd_microbatch {
+	uint64_t iter;       /* iteration number */
+	uint32_t m;          /* samples */
+	uint32_t tables;     /* keys per sample */
+	uint64_t global_k;   /* global batch size: normalise the loss by it */
+	const uint32_t *slots; /* [m][tables] cache slot of each key */
+	const uint64_t *keys;  /* [m][tables] the keys (for debugging) */
+	const float *labels;   /* [m] */
+	const float *dense;    /* [m][dense] dense features */
+	const float *params;   /* [dense_params] dense table values */
+	float *dgrad;          /* [dense_params] dense gradients, zeroed */
+};
+
+/* Attach to the daemon of node directory 'dir'. Returns 0 and *out (free
+ * with esd_trainer_detach), -ENOENT/-ECONNREFUSED (no daemon: logged with
+ * the socket path), -EPERM (refused: another uid, or another trainer is
+ * attached; logged with the daemon's reason), -EPROTO (version mismatch or
+ * a corrupt region header), -ENOMEM, or -errno. */
+int esd_trainer_attach(const char *dir, struct esd_trainer **out);
+void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
+
+/* Wait up to timeout_ms (-1: forever) for the next micro-batch. Returns 0
+ * with *mb filled, 1 when training is over (the daemon said STOP),
+ * -ETIMEDOUT, -ECONNRESET (the daemon went away), -EPROTO. */
+int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb);
+
+/* Row value and gradient slot of a cache slot (no bounds check beyond
+ * an assert-free mask: slots come from the micro-batch). */
+const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot);
+float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
+
+/* Publish the gradients of mb (rows' gradient slots and mb->dgrad) and
+ * the summed loss. Returns 0, -EINVAL (mb is not the current batch),
+ * -ECONNRESET. */
+int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss);
+
+/* Unmap and close. Accepts NULL. */
+void esd_trainer_detach(struct esd_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_LIBESD_H */

@@ -1,0 +1,156 @@
+/*
+ * esd-trainer: the C reference trainer. Attaches to its node's esdd and
+ * trains the reference WDL-style model (esd/model.h) for real, reading
+ * embedding rows in place and writing their gradients in place; or, with
+ * --emulate, touches the same rows and sleeps for the configured compute
+ * time per sample (standing for a GPU) for throughput runs.
+ *
+ *   esd-trainer --dir NODE_DIR [--emulate NS_PER_SAMPLE] [--quiet]
+ */
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/libesd.h>
+#include <esd/log.h>
+#include <esd/model.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: esd-trainer --dir NODE_DIR [--emulate NS_PER_SAMPLE] [--quiet]\n"
+		   "  --dir DIR        node directory of the esdd to attach to\n"
+		   "  --emulate NS     emulated compute: touch rows, sleep NS per sample\n"
+		   "  --quiet          no per-iteration loss lines\n");
+}
+
+/* hidden units from the dense table's length: P = H*(T*d + D) + 2H + 1 + D */
+static unsigned hidden_of(const struct esd_trainer_info *in)
+{
+	uint64_t width = (uint64_t)in->tables * in->dim + in->dense;
+	if (in->dense_params < 1 + in->dense)
+		return 0;
+	uint64_t rest = in->dense_params - 1 - in->dense;
+	if (rest % (width + 2))
+		return 0;
+	return (unsigned)(rest / (width + 2));
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"dir", required_argument, NULL, 'd'}, {"emulate", required_argument, NULL, 'e'},
+		{"quiet", no_argument, NULL, 'q'},     {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = NULL;
+	long long emulate_ns = -1;
+	int quiet = 0, c, rc;
+
+	while ((c = getopt_long(argc, argv, "d:e:qh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 'e': {
+			char *end;
+			emulate_ns = strtoll(optarg, &end, 10);
+			if (*end || emulate_ns < 0) {
+				fprintf(stderr, "esd-trainer: --emulate '%s': expected ns >= 0\n",
+					optarg);
+				return 2;
+			}
+			break;
+		}
+		case 'q':
+			quiet = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!dir || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	esd_log_init("esd-trainer");
+	struct esd_trainer *t;
+	rc = esd_trainer_attach(dir, &t);
+	if (rc)
+		return 1;
+	struct esd_trainer_info in;
+	esd_trainer_get_info(t, &in);
+
+	struct esd_model *model = NULL;
+	const float **rows = NULL;
+	float **grads = NULL;
+	if (emulate_ns < 0) {
+		struct esd_model_shape sh = {.tables = in.tables, .dim = in.dim, .dense = in.dense,
+					     .hidden = hidden_of(&in)};
+		if (!sh.hidden || esd_model_create(&sh, &model) ||
+		    esd_model_dense_len(model) != in.dense_params) {
+			ESD_ERR("trainer", "dense table of %u floats does not fit the reference "
+				"model (%u tables x %u + %u dense)", in.dense_params, in.tables,
+				in.dim, in.dense);
+			esd_trainer_detach(t);
+			return 1;
+		}
+		rows = calloc((size_t)in.max_batch * in.tables, sizeof(*rows));
+		grads = calloc((size_t)in.max_batch * in.tables, sizeof(*grads));
+		if (!rows || !grads)
+			return 1;
+	}
+	ESD_INFO("trainer", "attached to worker %u of %u (%s, %u tables x %u floats)", in.rank,
+		 in.workers, model ? "reference model" : "emulated compute", in.tables, in.dim);
+
+	struct esd_microbatch mb;
+	uint64_t iters = 0;
+	while ((rc = esd_trainer_next(t, -1, &mb)) == 0) {
+		double loss = 0;
+		if (model) {
+			size_t n = (size_t)mb.m * mb.tables;
+			for (size_t i = 0; i < n; i++) {
+				rows[i] = esd_trainer_row(t, mb.slots[i]);
+				grads[i] = esd_trainer_grad(t, mb.slots[i]);
+			}
+			struct esd_model_batch b = {.m = mb.m, .rows = rows, .row_grads = grads,
+						    .labels = mb.labels, .dense = mb.dense};
+			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, mb.dgrad, NULL);
+			if (rc) {
+				ESD_ERR("trainer", "model step failed: %s", esd_strerror(rc));
+				break;
+			}
+		} else {
+			int64_t t0 = esd_now_ns();
+			float sink = 0;
+			size_t n = (size_t)mb.m * mb.tables;
+			for (size_t i = 0; i < n; i++) { /* touch every row like a model would */
+				const float *r = esd_trainer_row(t, mb.slots[i]);
+				float *g = esd_trainer_grad(t, mb.slots[i]);
+				sink += r[0];
+				g[0] += 0.0f;
+			}
+			loss = sink * 0.0;
+			esd_sleep_until_ns(t0 + emulate_ns * (int64_t)mb.m);
+		}
+		rc = esd_trainer_commit(t, &mb, loss);
+		if (rc)
+			break;
+		iters++;
+		if (!quiet && model)
+			printf("iter %llu loss %.6f\n", (unsigned long long)mb.iter, loss);
+	}
+	ESD_INFO("trainer", "%llu iterations trained; %s", (unsigned long long)iters,
+		 rc == 1 ? "training is over" : esd_strerror(rc));
+	free(rows);
+	free(grads);
+	esd_model_free(model);
+	esd_trainer_detach(t);
+	return rc == 1 ? 0 : 1;
+}
