@@ -124,8 +124,11 @@ struct esd_cmeta_fill {
 size_t esd_cmeta_bytes(uint32_t capacity);
 
 /* Format 'mem' (at least esd_cmeta_bytes(capacity) bytes, 64-byte
- * aligned) as an empty cache. Returns 0, -EINVAL (capacity 0 or above
- * 2^30, len too small, misaligned). */
+ * aligned) as an empty cache. About 170 bytes per slot (slot record 64,
+ * index 16-43 at load <= 2/3, victim heap 32, pins, hints, free bitmap).
+ * Returns 0, -EINVAL (capacity 0 or above 2^30, len too small,
+ * misaligned, unknown policy). esd_cmeta_bytes returns 0 for a capacity
+ * it cannot format. */
 int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
 		   struct esd_cmeta **out);
 
@@ -138,10 +141,25 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out);
  * capacity). Used to take a snapshot of a cache. Returns 0 or -EINVAL. */
 int esd_cmeta_copy(void *dst, size_t len, const struct esd_cmeta *src, struct esd_cmeta **out);
 
+/* Bytes of this block (esd_cmeta_bytes of its capacity); 0 for NULL. */
+size_t esd_cmeta_block_bytes(const struct esd_cmeta *cm);
+
+/* Full consistency check, O(capacity): index, victim heap, free slots,
+ * pins and counters agree with the slots. For tests and debugging tools
+ * (esdctl); logs the first inconsistency. Returns 0 or -EINVAL. */
+int esd_cmeta_verify(const struct esd_cmeta *cm);
+
 uint32_t esd_cmeta_capacity(const struct esd_cmeta *cm);
 uint32_t esd_cmeta_count(const struct esd_cmeta *cm); /* occupied slots */
 enum esd_policy esd_cmeta_policy(const struct esd_cmeta *cm);
-/* The policy can change between iterations (esdctl set policy). */
+/* Iteration of the last esd_cmeta_begin_iter (0 before the first). */
+uint64_t esd_cmeta_last_iter(const struct esd_cmeta *cm);
+/* Emark's current target (starts at 1). */
+uint32_t esd_cmeta_emark_target(const struct esd_cmeta *cm);
+/* The policy can change between iterations (esdctl set policy): O(C) to
+ * reorder the victims. Marks, frequencies and hints are kept for every
+ * policy, so a switch takes effect with full history. Returns 0 or
+ * -EINVAL (unknown policy). */
 int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
 
 /* Slot of key, or ESD_SLOT_NONE. No allocation, no locks. */
@@ -153,9 +171,12 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 enum esd_row_state esd_cmeta_state(const struct esd_cmeta *cm, esd_key_t key);
 const struct esd_cmeta_slot *esd_cmeta_slot(const struct esd_cmeta *cm, uint32_t slot);
 
-/* Lookahead hints: every cached key in 'keys' (any order) gets next_use =
- * iter, every other cached key ESD_NEXT_USE_NONE; keys inserted later take
- * their hint from the most recent call. Returns 0 or -ENOMEM. */
+/* Lookahead hints: every cached key in 'keys' (any order, duplicates
+ * allowed) gets next_use = iter, every other cached key ESD_NEXT_USE_NONE;
+ * keys inserted later take their hint from the most recent call (the block
+ * keeps a sorted copy of at most 'capacity' keys). O(n log n).
+ * Returns 0, -EINVAL (NULL keys with n > 0) or -ENOMEM (n > capacity; the
+ * previous hints stay). */
 int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter);
 
 /* Start iteration 'iter' (>= 1, strictly greater than the previous one) with the

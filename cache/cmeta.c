@@ -1,0 +1,309 @@
+/*
+ * cmeta.c - the esd_cmeta block as a whole: its layout, formatting,
+ * validation on attach, copying (snapshots), simple accessors and a full
+ * consistency check used by tests and debugging tools.
+ *
+ * The layout is computed from the capacity alone (cmeta_impl.h), so a
+ * block's header can be checked against what its capacity implies: a
+ * header that does not match is refused before any offset in it is used.
+ */
+#include "cmeta_impl.h"
+
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <string.h>
+#include <strings.h>
+
+#define ALIGN64(x) (((x) + 63) & ~(uint64_t)63)
+
+struct layout {
+	uint32_t index_entries;
+	uint32_t free_words[CM_FREE_LEVELS];
+	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
+	uint64_t off_free[CM_FREE_LEVELS];
+	uint64_t total;
+};
+
+static void compute_layout(uint32_t capacity, struct layout *l)
+{
+	/* Index load at most 2/3: the smallest power of two >= 1.5 x capacity. */
+	uint64_t want = (uint64_t)capacity + capacity / 2 + 1;
+	uint64_t ents = 8;
+	while (ents < want)
+		ents *= 2;
+	l->index_entries = (uint32_t)ents;
+
+	uint64_t off = CM_HDR_BYTES;
+	l->off_slots = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct esd_cmeta_slot));
+	l->off_index = off;
+	off = ALIGN64(off + ents * sizeof(struct cm_ient));
+	l->off_heap = off;
+	off = ALIGN64(off + ((uint64_t)capacity + 1) * sizeof(struct cm_hent));
+	l->off_heappos = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
+	l->off_pinned = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
+	l->off_hints = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint64_t));
+	uint64_t bits = capacity;
+	for (int i = 0; i < CM_FREE_LEVELS; i++) {
+		uint64_t words = (bits + 63) / 64;
+		l->free_words[i] = (uint32_t)words;
+		l->off_free[i] = off;
+		off = ALIGN64(off + words * sizeof(uint64_t));
+		bits = words;
+	}
+	l->total = off;
+}
+
+size_t esd_cmeta_bytes(uint32_t capacity)
+{
+	struct layout l;
+
+	if (capacity == 0 || capacity > CM_MAX_CAP)
+		return 0;
+	compute_layout(capacity, &l);
+	return (size_t)l.total;
+}
+
+int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
+		   struct esd_cmeta **out)
+{
+	struct layout l;
+
+	if (!mem || !out || capacity == 0 || capacity > CM_MAX_CAP || (uintptr_t)mem % 64 ||
+	    (unsigned)policy > ESD_POLICY_LOOKAHEAD)
+		return -EINVAL;
+	compute_layout(capacity, &l);
+	if (len < l.total)
+		return -EINVAL;
+
+	struct esd_cmeta *cm = mem;
+	memset(mem, 0, l.total);
+	cm->magic = CM_MAGIC;
+	cm->version = CM_VERSION;
+	cm->hdr_bytes = CM_HDR_BYTES;
+	cm->total_bytes = l.total;
+	cm->capacity = capacity;
+	cm->policy = policy;
+	cm->index_mask = l.index_entries - 1;
+	cm->emark_target = 1;
+	cm->off_slots = l.off_slots;
+	cm->off_index = l.off_index;
+	cm->off_heap = l.off_heap;
+	cm->off_heappos = l.off_heappos;
+	cm->off_pinned = l.off_pinned;
+	cm->off_hints = l.off_hints;
+	for (int i = 0; i < CM_FREE_LEVELS; i++) {
+		cm->off_free[i] = l.off_free[i];
+		cm->free_words[i] = l.free_words[i];
+	}
+	struct cm_ient *ix = cm_index(cm);
+	for (uint32_t i = 0; i < l.index_entries; i++)
+		ix[i].slot = ESD_SLOT_NONE;
+	struct esd_cmeta_slot *s = cm_slots(cm);
+	for (uint32_t i = 0; i < capacity; i++)
+		s[i].next_use = ESD_NEXT_USE_NONE;
+	for (uint32_t i = 0; i < capacity; i++)
+		cm_free_set(cm, i);
+	*out = cm;
+	return 0;
+}
+
+int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
+{
+	struct esd_cmeta *cm = mem;
+	struct layout l;
+
+	if (!mem || !out || (uintptr_t)mem % 64 || len < CM_HDR_BYTES)
+		return -EINVAL;
+	if (cm->magic != CM_MAGIC) {
+		ESD_ERR("cache", "cache metadata: bad magic %#llx (want %#llx)",
+			(unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
+		return -ESD_EBADMAGIC;
+	}
+	if (cm->version != CM_VERSION) {
+		ESD_ERR("cache", "cache metadata: layout version %u, this build speaks %u",
+			cm->version, CM_VERSION);
+		return -ESD_EBADVERSION;
+	}
+	if (cm->hdr_bytes != CM_HDR_BYTES || cm->capacity == 0 || cm->capacity > CM_MAX_CAP) {
+		ESD_ERR("cache", "cache metadata: bad header size %u or capacity %u", cm->hdr_bytes,
+			cm->capacity);
+		return -EINVAL;
+	}
+	compute_layout(cm->capacity, &l);
+	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
+		       cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
+		       cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
+	for (int i = 0; i < CM_FREE_LEVELS; i++)
+		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
+			  cm->free_words[i] == l.free_words[i];
+	if (cm->total_bytes != l.total || !offs_ok || cm->index_mask != l.index_entries - 1) {
+		ESD_ERR("cache", "cache metadata: sizes/offsets do not match capacity %u",
+			cm->capacity);
+		return -EINVAL;
+	}
+	if (len < l.total) {
+		ESD_ERR("cache", "cache metadata: %llu bytes needed, %zu mapped",
+			(unsigned long long)l.total, len);
+		return -EINVAL;
+	}
+	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
+	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD) {
+		ESD_ERR("cache", "cache metadata: counters out of range (count %u, heap %u, "
+				 "pinned %u, hints %u, policy %u)",
+			cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
+		return -EINVAL;
+	}
+	*out = cm;
+	return 0;
+}
+
+int esd_cmeta_copy(void *dst, size_t len, const struct esd_cmeta *src, struct esd_cmeta **out)
+{
+	if (!dst || !src || !out || (uintptr_t)dst % 64 || len < src->total_bytes)
+		return -EINVAL;
+	if (dst != (const void *)src)
+		memcpy(dst, src, src->total_bytes);
+	*out = dst;
+	return 0;
+}
+
+uint32_t esd_cmeta_capacity(const struct esd_cmeta *cm)
+{
+	return cm ? cm->capacity : 0;
+}
+
+uint32_t esd_cmeta_count(const struct esd_cmeta *cm)
+{
+	return cm ? cm->count : 0;
+}
+
+enum esd_policy esd_cmeta_policy(const struct esd_cmeta *cm)
+{
+	return (enum esd_policy)cm->policy;
+}
+
+uint64_t esd_cmeta_last_iter(const struct esd_cmeta *cm)
+{
+	return cm ? cm->last_iter : 0;
+}
+
+uint32_t esd_cmeta_emark_target(const struct esd_cmeta *cm)
+{
+	return cm ? cm->emark_target : 0;
+}
+
+size_t esd_cmeta_block_bytes(const struct esd_cmeta *cm)
+{
+	return cm ? (size_t)cm->total_bytes : 0;
+}
+
+const struct esd_cmeta_slot *esd_cmeta_slot(const struct esd_cmeta *cm, uint32_t slot)
+{
+	if (!cm || slot >= cm->capacity)
+		return NULL;
+	return &cm_slots(cm)[slot];
+}
+
+enum esd_row_state esd_cmeta_state(const struct esd_cmeta *cm, esd_key_t key)
+{
+	uint32_t s = esd_cmeta_find(cm, key);
+
+	if (s == ESD_SLOT_NONE)
+		return ESD_ROW_ABSENT;
+	return (enum esd_row_state)cm_slots(cm)[s].state;
+}
+
+static const char *const policy_names[] = {"lru", "lfu", "emark", "lookahead"};
+
+int esd_policy_parse(const char *name, enum esd_policy *out)
+{
+	if (!name || !out)
+		return -EINVAL;
+	for (unsigned i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++) {
+		if (!strcasecmp(name, policy_names[i])) {
+			*out = (enum esd_policy)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *esd_policy_name(enum esd_policy policy)
+{
+	if ((unsigned)policy >= sizeof(policy_names) / sizeof(policy_names[0]))
+		return "unknown";
+	return policy_names[policy];
+}
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			ESD_ERR("cache", "cache metadata inconsistent: " __VA_ARGS__);             \
+			return -EINVAL;                                                            \
+		}                                                                                  \
+	} while (0)
+
+int esd_cmeta_verify(const struct esd_cmeta *cm)
+{
+	if (!cm)
+		return -EINVAL;
+	const struct esd_cmeta_slot *s = cm_slots(cm);
+	const struct cm_ient *ix = cm_index(cm);
+	const struct cm_hent *h = cm_heap(cm);
+	const uint32_t *hp = cm_heappos(cm);
+	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0;
+
+	for (uint32_t i = 0; i < cm->capacity; i++) {
+		bool occ = s[i].state != ESD_ROW_ABSENT;
+		CHECK(s[i].state <= ESD_ROW_DIRTY, "slot %u state %u", i, s[i].state);
+		CHECK(occ != cm_free_test(cm, i), "slot %u occupied %d but free bit disagrees", i,
+		      occ);
+		if (!occ) {
+			CHECK(hp[i] == 0, "free slot %u in the heap", i);
+			continue;
+		}
+		occupied++;
+		CHECK(esd_cmeta_find(cm, s[i].key) == i, "slot %u key %#llx not indexed to it", i,
+		      (unsigned long long)s[i].key);
+		CHECK(s[i].mark <= cm->emark_target, "slot %u mark %u above target %u", i,
+		      s[i].mark, cm->emark_target);
+		if (s[i].mark == cm->emark_target)
+			at_target++;
+		bool pinned = cm_pinned_now(cm, &s[i]);
+		CHECK(pinned == (hp[i] == 0), "slot %u pinned %d but heap position %u", i, pinned,
+		      hp[i]);
+		if (hp[i]) {
+			in_heap++;
+			CHECK(hp[i] <= cm->heap_n && h[hp[i]].slot == i, "slot %u heap position",
+			      i);
+			struct cm_hent e;
+			cm_hent_of(cm, i, &e);
+			CHECK(e.a == h[hp[i]].a && e.b == h[hp[i]].b && e.c == h[hp[i]].c,
+			      "slot %u heap entry stale", i);
+		}
+	}
+	CHECK(occupied == cm->count, "count %u, %u slots occupied", cm->count, occupied);
+	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
+	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
+	      cm->emark_at_target);
+	for (uint32_t p = 2; p <= cm->heap_n; p++)
+		CHECK(!cm_hless(&h[p], &h[p / 2]), "heap order broken at %u", p);
+	for (uint32_t i = 0; i <= cm->index_mask; i++) {
+		if (ix[i].slot == ESD_SLOT_NONE)
+			continue;
+		indexed++;
+		CHECK(ix[i].slot < cm->capacity && s[ix[i].slot].key == ix[i].key &&
+			      s[ix[i].slot].state != ESD_ROW_ABSENT,
+		      "index entry %u (key %#llx -> slot %u) dangles", i,
+		      (unsigned long long)ix[i].key, ix[i].slot);
+	}
+	CHECK(indexed == cm->count, "index holds %u keys, %u slots occupied", indexed, cm->count);
+	for (uint32_t i = 1; i < cm->nhints; i++)
+		CHECK(cm_hints(cm)[i - 1] < cm_hints(cm)[i], "hints not sorted at %u", i);
+	return 0;
+}

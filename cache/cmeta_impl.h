@@ -1,0 +1,164 @@
+/*
+ * cmeta_impl.h - layout of the esd_cmeta block (private to cache/).
+ *
+ * One contiguous block, every part at a 64-byte aligned offset from the
+ * block's start, so the block means the same at any address and in any
+ * process, and memcpy makes a valid copy:
+ *
+ *   header     struct esd_cmeta (256 bytes)
+ *   slots      capacity x struct esd_cmeta_slot (64 bytes each)
+ *   index      index_mask+1 x struct cm_ient: open addressing, linear
+ *              probing, backward-shift deletion (no tombstones)
+ *   heap       (capacity+1) x struct cm_hent: indexed binary min-heap,
+ *              1-based so the two children of a node share a cache line;
+ *              it holds exactly the occupied slots that are not pinned,
+ *              keyed by the policy's victim order
+ *   heappos    capacity x uint32: position of a slot in the heap, 0 = out
+ *   pinned     capacity x uint32: slots pinned by the last begin_iter
+ *   hints      capacity x uint64: sorted keys of the last lookahead call
+ *   free       three-level bitmap of free slots (bit set = free), so the
+ *              lowest free slot is found in three word scans
+ *
+ * The heap never holds a pinned slot: pins are taken out of it when an
+ * iteration starts and put back when the next one starts, so a victim is
+ * always the heap's minimum and pinned rows cannot be chosen.
+ */
+#ifndef ESD_CACHE_CMETA_IMPL_H
+#define ESD_CACHE_CMETA_IMPL_H
+
+#include <esd/policy.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
+#define CM_VERSION     1u
+#define CM_MAX_CAP     (UINT32_C(1) << 30)
+#define CM_HDR_BYTES   256u
+#define CM_FREE_LEVELS 3
+
+struct esd_cmeta {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_bytes;
+	uint64_t total_bytes;
+	uint32_t capacity;
+	uint32_t policy;     /* enum esd_policy */
+	uint32_t index_mask; /* index entries - 1 (a power of two - 1) */
+	uint32_t count;      /* occupied slots */
+	uint32_t heap_n;     /* entries in the heap */
+	uint32_t npinned;    /* entries of pinned[] */
+	uint32_t nhints;     /* entries of hints[] */
+	uint32_t emark_target;
+	uint32_t emark_at_target; /* occupied slots whose mark == emark_target */
+	uint32_t free_words[CM_FREE_LEVELS];
+	uint64_t last_iter; /* iteration of the last begin_iter (0: none yet) */
+	uint64_t hint_iter; /* iteration of the last lookahead call */
+	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
+	uint64_t off_free[CM_FREE_LEVELS];
+	uint8_t reserved[CM_HDR_BYTES - 160];
+};
+_Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
+_Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache line");
+
+struct cm_ient {
+	uint64_t key;
+	uint32_t slot; /* ESD_SLOT_NONE: empty */
+	uint32_t pad;
+};
+
+/* Heap entry: the policy's order as (a, b, c) compared lexicographically,
+ * c being the key, so ties are impossible and the order is total. */
+struct cm_hent {
+	uint64_t a, b, c;
+	uint32_t slot;
+	uint32_t pad;
+};
+_Static_assert(sizeof(struct cm_hent) == 32, "two heap entries per cache line");
+
+#define CM_AT(cm, off, type) ((type *)((char *)(cm) + (cm)->off))
+
+static inline struct esd_cmeta_slot *cm_slots(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_slots, struct esd_cmeta_slot);
+}
+static inline struct cm_ient *cm_index(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_index, struct cm_ient);
+}
+static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_heap, struct cm_hent);
+}
+static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_heappos, uint32_t);
+}
+static inline uint32_t *cm_pinned(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_pinned, uint32_t);
+}
+static inline uint64_t *cm_hints(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_hints, uint64_t);
+}
+static inline uint64_t *cm_free(const struct esd_cmeta *cm, int level)
+{
+	return (uint64_t *)((char *)cm + cm->off_free[level]);
+}
+
+static inline bool cm_pinned_now(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
+{
+	return cm->last_iter != 0 && s->pin_iter == cm->last_iter;
+}
+
+/* Slot fields that readers in other processes look at (key, state, clock)
+ * are stored with relaxed atomics: no tearing, no ordering (the region's
+ * iteration sequence word orders them, see docs/shm-layout.md). */
+static inline void cm_store64(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+static inline void cm_store8(uint8_t *p, uint8_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+
+/* index.c */
+static inline uint64_t cm_hash(uint64_t key)
+{
+	/* murmur3's 64-bit finaliser: every key bit reaches the low bits. */
+	key ^= key >> 33;
+	key *= UINT64_C(0xff51afd7ed558ccd);
+	key ^= key >> 33;
+	key *= UINT64_C(0xc4ceb9fe1a85ec53);
+	key ^= key >> 33;
+	return key;
+}
+void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
+void cm_index_remove(struct esd_cmeta *cm, uint64_t key);
+
+/* heap.c: victim heap and free-slot bitmap */
+void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot);
+void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot);
+void cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
+uint32_t cm_heap_pop(struct esd_cmeta *cm);
+void cm_heap_build(struct esd_cmeta *cm);
+void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
+static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)
+{
+	if (x->a != y->a)
+		return x->a < y->a;
+	if (x->b != y->b)
+		return x->b < y->b;
+	return x->c < y->c;
+}
+
+void cm_free_set(struct esd_cmeta *cm, uint32_t slot);
+void cm_free_clear(struct esd_cmeta *cm, uint32_t slot);
+/* Lowest free slot, or ESD_SLOT_NONE. */
+uint32_t cm_free_first(const struct esd_cmeta *cm);
+bool cm_free_test(const struct esd_cmeta *cm, uint32_t slot);
+
+#endif /* ESD_CACHE_CMETA_IMPL_H */

@@ -1,0 +1,206 @@
+/*
+ * heap.c - victim order and free slots of an esd_cmeta block.
+ *
+ * Victims: an indexed binary min-heap over the occupied, unpinned slots,
+ * each entry carrying its slot's position in the policy's order as three
+ * 64-bit words (see cm_hent_of), so comparisons stay inside the heap's own
+ * cache lines instead of chasing slot records. Insert, remove, update and
+ * pop are O(log C); since every order ends with the (unique) key, the
+ * minimum is unique and the victim sequence does not depend on how the
+ * heap happens to be arranged.
+ *
+ * Free slots: a three-level bitmap (bit set = free; a bit of level l+1
+ * says "word of level l has a bit set"), so the lowest free slot - the
+ * deterministic choice the contract asks for - is three word scans away.
+ */
+#include "cmeta_impl.h"
+
+void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
+{
+	const struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	e->c = s->key;
+	e->slot = slot;
+	e->pad = 0;
+	switch (cm->policy) {
+	case ESD_POLICY_LRU: /* (last_use, key) */
+		e->a = s->last_use;
+		e->b = 0;
+		break;
+	case ESD_POLICY_LFU: /* (freq, last_use, key) */
+		e->a = s->freq;
+		e->b = s->last_use;
+		break;
+	case ESD_POLICY_EMARK: /* (OUTDATED first, mark, freq, key) */
+		e->a = ((uint64_t)(s->state != ESD_ROW_OUTDATED) << 32) | s->mark;
+		e->b = s->freq;
+		break;
+	default: /* LOOKAHEAD: (next_use desc, last_use, key) */
+		e->a = ~s->next_use;
+		e->b = s->last_use;
+		break;
+	}
+}
+
+static inline void put(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+{
+	cm_heap(cm)[pos] = *e;
+	cm_heappos(cm)[e->slot] = pos;
+}
+
+static void sift_up(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+{
+	struct cm_hent *h = cm_heap(cm);
+
+	while (pos > 1 && cm_hless(e, &h[pos / 2])) {
+		put(cm, pos, &h[pos / 2]);
+		pos /= 2;
+	}
+	put(cm, pos, e);
+}
+
+static void sift_down(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+{
+	struct cm_hent *h = cm_heap(cm);
+	uint32_t n = cm->heap_n;
+
+	for (;;) {
+		uint32_t c = 2 * pos;
+		if (c > n)
+			break;
+		if (c + 1 <= n && cm_hless(&h[c + 1], &h[c]))
+			c++;
+		if (!cm_hless(&h[c], e))
+			break;
+		put(cm, pos, &h[c]);
+		pos = c;
+	}
+	put(cm, pos, e);
+}
+
+/* Entry e now belongs at pos (a hole): move it up or down. */
+static void resettle(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+{
+	if (pos > 1 && cm_hless(e, &cm_heap(cm)[pos / 2]))
+		sift_up(cm, pos, e);
+	else
+		sift_down(cm, pos, e);
+}
+
+void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct cm_hent e;
+
+	cm_hent_of(cm, slot, &e);
+	sift_up(cm, ++cm->heap_n, &e);
+}
+
+void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
+{
+	uint32_t *hp = cm_heappos(cm);
+	uint32_t pos = hp[slot];
+
+	if (!pos)
+		return;
+	hp[slot] = 0;
+	struct cm_hent last = cm_heap(cm)[cm->heap_n];
+	struct cm_hent *h = cm_heap(cm);
+	/* Keep vacated entries zero so two instances stay byte-identical
+	 * whatever their history. */
+	h[cm->heap_n] = (struct cm_hent){0};
+	cm->heap_n--;
+	if (pos <= cm->heap_n)
+		resettle(cm, pos, &last);
+}
+
+void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
+{
+	uint32_t pos = cm_heappos(cm)[slot];
+	struct cm_hent e;
+
+	if (!pos)
+		return;
+	cm_hent_of(cm, slot, &e);
+	resettle(cm, pos, &e);
+}
+
+uint32_t cm_heap_pop(struct esd_cmeta *cm)
+{
+	if (!cm->heap_n)
+		return ESD_SLOT_NONE;
+	uint32_t slot = cm_heap(cm)[1].slot;
+	cm_heap_remove(cm, slot);
+	return slot;
+}
+
+void cm_heap_build(struct esd_cmeta *cm)
+{
+	const struct esd_cmeta_slot *s = cm_slots(cm);
+	struct cm_hent *h = cm_heap(cm);
+	uint32_t *hp = cm_heappos(cm);
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < cm->heap_n; i++)
+		h[i + 1] = (struct cm_hent){0};
+	for (uint32_t i = 0; i < cm->capacity; i++) {
+		hp[i] = 0;
+		if (s[i].state == ESD_ROW_ABSENT || cm_pinned_now(cm, &s[i]))
+			continue;
+		cm_hent_of(cm, i, &h[++n]);
+		hp[i] = n;
+	}
+	cm->heap_n = n;
+	for (uint32_t pos = n / 2; pos >= 1; pos--) {
+		struct cm_hent e = h[pos];
+		sift_down(cm, pos, &e);
+	}
+}
+
+void cm_free_set(struct esd_cmeta *cm, uint32_t slot)
+{
+	uint64_t idx = slot;
+
+	for (int l = 0; l < CM_FREE_LEVELS; l++) {
+		uint64_t *w = &cm_free(cm, l)[idx / 64];
+		bool was_empty = *w == 0;
+		*w |= UINT64_C(1) << (idx % 64);
+		if (!was_empty)
+			break;
+		idx /= 64;
+	}
+}
+
+void cm_free_clear(struct esd_cmeta *cm, uint32_t slot)
+{
+	uint64_t idx = slot;
+
+	for (int l = 0; l < CM_FREE_LEVELS; l++) {
+		uint64_t *w = &cm_free(cm, l)[idx / 64];
+		*w &= ~(UINT64_C(1) << (idx % 64));
+		if (*w)
+			break;
+		idx /= 64;
+	}
+}
+
+bool cm_free_test(const struct esd_cmeta *cm, uint32_t slot)
+{
+	return (cm_free(cm, 0)[slot / 64] >> (slot % 64)) & 1;
+}
+
+uint32_t cm_free_first(const struct esd_cmeta *cm)
+{
+	const uint64_t *top = cm_free(cm, CM_FREE_LEVELS - 1);
+	uint64_t idx = 0;
+	uint32_t w;
+
+	for (w = 0; w < cm->free_words[CM_FREE_LEVELS - 1]; w++)
+		if (top[w])
+			break;
+	if (w == cm->free_words[CM_FREE_LEVELS - 1])
+		return ESD_SLOT_NONE;
+	idx = (uint64_t)w * 64 + (uint64_t)__builtin_ctzll(top[w]);
+	for (int l = CM_FREE_LEVELS - 2; l >= 0; l--)
+		idx = idx * 64 + (uint64_t)__builtin_ctzll(cm_free(cm, l)[idx]);
+	return (uint32_t)idx;
+}

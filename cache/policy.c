@@ -1,0 +1,284 @@
+/*
+ * policy.c - the mutations of an esd_cmeta block: starting an iteration
+ * (pin, touch, fill misses, evict), lookahead hints, state changes and
+ * policy switches.
+ *
+ * begin_iter works in three steps so that its cost is O(n log C) for n
+ * needed keys whatever the capacity:
+ *   1. look every needed key up (batched, prefetching);
+ *   2. move the pins: needed slots leave the victim heap, slots pinned by
+ *      the previous iteration and not needed now return to it;
+ *   3. walk the keys in ascending order: touch hits, give each absent key
+ *      the lowest free slot or the heap's minimum as victim.
+ * While step 3 runs every pinned slot is out of the heap and every slot in
+ * it is untouched by step 3, so the victims are exactly "the smallest
+ * unpinned occupied slot in policy order" at each eviction, which is what
+ * the reference model in tests/cache/test_policy.c computes by linear scan.
+ */
+#include "cmeta_impl.h"
+
+#include <esd/err.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static void set_mark(struct esd_cmeta *cm, struct esd_cmeta_slot *s, uint32_t mark)
+{
+	if (s->mark == cm->emark_target)
+		cm->emark_at_target--;
+	s->mark = mark;
+	if (mark == cm->emark_target)
+		cm->emark_at_target++;
+}
+
+static bool hinted(const struct esd_cmeta *cm, uint64_t key)
+{
+	const uint64_t *h = cm_hints(cm);
+	uint32_t lo = 0, hi = cm->nhints;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (h[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < cm->nhints && h[lo] == key;
+}
+
+/* Free an occupied slot: out of the index, the heap and the mark count. */
+static void release(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	cm_index_remove(cm, s->key);
+	cm_heap_remove(cm, slot);
+	if (s->mark == cm->emark_target)
+		cm->emark_at_target--;
+	cm_store8(&s->state, ESD_ROW_ABSENT);
+	cm_store64(&s->key, 0);
+	cm_store64(&s->clock, 0);
+	s->last_use = 0;
+	s->next_use = ESD_NEXT_USE_NONE;
+	s->pin_iter = 0;
+	s->freq = 0;
+	s->mark = 0;
+	cm->count--;
+	cm_free_set(cm, slot);
+}
+
+static int check_keys(const esd_key_t *keys, size_t n)
+{
+	if (n && !keys)
+		return -EINVAL;
+	for (size_t i = 1; i < n; i++)
+		if (keys[i - 1] >= keys[i])
+			return -EINVAL;
+	return 0;
+}
+
+int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+			 struct esd_cmeta_fill *fill)
+{
+	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
+		return -EINVAL;
+	if (n > cm->capacity)
+		return -ENOSPC;
+	if (n && (!fill->pulls || !fill->evicts || !fill->slots))
+		return -EINVAL;
+	int rc = check_keys(keys, n);
+	if (rc)
+		return rc;
+
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t *slots = fill->slots;
+	uint32_t *pinned = cm_pinned(cm);
+	uint64_t prev = cm->last_iter;
+
+	fill->n_pulls = fill->n_evicts = fill->n_hits = 0;
+	fill->n_miss_absent = fill->n_miss_outdated = 0;
+	fill->n_evict_clean = fill->n_evict_dirty = 0;
+
+	/* 1. */
+	esd_cmeta_find_batch(cm, keys, n, slots);
+
+	/* 2. New pins out of the heap (the ones pinned last iteration are out
+	 * already), then last iteration's pins that lapse back in. */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = slots[i];
+		if (s == ESD_SLOT_NONE)
+			continue;
+		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
+			__builtin_prefetch(&sl[slots[i + 8]]);
+		if (!(prev && sl[s].pin_iter == prev))
+			cm_heap_remove(cm, s);
+		sl[s].pin_iter = iter;
+	}
+	cm->last_iter = iter;
+	for (uint32_t i = 0; i < cm->npinned; i++) {
+		uint32_t s = pinned[i];
+		if (sl[s].state != ESD_ROW_ABSENT && sl[s].pin_iter == prev)
+			cm_heap_insert(cm, s);
+	}
+
+	/* 3. */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = slots[i];
+		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
+			__builtin_prefetch(&sl[slots[i + 8]]);
+		if (s != ESD_SLOT_NONE) {
+			struct esd_cmeta_slot *e = &sl[s];
+			e->last_use = iter;
+			e->freq++;
+			set_mark(cm, e, cm->emark_target);
+			if (e->state == ESD_ROW_OUTDATED) {
+				fill->pulls[fill->n_pulls++] =
+					(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
+				fill->n_miss_outdated++;
+			} else {
+				fill->n_hits++;
+			}
+			continue;
+		}
+
+		s = cm_free_first(cm);
+		if (s == ESD_SLOT_NONE) {
+			/* Full. Emark: when every row carries the current target,
+			 * the target moves on (ESD §8.1). */
+			if (cm->emark_at_target == cm->count) {
+				cm->emark_target++;
+				cm->emark_at_target = 0;
+			}
+			s = cm_heap_pop(cm);
+			/* n <= capacity guarantees an unpinned victim. */
+			struct esd_cmeta_slot *v = &sl[s];
+			bool dirty = v->state == ESD_ROW_DIRTY;
+			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
+				.key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
+			if (dirty)
+				fill->n_evict_dirty++;
+			else
+				fill->n_evict_clean++;
+			release(cm, s);
+		}
+		cm_free_clear(cm, s);
+		struct esd_cmeta_slot *e = &sl[s];
+		cm_store64(&e->key, keys[i]);
+		cm_store64(&e->clock, 0);
+		cm_store8(&e->state, ESD_ROW_OUTDATED);
+		e->last_use = iter;
+		e->next_use = cm->nhints && hinted(cm, keys[i]) ? cm->hint_iter : ESD_NEXT_USE_NONE;
+		e->pin_iter = iter;
+		e->freq = 1;
+		e->mark = cm->emark_target;
+		cm->emark_at_target++;
+		cm->count++;
+		cm_index_insert(cm, keys[i], s);
+		slots[i] = s;
+		fill->pulls[fill->n_pulls++] =
+			(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
+		fill->n_miss_absent++;
+	}
+
+	if (n)
+		memcpy(pinned, slots, n * sizeof(*pinned));
+	if (n < cm->npinned)
+		memset(pinned + n, 0, (cm->npinned - n) * sizeof(*pinned));
+	cm->npinned = (uint32_t)n;
+	return 0;
+}
+
+int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
+			uint64_t clock)
+{
+	if (!cm || slot >= cm->capacity || (unsigned)state > ESD_ROW_DIRTY)
+		return -EINVAL;
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+	if (s->state == ESD_ROW_ABSENT)
+		return -EINVAL;
+	if (state == ESD_ROW_ABSENT) {
+		release(cm, slot);
+		return 0;
+	}
+	bool was_outdated = s->state == ESD_ROW_OUTDATED;
+	cm_store64(&s->clock, clock);
+	cm_store8(&s->state, (uint8_t)state);
+	if (cm->policy == ESD_POLICY_EMARK && was_outdated != (state == ESD_ROW_OUTDATED))
+		cm_heap_update(cm, slot);
+	return 0;
+}
+
+int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
+{
+	uint32_t slot = esd_cmeta_find(cm, key);
+
+	if (slot == ESD_SLOT_NONE)
+		return 0;
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+	if (s->state != ESD_ROW_OUTDATED) {
+		cm_store8(&s->state, ESD_ROW_OUTDATED);
+		if (cm->policy == ESD_POLICY_EMARK)
+			cm_heap_update(cm, slot);
+	}
+	return 1;
+}
+
+int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
+{
+	if (!cm || (unsigned)policy > ESD_POLICY_LOOKAHEAD)
+		return -EINVAL;
+	if (cm->policy == (uint32_t)policy)
+		return 0;
+	cm->policy = policy;
+	cm_heap_build(cm);
+	return 0;
+}
+
+static void set_next_use(struct esd_cmeta *cm, uint64_t key, uint64_t next_use)
+{
+	uint32_t slot = esd_cmeta_find(cm, key);
+
+	if (slot == ESD_SLOT_NONE)
+		return;
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+	if (s->next_use == next_use)
+		return;
+	s->next_use = next_use;
+	if (cm->policy == ESD_POLICY_LOOKAHEAD)
+		cm_heap_update(cm, slot);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter)
+{
+	if (!cm || (n && !keys))
+		return -EINVAL;
+	if (n > cm->capacity)
+		return -ENOMEM;
+	uint64_t *h = cm_hints(cm);
+
+	/* Every cached key with a hint is in the previous set (inserts take
+	 * their hint from it), so clearing that set clears every hint. */
+	for (uint32_t i = 0; i < cm->nhints; i++)
+		set_next_use(cm, h[i], ESD_NEXT_USE_NONE);
+	if (n)
+		memcpy(h, keys, n * sizeof(*h));
+	qsort(h, n, sizeof(*h), cmp_u64);
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || h[m - 1] != h[i])
+			h[m++] = h[i];
+	size_t used = n > cm->nhints ? n : cm->nhints; /* keep unused entries zero */
+	if (m < used)
+		memset(h + m, 0, (used - m) * sizeof(*h));
+	cm->nhints = (uint32_t)m;
+	cm->hint_iter = iter;
+	for (size_t i = 0; i < m; i++)
+		set_next_use(cm, h[i], iter);
+	return 0;
+}
