@@ -1,0 +1,337 @@
+/*
+ * The per-batch key table and the matrices built from it. The whole
+ * dispatch step must fit in a millisecond at k = 1024 (26,624 key
+ * occurrences), so every key of the batch is hashed once, every unique
+ * key's state is looked up once per worker, every unique key's n charges
+ * are computed once, and the per-sample sums only add small vectors.
+ */
+#include "keytab_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (*cap >= want)
+		return 0;
+	size_t nc = *cap ? *cap : 1024;
+	while (nc < want)
+		nc *= 2;
+	void *q = realloc(*p, nc * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+int esd_keytab_create(struct esd_keytab **out)
+{
+	if (!out)
+		return -EINVAL;
+	struct esd_keytab *kt = calloc(1, sizeof(*kt));
+	if (!kt)
+		return -ENOMEM;
+	*out = kt;
+	return 0;
+}
+
+void esd_keytab_free(struct esd_keytab *kt)
+{
+	if (!kt)
+		return;
+	free(kt->ukeys);
+	free(kt->st);
+	free(kt->occ);
+	free(kt->hash);
+	free(kt->vec);
+	free(kt->need);
+	free(kt->sorted);
+	free(kt->tmp);
+	free(kt);
+}
+
+static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
+{
+	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
+}
+
+int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n)
+{
+	if (!kt || !b || (b->k && (!b->off || !b->keys)) || n == 0 || n > ESD_MAX_WORKERS)
+		return -EINVAL;
+	if (b->k && b->off[0] != 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->k; i++)
+		if (b->off[i + 1] < b->off[i])
+			return -EINVAL;
+	const uint32_t nocc = b->k ? b->off[b->k] : 0;
+	if (nocc > (1u << 31))
+		return -EINVAL;
+	uint32_t bits = 10;
+	while ((1u << bits) < 2 * nocc)
+		bits++;
+	size_t hsize = (size_t)1 << bits;
+	size_t cap_u = kt->cap_u;
+	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)) ||
+	    grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+		return -ENOMEM;
+	/* unique keys <= nocc: size the per-key arrays for the worst case */
+	if (cap_u < nocc || !kt->ukeys) {
+		size_t nc = cap_u ? cap_u : 1024;
+		while (nc < nocc)
+			nc *= 2;
+		void *a = realloc(kt->ukeys, nc * sizeof(esd_key_t));
+		if (!a)
+			return -ENOMEM;
+		kt->ukeys = a;
+		if (!(a = realloc(kt->st, nc * sizeof(struct esd_keystate))))
+			return -ENOMEM;
+		kt->st = a;
+		if (!(a = realloc(kt->need, nc * sizeof(uint64_t))))
+			return -ENOMEM;
+		kt->need = a;
+		if (!(a = realloc(kt->sorted, nc * sizeof(uint32_t))))
+			return -ENOMEM;
+		kt->sorted = a;
+		if (!(a = realloc(kt->tmp, nc * sizeof(uint32_t))))
+			return -ENOMEM;
+		kt->tmp = a;
+		if (!(a = realloc(kt->vec, nc * ESD_MAX_WORKERS * sizeof(int64_t))))
+			return -ENOMEM;
+		kt->vec = a;
+		kt->cap_u = nc;
+	}
+	memset(kt->hash, 0, hsize * sizeof(uint32_t));
+	const uint32_t mask = (uint32_t)hsize - 1;
+	uint32_t count = 0;
+	for (uint32_t p = 0; p < nocc; p++) {
+		esd_key_t key = b->keys[p];
+		uint32_t h = key_hash(key, bits);
+		for (;;) {
+			uint32_t e = kt->hash[h];
+			if (!e) {
+				kt->ukeys[count] = key;
+				kt->hash[h] = ++count;
+				kt->occ[p] = count - 1;
+				break;
+			}
+			if (kt->ukeys[e - 1] == key) {
+				kt->occ[p] = e - 1;
+				break;
+			}
+			h = (h + 1) & mask;
+		}
+	}
+	kt->hbits = bits;
+	kt->n = n;
+	kt->k = b->k;
+	kt->nocc = nocc;
+	kt->count = count;
+	kt->sorted_ok = 0;
+	for (uint32_t u = 0; u < count; u++)
+		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+	return 0;
+}
+
+uint32_t esd_keytab_count(const struct esd_keytab *kt)
+{
+	return kt ? kt->count : 0;
+}
+
+uint32_t esd_keytab_workers(const struct esd_keytab *kt)
+{
+	return kt ? kt->n : 0;
+}
+
+const esd_key_t *esd_keytab_keys(const struct esd_keytab *kt)
+{
+	return kt ? kt->ukeys : NULL;
+}
+
+const uint32_t *esd_keytab_occ(const struct esd_keytab *kt)
+{
+	return kt ? kt->occ : NULL;
+}
+
+struct esd_keystate *esd_keytab_states(struct esd_keytab *kt)
+{
+	return kt ? kt->st : NULL;
+}
+
+int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key)
+{
+	if (!kt || !kt->count)
+		return -1;
+	const uint32_t mask = (1u << kt->hbits) - 1;
+	for (uint32_t h = key_hash(key, kt->hbits);; h = (h + 1) & mask) {
+		uint32_t e = kt->hash[h];
+		if (!e)
+			return -1;
+		if (kt->ukeys[e - 1] == key)
+			return e - 1;
+	}
+}
+
+int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_state st)
+{
+	if (!kt || u >= kt->count || j >= kt->n)
+		return -EINVAL;
+	struct esd_keystate *s = &kt->st[u];
+	const uint64_t bit = UINT64_C(1) << j;
+	switch (st) {
+	case ESD_ROW_ABSENT:
+	case ESD_ROW_OUTDATED:
+	case ESD_ROW_CLEAN:
+		if (st == ESD_ROW_CLEAN && s->dirty != ESD_NO_WORKER && s->dirty != j)
+			return -EINVAL;
+		if (s->dirty == j)
+			s->dirty = ESD_NO_WORKER;
+		if (st == ESD_ROW_CLEAN)
+			s->latest |= bit;
+		else
+			s->latest &= ~bit;
+		if (st == ESD_ROW_ABSENT)
+			s->cached &= ~bit;
+		else
+			s->cached |= bit;
+		return 0;
+	case ESD_ROW_DIRTY:
+		if ((s->dirty != ESD_NO_WORKER && s->dirty != j) || (s->latest & ~bit))
+			return -EINVAL;
+		s->dirty = (uint8_t)j;
+		s->latest |= bit;
+		s->cached |= bit;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+		      int64_t *cost)
+{
+	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
+		return -EINVAL;
+	const uint32_t n = kt->n;
+	int64_t tmax = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (T[j] < 0 || T[j] > ESD_COST_MAX)
+			return -EINVAL;
+		if (T[j] > tmax)
+			tmax = T[j];
+	}
+	uint32_t maxlen = 0;
+	for (uint32_t i = 0; i < b->k; i++)
+		if (b->off[i + 1] - b->off[i] > maxlen)
+			maxlen = b->off[i + 1] - b->off[i];
+	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax))
+		return -EOVERFLOW;
+
+	int64_t *vec = kt->vec;
+	for (uint32_t u = 0; u < kt->count; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		int64_t *v = vec + (size_t)u * n;
+		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++)
+			v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
+	}
+	const uint32_t *occ = kt->occ;
+	if (n == 8) {
+		for (uint32_t i = 0; i < b->k; i++) {
+			int64_t acc[8] = {0};
+			for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
+				const int64_t *v = vec + (size_t)occ[p] * 8;
+				for (int j = 0; j < 8; j++)
+					acc[j] += v[j];
+			}
+			memcpy(cost + (size_t)i * 8, acc, sizeof(acc));
+		}
+		return 0;
+	}
+	for (uint32_t i = 0; i < b->k; i++) {
+		int64_t *row = cost + (size_t)i * n;
+		memset(row, 0, n * sizeof(int64_t));
+		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
+			const int64_t *v = vec + (size_t)occ[p] * n;
+			for (uint32_t j = 0; j < n; j++)
+				row[j] += v[j];
+		}
+	}
+	return 0;
+}
+
+int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
+		       const uint64_t *tables, int32_t *score)
+{
+	if (!kt || !b || !score || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
+		return -EINVAL;
+	const uint32_t n = kt->n;
+	/* per unique key: the workers it counts for (0 when its table is off) */
+	uint64_t *m = (uint64_t *)kt->vec;
+	for (uint32_t u = 0; u < kt->count; u++) {
+		uint32_t t = esd_key_table(kt->ukeys[u]);
+		int on = !tables || ((tables[t / 64] >> (t % 64)) & 1);
+		m[u] = on ? kt->st[u].latest : 0;
+	}
+	for (uint32_t i = 0; i < b->k; i++) {
+		int32_t *row = score + (size_t)i * n;
+		memset(row, 0, n * sizeof(int32_t));
+		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++)
+			for (uint64_t x = m[kt->occ[p]]; x; x &= x - 1)
+				row[__builtin_ctzll(x)]++;
+	}
+	return 0;
+}
+
+int esd_keytab_sort(struct esd_keytab *kt)
+{
+	if (kt->sorted_ok)
+		return 0;
+	const uint32_t cnt = kt->count;
+	uint32_t *src = kt->sorted, *dst = kt->tmp;
+	uint64_t all_or = 0, all_and = ~UINT64_C(0);
+	for (uint32_t u = 0; u < cnt; u++) {
+		src[u] = u;
+		all_or |= kt->ukeys[u];
+		all_and &= kt->ukeys[u];
+	}
+	const uint64_t varying = all_or ^ all_and;
+	for (int shift = 0; shift < 64; shift += 11) {
+		if (!((varying >> shift) & 2047))
+			continue; /* every key has the same digit here */
+		uint32_t c[2048] = {0};
+		for (uint32_t q = 0; q < cnt; q++)
+			c[(kt->ukeys[src[q]] >> shift) & 2047]++;
+		uint32_t s = 0;
+		for (int d = 0; d < 2048; d++) {
+			uint32_t x = c[d];
+			c[d] = s;
+			s += x;
+		}
+		for (uint32_t q = 0; q < cnt; q++)
+			dst[c[(kt->ukeys[src[q]] >> shift) & 2047]++] = src[q];
+		uint32_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	kt->sorted = src;
+	kt->tmp = dst;
+	kt->sorted_ok = 1;
+	return 0;
+}
+
+int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign)
+{
+	if (!kt || !b || !assign || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
+		return -EINVAL;
+	memset(kt->need, 0, (size_t)kt->count * sizeof(uint64_t));
+	for (uint32_t i = 0; i < b->k; i++) {
+		if (assign[i] >= kt->n)
+			return -EINVAL;
+		const uint64_t bit = UINT64_C(1) << assign[i];
+		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++)
+			kt->need[kt->occ[p]] |= bit;
+	}
+	return 0;
+}

@@ -1,0 +1,28 @@
+/* Private to dispatch/: the key table's layout (conseq.c and snapshot.c
+ * read it directly). */
+#ifndef ESD_DISPATCH_KEYTAB_INTERNAL_H
+#define ESD_DISPATCH_KEYTAB_INTERNAL_H
+
+#include <esd/dispatch.h>
+
+struct esd_keytab {
+	uint32_t n, k, count, nocc;
+	esd_key_t *ukeys;
+	struct esd_keystate *st;
+	uint32_t *occ;
+	uint32_t *hash; /* uid + 1, 0 = empty */
+	uint32_t hbits;
+	int64_t *vec;    /* count x n: per-key charges (costmat scratch) */
+	uint64_t *need;  /* count: S(x) of the last decision */
+	uint32_t *sorted; /* count: uids by ascending key (lazy) */
+	uint32_t *tmp;
+	int sorted_ok;
+	size_t cap_u, cap_occ, cap_hash;
+};
+
+/* Sort the unique keys (ascending) into kt->sorted, once per build. */
+int esd_keytab_sort(struct esd_keytab *kt);
+/* need[u] = workers that got a sample containing key u. */
+int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
+
+#endif
