@@ -177,8 +177,9 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	/* The state is now "iteration t-1 complete". Checkpoint if due: the
 	 * daemons flushed their DIRTY rows before this barrier. */
 	uint64_t c = t - 1;
-	if (ps->job.checkpoint_every && c > 0 && c % ps->job.checkpoint_every == 0 &&
-	    ps->job.checkpoint_dir[0]) {
+	bool due = c > 0 && ((ps->job.checkpoint_every && c % ps->job.checkpoint_every == 0) ||
+			     c == ps->job.iterations);
+	if (due && ps->job.checkpoint_dir[0]) {
 		ps->iter_done = c; /* checkpoint records the boundary c */
 		rc = ps_checkpoint_locked(ps);
 		if (rc) {

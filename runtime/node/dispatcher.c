@@ -1,0 +1,396 @@
+/*
+ * The dispatcher thread of esdd: decides iteration t+1 while t trains.
+ *
+ * Every node runs this on the same stream with the same settings and the
+ * same snapshots (all start empty), so every node computes the same
+ * decisions; the digest of each travels with the barrier. The thread
+ * produces one work order per iteration for this node's worker into a
+ * small ring (back-pressure: it runs at most ORDER_RING - 1 ahead).
+ */
+#include "node.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <esd/pin.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+struct disp {
+	struct node *nd;
+	struct esd_ds_reader *rd;
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	struct esd_conseq *cq;
+	uint64_t k;
+	/* two batches: the current one and the next (lookahead) */
+	float *labels[2], *dense[2];
+	esd_key_t *keys[2];
+	uint32_t *off;
+	uint32_t *assign;
+	uint32_t *nworkers; /* per unique key: trainers count */
+	uint64_t *wmask;    /* per unique key: bit of this worker */
+};
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (want <= *cap)
+		return 0;
+	void *n = realloc(*p, want * elem);
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	*cap = want;
+	return 0;
+}
+
+/* Read global batch into slot b (wrapping around at the end of the
+ * stream: epochs). */
+static int read_batch(struct disp *ds, int b)
+{
+	uint64_t got = 0;
+	while (got < ds->k) {
+		int64_t r = esd_ds_read(ds->rd, ds->k - got, ds->labels[b] + got,
+					ds->dense[b] + got * ds->nd->dense,
+					ds->keys[b] + got * ds->nd->tables);
+		if (r < 0) {
+			ESD_ERR("dispatch", "reading the stream: %s", esd_ds_last_error());
+			return (int)r;
+		}
+		if (r == 0) {
+			if (esd_ds_tell(ds->rd) == 0)
+				return -ENODATA;
+			esd_ds_rewind(ds->rd);
+			continue;
+		}
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
+static uint64_t digest_of(const uint32_t *assign, uint64_t k, uint64_t iter)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325) ^ iter;
+	for (uint64_t i = 0; i < k; i++)
+		h = (h ^ assign[i]) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+	esd_key_t x = *(const esd_key_t *)a, y = *(const esd_key_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush. */
+static void flush_snapshots(struct disp *ds)
+{
+	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
+		struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
+		uint32_t cap = esd_cmeta_capacity(cm);
+		for (uint32_t s = 0; s < cap; s++) {
+			const struct esd_cmeta_slot *sl = esd_cmeta_slot(cm, s);
+			if (sl->state == ESD_ROW_DIRTY)
+				esd_cmeta_set_state(cm, s, ESD_ROW_CLEAN, sl->clock);
+		}
+	}
+}
+
+/* Fill order o for this worker from the decision of the current batch. */
+static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
+{
+	struct node *nd = ds->nd;
+	uint32_t w = nd->rank, T = nd->tables, D = nd->dense;
+	struct esd_keytab *kt = esd_dispatcher_keytab(ds->d);
+	uint32_t nu = esd_keytab_count(kt);
+	const esd_key_t *ukeys = esd_keytab_keys(kt);
+	const uint32_t *occ = esd_keytab_occ(kt);
+	uint32_t m = 0;
+
+	for (uint64_t i = 0; i < ds->k; i++)
+		m += ds->assign[i] == w;
+	o->labels = realloc(o->labels, (m + 1) * sizeof(float));
+	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
+	o->keys = realloc(o->keys, ((size_t)m * T + 1) * sizeof(esd_key_t));
+	if (!o->labels || !o->dense || !o->keys)
+		return -ENOMEM;
+	/* per unique key: how many workers train it, and whether we do */
+	ds->nworkers = realloc(ds->nworkers, (nu + 1) * sizeof(*ds->nworkers));
+	ds->wmask = realloc(ds->wmask, (nu + 1) * sizeof(*ds->wmask));
+	if (!ds->nworkers || !ds->wmask)
+		return -ENOMEM;
+	memset(ds->wmask, 0, nu * sizeof(*ds->wmask));
+	for (uint64_t i = 0; i < ds->k; i++)
+		for (uint32_t t = 0; t < T; t++)
+			ds->wmask[occ[i * T + t]] |= UINT64_C(1) << ds->assign[i];
+	uint32_t nneed = 0, nothers = 0;
+	for (uint32_t u = 0; u < nu; u++) {
+		ds->nworkers[u] = (uint32_t)__builtin_popcountll(ds->wmask[u]);
+		if (ds->wmask[u] & (UINT64_C(1) << w))
+			nneed++;
+		else
+			nothers++;
+	}
+	if (grow((void **)&o->need, &o->cap_need, nneed + 1, sizeof(esd_key_t)) ||
+	    grow((void **)&o->others, &o->cap_others, nothers + 1, sizeof(esd_key_t)))
+		return -ENOMEM;
+	o->alone = realloc(o->alone, o->cap_need);
+	if (!o->alone)
+		return -ENOMEM;
+	/* sorted unique needed keys with their 'alone' flag */
+	o->nneed = o->nothers = 0;
+	for (uint32_t u = 0; u < nu; u++) {
+		if (ds->wmask[u] & (UINT64_C(1) << w))
+			o->need[o->nneed++] = ukeys[u];
+		else
+			o->others[o->nothers++] = ukeys[u];
+	}
+	qsort(o->need, o->nneed, sizeof(esd_key_t), cmp_key);
+	for (uint32_t i = 0; i < o->nneed; i++) {
+		int64_t u = esd_keytab_find(kt, o->need[i]);
+		o->alone[i] = nd->job.sync == ESD_SYNC_ON_DEMAND && ds->nworkers[u] == 1;
+	}
+	/* our samples in global order */
+	o->m = 0;
+	for (uint64_t i = 0; i < ds->k; i++) {
+		if (ds->assign[i] != w)
+			continue;
+		o->labels[o->m] = ds->labels[b][i];
+		memcpy(o->dense + (size_t)o->m * D, ds->dense[b] + i * D, D * sizeof(float));
+		memcpy(o->keys + (size_t)o->m * T, ds->keys[b] + i * T, T * sizeof(esd_key_t));
+		o->m++;
+	}
+	/* the consequence for us: step-1 pushes, predicted pulls and evictions */
+	struct {
+		esd_key_t **dst;
+		uint32_t *n;
+		size_t *cap;
+		enum esd_cq_kind kind;
+	} lists[] = {
+		{&o->upd, &o->nupd, &o->cap_upd, ESD_CQ_UPDATE_VALUE},
+		{&o->pred_pull, &o->npred_pull, &o->cap_pull, ESD_CQ_MISS_PULL},
+		{&o->pred_evict, &o->npred_evict, &o->cap_evict, ESD_CQ_EVICT_PUSH},
+	};
+	for (size_t l = 0; l < 3; l++) {
+		uint32_t c = esd_conseq_count(ds->cq, lists[l].kind, w);
+		if (grow((void **)lists[l].dst, lists[l].cap, c + 1, sizeof(esd_key_t)))
+			return -ENOMEM;
+		memcpy(*lists[l].dst, esd_conseq_keys(ds->cq, lists[l].kind, w),
+		       c * sizeof(esd_key_t));
+		*lists[l].n = c;
+	}
+	o->iter = iter;
+	o->digest = digest_of(ds->assign, ds->k, iter);
+	/* the model is complete only with the DIRTY rows: flush at checkpoint
+	 * boundaries and at the end of training */
+	o->flush = (nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0) ||
+		   iter == nd->job.iterations;
+	return 0;
+}
+
+static void *disp_main(void *arg)
+{
+	struct disp *ds = arg;
+	struct node *nd = ds->nd;
+	int rc = 0, cur = 0;
+	uint64_t iter;
+
+	if (nd->dispatcher_core >= 0) {
+		int got = -1;
+		rc = esd_pin_thread(nd->dispatcher_core, &got);
+		if (rc)
+			ESD_WARN("dispatch", "cannot pin to core %d: %s; running unpinned",
+				 nd->dispatcher_core, esd_strerror(rc));
+		else
+			ESD_INFO("dispatch", "pinned to core %d with %s (running on core %d)",
+				 nd->dispatcher_core, esd_pin_mechanism(), got);
+		nd->disp_core_obtained = got;
+		rc = 0;
+	}
+	rc = read_batch(ds, cur);
+	for (iter = 1; !rc && iter <= nd->job.iterations; iter++) {
+		int64_t t0 = esd_now_ns();
+		bool lookahead = nd->job.policy == ESD_POLICY_LOOKAHEAD;
+		if (lookahead || iter < nd->job.iterations)
+			rc = read_batch(ds, cur ^ 1);
+		if (rc)
+			break;
+		struct order *o = &nd->ring[iter % ORDER_RING];
+		/* wait for room in the ring */
+		pthread_mutex_lock(&nd->qmu);
+		while (nd->produced - nd->consumed >= ORDER_RING - 1 && !nd->stop)
+			pthread_cond_wait(&nd->qcv, &nd->qmu);
+		bool stop = nd->stop;
+		pthread_mutex_unlock(&nd->qmu);
+		if (stop)
+			break;
+		if (lookahead) {
+			/* hints from the next batch, on every snapshot and (in the
+			 * order) on the real cache at the same point */
+			uint32_t na = (uint32_t)(ds->k * nd->tables);
+			for (uint32_t j = 0; j < nd->job.n && !rc; j++)
+				rc = esd_cmeta_lookahead(esd_snapset_cmeta(ds->ss, j),
+							 ds->keys[cur ^ 1], na, iter + 1);
+			if (!rc && grow((void **)&o->ahead, &o->cap_ahead, na, sizeof(esd_key_t)))
+				rc = -ENOMEM;
+			if (rc)
+				break;
+			memcpy(o->ahead, ds->keys[cur ^ 1], na * sizeof(esd_key_t));
+			o->nahead = na;
+		}
+		struct esd_batch b = {.k = (uint32_t)ds->k, .off = ds->off, .keys = ds->keys[cur]};
+		rc = esd_dispatcher_step(ds->d, &b, ds->assign, ds->cq);
+		if (rc) {
+			ESD_ERR("dispatch", "iteration %llu: dispatch step failed: %s",
+				(unsigned long long)iter, esd_strerror(rc));
+			break;
+		}
+		rc = build_order(ds, o, iter, cur);
+		if (rc)
+			break;
+		if (o->flush)
+			flush_snapshots(ds);
+		o->decide_ns = esd_now_ns() - t0;
+		pthread_mutex_lock(&nd->qmu);
+		nd->dcount = *esd_dispatcher_counters(ds->d);
+		nd->produced++;
+		pthread_cond_broadcast(&nd->qcv);
+		pthread_mutex_unlock(&nd->qmu);
+		cur ^= 1;
+	}
+	pthread_mutex_lock(&nd->qmu);
+	nd->disp_rc = rc ? rc : -ESHUTDOWN;
+	pthread_cond_broadcast(&nd->qcv);
+	pthread_mutex_unlock(&nd->qmu);
+	return ds;
+}
+
+static void disp_free(struct disp *ds)
+{
+	if (!ds)
+		return;
+	esd_ds_close(ds->rd);
+	esd_dispatcher_free(ds->d);
+	esd_snapset_free(ds->ss);
+	esd_conseq_free(ds->cq);
+	for (int b = 0; b < 2; b++) {
+		free(ds->labels[b]);
+		free(ds->dense[b]);
+		free(ds->keys[b]);
+	}
+	free(ds->off);
+	free(ds->assign);
+	free(ds->nworkers);
+	free(ds->wmask);
+	free(ds);
+}
+
+int node_dispatcher_start(struct node *nd)
+{
+	struct disp *ds = calloc(1, sizeof(*ds));
+	const struct esd_job *j = &nd->job;
+	uint32_t cap[ESD_MAX_WORKERS];
+	int64_t T[ESD_MAX_WORKERS];
+	int rc;
+
+	if (!ds)
+		return -ENOMEM;
+	ds->nd = nd;
+	ds->k = j->global_batch;
+	rc = esd_ds_open(j->stream, &ds->rd);
+	if (rc) {
+		ESD_ERR("dispatch", "cannot open data.stream %s: %s", j->stream,
+			esd_ds_last_error());
+		goto err;
+	}
+	for (int b = 0; b < 2; b++) {
+		ds->labels[b] = calloc(ds->k, sizeof(float));
+		ds->dense[b] = calloc(ds->k * nd->dense + 1, sizeof(float));
+		ds->keys[b] = calloc(ds->k * nd->tables, sizeof(esd_key_t));
+		if (!ds->labels[b] || !ds->dense[b] || !ds->keys[b])
+			goto err_nomem;
+	}
+	ds->off = calloc(ds->k + 1, sizeof(uint32_t));
+	ds->assign = calloc(ds->k, sizeof(uint32_t));
+	if (!ds->off || !ds->assign)
+		goto err_nomem;
+	for (uint64_t i = 0; i <= ds->k; i++)
+		ds->off[i] = (uint32_t)(i * nd->tables);
+	for (uint32_t w = 0; w < j->n; w++) {
+		cap[w] = (uint32_t)j->cache_rows;
+		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+	}
+	rc = esd_snapset_create(j->n, cap, j->policy, &ds->ss);
+	if (rc)
+		goto err;
+	rc = esd_conseq_create(&ds->cq);
+	if (rc)
+		goto err;
+	struct esd_dispatcher_config dc = {
+		.n = j->n, .cap = j->batch, .T = T, .seed = j->seed, .sync = j->sync,
+		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+	};
+	rc = esd_method_parse(j->method, &dc.method);
+	if (rc) {
+		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);
+		goto err;
+	}
+	rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+	if (rc)
+		goto err;
+	rc = -pthread_create(&nd->disp_thread, NULL, disp_main, ds);
+	if (rc)
+		goto err;
+	return 0;
+err_nomem:
+	rc = -ENOMEM;
+err:
+	disp_free(ds);
+	return rc;
+}
+
+void node_dispatcher_stop(struct node *nd)
+{
+	void *ret = NULL;
+	pthread_mutex_lock(&nd->qmu);
+	nd->stop = true;
+	pthread_cond_broadcast(&nd->qcv);
+	pthread_mutex_unlock(&nd->qmu);
+	pthread_join(nd->disp_thread, &ret);
+	disp_free(ret);
+	for (int i = 0; i < ORDER_RING; i++) {
+		struct order *o = &nd->ring[i];
+		free(o->labels);
+		free(o->dense);
+		free(o->keys);
+		free(o->need);
+		free(o->alone);
+		free(o->others);
+		free(o->upd);
+		free(o->pred_pull);
+		free(o->pred_evict);
+		free(o->ahead);
+		memset(o, 0, sizeof(*o));
+	}
+}
+
+struct order *node_order_next(struct node *nd)
+{
+	struct order *o = NULL;
+	pthread_mutex_lock(&nd->qmu);
+	while (nd->produced == nd->consumed && !nd->disp_rc)
+		pthread_cond_wait(&nd->qcv, &nd->qmu);
+	if (nd->produced > nd->consumed)
+		o = &nd->ring[(nd->consumed + 1) % ORDER_RING];
+	pthread_mutex_unlock(&nd->qmu);
+	return o;
+}
+
+void node_order_done(struct node *nd)
+{
+	pthread_mutex_lock(&nd->qmu);
+	nd->consumed++;
+	pthread_cond_broadcast(&nd->qcv);
+	pthread_mutex_unlock(&nd->qmu);
+}

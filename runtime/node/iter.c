@@ -1,0 +1,468 @@
+/*
+ * The iteration executor of esdd (main thread): DESIGN §3 steps 1-6 for
+ * this node's worker, on the real cache, over the PS links. Every policy
+ * call on the real cache mirrors the one the dispatcher made on this
+ * worker's snapshot, and the resulting pulls and evictions are checked
+ * against the snapshot's prediction: a divergence stops the job.
+ */
+#include "node.h"
+#include "rows.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <esd/optim.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DENSE_TABLE 0xffffu
+
+struct shard_buf {
+	struct esd_buf b;
+	struct esd_rows_enc e;
+	bool open;
+};
+
+struct exec {
+	struct node *nd;
+	struct shard_buf sb[ESD_JOB_MAX_SHARDS];
+	esd_key_t *pull_keys[ESD_JOB_MAX_SHARDS];
+	uint32_t npull[ESD_JOB_MAX_SHARDS];
+	size_t cap_pull[ESD_JOB_MAX_SHARDS];
+	struct esd_cmeta_pull *pulls;
+	struct esd_cmeta_evict *evicts;
+	uint32_t *fill_slots;
+	uint32_t *sample_slots;
+	size_t cap_fill, cap_samples;
+	uint32_t dense_rows;
+};
+
+static uint32_t shard_of(const struct node *nd, esd_key_t key)
+{
+	return esd_key_table(key) == DENSE_TABLE ? 0 : esd_shard_of(key, nd->job.shards);
+}
+
+static uint32_t state_dim(const struct node *nd)
+{
+	return (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim);
+}
+
+/* ---- batched row frames per shard ------------------------------------- */
+
+static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_kind kind,
+		      uint64_t iter)
+{
+	struct node *nd = x->nd;
+	struct esd_rows r = {.iteration = iter, .sequence = ++nd->push_seq, .worker = nd->rank,
+			     .kind = kind, .dim = nd->job.dim,
+			     .state_dim = op == ESD_OP_PUSH_VALUE ? state_dim(nd) : 0};
+	x->sb[s].open = true;
+	return esd_enc_rows_begin(&x->sb[s].e, &x->sb[s].b, op, &r);
+}
+
+/* Append a row to shard s's open frame, starting a new frame when full. */
+static int rows_add(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_kind kind,
+		    uint64_t iter, esd_key_t key, uint64_t clock, const float *v, const float *st)
+{
+	int rc = 0;
+	if (!x->sb[s].open)
+		rc = rows_begin(x, s, op, kind, iter);
+	if (!rc)
+		rc = esd_enc_row(&x->sb[s].e, key, clock, v, st);
+	if (rc == -E2BIG) { /* frame full: close it, open the next */
+		esd_enc_rows_end(&x->sb[s].e);
+		rc = rows_begin(x, s, op, kind, iter);
+		if (!rc)
+			rc = esd_enc_row(&x->sb[s].e, key, clock, v, st);
+	}
+	return rc;
+}
+
+static void rows_close_all(struct exec *x)
+{
+	for (uint32_t s = 0; s < x->nd->job.shards; s++)
+		if (x->sb[s].open) {
+			esd_enc_rows_end(&x->sb[s].e);
+			x->sb[s].open = false;
+		}
+}
+
+static int flush_all(struct exec *x)
+{
+	rows_close_all(x);
+	for (uint32_t s = 0; s < x->nd->job.shards; s++) {
+		struct esd_buf *b = &x->sb[s].b;
+		if (!b->len)
+			continue;
+		int rc = esd_link_send(x->nd->link[s], b->data, b->len);
+		esd_buf_reset(b);
+		if (rc) {
+			ESD_ERR("node", "sending to shard %u: %s (%s)", s, esd_strerror(rc),
+				esd_link_last_error(x->nd->link[s]));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Receive the next frame of shard s, turning ERROR frames into failures. */
+static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
+{
+	struct node *nd = x->nd;
+	int rc = esd_link_recv(nd->link[s], m, 120 * ESD_NS_PER_S);
+	if (rc) {
+		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->link[s]),
+			esd_strerror(rc), esd_link_last_error(nd->link[s]));
+		return rc;
+	}
+	if (m->hdr.op == ESD_OP_ERROR) {
+		ESD_ERR("node", "shard %u reports: %.*s", s, (int)m->u.error.len, m->u.error.text);
+		return m->u.error.code ? m->u.error.code : -EIO;
+	}
+	return 0;
+}
+
+/* ---- the steps ---------------------------------------------------------- */
+
+static int barrier(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank};
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		int rc = esd_enc_barrier(&x->sb[s].b, &br);
+		if (rc)
+			return rc;
+	}
+	int rc = flush_all(x);
+	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
+		struct esd_msg m;
+		rc = recv_from(x, s, &m);
+		if (!rc && (m.hdr.op != ESD_OP_ACK || m.u.ack.op != ESD_OP_BARRIER ||
+			    m.u.ack.iteration != o->iter)) {
+			ESD_ERR("node", "shard %u answered barrier %llu with %s", s,
+				(unsigned long long)o->iter, esd_op_name(m.hdr.op));
+			rc = -EPROTO;
+		} else if (!rc && m.u.ack.status) {
+			rc = m.u.ack.status;
+		}
+	}
+	return rc;
+}
+
+/* Pull keys (already grouped per shard in x->pull_keys) into their slots. */
+static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out)
+{
+	struct node *nd = x->nd;
+	uint32_t sd = state_dim(nd);
+	int rc = 0;
+	uint64_t req[ESD_JOB_MAX_SHARDS];
+
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!x->npull[s])
+			continue;
+		req[s] = ++nd->pull_req;
+		rc = esd_enc_pull(&x->sb[s].b, iter, req[s], nd->rank, kind, x->pull_keys[s],
+				  x->npull[s]);
+		if (rc)
+			return rc;
+	}
+	rc = flush_all(x);
+	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
+		uint32_t got = 0;
+		while (got < x->npull[s] && !rc) {
+			struct esd_msg m;
+			rc = recv_from(x, s, &m);
+			if (rc)
+				break;
+			const struct esd_rows *r = &m.u.rows;
+			if (m.hdr.op != ESD_OP_PULL_RESP || r->sequence != req[s] ||
+			    r->dim != nd->job.dim || r->state_dim != sd ||
+			    got + r->count > x->npull[s]) {
+				ESD_ERR("node", "shard %u: unexpected %s to pull request %llu", s,
+					esd_op_name(m.hdr.op), (unsigned long long)req[s]);
+				rc = -EPROTO;
+				break;
+			}
+			for (uint32_t i = 0; i < r->count; i++) {
+				struct esd_row_view v;
+				esd_rows_get(r, i, &v);
+				if (v.key != x->pull_keys[s][got + i]) {
+					ESD_ERR("node", "shard %u answered key %#llx for %#llx", s,
+						(unsigned long long)v.key,
+						(unsigned long long)x->pull_keys[s][got + i]);
+					rc = -EPROTO;
+					break;
+				}
+				if (esd_key_table(v.key) == DENSE_TABLE) {
+					uint64_t off = esd_key_id(v.key) * nd->job.dim;
+					uint64_t n = nd->dense_params - off < nd->job.dim
+							     ? nd->dense_params - off
+							     : nd->job.dim;
+					memcpy(dense_out + off, v.value, n * sizeof(float));
+					continue;
+				}
+				uint32_t slot = esd_cmeta_find(nd->cm, v.key);
+				if (slot == ESD_SLOT_NONE) {
+					rc = -ESD_EDIVERGED;
+					break;
+				}
+				memcpy(node_row_value(nd, slot), v.value, nd->job.dim * sizeof(float));
+				if (sd)
+					memcpy(node_row_state(nd, slot), v.state, sd * sizeof(float));
+				esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, v.clock);
+			}
+			got += r->count;
+		}
+	}
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		x->npull[s] = 0;
+	return rc;
+}
+
+static int add_pull(struct exec *x, esd_key_t key)
+{
+	uint32_t s = shard_of(x->nd, key);
+	if (x->npull[s] == x->cap_pull[s]) {
+		size_t cap = x->cap_pull[s] ? x->cap_pull[s] * 2 : 1024;
+		esd_key_t *k = realloc(x->pull_keys[s], cap * sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		x->pull_keys[s] = k;
+		x->cap_pull[s] = cap;
+	}
+	x->pull_keys[s][x->npull[s]++] = key;
+	return 0;
+}
+
+static bool same_keys(const esd_key_t *a, uint32_t na, const esd_key_t *b, uint32_t nb)
+{
+	return na == nb && !memcmp(a, b, (size_t)na * sizeof(esd_key_t));
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+	esd_key_t x = *(const esd_key_t *)a, y = *(const esd_key_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int run_iteration(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	uint32_t sd = state_dim(nd), dim = nd->job.dim, T = nd->tables;
+	int rc;
+
+	/* step 1: update pushes of DIRTY rows others need */
+	for (uint32_t i = 0; i < o->nupd; i++) {
+		uint32_t slot = esd_cmeta_find(nd->cm, o->upd[i]);
+		const struct esd_cmeta_slot *sl = slot == ESD_SLOT_NONE ? NULL
+									: esd_cmeta_slot(nd->cm, slot);
+		if (!sl || sl->state != ESD_ROW_DIRTY) {
+			ESD_ERR("node", "iteration %llu: plan pushes key %#llx, not DIRTY here",
+				(unsigned long long)o->iter, (unsigned long long)o->upd[i]);
+			return -ESD_EDIVERGED;
+		}
+		rc = rows_add(x, shard_of(nd, o->upd[i]), ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH,
+			      o->iter, o->upd[i], sl->clock, node_row_value(nd, slot),
+			      sd ? node_row_state(nd, slot) : NULL);
+		if (rc)
+			return rc;
+		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, sl->clock);
+	}
+	rows_close_all(x);
+	/* step 2: barrier (pushes precede it on each link) */
+	rc = barrier(x, o);
+	if (rc)
+		return rc;
+	/* lookahead hints at the same point as on the snapshot */
+	if (nd->job.policy == ESD_POLICY_LOOKAHEAD && o->nahead) {
+		rc = esd_cmeta_lookahead(nd->cm, o->ahead, o->nahead, o->iter + 1);
+		if (rc)
+			return rc;
+	}
+	/* steps 3-4: slots for what we train, evictions, pulls */
+	if (o->nneed > x->cap_fill) {
+		x->cap_fill = o->nneed;
+		x->pulls = realloc(x->pulls, x->cap_fill * sizeof(*x->pulls));
+		x->evicts = realloc(x->evicts, x->cap_fill * sizeof(*x->evicts));
+		x->fill_slots = realloc(x->fill_slots, x->cap_fill * sizeof(*x->fill_slots));
+		if (!x->pulls || !x->evicts || !x->fill_slots)
+			return -ENOMEM;
+	}
+	struct esd_cmeta_fill f = {.pulls = x->pulls, .evicts = x->evicts, .slots = x->fill_slots};
+	rc = esd_cmeta_begin_iter(nd->cm, o->iter, o->need, o->nneed, &f);
+	if (rc) {
+		ESD_ERR("node", "iteration %llu: cache cannot take %u rows: %s",
+			(unsigned long long)o->iter, o->nneed, esd_strerror(rc));
+		return rc;
+	}
+	/* the real cache must do what the snapshot predicted */
+	esd_key_t *ev = malloc((f.n_evicts + 1) * sizeof(*ev));
+	if (!ev)
+		return -ENOMEM;
+	for (size_t i = 0, j = 0; i < f.n_evicts; i++)
+		if (f.evicts[i].dirty)
+			ev[j++] = f.evicts[i].key;
+	uint32_t nev = 0;
+	for (size_t i = 0; i < f.n_evicts; i++)
+		nev += f.evicts[i].dirty;
+	qsort(ev, nev, sizeof(*ev), cmp_key);
+	bool ok = same_keys(ev, nev, o->pred_evict, o->npred_evict) &&
+		  f.n_pulls == o->npred_pull;
+	for (size_t i = 0; ok && i < f.n_pulls; i++)
+		ok = f.pulls[i].key == o->pred_pull[i];
+	free(ev);
+	if (!ok) {
+		ESD_ERR("node", "iteration %llu: the cache diverged from its snapshot (%zu pulls, "
+			"%u predicted; %u dirty evictions, %u predicted)",
+			(unsigned long long)o->iter, f.n_pulls, o->npred_pull, nev,
+			o->npred_evict);
+		return -ESD_EDIVERGED;
+	}
+	/* evict pushes, from the victims' slots before pulls overwrite them */
+	for (size_t i = 0; i < f.n_evicts; i++) {
+		const struct esd_cmeta_evict *e = &f.evicts[i];
+		if (!e->dirty)
+			continue;
+		rc = rows_add(x, shard_of(nd, e->key), ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH,
+			      o->iter, e->key, e->clock, node_row_value(nd, e->slot),
+			      sd ? node_row_state(nd, e->slot) : NULL);
+		if (rc)
+			return rc;
+	}
+	rows_close_all(x);
+	for (size_t i = 0; i < f.n_pulls && !rc; i++)
+		rc = add_pull(x, f.pulls[i].key);
+	if (!rc)
+		rc = pull_rows(x, o->iter, ESD_XFER_MISS_PULL, NULL);
+	/* the dense table, in full, every iteration (kind other) */
+	float *params = esd_xchg_at(nd->xchg, nd->xchg->off_params);
+	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
+		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
+	if (!rc)
+		rc = pull_rows(x, o->iter, ESD_XFER_OTHER, params);
+	if (rc)
+		return rc;
+
+	/* step 5: the trainer's micro-batch */
+	size_t nslots = (size_t)o->m * T;
+	if (nslots > x->cap_samples) {
+		x->cap_samples = nslots;
+		x->sample_slots = realloc(x->sample_slots, nslots * sizeof(uint32_t));
+		if (!x->sample_slots)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < nslots; i++) {
+		esd_key_t *pos = bsearch(&o->keys[i], o->need, o->nneed, sizeof(esd_key_t), cmp_key);
+		x->sample_slots[i] = x->fill_slots[pos - o->need];
+	}
+	for (uint32_t i = 0; i < o->nneed; i++)
+		memset(node_row_grad(nd, x->fill_slots[i]), 0, dim * sizeof(float));
+	double loss = 0;
+	rc = node_trainer_run(nd, o, x->sample_slots, &loss);
+	if (rc)
+		return rc;
+
+	/* step 6: rows trained alone are updated here and become DIRTY; the
+	 * gradients of shared rows go to the PS; every other copy is outdated */
+	for (uint32_t i = 0; i < o->nneed; i++) {
+		uint32_t slot = x->fill_slots[i];
+		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, slot);
+		float *g = node_row_grad(nd, slot);
+		if (o->alone[i]) {
+			uint64_t clock = sl->clock;
+			esd_optim_apply(&nd->job.optim, dim, node_row_value(nd, slot),
+					node_row_state(nd, slot), g, clock + 1);
+			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_DIRTY, clock + 1);
+		} else {
+			rc = rows_add(x, shard_of(nd, o->need[i]), ESD_OP_PUSH_GRAD,
+				      ESD_XFER_UPDATE_PUSH, o->iter, o->need[i], sl->clock, g, NULL);
+			if (rc)
+				return rc;
+			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_OUTDATED, sl->clock);
+		}
+	}
+	rows_close_all(x);
+	for (uint32_t i = 0; i < o->nothers; i++)
+		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
+	/* dense gradients (kind other) */
+	const float *dg = esd_xchg_at(nd->xchg, nd->xchg->off_dgrad);
+	float *chunk = calloc(dim, sizeof(float));
+	if (!chunk)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {
+		uint64_t off = (uint64_t)i * dim;
+		uint64_t n = nd->dense_params - off < dim ? nd->dense_params - off : dim;
+		memset(chunk, 0, dim * sizeof(float));
+		memcpy(chunk, dg + off, n * sizeof(float));
+		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
+			      esd_key_make(DENSE_TABLE, i), 0, chunk, NULL);
+	}
+	free(chunk);
+	rows_close_all(x);
+	/* checkpoint boundary: flush every DIRTY row (kind other) */
+	if (!rc && o->flush) {
+		uint32_t cap = esd_cmeta_capacity(nd->cm);
+		for (uint32_t s = 0; s < cap && !rc; s++) {
+			const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
+			if (sl->state != ESD_ROW_DIRTY)
+				continue;
+			rc = rows_add(x, shard_of(nd, sl->key), ESD_OP_PUSH_VALUE, ESD_XFER_OTHER,
+				      o->iter, sl->key, sl->clock, node_row_value(nd, s),
+				      sd ? node_row_state(nd, s) : NULL);
+			esd_cmeta_set_state(nd->cm, s, ESD_ROW_CLEAN, sl->clock);
+		}
+		rows_close_all(x);
+	}
+	if (!rc)
+		rc = flush_all(x);
+	nd->last_loss = loss;
+	return rc;
+}
+
+int node_run(struct node *nd)
+{
+	struct exec x = {.nd = nd};
+	int rc = 0;
+	struct order *o;
+
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		esd_buf_init(&x.sb[s].b);
+	x.dense_rows = (uint32_t)((nd->dense_params + nd->job.dim - 1) / nd->job.dim);
+	nd->t_start_ns = esd_now_ns();
+	while ((o = node_order_next(nd))) {
+		int64_t t0 = esd_now_ns();
+		rc = run_iteration(&x, o);
+		node_order_done(nd);
+		if (rc) {
+			ESD_ERR("node", "iteration %llu failed: %s", (unsigned long long)o->iter,
+				esd_strerror(rc));
+			break;
+		}
+		pthread_mutex_lock(&nd->qmu);
+		nd->iter_done = o->iter;
+		nd->iter_ns_sum += esd_now_ns() - t0;
+		pthread_mutex_unlock(&nd->qmu);
+		if (o->iter == nd->job.iterations)
+			break;
+	}
+	if (!rc && nd->iter_done < nd->job.iterations)
+		rc = nd->disp_rc && nd->disp_rc != -ESHUTDOWN ? nd->disp_rc : -ECANCELED;
+	if (!rc) {
+		/* a last barrier makes the shards apply the last gradients (and
+		 * write the final checkpoint) */
+		struct order fin = {.iter = nd->job.iterations + 1};
+		rc = barrier(&x, &fin);
+		if (rc)
+			ESD_ERR("node", "final barrier failed: %s", esd_strerror(rc));
+	}
+	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
+		esd_buf_free(&x.sb[s].b);
+		free(x.pull_keys[s]);
+	}
+	free(x.pulls);
+	free(x.evicts);
+	free(x.fill_slots);
+	free(x.sample_slots);
+	return rc;
+}

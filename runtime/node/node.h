@@ -1,0 +1,117 @@
+/*
+ * node.h - the node daemon esdd (private to runtime/node).
+ *
+ * Two threads do the work:
+ *   the dispatcher (dispatcher.c), pinned with hwloc, reads global batches
+ *     from the dataset stream, decides them on the snapshots of every
+ *     worker's cache and queues a work order for this node's worker, one
+ *     iteration ahead;
+ *   the main thread (iter.c) executes the orders: update pushes, barrier,
+ *     evict pushes and miss pulls into the real cache, the trainer's
+ *     micro-batch, local optimizer steps and gradient pushes.
+ * The real cache and this node's snapshot receive the same policy calls
+ * in the same order, and every iteration the pulls and evictions of the
+ * real cache are checked against the snapshot's prediction.
+ */
+#ifndef ESD_NODE_H
+#define ESD_NODE_H
+
+#include <esd/cache.h>
+#include <esd/dataset.h>
+#include <esd/dispatch.h>
+#include <esd/dispatch_snap.h>
+#include <esd/job.h>
+#include <esd/transport.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What this node does in one iteration, computed by the dispatcher. */
+struct order {
+	uint64_t iter;
+	uint32_t m;          /* samples of this worker */
+	float *labels;       /* [m] */
+	float *dense;        /* [m][dense] */
+	esd_key_t *keys;     /* [m][tables] */
+	esd_key_t *need;     /* sorted unique keys this worker trains */
+	uint8_t *alone;      /* [nneed] 1: only this worker trains it */
+	uint32_t nneed;
+	esd_key_t *others;   /* keys of the batch this worker does not train */
+	uint32_t nothers;
+	esd_key_t *upd;      /* step 1: DIRTY rows others need (value pushes) */
+	uint32_t nupd;
+	esd_key_t *pred_pull, *pred_evict; /* the snapshot's prediction */
+	uint32_t npred_pull, npred_evict;
+	esd_key_t *ahead;    /* lookahead policy: keys of the next batch */
+	uint32_t nahead;
+	uint64_t digest;     /* of the whole decision */
+	bool flush;          /* checkpoint boundary after this iteration */
+	int64_t decide_ns;
+	size_t cap_m, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
+};
+
+#define ORDER_RING 3
+
+struct node {
+	struct esd_job job;
+	uint32_t rank;
+	char dir[512];
+	int dispatcher_core;
+	const char *control_path;
+
+	/* data */
+	uint32_t tables, dense, dense_params;
+
+	/* cache region */
+	struct esd_cache *cache;
+	struct esd_cmeta *cm;
+
+	/* dispatcher thread and its queue */
+	pthread_t disp_thread;
+	pthread_mutex_t qmu;
+	pthread_cond_t qcv;
+	struct order ring[ORDER_RING];
+	uint64_t produced, consumed; /* orders */
+	int disp_rc;                 /* error of the dispatcher thread */
+	bool stop;
+	int disp_core_obtained;
+	struct esd_dispatch_counters dcount; /* copy, under qmu */
+
+	/* PS links, one per shard */
+	struct esd_link *link[ESD_JOB_MAX_SHARDS];
+	uint64_t push_seq;
+	uint64_t pull_req;
+
+	/* trainer */
+	int lock_fd, listen_fd, trainer_fd, xchg_fd;
+	struct esd_xchg_hdr *xchg;
+	size_t xchg_len;
+
+	/* progress, under qmu for readers */
+	uint64_t iter_done;
+	int64_t t_start_ns;
+	double last_loss;
+	uint64_t trainer_deaths;
+	int64_t iter_ns_sum;
+};
+
+int node_dispatcher_start(struct node *nd);
+void node_dispatcher_stop(struct node *nd);
+/* Next order (blocks); NULL when the dispatcher stopped (nd->disp_rc says why). */
+struct order *node_order_next(struct node *nd);
+void node_order_done(struct node *nd);
+
+int node_trainer_init(struct node *nd);
+void node_trainer_fini(struct node *nd);
+/* Publish the micro-batch of o and wait for its commit; handles a trainer
+ * that dies (waits for the next one and replays). */
+int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
+		     double *loss);
+void node_trainer_stop(struct node *nd);
+
+int node_links_open(struct node *nd);
+void node_links_close(struct node *nd);
+int node_run(struct node *nd);
+
+#endif
