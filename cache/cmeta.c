@@ -39,8 +39,9 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct esd_cmeta_slot));
 	l->off_index = off;
 	off = ALIGN64(off + ents * sizeof(struct cm_ient));
+	off = (off + 127) & ~(uint64_t)127; /* sibling groups on 128-byte boundaries */
 	l->off_heap = off;
-	off = ALIGN64(off + ((uint64_t)capacity + 1) * sizeof(struct cm_hent));
+	off = ALIGN64(off + ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent));
 	l->off_heappos = off;
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
 	l->off_pinned = off;
@@ -278,12 +279,12 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		CHECK(pinned == (hp[i] == 0), "slot %u pinned %d but heap position %u", i, pinned,
 		      hp[i]);
 		if (hp[i]) {
+			uint32_t p = hp[i] - 1;
 			in_heap++;
-			CHECK(hp[i] <= cm->heap_n && h[hp[i]].slot == i, "slot %u heap position",
-			      i);
+			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
 			struct cm_hent e;
 			cm_hent_of(cm, i, &e);
-			CHECK(e.a == h[hp[i]].a && e.b == h[hp[i]].b && e.c == h[hp[i]].c,
+			CHECK(e.a == h[p].a && e.b == h[p].b && e.c == h[p].c,
 			      "slot %u heap entry stale", i);
 		}
 	}
@@ -291,8 +292,8 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
-	for (uint32_t p = 2; p <= cm->heap_n; p++)
-		CHECK(!cm_hless(&h[p], &h[p / 2]), "heap order broken at %u", p);
+	for (uint32_t p = 1; p < cm->heap_n; p++)
+		CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
 	for (uint32_t i = 0; i <= cm->index_mask; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)
 			continue;

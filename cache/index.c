@@ -17,12 +17,14 @@ void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
 {
 	struct cm_ient *t = cm_index(cm);
 	uint32_t mask = cm->index_mask;
-	uint32_t i = (uint32_t)cm_hash(key) & mask;
+	uint32_t h = (uint32_t)cm_hash(key);
+	uint32_t i = h & mask;
 
 	while (t[i].slot != ESD_SLOT_NONE)
 		i = (i + 1) & mask;
 	t[i].key = key;
 	t[i].slot = slot;
+	t[i].hash = h;
 }
 
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
@@ -42,7 +44,7 @@ void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 		j = (j + 1) & mask;
 		if (t[j].slot == ESD_SLOT_NONE)
 			break;
-		uint32_t home = (uint32_t)cm_hash(t[j].key) & mask;
+		uint32_t home = t[j].hash & mask;
 		bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
 		if (stays)
 			continue;
@@ -51,6 +53,7 @@ void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 	}
 	t[i].key = 0;
 	t[i].slot = ESD_SLOT_NONE;
+	t[i].hash = 0;
 }
 
 static inline uint32_t probe(const struct cm_ient *t, uint32_t mask, uint32_t i, uint64_t key)

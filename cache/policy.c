@@ -9,7 +9,8 @@
  *   2. move the pins: needed slots leave the victim heap, slots pinned by
  *      the previous iteration and not needed now return to it;
  *   3. walk the keys in ascending order: touch hits, give each absent key
- *      the lowest free slot or the heap's minimum as victim.
+ *      the lowest free slot or the heap's minimum as victim;
+ *   4. update the index for victims and new keys in one prefetching pass.
  * While step 3 runs every pinned slot is out of the heap and every slot in
  * it is untouched by step 3, so the victims are exactly "the smallest
  * unpinned occupied slot in policy order" at each eviction, which is what
@@ -19,7 +20,6 @@
 
 #include <esd/err.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 static void set_mark(struct esd_cmeta *cm, struct esd_cmeta_slot *s, uint32_t mark)
@@ -150,7 +150,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 				cm->emark_at_target = 0;
 			}
 			s = cm_heap_pop(cm);
-			/* n <= capacity guarantees an unpinned victim. */
+			/* n <= capacity guarantees an unpinned victim. Its index
+			 * entry goes in the batched pass below. */
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
@@ -159,9 +160,12 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 				fill->n_evict_dirty++;
 			else
 				fill->n_evict_clean++;
-			release(cm, s);
+			if (v->mark == cm->emark_target)
+				cm->emark_at_target--;
+			cm->count--;
+		} else {
+			cm_free_clear(cm, s);
 		}
-		cm_free_clear(cm, s);
 		struct esd_cmeta_slot *e = &sl[s];
 		cm_store64(&e->key, keys[i]);
 		cm_store64(&e->clock, 0);
@@ -173,11 +177,25 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		e->mark = cm->emark_target;
 		cm->emark_at_target++;
 		cm->count++;
-		cm_index_insert(cm, keys[i], s);
 		slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
 			(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
+	}
+
+	/* 4. The index: victims out, new keys in. Nothing above reads it
+	 * (step 1 looked every needed key up), so its random accesses can be
+	 * batched and prefetched here. */
+	for (size_t j = 0; j < fill->n_evicts; j++) {
+		if (j + 8 < fill->n_evicts)
+			cm_index_prefetch(cm, fill->evicts[j + 8].key);
+		cm_index_remove(cm, fill->evicts[j].key);
+	}
+	for (size_t j = 0; j < fill->n_pulls; j++) {
+		if (j + 8 < fill->n_pulls)
+			cm_index_prefetch(cm, fill->pulls[j + 8].key);
+		if (!fill->pulls[j].outdated)
+			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
 	}
 
 	if (n)
@@ -234,24 +252,110 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 	return 0;
 }
 
-static void set_next_use(struct esd_cmeta *cm, uint64_t key, uint64_t next_use)
+/* next_use = value for every cached key of keys[0..n). Looked up in
+ * prefetching batches; the victim heap only cares under LOOKAHEAD. */
+static void set_next_use(struct esd_cmeta *cm, const uint64_t *keys, size_t n, uint64_t value)
 {
-	uint32_t slot = esd_cmeta_find(cm, key);
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t slots[64];
 
-	if (slot == ESD_SLOT_NONE)
-		return;
-	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
-	if (s->next_use == next_use)
-		return;
-	s->next_use = next_use;
-	if (cm->policy == ESD_POLICY_LOOKAHEAD)
-		cm_heap_update(cm, slot);
+	for (size_t base = 0; base < n; base += 64) {
+		size_t m = n - base < 64 ? n - base : 64;
+		esd_cmeta_find_batch(cm, keys + base, m, slots);
+		for (size_t i = 0; i < m; i++) {
+			uint32_t s = slots[i];
+			if (s == ESD_SLOT_NONE || sl[s].next_use == value)
+				continue;
+			sl[s].next_use = value;
+			if (cm->policy == ESD_POLICY_LOOKAHEAD)
+				cm_heap_update(cm, s);
+		}
+	}
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* In-place sort of keys: quicksort (median of three) down to runs of 16,
+ * then one insertion pass; heapsort if the recursion degenerates. The
+ * dispatcher usually hands sorted keys, which the caller detects first. */
+static void sift_u64(uint64_t *a, size_t i, size_t n)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
+	uint64_t v = a[i];
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && a[c + 1] > a[c])
+			c++;
+		if (a[c] <= v)
+			break;
+		a[i] = a[c];
+		i = c;
+	}
+	a[i] = v;
+}
+
+static void heapsort_u64(uint64_t *a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift_u64(a, i, n);
+	for (size_t i = n; i-- > 1;) {
+		uint64_t t = a[0];
+		a[0] = a[i];
+		a[i] = t;
+		sift_u64(a, 0, i);
+	}
+}
+
+static void quick_u64(uint64_t *a, size_t n, int depth)
+{
+	while (n > 16) {
+		if (depth-- == 0) {
+			heapsort_u64(a, n);
+			return;
+		}
+		uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+		uint64_t p = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+		size_t i = 0, j = n - 1;
+		for (;;) {
+			while (a[i] < p)
+				i++;
+			while (a[j] > p)
+				j--;
+			if (i >= j)
+				break;
+			uint64_t t = a[i];
+			a[i++] = a[j];
+			a[j--] = t;
+		}
+		/* [0, j] <= p <= [j+1, n) */
+		size_t left = j + 1;
+		if (left < n - left) {
+			quick_u64(a, left, depth);
+			a += left;
+			n -= left;
+		} else {
+			quick_u64(a + left, n - left, depth);
+			n = left;
+		}
+	}
+}
+
+static void sort_u64(uint64_t *a, size_t n)
+{
+	size_t i;
+	for (i = 1; i < n && a[i - 1] <= a[i]; i++)
+		;
+	if (i >= n)
+		return;
+	quick_u64(a, n, 2 * (64 - __builtin_clzll(n)));
+	for (i = 1; i < n; i++) {
+		uint64_t v = a[i];
+		size_t j = i;
+		while (j > 0 && a[j - 1] > v) {
+			a[j] = a[j - 1];
+			j--;
+		}
+		a[j] = v;
+	}
 }
 
 int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter)
@@ -264,11 +368,10 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 
 	/* Every cached key with a hint is in the previous set (inserts take
 	 * their hint from it), so clearing that set clears every hint. */
-	for (uint32_t i = 0; i < cm->nhints; i++)
-		set_next_use(cm, h[i], ESD_NEXT_USE_NONE);
+	set_next_use(cm, h, cm->nhints, ESD_NEXT_USE_NONE);
 	if (n)
 		memcpy(h, keys, n * sizeof(*h));
-	qsort(h, n, sizeof(*h), cmp_u64);
+	sort_u64(h, n);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++)
 		if (m == 0 || h[m - 1] != h[i])
@@ -278,7 +381,6 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 		memset(h + m, 0, (used - m) * sizeof(*h));
 	cm->nhints = (uint32_t)m;
 	cm->hint_iter = iter;
-	for (size_t i = 0; i < m; i++)
-		set_next_use(cm, h[i], iter);
+	set_next_use(cm, h, m, iter);
 	return 0;
 }

@@ -91,7 +91,7 @@ static int cq_layout(struct esd_conseq *cq, uint32_t n, uint32_t cnt[ESD_CQ_KIND
 	return 0;
 }
 
-static void cq_costs(struct esd_conseq *cq, const int64_t *T)
+void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
 {
 	cq->total_cost = 0;
 	memset(cq->worker_cost, 0, sizeof(cq->worker_cost));
@@ -159,7 +159,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 				cq->keys[ESD_CQ_UPDATE_GRAD][pos[ESD_CQ_UPDATE_GRAD][j]++] = key;
 	}
 	cq->hits = hits;
-	cq_costs(cq, T);
+	esd_conseq_costs(cq, T);
 	return 0;
 }
 

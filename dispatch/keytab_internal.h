@@ -25,4 +25,7 @@ int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
 
+/* Recompute cq's costs from its lists. */
+void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T);
+
 #endif

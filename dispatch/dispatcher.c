@@ -1,0 +1,220 @@
+/*
+ * The whole dispatch step of one iteration, as the node daemon's
+ * dispatcher thread runs it: key table, states from the snapshots, the
+ * method's matrix, the decision, and the snapshot advance with the full
+ * consequence. Each phase is timed; with 'compare' the step also solves
+ * heu and opt on the same matrix to record the heu-vs-opt gap.
+ */
+#include "keytab_internal.h"
+#include "solver_internal.h"
+
+#include <esd/clock.h>
+#include <esd/dispatch_snap.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct esd_dispatcher {
+	struct esd_dispatcher_config cfg;
+	uint32_t cap[ESD_MAX_WORKERS];
+	int64_t T[ESD_MAX_WORKERS];
+	uint64_t tables[ESD_TABLE_MASK_WORDS];
+	int has_tables, has_cap;
+	uint64_t rng;
+	struct esd_snapset *ss;
+	struct esd_keytab *kt;
+	struct esd_solver *solver, *aux;
+	struct esd_conseq *cq;
+	int64_t *cost;
+	int32_t *score;
+	uint32_t *tmp;
+	size_t cap_k;
+	int cost_valid;
+	struct esd_dispatch_counters ct;
+};
+
+int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
+			  struct esd_dispatcher **out)
+{
+	if (!cfg || !ss || !out || !cfg->T || cfg->n == 0 || cfg->n != esd_snapset_workers(ss))
+		return -EINVAL;
+	if (cfg->method > ESD_METHOD_VANILLA || cfg->sync > ESD_SYNC_FULL_SET)
+		return -EINVAL;
+	if (cfg->method == ESD_METHOD_HYBRID &&
+	    !(cfg->hybrid.alpha >= 0.0 && cfg->hybrid.alpha <= 1.0))
+		return -EINVAL;
+	struct esd_dispatcher *d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	int rc = -ENOMEM;
+	d->cfg = *cfg;
+	for (uint32_t j = 0; j < cfg->n; j++) {
+		if (cfg->T[j] < 0 || cfg->T[j] > ESD_COST_MAX) {
+			rc = -EINVAL;
+			goto fail;
+		}
+		d->T[j] = cfg->T[j];
+		d->cap[j] = cfg->cap ? cfg->cap[j] : 0;
+	}
+	d->has_cap = cfg->cap != NULL;
+	if (cfg->laia_tables) {
+		memcpy(d->tables, cfg->laia_tables, sizeof(d->tables));
+		d->has_tables = 1;
+	}
+	d->cfg.cap = NULL;
+	d->cfg.T = NULL;
+	d->cfg.laia_tables = NULL;
+	d->rng = cfg->seed;
+	d->ss = ss;
+	if (esd_keytab_create(&d->kt) || esd_solver_create(&d->solver) ||
+	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq))
+		goto fail;
+	*out = d;
+	return 0;
+fail:
+	esd_dispatcher_free(d);
+	return rc;
+}
+
+void esd_dispatcher_free(struct esd_dispatcher *d)
+{
+	if (!d)
+		return;
+	esd_keytab_free(d->kt);
+	esd_solver_free(d->solver);
+	esd_solver_free(d->aux);
+	esd_conseq_free(d->cq);
+	free(d->cost);
+	free(d->score);
+	free(d->tmp);
+	free(d);
+}
+
+const struct esd_dispatch_counters *esd_dispatcher_counters(const struct esd_dispatcher *d)
+{
+	return d ? &d->ct : NULL;
+}
+
+struct esd_keytab *esd_dispatcher_keytab(struct esd_dispatcher *d)
+{
+	return d ? d->kt : NULL;
+}
+
+const int64_t *esd_dispatcher_costmat(const struct esd_dispatcher *d)
+{
+	return d && d->cost_valid ? d->cost : NULL;
+}
+
+static void add_phase(struct esd_dispatch_phase *s, const struct esd_dispatch_phase *p)
+{
+	s->keytab += p->keytab;
+	s->fill += p->fill;
+	s->matrix += p->matrix;
+	s->solve += p->solve;
+	s->advance += p->advance;
+	s->total += p->total;
+}
+
+int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
+			struct esd_conseq *cq)
+{
+	if (!d || !b || !assign)
+		return -EINVAL;
+	const uint32_t n = d->cfg.n, k = b->k;
+	const uint32_t *cap = d->has_cap ? d->cap : NULL;
+	struct esd_dispatch_phase ph = {0};
+	int rc;
+	if (!cq)
+		cq = d->cq;
+	if (d->cap_k < k || !d->cost) {
+		size_t nc = k ? k : 1;
+		int64_t *c = realloc(d->cost, nc * n * sizeof(int64_t));
+		if (!c)
+			return -ENOMEM;
+		d->cost = c;
+		int32_t *s = realloc(d->score, nc * n * sizeof(int32_t));
+		if (!s)
+			return -ENOMEM;
+		d->score = s;
+		uint32_t *t = realloc(d->tmp, nc * sizeof(uint32_t));
+		if (!t)
+			return -ENOMEM;
+		d->tmp = t;
+		d->cap_k = nc;
+	}
+	d->cost_valid = 0;
+	int64_t t0 = esd_now_ns(), t = t0;
+	if ((rc = esd_keytab_build(d->kt, b, n)))
+		return rc;
+	ph.keytab = esd_lap_ns(&t);
+	if ((rc = esd_snapset_fill(d->ss, d->kt)))
+		return rc;
+	ph.fill = esd_lap_ns(&t);
+	const enum esd_method m = d->cfg.method;
+	if (m == ESD_METHOD_LAIA) {
+		rc = esd_scoremat_build(d->kt, b, d->has_tables ? d->tables : NULL, d->score);
+	} else if (m != ESD_METHOD_VANILLA || d->cfg.compare) {
+		rc = esd_costmat_build(d->kt, b, d->T, d->cost);
+		d->cost_valid = !rc;
+	}
+	if (rc)
+		return rc;
+	ph.matrix = esd_lap_ns(&t);
+	/* a fresh seed per step from the configured one: reproducible runs */
+	uint64_t seed = d->rng + d->ct.steps * UINT64_C(0x9E3779B97F4A7C15);
+	switch (m) {
+	case ESD_METHOD_HEU:
+		rc = esd_solve_heu(d->solver, d->cost, k, n, cap, d->cfg.hybrid.heu_order, assign);
+		break;
+	case ESD_METHOD_OPT:
+		rc = esd_solve_opt(d->solver, d->cost, k, n, cap, assign);
+		break;
+	case ESD_METHOD_HUNGARIAN:
+		rc = esd_solve_hungarian(d->solver, d->cost, k, n, cap, assign);
+		break;
+	case ESD_METHOD_HYBRID:
+		rc = esd_solve_hybrid(d->solver, d->cost, k, n, cap, &d->cfg.hybrid, assign);
+		break;
+	case ESD_METHOD_LAIA:
+		rc = esd_solve_laia(d->solver, d->score, k, n, cap, seed, assign);
+		break;
+	case ESD_METHOD_VANILLA:
+		memset(&d->solver->st, 0, sizeof(d->solver->st));
+		rc = esd_solve_vanilla(k, n, cap, seed, assign);
+		break;
+	}
+	if (rc)
+		return rc;
+	ph.solve = esd_lap_ns(&t);
+	d->ct.solve = *esd_solver_stats(d->solver);
+	if (d->cfg.compare && d->cost_valid) {
+		/* outside the timed phases */
+		int64_t tc = esd_now_ns();
+		if ((rc = esd_solve_heu(d->aux, d->cost, k, n, cap, d->cfg.hybrid.heu_order,
+					d->tmp)))
+			return rc;
+		d->ct.heu_cost = esd_assign_cost(d->cost, k, n, d->tmp);
+		if ((rc = esd_solve_opt(d->aux, d->cost, k, n, cap, d->tmp)))
+			return rc;
+		d->ct.opt_cost = esd_assign_cost(d->cost, k, n, d->tmp);
+		d->ct.sum_heu_cost += d->ct.heu_cost;
+		d->ct.sum_opt_cost += d->ct.opt_cost;
+		t += esd_now_ns() - tc;
+	}
+	if ((rc = esd_snapset_advance(d->ss, d->kt, b, assign, d->T, d->cfg.sync, cq)))
+		return rc;
+	ph.advance = esd_lap_ns(&t);
+	ph.total = ph.keytab + ph.fill + ph.matrix + ph.solve + ph.advance;
+	d->ct.last = ph;
+	add_phase(&d->ct.sum, &ph);
+	d->ct.steps++;
+	d->ct.unique_keys = esd_keytab_count(d->kt);
+	d->ct.est_cost = d->cost_valid ? esd_assign_cost(d->cost, k, n, assign) : 0;
+	d->ct.true_cost = cq->total_cost;
+	d->ct.sum_est_cost += d->ct.est_cost;
+	d->ct.sum_true_cost += cq->total_cost;
+	for (int q = 0; q < ESD_CQ_KINDS; q++)
+		d->ct.xfers[q] += cq->off[q][n];
+	d->ct.hits += cq->hits;
+	return 0;
+}

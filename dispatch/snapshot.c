@@ -1,0 +1,299 @@
+/*
+ * The dispatcher's cache snapshots: one esd_cmeta per worker in private
+ * memory, advanced with the cache's own policy code (esd_policy) so the
+ * mirror and the real cache cannot diverge. The order of the calls per
+ * iteration follows DESIGN §3 and is documented in esd/dispatch_snap.h;
+ * a node daemon must make the same calls on its cache.
+ */
+#include "keytab_internal.h"
+
+#include <esd/dispatch_snap.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct esd_snapset {
+	uint32_t n;
+	uint64_t iter;
+	struct esd_cmeta *cm[ESD_MAX_WORKERS];
+	void *mem[ESD_MAX_WORKERS];
+	size_t len[ESD_MAX_WORKERS];
+	/* scratch */
+	esd_key_t *wkeys; /* needed keys, per worker, ascending */
+	uint32_t *wuid;   /* their unique-key numbers */
+	size_t cap_w;
+	struct esd_cmeta_pull *pulls;
+	struct esd_cmeta_evict *evicts;
+	uint32_t *slots;
+	size_t cap_f;
+	uint32_t *found;
+	size_t cap_found;
+};
+
+static int alloc_block(struct esd_snapset *ss, uint32_t j, size_t len)
+{
+	void *m = NULL;
+	if (posix_memalign(&m, 64, len))
+		return -ENOMEM;
+	free(ss->mem[j]);
+	ss->mem[j] = m;
+	ss->len[j] = len;
+	return 0;
+}
+
+int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
+		       struct esd_snapset **out)
+{
+	if (!out || !capacity || n == 0 || n > ESD_MAX_WORKERS)
+		return -EINVAL;
+	struct esd_snapset *ss = calloc(1, sizeof(*ss));
+	if (!ss)
+		return -ENOMEM;
+	ss->n = n;
+	int rc = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		size_t len = esd_cmeta_bytes(capacity[j]);
+		if (!len) {
+			rc = -EINVAL;
+			goto fail_blocks;
+		}
+		if ((rc = alloc_block(ss, j, len)))
+			goto fail_blocks;
+		if ((rc = esd_cmeta_init(ss->mem[j], len, capacity[j], policy, &ss->cm[j])))
+			goto fail_blocks;
+	}
+	*out = ss;
+	return 0;
+fail_blocks:
+	esd_snapset_free(ss);
+	return rc;
+}
+
+void esd_snapset_free(struct esd_snapset *ss)
+{
+	if (!ss)
+		return;
+	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
+		free(ss->mem[j]);
+	free(ss->wkeys);
+	free(ss->wuid);
+	free(ss->pulls);
+	free(ss->evicts);
+	free(ss->slots);
+	free(ss->found);
+	free(ss);
+}
+
+uint32_t esd_snapset_workers(const struct esd_snapset *ss)
+{
+	return ss ? ss->n : 0;
+}
+
+struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j)
+{
+	return ss && j < ss->n ? ss->cm[j] : NULL;
+}
+
+uint64_t esd_snapset_iter(const struct esd_snapset *ss)
+{
+	return ss ? ss->iter : 0;
+}
+
+int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src)
+{
+	if (!ss || !src || j >= ss->n)
+		return -EINVAL;
+	size_t len = esd_cmeta_block_bytes(src);
+	if (!len)
+		return -EINVAL;
+	int rc;
+	if (len > ss->len[j] && (rc = alloc_block(ss, j, len)))
+		return rc;
+	if ((rc = esd_cmeta_copy(ss->mem[j], ss->len[j], src, &ss->cm[j])))
+		return rc;
+	uint64_t it = esd_cmeta_last_iter(ss->cm[j]);
+	if (it > ss->iter)
+		ss->iter = it;
+	return 0;
+}
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (*cap >= want && *p)
+		return 0;
+	size_t nc = *cap ? *cap : 1024;
+	while (nc < want)
+		nc *= 2;
+	void *q = realloc(*p, nc * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
+{
+	if (!ss || !kt || kt->n != ss->n)
+		return -EINVAL;
+	const uint32_t cnt = kt->count;
+	size_t cap = ss->cap_found;
+	if (grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_found = cap;
+	for (uint32_t u = 0; u < cnt; u++)
+		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+	for (uint32_t j = 0; j < ss->n; j++) {
+		const struct esd_cmeta *cm = ss->cm[j];
+		if (!esd_cmeta_count(cm))
+			continue;
+		esd_cmeta_find_batch(cm, kt->ukeys, cnt, ss->found);
+		const uint64_t bit = UINT64_C(1) << j;
+		for (uint32_t u = 0; u < cnt; u++) {
+			if (ss->found[u] == ESD_SLOT_NONE)
+				continue;
+			struct esd_keystate *s = &kt->st[u];
+			uint8_t st = esd_cmeta_slot(cm, ss->found[u])->state;
+			s->cached |= bit;
+			if (st == ESD_ROW_CLEAN || st == ESD_ROW_DIRTY)
+				s->latest |= bit;
+			if (st == ESD_ROW_DIRTY) {
+				if (s->dirty != ESD_NO_WORKER)
+					goto diverged;
+				s->dirty = (uint8_t)j;
+			}
+		}
+	}
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		if (s->dirty != ESD_NO_WORKER && s->latest != (UINT64_C(1) << s->dirty))
+			goto diverged;
+	}
+	return 0;
+diverged:
+	ESD_ERR("dispatch", "snapshots disagree on a key's latest copy (DIRTY on one worker, "
+		      "latest on another)");
+	return -ESD_EDIVERGED;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+	esd_key_t x = *(const esd_key_t *)a, y = *(const esd_key_t *)b;
+	return (x > y) - (x < y);
+}
+
+#define FOR_BITS(m, j) for (uint64_t _m = (m); _m && ((j = (uint32_t)__builtin_ctzll(_m)), 1); _m &= _m - 1)
+
+int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
+			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+			struct esd_conseq *cq)
+{
+	if (!ss || !kt || !cq || kt->n != ss->n)
+		return -EINVAL;
+	int rc = esd_conseq_compute(kt, b, assign, T, sync, cq);
+	if (rc)
+		return rc;
+	const uint32_t n = ss->n, cnt = kt->count;
+	const uint64_t t = ss->iter + 1;
+
+	/* step 1: pushed DIRTY rows become CLEAN on their holder */
+	for (uint32_t w = 0; w < n; w++) {
+		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
+		for (uint32_t q = 0; q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w); q++) {
+			uint32_t slot = esd_cmeta_find(ss->cm[w], keys[q]);
+			if (slot == ESD_SLOT_NONE)
+				return -ESD_EDIVERGED;
+			esd_cmeta_set_state(ss->cm[w], slot, ESD_ROW_CLEAN, 0);
+		}
+	}
+
+	/* per-worker needed keys, ascending (kt->sorted is ascending) */
+	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
+	size_t total = 0;
+	for (uint32_t u = 0; u < cnt; u++)
+		total += (size_t)__builtin_popcountll(kt->need[u]);
+	size_t cap = ss->cap_w;
+	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
+		return -ENOMEM;
+	cap = ss->cap_w;
+	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_w = cap;
+	uint32_t j, maxw = 0;
+	for (uint32_t u = 0; u < cnt; u++)
+		FOR_BITS(kt->need[u], j)
+			woff[j + 1]++;
+	for (uint32_t w = 0; w < n; w++) {
+		if (woff[w + 1] > maxw)
+			maxw = woff[w + 1];
+		woff[w + 1] += woff[w];
+	}
+	uint32_t pos[ESD_MAX_WORKERS];
+	memcpy(pos, woff, n * sizeof(uint32_t));
+	for (uint32_t r = 0; r < cnt; r++) {
+		uint32_t u = kt->sorted[r];
+		FOR_BITS(kt->need[u], j)
+		{
+			ss->wkeys[pos[j]] = kt->ukeys[u];
+			ss->wuid[pos[j]++] = u;
+		}
+	}
+	cap = ss->cap_f;
+	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->evicts, &cap, maxw, sizeof(*ss->evicts)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->slots, &cap, maxw, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_f = cap;
+
+	/* evictions are known only now: lay out cq's EVICT_PUSH lists */
+	size_t ecap = cq->cap_keys[ESD_CQ_EVICT_PUSH];
+	uint32_t eoff = 0;
+	for (uint32_t w = 0; w < n; w++) {
+		/* steps 3-4: pins, touches, inserts, evictions */
+		struct esd_cmeta_fill fill = {.pulls = ss->pulls, .evicts = ss->evicts,
+					      .slots = ss->slots};
+		const uint32_t nw = woff[w + 1] - woff[w];
+		const esd_key_t *keys = ss->wkeys + woff[w];
+		const uint32_t *uids = ss->wuid + woff[w];
+		rc = esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill);
+		if (rc)
+			return rc;
+		if (fill.n_pulls != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
+			return -ESD_EDIVERGED;
+		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
+		if (grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
+			 sizeof(esd_key_t)))
+			return -ENOMEM;
+		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
+		uint32_t e0 = eoff;
+		for (size_t q = 0; q < fill.n_evicts; q++)
+			if (ss->evicts[q].dirty)
+				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
+		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
+		for (size_t q = 0; q < fill.n_pulls; q++)
+			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN, 0);
+		/* step 6 for this worker's copies of the keys it trained */
+		for (uint32_t q = 0; q < nw; q++) {
+			const uint64_t need = kt->need[uids[q]];
+			int alone = sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1));
+			esd_cmeta_set_state(ss->cm[w], ss->slots[q],
+					    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
+		}
+	}
+	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
+	/* step 6 on the workers that hold a latest copy but trained none */
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		FOR_BITS(s->latest & ~kt->need[u], j)
+			esd_cmeta_mark_outdated(ss->cm[j], kt->ukeys[u]);
+	}
+	esd_conseq_costs(cq, T);
+	ss->iter = t;
+	return 0;
+}

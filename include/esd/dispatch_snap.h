@@ -1,0 +1,134 @@
+/*
+ * esd/dispatch_snap.h - the dispatcher's cache snapshots and the whole
+ * dispatch step.
+ *
+ * Snapshots
+ * ---------
+ * A struct esd_snapset holds one metadata-only mirror (struct esd_cmeta,
+ * esd/policy.h) of every worker's cache, in private memory. The mirrors
+ * are advanced by the same policy code as the real caches: for iteration
+ * t, esd_snapset_advance() applies DESIGN §3 steps 1-6 to them in the
+ * same order as a node daemon does to its cache (step-1 pushes make the
+ * pushed rows CLEAN; esd_cmeta_begin_iter with the sorted keys the worker
+ * needs pins, touches, evicts and inserts; pulled rows become CLEAN; rows
+ * trained alone become DIRTY on their trainer (on-demand sync); rows
+ * trained by several workers, or every trained row under full-set sync,
+ * become OUTDATED everywhere). So a snapshot and its cache hold the same
+ * keys, states and policy bookkeeping after the same decisions. Caveat:
+ * snapshots do not track the PS's row clocks (slot.clock stays 0); no
+ * policy orders by clock. With the lookahead policy, call
+ * esd_cmeta_lookahead() on each snapshot (esd_snapset_cmeta()) exactly
+ * when the daemon calls it on its cache.
+ *
+ * Whole step
+ * ----------
+ * struct esd_dispatcher runs one decision: key table of the batch, states
+ * from the snapshots, cost (or LAIA score) matrix, the configured method,
+ * then the snapshot advance with the full consequence (plan, pulls,
+ * pushes, evictions), timing each phase.
+ */
+#ifndef ESD_DISPATCH_SNAP_H
+#define ESD_DISPATCH_SNAP_H
+
+#include <stdint.h>
+#include <esd/dispatch.h>
+#include <esd/policy.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct esd_snapset;
+
+/* n empty snapshots; capacity[j] slots for worker j, one policy for all.
+ * Returns 0, -EINVAL (n == 0 or > ESD_MAX_WORKERS, a capacity esd_cmeta
+ * cannot format), -ENOMEM. */
+int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
+		       struct esd_snapset **out);
+void esd_snapset_free(struct esd_snapset *ss);
+uint32_t esd_snapset_workers(const struct esd_snapset *ss);
+/* Snapshot of worker j (owned by the set), NULL when j is out of range. */
+struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
+/* Replace snapshot j by a copy of a cache's metadata (e.g. at start-up or
+ * after a restart). Returns 0, -EINVAL, -ENOMEM. */
+int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src);
+/* The last iteration advanced (0 before the first). */
+uint64_t esd_snapset_iter(const struct esd_snapset *ss);
+
+/* States of the key table's keys from the snapshots (one batched lookup
+ * per worker). The table must have been built for the set's n. Returns 0,
+ * -EINVAL, -ESD_EDIVERGED (snapshots contradict each other: a key DIRTY on
+ * two workers, or DIRTY on one and latest on another). */
+int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
+
+/* Advance every snapshot by iteration esd_snapset_iter() + 1 for decision
+ * 'assign' of batch b, whose key table kt was filled from this set before
+ * any change; T gives the per-worker transfer costs. cq receives the full
+ * consequence, evictions included. Returns 0, -EINVAL, -ENOMEM, -ENOSPC (a
+ * worker needs more distinct rows than its cache holds; nothing changed on
+ * that worker and the set must be reloaded), -ESD_EDIVERGED (a snapshot's
+ * pulls differ from the key table's: kt was not filled from this set). */
+int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
+			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+			struct esd_conseq *cq);
+
+/* ---- the whole step --------------------------------------------------- */
+
+struct esd_dispatcher_config {
+	uint32_t n;
+	const uint32_t *cap; /* n capacities m_j (copied); NULL: equal */
+	const int64_t *T;    /* n transfer costs (copied) */
+	enum esd_method method;
+	struct esd_hybrid_params hybrid; /* for ESD_METHOD_HYBRID */
+	uint64_t seed;                   /* laia, vanilla */
+	enum esd_sync sync;
+	const uint64_t *laia_tables; /* ESD_TABLE_MASK_WORDS (copied); NULL: all */
+	int compare; /* also solve heu and opt each step: heu-vs-opt gap */
+};
+
+/* Counters: the last step's and sums over all steps (ns). */
+struct esd_dispatch_phase {
+	int64_t keytab, fill, matrix, solve, advance, total;
+};
+
+struct esd_dispatch_counters {
+	uint64_t steps;
+	struct esd_dispatch_phase last, sum;
+	struct esd_solve_stats solve;  /* last solve */
+	uint32_t unique_keys;          /* last batch */
+	int64_t est_cost;              /* last decision on the ESD matrix */
+	int64_t true_cost;             /* last consequence's total cost */
+	int64_t sum_est_cost, sum_true_cost;
+	/* with compare: matrix costs of heu and opt on the same matrix */
+	int64_t heu_cost, opt_cost;
+	int64_t sum_heu_cost, sum_opt_cost;
+	uint64_t xfers[ESD_CQ_KINDS]; /* transfers summed over steps */
+	uint64_t hits;
+};
+
+struct esd_dispatcher;
+
+/* The dispatcher borrows ss (it must outlive it). Returns 0, -EINVAL (bad
+ * configuration: n differs from the set's, cap not summing consistently,
+ * T < 0, alpha outside [0, 1]), -ENOMEM. */
+int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
+			  struct esd_dispatcher **out);
+void esd_dispatcher_free(struct esd_dispatcher *d);
+
+/* Decide batch b (b->k must equal the capacities' sum; with cap NULL a
+ * multiple of n) into assign[b->k], advance the snapshots and fill cq
+ * (may be NULL: an internal one is used). Returns 0 or the errors of the
+ * steps above. */
+int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
+			struct esd_conseq *cq);
+const struct esd_dispatch_counters *esd_dispatcher_counters(const struct esd_dispatcher *d);
+/* The key table of the last step (owned by the dispatcher). */
+struct esd_keytab *esd_dispatcher_keytab(struct esd_dispatcher *d);
+/* The cost matrix of the last step (k x n, owned by the dispatcher; NULL
+ * for laia and vanilla). */
+const int64_t *esd_dispatcher_costmat(const struct esd_dispatcher *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_DISPATCH_SNAP_H */

@@ -1,0 +1,316 @@
+/*
+ * esd/proto.h - the wire protocol between node daemons (esdd) and PS shards
+ * (esd-ps): frame header, batched message bodies, encoder and decoder.
+ *
+ * Model
+ * -----
+ * Every message is one frame: a 24-byte header (magic "ESDF", version, op,
+ * flags, body length, link sequence number) followed by a body whose layout
+ * depends on the op. All integers are little-endian; floats are IEEE-754
+ * binary32, little-endian. Bodies carry many rows per frame (a batch). The
+ * full specification, field by field, is docs/protocol.md.
+ *
+ * Encoding appends whole frames to a growable buffer (struct esd_buf), so a
+ * batch of frames can be built in one buffer and handed to esd_link_send()
+ * (esd/transport.h) at once. Row ops (PULL_RESP, PUSH_VALUE, PUSH_GRAD) are
+ * built with a begin / row / end sequence; esd_enc_row_reserve() hands back
+ * pointers into the frame so a row can be written in place (no bounce copy
+ * from the cache).
+ *
+ * Decoding never trusts the peer: esd_frame_hdr_parse() checks magic,
+ * version, op, flags and the body length against the configured maximum
+ * before anyone allocates for the body; esd_proto_decode() checks every
+ * count, dimension and length of the body against the frame and the limits
+ * (struct esd_proto_limits) with overflow-safe arithmetic. A decoded message
+ * (struct esd_msg) is a view into the caller's frame buffer: it owns nothing
+ * and is valid while that buffer is.
+ *
+ * Caveats
+ * -------
+ * - Floats and keys inside a view are read through the accessors
+ *   (esd_msg_key(), esd_rows_get()): keys are 8-byte fields at 4-byte
+ *   aligned offsets, so they are copied out, while float pointers point into
+ *   the frame (frames are multiples of 4 bytes, so a frame that starts
+ *   4-byte aligned has aligned floats; the transport guarantees that).
+ * - The header sequence number belongs to the link (reliable layer); the
+ *   application's identifiers (push sequence, pull request id) are in the
+ *   bodies.
+ * - Ops ESD_OP_LINK_* are used by the transport itself and never reach an
+ *   application through esd_link_recv().
+ */
+#ifndef ESD_PROTO_H
+#define ESD_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <esd/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ESD_PROTO_MAGIC    UINT32_C(0x46445345) /* "ESDF" on the wire */
+#define ESD_PROTO_VERSION  1u
+#define ESD_FRAME_HDR_SIZE 24u
+
+/* Defaults of struct esd_proto_limits (a frame of 64 rows of 512 floats with
+ * Adam state is 64 * (16 + 3 * 2048) + 40 bytes = 394 KiB). */
+#define ESD_PROTO_DEFAULT_MAX_BODY (16u << 20)
+#define ESD_PROTO_DEFAULT_MAX_ROWS 65536u
+#define ESD_PROTO_DEFAULT_MAX_DIM  65536u
+/* Longest ERROR text and most STATS entries a frame may carry. */
+#define ESD_PROTO_MAX_ERROR_TEXT 1024u
+#define ESD_PROTO_MAX_STATS      16u
+
+enum esd_op {
+	ESD_OP_HELLO = 1,      /* both ways: version, worker id, job token */
+	ESD_OP_PULL = 2,       /* worker -> PS: keys to pull for an iteration */
+	ESD_OP_PULL_RESP = 3,  /* PS -> worker: rows (key, clock, value, state) */
+	ESD_OP_PUSH_VALUE = 4, /* worker -> PS: rows' value + optimizer state */
+	ESD_OP_PUSH_GRAD = 5,  /* worker -> PS: rows' partial gradients */
+	ESD_OP_BARRIER = 6,    /* both ways: end of the push phase of an iteration */
+	ESD_OP_ACK = 7,        /* both ways: a request was applied (or not) */
+	ESD_OP_ERROR = 8,      /* both ways: code + text; a protocol error closes */
+	ESD_OP_STATS = 9,      /* empty = request; else per-kind counters */
+	ESD_OP_APP_MAX = 9,
+	/* Link-internal ops (reliable layer, shutdown); never delivered. */
+	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
+	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
+};
+
+/* Header flags. Unknown bits are a protocol error. */
+#define ESD_FLAG_RELIABLE   0x0001u /* seq is a reliable-layer sequence number */
+#define ESD_FLAG_RETRANSMIT 0x0002u /* a retransmission (diagnostic only) */
+#define ESD_FLAG_REPLY      0x0004u /* STATS / HELLO: this is the answer */
+#define ESD_FLAG_MASK       0x0007u
+
+struct esd_frame_hdr {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t op;
+	uint16_t flags;
+	uint32_t length; /* body bytes after the header */
+	uint32_t rsvd;   /* zero */
+	uint64_t seq;    /* link sequence number (0 when unused) */
+};
+
+/* What a decoder accepts. Zero fields take the defaults above. */
+struct esd_proto_limits {
+	uint32_t max_body; /* bytes of body; must be a multiple of 4 */
+	uint32_t max_rows; /* rows or keys per frame */
+	uint32_t max_dim;  /* floats per row value (and per optimizer state) */
+};
+
+/* ---- growable output buffer -------------------------------------------- */
+
+struct esd_buf {
+	uint8_t *data; /* owned; esd_buf_free() releases it */
+	size_t len;
+	size_t cap;
+};
+
+void esd_buf_init(struct esd_buf *b);
+/* Drop the contents, keep the memory. */
+void esd_buf_reset(struct esd_buf *b);
+/* Release the memory; accepts NULL. */
+void esd_buf_free(struct esd_buf *b);
+/* Make room for n more bytes. Returns 0 or -ENOMEM (-EOVERFLOW for sizes
+ * that do not fit a size_t). */
+int esd_buf_reserve(struct esd_buf *b, size_t n);
+
+/* ---- message bodies (decoded views and encoder inputs) ------------------ */
+
+struct esd_hello {
+	uint32_t proto_version; /* ESD_PROTO_VERSION of the sender */
+	uint32_t worker;        /* worker rank (client) or shard id (server) */
+	uint64_t job_token;     /* both ends must agree; the PS refuses others */
+	uint32_t shard;         /* shard the client believes it reaches */
+	uint32_t dim;           /* floats per row value */
+	uint32_t state_dim;     /* floats of optimizer state per row */
+	uint32_t nworkers;      /* workers in the job (0 = unknown) */
+};
+
+struct esd_pull {
+	uint64_t iteration;
+	uint64_t request; /* echoed in PULL_RESP.sequence */
+	uint32_t worker;
+	uint32_t count;
+	const uint8_t *keys; /* count little-endian u64; read with esd_msg_key() */
+};
+
+/* Header of the row ops. For PULL_RESP, sequence echoes the PULL request and
+ * kind is ESD_XFER_MISS_PULL; PUSH_VALUE has kind UPDATE_PUSH or EVICT_PUSH;
+ * PUSH_GRAD has kind UPDATE_PUSH and state_dim 0. */
+struct esd_rows {
+	uint64_t iteration;
+	uint64_t sequence; /* push: per-worker push sequence (exactly-once id) */
+	uint32_t worker;
+	uint32_t kind; /* enum esd_xfer_kind */
+	uint32_t count;
+	uint32_t dim;
+	uint32_t state_dim;
+	const uint8_t *data; /* decoded: first row in the frame */
+	size_t stride;       /* bytes per row: 16 + 4 * (dim + state_dim) */
+};
+
+/* One row of a row op: value and state point into the frame. */
+struct esd_row_view {
+	esd_key_t key;
+	uint64_t clock; /* row clock (PULL_RESP, PUSH_VALUE) or the clock the
+	                 * gradient was computed against (PUSH_GRAD) */
+	const float *value;
+	const float *state; /* NULL when state_dim is 0 */
+};
+
+struct esd_barrier {
+	uint64_t iteration;
+	uint64_t digest;  /* digest of the dispatch decision (0 = none) */
+	uint32_t worker;
+	uint32_t npushes; /* push frames the worker sent for this iteration */
+};
+
+struct esd_ack {
+	uint64_t iteration;
+	uint64_t sequence; /* push sequence, or 0 for a barrier */
+	uint32_t op;       /* the op acknowledged */
+	int32_t status;    /* 0 or -errno / -ESD_E* */
+};
+
+struct esd_error {
+	int32_t code; /* -errno or -ESD_E* */
+	uint32_t len;
+	const char *text; /* len bytes, not NUL-terminated; into the frame */
+};
+
+/* Per-kind counters as carried by STATS. */
+struct esd_stats_entry {
+	uint32_t kind; /* enum esd_xfer_kind */
+	uint64_t tx_bytes, tx_rows, rx_bytes, rx_rows;
+};
+
+struct esd_stats_msg {
+	uint32_t count;      /* 0: a request */
+	const uint8_t *data; /* entries; read with esd_stats_get() */
+};
+
+/* A decoded frame. Views point into the decoded buffer. */
+struct esd_msg {
+	struct esd_frame_hdr hdr;
+	union {
+		struct esd_hello hello;
+		struct esd_pull pull;
+		struct esd_rows rows; /* PULL_RESP, PUSH_VALUE, PUSH_GRAD */
+		struct esd_barrier barrier;
+		struct esd_ack ack;
+		struct esd_error error;
+		struct esd_stats_msg stats;
+		uint64_t link_ack; /* ESD_OP_LINK_ACK */
+		uint32_t link_bye; /* ESD_OP_LINK_BYE */
+	} u;
+};
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* Name of an op ("PULL", ...) or "op?" for an unknown one; static. */
+const char *esd_op_name(unsigned op);
+
+/*
+ * Parse and check a frame header from the first ESD_FRAME_HDR_SIZE bytes of
+ * p (avail bytes are available). Checks magic, version, op (known), flags
+ * (known bits), rsvd (zero), length (multiple of 4, at most lim->max_body).
+ * On error, err (if not NULL) receives a sentence naming the field and value.
+ * Returns 0, -EAGAIN (fewer than ESD_FRAME_HDR_SIZE bytes), -ESD_EBADMAGIC,
+ * -ESD_EBADVERSION, -EPROTO (unknown op, flags, rsvd, misaligned length) or
+ * -EMSGSIZE (length above the maximum).
+ */
+int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limits *lim,
+			struct esd_frame_hdr *out, char *err, size_t errlen);
+
+/*
+ * Decode one whole frame of len bytes (header + body; len must equal
+ * ESD_FRAME_HDR_SIZE + hdr.length). Checks the header as above and the body
+ * of its op: fixed sizes, counts and dimensions against the limits and
+ * against the body length (exact match, no trailing bytes), kinds, padding.
+ * Returns 0 with *out filled, or the errors of esd_frame_hdr_parse(), or
+ * -EPROTO (a body that does not match its op) or -E2BIG (a count or
+ * dimension above the limits), with err filled.
+ */
+int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limits *lim,
+		     struct esd_msg *out, char *err, size_t errlen);
+
+/* Key i of a decoded PULL (i < count, unchecked). */
+esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i);
+/* Row i of a decoded row op (i < count, unchecked). */
+void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out);
+/* Entry i of a decoded STATS (i < count, unchecked). */
+void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_entry *out);
+
+/*
+ * Transfer kind and rows of a whole encoded frame, for accounting: PULL is
+ * a miss pull with 0 rows (the request), PULL_RESP a miss pull with count
+ * rows, PUSH_VALUE its body's kind, PUSH_GRAD an update push, everything
+ * else ESD_XFER_OTHER with 0 rows. The frame must already have been checked
+ * (own encoding, or esd_frame_hdr_parse()); a too-short body counts as
+ * OTHER.
+ */
+void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind, uint32_t *rows);
+
+/* ---- encoding ----------------------------------------------------------- */
+/* Every encoder appends one whole frame to b and returns 0, -ENOMEM, or
+ * -EINVAL for arguments that would make a frame the decoder refuses with
+ * default limits (a count above ESD_PROTO_DEFAULT_MAX_ROWS, a text too long,
+ * a bad kind). The header's seq is 0 (the link fills it). */
+
+int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags);
+int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
+		 const esd_key_t *keys, uint32_t count);
+int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br);
+int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a);
+/* text may be NULL; it is cut at ESD_PROTO_MAX_ERROR_TEXT bytes. */
+int esd_enc_error(struct esd_buf *b, int32_t code, const char *text);
+/* count 0 encodes a request. */
+int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t count,
+		  uint16_t flags);
+/* Link-internal frames (used by transport/). */
+int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
+int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);
+
+/* Builder of a row op. Fill op and the header fields of r (count is kept by
+ * the builder), call esd_enc_rows_begin(), then esd_enc_row() or
+ * esd_enc_row_reserve() per row, then esd_enc_rows_end(). Another frame may
+ * not be appended to the same buffer between begin and end. */
+struct esd_rows_enc {
+	struct esd_buf *b;
+	size_t start; /* offset of the frame header in b */
+	uint8_t op;
+	struct esd_rows r;
+};
+
+/* Returns 0, -ENOMEM or -EINVAL (op is not a row op, kind does not fit the
+ * op, PUSH_GRAD with state, dim 0 or above the default maximum). */
+int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op,
+		       const struct esd_rows *r);
+/* Append one row; value has dim floats, state state_dim floats (NULL when
+ * state_dim is 0). Returns 0, -ENOMEM, or -E2BIG past the row or body
+ * maximum. */
+int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
+		const float *state);
+/* Append one row and return where its value (and state) floats go; the
+ * pointers are valid until the next append to the buffer. */
+int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
+			float **state);
+/* Patch count and length into the frame. Returns 0. */
+int esd_enc_rows_end(struct esd_rows_enc *e);
+
+/* Bytes of a row op frame with count rows (for sizing batches). */
+static inline size_t esd_rows_frame_size(uint32_t count, uint32_t dim, uint32_t state_dim)
+{
+	return ESD_FRAME_HDR_SIZE + 40u +
+	       (size_t)count * (16u + 4u * ((size_t)dim + (size_t)state_dim));
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_PROTO_H */

@@ -1,0 +1,217 @@
+/*
+ * esd/transport.h - links between node daemons and PS shards.
+ *
+ * Model
+ * -----
+ * A link carries whole frames of the wire protocol (esd/proto.h,
+ * docs/protocol.md) between two processes. A client opens one with
+ * esd_link_connect(); a server opens a listener with esd_listener_open()
+ * and takes links from it with esd_listener_accept(). The backend is chosen
+ * by name in the options:
+ *
+ *   "tcp"   the default: TCP sockets driven by io_uring (one ring per link,
+ *           a batch of frames is one submission), or by poll(2) when the
+ *           build has no liburing or tcp_engine = "poll".
+ *   "dpdk"  DPDK ethdev: net_memif between processes on one host (kernel
+ *           bypass), net_af_packet on an interface by configuration. Frames
+ *           are cut into packets and carried by the reliable layer below.
+ *   "rdma"  libibverbs reliable-connected queue pairs. With no RDMA device
+ *           (always the case on the test hosts) connect and listen fail with
+ *           -ENODEV and the log line "no RDMA device".
+ *
+ * Every backend fills one ops table (transport/link_internal.h); a backend
+ * whose dependency was missing at build time answers every call with
+ * -ENOTSUP and esd_transport_backend_check() says "not built: <reason>".
+ *
+ * Layers, top to bottom, the same for every backend:
+ *
+ *   application frames
+ *   accounting   bytes / rows / frames per transfer kind (esd_link_stats)
+ *   reliable     sequence numbers, cumulative LINK_ACK, retransmission after
+ *                rto_ns, reorder buffer, duplicate suppression; on for dpdk,
+ *                and for every backend while fault injection is on (or
+ *                reliable = 1); tcp and rdma RC are reliable by themselves
+ *   shaping      a token bucket (bit/s), applied to every byte put on the
+ *                wire, retransmissions included
+ *   faults       drop / duplicate / reorder with probabilities and a seed
+ *                (tests only), applied to whole frames on the send side
+ *   backend      tcp | dpdk | rdma
+ *
+ * So with faults on, every frame is still delivered exactly once and in
+ * order; an application-level duplicate (a push re-sent after a reconnect)
+ * is caught by the exactly-once helper of esd/dedup.h.
+ *
+ * Threads: a link is used by one thread at a time, except
+ * esd_link_set_rate(), esd_link_get_rate() and esd_link_stats(), which any
+ * thread may call at any time. esd_link_send() does not deadlock against a
+ * peer that is itself sending: while it waits to write it reads what the
+ * peer sends into the link's receive backlog (bounded by
+ * rx_backlog_max; beyond it the send fails with -ENOBUFS).
+ *
+ * Caveats
+ * -------
+ * - A message returned by esd_link_recv() points into the link's buffers
+ *   and is valid until the next esd_link_recv() or esd_link_close().
+ * - After esd_link_recv() returns an error other than -ETIMEDOUT the link's
+ *   receive side is broken (the stream cannot be resynchronised): answer
+ *   with esd_link_send_error() if you like, then close it.
+ * - A crashed peer is detected: a closed socket, a memif link that went
+ *   down, or no acknowledgement for timeout_ns, ends in -ECONNRESET or
+ *   -ETIMEDOUT; nothing waits on a dead peer forever.
+ * - DPDK: one EAL per process, started by the first dpdk link with
+ *   dpdk_eal_args, never stopped before exit. Close order matters for
+ *   memif (a receiver whose peer unmaps the shared rings mid-burst can
+ *   crash): esd_link_close() runs a LINK_BYE handshake so that both sides
+ *   have stopped polling before either side removes its device.
+ */
+#ifndef ESD_TRANSPORT_H
+#define ESD_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <esd/proto.h>
+#include <esd/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct esd_link;
+struct esd_listener;
+
+/* Fault injection (tests). Probabilities in [0, 1] per frame sent. */
+struct esd_fault_opts {
+	double drop;    /* the frame is not sent */
+	double dup;     /* the frame is sent twice */
+	double reorder; /* the frame is held back and sent after the next one */
+	uint64_t seed;  /* PRNG seed; the same seed gives the same decisions */
+};
+
+struct esd_link_opts {
+	const char *backend; /* "tcp" (NULL = "tcp"), "dpdk", "rdma" */
+	/* tcp, rdma: "host:port" (listen: port 0 picks a free one); dpdk: the
+	 * memif control socket path (af_packet: the interface name). */
+	const char *addr;
+	struct esd_proto_limits limits; /* what the receiver accepts (0 = defaults) */
+	uint64_t rate_bps;              /* token bucket rate in bit/s; 0 = unshaped */
+	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 2 ms of rate) */
+	struct esd_fault_opts faults;
+	int reliable;           /* 1: reliable layer even without faults */
+	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
+	int64_t rto_ns;         /* retransmission timeout; 0 = 20 ms */
+	uint32_t window;        /* reliable layer: most unacked frames; 0 = 256 */
+	size_t rx_backlog_max;  /* bytes buffered while a send waits; 0 = 256 MiB */
+	const char *tcp_engine; /* "uring" or "poll"; NULL = uring when built */
+	/* dpdk */
+	const char *dpdk_eal_args; /* NULL = "--no-pci --no-huge --no-shconf -m 512
+				    * --no-telemetry --log-level=*:warning" */
+	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
+	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
+	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
+	uint32_t dpdk_mtu;         /* packet payload bytes; 0 = 8192 */
+};
+
+/* Defaults (all zero / NULL, backend "tcp"). */
+void esd_link_opts_init(struct esd_link_opts *o);
+
+/*
+ * Is a backend usable in this build? Returns 0, -ENOENT (no backend of that
+ * name) or -ENOTSUP (not built); *why (if not NULL) receives a static
+ * sentence, "not built: <reason>" for -ENOTSUP.
+ */
+int esd_transport_backend_check(const char *name, const char **why);
+
+/*
+ * Open a client link to o->addr and return it in *out (caller closes it
+ * with esd_link_close()). Returns 0 or -EINVAL (bad options or address),
+ * -ENOENT / -ENOTSUP (see esd_transport_backend_check), -ECONNREFUSED,
+ * -ETIMEDOUT (no peer within timeout_ns), -ENODEV (rdma: no RDMA device;
+ * dpdk: EAL failed to start), -ENOMEM, or another -errno of the backend.
+ * The error is logged with what and where.
+ */
+int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out);
+
+/* Open a listener on o->addr (caller closes it with esd_listener_close()).
+ * Errors as esd_link_connect(), plus -EADDRINUSE. */
+int esd_listener_open(const struct esd_link_opts *o, struct esd_listener **out);
+/* The address clients should use ("127.0.0.1:40123"; the memif socket
+ * path). Returns 0 or -ENOSPC if it does not fit len. */
+int esd_listener_addr(const struct esd_listener *l, char *buf, size_t len);
+/* Wait up to timeout_ns (< 0: forever) for the next link. Returns 0 with the
+ * link in *out (caller closes it), -ETIMEDOUT, or a -errno of the backend. */
+int esd_listener_accept(struct esd_listener *l, int64_t timeout_ns, struct esd_link **out);
+/* Stop listening; links already accepted stay open. Accepts NULL. */
+void esd_listener_close(struct esd_listener *l);
+
+/*
+ * Send len bytes holding one or more whole encoded frames (a batch, e.g.
+ * a struct esd_buf filled by the encoders). Blocks until the frames are
+ * handed to the backend (shaped to the link's rate; with the reliable layer,
+ * until the window has room). The link sets each header's seq. Returns 0,
+ * -EINVAL (len does not cover whole well-formed frame headers), -EPIPE (the
+ * link was closed or broken), -ECONNRESET (the peer went away), -ETIMEDOUT
+ * (no acknowledgement for timeout_ns), -ENOBUFS (receive backlog full).
+ */
+int esd_link_send(struct esd_link *l, const void *frames, size_t len);
+
+/* Encode and send an ERROR frame (best effort: the link may be broken).
+ * Returns as esd_link_send(). */
+int esd_link_send_error(struct esd_link *l, int code, const char *text);
+
+/*
+ * Receive the next application frame, decoded into *m (views into the
+ * link's buffer; see Caveats). timeout_ns < 0 waits forever, 0 polls.
+ * Returns 0, -ETIMEDOUT, -ECONNRESET (the peer closed or crashed; also a
+ * frame cut short by a close), -EPIPE (the link is closed or broken), or a
+ * decoder error (-ESD_EBADMAGIC, -ESD_EBADVERSION, -EPROTO, -EMSGSIZE,
+ * -E2BIG) with the reason in esd_link_last_error(). Never allocates more
+ * than limits.max_body for one frame.
+ */
+int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns);
+
+/* Text of the last error on the link (static storage of the link; "" if
+ * none). */
+const char *esd_link_last_error(const struct esd_link *l);
+/* Backend name ("tcp", ...) and peer description; owned by the link. */
+const char *esd_link_backend(const struct esd_link *l);
+const char *esd_link_peer(const struct esd_link *l);
+
+/* Close the link (orderly where the backend has an order, see Caveats),
+ * free it. Accepts NULL. */
+void esd_link_close(struct esd_link *l);
+
+/* Set the shaping rate in bit/s (0 = unshaped). Thread-safe; takes effect
+ * on the next frame sent. */
+void esd_link_set_rate(struct esd_link *l, uint64_t rate_bps);
+uint64_t esd_link_get_rate(const struct esd_link *l);
+
+/* Per-link counters. Bytes are whole frames (header + body) as the
+ * application sent or received them, classified with esd_proto_classify();
+ * retransmissions and link-internal frames are counted apart. */
+struct esd_link_kind_stats {
+	uint64_t tx_bytes, tx_rows, tx_frames;
+	uint64_t rx_bytes, rx_rows, rx_frames;
+};
+
+struct esd_link_stats {
+	struct esd_link_kind_stats kind[ESD_XFER_NKINDS];
+	uint64_t wire_tx_bytes;   /* all bytes handed to the backend */
+	uint64_t retx_frames;     /* reliable layer retransmissions */
+	uint64_t dup_rx_frames;   /* duplicates the reliable layer dropped */
+	uint64_t fault_drops, fault_dups, fault_reorders;
+	uint64_t shaped_wait_ns;  /* time spent waiting for the token bucket */
+	uint64_t rate_bps;
+	int reliable;             /* the reliable layer is on */
+};
+
+/* Snapshot the counters (each read atomically; the set is not one instant).
+ * Thread-safe. */
+void esd_link_stats(const struct esd_link *l, struct esd_link_stats *out);
+/* Zero the counters (rate and flags stay). Thread-safe. */
+void esd_link_stats_reset(struct esd_link *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_TRANSPORT_H */

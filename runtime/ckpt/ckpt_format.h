@@ -1,0 +1,78 @@
+/*
+ * Private: the byte layout of a checkpoint file (esd/ckpt.h documents it)
+ * and its encoding. Fields are little-endian at fixed offsets; the host
+ * must be little-endian (checked at compile time), so encoding is memcpy.
+ */
+#ifndef ESD_CKPT_FORMAT_H
+#define ESD_CKPT_FORMAT_H
+
+#include <esd/ckpt.h>
+#include <stdint.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint I/O assumes little-endian");
+
+#define CKPT_MAGIC         "ESDCKPT\0"
+#define CKPT_TRAILER_MAGIC "ESDCKEND"
+
+/* header field offsets */
+enum {
+	H_MAGIC = 0,
+	H_VERSION = 8,
+	H_HSIZE = 12,
+	H_SEED = 16,
+	H_ITER = 24,
+	H_CURSOR = 32,
+	H_ROWS = 40,
+	H_DENSE = 48,
+	H_DCLOCK = 56,
+	H_DIM = 64,
+	H_OPT = 68,
+	H_SF = 72,
+	H_SHARD = 76,
+	H_NSHARDS = 80,
+	H_FLAGS = 84,
+	H_RESERVED = 88,
+	H_SUM = 120,
+};
+/* trailer field offsets */
+enum {
+	T_MAGIC = 0,
+	T_ROWS = 8,
+	T_DENSE = 16,
+	T_BODYSUM = 24,
+	T_HDRSUM = 32,
+	T_SUM = 40,
+};
+
+static inline void put_u32(unsigned char *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+static inline void put_u64(unsigned char *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+static inline uint32_t get_u32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static inline uint64_t get_u64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* Bytes of one row record. */
+static inline uint64_t ckpt_record_size(uint32_t dim, uint32_t sf)
+{
+	return 16 + 4 * (uint64_t)dim * (1 + sf);
+}
+
+/* Checksums: XXH64 with seed 0 (see ckpt_*.c). */
+uint64_t ckpt_hash(const void *p, size_t n);
+
+#endif

@@ -1,0 +1,370 @@
+/*
+ * Checkpoint reader: validates a whole file before anything in it is
+ * used (esd/ckpt.h "Validation"), then streams rows to a callback. Every
+ * refusal names what is wrong and the byte offset, because an operator
+ * deciding whether to restart a PS from this file needs to know.
+ */
+#include "ckpt_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <esd/err.h>
+
+#define RBUF_MIN (1u << 20)
+
+struct esd_ckpt_reader {
+	int fd;
+	struct esd_ckpt_info info;
+	uint32_t sf;
+	uint64_t rec;        /* bytes of a row record */
+	uint64_t rows_off;   /* start of rows */
+	uint64_t dense_off;  /* start of the dense section */
+	uint64_t trailer_off;
+	uint64_t body_sum;   /* from the trailer */
+	unsigned char *buf;
+	size_t bufsize;      /* a whole number of records, >= RBUF_MIN */
+};
+
+static int fail(struct esd_ckpt_error *err, int code, uint64_t off, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(struct esd_ckpt_error *err, int code, uint64_t off, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		err->code = code;
+		err->offset = off;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+static int pread_all(int fd, void *p, size_t n, uint64_t off)
+{
+	unsigned char *c = p;
+	while (n) {
+		ssize_t r = pread(fd, c, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return esd_neg_errno();
+		}
+		if (r == 0)
+			return -ENODATA; /* shrank under us */
+		c += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint64_t size,
+			struct esd_ckpt_error *err)
+{
+	struct esd_ckpt_meta *m = &r->info.meta;
+	uint32_t v, opt, flags;
+	if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
+		return fail(err, -ESD_EBADMAGIC, H_MAGIC, "not a checkpoint: bad header magic");
+	v = get_u32(h + H_VERSION);
+	if (v != ESD_CKPT_VERSION)
+		return fail(err, -ESD_EBADVERSION, H_VERSION,
+			    "checkpoint version %u, this code reads version %u", v,
+			    ESD_CKPT_VERSION);
+	if (get_u32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
+		return fail(err, -EBADMSG, H_HSIZE, "header size %u, expected %u",
+			    get_u32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
+	if (get_u64(h + H_SUM) != ckpt_hash(h, H_SUM))
+		return fail(err, -ESD_EBADSUM, 0, "header checksum mismatch over bytes [0, %u)",
+			    (unsigned)H_SUM);
+	m->seed = get_u64(h + H_SEED);
+	m->iteration = get_u64(h + H_ITER);
+	m->data_cursor = get_u64(h + H_CURSOR);
+	m->dense_len = get_u64(h + H_DENSE);
+	m->dense_clock = get_u64(h + H_DCLOCK);
+	m->dim = get_u32(h + H_DIM);
+	m->shard = get_u32(h + H_SHARD);
+	m->nshards = get_u32(h + H_NSHARDS);
+	r->info.row_count = get_u64(h + H_ROWS);
+	opt = get_u32(h + H_OPT);
+	flags = get_u32(h + H_FLAGS);
+	r->sf = get_u32(h + H_SF);
+	if (m->dim < 1 || m->dim > ESD_CKPT_MAX_DIM)
+		return fail(err, -EBADMSG, H_DIM, "row dim %u out of range [1, %u]", m->dim,
+			    ESD_CKPT_MAX_DIM);
+	if (opt > ESD_OPT_ADAM)
+		return fail(err, -EBADMSG, H_OPT, "unknown optimizer %u", opt);
+	m->optimizer = (enum esd_optimizer)opt;
+	if (r->sf != esd_optimizer_state_floats(m->optimizer))
+		return fail(err, -EBADMSG, H_SF, "%u state floats per element, optimizer %u has %u",
+			    r->sf, opt, esd_optimizer_state_floats(m->optimizer));
+	if (m->nshards < 1 || m->shard >= m->nshards)
+		return fail(err, -EBADMSG, H_SHARD, "shard %u of %u", m->shard, m->nshards);
+	if (flags & ~ESD_CKPT_FLAG_SORTED)
+		return fail(err, -EBADMSG, H_FLAGS, "unknown flags 0x%x", flags);
+	r->info.sorted = flags & ESD_CKPT_FLAG_SORTED;
+	for (unsigned i = H_RESERVED; i < H_SUM; i++)
+		if (h[i])
+			return fail(err, -EBADMSG, i, "reserved header byte is not zero");
+
+	/* The size follows from the header: check it before reading on. */
+	r->rec = ckpt_record_size(m->dim, r->sf);
+	const uint64_t max = UINT64_MAX / 4;
+	if (r->info.row_count > max / r->rec || m->dense_len > max / (4 * (1 + (uint64_t)r->sf)))
+		return fail(err, -EBADMSG, H_ROWS, "counts too large (%" PRIu64 " rows, %" PRIu64
+			    " dense floats)", r->info.row_count, m->dense_len);
+	r->rows_off = ESD_CKPT_HEADER_SIZE;
+	r->dense_off = r->rows_off + r->info.row_count * r->rec;
+	r->trailer_off = r->dense_off + m->dense_len * 4 * (1 + (uint64_t)r->sf);
+	uint64_t want = r->trailer_off + ESD_CKPT_TRAILER_SIZE;
+	if (size < want)
+		return fail(err, -ENODATA, size,
+			    "truncated: %" PRIu64 " bytes, the header's counts (%" PRIu64
+			    " rows of dim %u, %" PRIu64 " dense floats) need %" PRIu64,
+			    size, r->info.row_count, m->dim, m->dense_len, want);
+	if (size > want)
+		return fail(err, -EBADMSG, want,
+			    "%" PRIu64 " trailing bytes after the trailer at %" PRIu64, size - want,
+			    r->trailer_off);
+	r->info.file_size = size;
+	return 0;
+}
+
+static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h,
+			 const unsigned char *t, struct esd_ckpt_error *err)
+{
+	const uint64_t o = r->trailer_off;
+	if (memcmp(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8))
+		return fail(err, -ESD_EBADMAGIC, o, "bad trailer magic at %" PRIu64, o);
+	if (get_u64(t + T_SUM) != ckpt_hash(t, T_SUM))
+		return fail(err, -ESD_EBADSUM, o, "trailer checksum mismatch over bytes [%" PRIu64
+			    ", %" PRIu64 ")", o, o + T_SUM);
+	if (get_u64(t + T_ROWS) != r->info.row_count)
+		return fail(err, -EBADMSG, o + T_ROWS,
+			    "trailer says %" PRIu64 " rows, header %" PRIu64,
+			    get_u64(t + T_ROWS), r->info.row_count);
+	if (get_u64(t + T_DENSE) != r->info.meta.dense_len)
+		return fail(err, -EBADMSG, o + T_DENSE,
+			    "trailer says %" PRIu64 " dense floats, header %" PRIu64,
+			    get_u64(t + T_DENSE), r->info.meta.dense_len);
+	if (get_u64(t + T_HDRSUM) != get_u64(h + H_SUM))
+		return fail(err, -EBADMSG, o + T_HDRSUM,
+			    "trailer belongs to another header (header checksum differs)");
+	r->body_sum = get_u64(t + T_BODYSUM);
+	return 0;
+}
+
+/*
+ * One pass over the body [rows_off, trailer_off): checksum, and key order
+ * when the file says sorted. With fn, rows are delivered too.
+ */
+static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
+		     struct esd_ckpt_error *err)
+{
+	XXH64_state_t *st = XXH64_createState();
+	const uint32_t dim = r->info.meta.dim;
+	uint64_t left = r->info.row_count, off = r->rows_off, prev = 0;
+	int rc = 0;
+	if (!st)
+		return fail(err, -ENOMEM, 0, "out of memory");
+	XXH64_reset(st, 0);
+	while (left) {
+		uint64_t n = r->bufsize / r->rec;
+		if (n > left)
+			n = left;
+		size_t bytes = (size_t)(n * r->rec);
+		rc = pread_all(r->fd, r->buf, bytes, off);
+		if (rc) {
+			rc = fail(err, rc, off, "read of rows at %" PRIu64 " failed: %s", off,
+				  esd_strerror(rc));
+			goto out;
+		}
+		XXH64_update(st, r->buf, bytes);
+		for (uint64_t i = 0; i < n; i++) {
+			const unsigned char *p = r->buf + i * r->rec;
+			uint64_t key = get_u64(p);
+			uint64_t ro = off + i * r->rec;
+			if (r->info.sorted && ro != r->rows_off && key <= prev) {
+				rc = fail(err, -EBADMSG, ro,
+					  "rows marked sorted, but key 0x%" PRIx64
+					  " at %" PRIu64 " follows 0x%" PRIx64,
+					  key, ro, prev);
+				goto out;
+			}
+			prev = key;
+			if (fn) {
+				const float *v = (const float *)(const void *)(p + 16);
+				rc = fn(arg, key, get_u64(p + 8), v, r->sf ? v + dim : NULL);
+				if (rc)
+					goto out;
+			}
+		}
+		left -= n;
+		off += bytes;
+	}
+	/* the dense section, hashed in buffer-sized pieces */
+	while (off < r->trailer_off) {
+		uint64_t n = r->trailer_off - off;
+		if (n > r->bufsize)
+			n = r->bufsize;
+		rc = pread_all(r->fd, r->buf, (size_t)n, off);
+		if (rc) {
+			rc = fail(err, rc, off, "read of dense table at %" PRIu64 " failed: %s",
+				  off, esd_strerror(rc));
+			goto out;
+		}
+		XXH64_update(st, r->buf, (size_t)n);
+		off += n;
+	}
+	if (XXH64_digest(st) != r->body_sum)
+		rc = fail(err, -ESD_EBADSUM, r->rows_off,
+			  "body checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")",
+			  r->rows_off, r->trailer_off);
+out:
+	XXH64_freeState(st);
+	return rc;
+}
+
+int esd_ckpt_open_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+{
+	struct esd_ckpt_reader *r;
+	unsigned char h[ESD_CKPT_HEADER_SIZE], t[ESD_CKPT_TRAILER_SIZE];
+	struct stat sb;
+	int rc;
+
+	if (err)
+		memset(err, 0, sizeof(*err));
+	if (fd < 0 || !out)
+		return fail(err, -EINVAL, 0, "bad arguments");
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return fail(err, -ENOMEM, 0, "out of memory");
+	r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (r->fd < 0) {
+		rc = fail(err, esd_neg_errno(), 0, "dup: %s", strerror(errno));
+		goto err_free;
+	}
+	if (fstat(r->fd, &sb)) {
+		rc = fail(err, esd_neg_errno(), 0, "fstat: %s", strerror(errno));
+		goto err_close;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		rc = fail(err, -EINVAL, 0, "not a regular file");
+		goto err_close;
+	}
+	if ((uint64_t)sb.st_size < ESD_CKPT_HEADER_SIZE) {
+		rc = fail(err, -ENODATA, (uint64_t)sb.st_size,
+			  "truncated: %lld bytes, shorter than the %u-byte header",
+			  (long long)sb.st_size, ESD_CKPT_HEADER_SIZE);
+		goto err_close;
+	}
+	rc = pread_all(r->fd, h, sizeof(h), 0);
+	if (rc) {
+		rc = fail(err, rc, 0, "read of header failed: %s", esd_strerror(rc));
+		goto err_close;
+	}
+	rc = check_header(r, h, (uint64_t)sb.st_size, err);
+	if (rc)
+		goto err_close;
+	rc = pread_all(r->fd, t, sizeof(t), r->trailer_off);
+	if (rc) {
+		rc = fail(err, rc, r->trailer_off, "read of trailer failed: %s", esd_strerror(rc));
+		goto err_close;
+	}
+	rc = check_trailer(r, h, t, err);
+	if (rc)
+		goto err_close;
+	r->bufsize = (size_t)((RBUF_MIN + r->rec - 1) / r->rec * r->rec);
+	r->buf = malloc(r->bufsize);
+	if (!r->buf) {
+		rc = fail(err, -ENOMEM, 0, "out of memory");
+		goto err_close;
+	}
+	rc = walk_body(r, NULL, NULL, err);
+	if (rc)
+		goto err_buf;
+	*out = r;
+	return 0;
+
+err_buf:
+	free(r->buf);
+err_close:
+	close(r->fd);
+err_free:
+	free(r);
+	return rc;
+}
+
+int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+{
+	int fd, rc;
+	if (err)
+		memset(err, 0, sizeof(*err));
+	if (!path || !out)
+		return fail(err, -EINVAL, 0, "bad arguments");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = esd_neg_errno();
+		return fail(err, rc, 0, "%s: %s", path, esd_strerror(rc));
+	}
+	rc = esd_ckpt_open_fd(fd, out, err);
+	close(fd);
+	if (rc && err) {
+		/* prefix the path to what went wrong */
+		char msg[2 * sizeof(err->msg) + 64];
+		snprintf(msg, sizeof(msg), "%s: %s (at byte %" PRIu64 ")", path, err->msg,
+			 err->offset);
+		size_t l = strlen(msg);
+		if (l >= sizeof(err->msg))
+			l = sizeof(err->msg) - 1;
+		memcpy(err->msg, msg, l);
+		err->msg[l] = '\0';
+	}
+	return rc;
+}
+
+const struct esd_ckpt_info *esd_ckpt_info(const struct esd_ckpt_reader *r)
+{
+	return &r->info;
+}
+
+int esd_ckpt_read_rows(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg)
+{
+	if (!r || !fn)
+		return -EINVAL;
+	return walk_body(r, fn, arg, NULL);
+}
+
+int esd_ckpt_read_dense(struct esd_ckpt_reader *r, float *dense, float *state)
+{
+	const uint64_t n = r ? r->info.meta.dense_len : 0;
+	int rc;
+	if (!r || (n && !dense))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	rc = pread_all(r->fd, dense, (size_t)(n * sizeof(float)), r->dense_off);
+	if (!rc && state && r->sf)
+		rc = pread_all(r->fd, state, (size_t)(n * r->sf * sizeof(float)),
+			       r->dense_off + n * sizeof(float));
+	return rc;
+}
+
+void esd_ckpt_close(struct esd_ckpt_reader *r)
+{
+	if (!r)
+		return;
+	close(r->fd);
+	free(r->buf);
+	free(r);
+}

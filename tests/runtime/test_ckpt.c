@@ -1,0 +1,581 @@
+/* Checkpoint file: round trip, truncation at every offset, single-bit
+ * corruption anywhere, atomic replace with an interrupted writer, random
+ * garbage, and the model comparison used by the correctness bar. */
+#include "testutil.h"
+
+#include <errno.h>
+#include <esd/ckpt.h>
+#include <esd/err.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *dir;
+
+static char *path_in(const char *name)
+{
+	char *p;
+	assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+/* Row i of a test model: key, clock and floats all derived from i. */
+static esd_key_t key_of(uint64_t i)
+{
+	return esd_key_make((uint32_t)(i / 10000), i * 7 + 1); /* ascending in i */
+}
+
+static void fill_row(uint64_t i, unsigned n, float *out)
+{
+	for (unsigned c = 0; c < n; c++)
+		out[c] = (float)(i * 1000 + c) * 0.001f - 3.0f;
+}
+
+struct model_spec {
+	uint64_t rows;
+	unsigned dim;
+	enum esd_optimizer opt;
+	uint64_t dense_len;
+	int reverse; /* write rows in descending key order */
+	uint64_t first, step; /* write rows first, first+step, ... (sharding) */
+};
+
+static void write_model(const char *path, const struct model_spec *s, uint64_t iteration)
+{
+	struct esd_ckpt_meta m = {.seed = 77,
+				  .iteration = iteration,
+				  .data_cursor = iteration * 64,
+				  .dim = s->dim,
+				  .optimizer = s->opt,
+				  .shard = 0,
+				  .nshards = 1,
+				  .dense_len = s->dense_len,
+				  .dense_clock = iteration};
+	unsigned sf = esd_optimizer_state_floats(s->opt);
+	struct esd_ckpt_writer *w;
+	float *v = malloc(sizeof(float) * s->dim * (1 + sf) + 4);
+	assert_int_equal(esd_ckpt_writer_open(path, &m, &w), 0);
+	uint64_t step = s->step ? s->step : 1;
+	for (uint64_t j = s->first; j < s->rows; j += step) {
+		uint64_t i = s->reverse ? s->rows - 1 - j : j;
+		fill_row(i, s->dim * (1 + sf), v);
+		assert_int_equal(esd_ckpt_write_row(w, key_of(i), i + 5, v, sf ? v + s->dim : NULL),
+				 0);
+	}
+	if (s->dense_len) {
+		float *d = malloc(sizeof(float) * s->dense_len * (1 + sf));
+		fill_row(999999, (unsigned)(s->dense_len * (1 + sf)), d);
+		assert_int_equal(esd_ckpt_write_dense(w, d, sf ? d + s->dense_len : NULL), 0);
+		free(d);
+	}
+	assert_int_equal(esd_ckpt_writer_commit(w), 0);
+	free(v);
+}
+
+struct check {
+	const struct model_spec *s;
+	uint64_t seen;
+	uint64_t next; /* expected i */
+};
+
+static int check_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
+		     const float *state)
+{
+	struct check *c = arg;
+	unsigned sf = esd_optimizer_state_floats(c->s->opt);
+	uint64_t i = c->s->reverse ? c->s->rows - 1 - c->next : c->next;
+	float want[64 * 3];
+	fill_row(i, c->s->dim * (1 + sf), want);
+	if (key != key_of(i) || clock != i + 5 || memcmp(value, want, c->s->dim * sizeof(float)))
+		return -1;
+	if (sf && memcmp(state, want + c->s->dim, c->s->dim * sf * sizeof(float)))
+		return -2;
+	if (!sf && state)
+		return -3;
+	c->next++;
+	c->seen++;
+	return 0;
+}
+
+static void test_round_trip(void **state)
+{
+	(void)state;
+	char *p = path_in("rt.ckpt");
+	/* enough rows to cross the 1 MiB I/O buffers several times */
+	struct model_spec specs[] = {
+		{.rows = 20000, .dim = 16, .opt = ESD_OPT_ADAGRAD, .dense_len = 1000},
+		{.rows = 33, .dim = 5, .opt = ESD_OPT_ADAM, .dense_len = 7, .reverse = 1},
+		{.rows = 10, .dim = 1, .opt = ESD_OPT_SGD, .dense_len = 0},
+		{.rows = 0, .dim = 64, .opt = ESD_OPT_SGD, .dense_len = 3},
+	};
+	for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
+		const struct model_spec *s = &specs[k];
+		write_model(p, s, 42);
+		struct esd_ckpt_reader *r;
+		struct esd_ckpt_error err;
+		assert_int_equal(esd_ckpt_open(p, &r, &err), 0);
+		const struct esd_ckpt_info *in = esd_ckpt_info(r);
+		unsigned sf = esd_optimizer_state_floats(s->opt);
+		assert_int_equal(in->row_count, s->rows);
+		assert_int_equal(in->meta.seed, 77);
+		assert_int_equal(in->meta.iteration, 42);
+		assert_int_equal(in->meta.data_cursor, 42 * 64);
+		assert_int_equal(in->meta.dim, s->dim);
+		assert_int_equal(in->meta.optimizer, s->opt);
+		assert_int_equal(in->meta.dense_len, s->dense_len);
+		assert_int_equal(in->meta.dense_clock, 42);
+		assert_int_equal(in->sorted, !s->reverse || s->rows < 2);
+		struct stat sb;
+		assert_int_equal(stat(p, &sb), 0);
+		assert_int_equal(in->file_size, (uint64_t)sb.st_size);
+		assert_int_equal(sb.st_size, ESD_CKPT_HEADER_SIZE + ESD_CKPT_TRAILER_SIZE +
+						     s->rows * (16 + 4 * s->dim * (1 + sf)) +
+						     s->dense_len * 4 * (1 + sf));
+		struct check c = {.s = s};
+		assert_int_equal(esd_ckpt_read_rows(r, check_row, &c), 0);
+		assert_int_equal(c.seen, s->rows);
+		/* a second walk works too; a callback's error stops the walk */
+		c.next = 0;
+		assert_int_equal(esd_ckpt_read_rows(r, check_row, &c), 0);
+		if (s->dense_len) {
+			float *d = malloc(sizeof(float) * s->dense_len * (1 + sf));
+			float *want = malloc(sizeof(float) * s->dense_len * (1 + sf));
+			fill_row(999999, (unsigned)(s->dense_len * (1 + sf)), want);
+			assert_int_equal(esd_ckpt_read_dense(r, d, sf ? d + s->dense_len : NULL), 0);
+			assert_memory_equal(d, want, sizeof(float) * s->dense_len * (1 + sf));
+			free(d);
+			free(want);
+		}
+		esd_ckpt_close(r);
+	}
+	esd_ckpt_close(NULL);
+	free(p);
+}
+
+static int stop_at_3(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	(void)key, (void)clock, (void)v, (void)s;
+	return ++*(int *)arg == 3 ? 99 : 0;
+}
+
+static void test_writer_errors(void **state)
+{
+	(void)state;
+	char *p = path_in("we.ckpt");
+	struct esd_ckpt_meta m = {.dim = 2, .optimizer = ESD_OPT_SGD, .nshards = 1, .dense_len = 2};
+	struct esd_ckpt_writer *w;
+	float v[2] = {1, 2};
+	m.dim = 0;
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), -EINVAL);
+	m.dim = 2;
+	m.shard = 1;
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), -EINVAL);
+	m.shard = 0;
+	m.optimizer = (enum esd_optimizer)3;
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), -EINVAL);
+	m.optimizer = ESD_OPT_SGD;
+	char *bad = path_in("");
+	assert_int_equal(esd_ckpt_writer_open(bad, &m, &w), -EINVAL);
+	free(bad);
+	assert_int_equal(esd_ckpt_writer_open("/nonexistent/dir/x.ckpt", &m, &w), -ENOENT);
+
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
+	assert_int_equal(esd_ckpt_write_row(w, 5, 0, v, NULL), 0);
+	assert_int_equal(esd_ckpt_write_row(w, 5, 0, v, NULL), -EINVAL); /* duplicate */
+	assert_int_equal(esd_ckpt_write_row(w, 3, 0, v, NULL), 0);        /* unsorted is fine */
+	/* the dense table is due: commit refuses, nothing is left behind */
+	assert_int_equal(esd_ckpt_writer_commit(w), -EINVAL);
+	assert_int_equal(access(p, F_OK), -1);
+	assert_int_equal(esd_ckpt_remove_temps(p), 0);
+
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
+	assert_int_equal(esd_ckpt_write_dense(w, v, NULL), 0);
+	assert_int_equal(esd_ckpt_write_dense(w, v, NULL), -EINVAL);     /* twice */
+	assert_int_equal(esd_ckpt_write_row(w, 9, 0, v, NULL), -EINVAL); /* rows after dense */
+	assert_int_equal(esd_ckpt_writer_commit(w), 0);
+	assert_int_equal(esd_ckpt_writer_commit(NULL), -EINVAL);
+	esd_ckpt_writer_abort(NULL);
+
+	/* batch writes; a callback's non-zero return stops the walk */
+	m.dense_len = 0;
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
+	esd_key_t keys[4] = {1, 2, 3, 4};
+	uint64_t clocks[4] = {0};
+	float vals[8] = {0};
+	assert_int_equal(esd_ckpt_write_rows(w, 4, keys, clocks, vals, NULL), 0);
+	assert_int_equal(esd_ckpt_writer_commit(w), 0);
+	struct esd_ckpt_reader *r;
+	assert_int_equal(esd_ckpt_open(p, &r, NULL), 0);
+	int n = 0;
+	assert_int_equal(esd_ckpt_read_rows(r, stop_at_3, &n), 99);
+	esd_ckpt_close(r);
+	free(p);
+}
+
+static void read_file(const char *p, unsigned char **buf, size_t *len)
+{
+	struct stat sb;
+	assert_int_equal(stat(p, &sb), 0);
+	*len = (size_t)sb.st_size;
+	*buf = malloc(*len + 1);
+	int fd = open(p, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(read(fd, *buf, *len), (ssize_t)*len);
+	close(fd);
+}
+
+static int open_bytes(const char *p, const unsigned char *b, size_t len,
+		      struct esd_ckpt_error *err)
+{
+	struct esd_ckpt_reader *r = NULL;
+	assert_int_equal(esd_test_write_file(p, (const char *)b, len), 0);
+	int rc = esd_ckpt_open(p, &r, err);
+	esd_ckpt_close(r);
+	return rc;
+}
+
+static const struct model_spec small = {.rows = 9, .dim = 3, .opt = ESD_OPT_ADAM, .dense_len = 5};
+
+static void test_truncation(void **state)
+{
+	(void)state;
+	char *p = path_in("tr.ckpt"), *q = path_in("tr2.ckpt");
+	unsigned char *b;
+	size_t len;
+	struct esd_ckpt_error err;
+	write_model(p, &small, 3);
+	read_file(p, &b, &len);
+	assert_int_equal(open_bytes(q, b, len, &err), 0);
+	for (size_t cut = 0; cut < len; cut++) {
+		int rc = open_bytes(q, b, cut, &err);
+		if (rc != -ENODATA)
+			fail_msg("cut at %zu: rc %d (%s)", cut, rc, err.msg);
+		assert_int_equal(err.code, -ENODATA);
+		assert_int_equal(err.offset, cut);
+		assert_non_null(strstr(err.msg, "truncated"));
+	}
+	/* trailing garbage is refused too */
+	b = realloc(b, len + 1);
+	b[len] = 0;
+	assert_int_equal(open_bytes(q, b, len + 1, &err), -EBADMSG);
+	assert_int_equal(err.offset, len);
+	assert_non_null(strstr(err.msg, "trailing"));
+	free(b);
+	free(p);
+	free(q);
+}
+
+static void test_bit_flips(void **state)
+{
+	(void)state;
+	char *p = path_in("bf.ckpt"), *q = path_in("bf2.ckpt");
+	unsigned char *b;
+	size_t len;
+	struct esd_ckpt_error err;
+	write_model(p, &small, 3);
+	read_file(p, &b, &len);
+	/* every bit of every byte */
+	for (size_t i = 0; i < len; i++) {
+		for (int bit = 0; bit < 8; bit++) {
+			b[i] ^= (unsigned char)(1u << bit);
+			int rc = open_bytes(q, b, len, &err);
+			b[i] ^= (unsigned char)(1u << bit);
+			if (rc == 0)
+				fail_msg("flip of bit %d at byte %zu went undetected", bit, i);
+			assert_true(rc == -ESD_EBADSUM || rc == -ESD_EBADMAGIC ||
+				    rc == -ESD_EBADVERSION || rc == -EBADMSG || rc == -ENODATA);
+			assert_true(err.msg[0] != '\0');
+			assert_true(err.offset <= len);
+		}
+	}
+	/* what each region reports */
+	b[0] ^= 1;
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADMAGIC);
+	b[0] ^= 1;
+	b[8] ^= 2;
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADVERSION);
+	assert_int_equal(err.offset, 8);
+	b[8] ^= 2;
+	b[ESD_CKPT_HEADER_SIZE + 20] ^= 4; /* inside the first row's value */
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADSUM);
+	assert_int_equal(err.offset, ESD_CKPT_HEADER_SIZE);
+	assert_non_null(strstr(err.msg, "body checksum"));
+	b[ESD_CKPT_HEADER_SIZE + 20] ^= 4;
+	b[len - 48] ^= 8; /* trailer magic */
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADMAGIC);
+	assert_int_equal(err.offset, len - 48);
+	b[len - 48] ^= 8;
+	b[len - 20] ^= 8; /* trailer's copy of the header checksum */
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADSUM);
+	b[len - 20] ^= 8;
+	assert_int_equal(open_bytes(q, b, len, &err), 0);
+	free(b);
+	free(p);
+	free(q);
+}
+
+/* A writer killed before commit (here: a child that _exits mid-write)
+ * leaves the previous checkpoint readable and untouched. */
+static void test_atomic_replace(void **state)
+{
+	(void)state;
+	char *p = path_in("at.ckpt");
+	unsigned char *before, *after;
+	size_t lb, la;
+	write_model(p, &small, 1);
+	read_file(p, &before, &lb);
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct esd_ckpt_meta m = {
+			.seed = 77, .iteration = 2, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
+		struct esd_ckpt_writer *w;
+		float v[9] = {0};
+		if (esd_ckpt_writer_open(p, &m, &w))
+			_exit(1);
+		for (uint64_t i = 0; i < 200000; i++) /* > 1 MiB: some of it reaches the file */
+			if (esd_ckpt_write_row(w, i, 0, v, v + 3))
+				_exit(1);
+		_exit(0); /* "crash": no commit, no abort */
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	read_file(p, &after, &la);
+	assert_int_equal(la, lb);
+	assert_memory_equal(before, after, lb);
+	struct esd_ckpt_reader *r;
+	assert_int_equal(esd_ckpt_open(p, &r, NULL), 0);
+	assert_int_equal(esd_ckpt_info(r)->meta.iteration, 1);
+	esd_ckpt_close(r);
+	/* the interrupted temporary is there, and is cleared */
+	assert_int_equal(esd_ckpt_remove_temps(p), 1);
+	assert_int_equal(esd_ckpt_remove_temps(p), 0);
+
+	/* an aborted writer changes nothing either; a committed one replaces */
+	struct esd_ckpt_meta m = {
+		.seed = 77, .iteration = 9, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
+	struct esd_ckpt_writer *w;
+	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
+	esd_ckpt_writer_abort(w);
+	assert_int_equal(esd_ckpt_open(p, &r, NULL), 0);
+	assert_int_equal(esd_ckpt_info(r)->meta.iteration, 1);
+	esd_ckpt_close(r);
+	write_model(p, &small, 2);
+	assert_int_equal(esd_ckpt_open(p, &r, NULL), 0);
+	assert_int_equal(esd_ckpt_info(r)->meta.iteration, 2);
+	esd_ckpt_close(r);
+	assert_int_equal(esd_ckpt_remove_temps(p), 0);
+	free(before);
+	free(after);
+	free(p);
+}
+
+static void test_garbage(void **state)
+{
+	(void)state;
+	char *p = path_in("gb.ckpt"), *good = path_in("gb-good.ckpt");
+	unsigned char *valid, *b = malloc(4096);
+	size_t lv;
+	struct esd_ckpt_error err;
+	uint64_t rng = 1234;
+	write_model(good, &small, 3);
+	read_file(good, &valid, &lv);
+	assert_true(lv < 4096);
+	for (int it = 0; it < 600; it++) {
+		size_t len = (size_t)(esd_test_rand(&rng) % 2048);
+		for (size_t i = 0; i < len; i++)
+			b[i] = (unsigned char)esd_test_rand(&rng);
+		int mode = it % 3;
+		if (mode >= 1 && len >= 8)
+			memcpy(b, "ESDCKPT\0", 8); /* passes the magic check */
+		if (mode == 2 && len >= ESD_CKPT_HEADER_SIZE)
+			memcpy(b, valid, ESD_CKPT_HEADER_SIZE); /* a valid header, random rest */
+		int rc = open_bytes(p, b, len, &err);
+		if (rc == 0)
+			fail_msg("garbage of %zu bytes accepted (iteration %d)", len, it);
+		assert_true(err.msg[0] != '\0');
+	}
+	/* the valid file with random runs overwritten */
+	for (int it = 0; it < 300; it++) {
+		memcpy(b, valid, lv);
+		size_t at = (size_t)(esd_test_rand(&rng) % lv);
+		size_t n = 1 + (size_t)(esd_test_rand(&rng) % 16);
+		int changed = 0;
+		for (size_t i = at; i < at + n && i < lv; i++) {
+			unsigned char c = (unsigned char)esd_test_rand(&rng);
+			changed |= c != b[i];
+			b[i] = c;
+		}
+		int rc = open_bytes(p, b, lv, &err);
+		assert_true(changed ? rc != 0 : rc == 0);
+	}
+	/* not a regular file; missing file */
+	struct esd_ckpt_reader *r;
+	assert_int_equal(esd_ckpt_open(dir, &r, &err), -EINVAL);
+	char *missing = path_in("missing.ckpt");
+	assert_int_equal(esd_ckpt_open(missing, &r, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, "missing.ckpt"));
+	free(missing);
+	free(valid);
+	free(b);
+	free(p);
+	free(good);
+}
+
+struct copy_ctx {
+	struct esd_ckpt_writer *w;
+	esd_key_t target;
+	float scale;
+	esd_key_t drop;
+	unsigned dim;
+};
+
+static int copy_row(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct copy_ctx *c = arg;
+	float tmp[64];
+	if (key == c->drop)
+		return 0;
+	memcpy(tmp, v, c->dim * sizeof(float));
+	if (key == c->target)
+		tmp[1] *= c->scale;
+	return esd_ckpt_write_row(c->w, key, clock, tmp, s);
+}
+
+/* Copy src to dst, scaling value[1] of key target and dropping key drop. */
+static void copy_model(const char *src, const char *dst, esd_key_t target, float scale,
+		       esd_key_t drop)
+{
+	struct esd_ckpt_reader *r;
+	assert_int_equal(esd_ckpt_open(src, &r, NULL), 0);
+	const struct esd_ckpt_info *in = esd_ckpt_info(r);
+	struct copy_ctx c = {.target = target, .scale = scale, .drop = drop, .dim = in->meta.dim};
+	assert_int_equal(esd_ckpt_writer_open(dst, &in->meta, &c.w), 0);
+	assert_int_equal(esd_ckpt_read_rows(r, copy_row, &c), 0);
+	if (in->meta.dense_len) {
+		unsigned sf = esd_optimizer_state_floats(in->meta.optimizer);
+		float *d = malloc(sizeof(float) * in->meta.dense_len * (1 + sf));
+		assert_int_equal(esd_ckpt_read_dense(r, d, d + in->meta.dense_len), 0);
+		assert_int_equal(esd_ckpt_write_dense(c.w, d, d + in->meta.dense_len), 0);
+		free(d);
+	}
+	assert_int_equal(esd_ckpt_writer_commit(c.w), 0);
+	esd_ckpt_close(r);
+}
+
+static void test_compare(void **state)
+{
+	(void)state;
+	char *a = path_in("cmp-a.ckpt"), *b = path_in("cmp-b.ckpt");
+	char *s0 = path_in("cmp-s0.ckpt"), *s1 = path_in("cmp-s1.ckpt");
+	struct esd_ckpt_cmp_result res;
+	struct esd_ckpt_error err;
+	struct model_spec spec = {.rows = 50, .dim = 4, .opt = ESD_OPT_ADAGRAD, .dense_len = 6};
+	write_model(a, &spec, 10);
+	const char *pa[1] = {a}, *pb[2] = {b, NULL};
+	const struct esd_ckpt_cmp_opts exact = {.exact = true, .state = true, .clocks = true};
+
+	copy_model(a, b, ~0ull, 1, ~0ull);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, &err), 0);
+	assert_true(res.equal);
+	assert_int_equal(res.rows_a, 50);
+	assert_int_equal(res.rows_b, 50);
+	assert_true(res.max_abs == 0);
+
+	/* a rounding-sized difference: equal within 1e-5, not bit-identical */
+	copy_model(a, b, key_of(17), 1.0f + 1e-6f, ~0ull);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, NULL, &res, &err), 0);
+	assert_true(res.equal);
+	assert_true(res.max_rel > 0 && res.max_rel < 1e-5);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, &err), 0);
+	assert_false(res.equal);
+	assert_int_equal(res.rows_differ, 1);
+	assert_true(res.has_first && res.first_key == key_of(17));
+
+	/* a real difference, in two rows: the smallest key is reported */
+	copy_model(a, b, key_of(40), 1.01f, key_of(3));
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, NULL, &res, &err), 0);
+	assert_false(res.equal);
+	assert_int_equal(res.only_a, 1);
+	assert_int_equal(res.rows_differ, 1);
+	esd_key_t lo = key_of(3) < key_of(40) ? key_of(3) : key_of(40);
+	assert_int_equal(res.first_key, lo);
+	assert_true(res.max_rel > 0.009 && res.max_rel < 0.011);
+	print_message("first difference: %s\n", res.first_what);
+
+	/* two shards (rows split, dense table in shard 0) vs one file */
+	struct model_spec sh0 = spec, sh1 = spec;
+	sh0.first = 0;
+	sh0.step = 2;
+	sh1.first = 1;
+	sh1.step = 2;
+	sh1.dense_len = 0;
+	write_model(s0, &sh0, 10);
+	write_model(s1, &sh1, 10);
+	const char *shards[2] = {s0, s1};
+	assert_int_equal(esd_ckpt_compare(shards, 2, pa, 1, &exact, &res, &err), 0);
+	assert_true(res.equal);
+	assert_int_equal(res.rows_a, 50);
+	/* the dense table in two files of a side is an error */
+	const char *twice[2] = {s0, s0};
+	assert_int_equal(esd_ckpt_compare(pa, 1, twice, 2, NULL, &res, &err), -EINVAL);
+	assert_int_equal(esd_ckpt_compare(twice, 2, pa, 1, NULL, &res, &err), -EINVAL);
+	/* a shard given twice: duplicate rows */
+	const char *dup[3] = {s0, s1, s1};
+	assert_int_equal(esd_ckpt_compare(pa, 1, dup, 3, NULL, &res, &err), 0);
+	assert_false(res.equal);
+	assert_int_equal(res.duplicates, 25);
+	assert_int_equal(esd_ckpt_compare(dup, 3, pa, 1, NULL, &res, &err), 0);
+	assert_false(res.equal);
+	assert_int_equal(res.duplicates, 25);
+	/* one shard only: rows missing */
+	assert_int_equal(esd_ckpt_compare(pa, 1, shards, 1, NULL, &res, &err), 0);
+	assert_false(res.equal);
+	assert_int_equal(res.only_a, 25);
+
+	/* another iteration: metadata differs */
+	write_model(b, &spec, 11);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, NULL, &res, &err), 0);
+	assert_false(res.equal);
+	assert_true(res.meta_differ);
+	assert_non_null(strstr(res.first_what, "iteration"));
+
+	/* a corrupt file is an error, not a verdict */
+	assert_int_equal(truncate(b, 100), 0);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, NULL, &res, &err), -ENODATA);
+	assert_int_equal(esd_ckpt_compare(pa, 0, pb, 1, NULL, &res, &err), -EINVAL);
+	free(a);
+	free(b);
+	free(s0);
+	free(s1);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	dir = esd_test_mkdtemp("esd-ckpt");
+	return dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	esd_test_rmtree(dir);
+	free(dir);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_writer_errors),
+		cmocka_unit_test(test_truncation),    cmocka_unit_test(test_bit_flips),
+		cmocka_unit_test(test_atomic_replace), cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_compare),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,650 @@
+/*
+ * The dpdk backend: frames over a DPDK ethdev, kernel bypass. net_memif
+ * connects two processes on one host through shared-memory rings (the
+ * tested case); net_af_packet binds an interface by configuration.
+ *
+ * Packets: an Ethernet header (ethertype 0x88b5, local experimental), a
+ * fragment header (message id, offset, total length) and up to dpdk_mtu
+ * bytes of one frame. Fragments of a frame travel in order; the receiver
+ * reassembles into a buffer it allocates only after the frame header
+ * (first fragment) passed esd_frame_hdr_parse() against the limits. A
+ * missing fragment loses the frame: the reliable layer (rel.c, always on
+ * for this backend) retransmits it.
+ *
+ * Shutdown order (a memif receiver can crash if the peer unmaps the shared
+ * rings while it is inside rx_burst): the side that closes sends LINK_BYE 0
+ * and keeps polling only for the answer; the other side, on LINK_BYE 0,
+ * answers LINK_BYE 1 and stops polling for good (the application sees
+ * -ECONNRESET). The closer removes its device after the answer; the other
+ * side removes its own once the link went down (or a deadline passed).
+ * So neither side polls while the other tears down.
+ *
+ * EAL: started once per process by the first dpdk link, with
+ * dpdk_eal_args plus a per-process --file-prefix; the calling thread's
+ * CPU affinity is restored afterwards (EAL pins it to its main lcore).
+ */
+#include "link_internal.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_bus_vdev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#define ETHERTYPE_ESD   0x88b5
+#define ETH_HDR         14u
+#define FRAG_HDR        16u
+#define DEFAULT_MTU     8192u
+#define BURST           32
+#define POOL_MBUFS      8191
+#define RING_DESC       1024
+#define LINK_POLL_NS    (10 * ESD_NS_PER_MS)
+#define DEFAULT_EAL_ARGS                                                                           \
+	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
+
+struct ready {
+	struct ready *next;
+	size_t len;
+	uint8_t data[];
+};
+
+struct dpdk_wire {
+	struct wire w;
+	uint16_t port;
+	char dev[96];
+	uint32_t mtu;
+	uint32_t tx_msg;
+	/* reassembly of the frame in progress */
+	struct ready *asm_buf;
+	uint32_t asm_id;
+	size_t asm_got;
+	int asm_on;
+	/* complete frames not yet handed up; cur is lent */
+	struct ready *rq_head, *rq_tail, *cur;
+	size_t rq_bytes;
+	int was_up, peer_bye, bye_acked, down;
+	int64_t next_link_check;
+	uint64_t empty_polls;
+};
+
+struct dpdk_listener {
+	struct wire_listener wl;
+	uint32_t n;
+	uint16_t *ports;
+	char (*devs)[96];
+	uint8_t *taken;
+};
+
+static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
+static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
+static struct rte_mempool *pool;
+static unsigned dev_seq;
+
+static int eal_start(const struct esd_link_opts *o)
+{
+	pthread_mutex_lock(&eal_lock);
+	if (eal_state) {
+		int rc = eal_state > 0 ? 0 : eal_state;
+		pthread_mutex_unlock(&eal_lock);
+		return rc;
+	}
+	char args[1024], prefix[64];
+	char *argv[64];
+	int argc = 0;
+	snprintf(args, sizeof(args), "%s", o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
+	argv[argc++] = "esd";
+	int has_prefix = strstr(args, "--file-prefix") != NULL;
+	for (char *save, *t = strtok_r(args, " \t", &save); t && argc < 62;
+	     t = strtok_r(NULL, " \t", &save))
+		argv[argc++] = t;
+	if (!has_prefix) {
+		snprintf(prefix, sizeof(prefix), "--file-prefix=esd%d", (int)getpid());
+		argv[argc++] = prefix;
+	}
+	argv[argc] = NULL;
+	cpu_set_t cpus;
+	int have_cpus = !sched_getaffinity(0, sizeof(cpus), &cpus);
+	int rc = rte_eal_init(argc, argv);
+	if (have_cpus)
+		sched_setaffinity(0, sizeof(cpus), &cpus);
+	if (rc < 0) {
+		rc = rte_errno ? -rte_errno : -ENODEV;
+		ESD_ERR("transport", "dpdk: EAL did not start (%s) with '%s'", rte_strerror(-rc),
+			o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
+		eal_state = -ENODEV;
+		pthread_mutex_unlock(&eal_lock);
+		return -ENODEV;
+	}
+	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	pool = rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
+				       (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
+				       (int)rte_socket_id());
+	if (!pool) {
+		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
+		eal_state = -ENOMEM;
+		pthread_mutex_unlock(&eal_lock);
+		return -ENOMEM;
+	}
+	eal_state = 1;
+	pthread_mutex_unlock(&eal_lock);
+	return 0;
+}
+
+/* Create, configure and start one port from a vdev string. */
+static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t *port)
+{
+	char spec[512];
+	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
+	int rc = rte_dev_probe(spec);
+	if (rc) {
+		ESD_ERR("transport", "dpdk: probe of %s failed: %s", spec, rte_strerror(-rc));
+		return rc;
+	}
+	if ((rc = rte_eth_dev_get_port_by_name(name, port)))
+		goto err_remove;
+	struct rte_eth_conf conf;
+	memset(&conf, 0, sizeof(conf));
+	conf.rxmode.mtu = mtu + FRAG_HDR;
+	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0) {
+		memset(&conf, 0, sizeof(conf));
+		if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
+			goto err_remove;
+	}
+	if ((rc = rte_eth_rx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL,
+					 pool)) < 0 ||
+	    (rc = rte_eth_tx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL)) <
+		    0 ||
+	    (rc = rte_eth_dev_start(*port)) < 0)
+		goto err_close;
+	return 0;
+
+err_close:
+	rte_eth_dev_close(*port);
+err_remove:
+	ESD_ERR("transport", "dpdk: port %s: %s", name, rte_strerror(rc < 0 ? -rc : rc));
+	rte_vdev_uninit(name);
+	return rc < 0 ? rc : -rc;
+}
+
+static void port_down(uint16_t port, const char *name)
+{
+	rte_eth_dev_stop(port);
+	rte_eth_dev_close(port);
+	rte_vdev_uninit(name);
+}
+
+static int link_is_up(uint16_t port)
+{
+	struct rte_eth_link l;
+	memset(&l, 0, sizeof(l));
+	rte_eth_link_get_nowait(port, &l);
+	return l.link_status == RTE_ETH_LINK_UP;
+}
+
+static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, const char *dev)
+{
+	struct dpdk_wire *d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	wire_init(&d->w, &esd_wire_dpdk, o);
+	d->port = port;
+	snprintf(d->dev, sizeof(d->dev), "%s", dev);
+	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	d->was_up = 1;
+	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
+	return d;
+}
+
+static int is_memif(const struct esd_link_opts *o)
+{
+	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
+}
+
+static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
+		     size_t len)
+{
+	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	if (is_memif(o)) {
+		uint32_t bsize = 2048;
+		while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
+			bsize *= 2;
+		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=10",
+			 server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
+		return 0;
+	}
+	if (!strcmp(o->dpdk_vdev, "af_packet")) {
+		snprintf(buf, len, "iface=%s,qpairs=1", o->addr);
+		return 0;
+	}
+	ESD_ERR("transport", "dpdk: vdev '%s': expected memif or af_packet", o->dpdk_vdev);
+	return -EINVAL;
+}
+
+static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
+{
+	char name[96], args[400];
+	uint16_t port;
+	int rc = eal_start(o);
+	if (rc)
+		return rc;
+	if ((rc = vdev_args(o, 0, o->memif_id, args, sizeof(args))))
+		return rc;
+	snprintf(name, sizeof(name), "net_%s_esdc%u", is_memif(o) ? "memif" : "af_packet",
+		 __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
+	if ((rc = port_up(name, args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU, &port)))
+		return rc;
+	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
+	while (!link_is_up(port)) {
+		if (esd_now_ns() > deadline) {
+			port_down(port, name);
+			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up", o->addr,
+				o->memif_id);
+			return -ETIMEDOUT;
+		}
+		esd_sleep_ns(5 * ESD_NS_PER_MS);
+	}
+	struct dpdk_wire *d = wire_new(o, port, name);
+	if (!d) {
+		port_down(port, name);
+		return -ENOMEM;
+	}
+	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", o->addr, o->memif_id);
+	*out = &d->w;
+	return 0;
+}
+
+static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out)
+{
+	int rc = eal_start(o);
+	if (rc)
+		return rc;
+	uint32_t n = o->max_links ? o->max_links : 1;
+	if (!is_memif(o))
+		n = 1;
+	struct dpdk_listener *dl = calloc(1, sizeof(*dl));
+	if (!dl)
+		return -ENOMEM;
+	dl->wl.ops = &esd_wire_dpdk;
+	snprintf(dl->wl.addr, sizeof(dl->wl.addr), "%s", o->addr);
+	dl->n = n;
+	dl->ports = calloc(n, sizeof(*dl->ports));
+	dl->devs = calloc(n, sizeof(*dl->devs));
+	dl->taken = calloc(n, 1);
+	if (!dl->ports || !dl->devs || !dl->taken) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	unsigned seq = __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED);
+	uint32_t i;
+	for (i = 0; i < n; i++) {
+		char args[400];
+		if ((rc = vdev_args(o, 1, i, args, sizeof(args))))
+			break;
+		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u",
+			 is_memif(o) ? "memif" : "af_packet", seq, i);
+		if ((rc = port_up(dl->devs[i], args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU,
+				  &dl->ports[i])))
+			break;
+	}
+	if (rc) {
+		while (i--)
+			port_down(dl->ports[i], dl->devs[i]);
+		goto err_free;
+	}
+	*out = &dl->wl;
+	return 0;
+
+err_free:
+	free(dl->ports);
+	free(dl->devs);
+	free(dl->taken);
+	free(dl);
+	return rc;
+}
+
+static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
+		       struct wire **out)
+{
+	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
+	for (;;) {
+		int left = 0;
+		for (uint32_t i = 0; i < dl->n; i++) {
+			if (dl->taken[i])
+				continue;
+			left++;
+			if (!link_is_up(dl->ports[i]))
+				continue;
+			struct dpdk_wire *d = wire_new(o, dl->ports[i], dl->devs[i]);
+			if (!d)
+				return -ENOMEM;
+			dl->taken[i] = 1;
+			snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", wl->addr, i);
+			*out = &d->w;
+			return 0;
+		}
+		if (!left)
+			return -EMFILE; /* every memif id is in use */
+		if (deadline >= 0 && esd_now_ns() > deadline)
+			return -ETIMEDOUT;
+		esd_sleep_ns(2 * ESD_NS_PER_MS);
+	}
+}
+
+static void dpdk_listener_close(struct wire_listener *wl)
+{
+	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
+	for (uint32_t i = 0; i < dl->n; i++)
+		if (!dl->taken[i])
+			port_down(dl->ports[i], dl->devs[i]);
+	free(dl->ports);
+	free(dl->devs);
+	free(dl->taken);
+	free(dl);
+}
+
+/* ---- data path ---------------------------------------------------------- */
+
+static void rq_push(struct dpdk_wire *d, struct ready *r)
+{
+	r->next = NULL;
+	if (d->rq_tail)
+		d->rq_tail->next = r;
+	else
+		d->rq_head = r;
+	d->rq_tail = r;
+	d->rq_bytes += r->len;
+}
+
+static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
+
+static void asm_drop(struct dpdk_wire *d)
+{
+	free(d->asm_buf);
+	d->asm_buf = NULL;
+	d->asm_on = 0;
+}
+
+/* One packet in: reassemble; a complete frame goes to the ready queue. */
+static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
+{
+	uint8_t hdr[ETH_HDR + FRAG_HDR];
+	const uint8_t *h = rte_pktmbuf_read(m, 0, sizeof(hdr), hdr);
+	if (!h)
+		return 0; /* runt: ignore */
+	uint16_t et = (uint16_t)(h[12] << 8 | h[13]);
+	if (et != ETHERTYPE_ESD)
+		return 0;
+	uint32_t id, off, total;
+	memcpy(&id, h + ETH_HDR, 4);
+	memcpy(&off, h + ETH_HDR + 4, 4);
+	memcpy(&total, h + ETH_HDR + 8, 4);
+	size_t chunk = rte_pktmbuf_pkt_len(m) - sizeof(hdr);
+	if (off == 0) {
+		asm_drop(d);
+		struct esd_frame_hdr fh;
+		uint8_t first[ESD_FRAME_HDR_SIZE];
+		const uint8_t *fp = chunk >= ESD_FRAME_HDR_SIZE
+					    ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
+					    : NULL;
+		if (!fp)
+			return 0;
+		int rc = esd_frame_hdr_parse(fp, ESD_FRAME_HDR_SIZE, &d->w.lim, &fh, d->w.err,
+					     sizeof(d->w.err));
+		if (rc)
+			return rc; /* the peer speaks something else: the link is broken */
+		if ((size_t)total != ESD_FRAME_HDR_SIZE + (size_t)fh.length)
+			return wire_fail(&d->w, -EPROTO,
+					 "dpdk: fragment total %u, frame header says %zu", total,
+					 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
+		d->asm_buf = malloc(sizeof(struct ready) + total);
+		if (!d->asm_buf)
+			return -ENOMEM;
+		d->asm_buf->len = total;
+		d->asm_id = id;
+		d->asm_got = 0;
+		d->asm_on = 1;
+	} else if (!d->asm_on || id != d->asm_id || off != d->asm_got) {
+		asm_drop(d); /* a lost fragment: the frame is lost */
+		return 0;
+	}
+	if (chunk > d->asm_buf->len - d->asm_got) {
+		asm_drop(d);
+		return 0;
+	}
+	if (!rte_pktmbuf_read(m, sizeof(hdr), chunk, d->asm_buf->data + d->asm_got)) {
+		asm_drop(d);
+		return 0;
+	}
+	/* rte_pktmbuf_read copies only for multi-segment mbufs. */
+	if (m->nb_segs == 1)
+		memcpy(d->asm_buf->data + d->asm_got, rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)),
+		       chunk);
+	d->asm_got += chunk;
+	if (d->asm_got < d->asm_buf->len)
+		return 0;
+	struct ready *r = d->asm_buf;
+	d->asm_buf = NULL;
+	d->asm_on = 0;
+	if (r->data[5] == ESD_OP_LINK_BYE && r->len == ESD_FRAME_HDR_SIZE + 4) {
+		uint32_t phase;
+		memcpy(&phase, r->data + ESD_FRAME_HDR_SIZE, 4);
+		free(r);
+		if (phase == 1) {
+			d->bye_acked = 1;
+		} else if (!d->peer_bye) {
+			struct esd_buf b;
+			esd_buf_init(&b);
+			if (!esd_enc_link_bye(&b, 1))
+				send_raw(d, b.data, b.len);
+			esd_buf_free(&b);
+			d->peer_bye = 1;
+		}
+		return 0;
+	}
+	if (d->rq_bytes + r->len > d->w.rx_backlog_max) {
+		free(r);
+		return 0; /* over the backlog: dropped, the sender retransmits */
+	}
+	rq_push(d, r);
+	return 0;
+}
+
+static int rx_poll(struct dpdk_wire *d)
+{
+	struct rte_mbuf *ms[BURST];
+	if (d->peer_bye)
+		return 0; /* the peer is tearing down: never touch its rings again */
+	uint16_t n = rte_eth_rx_burst(d->port, 0, ms, BURST);
+	int rc = 0;
+	for (uint16_t i = 0; i < n; i++) {
+		if (!rc)
+			rc = on_packet(d, ms[i]);
+		rte_pktmbuf_free(ms[i]);
+	}
+	return rc ? rc : n;
+}
+
+static int check_link(struct dpdk_wire *d)
+{
+	int64_t now = esd_now_ns();
+	if (now < d->next_link_check)
+		return 0;
+	d->next_link_check = now + LINK_POLL_NS;
+	if (!link_is_up(d->port)) {
+		d->down = 1;
+		return wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
+				 d->w.peer);
+	}
+	return 0;
+}
+
+static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
+{
+	struct rte_mbuf *ms[BURST];
+	uint32_t id = d->tx_msg++;
+	size_t off = 0;
+	int64_t stuck_since = 0;
+	while (off < len) {
+		unsigned k = 0;
+		size_t o2 = off;
+		while (k < BURST && o2 < len) {
+			size_t chunk = len - o2 < d->mtu ? len - o2 : d->mtu;
+			struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+			if (!m)
+				break;
+			uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR +
+										   chunk));
+			if (!b) {
+				rte_pktmbuf_free(m);
+				break;
+			}
+			memset(b, 0xff, 6);
+			memset(b + 6, 0x02, 6);
+			b[12] = ETHERTYPE_ESD >> 8;
+			b[13] = ETHERTYPE_ESD & 0xff;
+			uint32_t off32 = (uint32_t)o2, tot32 = (uint32_t)len, z = 0;
+			memcpy(b + ETH_HDR, &id, 4);
+			memcpy(b + ETH_HDR + 4, &off32, 4);
+			memcpy(b + ETH_HDR + 8, &tot32, 4);
+			memcpy(b + ETH_HDR + 12, &z, 4);
+			memcpy(b + ETH_HDR + FRAG_HDR, p + o2, chunk);
+			ms[k++] = m;
+			o2 += chunk;
+		}
+		unsigned sent = 0;
+		while (sent < k) {
+			sent += rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
+			if (sent < k) {
+				/* Ring full: read what the peer sends meanwhile, so two
+				 * senders never wait on each other; give up on a dead or
+				 * stuck peer. */
+				int64_t now = esd_now_ns();
+				if (!stuck_since)
+					stuck_since = now;
+				int rc = rx_poll(d);
+				if (rc < 0 || (rc = check_link(d)) ||
+				    now - stuck_since > d->w.timeout_ns) {
+					rte_pktmbuf_free_bulk(ms + sent, k - sent);
+					return rc < 0 ? rc
+						      : wire_fail(&d->w, -ETIMEDOUT,
+								  "dpdk: peer %s takes nothing",
+								  d->w.peer);
+				}
+			} else {
+				stuck_since = 0;
+			}
+		}
+		off = o2;
+		if (!k)
+			return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+	}
+	return 0;
+}
+
+static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	(void)deadline;
+	if (d->peer_bye || d->down)
+		return wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
+	for (int i = 0; i < n; i++) {
+		int rc = send_raw(d, iov[i].iov_base, iov[i].iov_len);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	free(d->cur);
+	d->cur = NULL;
+	for (;;) {
+		if (d->rq_head) {
+			struct ready *r = d->rq_head;
+			d->rq_head = r->next;
+			if (!d->rq_head)
+				d->rq_tail = NULL;
+			d->rq_bytes -= r->len;
+			d->cur = r;
+			*frame = r->data;
+			*len = r->len;
+			return 0;
+		}
+		if (d->peer_bye)
+			return wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
+		int rc = rx_poll(d);
+		if (rc < 0)
+			return rc;
+		if (rc > 0) {
+			d->empty_polls = 0;
+			continue;
+		}
+		if ((rc = check_link(d)))
+			return rc;
+		if (deadline >= 0 && esd_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		/* Busy-poll first (kernel bypass), then yield the core a little:
+		 * the test hosts have two cores for everybody. */
+		if (++d->empty_polls > 2048)
+			esd_sleep_ns(20 * ESD_NS_PER_US);
+	}
+}
+
+static void dpdk_close(struct wire *w, int64_t deadline)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	if (!d->down) {
+		if (!d->peer_bye) {
+			struct esd_buf b;
+			esd_buf_init(&b);
+			if (!esd_enc_link_bye(&b, 0))
+				send_raw(d, b.data, b.len);
+			esd_buf_free(&b);
+			/* Poll only for the answer (or the peer's own bye). */
+			while (!d->bye_acked && !d->peer_bye && esd_now_ns() < deadline) {
+				if (rx_poll(d) < 0 || check_link(d))
+					break;
+				esd_sleep_ns(50 * ESD_NS_PER_US);
+			}
+		}
+		if (d->peer_bye) {
+			/* We answered; the peer removes its device first. */
+			while (link_is_up(d->port) && esd_now_ns() < deadline)
+				esd_sleep_ns(ESD_NS_PER_MS);
+		}
+	}
+	port_down(d->port, d->dev);
+	asm_drop(d);
+	free(d->cur);
+	while (d->rq_head) {
+		struct ready *r = d->rq_head;
+		d->rq_head = r->next;
+		free(r);
+	}
+	free(d);
+}
+
+const struct wire_ops esd_wire_dpdk = {
+	.name = "dpdk",
+	.not_built = NULL,
+	.connect = dpdk_connect,
+	.listen = dpdk_listen,
+	.accept = dpdk_accept,
+	.listener_close = dpdk_listener_close,
+	.send = dpdk_send,
+	.recv = dpdk_recv,
+	.close = dpdk_close,
+};

@@ -1,0 +1,379 @@
+/*
+ * The link API of esd/transport.h: backend lookup by name, the layering
+ * (accounting -> reliable -> shaping -> faults -> backend), per-kind
+ * counters and the checks on frames handed in by the application.
+ */
+#include "link_internal.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_NS (5 * ESD_NS_PER_S)
+#define DEFAULT_BACKLOG    (256u << 20)
+#define MAX_BATCH_IOV      64
+
+struct esd_listener {
+	struct wire_listener *wl;
+	struct esd_link_opts o;
+};
+
+static const struct wire_ops *const backends[] = {&esd_wire_tcp, &esd_wire_dpdk, &esd_wire_rdma};
+
+void esd_link_opts_init(struct esd_link_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->backend = "tcp";
+}
+
+int64_t deadline_after(int64_t timeout_ns)
+{
+	return timeout_ns < 0 ? -1 : esd_now_ns() + timeout_ns;
+}
+
+int wire_fail(struct wire *w, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(w->err, sizeof(w->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o)
+{
+	w->ops = ops;
+	w->lim = o->limits;
+	if (!w->lim.max_body)
+		w->lim.max_body = ESD_PROTO_DEFAULT_MAX_BODY;
+	if (!w->lim.max_rows)
+		w->lim.max_rows = ESD_PROTO_DEFAULT_MAX_ROWS;
+	if (!w->lim.max_dim)
+		w->lim.max_dim = ESD_PROTO_DEFAULT_MAX_DIM;
+	w->lim.max_body &= ~3u;
+	w->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : DEFAULT_TIMEOUT_NS;
+	w->rx_backlog_max = o->rx_backlog_max ? o->rx_backlog_max : DEFAULT_BACKLOG;
+	w->err[0] = 0;
+	w->peer[0] = 0;
+}
+
+static int find_backend(const char *name, const struct wire_ops **out, const char **why)
+{
+	if (!name)
+		name = "tcp";
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		if (strcmp(backends[i]->name, name))
+			continue;
+		*out = backends[i];
+		if (backends[i]->not_built) {
+			if (why)
+				*why = backends[i]->not_built;
+			return -ENOTSUP;
+		}
+		if (why)
+			*why = "built";
+		return 0;
+	}
+	if (why)
+		*why = "no such transport backend (tcp, dpdk, rdma)";
+	return -ENOENT;
+}
+
+int esd_transport_backend_check(const char *name, const char **why)
+{
+	const struct wire_ops *ops;
+	return find_backend(name, &ops, why);
+}
+
+static int opts_check(const struct esd_link_opts *o, const struct wire_ops **ops)
+{
+	const char *why;
+	if (!o || !o->addr) {
+		ESD_ERR("transport", "link options: no address");
+		return -EINVAL;
+	}
+	const struct esd_fault_opts *f = &o->faults;
+	if (!(f->drop >= 0 && f->drop < 1 && f->dup >= 0 && f->dup <= 1 && f->reorder >= 0 &&
+	      f->reorder <= 1)) {
+		ESD_ERR("transport", "link options: fault probabilities out of [0, 1) / [0, 1]");
+		return -EINVAL;
+	}
+	int rc = find_backend(o->backend, ops, &why);
+	if (rc)
+		ESD_ERR("transport", "backend '%s': %s", o->backend ? o->backend : "tcp", why);
+	return rc;
+}
+
+static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_link **out)
+{
+	struct esd_link *l = calloc(1, sizeof(*l));
+	int rc;
+	if (!l) {
+		rc = -ENOMEM;
+		goto err_close_wire;
+	}
+	l->w = w;
+	l->o = *o;
+	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
+	fault_init(&l->fault, &o->faults);
+	esd_buf_init(&l->scratch);
+	if (l->fault.on || o->reliable || !strcmp(w->ops->name, "dpdk")) {
+		if ((rc = rel_create(l, &l->rel)))
+			goto err_free_link;
+	}
+	*out = l;
+	return 0;
+
+err_free_link:
+	fault_fini(&l->fault);
+	free(l);
+err_close_wire:
+	w->ops->close(w, esd_now_ns());
+	return rc;
+}
+
+int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out)
+{
+	const struct wire_ops *ops;
+	struct wire *w;
+	int rc = opts_check(o, &ops);
+	if (rc)
+		return rc;
+	if ((rc = ops->connect(o, &w)))
+		return rc;
+	return link_wrap(o, w, out);
+}
+
+int esd_listener_open(const struct esd_link_opts *o, struct esd_listener **out)
+{
+	const struct wire_ops *ops;
+	int rc = opts_check(o, &ops);
+	if (rc)
+		return rc;
+	struct esd_listener *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->o = *o;
+	if ((rc = ops->listen(o, &l->wl))) {
+		free(l);
+		return rc;
+	}
+	*out = l;
+	return 0;
+}
+
+int esd_listener_addr(const struct esd_listener *l, char *buf, size_t len)
+{
+	if ((size_t)snprintf(buf, len, "%s", l->wl->addr) >= len)
+		return -ENOSPC;
+	return 0;
+}
+
+int esd_listener_accept(struct esd_listener *l, int64_t timeout_ns, struct esd_link **out)
+{
+	struct wire *w;
+	int rc = l->wl->ops->accept(l->wl, &l->o, deadline_after(timeout_ns), &w);
+	if (rc)
+		return rc;
+	return link_wrap(&l->o, w, out);
+}
+
+void esd_listener_close(struct esd_listener *l)
+{
+	if (!l)
+		return;
+	l->wl->ops->listener_close(l->wl);
+	free(l);
+}
+
+static void count(struct esd_link *l, const void *frame, size_t len, int rx)
+{
+	enum esd_xfer_kind kind;
+	uint32_t rows;
+	esd_proto_classify(frame, len, &kind, &rows);
+	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 0], len, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 1], rows, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 2], 1, memory_order_relaxed);
+}
+
+int esd_link_send(struct esd_link *l, const void *frames, size_t len)
+{
+	struct iovec iov[MAX_BATCH_IOV];
+	const uint8_t *p = frames;
+	int n = 0, rc;
+	if (!l || (!frames && len))
+		return -EINVAL;
+	if (l->broken == 2)
+		return -EPIPE;
+	int64_t deadline = deadline_after(l->w->timeout_ns);
+	while (len) {
+		struct esd_frame_hdr h;
+		char why[160];
+		/* Our own frames: checked against the protocol maximum, not
+		 * the peer's limits (which only the peer knows). */
+		rc = esd_frame_hdr_parse(p, len, NULL, &h, why, sizeof(why));
+		if (rc || len < ESD_FRAME_HDR_SIZE + (size_t)h.length) {
+			snprintf(l->err, sizeof(l->err), "send: not a whole frame at byte %zu: %s",
+				 (size_t)(p - (const uint8_t *)frames), rc ? why : "truncated");
+			return -EINVAL;
+		}
+		size_t fl = ESD_FRAME_HDR_SIZE + h.length;
+		count(l, p, fl, 0);
+		iov[n].iov_base = (void *)p;
+		iov[n].iov_len = fl;
+		n++;
+		p += fl;
+		len -= fl;
+		if (n == MAX_BATCH_IOV || !len) {
+			rc = l->rel ? rel_send(l, iov, n, deadline) : lower_send(l, iov, n, deadline);
+			if (rc) {
+				if (rc != -ETIMEDOUT)
+					l->broken = 2;
+				snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
+				return rc;
+			}
+			n = 0;
+		}
+	}
+	return 0;
+}
+
+int esd_link_send_error(struct esd_link *l, int code, const char *text)
+{
+	if (!l)
+		return -EINVAL;
+	esd_buf_reset(&l->scratch);
+	int rc = esd_enc_error(&l->scratch, code, text);
+	if (rc)
+		return rc;
+	return esd_link_send(l, l->scratch.data, l->scratch.len);
+}
+
+int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
+{
+	const uint8_t *frame;
+	size_t len;
+	int rc;
+	if (!l || !m)
+		return -EINVAL;
+	if (l->broken) {
+		return -EPIPE;
+	}
+	int64_t deadline = deadline_after(timeout_ns);
+	for (;;) {
+		rc = l->rel ? rel_recv(l, &frame, &len, deadline)
+			    : lower_recv(l, &frame, &len, deadline);
+		if (rc) {
+			if (rc != -ETIMEDOUT) {
+				l->broken = 1;
+				snprintf(l->err, sizeof(l->err), "%s", l->w->err);
+			}
+			return rc;
+		}
+		uint16_t flags;
+		memcpy(&flags, frame + 6, 2);
+		if (!l->rel && (flags & ESD_FLAG_RELIABLE)) {
+			/* The peer runs the reliable layer (faults on its side):
+			 * run it here too, starting with this frame. */
+			if ((rc = rel_create(l, &l->rel)) || (rc = rel_input(l, frame, len))) {
+				l->broken = 1;
+				return rc;
+			}
+			continue;
+		}
+		rc = esd_proto_decode(frame, len, &l->w->lim, m, l->err, sizeof(l->err));
+		if (rc) {
+			l->broken = 1;
+			ESD_WARN("transport", "link %s (%s): bad frame: %s", l->w->peer,
+				 l->w->ops->name, l->err);
+			return rc;
+		}
+		if (m->hdr.op == ESD_OP_LINK_ACK || m->hdr.op == ESD_OP_LINK_BYE)
+			continue; /* stray link-internal frame (no reliable layer) */
+		count(l, frame, len, 1);
+		return 0;
+	}
+}
+
+const char *esd_link_last_error(const struct esd_link *l)
+{
+	return l ? l->err : "";
+}
+
+const char *esd_link_backend(const struct esd_link *l)
+{
+	return l->w->ops->name;
+}
+
+const char *esd_link_peer(const struct esd_link *l)
+{
+	return l->w->peer;
+}
+
+void esd_link_close(struct esd_link *l)
+{
+	if (!l)
+		return;
+	int64_t deadline = esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns
+									: ESD_NS_PER_S);
+	if (l->rel && !l->broken) {
+		fault_flush(l, 1);
+		rel_drain(l, deadline);
+	}
+	l->w->ops->close(l->w, deadline);
+	rel_destroy(l->rel);
+	fault_fini(&l->fault);
+	esd_buf_free(&l->scratch);
+	free(l);
+}
+
+void esd_link_set_rate(struct esd_link *l, uint64_t rate_bps)
+{
+	atomic_store(&l->shaper.rate_bps, rate_bps);
+}
+
+uint64_t esd_link_get_rate(const struct esd_link *l)
+{
+	return atomic_load(&((struct esd_link *)l)->shaper.rate_bps);
+}
+
+void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
+{
+	struct esd_link *l = (struct esd_link *)cl;
+	memset(out, 0, sizeof(*out));
+	for (int k = 0; k < ESD_XFER_NKINDS; k++) {
+		out->kind[k].tx_bytes = atomic_load(&l->ks[k][0]);
+		out->kind[k].tx_rows = atomic_load(&l->ks[k][1]);
+		out->kind[k].tx_frames = atomic_load(&l->ks[k][2]);
+		out->kind[k].rx_bytes = atomic_load(&l->ks[k][3]);
+		out->kind[k].rx_rows = atomic_load(&l->ks[k][4]);
+		out->kind[k].rx_frames = atomic_load(&l->ks[k][5]);
+	}
+	out->wire_tx_bytes = atomic_load(&l->wire_tx_bytes);
+	out->retx_frames = atomic_load(&l->retx_frames);
+	out->dup_rx_frames = atomic_load(&l->dup_rx_frames);
+	out->fault_drops = atomic_load(&l->fault_drops);
+	out->fault_dups = atomic_load(&l->fault_dups);
+	out->fault_reorders = atomic_load(&l->fault_reorders);
+	out->shaped_wait_ns = atomic_load(&l->shaped_wait_ns);
+	out->rate_bps = atomic_load(&l->shaper.rate_bps);
+	out->reliable = l->rel != NULL;
+}
+
+void esd_link_stats_reset(struct esd_link *l)
+{
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		for (int j = 0; j < 6; j++)
+			atomic_store(&l->ks[k][j], 0);
+	atomic_store(&l->wire_tx_bytes, 0);
+	atomic_store(&l->retx_frames, 0);
+	atomic_store(&l->dup_rx_frames, 0);
+	atomic_store(&l->fault_drops, 0);
+	atomic_store(&l->fault_dups, 0);
+	atomic_store(&l->fault_reorders, 0);
+	atomic_store(&l->shaped_wait_ns, 0);
+}

@@ -1,0 +1,131 @@
+/*
+ * Private interface between the link layer (link.c, rel.c, shaper.c,
+ * fault.c) and the backends (tcp.c, dpdk.c, rdma.c). Not installed.
+ *
+ * A backend moves whole frames: send() writes a batch of frames, recv()
+ * returns the next whole frame whose header it checked with
+ * esd_frame_hdr_parse() against w->lim before allocating its body. The
+ * frame returned by recv() stays valid until the next recv() or close().
+ */
+#ifndef ESD_TRANSPORT_LINK_INTERNAL_H
+#define ESD_TRANSPORT_LINK_INTERNAL_H
+
+#include <esd/transport.h>
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define WIRE_ERR_LEN 256
+
+/* Common head of every backend's link object. */
+struct wire {
+	const struct wire_ops *ops;
+	struct esd_proto_limits lim;
+	int64_t timeout_ns;
+	size_t rx_backlog_max;
+	char err[WIRE_ERR_LEN];
+	char peer[300];
+};
+
+struct wire_listener {
+	const struct wire_ops *ops;
+	char addr[256];
+	char err[WIRE_ERR_LEN];
+};
+
+struct wire_ops {
+	const char *name;
+	/* NULL when built; else "not built: <reason>". */
+	const char *not_built;
+	int (*connect)(const struct esd_link_opts *o, struct wire **out);
+	int (*listen)(const struct esd_link_opts *o, struct wire_listener **out);
+	int (*accept)(struct wire_listener *l, const struct esd_link_opts *o, int64_t deadline_ns,
+		      struct wire **out);
+	void (*listener_close)(struct wire_listener *l);
+	/* n whole frames; all of them written (or queued in order) on return. */
+	int (*send)(struct wire *w, const struct iovec *iov, int n, int64_t deadline_ns);
+	/* Next whole frame, or -ETIMEDOUT at deadline_ns (< 0: none). */
+	int (*recv)(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+	/* Orderly shutdown within deadline_ns, then free. */
+	void (*close)(struct wire *w, int64_t deadline_ns);
+};
+
+extern const struct wire_ops esd_wire_tcp;
+extern const struct wire_ops esd_wire_dpdk;
+extern const struct wire_ops esd_wire_rdma;
+
+/* Record an error on a wire (and return rc). */
+__attribute__((format(printf, 3, 4))) int wire_fail(struct wire *w, int rc, const char *fmt, ...);
+/* Fill a wire head from options. */
+void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o);
+/* Absolute deadline from a relative timeout (< 0: none, -1). */
+int64_t deadline_after(int64_t timeout_ns);
+
+/* ---- token bucket (shaper.c) ------------------------------------------- */
+
+struct shaper {
+	_Atomic uint64_t rate_bps; /* written by any thread */
+	uint64_t burst_bytes;      /* 0: derived from the rate */
+	uint64_t seen_rate;        /* rate the virtual clock was computed for */
+	int64_t tat_ns;            /* theoretical arrival time of the next byte */
+};
+
+void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes);
+/* Wait until bytes conform to the rate; returns ns waited. */
+int64_t shaper_take(struct shaper *s, size_t bytes);
+
+/* ---- fault injection (fault.c) ----------------------------------------- */
+
+struct fault {
+	struct esd_fault_opts o;
+	uint64_t rng;
+	int on;
+	uint8_t *held; /* a frame held back for reordering */
+	size_t held_len;
+	int64_t held_since;
+};
+
+void fault_init(struct fault *f, const struct esd_fault_opts *o);
+void fault_fini(struct fault *f);
+
+/* ---- the link ----------------------------------------------------------- */
+
+struct rel;
+
+struct esd_link {
+	struct wire *w;
+	struct esd_link_opts o;
+	struct shaper shaper;
+	struct fault fault;
+	struct rel *rel; /* NULL when the backend alone is relied on */
+	int broken;      /* receive side lost sync, or the peer is gone */
+	char err[WIRE_ERR_LEN + 64];
+	struct esd_buf scratch;
+	/* counters, written by the link's thread, read by any */
+	_Atomic uint64_t ks[ESD_XFER_NKINDS][6];
+	_Atomic uint64_t wire_tx_bytes, retx_frames, dup_rx_frames;
+	_Atomic uint64_t fault_drops, fault_dups, fault_reorders, shaped_wait_ns;
+};
+
+/* Everything below the reliable layer: shaping, faults, backend. */
+int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
+int lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+/* Release a frame held back by the reorder fault once it is due. */
+int fault_flush(struct esd_link *l, int force);
+
+/* ---- reliable layer (rel.c) -------------------------------------------- */
+
+int rel_create(struct esd_link *l, struct rel **out);
+void rel_destroy(struct rel *r);
+int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
+/* Next in-order frame (a copy owned by rel, valid until the next rel_recv). */
+int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+/* Feed one frame received by a link that had no reliable layer yet (the
+ * peer turned it on): the layer starts with this frame. */
+int rel_input(struct esd_link *l, const uint8_t *frame, size_t len);
+/* Wait (bounded) until the peer acknowledged everything sent. */
+int rel_drain(struct esd_link *l, int64_t deadline_ns);
+
+#endif

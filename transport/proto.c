@@ -1,0 +1,664 @@
+/*
+ * The frame codec of docs/protocol.md: encoders that append whole frames to
+ * a growable buffer, and a decoder that checks every length, count and
+ * field of a frame from an untrusted peer before anyone uses it.
+ *
+ * The decoder is written so that no arithmetic on peer-supplied numbers can
+ * overflow: counts are compared against the limits (all below 2^32) before
+ * they are multiplied, and products are formed in 64 bits. It never
+ * allocates; the caller allocates a body only after esd_frame_hdr_parse()
+ * has checked the length against the configured maximum.
+ */
+#include <esd/proto.h>
+#include <esd/err.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "the codec copies little-endian fields directly; add byte swaps for this host");
+_Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
+
+#define ROWS_HDR_SIZE  40u
+#define ROW_FIXED_SIZE 16u
+#define HELLO_SIZE     32u
+#define PULL_HDR_SIZE  24u
+#define BARRIER_SIZE   24u
+#define ACK_SIZE       24u
+#define ERROR_HDR_SIZE 8u
+#define STATS_HDR_SIZE 8u
+#define STATS_ENT_SIZE 40u
+
+/* ---- little-endian field access ---------------------------------------- */
+
+static inline uint32_t ld32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static inline uint64_t ld64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static inline void st16(uint8_t *p, uint16_t v)
+{
+	memcpy(p, &v, 2);
+}
+
+static inline void st32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
+static inline void st64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+/* ---- buffer ------------------------------------------------------------- */
+
+void esd_buf_init(struct esd_buf *b)
+{
+	b->data = NULL;
+	b->len = 0;
+	b->cap = 0;
+}
+
+void esd_buf_reset(struct esd_buf *b)
+{
+	b->len = 0;
+}
+
+void esd_buf_free(struct esd_buf *b)
+{
+	if (!b)
+		return;
+	free(b->data);
+	esd_buf_init(b);
+}
+
+int esd_buf_reserve(struct esd_buf *b, size_t n)
+{
+	if (n > SIZE_MAX / 2 - b->len)
+		return -EOVERFLOW;
+	if (b->len + n <= b->cap)
+		return 0;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + n)
+		cap *= 2;
+	/* 16-byte aligned so frames built here keep their floats aligned. */
+	uint8_t *d = aligned_alloc(16, (cap + 15) & ~(size_t)15);
+	if (!d)
+		return -ENOMEM;
+	if (b->len)
+		memcpy(d, b->data, b->len);
+	free(b->data);
+	b->data = d;
+	b->cap = cap;
+	return 0;
+}
+
+/* ---- names and errors ----------------------------------------------------- */
+
+const char *esd_op_name(unsigned op)
+{
+	switch (op) {
+	case ESD_OP_HELLO: return "HELLO";
+	case ESD_OP_PULL: return "PULL";
+	case ESD_OP_PULL_RESP: return "PULL_RESP";
+	case ESD_OP_PUSH_VALUE: return "PUSH_VALUE";
+	case ESD_OP_PUSH_GRAD: return "PUSH_GRAD";
+	case ESD_OP_BARRIER: return "BARRIER";
+	case ESD_OP_ACK: return "ACK";
+	case ESD_OP_ERROR: return "ERROR";
+	case ESD_OP_STATS: return "STATS";
+	case ESD_OP_LINK_ACK: return "LINK_ACK";
+	case ESD_OP_LINK_BYE: return "LINK_BYE";
+	default: return "op?";
+	}
+}
+
+static int known_op(unsigned op)
+{
+	return (op >= ESD_OP_HELLO && op <= ESD_OP_APP_MAX) || op == ESD_OP_LINK_ACK ||
+	       op == ESD_OP_LINK_BYE;
+}
+
+__attribute__((format(printf, 4, 5))) static int fail(int rc, char *err, size_t errlen,
+						      const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+static void limits_or_default(const struct esd_proto_limits *in, struct esd_proto_limits *out)
+{
+	out->max_body = in && in->max_body ? in->max_body & ~3u : ESD_PROTO_DEFAULT_MAX_BODY;
+	out->max_rows = in && in->max_rows ? in->max_rows : ESD_PROTO_DEFAULT_MAX_ROWS;
+	out->max_dim = in && in->max_dim ? in->max_dim : ESD_PROTO_DEFAULT_MAX_DIM;
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limits *lim,
+			struct esd_frame_hdr *h, char *err, size_t errlen)
+{
+	struct esd_proto_limits l;
+	const uint8_t *b = p;
+	limits_or_default(lim, &l);
+	if (avail < ESD_FRAME_HDR_SIZE)
+		return fail(-EAGAIN, err, errlen, "frame header: %zu of %u bytes", avail,
+			    ESD_FRAME_HDR_SIZE);
+	h->magic = ld32(b);
+	h->version = b[4];
+	h->op = b[5];
+	memcpy(&h->flags, b + 6, 2);
+	h->length = ld32(b + 8);
+	h->rsvd = ld32(b + 12);
+	h->seq = ld64(b + 16);
+	if (h->magic != ESD_PROTO_MAGIC)
+		return fail(-ESD_EBADMAGIC, err, errlen, "frame header: magic 0x%08x, expected 0x%08x",
+			    h->magic, ESD_PROTO_MAGIC);
+	if (h->version != ESD_PROTO_VERSION)
+		return fail(-ESD_EBADVERSION, err, errlen,
+			    "frame header: protocol version %u, this side speaks %u", h->version,
+			    ESD_PROTO_VERSION);
+	if (!known_op(h->op))
+		return fail(-EPROTO, err, errlen, "frame header: unknown op %u", h->op);
+	if (h->flags & ~ESD_FLAG_MASK)
+		return fail(-EPROTO, err, errlen, "frame header: unknown flags 0x%04x", h->flags);
+	if (h->rsvd)
+		return fail(-EPROTO, err, errlen, "frame header: reserved field 0x%08x is not 0",
+			    h->rsvd);
+	if (h->length > l.max_body)
+		return fail(-EMSGSIZE, err, errlen, "frame header: %s body length %u above maximum %u",
+			    esd_op_name(h->op), h->length, l.max_body);
+	if (h->length % 4)
+		return fail(-EPROTO, err, errlen,
+			    "frame header: %s body length %u is not a multiple of 4",
+			    esd_op_name(h->op), h->length);
+	return 0;
+}
+
+static int want_len(const char *what, uint32_t have, uint64_t want, char *err, size_t errlen)
+{
+	if (have == want)
+		return 0;
+	return fail(-EPROTO, err, errlen, "%s: body length %u, its fields need %llu", what, have,
+		    (unsigned long long)want);
+}
+
+static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
+		       const struct esd_proto_limits *l, struct esd_rows *r, char *err,
+		       size_t errlen)
+{
+	const char *what = esd_op_name(h->op);
+	if (h->length < ROWS_HDR_SIZE)
+		return fail(-EPROTO, err, errlen, "%s: body length %u below its %u-byte header", what,
+			    h->length, ROWS_HDR_SIZE);
+	r->iteration = ld64(b);
+	r->sequence = ld64(b + 8);
+	r->worker = ld32(b + 16);
+	r->kind = ld32(b + 20);
+	r->count = ld32(b + 24);
+	r->dim = ld32(b + 28);
+	r->state_dim = ld32(b + 32);
+	uint32_t rsvd = ld32(b + 36);
+	if (rsvd)
+		return fail(-EPROTO, err, errlen, "%s: reserved field 0x%08x is not 0", what, rsvd);
+	switch (h->op) {
+	case ESD_OP_PULL_RESP:
+		if (r->kind != ESD_XFER_MISS_PULL)
+			return fail(-EPROTO, err, errlen, "%s: kind %u, must be miss pull (%u)", what,
+				    r->kind, ESD_XFER_MISS_PULL);
+		break;
+	case ESD_OP_PUSH_VALUE:
+		if (r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_EVICT_PUSH)
+			return fail(-EPROTO, err, errlen,
+				    "%s: kind %u, must be update push (%u) or evict push (%u)", what,
+				    r->kind, ESD_XFER_UPDATE_PUSH, ESD_XFER_EVICT_PUSH);
+		break;
+	default: /* PUSH_GRAD */
+		if (r->kind != ESD_XFER_UPDATE_PUSH)
+			return fail(-EPROTO, err, errlen, "%s: kind %u, must be update push (%u)",
+				    what, r->kind, ESD_XFER_UPDATE_PUSH);
+		if (r->state_dim)
+			return fail(-EPROTO, err, errlen, "%s: state_dim %u, gradients carry none",
+				    what, r->state_dim);
+		break;
+	}
+	if (r->count > l->max_rows)
+		return fail(-E2BIG, err, errlen, "%s: %u rows above maximum %u", what, r->count,
+			    l->max_rows);
+	if (r->dim > l->max_dim || r->state_dim > l->max_dim)
+		return fail(-E2BIG, err, errlen, "%s: dim %u / state_dim %u above maximum %u", what,
+			    r->dim, r->state_dim, l->max_dim);
+	if (r->dim == 0 && r->count)
+		return fail(-EPROTO, err, errlen, "%s: %u rows of dimension 0", what, r->count);
+	/* All factors below 2^32 after the checks: 64-bit products are exact. */
+	uint64_t stride = ROW_FIXED_SIZE + 4ull * ((uint64_t)r->dim + r->state_dim);
+	uint64_t want = ROWS_HDR_SIZE + stride * r->count;
+	int rc = want_len(what, h->length, want, err, errlen);
+	if (rc)
+		return rc;
+	r->stride = (size_t)stride;
+	r->data = b + ROWS_HDR_SIZE;
+	return 0;
+}
+
+static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
+		       const struct esd_proto_limits *l, struct esd_msg *m, char *err, size_t errlen)
+{
+	int rc;
+	switch (h->op) {
+	case ESD_OP_HELLO:
+		if ((rc = want_len("HELLO", h->length, HELLO_SIZE, err, errlen)))
+			return rc;
+		m->u.hello.proto_version = ld32(b);
+		m->u.hello.worker = ld32(b + 4);
+		m->u.hello.job_token = ld64(b + 8);
+		m->u.hello.shard = ld32(b + 16);
+		m->u.hello.dim = ld32(b + 20);
+		m->u.hello.state_dim = ld32(b + 24);
+		m->u.hello.nworkers = ld32(b + 28);
+		if (m->u.hello.dim > l->max_dim || m->u.hello.state_dim > l->max_dim)
+			return fail(-E2BIG, err, errlen, "HELLO: dim %u / state_dim %u above maximum %u",
+				    m->u.hello.dim, m->u.hello.state_dim, l->max_dim);
+		return 0;
+	case ESD_OP_PULL: {
+		struct esd_pull *p = &m->u.pull;
+		if (h->length < PULL_HDR_SIZE)
+			return fail(-EPROTO, err, errlen, "PULL: body length %u below its %u-byte header",
+				    h->length, PULL_HDR_SIZE);
+		p->iteration = ld64(b);
+		p->request = ld64(b + 8);
+		p->worker = ld32(b + 16);
+		p->count = ld32(b + 20);
+		if (p->count > l->max_rows)
+			return fail(-E2BIG, err, errlen, "PULL: %u keys above maximum %u", p->count,
+				    l->max_rows);
+		if ((rc = want_len("PULL", h->length, PULL_HDR_SIZE + 8ull * p->count, err, errlen)))
+			return rc;
+		p->keys = b + PULL_HDR_SIZE;
+		return 0;
+	}
+	case ESD_OP_PULL_RESP:
+	case ESD_OP_PUSH_VALUE:
+	case ESD_OP_PUSH_GRAD:
+		return decode_rows(h, b, l, &m->u.rows, err, errlen);
+	case ESD_OP_BARRIER:
+		if ((rc = want_len("BARRIER", h->length, BARRIER_SIZE, err, errlen)))
+			return rc;
+		m->u.barrier.iteration = ld64(b);
+		m->u.barrier.digest = ld64(b + 8);
+		m->u.barrier.worker = ld32(b + 16);
+		m->u.barrier.npushes = ld32(b + 20);
+		return 0;
+	case ESD_OP_ACK:
+		if ((rc = want_len("ACK", h->length, ACK_SIZE, err, errlen)))
+			return rc;
+		m->u.ack.iteration = ld64(b);
+		m->u.ack.sequence = ld64(b + 8);
+		m->u.ack.op = ld32(b + 16);
+		m->u.ack.status = (int32_t)ld32(b + 20);
+		return 0;
+	case ESD_OP_ERROR: {
+		struct esd_error *e = &m->u.error;
+		if (h->length < ERROR_HDR_SIZE)
+			return fail(-EPROTO, err, errlen, "ERROR: body length %u below its %u-byte header",
+				    h->length, ERROR_HDR_SIZE);
+		e->code = (int32_t)ld32(b);
+		e->len = ld32(b + 4);
+		if (e->len > ESD_PROTO_MAX_ERROR_TEXT)
+			return fail(-E2BIG, err, errlen, "ERROR: text of %u bytes above maximum %u",
+				    e->len, ESD_PROTO_MAX_ERROR_TEXT);
+		uint64_t padded = ((uint64_t)e->len + 3) & ~3ull;
+		if ((rc = want_len("ERROR", h->length, ERROR_HDR_SIZE + padded, err, errlen)))
+			return rc;
+		for (uint64_t i = e->len; i < padded; i++)
+			if (b[ERROR_HDR_SIZE + i])
+				return fail(-EPROTO, err, errlen, "ERROR: padding byte %llu is not 0",
+					    (unsigned long long)i);
+		e->text = (const char *)b + ERROR_HDR_SIZE;
+		return 0;
+	}
+	case ESD_OP_STATS: {
+		if (h->length < STATS_HDR_SIZE)
+			return fail(-EPROTO, err, errlen, "STATS: body length %u below its %u-byte header",
+				    h->length, STATS_HDR_SIZE);
+		m->u.stats.count = ld32(b);
+		if (ld32(b + 4))
+			return fail(-EPROTO, err, errlen, "STATS: reserved field is not 0");
+		if (m->u.stats.count > ESD_PROTO_MAX_STATS)
+			return fail(-E2BIG, err, errlen, "STATS: %u entries above maximum %u",
+				    m->u.stats.count, ESD_PROTO_MAX_STATS);
+		if ((rc = want_len("STATS", h->length,
+				   STATS_HDR_SIZE + (uint64_t)STATS_ENT_SIZE * m->u.stats.count, err,
+				   errlen)))
+			return rc;
+		m->u.stats.data = b + STATS_HDR_SIZE;
+		for (uint32_t i = 0; i < m->u.stats.count; i++)
+			if (ld32(m->u.stats.data + i * STATS_ENT_SIZE) >= ESD_XFER_NKINDS)
+				return fail(-EPROTO, err, errlen, "STATS: entry %u has kind %u", i,
+					    ld32(m->u.stats.data + i * STATS_ENT_SIZE));
+		return 0;
+	}
+	case ESD_OP_LINK_ACK:
+		if ((rc = want_len("LINK_ACK", h->length, 8, err, errlen)))
+			return rc;
+		m->u.link_ack = ld64(b);
+		return 0;
+	case ESD_OP_LINK_BYE:
+		if ((rc = want_len("LINK_BYE", h->length, 4, err, errlen)))
+			return rc;
+		m->u.link_bye = ld32(b);
+		if (m->u.link_bye > 1)
+			return fail(-EPROTO, err, errlen, "LINK_BYE: phase %u", m->u.link_bye);
+		return 0;
+	}
+	return fail(-EPROTO, err, errlen, "unknown op %u", h->op);
+}
+
+int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limits *lim,
+		     struct esd_msg *out, char *err, size_t errlen)
+{
+	struct esd_proto_limits l;
+	int rc;
+	limits_or_default(lim, &l);
+	memset(out, 0, sizeof(*out));
+	if (!frame && len)
+		return fail(-EINVAL, err, errlen, "frame: NULL buffer");
+	rc = esd_frame_hdr_parse(frame, len, &l, &out->hdr, err, errlen);
+	if (rc == -EAGAIN)
+		return fail(-EPROTO, err, errlen, "frame: %zu bytes, shorter than a header", len);
+	if (rc)
+		return rc;
+	if (len - ESD_FRAME_HDR_SIZE != out->hdr.length)
+		return fail(-EPROTO, err, errlen, "%s: header says %u body bytes, frame has %zu",
+			    esd_op_name(out->hdr.op), out->hdr.length, len - ESD_FRAME_HDR_SIZE);
+	return decode_body(&out->hdr, (const uint8_t *)frame + ESD_FRAME_HDR_SIZE, &l, out, err,
+			   errlen);
+}
+
+esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i)
+{
+	return ld64(m->u.pull.keys + 8ull * i);
+}
+
+void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out)
+{
+	const uint8_t *p = r->data + r->stride * i;
+	out->key = ld64(p);
+	out->clock = ld64(p + 8);
+	out->value = (const float *)(const void *)(p + ROW_FIXED_SIZE);
+	out->state = r->state_dim ? out->value + r->dim : NULL;
+}
+
+void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_entry *out)
+{
+	const uint8_t *p = s->data + (size_t)i * STATS_ENT_SIZE;
+	out->kind = ld32(p);
+	out->tx_bytes = ld64(p + 8);
+	out->tx_rows = ld64(p + 16);
+	out->rx_bytes = ld64(p + 24);
+	out->rx_rows = ld64(p + 32);
+}
+
+void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind, uint32_t *rows)
+{
+	const uint8_t *b = frame;
+	*kind = ESD_XFER_OTHER;
+	*rows = 0;
+	if (len < ESD_FRAME_HDR_SIZE)
+		return;
+	unsigned op = b[5];
+	b += ESD_FRAME_HDR_SIZE;
+	len -= ESD_FRAME_HDR_SIZE;
+	switch (op) {
+	case ESD_OP_PULL:
+		*kind = ESD_XFER_MISS_PULL;
+		return;
+	case ESD_OP_PULL_RESP:
+	case ESD_OP_PUSH_VALUE:
+	case ESD_OP_PUSH_GRAD:
+		if (len < ROWS_HDR_SIZE)
+			return;
+		*rows = ld32(b + 24);
+		if (op == ESD_OP_PULL_RESP)
+			*kind = ESD_XFER_MISS_PULL;
+		else if (op == ESD_OP_PUSH_GRAD)
+			*kind = ESD_XFER_UPDATE_PUSH;
+		else
+			*kind = ld32(b + 20) == ESD_XFER_EVICT_PUSH ? ESD_XFER_EVICT_PUSH
+								    : ESD_XFER_UPDATE_PUSH;
+		return;
+	default:
+		return;
+	}
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* Append a header and room for body bytes; returns the body pointer. */
+static uint8_t *begin_frame(struct esd_buf *b, uint8_t op, uint16_t flags, uint32_t body)
+{
+	if (esd_buf_reserve(b, ESD_FRAME_HDR_SIZE + (size_t)body))
+		return NULL;
+	uint8_t *p = b->data + b->len;
+	st32(p, ESD_PROTO_MAGIC);
+	p[4] = ESD_PROTO_VERSION;
+	p[5] = op;
+	st16(p + 6, flags);
+	st32(p + 8, body);
+	st32(p + 12, 0);
+	st64(p + 16, 0);
+	b->len += ESD_FRAME_HDR_SIZE + body;
+	return p + ESD_FRAME_HDR_SIZE;
+}
+
+int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_HELLO, flags & ESD_FLAG_REPLY, HELLO_SIZE);
+	if (!p)
+		return -ENOMEM;
+	st32(p, h->proto_version);
+	st32(p + 4, h->worker);
+	st64(p + 8, h->job_token);
+	st32(p + 16, h->shard);
+	st32(p + 20, h->dim);
+	st32(p + 24, h->state_dim);
+	st32(p + 28, h->nworkers);
+	return 0;
+}
+
+int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
+		 const esd_key_t *keys, uint32_t count)
+{
+	if (count > ESD_PROTO_DEFAULT_MAX_ROWS || (count && !keys))
+		return -EINVAL;
+	uint8_t *p = begin_frame(b, ESD_OP_PULL, 0, PULL_HDR_SIZE + 8u * count);
+	if (!p)
+		return -ENOMEM;
+	st64(p, iteration);
+	st64(p + 8, request);
+	st32(p + 16, worker);
+	st32(p + 20, count);
+	if (count)
+		memcpy(p + PULL_HDR_SIZE, keys, 8u * count);
+	return 0;
+}
+
+int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, 0, BARRIER_SIZE);
+	if (!p)
+		return -ENOMEM;
+	st64(p, br->iteration);
+	st64(p + 8, br->digest);
+	st32(p + 16, br->worker);
+	st32(p + 20, br->npushes);
+	return 0;
+}
+
+int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_ACK, 0, ACK_SIZE);
+	if (!p)
+		return -ENOMEM;
+	st64(p, a->iteration);
+	st64(p + 8, a->sequence);
+	st32(p + 16, a->op);
+	st32(p + 20, (uint32_t)a->status);
+	return 0;
+}
+
+int esd_enc_error(struct esd_buf *b, int32_t code, const char *text)
+{
+	size_t len = text ? strnlen(text, ESD_PROTO_MAX_ERROR_TEXT) : 0;
+	uint32_t padded = (uint32_t)((len + 3) & ~(size_t)3);
+	uint8_t *p = begin_frame(b, ESD_OP_ERROR, 0, ERROR_HDR_SIZE + padded);
+	if (!p)
+		return -ENOMEM;
+	st32(p, (uint32_t)code);
+	st32(p + 4, (uint32_t)len);
+	memset(p + ERROR_HDR_SIZE, 0, padded);
+	if (len)
+		memcpy(p + ERROR_HDR_SIZE, text, len);
+	return 0;
+}
+
+int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t count,
+		  uint16_t flags)
+{
+	if (count > ESD_PROTO_MAX_STATS || (count && !e))
+		return -EINVAL;
+	for (uint32_t i = 0; i < count; i++)
+		if (e[i].kind >= ESD_XFER_NKINDS)
+			return -EINVAL;
+	uint8_t *p = begin_frame(b, ESD_OP_STATS, flags & ESD_FLAG_REPLY,
+				 STATS_HDR_SIZE + STATS_ENT_SIZE * count);
+	if (!p)
+		return -ENOMEM;
+	st32(p, count);
+	st32(p + 4, 0);
+	for (uint32_t i = 0; i < count; i++) {
+		uint8_t *q = p + STATS_HDR_SIZE + STATS_ENT_SIZE * i;
+		st32(q, e[i].kind);
+		st32(q + 4, 0);
+		st64(q + 8, e[i].tx_bytes);
+		st64(q + 16, e[i].tx_rows);
+		st64(q + 24, e[i].rx_bytes);
+		st64(q + 32, e[i].rx_rows);
+	}
+	return 0;
+}
+
+int esd_enc_link_ack(struct esd_buf *b, uint64_t seq)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_LINK_ACK, 0, 8);
+	if (!p)
+		return -ENOMEM;
+	st64(p, seq);
+	return 0;
+}
+
+int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_LINK_BYE, 0, 4);
+	if (!p)
+		return -ENOMEM;
+	st32(p, phase);
+	return 0;
+}
+
+int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op,
+		       const struct esd_rows *r)
+{
+	if (op != ESD_OP_PULL_RESP && op != ESD_OP_PUSH_VALUE && op != ESD_OP_PUSH_GRAD)
+		return -EINVAL;
+	if ((op == ESD_OP_PULL_RESP && r->kind != ESD_XFER_MISS_PULL) ||
+	    (op == ESD_OP_PUSH_VALUE && r->kind != ESD_XFER_UPDATE_PUSH &&
+	     r->kind != ESD_XFER_EVICT_PUSH) ||
+	    (op == ESD_OP_PUSH_GRAD && (r->kind != ESD_XFER_UPDATE_PUSH || r->state_dim)))
+		return -EINVAL;
+	if (r->dim == 0 || r->dim > ESD_PROTO_DEFAULT_MAX_DIM ||
+	    r->state_dim > ESD_PROTO_DEFAULT_MAX_DIM)
+		return -EINVAL;
+	e->b = b;
+	e->start = b->len;
+	e->op = (uint8_t)op;
+	e->r = *r;
+	e->r.count = 0;
+	e->r.stride = ROW_FIXED_SIZE + 4u * ((size_t)r->dim + r->state_dim);
+	uint8_t *p = begin_frame(b, e->op, 0, ROWS_HDR_SIZE);
+	if (!p)
+		return -ENOMEM;
+	st64(p, r->iteration);
+	st64(p + 8, r->sequence);
+	st32(p + 16, r->worker);
+	st32(p + 20, r->kind);
+	st32(p + 24, 0);
+	st32(p + 28, r->dim);
+	st32(p + 32, r->state_dim);
+	st32(p + 36, 0);
+	return 0;
+}
+
+int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
+			float **state)
+{
+	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE;
+	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
+	    body + e->r.stride > ESD_PROTO_DEFAULT_MAX_BODY)
+		return -E2BIG;
+	int rc = esd_buf_reserve(e->b, e->r.stride);
+	if (rc)
+		return rc;
+	uint8_t *p = e->b->data + e->b->len;
+	st64(p, key);
+	st64(p + 8, clock);
+	*value = (float *)(void *)(p + ROW_FIXED_SIZE);
+	if (state)
+		*state = e->r.state_dim ? *value + e->r.dim : NULL;
+	e->b->len += e->r.stride;
+	e->r.count++;
+	return 0;
+}
+
+int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
+		const float *state)
+{
+	float *v, *s;
+	int rc = esd_enc_row_reserve(e, key, clock, &v, &s);
+	if (rc)
+		return rc;
+	memcpy(v, value, 4u * e->r.dim);
+	if (e->r.state_dim) {
+		if (state)
+			memcpy(s, state, 4u * e->r.state_dim);
+		else
+			memset(s, 0, 4u * e->r.state_dim);
+	}
+	return 0;
+}
+
+int esd_enc_rows_end(struct esd_rows_enc *e)
+{
+	uint8_t *h = e->b->data + e->start;
+	st32(h + 8, (uint32_t)(e->b->len - e->start - ESD_FRAME_HDR_SIZE));
+	st32(h + ESD_FRAME_HDR_SIZE + 24, e->r.count);
+	return 0;
+}

@@ -1,0 +1,366 @@
+/*
+ * The reliable message layer: exactly-once, in-order delivery of frames
+ * over a backend that may lose, duplicate or reorder them (DPDK packets;
+ * any backend while fault injection is on).
+ *
+ * Sender: every frame gets the next sequence number (header seq, flag
+ * RELIABLE) and a copy stays in the window until a cumulative LINK_ACK
+ * covers it; a copy older than rto_ns is sent again. With no progress of
+ * acknowledgements for timeout_ns the peer is declared dead (-ETIMEDOUT).
+ * Receiver: frames arrive at rx_next (delivered, then any buffered
+ * successors), ahead of it within the window (buffered), or behind it
+ * (duplicates, dropped). Every arrival is answered with a cumulative
+ * LINK_ACK, sent when the receiver returns to the application or is about
+ * to block, so one ack covers a burst.
+ */
+#include "link_internal.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_RTO_NS (20 * ESD_NS_PER_MS)
+#define DEFAULT_WINDOW 256u
+#define ACK_EVERY      16u
+
+struct node {
+	struct node *next;
+	uint64_t seq;
+	size_t len;
+	int64_t first_ns, sent_ns;
+	uint8_t data[];
+};
+
+struct rel {
+	uint32_t window;
+	int64_t rto_ns;
+	/* sender */
+	uint64_t tx_next;  /* next sequence number to assign (from 1) */
+	uint64_t tx_acked; /* every seq <= tx_acked is acknowledged */
+	struct node **txq; /* window slots, by seq % window */
+	int64_t progress_ns;
+	/* receiver */
+	uint64_t rx_next;  /* next in-order seq expected */
+	struct node **ooo; /* frames ahead of rx_next, by seq % window */
+	struct node *dq_head, *dq_tail;
+	size_t dq_bytes;
+	struct node *cur; /* lent to the application */
+	int err;          /* sticky error from below, reported once dq is empty */
+	uint32_t ack_pending;
+	struct esd_buf ackbuf;
+};
+
+int rel_create(struct esd_link *l, struct rel **out)
+{
+	struct rel *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->window = l->o.window ? l->o.window : DEFAULT_WINDOW;
+	r->rto_ns = l->o.rto_ns > 0 ? l->o.rto_ns : DEFAULT_RTO_NS;
+	r->tx_next = 1;
+	r->rx_next = 1;
+	r->txq = calloc(r->window, sizeof(*r->txq));
+	r->ooo = calloc(r->window, sizeof(*r->ooo));
+	if (!r->txq || !r->ooo) {
+		free(r->txq);
+		free(r->ooo);
+		free(r);
+		return -ENOMEM;
+	}
+	esd_buf_init(&r->ackbuf);
+	*out = r;
+	return 0;
+}
+
+static void free_list(struct node *n)
+{
+	while (n) {
+		struct node *next = n->next;
+		free(n);
+		n = next;
+	}
+}
+
+void rel_destroy(struct rel *r)
+{
+	if (!r)
+		return;
+	for (uint32_t i = 0; i < r->window; i++) {
+		free(r->txq[i]);
+		free(r->ooo[i]);
+	}
+	free(r->txq);
+	free(r->ooo);
+	free_list(r->dq_head);
+	free(r->cur);
+	esd_buf_free(&r->ackbuf);
+	free(r);
+}
+
+static struct node *node_copy(const uint8_t *p, size_t len)
+{
+	struct node *n = malloc(sizeof(*n) + len);
+	if (!n)
+		return NULL;
+	n->next = NULL;
+	n->len = len;
+	memcpy(n->data, p, len);
+	return n;
+}
+
+static void deliver(struct rel *r, struct node *n)
+{
+	n->next = NULL;
+	if (r->dq_tail)
+		r->dq_tail->next = n;
+	else
+		r->dq_head = n;
+	r->dq_tail = n;
+	r->dq_bytes += n->len;
+}
+
+static int send_node(struct esd_link *l, struct node *n, int64_t deadline)
+{
+	struct iovec iov = {.iov_base = n->data, .iov_len = n->len};
+	n->sent_ns = esd_now_ns();
+	return lower_send(l, &iov, 1, deadline);
+}
+
+static int ack_flush(struct esd_link *l)
+{
+	struct rel *r = l->rel;
+	if (!r->ack_pending)
+		return 0;
+	r->ack_pending = 0;
+	esd_buf_reset(&r->ackbuf);
+	int rc = esd_enc_link_ack(&r->ackbuf, r->rx_next - 1);
+	if (rc)
+		return rc;
+	struct iovec iov = {.iov_base = r->ackbuf.data, .iov_len = r->ackbuf.len};
+	return lower_send(l, &iov, 1, deadline_after(l->w->timeout_ns));
+}
+
+static void on_ack(struct esd_link *l, uint64_t ack)
+{
+	struct rel *r = l->rel;
+	if (ack >= r->tx_next)
+		return; /* acknowledges what we never sent: ignore */
+	while (r->tx_acked < ack) {
+		r->tx_acked++;
+		struct node **slot = &r->txq[r->tx_acked % r->window];
+		free(*slot);
+		*slot = NULL;
+		r->progress_ns = esd_now_ns();
+	}
+}
+
+/* Take one frame from below (the reliable-layer bookkeeping of it). */
+static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
+{
+	struct rel *r = l->rel;
+	uint8_t op = p[5];
+	uint16_t flags;
+	uint64_t seq, ack;
+	memcpy(&flags, p + 6, 2);
+	memcpy(&seq, p + 16, 8);
+	if (op == ESD_OP_LINK_ACK) {
+		if (len != ESD_FRAME_HDR_SIZE + 8)
+			return wire_fail(l->w, -EPROTO, "LINK_ACK of %zu bytes", len);
+		memcpy(&ack, p + ESD_FRAME_HDR_SIZE, 8);
+		on_ack(l, ack);
+		return 0;
+	}
+	if (!(flags & ESD_FLAG_RELIABLE)) {
+		struct node *n = node_copy(p, len); /* peer without the layer */
+		if (!n)
+			return -ENOMEM;
+		deliver(r, n);
+		return 0;
+	}
+	r->ack_pending++;
+	if (seq < r->rx_next || seq - r->rx_next >= r->window ||
+	    (seq > r->rx_next && r->ooo[seq % r->window])) {
+		atomic_fetch_add(&l->dup_rx_frames, 1);
+		return 0;
+	}
+	if (r->dq_bytes + len > l->w->rx_backlog_max)
+		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
+				 l->w->rx_backlog_max);
+	struct node *n = node_copy(p, len);
+	if (!n)
+		return -ENOMEM;
+	n->seq = seq;
+	if (seq > r->rx_next) {
+		r->ooo[seq % r->window] = n;
+		return 0;
+	}
+	deliver(r, n);
+	r->rx_next++;
+	struct node **slot;
+	while (*(slot = &r->ooo[r->rx_next % r->window])) {
+		deliver(r, *slot);
+		*slot = NULL;
+		r->rx_next++;
+	}
+	return 0;
+}
+
+int rel_input(struct esd_link *l, const uint8_t *p, size_t len)
+{
+	return on_frame(l, p, len);
+}
+
+/* Retransmit what is overdue; returns the next instant something is due. */
+static int retransmit(struct esd_link *l, int64_t *due)
+{
+	struct rel *r = l->rel;
+	int64_t now = esd_now_ns();
+	*due = -1;
+	if (r->tx_acked + 1 == r->tx_next)
+		return 0;
+	if (now - r->progress_ns > l->w->timeout_ns)
+		return wire_fail(l->w, -ETIMEDOUT,
+				 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
+				 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
+				 (unsigned long long)(r->tx_acked + 1));
+	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
+		struct node *n = r->txq[s % r->window];
+		if (!n)
+			continue;
+		if (now - n->sent_ns >= r->rto_ns) {
+			uint16_t flags;
+			memcpy(&flags, n->data + 6, 2);
+			flags |= ESD_FLAG_RETRANSMIT;
+			memcpy(n->data + 6, &flags, 2);
+			atomic_fetch_add(&l->retx_frames, 1);
+			int rc = send_node(l, n, deadline_after(l->w->timeout_ns));
+			if (rc)
+				return rc;
+		}
+		int64_t d = n->sent_ns + r->rto_ns;
+		if (*due < 0 || d < *due)
+			*due = d;
+	}
+	return 0;
+}
+
+static int64_t min_deadline(int64_t a, int64_t b)
+{
+	if (a < 0)
+		return b;
+	if (b < 0)
+		return a;
+	return a < b ? a : b;
+}
+
+/* One round: retransmit what is due, wait for one frame until deadline. */
+static int pump(struct esd_link *l, int64_t deadline)
+{
+	const uint8_t *p;
+	size_t len;
+	int64_t due;
+	int rc = retransmit(l, &due);
+	if (rc)
+		return rc;
+	if (l->rel->ack_pending && (rc = ack_flush(l)))
+		return rc;
+	rc = lower_recv(l, &p, &len, min_deadline(deadline, due));
+	if (rc == -ETIMEDOUT)
+		return esd_now_ns() >= deadline && deadline >= 0 ? -ETIMEDOUT : 0;
+	if (rc)
+		return rc;
+	return on_frame(l, p, len);
+}
+
+/* Take whatever has already arrived, without waiting. */
+static int pump_ready(struct esd_link *l)
+{
+	const uint8_t *p;
+	size_t len;
+	for (int i = 0; i < 64; i++) {
+		int rc = lower_recv(l, &p, &len, 0);
+		if (rc == -ETIMEDOUT)
+			return 0;
+		if (rc)
+			return rc;
+		if ((rc = on_frame(l, p, len)))
+			return rc;
+		if (l->rel->ack_pending >= ACK_EVERY && (rc = ack_flush(l)))
+			return rc;
+	}
+	return 0;
+}
+
+int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
+{
+	struct rel *r = l->rel;
+	int rc;
+	for (int i = 0; i < n; i++) {
+		while (r->tx_next - r->tx_acked > r->window) {
+			if ((rc = pump(l, deadline)))
+				return rc;
+		}
+		struct node *nd = node_copy(iov[i].iov_base, iov[i].iov_len);
+		if (!nd)
+			return -ENOMEM;
+		nd->seq = r->tx_next++;
+		uint16_t flags;
+		memcpy(&flags, nd->data + 6, 2);
+		flags |= ESD_FLAG_RELIABLE;
+		memcpy(nd->data + 6, &flags, 2);
+		memcpy(nd->data + 16, &nd->seq, 8);
+		nd->first_ns = esd_now_ns();
+		if (r->tx_acked + 1 == nd->seq)
+			r->progress_ns = nd->first_ns;
+		r->txq[nd->seq % r->window] = nd;
+		if ((rc = send_node(l, nd, deadline)))
+			return rc;
+	}
+	return pump_ready(l);
+}
+
+int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
+{
+	struct rel *r = l->rel;
+	int rc;
+	free(r->cur);
+	r->cur = NULL;
+	/* Frames that arrived before the peer left are delivered first. */
+	if (!r->dq_head && !r->err && (rc = pump_ready(l)) && rc != -ETIMEDOUT)
+		r->err = rc;
+	while (!r->dq_head) {
+		if (r->err)
+			return r->err;
+		if ((rc = pump(l, deadline))) {
+			if (rc == -ETIMEDOUT)
+				return rc;
+			r->err = rc;
+		}
+	}
+	struct node *n = r->dq_head;
+	r->dq_head = n->next;
+	if (!r->dq_head)
+		r->dq_tail = NULL;
+	r->dq_bytes -= n->len;
+	r->cur = n;
+	if (r->ack_pending && (rc = ack_flush(l)))
+		return rc;
+	*frame = n->data;
+	*len = n->len;
+	return 0;
+}
+
+int rel_drain(struct esd_link *l, int64_t deadline)
+{
+	struct rel *r = l->rel;
+	int rc = 0;
+	while (r->tx_acked + 1 < r->tx_next && esd_now_ns() < deadline)
+		if ((rc = pump(l, deadline)))
+			break;
+	if (!rc && r->ack_pending)
+		rc = ack_flush(l);
+	return rc;
+}

@@ -1,0 +1,49 @@
+/*
+ * Token bucket of a link, as a virtual clock (GCRA): every byte put on the
+ * wire advances a "theoretical arrival time" by 8e9 / rate ns; a sender
+ * whose tat runs ahead of the clock sleeps until it conforms. The bucket
+ * depth (burst) lets a sender that slept too long catch up, so the long-run
+ * rate equals the configured one instead of drifting below it by the sleep
+ * overshoot. The rate is an atomic so another thread may change it at run
+ * time; the virtual clock is restarted when it does.
+ */
+#include "link_internal.h"
+
+#include <esd/clock.h>
+
+#define MIN_BURST_BYTES (256u << 10)
+#define BURST_NS        (2 * ESD_NS_PER_MS)
+
+void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
+{
+	atomic_store(&s->rate_bps, rate_bps);
+	s->burst_bytes = burst_bytes;
+	s->seen_rate = 0;
+	s->tat_ns = 0;
+}
+
+int64_t shaper_take(struct shaper *s, size_t bytes)
+{
+	uint64_t rate = atomic_load_explicit(&s->rate_bps, memory_order_relaxed);
+	if (!rate)
+		return 0;
+	int64_t now = esd_now_ns();
+	if (rate != s->seen_rate) {
+		s->seen_rate = rate;
+		s->tat_ns = now;
+	}
+	uint64_t burst = s->burst_bytes;
+	if (!burst) {
+		burst = (uint64_t)((double)rate / 8.0 * (double)BURST_NS / 1e9);
+		if (burst < MIN_BURST_BYTES)
+			burst = MIN_BURST_BYTES;
+	}
+	int64_t burst_ns = (int64_t)((double)burst * 8e9 / (double)rate);
+	if (s->tat_ns < now - burst_ns)
+		s->tat_ns = now - burst_ns;
+	s->tat_ns += (int64_t)((double)bytes * 8e9 / (double)rate);
+	if (s->tat_ns <= now)
+		return 0;
+	esd_sleep_until_ns(s->tat_ns);
+	return s->tat_ns - now;
+}

@@ -1,0 +1,51 @@
+/*
+ * Private to the tcp backend: the connection object and the engines that
+ * move its bytes (tcp_uring.c: io_uring, one ring per link; tcp_poll.c:
+ * poll(2)). tcp.c owns sockets, framing and the receive stream buffer.
+ */
+#ifndef ESD_TRANSPORT_TCP_INTERNAL_H
+#define ESD_TRANSPORT_TCP_INTERNAL_H
+
+#include "link_internal.h"
+
+struct tcp_conn;
+
+struct tcp_engine {
+	const char *name;
+	int (*init)(struct tcp_conn *c);
+	void (*fini)(struct tcp_conn *c);
+	/* Write every byte of iov (n entries, modified freely); while the
+	 * socket is full, read what the peer sends into the stream buffer. */
+	int (*send)(struct tcp_conn *c, struct iovec *iov, int n, int64_t deadline_ns);
+	/* Read at least one byte into the stream buffer, with room for want
+	 * more bytes (tcp_rx_space / tcp_rx_commit), or fail: -ETIMEDOUT,
+	 * -ECONNRESET (EOF), -errno. A read the engine left in flight (io_uring)
+	 * completes first: the buffer never moves under a pending read. */
+	int (*fill)(struct tcp_conn *c, size_t want, int64_t deadline_ns);
+};
+
+struct tcp_conn {
+	struct wire w;
+	int fd;
+	int dead; /* the stream is unusable (error, EOF, half-written frame) */
+	int eof;
+	const struct tcp_engine *eng;
+	void *es; /* engine state */
+	/* Receive stream buffer: bytes [head, tail) not yet consumed. A frame
+	 * handed out by recv stays in place until the next recv; growing the
+	 * buffer meanwhile keeps the old one in retired. */
+	uint8_t *sb;
+	size_t cap, head, tail, consumed;
+	uint8_t *retired;
+	int lent;
+};
+
+extern const struct tcp_engine esd_tcp_engine_poll;
+extern const struct tcp_engine esd_tcp_engine_uring; /* only with ESD_HAVE_URING */
+
+/* Free room at the tail of the stream buffer, at least want bytes when the
+ * backlog limit allows (less is returned otherwise; 0 = full). */
+int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n);
+void tcp_rx_commit(struct tcp_conn *c, size_t n);
+
+#endif
