@@ -25,7 +25,7 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 #define ROWS_HDR_SIZE  40u
 #define ROW_FIXED_SIZE 16u
 #define HELLO_SIZE     32u
-#define PULL_HDR_SIZE  24u
+#define PULL_HDR_SIZE  32u
 #define BARRIER_SIZE   24u
 #define ACK_SIZE       24u
 #define ERROR_HDR_SIZE 8u
@@ -221,20 +221,22 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 		return fail(-EPROTO, err, errlen, "%s: reserved field 0x%08x is not 0", what, rsvd);
 	switch (h->op) {
 	case ESD_OP_PULL_RESP:
-		if (r->kind != ESD_XFER_MISS_PULL)
-			return fail(-EPROTO, err, errlen, "%s: kind %u, must be miss pull (%u)", what,
-				    r->kind, ESD_XFER_MISS_PULL);
+		if (r->kind != ESD_XFER_MISS_PULL && r->kind != ESD_XFER_OTHER)
+			return fail(-EPROTO, err, errlen, "%s: kind %u, must be miss pull (%u) or "
+				    "other (%u)", what, r->kind, ESD_XFER_MISS_PULL, ESD_XFER_OTHER);
 		break;
 	case ESD_OP_PUSH_VALUE:
-		if (r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_EVICT_PUSH)
+		if (r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_EVICT_PUSH &&
+		    r->kind != ESD_XFER_OTHER)
 			return fail(-EPROTO, err, errlen,
-				    "%s: kind %u, must be update push (%u) or evict push (%u)", what,
-				    r->kind, ESD_XFER_UPDATE_PUSH, ESD_XFER_EVICT_PUSH);
+				    "%s: kind %u, must be update push (%u), evict push (%u) or other "
+				    "(%u)", what, r->kind, ESD_XFER_UPDATE_PUSH, ESD_XFER_EVICT_PUSH,
+				    ESD_XFER_OTHER);
 		break;
 	default: /* PUSH_GRAD */
-		if (r->kind != ESD_XFER_UPDATE_PUSH)
-			return fail(-EPROTO, err, errlen, "%s: kind %u, must be update push (%u)",
-				    what, r->kind, ESD_XFER_UPDATE_PUSH);
+		if (r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_OTHER)
+			return fail(-EPROTO, err, errlen, "%s: kind %u, must be update push (%u) or "
+				    "other (%u)", what, r->kind, ESD_XFER_UPDATE_PUSH, ESD_XFER_OTHER);
 		if (r->state_dim)
 			return fail(-EPROTO, err, errlen, "%s: state_dim %u, gradients carry none",
 				    what, r->state_dim);
@@ -287,6 +289,13 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		p->request = ld64(b + 8);
 		p->worker = ld32(b + 16);
 		p->count = ld32(b + 20);
+		p->kind = ld32(b + 24);
+		if (p->kind != ESD_XFER_MISS_PULL && p->kind != ESD_XFER_OTHER)
+			return fail(-EPROTO, err, errlen, "PULL: kind %u, must be miss pull (%u) or "
+				    "other (%u)", p->kind, ESD_XFER_MISS_PULL, ESD_XFER_OTHER);
+		if (ld32(b + 28))
+			return fail(-EPROTO, err, errlen, "PULL: reserved field 0x%08x is not 0",
+				    ld32(b + 28));
 		if (p->count > l->max_rows)
 			return fail(-E2BIG, err, errlen, "PULL: %u keys above maximum %u", p->count,
 				    l->max_rows);
@@ -429,7 +438,8 @@ void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind,
 	len -= ESD_FRAME_HDR_SIZE;
 	switch (op) {
 	case ESD_OP_PULL:
-		*kind = ESD_XFER_MISS_PULL;
+		*kind = len >= PULL_HDR_SIZE && ld32(b + 24) == ESD_XFER_OTHER ? ESD_XFER_OTHER
+									    : ESD_XFER_MISS_PULL;
 		return;
 	case ESD_OP_PULL_RESP:
 	case ESD_OP_PUSH_VALUE:
@@ -437,13 +447,8 @@ void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind,
 		if (len < ROWS_HDR_SIZE)
 			return;
 		*rows = ld32(b + 24);
-		if (op == ESD_OP_PULL_RESP)
-			*kind = ESD_XFER_MISS_PULL;
-		else if (op == ESD_OP_PUSH_GRAD)
-			*kind = ESD_XFER_UPDATE_PUSH;
-		else
-			*kind = ld32(b + 20) == ESD_XFER_EVICT_PUSH ? ESD_XFER_EVICT_PUSH
-								    : ESD_XFER_UPDATE_PUSH;
+		*kind = ld32(b + 20) < ESD_XFER_NKINDS ? (enum esd_xfer_kind)ld32(b + 20)
+						       : ESD_XFER_OTHER;
 		return;
 	default:
 		return;
@@ -487,7 +492,14 @@ int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags)
 int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
 		 const esd_key_t *keys, uint32_t count)
 {
-	if (count > ESD_PROTO_DEFAULT_MAX_ROWS || (count && !keys))
+	return esd_enc_pull_kind(b, iteration, request, worker, ESD_XFER_MISS_PULL, keys, count);
+}
+
+int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
+		      enum esd_xfer_kind kind, const esd_key_t *keys, uint32_t count)
+{
+	if (count > ESD_PROTO_DEFAULT_MAX_ROWS || (count && !keys) ||
+	    (kind != ESD_XFER_MISS_PULL && kind != ESD_XFER_OTHER))
 		return -EINVAL;
 	uint8_t *p = begin_frame(b, ESD_OP_PULL, 0, PULL_HDR_SIZE + 8u * count);
 	if (!p)
@@ -496,6 +508,8 @@ int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32
 	st64(p + 8, request);
 	st32(p + 16, worker);
 	st32(p + 20, count);
+	st32(p + 24, kind);
+	st32(p + 28, 0);
 	if (count)
 		memcpy(p + PULL_HDR_SIZE, keys, 8u * count);
 	return 0;
@@ -589,10 +603,12 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 {
 	if (op != ESD_OP_PULL_RESP && op != ESD_OP_PUSH_VALUE && op != ESD_OP_PUSH_GRAD)
 		return -EINVAL;
-	if ((op == ESD_OP_PULL_RESP && r->kind != ESD_XFER_MISS_PULL) ||
+	if ((op == ESD_OP_PULL_RESP && r->kind != ESD_XFER_MISS_PULL &&
+	     r->kind != ESD_XFER_OTHER) ||
 	    (op == ESD_OP_PUSH_VALUE && r->kind != ESD_XFER_UPDATE_PUSH &&
-	     r->kind != ESD_XFER_EVICT_PUSH) ||
-	    (op == ESD_OP_PUSH_GRAD && (r->kind != ESD_XFER_UPDATE_PUSH || r->state_dim)))
+	     r->kind != ESD_XFER_EVICT_PUSH && r->kind != ESD_XFER_OTHER) ||
+	    (op == ESD_OP_PUSH_GRAD &&
+	     ((r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_OTHER) || r->state_dim)))
 		return -EINVAL;
 	if (r->dim == 0 || r->dim > ESD_PROTO_DEFAULT_MAX_DIM ||
 	    r->state_dim > ESD_PROTO_DEFAULT_MAX_DIM)

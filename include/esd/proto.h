@@ -136,12 +136,15 @@ struct esd_pull {
 	uint64_t request; /* echoed in PULL_RESP.sequence */
 	uint32_t worker;
 	uint32_t count;
+	uint32_t kind;    /* MISS_PULL, or OTHER (dense table, recovery); echoed */
 	const uint8_t *keys; /* count little-endian u64; read with esd_msg_key() */
 };
 
 /* Header of the row ops. For PULL_RESP, sequence echoes the PULL request and
- * kind is ESD_XFER_MISS_PULL; PUSH_VALUE has kind UPDATE_PUSH or EVICT_PUSH;
- * PUSH_GRAD has kind UPDATE_PUSH and state_dim 0. */
+ * kind echoes the PULL's (MISS_PULL or OTHER); PUSH_VALUE has kind
+ * UPDATE_PUSH, EVICT_PUSH or OTHER (checkpoint flush); PUSH_GRAD has kind
+ * UPDATE_PUSH or OTHER (the dense table) and state_dim 0. Accounting uses
+ * the body's kind. */
 struct esd_rows {
 	uint64_t iteration;
 	uint64_t sequence; /* push: per-worker push sequence (exactly-once id) */
@@ -248,9 +251,8 @@ void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_e
 
 /*
  * Transfer kind and rows of a whole encoded frame, for accounting: PULL is
- * a miss pull with 0 rows (the request), PULL_RESP a miss pull with count
- * rows, PUSH_VALUE its body's kind, PUSH_GRAD an update push, everything
- * else ESD_XFER_OTHER with 0 rows. The frame must already have been checked
+ * its body's kind with 0 rows (the request), the row ops their body's kind
+ * with count rows, everything else ESD_XFER_OTHER with 0 rows. The frame must already have been checked
  * (own encoding, or esd_frame_hdr_parse()); a too-short body counts as
  * OTHER.
  */
@@ -265,6 +267,10 @@ void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind,
 int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags);
 int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
 		 const esd_key_t *keys, uint32_t count);
+/* The same with the transfer kind the pull is accounted as (MISS_PULL or
+ * OTHER); the shard answers with that kind. */
+int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
+		      enum esd_xfer_kind kind, const esd_key_t *keys, uint32_t count);
 int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br);
 int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a);
 /* text may be NULL; it is cut at ESD_PROTO_MAX_ERROR_TEXT bytes. */

@@ -162,7 +162,7 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 		if (!x->npull[s])
 			continue;
 		req[s] = ++nd->pull_req;
-		rc = esd_enc_pull(&x->sb[s].b, iter, req[s], nd->rank, kind, x->pull_keys[s],
+		rc = esd_enc_pull_kind(&x->sb[s].b, iter, req[s], nd->rank, kind, x->pull_keys[s],
 				  x->npull[s]);
 		if (rc)
 			return rc;
