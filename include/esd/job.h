@@ -93,6 +93,9 @@ uint64_t esd_job_row_cost_ns(const struct esd_job *job, uint32_t worker, uint64_
  * value and optimizer state). */
 uint64_t esd_job_row_bytes(const struct esd_job *job);
 
+/* PS shard of a key among nshards: the fixed hash every process uses. */
+uint32_t esd_shard_of(esd_key_t key, uint32_t nshards);
+
 /* 64-bit digest of every setting that must agree across the job. */
 uint64_t esd_job_digest(const struct esd_job *job);
 

@@ -233,3 +233,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }
+
+uint32_t esd_shard_of(esd_key_t key, uint32_t nshards)
+{
+	return nshards <= 1 ? 0 : (uint32_t)(esd_splitmix64(key ^ UINT64_C(0x5eed5a4d)) % nshards);
+}

@@ -38,7 +38,7 @@ struct esd_xchg_hdr {
 	uint64_t total_size;
 	uint32_t max_batch, tables, dense, dense_params;
 	uint64_t off_slots, off_keys, off_labels, off_dense, off_params, off_dgrad;
-	uint8_t pad0[48];
+	uint8_t pad0[40];
 	/* cache line 2: written by the daemon */
 	_Atomic uint64_t batch_iter; /* iteration of the published micro-batch */
 	uint32_t m;                  /* samples in it */
@@ -49,7 +49,6 @@ struct esd_xchg_hdr {
 	_Atomic uint64_t commit_iter;
 	double loss;
 	uint8_t pad3[48];
-	uint8_t pad4[64];
 };
 _Static_assert(sizeof(struct esd_xchg_hdr) == 256, "exchange header is 256 bytes");
 

@@ -45,11 +45,6 @@ static inline uint64_t mix(uint64_t k)
 	return esd_splitmix64(k);
 }
 
-uint32_t esd_shard_of(uint64_t key, uint32_t nshards)
-{
-	return nshards <= 1 ? 0 : (uint32_t)(mix(key ^ UINT64_C(0x5eed5a4d)) % nshards);
-}
-
 int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t seed,
 		    struct ps_store **out)
 {

@@ -62,7 +62,4 @@ int ps_store_stage_grad(struct ps_store *st, uint32_t worker, uint64_t key, cons
 long ps_store_apply_staged(struct ps_store *st);
 size_t ps_store_staged(const struct ps_store *st);
 
-/* Shard of a key among nshards: the fixed hash every process uses. */
-uint32_t esd_shard_of(uint64_t key, uint32_t nshards);
-
 #endif

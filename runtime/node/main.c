@@ -1,0 +1,326 @@
+/*
+ * esdd: the node daemon of one worker.
+ *
+ *   esdd --config job.ini --rank W --dir NODE_DIR [--control PATH]
+ *        [--dispatcher-core C] [--set section.key=value ...]
+ *
+ * Hosts the worker's embedding cache in huge-page shared memory, runs the
+ * dispatcher thread and the iterations of DESIGN §3 against the PS shards,
+ * and serves one trainer through NODE_DIR/esdd.sock.
+ */
+#include "node.h"
+#include "xchg.h"
+
+#include <esd/ctl.h>
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <esd/model.h>
+#include <esd/pin.h>
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: esdd --config JOB.ini --rank W --dir NODE_DIR [--control PATH]\n"
+		   "            [--dispatcher-core C] [--set section.key=value ...]\n"
+		   "  --rank W             worker rank of this node (0..workers-1)\n"
+		   "  --dir DIR            node directory (mode 0700): lock and trainer socket\n"
+		   "  --control PATH       control socket for esdctl (default DIR/control.sock)\n"
+		   "  --dispatcher-core C  pin the dispatcher thread to core C (default: last core;\n"
+		   "                       -1: do not pin)\n"
+		   "  --set K=V            override a job setting\n");
+}
+
+static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	(void)req;
+	(void)err;
+	pthread_mutex_lock(&nd->qmu);
+	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
+	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:I, s:b, s:s, s:s, s:f}",
+			  "role", "esdd", "rank", nd->rank, "workers", nd->job.n,
+			  "iteration", (json_int_t)nd->iter_done,
+			  "iterations", (json_int_t)nd->job.iterations,
+			  "iters_per_s", el > 0 ? nd->iter_done / el : 0.0, "loss", nd->last_loss,
+			  "trainer_deaths", (json_int_t)nd->trainer_deaths,
+			  "trainer_attached", nd->trainer_fd >= 0, "method", nd->job.method,
+			  "sync", esd_job_sync_name(&nd->job), "alpha", nd->job.alpha);
+	pthread_mutex_unlock(&nd->qmu);
+	return 0;
+}
+
+static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	(void)req;
+	(void)err;
+	pthread_mutex_lock(&nd->qmu);
+	const struct esd_dispatch_counters *c = &nd->dcount;
+	double steps = c->steps ? (double)c->steps : 1;
+	*resp = json_pack("{s:s, s:f, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I}",
+			  "method", nd->job.method, "alpha", nd->job.alpha, "core",
+			  nd->disp_core_obtained, "steps", (json_int_t)c->steps,
+			  "decision_ms_mean", esd_ns_to_ms(c->sum.total) / steps,
+			  "decision_ms_last", esd_ns_to_ms(c->last.total),
+			  "solve_ms_mean", esd_ns_to_ms(c->sum.solve) / steps,
+			  "matrix_ms_mean", esd_ns_to_ms(c->sum.matrix) / steps,
+			  "est_cost_sum", (json_int_t)c->sum_est_cost,
+			  "true_cost_sum", (json_int_t)c->sum_true_cost,
+			  "miss_pulls", (json_int_t)c->xfers[ESD_CQ_MISS_PULL],
+			  "update_values", (json_int_t)c->xfers[ESD_CQ_UPDATE_VALUE],
+			  "update_grads", (json_int_t)c->xfers[ESD_CQ_UPDATE_GRAD],
+			  "evict_pushes", (json_int_t)c->xfers[ESD_CQ_EVICT_PUSH]);
+	json_object_set_new(*resp, "regret_median", json_integer(c->solve.regret_median));
+	json_object_set_new(*resp, "regret_max", json_integer(c->solve.regret_max));
+	pthread_mutex_unlock(&nd->qmu);
+	return 0;
+}
+
+static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	static const char *const kinds[] = {"miss_pull", "update_push", "evict_push", "other"};
+	(void)req;
+	(void)err;
+	json_t *arr = json_array();
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!nd->link[s])
+			continue;
+		struct esd_link_stats st;
+		esd_link_stats(nd->link[s], &st);
+		json_t *l = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I}", "shard", s, "backend",
+				      esd_link_backend(nd->link[s]), "peer", esd_link_peer(nd->link[s]),
+				      "rate_bps", (json_int_t)st.rate_bps,
+				      "wire_tx_bytes", (json_int_t)st.wire_tx_bytes,
+				      "shaped_wait_ns", (json_int_t)st.shaped_wait_ns);
+		for (int k = 0; k < ESD_XFER_NKINDS; k++)
+			json_object_set_new(
+				l, kinds[k],
+				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
+					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
+					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",
+					  (json_int_t)st.kind[k].rx_bytes, "rx_rows",
+					  (json_int_t)st.kind[k].rx_rows));
+		json_array_append_new(arr, l);
+	}
+	*resp = json_pack("{s:o}", "links", arr);
+	return 0;
+}
+
+static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	const char *key = json_string_value(json_object_get(req, "key"));
+	const char *val = json_string_value(json_object_get(req, "value"));
+	(void)resp;
+	if (!key || !val) {
+		*err = "set needs \"key\" and \"value\" strings";
+		return -EINVAL;
+	}
+	if (!strcmp(key, "link.rate")) {
+		uint64_t r;
+		if (esd_parse_rate(val, &r)) {
+			*err = "link.rate: not a bit rate (e.g. 500M, 5G)";
+			return -EINVAL;
+		}
+		for (uint32_t s = 0; s < nd->job.shards; s++)
+			if (nd->link[s])
+				esd_link_set_rate(nd->link[s], r);
+		return 0;
+	}
+	*err = "settable live: link.rate (method, alpha and policy must agree on every node: "
+	       "set them in the job file)";
+	return -ENOTSUP;
+}
+
+static const struct esd_ctl_cmd node_cmds[] = {
+	{"status", cmd_status, "iteration, throughput, trainer, method"},
+	{"dispatch", cmd_dispatch, "decision times, costs, transfers, regret"},
+	{"links", cmd_links, "per-link rate, bytes and rows per transfer kind"},
+	{"set", cmd_set, "set a live setting: {\"key\":\"link.rate\",\"value\":\"5G\"}"},
+	{NULL, NULL, NULL},
+};
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'}, {"rank", required_argument, NULL, 'r'},
+		{"dir", required_argument, NULL, 'd'},    {"control", required_argument, NULL, 'C'},
+		{"dispatcher-core", required_argument, NULL, 'p'},
+		{"set", required_argument, NULL, 'S'},    {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	static struct node nd;
+	struct esd_config *cfg;
+	const char *dir = NULL, *control = NULL;
+	uint64_t rank = UINT64_MAX;
+	int64_t core = -2;
+	bool have_cfg = false;
+	int c, rc;
+
+	if (esd_config_create(&cfg))
+		return 1;
+	while ((c = getopt_long(argc, argv, "c:r:d:C:p:S:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			if (esd_config_load(cfg, optarg))
+				return 2;
+			have_cfg = true;
+			break;
+		case 'r':
+			if (esd_parse_u64(optarg, &rank) || rank >= ESD_MAX_WORKERS) {
+				fprintf(stderr, "esdd: --rank '%s': expected 0..%d\n", optarg,
+					ESD_MAX_WORKERS - 1);
+				return 2;
+			}
+			break;
+		case 'd':
+			dir = optarg;
+			break;
+		case 'C':
+			control = optarg;
+			break;
+		case 'p':
+			if (esd_parse_i64(optarg, &core) || core < -1) {
+				fprintf(stderr, "esdd: --dispatcher-core '%s': expected a core or -1\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'S':
+			if (esd_config_set(cfg, optarg))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!have_cfg || rank == UINT64_MAX || !dir || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	char tag[32];
+	snprintf(tag, sizeof(tag), "esdd%u", (unsigned)rank);
+	esd_log_init(tag);
+	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &nd.job))
+		return 2;
+	if (rank >= nd.job.n) {
+		ESD_ERR("node", "--rank %llu but the job has %u workers", (unsigned long long)rank,
+			nd.job.n);
+		return 2;
+	}
+	nd.rank = (uint32_t)rank;
+	nd.lock_fd = nd.listen_fd = nd.trainer_fd = nd.xchg_fd = -1;
+	snprintf(nd.dir, sizeof(nd.dir), "%s", dir);
+	nd.dispatcher_core = core == -2 ? esd_pin_ncores() - 1 : (int)core;
+	pthread_mutex_init(&nd.qmu, NULL);
+	pthread_cond_init(&nd.qcv, NULL);
+
+	/* the data stream gives the model's shape and the table sizes */
+	struct esd_ds_reader *dr;
+	if (!nd.job.stream[0] || esd_ds_open(nd.job.stream, &dr)) {
+		ESD_ERR("node", "cannot open data.stream '%s': %s", nd.job.stream,
+			nd.job.stream[0] ? esd_ds_last_error() : "not set");
+		return 1;
+	}
+	const struct esd_ds_info *di = esd_ds_reader_info(dr);
+	nd.tables = di->ntables;
+	nd.dense = di->ndense;
+	uint64_t total_rows = 0;
+	for (uint32_t t = 0; t < di->ntables; t++)
+		total_rows += di->rows[t];
+	esd_ds_close(dr);
+	if (!nd.job.cache_rows)
+		nd.job.cache_rows = (uint64_t)(nd.job.cache_ratio * (double)total_rows);
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < nd.job.n; w++)
+		maxb = nd.job.batch[w] > maxb ? nd.job.batch[w] : maxb;
+	if (nd.job.cache_rows < maxb * nd.tables) {
+		ESD_WARN("node", "cache of %llu rows is below one micro-batch's %llu keys; "
+			 "raised to that", (unsigned long long)nd.job.cache_rows,
+			 (unsigned long long)(maxb * nd.tables));
+		nd.job.cache_rows = maxb * nd.tables;
+	}
+	struct esd_model_shape sh = {.tables = nd.tables, .dim = nd.job.dim, .dense = nd.dense,
+				     .hidden = nd.job.hidden};
+	struct esd_model *mdl;
+	rc = esd_model_create(&sh, &mdl);
+	if (rc) {
+		ESD_ERR("node", "model shape %u tables x %u floats + %u dense: %s", nd.tables,
+			nd.job.dim, nd.dense, esd_strerror(rc));
+		return 1;
+	}
+	nd.dense_params = (uint32_t)esd_model_dense_len(mdl);
+	esd_model_free(mdl);
+
+	struct esd_cache_opts co;
+	esd_cache_opts_init(&co);
+	co.capacity = (uint32_t)nd.job.cache_rows;
+	co.dim = nd.job.dim;
+	co.optimizer = nd.job.optim.opt;
+	co.tables = nd.tables;
+	co.policy = nd.job.policy;
+	rc = esd_cache_create(&co, &nd.cache);
+	if (rc) {
+		ESD_ERR("node", "cannot create the cache region: %s", esd_strerror(rc));
+		return 1;
+	}
+	nd.cm = esd_cache_cmeta(nd.cache);
+	rc = node_trainer_init(&nd);
+	if (rc)
+		return 1;
+	char ctlpath[600];
+	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", dir);
+	struct esd_ctl_server *ctl = NULL;
+	if (esd_ctl_server_start(control ? control : ctlpath, node_cmds, &nd, &ctl))
+		return 1;
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = node_links_open(&nd);
+	if (!rc)
+		rc = node_dispatcher_start(&nd);
+	if (!rc) {
+		ESD_INFO("node", "worker %u of %u: %s (alpha %.3g), %s sync, cache %llu rows (%s), "
+			 "%llu iterations of %llu samples", nd.rank, nd.job.n, nd.job.method,
+			 nd.job.alpha, esd_job_sync_name(&nd.job),
+			 (unsigned long long)nd.job.cache_rows, esd_policy_name(nd.job.policy),
+			 (unsigned long long)nd.job.iterations,
+			 (unsigned long long)nd.job.global_batch);
+		rc = node_run(&nd);
+		node_dispatcher_stop(&nd);
+	}
+	node_trainer_stop(&nd);
+	double el = esd_ns_to_s(esd_now_ns() - nd.t_start_ns);
+	if (!rc)
+		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",
+			 (unsigned long long)nd.iter_done, el, el > 0 ? nd.iter_done / el : 0,
+			 nd.last_loss);
+	node_links_close(&nd);
+	esd_ctl_server_stop(ctl);
+	node_trainer_fini(&nd);
+	esd_cache_free(nd.cache);
+	esd_config_free(cfg);
+	return rc ? 1 : 0;
+}
