@@ -50,11 +50,13 @@ struct esd_trainer_info {
 	uint32_t dense_params; /* floats of the dense table */
 	uint32_t max_batch;    /* most samples in one micro-batch */
 	uint32_t capacity;     /* rows (slots) of the cache region */
-	/* Row layout, for zero-copy views (numpy, torch.from_numpy):
-	 * row of slot s = rows_base + s * row_stride bytes; its value is at
-	 * + value_off, its gradient slot at + grad_off (dim floats each). */
-	void *rows_base;
-	size_t row_stride, value_off, grad_off;
+	/* Row layout, for zero-copy views (numpy, torch.from_numpy): the
+	 * value of slot s is dim floats at values_base + s * value_stride
+	 * bytes (read-only mapping), its gradient slot dim floats at
+	 * grads_base + s * grad_stride (writable). */
+	const void *values_base;
+	void *grads_base;
+	size_t value_stride, grad_stride;
 };
 
 /* One micro-batch. Arrays live in the exchange area shared with the

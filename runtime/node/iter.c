@@ -250,9 +250,10 @@ static int run_iteration(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	uint32_t sd = state_dim(nd), dim = nd->job.dim, T = nd->tables;
-	int rc;
+	int rc = 0;
 
 	/* step 1: update pushes of DIRTY rows others need */
+	esd_cache_meta_write_begin(nd->cache);
 	for (uint32_t i = 0; i < o->nupd; i++) {
 		uint32_t slot = esd_cmeta_find(nd->cm, o->upd[i]);
 		const struct esd_cmeta_slot *sl = slot == ESD_SLOT_NONE ? NULL
@@ -260,15 +261,19 @@ static int run_iteration(struct exec *x, const struct order *o)
 		if (!sl || sl->state != ESD_ROW_DIRTY) {
 			ESD_ERR("node", "iteration %llu: plan pushes key %#llx, not DIRTY here",
 				(unsigned long long)o->iter, (unsigned long long)o->upd[i]);
-			return -ESD_EDIVERGED;
+			rc = -ESD_EDIVERGED;
+			break;
 		}
 		rc = rows_add(x, shard_of(nd, o->upd[i]), ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH,
 			      o->iter, o->upd[i], sl->clock, node_row_value(nd, slot),
 			      sd ? node_row_state(nd, slot) : NULL);
 		if (rc)
-			return rc;
+			break;
 		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, sl->clock);
 	}
+	esd_cache_meta_write_end(nd->cache);
+	if (rc)
+		return rc;
 	rows_close_all(x);
 	/* step 2: barrier (pushes precede it on each link) */
 	rc = barrier(x, o);
@@ -276,7 +281,9 @@ static int run_iteration(struct exec *x, const struct order *o)
 		return rc;
 	/* lookahead hints at the same point as on the snapshot */
 	if (nd->job.policy == ESD_POLICY_LOOKAHEAD && o->nahead) {
+		esd_cache_meta_write_begin(nd->cache);
 		rc = esd_cmeta_lookahead(nd->cm, o->ahead, o->nahead, o->iter + 1);
+		esd_cache_meta_write_end(nd->cache);
 		if (rc)
 			return rc;
 	}
@@ -290,7 +297,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 			return -ENOMEM;
 	}
 	struct esd_cmeta_fill f = {.pulls = x->pulls, .evicts = x->evicts, .slots = x->fill_slots};
-	rc = esd_cmeta_begin_iter(nd->cm, o->iter, o->need, o->nneed, &f);
+	rc = esd_cache_begin_iter(nd->cache, o->iter, o->need, o->nneed, &f);
 	if (rc) {
 		ESD_ERR("node", "iteration %llu: cache cannot take %u rows: %s",
 			(unsigned long long)o->iter, o->nneed, esd_strerror(rc));
@@ -333,8 +340,10 @@ static int run_iteration(struct exec *x, const struct order *o)
 	rows_close_all(x);
 	for (size_t i = 0; i < f.n_pulls && !rc; i++)
 		rc = add_pull(x, f.pulls[i].key);
+	esd_cache_meta_write_begin(nd->cache);
 	if (!rc)
 		rc = pull_rows(x, o->iter, ESD_XFER_MISS_PULL, NULL);
+	esd_cache_meta_write_end(nd->cache);
 	/* the dense table, in full, every iteration (kind other) */
 	float *params = esd_xchg_at(nd->xchg, nd->xchg->off_params);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
@@ -356,8 +365,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 		esd_key_t *pos = bsearch(&o->keys[i], o->need, o->nneed, sizeof(esd_key_t), cmp_key);
 		x->sample_slots[i] = x->fill_slots[pos - o->need];
 	}
-	for (uint32_t i = 0; i < o->nneed; i++)
-		memset(node_row_grad(nd, x->fill_slots[i]), 0, dim * sizeof(float));
+	esd_cache_grad_zero(nd->cache, x->fill_slots, o->nneed);
 	double loss = 0;
 	rc = node_trainer_run(nd, o, x->sample_slots, &loss);
 	if (rc)
@@ -365,6 +373,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 
 	/* step 6: rows trained alone are updated here and become DIRTY; the
 	 * gradients of shared rows go to the PS; every other copy is outdated */
+	esd_cache_meta_write_begin(nd->cache);
 	for (uint32_t i = 0; i < o->nneed; i++) {
 		uint32_t slot = x->fill_slots[i];
 		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, slot);
@@ -378,13 +387,16 @@ static int run_iteration(struct exec *x, const struct order *o)
 			rc = rows_add(x, shard_of(nd, o->need[i]), ESD_OP_PUSH_GRAD,
 				      ESD_XFER_UPDATE_PUSH, o->iter, o->need[i], sl->clock, g, NULL);
 			if (rc)
-				return rc;
+				break;
 			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_OUTDATED, sl->clock);
 		}
 	}
 	rows_close_all(x);
-	for (uint32_t i = 0; i < o->nothers; i++)
+	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
+	esd_cache_meta_write_end(nd->cache);
+	if (rc)
+		return rc;
 	/* dense gradients (kind other) */
 	const float *dg = esd_xchg_at(nd->xchg, nd->xchg->off_dgrad);
 	float *chunk = calloc(dim, sizeof(float));
@@ -402,6 +414,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 	rows_close_all(x);
 	/* checkpoint boundary: flush every DIRTY row (kind other) */
 	if (!rc && o->flush) {
+		esd_cache_meta_write_begin(nd->cache);
 		uint32_t cap = esd_cmeta_capacity(nd->cm);
 		for (uint32_t s = 0; s < cap && !rc; s++) {
 			const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
@@ -412,6 +425,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 				      sd ? node_row_state(nd, s) : NULL);
 			esd_cmeta_set_state(nd->cm, s, ESD_ROW_CLEAN, sl->clock);
 		}
+		esd_cache_meta_write_end(nd->cache);
 		rows_close_all(x);
 	}
 	if (!rc)

@@ -271,19 +271,17 @@ int main(int argc, char **argv)
 	nd.dense_params = (uint32_t)esd_model_dense_len(mdl);
 	esd_model_free(mdl);
 
-	struct esd_cache_opts co;
-	esd_cache_opts_init(&co);
-	co.capacity = (uint32_t)nd.job.cache_rows;
-	co.dim = nd.job.dim;
-	co.optimizer = nd.job.optim.opt;
-	co.tables = nd.tables;
-	co.policy = nd.job.policy;
+	struct esd_cache_config co = {
+		.rows = (uint32_t)nd.job.cache_rows, .dim = nd.job.dim,
+		.optimizer = nd.job.optim.opt, .ntables = nd.tables, .policy = nd.job.policy,
+		.pages = ESD_CACHE_PAGES_AUTO, .name = tag,
+	};
 	rc = esd_cache_create(&co, &nd.cache);
 	if (rc) {
 		ESD_ERR("node", "cannot create the cache region: %s", esd_strerror(rc));
 		return 1;
 	}
-	nd.cm = esd_cache_cmeta(nd.cache);
+	nd.cm = esd_cache_meta(nd.cache);
 	rc = node_trainer_init(&nd);
 	if (rc)
 		return 1;
@@ -320,7 +318,7 @@ int main(int argc, char **argv)
 	node_links_close(&nd);
 	esd_ctl_server_stop(ctl);
 	node_trainer_fini(&nd);
-	esd_cache_free(nd.cache);
+	esd_cache_close(nd.cache);
 	esd_config_free(cfg);
 	return rc ? 1 : 0;
 }

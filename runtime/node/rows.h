@@ -6,12 +6,12 @@
 
 static inline float *node_row_value(struct node *nd, uint32_t slot)
 {
-	return esd_cache_value(nd->cache, slot);
+	return esd_cache_vec(nd->cache, slot);
 }
 
 static inline float *node_row_state(struct node *nd, uint32_t slot)
 {
-	return esd_cache_opt_state(nd->cache, slot);
+	return esd_cache_state(nd->cache, slot);
 }
 
 static inline float *node_row_grad(struct node *nd, uint32_t slot)

@@ -1,0 +1,175 @@
+/*
+ * libesd: the trainer's side of the attach protocol (esd/libesd.h). The
+ * cache region is mapped with gradient slots writable and everything else
+ * read-only, so a trainer bug cannot corrupt rows or metadata.
+ */
+#include <esd/libesd.h>
+#include <esd/cache.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include "attach.h"
+#include "xchg.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct esd_trainer {
+	int fd;
+	struct esd_cache *cache;
+	struct esd_xchg_hdr *xchg;
+	size_t xchg_len;
+	struct esd_trainer_info info;
+	uint64_t cur_iter;
+};
+
+int esd_trainer_attach(const char *dir, struct esd_trainer **out)
+{
+	struct esd_trainer *t = calloc(1, sizeof(*t));
+	struct esd_attach_msg m;
+	int fds[2], nfds = 2, rc;
+
+	if (!t)
+		return -ENOMEM;
+	t->fd = -1;
+	rc = esd_attach_connect(dir, &t->fd);
+	if (rc)
+		goto err;
+	m = esd_attach_msg_make(ESD_AT_HELLO);
+	m.pid = (uint32_t)getpid();
+	rc = esd_attach_send(t->fd, &m, NULL, 0);
+	if (rc)
+		goto err;
+	rc = esd_attach_recv(t->fd, &m, fds, &nfds, 30000);
+	if (rc)
+		goto err;
+	if (m.op == ESD_AT_REFUSE) {
+		ESD_ERR("libesd", "the daemon of %s refused us: %s", dir, m.text);
+		rc = -EPERM;
+		goto err_fds;
+	}
+	if (m.op != ESD_AT_WELCOME || nfds != 2) {
+		ESD_ERR("libesd", "unexpected answer to HELLO (op %u, %d fds)", m.op, nfds);
+		rc = -EPROTO;
+		goto err_fds;
+	}
+	rc = esd_cache_attach_fd(fds[0], 0, &t->cache);
+	if (rc)
+		goto err_fds;
+	struct stat st;
+	if (fstat(fds[1], &st) < 0) {
+		rc = esd_neg_errno();
+		goto err_fds;
+	}
+	t->xchg_len = (size_t)st.st_size;
+	t->xchg = mmap(NULL, t->xchg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+	if (t->xchg == MAP_FAILED) {
+		t->xchg = NULL;
+		rc = esd_neg_errno();
+		goto err_fds;
+	}
+	rc = esd_xchg_check(t->xchg, t->xchg_len);
+	if (rc) {
+		rc = -EPROTO;
+		goto err_fds;
+	}
+	close(fds[0]);
+	close(fds[1]);
+	esd_cache_trainer_hello(t->cache);
+
+	struct esd_cache_info ci;
+	esd_cache_get_info(t->cache, &ci);
+	struct esd_trainer_info *in = &t->info;
+	in->rank = m.rank;
+	in->workers = m.workers;
+	in->dim = ci.dim;
+	in->tables = t->xchg->tables;
+	in->dense = t->xchg->dense;
+	in->dense_params = t->xchg->dense_params;
+	in->max_batch = t->xchg->max_batch;
+	in->capacity = ci.rows;
+	in->values_base = esd_cache_vec(t->cache, 0);
+	in->grads_base = esd_cache_grad(t->cache, 0);
+	in->value_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_vec(t->cache, 1) -
+						  (char *)esd_cache_vec(t->cache, 0))
+				       : ci.dim * sizeof(float);
+	in->grad_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_grad(t->cache, 1) -
+						 (char *)esd_cache_grad(t->cache, 0))
+				      : ci.dim * sizeof(float);
+	*out = t;
+	return 0;
+err_fds:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+err:
+	esd_trainer_detach(t);
+	return rc;
+}
+
+void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info)
+{
+	*info = t->info;
+}
+
+int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb)
+{
+	struct esd_attach_msg m;
+	int rc = esd_attach_recv(t->fd, &m, NULL, NULL, timeout_ms);
+	if (rc)
+		return rc;
+	if (m.op == ESD_AT_STOP)
+		return 1;
+	if (m.op != ESD_AT_BATCH || m.m > t->xchg->max_batch)
+		return -EPROTO;
+	struct esd_xchg_hdr *h = t->xchg;
+	t->cur_iter = m.iter;
+	mb->iter = m.iter;
+	mb->m = m.m;
+	mb->tables = h->tables;
+	mb->global_k = m.global_k;
+	mb->slots = esd_xchg_at(h, h->off_slots);
+	mb->keys = esd_xchg_at(h, h->off_keys);
+	mb->labels = esd_xchg_at(h, h->off_labels);
+	mb->dense = esd_xchg_at(h, h->off_dense);
+	mb->params = esd_xchg_at(h, h->off_params);
+	mb->dgrad = esd_xchg_at(h, h->off_dgrad);
+	return 0;
+}
+
+const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot)
+{
+	return esd_cache_vec(t->cache, slot);
+}
+
+float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot)
+{
+	return esd_cache_grad(t->cache, slot);
+}
+
+int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss)
+{
+	if (!mb || mb->iter != t->cur_iter)
+		return -EINVAL;
+	esd_cache_grad_commit(t->cache, mb->iter);
+	atomic_store_explicit(&t->xchg->commit_iter, mb->iter, memory_order_release);
+	t->xchg->loss = loss;
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_COMMIT);
+	m.iter = mb->iter;
+	m.loss = loss;
+	return esd_attach_send(t->fd, &m, NULL, 0);
+}
+
+void esd_trainer_detach(struct esd_trainer *t)
+{
+	if (!t)
+		return;
+	if (t->xchg)
+		munmap(t->xchg, t->xchg_len);
+	esd_cache_close(t->cache);
+	if (t->fd >= 0)
+		close(t->fd);
+	free(t);
+}
