@@ -392,6 +392,14 @@ static int run_iteration(struct exec *x, const struct order *o)
 		}
 	}
 	rows_close_all(x);
+	uint32_t ngrad = 0;
+	for (uint32_t i = 0; i < o->nneed; i++)
+		ngrad += !o->alone[i];
+	pthread_mutex_lock(&nd->qmu);
+	nd->predicted[ESD_XFER_MISS_PULL] += o->npred_pull;
+	nd->predicted[ESD_XFER_UPDATE_PUSH] += o->nupd + ngrad;
+	nd->predicted[ESD_XFER_EVICT_PUSH] += o->npred_evict;
+	pthread_mutex_unlock(&nd->qmu);
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
 	esd_cache_meta_write_end(nd->cache);

@@ -34,7 +34,8 @@ static void usage(FILE *f)
 		   "  --control PATH       control socket for esdctl (default DIR/control.sock)\n"
 		   "  --dispatcher-core C  pin the dispatcher thread to core C (default: last core;\n"
 		   "                       -1: do not pin)\n"
-		   "  --set K=V            override a job setting\n");
+		   "  --set K=V            override a job setting\n"
+		   "  --summary FILE       write a JSON summary of the run at exit\n");
 }
 
 static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
 		{"dir", required_argument, NULL, 'd'},    {"control", required_argument, NULL, 'C'},
 		{"dispatcher-core", required_argument, NULL, 'p'},
 		{"set", required_argument, NULL, 'S'},    {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{"summary", required_argument, NULL, 'o'}, {NULL, 0, NULL, 0},
 	};
 	static struct node nd;
 	struct esd_config *cfg;
@@ -174,8 +175,11 @@ int main(int argc, char **argv)
 
 	if (esd_config_create(&cfg))
 		return 1;
-	while ((c = getopt_long(argc, argv, "c:r:d:C:p:S:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:r:d:C:p:S:ho:", opts, NULL)) != -1) {
 		switch (c) {
+		case 'o':
+			nd.summary_path = optarg;
+			break;
 		case 'c':
 			if (esd_config_load(cfg, optarg))
 				return 2;
@@ -315,6 +319,7 @@ int main(int argc, char **argv)
 		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",
 			 (unsigned long long)nd.iter_done, el, el > 0 ? nd.iter_done / el : 0,
 			 nd.last_loss);
+	node_write_summary(&nd, rc);
 	node_links_close(&nd);
 	esd_ctl_server_stop(ctl);
 	node_trainer_fini(&nd);

@@ -94,7 +94,15 @@ struct node {
 	double last_loss;
 	uint64_t trainer_deaths;
 	int64_t iter_ns_sum;
+	/* this worker's transfers as its snapshot predicted them, per kind
+	 * (esd_xfer_kind), summed over iterations: the link counters must
+	 * equal them */
+	uint64_t predicted[ESD_XFER_NKINDS];
+	const char *summary_path;
 };
+
+/* Write the end-of-run summary (JSON) to nd->summary_path. */
+int node_write_summary(struct node *nd, int status);
 
 int node_dispatcher_start(struct node *nd);
 void node_dispatcher_stop(struct node *nd);

@@ -1,0 +1,78 @@
+/* The end-of-run summary of esdd: what the testbed and the tests read. */
+#include "node.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <jansson.h>
+
+static const char *const kind_names[ESD_XFER_NKINDS] = {"miss_pull", "update_push",
+							 "evict_push", "other"};
+
+int node_write_summary(struct node *nd, int status)
+{
+	if (!nd->summary_path)
+		return 0;
+	pthread_mutex_lock(&nd->qmu);
+	const struct esd_dispatch_counters *dc = &nd->dcount;
+	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
+	json_t *o = json_pack(
+		"{s:i, s:s, s:i, s:i, s:I, s:f, s:f, s:f, s:I, s:s, s:f, s:s}", "status", status,
+		"error", status ? esd_strerror(status) : "", "rank", nd->rank, "workers", nd->job.n,
+		"iterations", (json_int_t)nd->iter_done, "seconds", el,
+		"iters_per_s", el > 0 ? nd->iter_done / el : 0.0, "loss", nd->last_loss,
+		"trainer_deaths", (json_int_t)nd->trainer_deaths, "method", nd->job.method,
+		"alpha", nd->job.alpha, "sync", esd_job_sync_name(&nd->job));
+	json_t *pred = json_object(), *plan = json_object();
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		json_object_set_new(pred, kind_names[k], json_integer((json_int_t)nd->predicted[k]));
+	for (int k = 0; k < ESD_CQ_KINDS; k++)
+		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
+				    json_integer((json_int_t)dc->xfers[k]));
+	json_object_set_new(o, "predicted", pred);
+	json_object_set_new(o, "plan_all_workers", plan);
+	json_object_set_new(o, "plan_hits_all_workers", json_integer((json_int_t)dc->hits));
+	json_object_set_new(
+		o, "decision",
+		json_pack("{s:I, s:f, s:f, s:f, s:I, s:I}", "steps", (json_int_t)dc->steps,
+			  "ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.total) / dc->steps : 0.0,
+			  "solve_ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.solve) / dc->steps : 0.0,
+			  "matrix_ms_mean",
+			  dc->steps ? esd_ns_to_ms(dc->sum.matrix) / dc->steps : 0.0,
+			  "est_cost_sum", (json_int_t)dc->sum_est_cost, "true_cost_sum",
+			  (json_int_t)dc->sum_true_cost));
+	pthread_mutex_unlock(&nd->qmu);
+	json_t *links = json_array();
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!nd->link[s])
+			continue;
+		struct esd_link_stats st;
+		esd_link_stats(nd->link[s], &st);
+		json_t *l = json_pack("{s:i, s:I, s:I}", "shard", s, "rate_bps",
+				      (json_int_t)st.rate_bps, "shaped_wait_ns",
+				      (json_int_t)st.shaped_wait_ns);
+		for (int k = 0; k < ESD_XFER_NKINDS; k++)
+			json_object_set_new(
+				l, kind_names[k],
+				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
+					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
+					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",
+					  (json_int_t)st.kind[k].rx_bytes, "rx_rows",
+					  (json_int_t)st.kind[k].rx_rows));
+		json_array_append_new(links, l);
+	}
+	json_object_set_new(o, "links", links);
+	struct esd_cache_counters cc;
+	esd_cache_counters_total(nd->cache, &cc);
+	json_object_set_new(o, "cache",
+			    json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)cc.hits,
+				      "miss_absent", (json_int_t)cc.miss_absent, "miss_outdated",
+				      (json_int_t)cc.miss_outdated, "evict_clean",
+				      (json_int_t)cc.evict_clean, "evict_dirty",
+				      (json_int_t)cc.evict_dirty));
+	int rc = json_dump_file(o, nd->summary_path, JSON_INDENT(1)) ? -EIO : 0;
+	if (rc)
+		ESD_ERR("node", "cannot write the summary %s", nd->summary_path);
+	json_decref(o);
+	return rc;
+}

@@ -1,0 +1,184 @@
+"""Start and stop a local ESD job: one PS shard, n node daemons, n trainers.
+
+Used by the runtime's end-to-end tests and by the testbed. Standard
+library only. Every process started here is stopped here, by its PID, also
+when the caller raises or is interrupted.
+
+    with Cluster(bin_dir, work_dir, settings) as c:
+        c.start()
+        c.wait()           # daemons done
+        summaries = c.summaries()
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+
+def write_ini(path, settings):
+    """settings: {"section.key": value}; written as an INI file."""
+    sections = {}
+    for k, v in settings.items():
+        sec, key = k.split(".", 1)
+        sections.setdefault(sec, {})[key] = v
+    with open(path, "w") as f:
+        for sec, kv in sections.items():
+            f.write("[%s]\n" % sec)
+            for key, v in kv.items():
+                if isinstance(v, (list, tuple)):
+                    v = ",".join(str(x) for x in v)
+                f.write("%s = %s\n" % (key, v))
+            f.write("\n")
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class Cluster:
+    def __init__(self, bin_dir, work_dir, settings, emulate_ns=None, shards=1,
+                 log=None, trainer_cmd=None):
+        self.bin = bin_dir
+        self.work = work_dir
+        self.settings = dict(settings)
+        self.n = int(self.settings.get("workers.n", 8))
+        self.shards = shards
+        self.emulate_ns = emulate_ns
+        self.trainer_cmd = trainer_cmd  # callable(rank, node_dir) -> argv
+        self.procs = {}  # name -> Popen
+        self.logf = log
+        os.makedirs(work_dir, exist_ok=True)
+        self.job = os.path.join(work_dir, "job.ini")
+
+    # -- processes --------------------------------------------------------
+    def _spawn(self, name, argv, **kw):
+        out = open(os.path.join(self.work, name + ".log"), "w")
+        p = subprocess.Popen(argv, stdout=kw.pop("stdout", out), stderr=out,
+                             start_new_session=True, **kw)
+        self.procs[name] = p
+        return p
+
+    def node_dir(self, rank):
+        return os.path.join(self.work, "node%d" % rank)
+
+    def start_ps(self, shard=0, restore=False):
+        argv = [os.path.join(self.bin, "esd-ps"), "--config", self.job, "--shard",
+                str(shard), "--control", os.path.join(self.work, "ps%d.sock" % shard)]
+        if getattr(self, "ps_addr", None):
+            argv += ["--listen", self.ps_addr[shard]]
+        else:
+            argv += ["--listen", "127.0.0.1:0"]
+        if restore:
+            argv.append("--restore")
+        p = self._spawn("ps%d" % shard, argv, stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        m = re.search(r"listening on (\S+) (\S+)", line)
+        if not m:
+            p.wait(timeout=5)
+            raise ClusterError("esd-ps did not start: see %s/ps%d.log" % (self.work, shard))
+        return m.group(2)
+
+    def start(self):
+        if os.path.exists(self.job):
+            os.unlink(self.job)
+        self.settings["ps.shards"] = self.shards
+        write_ini(self.job, self.settings)
+        self.ps_addr = [self.start_ps(s) for s in range(self.shards)]
+        addrs = ",".join(self.ps_addr)
+        for w in range(self.n):
+            self.start_daemon(w, addrs)
+        for w in range(self.n):
+            self.start_trainer(w)
+
+    def start_daemon(self, w, addrs=None):
+        addrs = addrs or ",".join(self.ps_addr)
+        argv = [os.path.join(self.bin, "esdd"), "--config", self.job, "--rank", str(w),
+                "--dir", self.node_dir(w), "--set", "ps.addrs=" + addrs,
+                "--summary", os.path.join(self.work, "summary%d.json" % w)]
+        if self.n > 1:  # leave the cores to the trainers on a small machine
+            argv += ["--dispatcher-core", "-1"]
+        self._spawn("esdd%d" % w, argv)
+
+    def wait_socket(self, w, timeout=30):
+        sock = os.path.join(self.node_dir(w), "esdd.sock")
+        t0 = time.time()
+        while not os.path.exists(sock):
+            p = self.procs.get("esdd%d" % w)
+            if p and p.poll() is not None:
+                raise ClusterError("esdd%d exited with %d: see %s/esdd%d.log"
+                                   % (w, p.returncode, self.work, w))
+            if time.time() - t0 > timeout:
+                raise ClusterError("esdd%d did not open its socket" % w)
+            time.sleep(0.02)
+
+    def start_trainer(self, w):
+        self.wait_socket(w)
+        if self.trainer_cmd:
+            argv = self.trainer_cmd(w, self.node_dir(w))
+        else:
+            argv = [os.path.join(self.bin, "esd-trainer"), "--dir", self.node_dir(w),
+                    "--quiet"]
+            if self.emulate_ns is not None:
+                argv += ["--emulate", str(self.emulate_ns)]
+        self._spawn("trainer%d" % w, argv)
+
+    def wait(self, timeout=300):
+        """Wait for every daemon; raise if one fails."""
+        t0 = time.time()
+        for w in range(self.n):
+            p = self.procs["esdd%d" % w]
+            left = max(1, timeout - (time.time() - t0))
+            try:
+                rc = p.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                raise ClusterError("esdd%d still running after %d s" % (w, timeout))
+            if rc != 0:
+                raise ClusterError("esdd%d exited with %d: see %s/esdd%d.log"
+                                   % (w, rc, self.work, w))
+        for w in range(self.n):
+            p = self.procs.get("trainer%d" % w)
+            if p:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def summaries(self):
+        out = []
+        for w in range(self.n):
+            with open(os.path.join(self.work, "summary%d.json" % w)) as f:
+                out.append(json.load(f))
+        return out
+
+    def kill(self, name, sig=signal.SIGKILL):
+        p = self.procs[name]
+        os.kill(p.pid, sig)
+        p.wait()
+
+    def stop(self):
+        # trainers first, then daemons, then the PS (memif-safe order)
+        order = sorted(self.procs, key=lambda k: (0 if k.startswith("trainer")
+                                                   else 1 if k.startswith("esdd") else 2))
+        for name in order:
+            p = self.procs[name]
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                    p.wait(timeout=5)
+                except (subprocess.TimeoutExpired, ProcessLookupError):
+                    try:
+                        os.kill(p.pid, signal.SIGKILL)
+                        p.wait(timeout=5)
+                    except ProcessLookupError:
+                        pass
+            if p.stdout:
+                p.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
