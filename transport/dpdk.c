@@ -36,7 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <rte_bus_vdev.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -153,14 +153,13 @@ static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t
 	}
 	if ((rc = rte_eth_dev_get_port_by_name(name, port)))
 		goto err_remove;
+	/* Default rx mode: memif and af_packet carry packets up to their
+	 * buffer size (memif chains buffers) whatever MTU ethdev reports. */
 	struct rte_eth_conf conf;
 	memset(&conf, 0, sizeof(conf));
-	conf.rxmode.mtu = mtu + FRAG_HDR;
-	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0) {
-		memset(&conf, 0, sizeof(conf));
-		if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
-			goto err_remove;
-	}
+	(void)mtu;
+	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
+		goto err_remove;
 	if ((rc = rte_eth_rx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL,
 					 pool)) < 0 ||
 	    (rc = rte_eth_tx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL)) <
@@ -173,7 +172,7 @@ err_close:
 	rte_eth_dev_close(*port);
 err_remove:
 	ESD_ERR("transport", "dpdk: port %s: %s", name, rte_strerror(rc < 0 ? -rc : rc));
-	rte_vdev_uninit(name);
+	rte_eal_hotplug_remove("vdev", name);
 	return rc < 0 ? rc : -rc;
 }
 
@@ -181,7 +180,7 @@ static void port_down(uint16_t port, const char *name)
 {
 	rte_eth_dev_stop(port);
 	rte_eth_dev_close(port);
-	rte_vdev_uninit(name);
+	rte_eal_hotplug_remove("vdev", name);
 }
 
 static int link_is_up(uint16_t port)

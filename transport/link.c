@@ -271,6 +271,9 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 			if (rc != -ETIMEDOUT) {
 				l->broken = 1;
 				snprintf(l->err, sizeof(l->err), "%s", l->w->err);
+				if (rc != -ECONNRESET && rc != -EPIPE)
+					ESD_WARN("transport", "link %s (%s): %s", l->w->peer,
+						 l->w->ops->name, l->err);
 			}
 			return rc;
 		}

@@ -345,7 +345,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 	c->lent = 0;
 	free(c->retired);
 	c->retired = NULL;
-	if (c->dead)
+	if (c->rx_dead)
 		return wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
 	for (;;) {
 		size_t avail = c->tail - c->head;
@@ -355,7 +355,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			int rc = esd_frame_hdr_parse(c->sb + c->head, avail, &w->lim, &h, w->err,
 						     sizeof(w->err));
 			if (rc) {
-				c->dead = 1;
+				c->rx_dead = 1;
 				return rc;
 			}
 			need += h.length;
@@ -368,7 +368,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			}
 		}
 		if (c->eof) {
-			c->dead = 1;
+			c->rx_dead = 1;
 			if (avail)
 				return wire_fail(w, -ECONNRESET,
 						 "peer %s closed mid-frame (%zu of %zu bytes)", w->peer,
@@ -383,7 +383,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			continue;
 		}
 		if (rc) {
-			c->dead = 1;
+			c->rx_dead = 1;
 			if (rc == -ENOMEM || rc == -ENOBUFS)
 				return wire_fail(w, rc, "no memory for a %zu-byte frame", need);
 			return wire_fail(w, rc, "tcp receive from %s: %s", w->peer, esd_strerror(rc));

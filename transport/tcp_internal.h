@@ -27,7 +27,8 @@ struct tcp_engine {
 struct tcp_conn {
 	struct wire w;
 	int fd;
-	int dead; /* the stream is unusable (error, EOF, half-written frame) */
+	int dead;    /* sending is impossible (error, half-written frame) */
+	int rx_dead; /* the receive stream lost sync (bad header, EOF) */
 	int eof;
 	const struct tcp_engine *eng;
 	void *es; /* engine state */

@@ -18,6 +18,20 @@
  * added at the PS in worker-rank order (esd_optim_grad_add) and is updated
  * there. After the update the caller bumps the row's clock.
  *
+ * Gradient sums are doubles. Each per-sample contribution is a float
+ * computed the same way wherever it is computed (esd/model.h); it is
+ * accumulated in double (per worker, then across workers at the PS) and
+ * rounded to float once, by esd_optim_apply_sum. A double sum of float
+ * terms is exact to far below a float's precision whatever the order, so
+ * the distributed run and the single-process reference round to the same
+ * float in practice (bit-identical in the tests; not a theorem: a sum that
+ * lands within 2^-29 ulp of a float rounding boundary could still round
+ * differently). Summing in float instead leaves differences of about 1e-7
+ * absolute after a few dozen Adagrad/Adam iterations (see docs/model.md).
+ * The runtime therefore carries partial gradient sums as doubles: the
+ * gradient slot of a row and the dense gradient are doubles, and an
+ * update push of a gradient carries dim doubles.
+ *
  * Update rules (g = summed gradient; all arithmetic in float unless said):
  *   SGD:     value -= lr * g
  *   Adagrad: acc += g * g;  value -= lr * g / (sqrt(acc) + eps)
@@ -114,9 +128,18 @@ void esd_optim_state_init(const struct esd_optim_params *p, unsigned dim, float 
 void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *value, float *state,
 		     const float *grad, uint64_t t);
 
-/* acc[i] += g[i] for i < dim: the PS's sum of partial gradients (called in
- * worker-rank order), and the reference's per-sample sum. */
-void esd_optim_grad_add(unsigned dim, float *acc, const float *g);
+/*
+ * The same from a double gradient sum: each grad_sum[i] is rounded to
+ * float, then exactly the arithmetic of esd_optim_apply follows (the two
+ * give the same bits for the same rounded gradient). What the PS, the
+ * node daemon and the reference call at the end of an iteration.
+ */
+void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value,
+			 float *state, const double *grad_sum, uint64_t t);
+
+/* acc[i] += g[i] for i < dim: the PS's sum of partial gradient sums,
+ * called in worker-rank order. */
+void esd_optim_grad_add(unsigned dim, double *acc, const double *g);
 
 /*
  * Deterministic initial value of row key under job seed (see the

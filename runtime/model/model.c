@@ -109,8 +109,8 @@ static float sigmoid(float z)
 
 /* One sample: forward, loss, backward. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
-			  float *const *row_grads, float label, const float *dense, float inv_k,
-			  float *dense_grad, float *logit)
+			  double *const *row_grads, float label, const float *dense, float inv_k,
+			  double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
 	const size_t in = m->in, emb = (size_t)s->tables * s->dim;
@@ -147,19 +147,19 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 		dh[j] = hpre[j] > 0.0f ? dz * w2[j] : 0.0f;
 
 	if (dense_grad) {
-		float *gW1 = dense_grad, *gb1 = dense_grad + m->off_b1;
-		float *gw2 = dense_grad + m->off_w2, *gwd = dense_grad + m->off_wd;
-		dense_grad[m->off_b2] = dense_grad[m->off_b2] + dz;
+		double *gW1 = dense_grad, *gb1 = dense_grad + m->off_b1;
+		double *gw2 = dense_grad + m->off_w2, *gwd = dense_grad + m->off_wd;
+		dense_grad[m->off_b2] = dense_grad[m->off_b2] + (double)dz;
 		for (unsigned i = 0; i < D; i++)
-			gwd[i] = gwd[i] + dz * dense[i];
+			gwd[i] = gwd[i] + (double)(dz * dense[i]);
 		for (unsigned j = 0; j < H; j++) {
 			if (!(hpre[j] > 0.0f))
 				continue;
-			float *gj = gW1 + (size_t)j * in;
-			gw2[j] = gw2[j] + dz * hpre[j];
-			gb1[j] = gb1[j] + dh[j];
+			double *gj = gW1 + (size_t)j * in;
+			gw2[j] = gw2[j] + (double)(dz * hpre[j]);
+			gb1[j] = gb1[j] + (double)dh[j];
 			for (size_t i = 0; i < in; i++)
-				gj[i] = gj[i] + dh[j] * x[i];
+				gj[i] = gj[i] + (double)(dh[j] * x[i]);
 		}
 	}
 
@@ -175,19 +175,19 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 				dx[i] = dx[i] + d * wj[i];
 		}
 		for (unsigned t = 0; t < s->tables; t++) {
-			float *g = row_grads[t];
+			double *g = row_grads[t];
 			if (!g)
 				continue;
 			const float *src = dx + (size_t)t * s->dim;
 			for (unsigned c = 0; c < s->dim; c++)
-				g[c] = g[c] + src[c];
+				g[c] = g[c] + (double)src[c];
 		}
 	}
 	return loss;
 }
 
 int esd_model_step(struct esd_model *m, const float *params, const struct esd_model_batch *b,
-		   uint64_t k, double *loss, float *dense_grad, float *logits)
+		   uint64_t k, double *loss, double *dense_grad, float *logits)
 {
 	if (!m || !params || !b || !k || k < b->m)
 		return -EINVAL;

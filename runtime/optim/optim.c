@@ -124,10 +124,8 @@ static void apply_adagrad(const struct esd_optim_params *p, unsigned dim, float 
 }
 
 static void apply_adam(const struct esd_optim_params *p, unsigned dim, float *restrict value,
-		       float *restrict state, const float *restrict grad, uint64_t t)
+		       float *restrict m, float *restrict v, const float *restrict grad, uint64_t t)
 {
-	float *restrict m = state;
-	float *restrict v = state + dim;
 	const float b1 = p->beta1, b2 = p->beta2, eps = p->eps;
 	const float c1 = 1.0f - b1, c2 = 1.0f - b2;
 	double td = (double)(t ? t : 1);
@@ -156,12 +154,35 @@ void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *valu
 		apply_adagrad(p, dim, value, state, grad);
 		break;
 	case ESD_OPT_ADAM:
-		apply_adam(p, dim, value, state, grad, t);
+		apply_adam(p, dim, value, state, state + dim, grad, t);
 		break;
 	}
 }
 
-void esd_optim_grad_add(unsigned dim, float *restrict acc, const float *restrict g)
+void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value,
+			 float *state, const double *grad_sum, uint64_t t)
+{
+	enum { CHUNK = 256 };
+	float g[CHUNK];
+	for (unsigned at = 0; at < dim; at += CHUNK) {
+		unsigned n = dim - at < CHUNK ? dim - at : CHUNK;
+		for (unsigned i = 0; i < n; i++)
+			g[i] = (float)grad_sum[at + i];
+		switch (p->opt) {
+		case ESD_OPT_SGD:
+			apply_sgd(p->lr, n, value + at, g);
+			break;
+		case ESD_OPT_ADAGRAD:
+			apply_adagrad(p, n, value + at, state + at, g);
+			break;
+		case ESD_OPT_ADAM:
+			apply_adam(p, n, value + at, state + at, state + dim + at, g, t);
+			break;
+		}
+	}
+}
+
+void esd_optim_grad_add(unsigned dim, double *restrict acc, const double *restrict g)
 {
 	for (unsigned i = 0; i < dim; i++)
 		acc[i] = acc[i] + g[i];

@@ -71,12 +71,12 @@ static void test_gradcheck(void **state)
 	(void)state;
 	struct fixture f;
 	fixture_init(&f, 3);
-	float rg[3][DIM] = {{0}};
-	float *rgp[M * T];
+	double rg[3][DIM] = {{0}};
+	double *rgp[M * T];
 	for (int i = 0; i < M; i++)
 		for (int t = 0; t < T; t++)
 			rgp[i * T + t] = rg[idx[i][t]];
-	float *dg = calloc(f.np, sizeof(float));
+	double *dg = calloc(f.np, sizeof(double));
 	struct esd_model_batch b = {
 		.m = M, .rows = f.rowp, .row_grads = rgp, .labels = f.labels, .dense = f.dense};
 	double loss;
@@ -125,9 +125,10 @@ static void test_sign_and_scale_by_hand(void **state)
 	assert_int_equal(esd_model_create(&s, &m), 0);
 	assert_int_equal(esd_model_dense_len(m), 4); /* W1, b1, w2, b2 */
 	float params[4] = {0.5f, 0.0f, 2.0f, 0.0f};
-	float row[1] = {1.0f}, g[1] = {0}, dg[4] = {0};
+	float row[1] = {1.0f};
+	double g[1] = {0}, dg[4] = {0};
 	const float *rp[1] = {row};
-	float *gp[1] = {g};
+	double *gp[1] = {g};
 	float y[1] = {1.0f};
 	struct esd_model_batch b = {.m = 1, .rows = rp, .row_grads = gp, .labels = y};
 	double loss;
@@ -158,11 +159,11 @@ static void test_split_and_determinism(void **state)
 	(void)state;
 	struct fixture f;
 	fixture_init(&f, 11);
-	float *all = calloc(f.np, sizeof(float)), *part = calloc(f.np, sizeof(float));
-	float *again = calloc(f.np, sizeof(float));
-	float rg_all[3][DIM] = {{0}}, rg_a[3][DIM] = {{0}}, rg_b[3][DIM] = {{0}};
-	float rg_again[3][DIM] = {{0}};
-	float *pa[M * T], *pb[M * T], *pall[M * T], *pagain[M * T];
+	double *all = calloc(f.np, sizeof(double)), *part = calloc(f.np, sizeof(double));
+	double *again = calloc(f.np, sizeof(double));
+	double rg_all[3][DIM] = {{0}}, rg_a[3][DIM] = {{0}}, rg_b[3][DIM] = {{0}};
+	double rg_again[3][DIM] = {{0}};
+	double *pa[M * T], *pb[M * T], *pall[M * T], *pagain[M * T];
 	for (int i = 0; i < M; i++)
 		for (int t = 0; t < T; t++) {
 			pall[i * T + t] = rg_all[idx[i][t]];
@@ -176,13 +177,13 @@ static void test_split_and_determinism(void **state)
 	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &l_all, all, NULL), 0);
 	b.row_grads = pagain;
 	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &l_again, again, NULL), 0);
-	assert_memory_equal(all, again, f.np * sizeof(float));
+	assert_memory_equal(all, again, f.np * sizeof(double));
 	assert_memory_equal(rg_all, rg_again, sizeof(rg_all));
 	assert_true(l_all == l_again);
 
 	/* worker 0: sample 0; worker 1: samples 1, 2; each into its own
 	 * buffers, then summed in rank order as the PS does */
-	float *part1 = calloc(f.np, sizeof(float));
+	double *part1 = calloc(f.np, sizeof(double));
 	struct esd_model_batch b0 = {
 		.m = 1, .rows = f.rowp, .row_grads = pa, .labels = f.labels, .dense = f.dense};
 	struct esd_model_batch b1 = {.m = 2,
@@ -194,11 +195,11 @@ static void test_split_and_determinism(void **state)
 	assert_int_equal(esd_model_step(f.m, f.params, &b1, K, &l1, part1, NULL), 0);
 	esd_optim_grad_add((unsigned)f.np, part, part1);
 	for (size_t p = 0; p < f.np; p++)
-		assert_float_equal(part[p], all[p], 1e-6 * fabs(all[p]) + 1e-9);
+		assert_float_equal(part[p], all[p], 1e-14 * fabs(all[p]) + 1e-18);
 	for (int r = 0; r < 3; r++) {
 		esd_optim_grad_add(DIM, rg_a[r], rg_b[r]);
 		for (int c = 0; c < DIM; c++)
-			assert_float_equal(rg_a[r][c], rg_all[r][c], 1e-6 * fabs(rg_all[r][c]) + 1e-9);
+			assert_float_equal(rg_a[r][c], rg_all[r][c], 1e-14 * fabs(rg_all[r][c]) + 1e-18);
 	}
 	assert_float_equal(l0 + l1, l_all, 1e-12);
 	free(all);
@@ -268,10 +269,11 @@ static void test_training_decreases_loss(void **state)
 		esd_optim_params_default(&p, (enum esd_optimizer)o);
 		p.lr = o == ESD_OPT_SGD ? 1.0f : o == ESD_OPT_ADAGRAD ? 0.1f : 0.02f;
 		unsigned sf = esd_optimizer_state_floats(p.opt);
-		float rows[TT][NID][DD], rstate[TT][NID][2 * DD], rgrad[TT][NID][DD];
+		float rows[TT][NID][DD], rstate[TT][NID][2 * DD];
+		double rgrad[TT][NID][DD];
 		uint64_t clock[TT][NID] = {{0}};
 		float *params = calloc(np, sizeof(float)), *pstate = calloc(np * 2, sizeof(float));
-		float *pgrad = calloc(np, sizeof(float));
+		double *pgrad = calloc(np, sizeof(double));
 		esd_model_dense_init(m, 1, params);
 		esd_optim_state_init(&p, (unsigned)np, pstate);
 		for (int t = 0; t < TT; t++)
@@ -280,7 +282,7 @@ static void test_training_decreases_loss(void **state)
 				esd_optim_state_init(&p, DD, rstate[t][r]);
 			}
 		const float *rp[NS * TT];
-		float *gp[NS * TT];
+		double *gp[NS * TT];
 		for (int i = 0; i < NS; i++)
 			for (int t = 0; t < TT; t++) {
 				rp[i * TT + t] = rows[t][ids[i][t]];
@@ -291,15 +293,16 @@ static void test_training_decreases_loss(void **state)
 		double first = 0, loss = 0;
 		for (int it = 0; it < 300; it++) {
 			memset(rgrad, 0, sizeof(rgrad));
-			memset(pgrad, 0, np * sizeof(float));
+			memset(pgrad, 0, np * sizeof(double));
 			assert_int_equal(esd_model_step(m, params, &b, NS, &loss, pgrad, NULL), 0);
 			if (!it)
 				first = loss;
 			for (int t = 0; t < TT; t++)
 				for (int r = 0; r < NID; r++)
-					esd_optim_apply(&p, DD, rows[t][r], sf ? rstate[t][r] : NULL,
-							rgrad[t][r], ++clock[t][r]);
-			esd_optim_apply(&p, (unsigned)np, params, sf ? pstate : NULL, pgrad,
+					esd_optim_apply_sum(&p, DD, rows[t][r],
+							    sf ? rstate[t][r] : NULL, rgrad[t][r],
+							    ++clock[t][r]);
+			esd_optim_apply_sum(&p, (unsigned)np, params, sf ? pstate : NULL, pgrad,
 					(uint64_t)it + 1);
 		}
 		print_message("%s: loss %.4f -> %.4f\n", esd_optim_name(p.opt), first, loss);

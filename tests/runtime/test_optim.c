@@ -159,9 +159,37 @@ static void test_bit_determinism(void **state)
 static void test_grad_add(void **state)
 {
 	(void)state;
-	float acc[3] = {1, 2, 3}, g[3] = {0.5f, -2, 1e-8f};
+	double acc[3] = {1, 2, 3}, g[3] = {0.5, -2, 1e-8};
 	esd_optim_grad_add(3, acc, g);
-	assert_true(acc[0] == 1.5f && acc[1] == 0.0f && acc[2] == 3.0f);
+	assert_true(acc[0] == 1.5 && acc[1] == 0.0 && acc[2] == 3.00000001);
+}
+
+/* apply_sum == round to float, then apply; across the 256-element chunks */
+static void test_apply_sum(void **state)
+{
+	(void)state;
+	enum { DIM = 600 };
+	uint64_t rng = 3;
+	for (int o = 0; o < 3; o++) {
+		struct esd_optim_params p;
+		esd_optim_params_default(&p, (enum esd_optimizer)o);
+		static float va[DIM], vb[DIM], sa[2 * DIM], sb[2 * DIM], gf[DIM];
+		static double gd[DIM];
+		esd_row_init(1, 2, DIM, va);
+		memcpy(vb, va, sizeof(va));
+		esd_optim_state_init(&p, DIM, sa);
+		esd_optim_state_init(&p, DIM, sb);
+		for (uint64_t t = 1; t <= 5; t++) {
+			for (int i = 0; i < DIM; i++) {
+				gd[i] = ((double)(esd_test_rand(&rng) % 100001) - 50000.0) / 3e6;
+				gf[i] = (float)gd[i];
+			}
+			esd_optim_apply_sum(&p, DIM, va, sa, gd, t);
+			esd_optim_apply(&p, DIM, vb, sb, gf, t);
+		}
+		assert_memory_equal(va, vb, sizeof(va));
+		assert_memory_equal(sa, sb, sizeof(float) * esd_optim_state_len(p.opt, DIM));
+	}
 }
 
 static void test_row_init(void **state)
@@ -225,6 +253,7 @@ int main(void)
 		cmocka_unit_test(test_adam_by_hand),
 		cmocka_unit_test(test_bit_determinism),
 		cmocka_unit_test(test_grad_add),
+		cmocka_unit_test(test_apply_sum),
 		cmocka_unit_test(test_row_init),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

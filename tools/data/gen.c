@@ -28,6 +28,7 @@ struct table_gen {
 	uint32_t *perm;    /* rank -> id under drift (NULL without drift) */
 	double swap_rate;  /* transpositions per sample */
 	uint64_t swaps;    /* transpositions done */
+	double wmean;      /* popularity-weighted mean label weight of the head */
 };
 
 static uint64_t gcd64(uint64_t a, uint64_t b)
@@ -123,6 +124,16 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 				m++;
 			g->mul = m % g->rows;
 		}
+		/* centre each table's label weight so the positive rate is the
+		 * shape's whatever the (scaled) cardinalities */
+		double ws = 0, ps = 0;
+		for (uint64_t k = 0; k < g->rows && k < 4096; k++) {
+			double pk = pow((double)k + 1.0, -in->zipf[t]);
+			ws += pk * id_weight(in->seed, t, (mulmod(g->mul, k, g->rows) + g->add) %
+								  g->rows);
+			ps += pk;
+		}
+		g->wmean = ws / ps;
 		g->swap_rate = in->drift * (double)g->rows / 2e6;
 		if (g->swap_rate > 0.0 && g->rows > 1) {
 			if (g->rows > UINT32_MAX) {
@@ -170,7 +181,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 			} else {
 				ids[t] = (mulmod(g->mul, rank, g->rows) + g->add) % g->rows;
 			}
-			logit += id_weight(in->seed, t, ids[t]);
+			logit += id_weight(in->seed, t, ids[t]) - g->wmean;
 		}
 		for (uint32_t j = 0; j < in->ndense; j++) {
 			/* a geometric-like count, stored log-transformed like Criteo's */

@@ -1,0 +1,201 @@
+/* The key table and the ESD Alg. 1 cost matrix against a direct
+ * per-occurrence evaluation; the overflow bound (k = 8192, 64 keys,
+ * T = 2^24); the whole dispatch step is reproducible and its snapshots
+ * stay consistent over many iterations for every method. */
+#include "testutil.h"
+
+#include <esd/dispatch_snap.h>
+#include <errno.h>
+#include <string.h>
+
+static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t universe,
+			 uint32_t *off, esd_key_t *keys)
+{
+	uint64_t st = seed;
+	off[0] = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		for (uint32_t p = 0; p < len; p++) {
+			uint64_t r = esd_test_rand(&st);
+			/* skewed: small ids far more often */
+			uint64_t id = (r % universe) & (esd_test_rand(&st) % universe);
+			keys[i * len + p] = esd_key_make(p % 4, id);
+		}
+		off[i + 1] = (i + 1) * len;
+	}
+}
+
+static void test_costmat_vs_direct(void **state)
+{
+	(void)state;
+	const uint32_t k = 64, len = 6;
+	uint32_t off[65];
+	esd_key_t keys[64 * 6];
+	struct esd_keytab *kt;
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	for (uint32_t n = 1; n <= 9; n += 4) {
+		random_batch(k, len, n, 40, off, keys);
+		struct esd_batch b = {k, off, keys};
+		assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+		uint32_t U = esd_keytab_count(kt);
+		assert_true(U > 1 && U < k * len);
+		/* the unique keys are exactly the distinct keys, first-seen order */
+		for (uint32_t p = 0; p < k * len; p++)
+			assert_true(esd_keytab_keys(kt)[esd_keytab_occ(kt)[p]] == keys[p]);
+		/* random consistent states */
+		uint64_t st = 99 + n;
+		enum esd_row_state truth[200][9];
+		for (uint32_t u = 0; u < U; u++) {
+			int dirty = (int)(esd_test_rand(&st) % (n + 2)) - 2; /* <0: none */
+			for (uint32_t j = 0; j < n; j++) {
+				enum esd_row_state s = (enum esd_row_state)(esd_test_rand(&st) % 3);
+				if (dirty >= 0)
+					s = (int)j == dirty ? ESD_ROW_DIRTY
+							     : (s == ESD_ROW_CLEAN ? ESD_ROW_OUTDATED : s);
+				truth[u][j] = s;
+				assert_int_equal(esd_keytab_set(kt, u, j, s), 0);
+			}
+		}
+		int64_t T[9];
+		for (uint32_t j = 0; j < n; j++)
+			T[j] = 1 + (int64_t)(esd_test_rand(&st) % 1000);
+		int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+		int32_t *sc = malloc((size_t)k * n * sizeof(int32_t));
+		assert_int_equal(esd_costmat_build(kt, &b, T, c), 0);
+		assert_int_equal(esd_scoremat_build(kt, &b, NULL, sc), 0);
+		for (uint32_t i = 0; i < k; i++)
+			for (uint32_t j = 0; j < n; j++) {
+				int64_t want = 0;
+				int32_t score = 0;
+				for (uint32_t p = off[i]; p < off[i + 1]; p++) {
+					uint32_t u = (uint32_t)esd_keytab_find(kt, keys[p]);
+					int latest = truth[u][j] >= ESD_ROW_CLEAN;
+					want += latest ? 0 : T[j];
+					score += latest;
+					for (uint32_t q = 0; q < n; q++)
+						if (q != j && truth[u][q] == ESD_ROW_DIRTY)
+							want += T[q];
+				}
+				assert_int_equal(c[i * n + j], want);
+				assert_int_equal(sc[i * n + j], score);
+			}
+		free(c);
+		free(sc);
+	}
+	/* invariants of esd_keytab_set */
+	random_batch(4, 2, 5, 3, off, keys);
+	struct esd_batch b = {4, off, keys};
+	assert_int_equal(esd_keytab_build(kt, &b, 3), 0);
+	assert_int_equal(esd_keytab_set(kt, 0, 0, ESD_ROW_CLEAN), 0);
+	assert_int_equal(esd_keytab_set(kt, 0, 1, ESD_ROW_DIRTY), -EINVAL);
+	assert_int_equal(esd_keytab_set(kt, 0, 0, ESD_ROW_DIRTY), 0);
+	assert_int_equal(esd_keytab_set(kt, 0, 2, ESD_ROW_CLEAN), -EINVAL);
+	assert_int_equal(esd_keytab_set(kt, 0, 3, ESD_ROW_CLEAN), -EINVAL);
+	assert_int_equal(esd_keytab_find(kt, esd_key_make(9, 9)), -1);
+	esd_keytab_free(kt);
+}
+
+static void test_overflow_bound(void **state)
+{
+	(void)state;
+	/* k = 8192 samples of 64 keys, every key DIRTY elsewhere, T = 2^24:
+	 * the worst row is 64 * 2 * 2^24 = 2^31 and the total 2^44 */
+	const uint32_t k = 8192, len = 64, n = 8;
+	uint32_t *off = malloc((k + 1) * sizeof(uint32_t));
+	esd_key_t *keys = malloc((size_t)k * len * sizeof(esd_key_t));
+	for (uint32_t i = 0; i <= k; i++)
+		off[i] = i * len;
+	for (uint32_t p = 0; p < k * len; p++)
+		keys[p] = esd_key_make(p % 26, p);
+	struct esd_batch b = {k, off, keys};
+	struct esd_keytab *kt;
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+	for (uint32_t u = 0; u < esd_keytab_count(kt); u++)
+		assert_int_equal(esd_keytab_set(kt, u, 7, ESD_ROW_DIRTY), 0);
+	int64_t T[8];
+	for (int j = 0; j < 8; j++)
+		T[j] = INT64_C(1) << 24;
+	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+	assert_int_equal(esd_costmat_build(kt, &b, T, c), 0);
+	assert_int_equal(c[0], INT64_C(64) * 2 * (1 << 24));
+	assert_int_equal(c[7], 0);
+	uint32_t *a = malloc(k * sizeof(uint32_t));
+	struct esd_solver *s;
+	assert_int_equal(esd_solver_create(&s), 0);
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(esd_assign_cost(c, k, n, a), (int64_t)(k - k / 8) * 64 * 2 * (1 << 24));
+	/* a T so large that a row could exceed ESD_COST_MAX is refused */
+	T[3] = ESD_COST_MAX / 64;
+	assert_int_equal(esd_costmat_build(kt, &b, T, c), -EOVERFLOW);
+	T[3] = -1;
+	assert_int_equal(esd_costmat_build(kt, &b, T, c), -EINVAL);
+	esd_solver_free(s);
+	esd_keytab_free(kt);
+	free(a);
+	free(c);
+	free(off);
+	free(keys);
+}
+
+/* Runs 12 iterations of a method; returns a digest of all decisions. */
+static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
+{
+	const uint32_t n = 4, k = 64, len = 8;
+	uint32_t capc[4] = {200, 200, 200, 200}, cap[4] = {24, 8, 16, 16};
+	int64_t T[4] = {10, 10, 100, 100};
+	struct esd_snapset *ss;
+	assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_EMARK, &ss), 0);
+	struct esd_dispatcher_config cfg = {.n = n, .cap = unequal ? cap : NULL, .T = T,
+					    .method = m, .hybrid = {0.25, ESD_OPT_SSP,
+								    ESD_HEU_ROW_ORDER},
+					    .seed = 5, .sync = sync, .compare = 1};
+	struct esd_dispatcher *d;
+	assert_int_equal(esd_dispatcher_create(&cfg, ss, &d), 0);
+	uint32_t off[65], a[64];
+	esd_key_t keys[64 * 8];
+	uint64_t digest = 1469598103934665603ull;
+	for (uint64_t it = 0; it < 12; it++) {
+		random_batch(k, len, 1000 + it, 60, off, keys);
+		struct esd_batch b = {k, off, keys};
+		assert_int_equal(esd_dispatcher_step(d, &b, a, NULL), 0);
+		assert_int_equal(esd_assign_check(k, n, unequal ? cap : NULL, a), 0);
+		for (uint32_t i = 0; i < k; i++)
+			digest = (digest ^ a[i]) * 1099511628211ull;
+		for (uint32_t w = 0; w < n; w++)
+			assert_int_equal(esd_cmeta_verify(esd_snapset_cmeta(ss, w)), 0);
+		const struct esd_dispatch_counters *ct = esd_dispatcher_counters(d);
+		assert_true(ct->heu_cost >= ct->opt_cost);
+		if (m == ESD_METHOD_OPT)
+			assert_int_equal(ct->est_cost, ct->opt_cost);
+	}
+	const struct esd_dispatch_counters *ct = esd_dispatcher_counters(d);
+	assert_int_equal(ct->steps, 12);
+	assert_true(ct->sum.total > 0);
+	if (sync == ESD_SYNC_FULL_SET)
+		assert_int_equal(ct->xfers[ESD_CQ_UPDATE_VALUE], 0);
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+	return digest;
+}
+
+static void test_dispatch_steps_reproducible(void **state)
+{
+	(void)state;
+	for (int m = ESD_METHOD_HEU; m <= ESD_METHOD_VANILLA; m++)
+		for (int sync = 0; sync < 2; sync++)
+			for (int uneq = 0; uneq < 2; uneq++) {
+				uint64_t d1 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				uint64_t d2 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				assert_true(d1 == d2);
+			}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_costmat_vs_direct),
+		cmocka_unit_test(test_overflow_bound),
+		cmocka_unit_test(test_dispatch_steps_reproducible),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,247 @@
+/* The papers' hand examples, end to end through the key table, the cost
+ * and score matrices, the solvers, the communication plan, the consequence
+ * and the snapshot advance:
+ *  - ESD Fig. 2: a DIRTY row on a slow-link worker (w3 in the paper, worker
+ *    2 here, T = 10x) is update-pushed when another worker trains it
+ *    (iteration I2), and a DIRTY row evicted later is evict-pushed (I3);
+ *    opt avoids the push that heu's greedy choice causes.
+ *  - Herald Fig. 5: vanilla (full-set sync) pays 2 pulls and 3 pushes at
+ *    iteration t, LAIA with on-demand sync pays nothing, and the next
+ *    iteration's plan is empty. */
+#include "testutil.h"
+
+#include <esd/dispatch_snap.h>
+#include <errno.h>
+#include <string.h>
+
+#define X(id) esd_key_make(0, id)
+
+struct step {
+	uint32_t k;
+	uint32_t off[8];
+	esd_key_t keys[32];
+};
+
+static struct esd_batch batch_of(const struct step *s)
+{
+	return (struct esd_batch){s->k, s->off, s->keys};
+}
+
+static int has_key(const struct esd_conseq *cq, enum esd_cq_kind kind, uint32_t w, esd_key_t key)
+{
+	for (uint32_t q = 0; q < esd_conseq_count(cq, kind, w); q++)
+		if (esd_conseq_keys(cq, kind, w)[q] == key)
+			return 1;
+	return 0;
+}
+
+static enum esd_row_state state_of(struct esd_snapset *ss, uint32_t w, esd_key_t key)
+{
+	return esd_cmeta_state(esd_snapset_cmeta(ss, w), key);
+}
+
+static void test_esd_fig2(void **state)
+{
+	(void)state;
+	const uint32_t n = 3, capc[3] = {3, 3, 3};
+	const int64_t T[3] = {100, 100, 1000}; /* 5, 5 and 0.5 Gbit/s */
+	struct esd_snapset *ss;
+	struct esd_keytab *kt;
+	struct esd_conseq *cq;
+	struct esd_solver *s;
+	assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_LRU, &ss), 0);
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	assert_int_equal(esd_solver_create(&s), 0);
+
+	/* I1: each worker trains its own rows alone: they become DIRTY */
+	struct step i1 = {3, {0, 2, 4, 6}, {X(1), X(2), X(9), X(4), X(5), X(6)}};
+	struct esd_batch b = batch_of(&i1);
+	uint32_t a1[3] = {0, 1, 2};
+	assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, a1, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	assert_int_equal(cq->off[ESD_CQ_MISS_PULL][n], 6);
+	assert_int_equal(cq->off[ESD_CQ_UPDATE_GRAD][n], 0);
+	assert_int_equal(state_of(ss, 2, X(5)), ESD_ROW_DIRTY);
+	assert_int_equal(esd_snapset_iter(ss), 1);
+
+	/* I2: the cost matrix by hand (ESD Alg. 1) */
+	struct step i2 = {3, {0, 2, 5, 7}, {X(1), X(2), X(5), X(8), X(7), X(9), X(10)}};
+	b = batch_of(&i2);
+	assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	int64_t c[9];
+	assert_int_equal(esd_costmat_build(kt, &b, T, c), 0);
+	const int64_t want[9] = {0, 400, 2200, /**/ 1300, 1300, 2000, /**/ 300, 100, 2100};
+	assert_memory_equal(c, want, sizeof(want));
+	uint32_t heu[3], opt[3];
+	assert_int_equal(esd_solve_heu(s, c, 3, n, NULL, ESD_HEU_ROW_ORDER, heu), 0);
+	assert_int_equal(esd_solve_opt(s, c, 3, n, NULL, opt), 0);
+	const uint32_t heu_want[3] = {0, 1, 2}, opt_want[3] = {0, 2, 1};
+	assert_memory_equal(heu, heu_want, sizeof(heu_want));
+	assert_memory_equal(opt, opt_want, sizeof(opt_want));
+	assert_int_equal(esd_assign_cost(c, 3, n, heu), 3400);
+	assert_int_equal(esd_assign_cost(c, 3, n, opt), 2100);
+
+	/* the plan of opt's decision is empty; heu's makes the slow worker
+	 * push x5 (the figure's update push) and worker 1 push x9 */
+	assert_int_equal(esd_comm_plan(kt, &b, opt, T, cq), 0);
+	assert_int_equal(cq->off[ESD_CQ_UPDATE_VALUE][n], 0);
+	assert_int_equal(esd_comm_plan(kt, &b, heu, T, cq), 0);
+	assert_int_equal(cq->off[ESD_CQ_UPDATE_VALUE][n], 2);
+	assert_true(has_key(cq, ESD_CQ_UPDATE_VALUE, 2, X(5)));
+	assert_true(has_key(cq, ESD_CQ_UPDATE_VALUE, 1, X(9)));
+	assert_int_equal(cq->cost[ESD_CQ_UPDATE_VALUE], 1100);
+
+	/* opt's consequence without snapshots: pulls x7, x8 on worker 2 and
+	 * x10 on worker 1; the matrix predicted exactly that */
+	assert_int_equal(esd_conseq_compute(kt, &b, opt, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	assert_int_equal(cq->total_cost, 2100);
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_MISS_PULL, 2), 2);
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_MISS_PULL, 1), 1);
+	assert_int_equal(cq->hits, 4);
+
+	/* advance with heu's decision (the figure's): evictions appear */
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, heu, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	assert_int_equal(cq->cost[ESD_CQ_UPDATE_VALUE], 1100);
+	assert_int_equal(cq->cost[ESD_CQ_MISS_PULL], 2300);
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, 1), 1);
+	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(4))); /* DIRTY victim */
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, 2), 0); /* x5 was CLEAN */
+	assert_int_equal(cq->total_cost, 3500);
+	assert_int_equal(state_of(ss, 1, X(5)), ESD_ROW_DIRTY);
+	assert_int_equal(state_of(ss, 1, X(7)), ESD_ROW_DIRTY);
+	assert_int_equal(state_of(ss, 2, X(5)), ESD_ROW_ABSENT);
+	assert_int_equal(state_of(ss, 2, X(9)), ESD_ROW_DIRTY);
+	assert_int_equal(state_of(ss, 1, X(9)), ESD_ROW_ABSENT);
+	assert_int_equal(state_of(ss, 0, X(1)), ESD_ROW_DIRTY);
+
+	/* I3: worker 1 needs two new rows and evicts its DIRTY x5 and x7 (LRU,
+	 * then key order): two evict pushes, as in the figure */
+	struct step i3 = {3, {0, 1, 3, 4}, {X(1), X(12), X(13), X(10)}};
+	b = batch_of(&i3);
+	uint32_t a3[3] = {0, 1, 2};
+	assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, a3, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, 1), 2);
+	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(5)));
+	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(7)));
+	assert_int_equal(cq->cost[ESD_CQ_EVICT_PUSH], 200);
+	for (uint32_t w = 0; w < n; w++)
+		assert_int_equal(esd_cmeta_verify(esd_snapset_cmeta(ss, w)), 0);
+
+	esd_solver_free(s);
+	esd_conseq_free(cq);
+	esd_keytab_free(kt);
+	esd_snapset_free(ss);
+}
+
+static void set_clean(struct esd_snapset *ss, uint32_t w, const esd_key_t *keys, size_t nk,
+		      uint64_t iter)
+{
+	struct esd_cmeta *cm = esd_snapset_cmeta(ss, w);
+	struct esd_cmeta_pull pulls[8];
+	struct esd_cmeta_evict ev[8];
+	uint32_t slots[8];
+	struct esd_cmeta_fill f = {.pulls = pulls, .evicts = ev, .slots = slots};
+	assert_int_equal(esd_cmeta_begin_iter(cm, iter, keys, nk, &f), 0);
+	for (size_t q = 0; q < nk; q++)
+		assert_int_equal(esd_cmeta_set_state(cm, slots[q], ESD_ROW_CLEAN, 0), 0);
+}
+
+static void test_herald_fig5(void **state)
+{
+	(void)state;
+	const uint32_t n = 2, capc[2] = {8, 8};
+	const int64_t T[2] = {1, 1};
+	struct esd_snapset *ss;
+	struct esd_keytab *kt;
+	struct esd_conseq *cq;
+	struct esd_solver *s;
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	assert_int_equal(esd_solver_create(&s), 0);
+	const esd_key_t A = X(1), B = X(2), C = X(3);
+
+	for (int run = 0; run < 2; run++) {
+		/* caches with room; w0 holds C, w1 holds A, B, C (all latest) */
+		assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_LRU, &ss), 0);
+		set_clean(ss, 0, (esd_key_t[]){C}, 1, 1);
+		set_clean(ss, 1, (esd_key_t[]){A, B, C}, 3, 1);
+		assert_int_equal(esd_snapset_load(ss, 0, esd_snapset_cmeta(ss, 0)), 0);
+		assert_int_equal(esd_snapset_iter(ss), 1);
+
+		struct step t = {2, {0, 2, 3}, {A, B, C}};
+		struct esd_batch b = batch_of(&t);
+		assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+		assert_int_equal(esd_snapset_fill(ss, kt), 0);
+		uint32_t a[2];
+		if (run == 0) {
+			/* vanilla's draw in the figure: sample {A, B} on w0 */
+			a[0] = 0;
+			a[1] = 1;
+			assert_int_equal(
+				esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_FULL_SET, cq), 0);
+			assert_int_equal(cq->off[ESD_CQ_MISS_PULL][n], 2);
+			assert_int_equal(cq->off[ESD_CQ_UPDATE_GRAD][n] +
+						 cq->off[ESD_CQ_UPDATE_VALUE][n],
+					 3);
+			assert_int_equal(cq->total_cost, 5);
+			assert_int_equal(state_of(ss, 1, C), ESD_ROW_OUTDATED);
+		} else {
+			int32_t sc[4];
+			assert_int_equal(esd_scoremat_build(kt, &b, NULL, sc), 0);
+			const int32_t want[4] = {0, 2, 1, 1};
+			assert_memory_equal(sc, want, sizeof(want));
+			for (uint64_t seed = 0; seed < 8; seed++) {
+				assert_int_equal(esd_solve_laia(s, sc, 2, n, NULL, seed, a), 0);
+				assert_int_equal(a[0], 1);
+				assert_int_equal(a[1], 0);
+			}
+			assert_int_equal(
+				esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_ON_DEMAND, cq), 0);
+			assert_int_equal(cq->total_cost, 0);
+			assert_int_equal(cq->hits, 3);
+			assert_int_equal(state_of(ss, 1, A), ESD_ROW_DIRTY);
+			assert_int_equal(state_of(ss, 0, C), ESD_ROW_DIRTY);
+			assert_int_equal(state_of(ss, 1, C), ESD_ROW_OUTDATED);
+
+			/* t+1: LAIA keeps each row where it is DIRTY: empty plan */
+			struct step t2 = {2, {0, 1, 2}, {A, C}};
+			b = batch_of(&t2);
+			assert_int_equal(esd_keytab_build(kt, &b, n), 0);
+			assert_int_equal(esd_snapset_fill(ss, kt), 0);
+			assert_int_equal(esd_scoremat_build(kt, &b, NULL, sc), 0);
+			assert_int_equal(esd_solve_laia(s, sc, 2, n, NULL, 3, a), 0);
+			assert_int_equal(a[0], 1);
+			assert_int_equal(a[1], 0);
+			assert_int_equal(esd_comm_plan(kt, &b, a, T, cq), 0);
+			assert_int_equal(cq->off[ESD_CQ_UPDATE_VALUE][n], 0);
+			/* the swapped decision would need both rows pushed */
+			uint32_t sw[2] = {0, 1};
+			assert_int_equal(esd_comm_plan(kt, &b, sw, T, cq), 0);
+			assert_true(has_key(cq, ESD_CQ_UPDATE_VALUE, 1, A));
+			assert_true(has_key(cq, ESD_CQ_UPDATE_VALUE, 0, C));
+			/* LAIA restricted to a table that has no keys here: all ties */
+			uint64_t mask[ESD_TABLE_MASK_WORDS] = {0};
+			mask[0] = 2; /* table 1 only */
+			assert_int_equal(esd_scoremat_build(kt, &b, mask, sc), 0);
+			assert_int_equal(sc[0] + sc[1] + sc[2] + sc[3], 0);
+		}
+		esd_snapset_free(ss);
+	}
+	esd_solver_free(s);
+	esd_conseq_free(cq);
+	esd_keytab_free(kt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_esd_fig2),
+		cmocka_unit_test(test_herald_fig5),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,270 @@
+/* The forked test peer of the transport tests (see peer.h). */
+#include "peer.h"
+
+#include <esd/clock.h>
+#include <esd/dedup.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STORE_SLOTS (1u << 16)
+
+struct slot {
+	uint64_t key;
+	int used;
+	uint64_t clock;
+	float v[PEER_DIM];
+};
+
+static struct slot *store;
+static pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct esd_dedup *dedup;
+static pthread_mutex_t dedup_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct slot *row(uint64_t key)
+{
+	uint64_t h = key * 0x9e3779b97f4a7c15ull;
+	for (uint32_t i = 0; i < STORE_SLOTS; i++) {
+		struct slot *s = &store[(h + i) & (STORE_SLOTS - 1)];
+		if (s->used && s->key == key)
+			return s;
+		if (!s->used) {
+			s->used = 1;
+			s->key = key;
+			for (uint32_t j = 0; j < PEER_DIM; j++)
+				s->v[j] = peer_init_value(key, j);
+			return s;
+		}
+	}
+	abort(); /* test store full: a bug in the test */
+}
+
+static int reply_pull(struct esd_link *l, struct esd_buf *b, const struct esd_msg *m)
+{
+	struct esd_rows_enc e;
+	struct esd_rows r = {.iteration = m->u.pull.iteration, .sequence = m->u.pull.request,
+			     .worker = m->u.pull.worker, .kind = ESD_XFER_MISS_PULL,
+			     .dim = PEER_DIM};
+	int rc = esd_enc_rows_begin(&e, b, ESD_OP_PULL_RESP, &r);
+	pthread_mutex_lock(&store_lock);
+	for (uint32_t i = 0; !rc && i < m->u.pull.count; i++) {
+		struct slot *s = row(esd_msg_key(m, i));
+		rc = esd_enc_row(&e, s->key, s->clock, s->v, NULL);
+	}
+	pthread_mutex_unlock(&store_lock);
+	if (rc)
+		return rc;
+	esd_enc_rows_end(&e);
+	return esd_link_send(l, b->data, b->len);
+}
+
+static int apply_push(struct esd_link *l, struct esd_buf *b, const struct esd_msg *m)
+{
+	const struct esd_rows *r = &m->u.rows;
+	pthread_mutex_lock(&dedup_lock);
+	int fresh = esd_dedup_check(dedup, r->worker, r->iteration, r->sequence);
+	pthread_mutex_unlock(&dedup_lock);
+	if (fresh == 1) {
+		pthread_mutex_lock(&store_lock);
+		for (uint32_t i = 0; i < r->count; i++) {
+			struct esd_row_view v;
+			esd_rows_get(r, i, &v);
+			struct slot *s = row(v.key);
+			for (uint32_t j = 0; j < PEER_DIM && j < r->dim; j++) {
+				if (m->hdr.op == ESD_OP_PUSH_GRAD)
+					s->v[j] += v.value[j];
+				else
+					s->v[j] = v.value[j];
+			}
+			s->clock++;
+		}
+		pthread_mutex_unlock(&store_lock);
+	}
+	struct esd_ack a = {.iteration = r->iteration, .sequence = r->sequence,
+			    .op = m->hdr.op, .status = fresh < 0 ? fresh : fresh == 1 ? 0 : 1};
+	int rc = esd_enc_ack(b, &a);
+	return rc ? rc : esd_link_send(l, b->data, b->len);
+}
+
+static void *serve(void *arg)
+{
+	struct esd_link *l = arg;
+	struct esd_buf b;
+	esd_buf_init(&b);
+	for (;;) {
+		struct esd_msg m;
+		int rc = esd_link_recv(l, &m, -1);
+		esd_buf_reset(&b);
+		if (rc) {
+			if (rc != -ECONNRESET && rc != -EPIPE)
+				esd_link_send_error(l, rc, esd_link_last_error(l));
+			break;
+		}
+		switch (m.hdr.op) {
+		case ESD_OP_HELLO: {
+			struct esd_hello h = m.u.hello;
+			h.proto_version = ESD_PROTO_VERSION;
+			h.dim = PEER_DIM;
+			rc = esd_enc_hello(&b, &h, ESD_FLAG_REPLY);
+			if (!rc)
+				rc = esd_link_send(l, b.data, b.len);
+			break;
+		}
+		case ESD_OP_PULL:
+			rc = reply_pull(l, &b, &m);
+			break;
+		case ESD_OP_PUSH_VALUE:
+		case ESD_OP_PUSH_GRAD:
+			rc = apply_push(l, &b, &m);
+			break;
+		case ESD_OP_BARRIER: {
+			struct esd_ack a = {.iteration = m.u.barrier.iteration, .op = ESD_OP_BARRIER};
+			pthread_mutex_lock(&dedup_lock);
+			int64_t seen = esd_dedup_count(dedup, m.u.barrier.worker, m.u.barrier.iteration);
+			pthread_mutex_unlock(&dedup_lock);
+			a.status = seen == (int64_t)m.u.barrier.npushes ? 0 : -EPROTO;
+			a.sequence = (uint64_t)seen;
+			rc = esd_enc_ack(&b, &a);
+			if (!rc)
+				rc = esd_link_send(l, b.data, b.len);
+			break;
+		}
+		case ESD_OP_STATS: {
+			struct esd_link_stats st;
+			struct esd_stats_entry e[ESD_XFER_NKINDS];
+			esd_link_stats(l, &st);
+			for (int k = 0; k < ESD_XFER_NKINDS; k++)
+				e[k] = (struct esd_stats_entry){.kind = (uint32_t)k,
+								.tx_bytes = st.kind[k].tx_bytes,
+								.tx_rows = st.kind[k].tx_rows,
+								.rx_bytes = st.kind[k].rx_bytes,
+								.rx_rows = st.kind[k].rx_rows};
+			rc = esd_enc_stats(&b, e, ESD_XFER_NKINDS, ESD_FLAG_REPLY);
+			if (!rc)
+				rc = esd_link_send(l, b.data, b.len);
+			break;
+		}
+		default:
+			rc = esd_link_send_error(l, -EPROTO, "test peer: unexpected op");
+			break;
+		}
+		if (rc)
+			break;
+	}
+	esd_buf_free(&b);
+	esd_link_close(l);
+	return NULL;
+}
+
+static void run_peer(const struct esd_link_opts *o, int fd)
+{
+	struct esd_listener *ls;
+	char addr[256] = "";
+	esd_log_init("peer");
+	store = calloc(STORE_SLOTS, sizeof(*store));
+	if (!store || esd_dedup_create(ESD_MAX_WORKERS, &dedup))
+		_exit(3);
+	int rc = esd_listener_open(o, &ls);
+	if (!rc)
+		esd_listener_addr(ls, addr, sizeof(addr));
+	char msg[300];
+	int n = snprintf(msg, sizeof(msg), "%d %s\n", rc, addr);
+	if (write(fd, msg, (size_t)n) != n)
+		_exit(4);
+	close(fd);
+	if (rc)
+		_exit(2);
+	for (;;) {
+		struct esd_link *l;
+		rc = esd_listener_accept(ls, -1, &l);
+		if (rc == -EMFILE)
+			break;
+		if (rc)
+			continue;
+		pthread_t t;
+		if (pthread_create(&t, NULL, serve, l))
+			_exit(5);
+		pthread_detach(t);
+	}
+	/* Every link id handed out: serve until killed. */
+	for (;;)
+		pause();
+}
+
+int peer_start(struct peer *p, const struct esd_link_opts *o)
+{
+	int fds[2];
+	if (pipe(fds))
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		close(fds[0]);
+		run_peer(o, fds[1]);
+		_exit(0);
+	}
+	close(fds[1]);
+	char buf[300] = "";
+	ssize_t got = 0, r;
+	while ((r = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+		got += r;
+	close(fds[0]);
+	int rc = -EIO;
+	p->pid = pid;
+	if (got > 0 && sscanf(buf, "%d %255s", &rc, p->addr) >= 1 && rc == 0)
+		return 0;
+	peer_kill(p);
+	return rc == -ENODEV ? -ENODEV : (rc ? rc : -EIO);
+}
+
+void peer_kill(struct peer *p)
+{
+	if (p->pid <= 0)
+		return;
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, NULL, 0);
+	p->pid = 0;
+}
+
+void peer_stop(struct peer *p)
+{
+	if (p->pid <= 0)
+		return;
+	kill(p->pid, SIGTERM);
+	for (int i = 0; i < 200; i++) {
+		if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
+			p->pid = 0;
+			return;
+		}
+		usleep(10000);
+	}
+	peer_kill(p);
+}
+
+int peer_send_buf(struct esd_link *l, struct esd_buf *b)
+{
+	int rc = esd_link_send(l, b->data, b->len);
+	esd_buf_reset(b);
+	return rc;
+}
+
+int peer_expect(struct esd_link *l, struct esd_msg *m, unsigned op, int64_t timeout_ns)
+{
+	int rc = esd_link_recv(l, m, timeout_ns);
+	if (rc)
+		return rc;
+	if (m->hdr.op != op) {
+		fprintf(stderr, "expected %s, got %s\n", esd_op_name(op), esd_op_name(m->hdr.op));
+		return -EPROTO;
+	}
+	return 0;
+}

@@ -1,0 +1,226 @@
+/* tcp links on loopback between two processes (this test and a forked
+ * peer): HELLO, PUSH_VALUE, PUSH_GRAD, PULL, BARRIER and STATS round
+ * trips with both engines, per-kind accounting, the rate setter, and a
+ * crashed peer detected within a second. */
+#include "testutil.h"
+#include "peer.h"
+
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <string.h>
+
+static const char *engine;
+
+static void open_pair(struct peer *p, struct esd_link **l)
+{
+	struct esd_link_opts o;
+	esd_link_opts_init(&o);
+	o.addr = "127.0.0.1:0";
+	assert_int_equal(peer_start(p, &o), 0);
+	o.addr = p->addr;
+	o.tcp_engine = engine;
+	assert_int_equal(esd_link_connect(&o, l), 0);
+	assert_string_equal(esd_link_backend(*l), "tcp");
+}
+
+static void push(struct esd_buf *b, enum esd_op op, uint32_t kind,
+		 uint64_t iter, uint64_t seq, const esd_key_t *keys, uint32_t n, float val)
+{
+	struct esd_rows_enc e;
+	struct esd_rows r = {.iteration = iter, .sequence = seq, .worker = 1, .kind = kind,
+			     .dim = PEER_DIM, .state_dim = op == ESD_OP_PUSH_VALUE ? PEER_DIM : 0};
+	float v[PEER_DIM], s[PEER_DIM];
+	assert_int_equal(esd_enc_rows_begin(&e, b, op, &r), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t j = 0; j < PEER_DIM; j++) {
+			v[j] = val;
+			s[j] = 1.0f;
+		}
+		assert_int_equal(esd_enc_row(&e, keys[i], 0, v, s), 0);
+	}
+	esd_enc_rows_end(&e);
+}
+
+static void test_round_trips(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_buf_init(&b);
+	open_pair(&p, &l);
+
+	struct esd_hello h = {.proto_version = ESD_PROTO_VERSION, .worker = 1, .job_token = 42};
+	assert_int_equal(esd_enc_hello(&b, &h, 0), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_HELLO, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.hello.job_token, 42);
+	assert_true(m.hdr.flags & ESD_FLAG_REPLY);
+
+	/* A batch: an update push (values) and an evict push in one send. */
+	esd_key_t k1[3] = {10, 11, 12}, k2[2] = {20, 21};
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 0, k1, 3, 5.0f);
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH, 0, 1, k2, 2, 7.0f);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.ack.status, 0);
+		assert_int_equal(m.u.ack.sequence, (uint64_t)i);
+	}
+	/* The same push again: acknowledged as a duplicate, not applied. */
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 0, k1, 3, 99.0f);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.ack.status, 1);
+	/* Gradients add. */
+	push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 0, 2, k1, 1, 0.5f);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.ack.status, 0);
+
+	struct esd_barrier br = {.iteration = 0, .worker = 1, .npushes = 3};
+	assert_int_equal(esd_enc_barrier(&b, &br), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.ack.op, ESD_OP_BARRIER);
+	assert_int_equal(m.u.ack.status, 0);
+
+	esd_key_t pk[4] = {10, 20, 12, 555};
+	assert_int_equal(esd_enc_pull(&b, 1, 9, 1, pk, 4), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.rows.count, 4);
+	assert_int_equal(m.u.rows.sequence, 9);
+	float want[4] = {5.5f, 7.0f, 5.0f, peer_init_value(555, 3)};
+	for (uint32_t i = 0; i < 4; i++) {
+		struct esd_row_view v;
+		esd_rows_get(&m.u.rows, i, &v);
+		assert_int_equal(v.key, pk[i]);
+		assert_float_equal(v.value[i == 3 ? 3 : 0], want[i], 1e-6);
+	}
+
+	/* Accounting on this side: rows per kind. */
+	struct esd_link_stats st;
+	esd_link_stats(l, &st);
+	assert_int_equal(st.kind[ESD_XFER_UPDATE_PUSH].tx_rows, 3 + 3 + 1);
+	assert_int_equal(st.kind[ESD_XFER_EVICT_PUSH].tx_rows, 2);
+	assert_int_equal(st.kind[ESD_XFER_MISS_PULL].tx_frames, 1);
+	assert_int_equal(st.kind[ESD_XFER_MISS_PULL].rx_rows, 4);
+	assert_int_equal(st.kind[ESD_XFER_MISS_PULL].rx_bytes, esd_rows_frame_size(4, PEER_DIM, 0));
+	assert_int_equal(st.reliable, 0);
+
+	/* And on the peer's side, through STATS. */
+	assert_int_equal(esd_enc_stats(&b, NULL, 0, 0), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_STATS, ESD_NS_PER_S), 0);
+	assert_int_equal(m.u.stats.count, ESD_XFER_NKINDS);
+	struct esd_stats_entry se;
+	esd_stats_get(&m.u.stats, ESD_XFER_UPDATE_PUSH, &se);
+	assert_int_equal(se.rx_rows, 7);
+	esd_stats_get(&m.u.stats, ESD_XFER_MISS_PULL, &se);
+	assert_int_equal(se.tx_rows, 4);
+
+	/* The rate is a live setting. */
+	esd_link_set_rate(l, 5000000000ull);
+	assert_int_equal(esd_link_get_rate(l), 5000000000ull);
+	esd_link_set_rate(l, 0);
+
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
+static void test_big_batch(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_buf_init(&b);
+	open_pair(&p, &l);
+	/* Many pulls in flight at once: responses larger than socket buffers. */
+	enum { NREQ = 64, NKEYS = 1024 };
+	static esd_key_t keys[NKEYS];
+	for (uint32_t i = 0; i < NKEYS; i++)
+		keys[i] = i;
+	for (uint32_t r = 0; r < NREQ; r++)
+		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, NKEYS), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	for (uint32_t r = 0; r < NREQ; r++) {
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.sequence, r);
+		assert_int_equal(m.u.rows.count, NKEYS);
+		struct esd_row_view v;
+		esd_rows_get(&m.u.rows, NKEYS - 1, &v);
+		assert_float_equal(v.value[1], peer_init_value(NKEYS - 1, 1), 1e-6);
+	}
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
+static void test_peer_crash_detected(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_msg m;
+	open_pair(&p, &l);
+	peer_kill(&p);
+	int64_t t0 = esd_now_ns();
+	int rc = esd_link_recv(l, &m, 2 * ESD_NS_PER_S);
+	int64_t dt = esd_now_ns() - t0;
+	assert_int_equal(rc, -ECONNRESET);
+	assert_true(dt < ESD_NS_PER_S);
+	assert_non_null(strstr(esd_link_last_error(l), "closed"));
+	assert_int_equal(esd_link_recv(l, &m, 0), -EPIPE);
+	esd_link_close(l);
+}
+
+static void test_refused_and_bad_options(void **state)
+{
+	(void)state;
+	struct esd_link_opts o;
+	struct esd_link *l;
+	const char *why;
+	esd_link_opts_init(&o);
+	o.addr = "127.0.0.1:1";
+	o.timeout_ns = 100 * ESD_NS_PER_MS;
+	assert_int_equal(esd_link_connect(&o, &l), -ECONNREFUSED);
+	o.addr = "no-port";
+	assert_int_equal(esd_link_connect(&o, &l), -EINVAL);
+	o.addr = "127.0.0.1:1";
+	o.backend = "carrier-pigeon";
+	assert_int_equal(esd_link_connect(&o, &l), -ENOENT);
+	assert_int_equal(esd_transport_backend_check("carrier-pigeon", &why), -ENOENT);
+	assert_int_equal(esd_transport_backend_check("tcp", &why), 0);
+	o.backend = "tcp";
+	o.faults.drop = 1.5;
+	assert_int_equal(esd_link_connect(&o, &l), -EINVAL);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trips),
+		cmocka_unit_test(test_big_batch),
+		cmocka_unit_test(test_peer_crash_detected),
+		cmocka_unit_test(test_refused_and_bad_options),
+	};
+	int fails = 0;
+	const char *engines[] = {"poll", "uring"};
+	for (int i = 0; i < 2; i++) {
+		engine = engines[i];
+		if (argc > 1 && strcmp(argv[1], engine))
+			continue;
+		if (!strcmp(engine, "uring") && !ESD_TEST_HAVE_URING) {
+			printf("# uring engine not built\n");
+			continue;
+		}
+		printf("# engine %s\n", engine);
+		fails += cmocka_run_group_tests_name(engine, tests, NULL, NULL);
+	}
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,343 @@
+/*
+ * The single-process reference trainer (reftrain.h): the model the
+ * distributed runtime must reproduce. Rows live in fixed-size chunks so
+ * pointers handed to the model stay valid while new rows are added; a
+ * small open-addressing index maps keys to rows.
+ */
+#include "reftrain.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <esd/ckpt.h>
+#include <esd/err.h>
+
+#define CHUNK_ROWS 4096u
+
+struct row_store {
+	uint32_t dim, sf;
+	size_t stride;        /* floats per row: value, state */
+	size_t n;             /* rows */
+	float **chunks;
+	double **gchunks;     /* the rows' gradient sums, dim doubles each */
+	size_t nchunks;
+	esd_key_t *keys;      /* n */
+	uint64_t *clocks;     /* n */
+	uint64_t *last_iter;  /* n: last iteration the row was touched + 1 */
+	size_t cap;           /* of keys/clocks/last_iter */
+	uint32_t *index;      /* hash: row + 1, 0 = empty */
+	size_t icap;          /* power of 2 */
+};
+
+static float *row_at(const struct row_store *s, size_t i)
+{
+	return s->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * s->stride;
+}
+
+static double *grad_at(const struct row_store *s, size_t i)
+{
+	return s->gchunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * s->dim;
+}
+
+static int index_grow(struct row_store *s)
+{
+	size_t icap = s->icap ? s->icap * 2 : 1024;
+	uint32_t *idx = calloc(icap, sizeof(*idx));
+	if (!idx)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->n; i++) {
+		size_t h = (size_t)esd_splitmix64(s->keys[i]) & (icap - 1);
+		while (idx[h])
+			h = (h + 1) & (icap - 1);
+		idx[h] = (uint32_t)(i + 1);
+	}
+	free(s->index);
+	s->index = idx;
+	s->icap = icap;
+	return 0;
+}
+
+/* Row index of key, created (initialised from the seed) when new. */
+static int64_t row_get(struct row_store *s, const struct esd_ref_config *cfg, esd_key_t key)
+{
+	size_t h;
+	if (2 * (s->n + 1) > s->icap && index_grow(s))
+		return -ENOMEM;
+	for (h = (size_t)esd_splitmix64(key) & (s->icap - 1); s->index[h];
+	     h = (h + 1) & (s->icap - 1))
+		if (s->keys[s->index[h] - 1] == key)
+			return (int64_t)s->index[h] - 1;
+	if (s->n >= UINT32_MAX - 1)
+		return -ENOMEM;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : CHUNK_ROWS;
+		esd_key_t *k = realloc(s->keys, cap * sizeof(*k));
+		if (k)
+			s->keys = k;
+		uint64_t *c = realloc(s->clocks, cap * sizeof(*c));
+		if (c)
+			s->clocks = c;
+		uint64_t *l = realloc(s->last_iter, cap * sizeof(*l));
+		if (l)
+			s->last_iter = l;
+		if (!k || !c || !l)
+			return -ENOMEM;
+		s->cap = cap;
+	}
+	if (s->n % CHUNK_ROWS == 0) {
+		float **ch = realloc(s->chunks, (s->nchunks + 1) * sizeof(*ch));
+		if (!ch)
+			return -ENOMEM;
+		s->chunks = ch;
+		double **gch = realloc(s->gchunks, (s->nchunks + 1) * sizeof(*gch));
+		if (!gch)
+			return -ENOMEM;
+		s->gchunks = gch;
+		ch[s->nchunks] = malloc(CHUNK_ROWS * s->stride * sizeof(float));
+		gch[s->nchunks] = malloc(CHUNK_ROWS * (size_t)s->dim * sizeof(double));
+		if (!ch[s->nchunks] || !gch[s->nchunks]) {
+			free(ch[s->nchunks]);
+			free(gch[s->nchunks]);
+			return -ENOMEM;
+		}
+		s->nchunks++;
+	}
+	size_t i = s->n++;
+	float *r = row_at(s, i);
+	s->keys[i] = key;
+	s->clocks[i] = 0;
+	s->last_iter[i] = 0;
+	esd_row_init(cfg->seed, key, s->dim, r);
+	esd_optim_state_init(&cfg->optim, s->dim, r + s->dim);
+	s->index[h] = (uint32_t)(i + 1);
+	return (int64_t)i;
+}
+
+static void store_free(struct row_store *s)
+{
+	for (size_t i = 0; i < s->nchunks; i++) {
+		free(s->chunks[i]);
+		free(s->gchunks[i]);
+	}
+	free(s->chunks);
+	free(s->gchunks);
+	free(s->keys);
+	free(s->clocks);
+	free(s->last_iter);
+	free(s->index);
+}
+
+static const struct row_store *sort_store;
+
+static int by_key(const void *a, const void *b)
+{
+	esd_key_t x = sort_store->keys[*(const uint32_t *)a];
+	esd_key_t y = sort_store->keys[*(const uint32_t *)b];
+	return x < y ? -1 : x > y;
+}
+
+static int write_tables(const struct esd_ref_config *cfg, struct row_store *s,
+			const float *dense, const float *dstate, size_t dense_len,
+			uint64_t cursor, const char *path)
+{
+	struct esd_ckpt_meta m = {.seed = cfg->seed,
+				  .iteration = cfg->iterations,
+				  .data_cursor = cursor,
+				  .dim = s->dim,
+				  .optimizer = cfg->optim.opt,
+				  .shard = 0,
+				  .nshards = 1,
+				  .dense_len = dense_len,
+				  .dense_clock = cfg->iterations};
+	struct esd_ckpt_writer *w;
+	uint32_t *order = malloc((s->n + 1) * sizeof(*order));
+	int rc;
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->n; i++)
+		order[i] = (uint32_t)i;
+	sort_store = s; /* single-threaded tool: a static for qsort's comparator */
+	qsort(order, s->n, sizeof(*order), by_key);
+	rc = esd_ckpt_writer_open(path, &m, &w);
+	if (rc)
+		goto out;
+	for (size_t j = 0; j < s->n && !rc; j++) {
+		const float *r = row_at(s, order[j]);
+		rc = esd_ckpt_write_row(w, s->keys[order[j]], s->clocks[order[j]], r,
+					s->sf ? r + s->dim : NULL);
+	}
+	if (!rc)
+		rc = esd_ckpt_write_dense(w, dense, s->sf ? dstate : NULL);
+	if (rc) {
+		esd_ckpt_writer_abort(w);
+		goto out;
+	}
+	rc = esd_ckpt_writer_commit(w);
+out:
+	free(order);
+	return rc;
+}
+
+int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
+		  const char *out_path, struct esd_ref_stats *stats)
+{
+	struct esd_model *model = NULL;
+	struct row_store s = {0};
+	const uint32_t k = cfg ? cfg->batch : 0;
+	esd_key_t *keys = NULL;
+	float *labels = NULL, *dfeat = NULL, *dense = NULL, *dstate = NULL;
+	double *dgrad = NULL;
+	const float **rows = NULL;
+	double **grads = NULL;
+	uint32_t *touched = NULL;
+	size_t dense_len;
+	uint64_t cursor;
+	int rc;
+
+	if (!cfg || !src || !src->next || !out_path || !k || !src->tables ||
+	    esd_optim_params_check(&cfg->optim))
+		return -EINVAL;
+	struct esd_model_shape shape = {
+		.tables = src->tables, .dim = cfg->dim, .dense = src->dense, .hidden = cfg->hidden};
+	rc = esd_model_create(&shape, &model);
+	if (rc)
+		return rc;
+	dense_len = esd_model_dense_len(model);
+	s.dim = cfg->dim;
+	s.sf = esd_optimizer_state_floats(cfg->optim.opt);
+	s.stride = (size_t)s.dim * (1 + s.sf);
+	const size_t kt = (size_t)k * src->tables;
+	rc = -ENOMEM;
+	keys = malloc(kt * sizeof(*keys));
+	labels = malloc(k * sizeof(*labels));
+	dfeat = malloc(((size_t)k * src->dense + 1) * sizeof(*dfeat));
+	rows = malloc(kt * sizeof(*rows));
+	grads = malloc(kt * sizeof(*grads));
+	touched = malloc(kt * sizeof(*touched));
+	dense = malloc(dense_len * sizeof(float));
+	dstate = malloc((dense_len * s.sf + 1) * sizeof(float));
+	dgrad = malloc(dense_len * sizeof(double));
+	if (!keys || !labels || !dfeat || !rows || !grads || !touched || !dense || !dstate ||
+	    !dgrad)
+		goto out;
+	esd_model_dense_init(model, cfg->seed, dense);
+	esd_optim_state_init(&cfg->optim, (unsigned)dense_len, dstate);
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+
+	cursor = cfg->cursor;
+	for (uint64_t it = 0; it < cfg->iterations; it++) {
+		int64_t got = src->next(src->arg, cursor, k, keys, labels, dfeat);
+		if (got < 0) {
+			rc = (int)got;
+			goto out;
+		}
+		if ((uint64_t)got < k) {
+			rc = -ENODATA;
+			goto out;
+		}
+		/* resolve every key first (creating rows), then take pointers */
+		size_t nt = 0;
+		for (size_t j = 0; j < kt; j++) {
+			int64_t r = row_get(&s, cfg, keys[j]);
+			if (r < 0) {
+				rc = (int)r;
+				goto out;
+			}
+			if (s.last_iter[r] != it + 1) {
+				s.last_iter[r] = it + 1;
+				touched[nt++] = (uint32_t)r;
+				memset(grad_at(&s, (size_t)r), 0, s.dim * sizeof(double));
+			}
+			rows[j] = row_at(&s, (size_t)r);
+			grads[j] = grad_at(&s, (size_t)r);
+		}
+		memset(dgrad, 0, dense_len * sizeof(double));
+		struct esd_model_batch b = {
+			.m = k, .rows = rows, .row_grads = grads, .labels = labels, .dense = dfeat};
+		double loss;
+		rc = esd_model_step(model, dense, &b, k, &loss, dgrad, NULL);
+		if (rc)
+			goto out;
+		/* one update per row in the batch, with the sum of its gradients */
+		for (size_t j = 0; j < nt; j++) {
+			float *row = row_at(&s, touched[j]);
+			esd_optim_apply_sum(&cfg->optim, s.dim, row, row + s.dim,
+					    grad_at(&s, touched[j]), ++s.clocks[touched[j]]);
+		}
+		esd_optim_apply_sum(&cfg->optim, (unsigned)dense_len, dense, dstate, dgrad, it + 1);
+		cursor += k;
+		if (cfg->verbose)
+			printf("iteration %llu loss %.6f rows %zu\n", (unsigned long long)it, loss,
+			       s.n);
+		if (stats) {
+			if (!it)
+				stats->first_loss = loss;
+			stats->last_loss = loss;
+		}
+	}
+	if (stats)
+		stats->rows = s.n;
+	rc = write_tables(cfg, &s, dense, dstate, dense_len, cursor, out_path);
+out:
+	esd_model_free(model);
+	store_free(&s);
+	free(keys);
+	free(labels);
+	free(dfeat);
+	free(rows);
+	free(grads);
+	free(touched);
+	free(dense);
+	free(dstate);
+	free(dgrad);
+	return rc;
+}
+
+/* ---- the built-in generator ------------------------------------------ */
+
+static double unit(uint64_t x)
+{
+	return (double)(esd_splitmix64(x) >> 11) * 0x1.0p-53;
+}
+
+static int64_t gen_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
+			float *dense)
+{
+	const struct esd_ref_gen *g = arg;
+	const uint64_t base = esd_splitmix64(g->seed ^ UINT64_C(0x5eed5eed5eed5eed));
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t si = esd_splitmix64(base + (cursor + i) * UINT64_C(0x9e3779b97f4a7c15));
+		double score = 0;
+		for (uint32_t t = 0; t < g->tables; t++) {
+			double u = unit(si + t);
+			uint64_t id = (uint64_t)((double)g->rows * pow(u, g->skew));
+			if (id >= g->rows)
+				id = g->rows - 1;
+			esd_key_t key = esd_key_make(t, id);
+			keys[(size_t)i * g->tables + t] = key;
+			score += (esd_splitmix64(key ^ base) & 1) ? 1.0 : -1.0;
+		}
+		for (uint32_t j = 0; j < g->dense; j++) {
+			float v = (float)(2.0 * unit(si + g->tables + j) - 1.0);
+			dense[(size_t)i * g->dense + j] = v;
+			score += v;
+		}
+		labels[i] = score > 0 ? 1.0f : 0.0f;
+	}
+	return k;
+}
+
+int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src)
+{
+	if (!gen || !src || !gen->tables || !gen->rows || !(gen->skew >= 1.0))
+		return -EINVAL;
+	src->tables = gen->tables;
+	src->dense = gen->dense;
+	src->next = gen_next;
+	src->arg = gen;
+	return 0;
+}
