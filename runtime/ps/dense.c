@@ -81,13 +81,21 @@ int ps_dense_apply_locked(struct ps *ps)
 	if (!ps->dense_staged)
 		return 0;
 	size_t len = ps->dense_len;
-	float *sum = calloc(len, sizeof(float));
-	if (!sum)
+	double *sum = calloc(len, sizeof(double)), *in = calloc(len, sizeof(double));
+	if (!sum || !in) {
+		free(sum);
+		free(in);
 		return -ENOMEM;
-	for (uint32_t w = 0; w < ps->job.n; w++)
-		esd_optim_grad_add((unsigned)len, sum, ps->dense_stage + (size_t)w * len);
-	esd_optim_apply(&ps->job.optim, (unsigned)len, ps->dense_val, ps->dense_state, sum,
-			ps->dense_clock + 1);
+	}
+	for (uint32_t w = 0; w < ps->job.n; w++) {
+		const float *g = ps->dense_stage + (size_t)w * len;
+		for (size_t i = 0; i < len; i++)
+			in[i] = g[i];
+		esd_optim_grad_add((unsigned)len, sum, in);
+	}
+	esd_optim_apply_sum(&ps->job.optim, (unsigned)len, ps->dense_val, ps->dense_state, sum,
+			    ps->dense_clock + 1);
+	free(in);
 	ps->dense_clock++;
 	memset(ps->dense_stage, 0, (size_t)ps->job.n * len * sizeof(float));
 	ps->dense_staged = false;

@@ -4,7 +4,8 @@
  * the index is an open-addressing table of record numbers (linear probing,
  * never deleted). Staged gradients are sorted by (key, worker) at the
  * barrier: the summation order is then independent of arrival order,
- * which is what makes two runs bit-identical.
+ * which is what makes two runs bit-identical. Partials (floats on the
+ * wire) are summed in double and rounded once (esd/optim.h).
  */
 #include "store.h"
 
@@ -37,7 +38,7 @@ struct ps_store {
 	struct staged *stg;
 	float *grads;
 	size_t nstg, stg_cap;
-	float *tmp;
+	double *tmp, *tmp_in;
 };
 
 static inline uint64_t mix(uint64_t k)
@@ -63,7 +64,8 @@ int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t s
 	st->idx_cap = 1024;
 	st->idx_key = calloc(st->idx_cap, sizeof(*st->idx_key));
 	st->idx_rec = calloc(st->idx_cap, sizeof(*st->idx_rec));
-	st->tmp = calloc(dim, sizeof(float));
+	st->tmp = calloc(dim, sizeof(double));
+	st->tmp_in = calloc(dim, sizeof(double));
 	if (!st->idx_key || !st->idx_rec || !st->tmp) {
 		ps_store_free(st);
 		return -ENOMEM;
@@ -84,6 +86,7 @@ void ps_store_free(struct ps_store *st)
 	free(st->stg);
 	free(st->grads);
 	free(st->tmp);
+	free(st->tmp_in);
 	free(st);
 }
 
@@ -242,16 +245,19 @@ long ps_store_apply_staged(struct ps_store *st)
 	for (size_t i = 0; i < st->nstg;) {
 		size_t j = i;
 		uint64_t key = st->stg[i].key;
-		memset(st->tmp, 0, st->dim * sizeof(float));
+		memset(st->tmp, 0, st->dim * sizeof(double));
 		for (; j < st->nstg && st->stg[j].key == key; j++) {
 			if (j > i && st->stg[j].worker == st->stg[j - 1].worker)
 				return -EEXIST; /* dedup upstream failed: refuse to double-apply */
-			esd_optim_grad_add(st->dim, st->tmp, st->grads + (size_t)st->stg[j].off * st->dim);
+			const float *g = st->grads + (size_t)st->stg[j].off * st->dim;
+			for (unsigned d = 0; d < st->dim; d++)
+				st->tmp_in[d] = g[d];
+			esd_optim_grad_add(st->dim, st->tmp, st->tmp_in);
 		}
 		struct ps_row *r = ps_store_get(st, key);
 		if (!r)
 			return -ENOMEM;
-		esd_optim_apply(&st->opt, st->dim, r->data, r->data + st->dim, st->tmp, r->clock + 1);
+		esd_optim_apply_sum(&st->opt, st->dim, r->data, r->data + st->dim, st->tmp, r->clock + 1);
 		r->clock++;
 		updated++;
 		i = j;

@@ -89,7 +89,13 @@ int main(int argc, char **argv)
 
 	struct esd_model *model = NULL;
 	const float **rows = NULL;
-	float **grads = NULL;
+	double **grads = NULL;
+	/* gradients are summed in double (esd/optim.h) in scratch buffers, one
+	 * per distinct row of the micro-batch, and rounded into the rows'
+	 * gradient slots once */
+	int32_t *scratch_of = NULL;
+	uint32_t *used = NULL;
+	double *scratch = NULL, *dgrad = NULL;
 	if (emulate_ns < 0) {
 		struct esd_model_shape sh = {.tables = in.tables, .dim = in.dim, .dense = in.dense,
 					     .hidden = hidden_of(&in)};
@@ -101,10 +107,16 @@ int main(int argc, char **argv)
 			esd_trainer_detach(t);
 			return 1;
 		}
-		rows = calloc((size_t)in.max_batch * in.tables, sizeof(*rows));
-		grads = calloc((size_t)in.max_batch * in.tables, sizeof(*grads));
-		if (!rows || !grads)
+		size_t mt = (size_t)in.max_batch * in.tables;
+		rows = calloc(mt, sizeof(*rows));
+		grads = calloc(mt, sizeof(*grads));
+		scratch_of = malloc((size_t)in.capacity * sizeof(*scratch_of));
+		used = calloc(mt, sizeof(*used));
+		scratch = calloc(mt * in.dim, sizeof(double));
+		dgrad = calloc(in.dense_params, sizeof(double));
+		if (!rows || !grads || !scratch_of || !used || !scratch || !dgrad)
 			return 1;
+		memset(scratch_of, 0xff, (size_t)in.capacity * sizeof(*scratch_of));
 	}
 	ESD_INFO("trainer", "attached to worker %u of %u (%s, %u tables x %u floats)", in.rank,
 		 in.workers, model ? "reference model" : "emulated compute", in.tables, in.dim);
@@ -115,13 +127,30 @@ int main(int argc, char **argv)
 		double loss = 0;
 		if (model) {
 			size_t n = (size_t)mb.m * mb.tables;
+			uint32_t nu = 0;
 			for (size_t i = 0; i < n; i++) {
-				rows[i] = esd_trainer_row(t, mb.slots[i]);
-				grads[i] = esd_trainer_grad(t, mb.slots[i]);
+				uint32_t s = mb.slots[i];
+				if (scratch_of[s] < 0) {
+					scratch_of[s] = (int32_t)nu;
+					memset(scratch + (size_t)nu * in.dim, 0, in.dim * sizeof(double));
+					used[nu++] = s;
+				}
+				rows[i] = esd_trainer_row(t, s);
+				grads[i] = scratch + (size_t)scratch_of[s] * in.dim;
 			}
+			memset(dgrad, 0, in.dense_params * sizeof(double));
 			struct esd_model_batch b = {.m = mb.m, .rows = rows, .row_grads = grads,
 						    .labels = mb.labels, .dense = mb.dense};
-			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, mb.dgrad, NULL);
+			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, dgrad, NULL);
+			for (uint32_t u = 0; u < nu; u++) {
+				float *g = esd_trainer_grad(t, used[u]);
+				const double *sg = scratch + (size_t)u * in.dim;
+				for (uint32_t d = 0; d < in.dim; d++)
+					g[d] = (float)sg[d];
+				scratch_of[used[u]] = -1;
+			}
+			for (uint32_t i = 0; i < in.dense_params; i++)
+				mb.dgrad[i] = (float)dgrad[i];
 			if (rc) {
 				ESD_ERR("trainer", "model step failed: %s", esd_strerror(rc));
 				break;
@@ -150,6 +179,10 @@ int main(int argc, char **argv)
 		 rc == 1 ? "training is over" : esd_strerror(rc));
 	free(rows);
 	free(grads);
+	free(scratch_of);
+	free(used);
+	free(scratch);
+	free(dgrad);
 	esd_model_free(model);
 	esd_trainer_detach(t);
 	return rc == 1 ? 0 : 1;

@@ -210,12 +210,16 @@ static void test_body_refusals(void **state)
 	assert_non_null(strstr(err, "state_dim"));
 	esd_buf_reset(&b);
 
-	/* PULL_RESP must be a miss pull. */
+	/* PULL_RESP is a miss pull or other (dense table, recovery). */
 	r.kind = ESD_XFER_MISS_PULL;
 	assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PULL_RESP, &r), 0);
 	esd_enc_rows_end(&e);
 	assert_int_equal(decode(&b, &m, err), 0);
 	put32(&b, body + 20, ESD_XFER_OTHER);
+	assert_int_equal(decode(&b, &m, err), 0);
+	put32(&b, body + 20, ESD_XFER_EVICT_PUSH);
+	assert_int_equal(decode(&b, &m, err), -EPROTO);
+	put32(&b, body + 20, 9);
 	assert_int_equal(decode(&b, &m, err), -EPROTO);
 	esd_buf_reset(&b);
 
