@@ -1,0 +1,170 @@
+"""Python binding of libesd: train from Python (numpy, PyTorch) on an ESD node.
+
+A trainer attaches to its node daemon, receives micro-batches, reads the
+embedding rows of the micro-batch in place from the node's shared memory
+(zero copy: numpy views, torch.from_numpy on them shares the memory) and
+writes the rows' gradients in place, then commits.
+
+    import esd
+    t = esd.Trainer("/run/esd/node0")
+    for mb in t:                       # ends when the daemon says training is over
+        rows = t.values[mb.slots]      # (m, tables, dim) float32 (a gather: a copy)
+        ...
+        np.add.at(t.grads, mb.slots, g)  # gradients, in place
+        t.commit(mb, loss)
+
+t.values and t.grads are views of every cache slot: (capacity, dim)
+float32; values are read-only. Normalise losses by mb.global_k.
+
+The shared library is found through $ESD_LIB, then next to this package
+in the build tree (build/lib/libesd.so), then the system's loader path.
+"""
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+__all__ = ["Trainer", "MicroBatch", "EsdError"]
+
+
+class EsdError(OSError):
+    pass
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_uint32), ("workers", ctypes.c_uint32),
+                ("dim", ctypes.c_uint32), ("tables", ctypes.c_uint32),
+                ("dense", ctypes.c_uint32), ("dense_params", ctypes.c_uint32),
+                ("max_batch", ctypes.c_uint32), ("capacity", ctypes.c_uint32),
+                ("values_base", ctypes.c_void_p), ("grads_base", ctypes.c_void_p),
+                ("value_stride", ctypes.c_size_t), ("grad_stride", ctypes.c_size_t)]
+
+
+class _MB(ctypes.Structure):
+    _fields_ = [("iter", ctypes.c_uint64), ("m", ctypes.c_uint32),
+                ("tables", ctypes.c_uint32), ("global_k", ctypes.c_uint64),
+                ("slots", ctypes.c_void_p), ("keys", ctypes.c_void_p),
+                ("labels", ctypes.c_void_p), ("dense", ctypes.c_void_p),
+                ("params", ctypes.c_void_p), ("dgrad", ctypes.c_void_p)]
+
+
+def _load():
+    cands = []
+    if os.environ.get("ESD_LIB"):
+        cands.append(os.environ["ESD_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in ("../../../build/lib", "../../../../build/lib", "../../lib", "../lib"):
+        cands.append(os.path.normpath(os.path.join(here, up, "libesd.so")))
+    found = ctypes.util.find_library("esd")
+    if found:
+        cands.append(found)
+    for c in cands:
+        if os.path.exists(c) or c == found:
+            lib = ctypes.CDLL(c)
+            break
+    else:
+        raise EsdError("libesd.so not found (set ESD_LIB); looked in: " + ", ".join(cands))
+    lib.esd_trainer_attach.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.esd_trainer_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Info)]
+    lib.esd_trainer_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_MB)]
+    lib.esd_trainer_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MB), ctypes.c_double]
+    lib.esd_trainer_detach.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+_lib = None
+
+
+def _view(addr, count, dtype, shape, writable):
+    """A numpy array over count items of dtype at addr (no copy)."""
+    nbytes = count * np.dtype(dtype).itemsize
+    buf = (ctypes.c_char * max(nbytes, 1)).from_address(addr)
+    a = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+    a.flags.writeable = writable
+    return a
+
+
+def _strided(addr, rows, stride, dim, writable):
+    count = ((rows - 1) * stride) // 4 + dim if rows else 0
+    base = _view(addr, count, np.float32, (count,), writable)
+    return np.lib.stride_tricks.as_strided(base, shape=(rows, dim), strides=(stride, 4),
+                                           writeable=writable)
+
+
+class MicroBatch:
+    """One micro-batch; arrays are views into the exchange area, valid until
+    the next one is received."""
+
+    def __init__(self, raw, info):
+        self._raw = raw
+        self.iter = raw.iter
+        self.m = raw.m
+        self.global_k = raw.global_k
+        T, m = info.tables, raw.m
+        self.slots = _view(raw.slots, m * T, np.uint32, (m, T), False)
+        self.keys = _view(raw.keys, m * T, np.uint64, (m, T), False)
+        self.labels = _view(raw.labels, m, np.float32, (m,), False)
+        self.dense = _view(raw.dense, m * info.dense, np.float32, (m, info.dense), False)
+        self.params = _view(raw.params, info.dense_params, np.float32,
+                            (info.dense_params,), False)
+        self.dgrad = _view(raw.dgrad, info.dense_params, np.float32,
+                           (info.dense_params,), True)
+
+
+class Trainer:
+    def __init__(self, node_dir):
+        global _lib
+        if _lib is None:
+            _lib = _load()
+        self._h = ctypes.c_void_p()
+        rc = _lib.esd_trainer_attach(node_dir.encode(), ctypes.byref(self._h))
+        if rc:
+            raise EsdError(-rc, "cannot attach to the daemon of %s: %s"
+                           % (node_dir, os.strerror(-rc)))
+        self._info = _Info()
+        _lib.esd_trainer_get_info(self._h, ctypes.byref(self._info))
+        i = self._info
+        self.info = {f: getattr(i, f) for f, _ in _Info._fields_ if "base" not in f}
+        self.values = _strided(i.values_base, i.capacity, i.value_stride, i.dim, False)
+        self.grads = _strided(i.grads_base, i.capacity, i.grad_stride, i.dim, True)
+
+    def next(self, timeout_ms=-1):
+        """The next MicroBatch, or None when training is over."""
+        raw = _MB()
+        rc = _lib.esd_trainer_next(self._h, timeout_ms, ctypes.byref(raw))
+        if rc == 1:
+            return None
+        if rc:
+            raise EsdError(-rc, "waiting for a micro-batch: " + os.strerror(-rc))
+        return MicroBatch(raw, self._info)
+
+    def __iter__(self):
+        while True:
+            mb = self.next()
+            if mb is None:
+                return
+            yield mb
+
+    def commit(self, mb, loss=0.0):
+        rc = _lib.esd_trainer_commit(self._h, ctypes.byref(mb._raw), float(loss))
+        if rc:
+            raise EsdError(-rc, "commit: " + os.strerror(-rc))
+
+    def close(self):
+        if self._h:
+            _lib.esd_trainer_detach(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
