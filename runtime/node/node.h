@@ -23,6 +23,8 @@
 #include <esd/job.h>
 #include <esd/transport.h>
 
+#include "xchg.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
