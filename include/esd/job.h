@@ -74,6 +74,9 @@ struct esd_job {
 	char backend[16];
 	char checkpoint_dir[1024];
 	uint64_t checkpoint_every;
+	/* esd_job_digest as loaded, before a process resolves derived values
+	 * (cache rows from the ratio): what HELLO carries */
+	uint64_t token;
 };
 
 /* Fill job from cfg (defaults for unset keys; every error logged naming

@@ -185,6 +185,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
 #undef TRY
+	j->token = esd_job_digest(j);
 	return rc;
 }
 

@@ -35,7 +35,7 @@ int node_links_open(struct node *nd)
 		}
 		struct esd_hello h = {
 			.proto_version = ESD_PROTO_VERSION, .worker = nd->rank,
-			.job_token = esd_job_digest(&nd->job), .shard = s, .dim = nd->job.dim,
+			.job_token = nd->job.token, .shard = s, .dim = nd->job.dim,
 			.state_dim = (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim),
 			.nworkers = nd->job.n,
 		};

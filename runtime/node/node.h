@@ -23,6 +23,8 @@
 #include <esd/job.h>
 #include <esd/transport.h>
 
+#include <esd/ctl.h>
+
 #include "xchg.h"
 
 #include <pthread.h>
@@ -102,6 +104,9 @@ struct node {
 	uint64_t predicted[ESD_XFER_NKINDS];
 	const char *summary_path;
 };
+
+/* Control commands (ctl.c), NULL-terminated. */
+extern const struct esd_ctl_cmd node_ctl_cmds[];
 
 /* Write the end-of-run summary (JSON) to nd->summary_path. */
 int node_write_summary(struct node *nd, int status);

@@ -194,6 +194,14 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	while (!stop_sig) {
+		pthread_mutex_lock(&ps.mu);
+		bool all_done = ps.finished >= ps.job.n;
+		pthread_mutex_unlock(&ps.mu);
+		if (all_done) {
+			ESD_INFO("ps", "every worker finished after iteration %llu",
+				 (unsigned long long)ps.job.iterations);
+			break;
+		}
 		struct esd_link *l;
 		rc = esd_listener_accept(lis, 200 * ESD_NS_PER_MS, &l);
 		if (rc == -ETIMEDOUT)

@@ -45,7 +45,7 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 	ps->shard = shard;
 	ps->tables = tables;
 	ps->dense = dense;
-	ps->job_token = esd_job_digest(job);
+	ps->job_token = job->token;
 	ps->barrier_timeout_ns = 60 * ESD_NS_PER_S;
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_condattr_t ca;
@@ -352,7 +352,10 @@ static void *link_main(void *arg)
 		}
 		if (rc) {
 			pthread_mutex_lock(&ps->mu);
-			if (!ps->stopping && pl->worker >= 0)
+			if (pl->worker >= 0 && ps->iter_done > ps->job.iterations) {
+				ESD_INFO("ps", "worker %d finished", pl->worker);
+				ps->finished++;
+			} else if (!ps->stopping && pl->worker >= 0)
 				ps_fail_locked(ps, -ECONNRESET, "worker %d: link %s: %s",
 					       pl->worker, esd_link_peer(pl->link),
 					       rc == -ECONNRESET ? "peer went away"

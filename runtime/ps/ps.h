@@ -48,6 +48,7 @@ struct ps {
 	int failed;            /* -errno: the job failed; every barrier answers it */
 	char fail_msg[256];
 	bool stopping;
+	uint32_t finished; /* workers that left after the final barrier */
 
 	/* dense table (shard 0): values, optimizer state, per-worker staged
 	 * gradients of the iteration being collected */
