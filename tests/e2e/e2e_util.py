@@ -1,0 +1,104 @@
+"""Helpers of the end-to-end tests: a small stream, a cluster run, the checks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "testbed"))
+from esdcluster import Cluster, ClusterError  # noqa: E402
+
+KINDS = ("miss_pull", "update_push", "evict_push")
+
+
+class Env:
+    def __init__(self, bin_dir, name):
+        self.bin = bin_dir
+        self.root = tempfile.mkdtemp(prefix="esd-%s." % name)
+        self.stream = os.path.join(self.root, "stream.esd")
+        self.failures = []
+
+    def gen_stream(self, samples=8000, seed=7):
+        subprocess.run([os.path.join(self.bin, "esd-data"), "gen", "-o", self.stream,
+                        "--shape", "criteo-kaggle", "-n", str(samples), "--scale", "1000",
+                        "--max-rows", "2000", "--seed", str(seed)],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def settings(self, **over):
+        s = {"workers.n": 4, "workers.batch": 32, "model.dim": 8, "model.hidden": 8,
+             "model.optimizer": "adagrad", "model.lr": 0.05, "job.seed": 11,
+             "job.iterations": 50, "data.stream": self.stream, "cache.ratio": 0.08,
+             "dispatch.method": "hybrid", "dispatch.alpha": 0.25}
+        s.update({k.replace("__", "."): v for k, v in over.items()})
+        return s
+
+    def run(self, name, settings, emulate_ns=None, during=None, timeout=120):
+        work = os.path.join(self.root, name)
+        ck = os.path.join(work, "ckpt")
+        os.makedirs(ck, exist_ok=True)
+        settings = dict(settings)
+        settings["ps.checkpoint_dir"] = ck
+        with Cluster(self.bin, work, settings, emulate_ns=emulate_ns) as c:
+            c.start()
+            if during:
+                during(c)
+            c.wait(timeout=timeout)
+            sums = c.summaries()
+        return os.path.join(ck, "ps-shard0.ckpt"), sums
+
+    def reference(self, name, settings):
+        out = os.path.join(self.root, name + ".ref.ckpt")
+        k = sum(int(x) for x in str(settings["workers.batch"]).split(",")) \
+            if "," in str(settings["workers.batch"]) \
+            else int(settings["workers.batch"]) * int(settings["workers.n"])
+        subprocess.run([os.path.join(self.bin, "esd-ref"), "--out", out, "--stream",
+                        settings["data.stream"], "--iters", str(settings["job.iterations"]),
+                        "--batch", str(k), "--seed", str(settings["job.seed"]),
+                        "--dim", str(settings["model.dim"]),
+                        "--hidden", str(settings["model.hidden"]),
+                        "--opt", settings["model.optimizer"], "--lr", str(settings["model.lr"])],
+                       check=True, stdout=subprocess.DEVNULL)
+        return out
+
+    def compare(self, a, b, exact=False, rtol="1e-5"):
+        argv = [os.path.join(self.bin, "esd-ref"), "compare"]
+        argv += ["--exact"] if exact else ["--rtol", rtol, "--atol", "1e-7"]
+        r = subprocess.run(argv + [a, b], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        return r.returncode == 0, r.stdout.strip()
+
+    def check(self, cond, what):
+        print(("ok   " if cond else "FAIL ") + what, flush=True)
+        if not cond:
+            self.failures.append(what)
+
+    def check_transfers(self, name, sums):
+        """Rows counted on the links == the snapshot's prediction, per worker
+        and kind; and summed over workers == the plan every node computed."""
+        total = {k: 0 for k in KINDS}
+        for sm in sums:
+            link = {k: 0 for k in KINDS}
+            for ln in sm["links"]:
+                link["miss_pull"] += ln["miss_pull"]["rx_rows"]
+                link["update_push"] += ln["update_push"]["tx_rows"]
+                link["evict_push"] += ln["evict_push"]["tx_rows"]
+            for k in KINDS:
+                total[k] += link[k]
+            self.check(all(link[k] == sm["predicted"][k] for k in KINDS),
+                       "%s worker %d: link rows %s == predicted %s"
+                       % (name, sm["rank"], link, {k: sm["predicted"][k] for k in KINDS}))
+        plan = sums[0]["plan_all_workers"]
+        want = {"miss_pull": plan["miss_pull"],
+                "update_push": plan["update_value"] + plan["update_grad"],
+                "evict_push": plan["evict_push"]}
+        self.check(total == want, "%s: links summed over workers %s == plan %s"
+                   % (name, total, want))
+
+    def finish(self):
+        if self.failures:
+            print("%d check(s) failed; files kept in %s" % (len(self.failures), self.root))
+            return 1
+        shutil.rmtree(self.root, ignore_errors=True)
+        return 0
