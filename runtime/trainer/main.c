@@ -14,6 +14,7 @@
 #include <esd/model.h>
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: esd-trainer --dir NODE_DIR [--emulate NS_PER_SAMPLE] [--quiet]\n"
 		   "  --dir DIR        node directory of the esdd to attach to\n"
 		   "  --emulate NS     emulated compute: touch rows, sleep NS per sample\n"
-		   "  --quiet          no per-iteration loss lines\n");
+		   "  --quiet          no per-iteration loss lines\n"
+		   "  --die-at ITER    (tests) SIGKILL itself mid-iteration ITER, half of its\n"
+		   "                   gradients written and nothing committed\n");
 }
 
 /* hidden units from the dense table's length: P = H*(T*d + D) + 2H + 1 + D */
@@ -43,14 +46,18 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, 'd'}, {"emulate", required_argument, NULL, 'e'},
 		{"quiet", no_argument, NULL, 'q'},     {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{"die-at", required_argument, NULL, 'D'}, {NULL, 0, NULL, 0},
 	};
 	const char *dir = NULL;
 	long long emulate_ns = -1;
 	int quiet = 0, c, rc;
+	unsigned long long die_at = 0;
 
-	while ((c = getopt_long(argc, argv, "d:e:qh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:e:qhD:", opts, NULL)) != -1) {
 		switch (c) {
+		case 'D':
+			die_at = strtoull(optarg, NULL, 10);
+			break;
 		case 'd':
 			dir = optarg;
 			break;
@@ -143,6 +150,8 @@ int main(int argc, char **argv)
 						    .labels = mb.labels, .dense = mb.dense};
 			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, dgrad, NULL);
 			for (uint32_t u = 0; u < nu; u++) {
+				if (die_at && mb.iter == die_at && u == nu / 2)
+					raise(SIGKILL); /* a crash with half the gradients written */
 				float *g = esd_trainer_grad(t, used[u]);
 				const double *sg = scratch + (size_t)u * in.dim;
 				for (uint32_t d = 0; d < in.dim; d++)

@@ -1,0 +1,153 @@
+"""Failures the runtime must survive or refuse (issue: runtime):
+- kill -9 of a trainer mid-iteration: detected within 1 s, nothing blocks,
+  the iteration is replayed to a new trainer, the final tables are
+  bit-identical to an uninterrupted run;
+- a second daemon on a node directory in use is refused;
+- a trainer of another uid is refused by the daemon (SO_PEERCRED).
+
+usage: test_failures.py BIN_DIR
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from e2e_util import Env, ClusterError
+
+
+def ctl(path, cmd):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall((json.dumps({"cmd": cmd}) + "\n").encode())
+    buf = b""
+    while not buf.endswith(b"\n"):
+        part = s.recv(65536)
+        if not part:
+            break
+        buf += part
+    s.close()
+    return json.loads(buf)
+
+
+def test_trainer_kill(env):
+    s = env.settings(job__iterations=40)
+    base_ck, _ = env.run("uninterrupted", s)
+    state = {"killed": False}
+
+    def trainer_cmd(w, node_dir):
+        argv = [os.path.join(env.bin, "esd-trainer"), "--dir", node_dir, "--quiet"]
+        if w == 1 and not state["killed"]:
+            state["killed"] = True
+            argv += ["--die-at", "20"]
+        return argv
+
+    def during(c):
+        p = c.procs["trainer1"]
+        p.wait(timeout=60)  # dies by SIGKILL at iteration 20
+        t_dead = time.time()
+        env.check(p.returncode == -9, "trainer 1 died of SIGKILL mid-iteration")
+        seen = None
+        while time.time() - t_dead < 5:
+            st = ctl(os.path.join(c.node_dir(1), "control.sock"), "status")
+            if not st["trainer_attached"]:
+                seen = time.time() - t_dead
+                break
+            time.sleep(0.02)
+        env.check(seen is not None and seen < 1.0,
+                  "daemon 1 saw the death within 1 s (%.3f s)" % (seen or -1))
+        # the others are not blocked forever: their daemons answer at once
+        st0 = ctl(os.path.join(c.node_dir(0), "control.sock"), "status")
+        env.check(st0["iteration"] <= 20, "worker 0 waits at the barrier (iteration %d)"
+                  % st0["iteration"])
+        c.start_trainer(1)  # a new trainer: the iteration is replayed
+
+    from esdcluster import Cluster
+    work = os.path.join(env.root, "killed")
+    ck = os.path.join(work, "ckpt")
+    os.makedirs(ck, exist_ok=True)
+    s2 = dict(s)
+    s2["ps.checkpoint_dir"] = ck
+    with Cluster(env.bin, work, s2, trainer_cmd=trainer_cmd) as c:
+        c.start()
+        during(c)
+        c.wait(timeout=120)
+        sums = c.summaries()
+    env.check(sums[1]["trainer_deaths"] == 1, "daemon 1 counted one trainer death")
+    ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base_ck, exact=True)
+    env.check(ok, "after the replay the final tables are bit-identical to the "
+              "uninterrupted run")
+
+
+def test_second_daemon_and_uid(env):
+    s = env.settings(job__iterations=100000)
+    from esdcluster import Cluster
+    work = os.path.join(env.root, "refusals")
+    with Cluster(env.bin, work, s, emulate_ns=1000000) as c:
+        c.start()
+        # a second daemon on node 0's directory
+        r = subprocess.run([os.path.join(env.bin, "esdd"), "--config", c.job, "--rank", "0",
+                            "--dir", c.node_dir(0), "--set", "ps.addrs=" + c.ps_addr[0]],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        env.check(r.returncode != 0 and "in use by pid" in r.stdout,
+                  "a second daemon on a node directory in use is refused: %s"
+                  % r.stdout.strip().splitlines()[-1:])
+    if os.geteuid() != 0:
+        print("skip: the uid refusal needs root to run a daemon as another user")
+        return
+    # a daemon running as nobody refuses a trainer of uid 0
+    work = os.path.join(env.root, "uid")
+    os.makedirs(work, exist_ok=True)
+    os.chmod(env.root, 0o755)
+    os.chmod(work, 0o777)
+    s["job.iterations"] = 3
+    s["workers.n"] = 1
+
+    def as_nobody():
+        os.setgid(65534)
+        os.setuid(65534)
+
+    ini = os.path.join(work, "job.ini")
+    from esdcluster import write_ini
+    write_ini(ini, s)
+    ps = subprocess.Popen([os.path.join(env.bin, "esd-ps"), "--config", ini, "--listen",
+                           "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True)
+    addr = ps.stdout.readline().split()[-1]
+    node = os.path.join(work, "node")
+    d = subprocess.Popen([os.path.join(env.bin, "esdd"), "--config", ini, "--rank", "0",
+                          "--dir", node, "--set", "ps.addrs=" + addr],
+                         preexec_fn=as_nobody, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.time()
+        while not os.path.exists(os.path.join(node, "esdd.sock")) and time.time() - t0 < 20:
+            time.sleep(0.05)
+        r = subprocess.run([os.path.join(env.bin, "esd-trainer"), "--dir", node],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        env.check(r.returncode != 0 and "different user" in r.stdout,
+                  "a trainer of another uid is refused: %s"
+                  % r.stdout.strip().splitlines()[-1:])
+    finally:
+        for p in (d, ps):
+            p.kill()
+            p.wait()
+
+
+def main():
+    env = Env(sys.argv[1], "failures")
+    env.gen_stream()
+    try:
+        test_trainer_kill(env)
+        test_second_daemon_and_uid(env)
+    except (ClusterError, subprocess.TimeoutExpired) as e:
+        env.check(False, "cluster: %s" % e)
+    return env.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
