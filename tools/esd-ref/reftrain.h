@@ -62,7 +62,7 @@ struct esd_ref_source {
 	uint32_t tables; /* T, categorical features per sample */
 	uint32_t dense;  /* D, dense features per sample */
 	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-			float *dense);
+	                float *dense);
 	void *arg;
 };
 
@@ -94,13 +94,13 @@ struct esd_ref_config {
 	uint64_t iterations; /* N */
 	uint64_t cursor;     /* first sample index to read (usually 0) */
 	struct esd_optim_params optim;
-	int verbose;         /* print the loss of every iteration to stdout */
+	int verbose; /* print the loss of every iteration to stdout */
 };
 
 struct esd_ref_stats {
-	uint64_t rows;       /* distinct rows touched */
-	double first_loss;   /* mean loss of the first iteration */
-	double last_loss;    /* mean loss of the last iteration */
+	uint64_t rows;     /* distinct rows touched */
+	double first_loss; /* mean loss of the first iteration */
+	double last_loss;  /* mean loss of the last iteration */
 };
 
 /*
@@ -111,7 +111,7 @@ struct esd_ref_stats {
  * a source's -errno, or a checkpoint writer's -errno.
  */
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
-		  const char *out_path, struct esd_ref_stats *stats);
+                  const char *out_path, struct esd_ref_stats *stats);
 
 #ifdef __cplusplus
 }
