@@ -117,7 +117,6 @@ static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value, 
 		a->slot[s] = (uint32_t)(i + 1);
 		return 0;
 	}
-	c->res->rows_b++;
 	int64_t i = find(a, key);
 	if (i < 0) {
 		c->res->only_b++;
@@ -275,6 +274,8 @@ int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, si
 		    meta_cmp(m0, &esd_ckpt_info(rb[i])->meta, meta_what, sizeof(meta_what));
 	for (size_t i = 0; i < na; i++)
 		res->rows_a += esd_ckpt_info(ra[i])->row_count;
+	for (size_t i = 0; i < nb; i++)
+		res->rows_b += esd_ckpt_info(rb[i])->row_count;
 
 	c.dim = m0->dim;
 	c.sf = esd_optimizer_state_floats(m0->optimizer);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "reftrain.h"
 
@@ -350,6 +351,36 @@ static void test_tool(void **state)
 	assert_true(asprintf(&cmd, "%s --iters -3 --out %s 2>/dev/null", bin, a) > 0);
 	st = system(cmd);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	free(cmd);
+	/* the checkpoint subcommands: info, compare (exit 0 equal, 1 not, 3 refused) */
+	char *c = path_in("tool-c.ckpt");
+	assert_true(asprintf(&cmd, "%s %s --seed 9 --out %s >/dev/null", bin, args, c) > 0);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	struct {
+		const char *x, *y, *opts;
+		int status;
+	} cases[] = {
+	    {a, b, "--exact", 0}, {a, c, "", 1},         {a, "/nonexistent.ckpt", "--rtol 0.1", 3},
+	    {a, "", "", 2},       {a, b, "--rtol x", 2},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_true(asprintf(&cmd, "%s compare %s %s %s >/dev/null 2>&1", bin,
+		                     cases[i].opts, cases[i].x, cases[i].y) > 0);
+		st = system(cmd);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != cases[i].status)
+			fail_msg("'%s' exited %d, expected %d", cmd, WEXITSTATUS(st),
+			         cases[i].status);
+		free(cmd);
+	}
+	assert_true(asprintf(&cmd, "%s info %s %s >/dev/null", bin, a, c) > 0);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	free(c);
+	assert_int_equal(truncate(b, 10), 0);
+	assert_true(asprintf(&cmd, "%s info %s 2>/dev/null", bin, b) > 0);
+	st = system(cmd);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 3);
 	free(cmd);
 	free(bin);
 	free(a);

@@ -15,31 +15,37 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include "inspect.h"
 #include "reftrain.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: esd-ref --out FILE [options]\n"
-	        "Train the reference model in one process and write its tables as a checkpoint.\n"
-	        "\n"
-	        "  --out FILE        checkpoint to write (replaced atomically)\n"
-	        "  --iters N         iterations (50)\n"
-	        "  --batch K         global batch size k (256)\n"
-	        "  --cursor C        first sample index (0)\n"
-	        "  --seed S          job seed: row and dense-table initialisation (1)\n"
-	        "  --dim D           embedding row length (16)\n"
-	        "  --hidden H        hidden units (16)\n"
-	        "  --opt NAME        sgd | adagrad | adam (sgd)\n"
-	        "  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
-	        "                    optimizer hyper-parameters (defaults per optimizer)\n"
-	        "  --verbose         print the loss of every iteration\n"
-	        "built-in generator (sample i depends on (gen seed, i) only):\n"
-	        "  --tables T        categorical features per sample (8)\n"
-	        "  --dense N         dense features per sample (4)\n"
-	        "  --rows R          IDs per table (1000)\n"
-	        "  --skew X          ID skew, >= 1 (2.0)\n"
-	        "  --gen-seed S      generator seed (the job seed)\n");
+	fprintf(
+	    f, "usage: esd-ref --out FILE [options]\n"
+	       "       esd-ref info FILE...\n"
+	       "       esd-ref compare [--rtol X] [--atol X] [--exact] [--no-state] [--no-clocks]\n"
+	       "                       A[,A...] B[,B...]\n"
+	       "Train the reference model in one process and write its tables as a checkpoint;\n"
+	       "validate and describe checkpoints; compare two models given as shard files\n"
+	       "(exit 0 equal, 1 different, 2 usage, 3 a file refused).\n"
+	       "\n"
+	       "  --out FILE        checkpoint to write (replaced atomically)\n"
+	       "  --iters N         iterations (50)\n"
+	       "  --batch K         global batch size k (256)\n"
+	       "  --cursor C        first sample index (0)\n"
+	       "  --seed S          job seed: row and dense-table initialisation (1)\n"
+	       "  --dim D           embedding row length (16)\n"
+	       "  --hidden H        hidden units (16)\n"
+	       "  --opt NAME        sgd | adagrad | adam (sgd)\n"
+	       "  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
+	       "                    optimizer hyper-parameters (defaults per optimizer)\n"
+	       "  --verbose         print the loss of every iteration\n"
+	       "built-in generator (sample i depends on (gen seed, i) only):\n"
+	       "  --tables T        categorical features per sample (8)\n"
+	       "  --dense N         dense features per sample (4)\n"
+	       "  --rows R          IDs per table (1000)\n"
+	       "  --skew X          ID skew, >= 1 (2.0)\n"
+	       "  --gen-seed S      generator seed (the job seed)\n");
 }
 
 static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -105,6 +111,10 @@ int main(int argc, char **argv)
 	int have_gseed = 0, c, rc = 0;
 
 	esd_log_init("esd-ref");
+	if (argc > 1 && !strcmp(argv[1], "info"))
+		return esd_ref_cmd_info(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "compare"))
+		return esd_ref_cmd_compare(argc - 1, argv + 1);
 	while ((c = getopt_long(argc, argv, "o:n:k:s:d:H:O:T:D:R:S:vh", longopts, NULL)) != -1) {
 		const char *name = NULL;
 		for (const struct option *o = longopts; o->name; o++)
