@@ -1,0 +1,388 @@
+/*
+ * Dataset stream reader and writer: round trips (f32 and bf16 dense, u32
+ * and u64 IDs, zstd), batches across blocks, the data cursor (tell, seek,
+ * rewind), and refusal of corrupt, truncated and unfinished files with a
+ * message naming the file and the block or byte offset.
+ */
+#include "testutil.h"
+
+#include <esd/dataset.h>
+#include <esd/err.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *dir;
+
+struct sample_set {
+	uint64_t n;
+	uint32_t nt, nd;
+	uint8_t *labels;
+	float *dense;
+	uint64_t *ids;
+};
+
+static char *path_of(const char *name)
+{
+	char *p;
+	assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+static void info_init(struct esd_ds_info *in, uint32_t nt, uint32_t nd, uint64_t big)
+{
+	memset(in, 0, sizeof(*in));
+	snprintf(in->shape, sizeof(in->shape), "test");
+	in->ntables = nt;
+	in->ndense = nd;
+	for (uint32_t t = 0; t < nt; t++)
+		in->rows[t] = t == 0 ? big : 10 + 97 * t;
+	in->block_samples = 100;
+	in->scale = 1;
+}
+
+/* Write n random samples; keep them in *ss. */
+static void write_set(const char *path, const struct esd_ds_info *in, uint64_t n,
+		      struct sample_set *ss, uint64_t seed)
+{
+	struct esd_ds_writer *w;
+	ss->n = n;
+	ss->nt = in->ntables;
+	ss->nd = in->ndense;
+	ss->labels = malloc(n);
+	ss->dense = malloc(sizeof(float) * (n * in->ndense + 1));
+	ss->ids = malloc(sizeof(uint64_t) * n * in->ntables);
+	assert_int_equal(esd_ds_writer_open(path, in, &w), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		ss->labels[i] = esd_test_rand(&seed) & 1;
+		for (uint32_t j = 0; j < in->ndense; j++)
+			ss->dense[i * in->ndense + j] =
+				(float)(esd_test_rand(&seed) % 1000) / 8.0f;
+		for (uint32_t t = 0; t < in->ntables; t++)
+			ss->ids[i * in->ntables + t] = esd_test_rand(&seed) % in->rows[t];
+		assert_int_equal(esd_ds_writer_append(w, ss->labels[i], ss->dense + i * in->ndense,
+						      ss->ids + i * in->ntables),
+				 0);
+	}
+	assert_int_equal(esd_ds_writer_count(w), n);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+}
+
+static void free_set(struct sample_set *ss)
+{
+	free(ss->labels);
+	free(ss->dense);
+	free(ss->ids);
+}
+
+/* Read [from, from + k) in batches of b and compare with the set. */
+static void check_range(struct esd_ds_reader *r, const struct sample_set *ss, uint64_t from,
+			uint64_t k, uint64_t b, int bf16)
+{
+	float *labels = malloc(sizeof(float) * b);
+	float *dense = malloc(sizeof(float) * (b * ss->nd + 1));
+	esd_key_t *keys = malloc(sizeof(esd_key_t) * b * ss->nt);
+	assert_int_equal(esd_ds_seek(r, from), 0);
+	uint64_t done = 0;
+	while (done < k) {
+		uint64_t want = k - done < b ? k - done : b;
+		int64_t got = esd_ds_read(r, want, labels, dense, keys);
+		assert_int_equal(got, (int64_t)want);
+		for (uint64_t s = 0; s < want; s++) {
+			uint64_t i = from + done + s;
+			assert_true(labels[s] == (float)ss->labels[i]);
+			for (uint32_t j = 0; j < ss->nd; j++) {
+				float e = ss->dense[i * ss->nd + j], g = dense[s * ss->nd + j];
+				if (bf16)
+					assert_true(g == e || (g - e) * (g - e) <= e * e / 1e4);
+				else
+					assert_true(g == e);
+			}
+			for (uint32_t t = 0; t < ss->nt; t++) {
+				esd_key_t key = keys[s * ss->nt + t];
+				assert_int_equal(esd_key_table(key), t);
+				assert_int_equal(esd_key_id(key), ss->ids[i * ss->nt + t]);
+			}
+		}
+		done += want;
+		assert_int_equal(esd_ds_tell(r), from + done);
+	}
+	free(labels);
+	free(dense);
+	free(keys);
+}
+
+static void roundtrip(uint64_t big, uint32_t dense_format, int zstd)
+{
+	struct esd_ds_info in;
+	struct sample_set ss;
+	struct esd_ds_reader *r;
+	char *p = path_of("rt.esd");
+	info_init(&in, 5, 3, big);
+	in.dense_format = dense_format;
+	in.zstd_level = zstd;
+	in.seed = 42;
+	in.zipf[2] = 1.5;
+	snprintf(in.source, sizeof(in.source), "unit test");
+	write_set(p, &in, 1234, &ss, 7);
+	assert_int_equal(esd_ds_open(p, &r), 0);
+	const struct esd_ds_info *ri = esd_ds_reader_info(r);
+	assert_int_equal(ri->nsamples, 1234);
+	assert_int_equal(ri->ntables, 5);
+	assert_int_equal(ri->ndense, 3);
+	assert_int_equal(ri->rows[0], big);
+	assert_int_equal(ri->seed, 42);
+	assert_true(ri->zipf[2] == 1.5);
+	assert_string_equal(ri->shape, "test");
+	assert_string_equal(ri->source, "unit test");
+	int bf = dense_format == ESD_DS_DENSE_BF16;
+	check_range(r, &ss, 0, 1234, 64, bf);     /* batches straddle blocks of 100 */
+	check_range(r, &ss, 0, 1234, 1000, bf);
+	check_range(r, &ss, 1000, 234, 7, bf);    /* the short last block */
+	check_range(r, &ss, 99, 2, 2, bf);        /* across one block boundary */
+	/* end of stream: 0, then short reads only at the end */
+	float lab[10];
+	assert_int_equal(esd_ds_seek(r, 1230), 0);
+	assert_int_equal(esd_ds_read(r, 10, lab, NULL, NULL), 4);
+	assert_int_equal(esd_ds_read(r, 10, lab, NULL, NULL), 0);
+	assert_int_equal(esd_ds_seek(r, 1235), -EINVAL);
+	assert_int_equal(esd_ds_seek(r, 1234), 0);
+	esd_ds_rewind(r);
+	assert_int_equal(esd_ds_tell(r), 0);
+	check_range(r, &ss, 0, 10, 10, bf);
+	esd_ds_close(r);
+	free_set(&ss);
+	free(p);
+}
+
+static void test_roundtrip_f32(void **state)
+{
+	(void)state;
+	roundtrip(1000, ESD_DS_DENSE_F32, 0);
+}
+
+static void test_roundtrip_bf16_u64_zstd(void **state)
+{
+	(void)state;
+	roundtrip(UINT64_C(1) << 40, ESD_DS_DENSE_BF16, 3); /* table 0 stores u64 IDs */
+}
+
+/* A checkpoint stores the cursor; a fresh reader seeks to it and continues
+ * with exactly the samples the first reader would have read next. */
+static void test_cursor_restart(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct sample_set ss;
+	struct esd_ds_reader *a, *b;
+	char *p = path_of("cursor.esd");
+	info_init(&in, 3, 0, 50);
+	write_set(p, &in, 777, &ss, 9);
+	assert_int_equal(esd_ds_open(p, &a), 0);
+	esd_key_t ka[3 * 128], kb[3 * 128];
+	for (int it = 0; it < 3; it++)
+		assert_int_equal(esd_ds_read(a, 128, NULL, NULL, ka), 128);
+	uint64_t cursor = esd_ds_tell(a);
+	assert_int_equal(cursor, 384);
+	assert_int_equal(esd_ds_open(p, &b), 0);
+	assert_int_equal(esd_ds_seek(b, cursor), 0);
+	for (int it = 0; it < 4; it++) {
+		int64_t ga = esd_ds_read(a, 128, NULL, NULL, ka);
+		int64_t gb = esd_ds_read(b, 128, NULL, NULL, kb);
+		assert_int_equal(ga, gb);
+		assert_memory_equal(ka, kb, (size_t)ga * 3 * sizeof(esd_key_t));
+	}
+	assert_int_equal(esd_ds_tell(a), 777);
+	esd_ds_close(a);
+	esd_ds_close(b);
+	free_set(&ss);
+	free(p);
+}
+
+static void flip_byte(const char *p, off_t off)
+{
+	int fd = open(p, O_RDWR);
+	uint8_t c;
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &c, 1, off), 1);
+	c ^= 0x5a;
+	assert_int_equal(pwrite(fd, &c, 1, off), 1);
+	close(fd);
+}
+
+static off_t file_size(const char *p)
+{
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	return st.st_size;
+}
+
+static void test_corrupt_block(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct sample_set ss;
+	struct esd_ds_reader *r;
+	char *p = path_of("corrupt.esd");
+	info_init(&in, 2, 1, 100);
+	write_set(p, &in, 500, &ss, 3);
+	/* header 208 + 2 tables * 16 + 8 = 248; a block: 40 + 100 * (1 label + 4 dense +
+	 * 2 x 4 IDs) */
+	off_t block2 = 248 + 2 * (40 + 1300);
+	flip_byte(p, block2 + 40 + 17);
+	assert_int_equal(esd_ds_open(p, &r), 0); /* the index is intact */
+	esd_key_t keys[2 * 300];
+	assert_int_equal(esd_ds_read(r, 150, NULL, NULL, keys), 150);
+	assert_int_equal(esd_ds_read(r, 100, NULL, NULL, keys), -ESD_EBADSUM);
+	assert_non_null(strstr(esd_ds_last_error(), "corrupt.esd"));
+	assert_non_null(strstr(esd_ds_last_error(), "block 2"));
+	char at[64];
+	snprintf(at, sizeof(at), "byte %lld", (long long)block2);
+	assert_non_null(strstr(esd_ds_last_error(), at));
+	assert_int_equal(esd_ds_tell(r), 150); /* nothing returned twice */
+	/* blocks after the bad one still read */
+	assert_int_equal(esd_ds_seek(r, 300), 0);
+	assert_int_equal(esd_ds_read(r, 200, NULL, NULL, NULL), 200);
+	esd_ds_close(r);
+	/* a damaged header is refused at open */
+	flip_byte(p, 60);
+	assert_int_equal(esd_ds_open(p, &r), -ESD_EBADSUM);
+	assert_non_null(strstr(esd_ds_last_error(), "header checksum"));
+	flip_byte(p, 60);
+	flip_byte(p, 0);
+	assert_int_equal(esd_ds_open(p, &r), -ESD_EBADMAGIC);
+	free_set(&ss);
+	free(p);
+}
+
+static void test_truncated(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct sample_set ss;
+	struct esd_ds_reader *r;
+	char *p = path_of("trunc.esd");
+	info_init(&in, 2, 1, 100);
+	write_set(p, &in, 500, &ss, 4);
+	off_t size = file_size(p);
+	off_t cuts[] = {size - 1, size - 20, size / 2, 300, 248, 100, 7, 0};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		assert_int_equal(truncate(p, cuts[i]), 0);
+		int rc = esd_ds_open(p, &r);
+		assert_true(rc == -EPROTO || rc == -ESD_EBADMAGIC);
+		assert_non_null(strstr(esd_ds_last_error(), "trunc.esd"));
+		if (cuts[i] >= 248)
+			assert_non_null(strstr(esd_ds_last_error(), "truncated"));
+	}
+	/* a file that is not a stream */
+	assert_int_equal(esd_test_write_file(p, "label\tI1\n1\t2\n", 13), 0);
+	assert_int_equal(esd_ds_open(p, &r), -ESD_EBADMAGIC);
+	assert_int_equal(esd_ds_open("/nonexistent/x.esd", &r), -ENOENT);
+	free_set(&ss);
+	free(p);
+}
+
+/* A writer that never closed (crash) leaves a file readers refuse. */
+static void test_unfinished_writer(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct esd_ds_writer *w;
+	struct esd_ds_reader *r;
+	char *p = path_of("open.esd");
+	info_init(&in, 2, 0, 100);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	uint64_t ids[2] = {1, 2};
+	for (int i = 0; i < 250; i++)
+		assert_int_equal(esd_ds_writer_append(w, 1, NULL, ids), 0);
+	/* blocks 0 and 1 are on disk, no index yet */
+	assert_int_equal(esd_ds_open(p, &r), -EPROTO);
+	assert_non_null(strstr(esd_ds_last_error(), "never closed"));
+	esd_ds_writer_discard(w);
+	assert_int_equal(access(p, F_OK), -1);
+	free(p);
+}
+
+static void test_writer_ranges(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct esd_ds_writer *w;
+	struct esd_ds_reader *r;
+	char *p = path_of("ranges.esd");
+	info_init(&in, 2, 0, 100);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	uint64_t ok[2] = {99, 10}, big[2] = {100, 0};
+	assert_int_equal(esd_ds_writer_append(w, 0, NULL, ok), 0);
+	assert_int_equal(esd_ds_writer_append(w, 0, NULL, big), -ERANGE);
+	assert_int_equal(esd_ds_writer_append(w, 2, NULL, ok), -ERANGE);
+	assert_int_equal(esd_ds_writer_count(w), 1);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+	assert_int_equal(esd_ds_open(p, &r), 0);
+	assert_int_equal(esd_ds_reader_info(r)->nsamples, 1);
+	esd_ds_close(r);
+	/* an empty stream is valid */
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+	assert_int_equal(esd_ds_open(p, &r), 0);
+	assert_int_equal(esd_ds_read(r, 10, NULL, NULL, NULL), 0);
+	esd_ds_close(r);
+	/* bad descriptions */
+	in.ntables = 0;
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), -EINVAL);
+	info_init(&in, 2, 0, 0);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), -EINVAL);
+	info_init(&in, 2, ESD_DS_MAX_DENSE + 1, 5);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), -EINVAL);
+	esd_ds_writer_close(NULL);
+	esd_ds_writer_discard(NULL);
+	esd_ds_close(NULL);
+	free(p);
+}
+
+static void test_shapes(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	memset(&in, 0, sizeof(in));
+	assert_int_equal(esd_ds_shape("criteo-kaggle", &in), 0);
+	assert_int_equal(in.ntables, 26);
+	assert_int_equal(in.ndense, 13);
+	assert_int_equal(in.rows[2], 10131227);
+	assert_int_equal(in.rows[25], 142572);
+	assert_int_equal(esd_ds_shape("avazu", &in), 0);
+	assert_int_equal(in.ntables, 18);
+	assert_int_equal(esd_ds_shape("criteo-search", &in), 0);
+	assert_int_equal(in.ntables, 17);
+	assert_int_equal(esd_ds_shape("movielens", &in), -ENOENT);
+	assert_string_equal(esd_ds_shape_name(0), "criteo-kaggle");
+	assert_null(esd_ds_shape_name(3));
+	assert_string_equal(esd_ds_shape_table_name("avazu", 7), "device_id");
+	assert_null(esd_ds_shape_table_name("avazu", 18));
+	esd_ds_shape("criteo-kaggle", &in);
+	assert_int_equal(esd_ds_scale_rows(&in, 100, 50000), 0);
+	assert_int_equal(in.rows[2], 50000);   /* capped */
+	assert_int_equal(in.rows[0], 15);      /* ceil(1460 / 100) */
+	assert_int_equal(in.rows[8], 1);       /* never below 1 */
+	assert_int_equal(esd_ds_scale_rows(&in, 0.5, 0), -EINVAL);
+}
+
+int main(void)
+{
+	dir = esd_test_mkdtemp("esd-dsio");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip_f32),
+		cmocka_unit_test(test_roundtrip_bf16_u64_zstd),
+		cmocka_unit_test(test_cursor_restart),
+		cmocka_unit_test(test_corrupt_block),
+		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_unfinished_writer),
+		cmocka_unit_test(test_writer_ranges),
+		cmocka_unit_test(test_shapes),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	esd_test_rmtree(dir);
+	free(dir);
+	return rc;
+}

@@ -1,0 +1,142 @@
+#!/bin/bash
+# esd-data end to end: gen -> stat round trips for the three shapes,
+# determinism (same seed, same bytes), convert of small files in each real
+# format, bad lines (file:line, exit 1; --skip-bad counts), corrupt and
+# truncated streams refused. Usage: test_esd_data.sh path/to/esd-data
+set -u
+ESD_DATA=${1:?usage: $0 path/to/esd-data}
+T=$(mktemp -d "${TMPDIR:-/tmp}/esd-data-test.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+ok() { echo "ok   $*"; }
+no() { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { # check "what" cmd...
+	local what=$1
+	shift
+	if "$@"; then ok "$what"; else no "$what"; fi
+}
+json() { # json FILE.esd PYTHON-EXPR-over-j [stat args]
+	local f=$1 expr=$2
+	shift 2
+	"$ESD_DATA" stat --json "$@" "$f" >"$T/stat.json" || return 1
+	python3 -c "import json,sys; j=json.load(open('$T/stat.json')); sys.exit(0 if ($expr) else 1)"
+}
+
+# --- gen: determinism -------------------------------------------------------
+G="gen --scale 1000 --max-rows 5000 -n 20000"
+$ESD_DATA $G --seed 7 -o "$T/a.esd" && $ESD_DATA $G --seed 7 -o "$T/b.esd" &&
+	$ESD_DATA $G --seed 8 -o "$T/c.esd" || no "gen runs"
+check "same seed, identical bytes" cmp -s "$T/a.esd" "$T/b.esd"
+check "other seed, other bytes" bash -c "! cmp -s '$T/a.esd' '$T/c.esd'"
+
+# --- gen -> stat ----------------------------------------------------------------
+check "stat: samples, tables, rows" json "$T/a.esd" \
+	"j['samples'] == 20000 and j['ntables'] == 26 and j['ndense'] == 13 and
+	 j['tables'][2]['rows'] == 5000 and j['tables'][0]['rows'] == 2 and
+	 j['seed'] == 7 and j['shape'] == 'criteo-kaggle' and
+	 all(t['distinct'] <= t['rows'] for t in j['tables'])"
+check "stat: positive rate near Criteo's" json "$T/a.esd" "0.15 < j['positives'] / j['samples'] < 0.40"
+$ESD_DATA gen --shape avazu --scale 100 --drift 0 -n 30000 --zipf 1.1 --zipf-table 8=0.9 \
+	-o "$T/av.esd" || no "gen avazu"
+check "stat avazu: 18 tables, fitted Zipf near the generator's" json "$T/av.esd" \
+	"j['ntables'] == 18 and j['ndense'] == 0 and j['tables'][7]['name'] == 'device_id' and
+	 abs(j['tables'][7]['zipf_fit'] - 1.1) < 0.15 and abs(j['tables'][8]['zipf_fit'] - 0.9) < 0.15
+	 and j['tables'][8]['zipf_gen'] == 0.9"
+check "stat: cache cover grows with the ratio" bash -c "
+	'$ESD_DATA' stat --json --cache-ratio 0.01 '$T/av.esd' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"cache_cover\"])' >'$T/c1' &&
+	'$ESD_DATA' stat --json --cache-ratio 0.2 '$T/av.esd' | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"cache_cover\"])' >'$T/c2' &&
+	python3 -c 'import sys; a=float(open(\"$T/c1\").read()); b=float(open(\"$T/c2\").read()); sys.exit(0 if 0 < a < b <= 1 else 1)'"
+$ESD_DATA gen --shape criteo-search --max-rows 1000 -n 5000 --zstd 3 --dense-format bf16 \
+	-o "$T/cs.esd" || no "gen criteo-search"
+check "stat criteo-search (zstd, bf16): 17 tables" json "$T/cs.esd" \
+	"j['ntables'] == 17 and j['ndense'] == 2 and j['samples'] == 5000"
+check "human stat output" bash -c "'$ESD_DATA' stat '$T/a.esd' | grep -q 'covers'"
+
+# --- convert: Criteo Kaggle -----------------------------------------------------
+C1=$'1\t1\t5\t\t-3\t100\t2\t3\t4\t5\t6\t7\t8\t9\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16'
+C0=$'0\t\t0\t\t\t\t\t\t\t\t\t\t\t\t05db9164\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t'
+printf '%s\n%s\n%s\n' "$C1" "$C0" "$C1" >"$T/criteo.tsv"
+check "convert criteo" $ESD_DATA convert --format criteo-kaggle --no-progress -o "$T/cr.esd" "$T/criteo.tsv"
+check "criteo: 3 samples, 1 positive... 2" json "$T/cr.esd" \
+	"j['samples'] == 3 and j['positives'] == 2 and j['origin'] == 'criteo-kaggle' and
+	 j['source'] == 'criteo.tsv' and j['tables'][2]['rows'] == 10131227"
+$ESD_DATA dump "$T/cr.esd" >"$T/dump.txt"
+check "dump: equal lines give equal keys, missing IDs are 0" python3 -c "
+import sys
+l = [x.split('|') for x in open('$T/dump.txt').read().splitlines()]
+assert len(l) == 3 and l[0][1] == l[2][1] and l[0][1] != l[1][1]
+assert l[0][0].split()[1] == '1' and l[1][0].split()[1] == '0'
+ids = l[1][1].split()
+assert ids[0] != '0:0' and all(x.endswith(':0') for x in ids[1:])"
+check "convert criteo from stdin with --rows" bash -c \
+	"cat '$T/criteo.tsv' | '$ESD_DATA' convert --format criteo-kaggle --rows 100 -o '$T/cr2.esd' - >/dev/null"
+check "--rows applies to every table" json "$T/cr2.esd" "all(t['rows'] == 100 for t in j['tables'])"
+
+# --- convert: Avazu ---------------------------------------------------------------
+{
+	echo "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21"
+	echo "1000009418151094273,0,14102100,1005,0,1fbe01fe,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,44956a24,1,2,15706,320,50,1722,0,35,-1,79"
+	echo "10000169349117863715,1,14102100,1005,0,1fbe01fe,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,96809ac8,711ee120,1,0,15704,320,50,1722,0,35,100084,79"
+} >"$T/avazu.csv"
+check "convert avazu" $ESD_DATA convert --format avazu --scale 10 -o "$T/av2.esd" "$T/avazu.csv"
+check "avazu: 2 samples, 18 tables, scaled rows" json "$T/av2.esd" \
+	"j['samples'] == 2 and j['positives'] == 1 and j['ntables'] == 18 and
+	 j['tables'][8]['rows'] == 672949 and j['scale'] == 10"
+echo "id,hour,C1" >"$T/avazu-test.csv"
+$ESD_DATA convert --format avazu -o "$T/x.esd" "$T/avazu-test.csv" 2>"$T/err" && no "avazu without click" ||
+	check "avazu without click: error names file:1" grep -q "avazu-test.csv:1: header: no 'click'" "$T/err"
+
+# --- convert: Criteo Sponsored Search ------------------------------------------------
+S1=$'1\t12.5\t3600\t1598891820\t3\t25.0\t-1\t7E56C27BFF0305E788DA55A029EC4988\t-1\t-1\t9C6A33397C1C17DC5C72D3B80932D4B5\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t57A2E38E5DB3F4E0B9D5E4A8F6E3A7F4\tD7D1FB49049702BF6338894757E0D959\tC4A6D46F7A51A0C12A6D6C7AEE5E9E1E\t1B2D1CB9F1E5ADDD0CD9E3F5F7AF13D8\t2E7A6A2F8F1C59E5A8DF1E16E1A1E9E2'
+S0=$'0\t-1\t-1\t1598891900\t-1\t-1\t-1\t7E56C27BFF0305E788DA55A029EC4988\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t-1'
+HDR=$'Sale\tSalesAmountInEuro\ttime_delay_for_conversion\tclick_timestamp\tnb_clicks_1week\tproduct_price\tproduct_age_group\tdevice_type\taudience_id\tproduct_gender\tproduct_brand\tproduct_category1\tproduct_category2\tproduct_category3\tproduct_category4\tproduct_category5\tproduct_category6\tproduct_category7\tproduct_country\tproduct_id\tproduct_title\tpartner_id\tuser_id'
+printf '%s\n%s\n%s\n' "$HDR" "$S1" "$S0" >"$T/search.tsv"
+printf '%s\n%s\n' "$S1" "$S0" >"$T/search-nohdr.tsv"
+check "convert criteo-search (header)" $ESD_DATA convert --format criteo-search -o "$T/s1.esd" "$T/search.tsv"
+check "convert criteo-search (no header)" $ESD_DATA convert --format criteo-search -o "$T/s2.esd" "$T/search-nohdr.tsv"
+check "criteo-search: 2 samples, 17 tables, 2 dense" json "$T/s1.esd" \
+	"j['samples'] == 2 and j['positives'] == 1 and j['ntables'] == 17 and j['ndense'] == 2"
+check "criteo-search: header or not, same samples" bash -c \
+	"cmp -s <('$ESD_DATA' dump '$T/s1.esd') <('$ESD_DATA' dump '$T/s2.esd')"
+
+# --- bad lines ----------------------------------------------------------------------
+printf '%s\n%s\n%s\n%s\n' "$C1" "$C0" $'1\t2\t3' "$C1" >"$T/bad.tsv"
+if $ESD_DATA convert --format criteo-kaggle -o "$T/bad.esd" "$T/bad.tsv" 2>"$T/err" >/dev/null; then
+	no "bad line fails the conversion"
+else
+	check "bad line: error names file and line" grep -q "bad.tsv:3: 3 tab-separated fields" "$T/err"
+	check "bad line: no output left behind" test ! -e "$T/bad.esd"
+fi
+$ESD_DATA convert --format criteo-kaggle --skip-bad -o "$T/bad.esd" "$T/bad.tsv" >"$T/out" 2>"$T/err" ||
+	no "--skip-bad converts"
+check "--skip-bad: counted in the summary" grep -q "3 samples from 4 lines.*1 bad lines skipped" "$T/out"
+check "--skip-bad: warns with file:line" grep -q "bad.tsv:3: skipped" "$T/err"
+check "--skip-bad: count recorded in the stream" json "$T/bad.esd" "j['skipped'] == 1 and j['samples'] == 3"
+printf '%s\n' "$C1" | sed 's/68fd1e64/68fd1e6z/' >"$T/hex.tsv"
+$ESD_DATA convert --format criteo-kaggle -o "$T/hex.esd" "$T/hex.tsv" 2>"$T/err" && no "bad hex fails"
+check "bad hex: names field and line" grep -q "hex.tsv:1: field 15 (C1): '68fd1e6z' is not a hex ID" "$T/err"
+$ESD_DATA convert --format criteo-kaggle -o "$T/x.esd" "$T/missing.tsv" 2>"$T/err" && no "missing input fails"
+check "missing input: names the file" grep -q "missing.tsv: cannot open" "$T/err"
+
+# --- corrupt and truncated streams ------------------------------------------------------
+cp "$T/a.esd" "$T/corrupt.esd"
+python3 -c "
+f = open('$T/corrupt.esd', 'r+b'); f.seek(100000); b = f.read(1); f.seek(100000)
+f.write(bytes([b[0] ^ 0xff])); f.close()"
+$ESD_DATA stat "$T/corrupt.esd" >/dev/null 2>"$T/err" && no "corrupt stream refused"
+check "corrupt stream: file, block and byte named" grep -Eq "corrupt.esd: block [0-9]+ at byte [0-9]+: checksum mismatch" "$T/err"
+cp "$T/a.esd" "$T/trunc.esd"
+truncate -s 200000 "$T/trunc.esd"
+$ESD_DATA stat "$T/trunc.esd" >/dev/null 2>"$T/err" && no "truncated stream refused"
+check "truncated stream: says so" grep -q "trunc.esd: truncated" "$T/err"
+$ESD_DATA stat "$T/criteo.tsv" >/dev/null 2>"$T/err" && no "text file refused"
+check "not a stream: bad magic" grep -q "not a dataset stream" "$T/err"
+
+# --- usage ----------------------------------------------------------------------------
+$ESD_DATA frobnicate >/dev/null 2>&1
+check "unknown command: exit 2" test $? -eq 2
+$ESD_DATA gen -n 10 >/dev/null 2>&1
+check "gen without -o: exit 2" test $? -eq 2
+
+echo "$fails failures"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,43 @@
+/*
+ * convert.h - streaming conversion of the real dataset files into a
+ * dataset stream (private to esd_data; esd-data convert is its front end).
+ */
+#ifndef ESD_DATA_CONVERT_H
+#define ESD_DATA_CONVERT_H
+
+#include <stdint.h>
+
+#include "parse.h"
+
+struct ds_convert_opts {
+	enum ds_format fmt;
+	const char *in_path;   /* "-" reads stdin */
+	const char *out_path;
+	uint64_t rows;         /* every table hashed into this many rows; 0 = the shape's */
+	double scale;          /* cardinality divisor (>= 1) */
+	uint64_t max_rows;     /* per-table cap, 0 = none */
+	uint64_t limit;        /* stop after this many samples, 0 = all */
+	int skip_bad;          /* skip and count bad lines instead of failing */
+	int progress;          /* 1: progress bar on stderr */
+	uint32_t dense_format; /* enum esd_ds_dense_format */
+	int zstd_level;
+};
+
+struct ds_convert_result {
+	uint64_t lines;   /* lines read (header included) */
+	uint64_t samples; /* samples written */
+	uint64_t skipped; /* bad lines skipped */
+};
+
+/* Longest line accepted; a longer one is a bad line. */
+#define DS_MAX_LINE (1u << 20)
+
+/*
+ * Convert o->in_path into o->out_path. Returns 0, or -EINVAL for a bad
+ * line without skip_bad (the message, via esd_ds_last_error, names the
+ * file and line), or an error of the writer or of reading the input. On
+ * failure the output file is removed.
+ */
+int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res);
+
+#endif /* ESD_DATA_CONVERT_H */

@@ -1,0 +1,552 @@
+/*
+ * main.c - esd-data, the data engineer's tool: gen (synthetic streams with
+ * the public dataset shapes), convert (real files into streams), stat
+ * (skew, distinct keys, cache cover), dump (samples as text). A thin front
+ * end over esd_data; exit 0 ok, 1 error, 2 usage.
+ */
+#include "convert.h"
+#include "stat.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include <esd/dataset.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+static const char usage_text[] =
+	"usage: esd-data <command> [options]\n"
+	"\n"
+	"  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
+	"      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
+	"      [--dense-format f32|bf16] [--zstd LEVEL] [--block N]\n"
+	"      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
+	"      each table's ranks gets a new ID per 1M samples (default 0.1); seeded\n"
+	"  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
+	"      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
+	"      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
+	"      real files into a stream; bad lines fail with file:line unless --skip-bad\n"
+	"  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
+	"      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
+	"      covers (default R 0.08)\n"
+	"  dump FILE [--from N] [-n N]\n"
+	"      samples as text: cursor label dense... | table:id ...\n"
+	"\n"
+	"Numbers take k, M, G suffixes (1M = 1000000). docs/dataset.md has the details.\n";
+
+static int usage(const char *why)
+{
+	if (why)
+		fprintf(stderr, "esd-data: %s\n", why);
+	fputs(usage_text, stderr);
+	return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	if (*end == 'k' || *end == 'K')
+		mul = 1000, end++;
+	else if (*end == 'M')
+		mul = 1000000, end++;
+	else if (*end == 'G')
+		mul = 1000000000, end++;
+	if (errno || *end || (v && mul > UINT64_MAX / v))
+		return -EINVAL;
+	*out = (uint64_t)v * mul;
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(v))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_dense_format(const char *s, uint32_t *out)
+{
+	if (!strcmp(s, "f32"))
+		*out = ESD_DS_DENSE_F32;
+	else if (!strcmp(s, "bf16"))
+		*out = ESD_DS_DENSE_BF16;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_zstd(const char *s, int *out)
+{
+	uint64_t v;
+	if (parse_u64(s, &v) || v > 19)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+enum {
+	OPT_SEED = 256,
+	OPT_ZIPF,
+	OPT_ZIPF_TABLE,
+	OPT_DRIFT,
+	OPT_SCALE,
+	OPT_MAX_ROWS,
+	OPT_DENSE_FORMAT,
+	OPT_ZSTD,
+	OPT_BLOCK,
+	OPT_SHAPE,
+	OPT_FORMAT,
+	OPT_ROWS,
+	OPT_SKIP_BAD,
+	OPT_LIMIT,
+	OPT_PROGRESS,
+	OPT_NO_PROGRESS,
+	OPT_CACHE_RATIO,
+	OPT_JSON,
+	OPT_FROM,
+};
+
+#define BAD(opt) return usage("bad value for " opt)
+
+static int cmd_gen(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"samples", required_argument, NULL, 'n'},
+		{"shape", required_argument, NULL, OPT_SHAPE},
+		{"seed", required_argument, NULL, OPT_SEED},
+		{"zipf", required_argument, NULL, OPT_ZIPF},
+		{"zipf-table", required_argument, NULL, OPT_ZIPF_TABLE},
+		{"drift", required_argument, NULL, OPT_DRIFT},
+		{"scale", required_argument, NULL, OPT_SCALE},
+		{"max-rows", required_argument, NULL, OPT_MAX_ROWS},
+		{"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
+		{"zstd", required_argument, NULL, OPT_ZSTD},
+		{"block", required_argument, NULL, OPT_BLOCK},
+		{0},
+	};
+	const char *out = NULL, *shape = "criteo-kaggle";
+	uint64_t n = 1000000, seed = 1, max_rows = 0, block = 0;
+	double zipf = 1.2, drift = 0.1, scale = 1.0;
+	uint32_t dfmt = ESD_DS_DENSE_F32;
+	int zstd = 0, c;
+	struct {
+		uint32_t t;
+		double s;
+	} per[ESD_DS_MAX_TABLES];
+	unsigned nper = 0;
+
+	while ((c = getopt_long(argc, argv, "o:n:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			out = optarg;
+			break;
+		case 'n':
+			if (parse_u64(optarg, &n))
+				BAD("--samples");
+			break;
+		case OPT_SHAPE:
+			shape = optarg;
+			break;
+		case OPT_SEED:
+			if (parse_u64(optarg, &seed))
+				BAD("--seed");
+			break;
+		case OPT_ZIPF:
+			if (parse_double(optarg, &zipf))
+				BAD("--zipf");
+			break;
+		case OPT_ZIPF_TABLE: {
+			char *eq = strchr(optarg, '=');
+			uint64_t t;
+			if (!eq || nper == ESD_DS_MAX_TABLES)
+				BAD("--zipf-table (T=S)");
+			*eq = 0;
+			if (parse_u64(optarg, &t) || t >= ESD_DS_MAX_TABLES ||
+			    parse_double(eq + 1, &per[nper].s))
+				BAD("--zipf-table (T=S)");
+			per[nper++].t = (uint32_t)t;
+			break;
+		}
+		case OPT_DRIFT:
+			if (parse_double(optarg, &drift))
+				BAD("--drift");
+			break;
+		case OPT_SCALE:
+			if (parse_double(optarg, &scale))
+				BAD("--scale");
+			break;
+		case OPT_MAX_ROWS:
+			if (parse_u64(optarg, &max_rows))
+				BAD("--max-rows");
+			break;
+		case OPT_DENSE_FORMAT:
+			if (parse_dense_format(optarg, &dfmt))
+				BAD("--dense-format (f32 or bf16)");
+			break;
+		case OPT_ZSTD:
+			if (parse_zstd(optarg, &zstd))
+				BAD("--zstd (0..19)");
+			break;
+		case OPT_BLOCK:
+			if (parse_u64(optarg, &block) || block < 1 || block > (1u << 20))
+				BAD("--block (1..1048576)");
+			break;
+		default:
+			return usage(NULL);
+		}
+	}
+	if (!out)
+		return usage("gen needs -o OUT");
+	if (optind != argc)
+		return usage("gen takes no positional arguments");
+
+	struct esd_ds_gen_params p;
+	if (esd_ds_gen_defaults(&p, shape))
+		return 1;
+	p.nsamples = n;
+	p.info.seed = seed;
+	p.info.drift = drift;
+	p.info.dense_format = dfmt;
+	p.info.zstd_level = zstd;
+	p.info.block_samples = (uint32_t)block;
+	for (uint32_t t = 0; t < p.info.ntables; t++)
+		p.info.zipf[t] = zipf;
+	for (unsigned i = 0; i < nper; i++) {
+		if (per[i].t >= p.info.ntables) {
+			fprintf(stderr, "esd-data: --zipf-table %u: %s has %u tables\n", per[i].t,
+				shape, p.info.ntables);
+			return 2;
+		}
+		p.info.zipf[per[i].t] = per[i].s;
+	}
+	if (esd_ds_scale_rows(&p.info, scale, max_rows))
+		return 1;
+	if (esd_ds_generate(&p, out))
+		return 1;
+	return 0;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"input", required_argument, NULL, 'i'},
+		{"format", required_argument, NULL, OPT_FORMAT},
+		{"rows", required_argument, NULL, OPT_ROWS},
+		{"scale", required_argument, NULL, OPT_SCALE},
+		{"max-rows", required_argument, NULL, OPT_MAX_ROWS},
+		{"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
+		{"limit", required_argument, NULL, OPT_LIMIT},
+		{"progress", no_argument, NULL, OPT_PROGRESS},
+		{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+		{"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
+		{"zstd", required_argument, NULL, OPT_ZSTD},
+		{0},
+	};
+	struct ds_convert_opts o;
+	const char *fmt = NULL;
+	int c;
+	memset(&o, 0, sizeof(o));
+	o.scale = 1.0;
+	o.progress = isatty(STDERR_FILENO);
+	while ((c = getopt_long(argc, argv, "o:i:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			o.out_path = optarg;
+			break;
+		case 'i':
+			o.in_path = optarg;
+			break;
+		case OPT_FORMAT:
+			fmt = optarg;
+			break;
+		case OPT_ROWS:
+			if (parse_u64(optarg, &o.rows) || o.rows < 1)
+				BAD("--rows");
+			break;
+		case OPT_SCALE:
+			if (parse_double(optarg, &o.scale) || o.scale < 1.0)
+				BAD("--scale (>= 1)");
+			break;
+		case OPT_MAX_ROWS:
+			if (parse_u64(optarg, &o.max_rows))
+				BAD("--max-rows");
+			break;
+		case OPT_SKIP_BAD:
+			o.skip_bad = 1;
+			break;
+		case OPT_LIMIT:
+			if (parse_u64(optarg, &o.limit))
+				BAD("--limit");
+			break;
+		case OPT_PROGRESS:
+			o.progress = 1;
+			break;
+		case OPT_NO_PROGRESS:
+			o.progress = 0;
+			break;
+		case OPT_DENSE_FORMAT:
+			if (parse_dense_format(optarg, &o.dense_format))
+				BAD("--dense-format (f32 or bf16)");
+			break;
+		case OPT_ZSTD:
+			if (parse_zstd(optarg, &o.zstd_level))
+				BAD("--zstd (0..19)");
+			break;
+		default:
+			return usage(NULL);
+		}
+	}
+	if (!o.in_path && optind < argc)
+		o.in_path = argv[optind++];
+	if (!fmt || !o.out_path || !o.in_path || optind != argc)
+		return usage("convert needs --format, -o OUT and one INPUT");
+	if (ds_format_parse(fmt, &o.fmt))
+		return usage("--format: criteo-kaggle, avazu or criteo-search");
+	struct ds_convert_result res;
+	int rc = ds_convert(&o, &res);
+	if (rc)
+		return 1;
+	printf("%s: %" PRIu64 " samples from %" PRIu64 " lines of %s", o.out_path, res.samples,
+	       res.lines, o.in_path);
+	if (o.skip_bad)
+		printf(", %" PRIu64 " bad lines skipped", res.skipped);
+	printf("\n");
+	return 0;
+}
+
+static const char *origin_name(uint32_t o)
+{
+	static const char *const n[] = {"gen", "criteo-kaggle", "avazu", "criteo-search",
+					"other"};
+	return o < 5 ? n[o] : "?";
+}
+
+static void print_json(const char *path, const struct ds_stat *st)
+{
+	const struct esd_ds_info *in = &st->info;
+	json_t *o = json_object();
+	json_object_set_new(o, "file", json_string(path));
+	json_object_set_new(o, "shape", json_string(in->shape));
+	json_object_set_new(o, "origin", json_string(origin_name(in->origin)));
+	json_object_set_new(o, "source", json_string(in->source));
+	json_object_set_new(o, "seed", json_integer((json_int_t)in->seed));
+	json_object_set_new(o, "drift", json_real(in->drift));
+	json_object_set_new(o, "scale", json_real(in->scale));
+	json_object_set_new(o, "skipped", json_integer((json_int_t)in->skipped));
+	json_object_set_new(o, "samples", json_integer((json_int_t)st->samples));
+	json_object_set_new(o, "positives", json_integer((json_int_t)st->positives));
+	json_object_set_new(o, "ntables", json_integer(in->ntables));
+	json_object_set_new(o, "ndense", json_integer(in->ndense));
+	json_object_set_new(o, "total_rows", json_integer((json_int_t)st->total_rows));
+	json_object_set_new(o, "distinct", json_integer((json_int_t)st->distinct));
+	json_object_set_new(o, "cache_ratio", json_real(st->cache_ratio));
+	json_object_set_new(o, "cache_rows", json_integer((json_int_t)st->cache_rows));
+	json_object_set_new(o, "cache_cover", json_real(st->cache_cover));
+	json_t *tabs = json_array();
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		const struct ds_table_stat *ts = &st->t[t];
+		json_t *j = json_object();
+		const char *name = esd_ds_shape_table_name(in->shape, t);
+		json_object_set_new(j, "table", json_integer(t));
+		json_object_set_new(j, "name", name ? json_string(name) : json_null());
+		json_object_set_new(j, "rows", json_integer((json_int_t)ts->rows));
+		json_object_set_new(j, "distinct", json_integer((json_int_t)ts->distinct));
+		json_object_set_new(j, "top_count", json_integer((json_int_t)ts->top_count));
+		json_object_set_new(j, "top1_share", json_real(ts->top1_share));
+		json_object_set_new(j, "zipf_fit",
+				    isnan(ts->zipf_fit) ? json_null() : json_real(ts->zipf_fit));
+		json_object_set_new(j, "zipf_gen", json_real(in->zipf[t]));
+		json_object_set_new(j, "cache_cover", json_real(ts->cache_cover));
+		json_array_append_new(tabs, j);
+	}
+	json_object_set_new(o, "tables", tabs);
+	json_dumpf(o, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+	json_decref(o);
+}
+
+static void print_human(const char *path, const struct ds_stat *st)
+{
+	const struct esd_ds_info *in = &st->info;
+	printf("stream    %s\n", path);
+	printf("shape     %s (origin %s, source '%s')\n", in->shape, origin_name(in->origin),
+	       in->source);
+	if (in->origin == ESD_DS_ORIGIN_GEN)
+		printf("generator seed %" PRIu64 ", drift %g, scale %g, max-rows %" PRIu64 "\n",
+		       in->seed, in->drift, in->scale, in->max_rows);
+	else
+		printf("converter %" PRIu64 " bad lines skipped, scale %g, max-rows %" PRIu64 "\n",
+		       in->skipped, in->scale, in->max_rows);
+	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables\n", st->samples,
+	       st->samples ? 100.0 * (double)st->positives / (double)st->samples : 0.0,
+	       in->ndense, in->ntables);
+	printf("rows      %" PRIu64 " in all, %" PRIu64 " distinct keys seen (%.2f %%)\n",
+	       st->total_rows, st->distinct,
+	       st->total_rows ? 100.0 * (double)st->distinct / (double)st->total_rows : 0.0);
+	printf("cache     %.2f %% of rows = %" PRIu64 " rows covers %.2f %% of accesses "
+	       "(static most-frequent rows)\n\n",
+	       st->cache_ratio * 100.0, st->cache_rows, st->cache_cover * 100.0);
+	printf("%5s %-18s %10s %10s %7s %9s %6s %6s %8s\n", "table", "name", "rows", "distinct",
+	       "seen%", "top1%rows", "zipf", "fit", "cover");
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		const struct ds_table_stat *ts = &st->t[t];
+		const char *name = esd_ds_shape_table_name(in->shape, t);
+		char fit[16], gen[16];
+		if (isnan(ts->zipf_fit))
+			snprintf(fit, sizeof(fit), "-");
+		else
+			snprintf(fit, sizeof(fit), "%.2f", ts->zipf_fit);
+		if (in->zipf[t] > 0)
+			snprintf(gen, sizeof(gen), "%.2f", in->zipf[t]);
+		else
+			snprintf(gen, sizeof(gen), "-");
+		printf("%5u %-18s %10" PRIu64 " %10" PRIu64 " %6.2f%% %8.2f%% %6s %6s %7.2f%%\n", t,
+		       name ? name : "-", ts->rows, ts->distinct,
+		       100.0 * (double)ts->distinct / (double)ts->rows, 100.0 * ts->top1_share,
+		       gen, fit, 100.0 * ts->cache_cover);
+	}
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"cache-ratio", required_argument, NULL, OPT_CACHE_RATIO},
+		{"limit", required_argument, NULL, OPT_LIMIT},
+		{"json", no_argument, NULL, OPT_JSON},
+		{0},
+	};
+	double ratio = 0.08;
+	uint64_t limit = 0;
+	int json = 0, c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_CACHE_RATIO:
+			if (parse_double(optarg, &ratio) || ratio < 0 || ratio > 1)
+				BAD("--cache-ratio (0..1)");
+			break;
+		case OPT_LIMIT:
+			if (parse_u64(optarg, &limit))
+				BAD("--limit");
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
+		default:
+			return usage(NULL);
+		}
+	}
+	if (optind + 1 != argc)
+		return usage("stat needs one FILE");
+	struct ds_stat *st = malloc(sizeof(*st));
+	if (!st)
+		return 1;
+	int rc = ds_stat_compute(argv[optind], ratio, limit, st);
+	if (!rc) {
+		if (json)
+			print_json(argv[optind], st);
+		else
+			print_human(argv[optind], st);
+	}
+	free(st);
+	return rc ? 1 : 0;
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"from", required_argument, NULL, OPT_FROM},
+		{"count", required_argument, NULL, 'n'},
+		{0},
+	};
+	uint64_t from = 0, n = 10;
+	int c;
+	while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_FROM:
+			if (parse_u64(optarg, &from))
+				BAD("--from");
+			break;
+		case 'n':
+			if (parse_u64(optarg, &n))
+				BAD("-n");
+			break;
+		default:
+			return usage(NULL);
+		}
+	}
+	if (optind + 1 != argc)
+		return usage("dump needs one FILE");
+	struct esd_ds_reader *r;
+	if (esd_ds_open(argv[optind], &r))
+		return 1;
+	const struct esd_ds_info *in = esd_ds_reader_info(r);
+	float label, *dense = calloc(in->ndense + 1, sizeof(float));
+	esd_key_t *keys = calloc(in->ntables, sizeof(esd_key_t));
+	int rc = 1;
+	if (!dense || !keys || esd_ds_seek(r, from))
+		goto out;
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t cur = esd_ds_tell(r);
+		int64_t got = esd_ds_read(r, 1, &label, dense, keys);
+		if (got < 0)
+			goto out;
+		if (got == 0)
+			break;
+		printf("%" PRIu64 " %d", cur, (int)label);
+		for (uint32_t j = 0; j < in->ndense; j++)
+			printf(" %g", (double)dense[j]);
+		printf(" |");
+		for (uint32_t t = 0; t < in->ntables; t++)
+			printf(" %u:%" PRIu64, esd_key_table(keys[t]), esd_key_id(keys[t]));
+		printf("\n");
+	}
+	rc = 0;
+out:
+	free(dense);
+	free(keys);
+	esd_ds_close(r);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	esd_log_init("esd-data");
+	if (argc < 2)
+		return usage(NULL);
+	const char *cmd = argv[1];
+	argv[1] = argv[0];
+	argc--;
+	argv++;
+	if (!strcmp(cmd, "gen"))
+		return cmd_gen(argc, argv);
+	if (!strcmp(cmd, "convert"))
+		return cmd_convert(argc, argv);
+	if (!strcmp(cmd, "stat"))
+		return cmd_stat(argc, argv);
+	if (!strcmp(cmd, "dump"))
+		return cmd_dump(argc, argv);
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	return usage("unknown command");
+}

@@ -1,0 +1,478 @@
+/*
+ * reader.c - the streaming dataset reader. Open checks the header and the
+ * block index (so a truncated or half-written file is refused up front);
+ * each block is checked (xxh64) and decoded when the cursor first enters
+ * it, and only that block is held in memory.
+ */
+#include "format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
+#include <xxhash.h>
+#ifdef ESD_DATA_HAVE_ZSTD
+#include <zstd.h>
+#endif
+
+#include <esd/err.h>
+
+struct esd_ds_reader {
+	struct esd_ds_info info;
+	char *path;
+	int fd;
+	uint64_t file_size;
+	uint64_t index_off;
+	uint64_t nblocks;
+	uint64_t *index;     /* block offsets, nblocks + 1 (last = index offset) */
+	uint64_t cursor;
+	uint32_t bs;
+	uint64_t sbytes;     /* raw bytes per sample */
+	/* the decoded block */
+	int64_t cur;         /* block number, -1 none */
+	uint32_t cur_n;
+	uint8_t *buf;        /* block as read (header + stored payload) */
+	size_t buf_cap;
+	uint8_t *zraw;       /* decompressed payload */
+	size_t zraw_cap;
+	const uint8_t *labels;
+	const uint8_t *dense;
+	const uint8_t *ids[ESD_DS_MAX_TABLES];
+	unsigned idw[ESD_DS_MAX_TABLES];
+};
+
+static int read_at(struct esd_ds_reader *r, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t g = pread(r->fd, p, len, (off_t)off);
+		if (g < 0) {
+			if (errno == EINTR)
+				continue;
+			int rc = esd_neg_errno();
+			return ds_fail(rc, "%s: read at byte %llu: %s", r->path,
+				       (unsigned long long)off, esd_strerror(rc));
+		}
+		if (g == 0)
+			return ds_fail(-EPROTO, "%s: truncated at byte %llu", r->path,
+				       (unsigned long long)off);
+		p += g;
+		len -= (size_t)g;
+		off += (uint64_t)g;
+	}
+	return 0;
+}
+
+static int parse_header(struct esd_ds_reader *r)
+{
+	uint8_t fixed[HDR_FIXED];
+	const char *path = r->path;
+	if (r->file_size < HDR_FIXED) {
+		if (r->file_size >= 8 && read_at(r, fixed, 8, 0) == 0 &&
+		    memcmp(fixed, DS_MAGIC, 8))
+			return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at "
+						       "byte 0)", path);
+		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header alone needs %u",
+			       path, (unsigned long long)r->file_size, HDR_FIXED);
+	}
+	int rc = read_at(r, fixed, HDR_FIXED, 0);
+	if (rc)
+		return rc;
+	if (memcmp(fixed + HDR_MAGIC, DS_MAGIC, 8))
+		return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
+			       path);
+	uint32_t ver = get_u32(fixed + HDR_VERSION);
+	if (ver != DS_VERSION)
+		return ds_fail(-ESD_EBADVERSION, "%s: stream version %u at byte %u, this build "
+						 "reads version %u", path, ver, HDR_VERSION,
+			       DS_VERSION);
+	uint32_t nt = get_u32(fixed + HDR_NTABLES);
+	uint32_t hb = get_u32(fixed + HDR_BYTES);
+	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != HDR_FIXED + nt * TABLE_ENTRY + 8)
+		return ds_fail(-EPROTO, "%s: header at byte 0: %u tables / %u header bytes "
+					"inconsistent", path, nt, hb);
+	if (r->file_size < hb)
+		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header needs %u", path,
+			       (unsigned long long)r->file_size, hb);
+	uint8_t *h = malloc(hb);
+	if (!h)
+		return -ENOMEM;
+	rc = read_at(r, h, hb, 0);
+	if (rc)
+		goto out;
+	if (XXH64(h, hb - 8, 0) != get_u64(h + hb - 8)) {
+		rc = ds_fail(-ESD_EBADSUM, "%s: header checksum mismatch (bytes 0..%u)", path,
+			     hb - 1);
+		goto out;
+	}
+	struct esd_ds_info *in = &r->info;
+	memcpy(in->shape, h + HDR_SHAPE, ESD_DS_NAME_LEN - 1);
+	in->ntables = nt;
+	in->ndense = get_u32(h + HDR_NDENSE);
+	in->dense_format = get_u32(h + HDR_DENSE_FORMAT);
+	in->block_samples = get_u32(h + HDR_BLOCK_SAMPLES);
+	uint32_t flags = get_u32(h + HDR_FLAGS);
+	in->origin = get_u32(h + HDR_ORIGIN);
+	in->nsamples = get_u64(h + HDR_NSAMPLES);
+	r->nblocks = get_u64(h + HDR_NBLOCKS);
+	r->index_off = get_u64(h + HDR_INDEX_OFFSET);
+	in->seed = get_u64(h + HDR_SEED);
+	in->drift = get_f64(h + HDR_DRIFT);
+	in->scale = get_f64(h + HDR_SCALE);
+	in->max_rows = get_u64(h + HDR_MAX_ROWS);
+	in->skipped = get_u64(h + HDR_SKIPPED);
+	in->zstd_level = (int32_t)get_u32(h + HDR_ZSTD_LEVEL);
+	memcpy(in->source, h + HDR_SOURCE, ESD_DS_SOURCE_LEN - 1);
+	for (uint32_t t = 0; t < nt; t++) {
+		const uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
+		in->rows[t] = get_u64(e);
+		in->zipf[t] = get_f64(e + 8);
+	}
+	char why[160];
+	if (ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
+	    (flags & ~DS_FLAG_ZSTD)) {
+		if (!ds_info_check(in, why, sizeof(why)))
+			snprintf(why, sizeof(why), "block size %u / flags %#x invalid",
+				 in->block_samples, flags);
+		rc = ds_fail(-EPROTO, "%s: header: %s", path, why);
+		goto out;
+	}
+#ifndef ESD_DATA_HAVE_ZSTD
+	if (flags & DS_FLAG_ZSTD) {
+		rc = ds_fail(-ENOTSUP, "%s: zstd-compressed stream, built without zstd", path);
+		goto out;
+	}
+#endif
+	if (r->index_off == 0) {
+		rc = ds_fail(-EPROTO, "%s: incomplete stream: the writer never closed it (no "
+				      "block index; header at byte 0)", path);
+		goto out;
+	}
+	uint64_t want = (in->nsamples + in->block_samples - 1) / in->block_samples;
+	if (r->nblocks != want) {
+		rc = ds_fail(-EPROTO, "%s: header: %llu blocks for %llu samples of %u", path,
+			     (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
+			     in->block_samples);
+		goto out;
+	}
+	r->bs = in->block_samples;
+	r->sbytes = sample_bytes(in);
+	for (uint32_t t = 0; t < nt; t++)
+		r->idw[t] = id_width(in->rows[t]);
+	rc = 0;
+out:
+	free(h);
+	return rc;
+}
+
+static int parse_index(struct esd_ds_reader *r)
+{
+	const char *path = r->path;
+	uint64_t hb = HDR_FIXED + (uint64_t)r->info.ntables * TABLE_ENTRY + 8;
+	/* nblocks is bounded by the file size before anything is allocated */
+	if (r->nblocks > r->file_size / 8 || r->index_off < hb ||
+	    r->index_off + INDEX_HDR + r->nblocks * 8 + 8 != r->file_size) {
+		return ds_fail(-EPROTO, "%s: truncated or damaged: file has %llu bytes, the "
+					"index at byte %llu with %llu blocks needs %llu",
+			       path, (unsigned long long)r->file_size,
+			       (unsigned long long)r->index_off,
+			       (unsigned long long)r->nblocks,
+			       (unsigned long long)(r->index_off + INDEX_HDR +
+						    r->nblocks * 8 + 8));
+	}
+	size_t ib = INDEX_HDR + r->nblocks * 8 + 8;
+	uint8_t *ix = malloc(ib);
+	r->index = malloc((r->nblocks + 1) * sizeof(uint64_t));
+	int rc = -ENOMEM;
+	if (!ix || !r->index)
+		goto out;
+	rc = read_at(r, ix, ib, r->index_off);
+	if (rc)
+		goto out;
+	if (get_u32(ix) != DS_INDEX_MAGIC || get_u64(ix + 8) != r->nblocks) {
+		rc = ds_fail(-EPROTO, "%s: block index at byte %llu: bad magic or count", path,
+			     (unsigned long long)r->index_off);
+		goto out;
+	}
+	if (XXH64(ix, ib - 8, 0) != get_u64(ix + ib - 8)) {
+		rc = ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch",
+			     path, (unsigned long long)r->index_off);
+		goto out;
+	}
+	uint64_t prev = hb;
+	for (uint64_t b = 0; b < r->nblocks; b++) {
+		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
+		if ((b == 0 && o != hb) || o < prev || o > r->index_off - BLOCK_HDR ||
+		    (b > 0 && o - prev < BLOCK_HDR)) {
+			rc = ds_fail(-EPROTO, "%s: block index: block %llu at byte %llu out of "
+					      "order", path, (unsigned long long)b,
+				     (unsigned long long)o);
+			goto out;
+		}
+		r->index[b] = o;
+		prev = o;
+	}
+	r->index[r->nblocks] = r->index_off;
+	rc = 0;
+out:
+	free(ix);
+	return rc;
+}
+
+int esd_ds_open(const char *path, struct esd_ds_reader **out)
+{
+	struct esd_ds_reader *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	int rc = -ENOMEM;
+	r->cur = -1;
+	r->path = strdup(path);
+	if (!r->path)
+		goto fail_alloc;
+	r->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (r->fd < 0) {
+		rc = esd_neg_errno();
+		ds_fail(rc, "%s: cannot open: %s", path, esd_strerror(rc));
+		goto fail_alloc;
+	}
+	struct stat st;
+	if (fstat(r->fd, &st)) {
+		rc = esd_neg_errno();
+		goto fail_open;
+	}
+	r->file_size = (uint64_t)st.st_size;
+	rc = parse_header(r);
+	if (!rc)
+		rc = parse_index(r);
+	if (rc)
+		goto fail_open;
+	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	*out = r;
+	return 0;
+
+fail_open:
+	close(r->fd);
+fail_alloc:
+	free(r->index);
+	free(r->path);
+	free(r);
+	return rc;
+}
+
+const struct esd_ds_info *esd_ds_reader_info(const struct esd_ds_reader *r)
+{
+	return &r->info;
+}
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	uint8_t *n = realloc(*p, need);
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	*cap = need;
+	return 0;
+}
+
+/* Read, check and decode block b into the reader's block buffers. */
+static int load_block(struct esd_ds_reader *r, uint64_t b)
+{
+	const struct esd_ds_info *in = &r->info;
+	uint64_t off = r->index[b];
+	uint64_t len = r->index[b + 1] - off;
+	uint64_t first = b * r->bs;
+	uint32_t n = (uint32_t)(in->nsamples - first < r->bs ? in->nsamples - first : r->bs);
+	uint64_t raw = (uint64_t)n * r->sbytes;
+	unsigned long long ob = (unsigned long long)b, oo = (unsigned long long)off;
+
+	r->cur = -1;
+	if (len - BLOCK_HDR > raw + raw / 8 + 4096) /* far above any zstd bound */
+		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: %llu bytes for %u samples",
+			       r->path, ob, oo, (unsigned long long)len, n);
+	int rc = grow(&r->buf, &r->buf_cap, len);
+	if (rc)
+		return rc;
+	rc = read_at(r, r->buf, len, off);
+	if (rc)
+		return rc;
+	const uint8_t *bh = r->buf;
+	uint32_t flags = get_u32(bh + BLK_FLAGS);
+	if (get_u32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
+		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path,
+			       ob, oo);
+	XXH64_state_t st;
+	XXH64_reset(&st, 0);
+	XXH64_update(&st, bh, BLK_SUM);
+	XXH64_update(&st, bh + BLOCK_HDR, len - BLOCK_HDR);
+	if (XXH64_digest(&st) != get_u64(bh + BLK_SUM))
+		return ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
+			       r->path, ob, oo);
+	if (get_u32(bh + BLK_N) != n || get_u64(bh + BLK_FIRST) != first ||
+	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR || get_u32(bh + BLK_RAW) != raw ||
+	    (flags & ~DS_FLAG_ZSTD))
+		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: header does not match the "
+					"stream (%u samples from %llu expected)",
+			       r->path, ob, oo, n, (unsigned long long)first);
+	const uint8_t *p = bh + BLOCK_HDR;
+	if (flags & DS_FLAG_ZSTD) {
+#ifdef ESD_DATA_HAVE_ZSTD
+		rc = grow(&r->zraw, &r->zraw_cap, raw ? raw : 1);
+		if (rc)
+			return rc;
+		size_t z = ZSTD_decompress(r->zraw, raw, p, len - BLOCK_HDR);
+		if (ZSTD_isError(z) || z != raw)
+			return ds_fail(-EPROTO, "%s: block %llu at byte %llu: zstd: %s", r->path,
+				       ob, oo, ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+		p = r->zraw;
+#else
+		return ds_fail(-ENOTSUP, "%s: block %llu: zstd, built without zstd", r->path, ob);
+#endif
+	} else if (len - BLOCK_HDR != raw) {
+		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: %llu payload bytes, %llu "
+					"expected", r->path, ob, oo,
+			       (unsigned long long)(len - BLOCK_HDR), (unsigned long long)raw);
+	}
+	r->labels = p;
+	p += n;
+	r->dense = p;
+	p += (size_t)n * in->ndense * dense_width(in->dense_format);
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		r->ids[t] = p;
+		p += (size_t)n * r->idw[t];
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (r->labels[i] > 1)
+			return ds_fail(-EPROTO, "%s: block %llu at byte %llu: sample %llu: label %u",
+				       r->path, ob, oo, (unsigned long long)(first + i),
+				       r->labels[i]);
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t id;
+			if (r->idw[t] == 4) {
+				uint32_t v;
+				memcpy(&v, r->ids[t] + (size_t)i * 4, 4);
+				id = v;
+			} else {
+				memcpy(&id, r->ids[t] + (size_t)i * 8, 8);
+			}
+			if (id >= in->rows[t])
+				return ds_fail(-EPROTO, "%s: block %llu at byte %llu: sample %llu "
+							"table %u: id %llu >= %llu rows",
+					       r->path, ob, oo, (unsigned long long)(first + i), t,
+					       (unsigned long long)id,
+					       (unsigned long long)in->rows[t]);
+		}
+	}
+	r->cur = (int64_t)b;
+	r->cur_n = n;
+	return 0;
+}
+
+static void copy_out(struct esd_ds_reader *r, uint32_t i, uint32_t m, float *labels,
+		     float *dense, esd_key_t *keys)
+{
+	const struct esd_ds_info *in = &r->info;
+	if (labels)
+		for (uint32_t s = 0; s < m; s++)
+			labels[s] = r->labels[i + s];
+	if (dense && in->ndense) {
+		size_t nd = in->ndense;
+		if (in->dense_format == ESD_DS_DENSE_F32) {
+			memcpy(dense, r->dense + (size_t)i * nd * 4, (size_t)m * nd * 4);
+		} else {
+			const uint8_t *d = r->dense + (size_t)i * nd * 2;
+			for (size_t j = 0; j < (size_t)m * nd; j++) {
+				uint16_t h;
+				memcpy(&h, d + 2 * j, 2);
+				dense[j] = bf16_to_f32(h);
+			}
+		}
+	}
+	if (keys) {
+		uint32_t nt = in->ntables;
+		for (uint32_t t = 0; t < nt; t++) {
+			esd_key_t hi = esd_key_make(t, 0);
+			if (r->idw[t] == 4) {
+				const uint8_t *c = r->ids[t] + (size_t)i * 4;
+				for (uint32_t s = 0; s < m; s++) {
+					uint32_t v;
+					memcpy(&v, c + (size_t)s * 4, 4);
+					keys[(size_t)s * nt + t] = hi | v;
+				}
+			} else {
+				const uint8_t *c = r->ids[t] + (size_t)i * 8;
+				for (uint32_t s = 0; s < m; s++) {
+					uint64_t v;
+					memcpy(&v, c + (size_t)s * 8, 8);
+					keys[(size_t)s * nt + t] = hi | v;
+				}
+			}
+		}
+	}
+}
+
+int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+		    esd_key_t *keys)
+{
+	const struct esd_ds_info *in = &r->info;
+	uint64_t start = r->cursor, got = 0;
+	if (k > INT64_MAX)
+		k = INT64_MAX;
+	while (got < k && r->cursor < in->nsamples) {
+		uint64_t b = r->cursor / r->bs;
+		if (r->cur != (int64_t)b) {
+			int rc = load_block(r, b);
+			if (rc) {
+				r->cursor = start;
+				return rc;
+			}
+		}
+		uint32_t i = (uint32_t)(r->cursor - b * r->bs);
+		uint64_t m = r->cur_n - i;
+		if (m > k - got)
+			m = k - got;
+		copy_out(r, i, (uint32_t)m, labels ? labels + got : NULL,
+			 dense ? dense + got * in->ndense : NULL,
+			 keys ? keys + got * in->ntables : NULL);
+		got += m;
+		r->cursor += m;
+	}
+	return (int64_t)got;
+}
+
+uint64_t esd_ds_tell(const struct esd_ds_reader *r)
+{
+	return r->cursor;
+}
+
+int esd_ds_seek(struct esd_ds_reader *r, uint64_t cursor)
+{
+	if (cursor > r->info.nsamples)
+		return ds_fail(-EINVAL, "%s: seek to sample %llu past the end (%llu samples)",
+			       r->path, (unsigned long long)cursor,
+			       (unsigned long long)r->info.nsamples);
+	r->cursor = cursor;
+	return 0;
+}
+
+void esd_ds_rewind(struct esd_ds_reader *r)
+{
+	r->cursor = 0;
+}
+
+void esd_ds_close(struct esd_ds_reader *r)
+{
+	if (!r)
+		return;
+	close(r->fd);
+	free(r->index);
+	free(r->buf);
+	free(r->zraw);
+	free(r->path);
+	free(r);
+}

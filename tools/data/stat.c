@@ -1,0 +1,214 @@
+/*
+ * stat.c - access statistics of a stream: one counter per row, then each
+ * table's counts sorted (radix, descending) for the rank-frequency curve.
+ * Skew is reported two ways: the share of accesses of the top 1 % of rows,
+ * and a least-squares Zipf exponent over the head of the curve (ranks 1,
+ * 2, 4, ... while the count is at least 8, so the flat tail of one-off IDs
+ * does not bend the fit). Cache cover is that of a static oracle cache
+ * holding the most frequent rows: an upper bound for any policy.
+ */
+#include "stat.h"
+#include "format.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include <esd/err.h>
+
+#define BATCH 4096
+
+/* Sort descending (LSD radix on the complement, 4 passes of 8 bits). */
+static int sort_desc(uint32_t *a, size_t n)
+{
+	uint32_t *tmp = malloc((n ? n : 1) * sizeof(*tmp));
+	if (!tmp)
+		return -ENOMEM;
+	uint32_t *src = a, *dst = tmp;
+	for (int pass = 0; pass < 4; pass++) {
+		size_t cnt[257] = {0};
+		int sh = pass * 8;
+		for (size_t i = 0; i < n; i++)
+			cnt[((~src[i]) >> sh & 0xff) + 1]++;
+		for (int b = 0; b < 256; b++)
+			cnt[b + 1] += cnt[b];
+		for (size_t i = 0; i < n; i++)
+			dst[cnt[(~src[i]) >> sh & 0xff]++] = src[i];
+		uint32_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	/* 4 passes: the result is back in a */
+	free(tmp);
+	return 0;
+}
+
+static double fit_zipf(const uint32_t *c, uint64_t d)
+{
+	double sx = 0, sy = 0, sxx = 0, sxy = 0;
+	int n = 0;
+	for (uint64_t r = 1; r <= d && c[r - 1] >= 8; r *= 2) {
+		double x = log((double)r), y = log((double)c[r - 1]);
+		sx += x;
+		sy += y;
+		sxx += x * x;
+		sxy += x * y;
+		n++;
+	}
+	if (n < 3)
+		return NAN;
+	double den = n * sxx - sx * sx;
+	return den > 0 ? -(n * sxy - sx * sy) / den : NAN;
+}
+
+static uint64_t sum_top(const uint32_t *c, uint64_t d, uint64_t k)
+{
+	uint64_t s = 0;
+	for (uint64_t i = 0; i < d && i < k; i++)
+		s += c[i];
+	return s;
+}
+
+/* Keys with count >= v over all tables (each sorted descending). */
+static uint64_t count_ge(uint32_t *const *c, const uint64_t *d, uint32_t nt, uint32_t v)
+{
+	uint64_t n = 0;
+	for (uint32_t t = 0; t < nt; t++) {
+		uint64_t lo = 0, hi = d[t]; /* first index with c < v */
+		while (lo < hi) {
+			uint64_t mid = (lo + hi) / 2;
+			if (c[t][mid] >= v)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		n += lo;
+	}
+	return n;
+}
+
+/* Accesses covered by the k most frequent keys over all tables. */
+static uint64_t global_top(uint32_t *const *c, const uint64_t *d, uint32_t nt, uint64_t k)
+{
+	uint64_t all = 0;
+	uint32_t maxc = 0;
+	for (uint32_t t = 0; t < nt; t++) {
+		all += d[t];
+		if (d[t] && c[t][0] > maxc)
+			maxc = c[t][0];
+	}
+	uint64_t total = 0;
+	if (k >= all) {
+		for (uint32_t t = 0; t < nt; t++)
+			total += sum_top(c[t], d[t], d[t]);
+		return total;
+	}
+	if (k == 0)
+		return 0;
+	/* v* = largest v with count_ge(v) >= k */
+	uint32_t lo = 1, hi = maxc;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+		if (count_ge(c, d, nt, mid) >= k)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	uint64_t above = 0;
+	for (uint32_t t = 0; t < nt; t++)
+		for (uint64_t i = 0; i < d[t] && c[t][i] > lo; i++) {
+			total += c[t][i];
+			above++;
+		}
+	return total + (k - above) * lo;
+}
+
+int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st)
+{
+	if (!(cache_ratio >= 0.0 && cache_ratio <= 1.0))
+		return ds_fail(-EINVAL, "cache ratio %g not in [0, 1]", cache_ratio);
+	struct esd_ds_reader *r;
+	int rc = esd_ds_open(path, &r);
+	if (rc)
+		return rc;
+	memset(st, 0, sizeof(*st));
+	st->info = *esd_ds_reader_info(r);
+	const uint32_t nt = st->info.ntables;
+	for (uint32_t t = 0; t < nt; t++)
+		st->total_rows += st->info.rows[t];
+	uint32_t *cnt[ESD_DS_MAX_TABLES] = {0};
+	uint64_t dist[ESD_DS_MAX_TABLES] = {0};
+	esd_key_t *keys = NULL;
+	float *labels = NULL;
+	if (st->total_rows > DS_STAT_MAX_ROWS) {
+		rc = ds_fail(-ENOMEM, "%s: %llu rows in all, stat counts at most %llu: convert or "
+				      "generate with --scale/--max-rows", path,
+			     (unsigned long long)st->total_rows,
+			     (unsigned long long)DS_STAT_MAX_ROWS);
+		goto out;
+	}
+	rc = -ENOMEM;
+	keys = malloc(sizeof(*keys) * BATCH * nt);
+	labels = malloc(sizeof(*labels) * BATCH);
+	if (!keys || !labels)
+		goto out;
+	for (uint32_t t = 0; t < nt; t++)
+		if (!(cnt[t] = calloc(st->info.rows[t], sizeof(uint32_t))))
+			goto out;
+	uint64_t want = limit ? limit : UINT64_MAX;
+	while (st->samples < want) {
+		uint64_t k = want - st->samples < BATCH ? want - st->samples : BATCH;
+		int64_t got = esd_ds_read(r, k, labels, NULL, keys);
+		if (got < 0) {
+			rc = (int)got;
+			goto out;
+		}
+		if (got == 0)
+			break;
+		for (int64_t s = 0; s < got; s++) {
+			st->positives += labels[s] > 0.5f;
+			for (uint32_t t = 0; t < nt; t++) {
+				uint32_t *c = &cnt[t][esd_key_id(keys[s * nt + t])];
+				if (*c != UINT32_MAX)
+					(*c)++;
+			}
+		}
+		st->samples += (uint64_t)got;
+	}
+	/* compact each table's counts to its nonzero ones, sorted descending */
+	for (uint32_t t = 0; t < nt; t++) {
+		uint64_t d = 0;
+		for (uint64_t i = 0; i < st->info.rows[t]; i++)
+			if (cnt[t][i])
+				cnt[t][d++] = cnt[t][i];
+		rc = sort_desc(cnt[t], d);
+		if (rc)
+			goto out;
+		dist[t] = d;
+		struct ds_table_stat *ts = &st->t[t];
+		ts->rows = st->info.rows[t];
+		ts->distinct = d;
+		ts->top_count = d ? cnt[t][0] : 0;
+		uint64_t k1 = (uint64_t)ceil(0.01 * (double)ts->rows);
+		uint64_t kc = (uint64_t)floor(cache_ratio * (double)ts->rows);
+		double acc = (double)st->samples;
+		ts->top1_share = acc > 0 ? (double)sum_top(cnt[t], d, k1 ? k1 : 1) / acc : 0;
+		ts->cache_cover = acc > 0 ? (double)sum_top(cnt[t], d, kc) / acc : 0;
+		ts->zipf_fit = fit_zipf(cnt[t], d);
+		st->distinct += d;
+	}
+	st->cache_ratio = cache_ratio;
+	st->cache_rows = (uint64_t)floor(cache_ratio * (double)st->total_rows);
+	uint64_t accesses = st->samples * nt;
+	st->cache_cover = accesses ? (double)global_top(cnt, dist, nt, st->cache_rows) /
+					     (double)accesses
+				   : 0;
+	rc = 0;
+out:
+	for (uint32_t t = 0; t < nt; t++)
+		free(cnt[t]);
+	free(keys);
+	free(labels);
+	esd_ds_close(r);
+	return rc;
+}

@@ -1,0 +1,45 @@
+/*
+ * stat.h - statistics of a dataset stream (private to esd_data; esd-data
+ * stat prints them): samples, distinct keys and skew per table, and the
+ * share of accesses a cache of a given ratio of all rows covers.
+ */
+#ifndef ESD_DATA_STAT_H
+#define ESD_DATA_STAT_H
+
+#include <stdint.h>
+
+#include <esd/dataset.h>
+
+struct ds_table_stat {
+	uint64_t rows;       /* cardinality from the header */
+	uint64_t distinct;   /* IDs seen at least once */
+	uint64_t top_count;  /* accesses of the most frequent ID */
+	double top1_share;   /* accesses covered by the top 1 % of rows (at least 1 row) */
+	double zipf_fit;     /* fitted exponent of the rank-frequency head; NAN if too few points */
+	double cache_cover;  /* accesses covered by the top cache_ratio * rows IDs of this table */
+};
+
+struct ds_stat {
+	struct esd_ds_info info;
+	uint64_t samples;     /* samples read (all, or the limit) */
+	uint64_t positives;   /* samples labelled 1 */
+	uint64_t total_rows;  /* sum of rows */
+	uint64_t distinct;    /* sum of distinct */
+	double cache_ratio;
+	uint64_t cache_rows;  /* floor(cache_ratio * total_rows) */
+	double cache_cover;   /* accesses covered by the cache_rows most frequent keys overall */
+	struct ds_table_stat t[ESD_DS_MAX_TABLES];
+};
+
+/* Most rows (sum over tables) stat will count: 4 bytes each. */
+#define DS_STAT_MAX_ROWS (UINT64_C(1) << 31)
+
+/*
+ * Read the stream at path (the first limit samples; 0 = all) and fill *st.
+ * Memory: 4 bytes per row of every table. Returns 0, -EINVAL (cache_ratio
+ * not in [0, 1]), -ENOMEM (more than DS_STAT_MAX_ROWS rows: scale the
+ * stream), or an error of esd_ds_open/esd_ds_read.
+ */
+int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st);
+
+#endif /* ESD_DATA_STAT_H */

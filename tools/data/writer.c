@@ -1,0 +1,357 @@
+/*
+ * writer.c - the dataset stream writer: buffers one block of samples in
+ * columnar form, checksums (and optionally zstd-compresses) it, appends it,
+ * and on close writes the block index and completes the header in place.
+ *
+ * The header goes out first with index_offset 0, so a file whose writer
+ * died is recognisably incomplete; close rewrites it with the counts.
+ */
+#include "format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
+#include <xxhash.h>
+#ifdef ESD_DATA_HAVE_ZSTD
+#include <zstd.h>
+#endif
+
+#include <esd/err.h>
+
+struct esd_ds_writer {
+	struct esd_ds_info info;
+	char *path;
+	int fd;
+	uint32_t bs;        /* samples per block */
+	uint32_t n;         /* samples in the current block */
+	uint64_t count;     /* samples appended */
+	uint64_t off;       /* file offset of the next block */
+	size_t hdr_bytes;
+	uint8_t *labels;    /* [bs] */
+	uint8_t *dense;     /* [bs * ndense * width] */
+	uint8_t *ids[ESD_DS_MAX_TABLES]; /* per table [bs * width] */
+	unsigned idw[ESD_DS_MAX_TABLES];
+	uint8_t *raw;       /* assembled payload */
+	uint8_t *zbuf;      /* compressed payload */
+	size_t raw_cap, zcap;
+	uint64_t *index;    /* block offsets */
+	size_t nindex, index_cap;
+	int err;            /* sticky write error */
+};
+
+static int write_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t w = pwrite(fd, p, len, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return esd_neg_errno();
+		}
+		p += w;
+		len -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+static size_t header_size(uint32_t ntables)
+{
+	return HDR_FIXED + (size_t)ntables * TABLE_ENTRY + 8;
+}
+
+static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t index_off)
+{
+	const struct esd_ds_info *in = &w->info;
+	memset(h, 0, w->hdr_bytes);
+	memcpy(h + HDR_MAGIC, DS_MAGIC, 8);
+	put_u32(h + HDR_VERSION, DS_VERSION);
+	put_u32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
+	memcpy(h + HDR_SHAPE, in->shape, strnlen(in->shape, ESD_DS_NAME_LEN - 1));
+	put_u32(h + HDR_NTABLES, in->ntables);
+	put_u32(h + HDR_NDENSE, in->ndense);
+	put_u32(h + HDR_DENSE_FORMAT, in->dense_format);
+	put_u32(h + HDR_BLOCK_SAMPLES, w->bs);
+	put_u32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
+	put_u32(h + HDR_ORIGIN, in->origin);
+	put_u64(h + HDR_NSAMPLES, w->count);
+	put_u64(h + HDR_NBLOCKS, w->nindex);
+	put_u64(h + HDR_INDEX_OFFSET, index_off);
+	put_u64(h + HDR_SEED, in->seed);
+	put_f64(h + HDR_DRIFT, in->drift);
+	put_f64(h + HDR_SCALE, in->scale);
+	put_u64(h + HDR_MAX_ROWS, in->max_rows);
+	put_u64(h + HDR_SKIPPED, in->skipped);
+	put_u32(h + HDR_ZSTD_LEVEL, (uint32_t)in->zstd_level);
+	memcpy(h + HDR_SOURCE, in->source, strnlen(in->source, ESD_DS_SOURCE_LEN - 1));
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
+		put_u64(e, in->rows[t]);
+		put_f64(e + 8, in->zipf[t]);
+	}
+	size_t body = w->hdr_bytes - 8;
+	put_u64(h + body, XXH64(h, body, 0));
+}
+
+static int write_header(struct esd_ds_writer *w, uint64_t index_off)
+{
+	uint8_t *h = malloc(w->hdr_bytes);
+	if (!h)
+		return -ENOMEM;
+	encode_header(w, h, index_off);
+	int rc = write_all(w->fd, h, w->hdr_bytes, 0);
+	free(h);
+	return rc;
+}
+
+static void free_buffers(struct esd_ds_writer *w)
+{
+	free(w->labels);
+	free(w->dense);
+	for (uint32_t t = 0; t < ESD_DS_MAX_TABLES; t++)
+		free(w->ids[t]);
+	free(w->raw);
+	free(w->zbuf);
+	free(w->index);
+	free(w->path);
+}
+
+int esd_ds_writer_open(const char *path, const struct esd_ds_info *info,
+		       struct esd_ds_writer **out)
+{
+	char why[160];
+	int rc = ds_info_check(info, why, sizeof(why));
+	if (rc)
+		return ds_fail(rc, "%s: bad stream description: %s", path, why);
+#ifndef ESD_DATA_HAVE_ZSTD
+	if (info->zstd_level > 0)
+		return ds_fail(-ENOTSUP, "%s: zstd compression asked, built without zstd", path);
+#endif
+	struct esd_ds_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fd = -1;
+	w->info = *info;
+	w->info.nsamples = 0;
+	w->bs = info->block_samples ? info->block_samples : ESD_DS_BLOCK_SAMPLES;
+	w->info.block_samples = w->bs;
+	w->hdr_bytes = header_size(info->ntables);
+	w->path = strdup(path);
+	w->labels = malloc(w->bs);
+	w->dense = malloc((size_t)w->bs * info->ndense * dense_width(info->dense_format) + 1);
+	w->raw_cap = (size_t)w->bs * sample_bytes(info);
+	w->raw = malloc(w->raw_cap);
+	if (!w->path || !w->labels || !w->dense || !w->raw)
+		goto fail_alloc;
+	for (uint32_t t = 0; t < info->ntables; t++) {
+		w->idw[t] = id_width(info->rows[t]);
+		w->ids[t] = malloc((size_t)w->bs * w->idw[t]);
+		if (!w->ids[t])
+			goto fail_alloc;
+	}
+#ifdef ESD_DATA_HAVE_ZSTD
+	if (info->zstd_level > 0) {
+		w->zcap = ZSTD_compressBound(w->raw_cap);
+		w->zbuf = malloc(w->zcap);
+		if (!w->zbuf)
+			goto fail_alloc;
+	}
+#endif
+	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w->fd < 0) {
+		rc = esd_neg_errno();
+		ds_fail(rc, "%s: cannot create: %s", path, esd_strerror(rc));
+		goto fail_buffers;
+	}
+	rc = write_header(w, 0);
+	if (rc) {
+		ds_fail(rc, "%s: writing the header: %s", path, esd_strerror(rc));
+		goto fail_open;
+	}
+	w->off = w->hdr_bytes;
+	*out = w;
+	return 0;
+
+fail_open:
+	close(w->fd);
+	unlink(path);
+	goto fail_buffers;
+fail_alloc:
+	rc = -ENOMEM;
+fail_buffers:
+	free_buffers(w);
+	free(w);
+	return rc;
+}
+
+static int flush_block(struct esd_ds_writer *w)
+{
+	const struct esd_ds_info *in = &w->info;
+	uint32_t n = w->n;
+	uint8_t *p = w->raw;
+	memcpy(p, w->labels, n);
+	p += n;
+	size_t db = (size_t)n * in->ndense * dense_width(in->dense_format);
+	memcpy(p, w->dense, db);
+	p += db;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		memcpy(p, w->ids[t], (size_t)n * w->idw[t]);
+		p += (size_t)n * w->idw[t];
+	}
+	size_t raw = (size_t)(p - w->raw);
+	const uint8_t *payload = w->raw;
+	size_t stored = raw;
+	uint32_t flags = 0;
+#ifdef ESD_DATA_HAVE_ZSTD
+	if (in->zstd_level > 0) {
+		size_t z = ZSTD_compress(w->zbuf, w->zcap, w->raw, raw, in->zstd_level);
+		if (ZSTD_isError(z))
+			return ds_fail(-EIO, "%s: zstd: %s", w->path, ZSTD_getErrorName(z));
+		if (z < raw) { /* else keep the block raw */
+			payload = w->zbuf;
+			stored = z;
+			flags = DS_FLAG_ZSTD;
+		}
+	}
+#endif
+	uint8_t bh[BLOCK_HDR];
+	memset(bh, 0, sizeof(bh));
+	put_u32(bh + BLK_MAGIC, DS_BLOCK_MAGIC);
+	put_u32(bh + BLK_N, n);
+	put_u64(bh + BLK_FIRST, w->count - n);
+	put_u32(bh + BLK_STORED, (uint32_t)stored);
+	put_u32(bh + BLK_RAW, (uint32_t)raw);
+	put_u32(bh + BLK_FLAGS, flags);
+	XXH64_state_t st;
+	XXH64_reset(&st, 0);
+	XXH64_update(&st, bh, BLK_SUM);
+	XXH64_update(&st, payload, stored);
+	put_u64(bh + BLK_SUM, XXH64_digest(&st));
+
+	if (w->nindex == w->index_cap) {
+		size_t cap = w->index_cap ? w->index_cap * 2 : 64;
+		uint64_t *ni = realloc(w->index, cap * sizeof(*ni));
+		if (!ni)
+			return -ENOMEM;
+		w->index = ni;
+		w->index_cap = cap;
+	}
+	int rc = write_all(w->fd, bh, sizeof(bh), w->off);
+	if (!rc)
+		rc = write_all(w->fd, payload, stored, w->off + sizeof(bh));
+	if (rc)
+		return ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
+			       (unsigned long long)w->off, esd_strerror(rc));
+	w->index[w->nindex++] = w->off;
+	w->off += sizeof(bh) + stored;
+	w->n = 0;
+	return 0;
+}
+
+int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
+			 const uint64_t *ids)
+{
+	const struct esd_ds_info *in = &w->info;
+	if (w->err)
+		return w->err;
+	if (label > 1)
+		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path,
+			       (unsigned long long)w->count, label);
+	for (uint32_t t = 0; t < in->ntables; t++)
+		if (ids[t] >= in->rows[t])
+			return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
+				       w->path, (unsigned long long)w->count, t,
+				       (unsigned long long)ids[t],
+				       (unsigned long long)in->rows[t]);
+	uint32_t i = w->n;
+	w->labels[i] = label;
+	if (in->dense_format == ESD_DS_DENSE_BF16) {
+		uint8_t *d = w->dense + (size_t)i * in->ndense * 2;
+		for (uint32_t j = 0; j < in->ndense; j++) {
+			uint16_t h = f32_to_bf16(dense[j]);
+			memcpy(d + 2 * j, &h, 2);
+		}
+	} else if (in->ndense) {
+		memcpy(w->dense + (size_t)i * in->ndense * 4, dense, (size_t)in->ndense * 4);
+	}
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		if (w->idw[t] == 4) {
+			uint32_t v = (uint32_t)ids[t];
+			memcpy(w->ids[t] + (size_t)i * 4, &v, 4);
+		} else {
+			memcpy(w->ids[t] + (size_t)i * 8, &ids[t], 8);
+		}
+	}
+	w->n++;
+	w->count++;
+	if (w->n == w->bs) {
+		int rc = flush_block(w);
+		if (rc) {
+			w->err = rc;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+uint64_t esd_ds_writer_count(const struct esd_ds_writer *w)
+{
+	return w->count;
+}
+
+void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
+{
+	w->info.skipped = skipped;
+}
+
+static int finish(struct esd_ds_writer *w)
+{
+	int rc = w->err;
+	if (!rc && w->n)
+		rc = flush_block(w);
+	if (rc)
+		return rc;
+	size_t ib = INDEX_HDR + w->nindex * 8 + 8;
+	uint8_t *ix = malloc(ib);
+	if (!ix)
+		return -ENOMEM;
+	put_u32(ix, DS_INDEX_MAGIC);
+	put_u32(ix + 4, 0);
+	put_u64(ix + 8, w->nindex);
+	for (size_t b = 0; b < w->nindex; b++)
+		put_u64(ix + INDEX_HDR + b * 8, w->index[b]);
+	put_u64(ix + ib - 8, XXH64(ix, ib - 8, 0));
+	rc = write_all(w->fd, ix, ib, w->off);
+	free(ix);
+	if (!rc)
+		rc = write_header(w, w->off);
+	if (rc)
+		return ds_fail(rc, "%s: writing the index: %s", w->path, esd_strerror(rc));
+	return 0;
+}
+
+int esd_ds_writer_close(struct esd_ds_writer *w)
+{
+	if (!w)
+		return 0;
+	int rc = finish(w);
+	if (close(w->fd) && !rc)
+		rc = esd_neg_errno();
+	free_buffers(w);
+	free(w);
+	return rc;
+}
+
+void esd_ds_writer_discard(struct esd_ds_writer *w)
+{
+	if (!w)
+		return;
+	close(w->fd);
+	unlink(w->path);
+	free_buffers(w);
+	free(w);
+}
