@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <esd/ckpt.h>
+#include <esd/dataset.h>
 #include <esd/model.h>
 #include <esd/optim.h>
 #include <stdlib.h>
@@ -133,6 +134,77 @@ static void test_source_ends(void **state)
 	cfg.iterations = 4;
 	assert_int_equal(esd_ref_train(&cfg, &src, p, NULL), -ENODATA);
 	free(p);
+}
+
+/* A dataset stream as the source: the batches are the file's samples in
+ * order, the same as an in-memory source of the same samples; running past
+ * the end is -ENODATA. */
+enum { NS = 256, ST = 3, SD = 2 };
+static esd_key_t mem_keys[NS * ST];
+static float mem_labels[NS], mem_dense[NS * SD];
+
+static int64_t mem_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
+                          float *dense)
+{
+	(void)arg;
+	if (cursor + k > NS)
+		return cursor >= NS ? 0 : (int64_t)(NS - cursor);
+	memcpy(keys, mem_keys + cursor * ST, sizeof(esd_key_t) * k * ST);
+	memcpy(labels, mem_labels + cursor, sizeof(float) * k);
+	memcpy(dense, mem_dense + cursor * SD, sizeof(float) * k * SD);
+	return k;
+}
+
+static void test_stream_source(void **state)
+{
+	(void)state;
+	char *ds = path_in("s.esd"), *a = path_in("s-a.ckpt"), *b = path_in("s-b.ckpt");
+	struct esd_ds_info info = {.shape = "test", .ntables = ST, .ndense = SD};
+	for (int t = 0; t < ST; t++)
+		info.rows[t] = 10 + (uint64_t)t;
+	struct esd_ds_writer *w;
+	assert_int_equal(esd_ds_writer_open(ds, &info, &w), 0);
+	uint64_t rng = 8;
+	for (int i = 0; i < NS; i++) {
+		uint64_t ids[ST];
+		for (int t = 0; t < ST; t++) {
+			ids[t] = esd_test_rand(&rng) % info.rows[t];
+			mem_keys[i * ST + t] = esd_key_make((uint32_t)t, ids[t]);
+		}
+		for (int j = 0; j < SD; j++)
+			mem_dense[i * SD + j] = (float)(esd_test_rand(&rng) % 100) / 10.0f;
+		mem_labels[i] = (float)(ids[0] < 5);
+		assert_int_equal(
+		    esd_ds_writer_append(w, (uint8_t)mem_labels[i], mem_dense + i * SD, ids), 0);
+	}
+	assert_int_equal(esd_ds_writer_close(w), 0);
+
+	struct esd_ref_config cfg;
+	struct esd_ref_gen gen;
+	base_config(&cfg, &gen, ESD_OPT_ADAGRAD);
+	cfg.iterations = 3;
+	cfg.cursor = 32; /* resume-style start inside the stream */
+	struct esd_ref_source src, mem = {.tables = ST, .dense = SD, .next = mem_source};
+	assert_int_equal(esd_ref_stream_source(ds, &src), 0);
+	assert_int_equal(src.tables, ST);
+	assert_int_equal(src.dense, SD);
+	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), 0);
+	assert_int_equal(esd_ref_train(&cfg, &mem, b, NULL), 0);
+	const char *pa[1] = {a}, *pb[1] = {b};
+	const struct esd_ckpt_cmp_opts exact = {.exact = true, .state = true, .clocks = true};
+	struct esd_ckpt_cmp_result res;
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, NULL), 0);
+	assert_true(res.equal);
+	cfg.iterations = 4; /* 32 + 4 * 64 > 256 */
+	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), -ENODATA);
+	esd_ref_stream_close(&src);
+	esd_ref_stream_close(&src); /* twice is harmless */
+	char *missing = path_in("missing.esd");
+	assert_int_equal(esd_ref_stream_source(missing, &src), -ENOENT);
+	free(missing);
+	free(ds);
+	free(a);
+	free(b);
 }
 
 /* ---- the distributed iteration, emulated in one process ---------------- */
@@ -407,6 +479,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_deterministic_and_learns),
 	    cmocka_unit_test(test_source_ends),
+	    cmocka_unit_test(test_stream_source),
 	    cmocka_unit_test(test_distributed_equals_reference),
 	    cmocka_unit_test(test_tool),
 	};

@@ -78,7 +78,7 @@ static int parse_f(const char *opt, const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR };
+	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM };
 	static const struct option longopts[] = {
 	    {"out", required_argument, NULL, 'o'},
 	    {"iters", required_argument, NULL, 'n'},
@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 	    {"init-acc", required_argument, NULL, O_ACC},
 	    {"gen-seed", required_argument, NULL, O_GSEED},
 	    {"cursor", required_argument, NULL, O_CURSOR},
+	    {"stream", required_argument, NULL, O_STREAM},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -105,7 +106,7 @@ int main(int argc, char **argv)
 	struct esd_ref_config cfg = {
 	    .seed = 1, .dim = 16, .hidden = 16, .batch = 256, .iterations = 50};
 	struct esd_ref_gen gen = {.tables = 8, .dense = 4, .rows = 1000, .skew = 2.0};
-	const char *out = NULL, *opt_name = "sgd";
+	const char *out = NULL, *opt_name = "sgd", *stream = NULL;
 	double lr = NAN, eps = NAN, b1 = NAN, b2 = NAN, acc = NAN;
 	uint64_t u, gseed = 0;
 	int have_gseed = 0, c, rc = 0;
@@ -181,6 +182,9 @@ int main(int argc, char **argv)
 		case O_CURSOR:
 			rc = parse_u64(name, optarg, 0, UINT64_MAX, &cfg.cursor);
 			break;
+		case O_STREAM:
+			stream = optarg;
+			break;
 		case 'v':
 			cfg.verbose = 1;
 			break;
@@ -222,13 +226,30 @@ int main(int argc, char **argv)
 	}
 
 	struct esd_ref_source src;
-	gen.seed = have_gseed ? gseed : cfg.seed;
-	if (esd_ref_gen_source(&gen, &src)) {
-		fprintf(stderr, "esd-ref: bad generator settings (--skew must be >= 1)\n");
-		return 2;
+	if (stream) {
+		rc = esd_ref_stream_source(stream, &src);
+		if (rc) {
+			fprintf(stderr, "esd-ref: %s: %s\n", stream, esd_strerror(rc));
+			return 1;
+		}
+	} else {
+		gen.seed = have_gseed ? gseed : cfg.seed;
+		if (esd_ref_gen_source(&gen, &src)) {
+			fprintf(stderr, "esd-ref: bad generator settings (--skew must be >= 1)\n");
+			return 2;
+		}
 	}
 	struct esd_ref_stats st;
 	rc = esd_ref_train(&cfg, &src, out, &st);
+	esd_ref_stream_close(&src);
+	if (rc == -ENODATA) {
+		fprintf(stderr,
+		        "esd-ref: the samples ran out before iteration %" PRIu64 " (%" PRIu64
+		        " iterations of %u from cursor %" PRIu64 " need %" PRIu64 " samples)\n",
+		        cfg.iterations, cfg.iterations, cfg.batch, cfg.cursor,
+		        cfg.cursor + cfg.iterations * cfg.batch);
+		return 1;
+	}
 	if (rc) {
 		fprintf(stderr, "esd-ref: training failed: %s\n", esd_strerror(rc));
 		return 1;

@@ -86,6 +86,17 @@ struct esd_ref_gen {
  * -EINVAL (tables 0, rows 0, skew < 1). */
 int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src);
 
+/*
+ * A source over a dataset stream (esd/dataset.h): the batch at cursor c
+ * is samples [c, c + k) of the file (fewer at its end). Returns 0 and
+ * fills *src (close with esd_ref_stream_close), or esd_ds_open's error
+ * (-ENOENT, -ESD_EBADMAGIC, -ESD_EBADSUM, -EPROTO, ...; the reason is
+ * logged by the dataset library). A corrupt block met later is the
+ * source's error, returned by esd_ref_train.
+ */
+int esd_ref_stream_source(const char *path, struct esd_ref_source *src);
+void esd_ref_stream_close(struct esd_ref_source *src);
+
 struct esd_ref_config {
 	uint64_t seed;       /* job seed: row and dense initialisation */
 	uint32_t dim;        /* row length */
