@@ -114,7 +114,7 @@ struct esd_ckpt_writer;
  * -errno of creating the temporary (-ENOENT, -EACCES, ...).
  */
 int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
-			 struct esd_ckpt_writer **out);
+                         struct esd_ckpt_writer **out);
 
 /*
  * Append one row: value[dim] and state[dim * state floats] (state may be
@@ -123,13 +123,13 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
  * to the previous one, a duplicate), or the -errno of write(2) (-ENOSPC,
  * ...); after an I/O error the writer can only be aborted.
  */
-int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
-		       const float *value, const float *state);
+int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock, const float *value,
+                       const float *state);
 
 /* Append n rows from arrays: keys[n], clocks[n], values[n*dim],
  * states[n*dim*sf] (NULL when sf == 0). Errors as esd_ckpt_write_row. */
 int esd_ckpt_write_rows(struct esd_ckpt_writer *w, size_t n, const esd_key_t *keys,
-			const uint64_t *clocks, const float *values, const float *states);
+                        const uint64_t *clocks, const float *values, const float *states);
 
 /*
  * Write the dense table (meta.dense_len floats) and its state (dense_len *
@@ -191,7 +191,7 @@ const struct esd_ckpt_info *esd_ckpt_info(const struct esd_ckpt_reader *r);
  * anything else stops the walk and is returned by esd_ckpt_read_rows.
  */
 typedef int (*esd_ckpt_row_fn)(void *arg, esd_key_t key, uint64_t clock, const float *value,
-			       const float *state);
+                               const float *state);
 
 /*
  * Deliver every row in file order. The body is checksummed again on the
@@ -212,26 +212,26 @@ void esd_ckpt_close(struct esd_ckpt_reader *r);
 /* ---- comparing -------------------------------------------------------- */
 
 struct esd_ckpt_cmp_opts {
-	double rtol;  /* values differ when |a-b| > atol + rtol * max(|a|, |b|) */
+	double rtol; /* values differ when |a-b| > atol + rtol * max(|a|, |b|) */
 	double atol;
-	bool exact;   /* compare bits instead (two runs must be bit-identical) */
-	bool state;   /* also compare optimizer state */
-	bool clocks;  /* also require equal clocks */
+	bool exact;  /* compare bits instead (two runs must be bit-identical) */
+	bool state;  /* also compare optimizer state */
+	bool clocks; /* also require equal clocks */
 };
 
 struct esd_ckpt_cmp_result {
-	bool equal;             /* every check below passed */
+	bool equal; /* every check below passed */
 	uint64_t rows_a, rows_b;
-	uint64_t rows_differ;   /* rows in both sets whose values/state/clock differ */
+	uint64_t rows_differ;    /* rows in both sets whose values/state/clock differ */
 	uint64_t only_a, only_b; /* rows present on one side only */
-	uint64_t duplicates;    /* keys present twice on one side */
-	bool meta_differ;       /* seed, iteration, cursor, dim, optimizer, dense clock */
+	uint64_t duplicates;     /* keys present twice on one side */
+	bool meta_differ;        /* seed, iteration, cursor, dim, optimizer, dense clock */
 	bool dense_differ;
-	double max_abs;         /* over every compared float */
-	double max_rel;         /* |a-b| / max(|a|, |b|); 0 where both are 0 */
+	double max_abs; /* over every compared float */
+	double max_rel; /* |a-b| / max(|a|, |b|); 0 where both are 0 */
 	bool has_first;
-	esd_key_t first_key;    /* smallest key that differs (or is on one side only) */
-	char first_what[160];   /* what differs first: meta, dense, or that key */
+	esd_key_t first_key;  /* smallest key that differs (or is on one side only) */
+	char first_what[160]; /* what differs first: meta, dense, or that key */
 };
 
 /*
@@ -248,8 +248,8 @@ struct esd_ckpt_cmp_result {
  * -ENOMEM.
  */
 int esd_ckpt_compare(const char *const *a, size_t na, const char *const *b, size_t nb,
-		     const struct esd_ckpt_cmp_opts *opts, struct esd_ckpt_cmp_result *res,
-		     struct esd_ckpt_error *err);
+                     const struct esd_ckpt_cmp_opts *opts, struct esd_ckpt_cmp_result *res,
+                     struct esd_ckpt_error *err);
 
 #ifdef __cplusplus
 }

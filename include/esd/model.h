@@ -81,8 +81,8 @@ struct esd_model_batch {
 	unsigned m;               /* samples in this micro-batch */
 	const float *const *rows; /* m*T pointers: rows[i*T + t] = row of sample i, table t */
 	double *const *row_grads; /* m*T gradient slots (dim doubles each), accumulated with +=;
-				   * the same pointer for a row in several samples. NULL: no
-				   * row gradients; a NULL entry skips that one */
+	                           * the same pointer for a row in several samples. NULL: no
+	                           * row gradients; a NULL entry skips that one */
 	const float *labels;      /* m labels, 0 or 1 (any value in [0, 1] works) */
 	const float *dense;       /* m*D dense features, sample-major; NULL if D == 0 */
 };
@@ -130,7 +130,7 @@ void esd_model_dense_init(const struct esd_model *m, uint64_t seed, float *dense
  * arrays; nothing is written then.
  */
 int esd_model_step(struct esd_model *m, const float *params, const struct esd_model_batch *b,
-		   uint64_t k, double *loss, double *dense_grad, float *logits);
+                   uint64_t k, double *loss, double *dense_grad, float *logits);
 
 /* Logistic loss of one logit (numerically stable): log(1+exp(z)) - y z. */
 double esd_model_logloss(float z, float y);

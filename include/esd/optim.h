@@ -126,7 +126,7 @@ void esd_optim_state_init(const struct esd_optim_params *p, unsigned dim, float 
  * esd_optim_params_check.
  */
 void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *value, float *state,
-		     const float *grad, uint64_t t);
+                     const float *grad, uint64_t t);
 
 /*
  * The same from a double gradient sum: each grad_sum[i] is rounded to
@@ -134,8 +134,8 @@ void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *valu
  * give the same bits for the same rounded gradient). What the PS, the
  * node daemon and the reference call at the end of an iteration.
  */
-void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value,
-			 float *state, const double *grad_sum, uint64_t t);
+void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value, float *state,
+                         const double *grad_sum, uint64_t t);
 
 /* acc[i] += g[i] for i < dim: the PS's sum of partial gradient sums,
  * called in worker-rank order. */
@@ -155,7 +155,7 @@ void esd_row_init(uint64_t seed, esd_key_t key, unsigned dim, float *out);
  * draw.
  */
 void esd_uniform_fill(uint64_t seed, uint64_t stream, uint64_t first, float scale, size_t n,
-		      float *out);
+                      float *out);
 
 /* The splitmix64 finaliser every draw above goes through (exposed for
  * tests and for hashing keys the same way). */

@@ -17,13 +17,13 @@
 #include <esd/optim.h>
 
 struct side_a {
-	size_t n, cap;     /* rows loaded, hash capacity (power of 2) */
-	size_t width;      /* floats kept per row: dim, or dim * (1 + sf) */
+	size_t n, cap; /* rows loaded, hash capacity (power of 2) */
+	size_t width;  /* floats kept per row: dim, or dim * (1 + sf) */
 	esd_key_t *keys;
 	uint64_t *clocks;
 	float *vals;
 	uint8_t *seen;
-	uint32_t *slot;    /* hash: row index + 1, 0 = empty */
+	uint32_t *slot; /* hash: row index + 1, 0 = empty */
 };
 
 struct cmp_ctx {
@@ -31,7 +31,7 @@ struct cmp_ctx {
 	const struct esd_ckpt_cmp_opts *o;
 	struct esd_ckpt_cmp_result *res;
 	uint32_t dim, sf;
-	int loading;       /* 1: filling side A; 0: comparing side B */
+	int loading; /* 1: filling side A; 0: comparing side B */
 	char row_what[sizeof(((struct esd_ckpt_cmp_result *)0)->first_what)];
 };
 
@@ -51,7 +51,7 @@ static int64_t find(const struct side_a *a, esd_key_t key)
 }
 
 static void note_key(struct cmp_ctx *c, esd_key_t key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void note_key(struct cmp_ctx *c, esd_key_t key, const char *fmt, ...)
 {
@@ -68,7 +68,7 @@ static void note_key(struct cmp_ctx *c, esd_key_t key, const char *fmt, ...)
 
 /* Compare n floats; update the maxima; return the first differing index or -1. */
 static int64_t cmp_floats(const struct esd_ckpt_cmp_opts *o, struct esd_ckpt_cmp_result *r,
-			  const float *x, const float *y, size_t n)
+                          const float *x, const float *y, size_t n)
 {
 	int64_t first = -1;
 	for (size_t i = 0; i < n; i++) {
@@ -94,8 +94,7 @@ static int64_t cmp_floats(const struct esd_ckpt_cmp_opts *o, struct esd_ckpt_cmp
 	return first;
 }
 
-static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
-		  const float *state)
+static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value, const float *state)
 {
 	struct cmp_ctx *c = arg;
 	struct side_a *a = c->a;
@@ -118,7 +117,6 @@ static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
 		a->slot[s] = (uint32_t)(i + 1);
 		return 0;
 	}
-	c->res->rows_b++;
 	int64_t i = find(a, key);
 	if (i < 0) {
 		c->res->only_b++;
@@ -137,20 +135,20 @@ static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
 	if (e >= 0) {
 		differ = 1;
 		note_key(c, key, "key 0x%" PRIx64 " value[%" PRId64 "]: %.9g vs %.9g", key, e,
-			 (double)av[e], (double)value[e]);
+		         (double)av[e], (double)value[e]);
 	}
 	if (a->width > dim) {
 		e = cmp_floats(c->o, c->res, av + dim, state, dim * c->sf);
 		if (e >= 0) {
 			differ = 1;
 			note_key(c, key, "key 0x%" PRIx64 " state[%" PRId64 "]: %.9g vs %.9g", key,
-				 e, (double)av[dim + (size_t)e], (double)state[e]);
+			         e, (double)av[dim + (size_t)e], (double)state[e]);
 		}
 	}
 	if (c->o->clocks && a->clocks[i] != clock) {
 		differ = 1;
 		note_key(c, key, "key 0x%" PRIx64 " clock %" PRIu64 " vs %" PRIu64, key,
-			 a->clocks[i], clock);
+		         a->clocks[i], clock);
 	}
 	c->res->rows_differ += (uint64_t)differ;
 	return 0;
@@ -158,7 +156,7 @@ static int on_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
 
 /* Open every file of a side; note the first metadata difference against ref. */
 static int open_side(const char *const *paths, size_t n, struct esd_ckpt_reader **rd,
-		     struct esd_ckpt_error *err)
+                     struct esd_ckpt_error *err)
 {
 	for (size_t i = 0; i < n; i++) {
 		int rc = esd_ckpt_open(paths[i], &rd[i], err);
@@ -169,12 +167,12 @@ static int open_side(const char *const *paths, size_t n, struct esd_ckpt_reader 
 }
 
 static int meta_cmp(const struct esd_ckpt_meta *x, const struct esd_ckpt_meta *y, char *what,
-		    size_t len)
+                    size_t len)
 {
 #define FIELD(f)                                                                                   \
 	if (x->f != y->f) {                                                                        \
-		snprintf(what, len, "meta: " #f " %" PRIu64 " vs %" PRIu64, (uint64_t)x->f,       \
-			 (uint64_t)y->f);                                                          \
+		snprintf(what, len, "meta: " #f " %" PRIu64 " vs %" PRIu64, (uint64_t)x->f,        \
+		         (uint64_t)y->f);                                                          \
 		return 1;                                                                          \
 	}
 	FIELD(seed)
@@ -202,17 +200,17 @@ static struct esd_ckpt_reader *dense_holder(struct esd_ckpt_reader **rd, size_t 
 }
 
 static int cmp_dense(struct esd_ckpt_reader *ha, struct esd_ckpt_reader *hb, struct cmp_ctx *c,
-		     char *what, size_t len)
+                     char *what, size_t len)
 {
 	const struct esd_ckpt_meta *ma = &esd_ckpt_info(ha)->meta, *mb = &esd_ckpt_info(hb)->meta;
 	if (ma->dense_len != mb->dense_len) {
 		snprintf(what, len, "dense: %" PRIu64 " vs %" PRIu64 " floats", ma->dense_len,
-			 mb->dense_len);
+		         mb->dense_len);
 		return 1;
 	}
 	if (ma->dense_clock != mb->dense_clock) {
 		snprintf(what, len, "dense: clock %" PRIu64 " vs %" PRIu64, ma->dense_clock,
-			 mb->dense_clock);
+		         mb->dense_clock);
 		return 1;
 	}
 	size_t n = (size_t)ma->dense_len * (1 + c->sf);
@@ -228,7 +226,7 @@ static int cmp_dense(struct esd_ckpt_reader *ha, struct esd_ckpt_reader *hb, str
 	int64_t e = cmp_floats(c->o, c->res, x, y, c->o->state ? n : (size_t)ma->dense_len);
 	if (e >= 0)
 		snprintf(what, len, "dense[%" PRId64 "]: %.9g vs %.9g", e, (double)x[e],
-			 (double)y[e]);
+		         (double)y[e]);
 	rc = e >= 0;
 out:
 	free(x);
@@ -237,11 +235,11 @@ out:
 }
 
 int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, size_t nb,
-		     const struct esd_ckpt_cmp_opts *opts, struct esd_ckpt_cmp_result *res,
-		     struct esd_ckpt_error *err)
+                     const struct esd_ckpt_cmp_opts *opts, struct esd_ckpt_cmp_result *res,
+                     struct esd_ckpt_error *err)
 {
 	static const struct esd_ckpt_cmp_opts defaults = {
-		.rtol = 1e-5, .atol = 1e-8, .state = true, .clocks = true};
+	    .rtol = 1e-5, .atol = 1e-8, .state = true, .clocks = true};
 	struct esd_ckpt_reader **ra = NULL, **rb = NULL;
 	struct side_a a = {0};
 	struct cmp_ctx c = {0};
@@ -269,13 +267,15 @@ int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, si
 
 	const struct esd_ckpt_meta *m0 = &esd_ckpt_info(ra[0])->meta;
 	for (size_t i = 1; i < na && !res->meta_differ; i++)
-		res->meta_differ = meta_cmp(m0, &esd_ckpt_info(ra[i])->meta, meta_what,
-					    sizeof(meta_what));
+		res->meta_differ =
+		    meta_cmp(m0, &esd_ckpt_info(ra[i])->meta, meta_what, sizeof(meta_what));
 	for (size_t i = 0; i < nb && !res->meta_differ; i++)
-		res->meta_differ = meta_cmp(m0, &esd_ckpt_info(rb[i])->meta, meta_what,
-					    sizeof(meta_what));
+		res->meta_differ =
+		    meta_cmp(m0, &esd_ckpt_info(rb[i])->meta, meta_what, sizeof(meta_what));
 	for (size_t i = 0; i < na; i++)
 		res->rows_a += esd_ckpt_info(ra[i])->row_count;
+	for (size_t i = 0; i < nb; i++)
+		res->rows_b += esd_ckpt_info(rb[i])->row_count;
 
 	c.dim = m0->dim;
 	c.sf = esd_optimizer_state_floats(m0->optimizer);
@@ -306,7 +306,7 @@ int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, si
 			if (!a.seen[i]) {
 				res->only_a++;
 				note_key(&c, a.keys[i], "key 0x%" PRIx64 " only in side A",
-					 a.keys[i]);
+				         a.keys[i]);
 			}
 
 		rc = 0;
@@ -317,7 +317,7 @@ int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, si
 		if (!ha != !hb) {
 			res->dense_differ = true;
 			snprintf(dense_what, sizeof(dense_what), "dense: only side %s has a table",
-				 ha ? "A" : "B");
+			         ha ? "A" : "B");
 		} else if (ha) {
 			rc = cmp_dense(ha, hb, &c, dense_what, sizeof(dense_what));
 			if (rc < 0)
@@ -326,8 +326,8 @@ int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, si
 			rc = 0;
 		}
 	}
-	res->equal = !res->meta_differ && !res->dense_differ && !res->rows_differ &&
-		     !res->only_a && !res->only_b && !res->duplicates;
+	res->equal = !res->meta_differ && !res->dense_differ && !res->rows_differ && !res->only_a &&
+	             !res->only_b && !res->duplicates;
 	if (res->meta_differ)
 		snprintf(res->first_what, sizeof(res->first_what), "%s", meta_what);
 	else if (res->dense_differ)

@@ -25,17 +25,17 @@ struct esd_ckpt_reader {
 	int fd;
 	struct esd_ckpt_info info;
 	uint32_t sf;
-	uint64_t rec;        /* bytes of a row record */
-	uint64_t rows_off;   /* start of rows */
-	uint64_t dense_off;  /* start of the dense section */
+	uint64_t rec;       /* bytes of a row record */
+	uint64_t rows_off;  /* start of rows */
+	uint64_t dense_off; /* start of the dense section */
 	uint64_t trailer_off;
-	uint64_t body_sum;   /* from the trailer */
+	uint64_t body_sum; /* from the trailer */
 	unsigned char *buf;
-	size_t bufsize;      /* a whole number of records, >= RBUF_MIN */
+	size_t bufsize; /* a whole number of records, >= RBUF_MIN */
 };
 
 static int fail(struct esd_ckpt_error *err, int code, uint64_t off, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 static int fail(struct esd_ckpt_error *err, int code, uint64_t off, const char *fmt, ...)
 {
@@ -70,7 +70,7 @@ static int pread_all(int fd, void *p, size_t n, uint64_t off)
 }
 
 static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint64_t size,
-			struct esd_ckpt_error *err)
+                        struct esd_ckpt_error *err)
 {
 	struct esd_ckpt_meta *m = &r->info.meta;
 	uint32_t v, opt, flags;
@@ -79,14 +79,14 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	v = get_u32(h + H_VERSION);
 	if (v != ESD_CKPT_VERSION)
 		return fail(err, -ESD_EBADVERSION, H_VERSION,
-			    "checkpoint version %u, this code reads version %u", v,
-			    ESD_CKPT_VERSION);
+		            "checkpoint version %u, this code reads version %u", v,
+		            ESD_CKPT_VERSION);
 	if (get_u32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
 		return fail(err, -EBADMSG, H_HSIZE, "header size %u, expected %u",
-			    get_u32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
+		            get_u32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
 	if (get_u64(h + H_SUM) != ckpt_hash(h, H_SUM))
 		return fail(err, -ESD_EBADSUM, 0, "header checksum mismatch over bytes [0, %u)",
-			    (unsigned)H_SUM);
+		            (unsigned)H_SUM);
 	m->seed = get_u64(h + H_SEED);
 	m->iteration = get_u64(h + H_ITER);
 	m->data_cursor = get_u64(h + H_CURSOR);
@@ -101,13 +101,13 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	r->sf = get_u32(h + H_SF);
 	if (m->dim < 1 || m->dim > ESD_CKPT_MAX_DIM)
 		return fail(err, -EBADMSG, H_DIM, "row dim %u out of range [1, %u]", m->dim,
-			    ESD_CKPT_MAX_DIM);
+		            ESD_CKPT_MAX_DIM);
 	if (opt > ESD_OPT_ADAM)
 		return fail(err, -EBADMSG, H_OPT, "unknown optimizer %u", opt);
 	m->optimizer = (enum esd_optimizer)opt;
 	if (r->sf != esd_optimizer_state_floats(m->optimizer))
 		return fail(err, -EBADMSG, H_SF, "%u state floats per element, optimizer %u has %u",
-			    r->sf, opt, esd_optimizer_state_floats(m->optimizer));
+		            r->sf, opt, esd_optimizer_state_floats(m->optimizer));
 	if (m->nshards < 1 || m->shard >= m->nshards)
 		return fail(err, -EBADMSG, H_SHARD, "shard %u of %u", m->shard, m->nshards);
 	if (flags & ~ESD_CKPT_FLAG_SORTED)
@@ -121,45 +121,47 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	r->rec = ckpt_record_size(m->dim, r->sf);
 	const uint64_t max = UINT64_MAX / 4;
 	if (r->info.row_count > max / r->rec || m->dense_len > max / (4 * (1 + (uint64_t)r->sf)))
-		return fail(err, -EBADMSG, H_ROWS, "counts too large (%" PRIu64 " rows, %" PRIu64
-			    " dense floats)", r->info.row_count, m->dense_len);
+		return fail(err, -EBADMSG, H_ROWS,
+		            "counts too large (%" PRIu64 " rows, %" PRIu64 " dense floats)",
+		            r->info.row_count, m->dense_len);
 	r->rows_off = ESD_CKPT_HEADER_SIZE;
 	r->dense_off = r->rows_off + r->info.row_count * r->rec;
 	r->trailer_off = r->dense_off + m->dense_len * 4 * (1 + (uint64_t)r->sf);
 	uint64_t want = r->trailer_off + ESD_CKPT_TRAILER_SIZE;
 	if (size < want)
 		return fail(err, -ENODATA, size,
-			    "truncated: %" PRIu64 " bytes, the header's counts (%" PRIu64
-			    " rows of dim %u, %" PRIu64 " dense floats) need %" PRIu64,
-			    size, r->info.row_count, m->dim, m->dense_len, want);
+		            "truncated: %" PRIu64 " bytes, the header's counts (%" PRIu64
+		            " rows of dim %u, %" PRIu64 " dense floats) need %" PRIu64,
+		            size, r->info.row_count, m->dim, m->dense_len, want);
 	if (size > want)
 		return fail(err, -EBADMSG, want,
-			    "%" PRIu64 " trailing bytes after the trailer at %" PRIu64, size - want,
-			    r->trailer_off);
+		            "%" PRIu64 " trailing bytes after the trailer at %" PRIu64, size - want,
+		            r->trailer_off);
 	r->info.file_size = size;
 	return 0;
 }
 
-static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h,
-			 const unsigned char *t, struct esd_ckpt_error *err)
+static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, const unsigned char *t,
+                         struct esd_ckpt_error *err)
 {
 	const uint64_t o = r->trailer_off;
 	if (memcmp(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8))
 		return fail(err, -ESD_EBADMAGIC, o, "bad trailer magic at %" PRIu64, o);
 	if (get_u64(t + T_SUM) != ckpt_hash(t, T_SUM))
-		return fail(err, -ESD_EBADSUM, o, "trailer checksum mismatch over bytes [%" PRIu64
-			    ", %" PRIu64 ")", o, o + T_SUM);
+		return fail(err, -ESD_EBADSUM, o,
+		            "trailer checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")", o,
+		            o + T_SUM);
 	if (get_u64(t + T_ROWS) != r->info.row_count)
 		return fail(err, -EBADMSG, o + T_ROWS,
-			    "trailer says %" PRIu64 " rows, header %" PRIu64,
-			    get_u64(t + T_ROWS), r->info.row_count);
+		            "trailer says %" PRIu64 " rows, header %" PRIu64, get_u64(t + T_ROWS),
+		            r->info.row_count);
 	if (get_u64(t + T_DENSE) != r->info.meta.dense_len)
 		return fail(err, -EBADMSG, o + T_DENSE,
-			    "trailer says %" PRIu64 " dense floats, header %" PRIu64,
-			    get_u64(t + T_DENSE), r->info.meta.dense_len);
+		            "trailer says %" PRIu64 " dense floats, header %" PRIu64,
+		            get_u64(t + T_DENSE), r->info.meta.dense_len);
 	if (get_u64(t + T_HDRSUM) != get_u64(h + H_SUM))
 		return fail(err, -EBADMSG, o + T_HDRSUM,
-			    "trailer belongs to another header (header checksum differs)");
+		            "trailer belongs to another header (header checksum differs)");
 	r->body_sum = get_u64(t + T_BODYSUM);
 	return 0;
 }
@@ -169,7 +171,7 @@ static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h,
  * when the file says sorted. With fn, rows are delivered too.
  */
 static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
-		     struct esd_ckpt_error *err)
+                     struct esd_ckpt_error *err)
 {
 	XXH64_state_t *st = XXH64_createState();
 	const uint32_t dim = r->info.meta.dim;
@@ -186,7 +188,7 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 		rc = pread_all(r->fd, r->buf, bytes, off);
 		if (rc) {
 			rc = fail(err, rc, off, "read of rows at %" PRIu64 " failed: %s", off,
-				  esd_strerror(rc));
+			          esd_strerror(rc));
 			goto out;
 		}
 		XXH64_update(st, r->buf, bytes);
@@ -196,9 +198,9 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 			uint64_t ro = off + i * r->rec;
 			if (r->info.sorted && ro != r->rows_off && key <= prev) {
 				rc = fail(err, -EBADMSG, ro,
-					  "rows marked sorted, but key 0x%" PRIx64
-					  " at %" PRIu64 " follows 0x%" PRIx64,
-					  key, ro, prev);
+				          "rows marked sorted, but key 0x%" PRIx64 " at %" PRIu64
+				          " follows 0x%" PRIx64,
+				          key, ro, prev);
 				goto out;
 			}
 			prev = key;
@@ -220,7 +222,7 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 		rc = pread_all(r->fd, r->buf, (size_t)n, off);
 		if (rc) {
 			rc = fail(err, rc, off, "read of dense table at %" PRIu64 " failed: %s",
-				  off, esd_strerror(rc));
+			          off, esd_strerror(rc));
 			goto out;
 		}
 		XXH64_update(st, r->buf, (size_t)n);
@@ -228,8 +230,8 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 	}
 	if (XXH64_digest(st) != r->body_sum)
 		rc = fail(err, -ESD_EBADSUM, r->rows_off,
-			  "body checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")",
-			  r->rows_off, r->trailer_off);
+		          "body checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")",
+		          r->rows_off, r->trailer_off);
 out:
 	XXH64_freeState(st);
 	return rc;
@@ -264,8 +266,8 @@ int esd_ckpt_open_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error
 	}
 	if ((uint64_t)sb.st_size < ESD_CKPT_HEADER_SIZE) {
 		rc = fail(err, -ENODATA, (uint64_t)sb.st_size,
-			  "truncated: %lld bytes, shorter than the %u-byte header",
-			  (long long)sb.st_size, ESD_CKPT_HEADER_SIZE);
+		          "truncated: %lld bytes, shorter than the %u-byte header",
+		          (long long)sb.st_size, ESD_CKPT_HEADER_SIZE);
 		goto err_close;
 	}
 	rc = pread_all(r->fd, h, sizeof(h), 0);
@@ -323,7 +325,7 @@ int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckp
 		/* prefix the path to what went wrong */
 		char msg[2 * sizeof(err->msg) + 64];
 		snprintf(msg, sizeof(msg), "%s: %s (at byte %" PRIu64 ")", path, err->msg,
-			 err->offset);
+		         err->offset);
 		size_t l = strlen(msg);
 		if (l >= sizeof(err->msg))
 			l = sizeof(err->msg) - 1;
@@ -356,7 +358,7 @@ int esd_ckpt_read_dense(struct esd_ckpt_reader *r, float *dense, float *state)
 	rc = pread_all(r->fd, dense, (size_t)(n * sizeof(float)), r->dense_off);
 	if (!rc && state && r->sf)
 		rc = pread_all(r->fd, state, (size_t)(n * r->sf * sizeof(float)),
-			       r->dense_off + n * sizeof(float));
+		               r->dense_off + n * sizeof(float));
 	return rc;
 }
 

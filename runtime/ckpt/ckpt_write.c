@@ -22,10 +22,10 @@
 
 struct esd_ckpt_writer {
 	int fd;
-	int failed;   /* an I/O error happened: only abort is left */
-	char *path;   /* target */
-	char *tmp;    /* temporary beside it */
-	char *dir;    /* directory of both */
+	int failed; /* an I/O error happened: only abort is left */
+	char *path; /* target */
+	char *tmp;  /* temporary beside it */
+	char *dir;  /* directory of both */
 	struct esd_ckpt_meta meta;
 	uint32_t sf;
 	uint64_t rows;
@@ -149,7 +149,7 @@ static int split_path(const char *path, char **dir, char **base)
 }
 
 int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
-			 struct esd_ckpt_writer **out)
+                         struct esd_ckpt_writer **out)
 {
 	struct esd_ckpt_writer *w;
 	char *base = NULL;
@@ -208,8 +208,8 @@ err_free:
 	return rc;
 }
 
-int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
-		       const float *value, const float *state)
+int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock, const float *value,
+                       const float *state)
 {
 	unsigned char kc[16];
 	int rc;
@@ -235,14 +235,14 @@ int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
 }
 
 int esd_ckpt_write_rows(struct esd_ckpt_writer *w, size_t n, const esd_key_t *keys,
-			const uint64_t *clocks, const float *values, const float *states)
+                        const uint64_t *clocks, const float *values, const float *states)
 {
 	if (!w || (n && (!keys || !clocks || !values || (w->sf && !states))))
 		return -EINVAL;
 	const size_t dim = w->meta.dim, sl = dim * w->sf;
 	for (size_t i = 0; i < n; i++) {
 		int rc = esd_ckpt_write_row(w, keys[i], clocks[i], values + i * dim,
-					    w->sf ? states + i * sl : NULL);
+		                            w->sf ? states + i * sl : NULL);
 		if (rc)
 			return rc;
 	}

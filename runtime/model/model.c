@@ -90,9 +90,9 @@ void esd_model_dense_init(const struct esd_model *m, uint64_t seed, float *dense
 	const struct esd_model_shape *s = &m->shape;
 	memset(dense, 0, m->dense_len * sizeof(float));
 	esd_uniform_fill(seed, ESD_MODEL_STREAM_W1, 0, 1.0f / sqrtf((float)m->in),
-			 (size_t)s->hidden * m->in, dense);
+	                 (size_t)s->hidden * m->in, dense);
 	esd_uniform_fill(seed, ESD_MODEL_STREAM_W2, 0, 1.0f / sqrtf((float)s->hidden), s->hidden,
-			 dense + m->off_w2);
+	                 dense + m->off_w2);
 }
 
 double esd_model_logloss(float z, float y)
@@ -109,8 +109,8 @@ static float sigmoid(float z)
 
 /* One sample: forward, loss, backward. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
-			  double *const *row_grads, float label, const float *dense, float inv_k,
-			  double *dense_grad, float *logit)
+                          double *const *row_grads, float label, const float *dense, float inv_k,
+                          double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
 	const size_t in = m->in, emb = (size_t)s->tables * s->dim;
@@ -187,7 +187,7 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 }
 
 int esd_model_step(struct esd_model *m, const float *params, const struct esd_model_batch *b,
-		   uint64_t k, double *loss, double *dense_grad, float *logits)
+                   uint64_t k, double *loss, double *dense_grad, float *logits)
 {
 	if (!m || !params || !b || !k || k < b->m)
 		return -EINVAL;
@@ -201,9 +201,9 @@ int esd_model_step(struct esd_model *m, const float *params, const struct esd_mo
 	double sum = 0.0;
 	for (unsigned i = 0; i < b->m; i++) {
 		sum += sample_step(m, params, b->rows + (size_t)i * T,
-				   b->row_grads ? b->row_grads + (size_t)i * T : NULL, b->labels[i],
-				   D ? b->dense + (size_t)i * D : NULL, inv_k, dense_grad,
-				   logits ? &logits[i] : NULL);
+		                   b->row_grads ? b->row_grads + (size_t)i * T : NULL, b->labels[i],
+		                   D ? b->dense + (size_t)i * D : NULL, inv_k, dense_grad,
+		                   logits ? &logits[i] : NULL);
 	}
 	if (loss)
 		*loss = sum / (double)k;

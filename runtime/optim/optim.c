@@ -112,7 +112,7 @@ static void apply_sgd(float lr, unsigned dim, float *restrict value, const float
 }
 
 static void apply_adagrad(const struct esd_optim_params *p, unsigned dim, float *restrict value,
-			  float *restrict acc, const float *restrict grad)
+                          float *restrict acc, const float *restrict grad)
 {
 	const float lr = p->lr, eps = p->eps;
 	for (unsigned i = 0; i < dim; i++) {
@@ -124,7 +124,7 @@ static void apply_adagrad(const struct esd_optim_params *p, unsigned dim, float 
 }
 
 static void apply_adam(const struct esd_optim_params *p, unsigned dim, float *restrict value,
-		       float *restrict m, float *restrict v, const float *restrict grad, uint64_t t)
+                       float *restrict m, float *restrict v, const float *restrict grad, uint64_t t)
 {
 	const float b1 = p->beta1, b2 = p->beta2, eps = p->eps;
 	const float c1 = 1.0f - b1, c2 = 1.0f - b2;
@@ -144,7 +144,7 @@ static void apply_adam(const struct esd_optim_params *p, unsigned dim, float *re
 }
 
 void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *value, float *state,
-		     const float *grad, uint64_t t)
+                     const float *grad, uint64_t t)
 {
 	switch (p->opt) {
 	case ESD_OPT_SGD:
@@ -159,8 +159,8 @@ void esd_optim_apply(const struct esd_optim_params *p, unsigned dim, float *valu
 	}
 }
 
-void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value,
-			 float *state, const double *grad_sum, uint64_t t)
+void esd_optim_apply_sum(const struct esd_optim_params *p, unsigned dim, float *value, float *state,
+                         const double *grad_sum, uint64_t t)
 {
 	enum { CHUNK = 256 };
 	float g[CHUNK];
@@ -204,7 +204,7 @@ static uint64_t stream_base(uint64_t seed, uint64_t stream)
 }
 
 void esd_uniform_fill(uint64_t seed, uint64_t stream, uint64_t first, float scale, size_t n,
-		      float *out)
+                      float *out)
 {
 	uint64_t base = stream_base(seed, stream);
 	for (size_t i = 0; i < n; i++)

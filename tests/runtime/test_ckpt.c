@@ -38,21 +38,21 @@ struct model_spec {
 	unsigned dim;
 	enum esd_optimizer opt;
 	uint64_t dense_len;
-	int reverse; /* write rows in descending key order */
+	int reverse;          /* write rows in descending key order */
 	uint64_t first, step; /* write rows first, first+step, ... (sharding) */
 };
 
 static void write_model(const char *path, const struct model_spec *s, uint64_t iteration)
 {
 	struct esd_ckpt_meta m = {.seed = 77,
-				  .iteration = iteration,
-				  .data_cursor = iteration * 64,
-				  .dim = s->dim,
-				  .optimizer = s->opt,
-				  .shard = 0,
-				  .nshards = 1,
-				  .dense_len = s->dense_len,
-				  .dense_clock = iteration};
+	                          .iteration = iteration,
+	                          .data_cursor = iteration * 64,
+	                          .dim = s->dim,
+	                          .optimizer = s->opt,
+	                          .shard = 0,
+	                          .nshards = 1,
+	                          .dense_len = s->dense_len,
+	                          .dense_clock = iteration};
 	unsigned sf = esd_optimizer_state_floats(s->opt);
 	struct esd_ckpt_writer *w;
 	float *v = malloc(sizeof(float) * s->dim * (1 + sf) + 4);
@@ -62,7 +62,7 @@ static void write_model(const char *path, const struct model_spec *s, uint64_t i
 		uint64_t i = s->reverse ? s->rows - 1 - j : j;
 		fill_row(i, s->dim * (1 + sf), v);
 		assert_int_equal(esd_ckpt_write_row(w, key_of(i), i + 5, v, sf ? v + s->dim : NULL),
-				 0);
+		                 0);
 	}
 	if (s->dense_len) {
 		float *d = malloc(sizeof(float) * s->dense_len * (1 + sf));
@@ -81,7 +81,7 @@ struct check {
 };
 
 static int check_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
-		     const float *state)
+                     const float *state)
 {
 	struct check *c = arg;
 	unsigned sf = esd_optimizer_state_floats(c->s->opt);
@@ -105,10 +105,10 @@ static void test_round_trip(void **state)
 	char *p = path_in("rt.ckpt");
 	/* enough rows to cross the 1 MiB I/O buffers several times */
 	struct model_spec specs[] = {
-		{.rows = 20000, .dim = 16, .opt = ESD_OPT_ADAGRAD, .dense_len = 1000},
-		{.rows = 33, .dim = 5, .opt = ESD_OPT_ADAM, .dense_len = 7, .reverse = 1},
-		{.rows = 10, .dim = 1, .opt = ESD_OPT_SGD, .dense_len = 0},
-		{.rows = 0, .dim = 64, .opt = ESD_OPT_SGD, .dense_len = 3},
+	    {.rows = 20000, .dim = 16, .opt = ESD_OPT_ADAGRAD, .dense_len = 1000},
+	    {.rows = 33, .dim = 5, .opt = ESD_OPT_ADAM, .dense_len = 7, .reverse = 1},
+	    {.rows = 10, .dim = 1, .opt = ESD_OPT_SGD, .dense_len = 0},
+	    {.rows = 0, .dim = 64, .opt = ESD_OPT_SGD, .dense_len = 3},
 	};
 	for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
 		const struct model_spec *s = &specs[k];
@@ -131,8 +131,8 @@ static void test_round_trip(void **state)
 		assert_int_equal(stat(p, &sb), 0);
 		assert_int_equal(in->file_size, (uint64_t)sb.st_size);
 		assert_int_equal(sb.st_size, ESD_CKPT_HEADER_SIZE + ESD_CKPT_TRAILER_SIZE +
-						     s->rows * (16 + 4 * s->dim * (1 + sf)) +
-						     s->dense_len * 4 * (1 + sf));
+		                                 s->rows * (16 + 4 * s->dim * (1 + sf)) +
+		                                 s->dense_len * 4 * (1 + sf));
 		struct check c = {.s = s};
 		assert_int_equal(esd_ckpt_read_rows(r, check_row, &c), 0);
 		assert_int_equal(c.seen, s->rows);
@@ -143,7 +143,8 @@ static void test_round_trip(void **state)
 			float *d = malloc(sizeof(float) * s->dense_len * (1 + sf));
 			float *want = malloc(sizeof(float) * s->dense_len * (1 + sf));
 			fill_row(999999, (unsigned)(s->dense_len * (1 + sf)), want);
-			assert_int_equal(esd_ckpt_read_dense(r, d, sf ? d + s->dense_len : NULL), 0);
+			assert_int_equal(esd_ckpt_read_dense(r, d, sf ? d + s->dense_len : NULL),
+			                 0);
 			assert_memory_equal(d, want, sizeof(float) * s->dense_len * (1 + sf));
 			free(d);
 			free(want);
@@ -184,7 +185,7 @@ static void test_writer_errors(void **state)
 	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
 	assert_int_equal(esd_ckpt_write_row(w, 5, 0, v, NULL), 0);
 	assert_int_equal(esd_ckpt_write_row(w, 5, 0, v, NULL), -EINVAL); /* duplicate */
-	assert_int_equal(esd_ckpt_write_row(w, 3, 0, v, NULL), 0);        /* unsorted is fine */
+	assert_int_equal(esd_ckpt_write_row(w, 3, 0, v, NULL), 0);       /* unsorted is fine */
 	/* the dense table is due: commit refuses, nothing is left behind */
 	assert_int_equal(esd_ckpt_writer_commit(w), -EINVAL);
 	assert_int_equal(access(p, F_OK), -1);
@@ -226,8 +227,7 @@ static void read_file(const char *p, unsigned char **buf, size_t *len)
 	close(fd);
 }
 
-static int open_bytes(const char *p, const unsigned char *b, size_t len,
-		      struct esd_ckpt_error *err)
+static int open_bytes(const char *p, const unsigned char *b, size_t len, struct esd_ckpt_error *err)
 {
 	struct esd_ckpt_reader *r = NULL;
 	assert_int_equal(esd_test_write_file(p, (const char *)b, len), 0);
@@ -285,7 +285,7 @@ static void test_bit_flips(void **state)
 			if (rc == 0)
 				fail_msg("flip of bit %d at byte %zu went undetected", bit, i);
 			assert_true(rc == -ESD_EBADSUM || rc == -ESD_EBADMAGIC ||
-				    rc == -ESD_EBADVERSION || rc == -EBADMSG || rc == -ENODATA);
+			            rc == -ESD_EBADVERSION || rc == -EBADMSG || rc == -ENODATA);
 			assert_true(err.msg[0] != '\0');
 			assert_true(err.offset <= len);
 		}
@@ -331,7 +331,7 @@ static void test_atomic_replace(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct esd_ckpt_meta m = {
-			.seed = 77, .iteration = 2, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
+		    .seed = 77, .iteration = 2, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
 		struct esd_ckpt_writer *w;
 		float v[9] = {0};
 		if (esd_ckpt_writer_open(p, &m, &w))
@@ -357,7 +357,7 @@ static void test_atomic_replace(void **state)
 
 	/* an aborted writer changes nothing either; a committed one replaces */
 	struct esd_ckpt_meta m = {
-		.seed = 77, .iteration = 9, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
+	    .seed = 77, .iteration = 9, .dim = 3, .optimizer = ESD_OPT_ADAM, .nshards = 1};
 	struct esd_ckpt_writer *w;
 	assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
 	esd_ckpt_writer_abort(w);
@@ -448,7 +448,7 @@ static int copy_row(void *arg, esd_key_t key, uint64_t clock, const float *v, co
 
 /* Copy src to dst, scaling value[1] of key target and dropping key drop. */
 static void copy_model(const char *src, const char *dst, esd_key_t target, float scale,
-		       esd_key_t drop)
+                       esd_key_t drop)
 {
 	struct esd_ckpt_reader *r;
 	assert_int_equal(esd_ckpt_open(src, &r, NULL), 0);
@@ -572,10 +572,10 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_writer_errors),
-		cmocka_unit_test(test_truncation),    cmocka_unit_test(test_bit_flips),
-		cmocka_unit_test(test_atomic_replace), cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_compare),
+	    cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_writer_errors),
+	    cmocka_unit_test(test_truncation),     cmocka_unit_test(test_bit_flips),
+	    cmocka_unit_test(test_atomic_replace), cmocka_unit_test(test_garbage),
+	    cmocka_unit_test(test_compare),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

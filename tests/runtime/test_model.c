@@ -53,7 +53,8 @@ static void fixture_fini(struct fixture *f)
 
 static double loss_of(struct fixture *f)
 {
-	struct esd_model_batch b = {.m = M, .rows = f->rowp, .labels = f->labels, .dense = f->dense};
+	struct esd_model_batch b = {
+	    .m = M, .rows = f->rowp, .labels = f->labels, .dense = f->dense};
 	double l;
 	assert_int_equal(esd_model_step(f->m, f->params, &b, K, &l, NULL, NULL), 0);
 	return l;
@@ -63,7 +64,8 @@ static void check_close(double analytic, double numeric, const char *what, size_
 {
 	double tol = 2e-3 * fmax(fabs(analytic), fabs(numeric)) + 2e-5;
 	if (fabs(analytic - numeric) > tol)
-		fail_msg("%s[%zu]: analytic %.8g, finite difference %.8g", what, i, analytic, numeric);
+		fail_msg("%s[%zu]: analytic %.8g, finite difference %.8g", what, i, analytic,
+		         numeric);
 }
 
 static void test_gradcheck(void **state)
@@ -78,7 +80,7 @@ static void test_gradcheck(void **state)
 			rgp[i * T + t] = rg[idx[i][t]];
 	double *dg = calloc(f.np, sizeof(double));
 	struct esd_model_batch b = {
-		.m = M, .rows = f.rowp, .row_grads = rgp, .labels = f.labels, .dense = f.dense};
+	    .m = M, .rows = f.rowp, .row_grads = rgp, .labels = f.labels, .dense = f.dense};
 	double loss;
 	float logits[M];
 	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &loss, dg, logits), 0);
@@ -98,7 +100,7 @@ static void test_gradcheck(void **state)
 		double lm = loss_of(&f);
 		f.params[p] = keep;
 		check_close(dg[p], (lp - lm) / (2.0 * ((double)(keep + h) - (double)keep)), "dense",
-			    p);
+		            p);
 	}
 	/* rows 0 and 1 appear in two samples each: gradients accumulate */
 	for (int r = 0; r < 3; r++)
@@ -172,7 +174,7 @@ static void test_split_and_determinism(void **state)
 			pb[i * T + t] = rg_b[idx[i][t]];
 		}
 	struct esd_model_batch b = {
-		.m = M, .rows = f.rowp, .row_grads = pall, .labels = f.labels, .dense = f.dense};
+	    .m = M, .rows = f.rowp, .row_grads = pall, .labels = f.labels, .dense = f.dense};
 	double l_all, l_again, l0, l1;
 	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &l_all, all, NULL), 0);
 	b.row_grads = pagain;
@@ -185,12 +187,12 @@ static void test_split_and_determinism(void **state)
 	 * buffers, then summed in rank order as the PS does */
 	double *part1 = calloc(f.np, sizeof(double));
 	struct esd_model_batch b0 = {
-		.m = 1, .rows = f.rowp, .row_grads = pa, .labels = f.labels, .dense = f.dense};
+	    .m = 1, .rows = f.rowp, .row_grads = pa, .labels = f.labels, .dense = f.dense};
 	struct esd_model_batch b1 = {.m = 2,
-				     .rows = f.rowp + T,
-				     .row_grads = pb + T,
-				     .labels = f.labels + 1,
-				     .dense = f.dense + D};
+	                             .rows = f.rowp + T,
+	                             .row_grads = pb + T,
+	                             .labels = f.labels + 1,
+	                             .dense = f.dense + D};
 	assert_int_equal(esd_model_step(f.m, f.params, &b0, K, &l0, part, NULL), 0);
 	assert_int_equal(esd_model_step(f.m, f.params, &b1, K, &l1, part1, NULL), 0);
 	esd_optim_grad_add((unsigned)f.np, part, part1);
@@ -199,7 +201,8 @@ static void test_split_and_determinism(void **state)
 	for (int r = 0; r < 3; r++) {
 		esd_optim_grad_add(DIM, rg_a[r], rg_b[r]);
 		for (int c = 0; c < DIM; c++)
-			assert_float_equal(rg_a[r][c], rg_all[r][c], 1e-14 * fabs(rg_all[r][c]) + 1e-18);
+			assert_float_equal(rg_a[r][c], rg_all[r][c],
+			                   1e-14 * fabs(rg_all[r][c]) + 1e-18);
 	}
 	assert_float_equal(l0 + l1, l_all, 1e-12);
 	free(all);
@@ -278,7 +281,8 @@ static void test_training_decreases_loss(void **state)
 		esd_optim_state_init(&p, (unsigned)np, pstate);
 		for (int t = 0; t < TT; t++)
 			for (int r = 0; r < NID; r++) {
-				esd_row_init(1, esd_key_make((uint32_t)t, (uint64_t)r), DD, rows[t][r]);
+				esd_row_init(1, esd_key_make((uint32_t)t, (uint64_t)r), DD,
+				             rows[t][r]);
 				esd_optim_state_init(&p, DD, rstate[t][r]);
 			}
 		const float *rp[NS * TT];
@@ -289,7 +293,7 @@ static void test_training_decreases_loss(void **state)
 				gp[i * TT + t] = rgrad[t][ids[i][t]];
 			}
 		struct esd_model_batch b = {
-			.m = NS, .rows = rp, .row_grads = gp, .labels = labels, .dense = dense};
+		    .m = NS, .rows = rp, .row_grads = gp, .labels = labels, .dense = dense};
 		double first = 0, loss = 0;
 		for (int it = 0; it < 300; it++) {
 			memset(rgrad, 0, sizeof(rgrad));
@@ -300,10 +304,10 @@ static void test_training_decreases_loss(void **state)
 			for (int t = 0; t < TT; t++)
 				for (int r = 0; r < NID; r++)
 					esd_optim_apply_sum(&p, DD, rows[t][r],
-							    sf ? rstate[t][r] : NULL, rgrad[t][r],
-							    ++clock[t][r]);
+					                    sf ? rstate[t][r] : NULL, rgrad[t][r],
+					                    ++clock[t][r]);
 			esd_optim_apply_sum(&p, (unsigned)np, params, sf ? pstate : NULL, pgrad,
-					(uint64_t)it + 1);
+			                    (uint64_t)it + 1);
 		}
 		print_message("%s: loss %.4f -> %.4f\n", esd_optim_name(p.opt), first, loss);
 		assert_true(first > 0.6);
@@ -318,11 +322,11 @@ static void test_training_decreases_loss(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_gradcheck),
-		cmocka_unit_test(test_sign_and_scale_by_hand),
-		cmocka_unit_test(test_split_and_determinism),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_training_decreases_loss),
+	    cmocka_unit_test(test_gradcheck),
+	    cmocka_unit_test(test_sign_and_scale_by_hand),
+	    cmocka_unit_test(test_split_and_determinism),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_training_decreases_loss),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -139,7 +139,8 @@ static void test_bit_determinism(void **state)
 		unsigned sf = esd_optimizer_state_floats(p.opt);
 		for (uint64_t t = 1; t <= STEPS; t++) {
 			for (int i = 0; i < DIM; i++)
-				g[i] = (float)((int64_t)(esd_test_rand(&rng) % 2001) - 1000) / 997.0f;
+				g[i] =
+				    (float)((int64_t)(esd_test_rand(&rng) % 2001) - 1000) / 997.0f;
 			esd_optim_apply(&p, DIM, va, sa, g, t);
 			for (int i = 0; i < DIM; i++) {
 				float st[2] = {sb[i], sf == 2 ? sb[DIM + i] : 0.0f};
@@ -247,14 +248,10 @@ static void test_row_init(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_params),
-		cmocka_unit_test(test_sgd_by_hand),
-		cmocka_unit_test(test_adagrad_by_hand),
-		cmocka_unit_test(test_adam_by_hand),
-		cmocka_unit_test(test_bit_determinism),
-		cmocka_unit_test(test_grad_add),
-		cmocka_unit_test(test_apply_sum),
-		cmocka_unit_test(test_row_init),
+	    cmocka_unit_test(test_params),          cmocka_unit_test(test_sgd_by_hand),
+	    cmocka_unit_test(test_adagrad_by_hand), cmocka_unit_test(test_adam_by_hand),
+	    cmocka_unit_test(test_bit_determinism), cmocka_unit_test(test_grad_add),
+	    cmocka_unit_test(test_apply_sum),       cmocka_unit_test(test_row_init),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,11 +7,13 @@
 
 #include <errno.h>
 #include <esd/ckpt.h>
+#include <esd/dataset.h>
 #include <esd/model.h>
 #include <esd/optim.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "reftrain.h"
 
@@ -24,10 +26,19 @@ static char *path_in(const char *name)
 	return p;
 }
 
-enum { TABLES = 4, DENSE = 3, ROWS = 40, DIM = 8, K = 64, NW = 4, ITERS = 50 };
+/* The problem size; -D overrides give a bigger run by hand, e.g.
+ * -DTABLES=26 -DROWS=2000 -DDIM=16 -DK=512 -DNW=8. */
+#ifndef TABLES
+#define TABLES 4
+#define DENSE  3
+#define ROWS   40
+#define DIM    8
+#define K      64
+#define NW     4
+#endif
+#define ITERS 50
 
-static void base_config(struct esd_ref_config *cfg, struct esd_ref_gen *gen,
-			enum esd_optimizer opt)
+static void base_config(struct esd_ref_config *cfg, struct esd_ref_gen *gen, enum esd_optimizer opt)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->seed = 17;
@@ -38,7 +49,7 @@ static void base_config(struct esd_ref_config *cfg, struct esd_ref_gen *gen,
 	esd_optim_params_default(&cfg->optim, opt);
 	cfg->optim.lr = opt == ESD_OPT_SGD ? 0.5f : opt == ESD_OPT_ADAGRAD ? 0.05f : 0.01f;
 	*gen = (struct esd_ref_gen){
-		.seed = 5, .tables = TABLES, .dense = DENSE, .rows = ROWS, .skew = 2.0};
+	    .seed = 5, .tables = TABLES, .dense = DENSE, .rows = ROWS, .skew = 2.0};
 }
 
 static void test_deterministic_and_learns(void **state)
@@ -55,12 +66,13 @@ static void test_deterministic_and_learns(void **state)
 		assert_int_equal(esd_ref_gen_source(&gen, &src), 0);
 		assert_int_equal(esd_ref_train(&cfg, &src, a, &st), 0);
 		print_message("%s: %llu rows, loss %.4f -> %.4f\n", esd_optim_name(cfg.optim.opt),
-			      (unsigned long long)st.rows, st.first_loss, st.last_loss);
+		              (unsigned long long)st.rows, st.first_loss, st.last_loss);
 		assert_true(st.rows > 0 && st.rows <= TABLES * ROWS);
 		assert_true(st.last_loss < 0.8 * st.first_loss);
 		assert_int_equal(esd_ref_train(&cfg, &src, b, NULL), 0);
 		const char *pa[1] = {a}, *pb[1] = {b};
-		const struct esd_ckpt_cmp_opts exact = {.exact = true, .state = true, .clocks = true};
+		const struct esd_ckpt_cmp_opts exact = {
+		    .exact = true, .state = true, .clocks = true};
 		struct esd_ckpt_cmp_result res;
 		assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, NULL), 0);
 		assert_true(res.equal);
@@ -95,8 +107,8 @@ static void test_deterministic_and_learns(void **state)
 	free(b);
 }
 
-static int64_t short_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
-			    float *labels, float *dense)
+static int64_t short_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
+                            float *dense)
 {
 	(void)arg;
 	if (cursor >= 3 * (uint64_t)k)
@@ -122,6 +134,77 @@ static void test_source_ends(void **state)
 	cfg.iterations = 4;
 	assert_int_equal(esd_ref_train(&cfg, &src, p, NULL), -ENODATA);
 	free(p);
+}
+
+/* A dataset stream as the source: the batches are the file's samples in
+ * order, the same as an in-memory source of the same samples; running past
+ * the end is -ENODATA. */
+enum { NS = 256, ST = 3, SD = 2 };
+static esd_key_t mem_keys[NS * ST];
+static float mem_labels[NS], mem_dense[NS * SD];
+
+static int64_t mem_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
+                          float *dense)
+{
+	(void)arg;
+	if (cursor + k > NS)
+		return cursor >= NS ? 0 : (int64_t)(NS - cursor);
+	memcpy(keys, mem_keys + cursor * ST, sizeof(esd_key_t) * k * ST);
+	memcpy(labels, mem_labels + cursor, sizeof(float) * k);
+	memcpy(dense, mem_dense + cursor * SD, sizeof(float) * k * SD);
+	return k;
+}
+
+static void test_stream_source(void **state)
+{
+	(void)state;
+	char *ds = path_in("s.esd"), *a = path_in("s-a.ckpt"), *b = path_in("s-b.ckpt");
+	struct esd_ds_info info = {.shape = "test", .ntables = ST, .ndense = SD};
+	for (int t = 0; t < ST; t++)
+		info.rows[t] = 10 + (uint64_t)t;
+	struct esd_ds_writer *w;
+	assert_int_equal(esd_ds_writer_open(ds, &info, &w), 0);
+	uint64_t rng = 8;
+	for (int i = 0; i < NS; i++) {
+		uint64_t ids[ST];
+		for (int t = 0; t < ST; t++) {
+			ids[t] = esd_test_rand(&rng) % info.rows[t];
+			mem_keys[i * ST + t] = esd_key_make((uint32_t)t, ids[t]);
+		}
+		for (int j = 0; j < SD; j++)
+			mem_dense[i * SD + j] = (float)(esd_test_rand(&rng) % 100) / 10.0f;
+		mem_labels[i] = (float)(ids[0] < 5);
+		assert_int_equal(
+		    esd_ds_writer_append(w, (uint8_t)mem_labels[i], mem_dense + i * SD, ids), 0);
+	}
+	assert_int_equal(esd_ds_writer_close(w), 0);
+
+	struct esd_ref_config cfg;
+	struct esd_ref_gen gen;
+	base_config(&cfg, &gen, ESD_OPT_ADAGRAD);
+	cfg.iterations = 3;
+	cfg.cursor = 32; /* resume-style start inside the stream */
+	struct esd_ref_source src, mem = {.tables = ST, .dense = SD, .next = mem_source};
+	assert_int_equal(esd_ref_stream_source(ds, &src), 0);
+	assert_int_equal(src.tables, ST);
+	assert_int_equal(src.dense, SD);
+	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), 0);
+	assert_int_equal(esd_ref_train(&cfg, &mem, b, NULL), 0);
+	const char *pa[1] = {a}, *pb[1] = {b};
+	const struct esd_ckpt_cmp_opts exact = {.exact = true, .state = true, .clocks = true};
+	struct esd_ckpt_cmp_result res;
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, NULL), 0);
+	assert_true(res.equal);
+	cfg.iterations = 4; /* 32 + 4 * 64 > 256 */
+	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), -ENODATA);
+	esd_ref_stream_close(&src);
+	esd_ref_stream_close(&src); /* twice is harmless */
+	char *missing = path_in("missing.esd");
+	assert_int_equal(esd_ref_stream_source(missing, &src), -ENOENT);
+	free(missing);
+	free(ds);
+	free(a);
+	free(b);
 }
 
 /* ---- the distributed iteration, emulated in one process ---------------- */
@@ -152,13 +235,13 @@ static int cmp_slot(const void *a, const void *b)
 }
 
 static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *gen_in,
-		    int shuffle_within, const char *out)
+                    int shuffle_within, const char *out)
 {
 	struct esd_ref_gen gen = *gen_in;
 	struct esd_ref_source src;
 	struct esd_model *model;
 	struct esd_model_shape shape = {
-		.tables = TABLES, .dim = DIM, .dense = DENSE, .hidden = cfg->hidden};
+	    .tables = TABLES, .dim = DIM, .dense = DENSE, .hidden = cfg->hidden};
 	struct emu *e = calloc(1, sizeof(*e));
 	assert_int_equal(esd_ref_gen_source(&gen, &src), 0);
 	assert_int_equal(esd_model_create(&shape, &model), 0);
@@ -204,7 +287,7 @@ static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *
 					if (!e->used[r]) { /* the PS creates it on first pull */
 						e->used[r] = 1;
 						esd_row_init(cfg->seed, keys[s * TABLES + t], DIM,
-							     e->val[r]);
+						             e->val[r]);
 						esd_optim_state_init(&cfg->optim, DIM, e->st[r]);
 					}
 					e->trained[w][r] = 1;
@@ -213,10 +296,10 @@ static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *
 				}
 			}
 			struct esd_model_batch b = {.m = K / NW,
-						    .rows = rows,
-						    .row_grads = grads,
-						    .labels = ml,
-						    .dense = md};
+			                            .rows = rows,
+			                            .row_grads = grads,
+			                            .labels = ml,
+			                            .dense = md};
 			memset(dg[w], 0, dl * sizeof(double));
 			assert_int_equal(esd_model_step(model, dense, &b, K, NULL, dg[w], NULL), 0);
 		}
@@ -240,7 +323,7 @@ static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *
 						esd_optim_grad_add(DIM, acc, e->grad[w][r]);
 			}
 			esd_optim_apply_sum(&cfg->optim, DIM, e->val[r], e->st[r], acc,
-					    ++e->clock[r]);
+			                    ++e->clock[r]);
 		}
 		memset(dacc, 0, dl * sizeof(double));
 		for (int w = 0; w < NW; w++)
@@ -252,22 +335,22 @@ static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *
 		char *p;
 		assert_true(asprintf(&p, "%s.%u", out, shard) > 0);
 		struct esd_ckpt_meta m = {.seed = cfg->seed,
-					  .iteration = cfg->iterations,
-					  .data_cursor = cfg->iterations * K,
-					  .dim = DIM,
-					  .optimizer = cfg->optim.opt,
-					  .shard = shard,
-					  .nshards = 2,
-					  .dense_len = shard ? 0 : dl,
-					  .dense_clock = cfg->iterations};
+		                          .iteration = cfg->iterations,
+		                          .data_cursor = cfg->iterations * K,
+		                          .dim = DIM,
+		                          .optimizer = cfg->optim.opt,
+		                          .shard = shard,
+		                          .nshards = 2,
+		                          .dense_len = shard ? 0 : dl,
+		                          .dense_clock = cfg->iterations};
 		struct esd_ckpt_writer *w;
 		assert_int_equal(esd_ckpt_writer_open(p, &m, &w), 0);
 		for (size_t r = 0; r < TABLES * ROWS; r++) {
 			esd_key_t key = esd_key_make((uint32_t)(r / ROWS), r % ROWS);
 			if (e->used[r] && (key & 1) == shard)
 				assert_int_equal(esd_ckpt_write_row(w, key, e->clock[r], e->val[r],
-								    sf ? e->st[r] : NULL),
-						 0);
+				                                    sf ? e->st[r] : NULL),
+				                 0);
 		}
 		if (!shard)
 			assert_int_equal(esd_ckpt_write_dense(w, dense, sf ? dstate : NULL), 0);
@@ -303,10 +386,10 @@ static void test_distributed_equals_reference(void **state)
 			struct esd_ckpt_error err;
 			assert_int_equal(esd_ckpt_compare(pa, 2, pb, 1, NULL, &res, &err), 0);
 			print_message("%s%s: %llu rows, max abs %.3g, max rel %.3g%s%s\n",
-				      esd_optim_name(cfg.optim.opt),
-				      shuffle ? " (shuffled micro-batches)" : "",
-				      (unsigned long long)res.rows_a, res.max_abs, res.max_rel,
-				      res.equal ? "" : ", differs: ", res.first_what);
+			              esd_optim_name(cfg.optim.opt),
+			              shuffle ? " (shuffled micro-batches)" : "",
+			              (unsigned long long)res.rows_a, res.max_abs, res.max_rel,
+			              res.equal ? "" : ", differs: ", res.first_what);
 			assert_true(res.equal);
 			/* double accumulators: in practice the same bits (reftrain.h) */
 			assert_true(res.max_abs == 0.0);
@@ -323,12 +406,14 @@ static void test_distributed_equals_reference(void **state)
 static void test_tool(void **state)
 {
 	(void)state;
-	char *bin = esd_test_bin("esd-ref"), *a = path_in("tool-a.ckpt"), *b = path_in("tool-b.ckpt");
+	char *bin = esd_test_bin("esd-ref"), *a = path_in("tool-a.ckpt"),
+	     *b = path_in("tool-b.ckpt");
 	char *cmd;
 	const char *args = "--iters 5 --batch 32 --tables 3 --rows 50 --dim 4 --opt adam";
-	assert_true(asprintf(&cmd, "%s %s --out %s >/dev/null && %s %s --out %s >/dev/null && "
-				   "cmp -s %s %s",
-			     bin, args, a, bin, args, b, a, b) > 0);
+	assert_true(asprintf(&cmd,
+	                     "%s %s --out %s >/dev/null && %s %s --out %s >/dev/null && "
+	                     "cmp -s %s %s",
+	                     bin, args, a, bin, args, b, a, b) > 0);
 	assert_int_equal(system(cmd), 0);
 	free(cmd);
 	assert_true(asprintf(&cmd, "%s --out %s --opt rmsprop 2>/dev/null", bin, a) > 0);
@@ -338,6 +423,36 @@ static void test_tool(void **state)
 	assert_true(asprintf(&cmd, "%s --iters -3 --out %s 2>/dev/null", bin, a) > 0);
 	st = system(cmd);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	free(cmd);
+	/* the checkpoint subcommands: info, compare (exit 0 equal, 1 not, 3 refused) */
+	char *c = path_in("tool-c.ckpt");
+	assert_true(asprintf(&cmd, "%s %s --seed 9 --out %s >/dev/null", bin, args, c) > 0);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	struct {
+		const char *x, *y, *opts;
+		int status;
+	} cases[] = {
+	    {a, b, "--exact", 0}, {a, c, "", 1},         {a, "/nonexistent.ckpt", "--rtol 0.1", 3},
+	    {a, "", "", 2},       {a, b, "--rtol x", 2},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_true(asprintf(&cmd, "%s compare %s %s %s >/dev/null 2>&1", bin,
+		                     cases[i].opts, cases[i].x, cases[i].y) > 0);
+		st = system(cmd);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != cases[i].status)
+			fail_msg("'%s' exited %d, expected %d", cmd, WEXITSTATUS(st),
+			         cases[i].status);
+		free(cmd);
+	}
+	assert_true(asprintf(&cmd, "%s info %s %s >/dev/null", bin, a, c) > 0);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	free(c);
+	assert_int_equal(truncate(b, 10), 0);
+	assert_true(asprintf(&cmd, "%s info %s 2>/dev/null", bin, b) > 0);
+	st = system(cmd);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 3);
 	free(cmd);
 	free(bin);
 	free(a);
@@ -362,10 +477,11 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_deterministic_and_learns),
-		cmocka_unit_test(test_source_ends),
-		cmocka_unit_test(test_distributed_equals_reference),
-		cmocka_unit_test(test_tool),
+	    cmocka_unit_test(test_deterministic_and_learns),
+	    cmocka_unit_test(test_source_ends),
+	    cmocka_unit_test(test_stream_source),
+	    cmocka_unit_test(test_distributed_equals_reference),
+	    cmocka_unit_test(test_tool),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

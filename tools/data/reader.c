@@ -205,7 +205,7 @@ static int parse_index(struct esd_ds_reader *r)
 	uint64_t prev = hb;
 	for (uint64_t b = 0; b < r->nblocks; b++) {
 		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
-		if ((b == 0 && o != hb) || o < prev || o + BLOCK_HDR > r->index_off ||
+		if ((b == 0 && o != hb) || o < prev || o > r->index_off - BLOCK_HDR ||
 		    (b > 0 && o - prev < BLOCK_HDR)) {
 			rc = ds_fail(-EPROTO, "%s: block index: block %llu at byte %llu out of "
 					      "order", path, (unsigned long long)b,

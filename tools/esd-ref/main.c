@@ -15,31 +15,37 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include "inspect.h"
 #include "reftrain.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: esd-ref --out FILE [options]\n"
-		"Train the reference model in one process and write its tables as a checkpoint.\n"
-		"\n"
-		"  --out FILE        checkpoint to write (replaced atomically)\n"
-		"  --iters N         iterations (50)\n"
-		"  --batch K         global batch size k (256)\n"
-		"  --cursor C        first sample index (0)\n"
-		"  --seed S          job seed: row and dense-table initialisation (1)\n"
-		"  --dim D           embedding row length (16)\n"
-		"  --hidden H        hidden units (16)\n"
-		"  --opt NAME        sgd | adagrad | adam (sgd)\n"
-		"  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
-		"                    optimizer hyper-parameters (defaults per optimizer)\n"
-		"  --verbose         print the loss of every iteration\n"
-		"built-in generator (sample i depends on (gen seed, i) only):\n"
-		"  --tables T        categorical features per sample (8)\n"
-		"  --dense N         dense features per sample (4)\n"
-		"  --rows R          IDs per table (1000)\n"
-		"  --skew X          ID skew, >= 1 (2.0)\n"
-		"  --gen-seed S      generator seed (the job seed)\n");
+	fprintf(
+	    f, "usage: esd-ref --out FILE [options]\n"
+	       "       esd-ref info FILE...\n"
+	       "       esd-ref compare [--rtol X] [--atol X] [--exact] [--no-state] [--no-clocks]\n"
+	       "                       A[,A...] B[,B...]\n"
+	       "Train the reference model in one process and write its tables as a checkpoint;\n"
+	       "validate and describe checkpoints; compare two models given as shard files\n"
+	       "(exit 0 equal, 1 different, 2 usage, 3 a file refused).\n"
+	       "\n"
+	       "  --out FILE        checkpoint to write (replaced atomically)\n"
+	       "  --iters N         iterations (50)\n"
+	       "  --batch K         global batch size k (256)\n"
+	       "  --cursor C        first sample index (0)\n"
+	       "  --seed S          job seed: row and dense-table initialisation (1)\n"
+	       "  --dim D           embedding row length (16)\n"
+	       "  --hidden H        hidden units (16)\n"
+	       "  --opt NAME        sgd | adagrad | adam (sgd)\n"
+	       "  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
+	       "                    optimizer hyper-parameters (defaults per optimizer)\n"
+	       "  --verbose         print the loss of every iteration\n"
+	       "built-in generator (sample i depends on (gen seed, i) only):\n"
+	       "  --tables T        categorical features per sample (8)\n"
+	       "  --dense N         dense features per sample (4)\n"
+	       "  --rows R          IDs per table (1000)\n"
+	       "  --skew X          ID skew, >= 1 (2.0)\n"
+	       "  --gen-seed S      generator seed (the job seed)\n");
 }
 
 static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -48,8 +54,9 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, u
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 0);
 	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
-		fprintf(stderr, "esd-ref: --%s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64
-				"]\n", opt, s, lo, hi);
+		fprintf(stderr,
+		        "esd-ref: --%s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n",
+		        opt, s, lo, hi);
 		return -EINVAL;
 	}
 	*out = v;
@@ -71,30 +78,44 @@ static int parse_f(const char *opt, const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR };
+	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM };
 	static const struct option longopts[] = {
-		{"out", required_argument, NULL, 'o'},     {"iters", required_argument, NULL, 'n'},
-		{"batch", required_argument, NULL, 'k'},   {"seed", required_argument, NULL, 's'},
-		{"dim", required_argument, NULL, 'd'},     {"hidden", required_argument, NULL, 'H'},
-		{"opt", required_argument, NULL, 'O'},     {"tables", required_argument, NULL, 'T'},
-		{"dense", required_argument, NULL, 'D'},   {"rows", required_argument, NULL, 'R'},
-		{"skew", required_argument, NULL, 'S'},    {"lr", required_argument, NULL, O_LR},
-		{"eps", required_argument, NULL, O_EPS},   {"beta1", required_argument, NULL, O_B1},
-		{"beta2", required_argument, NULL, O_B2},  {"init-acc", required_argument, NULL, O_ACC},
-		{"gen-seed", required_argument, NULL, O_GSEED},
-		{"cursor", required_argument, NULL, O_CURSOR},
-		{"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"out", required_argument, NULL, 'o'},
+	    {"iters", required_argument, NULL, 'n'},
+	    {"batch", required_argument, NULL, 'k'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"dim", required_argument, NULL, 'd'},
+	    {"hidden", required_argument, NULL, 'H'},
+	    {"opt", required_argument, NULL, 'O'},
+	    {"tables", required_argument, NULL, 'T'},
+	    {"dense", required_argument, NULL, 'D'},
+	    {"rows", required_argument, NULL, 'R'},
+	    {"skew", required_argument, NULL, 'S'},
+	    {"lr", required_argument, NULL, O_LR},
+	    {"eps", required_argument, NULL, O_EPS},
+	    {"beta1", required_argument, NULL, O_B1},
+	    {"beta2", required_argument, NULL, O_B2},
+	    {"init-acc", required_argument, NULL, O_ACC},
+	    {"gen-seed", required_argument, NULL, O_GSEED},
+	    {"cursor", required_argument, NULL, O_CURSOR},
+	    {"stream", required_argument, NULL, O_STREAM},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct esd_ref_config cfg = {.seed = 1, .dim = 16, .hidden = 16, .batch = 256,
-				     .iterations = 50};
+	struct esd_ref_config cfg = {
+	    .seed = 1, .dim = 16, .hidden = 16, .batch = 256, .iterations = 50};
 	struct esd_ref_gen gen = {.tables = 8, .dense = 4, .rows = 1000, .skew = 2.0};
-	const char *out = NULL, *opt_name = "sgd";
+	const char *out = NULL, *opt_name = "sgd", *stream = NULL;
 	double lr = NAN, eps = NAN, b1 = NAN, b2 = NAN, acc = NAN;
 	uint64_t u, gseed = 0;
 	int have_gseed = 0, c, rc = 0;
 
 	esd_log_init("esd-ref");
+	if (argc > 1 && !strcmp(argv[1], "info"))
+		return esd_ref_cmd_info(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "compare"))
+		return esd_ref_cmd_compare(argc - 1, argv + 1);
 	while ((c = getopt_long(argc, argv, "o:n:k:s:d:H:O:T:D:R:S:vh", longopts, NULL)) != -1) {
 		const char *name = NULL;
 		for (const struct option *o = longopts; o->name; o++)
@@ -161,6 +182,9 @@ int main(int argc, char **argv)
 		case O_CURSOR:
 			rc = parse_u64(name, optarg, 0, UINT64_MAX, &cfg.cursor);
 			break;
+		case O_STREAM:
+			stream = optarg;
+			break;
 		case 'v':
 			cfg.verbose = 1;
 			break;
@@ -182,7 +206,7 @@ int main(int argc, char **argv)
 	enum esd_optimizer opt;
 	if (esd_optim_parse(opt_name, &opt)) {
 		fprintf(stderr, "esd-ref: --opt: unknown optimizer '%s' (sgd, adagrad, adam)\n",
-			opt_name);
+		        opt_name);
 		return 2;
 	}
 	esd_optim_params_default(&cfg.optim, opt);
@@ -202,13 +226,30 @@ int main(int argc, char **argv)
 	}
 
 	struct esd_ref_source src;
-	gen.seed = have_gseed ? gseed : cfg.seed;
-	if (esd_ref_gen_source(&gen, &src)) {
-		fprintf(stderr, "esd-ref: bad generator settings (--skew must be >= 1)\n");
-		return 2;
+	if (stream) {
+		rc = esd_ref_stream_source(stream, &src);
+		if (rc) {
+			fprintf(stderr, "esd-ref: %s: %s\n", stream, esd_strerror(rc));
+			return 1;
+		}
+	} else {
+		gen.seed = have_gseed ? gseed : cfg.seed;
+		if (esd_ref_gen_source(&gen, &src)) {
+			fprintf(stderr, "esd-ref: bad generator settings (--skew must be >= 1)\n");
+			return 2;
+		}
 	}
 	struct esd_ref_stats st;
 	rc = esd_ref_train(&cfg, &src, out, &st);
+	esd_ref_stream_close(&src);
+	if (rc == -ENODATA) {
+		fprintf(stderr,
+		        "esd-ref: the samples ran out before iteration %" PRIu64 " (%" PRIu64
+		        " iterations of %u from cursor %" PRIu64 " need %" PRIu64 " samples)\n",
+		        cfg.iterations, cfg.iterations, cfg.batch, cfg.cursor,
+		        cfg.cursor + cfg.iterations * cfg.batch);
+		return 1;
+	}
 	if (rc) {
 		fprintf(stderr, "esd-ref: training failed: %s\n", esd_strerror(rc));
 		return 1;

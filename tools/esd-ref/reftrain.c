@@ -19,17 +19,17 @@
 
 struct row_store {
 	uint32_t dim, sf;
-	size_t stride;        /* floats per row: value, state */
-	size_t n;             /* rows */
+	size_t stride; /* floats per row: value, state */
+	size_t n;      /* rows */
 	float **chunks;
-	double **gchunks;     /* the rows' gradient sums, dim doubles each */
+	double **gchunks; /* the rows' gradient sums, dim doubles each */
 	size_t nchunks;
-	esd_key_t *keys;      /* n */
-	uint64_t *clocks;     /* n */
-	uint64_t *last_iter;  /* n: last iteration the row was touched + 1 */
-	size_t cap;           /* of keys/clocks/last_iter */
-	uint32_t *index;      /* hash: row + 1, 0 = empty */
-	size_t icap;          /* power of 2 */
+	esd_key_t *keys;     /* n */
+	uint64_t *clocks;    /* n */
+	uint64_t *last_iter; /* n: last iteration the row was touched + 1 */
+	size_t cap;          /* of keys/clocks/last_iter */
+	uint32_t *index;     /* hash: row + 1, 0 = empty */
+	size_t icap;         /* power of 2 */
 };
 
 static float *row_at(const struct row_store *s, size_t i)
@@ -139,19 +139,18 @@ static int by_key(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int write_tables(const struct esd_ref_config *cfg, struct row_store *s,
-			const float *dense, const float *dstate, size_t dense_len,
-			uint64_t cursor, const char *path)
+static int write_tables(const struct esd_ref_config *cfg, struct row_store *s, const float *dense,
+                        const float *dstate, size_t dense_len, uint64_t cursor, const char *path)
 {
 	struct esd_ckpt_meta m = {.seed = cfg->seed,
-				  .iteration = cfg->iterations,
-				  .data_cursor = cursor,
-				  .dim = s->dim,
-				  .optimizer = cfg->optim.opt,
-				  .shard = 0,
-				  .nshards = 1,
-				  .dense_len = dense_len,
-				  .dense_clock = cfg->iterations};
+	                          .iteration = cfg->iterations,
+	                          .data_cursor = cursor,
+	                          .dim = s->dim,
+	                          .optimizer = cfg->optim.opt,
+	                          .shard = 0,
+	                          .nshards = 1,
+	                          .dense_len = dense_len,
+	                          .dense_clock = cfg->iterations};
 	struct esd_ckpt_writer *w;
 	uint32_t *order = malloc((s->n + 1) * sizeof(*order));
 	int rc;
@@ -167,7 +166,7 @@ static int write_tables(const struct esd_ref_config *cfg, struct row_store *s,
 	for (size_t j = 0; j < s->n && !rc; j++) {
 		const float *r = row_at(s, order[j]);
 		rc = esd_ckpt_write_row(w, s->keys[order[j]], s->clocks[order[j]], r,
-					s->sf ? r + s->dim : NULL);
+		                        s->sf ? r + s->dim : NULL);
 	}
 	if (!rc)
 		rc = esd_ckpt_write_dense(w, dense, s->sf ? dstate : NULL);
@@ -182,7 +181,7 @@ out:
 }
 
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
-		  const char *out_path, struct esd_ref_stats *stats)
+                  const char *out_path, struct esd_ref_stats *stats)
 {
 	struct esd_model *model = NULL;
 	struct row_store s = {0};
@@ -201,7 +200,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	    esd_optim_params_check(&cfg->optim))
 		return -EINVAL;
 	struct esd_model_shape shape = {
-		.tables = src->tables, .dim = cfg->dim, .dense = src->dense, .hidden = cfg->hidden};
+	    .tables = src->tables, .dim = cfg->dim, .dense = src->dense, .hidden = cfg->hidden};
 	rc = esd_model_create(&shape, &model);
 	if (rc)
 		return rc;
@@ -257,7 +256,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 		}
 		memset(dgrad, 0, dense_len * sizeof(double));
 		struct esd_model_batch b = {
-			.m = k, .rows = rows, .row_grads = grads, .labels = labels, .dense = dfeat};
+		    .m = k, .rows = rows, .row_grads = grads, .labels = labels, .dense = dfeat};
 		double loss;
 		rc = esd_model_step(model, dense, &b, k, &loss, dgrad, NULL);
 		if (rc)
@@ -266,7 +265,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 		for (size_t j = 0; j < nt; j++) {
 			float *row = row_at(&s, touched[j]);
 			esd_optim_apply_sum(&cfg->optim, s.dim, row, row + s.dim,
-					    grad_at(&s, touched[j]), ++s.clocks[touched[j]]);
+			                    grad_at(&s, touched[j]), ++s.clocks[touched[j]]);
 		}
 		esd_optim_apply_sum(&cfg->optim, (unsigned)dense_len, dense, dstate, dgrad, it + 1);
 		cursor += k;
@@ -305,7 +304,7 @@ static double unit(uint64_t x)
 }
 
 static int64_t gen_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-			float *dense)
+                        float *dense)
 {
 	const struct esd_ref_gen *g = arg;
 	const uint64_t base = esd_splitmix64(g->seed ^ UINT64_C(0x5eed5eed5eed5eed));

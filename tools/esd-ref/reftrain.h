@@ -62,7 +62,7 @@ struct esd_ref_source {
 	uint32_t tables; /* T, categorical features per sample */
 	uint32_t dense;  /* D, dense features per sample */
 	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-			float *dense);
+	                float *dense);
 	void *arg;
 };
 
@@ -86,6 +86,17 @@ struct esd_ref_gen {
  * -EINVAL (tables 0, rows 0, skew < 1). */
 int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src);
 
+/*
+ * A source over a dataset stream (esd/dataset.h): the batch at cursor c
+ * is samples [c, c + k) of the file (fewer at its end). Returns 0 and
+ * fills *src (close with esd_ref_stream_close), or esd_ds_open's error
+ * (-ENOENT, -ESD_EBADMAGIC, -ESD_EBADSUM, -EPROTO, ...; the reason is
+ * logged by the dataset library). A corrupt block met later is the
+ * source's error, returned by esd_ref_train.
+ */
+int esd_ref_stream_source(const char *path, struct esd_ref_source *src);
+void esd_ref_stream_close(struct esd_ref_source *src);
+
 struct esd_ref_config {
 	uint64_t seed;       /* job seed: row and dense initialisation */
 	uint32_t dim;        /* row length */
@@ -94,13 +105,13 @@ struct esd_ref_config {
 	uint64_t iterations; /* N */
 	uint64_t cursor;     /* first sample index to read (usually 0) */
 	struct esd_optim_params optim;
-	int verbose;         /* print the loss of every iteration to stdout */
+	int verbose; /* print the loss of every iteration to stdout */
 };
 
 struct esd_ref_stats {
-	uint64_t rows;       /* distinct rows touched */
-	double first_loss;   /* mean loss of the first iteration */
-	double last_loss;    /* mean loss of the last iteration */
+	uint64_t rows;     /* distinct rows touched */
+	double first_loss; /* mean loss of the first iteration */
+	double last_loss;  /* mean loss of the last iteration */
 };
 
 /*
@@ -111,7 +122,7 @@ struct esd_ref_stats {
  * a source's -errno, or a checkpoint writer's -errno.
  */
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
-		  const char *out_path, struct esd_ref_stats *stats);
+                  const char *out_path, struct esd_ref_stats *stats);
 
 #ifdef __cplusplus
 }
