@@ -82,6 +82,14 @@ static void accept_pending(struct node *nd)
 		pid_t pid;
 		if (esd_attach_accept(nd->listen_fd, &fd, &uid, &pid))
 			return;
+		/* read the HELLO first: closing with it unread would reset the
+		 * connection and the peer would never see why */
+		struct esd_attach_msg m;
+		if (esd_attach_recv(fd, &m, NULL, NULL, 2000) || m.op != ESD_AT_HELLO) {
+			ESD_WARN("node", "pid %d connected without a HELLO; closed", (int)pid);
+			close(fd);
+			continue;
+		}
 		if (uid != geteuid()) {
 			ESD_WARN("node", "refused a trainer of uid %u (pid %d): this daemon runs as "
 				 "uid %u", (unsigned)uid, (int)pid, (unsigned)geteuid());
@@ -90,12 +98,6 @@ static void accept_pending(struct node *nd)
 		}
 		if (nd->trainer_fd >= 0) {
 			refuse(fd, "attach refused: another trainer is attached");
-			continue;
-		}
-		struct esd_attach_msg m;
-		if (esd_attach_recv(fd, &m, NULL, NULL, 5000) || m.op != ESD_AT_HELLO) {
-			ESD_WARN("node", "pid %d connected without a HELLO; closed", (int)pid);
-			close(fd);
 			continue;
 		}
 		m = esd_attach_msg_make(ESD_AT_WELCOME);

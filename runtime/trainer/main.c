@@ -89,8 +89,10 @@ int main(int argc, char **argv)
 	esd_log_init("esd-trainer");
 	struct esd_trainer *t;
 	rc = esd_trainer_attach(dir, &t);
-	if (rc)
+	if (rc) {
+		ESD_ERR("trainer", "cannot attach to the daemon of %s: %s", dir, esd_strerror(rc));
 		return 1;
+	}
 	struct esd_trainer_info in;
 	esd_trainer_get_info(t, &in);
 
