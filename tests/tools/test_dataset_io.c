@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static char *dir;
 
@@ -340,6 +341,32 @@ static void test_writer_ranges(void **state)
 	free(p);
 }
 
+/* Regression: a header claiming 2^64-1 samples and no blocks made the
+ * block count wrap to 0 and the first read index past the block index. */
+static void test_nsamples_overflow_header(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct esd_ds_writer *w;
+	struct esd_ds_reader *r;
+	char *p = path_of("overflow.esd");
+	info_init(&in, 1, 0, 10);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+	int fd = open(p, O_RDWR);
+	uint8_t h[208 + 16 + 8];
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	uint64_t n = UINT64_MAX;
+	memcpy(h + 72, &n, 8); /* samples */
+	uint64_t sum = XXH64(h, sizeof(h) - 8, 0);
+	memcpy(h + sizeof(h) - 8, &sum, 8);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	assert_int_equal(esd_ds_open(p, &r), -EPROTO);
+	assert_non_null(strstr(esd_ds_last_error(), "blocks for"));
+	free(p);
+}
+
 static void test_shapes(void **state)
 {
 	(void)state;
@@ -375,6 +402,7 @@ int main(void)
 	    cmocka_unit_test(test_cursor_restart), cmocka_unit_test(test_corrupt_block),
 	    cmocka_unit_test(test_truncated),      cmocka_unit_test(test_unfinished_writer),
 	    cmocka_unit_test(test_writer_ranges),  cmocka_unit_test(test_shapes),
+	    cmocka_unit_test(test_nsamples_overflow_header),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

@@ -133,6 +133,9 @@ static void test_avazu(void **state)
 	expect_bad(&c, bad, "field 2 (click)");
 	assert_int_equal(ds_parse_header(&c2, "id,hour,C1", 10, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "click"));
+	/* regression: after a failed header, data lines must not use the old
+	 * column map (it indexed column -1) */
+	expect_bad(&c2, line2, "no header line seen");
 	assert_int_equal(ds_parse_header(&c2, "id,click,hour", 13, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "banner_pos"));
 }

@@ -242,6 +242,7 @@ static int parse_avazu(const struct ds_parse_ctx *c, const char *line, size_t le
 int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why, size_t whylen)
 {
 	struct field f[DS_AVAZU_MAX_COLS];
+	c->ncols = 0; /* no data line parses until a header did */
 	int n = split(line, len, ',', f, DS_AVAZU_MAX_COLS);
 	if (n > DS_AVAZU_MAX_COLS)
 		return bad(why, whylen, "header: more than %d columns", DS_AVAZU_MAX_COLS);

@@ -157,7 +157,8 @@ static int parse_header(struct esd_ds_reader *r)
 		             path);
 		goto out;
 	}
-	uint64_t want = (in->nsamples + in->block_samples - 1) / in->block_samples;
+	uint64_t want = in->nsamples / in->block_samples +
+			(in->nsamples % in->block_samples != 0); /* no overflow */
 	if (r->nblocks != want) {
 		rc = ds_fail(-EPROTO, "%s: header: %llu blocks for %llu samples of %u", path,
 		             (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
