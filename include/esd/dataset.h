@@ -165,8 +165,9 @@ struct esd_ds_reader;
  * when they are read. The cursor starts at sample 0.
  * Returns 0 and *out, or -ESD_EBADMAGIC (not a dataset stream),
  * -ESD_EBADVERSION, -ESD_EBADSUM (header or index checksum), -EPROTO
- * (truncated, incomplete or inconsistent file), -ENOMEM, or the -errno of
- * open(2)/pread(2). The caller owns *out; free it with esd_ds_close().
+ * (truncated, incomplete or inconsistent file), -ENOTSUP (zstd blocks, a
+ * build without zstd), -ENOMEM, or the -errno of open(2)/pread(2). The
+ * caller owns *out; free it with esd_ds_close().
  */
 int esd_ds_open(const char *path, struct esd_ds_reader **out);
 
@@ -178,7 +179,7 @@ const struct esd_ds_info *esd_ds_reader_info(const struct esd_ds_reader *r);
  * cursor: labels[k] (float 0/1), dense[k * ndense], keys[k * ntables]
  * (esd_key_make(table, id)). Any of the three may be NULL to skip it.
  * Returns the number of samples read (0 at the end of the stream, fewer
- * than k only at the end), or -ESD_EBADSUM / -EPROTO (a corrupt block; the
+ * than k only at the end; for another epoch, esd_ds_rewind), or -ESD_EBADSUM / -EPROTO (a corrupt block; the
  * message names file, block and byte offset; the cursor is left where it
  * was, so nothing is returned twice), -ENOMEM, -errno of pread(2).
  */
