@@ -71,12 +71,19 @@ static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t 
 	return 0;
 }
 
-/* How far ahead gather/scatter prefetch: enough rows to cover DRAM
- * latency for 256-byte rows, cheap for 2 KiB ones. */
-#define AHEAD 8
+/* How far ahead gather/scatter prefetch: about 4 KiB of rows in flight
+ * (8 rows of 64 floats, 2 of 512). Of a long row only the first 512 bytes
+ * are prefetched: the hardware's stream prefetcher follows the rest. */
+static size_t ahead_rows(size_t row_bytes)
+{
+	size_t a = 4096 / (row_bytes ? row_bytes : 1);
+	return a < 2 ? 2 : a > 16 ? 16 : a;
+}
 
 static void prefetch_row(const uint8_t *p, size_t bytes, int rw)
 {
+	if (bytes > 512)
+		bytes = 512;
 	for (size_t o = 0; o < bytes; o += 64) {
 		if (rw)
 			__builtin_prefetch(p + o, 1);
@@ -94,11 +101,12 @@ int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n,
 	if (n && !dst)
 		return -EINVAL;
 	const size_t v = (size_t)c->dim * sizeof(float), s = v * c->state_floats;
+	const size_t ahead = ahead_rows(esd_cache_row_bytes(c, parts));
 	uint8_t *out = dst;
 
 	for (size_t i = 0; i < n; i++) {
-		if (i + AHEAD < n) {
-			uint64_t a = slots[i + AHEAD];
+		if (i + ahead < n) {
+			uint64_t a = slots[i + ahead];
 			if (parts & ESD_CACHE_VEC)
 				prefetch_row(c->vec + a * c->vec_stride, v, 0);
 			if ((parts & ESD_CACHE_STATE) && s)
@@ -134,11 +142,12 @@ int esd_cache_scatter(struct esd_cache *c, const uint32_t *slots, size_t n, unsi
 	if (!c->meta_rw && (parts & (ESD_CACHE_VEC | ESD_CACHE_STATE)))
 		return -EPERM;
 	const size_t v = (size_t)c->dim * sizeof(float), s = v * c->state_floats;
+	const size_t ahead = ahead_rows(esd_cache_row_bytes(c, parts));
 	const uint8_t *in = src;
 
 	for (size_t i = 0; i < n; i++) {
-		if (i + AHEAD < n) {
-			uint64_t a = slots[i + AHEAD];
+		if (i + ahead < n) {
+			uint64_t a = slots[i + ahead];
 			if (parts & ESD_CACHE_VEC)
 				prefetch_row(c->vec + a * c->vec_stride, v, 1);
 			if (parts & ESD_CACHE_GRAD)
