@@ -27,11 +27,10 @@ struct layout {
 
 static void compute_layout(uint32_t capacity, struct layout *l)
 {
-	/* Index load at most 2/3: the smallest power of two >= 1.5 x capacity. */
-	uint64_t want = (uint64_t)capacity + capacity / 2 + 1;
-	uint64_t ents = 8;
-	while (ents < want)
-		ents *= 2;
+	/* Index load at most 2/3, whole cache lines. */
+	uint64_t ents = ((uint64_t)capacity + capacity / 2 + 1 + 3) & ~(uint64_t)3;
+	if (ents < 8)
+		ents = 8;
 	l->index_entries = (uint32_t)ents;
 
 	uint64_t off = CM_HDR_BYTES;
@@ -89,7 +88,7 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->total_bytes = l.total;
 	cm->capacity = capacity;
 	cm->policy = policy;
-	cm->index_mask = l.index_entries - 1;
+	cm->index_size = l.index_entries;
 	cm->emark_target = 1;
 	cm->off_slots = l.off_slots;
 	cm->off_index = l.off_index;
@@ -142,7 +141,7 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
 			  cm->free_words[i] == l.free_words[i];
-	if (cm->total_bytes != l.total || !offs_ok || cm->index_mask != l.index_entries - 1) {
+	if (cm->total_bytes != l.total || !offs_ok || cm->index_size != l.index_entries) {
 		ESD_ERR("cache", "cache metadata: sizes/offsets do not match capacity %u",
 			cm->capacity);
 		return -EINVAL;
@@ -294,7 +293,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	      cm->emark_at_target);
 	for (uint32_t p = 1; p < cm->heap_n; p++)
 		CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
-	for (uint32_t i = 0; i <= cm->index_mask; i++) {
+	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)
 			continue;
 		indexed++;

@@ -7,8 +7,9 @@
  *
  *   header     struct esd_cmeta (256 bytes)
  *   slots      capacity x struct esd_cmeta_slot (64 bytes each)
- *   index      index_mask+1 x struct cm_ient: open addressing, linear
- *              probing, backward-shift deletion (no tombstones)
+ *   index      index_size x struct cm_ient (about 1.5 x capacity): open
+ *              addressing, linear probing, backward-shift deletion (no
+ *              tombstones)
  *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
  *              laid out so the four children of a node fill two cache
  *              lines; it holds exactly the occupied slots that are not
@@ -45,7 +46,7 @@ struct esd_cmeta {
 	uint64_t total_bytes;
 	uint32_t capacity;
 	uint32_t policy;     /* enum esd_policy */
-	uint32_t index_mask; /* index entries - 1 (a power of two - 1) */
+	uint32_t index_size; /* index entries: capacity * 1.5, rounded up to 4 */
 	uint32_t count;      /* occupied slots */
 	uint32_t heap_n;     /* entries in the heap */
 	uint32_t npinned;    /* entries of pinned[] */
@@ -140,10 +141,16 @@ static inline uint64_t cm_hash(uint64_t key)
 	key ^= key >> 33;
 	return key;
 }
+/* Home bucket of a hash: multiply-shift range reduction, so the table
+ * needs no power-of-two size (load stays near 2/3 instead of 1/3..2/3). */
+static inline uint32_t cm_home(uint32_t hash, uint32_t size)
+{
+	return (uint32_t)(((uint64_t)hash * size) >> 32);
+}
 static inline void cm_index_prefetch(const struct esd_cmeta *cm, uint64_t key)
 {
 	__builtin_prefetch((const char *)cm + cm->off_index +
-			   ((uint32_t)cm_hash(key) & cm->index_mask) * 16u);
+			   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
 }
 void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key);

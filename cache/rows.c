@@ -260,6 +260,15 @@ uint64_t esd_cache_published(const struct esd_cache *c)
 	return atomic_load_explicit(&c->daemon->published_iter, memory_order_acquire);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 int esd_cache_wait_published(const struct esd_cache *c, uint64_t iter, int64_t timeout_ns)
 {
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : esd_now_ns() + timeout_ns;
@@ -271,7 +280,7 @@ int esd_cache_wait_published(const struct esd_cache *c, uint64_t iter, int64_t t
 		/* spin briefly (the daemon is usually microseconds away), then
 		 * back off so a waiting trainer does not steal the core */
 		if (++spins < 1000)
-			__builtin_ia32_pause();
+			cpu_relax();
 		else if (spins < 2000)
 			sched_yield();
 		else
