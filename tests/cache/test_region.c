@@ -279,6 +279,54 @@ static void test_header_validation(void **state)
 	esd_cache_close(c);
 }
 
+/* Random headers, some with a valid magic, version and checksum so the
+ * deeper checks run: always refused, never a crash. */
+static void test_garbage_headers(void **state)
+{
+	(void)state;
+	struct esd_cache *c = make(100, 8, ESD_OPT_ADAM, 4), *a = NULL;
+	int fd = esd_cache_fd(c);
+	uint8_t *hdr = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t good[192];
+	uint64_t rng = 2024;
+	assert_true(hdr != MAP_FAILED);
+	memcpy(good, hdr, sizeof(good));
+
+	capture_begin();
+	for (int i = 0; i < 300; i++) {
+		memcpy(hdr, good, sizeof(good));
+		int nflip = 1 + (int)(esd_test_rand(&rng) % 8);
+		for (int k = 0; k < nflip; k++) {
+			uint64_t r = esd_test_rand(&rng);
+			hdr[16 + r % (144 - 16)] ^= (uint8_t)(1u << ((r >> 32) % 8));
+		}
+		if (i % 2)
+			reseal(hdr);
+		int rc = esd_cache_attach_fd(fd, 0, &a);
+		if (rc == 0) { /* a flip that changed nothing that matters */
+			esd_cache_close(a);
+			a = NULL;
+		}
+	}
+	memcpy(hdr, good, sizeof(good));
+	/* a good region header over a corrupt metadata block */
+	uint64_t cmeta_off;
+	memcpy(&cmeta_off, good + 64, 8);
+	uint8_t *meta = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)cmeta_off);
+	assert_true(meta != MAP_FAILED);
+	meta[0] ^= 1;
+	int rc = esd_cache_attach_fd(fd, 0, &a);
+	meta[0] ^= 1;
+	char *log = capture_end();
+	(void)log;
+	assert_int_equal(rc, -ESD_EBADMAGIC);
+	assert_int_equal(esd_cache_attach_fd(fd, 0, &a), 0);
+	esd_cache_close(a);
+	munmap(meta, 4096);
+	munmap(hdr, 4096);
+	esd_cache_close(c);
+}
+
 static void test_rows_gather_scatter(void **state)
 {
 	(void)state;
@@ -448,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_small_pages_and_log),
 		cmocka_unit_test(test_auto_fallback_warns),
 		cmocka_unit_test(test_header_validation),
+		cmocka_unit_test(test_garbage_headers),
 		cmocka_unit_test(test_rows_gather_scatter),
 		cmocka_unit_test(test_counters_and_dirty_victims),
 		cmocka_unit_test(test_trainer_mapping_read_only),
