@@ -104,12 +104,20 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 
 	/* 2. New pins out of the heap (the ones pinned last iteration are out
 	 * already), then last iteration's pins that lapse back in. */
+	uint32_t *hp = cm_heappos(cm);
+	const struct cm_hent *heap = cm_heap(cm);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
+		/* Two-stage prefetch: the slot and its heap position 16 keys
+		 * ahead, the heap entry that position names 8 keys ahead. */
+		if (i + 16 < n && slots[i + 16] != ESD_SLOT_NONE) {
+			__builtin_prefetch(&sl[slots[i + 16]]);
+			__builtin_prefetch(&hp[slots[i + 16]]);
+		}
+		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE && hp[slots[i + 8]])
+			__builtin_prefetch(&heap[hp[slots[i + 8]] - 1]);
 		if (s == ESD_SLOT_NONE)
 			continue;
-		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[slots[i + 8]]);
 		if (!(prev && sl[s].pin_iter == prev))
 			cm_heap_remove(cm, s);
 		sl[s].pin_iter = iter;
@@ -117,6 +125,10 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	cm->last_iter = iter;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
+		if (i + 8 < cm->npinned) {
+			__builtin_prefetch(&sl[pinned[i + 8]]);
+			__builtin_prefetch(&hp[pinned[i + 8]], 1);
+		}
 		if (sl[s].state != ESD_ROW_ABSENT && sl[s].pin_iter == prev)
 			cm_heap_insert(cm, s);
 	}
