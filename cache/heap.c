@@ -70,9 +70,16 @@ static void sift_up(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
 	put(cm, pos, e);
 }
 
-/* Smallest of the children c..c+3 that exist (c < n). */
+/* Smallest of the children c..c+3 that exist (c < n). With all four
+ * present, a two-round tournament: the first two comparisons are
+ * independent, so the dependent chain is two compares, not three. */
 static inline uint32_t min_child(const struct cm_hent *h, uint32_t c, uint32_t n)
 {
+	if (c + 3 < n) {
+		uint32_t a = c + cm_hless(&h[c + 1], &h[c]);
+		uint32_t b = c + 2 + cm_hless(&h[c + 3], &h[c + 2]);
+		return cm_hless(&h[b], &h[a]) ? b : a;
+	}
 	uint32_t m = c;
 	for (uint32_t j = c + 1; j < c + ARITY; j++) {
 		bool take = (j < n) & cm_hless(&h[j], &h[m]);
