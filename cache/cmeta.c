@@ -69,7 +69,7 @@ size_t esd_cmeta_bytes(uint32_t capacity)
 }
 
 int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
-		   struct esd_cmeta **out)
+                   struct esd_cmeta **out)
 {
 	struct layout l;
 
@@ -121,41 +121,42 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 		return -EINVAL;
 	if (cm->magic != CM_MAGIC) {
 		ESD_ERR("cache", "cache metadata: bad magic %#llx (want %#llx)",
-			(unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
+		        (unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
 		return -ESD_EBADMAGIC;
 	}
 	if (cm->version != CM_VERSION) {
 		ESD_ERR("cache", "cache metadata: layout version %u, this build speaks %u",
-			cm->version, CM_VERSION);
+		        cm->version, CM_VERSION);
 		return -ESD_EBADVERSION;
 	}
 	if (cm->hdr_bytes != CM_HDR_BYTES || cm->capacity == 0 || cm->capacity > CM_MAX_CAP) {
 		ESD_ERR("cache", "cache metadata: bad header size %u or capacity %u", cm->hdr_bytes,
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	compute_layout(cm->capacity, &l);
 	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
-		       cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
-		       cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
+	               cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
+	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
-			  cm->free_words[i] == l.free_words[i];
+		          cm->free_words[i] == l.free_words[i];
 	if (cm->total_bytes != l.total || !offs_ok || cm->index_size != l.index_entries) {
 		ESD_ERR("cache", "cache metadata: sizes/offsets do not match capacity %u",
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	if (len < l.total) {
 		ESD_ERR("cache", "cache metadata: %llu bytes needed, %zu mapped",
-			(unsigned long long)l.total, len);
+		        (unsigned long long)l.total, len);
 		return -EINVAL;
 	}
 	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
 	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD) {
-		ESD_ERR("cache", "cache metadata: counters out of range (count %u, heap %u, "
-				 "pinned %u, hints %u, policy %u)",
-			cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
+		ESD_ERR("cache",
+		        "cache metadata: counters out of range (count %u, heap %u, "
+		        "pinned %u, hints %u, policy %u)",
+		        cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
 		return -EINVAL;
 	}
 	*out = cm;
@@ -298,7 +299,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 			continue;
 		indexed++;
 		CHECK(ix[i].slot < cm->capacity && s[ix[i].slot].key == ix[i].key &&
-			      s[ix[i].slot].state != ESD_ROW_ABSENT,
+		          s[ix[i].slot].state != ESD_ROW_ABSENT,
 		      "index entry %u (key %#llx -> slot %u) dangles", i,
 		      (unsigned long long)ix[i].key, ix[i].slot);
 	}

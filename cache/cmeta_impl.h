@@ -67,7 +67,7 @@ struct cm_ient {
 	uint64_t key;
 	uint32_t slot; /* ESD_SLOT_NONE: empty */
 	uint32_t hash; /* low 32 bits of cm_hash(key): the home bucket, kept
-			* so deletion's backward shift needs no rehash */
+	                * so deletion's backward shift needs no rehash */
 };
 
 /* Heap entry: the policy's order as (a, b, c) compared lexicographically,
@@ -150,7 +150,7 @@ static inline uint32_t cm_home(uint32_t hash, uint32_t size)
 static inline void cm_index_prefetch(const struct esd_cmeta *cm, uint64_t key)
 {
 	__builtin_prefetch((const char *)cm + cm->off_index +
-			   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
+	                   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
 }
 void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key);

@@ -80,7 +80,7 @@ uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key)
 	if (!cm)
 		return ESD_SLOT_NONE;
 	return probe(cm_index(cm), cm->index_size, cm_home((uint32_t)cm_hash(key), cm->index_size),
-		     key);
+	             key);
 }
 
 /* Keys hashed and prefetched ahead of the probe. 16 misses in flight is
@@ -88,7 +88,7 @@ uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key)
 #define WINDOW 16
 
 void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, size_t n,
-			  uint32_t *slots)
+                          uint32_t *slots)
 {
 	if (!cm) {
 		for (size_t i = 0; i < n; i++)

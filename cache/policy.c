@@ -78,7 +78,7 @@ static int check_keys(const esd_key_t *keys, size_t n)
 }
 
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill)
+                         struct esd_cmeta_fill *fill)
 {
 	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
 		return -EINVAL;
@@ -144,8 +144,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			e->freq++;
 			set_mark(cm, e, cm->emark_target);
 			if (e->state == ESD_ROW_OUTDATED) {
-				fill->pulls[fill->n_pulls++] =
-					(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
+				fill->pulls[fill->n_pulls++] = (struct esd_cmeta_pull){
+				    .key = keys[i], .slot = s, .outdated = 1};
 				fill->n_miss_outdated++;
 			} else {
 				fill->n_hits++;
@@ -167,7 +167,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
-				.key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
+			    .key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
 			if (dirty)
 				fill->n_evict_dirty++;
 			else
@@ -191,7 +191,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		cm->count++;
 		slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
-			(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
+		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
 	}
 
@@ -219,7 +219,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 }
 
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
-			uint64_t clock)
+                        uint64_t clock)
 {
 	if (!cm || slot >= cm->capacity || (unsigned)state > ESD_ROW_DIRTY)
 		return -EINVAL;

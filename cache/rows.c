@@ -60,8 +60,7 @@ size_t esd_cache_row_bytes(const struct esd_cache *c, unsigned parts)
 	       ((parts & ESD_CACHE_GRAD) ? v : 0);
 }
 
-static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t n,
-		       unsigned parts)
+static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts)
 {
 	if (!c || (n && !slots) || !parts || (parts & ~7u))
 		return -EINVAL;
@@ -93,7 +92,7 @@ static void prefetch_row(const uint8_t *p, size_t bytes, int rw)
 }
 
 int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		     void *dst)
+                     void *dst)
 {
 	int rc = check_slots(c, slots, n, parts);
 	if (rc)
@@ -132,7 +131,7 @@ int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n,
 }
 
 int esd_cache_scatter(struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		      const void *src)
+                      const void *src)
 {
 	int rc = check_slots(c, slots, n, parts);
 	if (rc)
@@ -215,11 +214,11 @@ static void bump(_Atomic uint64_t *p, uint64_t by)
 {
 	/* Single writer: a relaxed load + store is enough and no locked op. */
 	atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + by,
-			      memory_order_relaxed);
+	                      memory_order_relaxed);
 }
 
 int esd_cache_begin_iter(struct esd_cache *c, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill)
+                         struct esd_cmeta_fill *fill)
 {
 	if (!c || !fill)
 		return -EINVAL;

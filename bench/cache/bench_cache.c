@@ -103,9 +103,13 @@ static int64_t median(int64_t *v, int n)
 
 static struct esd_cache *make_full(uint32_t rows, uint32_t dim, bool huge, uint64_t **keys_out)
 {
-	struct esd_cache_config cfg = {.rows = rows, .dim = dim, .optimizer = ESD_OPT_SGD,
-				       .ntables = 26, .policy = ESD_POLICY_LRU,
-				       .pages = huge ? ESD_CACHE_PAGES_HUGE : ESD_CACHE_PAGES_SMALL};
+	struct esd_cache_config cfg = {.rows = rows,
+	                               .dim = dim,
+	                               .optimizer = ESD_OPT_SGD,
+	                               .ntables = 26,
+	                               .policy = ESD_POLICY_LRU,
+	                               .pages =
+	                                   huge ? ESD_CACHE_PAGES_HUGE : ESD_CACHE_PAGES_SMALL};
 	struct esd_cache *c = NULL;
 	if (esd_cache_create(&cfg, &c))
 		return NULL;
@@ -115,9 +119,9 @@ static struct esd_cache *make_full(uint32_t rows, uint32_t dim, bool huge, uint6
 	for (uint32_t i = 0; i < rows; i++)
 		keys[i] = esd_key_make(i / per, (uint64_t)(i % per) * 7919u);
 	struct esd_cmeta_fill f = {
-		.pulls = malloc((size_t)rows * sizeof(struct esd_cmeta_pull)),
-		.evicts = malloc((size_t)rows * sizeof(struct esd_cmeta_evict)),
-		.slots = malloc((size_t)rows * sizeof(uint32_t)),
+	    .pulls = malloc((size_t)rows * sizeof(struct esd_cmeta_pull)),
+	    .evicts = malloc((size_t)rows * sizeof(struct esd_cmeta_evict)),
+	    .slots = malloc((size_t)rows * sizeof(uint32_t)),
 	};
 	int rc = esd_cache_begin_iter(c, 1, keys, rows, &f);
 	free(f.pulls);
@@ -159,7 +163,7 @@ static void bench_lookups(uint32_t rows, bool huge, int reps, double batched[2],
 	}
 	for (size_t i = 0; i < n; i++)
 		q[i] = keys[1][rng_next(&rng) % rows]; /* same keys in both */
-	for (int r = -1; r < reps; r++) { /* r = -1: warm-up, not counted */
+	for (int r = -1; r < reps; r++) {              /* r = -1: warm-up, not counted */
 		for (int h = 0; h < 2; h++) {
 			if (!c[h])
 				continue;
@@ -228,7 +232,8 @@ static void bench_gather(uint32_t dim, bool huge, int reps, double gather[2], do
 				continue;
 			int64_t t0 = esd_now_ns();
 			for (size_t k = 0; k < rounds; k++)
-				esd_cache_gather(c[h], slots + k * batch, batch, ESD_CACHE_VEC, dst);
+				esd_cache_gather(c[h], slots + k * batch, batch, ESD_CACHE_VEC,
+				                 dst);
 			int64_t t1 = esd_now_ns();
 			for (size_t k = 0; k < rounds; k++) {
 				memcpy(dst, src, bytes);
@@ -280,8 +285,8 @@ int main(int argc, char **argv)
 
 	/* the largest region of the run decides the reservation */
 	struct esd_cache_sizes sz;
-	struct esd_cache_config cfg = {.rows = big ? (1u << 30) / 256 : 100u * (1u << 20) / 256,
-				       .dim = 64, .ntables = 26};
+	struct esd_cache_config cfg = {
+	    .rows = big ? (1u << 30) / 256 : 100u * (1u << 20) / 256, .dim = 64, .ntables = 26};
 	esd_cache_size(&cfg, &sz);
 	uint64_t need = sz.total;
 	cfg.rows = (256u << 20) / 256;

@@ -48,17 +48,16 @@ static char *capture_end(void)
 	return buf;
 }
 
-static struct esd_cache *make(uint32_t rows, uint32_t dim, enum esd_optimizer opt,
-			      uint32_t ntables)
+static struct esd_cache *make(uint32_t rows, uint32_t dim, enum esd_optimizer opt, uint32_t ntables)
 {
 	struct esd_cache_config cfg = {
-		.rows = rows,
-		.dim = dim,
-		.optimizer = opt,
-		.ntables = ntables,
-		.policy = ESD_POLICY_EMARK,
-		.pages = ESD_CACHE_PAGES_SMALL,
-		.generation = 7,
+	    .rows = rows,
+	    .dim = dim,
+	    .optimizer = opt,
+	    .ntables = ntables,
+	    .policy = ESD_POLICY_EMARK,
+	    .pages = ESD_CACHE_PAGES_SMALL,
+	    .generation = 7,
 	};
 	struct esd_cache *c = NULL;
 	assert_int_equal(esd_cache_create(&cfg, &c), 0);
@@ -69,8 +68,8 @@ static void test_sizes(void **state)
 {
 	(void)state;
 	struct esd_cache_sizes sz;
-	struct esd_cache_config cfg = {.rows = 1000, .dim = 100, .optimizer = ESD_OPT_ADAM,
-				       .ntables = 26};
+	struct esd_cache_config cfg = {
+	    .rows = 1000, .dim = 100, .optimizer = ESD_OPT_ADAM, .ntables = 26};
 
 	assert_int_equal(esd_cache_size(&cfg, &sz), 0);
 	assert_int_equal(sz.vec_stride, 448); /* 400 rounded to 64 */
@@ -104,8 +103,11 @@ static void test_small_pages_and_log(void **state)
 {
 	(void)state;
 	struct esd_cache_sizes sz;
-	struct esd_cache_config cfg = {.rows = 64, .dim = 16, .optimizer = ESD_OPT_ADAGRAD,
-				       .ntables = 2, .pages = ESD_CACHE_PAGES_SMALL};
+	struct esd_cache_config cfg = {.rows = 64,
+	                               .dim = 16,
+	                               .optimizer = ESD_OPT_ADAGRAD,
+	                               .ntables = 2,
+	                               .pages = ESD_CACHE_PAGES_SMALL};
 	struct esd_cache *c = NULL;
 	char want[64];
 
@@ -147,8 +149,8 @@ static long meminfo(const char *field)
 static void test_auto_fallback_warns(void **state)
 {
 	(void)state;
-	struct esd_cache_config cfg = {.rows = 64, .dim = 16, .ntables = 1,
-				       .pages = ESD_CACHE_PAGES_AUTO};
+	struct esd_cache_config cfg = {
+	    .rows = 64, .dim = 16, .ntables = 1, .pages = ESD_CACHE_PAGES_AUTO};
 	struct esd_cache_sizes sz;
 	struct esd_cache *c = NULL;
 	struct esd_cache_info info;
@@ -334,7 +336,8 @@ static void test_rows_gather_scatter(void **state)
 	struct esd_cache *c = make(rows, dim, ESD_OPT_ADAM, 3);
 
 	for (uint32_t s = 0; s < rows; s++) {
-		float *v = esd_cache_vec(c, s), *st = esd_cache_state(c, s), *g = esd_cache_grad(c, s);
+		float *v = esd_cache_vec(c, s), *st = esd_cache_state(c, s),
+		      *g = esd_cache_grad(c, s);
 		assert_non_null(v);
 		assert_non_null(st);
 		assert_int_equal((uintptr_t)v % 64, 0);
@@ -352,9 +355,9 @@ static void test_rows_gather_scatter(void **state)
 	size_t rb = esd_cache_row_bytes(c, ESD_CACHE_VEC | ESD_CACHE_STATE | ESD_CACHE_GRAD);
 	assert_int_equal(rb, dim * 4 * (1 + 2 + 1));
 	float *buf = calloc(4, rb);
-	assert_int_equal(esd_cache_gather(c, slots, 4,
-					  ESD_CACHE_VEC | ESD_CACHE_STATE | ESD_CACHE_GRAD, buf),
-			 0);
+	assert_int_equal(
+	    esd_cache_gather(c, slots, 4, ESD_CACHE_VEC | ESD_CACHE_STATE | ESD_CACHE_GRAD, buf),
+	    0);
 	for (int i = 0; i < 4; i++) {
 		float *r = buf + (size_t)i * (rb / 4);
 		assert_true(r[0] == (float)(slots[i] * 1000));
@@ -399,7 +402,7 @@ static void test_counters_and_dirty_victims(void **state)
 	struct esd_cache_counters t0, t1, other, tot;
 
 	uint64_t a[4] = {esd_key_make(0, 1), esd_key_make(0, 2), esd_key_make(1, 1),
-			 esd_key_make(5, 1)};
+	                 esd_key_make(5, 1)};
 	assert_int_equal(esd_cache_begin_iter(c, 1, a, 4, &f), 0);
 	esd_cache_meta_write_begin(c);
 	for (int i = 0; i < 4; i++)
@@ -469,9 +472,7 @@ static void test_trainer_mapping_read_only(void **state)
 	assert_int_equal(esd_cache_scatter(t, &s, 1, ESD_CACHE_VEC, row), -EPERM);
 	assert_int_equal(esd_cache_scatter(t, &s, 1, ESD_CACHE_GRAD, row), 0);
 	assert_true(esd_cache_grad(c, 3)[7] == 8.0f);
-	assert_int_equal(esd_cache_begin_iter(t, 1, NULL, 0,
-					      &(struct esd_cmeta_fill){0}),
-			 -EPERM);
+	assert_int_equal(esd_cache_begin_iter(t, 1, NULL, 0, &(struct esd_cmeta_fill){0}), -EPERM);
 
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -484,7 +485,7 @@ static void test_trainer_mapping_read_only(void **state)
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true((WIFEXITED(st) && WEXITSTATUS(st) == 42) ||
-		    (WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV));
+	            (WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV));
 	esd_cache_close(t);
 	esd_cache_close(c);
 }
@@ -492,14 +493,14 @@ static void test_trainer_mapping_read_only(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sizes),
-		cmocka_unit_test(test_small_pages_and_log),
-		cmocka_unit_test(test_auto_fallback_warns),
-		cmocka_unit_test(test_header_validation),
-		cmocka_unit_test(test_garbage_headers),
-		cmocka_unit_test(test_rows_gather_scatter),
-		cmocka_unit_test(test_counters_and_dirty_victims),
-		cmocka_unit_test(test_trainer_mapping_read_only),
+	    cmocka_unit_test(test_sizes),
+	    cmocka_unit_test(test_small_pages_and_log),
+	    cmocka_unit_test(test_auto_fallback_warns),
+	    cmocka_unit_test(test_header_validation),
+	    cmocka_unit_test(test_garbage_headers),
+	    cmocka_unit_test(test_rows_gather_scatter),
+	    cmocka_unit_test(test_counters_and_dirty_victims),
+	    cmocka_unit_test(test_trainer_mapping_read_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -83,8 +83,11 @@ static int release(void **state)
 static void test_huge_region(void **state)
 {
 	(void)state;
-	struct esd_cache_config cfg = {.rows = 1000, .dim = 64, .optimizer = ESD_OPT_SGD,
-				       .ntables = 1, .pages = ESD_CACHE_PAGES_HUGE};
+	struct esd_cache_config cfg = {.rows = 1000,
+	                               .dim = 64,
+	                               .optimizer = ESD_OPT_SGD,
+	                               .ntables = 1,
+	                               .pages = ESD_CACHE_PAGES_HUGE};
 	struct esd_cache *c = NULL, *t = NULL;
 	struct esd_cache_info info;
 	struct statfs sfs;
@@ -118,7 +121,7 @@ int main(void)
 	if (geteuid() != 0)
 		ESD_TEST_SKIP("needs root to reserve huge pages");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_huge_region),
+	    cmocka_unit_test(test_huge_region),
 	};
 	return cmocka_run_group_tests(tests, reserve, release) ? 1 : 0;
 }
