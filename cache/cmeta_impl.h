@@ -12,17 +12,19 @@
  *              tombstones)
  *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
  *              laid out so the four children of a node fill two cache
- *              lines; it holds exactly the occupied slots that are not
- *              pinned, keyed by the policy's victim order
+ *              lines; it holds every occupied slot that is not pinned,
+ *              keyed by the policy's victim order, and may hold pinned
+ *              ones with stale keys (victim selection skips them)
  *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out
  *   pinned     capacity x uint32: slots pinned by the last begin_iter
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
  *
- * The heap never holds a pinned slot: pins are taken out of it when an
- * iteration starts and put back when the next one starts, so a victim is
- * always the heap's minimum and pinned rows cannot be chosen.
+ * Pinned rows cannot be chosen: a pop that yields a pinned slot sets it
+ * aside and pops again (the set-aside slots go back after the
+ * evictions); when the pin lapses the slot's heap entry is brought up to
+ * date, so every unpinned slot is always in the heap at its exact place.
  */
 #ifndef ESD_CACHE_CMETA_IMPL_H
 #define ESD_CACHE_CMETA_IMPL_H

@@ -6,15 +6,17 @@
  * begin_iter works in three steps so that its cost is O(n log C) for n
  * needed keys whatever the capacity:
  *   1. look every needed key up (batched, prefetching);
- *   2. move the pins: needed slots leave the victim heap, slots pinned by
- *      the previous iteration and not needed now return to it;
+ *   2. move the pins: needed slots are pinned (they may stay in the victim
+ *      heap, pops skip them), slots pinned by the previous iteration and
+ *      not needed now get their current order in the heap;
  *   3. walk the keys in ascending order: touch hits, give each absent key
  *      the lowest free slot or the heap's minimum as victim;
  *   4. update the index for victims and new keys in one prefetching pass.
- * While step 3 runs every pinned slot is out of the heap and every slot in
- * it is untouched by step 3, so the victims are exactly "the smallest
- * unpinned occupied slot in policy order" at each eviction, which is what
- * the reference model in tests/cache/test_policy.c computes by linear scan.
+ * While step 3 runs every unpinned occupied slot is in the heap with its
+ * exact order and untouched by step 3, and pinned ones are skipped, so the
+ * victims are exactly "the smallest unpinned occupied slot in policy
+ * order" at each eviction, which is what the reference model in
+ * tests/cache/test_policy.c computes by linear scan.
  */
 #include "cmeta_impl.h"
 
@@ -102,36 +104,39 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	/* 1. */
 	esd_cmeta_find_batch(cm, keys, n, slots);
 
-	/* 2. New pins out of the heap (the ones pinned last iteration are out
-	 * already), then last iteration's pins that lapse back in. */
+	/* 2. Pin the needed keys. A pinned slot may stay in the heap with a
+	 * stale entry (taking it out would cost a heap removal per hit); pops
+	 * skip pinned slots. The pins of the last iteration that lapse now go
+	 * (back) into the heap with their current order. */
 	uint32_t *hp = cm_heappos(cm);
 	const struct cm_hent *heap = cm_heap(cm);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
-		/* Two-stage prefetch: the slot and its heap position 16 keys
-		 * ahead, the heap entry that position names 8 keys ahead. */
-		if (i + 16 < n && slots[i + 16] != ESD_SLOT_NONE) {
-			__builtin_prefetch(&sl[slots[i + 16]]);
-			__builtin_prefetch(&hp[slots[i + 16]]);
-		}
-		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE && hp[slots[i + 8]])
-			__builtin_prefetch(&heap[hp[slots[i + 8]] - 1]);
-		if (s == ESD_SLOT_NONE)
-			continue;
-		if (!(prev && sl[s].pin_iter == prev))
-			cm_heap_remove(cm, s);
-		sl[s].pin_iter = iter;
+		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
+			__builtin_prefetch(&sl[slots[i + 8]], 1);
+		if (s != ESD_SLOT_NONE)
+			sl[s].pin_iter = iter;
 	}
 	cm->last_iter = iter;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
-		if (i + 8 < cm->npinned) {
-			__builtin_prefetch(&sl[pinned[i + 8]]);
-			__builtin_prefetch(&hp[pinned[i + 8]], 1);
+		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
+		 * entry that position names 8 ahead. */
+		if (i + 16 < cm->npinned) {
+			__builtin_prefetch(&sl[pinned[i + 16]]);
+			__builtin_prefetch(&hp[pinned[i + 16]], 1);
 		}
-		if (sl[s].state != ESD_ROW_ABSENT && sl[s].pin_iter == prev)
+		if (i + 8 < cm->npinned && hp[pinned[i + 8]])
+			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
+		if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+			continue;
+		if (hp[s])
+			cm_heap_update(cm, s);
+		else
 			cm_heap_insert(cm, s);
 	}
+	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
+	uint32_t nskipped = 0;
 
 	/* 3. */
 	for (size_t i = 0; i < n; i++) {
@@ -161,9 +166,10 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 				cm->emark_target++;
 				cm->emark_at_target = 0;
 			}
-			s = cm_heap_pop(cm);
 			/* n <= capacity guarantees an unpinned victim. Its index
 			 * entry goes in the batched pass below. */
+			while (s = cm_heap_pop(cm), sl[s].pin_iter == iter)
+				pinned[nskipped++] = s;
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
@@ -194,6 +200,9 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
 	}
+
+	for (uint32_t j = 0; j < nskipped; j++)
+		cm_heap_insert(cm, pinned[j]);
 
 	/* 4. The index: victims out, new keys in. Nothing above reads it
 	 * (step 1 looked every needed key up), so its random accesses can be
