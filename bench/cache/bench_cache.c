@@ -31,7 +31,7 @@
 
 #define NR_PATH "/proc/sys/vm/nr_hugepages"
 
-static long saved_nr = -1;
+static long added_nr = 0; /* pages this run added to the pool */
 
 static long read_meminfo(const char *field)
 {
@@ -55,28 +55,37 @@ static void write_nr(long v)
 	}
 }
 
+static long read_nr(void)
+{
+	long v = -1;
+	FILE *f = fopen(NR_PATH, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Give back only what this run added, so reservations other processes
+ * made meanwhile survive. */
 static void restore_nr(void)
 {
-	if (saved_nr >= 0)
-		write_nr(saved_nr);
+	long now = read_nr();
+	if (added_nr > 0 && now >= added_nr)
+		write_nr(now - added_nr);
 }
 
 static bool reserve_huge(long pages)
 {
-	FILE *f = fopen(NR_PATH, "r");
-	if (!f || fscanf(f, "%ld", &saved_nr) != 1) {
-		if (f)
-			fclose(f);
-		saved_nr = -1;
+	long nr = read_nr();
+	if (nr < 0)
 		return false;
-	}
-	fclose(f);
 	long free_now = read_meminfo("HugePages_Free:");
 	if (free_now < pages) {
+		write_nr(nr + pages - free_now);
+		added_nr = read_nr() - nr;
 		atexit(restore_nr);
-		write_nr(saved_nr + pages - free_now);
-	} else {
-		saved_nr = -1; /* nothing to give back */
 	}
 	return read_meminfo("HugePages_Free:") >= pages;
 }
@@ -305,9 +314,11 @@ int main(int argc, char **argv)
 		uint32_t rows = (uint32_t)(sizes_mb[i] * (1u << 20) / 256);
 		double b[2], sg[2];
 		bench_lookups(rows, huge, reps, b, sg);
-		printf("%8llu %9u  %14.1f %14.1f  %14.1f %14.1f  %6.2fx\n",
+		/* 0 in a huge column: the pool ran dry (another process took
+		 * or released pages); printed as such, not as a speed */
+		printf("%8llu %9u  %14.1f %14.1f  %14.1f %14.1f  %6.2fx%s\n",
 		       (unsigned long long)sizes_mb[i], rows, b[0], b[1], sg[0], sg[1],
-		       huge ? b[0] / b[1] : 0.0);
+		       b[0] > 0 ? b[0] / b[1] : 0.0, b[0] > 0 ? "" : "  (no huge pages)");
 	}
 	printf("\n## row gather, GB/s (random rows out of 256 MB of vectors; memcpy = one "
 	       "contiguous copy of as many bytes)\n");
@@ -317,8 +328,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 2; i++) {
 		double g[2], m[2];
 		bench_gather(dims[i], huge, reps, g, m);
-		printf("%6u  %10.2f %10.2f  %11.2f %10.2f  %6.2fx  %9.2fx\n", dims[i], g[0], g[1],
-		       m[0], m[1], huge ? g[0] / g[1] : 0.0, huge ? g[0] / m[0] : g[1] / m[1]);
+		bool h = g[0] > 0;
+		printf("%6u  %10.2f %10.2f  %11.2f %10.2f  %6.2fx  %9.2fx%s\n", dims[i], g[0], g[1],
+		       m[0], m[1], h ? g[0] / g[1] : 0.0, h ? g[0] / m[0] : g[1] / m[1],
+		       h ? "" : "  (no huge pages)");
 	}
 	return 0;
 }
