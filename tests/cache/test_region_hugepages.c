@@ -108,7 +108,13 @@ static void test_huge_region(void **state)
 
 	assert_int_equal(esd_cache_size(&cfg, &sz), 0);
 	long free_before = read_long("/proc/meminfo", "HugePages_Free:");
-	assert_int_equal(esd_cache_create(&cfg, &c), 0);
+	int rc = esd_cache_create(&cfg, &c);
+	if (rc == -ENOMEM) {
+		/* another process shrank the pool between reserve and here */
+		give_back();
+		ESD_TEST_SKIP("huge page pool emptied by another process");
+	}
+	assert_int_equal(rc, 0);
 	esd_cache_get_info(c, &info);
 	assert_int_equal(info.page_size, 2u << 20);
 	assert_int_equal(fstatfs(esd_cache_fd(c), &sfs), 0);
