@@ -3,7 +3,7 @@
  * (pin, touch, fill misses, evict), lookahead hints, state changes and
  * policy switches.
  *
- * begin_iter works in three steps so that its cost is O(n log C) for n
+ * begin_iter works in four steps so that its cost is O(n log C) for n
  * needed keys whatever the capacity:
  *   1. look every needed key up (batched, prefetching);
  *   2. move the pins: needed slots are pinned (they may stay in the victim
