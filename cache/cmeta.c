@@ -22,16 +22,16 @@ struct layout {
 	uint32_t free_words[CM_FREE_LEVELS];
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
+	uint64_t off_links;
 	uint64_t total;
 };
 
 static void compute_layout(uint32_t capacity, struct layout *l)
 {
-	/* Index load at most 2/3: the smallest power of two >= 1.5 x capacity. */
-	uint64_t want = (uint64_t)capacity + capacity / 2 + 1;
-	uint64_t ents = 8;
-	while (ents < want)
-		ents *= 2;
+	/* Index load at most 2/3, whole cache lines. */
+	uint64_t ents = ((uint64_t)capacity + capacity / 2 + 1 + 3) & ~(uint64_t)3;
+	if (ents < 8)
+		ents = 8;
 	l->index_entries = (uint32_t)ents;
 
 	uint64_t off = CM_HDR_BYTES;
@@ -56,6 +56,8 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 		off = ALIGN64(off + words * sizeof(uint64_t));
 		bits = words;
 	}
+	l->off_links = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct cm_link));
 	l->total = off;
 }
 
@@ -70,7 +72,7 @@ size_t esd_cmeta_bytes(uint32_t capacity)
 }
 
 int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
-		   struct esd_cmeta **out)
+                   struct esd_cmeta **out)
 {
 	struct layout l;
 
@@ -89,7 +91,7 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->total_bytes = l.total;
 	cm->capacity = capacity;
 	cm->policy = policy;
-	cm->index_mask = l.index_entries - 1;
+	cm->index_size = l.index_entries;
 	cm->emark_target = 1;
 	cm->off_slots = l.off_slots;
 	cm->off_index = l.off_index;
@@ -97,6 +99,8 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->off_heappos = l.off_heappos;
 	cm->off_pinned = l.off_pinned;
 	cm->off_hints = l.off_hints;
+	cm->off_links = l.off_links;
+	cm->lru_head = cm->lru_tail = ESD_SLOT_NONE;
 	for (int i = 0; i < CM_FREE_LEVELS; i++) {
 		cm->off_free[i] = l.off_free[i];
 		cm->free_words[i] = l.free_words[i];
@@ -122,41 +126,45 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 		return -EINVAL;
 	if (cm->magic != CM_MAGIC) {
 		ESD_ERR("cache", "cache metadata: bad magic %#llx (want %#llx)",
-			(unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
+		        (unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
 		return -ESD_EBADMAGIC;
 	}
 	if (cm->version != CM_VERSION) {
 		ESD_ERR("cache", "cache metadata: layout version %u, this build speaks %u",
-			cm->version, CM_VERSION);
+		        cm->version, CM_VERSION);
 		return -ESD_EBADVERSION;
 	}
 	if (cm->hdr_bytes != CM_HDR_BYTES || cm->capacity == 0 || cm->capacity > CM_MAX_CAP) {
 		ESD_ERR("cache", "cache metadata: bad header size %u or capacity %u", cm->hdr_bytes,
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	compute_layout(cm->capacity, &l);
 	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
-		       cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
-		       cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
+	               cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
+	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints &&
+	               cm->off_links == l.off_links;
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
-			  cm->free_words[i] == l.free_words[i];
-	if (cm->total_bytes != l.total || !offs_ok || cm->index_mask != l.index_entries - 1) {
+		          cm->free_words[i] == l.free_words[i];
+	if (cm->total_bytes != l.total || !offs_ok || cm->index_size != l.index_entries) {
 		ESD_ERR("cache", "cache metadata: sizes/offsets do not match capacity %u",
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	if (len < l.total) {
 		ESD_ERR("cache", "cache metadata: %llu bytes needed, %zu mapped",
-			(unsigned long long)l.total, len);
+		        (unsigned long long)l.total, len);
 		return -EINVAL;
 	}
 	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
-	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD) {
-		ESD_ERR("cache", "cache metadata: counters out of range (count %u, heap %u, "
-				 "pinned %u, hints %u, policy %u)",
-			cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
+	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD ||
+	    (cm->lru_head != ESD_SLOT_NONE && cm->lru_head >= cm->capacity) ||
+	    (cm->lru_tail != ESD_SLOT_NONE && cm->lru_tail >= cm->capacity)) {
+		ESD_ERR("cache",
+		        "cache metadata: counters out of range (count %u, heap %u, "
+		        "pinned %u, hints %u, policy %u)",
+		        cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
 		return -EINVAL;
 	}
 	*out = cm;
@@ -275,16 +283,20 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      s[i].mark, cm->emark_target);
 		if (s[i].mark == cm->emark_target)
 			at_target++;
+		/* Unpinned slots are in the heap with their exact order; a
+		 * pinned one may be there with a stale entry (pops skip it). */
 		bool pinned = cm_pinned_now(cm, &s[i]);
-		CHECK(pinned == (hp[i] == 0), "slot %u pinned %d but heap position %u", i, pinned,
-		      hp[i]);
-		if (hp[i]) {
+		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
+		if (hp[i] && cm->policy == ESD_POLICY_LRU) {
+			in_heap++;
+			CHECK(hp[i] == 1, "slot %u list mark %u", i, hp[i]);
+		} else if (hp[i]) {
 			uint32_t p = hp[i] - 1;
 			in_heap++;
 			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
 			struct cm_hent e;
 			cm_hent_of(cm, i, &e);
-			CHECK(e.a == h[p].a && e.b == h[p].b && e.c == h[p].c,
+			CHECK(pinned || (e.a == h[p].a && e.b == h[p].b && e.c == h[p].c),
 			      "slot %u heap entry stale", i);
 		}
 	}
@@ -292,14 +304,39 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
-	for (uint32_t p = 1; p < cm->heap_n; p++)
-		CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
-	for (uint32_t i = 0; i <= cm->index_mask; i++) {
+	if (cm->policy == ESD_POLICY_LRU) {
+		/* the list: linked both ways, as long as heap_n, and its
+		 * unpinned members in (last_use, key) order */
+		const struct cm_link *l = cm_links(cm);
+		uint32_t len = 0, prev = ESD_SLOT_NONE;
+		struct cm_hent last = {0}, e;
+		bool have_last = false;
+		for (uint32_t x = cm->lru_head; x != ESD_SLOT_NONE; x = l[x].next) {
+			CHECK(x < cm->capacity && len < cm->heap_n, "LRU list broken at %u", x);
+			CHECK(l[x].prev == prev && hp[x] == 1, "LRU list links at slot %u", x);
+			if (!cm_pinned_now(cm, &s[x])) {
+				cm_hent_of(cm, x, &e);
+				CHECK(!have_last || cm_hless(&last, &e), "LRU order broken at %u",
+				      x);
+				last = e;
+				have_last = true;
+			}
+			prev = x;
+			len++;
+		}
+		CHECK(len == cm->heap_n && cm->lru_tail == prev, "LRU list length %u, count %u",
+		      len, cm->heap_n);
+	} else {
+		CHECK(cm->lru_head == ESD_SLOT_NONE, "LRU list outside LRU");
+		for (uint32_t p = 1; p < cm->heap_n; p++)
+			CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+	}
+	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)
 			continue;
 		indexed++;
 		CHECK(ix[i].slot < cm->capacity && s[ix[i].slot].key == ix[i].key &&
-			      s[ix[i].slot].state != ESD_ROW_ABSENT,
+		          s[ix[i].slot].state != ESD_ROW_ABSENT,
 		      "index entry %u (key %#llx -> slot %u) dangles", i,
 		      (unsigned long long)ix[i].key, ix[i].slot);
 	}

@@ -7,21 +7,26 @@
  *
  *   header     struct esd_cmeta (256 bytes)
  *   slots      capacity x struct esd_cmeta_slot (64 bytes each)
- *   index      index_mask+1 x struct cm_ient: open addressing, linear
- *              probing, backward-shift deletion (no tombstones)
+ *   index      index_size x struct cm_ient (about 1.5 x capacity): open
+ *              addressing, linear probing, backward-shift deletion (no
+ *              tombstones)
  *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
  *              laid out so the four children of a node fill two cache
- *              lines; it holds exactly the occupied slots that are not
- *              pinned, keyed by the policy's victim order
+ *              lines; it holds every occupied slot that is not pinned,
+ *              keyed by the policy's victim order, and may hold pinned
+ *              ones with stale keys (victim selection skips them)
  *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out
  *   pinned     capacity x uint32: slots pinned by the last begin_iter
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
+ *   links      capacity x struct cm_link: the LRU list (LRU policy only;
+ *              the heap takes its place under the other policies)
  *
- * The heap never holds a pinned slot: pins are taken out of it when an
- * iteration starts and put back when the next one starts, so a victim is
- * always the heap's minimum and pinned rows cannot be chosen.
+ * Pinned rows cannot be chosen: a pop that yields a pinned slot sets it
+ * aside and pops again (the set-aside slots go back after the
+ * evictions); when the pin lapses the slot's heap entry is brought up to
+ * date, so every unpinned slot is always in the heap at its exact place.
  */
 #ifndef ESD_CACHE_CMETA_IMPL_H
 #define ESD_CACHE_CMETA_IMPL_H
@@ -45,7 +50,7 @@ struct esd_cmeta {
 	uint64_t total_bytes;
 	uint32_t capacity;
 	uint32_t policy;     /* enum esd_policy */
-	uint32_t index_mask; /* index entries - 1 (a power of two - 1) */
+	uint32_t index_size; /* index entries: capacity * 1.5, rounded up to 4 */
 	uint32_t count;      /* occupied slots */
 	uint32_t heap_n;     /* entries in the heap */
 	uint32_t npinned;    /* entries of pinned[] */
@@ -57,7 +62,9 @@ struct esd_cmeta {
 	uint64_t hint_iter; /* iteration of the last lookahead call */
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
-	uint8_t reserved[CM_HDR_BYTES - 160];
+	uint64_t off_links;          /* LRU list: capacity x struct cm_link */
+	uint32_t lru_head, lru_tail; /* ESD_SLOT_NONE when empty */
+	uint8_t reserved[CM_HDR_BYTES - 176];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
 _Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache line");
@@ -66,7 +73,7 @@ struct cm_ient {
 	uint64_t key;
 	uint32_t slot; /* ESD_SLOT_NONE: empty */
 	uint32_t hash; /* low 32 bits of cm_hash(key): the home bucket, kept
-			* so deletion's backward shift needs no rehash */
+	                * so deletion's backward shift needs no rehash */
 };
 
 /* Heap entry: the policy's order as (a, b, c) compared lexicographically,
@@ -77,6 +84,13 @@ struct cm_hent {
 	uint32_t pad;
 };
 _Static_assert(sizeof(struct cm_hent) == 32, "two heap entries per cache line");
+
+/* Under LRU the victim order is the order of use, so the victims live in
+ * a doubly linked list (O(1) pop, unlink, append) instead of the heap;
+ * heappos[] then only says "in the list" (1) or not (0). */
+struct cm_link {
+	uint32_t prev, next;
+};
 
 #define CM_AT(cm, off, type) ((type *)((char *)(cm) + (cm)->off))
 
@@ -98,6 +112,10 @@ static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
+}
+static inline struct cm_link *cm_links(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_links, struct cm_link);
 }
 static inline uint32_t *cm_pinned(const struct esd_cmeta *cm)
 {
@@ -140,10 +158,16 @@ static inline uint64_t cm_hash(uint64_t key)
 	key ^= key >> 33;
 	return key;
 }
+/* Home bucket of a hash: multiply-shift range reduction, so the table
+ * needs no power-of-two size (load stays near 2/3 instead of 1/3..2/3). */
+static inline uint32_t cm_home(uint32_t hash, uint32_t size)
+{
+	return (uint32_t)(((uint64_t)hash * size) >> 32);
+}
 static inline void cm_index_prefetch(const struct esd_cmeta *cm, uint64_t key)
 {
 	__builtin_prefetch((const char *)cm + cm->off_index +
-			   ((uint32_t)cm_hash(key) & cm->index_mask) * 16u);
+	                   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
 }
 void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key);

@@ -3,18 +3,20 @@
  * (pin, touch, fill misses, evict), lookahead hints, state changes and
  * policy switches.
  *
- * begin_iter works in three steps so that its cost is O(n log C) for n
+ * begin_iter works in four steps so that its cost is O(n log C) for n
  * needed keys whatever the capacity:
  *   1. look every needed key up (batched, prefetching);
- *   2. move the pins: needed slots leave the victim heap, slots pinned by
- *      the previous iteration and not needed now return to it;
+ *   2. move the pins: needed slots are pinned (they may stay in the victim
+ *      heap, pops skip them), slots pinned by the previous iteration and
+ *      not needed now get their current order in the heap;
  *   3. walk the keys in ascending order: touch hits, give each absent key
  *      the lowest free slot or the heap's minimum as victim;
  *   4. update the index for victims and new keys in one prefetching pass.
- * While step 3 runs every pinned slot is out of the heap and every slot in
- * it is untouched by step 3, so the victims are exactly "the smallest
- * unpinned occupied slot in policy order" at each eviction, which is what
- * the reference model in tests/cache/test_policy.c computes by linear scan.
+ * While step 3 runs every unpinned occupied slot is in the heap with its
+ * exact order and untouched by step 3, and pinned ones are skipped, so the
+ * victims are exactly "the smallest unpinned occupied slot in policy
+ * order" at each eviction, which is what the reference model in
+ * tests/cache/test_policy.c computes by linear scan.
  */
 #include "cmeta_impl.h"
 
@@ -78,7 +80,7 @@ static int check_keys(const esd_key_t *keys, size_t n)
 }
 
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill)
+                         struct esd_cmeta_fill *fill)
 {
 	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
 		return -EINVAL;
@@ -102,24 +104,39 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	/* 1. */
 	esd_cmeta_find_batch(cm, keys, n, slots);
 
-	/* 2. New pins out of the heap (the ones pinned last iteration are out
-	 * already), then last iteration's pins that lapse back in. */
+	/* 2. Pin the needed keys. A pinned slot may stay in the heap with a
+	 * stale entry (taking it out would cost a heap removal per hit); pops
+	 * skip pinned slots. The pins of the last iteration that lapse now go
+	 * (back) into the heap with their current order. */
+	uint32_t *hp = cm_heappos(cm);
+	const struct cm_hent *heap = cm_heap(cm);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
-		if (s == ESD_SLOT_NONE)
-			continue;
 		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[slots[i + 8]]);
-		if (!(prev && sl[s].pin_iter == prev))
-			cm_heap_remove(cm, s);
-		sl[s].pin_iter = iter;
+			__builtin_prefetch(&sl[slots[i + 8]], 1);
+		if (s != ESD_SLOT_NONE)
+			sl[s].pin_iter = iter;
 	}
 	cm->last_iter = iter;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
-		if (sl[s].state != ESD_ROW_ABSENT && sl[s].pin_iter == prev)
+		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
+		 * entry that position names 8 ahead. */
+		if (i + 16 < cm->npinned) {
+			__builtin_prefetch(&sl[pinned[i + 16]]);
+			__builtin_prefetch(&hp[pinned[i + 16]], 1);
+		}
+		if (i + 8 < cm->npinned && hp[pinned[i + 8]])
+			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
+		if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+			continue;
+		if (hp[s])
+			cm_heap_update(cm, s);
+		else
 			cm_heap_insert(cm, s);
 	}
+	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
+	uint32_t nskipped = 0;
 
 	/* 3. */
 	for (size_t i = 0; i < n; i++) {
@@ -132,8 +149,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			e->freq++;
 			set_mark(cm, e, cm->emark_target);
 			if (e->state == ESD_ROW_OUTDATED) {
-				fill->pulls[fill->n_pulls++] =
-					(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
+				fill->pulls[fill->n_pulls++] = (struct esd_cmeta_pull){
+				    .key = keys[i], .slot = s, .outdated = 1};
 				fill->n_miss_outdated++;
 			} else {
 				fill->n_hits++;
@@ -149,13 +166,14 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 				cm->emark_target++;
 				cm->emark_at_target = 0;
 			}
-			s = cm_heap_pop(cm);
 			/* n <= capacity guarantees an unpinned victim. Its index
 			 * entry goes in the batched pass below. */
+			while (s = cm_heap_pop(cm), sl[s].pin_iter == iter)
+				pinned[nskipped++] = s;
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
-				.key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
+			    .key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
 			if (dirty)
 				fill->n_evict_dirty++;
 			else
@@ -179,9 +197,12 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		cm->count++;
 		slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
-			(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
+		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
 	}
+
+	for (uint32_t j = 0; j < nskipped; j++)
+		cm_heap_insert(cm, pinned[j]);
 
 	/* 4. The index: victims out, new keys in. Nothing above reads it
 	 * (step 1 looked every needed key up), so its random accesses can be
@@ -207,7 +228,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 }
 
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
-			uint64_t clock)
+                        uint64_t clock)
 {
 	if (!cm || slot >= cm->capacity || (unsigned)state > ESD_ROW_DIRTY)
 		return -EINVAL;

@@ -48,7 +48,7 @@ uint64_t region_checksum(const struct region_hdr *h)
 }
 
 int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
-		  struct esd_cache_sizes *sz)
+                  struct esd_cache_sizes *sz)
 {
 	if (!cfg)
 		return -EINVAL;
@@ -66,7 +66,7 @@ int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
 	}
 	if (cfg->ntables == 0 || cfg->ntables > ESD_MAX_TABLES) {
 		ESD_ERR("cache", "config: ntables %u out of range 1..%u", cfg->ntables,
-			ESD_MAX_TABLES);
+		        ESD_MAX_TABLES);
 		return -EINVAL;
 	}
 	uint64_t rows = cfg->rows;
@@ -82,7 +82,8 @@ int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
 	l.state_floats = sf;
 	l.ntables = cfg->ntables;
 	l.counters_off = 4096;
-	uint64_t off = l.counters_off + ((uint64_t)cfg->ntables + 1) * sizeof(struct region_counters);
+	uint64_t off =
+	    l.counters_off + ((uint64_t)cfg->ntables + 1) * sizeof(struct region_counters);
 	l.cmeta_off = off = align_up(off, 4096);
 	l.cmeta_bytes = esd_cmeta_bytes(cfg->rows);
 	off += l.cmeta_bytes;
@@ -181,7 +182,7 @@ int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 		return rc;
 	if ((unsigned)cfg->policy > ESD_POLICY_LOOKAHEAD || (unsigned)cfg->pages > 2) {
 		ESD_ERR("cache", "config: unknown policy %u or page mode %u", (unsigned)cfg->policy,
-			(unsigned)cfg->pages);
+		        (unsigned)cfg->pages);
 		return -EINVAL;
 	}
 	struct esd_cache *c = calloc(1, sizeof(*c));
@@ -189,15 +190,15 @@ int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 		return -ENOMEM;
 	const char *name = cfg->name ? cfg->name : "esd-cache";
 	ESD_INFO("cache",
-		 "region: %llu bytes (%llu MiB = %llu huge pages): %u rows x %u floats, %s, "
-		 "%u tables; metadata %llu, rows %llu, gradients %llu",
-		 (unsigned long long)sz.total, (unsigned long long)(sz.total >> 20),
-		 (unsigned long long)(sz.total / REGION_HUGE), cfg->rows, cfg->dim,
-		 cfg->optimizer == ESD_OPT_ADAM	     ? "adam"
-		 : cfg->optimizer == ESD_OPT_ADAGRAD ? "adagrad"
-						     : "sgd",
-		 cfg->ntables, (unsigned long long)sz.meta, (unsigned long long)sz.rows,
-		 (unsigned long long)sz.grads);
+	         "region: %llu bytes (%llu MiB = %llu huge pages): %u rows x %u floats, %s, "
+	         "%u tables; metadata %llu, rows %llu, gradients %llu",
+	         (unsigned long long)sz.total, (unsigned long long)(sz.total >> 20),
+	         (unsigned long long)(sz.total / REGION_HUGE), cfg->rows, cfg->dim,
+	         cfg->optimizer == ESD_OPT_ADAM      ? "adam"
+	         : cfg->optimizer == ESD_OPT_ADAGRAD ? "adagrad"
+	                                             : "sgd",
+	         cfg->ntables, (unsigned long long)sz.meta, (unsigned long long)sz.rows,
+	         (unsigned long long)sz.grads);
 
 	void *p = NULL;
 	c->fd = -1;
@@ -209,22 +210,22 @@ int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 			h.flags |= REGION_F_HUGETLB;
 		} else if (cfg->pages == ESD_CACHE_PAGES_HUGE) {
 			ESD_ERR("cache",
-				"huge pages required but unavailable (%s): reserve %llu in "
-				"/proc/sys/vm/nr_hugepages",
-				esd_strerror(rc), (unsigned long long)(sz.total / REGION_HUGE));
+			        "huge pages required but unavailable (%s): reserve %llu in "
+			        "/proc/sys/vm/nr_hugepages",
+			        esd_strerror(rc), (unsigned long long)(sz.total / REGION_HUGE));
 			goto free_cache;
 		} else {
 			ESD_WARN("cache",
-				 "huge pages unavailable (%s; %llu needed in "
-				 "/proc/sys/vm/nr_hugepages): using 4 KiB pages",
-				 esd_strerror(rc), (unsigned long long)(sz.total / REGION_HUGE));
+			         "huge pages unavailable (%s; %llu needed in "
+			         "/proc/sys/vm/nr_hugepages): using 4 KiB pages",
+			         esd_strerror(rc), (unsigned long long)(sz.total / REGION_HUGE));
 		}
 	}
 	if (rc) {
 		rc = map_memfd(name, sz.total, false, &c->fd, &p);
 		if (rc) {
 			ESD_ERR("cache", "cannot map %llu bytes: %s", (unsigned long long)sz.total,
-				esd_strerror(rc));
+			        esd_strerror(rc));
 			goto free_cache;
 		}
 		c->page_size = 4096;
@@ -264,7 +265,7 @@ free_cache:
 #define BAD_FIELD(name, have, want)                                                                \
 	do {                                                                                       \
 		ESD_ERR("cache", "region fd %d: header field %s is %llu, expected %llu", fd, name, \
-			(unsigned long long)(have), (unsigned long long)(want));                   \
+		        (unsigned long long)(have), (unsigned long long)(want));                   \
 		return -EINVAL;                                                                    \
 	} while (0)
 
@@ -274,19 +275,20 @@ static int check_header(int fd, const struct region_hdr *h, uint64_t file_size)
 {
 	if (h->magic != REGION_MAGIC) {
 		ESD_ERR("cache", "region fd %d: header field magic is %#llx, expected %#llx", fd,
-			(unsigned long long)h->magic, (unsigned long long)REGION_MAGIC);
+		        (unsigned long long)h->magic, (unsigned long long)REGION_MAGIC);
 		return -ESD_EBADMAGIC;
 	}
 	if (h->version != REGION_VERSION) {
 		ESD_ERR("cache", "region fd %d: header field version is %u, this build speaks %u",
-			fd, h->version, REGION_VERSION);
+		        fd, h->version, REGION_VERSION);
 		return -ESD_EBADVERSION;
 	}
 	uint64_t sum = region_checksum(h);
 	if (h->checksum != sum) {
-		ESD_ERR("cache", "region fd %d: header field checksum is %#llx, header hashes to "
-				 "%#llx (corrupt header)",
-			fd, (unsigned long long)h->checksum, (unsigned long long)sum);
+		ESD_ERR("cache",
+		        "region fd %d: header field checksum is %#llx, header hashes to "
+		        "%#llx (corrupt header)",
+		        fd, (unsigned long long)h->checksum, (unsigned long long)sum);
 		return -ESD_EBADSUM;
 	}
 	if (h->hdr_bytes != sizeof(*h))
@@ -295,16 +297,17 @@ static int check_header(int fd, const struct region_hdr *h, uint64_t file_size)
 		BAD_FIELD("total_bytes (vs the fd's size)", h->total_bytes, file_size);
 
 	struct esd_cache_config cfg = {
-		.rows = h->rows,
-		.dim = h->dim,
-		.optimizer = (enum esd_optimizer)h->optimizer,
-		.ntables = h->ntables,
+	    .rows = h->rows,
+	    .dim = h->dim,
+	    .optimizer = (enum esd_optimizer)h->optimizer,
+	    .ntables = h->ntables,
 	};
 	struct region_hdr l;
 	if (region_layout(&cfg, &l, NULL)) {
-		ESD_ERR("cache", "region fd %d: header configuration invalid (rows %u, dim %u, "
-				 "optimizer %u, ntables %u)",
-			fd, h->rows, h->dim, h->optimizer, h->ntables);
+		ESD_ERR("cache",
+		        "region fd %d: header configuration invalid (rows %u, dim %u, "
+		        "optimizer %u, ntables %u)",
+		        fd, h->rows, h->dim, h->optimizer, h->ntables);
 		return -EINVAL;
 	}
 #define SAME(f)                                                                                    \
@@ -342,7 +345,7 @@ int esd_cache_attach_fd(int fd, unsigned flags, struct esd_cache **out)
 		return -EBADF;
 	if ((uint64_t)st.st_size < REGION_ALIGN) {
 		ESD_ERR("cache", "region fd %d: %lld bytes, too small for a cache region", fd,
-			(long long)st.st_size);
+		        (long long)st.st_size);
 		return -EINVAL;
 	}
 	struct esd_cache *c = calloc(1, sizeof(*c));
@@ -379,7 +382,7 @@ int esd_cache_attach_fd(int fd, unsigned flags, struct esd_cache **out)
 	}
 	if (esd_cmeta_capacity(cm) != h.rows) {
 		ESD_ERR("cache", "region fd %d: metadata capacity %u, header rows %u", fd,
-			esd_cmeta_capacity(cm), h.rows);
+		        esd_cmeta_capacity(cm), h.rows);
 		rc = -EINVAL;
 		goto unmap;
 	}
@@ -413,13 +416,13 @@ int esd_cache_fd(const struct esd_cache *c)
 void esd_cache_get_info(const struct esd_cache *c, struct esd_cache_info *out)
 {
 	*out = (struct esd_cache_info){
-		.rows = c->rows,
-		.dim = c->dim,
-		.ntables = c->ntables,
-		.optimizer = (enum esd_optimizer)c->hdr->optimizer,
-		.generation = c->hdr->generation,
-		.bytes = c->len,
-		.page_size = c->page_size,
-		.meta_writable = c->meta_rw,
+	    .rows = c->rows,
+	    .dim = c->dim,
+	    .ntables = c->ntables,
+	    .optimizer = (enum esd_optimizer)c->hdr->optimizer,
+	    .generation = c->hdr->generation,
+	    .bytes = c->len,
+	    .page_size = c->page_size,
+	    .meta_writable = c->meta_rw,
 	};
 }

@@ -32,16 +32,16 @@ struct region_hdr {
 	uint32_t optimizer;
 	uint32_t state_floats; /* per element: 0, 1, 2 */
 	uint32_t ntables;
-	uint32_t flags;         /* REGION_F_* */
-	uint64_t counters_off;  /* (ntables + 1) x struct region_counters */
+	uint32_t flags;        /* REGION_F_* */
+	uint64_t counters_off; /* (ntables + 1) x struct region_counters */
 	uint64_t cmeta_off;
 	uint64_t cmeta_bytes;
-	uint64_t rows_off;      /* start of the rows area */
+	uint64_t rows_off; /* start of the rows area */
 	uint64_t vec_off, vec_stride;
 	uint64_t state_off, state_stride;
-	uint64_t grads_off;     /* start of the grad area: struct region_trainer */
+	uint64_t grads_off; /* start of the grad area: struct region_trainer */
 	uint64_t grad_off, grad_stride;
-	uint64_t checksum;      /* FNV-1a 64 of the bytes before it */
+	uint64_t checksum; /* FNV-1a 64 of the bytes before it */
 	uint8_t reserved[40];
 };
 _Static_assert(sizeof(struct region_hdr) == 192, "region header size");
@@ -91,7 +91,7 @@ struct esd_cache {
 
 /* region.c */
 int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
-		  struct esd_cache_sizes *sz);
+                  struct esd_cache_sizes *sz);
 uint64_t region_checksum(const struct region_hdr *h);
 
 #endif /* ESD_CACHE_REGION_IMPL_H */

@@ -60,8 +60,7 @@ size_t esd_cache_row_bytes(const struct esd_cache *c, unsigned parts)
 	       ((parts & ESD_CACHE_GRAD) ? v : 0);
 }
 
-static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t n,
-		       unsigned parts)
+static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts)
 {
 	if (!c || (n && !slots) || !parts || (parts & ~7u))
 		return -EINVAL;
@@ -71,12 +70,19 @@ static int check_slots(const struct esd_cache *c, const uint32_t *slots, size_t 
 	return 0;
 }
 
-/* How far ahead gather/scatter prefetch: enough rows to cover DRAM
- * latency for 256-byte rows, cheap for 2 KiB ones. */
-#define AHEAD 8
+/* How far ahead gather/scatter prefetch: about 4 KiB of rows in flight
+ * (8 rows of 64 floats, 2 of 512). Of a long row only the first 512 bytes
+ * are prefetched: the hardware's stream prefetcher follows the rest. */
+static size_t ahead_rows(size_t row_bytes)
+{
+	size_t a = 4096 / (row_bytes ? row_bytes : 1);
+	return a < 2 ? 2 : a > 16 ? 16 : a;
+}
 
 static void prefetch_row(const uint8_t *p, size_t bytes, int rw)
 {
+	if (bytes > 512)
+		bytes = 512;
 	for (size_t o = 0; o < bytes; o += 64) {
 		if (rw)
 			__builtin_prefetch(p + o, 1);
@@ -86,7 +92,7 @@ static void prefetch_row(const uint8_t *p, size_t bytes, int rw)
 }
 
 int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		     void *dst)
+                     void *dst)
 {
 	int rc = check_slots(c, slots, n, parts);
 	if (rc)
@@ -94,11 +100,12 @@ int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n,
 	if (n && !dst)
 		return -EINVAL;
 	const size_t v = (size_t)c->dim * sizeof(float), s = v * c->state_floats;
+	const size_t ahead = ahead_rows(esd_cache_row_bytes(c, parts));
 	uint8_t *out = dst;
 
 	for (size_t i = 0; i < n; i++) {
-		if (i + AHEAD < n) {
-			uint64_t a = slots[i + AHEAD];
+		if (i + ahead < n) {
+			uint64_t a = slots[i + ahead];
 			if (parts & ESD_CACHE_VEC)
 				prefetch_row(c->vec + a * c->vec_stride, v, 0);
 			if ((parts & ESD_CACHE_STATE) && s)
@@ -124,7 +131,7 @@ int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n,
 }
 
 int esd_cache_scatter(struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		      const void *src)
+                      const void *src)
 {
 	int rc = check_slots(c, slots, n, parts);
 	if (rc)
@@ -134,11 +141,12 @@ int esd_cache_scatter(struct esd_cache *c, const uint32_t *slots, size_t n, unsi
 	if (!c->meta_rw && (parts & (ESD_CACHE_VEC | ESD_CACHE_STATE)))
 		return -EPERM;
 	const size_t v = (size_t)c->dim * sizeof(float), s = v * c->state_floats;
+	const size_t ahead = ahead_rows(esd_cache_row_bytes(c, parts));
 	const uint8_t *in = src;
 
 	for (size_t i = 0; i < n; i++) {
-		if (i + AHEAD < n) {
-			uint64_t a = slots[i + AHEAD];
+		if (i + ahead < n) {
+			uint64_t a = slots[i + ahead];
 			if (parts & ESD_CACHE_VEC)
 				prefetch_row(c->vec + a * c->vec_stride, v, 1);
 			if (parts & ESD_CACHE_GRAD)
@@ -206,11 +214,11 @@ static void bump(_Atomic uint64_t *p, uint64_t by)
 {
 	/* Single writer: a relaxed load + store is enough and no locked op. */
 	atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + by,
-			      memory_order_relaxed);
+	                      memory_order_relaxed);
 }
 
 int esd_cache_begin_iter(struct esd_cache *c, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill)
+                         struct esd_cmeta_fill *fill)
 {
 	if (!c || !fill)
 		return -EINVAL;
@@ -251,6 +259,15 @@ uint64_t esd_cache_published(const struct esd_cache *c)
 	return atomic_load_explicit(&c->daemon->published_iter, memory_order_acquire);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 int esd_cache_wait_published(const struct esd_cache *c, uint64_t iter, int64_t timeout_ns)
 {
 	int64_t deadline = timeout_ns < 0 ? INT64_MAX : esd_now_ns() + timeout_ns;
@@ -262,7 +279,7 @@ int esd_cache_wait_published(const struct esd_cache *c, uint64_t iter, int64_t t
 		/* spin briefly (the daemon is usually microseconds away), then
 		 * back off so a waiting trainer does not steal the core */
 		if (++spins < 1000)
-			__builtin_ia32_pause();
+			cpu_relax();
 		else if (spins < 2000)
 			sched_yield();
 		else

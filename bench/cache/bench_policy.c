@@ -107,8 +107,8 @@ static void run(uint32_t cap, enum esd_policy policy, int iters, double *lookup_
 	while (esd_cmeta_count(cm) < cap || iter < 50) {
 		esd_cmeta_begin_iter(cm, ++iter, keys, n, &f);
 		for (size_t i = 0; i < f.n_pulls; i++)
-			esd_cmeta_set_state(cm, pulls[i].slot, i % 4 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY,
-					    iter);
+			esd_cmeta_set_state(cm, pulls[i].slot,
+			                    i % 4 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY, iter);
 		n = draw_batch(&rng, rows, keys);
 	}
 	for (int it = 0; it < iters; it++) {
@@ -119,8 +119,8 @@ static void run(uint32_t cap, enum esd_policy policy, int iters, double *lookup_
 		esd_cmeta_begin_iter(cm, ++iter, keys, n, &f);
 		int64_t t2 = esd_now_ns();
 		for (size_t i = 0; i < f.n_pulls; i++)
-			esd_cmeta_set_state(cm, pulls[i].slot, i % 4 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY,
-					    iter);
+			esd_cmeta_set_state(cm, pulls[i].slot,
+			                    i % 4 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY, iter);
 		int64_t t3 = esd_now_ns();
 		esd_cmeta_lookahead(cm, next, nn, iter + 1);
 		int64_t t4 = esd_now_ns();
@@ -172,7 +172,8 @@ int main(int argc, char **argv)
 		iters = 1;
 	printf("# esd_cmeta per-iteration cost, %d samples x %d keys, medians over %d iterations\n",
 	       SAMPLES, TABLES, iters);
-	printf("# lookup = esd_cmeta_find_batch of the same keys (baseline); ratio = begin/lookup\n");
+	printf(
+	    "# lookup = esd_cmeta_find_batch of the same keys (baseline); ratio = begin/lookup\n");
 	printf("%9s  %-9s  %6s  %7s  %8s  %10s  %7s  %9s  %9s\n", "capacity", "policy", "keys",
 	       "evicts", "lookup_us", "begin_us", "ratio", "state_us", "ahead_us");
 	for (int c = 0; c < ncaps; c++) {

@@ -75,14 +75,14 @@ enum esd_cache_pages {
 };
 
 struct esd_cache_config {
-	uint32_t rows;                 /* capacity in rows (slots), 1 .. 2^30 */
-	uint32_t dim;                  /* floats per vector, 1 .. 65536 */
-	enum esd_optimizer optimizer;  /* sizes the optimizer state */
-	uint32_t ntables;              /* tables with their own counters, >= 1 */
-	enum esd_policy policy;        /* initial eviction policy */
+	uint32_t rows;                /* capacity in rows (slots), 1 .. 2^30 */
+	uint32_t dim;                 /* floats per vector, 1 .. 65536 */
+	enum esd_optimizer optimizer; /* sizes the optimizer state */
+	uint32_t ntables;             /* tables with their own counters, >= 1 */
+	enum esd_policy policy;       /* initial eviction policy */
 	enum esd_cache_pages pages;
-	uint64_t generation;           /* 0: taken from the realtime clock */
-	const char *name;              /* memfd name (debugging); NULL: "esd-cache" */
+	uint64_t generation; /* 0: taken from the realtime clock */
+	const char *name;    /* memfd name (debugging); NULL: "esd-cache" */
 };
 
 /* Sizes of a region, as laid out for a configuration. */
@@ -170,18 +170,18 @@ size_t esd_cache_row_bytes(const struct esd_cache *c, unsigned parts);
  * prefetching ahead. Returns 0 or -EINVAL (no/unknown parts, a slot out of
  * range: nothing is copied). */
 int esd_cache_gather(const struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		     void *dst);
+                     void *dst);
 /* The reverse. Returns 0, -EINVAL, or -EPERM (VEC/STATE on a trainer
  * mapping). */
 int esd_cache_scatter(struct esd_cache *c, const uint32_t *slots, size_t n, unsigned parts,
-		      const void *src);
+                      const void *src);
 
 /* Daemon: esd_cmeta_begin_iter inside the metadata seqlock, then the
  * per-table counters from the fill (table = esd_key_table; tables >=
  * ntables count in an extra "other" row). Same returns as
  * esd_cmeta_begin_iter, plus -EPERM on a read-only mapping. */
 int esd_cache_begin_iter(struct esd_cache *c, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill);
+                         struct esd_cmeta_fill *fill);
 
 /* Daemon: bracket any other metadata mutation (set_state, mark_outdated,
  * lookahead, set_policy) so seqlock readers see it whole. Nests not. */

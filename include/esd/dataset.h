@@ -49,12 +49,12 @@
 extern "C" {
 #endif
 
-#define ESD_DS_MAX_TABLES   256  /* tables per sample */
-#define ESD_DS_MAX_DENSE    256  /* dense features per sample */
-#define ESD_DS_MAX_ROWS     ESD_KEY_ID_MASK /* cardinality bound: IDs fit a key */
-#define ESD_DS_NAME_LEN     32   /* shape name, NUL included */
-#define ESD_DS_SOURCE_LEN   64   /* provenance text, NUL included */
-#define ESD_DS_BLOCK_SAMPLES 4096 /* default samples per block */
+#define ESD_DS_MAX_TABLES    256             /* tables per sample */
+#define ESD_DS_MAX_DENSE     256             /* dense features per sample */
+#define ESD_DS_MAX_ROWS      ESD_KEY_ID_MASK /* cardinality bound: IDs fit a key */
+#define ESD_DS_NAME_LEN      32              /* shape name, NUL included */
+#define ESD_DS_SOURCE_LEN    64              /* provenance text, NUL included */
+#define ESD_DS_BLOCK_SAMPLES 4096            /* default samples per block */
 
 /* How dense features are stored (both read back as float). */
 enum esd_ds_dense_format {
@@ -76,23 +76,23 @@ enum esd_ds_origin {
  * rows[] and zipf[] have ntables entries.
  */
 struct esd_ds_info {
-	char shape[ESD_DS_NAME_LEN]; /* "criteo-kaggle", "avazu", "criteo-search", ... */
-	uint32_t ntables;            /* 1 .. ESD_DS_MAX_TABLES */
-	uint32_t ndense;             /* 0 .. ESD_DS_MAX_DENSE */
+	char shape[ESD_DS_NAME_LEN];      /* "criteo-kaggle", "avazu", "criteo-search", ... */
+	uint32_t ntables;                 /* 1 .. ESD_DS_MAX_TABLES */
+	uint32_t ndense;                  /* 0 .. ESD_DS_MAX_DENSE */
 	uint64_t rows[ESD_DS_MAX_TABLES]; /* cardinality per table, 1 .. ESD_DS_MAX_ROWS */
 	uint32_t dense_format;            /* enum esd_ds_dense_format */
 	uint32_t block_samples;           /* samples per block; 0 = ESD_DS_BLOCK_SAMPLES */
 	int32_t zstd_level;               /* 0 = uncompressed blocks, 1..19 = zstd level */
 	uint64_t nsamples;                /* reader: samples in the file (writer ignores) */
 	/* Provenance: recorded, never interpreted by the reader. */
-	uint32_t origin;                  /* enum esd_ds_origin */
-	uint64_t seed;                    /* generator seed */
-	double zipf[ESD_DS_MAX_TABLES];   /* generator Zipf exponent per table (0: n/a) */
-	double drift;                     /* generator drift (ranks re-drawn per 1M samples) */
-	double scale;                     /* cardinality divisor applied (1: none) */
-	uint64_t max_rows;                /* per-table cap applied (0: none) */
-	uint64_t skipped;                 /* converter: bad lines skipped */
-	char source[ESD_DS_SOURCE_LEN];   /* free text: input file name, tool version */
+	uint32_t origin;                /* enum esd_ds_origin */
+	uint64_t seed;                  /* generator seed */
+	double zipf[ESD_DS_MAX_TABLES]; /* generator Zipf exponent per table (0: n/a) */
+	double drift;                   /* generator drift (ranks re-drawn per 1M samples) */
+	double scale;                   /* cardinality divisor applied (1: none) */
+	uint64_t max_rows;              /* per-table cap applied (0: none) */
+	uint64_t skipped;               /* converter: bad lines skipped */
+	char source[ESD_DS_SOURCE_LEN]; /* free text: input file name, tool version */
 };
 
 /* ---- built-in shapes ------------------------------------------------------ */
@@ -130,7 +130,7 @@ struct esd_ds_writer;
  * esd_ds_writer_discard().
  */
 int esd_ds_writer_open(const char *path, const struct esd_ds_info *info,
-		       struct esd_ds_writer **out);
+                       struct esd_ds_writer **out);
 
 /*
  * Append one sample: label (0 or 1), dense[ndense] (may be NULL when
@@ -139,7 +139,7 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info,
  * label not 0/1; nothing is written), or -errno of a failed write.
  */
 int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
-			 const uint64_t *ids);
+                         const uint64_t *ids);
 
 /* Samples appended so far. */
 uint64_t esd_ds_writer_count(const struct esd_ds_writer *w);
@@ -165,8 +165,9 @@ struct esd_ds_reader;
  * when they are read. The cursor starts at sample 0.
  * Returns 0 and *out, or -ESD_EBADMAGIC (not a dataset stream),
  * -ESD_EBADVERSION, -ESD_EBADSUM (header or index checksum), -EPROTO
- * (truncated, incomplete or inconsistent file), -ENOMEM, or the -errno of
- * open(2)/pread(2). The caller owns *out; free it with esd_ds_close().
+ * (truncated, incomplete or inconsistent file), -ENOTSUP (zstd blocks, a
+ * build without zstd), -ENOMEM, or the -errno of open(2)/pread(2). The
+ * caller owns *out; free it with esd_ds_close().
  */
 int esd_ds_open(const char *path, struct esd_ds_reader **out);
 
@@ -178,12 +179,12 @@ const struct esd_ds_info *esd_ds_reader_info(const struct esd_ds_reader *r);
  * cursor: labels[k] (float 0/1), dense[k * ndense], keys[k * ntables]
  * (esd_key_make(table, id)). Any of the three may be NULL to skip it.
  * Returns the number of samples read (0 at the end of the stream, fewer
- * than k only at the end), or -ESD_EBADSUM / -EPROTO (a corrupt block; the
+ * than k only at the end; for another epoch, esd_ds_rewind), or -ESD_EBADSUM / -EPROTO (a corrupt block; the
  * message names file, block and byte offset; the cursor is left where it
  * was, so nothing is returned twice), -ENOMEM, -errno of pread(2).
  */
 int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
-		    esd_key_t *keys);
+                    esd_key_t *keys);
 
 /* The cursor: index of the next sample esd_ds_read returns. */
 uint64_t esd_ds_tell(const struct esd_ds_reader *r);

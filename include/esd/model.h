@@ -49,6 +49,9 @@
  * Adam). With float accumulators they drift apart by ~1e-7 absolute, a
  * relative difference above 1e-5 on small values (docs/model.md). Two
  * runs of one configuration are bit-identical either way.
+ *
+ * Thread safety: a model object holds scratch space for one sample, so
+ * one thread at a time per object; create one per thread.
  */
 #ifndef ESD_MODEL_H
 #define ESD_MODEL_H

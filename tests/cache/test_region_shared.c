@@ -38,8 +38,10 @@ static int send_fd(int sock, int fd)
 		struct cmsghdr h;
 		char buf[CMSG_SPACE(sizeof(int))];
 	} u;
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			   .msg_controllen = sizeof(u.buf)};
+	struct msghdr m = {.msg_iov = &iov,
+	                   .msg_iovlen = 1,
+	                   .msg_control = u.buf,
+	                   .msg_controllen = sizeof(u.buf)};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
@@ -56,8 +58,10 @@ static int recv_fd(int sock)
 		struct cmsghdr h;
 		char buf[CMSG_SPACE(sizeof(int))];
 	} u;
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			   .msg_controllen = sizeof(u.buf)};
+	struct msghdr m = {.msg_iov = &iov,
+	                   .msg_iovlen = 1,
+	                   .msg_control = u.buf,
+	                   .msg_controllen = sizeof(u.buf)};
 	if (recvmsg(sock, &m, 0) != 1)
 		return -1;
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
@@ -128,9 +132,12 @@ static int stop_child(void **state)
 static void test_daemon_and_trainer(void **state)
 {
 	(void)state;
-	struct esd_cache_config cfg = {.rows = 64, .dim = DIM, .optimizer = ESD_OPT_ADAGRAD,
-				       .ntables = 2, .policy = ESD_POLICY_LRU,
-				       .pages = ESD_CACHE_PAGES_AUTO};
+	struct esd_cache_config cfg = {.rows = 64,
+	                               .dim = DIM,
+	                               .optimizer = ESD_OPT_ADAGRAD,
+	                               .ntables = 2,
+	                               .policy = ESD_POLICY_LRU,
+	                               .pages = ESD_CACHE_PAGES_AUTO};
 	struct esd_cache *c = NULL;
 	uint64_t keys[N];
 	for (int i = 0; i < N; i++)
@@ -215,7 +222,7 @@ static void test_daemon_and_trainer(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_daemon_and_trainer, stop_child),
+	    cmocka_unit_test_teardown(test_daemon_and_trainer, stop_child),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

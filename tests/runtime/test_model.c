@@ -228,7 +228,8 @@ static void test_errors(void **state)
 	s.dense = 1;
 	assert_int_equal(esd_model_create(&s, &m), 0);
 	assert_int_equal(esd_model_shape(m)->hidden, ESD_MODEL_DEFAULT_HIDDEN);
-	float params[64] = {0}, row[2] = {0}, y[2] = {0}, dense[2] = {0};
+	assert_int_equal(esd_model_dense_len(m), 16 * 3 + 16 + 16 + 1 + 1);
+	float params[128] = {0}, row[2] = {0}, y[2] = {0}, dense[2] = {0};
 	const float *rp[2] = {row, row};
 	struct esd_model_batch b = {.m = 2, .rows = rp, .labels = y, .dense = dense};
 	assert_int_equal(esd_model_step(m, params, &b, 1, NULL, NULL, NULL), -EINVAL); /* k < m */

@@ -107,6 +107,43 @@ static void test_deterministic_and_learns(void **state)
 	free(b);
 }
 
+/* A checkpoint holds the whole training state: resuming from iteration 15
+ * and training to 40 gives the bits of training to 40 in one go. */
+static void test_resume_is_exact(void **state)
+{
+	(void)state;
+	char *full = path_in("full.ckpt"), *half = path_in("half.ckpt"), *res = path_in("res.ckpt");
+	for (int o = 0; o < 3; o++) {
+		struct esd_ref_config cfg;
+		struct esd_ref_gen gen;
+		struct esd_ref_source src;
+		base_config(&cfg, &gen, (enum esd_optimizer)o);
+		assert_int_equal(esd_ref_gen_source(&gen, &src), 0);
+		cfg.iterations = 40;
+		assert_int_equal(esd_ref_train(&cfg, &src, full, NULL), 0);
+		cfg.iterations = 15;
+		assert_int_equal(esd_ref_train(&cfg, &src, half, NULL), 0);
+		cfg.iterations = 40;
+		cfg.resume = half;
+		assert_int_equal(esd_ref_train(&cfg, &src, res, NULL), 0);
+		const char *pa[1] = {full}, *pb[1] = {res};
+		const struct esd_ckpt_cmp_opts exact = {
+		    .exact = true, .state = true, .clocks = true};
+		struct esd_ckpt_cmp_result r;
+		assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &r, NULL), 0);
+		assert_true(r.equal);
+		/* a checkpoint of another configuration is refused */
+		cfg.seed++;
+		assert_int_equal(esd_ref_train(&cfg, &src, res, NULL), -EINVAL);
+		cfg.seed--;
+		cfg.iterations = 10; /* behind the checkpoint */
+		assert_int_equal(esd_ref_train(&cfg, &src, res, NULL), -EINVAL);
+	}
+	free(full);
+	free(half);
+	free(res);
+}
+
 static int64_t short_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
                             float *dense)
 {
@@ -479,6 +516,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_deterministic_and_learns),
 	    cmocka_unit_test(test_source_ends),
+	    cmocka_unit_test(test_resume_is_exact),
 	    cmocka_unit_test(test_stream_source),
 	    cmocka_unit_test(test_distributed_equals_reference),
 	    cmocka_unit_test(test_tool),

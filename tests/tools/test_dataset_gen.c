@@ -124,7 +124,7 @@ static void test_zipf_sampler(void **state)
 /* With drift, the most popular IDs of the first and the last part of a
  * stream differ; without, they agree. */
 static void top_ids(const char *path, uint64_t from, uint64_t n, uint32_t table, uint64_t rows,
-		    uint64_t *top)
+                    uint64_t *top)
 {
 	struct esd_ds_reader *r;
 	assert_int_equal(esd_ds_open(path, &r), 0);
@@ -191,10 +191,10 @@ int main(void)
 {
 	dir = esd_test_mkdtemp("esd-dsgen");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_deterministic),
-		cmocka_unit_test(test_zipf_sampler),
-		cmocka_unit_test(test_drift),
-		cmocka_unit_test(test_bad_params),
+	    cmocka_unit_test(test_deterministic),
+	    cmocka_unit_test(test_zipf_sampler),
+	    cmocka_unit_test(test_drift),
+	    cmocka_unit_test(test_bad_params),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

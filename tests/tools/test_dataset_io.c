@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static char *dir;
 
@@ -44,7 +45,7 @@ static void info_init(struct esd_ds_info *in, uint32_t nt, uint32_t nd, uint64_t
 
 /* Write n random samples; keep them in *ss. */
 static void write_set(const char *path, const struct esd_ds_info *in, uint64_t n,
-		      struct sample_set *ss, uint64_t seed)
+                      struct sample_set *ss, uint64_t seed)
 {
 	struct esd_ds_writer *w;
 	ss->n = n;
@@ -57,13 +58,12 @@ static void write_set(const char *path, const struct esd_ds_info *in, uint64_t n
 	for (uint64_t i = 0; i < n; i++) {
 		ss->labels[i] = esd_test_rand(&seed) & 1;
 		for (uint32_t j = 0; j < in->ndense; j++)
-			ss->dense[i * in->ndense + j] =
-				(float)(esd_test_rand(&seed) % 1000) / 8.0f;
+			ss->dense[i * in->ndense + j] = (float)(esd_test_rand(&seed) % 1000) / 8.0f;
 		for (uint32_t t = 0; t < in->ntables; t++)
 			ss->ids[i * in->ntables + t] = esd_test_rand(&seed) % in->rows[t];
 		assert_int_equal(esd_ds_writer_append(w, ss->labels[i], ss->dense + i * in->ndense,
-						      ss->ids + i * in->ntables),
-				 0);
+		                                      ss->ids + i * in->ntables),
+		                 0);
 	}
 	assert_int_equal(esd_ds_writer_count(w), n);
 	assert_int_equal(esd_ds_writer_close(w), 0);
@@ -78,7 +78,7 @@ static void free_set(struct sample_set *ss)
 
 /* Read [from, from + k) in batches of b and compare with the set. */
 static void check_range(struct esd_ds_reader *r, const struct sample_set *ss, uint64_t from,
-			uint64_t k, uint64_t b, int bf16)
+                        uint64_t k, uint64_t b, int bf16)
 {
 	float *labels = malloc(sizeof(float) * b);
 	float *dense = malloc(sizeof(float) * (b * ss->nd + 1));
@@ -137,10 +137,10 @@ static void roundtrip(uint64_t big, uint32_t dense_format, int zstd)
 	assert_string_equal(ri->shape, "test");
 	assert_string_equal(ri->source, "unit test");
 	int bf = dense_format == ESD_DS_DENSE_BF16;
-	check_range(r, &ss, 0, 1234, 64, bf);     /* batches straddle blocks of 100 */
+	check_range(r, &ss, 0, 1234, 64, bf); /* batches straddle blocks of 100 */
 	check_range(r, &ss, 0, 1234, 1000, bf);
-	check_range(r, &ss, 1000, 234, 7, bf);    /* the short last block */
-	check_range(r, &ss, 99, 2, 2, bf);        /* across one block boundary */
+	check_range(r, &ss, 1000, 234, 7, bf); /* the short last block */
+	check_range(r, &ss, 99, 2, 2, bf);     /* across one block boundary */
 	/* end of stream: 0, then short reads only at the end */
 	float lab[10];
 	assert_int_equal(esd_ds_seek(r, 1230), 0);
@@ -341,6 +341,32 @@ static void test_writer_ranges(void **state)
 	free(p);
 }
 
+/* Regression: a header claiming 2^64-1 samples and no blocks made the
+ * block count wrap to 0 and the first read index past the block index. */
+static void test_nsamples_overflow_header(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct esd_ds_writer *w;
+	struct esd_ds_reader *r;
+	char *p = path_of("overflow.esd");
+	info_init(&in, 1, 0, 10);
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+	int fd = open(p, O_RDWR);
+	uint8_t h[208 + 16 + 8];
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	uint64_t n = UINT64_MAX;
+	memcpy(h + 72, &n, 8); /* samples */
+	uint64_t sum = XXH64(h, sizeof(h) - 8, 0);
+	memcpy(h + sizeof(h) - 8, &sum, 8);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	assert_int_equal(esd_ds_open(p, &r), -EPROTO);
+	assert_non_null(strstr(esd_ds_last_error(), "blocks for"));
+	free(p);
+}
+
 static void test_shapes(void **state)
 {
 	(void)state;
@@ -362,9 +388,9 @@ static void test_shapes(void **state)
 	assert_null(esd_ds_shape_table_name("avazu", 18));
 	esd_ds_shape("criteo-kaggle", &in);
 	assert_int_equal(esd_ds_scale_rows(&in, 100, 50000), 0);
-	assert_int_equal(in.rows[2], 50000);   /* capped */
-	assert_int_equal(in.rows[0], 15);      /* ceil(1460 / 100) */
-	assert_int_equal(in.rows[8], 1);       /* never below 1 */
+	assert_int_equal(in.rows[2], 50000); /* capped */
+	assert_int_equal(in.rows[0], 15);    /* ceil(1460 / 100) */
+	assert_int_equal(in.rows[8], 1);     /* never below 1 */
 	assert_int_equal(esd_ds_scale_rows(&in, 0.5, 0), -EINVAL);
 }
 
@@ -372,14 +398,11 @@ int main(void)
 {
 	dir = esd_test_mkdtemp("esd-dsio");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip_f32),
-		cmocka_unit_test(test_roundtrip_bf16_u64_zstd),
-		cmocka_unit_test(test_cursor_restart),
-		cmocka_unit_test(test_corrupt_block),
-		cmocka_unit_test(test_truncated),
-		cmocka_unit_test(test_unfinished_writer),
-		cmocka_unit_test(test_writer_ranges),
-		cmocka_unit_test(test_shapes),
+	    cmocka_unit_test(test_roundtrip_f32),  cmocka_unit_test(test_roundtrip_bf16_u64_zstd),
+	    cmocka_unit_test(test_cursor_restart), cmocka_unit_test(test_corrupt_block),
+	    cmocka_unit_test(test_truncated),      cmocka_unit_test(test_unfinished_writer),
+	    cmocka_unit_test(test_writer_ranges),  cmocka_unit_test(test_shapes),
+	    cmocka_unit_test(test_nsamples_overflow_header),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

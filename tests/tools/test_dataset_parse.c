@@ -12,10 +12,10 @@
 #include "parse.h"
 
 static const char criteo_ok[] =
-	"1\t1\t5\t\t-3\t100\t2\t3\t4\t5\t6\t7\t8\t9\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t"
-	"25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t"
-	"1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t"
-	"3a171ecb\tc5c50484\te8b83407\t9727dd16";
+    "1\t1\t5\t\t-3\t100\t2\t3\t4\t5\t6\t7\t8\t9\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t"
+    "25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t"
+    "1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t"
+    "3a171ecb\tc5c50484\te8b83407\t9727dd16";
 
 static int parse(struct ds_parse_ctx *c, const char *line, struct ds_sample *s, char *why)
 {
@@ -32,10 +32,10 @@ static void test_criteo(void **state)
 	assert_int_equal(parse(&c, criteo_ok, &s, why), 0);
 	assert_int_equal(s.label, 1);
 	assert_true(fabsf(s.dense[0] - logf(2.0f)) < 1e-6f);
-	assert_true(s.dense[2] == 0.0f);                       /* missing */
-	assert_true(s.dense[3] == 0.0f);                       /* negative clamps to 0 */
+	assert_true(s.dense[2] == 0.0f); /* missing */
+	assert_true(s.dense[3] == 0.0f); /* negative clamps to 0 */
 	assert_true(fabsf(s.dense[4] - logf(101.0f)) < 1e-5f);
-	assert_int_equal(s.ids[21], 0);                        /* empty C22 */
+	assert_int_equal(s.ids[21], 0); /* empty C22 */
 	for (int t = 0; t < 26; t++)
 		assert_true(s.ids[t] < c.rows[t]);
 	assert_true(s.ids[2] != 0);
@@ -91,11 +91,11 @@ static void test_criteo_bad(void **state)
 }
 
 static const char avazu_hdr[] = "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,"
-				"app_id,app_domain,app_category,device_id,device_ip,device_model,"
-				"device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21";
+                                "app_id,app_domain,app_category,device_id,device_ip,device_model,"
+                                "device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21";
 static const char avazu_line[] = "1000009418151094273,0,14102100,1005,0,1fbe01fe,f3845767,"
-				 "28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
-				 "44956a24,1,2,15706,320,50,1722,0,35,-1,79";
+                                 "28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
+                                 "44956a24,1,2,15706,320,50,1722,0,35,-1,79";
 
 static void test_avazu(void **state)
 {
@@ -115,12 +115,12 @@ static void test_avazu(void **state)
 	}
 	/* columns are found by name, in any order */
 	static const char hdr2[] = "click,id,hour,C1,banner_pos,site_id,site_domain,site_category,"
-				   "app_id,app_domain,app_category,device_id,device_ip,"
-				   "device_model,device_type,device_conn_type,C14,C15,C16,C17,"
-				   "C18,C19,C20,C21\r";
+	                           "app_id,app_domain,app_category,device_id,device_ip,"
+	                           "device_model,device_type,device_conn_type,C14,C15,C16,C17,"
+	                           "C18,C19,C20,C21\r";
 	static const char line2[] = "0,1000009418151094273,14102100,1005,0,1fbe01fe,f3845767,"
-				    "28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
-				    "44956a24,1,2,15706,320,50,1722,0,35,-1,79\r";
+	                            "28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
+	                            "44956a24,1,2,15706,320,50,1722,0,35,-1,79\r";
 	struct ds_parse_ctx c2;
 	ds_parse_init(&c2, DS_FMT_AVAZU, NULL);
 	assert_int_equal(ds_parse_header(&c2, hdr2, strlen(hdr2), why, sizeof(why)), 0);
@@ -133,16 +133,19 @@ static void test_avazu(void **state)
 	expect_bad(&c, bad, "field 2 (click)");
 	assert_int_equal(ds_parse_header(&c2, "id,hour,C1", 10, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "click"));
+	/* regression: after a failed header, data lines must not use the old
+	 * column map (it indexed column -1) */
+	expect_bad(&c2, line2, "no header line seen");
 	assert_int_equal(ds_parse_header(&c2, "id,click,hour", 13, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "banner_pos"));
 }
 
 static const char search_line[] =
-	"0\t-1\t-1\t1598891820\t1\t-1\t-1\t7E56C27BFF0305E788DA55A029EC4988\t-1\t-1\t"
-	"9C6A33397C1C17DC5C72D3B80932D4B5\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t"
-	"57A2E38E5DB3F4E0B9D5E4A8F6E3A7F4\tD7D1FB49049702BF6338894757E0D959\t"
-	"C4A6D46F7A51A0C12A6D6C7AEE5E9E1E\t1B2D1CB9F1E5ADDD0CD9E3F5F7AF13D8\t"
-	"2E7A6A2F8F1C59E5A8DF1E16E1A1E9E2";
+    "0\t-1\t-1\t1598891820\t1\t-1\t-1\t7E56C27BFF0305E788DA55A029EC4988\t-1\t-1\t"
+    "9C6A33397C1C17DC5C72D3B80932D4B5\t-1\t-1\t-1\t-1\t-1\t-1\t-1\t"
+    "57A2E38E5DB3F4E0B9D5E4A8F6E3A7F4\tD7D1FB49049702BF6338894757E0D959\t"
+    "C4A6D46F7A51A0C12A6D6C7AEE5E9E1E\t1B2D1CB9F1E5ADDD0CD9E3F5F7AF13D8\t"
+    "2E7A6A2F8F1C59E5A8DF1E16E1A1E9E2";
 
 static void test_search(void **state)
 {
@@ -154,9 +157,9 @@ static void test_search(void **state)
 	assert_int_equal(parse(&c, search_line, &s, why), 0);
 	assert_int_equal(s.label, 0);
 	assert_true(fabsf(s.dense[0] - logf(2.0f)) < 1e-6f); /* nb_clicks_1week 1 */
-	assert_true(s.dense[1] == 0.0f);                      /* price -1: unknown */
-	assert_int_equal(s.ids[0], 0);                        /* -1: missing */
-	assert_true(s.ids[1] != 0);                           /* device_type */
+	assert_true(s.dense[1] == 0.0f);                     /* price -1: unknown */
+	assert_int_equal(s.ids[0], 0);                       /* -1: missing */
+	assert_true(s.ids[1] != 0);                          /* device_type */
 	for (int t = 0; t < 17; t++)
 		assert_true(s.ids[t] < c.rows[t]);
 	assert_true(ds_is_search_header("Sale\tSalesAmountInEuro", 21));
@@ -187,9 +190,9 @@ static void test_formats(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_criteo),     cmocka_unit_test(test_criteo_bad),
-		cmocka_unit_test(test_avazu),      cmocka_unit_test(test_search),
-		cmocka_unit_test(test_formats),
+	    cmocka_unit_test(test_criteo),  cmocka_unit_test(test_criteo_bad),
+	    cmocka_unit_test(test_avazu),   cmocka_unit_test(test_search),
+	    cmocka_unit_test(test_formats),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

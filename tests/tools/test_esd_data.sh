@@ -72,6 +72,11 @@ check "convert criteo from stdin with --rows" bash -c \
 	"cat '$T/criteo.tsv' | '$ESD_DATA' convert --format criteo-kaggle --rows 100 -o '$T/cr2.esd' - >/dev/null"
 check "--rows applies to every table" json "$T/cr2.esd" "all(t['rows'] == 100 for t in j['tables'])"
 
+check "--progress: a progress bar on stderr" bash -c \
+	"'$ESD_DATA' convert --format criteo-kaggle --progress -o '$T/cr3.esd' '$T/criteo.tsv' 2>&1 >/dev/null | grep -q '100.0% 3 lines'"
+check "--limit: stops after N samples" bash -c \
+	"'$ESD_DATA' convert --format criteo-kaggle --limit 2 -o '$T/cr3.esd' '$T/criteo.tsv' | grep -q '2 samples from 2 lines'"
+
 # --- convert: Avazu ---------------------------------------------------------------
 {
 	echo "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21"

@@ -93,10 +93,10 @@ static void progress(const struct lines *l, uint64_t total, uint64_t lines, doub
 			bar[i] = i < fill ? '#' : '.';
 		bar[40] = 0;
 		fprintf(stderr, "\r[%s] %5.1f%% %llu lines %.0f MB/s", bar, frac * 100.0,
-			(unsigned long long)lines, dt > 0 ? mb / dt : 0.0);
+		        (unsigned long long)lines, dt > 0 ? mb / dt : 0.0);
 	} else {
 		fprintf(stderr, "\r%llu lines, %.1f MB, %.0f MB/s", (unsigned long long)lines, mb,
-			dt > 0 ? mb / dt : 0.0);
+		        dt > 0 ? mb / dt : 0.0);
 	}
 	if (done)
 		fputc('\n', stderr);
@@ -111,7 +111,7 @@ static const char *base_name(const char *p)
 int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 {
 	static const uint32_t origin[] = {ESD_DS_ORIGIN_CRITEO_KAGGLE, ESD_DS_ORIGIN_AVAZU,
-					  ESD_DS_ORIGIN_CRITEO_SEARCH};
+	                                  ESD_DS_ORIGIN_CRITEO_SEARCH};
 	struct ds_convert_result r = {0, 0, 0};
 	struct ds_parse_ctx ctx;
 	struct esd_ds_info info;
@@ -124,16 +124,16 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 
 	ds_parse_init(&ctx, o->fmt, NULL);
 	memset(&info, 0, sizeof(info));
-	rc = esd_ds_shape(o->fmt == DS_FMT_AVAZU	    ? "avazu"
-			  : o->fmt == DS_FMT_SEARCH ? "criteo-search"
-						    : "criteo-kaggle",
-			  &info);
+	rc = esd_ds_shape(o->fmt == DS_FMT_AVAZU    ? "avazu"
+	                  : o->fmt == DS_FMT_SEARCH ? "criteo-search"
+	                                            : "criteo-kaggle",
+	                  &info);
 	if (rc)
 		return rc;
 	if (o->rows) {
 		if (o->rows > ESD_DS_MAX_ROWS)
 			return ds_fail(-EINVAL, "--rows %llu above 2^48-1",
-				       (unsigned long long)o->rows);
+			               (unsigned long long)o->rows);
 		for (uint32_t t = 0; t < info.ntables; t++)
 			info.rows[t] = o->rows;
 	}
@@ -179,7 +179,7 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 			break;
 		if (got < 0) {
 			rc = ds_fail(got, "%s: read error after line %llu", in,
-				     (unsigned long long)r.lines);
+			             (unsigned long long)r.lines);
 			goto out_writer;
 		}
 		r.lines++;
@@ -209,7 +209,7 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		if (o->limit && r.samples >= o->limit)
 			break;
 		goto next;
-bad_line:
+	bad_line:
 		if (!o->skip_bad) {
 			if (o->progress)
 				fputc('\n', stderr);
@@ -219,8 +219,8 @@ bad_line:
 		r.skipped++;
 		if (warned++ < 5)
 			ESD_WARN("data", "%s:%llu: skipped: %s", in, (unsigned long long)r.lines,
-				 why);
-next:
+			         why);
+	next:
 		if (o->progress && (r.lines & 0xfff) == 0) {
 			double t = now_s();
 			if (t - last > 0.2) {

@@ -11,7 +11,7 @@
 
 struct ds_convert_opts {
 	enum ds_format fmt;
-	const char *in_path;   /* "-" reads stdin */
+	const char *in_path; /* "-" reads stdin */
 	const char *out_path;
 	uint64_t rows;         /* every table hashed into this many rows; 0 = the shape's */
 	double scale;          /* cardinality divisor (>= 1) */

@@ -24,11 +24,11 @@
 #error "esd_data writes little-endian streams and only builds on little-endian hosts"
 #endif
 
-#define DS_MAGIC        "ESDDATA\0"
-#define DS_VERSION      1u
-#define DS_BLOCK_MAGIC  0x4b4c4245u /* "EBLK" */
-#define DS_INDEX_MAGIC  0x58444e49u /* "INDX" */
-#define DS_FLAG_ZSTD    1u
+#define DS_MAGIC       "ESDDATA\0"
+#define DS_VERSION     1u
+#define DS_BLOCK_MAGIC 0x4b4c4245u /* "EBLK" */
+#define DS_INDEX_MAGIC 0x58444e49u /* "INDX" */
+#define DS_FLAG_ZSTD   1u
 
 /* Fixed part of the file header; offsets of its fields. */
 enum {

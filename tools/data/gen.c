@@ -96,7 +96,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 	for (uint32_t t = 0; t < in->ntables; t++)
 		if (!(in->zipf[t] > 0.0 && in->zipf[t] <= 10.0))
 			return ds_fail(-EINVAL, "gen: table %u: zipf exponent %g not in (0, 10]", t,
-				       in->zipf[t]);
+			               in->zipf[t]);
 
 	struct table_gen *tg = calloc(in->ntables, sizeof(*tg));
 	float *dense = calloc(in->ndense + 1, sizeof(float));
@@ -129,16 +129,18 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 		double ws = 0, ps = 0;
 		for (uint64_t k = 0; k < g->rows && k < 4096; k++) {
 			double pk = pow((double)k + 1.0, -in->zipf[t]);
-			ws += pk * id_weight(in->seed, t, (mulmod(g->mul, k, g->rows) + g->add) %
-								  g->rows);
+			ws += pk * id_weight(in->seed, t,
+			                     (mulmod(g->mul, k, g->rows) + g->add) % g->rows);
 			ps += pk;
 		}
 		g->wmean = ws / ps;
 		g->swap_rate = in->drift * (double)g->rows / 2e6;
 		if (g->swap_rate > 0.0 && g->rows > 1) {
 			if (g->rows > UINT32_MAX) {
-				rc = ds_fail(-EINVAL, "gen: table %u: drift needs tables below 2^32 "
-						      "rows", t);
+				rc = ds_fail(-EINVAL,
+				             "gen: table %u: drift needs tables below 2^32 "
+				             "rows",
+				             t);
 				goto out_alloc;
 			}
 			g->perm = malloc(g->rows * sizeof(uint32_t));

@@ -24,13 +24,12 @@ struct shape {
 
 /* Criteo Kaggle (Display Advertising Challenge), train.txt: C1..C26. */
 static const char *const criteo_cols[] = {
-	"C1",  "C2",  "C3",  "C4",  "C5",  "C6",  "C7",  "C8",  "C9",
-	"C10", "C11", "C12", "C13", "C14", "C15", "C16", "C17", "C18",
-	"C19", "C20", "C21", "C22", "C23", "C24", "C25", "C26",
+    "C1",  "C2",  "C3",  "C4",  "C5",  "C6",  "C7",  "C8",  "C9",  "C10", "C11", "C12", "C13",
+    "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21", "C22", "C23", "C24", "C25", "C26",
 };
 static const uint64_t criteo_rows[] = {
-	1460, 583,  10131227, 2202608, 305,     24, 12517, 633, 3,      93145, 5683, 8351593, 3194,
-	27,   14992, 5461306, 10,      5652, 2173, 4,     7046547, 18, 15,     286181, 105,  142572,
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572,
 };
 
 /*
@@ -40,13 +39,12 @@ static const uint64_t criteo_rows[] = {
  * height, fixed by C15) and C17 (a grouping of C14) are dropped.
  */
 static const char *const avazu_cols[] = {
-	"banner_pos",  "site_id",   "site_domain", "site_category", "app_id",
-	"app_domain",  "app_category", "device_id", "device_ip",   "device_model",
-	"device_type", "device_conn_type", "C14",   "C15",         "C18",
-	"C19",         "C20",       "C21",
+    "banner_pos",   "site_id",   "site_domain", "site_category", "app_id",      "app_domain",
+    "app_category", "device_id", "device_ip",   "device_model",  "device_type", "device_conn_type",
+    "C14",          "C15",       "C18",         "C19",           "C20",         "C21",
 };
 static const uint64_t avazu_rows[] = {
-	7,    4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251, 5, 4, 2626, 8, 4, 68, 172, 60,
+    7, 4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251, 5, 4, 2626, 8, 4, 68, 172, 60,
 };
 
 /*
@@ -55,15 +53,15 @@ static const uint64_t avazu_rows[] = {
  * records the rows it used and stat measures the distinct IDs.
  */
 static const char *const search_cols[] = {
-	"product_age_group", "device_type",       "audience_id",       "product_gender",
-	"product_brand",     "product_category1", "product_category2", "product_category3",
-	"product_category4", "product_category5", "product_category6", "product_category7",
-	"product_country",   "product_id",        "product_title",     "partner_id",
-	"user_id",
+    "product_age_group", "device_type",       "audience_id",       "product_gender",
+    "product_brand",     "product_category1", "product_category2", "product_category3",
+    "product_category4", "product_category5", "product_category6", "product_category7",
+    "product_country",   "product_id",        "product_title",     "partner_id",
+    "user_id",
 };
 static const uint64_t search_rows[] = {
-	11,   10,  18000, 17, 56000, 21, 170, 1000, 1800, 1500, 750, 40, 21, 1600000, 830000,
-	310, 10000000,
+    11,   10,  18000, 17, 56000,   21,     170, 1000,     1800,
+    1500, 750, 40,    21, 1600000, 830000, 310, 10000000,
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -72,9 +70,9 @@ _Static_assert(NELEM(avazu_cols) == 18 && NELEM(avazu_rows) == 18, "avazu: 18 ta
 _Static_assert(NELEM(search_cols) == 17 && NELEM(search_rows) == 17, "search: 17 tables");
 
 static const struct shape shapes[] = {
-	{"criteo-kaggle", 13, 26, criteo_cols, criteo_rows},
-	{"avazu", 0, 18, avazu_cols, avazu_rows},
-	{"criteo-search", 2, 17, search_cols, search_rows},
+    {"criteo-kaggle", 13, 26, criteo_cols, criteo_rows},
+    {"avazu", 0, 18, avazu_cols, avazu_rows},
+    {"criteo-search", 2, 17, search_cols, search_rows},
 };
 
 static const struct shape *find_shape(const char *name)
@@ -89,8 +87,10 @@ int esd_ds_shape(const char *name, struct esd_ds_info *info)
 {
 	const struct shape *s = find_shape(name);
 	if (!s)
-		return ds_fail(-ENOENT, "unknown dataset shape '%s' (criteo-kaggle, avazu, "
-					"criteo-search)", name ? name : "(null)");
+		return ds_fail(-ENOENT,
+		               "unknown dataset shape '%s' (criteo-kaggle, avazu, "
+		               "criteo-search)",
+		               name ? name : "(null)");
 	snprintf(info->shape, sizeof(info->shape), "%s", s->name);
 	info->ntables = s->ntables;
 	info->ndense = s->ndense;
@@ -139,7 +139,7 @@ int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		if (in->rows[t] < 1 || in->rows[t] > ESD_DS_MAX_ROWS) {
 			snprintf(why, whylen, "table %u: %llu rows not in 1..2^48-1", t,
-				 (unsigned long long)in->rows[t]);
+			         (unsigned long long)in->rows[t]);
 			return -EINVAL;
 		}
 	}
@@ -154,7 +154,7 @@ int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 	uint64_t bs = in->block_samples ? in->block_samples : ESD_DS_BLOCK_SAMPLES;
 	if (bs * sample_bytes(in) > (UINT64_C(1) << 30)) {
 		snprintf(why, whylen, "a block of %llu samples exceeds 1 GiB",
-			 (unsigned long long)bs);
+		         (unsigned long long)bs);
 		return -EINVAL;
 	}
 	if (in->zstd_level < 0 || in->zstd_level > 19) {

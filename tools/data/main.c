@@ -23,24 +23,24 @@
 #include <esd/log.h>
 
 static const char usage_text[] =
-	"usage: esd-data <command> [options]\n"
-	"\n"
-	"  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
-	"      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
-	"      [--dense-format f32|bf16] [--zstd LEVEL] [--block N]\n"
-	"      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
-	"      each table's ranks gets a new ID per 1M samples (default 0.1); seeded\n"
-	"  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
-	"      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
-	"      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
-	"      real files into a stream; bad lines fail with file:line unless --skip-bad\n"
-	"  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
-	"      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
-	"      covers (default R 0.08)\n"
-	"  dump FILE [--from N] [-n N]\n"
-	"      samples as text: cursor label dense... | table:id ...\n"
-	"\n"
-	"Numbers take k, M, G suffixes (1M = 1000000). docs/dataset.md has the details.\n";
+    "usage: esd-data <command> [options]\n"
+    "\n"
+    "  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
+    "      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
+    "      [--dense-format f32|bf16] [--zstd LEVEL] [--block N]\n"
+    "      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
+    "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded\n"
+    "  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
+    "      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
+    "      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
+    "      real files into a stream; bad lines fail with file:line unless --skip-bad\n"
+    "  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
+    "      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
+    "      covers (default R 0.08)\n"
+    "  dump FILE [--from N] [-n N]\n"
+    "      samples as text: cursor label dense... | table:id ...\n"
+    "\n"
+    "Numbers take k, M, G suffixes (1M = 1000000). docs/dataset.md has the details.\n";
 
 static int usage(const char *why)
 {
@@ -128,19 +128,19 @@ enum {
 static int cmd_gen(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"output", required_argument, NULL, 'o'},
-		{"samples", required_argument, NULL, 'n'},
-		{"shape", required_argument, NULL, OPT_SHAPE},
-		{"seed", required_argument, NULL, OPT_SEED},
-		{"zipf", required_argument, NULL, OPT_ZIPF},
-		{"zipf-table", required_argument, NULL, OPT_ZIPF_TABLE},
-		{"drift", required_argument, NULL, OPT_DRIFT},
-		{"scale", required_argument, NULL, OPT_SCALE},
-		{"max-rows", required_argument, NULL, OPT_MAX_ROWS},
-		{"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
-		{"zstd", required_argument, NULL, OPT_ZSTD},
-		{"block", required_argument, NULL, OPT_BLOCK},
-		{0},
+	    {"output", required_argument, NULL, 'o'},
+	    {"samples", required_argument, NULL, 'n'},
+	    {"shape", required_argument, NULL, OPT_SHAPE},
+	    {"seed", required_argument, NULL, OPT_SEED},
+	    {"zipf", required_argument, NULL, OPT_ZIPF},
+	    {"zipf-table", required_argument, NULL, OPT_ZIPF_TABLE},
+	    {"drift", required_argument, NULL, OPT_DRIFT},
+	    {"scale", required_argument, NULL, OPT_SCALE},
+	    {"max-rows", required_argument, NULL, OPT_MAX_ROWS},
+	    {"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
+	    {"zstd", required_argument, NULL, OPT_ZSTD},
+	    {"block", required_argument, NULL, OPT_BLOCK},
+	    {0},
 	};
 	const char *out = NULL, *shape = "criteo-kaggle";
 	uint64_t n = 1000000, seed = 1, max_rows = 0, block = 0;
@@ -232,7 +232,7 @@ static int cmd_gen(int argc, char **argv)
 	for (unsigned i = 0; i < nper; i++) {
 		if (per[i].t >= p.info.ntables) {
 			fprintf(stderr, "esd-data: --zipf-table %u: %s has %u tables\n", per[i].t,
-				shape, p.info.ntables);
+			        shape, p.info.ntables);
 			return 2;
 		}
 		p.info.zipf[per[i].t] = per[i].s;
@@ -247,19 +247,19 @@ static int cmd_gen(int argc, char **argv)
 static int cmd_convert(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"output", required_argument, NULL, 'o'},
-		{"input", required_argument, NULL, 'i'},
-		{"format", required_argument, NULL, OPT_FORMAT},
-		{"rows", required_argument, NULL, OPT_ROWS},
-		{"scale", required_argument, NULL, OPT_SCALE},
-		{"max-rows", required_argument, NULL, OPT_MAX_ROWS},
-		{"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
-		{"limit", required_argument, NULL, OPT_LIMIT},
-		{"progress", no_argument, NULL, OPT_PROGRESS},
-		{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-		{"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
-		{"zstd", required_argument, NULL, OPT_ZSTD},
-		{0},
+	    {"output", required_argument, NULL, 'o'},
+	    {"input", required_argument, NULL, 'i'},
+	    {"format", required_argument, NULL, OPT_FORMAT},
+	    {"rows", required_argument, NULL, OPT_ROWS},
+	    {"scale", required_argument, NULL, OPT_SCALE},
+	    {"max-rows", required_argument, NULL, OPT_MAX_ROWS},
+	    {"skip-bad", no_argument, NULL, OPT_SKIP_BAD},
+	    {"limit", required_argument, NULL, OPT_LIMIT},
+	    {"progress", no_argument, NULL, OPT_PROGRESS},
+	    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+	    {"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
+	    {"zstd", required_argument, NULL, OPT_ZSTD},
+	    {0},
 	};
 	struct ds_convert_opts o;
 	const char *fmt = NULL;
@@ -335,8 +335,7 @@ static int cmd_convert(int argc, char **argv)
 
 static const char *origin_name(uint32_t o)
 {
-	static const char *const n[] = {"gen", "criteo-kaggle", "avazu", "criteo-search",
-					"other"};
+	static const char *const n[] = {"gen", "criteo-kaggle", "avazu", "criteo-search", "other"};
 	return o < 5 ? n[o] : "?";
 }
 
@@ -373,13 +372,13 @@ static void print_json(const char *path, const struct ds_stat *st)
 		json_object_set_new(j, "top_count", json_integer((json_int_t)ts->top_count));
 		json_object_set_new(j, "top1_share", json_real(ts->top1_share));
 		json_object_set_new(j, "zipf_fit",
-				    isnan(ts->zipf_fit) ? json_null() : json_real(ts->zipf_fit));
+		                    isnan(ts->zipf_fit) ? json_null() : json_real(ts->zipf_fit));
 		json_object_set_new(j, "zipf_gen", json_real(in->zipf[t]));
 		json_object_set_new(j, "cache_cover", json_real(ts->cache_cover));
 		json_array_append_new(tabs, j);
 	}
 	json_object_set_new(o, "tables", tabs);
-	json_dumpf(o, stdout, JSON_INDENT(2));
+	json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 	fputc('\n', stdout);
 	json_decref(o);
 }
@@ -397,8 +396,8 @@ static void print_human(const char *path, const struct ds_stat *st)
 		printf("converter %" PRIu64 " bad lines skipped, scale %g, max-rows %" PRIu64 "\n",
 		       in->skipped, in->scale, in->max_rows);
 	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables\n", st->samples,
-	       st->samples ? 100.0 * (double)st->positives / (double)st->samples : 0.0,
-	       in->ndense, in->ntables);
+	       st->samples ? 100.0 * (double)st->positives / (double)st->samples : 0.0, in->ndense,
+	       in->ntables);
 	printf("rows      %" PRIu64 " in all, %" PRIu64 " distinct keys seen (%.2f %%)\n",
 	       st->total_rows, st->distinct,
 	       st->total_rows ? 100.0 * (double)st->distinct / (double)st->total_rows : 0.0);
@@ -421,18 +420,18 @@ static void print_human(const char *path, const struct ds_stat *st)
 			snprintf(gen, sizeof(gen), "-");
 		printf("%5u %-18s %10" PRIu64 " %10" PRIu64 " %6.2f%% %8.2f%% %6s %6s %7.2f%%\n", t,
 		       name ? name : "-", ts->rows, ts->distinct,
-		       100.0 * (double)ts->distinct / (double)ts->rows, 100.0 * ts->top1_share,
-		       gen, fit, 100.0 * ts->cache_cover);
+		       100.0 * (double)ts->distinct / (double)ts->rows, 100.0 * ts->top1_share, gen,
+		       fit, 100.0 * ts->cache_cover);
 	}
 }
 
 static int cmd_stat(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"cache-ratio", required_argument, NULL, OPT_CACHE_RATIO},
-		{"limit", required_argument, NULL, OPT_LIMIT},
-		{"json", no_argument, NULL, OPT_JSON},
-		{0},
+	    {"cache-ratio", required_argument, NULL, OPT_CACHE_RATIO},
+	    {"limit", required_argument, NULL, OPT_LIMIT},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {0},
 	};
 	double ratio = 0.08;
 	uint64_t limit = 0;
@@ -473,9 +472,9 @@ static int cmd_stat(int argc, char **argv)
 static int cmd_dump(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"from", required_argument, NULL, OPT_FROM},
-		{"count", required_argument, NULL, 'n'},
-		{0},
+	    {"from", required_argument, NULL, OPT_FROM},
+	    {"count", required_argument, NULL, 'n'},
+	    {0},
 	};
 	uint64_t from = 0, n = 10;
 	int c;

@@ -39,8 +39,9 @@ int ds_format_parse(const char *name, enum ds_format *out)
 
 static const char *shape_of(enum ds_format fmt)
 {
-	return fmt == DS_FMT_AVAZU ? "avazu" : fmt == DS_FMT_SEARCH ? "criteo-search"
-								  : "criteo-kaggle";
+	return fmt == DS_FMT_AVAZU    ? "avazu"
+	       : fmt == DS_FMT_SEARCH ? "criteo-search"
+	                              : "criteo-kaggle";
 }
 
 void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows)
@@ -99,7 +100,7 @@ static const char *show(const struct field *f, char *buf, size_t cap)
 }
 
 static int bad(char *why, size_t whylen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static int bad(char *why, size_t whylen, const char *fmt, ...)
 {
 	va_list ap;
@@ -188,37 +189,39 @@ static int is_hex(const struct field *f)
 }
 
 static int parse_criteo(const struct ds_parse_ctx *c, const char *line, size_t len,
-			struct ds_sample *s, char *why, size_t whylen)
+                        struct ds_sample *s, char *why, size_t whylen)
 {
 	struct field f[CRITEO_FIELDS];
 	char q[32];
 	int n = split(line, len, '\t', f, CRITEO_FIELDS);
 	if (n != CRITEO_FIELDS)
-		return bad(why, whylen, "%s%d tab-separated fields, expected 40 (label, 13 "
-					"integers, 26 hex IDs)", n > CRITEO_FIELDS ? "more than " : "",
-			   n > CRITEO_FIELDS ? CRITEO_FIELDS : n);
+		return bad(why, whylen,
+		           "%s%d tab-separated fields, expected 40 (label, 13 "
+		           "integers, 26 hex IDs)",
+		           n > CRITEO_FIELDS ? "more than " : "",
+		           n > CRITEO_FIELDS ? CRITEO_FIELDS : n);
 	if (parse_label(&f[0], &s->label))
 		return bad(why, whylen, "field 1 (label): '%s' is not 0 or 1",
-			   show(&f[0], q, sizeof(q)));
+		           show(&f[0], q, sizeof(q)));
 	for (int j = 0; j < 13; j++) {
 		int64_t v = 0;
 		if (f[1 + j].n && parse_int(&f[1 + j], &v))
 			return bad(why, whylen, "field %d (I%d): '%s' is not an integer", j + 2,
-				   j + 1, show(&f[1 + j], q, sizeof(q)));
+			           j + 1, show(&f[1 + j], q, sizeof(q)));
 		s->dense[j] = dense_of((double)v);
 	}
 	for (uint32_t t = 0; t < 26; t++) {
 		const struct field *fc = &f[14 + t];
 		if (!is_hex(fc))
 			return bad(why, whylen, "field %u (C%u): '%s' is not a hex ID", 15 + t,
-				   t + 1, show(fc, q, sizeof(q)));
+			           t + 1, show(fc, q, sizeof(q)));
 		s->ids[t] = hash_id(c, t, fc);
 	}
 	return 0;
 }
 
 static int parse_avazu(const struct ds_parse_ctx *c, const char *line, size_t len,
-		       struct ds_sample *s, char *why, size_t whylen)
+                       struct ds_sample *s, char *why, size_t whylen)
 {
 	struct field f[DS_AVAZU_MAX_COLS];
 	char q[32];
@@ -227,20 +230,19 @@ static int parse_avazu(const struct ds_parse_ctx *c, const char *line, size_t le
 	int n = split(line, len, ',', f, c->ncols);
 	if (n != c->ncols)
 		return bad(why, whylen, "%s%d comma-separated fields, the header has %d",
-			   n > c->ncols ? "more than " : "", n > c->ncols ? c->ncols : n,
-			   c->ncols);
+		           n > c->ncols ? "more than " : "", n > c->ncols ? c->ncols : n, c->ncols);
 	if (parse_label(&f[c->click_col], &s->label))
 		return bad(why, whylen, "field %d (click): '%s' is not 0 or 1", c->click_col + 1,
-			   show(&f[c->click_col], q, sizeof(q)));
+		           show(&f[c->click_col], q, sizeof(q)));
 	for (uint32_t t = 0; t < c->ntables; t++)
 		s->ids[t] = hash_id(c, t, &f[c->table_col[t]]);
 	return 0;
 }
 
-int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why,
-		    size_t whylen)
+int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why, size_t whylen)
 {
 	struct field f[DS_AVAZU_MAX_COLS];
+	c->ncols = 0; /* no data line parses until a header did */
 	int n = split(line, len, ',', f, DS_AVAZU_MAX_COLS);
 	if (n > DS_AVAZU_MAX_COLS)
 		return bad(why, whylen, "header: more than %d columns", DS_AVAZU_MAX_COLS);
@@ -261,7 +263,7 @@ int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *
 	for (uint32_t t = 0; t < c->ntables; t++)
 		if (c->table_col[t] < 0)
 			return bad(why, whylen, "header: no '%s' column",
-				   esd_ds_shape_table_name("avazu", t));
+			           esd_ds_shape_table_name("avazu", t));
 	c->ncols = n;
 	return 0;
 }
@@ -272,26 +274,28 @@ int ds_is_search_header(const char *line, size_t len)
 }
 
 static int parse_search(const struct ds_parse_ctx *c, const char *line, size_t len,
-			struct ds_sample *s, char *why, size_t whylen)
+                        struct ds_sample *s, char *why, size_t whylen)
 {
 	static const char *const num_names[] = {"SalesAmountInEuro", "time_delay_for_conversion",
-						"click_timestamp", "nb_clicks_1week",
-						"product_price"};
+	                                        "click_timestamp", "nb_clicks_1week",
+	                                        "product_price"};
 	struct field f[SEARCH_FIELDS];
 	char q[32];
 	int n = split(line, len, '\t', f, SEARCH_FIELDS);
 	if (n != SEARCH_FIELDS)
-		return bad(why, whylen, "%s%d tab-separated fields, expected 23 (Sale, 5 numbers, "
-					"17 categorical)", n > SEARCH_FIELDS ? "more than " : "",
-			   n > SEARCH_FIELDS ? SEARCH_FIELDS : n);
+		return bad(why, whylen,
+		           "%s%d tab-separated fields, expected 23 (Sale, 5 numbers, "
+		           "17 categorical)",
+		           n > SEARCH_FIELDS ? "more than " : "",
+		           n > SEARCH_FIELDS ? SEARCH_FIELDS : n);
 	if (parse_label(&f[0], &s->label))
 		return bad(why, whylen, "field 1 (Sale): '%s' is not 0 or 1",
-			   show(&f[0], q, sizeof(q)));
+		           show(&f[0], q, sizeof(q)));
 	double v[5];
 	for (int j = 0; j < 5; j++) {
 		if (parse_num(&f[1 + j], &v[j]))
 			return bad(why, whylen, "field %d (%s): '%s' is not a number", j + 2,
-				   num_names[j], show(&f[1 + j], q, sizeof(q)));
+			           num_names[j], show(&f[1 + j], q, sizeof(q)));
 	}
 	s->dense[0] = dense_of(v[3]); /* nb_clicks_1week, -1 = unknown */
 	s->dense[1] = dense_of(v[4]); /* product_price */
@@ -304,8 +308,8 @@ static int parse_search(const struct ds_parse_ctx *c, const char *line, size_t l
 	return 0;
 }
 
-int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len,
-		  struct ds_sample *out, char *why, size_t whylen)
+int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, struct ds_sample *out,
+                  char *why, size_t whylen)
 {
 	switch (c->fmt) {
 	case DS_FMT_CRITEO:

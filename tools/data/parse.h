@@ -31,9 +31,9 @@ struct ds_parse_ctx {
 	uint32_t ndense;
 	uint64_t rows[ESD_DS_MAX_TABLES];
 	/* Avazu: columns found in the header line */
-	int ncols;                          /* columns per line */
-	int click_col;                      /* column of the label */
-	int table_col[ESD_DS_MAX_TABLES];   /* column of each table */
+	int ncols;                        /* columns per line */
+	int click_col;                    /* column of the label */
+	int table_col[ESD_DS_MAX_TABLES]; /* column of each table */
 };
 
 struct ds_sample {
@@ -57,14 +57,13 @@ void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *r
  * Avazu: map the header line's column names. Returns 0, or -EINVAL with a
  * reason (a column we need is missing, too many columns).
  */
-int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why,
-		    size_t whylen);
+int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why, size_t whylen);
 
 /* True when the line is the header of a Sponsored Search file ("Sale\t..."). */
 int ds_is_search_header(const char *line, size_t len);
 
 /* Parse one data line. Returns 0 or -EINVAL with why filled. */
-int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len,
-		  struct ds_sample *out, char *why, size_t whylen);
+int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, struct ds_sample *out,
+                  char *why, size_t whylen);
 
 #endif /* ESD_DATA_PARSE_H */

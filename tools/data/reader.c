@@ -27,16 +27,16 @@ struct esd_ds_reader {
 	uint64_t file_size;
 	uint64_t index_off;
 	uint64_t nblocks;
-	uint64_t *index;     /* block offsets, nblocks + 1 (last = index offset) */
+	uint64_t *index; /* block offsets, nblocks + 1 (last = index offset) */
 	uint64_t cursor;
 	uint32_t bs;
-	uint64_t sbytes;     /* raw bytes per sample */
+	uint64_t sbytes; /* raw bytes per sample */
 	/* the decoded block */
-	int64_t cur;         /* block number, -1 none */
+	int64_t cur; /* block number, -1 none */
 	uint32_t cur_n;
-	uint8_t *buf;        /* block as read (header + stored payload) */
+	uint8_t *buf; /* block as read (header + stored payload) */
 	size_t buf_cap;
-	uint8_t *zraw;       /* decompressed payload */
+	uint8_t *zraw; /* decompressed payload */
 	size_t zraw_cap;
 	const uint8_t *labels;
 	const uint8_t *dense;
@@ -54,11 +54,11 @@ static int read_at(struct esd_ds_reader *r, void *buf, size_t len, uint64_t off)
 				continue;
 			int rc = esd_neg_errno();
 			return ds_fail(rc, "%s: read at byte %llu: %s", r->path,
-				       (unsigned long long)off, esd_strerror(rc));
+			               (unsigned long long)off, esd_strerror(rc));
 		}
 		if (g == 0)
 			return ds_fail(-EPROTO, "%s: truncated at byte %llu", r->path,
-				       (unsigned long long)off);
+			               (unsigned long long)off);
 		p += g;
 		len -= (size_t)g;
 		off += (uint64_t)g;
@@ -71,32 +71,36 @@ static int parse_header(struct esd_ds_reader *r)
 	uint8_t fixed[HDR_FIXED];
 	const char *path = r->path;
 	if (r->file_size < HDR_FIXED) {
-		if (r->file_size >= 8 && read_at(r, fixed, 8, 0) == 0 &&
-		    memcmp(fixed, DS_MAGIC, 8))
-			return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at "
-						       "byte 0)", path);
+		if (r->file_size >= 8 && read_at(r, fixed, 8, 0) == 0 && memcmp(fixed, DS_MAGIC, 8))
+			return ds_fail(-ESD_EBADMAGIC,
+			               "%s: not a dataset stream (bad magic at "
+			               "byte 0)",
+			               path);
 		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header alone needs %u",
-			       path, (unsigned long long)r->file_size, HDR_FIXED);
+		               path, (unsigned long long)r->file_size, HDR_FIXED);
 	}
 	int rc = read_at(r, fixed, HDR_FIXED, 0);
 	if (rc)
 		return rc;
 	if (memcmp(fixed + HDR_MAGIC, DS_MAGIC, 8))
 		return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
-			       path);
+		               path);
 	uint32_t ver = get_u32(fixed + HDR_VERSION);
 	if (ver != DS_VERSION)
-		return ds_fail(-ESD_EBADVERSION, "%s: stream version %u at byte %u, this build "
-						 "reads version %u", path, ver, HDR_VERSION,
-			       DS_VERSION);
+		return ds_fail(-ESD_EBADVERSION,
+		               "%s: stream version %u at byte %u, this build "
+		               "reads version %u",
+		               path, ver, HDR_VERSION, DS_VERSION);
 	uint32_t nt = get_u32(fixed + HDR_NTABLES);
 	uint32_t hb = get_u32(fixed + HDR_BYTES);
 	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != HDR_FIXED + nt * TABLE_ENTRY + 8)
-		return ds_fail(-EPROTO, "%s: header at byte 0: %u tables / %u header bytes "
-					"inconsistent", path, nt, hb);
+		return ds_fail(-EPROTO,
+		               "%s: header at byte 0: %u tables / %u header bytes "
+		               "inconsistent",
+		               path, nt, hb);
 	if (r->file_size < hb)
 		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header needs %u", path,
-			       (unsigned long long)r->file_size, hb);
+		               (unsigned long long)r->file_size, hb);
 	uint8_t *h = malloc(hb);
 	if (!h)
 		return -ENOMEM;
@@ -105,7 +109,7 @@ static int parse_header(struct esd_ds_reader *r)
 		goto out;
 	if (XXH64(h, hb - 8, 0) != get_u64(h + hb - 8)) {
 		rc = ds_fail(-ESD_EBADSUM, "%s: header checksum mismatch (bytes 0..%u)", path,
-			     hb - 1);
+		             hb - 1);
 		goto out;
 	}
 	struct esd_ds_info *in = &r->info;
@@ -136,7 +140,7 @@ static int parse_header(struct esd_ds_reader *r)
 	    (flags & ~DS_FLAG_ZSTD)) {
 		if (!ds_info_check(in, why, sizeof(why)))
 			snprintf(why, sizeof(why), "block size %u / flags %#x invalid",
-				 in->block_samples, flags);
+			         in->block_samples, flags);
 		rc = ds_fail(-EPROTO, "%s: header: %s", path, why);
 		goto out;
 	}
@@ -147,15 +151,18 @@ static int parse_header(struct esd_ds_reader *r)
 	}
 #endif
 	if (r->index_off == 0) {
-		rc = ds_fail(-EPROTO, "%s: incomplete stream: the writer never closed it (no "
-				      "block index; header at byte 0)", path);
+		rc = ds_fail(-EPROTO,
+		             "%s: incomplete stream: the writer never closed it (no "
+		             "block index; header at byte 0)",
+		             path);
 		goto out;
 	}
-	uint64_t want = (in->nsamples + in->block_samples - 1) / in->block_samples;
+	uint64_t want = in->nsamples / in->block_samples +
+			(in->nsamples % in->block_samples != 0); /* no overflow */
 	if (r->nblocks != want) {
 		rc = ds_fail(-EPROTO, "%s: header: %llu blocks for %llu samples of %u", path,
-			     (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
-			     in->block_samples);
+		             (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
+		             in->block_samples);
 		goto out;
 	}
 	r->bs = in->block_samples;
@@ -175,13 +182,12 @@ static int parse_index(struct esd_ds_reader *r)
 	/* nblocks is bounded by the file size before anything is allocated */
 	if (r->nblocks > r->file_size / 8 || r->index_off < hb ||
 	    r->index_off + INDEX_HDR + r->nblocks * 8 + 8 != r->file_size) {
-		return ds_fail(-EPROTO, "%s: truncated or damaged: file has %llu bytes, the "
-					"index at byte %llu with %llu blocks needs %llu",
-			       path, (unsigned long long)r->file_size,
-			       (unsigned long long)r->index_off,
-			       (unsigned long long)r->nblocks,
-			       (unsigned long long)(r->index_off + INDEX_HDR +
-						    r->nblocks * 8 + 8));
+		return ds_fail(-EPROTO,
+		               "%s: truncated or damaged: file has %llu bytes, the "
+		               "index at byte %llu with %llu blocks needs %llu",
+		               path, (unsigned long long)r->file_size,
+		               (unsigned long long)r->index_off, (unsigned long long)r->nblocks,
+		               (unsigned long long)(r->index_off + INDEX_HDR + r->nblocks * 8 + 8));
 	}
 	size_t ib = INDEX_HDR + r->nblocks * 8 + 8;
 	uint8_t *ix = malloc(ib);
@@ -194,12 +200,12 @@ static int parse_index(struct esd_ds_reader *r)
 		goto out;
 	if (get_u32(ix) != DS_INDEX_MAGIC || get_u64(ix + 8) != r->nblocks) {
 		rc = ds_fail(-EPROTO, "%s: block index at byte %llu: bad magic or count", path,
-			     (unsigned long long)r->index_off);
+		             (unsigned long long)r->index_off);
 		goto out;
 	}
 	if (XXH64(ix, ib - 8, 0) != get_u64(ix + ib - 8)) {
-		rc = ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch",
-			     path, (unsigned long long)r->index_off);
+		rc = ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch", path,
+		             (unsigned long long)r->index_off);
 		goto out;
 	}
 	uint64_t prev = hb;
@@ -207,9 +213,10 @@ static int parse_index(struct esd_ds_reader *r)
 		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
 		if ((b == 0 && o != hb) || o < prev || o > r->index_off - BLOCK_HDR ||
 		    (b > 0 && o - prev < BLOCK_HDR)) {
-			rc = ds_fail(-EPROTO, "%s: block index: block %llu at byte %llu out of "
-					      "order", path, (unsigned long long)b,
-				     (unsigned long long)o);
+			rc = ds_fail(-EPROTO,
+			             "%s: block index: block %llu at byte %llu out of "
+			             "order",
+			             path, (unsigned long long)b, (unsigned long long)o);
 			goto out;
 		}
 		r->index[b] = o;
@@ -293,7 +300,7 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	r->cur = -1;
 	if (len - BLOCK_HDR > raw + raw / 8 + 4096) /* far above any zstd bound */
 		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: %llu bytes for %u samples",
-			       r->path, ob, oo, (unsigned long long)len, n);
+		               r->path, ob, oo, (unsigned long long)len, n);
 	int rc = grow(&r->buf, &r->buf_cap, len);
 	if (rc)
 		return rc;
@@ -303,21 +310,22 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	const uint8_t *bh = r->buf;
 	uint32_t flags = get_u32(bh + BLK_FLAGS);
 	if (get_u32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
-		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path,
-			       ob, oo);
+		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path, ob,
+		               oo);
 	XXH64_state_t st;
 	XXH64_reset(&st, 0);
 	XXH64_update(&st, bh, BLK_SUM);
 	XXH64_update(&st, bh + BLOCK_HDR, len - BLOCK_HDR);
 	if (XXH64_digest(&st) != get_u64(bh + BLK_SUM))
 		return ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
-			       r->path, ob, oo);
+		               r->path, ob, oo);
 	if (get_u32(bh + BLK_N) != n || get_u64(bh + BLK_FIRST) != first ||
 	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR || get_u32(bh + BLK_RAW) != raw ||
 	    (flags & ~DS_FLAG_ZSTD))
-		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: header does not match the "
-					"stream (%u samples from %llu expected)",
-			       r->path, ob, oo, n, (unsigned long long)first);
+		return ds_fail(-EPROTO,
+		               "%s: block %llu at byte %llu: header does not match the "
+		               "stream (%u samples from %llu expected)",
+		               r->path, ob, oo, n, (unsigned long long)first);
 	const uint8_t *p = bh + BLOCK_HDR;
 	if (flags & DS_FLAG_ZSTD) {
 #ifdef ESD_DATA_HAVE_ZSTD
@@ -327,15 +335,17 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 		size_t z = ZSTD_decompress(r->zraw, raw, p, len - BLOCK_HDR);
 		if (ZSTD_isError(z) || z != raw)
 			return ds_fail(-EPROTO, "%s: block %llu at byte %llu: zstd: %s", r->path,
-				       ob, oo, ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+			               ob, oo, ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
 		p = r->zraw;
 #else
 		return ds_fail(-ENOTSUP, "%s: block %llu: zstd, built without zstd", r->path, ob);
 #endif
 	} else if (len - BLOCK_HDR != raw) {
-		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: %llu payload bytes, %llu "
-					"expected", r->path, ob, oo,
-			       (unsigned long long)(len - BLOCK_HDR), (unsigned long long)raw);
+		return ds_fail(-EPROTO,
+		               "%s: block %llu at byte %llu: %llu payload bytes, %llu "
+		               "expected",
+		               r->path, ob, oo, (unsigned long long)(len - BLOCK_HDR),
+		               (unsigned long long)raw);
 	}
 	r->labels = p;
 	p += n;
@@ -347,9 +357,9 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	}
 	for (uint32_t i = 0; i < n; i++)
 		if (r->labels[i] > 1)
-			return ds_fail(-EPROTO, "%s: block %llu at byte %llu: sample %llu: label %u",
-				       r->path, ob, oo, (unsigned long long)(first + i),
-				       r->labels[i]);
+			return ds_fail(
+			    -EPROTO, "%s: block %llu at byte %llu: sample %llu: label %u", r->path,
+			    ob, oo, (unsigned long long)(first + i), r->labels[i]);
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		for (uint32_t i = 0; i < n; i++) {
 			uint64_t id;
@@ -361,11 +371,12 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 				memcpy(&id, r->ids[t] + (size_t)i * 8, 8);
 			}
 			if (id >= in->rows[t])
-				return ds_fail(-EPROTO, "%s: block %llu at byte %llu: sample %llu "
-							"table %u: id %llu >= %llu rows",
-					       r->path, ob, oo, (unsigned long long)(first + i), t,
-					       (unsigned long long)id,
-					       (unsigned long long)in->rows[t]);
+				return ds_fail(-EPROTO,
+				               "%s: block %llu at byte %llu: sample %llu "
+				               "table %u: id %llu >= %llu rows",
+				               r->path, ob, oo, (unsigned long long)(first + i), t,
+				               (unsigned long long)id,
+				               (unsigned long long)in->rows[t]);
 		}
 	}
 	r->cur = (int64_t)b;
@@ -373,8 +384,8 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	return 0;
 }
 
-static void copy_out(struct esd_ds_reader *r, uint32_t i, uint32_t m, float *labels,
-		     float *dense, esd_key_t *keys)
+static void copy_out(struct esd_ds_reader *r, uint32_t i, uint32_t m, float *labels, float *dense,
+                     esd_key_t *keys)
 {
 	const struct esd_ds_info *in = &r->info;
 	if (labels)
@@ -417,7 +428,7 @@ static void copy_out(struct esd_ds_reader *r, uint32_t i, uint32_t m, float *lab
 }
 
 int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
-		    esd_key_t *keys)
+                    esd_key_t *keys)
 {
 	const struct esd_ds_info *in = &r->info;
 	uint64_t start = r->cursor, got = 0;
@@ -437,8 +448,8 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
 		if (m > k - got)
 			m = k - got;
 		copy_out(r, i, (uint32_t)m, labels ? labels + got : NULL,
-			 dense ? dense + got * in->ndense : NULL,
-			 keys ? keys + got * in->ntables : NULL);
+		         dense ? dense + got * in->ndense : NULL,
+		         keys ? keys + got * in->ntables : NULL);
 		got += m;
 		r->cursor += m;
 	}
@@ -454,8 +465,8 @@ int esd_ds_seek(struct esd_ds_reader *r, uint64_t cursor)
 {
 	if (cursor > r->info.nsamples)
 		return ds_fail(-EINVAL, "%s: seek to sample %llu past the end (%llu samples)",
-			       r->path, (unsigned long long)cursor,
-			       (unsigned long long)r->info.nsamples);
+		               r->path, (unsigned long long)cursor,
+		               (unsigned long long)r->info.nsamples);
 	r->cursor = cursor;
 	return 0;
 }

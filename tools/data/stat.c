@@ -141,10 +141,11 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	esd_key_t *keys = NULL;
 	float *labels = NULL;
 	if (st->total_rows > DS_STAT_MAX_ROWS) {
-		rc = ds_fail(-ENOMEM, "%s: %llu rows in all, stat counts at most %llu: convert or "
-				      "generate with --scale/--max-rows", path,
-			     (unsigned long long)st->total_rows,
-			     (unsigned long long)DS_STAT_MAX_ROWS);
+		rc = ds_fail(-ENOMEM,
+		             "%s: %llu rows in all, stat counts at most %llu: convert or "
+		             "generate with --scale/--max-rows",
+		             path, (unsigned long long)st->total_rows,
+		             (unsigned long long)DS_STAT_MAX_ROWS);
 		goto out;
 	}
 	rc = -ENOMEM;
@@ -200,9 +201,8 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	st->cache_ratio = cache_ratio;
 	st->cache_rows = (uint64_t)floor(cache_ratio * (double)st->total_rows);
 	uint64_t accesses = st->samples * nt;
-	st->cache_cover = accesses ? (double)global_top(cnt, dist, nt, st->cache_rows) /
-					     (double)accesses
-				   : 0;
+	st->cache_cover =
+	    accesses ? (double)global_top(cnt, dist, nt, st->cache_rows) / (double)accesses : 0;
 	rc = 0;
 out:
 	for (uint32_t t = 0; t < nt; t++)

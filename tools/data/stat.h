@@ -11,23 +11,23 @@
 #include <esd/dataset.h>
 
 struct ds_table_stat {
-	uint64_t rows;       /* cardinality from the header */
-	uint64_t distinct;   /* IDs seen at least once */
-	uint64_t top_count;  /* accesses of the most frequent ID */
-	double top1_share;   /* accesses covered by the top 1 % of rows (at least 1 row) */
-	double zipf_fit;     /* fitted exponent of the rank-frequency head; NAN if too few points */
-	double cache_cover;  /* accesses covered by the top cache_ratio * rows IDs of this table */
+	uint64_t rows;      /* cardinality from the header */
+	uint64_t distinct;  /* IDs seen at least once */
+	uint64_t top_count; /* accesses of the most frequent ID */
+	double top1_share;  /* accesses covered by the top 1 % of rows (at least 1 row) */
+	double zipf_fit;    /* fitted exponent of the rank-frequency head; NAN if too few points */
+	double cache_cover; /* accesses covered by the top cache_ratio * rows IDs of this table */
 };
 
 struct ds_stat {
 	struct esd_ds_info info;
-	uint64_t samples;     /* samples read (all, or the limit) */
-	uint64_t positives;   /* samples labelled 1 */
-	uint64_t total_rows;  /* sum of rows */
-	uint64_t distinct;    /* sum of distinct */
+	uint64_t samples;    /* samples read (all, or the limit) */
+	uint64_t positives;  /* samples labelled 1 */
+	uint64_t total_rows; /* sum of rows */
+	uint64_t distinct;   /* sum of distinct */
 	double cache_ratio;
-	uint64_t cache_rows;  /* floor(cache_ratio * total_rows) */
-	double cache_cover;   /* accesses covered by the cache_rows most frequent keys overall */
+	uint64_t cache_rows; /* floor(cache_ratio * total_rows) */
+	double cache_cover;  /* accesses covered by the cache_rows most frequent keys overall */
 	struct ds_table_stat t[ESD_DS_MAX_TABLES];
 };
 

@@ -25,21 +25,21 @@ struct esd_ds_writer {
 	struct esd_ds_info info;
 	char *path;
 	int fd;
-	uint32_t bs;        /* samples per block */
-	uint32_t n;         /* samples in the current block */
-	uint64_t count;     /* samples appended */
-	uint64_t off;       /* file offset of the next block */
+	uint32_t bs;    /* samples per block */
+	uint32_t n;     /* samples in the current block */
+	uint64_t count; /* samples appended */
+	uint64_t off;   /* file offset of the next block */
 	size_t hdr_bytes;
-	uint8_t *labels;    /* [bs] */
-	uint8_t *dense;     /* [bs * ndense * width] */
+	uint8_t *labels;                 /* [bs] */
+	uint8_t *dense;                  /* [bs * ndense * width] */
 	uint8_t *ids[ESD_DS_MAX_TABLES]; /* per table [bs * width] */
 	unsigned idw[ESD_DS_MAX_TABLES];
-	uint8_t *raw;       /* assembled payload */
-	uint8_t *zbuf;      /* compressed payload */
+	uint8_t *raw;  /* assembled payload */
+	uint8_t *zbuf; /* compressed payload */
 	size_t raw_cap, zcap;
-	uint64_t *index;    /* block offsets */
+	uint64_t *index; /* block offsets */
 	size_t nindex, index_cap;
-	int err;            /* sticky write error */
+	int err; /* sticky write error */
 };
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
@@ -120,8 +120,7 @@ static void free_buffers(struct esd_ds_writer *w)
 	free(w->path);
 }
 
-int esd_ds_writer_open(const char *path, const struct esd_ds_info *info,
-		       struct esd_ds_writer **out)
+int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct esd_ds_writer **out)
 {
 	char why[160];
 	int rc = ds_info_check(info, why, sizeof(why));
@@ -245,7 +244,7 @@ static int flush_block(struct esd_ds_writer *w)
 		rc = write_all(w->fd, payload, stored, w->off + sizeof(bh));
 	if (rc)
 		return ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
-			       (unsigned long long)w->off, esd_strerror(rc));
+		               (unsigned long long)w->off, esd_strerror(rc));
 	w->index[w->nindex++] = w->off;
 	w->off += sizeof(bh) + stored;
 	w->n = 0;
@@ -253,20 +252,19 @@ static int flush_block(struct esd_ds_writer *w)
 }
 
 int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
-			 const uint64_t *ids)
+                         const uint64_t *ids)
 {
 	const struct esd_ds_info *in = &w->info;
 	if (w->err)
 		return w->err;
 	if (label > 1)
 		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path,
-			       (unsigned long long)w->count, label);
+		               (unsigned long long)w->count, label);
 	for (uint32_t t = 0; t < in->ntables; t++)
 		if (ids[t] >= in->rows[t])
 			return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
-				       w->path, (unsigned long long)w->count, t,
-				       (unsigned long long)ids[t],
-				       (unsigned long long)in->rows[t]);
+			               w->path, (unsigned long long)w->count, t,
+			               (unsigned long long)ids[t], (unsigned long long)in->rows[t]);
 	uint32_t i = w->n;
 	w->labels[i] = label;
 	if (in->dense_format == ESD_DS_DENSE_BF16) {

@@ -122,7 +122,7 @@ int zipf_init(struct zipf *z, uint64_t rows, double s)
 		 * of the hat plus the Euler-Maclaurin correction */
 		double a = (double)head + 1.0, b = z->n;
 		w[head] = hint(s, b) - hint(s, a) + 0.5 * (h(s, a) + h(s, b)) +
-			  s / 12.0 * (h(s + 1.0, a) - h(s + 1.0, b));
+		          s / 12.0 * (h(s + 1.0, a) - h(s + 1.0, b));
 	}
 	int rc = build_alias(z, w, nb);
 	free(w);

@@ -66,14 +66,14 @@ static inline double rng_unit(struct rng *r)
 struct zipf {
 	double s;
 	double n;
-	double m;      /* first rank of the rejection-inversion range */
-	double h_x1;   /* H(m + 0.5) - h(m) */
-	double h_n;    /* H(n + 0.5) */
-	double sv;     /* squeeze bound (m = 1 only) */
+	double m;    /* first rank of the rejection-inversion range */
+	double h_x1; /* H(m + 0.5) - h(m) */
+	double h_n;  /* H(n + 0.5) */
+	double sv;   /* squeeze bound (m = 1 only) */
 	uint64_t rows;
-	uint32_t nhead;   /* alias buckets: head ranks + 1 tail bucket (0: no alias) */
-	uint32_t *thr;    /* alias: keep bucket i when the coin < thr[i] (of 2^32) */
-	uint32_t *alias;  /* alias: else take alias[i] */
+	uint32_t nhead;  /* alias buckets: head ranks + 1 tail bucket (0: no alias) */
+	uint32_t *thr;   /* alias: keep bucket i when the coin < thr[i] (of 2^32) */
+	uint32_t *alias; /* alias: else take alias[i] */
 };
 
 /* Returns 0 or -ENOMEM. */

@@ -33,6 +33,8 @@ static void usage(FILE *f)
 	       "  --iters N         iterations (50)\n"
 	       "  --batch K         global batch size k (256)\n"
 	       "  --cursor C        first sample index (0)\n"
+	       "  --resume FILE     continue from a checkpoint of this configuration (its\n"
+	       "                    iteration and data cursor); --iters is the total\n"
 	       "  --seed S          job seed: row and dense-table initialisation (1)\n"
 	       "  --dim D           embedding row length (16)\n"
 	       "  --hidden H        hidden units (16)\n"
@@ -78,7 +80,7 @@ static int parse_f(const char *opt, const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM };
+	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM, O_RESUME };
 	static const struct option longopts[] = {
 	    {"out", required_argument, NULL, 'o'},
 	    {"iters", required_argument, NULL, 'n'},
@@ -99,6 +101,7 @@ int main(int argc, char **argv)
 	    {"gen-seed", required_argument, NULL, O_GSEED},
 	    {"cursor", required_argument, NULL, O_CURSOR},
 	    {"stream", required_argument, NULL, O_STREAM},
+	    {"resume", required_argument, NULL, O_RESUME},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -185,6 +188,9 @@ int main(int argc, char **argv)
 		case O_STREAM:
 			stream = optarg;
 			break;
+		case O_RESUME:
+			cfg.resume = optarg;
+			break;
 		case 'v':
 			cfg.verbose = 1;
 			break;
@@ -254,7 +260,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "esd-ref: training failed: %s\n", esd_strerror(rc));
 		return 1;
 	}
-	printf("esd-ref: %" PRIu64 " iterations of %u samples, %" PRIu64
+	printf("esd-ref: trained to iteration %" PRIu64 " in batches of %u samples, %" PRIu64
 	       " rows, loss %.6f -> %.6f, wrote %s\n",
 	       cfg.iterations, cfg.batch, st.rows, st.first_loss, st.last_loss, out);
 	return 0;

@@ -7,6 +7,7 @@
 #include "reftrain.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include <esd/ckpt.h>
 #include <esd/err.h>
+#include <esd/log.h>
 
 #define CHUNK_ROWS 4096u
 
@@ -140,7 +142,8 @@ static int by_key(const void *a, const void *b)
 }
 
 static int write_tables(const struct esd_ref_config *cfg, struct row_store *s, const float *dense,
-                        const float *dstate, size_t dense_len, uint64_t cursor, const char *path)
+                        const float *dstate, size_t dense_len, uint64_t dense_clock,
+                        uint64_t cursor, const char *path)
 {
 	struct esd_ckpt_meta m = {.seed = cfg->seed,
 	                          .iteration = cfg->iterations,
@@ -150,7 +153,7 @@ static int write_tables(const struct esd_ref_config *cfg, struct row_store *s, c
 	                          .shard = 0,
 	                          .nshards = 1,
 	                          .dense_len = dense_len,
-	                          .dense_clock = cfg->iterations};
+	                          .dense_clock = dense_clock};
 	struct esd_ckpt_writer *w;
 	uint32_t *order = malloc((s->n + 1) * sizeof(*order));
 	int rc;
@@ -180,6 +183,66 @@ out:
 	return rc;
 }
 
+struct resume_ctx {
+	struct row_store *s;
+	const struct esd_ref_config *cfg;
+};
+
+static int resume_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
+                      const float *state)
+{
+	struct resume_ctx *c = arg;
+	int64_t r = row_get(c->s, c->cfg, key);
+	if (r < 0)
+		return (int)r;
+	float *row = row_at(c->s, (size_t)r);
+	memcpy(row, value, c->s->dim * sizeof(float));
+	if (c->s->sf)
+		memcpy(row + c->s->dim, state, (size_t)c->s->dim * c->s->sf * sizeof(float));
+	c->s->clocks[r] = clock;
+	return 0;
+}
+
+/* Load a checkpoint of this configuration: rows, dense table, clocks. */
+static int resume(const struct esd_ref_config *cfg, struct row_store *s, float *dense,
+                  float *dstate, size_t dense_len, uint64_t *iteration, uint64_t *dense_clock,
+                  uint64_t *cursor)
+{
+	struct esd_ckpt_reader *r;
+	struct esd_ckpt_error err;
+	int rc = esd_ckpt_open(cfg->resume, &r, &err);
+	if (rc) {
+		ESD_ERR("ref", "cannot resume: %s", err.msg);
+		return rc;
+	}
+	const struct esd_ckpt_meta *m = &esd_ckpt_info(r)->meta;
+	if (m->seed != cfg->seed || m->dim != cfg->dim || m->optimizer != cfg->optim.opt ||
+	    m->dense_len != dense_len || m->iteration > cfg->iterations) {
+		ESD_ERR("ref",
+		        "cannot resume from %s: it has seed %" PRIu64
+		        ", dim %u, optimizer %s, %" PRIu64 " dense floats, iteration %" PRIu64
+		        "; this run wants seed %" PRIu64 ", dim %u, optimizer %s, %zu dense "
+		        "floats, up to iteration %" PRIu64,
+		        cfg->resume, m->seed, m->dim, esd_optim_name(m->optimizer), m->dense_len,
+		        m->iteration, cfg->seed, cfg->dim, esd_optim_name(cfg->optim.opt),
+		        dense_len, cfg->iterations);
+		rc = -EINVAL;
+		goto out;
+	}
+	struct resume_ctx c = {s, cfg};
+	rc = esd_ckpt_read_rows(r, resume_row, &c);
+	if (!rc)
+		rc = esd_ckpt_read_dense(r, dense, s->sf ? dstate : NULL);
+	if (rc)
+		goto out;
+	*iteration = m->iteration;
+	*dense_clock = m->dense_clock;
+	*cursor = m->data_cursor;
+out:
+	esd_ckpt_close(r);
+	return rc;
+}
+
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
                   const char *out_path, struct esd_ref_stats *stats)
 {
@@ -193,7 +256,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	double **grads = NULL;
 	uint32_t *touched = NULL;
 	size_t dense_len;
-	uint64_t cursor;
+	uint64_t cursor, start = 0, dense_clock = 0;
 	int rc;
 
 	if (!cfg || !src || !src->next || !out_path || !k || !src->tables ||
@@ -228,7 +291,12 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 		memset(stats, 0, sizeof(*stats));
 
 	cursor = cfg->cursor;
-	for (uint64_t it = 0; it < cfg->iterations; it++) {
+	if (cfg->resume) {
+		rc = resume(cfg, &s, dense, dstate, dense_len, &start, &dense_clock, &cursor);
+		if (rc)
+			goto out;
+	}
+	for (uint64_t it = start; it < cfg->iterations; it++) {
 		int64_t got = src->next(src->arg, cursor, k, keys, labels, dfeat);
 		if (got < 0) {
 			rc = (int)got;
@@ -267,20 +335,21 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 			esd_optim_apply_sum(&cfg->optim, s.dim, row, row + s.dim,
 			                    grad_at(&s, touched[j]), ++s.clocks[touched[j]]);
 		}
-		esd_optim_apply_sum(&cfg->optim, (unsigned)dense_len, dense, dstate, dgrad, it + 1);
+		esd_optim_apply_sum(&cfg->optim, (unsigned)dense_len, dense, dstate, dgrad,
+		                    ++dense_clock);
 		cursor += k;
 		if (cfg->verbose)
 			printf("iteration %llu loss %.6f rows %zu\n", (unsigned long long)it, loss,
 			       s.n);
 		if (stats) {
-			if (!it)
+			if (it == start)
 				stats->first_loss = loss;
 			stats->last_loss = loss;
 		}
 	}
 	if (stats)
 		stats->rows = s.n;
-	rc = write_tables(cfg, &s, dense, dstate, dense_len, cursor, out_path);
+	rc = write_tables(cfg, &s, dense, dstate, dense_len, dense_clock, cursor, out_path);
 out:
 	esd_model_free(model);
 	store_free(&s);

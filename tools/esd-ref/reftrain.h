@@ -102,8 +102,11 @@ struct esd_ref_config {
 	uint32_t dim;        /* row length */
 	uint32_t hidden;     /* hidden units (0: ESD_MODEL_DEFAULT_HIDDEN) */
 	uint32_t batch;      /* k, the global batch */
-	uint64_t iterations; /* N */
+	uint64_t iterations; /* N: train until this iteration (total) */
 	uint64_t cursor;     /* first sample index to read (usually 0) */
+	const char *resume;  /* continue from this checkpoint (NULL: fresh start): its
+	                      * rows, dense table, clocks, iteration and data cursor
+	                      * replace the fresh state; cursor is then ignored */
 	struct esd_optim_params optim;
 	int verbose; /* print the loss of every iteration to stdout */
 };
@@ -116,10 +119,14 @@ struct esd_ref_stats {
 
 /*
  * Train and write the final tables to out_path (a checkpoint; replaced
- * atomically). stats may be NULL. Returns 0, -EINVAL (bad configuration
- * or source: batch 0, bad optimizer parameters, a shape the model
- * refuses), -ENODATA (the source ran out before N iterations), -ENOMEM,
- * a source's -errno, or a checkpoint writer's -errno.
+ * atomically). stats may be NULL. Resuming from a checkpoint written at
+ * iteration i and training to N gives the same bits as training to N in
+ * one go (the checkpoint holds everything the training state is made of).
+ * Returns 0, -EINVAL (bad configuration or source: batch 0, bad optimizer
+ * parameters, a shape the model refuses; a resume checkpoint of another
+ * seed, dim, optimizer or dense size, or past iteration N), -ENODATA (the
+ * source ran out before N iterations), -ENOMEM, a source's -errno, the
+ * resume checkpoint's esd_ckpt_open error, or a checkpoint writer's -errno.
  */
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
                   const char *out_path, struct esd_ref_stats *stats);

@@ -45,7 +45,7 @@ static void read_all(const uint8_t *data, size_t size)
 							abort();
 				if (got < 0) { /* go on after the bad block */
 					uint64_t next = (esd_ds_tell(r) / in->block_samples + 1) *
-							in->block_samples;
+					                in->block_samples;
 					esd_ds_seek(r, next < in->nsamples ? next : in->nsamples);
 					while (esd_ds_read(r, K, labels, dense, keys) > 0)
 						;
