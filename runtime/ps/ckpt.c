@@ -19,7 +19,7 @@ int ps_checkpoint_locked(struct ps *ps)
 	struct esd_ckpt_writer *w;
 	struct esd_ckpt_meta meta = {
 		.seed = ps->job.seed,
-		.iteration = ps->iter_done + 1,
+		.iteration = ps->iter_done, /* iterations completed (the next 0-based one) */
 		.data_cursor = ps->iter_done * ps->job.global_batch,
 		.dim = ps->job.dim,
 		.optimizer = ps->job.optim.opt,
@@ -77,7 +77,7 @@ int ps_restore(struct ps *ps, const char *path)
 	const struct esd_ckpt_meta *m = &in->meta;
 	if (m->seed != ps->job.seed || m->dim != ps->job.dim ||
 	    m->optimizer != ps->job.optim.opt || m->shard != ps->shard ||
-	    m->nshards != ps->job.shards || m->iteration == 0 ||
+	    m->nshards != ps->job.shards ||
 	    (ps->dense_val && m->dense_len != ps->dense_len)) {
 		ESD_ERR("ps", "checkpoint %s is of another job (seed %llu dim %u shard %u/%u)", path,
 			(unsigned long long)m->seed, m->dim, m->shard, m->nshards);
@@ -90,7 +90,7 @@ int ps_restore(struct ps *ps, const char *path)
 					 ps_store_state_len(ps->st) ? ps->dense_state : NULL);
 	if (!rc) {
 		ps->dense_clock = m->dense_clock;
-		ps->iter_done = m->iteration - 1;
+		ps->iter_done = m->iteration;
 		ps->cursor = m->data_cursor;
 		ESD_INFO("ps", "restored %llu rows of iteration %llu from %s",
 			 (unsigned long long)in->row_count, (unsigned long long)ps->iter_done, path);

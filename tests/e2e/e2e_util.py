@@ -62,9 +62,14 @@ class Env:
                        check=True, stdout=subprocess.DEVNULL)
         return out
 
-    def compare(self, a, b, exact=False, rtol="1e-5"):
+    def compare(self, a, b, exact=False, rtol="1e-5", atol="2e-6"):
+        """Equal within |a-b| <= atol + rtol * max(|a|, |b|) per element, or bit
+        for bit. Gradients travel as floats: each worker's partial sum of a
+        shared row is rounded to float once (esd/optim.h sums in double
+        everywhere else), which moves a few elements near zero by up to about
+        1e-6 after 50 iterations; rows trained by one worker are bit-exact."""
         argv = [os.path.join(self.bin, "esd-ref"), "compare"]
-        argv += ["--exact"] if exact else ["--rtol", rtol, "--atol", "1e-7"]
+        argv += ["--exact"] if exact else ["--rtol", rtol, "--atol", atol]
         r = subprocess.run(argv + [a, b], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
         return r.returncode == 0, r.stdout.strip()
