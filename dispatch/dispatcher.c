@@ -160,8 +160,10 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	if (rc)
 		return rc;
 	ph.matrix = esd_lap_ns(&t);
-	/* a fresh seed per step from the configured one: reproducible runs */
-	uint64_t seed = d->rng + d->ct.steps * UINT64_C(0x9E3779B97F4A7C15);
+	/* a fresh seed per iteration from the configured one: reproducible runs,
+	 * also when a dispatcher restarts from snapshots saved at a checkpoint
+	 * (the snapshots know their iteration) */
+	uint64_t seed = d->rng + esd_snapset_iter(d->ss) * UINT64_C(0x9E3779B97F4A7C15);
 	switch (m) {
 	case ESD_METHOD_HEU:
 		rc = esd_solve_heu(d->solver, d->cost, k, n, cap, d->cfg.hybrid.heu_order, assign);

@@ -31,7 +31,39 @@ struct disp {
 	uint32_t *assign;
 	uint32_t *nworkers; /* per unique key: trainers count */
 	uint64_t *wmask;    /* per unique key: bit of this worker */
+	/* restart support: the configuration, the iteration the thread starts
+	 * after, and the snapshots saved at the last checkpoint boundary */
+	struct esd_dispatcher_config dc;
+	uint32_t cap[ESD_MAX_WORKERS];
+	int64_t T[ESD_MAX_WORKERS];
+	uint64_t start_iter;
+	void *saved[ESD_MAX_WORKERS];
+	size_t saved_len[ESD_MAX_WORKERS];
+	uint64_t saved_iter;
 };
+
+/* Keep a copy of every snapshot as of checkpoint boundary iter. */
+static int save_snapshots(struct disp *ds, uint64_t iter)
+{
+	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
+		const struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
+		size_t len = esd_cmeta_block_bytes(cm);
+		struct esd_cmeta *out;
+		if (len > ds->saved_len[j]) {
+			void *m = NULL;
+			if (posix_memalign(&m, 64, len))
+				return -ENOMEM;
+			free(ds->saved[j]);
+			ds->saved[j] = m;
+			ds->saved_len[j] = len;
+		}
+		int rc = esd_cmeta_copy(ds->saved[j], ds->saved_len[j], cm, &out);
+		if (rc)
+			return rc;
+	}
+	ds->saved_iter = iter;
+	return 0;
+}
 
 static int grow(void **p, size_t *cap, size_t want, size_t elem)
 {
@@ -209,7 +241,7 @@ static void *disp_main(void *arg)
 		rc = 0;
 	}
 	rc = read_batch(ds, cur);
-	for (iter = 1; !rc && iter <= nd->job.iterations; iter++) {
+	for (iter = ds->start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
 		bool lookahead = nd->job.policy == ESD_POLICY_LOOKAHEAD;
 		if (lookahead || iter < nd->job.iterations)
@@ -251,6 +283,10 @@ static void *disp_main(void *arg)
 			break;
 		if (o->flush)
 			flush_snapshots(ds);
+		if (o->flush && nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0)
+			rc = save_snapshots(ds, iter);
+		if (rc)
+			break;
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
 		nd->dcount = *esd_dispatcher_counters(ds->d);
@@ -263,7 +299,7 @@ static void *disp_main(void *arg)
 	nd->disp_rc = rc ? rc : -ESHUTDOWN;
 	pthread_cond_broadcast(&nd->qcv);
 	pthread_mutex_unlock(&nd->qmu);
-	return ds;
+	return NULL;
 }
 
 static void disp_free(struct disp *ds)
@@ -283,15 +319,35 @@ static void disp_free(struct disp *ds)
 	free(ds->assign);
 	free(ds->nworkers);
 	free(ds->wmask);
+	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
+		free(ds->saved[j]);
 	free(ds);
+}
+
+/* (Re)create the snapshots and the decision engine; with 'from' the
+ * snapshots are copies of the saved blocks. */
+static int make_engine(struct disp *ds, bool from_saved)
+{
+	const struct esd_job *j = &ds->nd->job;
+	esd_dispatcher_free(ds->d);
+	esd_snapset_free(ds->ss);
+	ds->d = NULL;
+	int rc = esd_snapset_create(j->n, ds->cap, j->policy, &ds->ss);
+	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
+		struct esd_cmeta *cm;
+		rc = esd_cmeta_attach(ds->saved[w], ds->saved_len[w], &cm);
+		if (!rc)
+			rc = esd_snapset_load(ds->ss, w, cm);
+	}
+	if (!rc)
+		rc = esd_dispatcher_create(&ds->dc, ds->ss, &ds->d);
+	return rc;
 }
 
 int node_dispatcher_start(struct node *nd)
 {
 	struct disp *ds = calloc(1, sizeof(*ds));
 	const struct esd_job *j = &nd->job;
-	uint32_t cap[ESD_MAX_WORKERS];
-	int64_t T[ESD_MAX_WORKERS];
 	int rc;
 
 	if (!ds)
@@ -318,30 +374,32 @@ int node_dispatcher_start(struct node *nd)
 	for (uint64_t i = 0; i <= ds->k; i++)
 		ds->off[i] = (uint32_t)(i * nd->tables);
 	for (uint32_t w = 0; w < j->n; w++) {
-		cap[w] = (uint32_t)j->cache_rows;
-		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+		ds->cap[w] = (uint32_t)j->cache_rows;
+		ds->T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
 	}
-	rc = esd_snapset_create(j->n, cap, j->policy, &ds->ss);
-	if (rc)
-		goto err;
 	rc = esd_conseq_create(&ds->cq);
 	if (rc)
 		goto err;
-	struct esd_dispatcher_config dc = {
-		.n = j->n, .cap = j->batch, .T = T, .seed = j->seed, .sync = j->sync,
+	ds->dc = (struct esd_dispatcher_config){
+		.n = j->n, .cap = j->batch, .T = ds->T, .seed = j->seed, .sync = j->sync,
 		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
-	rc = esd_method_parse(j->method, &dc.method);
+	rc = esd_method_parse(j->method, &ds->dc.method);
 	if (rc) {
 		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);
 		goto err;
 	}
-	rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+	rc = make_engine(ds, false);
+	if (!rc)
+		rc = save_snapshots(ds, 0);
 	if (rc)
 		goto err;
+	nd->disp = ds;
 	rc = -pthread_create(&nd->disp_thread, NULL, disp_main, ds);
-	if (rc)
+	if (rc) {
+		nd->disp = NULL;
 		goto err;
+	}
 	return 0;
 err_nomem:
 	rc = -ENOMEM;
@@ -350,15 +408,51 @@ err:
 	return rc;
 }
 
-void node_dispatcher_stop(struct node *nd)
+static void stop_thread(struct node *nd)
 {
-	void *ret = NULL;
 	pthread_mutex_lock(&nd->qmu);
 	nd->stop = true;
 	pthread_cond_broadcast(&nd->qcv);
 	pthread_mutex_unlock(&nd->qmu);
-	pthread_join(nd->disp_thread, &ret);
-	disp_free(ret);
+	pthread_join(nd->disp_thread, NULL);
+}
+
+int node_dispatcher_restart(struct node *nd, uint64_t iter)
+{
+	struct disp *ds = nd->disp;
+	stop_thread(nd);
+	if (ds->saved_iter != iter) {
+		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at %llu",
+			(unsigned long long)iter, (unsigned long long)ds->saved_iter);
+		return -ESTALE;
+	}
+	int rc = make_engine(ds, true);
+	if (rc)
+		return rc;
+	uint64_t ns = esd_ds_reader_info(ds->rd)->nsamples;
+	rc = esd_ds_seek(ds->rd, ns ? iter * ds->k % ns : 0);
+	if (rc)
+		return rc;
+	ds->start_iter = iter;
+	pthread_mutex_lock(&nd->qmu);
+	nd->produced = nd->consumed = iter;
+	nd->stop = false;
+	nd->disp_rc = 0;
+	pthread_mutex_unlock(&nd->qmu);
+	rc = -pthread_create(&nd->disp_thread, NULL, disp_main, ds);
+	if (!rc)
+		ESD_INFO("dispatch", "restarted from the snapshots of iteration %llu",
+			 (unsigned long long)iter);
+	return rc;
+}
+
+void node_dispatcher_stop(struct node *nd)
+{
+	if (!nd->disp)
+		return;
+	stop_thread(nd);
+	disp_free(nd->disp);
+	nd->disp = NULL;
 	for (int i = 0; i < ORDER_RING; i++) {
 		struct order *o = &nd->ring[i];
 		free(o->labels);

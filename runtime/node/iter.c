@@ -438,7 +438,87 @@ static int run_iteration(struct exec *x, const struct order *o)
 	}
 	if (!rc)
 		rc = flush_all(x);
+	if (!rc && o->flush && nd->job.checkpoint_every && o->iter % nd->job.checkpoint_every == 0)
+		rc = node_save_boundary(nd, o->iter);
 	nd->last_loss = loss;
+	return rc;
+}
+
+int node_save_boundary(struct node *nd, uint64_t iter)
+{
+	size_t len = esd_cmeta_block_bytes(nd->cm);
+	struct esd_cmeta *out;
+	if (len > nd->saved_cm_len) {
+		void *m = NULL;
+		if (posix_memalign(&m, 64, len))
+			return -ENOMEM;
+		free(nd->saved_cm);
+		nd->saved_cm = m;
+		nd->saved_cm_len = len;
+	}
+	int rc = esd_cmeta_copy(nd->saved_cm, nd->saved_cm_len, nd->cm, &out);
+	if (!rc)
+		nd->saved_iter = iter;
+	return rc;
+}
+
+static bool is_link_failure(int rc)
+{
+	return rc == -ECONNRESET || rc == -EPIPE || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
+	       rc == -ECONNABORTED;
+}
+
+/* A shard went away: reconnect (it restarts from its last checkpoint), roll
+ * the cache metadata and the dispatcher back to that boundary, re-pull the
+ * values of every CLEAN row (kind other) and go on from there. */
+static int recover(struct exec *x, uint64_t *resume)
+{
+	struct node *nd = x->nd;
+	uint64_t ps_iter = 0;
+	int rc;
+
+	ESD_WARN("node", "lost a PS shard; reconnecting to resume from its checkpoint");
+	node_links_close(nd);
+	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
+		esd_buf_reset(&x->sb[s].b);
+		x->sb[s].open = false;
+		x->npull[s] = 0;
+	}
+	rc = node_links_open(nd, &ps_iter);
+	if (rc)
+		return rc;
+	if (ps_iter != nd->saved_iter) {
+		ESD_ERR("node", "the shards resumed at iteration %llu but this node kept the state "
+			"of iteration %llu: cannot resume", (unsigned long long)ps_iter,
+			(unsigned long long)nd->saved_iter);
+		return -ESTALE;
+	}
+	struct esd_cmeta *cm;
+	esd_cache_meta_write_begin(nd->cache);
+	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->saved_cm, &cm);
+	esd_cache_meta_write_end(nd->cache);
+	if (rc)
+		return rc;
+	nd->cm = cm;
+	uint32_t cap = esd_cmeta_capacity(nd->cm), nclean = 0;
+	for (uint32_t s = 0; s < cap && !rc; s++) {
+		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
+		if (sl->state == ESD_ROW_CLEAN) {
+			rc = add_pull(x, sl->key);
+			nclean++;
+		}
+	}
+	esd_cache_meta_write_begin(nd->cache);
+	if (!rc)
+		rc = pull_rows(x, ps_iter, ESD_XFER_OTHER, NULL);
+	esd_cache_meta_write_end(nd->cache);
+	if (!rc)
+		rc = node_dispatcher_restart(nd, ps_iter);
+	if (!rc) {
+		ESD_INFO("node", "resumed at iteration %llu (%u clean rows re-pulled)",
+			 (unsigned long long)ps_iter, nclean);
+		*resume = ps_iter;
+	}
 	return rc;
 }
 
@@ -456,6 +536,16 @@ int node_run(struct node *nd)
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
 		node_order_done(nd);
+		if (is_link_failure(rc) && nd->job.checkpoint_dir[0]) {
+			uint64_t resume = 0;
+			rc = recover(&x, &resume);
+			if (!rc) {
+				pthread_mutex_lock(&nd->qmu);
+				nd->iter_done = resume;
+				pthread_mutex_unlock(&nd->qmu);
+				continue;
+			}
+		}
 		if (rc) {
 			ESD_ERR("node", "iteration %llu failed: %s", (unsigned long long)o->iter,
 				esd_strerror(rc));

@@ -7,63 +7,82 @@
 #include <esd/log.h>
 #include <esd/optim.h>
 
-int node_links_open(struct node *nd)
+/* One attempt: connect to shard s and exchange HELLO. *refused is set
+ * when the shard answered with an ERROR (retrying cannot help then). */
+static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t *iter,
+		       bool *refused)
+{
+	struct esd_link_opts lo;
+	esd_link_opts_init(&lo);
+	lo.backend = nd->job.backend;
+	lo.addr = nd->job.addrs[s];
+	lo.rate_bps = nd->job.rate_bps[nd->rank];
+	lo.memif_id = nd->rank;
+	lo.timeout_ns = 30 * ESD_NS_PER_S;
+	int rc = esd_link_connect(&lo, &nd->link[s]);
+	if (rc)
+		return rc;
+	struct esd_hello h = {
+		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
+		.shard = s, .dim = nd->job.dim,
+		.state_dim = (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim),
+		.nworkers = nd->job.n,
+	};
+	esd_buf_reset(b);
+	rc = esd_enc_hello(b, &h, 0);
+	if (!rc)
+		rc = esd_link_send(nd->link[s], b->data, b->len);
+	for (int want = 2; !rc && want > 0; want--) { /* HELLO reply, then ACK */
+		struct esd_msg m;
+		rc = esd_link_recv(nd->link[s], &m, 30 * ESD_NS_PER_S);
+		if (rc)
+			break;
+		if (m.hdr.op == ESD_OP_ERROR) {
+			ESD_ERR("node", "shard %u refused us: %.*s", s, (int)m.u.error.len,
+				m.u.error.text);
+			*refused = true;
+			rc = -ECONNREFUSED;
+		} else if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_HELLO) {
+			*iter = m.u.ack.iteration;
+		} else if (m.hdr.op != ESD_OP_HELLO) {
+			rc = -EPROTO;
+		}
+	}
+	if (rc) {
+		esd_link_close(nd->link[s]);
+		nd->link[s] = NULL;
+	}
+	return rc;
+}
+
+int node_links_open(struct node *nd, uint64_t *ps_iter)
 {
 	struct esd_buf b;
 	int rc = 0;
 
 	esd_buf_init(&b);
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
-		struct esd_link_opts lo;
-		esd_link_opts_init(&lo);
-		lo.backend = nd->job.backend;
-		lo.addr = nd->job.addrs[s];
-		lo.rate_bps = nd->job.rate_bps[nd->rank];
-		lo.memif_id = nd->rank;
-		lo.timeout_ns = 30 * ESD_NS_PER_S;
-		/* the shard may still be starting: retry for a while */
-		int64_t deadline = esd_now_ns() + 30 * ESD_NS_PER_S;
-		do {
-			rc = esd_link_connect(&lo, &nd->link[s]);
-			if (rc == -ECONNREFUSED)
-				esd_sleep_ns(100 * ESD_NS_PER_MS);
-		} while (rc == -ECONNREFUSED && esd_now_ns() < deadline);
+		/* the shard may still be starting (or restarting): retry a while */
+		int64_t deadline = esd_now_ns() + 60 * ESD_NS_PER_S;
+		bool refused = false;
+		uint64_t it = 0;
+		for (;;) {
+			rc = hello_shard(nd, s, &b, &it, &refused);
+			if (!rc || refused || esd_now_ns() > deadline)
+				break;
+			esd_sleep_ns(100 * ESD_NS_PER_MS);
+		}
 		if (rc) {
 			ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s, nd->job.addrs[s],
 				nd->job.backend, esd_strerror(rc));
 			break;
 		}
-		struct esd_hello h = {
-			.proto_version = ESD_PROTO_VERSION, .worker = nd->rank,
-			.job_token = nd->job.token, .shard = s, .dim = nd->job.dim,
-			.state_dim = (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim),
-			.nworkers = nd->job.n,
-		};
-		rc = esd_enc_hello(&b, &h, 0);
-		if (!rc)
-			rc = esd_link_send(nd->link[s], b.data, b.len);
-		esd_buf_reset(&b);
-		for (int want = 2; !rc && want > 0; want--) { /* HELLO reply, then ACK */
-			struct esd_msg m;
-			rc = esd_link_recv(nd->link[s], &m, 30 * ESD_NS_PER_S);
-			if (rc)
-				break;
-			if (m.hdr.op == ESD_OP_ERROR) {
-				ESD_ERR("node", "shard %u refused us: %.*s", s, (int)m.u.error.len,
-					m.u.error.text);
-				rc = -ECONNREFUSED;
-			} else if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_HELLO) {
-				if (m.u.ack.iteration != 0) {
-					ESD_ERR("node", "shard %u is at iteration %llu; this daemon "
-						"starts at 0 (resuming a job needs every node restarted "
-						"from the same checkpoint)", s,
-						(unsigned long long)m.u.ack.iteration);
-					rc = -ESTALE;
-				}
-			} else if (m.hdr.op != ESD_OP_HELLO) {
-				rc = -EPROTO;
-			}
+		if (s > 0 && it != *ps_iter) {
+			ESD_ERR("node", "shard %u is at iteration %llu, shard 0 at %llu", s,
+				(unsigned long long)it, (unsigned long long)*ps_iter);
+			rc = -ESTALE;
 		}
+		*ps_iter = it;
 	}
 	esd_buf_free(&b);
 	return rc;

@@ -189,7 +189,16 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	rc = node_links_open(&nd);
+	uint64_t ps_iter = 0;
+	rc = node_links_open(&nd, &ps_iter);
+	if (!rc && ps_iter != 0) {
+		ESD_ERR("node", "the shards are at iteration %llu; a new daemon starts at 0 "
+			"(resuming a whole job from a checkpoint is not supported: restart it)",
+			(unsigned long long)ps_iter);
+		rc = -ESTALE;
+	}
+	if (!rc)
+		rc = node_save_boundary(&nd, 0);
 	if (!rc)
 		rc = node_dispatcher_start(&nd);
 	if (!rc) {
@@ -212,6 +221,7 @@ int main(int argc, char **argv)
 	node_links_close(&nd);
 	esd_ctl_server_stop(ctl);
 	node_trainer_fini(&nd);
+	free(nd.saved_cm);
 	esd_cache_close(nd.cache);
 	esd_config_free(cfg);
 	return rc ? 1 : 0;

@@ -81,6 +81,13 @@ struct node {
 	bool stop;
 	int disp_core_obtained;
 	struct esd_dispatch_counters dcount; /* copy, under qmu */
+	struct disp *disp;                   /* the dispatcher's state (dispatcher.c) */
+
+	/* recovery: this node's cache metadata at the last checkpoint boundary
+	 * (after the flush), to roll back to when a PS shard restarts from it */
+	void *saved_cm;
+	size_t saved_cm_len;
+	uint64_t saved_iter;
 
 	/* PS links, one per shard */
 	struct esd_link *link[ESD_JOB_MAX_SHARDS];
@@ -111,8 +118,15 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 /* Write the end-of-run summary (JSON) to nd->summary_path. */
 int node_write_summary(struct node *nd, int status);
 
+struct disp;
 int node_dispatcher_start(struct node *nd);
 void node_dispatcher_stop(struct node *nd);
+/* Stop the dispatcher thread and start it again from the snapshots it saved
+ * at the checkpoint boundary 'iter' (its decisions are then the ones the
+ * first run made). Returns 0, -ESTALE (no snapshots saved at iter). */
+int node_dispatcher_restart(struct node *nd, uint64_t iter);
+/* Save the real cache's metadata as of checkpoint boundary iter. */
+int node_save_boundary(struct node *nd, uint64_t iter);
 /* Next order (blocks); NULL when the dispatcher stopped (nd->disp_rc says why). */
 struct order *node_order_next(struct node *nd);
 void node_order_done(struct node *nd);
@@ -125,7 +139,10 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		     double *loss);
 void node_trainer_stop(struct node *nd);
 
-int node_links_open(struct node *nd);
+/* Connect to every shard; *ps_iter receives the iteration the shards are at
+ * (0 for a new job; a restarted shard reports its checkpoint), which must
+ * be the same on every shard. */
+int node_links_open(struct node *nd, uint64_t *ps_iter);
 void node_links_close(struct node *nd);
 int node_run(struct node *nd);
 
