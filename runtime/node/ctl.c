@@ -112,9 +112,11 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 }
 
 /* Size, occupancy, policy and the per-table counters of the cache region.
- * The counters and the metadata are written by the main thread inside the
- * metadata seqlock; they are copied here between read_begin and
- * read_retry, so one reply is one consistent instant. */
+ * The metadata fields are read inside the metadata seqlock (retried while
+ * the main thread mutates it); the counters are atomics the main thread
+ * bumps right after its metadata section, so they may lag the metadata by
+ * the iteration in progress. Totals are summed from the same per-table
+ * copies, so a reply agrees with itself. */
 static int cmd_cache(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct node *nd = arg;
@@ -196,8 +198,7 @@ static int cmd_cache(void *arg, json_t *req, json_t **resp, const char **err)
  * control server keeps replies under 256 bytes). */
 #define WHY_NOT_LIVE                                                                        \
 	"%s is not live: every node must switch at the same iteration or their decisions "  \
-	"diverge (ESD_EDIVERGED); set %s in the job file and restart the job (esd-ps "     \
-	"--restore resumes)"
+	"diverge (ESD_EDIVERGED); set %s in the job file and restart the job"
 
 static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 {

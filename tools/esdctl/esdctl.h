@@ -17,8 +17,8 @@
 /* Exit codes. */
 enum {
 	ESDCTL_OK = 0,
-	ESDCTL_EFAIL = 1,   /* the daemon refused or failed the command */
-	ESDCTL_EUSAGE = 2,  /* bad command line or configuration */
+	ESDCTL_EFAIL = 1,     /* the daemon refused or failed the command */
+	ESDCTL_EUSAGE = 2,    /* bad command line or configuration */
 	ESDCTL_ENODAEMON = 3, /* nothing answers on a socket */
 };
 

@@ -27,45 +27,47 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: esdctl [--node DIR | --socket PATH]... [--json] [--timeout MS] COMMAND\n"
-		"\n"
-		"targets (repeat to address several daemons; default $ESDCTL_SOCKET or\n"
-		"./control.sock):\n"
-		"  --node DIR      an esdd by its node directory (DIR/control.sock)\n"
-		"  --socket PATH   any control socket (esdd --control, esd-ps --control)\n"
-		"  --json          print the replies as JSON (one object, or an array for\n"
-		"                  several targets) instead of tables\n"
-		"  --timeout MS    per-request timeout (default 5000)\n"
-		"\n"
-		"commands:\n"
-		"  status                 iteration, throughput, trainer, method (esdd, esd-ps)\n"
-		"  links                  per link: rate, bytes and rows per transfer kind (esdd)\n"
-		"  cache                  size, occupancy, hit ratio, per-table counters (esdd)\n"
-		"  dispatch               method, alpha, decision time, regret, heu-vs-opt gap\n"
-		"  set KEY VALUE          change a setting live on every target:\n"
-		"                           link.rate  live (token bucket of the node's links)\n"
-		"                         cache.policy, dispatch.method, dispatch.alpha are\n"
-		"                         refused: every node must switch at the same iteration\n"
-		"                         or their decisions diverge; change them in the job\n"
-		"                         file and restart (esd-ps --restore resumes)\n"
-		"  checkpoint [--wait S]  ask esd-ps to checkpoint at the next iteration boundary\n"
-		"                         every daemon flushes at; --wait: until it is written\n"
-		"  metrics                Prometheus text of every target\n"
-		"  serve-metrics --port P serve the same on http://127.0.0.1:P/metrics (P 0:\n"
-		"                         any free port, printed); polls the sockets per scrape\n"
-		"  plan [--set K=V] JOB.ini\n"
-		"                         memory per process and in total before starting, and\n"
-		"                         whether it fits this machine (no daemon needed)\n"
-		"\n"
-		"exit status: 0 done, 1 refused or failed, 2 usage, 3 no daemon answers\n");
+	        "usage: esdctl [--node DIR | --socket PATH]... [--json] [--timeout MS] COMMAND\n"
+	        "\n"
+	        "targets (repeat to address several daemons; default $ESDCTL_SOCKET or\n"
+	        "./control.sock):\n"
+	        "  --node DIR      an esdd by its node directory (DIR/control.sock)\n"
+	        "  --socket PATH   any control socket (esdd --control, esd-ps --control)\n"
+	        "  --json          print the replies as JSON (one object, or an array for\n"
+	        "                  several targets) instead of tables\n"
+	        "  --timeout MS    per-request timeout (default 5000)\n"
+	        "\n"
+	        "commands:\n"
+	        "  status                 iteration, throughput, trainer, method (esdd, esd-ps)\n"
+	        "  links                  per link: rate, bytes and rows per transfer kind (esdd)\n"
+	        "  cache                  size, occupancy, hit ratio, per-table counters (esdd)\n"
+	        "  dispatch               method, alpha, decision time, regret, heu-vs-opt gap\n"
+	        "  set KEY VALUE          change a setting live on every target:\n"
+	        "                           link.rate  live (token bucket of the node's links)\n"
+	        "                         cache.policy, dispatch.method, dispatch.alpha are\n"
+	        "                         refused: every node must switch at the same iteration\n"
+	        "                         or their decisions diverge; change them in the job\n"
+	        "                         file and restart the job (docs/esdctl.md)\n"
+	        "  checkpoint [--wait S]  ask esd-ps for a checkpoint at the next iteration\n"
+	        "                         boundary every daemon flushes at; the request stays\n"
+	        "                         pending until the barrier schedules such boundaries\n"
+	        "                         (docs/esdctl.md); --wait: until it is written\n"
+	        "  metrics                Prometheus text of every target\n"
+	        "  serve-metrics --port P serve the same on http://127.0.0.1:P/metrics (P 0:\n"
+	        "                         any free port, printed); polls the sockets per scrape\n"
+	        "  plan [--set K=V] JOB.ini\n"
+	        "                         memory per process and in total before starting, and\n"
+	        "                         whether it fits this machine (no daemon needed)\n"
+	        "\n"
+	        "exit status: 0 done, 1 refused or failed, 2 usage, 3 no daemon answers\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"node", required_argument, NULL, 'n'},   {"socket", required_argument, NULL, 's'},
-		{"json", no_argument, NULL, 'j'},         {"timeout", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+	    {"node", required_argument, NULL, 'n'}, {"socket", required_argument, NULL, 's'},
+	    {"json", no_argument, NULL, 'j'},       {"timeout", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
 	};
 	static struct esdctl ctl = {.timeout_ms = 5000};
 	static char paths[ESDCTL_MAX_TARGETS][PATH_MAX];
@@ -95,7 +97,7 @@ int main(int argc, char **argv)
 			uint64_t v;
 			if (esd_parse_u64(optarg, &v) || v == 0 || v > 600000) {
 				fprintf(stderr, "esdctl: --timeout '%s': expected 1..600000 ms\n",
-					optarg);
+				        optarg);
 				return ESDCTL_EUSAGE;
 			}
 			ctl.timeout_ms = (int)v;
@@ -142,7 +144,8 @@ int main(int argc, char **argv)
 			return esdctl_checkpoint(&ctl, wait_s);
 		if (ac == 0)
 			return esdctl_checkpoint(&ctl, 0);
-		fprintf(stderr, "esdctl: usage: esdctl --socket PS.sock checkpoint [--wait SECONDS]\n");
+		fprintf(stderr,
+		        "esdctl: usage: esdctl --socket PS.sock checkpoint [--wait SECONDS]\n");
 		return ESDCTL_EUSAGE;
 	}
 	if (!strcmp(cmd, "serve-metrics")) {
@@ -168,7 +171,8 @@ int main(int argc, char **argv)
 				config = NULL, i = ac;
 		}
 		if (!config) {
-			fprintf(stderr, "esdctl: usage: esdctl [--json] plan [--set K=V ...] JOB.ini\n");
+			fprintf(stderr,
+			        "esdctl: usage: esdctl [--json] plan [--set K=V ...] JOB.ini\n");
 			return ESDCTL_EUSAGE;
 		}
 		return esdctl_plan(&ctl, config, sets, nsets);

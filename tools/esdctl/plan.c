@@ -30,9 +30,9 @@
 /* Order ring of esdd's dispatcher (runtime/node/node.h ORDER_RING). */
 #define PLAN_ORDER_RING 3
 /* PS store: rows per arena chunk, index entry (u64 key + u32 record). */
-#define PLAN_PS_CHUNK_ROWS 4096u
+#define PLAN_PS_CHUNK_ROWS  4096u
 #define PLAN_PS_INDEX_ENTRY 12u
-#define PLAN_PS_ROW_HDR 16u
+#define PLAN_PS_ROW_HDR     16u
 
 static uint64_t align64(uint64_t x)
 {
@@ -61,11 +61,10 @@ static int meminfo(uint64_t *avail, uint64_t *huge_free)
 	return 0;
 }
 
-static json_t *item(json_t *parent, const char *name, uint64_t bytes, bool exact,
-		    const char *what)
+static json_t *item(json_t *parent, const char *name, uint64_t bytes, bool exact, const char *what)
 {
-	json_t *o = json_pack("{s:I, s:b, s:s}", "bytes", (json_int_t)bytes, "exact", exact,
-			      "what", what);
+	json_t *o =
+	    json_pack("{s:I, s:b, s:s}", "bytes", (json_int_t)bytes, "exact", exact, "what", what);
 	json_object_set_new(parent, name, o);
 	return o;
 }
@@ -94,13 +93,15 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &job))
 		goto out_cfg;
 	if (!job.stream[0]) {
-		fprintf(stderr, "esdctl: plan: %s sets no data.stream: the table sizes come from "
-				"the stream's header\n", config);
+		fprintf(stderr,
+		        "esdctl: plan: %s sets no data.stream: the table sizes come from "
+		        "the stream's header\n",
+		        config);
 		goto out_cfg;
 	}
 	if (esd_ds_open(job.stream, &dr)) {
 		fprintf(stderr, "esdctl: plan: cannot open data.stream %s: %s\n", job.stream,
-			esd_ds_last_error());
+		        esd_ds_last_error());
 		goto out_cfg;
 	}
 	const struct esd_ds_info *di = esd_ds_reader_info(dr);
@@ -119,8 +120,10 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	struct esd_model_shape sh = {.tables = T, .dim = dim, .dense = D, .hidden = job.hidden};
 	struct esd_model *mdl;
 	if (esd_model_create(&sh, &mdl)) {
-		fprintf(stderr, "esdctl: plan: model shape %u tables x %u floats + %u dense is "
-				"invalid\n", T, dim, D);
+		fprintf(stderr,
+		        "esdctl: plan: model shape %u tables x %u floats + %u dense is "
+		        "invalid\n",
+		        T, dim, D);
 		goto out_ds;
 	}
 	uint64_t dense_len = esd_model_dense_len(mdl);
@@ -129,13 +132,18 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	unsigned sf = esd_optimizer_state_floats(job.optim.opt);
 
 	/* ---- esdd ------------------------------------------------------ */
-	struct esd_cache_config cc = {.rows = (uint32_t)cache_rows, .dim = dim,
-				      .optimizer = job.optim.opt, .ntables = T,
-				      .policy = job.policy, .pages = ESD_CACHE_PAGES_AUTO};
+	struct esd_cache_config cc = {.rows = (uint32_t)cache_rows,
+	                              .dim = dim,
+	                              .optimizer = job.optim.opt,
+	                              .ntables = T,
+	                              .policy = job.policy,
+	                              .pages = ESD_CACHE_PAGES_AUTO};
 	struct esd_cache_sizes cs;
 	if (cache_rows > (UINT64_C(1) << 30) || esd_cache_size(&cc, &cs)) {
-		fprintf(stderr, "esdctl: plan: a cache of %" PRIu64 " rows x %u floats cannot be "
-				"laid out (at most 2^30 rows)\n", cache_rows, dim);
+		fprintf(stderr,
+		        "esdctl: plan: a cache of %" PRIu64 " rows x %u floats cannot be "
+		        "laid out (at most 2^30 rows)\n",
+		        cache_rows, dim);
 		goto out_ds;
 	}
 	uint64_t snap = esd_cmeta_bytes((uint32_t)cache_rows);
@@ -146,19 +154,21 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	 * key table and consequence (per key: key, occupancy, per-worker
 	 * state) */
 	uint64_t disp = 2 * k * (4 + 4ull * D + 8ull * T) + (k + 1) * 4 + k * 4 + k * n * 8 +
-			kt * (24 + 8ull * n);
+	                kt * (24 + 8ull * n);
 
 	/* ---- esd-ps ---------------------------------------------------- */
 	uint64_t rec = align64(PLAN_PS_ROW_HDR + (uint64_t)(dim + sf * dim) * 4);
 
 	/* ---- JSON ------------------------------------------------------ */
-	json_t *root = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}",
-				 "config", config, "stream", job.stream, "workers", n, "shards", S,
-				 "tables", T, "dim", dim, "total_rows", (json_int_t)total_rows,
-				 "cache_rows", (json_int_t)cache_rows, "global_batch",
-				 (json_int_t)k, "optimizer",
-				 sf == 2 ? "adam" : sf == 1 ? "adagrad" : "sgd", "policy",
-				 esd_policy_name(job.policy));
+	json_t *root =
+	    json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "config", config,
+	              "stream", job.stream, "workers", n, "shards", S, "tables", T, "dim", dim,
+	              "total_rows", (json_int_t)total_rows, "cache_rows", (json_int_t)cache_rows,
+	              "global_batch", (json_int_t)k, "optimizer",
+	              sf == 2   ? "adam"
+	              : sf == 1 ? "adagrad"
+	                        : "sgd",
+	              "policy", esd_policy_name(job.policy));
 	json_t *pss = json_array(), *nodes = json_array(), *trs = json_array();
 	uint64_t ps_total = 0, node_total = 0, tr_total = 0, region_total = 0;
 	for (uint32_t s = 0; s < S; s++) {
@@ -170,27 +180,27 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 		uint64_t stage = (kt + S - 1) / S * (16 + 4ull * dim);
 		uint64_t dense = s == 0 ? dense_len * 4 * (1 + sf + n) : 0;
 		json_t *o = json_pack("{s:i, s:I, s:I}", "shard", s, "row_count", (json_int_t)rows,
-				      "row_bytes", (json_int_t)rec);
+		                      "row_bytes", (json_int_t)rec);
 		item(o, "rows", chunks * PLAN_PS_CHUNK_ROWS * rec, true,
 		     "row records: key, clock, vector and optimizer state, in 4096-row chunks");
 		item(o, "index", icap * PLAN_PS_INDEX_ENTRY, true,
 		     "open-addressing index at load <= 1/2");
 		item(o, "staging", stage, false, "gradients staged for one barrier");
 		item(o, "dense", dense, true, "dense table: values, optimizer state, n stages");
-		uint64_t tot = chunks * PLAN_PS_CHUNK_ROWS * rec + icap * PLAN_PS_INDEX_ENTRY +
-			       stage + dense;
+		uint64_t tot =
+		    chunks * PLAN_PS_CHUNK_ROWS * rec + icap * PLAN_PS_INDEX_ENTRY + stage + dense;
 		json_object_set_new(o, "total", json_integer((json_int_t)tot));
 		json_array_append_new(pss, o);
 		ps_total += tot;
 	}
 	for (uint32_t w = 0; w < n; w++) {
 		uint64_t m = job.batch[w];
-		uint64_t order = m * (4 + 4ull * D + 8ull * T) + m * T * (8 + 1 + 8 + 8 + 8) +
-				 kt * 8 * 2;
+		uint64_t order =
+		    m * (4 + 4ull * D + 8ull * T) + m * T * (8 + 1 + 8 + 8 + 8) + kt * 8 * 2;
 		json_t *o = json_pack("{s:i}", "rank", w);
 		json_t *ci = item(o, "cache_region", cs.total, true,
-				  "huge-page shared memory (meta, rows, gradients), mapped by "
-				  "the trainer too");
+		                  "huge-page shared memory (meta, rows, gradients), mapped by "
+		                  "the trainer too");
 		json_object_set_new(ci, "meta", json_integer((json_int_t)cs.meta));
 		json_object_set_new(ci, "cmeta", json_integer((json_int_t)cs.cmeta));
 		json_object_set_new(ci, "rows", json_integer((json_int_t)cs.rows));
@@ -214,12 +224,13 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 		json_array_append_new(trs, t);
 		tr_total += dense_len * 8 + act;
 	}
-	json_object_set_new(root, "esd_ps", json_pack("{s:o, s:I}", "shards", pss, "total",
-						      (json_int_t)ps_total));
-	json_object_set_new(root, "esdd", json_pack("{s:o, s:I}", "nodes", nodes, "total",
-						    (json_int_t)node_total));
-	json_object_set_new(root, "trainers", json_pack("{s:o, s:I}", "trainers", trs, "total",
-							(json_int_t)tr_total));
+	json_object_set_new(root, "esd_ps",
+	                    json_pack("{s:o, s:I}", "shards", pss, "total", (json_int_t)ps_total));
+	json_object_set_new(
+	    root, "esdd", json_pack("{s:o, s:I}", "nodes", nodes, "total", (json_int_t)node_total));
+	json_object_set_new(
+	    root, "trainers",
+	    json_pack("{s:o, s:I}", "trainers", trs, "total", (json_int_t)tr_total));
 	uint64_t total = ps_total + node_total + tr_total, avail = 0, hfree = 0;
 	meminfo(&avail, &hfree);
 	bool huge = region_total <= hfree;
@@ -231,7 +242,7 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	json_object_set_new(root, "huge_pages_free_bytes", json_integer((json_int_t)hfree));
 	json_object_set_new(root, "regions_in_huge_pages", json_boolean(huge));
 	json_object_set_new(root, "needed_from_mem_available",
-			    json_integer((json_int_t)from_avail));
+	                    json_integer((json_int_t)from_avail));
 	json_object_set_new(root, "fits", json_boolean(fits));
 
 	if (ctl->json) {
@@ -247,7 +258,7 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 		json_t *o;
 		static const char *const ps_items[] = {"rows", "index", "staging", "dense"};
 		static const char *const nd_items[] = {"cache_region", "snapshots", "exchange",
-						       "queues", "dispatcher"};
+		                                       "queues", "dispatcher"};
 		static const char *const tr_items[] = {"model", "activations"};
 		json_array_foreach(pss, i, o)
 		{
@@ -257,8 +268,8 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 			for (int j = 0; j < 4; j++) {
 				json_t *it = json_object_get(o, ps_items[j]);
 				print_row(ps_items[j], (uint64_t)esdctl_num(it, "bytes"),
-					  json_is_true(json_object_get(it, "exact")),
-					  esdctl_str(it, "what"));
+				          json_is_true(json_object_get(it, "exact")),
+				          esdctl_str(it, "what"));
 			}
 		}
 		json_array_foreach(nodes, i, o)
@@ -272,8 +283,8 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 			for (int j = 0; j < 5; j++) {
 				json_t *it = json_object_get(o, nd_items[j]);
 				print_row(nd_items[j], (uint64_t)esdctl_num(it, "bytes"),
-					  json_is_true(json_object_get(it, "exact")),
-					  esdctl_str(it, "what"));
+				          json_is_true(json_object_get(it, "exact")),
+				          esdctl_str(it, "what"));
 			}
 		}
 		json_array_foreach(trs, i, o)
@@ -285,8 +296,8 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 			for (int j = 0; j < 2; j++) {
 				json_t *it = json_object_get(o, tr_items[j]);
 				print_row(tr_items[j], (uint64_t)esdctl_num(it, "bytes"),
-					  json_is_true(json_object_get(it, "exact")),
-					  esdctl_str(it, "what"));
+				          json_is_true(json_object_get(it, "exact")),
+				          esdctl_str(it, "what"));
 			}
 		}
 		printf("  total %s (cache regions %s, %s); MemAvailable %s, huge pages free %s: "
@@ -295,8 +306,7 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 		       esdctl_bytes((double)region_total, b2, sizeof(b2)),
 		       huge ? "in reserved huge pages" : "not enough huge pages: 4 KiB pages",
 		       esdctl_bytes((double)avail, b3, sizeof(b3)),
-		       esdctl_bytes((double)hfree, b4, sizeof(b4)),
-		       fits ? "fits" : "DOES NOT FIT");
+		       esdctl_bytes((double)hfree, b4, sizeof(b4)), fits ? "fits" : "DOES NOT FIT");
 		printf("  (~ marks an estimate; the rest is the runtime's exact layout)\n");
 	}
 	json_decref(root);

@@ -29,26 +29,28 @@ int esdctl_call(const struct esdctl *ctl, int i, json_t *req, bool quiet, json_t
 				snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
 			else
 				snprintf(abs, sizeof(abs), "%s", path);
-			fprintf(stderr,
-				"esdctl: no daemon answers on %s (%s): start one with "
-				"'esdd --config JOB.ini --rank W --dir DIR' (socket DIR/control.sock) "
-				"or 'esd-ps --config JOB.ini --control PATH', and point esdctl at it "
-				"with --node DIR or --socket PATH\n",
-				abs, strerror(-rc));
+			fprintf(
+			    stderr,
+			    "esdctl: no daemon answers on %s (%s): start one with "
+			    "'esdd --config JOB.ini --rank W --dir DIR' (socket DIR/control.sock) "
+			    "or 'esd-ps --config JOB.ini --control PATH', and point esdctl at it "
+			    "with --node DIR or --socket PATH\n",
+			    abs, strerror(-rc));
 		}
 		return ESDCTL_ENODAEMON;
 	}
 	if (rc) {
 		if (!quiet)
 			fprintf(stderr, "esdctl: %s: request failed: %s\n", path,
-				rc == -ETIMEDOUT ? "no reply in time (daemon busy or hung)"
-						 : esd_strerror(rc));
+			        rc == -ETIMEDOUT ? "no reply in time (daemon busy or hung)"
+			                         : esd_strerror(rc));
 		return rc == -ENAMETOOLONG ? ESDCTL_EUSAGE : ESDCTL_EFAIL;
 	}
 	if (!json_is_true(json_object_get(r, "ok"))) {
 		if (!quiet) {
 			const char *e = json_string_value(json_object_get(r, "error"));
-			fprintf(stderr, "esdctl: %s: %s\n", path, e ? e : "refused (no reason given)");
+			fprintf(stderr, "esdctl: %s: %s\n", path,
+			        e ? e : "refused (no reason given)");
 		}
 		json_decref(r);
 		return ESDCTL_EFAIL;
@@ -139,9 +141,9 @@ static int applies(const struct esdctl *ctl, int i, const char *cmd)
 	bool ok = !strcmp(role, want);
 	if (!ok && ctl->ntargets == 1)
 		fprintf(stderr, "esdctl: %s is %s, and '%s' is a command of %s (%s)\n",
-			ctl->targets[i], !strcmp(role, "ps") ? "an esd-ps" : "an esdd", cmd,
-			!strcmp(want, "ps") ? "esd-ps" : "esdd",
-			!strcmp(want, "ps") ? "--socket PS_CONTROL" : "--node NODE_DIR");
+		        ctl->targets[i], !strcmp(role, "ps") ? "an esd-ps" : "an esdd", cmd,
+		        !strcmp(want, "ps") ? "esd-ps" : "esdd",
+		        !strcmp(want, "ps") ? "--socket PS_CONTROL" : "--node NODE_DIR");
 	json_decref(st);
 	return ok ? 0 : ctl->ntargets == 1 ? ESDCTL_EUSAGE : 1;
 }
@@ -216,9 +218,9 @@ int esdctl_status(const struct esdctl *ctl)
 		if (!r || strcmp(esdctl_str(r, "role"), "esdd"))
 			continue;
 		if (!hdr_node)
-			printf("%-6s %5s %12s %12s %9s %10s %8s %7s %-8s %6s %-9s\n", "NODE", "RANK",
-			       "ITERATION", "OF", "IT/S", "LOSS", "TRAINER", "DEATHS", "METHOD",
-			       "ALPHA", "SYNC");
+			printf("%-6s %5s %12s %12s %9s %10s %8s %7s %-8s %6s %-9s\n", "NODE",
+			       "RANK", "ITERATION", "OF", "IT/S", "LOSS", "TRAINER", "DEATHS",
+			       "METHOD", "ALPHA", "SYNC");
 		hdr_node = true;
 		printf("%-6s %5.0f %12.0f %12.0f %9.2f %10.6f %8s %7.0f %-8s %6.3g %-9s\n", "esdd",
 		       esdctl_num(r, "rank"), esdctl_num(r, "iteration"),
@@ -238,13 +240,14 @@ int esdctl_status(const struct esdctl *ctl)
 			       "BARRIERS", "PULLED", "GRAD_ROWS", "CHECKPOINTS", "STATE");
 		hdr_ps = true;
 		json_t *f = json_object_get(r, "failed");
-		printf("%-6s %5.0f %12.0f %4.0f of %-2.0f %12.0f %10.0f %12.0f %12.0f %11.0f  %s%s\n",
-		       "esd-ps", esdctl_num(r, "shard"), esdctl_num(r, "iteration"),
-		       esdctl_num(r, "connected"), esdctl_num(r, "workers"), esdctl_num(r, "rows"),
-		       esdctl_num(r, "barriers"), esdctl_num(r, "pulled_rows"),
-		       esdctl_num(r, "grad_rows"), esdctl_num(r, "checkpoints"),
-		       json_is_string(f) ? "FAILED: " : "running",
-		       json_is_string(f) ? json_string_value(f) : "");
+		printf(
+		    "%-6s %5.0f %12.0f %4.0f of %-2.0f %12.0f %10.0f %12.0f %12.0f %11.0f  %s%s\n",
+		    "esd-ps", esdctl_num(r, "shard"), esdctl_num(r, "iteration"),
+		    esdctl_num(r, "connected"), esdctl_num(r, "workers"), esdctl_num(r, "rows"),
+		    esdctl_num(r, "barriers"), esdctl_num(r, "pulled_rows"),
+		    esdctl_num(r, "grad_rows"), esdctl_num(r, "checkpoints"),
+		    json_is_string(f) ? "FAILED: " : "running",
+		    json_is_string(f) ? json_string_value(f) : "");
 	}
 	free_replies(ctl, rep);
 	return rc;
@@ -323,7 +326,8 @@ int esdctl_cache(const struct esdctl *ctl)
 			json_t *id = json_object_get(t, "table");
 			char name[16];
 			if (json_is_integer(id))
-				snprintf(name, sizeof(name), "%lld", (long long)json_integer_value(id));
+				snprintf(name, sizeof(name), "%lld",
+				         (long long)json_integer_value(id));
 			else
 				snprintf(name, sizeof(name), "%s", esdctl_str(t, "table"));
 			printf("  %-6s %12.0f %12.0f %14.0f %12.0f %12.0f %9.4f\n", name,
@@ -393,7 +397,8 @@ int esdctl_set(const struct esdctl *ctl, const char *key, const char *value)
 			worst = rc > worst ? rc : worst;
 			continue;
 		}
-		json_t *req = json_pack("{s:s, s:s, s:s}", "cmd", "set", "key", key, "value", value);
+		json_t *req =
+		    json_pack("{s:s, s:s, s:s}", "cmd", "set", "key", key, "value", value);
 		rc = esdctl_call(ctl, i, req, false, &r);
 		json_decref(req);
 		if (rc > worst)
@@ -435,9 +440,9 @@ int esdctl_checkpoint(const struct esdctl *ctl, double wait_s)
 					break;
 				written = esdctl_num(st, "checkpoints") > before;
 				if (written) {
-					json_object_set_new(r, "written_at",
-							    json_integer((json_int_t)esdctl_num(
-								    st, "iteration")));
+					json_object_set_new(
+					    r, "written_at",
+					    json_integer((json_int_t)esdctl_num(st, "iteration")));
 				}
 				json_decref(st);
 				if (!written)
@@ -445,10 +450,11 @@ int esdctl_checkpoint(const struct esdctl *ctl, double wait_s)
 			}
 			json_object_set_new(r, "written", json_boolean(written));
 			if (!written) {
-				fprintf(stderr,
-					"esdctl: %s: checkpoint requested at iteration %.0f but not "
-					"written within %.1f s\n",
-					ctl->targets[i], esdctl_num(r, "requested_at"), wait_s);
+				fprintf(
+				    stderr,
+				    "esdctl: %s: checkpoint requested at iteration %.0f but not "
+				    "written within %.1f s\n",
+				    ctl->targets[i], esdctl_num(r, "requested_at"), wait_s);
 				worst = worst > ESDCTL_EFAIL ? worst : ESDCTL_EFAIL;
 			}
 		}
@@ -460,7 +466,8 @@ int esdctl_checkpoint(const struct esdctl *ctl, double wait_s)
 		else
 			printf("%s: checkpoint requested at iteration %.0f; it is written at the "
 			       "next boundary every daemon flushes at (%s)\n",
-			       ctl->targets[i], esdctl_num(r, "requested_at"), esdctl_str(r, "path"));
+			       ctl->targets[i], esdctl_num(r, "requested_at"),
+			       esdctl_str(r, "path"));
 		json_decref(r);
 	}
 	return worst;

@@ -28,8 +28,8 @@ static void on_signal(int sig)
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
-			      const char *method, const char *version, const char *upload,
-			      size_t *upload_len, void **con_cls)
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_len, void **con_cls)
 {
 	const struct esdctl *ctl = cls;
 	struct MHD_Response *resp;
@@ -71,10 +71,10 @@ int esdctl_serve_metrics(const struct esdctl *ctl, unsigned port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	struct MHD_Daemon *d = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL,
-		answer, (void *)ctl, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-		MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+	                                        (uint16_t)port, NULL, NULL, answer, (void *)ctl,
+	                                        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+	                                        MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
 	if (!d) {
 		fprintf(stderr, "esdctl: cannot serve on 127.0.0.1:%u (port in use?)\n", port);
 		return ESDCTL_EFAIL;
