@@ -244,6 +244,8 @@ def run(work):
                 check(s["connected"] == 2 and s["failed"] is None, "status: ps connected")
         rc, out, err = esdctl(*every, "status")
         check(rc == 0 and "ITERATION" in out and "esd-ps" in out, "status: human table")
+        rc, out, err = esdctl("--node", n1, "status", "--json")
+        check(rc == 0 and json.loads(out)["rank"] == 1, "status --json after the command")
 
         # ---- links ---------------------------------------------------
         ln = esdctl_json("--node", n0, "links")

@@ -124,6 +124,16 @@ int main(int argc, char **argv)
 	const char *cmd = argv[optind];
 	char **av = argv + optind + 1;
 	int ac = argc - optind - 1;
+	/* --json is also accepted after the command (esdctl status --json) */
+	for (int i = 0; i < ac;) {
+		if (!strcmp(av[i], "--json")) {
+			ctl.json = true;
+			memmove(av + i, av + i + 1, (size_t)(ac - i - 1) * sizeof(*av));
+			ac--;
+		} else {
+			i++;
+		}
+	}
 
 	if (!strcmp(cmd, "status") && ac == 0)
 		return esdctl_status(&ctl);
@@ -163,8 +173,6 @@ int main(int argc, char **argv)
 		for (int i = 0; i < ac; i++) {
 			if (!strcmp(av[i], "--set") && i + 1 < ac && nsets < 64)
 				sets[nsets++] = av[++i];
-			else if (!strcmp(av[i], "--json"))
-				ctl.json = true;
 			else if (!config && av[i][0] != '-')
 				config = av[i];
 			else
