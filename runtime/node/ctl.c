@@ -9,6 +9,8 @@
 #include <esd/clock.h>
 #include <esd/err.h>
 #include <esd/log.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
@@ -26,6 +28,9 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 			  "trainer_deaths", (json_int_t)nd->trainer_deaths,
 			  "trainer_attached", nd->trainer_fd >= 0, "method", nd->job.method,
 			  "sync", esd_job_sync_name(&nd->job), "alpha", nd->job.alpha);
+	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
+	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
+	json_object_set_new(*resp, "cache_rows", json_integer((json_int_t)nd->job.cache_rows));
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
 }
@@ -53,6 +58,24 @@ static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 			  "evict_pushes", (json_int_t)c->xfers[ESD_CQ_EVICT_PUSH]);
 	json_object_set_new(*resp, "regret_median", json_integer(c->solve.regret_median));
 	json_object_set_new(*resp, "regret_max", json_integer(c->solve.regret_max));
+	json_object_set_new(*resp, "regret_mean", json_real(c->solve.regret_mean));
+	json_object_set_new(*resp, "opt_rows", json_integer(c->solve.opt_rows));
+	json_object_set_new(*resp, "heu_rows", json_integer(c->solve.heu_rows));
+	json_object_set_new(*resp, "unique_keys", json_integer(c->unique_keys));
+	json_object_set_new(*resp, "hits", json_integer((json_int_t)c->hits));
+	/* heu-vs-opt gap: only when the dispatcher solves both each step
+	 * (esd_dispatcher_config.compare); null otherwise */
+	if (c->sum_opt_cost > 0 || c->sum_heu_cost > 0) {
+		json_object_set_new(*resp, "heu_cost_sum", json_integer(c->sum_heu_cost));
+		json_object_set_new(*resp, "opt_cost_sum", json_integer(c->sum_opt_cost));
+		json_object_set_new(*resp, "heu_opt_gap",
+				    json_real(c->sum_opt_cost > 0 ? (double)c->sum_heu_cost /
+									    (double)c->sum_opt_cost -
+									    1.0
+								  : 0.0));
+	} else {
+		json_object_set_new(*resp, "heu_opt_gap", json_null());
+	}
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
 }
@@ -88,12 +111,100 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
+/* Size, occupancy, policy and the per-table counters of the cache region.
+ * The metadata fields are read inside the metadata seqlock (retried while
+ * the main thread mutates it); the counters are atomics the main thread
+ * bumps right after its metadata section, so they may lag the metadata by
+ * the iteration in progress. Totals are summed from the same per-table
+ * copies, so a reply agrees with itself. */
+static int cmd_cache(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	struct esd_cache_info info;
+	uint32_t nt = nd->tables, count, cap;
+	enum esd_policy pol;
+	uint64_t last_iter, seq;
+	(void)req;
+	if (!nd->cache) {
+		*err = "no cache region yet";
+		return -EAGAIN;
+	}
+	struct esd_cache_counters *ct = calloc((size_t)nt + 1, sizeof(*ct));
+	if (!ct)
+		return -ENOMEM;
+	esd_cache_get_info(nd->cache, &info);
+	const struct esd_cmeta *cm = esd_cache_meta_ro(nd->cache);
+	int tries = 0;
+	do {
+		seq = esd_cache_meta_read_begin(nd->cache);
+		for (uint32_t t = 0; t <= nt; t++)
+			esd_cache_counters(nd->cache, t, &ct[t]);
+		count = esd_cmeta_count(cm);
+		cap = esd_cmeta_capacity(cm);
+		pol = esd_cmeta_policy(cm);
+		last_iter = esd_cmeta_last_iter(cm);
+	} while (esd_cache_meta_read_retry(nd->cache, seq) && ++tries < 1000);
+	if (tries >= 1000) {
+		free(ct);
+		*err = "cache metadata kept changing while being read; try again";
+		return -EAGAIN;
+	}
+	struct esd_cache_counters tot = {0};
+	json_t *tabs = json_array();
+	for (uint32_t t = 0; t <= nt; t++) {
+		uint64_t need = ct[t].hits + ct[t].miss_absent + ct[t].miss_outdated;
+		tot.hits += ct[t].hits;
+		tot.miss_absent += ct[t].miss_absent;
+		tot.miss_outdated += ct[t].miss_outdated;
+		tot.evict_clean += ct[t].evict_clean;
+		tot.evict_dirty += ct[t].evict_dirty;
+		if (t == nt && !need && !ct[t].evict_clean && !ct[t].evict_dirty)
+			break; /* the "other" row, unused */
+		json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:f}", "hits",
+				      (json_int_t)ct[t].hits, "miss_absent",
+				      (json_int_t)ct[t].miss_absent, "miss_outdated",
+				      (json_int_t)ct[t].miss_outdated, "evict_clean",
+				      (json_int_t)ct[t].evict_clean, "evict_dirty",
+				      (json_int_t)ct[t].evict_dirty, "hit_ratio",
+				      need ? (double)ct[t].hits / (double)need : 0.0);
+		if (t == nt)
+			json_object_set_new(o, "table", json_string("other"));
+		else
+			json_object_set_new(o, "table", json_integer(t));
+		json_array_append_new(tabs, o);
+	}
+	free(ct);
+	uint64_t need = tot.hits + tot.miss_absent + tot.miss_outdated;
+	*resp = json_pack("{s:i, s:I, s:I, s:I, s:i, s:i, s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, "
+			  "s:f, s:I, s:o}",
+			  "rank", nd->rank, "capacity_rows", (json_int_t)cap, "rows_used",
+			  (json_int_t)count, "bytes", (json_int_t)info.bytes, "dim", info.dim,
+			  "tables", info.ntables, "policy", esd_policy_name(pol), "huge_pages",
+			  info.page_size > 4096, "page_size", (json_int_t)info.page_size,
+			  "hits", (json_int_t)tot.hits, "miss_absent",
+			  (json_int_t)tot.miss_absent, "miss_outdated",
+			  (json_int_t)tot.miss_outdated, "evict_clean",
+			  (json_int_t)tot.evict_clean, "evict_dirty",
+			  (json_int_t)tot.evict_dirty, "hit_ratio",
+			  need ? (double)tot.hits / (double)need : 0.0, "last_iteration",
+			  (json_int_t)last_iter, "per_table", tabs);
+	return 0;
+}
+
+/* Settings that change what the dispatcher decides must change on every
+ * node at the same iteration, or the nodes' decisions differ and the
+ * barrier fails the job with ESD_EDIVERGED; until the barrier can announce
+ * such a boundary to all nodes they are refused with the reason (the
+ * control server keeps replies under 256 bytes). */
+#define WHY_NOT_LIVE                                                                        \
+	"%s is not live: every node must switch at the same iteration or their decisions "  \
+	"diverge (ESD_EDIVERGED); set %s in the job file and restart the job"
+
 static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct node *nd = arg;
 	const char *key = json_string_value(json_object_get(req, "key"));
 	const char *val = json_string_value(json_object_get(req, "value"));
-	(void)resp;
 	if (!key || !val) {
 		*err = "set needs \"key\" and \"value\" strings";
 		return -EINVAL;
@@ -107,10 +218,26 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		for (uint32_t s = 0; s < nd->job.shards; s++)
 			if (nd->link[s])
 				esd_link_set_rate(nd->link[s], r);
+		*resp = json_pack("{s:s, s:I, s:b}", "key", key, "rate_bps", (json_int_t)r, "live",
+				  1);
 		return 0;
 	}
-	*err = "settable live: link.rate (method, alpha and policy must agree on every node: "
-	       "set them in the job file)";
+	static const char *const fixed[][2] = {
+		{"cache.policy", "[cache] policy"},   {"policy", "[cache] policy"},
+		{"dispatch.method", "[dispatch] method"}, {"method", "[dispatch] method"},
+		{"dispatch.alpha", "[dispatch] alpha"},   {"alpha", "[dispatch] alpha"},
+		{"dispatch.sync", "[dispatch] sync"},
+	};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		if (strcmp(key, fixed[i][0]))
+			continue;
+		static __thread char msg[1024];
+		snprintf(msg, sizeof(msg), WHY_NOT_LIVE, key, fixed[i][1]);
+		*err = msg;
+		return -ENOTSUP;
+	}
+	*err = "unknown setting; settable live: link.rate (cache.policy, dispatch.method, "
+	       "dispatch.alpha need a job restart)";
 	return -ENOTSUP;
 }
 
@@ -118,6 +245,7 @@ const struct esd_ctl_cmd node_ctl_cmds[] = {
 	{"status", cmd_status, "iteration, throughput, trainer, method"},
 	{"dispatch", cmd_dispatch, "decision times, costs, transfers, regret"},
 	{"links", cmd_links, "per-link rate, bytes and rows per transfer kind"},
+	{"cache", cmd_cache, "cache size, occupancy, policy, hit ratio, per-table counters"},
 	{"set", cmd_set, "set a live setting: {\"key\":\"link.rate\",\"value\":\"5G\"}"},
 	{NULL, NULL, NULL},
 };

@@ -59,12 +59,48 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 			  "grad_rows", (json_int_t)ps->n_grad_rows,
 			  "checkpoints", (json_int_t)ps->n_checkpoints,
 			  "failed", ps->failed ? ps->fail_msg : NULL);
+	json_object_set_new(*resp, "checkpoint_requested", json_boolean(ps->ckpt_requested));
+	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));
+	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
+	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dense_len));
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
+/* esdctl checkpoint: record a request; the barrier writes the checkpoint
+ * at an iteration boundary where every daemon has flushed its DIRTY rows
+ * (a checkpoint without that flush would miss them). */
+static int cmd_checkpoint(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	(void)req;
+	pthread_mutex_lock(&ps->mu);
+	if (!ps->job.checkpoint_dir[0]) {
+		pthread_mutex_unlock(&ps->mu);
+		*err = "the job has no ps.checkpoint_dir: set it in the job file to checkpoint";
+		return -ENOTSUP;
+	}
+	if (ps->failed) {
+		pthread_mutex_unlock(&ps->mu);
+		*err = "the job has failed; nothing consistent to checkpoint";
+		return -ESHUTDOWN;
+	}
+	if (!ps->ckpt_requested) {
+		ps->ckpt_requested = true;
+		ps->ckpt_requested_at = ps->iter_done;
+	}
+	char path[1100];
+	ps_checkpoint_path(ps, path, sizeof(path));
+	*resp = json_pack("{s:b, s:I, s:I, s:I, s:s}", "requested", 1, "requested_at",
+			  (json_int_t)ps->ckpt_requested_at, "iteration", (json_int_t)ps->iter_done,
+			  "checkpoints", (json_int_t)ps->n_checkpoints, "path", path);
 	pthread_mutex_unlock(&ps->mu);
 	return 0;
 }
 
 static const struct esd_ctl_cmd ps_cmds[] = {
 	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
+	{"checkpoint", cmd_checkpoint, "request a checkpoint at the next flushed boundary"},
 	{NULL, NULL, NULL},
 };
 

@@ -60,6 +60,11 @@ struct ps {
 	/* counters (under mu) */
 	uint64_t n_pulled_rows, n_value_rows, n_grad_rows, n_barriers, n_checkpoints;
 	int64_t last_ckpt_ns;
+	/* esdctl checkpoint (under mu): set by the control command, to be
+	 * scheduled by the barrier at a boundary every daemon flushes at
+	 * and cleared when that checkpoint is written (docs/esdctl.md) */
+	bool ckpt_requested;
+	uint64_t ckpt_requested_at; /* iter_done when it was requested */
 
 	struct ps_link links[ESD_MAX_WORKERS * 2];
 	int nlinks;
