@@ -293,7 +293,8 @@ int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 					return -ENOMEM;
 				/* Keep a lent frame where it is until the next recv. */
 				size_t from = c->lent ? 0 : c->head;
-				memcpy(nb, c->sb + from, c->tail - from);
+				if (c->tail > from)
+					memcpy(nb, c->sb + from, c->tail - from);
 				if (c->lent) {
 					free(c->retired);
 					c->retired = c->sb;

@@ -1,0 +1,294 @@
+/*
+ * Goodput of a link against its configured rate, per backend.
+ *
+ * A receiver process (forked, with its own listener and, for dpdk, its own
+ * EAL) accepts one link per run and times the frames it receives; the
+ * sender sends PUSH_GRAD batches of 64 rows of 512 floats (132 KiB frames)
+ * as fast as the link lets it for --seconds, then a BARRIER, and waits for
+ * the receiver's ACK. Goodput = frame bytes received after the first frame
+ * / (time of the last frame - time of the first), measured at the receiver.
+ * Each rate runs --reps times; the table shows medians, the ratio to the
+ * set rate, and the ratio to the unshaped run of the same backend in the
+ * same invocation.
+ *
+ * Usage: bench_transport [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0]
+ *                        [--seconds S] [--reps N]
+ * (rates in Gbit/s; 0 = unshaped)
+ */
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+#include <esd/transport.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ROWS 64
+#define DIM  512
+#define MAX_RUNS 24 /* DPDK builds allow 32 ports per process */
+
+struct result {
+	double gbps;       /* frame bytes */
+	double row_gbps;   /* row payload (floats) only */
+	double seconds;
+	uint64_t frames;
+};
+
+static int nruns;
+
+static void set_opts(struct esd_link_opts *o, const char *backend, const char *addr)
+{
+	esd_link_opts_init(o);
+	o->addr = addr;
+	if (!strcmp(backend, "dpdk")) {
+		o->backend = "dpdk";
+		o->max_links = (uint32_t)nruns; /* one memif id per run */
+		o->window = 512;
+	} else {
+		o->backend = "tcp";
+		o->tcp_engine = !strcmp(backend, "tcp-poll") ? "poll" : "uring";
+	}
+}
+
+/* Receiver: one link per run; writes "frames bytes rows seconds" per run. */
+static void receiver(const char *backend, const char *addr, int runs, int out)
+{
+	struct esd_link_opts o;
+	struct esd_listener *ls;
+	char a[256] = "";
+	esd_log_init("bench-rx");
+	set_opts(&o, backend, addr);
+	int rc = esd_listener_open(&o, &ls);
+	if (!rc)
+		esd_listener_addr(ls, a, sizeof(a));
+	dprintf(out, "%d %s\n", rc, a);
+	if (rc)
+		_exit(1);
+	struct esd_buf b;
+	esd_buf_init(&b);
+	for (int r = 0; r < runs; r++) {
+		struct esd_link *l;
+		if (esd_listener_accept(ls, 30 * ESD_NS_PER_S, &l))
+			_exit(2);
+		uint64_t frames = 0, bytes = 0, rows = 0;
+		int64_t t_first = 0, t_last = 0;
+		for (;;) {
+			struct esd_msg m;
+			if (esd_link_recv(l, &m, 30 * ESD_NS_PER_S))
+				_exit(3);
+			if (m.hdr.op == ESD_OP_BARRIER) {
+				struct esd_ack ack = {.op = ESD_OP_BARRIER};
+				esd_buf_reset(&b);
+				esd_enc_ack(&b, &ack);
+				esd_link_send(l, b.data, b.len);
+				break;
+			}
+			int64_t now = esd_now_ns();
+			if (frames++ == 0) {
+				t_first = now;
+			} else {
+				bytes += ESD_FRAME_HDR_SIZE + m.hdr.length;
+				rows += m.u.rows.count;
+			}
+			t_last = now;
+		}
+		/* Wait for the sender to close first (memif shutdown order). */
+		struct esd_msg m;
+		esd_link_recv(l, &m, 5 * ESD_NS_PER_S);
+		esd_link_close(l);
+		dprintf(out, "%llu %llu %llu %.9f\n", (unsigned long long)frames,
+			(unsigned long long)bytes, (unsigned long long)rows,
+			esd_ns_to_s(t_last - t_first));
+	}
+	esd_listener_close(ls);
+	_exit(0);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int run_backend(const char *backend, const double *rates, int nrates, int reps,
+		       double seconds)
+{
+	char sock[128];
+	const char *addr = "127.0.0.1:0";
+	if (!strcmp(backend, "dpdk")) {
+		snprintf(sock, sizeof(sock), "/tmp/esd-bench-memif-%d.sock", (int)getpid());
+		unlink(sock);
+		addr = sock;
+	}
+	int runs = nrates * reps;
+	int fds[2];
+	nruns = runs;
+	if (pipe(fds))
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		receiver(backend, addr, runs, fds[1]);
+	}
+	close(fds[1]);
+	FILE *in = fdopen(fds[0], "r");
+	int rc;
+	char raddr[256] = "";
+	if (fscanf(in, "%d %255s", &rc, raddr) < 1 || rc) {
+		printf("| %-8s | receiver did not start: %s |\n", backend, esd_strerror(rc));
+		fclose(in);
+		waitpid(pid, NULL, 0);
+		return rc ? rc : -EIO;
+	}
+
+	/* One batch frame, built once. */
+	struct esd_buf b, ctl;
+	esd_buf_init(&b);
+	esd_buf_init(&ctl);
+	struct esd_rows_enc e;
+	struct esd_rows hr = {.kind = ESD_XFER_UPDATE_PUSH, .dim = DIM};
+	float v[DIM];
+	for (int j = 0; j < DIM; j++)
+		v[j] = (float)j;
+	esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &hr);
+	for (int i = 0; i < ROWS; i++)
+		esd_enc_row(&e, (esd_key_t)i, 0, v, NULL);
+	esd_enc_rows_end(&e);
+
+	static struct result res[MAX_RUNS];
+	int order[MAX_RUNS];
+	for (int r = 0; r < runs; r++)
+		order[r] = r;
+	for (int r = 0; r < runs; r++) {
+		/* Interleave rates across repetitions (noise hits them alike). */
+		int ri = r % nrates;
+		struct esd_link_opts o;
+		struct esd_link *l;
+		set_opts(&o, backend, raddr);
+		o.memif_id = (uint32_t)r;
+		o.rate_bps = (uint64_t)(rates[ri] * 1e9);
+		if ((rc = esd_link_connect(&o, &l))) {
+			printf("| %-8s | connect failed: %s |\n", backend, esd_strerror(rc));
+			break;
+		}
+		int64_t end = esd_now_ns() + (int64_t)(seconds * 1e9);
+		while (esd_now_ns() < end)
+			if ((rc = esd_link_send(l, b.data, b.len)))
+				break;
+		esd_buf_reset(&ctl);
+		esd_enc_barrier(&ctl, &(struct esd_barrier){0});
+		if (!rc)
+			rc = esd_link_send(l, ctl.data, ctl.len);
+		struct esd_msg m;
+		if (!rc)
+			rc = esd_link_recv(l, &m, 30 * ESD_NS_PER_S);
+		esd_link_close(l);
+		unsigned long long frames, bytes, rows;
+		double secs;
+		if (rc || fscanf(in, "%llu %llu %llu %lf", &frames, &bytes, &rows, &secs) != 4) {
+			printf("| %-8s | run %d failed: %s |\n", backend, r, esd_strerror(rc));
+			break;
+		}
+		res[r].gbps = secs > 0 ? (double)bytes * 8 / secs / 1e9 : 0;
+		res[r].row_gbps = secs > 0 ? (double)rows * DIM * 4 * 8 / secs / 1e9 : 0;
+		res[r].seconds = secs;
+		res[r].frames = frames;
+	}
+	(void)order;
+	fclose(in);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	if (addr == sock)
+		unlink(sock);
+
+	double base = 0;
+	for (int ri = 0; ri < nrates; ri++) {
+		double g[MAX_RUNS], rg[MAX_RUNS];
+		int n = 0;
+		for (int r = ri; r < runs; r += nrates) {
+			g[n] = res[r].gbps;
+			rg[n] = res[r].row_gbps;
+			n++;
+		}
+		double lo = g[0], hi = g[0];
+		for (int k = 0; k < n; k++) {
+			lo = g[k] < lo ? g[k] : lo;
+			hi = g[k] > hi ? g[k] : hi;
+		}
+		double med = median(g, n), rmed = median(rg, n);
+		if (rates[ri] == 0)
+			base = med;
+		char set[32], ratio[32];
+		if (rates[ri] > 0) {
+			snprintf(set, sizeof(set), "%.2f", rates[ri]);
+			snprintf(ratio, sizeof(ratio), "%.4f", med / rates[ri]);
+		} else {
+			snprintf(set, sizeof(set), "unshaped");
+			snprintf(ratio, sizeof(ratio), "-");
+		}
+		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %8.3f |\n", backend, set, med,
+		       lo, hi, ratio, rmed);
+	}
+	if (base > 0)
+		printf("| %-8s | unshaped baseline %.3f Gbit/s (shaped rows above are absolute) |\n",
+		       backend, base);
+	esd_buf_free(&b);
+	esd_buf_free(&ctl);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *backends = "tcp,tcp-poll,dpdk";
+	double rates[16] = {0.5, 5, 20, 0};
+	int nrates = 4, reps = 3;
+	double seconds = 1.0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--backends") && i + 1 < argc) {
+			backends = argv[++i];
+		} else if (!strcmp(argv[i], "--rates") && i + 1 < argc) {
+			nrates = 0;
+			for (char *s = argv[++i], *t; nrates < 16 && (t = strtok(s, ",")); s = NULL)
+				rates[nrates++] = atof(t);
+		} else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+			seconds = atof(argv[++i]);
+		} else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+			reps = atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "usage: %s [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0] "
+					"[--seconds S] [--reps N]\n", argv[0]);
+			return 2;
+		}
+	}
+	if (reps < 1 || nrates * reps > MAX_RUNS) {
+		fprintf(stderr, "at most %d runs (rates x reps)\n", MAX_RUNS);
+		return 2;
+	}
+	printf("# %d rows x %d floats per frame (%zu bytes), %.1f s per run, %d reps, median\n",
+	       ROWS, DIM, esd_rows_frame_size(ROWS, DIM, 0), seconds, reps);
+	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | row data |\n");
+	printf("|----------|----------|----------|----------|----------|--------|----------|\n");
+	char list[256];
+	snprintf(list, sizeof(list), "%s", backends);
+	for (char *s = list, *t; (t = strtok(s, ",")); s = NULL) {
+		const char *why;
+		const char *bk = !strcmp(t, "dpdk") ? "dpdk" : "tcp";
+		if (esd_transport_backend_check(bk, &why)) {
+			printf("| %-8s | %s |\n", t, why);
+			continue;
+		}
+		run_backend(t, rates, nrates, reps, seconds);
+	}
+	return 0;
+}
