@@ -55,7 +55,7 @@
 
 struct ready {
 	struct ready *next;
-	size_t len;
+	size_t len, cap;
 	uint8_t data[];
 };
 
@@ -76,6 +76,7 @@ struct dpdk_wire {
 	int was_up, peer_bye, bye_acked, down;
 	int64_t next_link_check;
 	uint64_t empty_polls;
+	struct bufcache cache;
 };
 
 struct dpdk_listener {
@@ -367,9 +368,15 @@ static void rq_push(struct dpdk_wire *d, struct ready *r)
 
 static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
 
+static void ready_free(struct dpdk_wire *d, struct ready *r)
+{
+	if (r)
+		bufcache_put(&d->cache, r, r->cap);
+}
+
 static void asm_drop(struct dpdk_wire *d)
 {
-	free(d->asm_buf);
+	ready_free(d, d->asm_buf);
 	d->asm_buf = NULL;
 	d->asm_on = 0;
 }
@@ -406,10 +413,12 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 			return wire_fail(&d->w, -EPROTO,
 					 "dpdk: fragment total %u, frame header says %zu", total,
 					 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
-		d->asm_buf = malloc(sizeof(struct ready) + total);
+		size_t cap;
+		d->asm_buf = bufcache_get(&d->cache, sizeof(struct ready) + total, &cap);
 		if (!d->asm_buf)
 			return -ENOMEM;
 		d->asm_buf->len = total;
+		d->asm_buf->cap = cap;
 		d->asm_id = id;
 		d->asm_got = 0;
 		d->asm_on = 1;
@@ -438,7 +447,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	if (r->data[5] == ESD_OP_LINK_BYE && r->len == ESD_FRAME_HDR_SIZE + 4) {
 		uint32_t phase;
 		memcpy(&phase, r->data + ESD_FRAME_HDR_SIZE, 4);
-		free(r);
+		ready_free(d, r);
 		if (phase == 1) {
 			d->bye_acked = 1;
 		} else if (!d->peer_bye) {
@@ -452,7 +461,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		return 0;
 	}
 	if (d->rq_bytes + r->len > d->w.rx_backlog_max) {
-		free(r);
+		ready_free(d, r);
 		return 0; /* over the backlog: dropped, the sender retransmits */
 	}
 	rq_push(d, r);
@@ -568,7 +577,7 @@ static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
-	free(d->cur);
+	ready_free(d, d->cur);
 	d->cur = NULL;
 	for (;;) {
 		if (d->rq_head) {
@@ -591,13 +600,16 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->empty_polls = 0;
 			continue;
 		}
+		/* Busy-poll (kernel bypass); look at the clock only every few
+		 * empty polls, and after a while yield the core a little: the
+		 * test hosts have two cores for everybody. */
+		if ((++d->empty_polls & 31) && deadline != 0)
+			continue;
 		if ((rc = check_link(d)))
 			return rc;
 		if (deadline >= 0 && esd_now_ns() >= deadline)
 			return -ETIMEDOUT;
-		/* Busy-poll first (kernel bypass), then yield the core a little:
-		 * the test hosts have two cores for everybody. */
-		if (++d->empty_polls > 2048)
+		if (d->empty_polls > 4096)
 			esd_sleep_ns(20 * ESD_NS_PER_US);
 	}
 }
@@ -627,12 +639,13 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 	}
 	port_down(d->port, d->dev);
 	asm_drop(d);
-	free(d->cur);
+	ready_free(d, d->cur);
 	while (d->rq_head) {
 		struct ready *r = d->rq_head;
 		d->rq_head = r->next;
-		free(r);
+		ready_free(d, r);
 	}
+	bufcache_fini(&d->cache);
 	free(d);
 }
 

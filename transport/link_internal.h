@@ -90,6 +90,25 @@ struct fault {
 void fault_init(struct fault *f, const struct esd_fault_opts *o);
 void fault_fini(struct fault *f);
 
+/* ---- buffer cache (bufcache.c) -------------------------------------------- */
+
+/* Frame-sized blocks are above malloc's mmap threshold: allocating and
+ * freeing one per frame costs page faults on every byte. A link keeps a few
+ * freed blocks for reuse. Single-threaded (the link's thread). */
+#define BUFCACHE_SLOTS 64
+
+struct bufcache {
+	void *blk[BUFCACHE_SLOTS];
+	size_t cap[BUFCACHE_SLOTS];
+	unsigned n;
+};
+
+/* A block of at least size bytes (its capacity in *cap), or NULL. */
+void *bufcache_get(struct bufcache *c, size_t size, size_t *cap);
+/* Give a block back (freed if the cache is full). Accepts NULL. */
+void bufcache_put(struct bufcache *c, void *blk, size_t cap);
+void bufcache_fini(struct bufcache *c);
+
 /* ---- the link ----------------------------------------------------------- */
 
 struct rel;

@@ -29,7 +29,7 @@
 struct node {
 	struct node *next;
 	uint64_t seq;
-	size_t len;
+	size_t len, cap;
 	int64_t first_ns, sent_ns;
 	uint8_t data[];
 };
@@ -51,6 +51,7 @@ struct rel {
 	int err;          /* sticky error from below, reported once dq is empty */
 	uint32_t ack_pending;
 	struct esd_buf ackbuf;
+	struct bufcache cache;
 };
 
 int rel_create(struct esd_link *l, struct rel **out)
@@ -75,11 +76,17 @@ int rel_create(struct esd_link *l, struct rel **out)
 	return 0;
 }
 
-static void free_list(struct node *n)
+static void node_free(struct rel *r, struct node *n)
+{
+	if (n)
+		bufcache_put(&r->cache, n, n->cap);
+}
+
+static void free_list(struct rel *r, struct node *n)
 {
 	while (n) {
 		struct node *next = n->next;
-		free(n);
+		node_free(r, n);
 		n = next;
 	}
 }
@@ -89,24 +96,27 @@ void rel_destroy(struct rel *r)
 	if (!r)
 		return;
 	for (uint32_t i = 0; i < r->window; i++) {
-		free(r->txq[i]);
-		free(r->ooo[i]);
+		node_free(r, r->txq[i]);
+		node_free(r, r->ooo[i]);
 	}
 	free(r->txq);
 	free(r->ooo);
-	free_list(r->dq_head);
-	free(r->cur);
+	free_list(r, r->dq_head);
+	node_free(r, r->cur);
 	esd_buf_free(&r->ackbuf);
+	bufcache_fini(&r->cache);
 	free(r);
 }
 
-static struct node *node_copy(const uint8_t *p, size_t len)
+static struct node *node_copy(struct rel *r, const uint8_t *p, size_t len)
 {
-	struct node *n = malloc(sizeof(*n) + len);
+	size_t cap;
+	struct node *n = bufcache_get(&r->cache, sizeof(*n) + len, &cap);
 	if (!n)
 		return NULL;
 	n->next = NULL;
 	n->len = len;
+	n->cap = cap;
 	memcpy(n->data, p, len);
 	return n;
 }
@@ -151,7 +161,7 @@ static void on_ack(struct esd_link *l, uint64_t ack)
 	while (r->tx_acked < ack) {
 		r->tx_acked++;
 		struct node **slot = &r->txq[r->tx_acked % r->window];
-		free(*slot);
+		node_free(r, *slot);
 		*slot = NULL;
 		r->progress_ns = esd_now_ns();
 	}
@@ -174,7 +184,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		return 0;
 	}
 	if (!(flags & ESD_FLAG_RELIABLE)) {
-		struct node *n = node_copy(p, len); /* peer without the layer */
+		struct node *n = node_copy(r, p, len); /* peer without the layer */
 		if (!n)
 			return -ENOMEM;
 		deliver(r, n);
@@ -189,7 +199,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	if (r->dq_bytes + len > l->w->rx_backlog_max)
 		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
 				 l->w->rx_backlog_max);
-	struct node *n = node_copy(p, len);
+	struct node *n = node_copy(r, p, len);
 	if (!n)
 		return -ENOMEM;
 	n->seq = seq;
@@ -280,7 +290,7 @@ static int pump_ready(struct esd_link *l)
 {
 	const uint8_t *p;
 	size_t len;
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < 16; i++) {
 		int rc = lower_recv(l, &p, &len, 0);
 		if (rc == -ETIMEDOUT)
 			return 0;
@@ -303,7 +313,7 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 			if ((rc = pump(l, deadline)))
 				return rc;
 		}
-		struct node *nd = node_copy(iov[i].iov_base, iov[i].iov_len);
+		struct node *nd = node_copy(r, iov[i].iov_base, iov[i].iov_len);
 		if (!nd)
 			return -ENOMEM;
 		nd->seq = r->tx_next++;
@@ -326,7 +336,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 {
 	struct rel *r = l->rel;
 	int rc;
-	free(r->cur);
+	node_free(r, r->cur);
 	r->cur = NULL;
 	/* Frames that arrived before the peer left are delivered first. */
 	if (!r->dq_head && !r->err && (rc = pump_ready(l)) && rc != -ETIMEDOUT)

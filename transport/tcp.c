@@ -25,7 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SB_INITIAL (256u << 10)
+#define SB_INITIAL (2u << 20)
 
 struct tcp_listener {
 	struct wire_listener wl;

@@ -18,7 +18,7 @@
 
 #define TAG_SEND 1u
 #define TAG_RECV 2u
-#define RECV_CHUNK (256u << 10)
+#define RECV_CHUNK (1u << 20)
 
 struct uring_state {
 	struct io_uring ring;

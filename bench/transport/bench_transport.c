@@ -9,9 +9,10 @@
  * / (time of the last frame - time of the first), measured at the receiver.
  * Each rate runs --reps times; the table shows medians, the ratio to the
  * set rate, and the ratio to the unshaped run of the same backend in the
- * same invocation.
+ * same invocation. "raw" is a baseline: plain send()/recv() of the same
+ * bytes between two processes, no library.
  *
- * Usage: bench_transport [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0]
+ * Usage: bench_transport [--backends raw,tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0]
  *                        [--seconds S] [--reps N]
  * (rates in Gbit/s; 0 = unshaped)
  */
@@ -20,7 +21,10 @@
 #include <esd/log.h>
 #include <esd/transport.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,7 @@ static void set_opts(struct esd_link_opts *o, const char *backend, const char *a
 		o->backend = "dpdk";
 		o->max_links = (uint32_t)nruns; /* one memif id per run */
 		o->window = 512;
+		o->dpdk_mtu = getenv("BENCH_MTU") ? (uint32_t)atoi(getenv("BENCH_MTU")) : 0;
 	} else {
 		o->backend = "tcp";
 		o->tcp_engine = !strcmp(backend, "tcp-poll") ? "poll" : "uring";
@@ -106,6 +111,61 @@ static void receiver(const char *backend, const char *addr, int runs, int out)
 	}
 	esd_listener_close(ls);
 	_exit(0);
+}
+
+/* Baseline: plain blocking send()/recv() of the same bytes over loopback,
+ * no framing and no library, to show what this host's loopback carries. */
+static double raw_once(double seconds, const uint8_t *frame, size_t len)
+{
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int fds[2];
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 1) ||
+	    getsockname(ls, (struct sockaddr *)&sa, &sl) || pipe(fds))
+		return 0;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int c = accept(ls, NULL, NULL);
+		static uint8_t buf[1u << 20];
+		uint64_t bytes = 0;
+		int64_t t0 = 0, t1 = 0;
+		ssize_t r;
+		while ((r = recv(c, buf, sizeof(buf), 0)) > 0) {
+			int64_t now = esd_now_ns();
+			if (!t0)
+				t0 = now;
+			else
+				bytes += (uint64_t)r;
+			t1 = now;
+		}
+		double g = t1 > t0 ? (double)bytes * 8 / esd_ns_to_s(t1 - t0) / 1e9 : 0;
+		if (write(fds[1], &g, sizeof(g)) != sizeof(g))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	double g = 0;
+	if (!connect(c, (struct sockaddr *)&sa, sizeof(sa))) {
+		int64_t end = esd_now_ns() + (int64_t)(seconds * 1e9);
+		while (esd_now_ns() < end)
+			for (size_t off = 0; off < len;) {
+				ssize_t w = send(c, frame + off, len - off, 0);
+				if (w <= 0)
+					goto out;
+				off += (size_t)w;
+			}
+	}
+out:
+	close(c);
+	if (read(fds[0], &g, sizeof(g)) != sizeof(g))
+		g = 0;
+	close(fds[0]);
+	close(ls);
+	waitpid(pid, NULL, 0);
+	return g;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -250,7 +310,7 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 
 int main(int argc, char **argv)
 {
-	const char *backends = "tcp,tcp-poll,dpdk";
+	const char *backends = "raw,tcp,tcp-poll,dpdk";
 	double rates[16] = {0.5, 5, 20, 0};
 	int nrates = 4, reps = 3;
 	double seconds = 1.0;
@@ -279,10 +339,34 @@ int main(int argc, char **argv)
 	       ROWS, DIM, esd_rows_frame_size(ROWS, DIM, 0), seconds, reps);
 	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | row data |\n");
 	printf("|----------|----------|----------|----------|----------|--------|----------|\n");
+	if (strstr(backends, "raw")) {
+		struct esd_buf b;
+		struct esd_rows_enc e;
+		struct esd_rows hr = {.kind = ESD_XFER_UPDATE_PUSH, .dim = DIM};
+		static float v[DIM];
+		double g[MAX_RUNS];
+		esd_buf_init(&b);
+		esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &hr);
+		for (int i = 0; i < ROWS; i++)
+			esd_enc_row(&e, (esd_key_t)i, 0, v, NULL);
+		esd_enc_rows_end(&e);
+		for (int r = 0; r < reps; r++)
+			g[r] = raw_once(seconds, b.data, b.len);
+		double lo = g[0], hi = g[0];
+		for (int r = 0; r < reps; r++) {
+			lo = g[r] < lo ? g[r] : lo;
+			hi = g[r] > hi ? g[r] : hi;
+		}
+		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %8s |\n", "raw-sock", "unshaped",
+		       median(g, reps), lo, hi, "-", "-");
+		esd_buf_free(&b);
+	}
 	char list[256];
 	snprintf(list, sizeof(list), "%s", backends);
 	for (char *s = list, *t; (t = strtok(s, ",")); s = NULL) {
 		const char *why;
+		if (!strcmp(t, "raw"))
+			continue;
 		const char *bk = !strcmp(t, "dpdk") ? "dpdk" : "tcp";
 		if (esd_transport_backend_check(bk, &why)) {
 			printf("| %-8s | %s |\n", t, why);

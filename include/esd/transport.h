@@ -95,7 +95,7 @@ struct esd_link_opts {
 	const char *addr;
 	struct esd_proto_limits limits; /* what the receiver accepts (0 = defaults) */
 	uint64_t rate_bps;              /* token bucket rate in bit/s; 0 = unshaped */
-	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 2 ms of rate) */
+	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 10 ms of rate) */
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
