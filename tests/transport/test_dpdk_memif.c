@@ -25,7 +25,7 @@ static void test_memif_round_trips(void **state)
 	esd_link_opts_init(&o);
 	o.backend = "dpdk";
 	o.addr = sock;
-	o.max_links = 1;
+	o.max_links = 2;
 	int rc = peer_start(&p, &o);
 	if (rc)
 		ESD_TEST_SKIP("dpdk peer could not start (EAL or memif unavailable here): %s",
@@ -87,6 +87,42 @@ static void test_memif_round_trips(void **state)
 	int64_t t0 = esd_now_ns();
 	esd_link_close(l); /* LINK_BYE handshake; the peer answers, then removes */
 	printf("# close took %.1f ms\n", esd_ns_to_ms(esd_now_ns() - t0));
+
+	/* Second link (memif id 1) with drop 2 %, dup 5 %, reorder 25 %: every
+	 * push applied once, every pull answered, in order. */
+	o.memif_id = 1;
+	o.faults = (struct esd_fault_opts){.drop = 0.02, .dup = 0.05, .reorder = 0.25, .seed = 5};
+	o.rto_ns = 5 * ESD_NS_PER_MS;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	float sum = 0;
+	for (uint64_t it = 1; it <= 30; it++) {
+		for (uint64_t s = 0; s < 4; s++) {
+			struct esd_rows gr = {.iteration = it, .sequence = s, .worker = 1,
+					      .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+			assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &gr), 0);
+			assert_int_equal(esd_enc_row(&e, 77777, 0, g, NULL), 0);
+			esd_enc_rows_end(&e);
+			sum += 2.0f;
+		}
+		esd_key_t k = 77777;
+		assert_int_equal(esd_enc_pull(&b, it, it, 1, &k, 1), 0);
+		assert_int_equal(peer_send_buf(l, &b), 0);
+		for (uint64_t s = 0; s < 4; s++) {
+			assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
+			assert_int_equal(m.u.ack.sequence, s);
+			assert_int_equal(m.u.ack.status, 0);
+		}
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);
+		struct esd_row_view v;
+		esd_rows_get(&m.u.rows, 0, &v);
+		assert_float_equal(v.value[0], peer_init_value(77777, 0) + sum, 1e-3);
+	}
+	esd_link_stats(l, &st);
+	printf("# memif with faults: drops %llu dups %llu reorders %llu, retransmitted %llu\n",
+	       (unsigned long long)st.fault_drops, (unsigned long long)st.fault_dups,
+	       (unsigned long long)st.fault_reorders, (unsigned long long)st.retx_frames);
+	assert_true(st.fault_reorders > 0);
+	esd_link_close(l);
 	peer_stop(&p);
 	esd_buf_free(&b);
 }
