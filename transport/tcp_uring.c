@@ -31,7 +31,11 @@ static int uring_init(struct tcp_conn *c)
 	struct uring_state *u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	int rc = io_uring_queue_init(8, &u->ring, 0);
+	/* Completions run at the next wait rather than by interrupting the
+	 * task (5.19+); plain setup on older kernels. */
+	int rc = io_uring_queue_init(8, &u->ring, IORING_SETUP_COOP_TASKRUN);
+	if (rc == -EINVAL)
+		rc = io_uring_queue_init(8, &u->ring, 0);
 	if (rc) {
 		free(u);
 		return rc;
