@@ -42,14 +42,14 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
-#define ETHERTYPE_ESD   0x88b5
-#define ETH_HDR         14u
-#define FRAG_HDR        16u
-#define DEFAULT_MTU     8192u
-#define BURST           32
-#define POOL_MBUFS      8191
-#define RING_DESC       1024
-#define LINK_POLL_NS    (10 * ESD_NS_PER_MS)
+#define ETHERTYPE_ESD 0x88b5
+#define ETH_HDR       14u
+#define FRAG_HDR      16u
+#define DEFAULT_MTU   8192u
+#define BURST         32
+#define POOL_MBUFS    8191
+#define RING_DESC     1024
+#define LINK_POLL_NS  (10 * ESD_NS_PER_MS)
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
@@ -122,15 +122,15 @@ static int eal_start(const struct esd_link_opts *o)
 	if (rc < 0) {
 		rc = rte_errno ? -rte_errno : -ENODEV;
 		ESD_ERR("transport", "dpdk: EAL did not start (%s) with '%s'", rte_strerror(-rc),
-			o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
+		        o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
 		eal_state = -ENODEV;
 		pthread_mutex_unlock(&eal_lock);
 		return -ENODEV;
 	}
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	pool = rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
-				       (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
-				       (int)rte_socket_id());
+	                               (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
+	                               (int)rte_socket_id());
 	if (!pool) {
 		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
 		eal_state = -ENOMEM;
@@ -162,9 +162,9 @@ static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t
 	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
 		goto err_remove;
 	if ((rc = rte_eth_rx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL,
-					 pool)) < 0 ||
+	                                 pool)) < 0 ||
 	    (rc = rte_eth_tx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL)) <
-		    0 ||
+	        0 ||
 	    (rc = rte_eth_dev_start(*port)) < 0)
 		goto err_close;
 	return 0;
@@ -211,8 +211,7 @@ static int is_memif(const struct esd_link_opts *o)
 	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
 }
 
-static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
-		     size_t len)
+static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf, size_t len)
 {
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	if (is_memif(o)) {
@@ -220,7 +219,7 @@ static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, cha
 		while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
 			bsize *= 2;
 		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=10",
-			 server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
+		         server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
 		return 0;
 	}
 	if (!strcmp(o->dpdk_vdev, "af_packet")) {
@@ -241,15 +240,15 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 	if ((rc = vdev_args(o, 0, o->memif_id, args, sizeof(args))))
 		return rc;
 	snprintf(name, sizeof(name), "net_%s_esdc%u", is_memif(o) ? "memif" : "af_packet",
-		 __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
+	         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
 	if ((rc = port_up(name, args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU, &port)))
 		return rc;
 	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
 	while (!link_is_up(port)) {
 		if (esd_now_ns() > deadline) {
 			port_down(port, name);
-			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up", o->addr,
-				o->memif_id);
+			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up",
+			        o->addr, o->memif_id);
 			return -ETIMEDOUT;
 		}
 		esd_sleep_ns(5 * ESD_NS_PER_MS);
@@ -292,9 +291,9 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		if ((rc = vdev_args(o, 1, i, args, sizeof(args))))
 			break;
 		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u",
-			 is_memif(o) ? "memif" : "af_packet", seq, i);
+		         is_memif(o) ? "memif" : "af_packet", seq, i);
 		if ((rc = port_up(dl->devs[i], args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU,
-				  &dl->ports[i])))
+		                  &dl->ports[i])))
 			break;
 	}
 	if (rc) {
@@ -314,7 +313,7 @@ err_free:
 }
 
 static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
-		       struct wire **out)
+                       struct wire **out)
 {
 	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
 	for (;;) {
@@ -401,18 +400,18 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		struct esd_frame_hdr fh;
 		uint8_t first[ESD_FRAME_HDR_SIZE];
 		const uint8_t *fp = chunk >= ESD_FRAME_HDR_SIZE
-					    ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
-					    : NULL;
+		                        ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
+		                        : NULL;
 		if (!fp)
 			return 0;
 		int rc = esd_frame_hdr_parse(fp, ESD_FRAME_HDR_SIZE, &d->w.lim, &fh, d->w.err,
-					     sizeof(d->w.err));
+		                             sizeof(d->w.err));
 		if (rc)
 			return rc; /* the peer speaks something else: the link is broken */
 		if ((size_t)total != ESD_FRAME_HDR_SIZE + (size_t)fh.length)
 			return wire_fail(&d->w, -EPROTO,
-					 "dpdk: fragment total %u, frame header says %zu", total,
-					 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
+			                 "dpdk: fragment total %u, frame header says %zu", total,
+			                 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
 		size_t cap;
 		d->asm_buf = bufcache_get(&d->cache, sizeof(struct ready) + total, &cap);
 		if (!d->asm_buf)
@@ -436,8 +435,8 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	}
 	/* rte_pktmbuf_read copies only for multi-segment mbufs. */
 	if (m->nb_segs == 1)
-		memcpy(d->asm_buf->data + d->asm_got, rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)),
-		       chunk);
+		memcpy(d->asm_buf->data + d->asm_got,
+		       rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)), chunk);
 	d->asm_got += chunk;
 	if (d->asm_got < d->asm_buf->len)
 		return 0;
@@ -492,7 +491,7 @@ static int check_link(struct dpdk_wire *d)
 	if (!link_is_up(d->port)) {
 		d->down = 1;
 		return wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
-				 d->w.peer);
+		                 d->w.peer);
 	}
 	return 0;
 }
@@ -511,8 +510,8 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
 			if (!m)
 				break;
-			uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR +
-										   chunk));
+			uint8_t *b = (uint8_t *)rte_pktmbuf_append(
+			    m, (uint16_t)(ETH_HDR + FRAG_HDR + chunk));
 			if (!b) {
 				rte_pktmbuf_free(m);
 				break;
@@ -545,9 +544,9 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				    now - stuck_since > d->w.timeout_ns) {
 					rte_pktmbuf_free_bulk(ms + sent, k - sent);
 					return rc < 0 ? rc
-						      : wire_fail(&d->w, -ETIMEDOUT,
-								  "dpdk: peer %s takes nothing",
-								  d->w.peer);
+					              : wire_fail(&d->w, -ETIMEDOUT,
+					                          "dpdk: peer %s takes nothing",
+					                          d->w.peer);
 				}
 			} else {
 				stuck_since = 0;
@@ -650,13 +649,13 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 }
 
 const struct wire_ops esd_wire_dpdk = {
-	.name = "dpdk",
-	.not_built = NULL,
-	.connect = dpdk_connect,
-	.listen = dpdk_listen,
-	.accept = dpdk_accept,
-	.listener_close = dpdk_listener_close,
-	.send = dpdk_send,
-	.recv = dpdk_recv,
-	.close = dpdk_close,
+    .name = "dpdk",
+    .not_built = NULL,
+    .connect = dpdk_connect,
+    .listen = dpdk_listen,
+    .accept = dpdk_accept,
+    .listener_close = dpdk_listener_close,
+    .send = dpdk_send,
+    .recv = dpdk_recv,
+    .close = dpdk_close,
 };

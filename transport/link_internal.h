@@ -42,7 +42,7 @@ struct wire_ops {
 	int (*connect)(const struct esd_link_opts *o, struct wire **out);
 	int (*listen)(const struct esd_link_opts *o, struct wire_listener **out);
 	int (*accept)(struct wire_listener *l, const struct esd_link_opts *o, int64_t deadline_ns,
-		      struct wire **out);
+	              struct wire **out);
 	void (*listener_close)(struct wire_listener *l);
 	/* n whole frames; all of them written (or queued in order) on return. */
 	int (*send)(struct wire *w, const struct iovec *iov, int n, int64_t deadline_ns);

@@ -92,21 +92,22 @@ static int open_device(const char *what, struct ibv_context **out)
 	if (!list) {
 		int rc = esd_neg_errno();
 		ESD_ERR("transport", "rdma %s: no RDMA device: ibv_get_device_list() failed (%s)",
-			what, esd_strerror(rc));
+		        what, esd_strerror(rc));
 		return -ENODEV;
 	}
 	if (n == 0) {
 		ibv_free_device_list(list);
-		ESD_ERR("transport",
-			"rdma %s: no RDMA device: ibv_get_device_list() found none (no "
-			"/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
-			what);
+		ESD_ERR(
+		    "transport",
+		    "rdma %s: no RDMA device: ibv_get_device_list() found none (no "
+		    "/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
+		    what);
 		return -ENODEV;
 	}
 	*out = ibv_open_device(list[0]);
 	if (!*out)
 		ESD_ERR("transport", "rdma %s: RDMA device %s does not open", what,
-			ibv_get_device_name(list[0]));
+		        ibv_get_device_name(list[0]));
 	ibv_free_device_list(list);
 	return *out ? 0 : -ENODEV;
 }
@@ -121,8 +122,9 @@ static int split_addr(const char *addr, int passive, struct addrinfo **res)
 		return -EINVAL;
 	memcpy(host, addr, (size_t)(colon - addr));
 	host[colon - addr] = 0;
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = passive ? AI_PASSIVE : 0};
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+	                         .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = passive ? AI_PASSIVE : 0};
 	return getaddrinfo(host, colon + 1, &hints, res) ? -EINVAL : 0;
 }
 
@@ -137,7 +139,7 @@ static int io_all(int fd, void *buf, size_t len, int wr, int64_t deadline)
 		if (poll(&pfd, 1, (int)(left / ESD_NS_PER_MS) + 1) < 0 && errno != EINTR)
 			return esd_neg_errno();
 		ssize_t r = wr ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-			       : recv(fd, p, len, MSG_DONTWAIT);
+		               : recv(fd, p, len, MSG_DONTWAIT);
 		if (r == 0)
 			return -ECONNRESET;
 		if (r < 0) {
@@ -156,7 +158,8 @@ static int io_all(int fd, void *buf, size_t len, int wr, int64_t deadline)
 static int post_recv(struct rdma_wire *r, uint32_t slot)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)(r->region + (size_t)(SLOTS + slot) * SLOT_SIZE),
-			      .length = SLOT_SIZE, .lkey = r->mr->lkey};
+	                      .length = SLOT_SIZE,
+	                      .lkey = r->mr->lkey};
 	struct ibv_recv_wr wr = {.wr_id = TAG_RECV | slot, .sg_list = &sge, .num_sge = 1}, *bad;
 	int rc = ibv_post_recv(r->qp, &wr, &bad);
 	return rc ? -rc : 0; /* verbs return a positive errno */
@@ -170,15 +173,17 @@ static int setup_verbs(struct rdma_wire *r, const char *what, struct qp_info *mi
 	struct ibv_port_attr pa;
 	if (ibv_query_port(r->ctx, PORT_NUM, &pa))
 		return wire_fail(&r->w, -ENODEV, "rdma: port %d of the device cannot be queried",
-				 PORT_NUM);
+		                 PORT_NUM);
 	r->region_len = 2ull * SLOTS * SLOT_SIZE;
 	r->region = mmap(NULL, r->region_len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
 	if (r->region == MAP_FAILED) {
-		ESD_WARN("transport", "rdma: no huge pages for the %zu-byte buffer region; using "
-				      "4 KiB pages", r->region_len);
+		ESD_WARN("transport",
+		         "rdma: no huge pages for the %zu-byte buffer region; using "
+		         "4 KiB pages",
+		         r->region_len);
 		r->region = mmap(NULL, r->region_len, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (r->region == MAP_FAILED) {
 			r->region = NULL;
 			return -ENOMEM;
@@ -190,16 +195,21 @@ static int setup_verbs(struct rdma_wire *r, const char *what, struct qp_info *mi
 	r->mr = ibv_reg_mr(r->pd, r->region, r->region_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!r->mr)
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: registering %zu bytes failed",
-				 r->region_len);
-	struct ibv_qp_init_attr qa = {.send_cq = r->cq, .recv_cq = r->cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = SLOTS, .max_recv_wr = SLOTS,
-					      .max_send_sge = 1, .max_recv_sge = 1}};
+		                 r->region_len);
+	struct ibv_qp_init_attr qa = {
+	    .send_cq = r->cq,
+	    .recv_cq = r->cq,
+	    .qp_type = IBV_QPT_RC,
+	    .cap = {
+	        .max_send_wr = SLOTS, .max_recv_wr = SLOTS, .max_send_sge = 1, .max_recv_sge = 1}};
 	if (!(r->qp = ibv_create_qp(r->pd, &qa)))
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
-	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = PORT_NUM,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-	if ((rc = ibv_modify_qp(r->qp, &at,
-				IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT,
+	                         .pkey_index = 0,
+	                         .port_num = PORT_NUM,
+	                         .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+	if ((rc = ibv_modify_qp(
+	         r->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
 		return wire_fail(&r->w, -rc, "rdma: queue pair to INIT: %s", strerror(rc));
 	for (uint32_t s = 0; s < SLOTS; s++)
 		if ((rc = post_recv(r, s)))
@@ -222,13 +232,13 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	int rc;
 	static const uint8_t zero[16];
 	struct ibv_qp_attr at = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
-		.dest_qp_num = peer->qpn,
-		.rq_psn = peer->psn,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = PORT_NUM},
+	    .qp_state = IBV_QPS_RTR,
+	    .path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
+	    .dest_qp_num = peer->qpn,
+	    .rq_psn = peer->psn,
+	    .max_dest_rd_atomic = 1,
+	    .min_rnr_timer = 12,
+	    .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = PORT_NUM},
 	};
 	if (memcmp(peer->gid, zero, 16)) { /* RoCE: route by GID */
 		at.ah_attr.is_global = 1;
@@ -237,9 +247,9 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 		at.ah_attr.grh.hop_limit = 1;
 	}
 	if ((rc = ibv_modify_qp(r->qp, &at,
-				IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					IBV_QP_MIN_RNR_TIMER)))
+	                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+	                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+	                            IBV_QP_MIN_RNR_TIMER)))
 		return wire_fail(&r->w, -rc, "rdma: queue pair to RTR: %s", strerror(rc));
 	memset(&at, 0, sizeof(at));
 	at.qp_state = IBV_QPS_RTS;
@@ -249,8 +259,8 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	at.sq_psn = mine->psn;
 	at.max_rd_atomic = 1;
 	if ((rc = ibv_modify_qp(r->qp, &at,
-				IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
+	                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+	                            IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
 		return wire_fail(&r->w, -rc, "rdma: queue pair to RTS: %s", strerror(rc));
 	return 0;
 }
@@ -292,10 +302,10 @@ static int finish_link(const struct esd_link_opts *o, int sock, int client, stru
 	int rc = setup_verbs(r, o->addr, &mine);
 	if (!rc)
 		rc = client ? io_all(sock, &mine, sizeof(mine), 1, deadline)
-			    : io_all(sock, &peer, sizeof(peer), 0, deadline);
+		            : io_all(sock, &peer, sizeof(peer), 0, deadline);
 	if (!rc)
 		rc = client ? io_all(sock, &peer, sizeof(peer), 0, deadline)
-			    : io_all(sock, &mine, sizeof(mine), 1, deadline);
+		            : io_all(sock, &mine, sizeof(mine), 1, deadline);
 	if (!rc)
 		rc = connect_qp(r, &mine, &peer);
 	if (rc) {
@@ -370,7 +380,7 @@ static int rdma_listen(const struct esd_link_opts *o, struct wire_listener **out
 }
 
 static int rdma_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
-		       struct wire **out)
+                       struct wire **out)
 {
 	struct rdma_listener *l = (struct rdma_listener *)wl;
 	struct pollfd pfd = {.fd = l->fd, .events = POLLIN};
@@ -405,7 +415,7 @@ static int reap(struct rdma_wire *r)
 	for (int i = 0; i < n; i++) {
 		if (wc[i].status != IBV_WC_SUCCESS)
 			return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s: %s", r->w.peer,
-					 ibv_wc_status_str(wc[i].status));
+			                 ibv_wc_status_str(wc[i].status));
 		if (wc[i].wr_id & TAG_RECV) {
 			unsigned at = (r->rx_head + r->rx_count) % SLOTS;
 			r->rx_slot[at] = (uint32_t)(wc[i].wr_id & 0xffffffffu);
@@ -441,18 +451,22 @@ static int rdma_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 				if (rc < 0)
 					return rc;
 				if (rc == 0 && deadline >= 0 && esd_now_ns() > deadline)
-					return wire_fail(w, -ETIMEDOUT, "rdma: sends to %s do not complete",
-							 w->peer);
+					return wire_fail(w, -ETIMEDOUT,
+					                 "rdma: sends to %s do not complete",
+					                 w->peer);
 			}
 			size_t chunk = len < SLOT_SIZE ? len : SLOT_SIZE;
 			uint8_t *slot = r->region + (size_t)s * SLOT_SIZE;
 			memcpy(slot, p, chunk);
-			struct ibv_sge sge = {.addr = (uintptr_t)slot, .length = (uint32_t)chunk,
-					      .lkey = r->mr->lkey};
-			struct ibv_send_wr wr = {.wr_id = s, .sg_list = &sge, .num_sge = 1,
-						 .opcode = IBV_WR_SEND,
-						 .send_flags = IBV_SEND_SIGNALED},
-					   *bad;
+			struct ibv_sge sge = {.addr = (uintptr_t)slot,
+			                      .length = (uint32_t)chunk,
+			                      .lkey = r->mr->lkey};
+			struct ibv_send_wr wr = {.wr_id = s,
+			                         .sg_list = &sge,
+			                         .num_sge = 1,
+			                         .opcode = IBV_WR_SEND,
+			                         .send_flags = IBV_SEND_SIGNALED},
+			                   *bad;
 			int rc = ibv_post_send(r->qp, &wr, &bad);
 			if (rc)
 				return wire_fail(w, -rc, "rdma: post send: %s", strerror(rc));
@@ -484,9 +498,10 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			if (!r->asm_total) {
 				struct esd_frame_hdr h;
 				if ((rc = esd_frame_hdr_parse(p, blen, &w->lim, &h, w->err,
-							      sizeof(w->err))))
-					return rc == -EAGAIN ? wire_fail(w, -EPROTO, "rdma: runt chunk")
-							     : rc;
+				                              sizeof(w->err))))
+					return rc == -EAGAIN
+					           ? wire_fail(w, -EPROTO, "rdma: runt chunk")
+					           : rc;
 				size_t total = ESD_FRAME_HDR_SIZE + (size_t)h.length;
 				if (blen == total) { /* whole frame in one slot: in place */
 					r->lent_slot = (int)s;
@@ -495,8 +510,10 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 					return 0;
 				}
 				if (blen > total || blen < SLOT_SIZE)
-					return wire_fail(w, -EPROTO, "rdma: chunk of %u bytes for a "
-								     "%zu-byte frame", blen, total);
+					return wire_fail(w, -EPROTO,
+					                 "rdma: chunk of %u bytes for a "
+					                 "%zu-byte frame",
+					                 blen, total);
 				bufcache_put(&r->cache, r->asm_buf, r->asm_cap);
 				r->asm_buf = bufcache_get(&r->cache, total, &r->asm_cap);
 				if (!r->asm_buf)
@@ -510,7 +527,7 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			r->asm_got += blen;
 			if ((rc = post_recv(r, s)))
 				return wire_fail(w, rc, "rdma: reposting a receive: %s",
-						 esd_strerror(rc));
+				                 esd_strerror(rc));
 			if (r->asm_got == r->asm_total) {
 				*frame = r->asm_buf;
 				*len = r->asm_total;
@@ -547,13 +564,13 @@ static void rdma_close(struct wire *w, int64_t deadline)
 }
 
 const struct wire_ops esd_wire_rdma = {
-	.name = "rdma",
-	.not_built = NULL,
-	.connect = rdma_connect,
-	.listen = rdma_listen,
-	.accept = rdma_accept,
-	.listener_close = rdma_listener_close,
-	.send = rdma_send,
-	.recv = rdma_recv,
-	.close = rdma_close,
+    .name = "rdma",
+    .not_built = NULL,
+    .connect = rdma_connect,
+    .listen = rdma_listen,
+    .accept = rdma_accept,
+    .listener_close = rdma_listener_close,
+    .send = rdma_send,
+    .recv = rdma_recv,
+    .close = rdma_close,
 };

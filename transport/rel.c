@@ -198,7 +198,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	}
 	if (r->dq_bytes + len > l->w->rx_backlog_max)
 		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
-				 l->w->rx_backlog_max);
+		                 l->w->rx_backlog_max);
 	struct node *n = node_copy(r, p, len);
 	if (!n)
 		return -ENOMEM;
@@ -233,9 +233,9 @@ static int retransmit(struct esd_link *l, int64_t *due)
 		return 0;
 	if (now - r->progress_ns > l->w->timeout_ns)
 		return wire_fail(l->w, -ETIMEDOUT,
-				 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
-				 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
-				 (unsigned long long)(r->tx_acked + 1));
+		                 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
+		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
+		                 (unsigned long long)(r->tx_acked + 1));
 	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
 		struct node *n = r->txq[s % r->window];
 		if (!n)

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TAG_SEND 1u
-#define TAG_RECV 2u
+#define TAG_SEND   1u
+#define TAG_RECV   2u
 #define RECV_CHUNK (1u << 20)
 
 struct uring_state {
@@ -89,7 +89,7 @@ static int reap(struct tcp_conn *c, int64_t deadline, uint64_t *tag, int *res)
 			if (left < 0)
 				left = 0;
 			struct __kernel_timespec ts = {.tv_sec = left / ESD_NS_PER_S,
-						       .tv_nsec = left % ESD_NS_PER_S};
+			                               .tv_nsec = left % ESD_NS_PER_S};
 			rc = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
 		}
 		if (rc == -EINTR)
@@ -137,7 +137,8 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 		if (!u->recv_armed && !c->eof) {
 			rc = arm_recv(c, RECV_CHUNK);
 			if (rc && rc != -ENOBUFS)
-				return wire_fail(&c->w, rc, "io_uring receive: %s", esd_strerror(rc));
+				return wire_fail(&c->w, rc, "io_uring receive: %s",
+				                 esd_strerror(rc));
 		}
 		rc = io_uring_submit(&u->ring);
 		if (rc < 0)
@@ -159,7 +160,7 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 					if (tag == TAG_SEND)
 						sent = 0;
 				return wire_fail(&c->w, -ETIMEDOUT,
-						 "tcp send to %s: peer reads nothing", c->w.peer);
+				                 "tcp send to %s: peer reads nothing", c->w.peer);
 			}
 			if (rc)
 				return wire_fail(&c->w, rc, "io_uring wait: %s", esd_strerror(rc));
@@ -167,20 +168,20 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 				rc = recv_done(c, res);
 				if (rc && rc != -ECONNRESET)
 					return wire_fail(&c->w, rc, "tcp receive from %s: %s",
-							 c->w.peer, esd_strerror(rc));
+					                 c->w.peer, esd_strerror(rc));
 				if (!c->eof) {
 					rc = arm_recv(c, RECV_CHUNK);
 					if (rc == -ENOBUFS)
 						continue; /* backlog full: just wait */
 					if (rc)
 						return wire_fail(&c->w, rc, "io_uring receive: %s",
-								 esd_strerror(rc));
+						                 esd_strerror(rc));
 					io_uring_submit(&u->ring);
 				}
 			} else if (tag == TAG_SEND) {
 				if (res < 0)
-					return wire_fail(&c->w, res, "tcp send to %s: %s", c->w.peer,
-							 esd_strerror(res));
+					return wire_fail(&c->w, res, "tcp send to %s: %s",
+					                 c->w.peer, esd_strerror(res));
 				sent = res;
 			}
 		}
@@ -222,9 +223,9 @@ static int uring_fill(struct tcp_conn *c, size_t want, int64_t deadline)
 }
 
 const struct tcp_engine esd_tcp_engine_uring = {
-	.name = "uring",
-	.init = uring_init,
-	.fini = uring_fini,
-	.send = uring_send,
-	.fill = uring_fill,
+    .name = "uring",
+    .init = uring_init,
+    .fini = uring_fini,
+    .send = uring_send,
+    .fill = uring_fill,
 };

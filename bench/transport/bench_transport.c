@@ -34,14 +34,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ROWS 64
-#define DIM  512
+#define ROWS     64
+#define DIM      512
 #define MAX_RUNS 24 /* DPDK builds allow 32 ports per process */
 
 struct result {
-	double gbps;       /* frame bytes */
-	double vs_raw;     /* unshaped runs: goodput / raw socket run right after */
-	double row_gbps;   /* row payload (floats) only */
+	double gbps;     /* frame bytes */
+	double vs_raw;   /* unshaped runs: goodput / raw socket run right after */
+	double row_gbps; /* row payload (floats) only */
 	double seconds;
 	uint64_t frames;
 };
@@ -110,8 +110,8 @@ static void receiver(const char *backend, const char *addr, int runs, int out)
 		esd_link_recv(l, &m, 5 * ESD_NS_PER_S);
 		esd_link_close(l);
 		dprintf(out, "%llu %llu %llu %.9f\n", (unsigned long long)frames,
-			(unsigned long long)bytes, (unsigned long long)rows,
-			esd_ns_to_s(t_last - t_first));
+		        (unsigned long long)bytes, (unsigned long long)rows,
+		        esd_ns_to_s(t_last - t_first));
 	}
 	esd_listener_close(ls);
 	_exit(0);
@@ -185,7 +185,7 @@ static double median(double *v, int n)
 }
 
 static int run_backend(const char *backend, const double *rates, int nrates, int reps,
-		       double seconds)
+                       double seconds)
 {
 	char sock[128];
 	const char *addr = "127.0.0.1:0";
@@ -310,8 +310,8 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 			snprintf(ratio, sizeof(ratio), "-");
 			snprintf(vsraw, sizeof(vsraw), "%.2f", median(vr, n));
 		}
-		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8.3f |\n", backend, set,
-		       med, lo, hi, ratio, vsraw, rmed);
+		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8.3f |\n", backend,
+		       set, med, lo, hi, ratio, vsraw, rmed);
 	}
 	(void)base;
 	esd_buf_free(&b);
@@ -337,8 +337,10 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
 			reps = atoi(argv[++i]);
 		} else {
-			fprintf(stderr, "usage: %s [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0] "
-					"[--seconds S] [--reps N]\n", argv[0]);
+			fprintf(stderr,
+			        "usage: %s [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0] "
+			        "[--seconds S] [--reps N]\n",
+			        argv[0]);
 			return 2;
 		}
 	}
@@ -348,8 +350,10 @@ int main(int argc, char **argv)
 	}
 	printf("# %d rows x %d floats per frame (%zu bytes), %.1f s per run, %d reps, median\n",
 	       ROWS, DIM, esd_rows_frame_size(ROWS, DIM, 0), seconds, reps);
-	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | /raw   | row data |\n");
-	printf("|----------|----------|----------|----------|----------|--------|--------|----------|\n");
+	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | /raw   | row "
+	       "data |\n");
+	printf("|----------|----------|----------|----------|----------|--------|--------|---------"
+	       "-|\n");
 	if (strstr(backends, "raw")) {
 		struct esd_buf b;
 		struct esd_rows_enc e;

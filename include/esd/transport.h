@@ -105,7 +105,7 @@ struct esd_link_opts {
 	const char *tcp_engine; /* "uring" or "poll"; NULL = uring when built */
 	/* dpdk */
 	const char *dpdk_eal_args; /* NULL = "--no-pci --no-huge --no-shconf -m 512
-				    * --no-telemetry --log-level=*:warning" */
+	                            * --no-telemetry --log-level=*:warning" */
 	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
 	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
 	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
@@ -196,13 +196,13 @@ struct esd_link_kind_stats {
 
 struct esd_link_stats {
 	struct esd_link_kind_stats kind[ESD_XFER_NKINDS];
-	uint64_t wire_tx_bytes;   /* all bytes handed to the backend */
-	uint64_t retx_frames;     /* reliable layer retransmissions */
-	uint64_t dup_rx_frames;   /* duplicates the reliable layer dropped */
+	uint64_t wire_tx_bytes; /* all bytes handed to the backend */
+	uint64_t retx_frames;   /* reliable layer retransmissions */
+	uint64_t dup_rx_frames; /* duplicates the reliable layer dropped */
 	uint64_t fault_drops, fault_dups, fault_reorders;
-	uint64_t shaped_wait_ns;  /* time spent waiting for the token bucket */
+	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
 	uint64_t rate_bps;
-	int reliable;             /* the reliable layer is on */
+	int reliable; /* the reliable layer is on */
 };
 
 /* Snapshot the counters (each read atomically; the set is not one instant).

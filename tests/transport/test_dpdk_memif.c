@@ -29,7 +29,7 @@ static void test_memif_round_trips(void **state)
 	int rc = peer_start(&p, &o);
 	if (rc)
 		ESD_TEST_SKIP("dpdk peer could not start (EAL or memif unavailable here): %s",
-			      esd_strerror(rc));
+		              esd_strerror(rc));
 	o.memif_id = 0;
 	rc = esd_link_connect(&o, &l);
 	if (rc == -ENODEV) {
@@ -51,8 +51,11 @@ static void test_memif_round_trips(void **state)
 	for (uint32_t i = 0; i < NKEYS; i++)
 		keys[i] = i;
 	struct esd_rows_enc e;
-	struct esd_rows r = {.iteration = 0, .sequence = 0, .worker = 0,
-			     .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+	struct esd_rows r = {.iteration = 0,
+	                     .sequence = 0,
+	                     .worker = 0,
+	                     .kind = ESD_XFER_UPDATE_PUSH,
+	                     .dim = PEER_DIM};
 	float g[PEER_DIM];
 	for (uint32_t j = 0; j < PEER_DIM; j++)
 		g[j] = 2.0f;
@@ -97,8 +100,11 @@ static void test_memif_round_trips(void **state)
 	float sum = 0;
 	for (uint64_t it = 1; it <= 30; it++) {
 		for (uint64_t s = 0; s < 4; s++) {
-			struct esd_rows gr = {.iteration = it, .sequence = s, .worker = 1,
-					      .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+			struct esd_rows gr = {.iteration = it,
+			                      .sequence = s,
+			                      .worker = 1,
+			                      .kind = ESD_XFER_UPDATE_PUSH,
+			                      .dim = PEER_DIM};
 			assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &gr), 0);
 			assert_int_equal(esd_enc_row(&e, 77777, 0, g, NULL), 0);
 			esd_enc_rows_end(&e);

@@ -9,9 +9,9 @@
 #include <esd/err.h>
 #include <string.h>
 
-#define ITERS   40
-#define PUSHES  8
-#define KEYS    32
+#define ITERS  40
+#define PUSHES 8
+#define KEYS   32
 
 static void run(const char *engine)
 {
@@ -42,8 +42,11 @@ static void run(const char *engine)
 		/* A batch of gradient pushes, sent at once. */
 		for (uint64_t s = 0; s < PUSHES; s++) {
 			struct esd_rows_enc e;
-			struct esd_rows r = {.iteration = it, .sequence = s, .worker = 3,
-					     .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+			struct esd_rows r = {.iteration = it,
+			                     .sequence = s,
+			                     .worker = 3,
+			                     .kind = ESD_XFER_UPDATE_PUSH,
+			                     .dim = PEER_DIM};
 			float g[PEER_DIM];
 			assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &r), 0);
 			for (int n = 0; n < 4; n++) {
@@ -115,8 +118,8 @@ static void test_exactly_once_uring(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exactly_once_poll),
-		cmocka_unit_test(test_exactly_once_uring),
+	    cmocka_unit_test(test_exactly_once_poll),
+	    cmocka_unit_test(test_exactly_once_uring),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -23,12 +23,16 @@ static void open_pair(struct peer *p, struct esd_link **l)
 	assert_string_equal(esd_link_backend(*l), "tcp");
 }
 
-static void push(struct esd_buf *b, enum esd_op op, uint32_t kind,
-		 uint64_t iter, uint64_t seq, const esd_key_t *keys, uint32_t n, float val)
+static void push(struct esd_buf *b, enum esd_op op, uint32_t kind, uint64_t iter, uint64_t seq,
+                 const esd_key_t *keys, uint32_t n, float val)
 {
 	struct esd_rows_enc e;
-	struct esd_rows r = {.iteration = iter, .sequence = seq, .worker = 1, .kind = kind,
-			     .dim = PEER_DIM, .state_dim = op == ESD_OP_PUSH_VALUE ? PEER_DIM : 0};
+	struct esd_rows r = {.iteration = iter,
+	                     .sequence = seq,
+	                     .worker = 1,
+	                     .kind = kind,
+	                     .dim = PEER_DIM,
+	                     .state_dim = op == ESD_OP_PUSH_VALUE ? PEER_DIM : 0};
 	float v[PEER_DIM], s[PEER_DIM];
 	assert_int_equal(esd_enc_rows_begin(&e, b, op, &r), 0);
 	for (uint32_t i = 0; i < n; i++) {
@@ -233,11 +237,11 @@ static void test_refused_and_bad_options(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trips),
-		cmocka_unit_test(test_big_batch),
-		cmocka_unit_test(test_both_sides_sending),
-		cmocka_unit_test(test_peer_crash_detected),
-		cmocka_unit_test(test_refused_and_bad_options),
+	    cmocka_unit_test(test_round_trips),
+	    cmocka_unit_test(test_big_batch),
+	    cmocka_unit_test(test_both_sides_sending),
+	    cmocka_unit_test(test_peer_crash_detected),
+	    cmocka_unit_test(test_refused_and_bad_options),
 	};
 	int fails = 0;
 	const char *engines[] = {"poll", "uring"};
