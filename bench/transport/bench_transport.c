@@ -17,7 +17,8 @@
  *
  * Usage: bench_transport [--backends raw,tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0]
  *                        [--seconds S] [--reps N]
- * (rates in Gbit/s; 0 = unshaped)
+ * (rates in Gbit/s; 0 = unshaped). Environment: BENCH_MTU (dpdk packet
+ * payload bytes), BENCH_EAL_ARGS (EAL arguments instead of the default).
  */
 #include <esd/clock.h>
 #include <esd/err.h>
@@ -57,6 +58,7 @@ static void set_opts(struct esd_link_opts *o, const char *backend, const char *a
 		o->max_links = (uint32_t)nruns; /* one memif id per run */
 		o->window = 512;
 		o->dpdk_mtu = getenv("BENCH_MTU") ? (uint32_t)atoi(getenv("BENCH_MTU")) : 0;
+		o->dpdk_eal_args = getenv("BENCH_EAL_ARGS");
 	} else {
 		o->backend = "tcp";
 		o->tcp_engine = !strcmp(backend, "tcp-poll") ? "poll" : "uring";
