@@ -9,6 +9,8 @@
 #include <esd_build_config.h>
 #include <esd/log.h>
 
+#include <errno.h>
+
 #define STR2(x)    #x
 #define STR(x)     STR2(x)
 #define CAT2(a, b) a##b
