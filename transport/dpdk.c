@@ -89,12 +89,23 @@ struct dpdk_listener {
 
 static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
 static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
+static pid_t eal_pid; /* the process that started it */
 static struct rte_mempool *pool;
 static unsigned dev_seq;
 
 static int eal_start(const struct esd_link_opts *o)
 {
 	pthread_mutex_lock(&eal_lock);
+	if (eal_state && eal_pid != getpid()) {
+		/* The EAL's threads (interrupts, memif control) did not survive the
+		 * fork: nothing in this process may use it. */
+		pthread_mutex_unlock(&eal_lock);
+		ESD_ERR("transport",
+		        "dpdk: the EAL was started by process %d before it forked; a "
+		        "forked child cannot use it (start dpdk links after fork)",
+		        (int)eal_pid);
+		return -ENODEV;
+	}
 	if (eal_state) {
 		int rc = eal_state > 0 ? 0 : eal_state;
 		pthread_mutex_unlock(&eal_lock);
@@ -138,6 +149,7 @@ static int eal_start(const struct esd_link_opts *o)
 		return -ENOMEM;
 	}
 	eal_state = 1;
+	eal_pid = getpid();
 	pthread_mutex_unlock(&eal_lock);
 	return 0;
 }

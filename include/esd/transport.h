@@ -59,7 +59,10 @@
  *   down, or no acknowledgement for timeout_ns, ends in -ECONNRESET or
  *   -ETIMEDOUT; nothing waits on a dead peer forever.
  * - DPDK: one EAL per process, started by the first dpdk link with
- *   dpdk_eal_args, never stopped before exit. Close order matters for
+ *   dpdk_eal_args, never stopped before exit. A child forked after that
+ *   cannot use dpdk links (-ENODEV): fork first, then open links.
+ * - tcp connect retries a refused connection until timeout_ns (a PS that
+ *   is still starting), then fails with -ECONNREFUSED. Close order matters for
  *   memif (a receiver whose peer unmaps the shared rings mid-burst can
  *   crash): esd_link_close() runs a LINK_BYE handshake so that both sides
  *   have stopped polling before either side removes its device.

@@ -6,6 +6,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -223,7 +224,10 @@ int peer_start(struct peer *p, const struct esd_link_opts *o)
 	close(fds[1]);
 	char buf[300] = "";
 	ssize_t got = 0, r;
-	while ((r = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+	struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+	/* Never wait on a peer that hangs while starting. */
+	while (poll(&pfd, 1, 20000) == 1 &&
+	       (r = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
 		got += r;
 	close(fds[0]);
 	int rc = -EIO;
