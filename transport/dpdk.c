@@ -565,8 +565,18 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			}
 		}
 		off = o2;
-		if (!k)
-			return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+		if (!k) {
+			/* Pool empty (every link of the process shares it): free
+			 * some by receiving, give up after the timeout. */
+			int64_t now = esd_now_ns();
+			if (!stuck_since)
+				stuck_since = now;
+			int rc = rx_poll(d);
+			if (rc < 0)
+				return rc;
+			if (now - stuck_since > d->w.timeout_ns)
+				return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+		}
 	}
 	return 0;
 }

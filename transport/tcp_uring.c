@@ -156,9 +156,12 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 					io_uring_sqe_set_data64(cs, 0);
 					io_uring_submit(&u->ring);
 				}
-				while (sent < 0 && !reap(c, -1, &tag, &res))
+				while (sent < 0 && !reap(c, -1, &tag, &res)) {
 					if (tag == TAG_SEND)
 						sent = 0;
+					else if (tag == TAG_RECV)
+						recv_done(c, res); /* keep what arrived */
+				}
 				return wire_fail(&c->w, -ETIMEDOUT,
 				                 "tcp send to %s: peer reads nothing", c->w.peer);
 			}
