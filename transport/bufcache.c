@@ -46,3 +46,21 @@ void bufcache_fini(struct bufcache *c)
 		free(c->blk[i]);
 	c->n = 0;
 }
+
+struct fbuf *fbuf_get(struct bufcache *c, size_t len)
+{
+	size_t cap;
+	struct fbuf *b = bufcache_get(c, sizeof(struct fbuf) + len, &cap);
+	if (!b)
+		return NULL;
+	b->next = NULL;
+	b->len = len;
+	b->cap = cap;
+	return b;
+}
+
+void fbuf_put(struct bufcache *c, struct fbuf *b)
+{
+	if (b)
+		bufcache_put(c, b, b->cap);
+}

@@ -53,11 +53,6 @@
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
-struct ready {
-	struct ready *next;
-	size_t len, cap;
-	uint8_t data[];
-};
 
 struct dpdk_wire {
 	struct wire w;
@@ -66,17 +61,16 @@ struct dpdk_wire {
 	uint32_t mtu;
 	uint32_t tx_msg;
 	/* reassembly of the frame in progress */
-	struct ready *asm_buf;
+	struct fbuf *asm_buf;
 	uint32_t asm_id;
 	size_t asm_got;
 	int asm_on;
 	/* complete frames not yet handed up; cur is lent */
-	struct ready *rq_head, *rq_tail, *cur;
+	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
 	int64_t next_link_check;
 	uint64_t empty_polls;
-	struct bufcache cache;
 };
 
 struct dpdk_listener {
@@ -366,7 +360,7 @@ static void dpdk_listener_close(struct wire_listener *wl)
 
 /* ---- data path ---------------------------------------------------------- */
 
-static void rq_push(struct dpdk_wire *d, struct ready *r)
+static void rq_push(struct dpdk_wire *d, struct fbuf *r)
 {
 	r->next = NULL;
 	if (d->rq_tail)
@@ -379,10 +373,9 @@ static void rq_push(struct dpdk_wire *d, struct ready *r)
 
 static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
 
-static void ready_free(struct dpdk_wire *d, struct ready *r)
+static void ready_free(struct dpdk_wire *d, struct fbuf *r)
 {
-	if (r)
-		bufcache_put(&d->cache, r, r->cap);
+	fbuf_put(&d->w.cache, r);
 }
 
 static void asm_drop(struct dpdk_wire *d)
@@ -424,12 +417,9 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 			return wire_fail(&d->w, -EPROTO,
 			                 "dpdk: fragment total %u, frame header says %zu", total,
 			                 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
-		size_t cap;
-		d->asm_buf = bufcache_get(&d->cache, sizeof(struct ready) + total, &cap);
+		d->asm_buf = fbuf_get(&d->w.cache, total);
 		if (!d->asm_buf)
 			return -ENOMEM;
-		d->asm_buf->len = total;
-		d->asm_buf->cap = cap;
 		d->asm_id = id;
 		d->asm_got = 0;
 		d->asm_on = 1;
@@ -452,7 +442,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	d->asm_got += chunk;
 	if (d->asm_got < d->asm_buf->len)
 		return 0;
-	struct ready *r = d->asm_buf;
+	struct fbuf *r = d->asm_buf;
 	d->asm_buf = NULL;
 	d->asm_on = 0;
 	if (r->data[5] == ESD_OP_LINK_BYE && r->len == ESD_FRAME_HDR_SIZE + 4) {
@@ -602,7 +592,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 	d->cur = NULL;
 	for (;;) {
 		if (d->rq_head) {
-			struct ready *r = d->rq_head;
+			struct fbuf *r = d->rq_head;
 			d->rq_head = r->next;
 			if (!d->rq_head)
 				d->rq_tail = NULL;
@@ -662,12 +652,20 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 	asm_drop(d);
 	ready_free(d, d->cur);
 	while (d->rq_head) {
-		struct ready *r = d->rq_head;
+		struct fbuf *r = d->rq_head;
 		d->rq_head = r->next;
 		ready_free(d, r);
 	}
-	bufcache_fini(&d->cache);
+	bufcache_fini(&d->w.cache);
 	free(d);
+}
+
+static struct fbuf *dpdk_take(struct wire *w)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	struct fbuf *b = d->cur;
+	d->cur = NULL;
+	return b;
 }
 
 const struct wire_ops esd_wire_dpdk = {
@@ -680,4 +678,5 @@ const struct wire_ops esd_wire_dpdk = {
     .send = dpdk_send,
     .recv = dpdk_recv,
     .close = dpdk_close,
+    .take = dpdk_take,
 };

@@ -129,6 +129,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_l
 	return 0;
 
 err_free_link:
+	rel_destroy(l->rel);
 	fault_fini(&l->fault);
 	free(l);
 err_close_wire:
@@ -328,8 +329,8 @@ void esd_link_close(struct esd_link *l)
 		fault_flush(l, 1);
 		rel_drain(l, deadline);
 	}
+	rel_destroy(l->rel); /* its blocks go back to the wire's cache */
 	l->w->ops->close(l->w, deadline);
-	rel_destroy(l->rel);
 	fault_fini(&l->fault);
 	esd_buf_free(&l->scratch);
 	free(l);

@@ -26,13 +26,6 @@
 #define DEFAULT_WINDOW 256u
 #define ACK_EVERY      16u
 
-struct node {
-	struct node *next;
-	uint64_t seq;
-	size_t len, cap;
-	int64_t first_ns, sent_ns;
-	uint8_t data[];
-};
 
 struct rel {
 	uint32_t window;
@@ -40,18 +33,18 @@ struct rel {
 	/* sender */
 	uint64_t tx_next;  /* next sequence number to assign (from 1) */
 	uint64_t tx_acked; /* every seq <= tx_acked is acknowledged */
-	struct node **txq; /* window slots, by seq % window */
+	struct fbuf **txq; /* window slots, by seq % window */
 	int64_t progress_ns;
 	/* receiver */
 	uint64_t rx_next;  /* next in-order seq expected */
-	struct node **ooo; /* frames ahead of rx_next, by seq % window */
-	struct node *dq_head, *dq_tail;
+	struct fbuf **ooo; /* frames ahead of rx_next, by seq % window */
+	struct fbuf *dq_head, *dq_tail;
 	size_t dq_bytes;
-	struct node *cur; /* lent to the application */
+	struct fbuf *cur; /* lent to the application */
 	int err;          /* sticky error from below, reported once dq is empty */
 	uint32_t ack_pending;
 	struct esd_buf ackbuf;
-	struct bufcache cache;
+	struct bufcache *cache; /* the wire's */
 };
 
 int rel_create(struct esd_link *l, struct rel **out)
@@ -72,20 +65,20 @@ int rel_create(struct esd_link *l, struct rel **out)
 		return -ENOMEM;
 	}
 	esd_buf_init(&r->ackbuf);
+	r->cache = &l->w->cache;
 	*out = r;
 	return 0;
 }
 
-static void node_free(struct rel *r, struct node *n)
+static void node_free(struct rel *r, struct fbuf *n)
 {
-	if (n)
-		bufcache_put(&r->cache, n, n->cap);
+	fbuf_put(r->cache, n);
 }
 
-static void free_list(struct rel *r, struct node *n)
+static void free_list(struct rel *r, struct fbuf *n)
 {
 	while (n) {
-		struct node *next = n->next;
+		struct fbuf *next = n->next;
 		node_free(r, n);
 		n = next;
 	}
@@ -104,24 +97,37 @@ void rel_destroy(struct rel *r)
 	free_list(r, r->dq_head);
 	node_free(r, r->cur);
 	esd_buf_free(&r->ackbuf);
-	bufcache_fini(&r->cache);
 	free(r);
 }
 
-static struct node *node_copy(struct rel *r, const uint8_t *p, size_t len)
+static struct bufcache *r_cache(struct esd_link *l)
 {
-	size_t cap;
-	struct node *n = bufcache_get(&r->cache, sizeof(*n) + len, &cap);
+	return &l->w->cache;
+}
+
+static struct fbuf *node_copy(struct rel *r, const uint8_t *p, size_t len)
+{
+	struct fbuf *n = fbuf_get(r->cache, len);
 	if (!n)
 		return NULL;
-	n->next = NULL;
-	n->len = len;
-	n->cap = cap;
 	memcpy(n->data, p, len);
 	return n;
 }
 
-static void deliver(struct rel *r, struct node *n)
+/* Keep a frame received from below: take the wire's block when it has one
+ * of its own (no copy), else copy. */
+static struct fbuf *node_keep(struct esd_link *l, const uint8_t *p, size_t len)
+{
+	if (l->w->ops->take) {
+		struct fbuf *n = l->w->ops->take(l->w);
+		if (n && n->data == p && n->len == len)
+			return n;
+		fbuf_put(r_cache(l), n);
+	}
+	return node_copy(l->rel, p, len);
+}
+
+static void deliver(struct rel *r, struct fbuf *n)
 {
 	n->next = NULL;
 	if (r->dq_tail)
@@ -132,7 +138,7 @@ static void deliver(struct rel *r, struct node *n)
 	r->dq_bytes += n->len;
 }
 
-static int send_node(struct esd_link *l, struct node *n, int64_t deadline)
+static int send_node(struct esd_link *l, struct fbuf *n, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = n->data, .iov_len = n->len};
 	n->sent_ns = esd_now_ns();
@@ -160,7 +166,7 @@ static void on_ack(struct esd_link *l, uint64_t ack)
 		return; /* acknowledges what we never sent: ignore */
 	while (r->tx_acked < ack) {
 		r->tx_acked++;
-		struct node **slot = &r->txq[r->tx_acked % r->window];
+		struct fbuf **slot = &r->txq[r->tx_acked % r->window];
 		node_free(r, *slot);
 		*slot = NULL;
 		r->progress_ns = esd_now_ns();
@@ -184,7 +190,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		return 0;
 	}
 	if (!(flags & ESD_FLAG_RELIABLE)) {
-		struct node *n = node_copy(r, p, len); /* peer without the layer */
+		struct fbuf *n = node_keep(l, p, len); /* peer without the layer */
 		if (!n)
 			return -ENOMEM;
 		deliver(r, n);
@@ -199,7 +205,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	if (r->dq_bytes + len > l->w->rx_backlog_max)
 		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
 		                 l->w->rx_backlog_max);
-	struct node *n = node_copy(r, p, len);
+	struct fbuf *n = node_keep(l, p, len);
 	if (!n)
 		return -ENOMEM;
 	n->seq = seq;
@@ -209,7 +215,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	}
 	deliver(r, n);
 	r->rx_next++;
-	struct node **slot;
+	struct fbuf **slot;
 	while (*(slot = &r->ooo[r->rx_next % r->window])) {
 		deliver(r, *slot);
 		*slot = NULL;
@@ -237,7 +243,7 @@ static int retransmit(struct esd_link *l, int64_t *due)
 		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
 		                 (unsigned long long)(r->tx_acked + 1));
 	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
-		struct node *n = r->txq[s % r->window];
+		struct fbuf *n = r->txq[s % r->window];
 		if (!n)
 			continue;
 		if (now - n->sent_ns >= r->rto_ns) {
@@ -313,7 +319,7 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 			if ((rc = pump(l, deadline)))
 				return rc;
 		}
-		struct node *nd = node_copy(r, iov[i].iov_base, iov[i].iov_len);
+		struct fbuf *nd = node_copy(r, iov[i].iov_base, iov[i].iov_len);
 		if (!nd)
 			return -ENOMEM;
 		nd->seq = r->tx_next++;
@@ -350,7 +356,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 			r->err = rc;
 		}
 	}
-	struct node *n = r->dq_head;
+	struct fbuf *n = r->dq_head;
 	r->dq_head = n->next;
 	if (!r->dq_head)
 		r->dq_tail = NULL;

@@ -420,6 +420,7 @@ static void tcp_close(struct wire *w, int64_t deadline)
 	close(c->fd);
 	free(c->sb);
 	free(c->retired);
+	bufcache_fini(&c->w.cache);
 	free(c);
 }
 
