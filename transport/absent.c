@@ -9,8 +9,10 @@
 #include <esd_build_config.h>
 #include <esd/log.h>
 
-#define STR2(x) #x
-#define STR(x)  STR2(x)
+#include <errno.h>
+
+#define STR2(x)    #x
+#define STR(x)     STR2(x)
 #define CAT2(a, b) a##b
 #define CAT(a, b)  CAT2(a, b)
 #define FN(n)      CAT(CAT(absent_, ABSENT_SYM), n)
@@ -34,8 +36,8 @@ static int FN(_listen)(const struct esd_link_opts *o, struct wire_listener **out
 }
 
 const struct wire_ops CAT(esd_wire_, ABSENT_SYM) = {
-	.name = STR(ABSENT_SYM),
-	.not_built = not_built,
-	.connect = FN(_connect),
-	.listen = FN(_listen),
+    .name = STR(ABSENT_SYM),
+    .not_built = not_built,
+    .connect = FN(_connect),
+    .listen = FN(_listen),
 };

@@ -42,22 +42,17 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
-#define ETHERTYPE_ESD   0x88b5
-#define ETH_HDR         14u
-#define FRAG_HDR        16u
-#define DEFAULT_MTU     8192u
-#define BURST           32
-#define POOL_MBUFS      8191
-#define RING_DESC       1024
-#define LINK_POLL_NS    (10 * ESD_NS_PER_MS)
+#define ETHERTYPE_ESD 0x88b5
+#define ETH_HDR       14u
+#define FRAG_HDR      16u
+#define DEFAULT_MTU   8192u
+#define BURST         32
+#define POOL_MBUFS    8191
+#define RING_DESC     1024
+#define LINK_POLL_NS  (10 * ESD_NS_PER_MS)
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
-struct ready {
-	struct ready *next;
-	size_t len;
-	uint8_t data[];
-};
 
 struct dpdk_wire {
 	struct wire w;
@@ -66,12 +61,12 @@ struct dpdk_wire {
 	uint32_t mtu;
 	uint32_t tx_msg;
 	/* reassembly of the frame in progress */
-	struct ready *asm_buf;
+	struct fbuf *asm_buf;
 	uint32_t asm_id;
 	size_t asm_got;
 	int asm_on;
 	/* complete frames not yet handed up; cur is lent */
-	struct ready *rq_head, *rq_tail, *cur;
+	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
 	int64_t next_link_check;
@@ -88,12 +83,23 @@ struct dpdk_listener {
 
 static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
 static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
+static pid_t eal_pid; /* the process that started it */
 static struct rte_mempool *pool;
 static unsigned dev_seq;
 
 static int eal_start(const struct esd_link_opts *o)
 {
 	pthread_mutex_lock(&eal_lock);
+	if (eal_state && eal_pid != getpid()) {
+		/* The EAL's threads (interrupts, memif control) did not survive the
+		 * fork: nothing in this process may use it. */
+		pthread_mutex_unlock(&eal_lock);
+		ESD_ERR("transport",
+		        "dpdk: the EAL was started by process %d before it forked; a "
+		        "forked child cannot use it (start dpdk links after fork)",
+		        (int)eal_pid);
+		return -ENODEV;
+	}
 	if (eal_state) {
 		int rc = eal_state > 0 ? 0 : eal_state;
 		pthread_mutex_unlock(&eal_lock);
@@ -121,15 +127,15 @@ static int eal_start(const struct esd_link_opts *o)
 	if (rc < 0) {
 		rc = rte_errno ? -rte_errno : -ENODEV;
 		ESD_ERR("transport", "dpdk: EAL did not start (%s) with '%s'", rte_strerror(-rc),
-			o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
+		        o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
 		eal_state = -ENODEV;
 		pthread_mutex_unlock(&eal_lock);
 		return -ENODEV;
 	}
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	pool = rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
-				       (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
-				       (int)rte_socket_id());
+	                               (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
+	                               (int)rte_socket_id());
 	if (!pool) {
 		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
 		eal_state = -ENOMEM;
@@ -137,6 +143,7 @@ static int eal_start(const struct esd_link_opts *o)
 		return -ENOMEM;
 	}
 	eal_state = 1;
+	eal_pid = getpid();
 	pthread_mutex_unlock(&eal_lock);
 	return 0;
 }
@@ -161,9 +168,9 @@ static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t
 	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
 		goto err_remove;
 	if ((rc = rte_eth_rx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL,
-					 pool)) < 0 ||
+	                                 pool)) < 0 ||
 	    (rc = rte_eth_tx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL)) <
-		    0 ||
+	        0 ||
 	    (rc = rte_eth_dev_start(*port)) < 0)
 		goto err_close;
 	return 0;
@@ -210,8 +217,7 @@ static int is_memif(const struct esd_link_opts *o)
 	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
 }
 
-static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
-		     size_t len)
+static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf, size_t len)
 {
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	if (is_memif(o)) {
@@ -219,7 +225,7 @@ static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, cha
 		while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
 			bsize *= 2;
 		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=10",
-			 server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
+		         server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
 		return 0;
 	}
 	if (!strcmp(o->dpdk_vdev, "af_packet")) {
@@ -240,15 +246,15 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 	if ((rc = vdev_args(o, 0, o->memif_id, args, sizeof(args))))
 		return rc;
 	snprintf(name, sizeof(name), "net_%s_esdc%u", is_memif(o) ? "memif" : "af_packet",
-		 __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
+	         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
 	if ((rc = port_up(name, args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU, &port)))
 		return rc;
 	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
 	while (!link_is_up(port)) {
 		if (esd_now_ns() > deadline) {
 			port_down(port, name);
-			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up", o->addr,
-				o->memif_id);
+			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up",
+			        o->addr, o->memif_id);
 			return -ETIMEDOUT;
 		}
 		esd_sleep_ns(5 * ESD_NS_PER_MS);
@@ -291,9 +297,9 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		if ((rc = vdev_args(o, 1, i, args, sizeof(args))))
 			break;
 		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u",
-			 is_memif(o) ? "memif" : "af_packet", seq, i);
+		         is_memif(o) ? "memif" : "af_packet", seq, i);
 		if ((rc = port_up(dl->devs[i], args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU,
-				  &dl->ports[i])))
+		                  &dl->ports[i])))
 			break;
 	}
 	if (rc) {
@@ -313,7 +319,7 @@ err_free:
 }
 
 static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
-		       struct wire **out)
+                       struct wire **out)
 {
 	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
 	for (;;) {
@@ -354,7 +360,7 @@ static void dpdk_listener_close(struct wire_listener *wl)
 
 /* ---- data path ---------------------------------------------------------- */
 
-static void rq_push(struct dpdk_wire *d, struct ready *r)
+static void rq_push(struct dpdk_wire *d, struct fbuf *r)
 {
 	r->next = NULL;
 	if (d->rq_tail)
@@ -367,9 +373,14 @@ static void rq_push(struct dpdk_wire *d, struct ready *r)
 
 static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
 
+static void ready_free(struct dpdk_wire *d, struct fbuf *r)
+{
+	fbuf_put(&d->w.cache, r);
+}
+
 static void asm_drop(struct dpdk_wire *d)
 {
-	free(d->asm_buf);
+	ready_free(d, d->asm_buf);
 	d->asm_buf = NULL;
 	d->asm_on = 0;
 }
@@ -394,22 +405,21 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		struct esd_frame_hdr fh;
 		uint8_t first[ESD_FRAME_HDR_SIZE];
 		const uint8_t *fp = chunk >= ESD_FRAME_HDR_SIZE
-					    ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
-					    : NULL;
+		                        ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
+		                        : NULL;
 		if (!fp)
 			return 0;
 		int rc = esd_frame_hdr_parse(fp, ESD_FRAME_HDR_SIZE, &d->w.lim, &fh, d->w.err,
-					     sizeof(d->w.err));
+		                             sizeof(d->w.err));
 		if (rc)
 			return rc; /* the peer speaks something else: the link is broken */
 		if ((size_t)total != ESD_FRAME_HDR_SIZE + (size_t)fh.length)
 			return wire_fail(&d->w, -EPROTO,
-					 "dpdk: fragment total %u, frame header says %zu", total,
-					 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
-		d->asm_buf = malloc(sizeof(struct ready) + total);
+			                 "dpdk: fragment total %u, frame header says %zu", total,
+			                 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
+		d->asm_buf = fbuf_get(&d->w.cache, total);
 		if (!d->asm_buf)
 			return -ENOMEM;
-		d->asm_buf->len = total;
 		d->asm_id = id;
 		d->asm_got = 0;
 		d->asm_on = 1;
@@ -427,18 +437,18 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	}
 	/* rte_pktmbuf_read copies only for multi-segment mbufs. */
 	if (m->nb_segs == 1)
-		memcpy(d->asm_buf->data + d->asm_got, rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)),
-		       chunk);
+		memcpy(d->asm_buf->data + d->asm_got,
+		       rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)), chunk);
 	d->asm_got += chunk;
 	if (d->asm_got < d->asm_buf->len)
 		return 0;
-	struct ready *r = d->asm_buf;
+	struct fbuf *r = d->asm_buf;
 	d->asm_buf = NULL;
 	d->asm_on = 0;
 	if (r->data[5] == ESD_OP_LINK_BYE && r->len == ESD_FRAME_HDR_SIZE + 4) {
 		uint32_t phase;
 		memcpy(&phase, r->data + ESD_FRAME_HDR_SIZE, 4);
-		free(r);
+		ready_free(d, r);
 		if (phase == 1) {
 			d->bye_acked = 1;
 		} else if (!d->peer_bye) {
@@ -452,7 +462,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		return 0;
 	}
 	if (d->rq_bytes + r->len > d->w.rx_backlog_max) {
-		free(r);
+		ready_free(d, r);
 		return 0; /* over the backlog: dropped, the sender retransmits */
 	}
 	rq_push(d, r);
@@ -483,7 +493,7 @@ static int check_link(struct dpdk_wire *d)
 	if (!link_is_up(d->port)) {
 		d->down = 1;
 		return wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
-				 d->w.peer);
+		                 d->w.peer);
 	}
 	return 0;
 }
@@ -502,8 +512,8 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
 			if (!m)
 				break;
-			uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR +
-										   chunk));
+			uint8_t *b = (uint8_t *)rte_pktmbuf_append(
+			    m, (uint16_t)(ETH_HDR + FRAG_HDR + chunk));
 			if (!b) {
 				rte_pktmbuf_free(m);
 				break;
@@ -536,17 +546,27 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				    now - stuck_since > d->w.timeout_ns) {
 					rte_pktmbuf_free_bulk(ms + sent, k - sent);
 					return rc < 0 ? rc
-						      : wire_fail(&d->w, -ETIMEDOUT,
-								  "dpdk: peer %s takes nothing",
-								  d->w.peer);
+					              : wire_fail(&d->w, -ETIMEDOUT,
+					                          "dpdk: peer %s takes nothing",
+					                          d->w.peer);
 				}
 			} else {
 				stuck_since = 0;
 			}
 		}
 		off = o2;
-		if (!k)
-			return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+		if (!k) {
+			/* Pool empty (every link of the process shares it): free
+			 * some by receiving, give up after the timeout. */
+			int64_t now = esd_now_ns();
+			if (!stuck_since)
+				stuck_since = now;
+			int rc = rx_poll(d);
+			if (rc < 0)
+				return rc;
+			if (now - stuck_since > d->w.timeout_ns)
+				return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+		}
 	}
 	return 0;
 }
@@ -568,11 +588,11 @@ static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
-	free(d->cur);
+	ready_free(d, d->cur);
 	d->cur = NULL;
 	for (;;) {
 		if (d->rq_head) {
-			struct ready *r = d->rq_head;
+			struct fbuf *r = d->rq_head;
 			d->rq_head = r->next;
 			if (!d->rq_head)
 				d->rq_tail = NULL;
@@ -591,13 +611,16 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->empty_polls = 0;
 			continue;
 		}
+		/* Busy-poll (kernel bypass); look at the clock only every few
+		 * empty polls, and after a while yield the core a little: the
+		 * test hosts have two cores for everybody. */
+		if ((++d->empty_polls & 31) && deadline != 0)
+			continue;
 		if ((rc = check_link(d)))
 			return rc;
 		if (deadline >= 0 && esd_now_ns() >= deadline)
 			return -ETIMEDOUT;
-		/* Busy-poll first (kernel bypass), then yield the core a little:
-		 * the test hosts have two cores for everybody. */
-		if (++d->empty_polls > 2048)
+		if (d->empty_polls > 4096)
 			esd_sleep_ns(20 * ESD_NS_PER_US);
 	}
 }
@@ -627,23 +650,33 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 	}
 	port_down(d->port, d->dev);
 	asm_drop(d);
-	free(d->cur);
+	ready_free(d, d->cur);
 	while (d->rq_head) {
-		struct ready *r = d->rq_head;
+		struct fbuf *r = d->rq_head;
 		d->rq_head = r->next;
-		free(r);
+		ready_free(d, r);
 	}
+	bufcache_fini(&d->w.cache);
 	free(d);
 }
 
+static struct fbuf *dpdk_take(struct wire *w)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	struct fbuf *b = d->cur;
+	d->cur = NULL;
+	return b;
+}
+
 const struct wire_ops esd_wire_dpdk = {
-	.name = "dpdk",
-	.not_built = NULL,
-	.connect = dpdk_connect,
-	.listen = dpdk_listen,
-	.accept = dpdk_accept,
-	.listener_close = dpdk_listener_close,
-	.send = dpdk_send,
-	.recv = dpdk_recv,
-	.close = dpdk_close,
+    .name = "dpdk",
+    .not_built = NULL,
+    .connect = dpdk_connect,
+    .listen = dpdk_listen,
+    .accept = dpdk_accept,
+    .listener_close = dpdk_listener_close,
+    .send = dpdk_send,
+    .recv = dpdk_recv,
+    .close = dpdk_close,
+    .take = dpdk_take,
 };

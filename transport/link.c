@@ -129,6 +129,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_l
 	return 0;
 
 err_free_link:
+	rel_destroy(l->rel);
 	fault_fini(&l->fault);
 	free(l);
 err_close_wire:
@@ -218,7 +219,7 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 		rc = esd_frame_hdr_parse(p, len, NULL, &h, why, sizeof(why));
 		if (rc || len < ESD_FRAME_HDR_SIZE + (size_t)h.length) {
 			snprintf(l->err, sizeof(l->err), "send: not a whole frame at byte %zu: %s",
-				 (size_t)(p - (const uint8_t *)frames), rc ? why : "truncated");
+			         (size_t)(p - (const uint8_t *)frames), rc ? why : "truncated");
 			return -EINVAL;
 		}
 		size_t fl = ESD_FRAME_HDR_SIZE + h.length;
@@ -229,7 +230,8 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 		p += fl;
 		len -= fl;
 		if (n == MAX_BATCH_IOV || !len) {
-			rc = l->rel ? rel_send(l, iov, n, deadline) : lower_send(l, iov, n, deadline);
+			rc = l->rel ? rel_send(l, iov, n, deadline)
+			            : lower_send(l, iov, n, deadline);
 			if (rc) {
 				if (rc != -ETIMEDOUT)
 					l->broken = 2;
@@ -266,14 +268,14 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 	int64_t deadline = deadline_after(timeout_ns);
 	for (;;) {
 		rc = l->rel ? rel_recv(l, &frame, &len, deadline)
-			    : lower_recv(l, &frame, &len, deadline);
+		            : lower_recv(l, &frame, &len, deadline);
 		if (rc) {
 			if (rc != -ETIMEDOUT) {
 				l->broken = 1;
 				snprintf(l->err, sizeof(l->err), "%s", l->w->err);
 				if (rc != -ECONNRESET && rc != -EPIPE)
 					ESD_WARN("transport", "link %s (%s): %s", l->w->peer,
-						 l->w->ops->name, l->err);
+					         l->w->ops->name, l->err);
 			}
 			return rc;
 		}
@@ -292,7 +294,7 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 		if (rc) {
 			l->broken = 1;
 			ESD_WARN("transport", "link %s (%s): bad frame: %s", l->w->peer,
-				 l->w->ops->name, l->err);
+			         l->w->ops->name, l->err);
 			return rc;
 		}
 		if (m->hdr.op == ESD_OP_LINK_ACK || m->hdr.op == ESD_OP_LINK_BYE)
@@ -321,14 +323,14 @@ void esd_link_close(struct esd_link *l)
 {
 	if (!l)
 		return;
-	int64_t deadline = esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns
-									: ESD_NS_PER_S);
+	int64_t deadline =
+	    esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns : ESD_NS_PER_S);
 	if (l->rel && !l->broken) {
 		fault_flush(l, 1);
 		rel_drain(l, deadline);
 	}
+	rel_destroy(l->rel); /* its blocks go back to the wire's cache */
 	l->w->ops->close(l->w, deadline);
-	rel_destroy(l->rel);
 	fault_fini(&l->fault);
 	esd_buf_free(&l->scratch);
 	free(l);

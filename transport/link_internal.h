@@ -19,6 +19,42 @@
 
 #define WIRE_ERR_LEN 256
 
+/* ---- buffer cache (bufcache.c) -------------------------------------------- */
+
+/* Frame-sized blocks are above malloc's mmap threshold: allocating and
+ * freeing one per frame costs page faults on every byte. A link keeps a few
+ * freed blocks for reuse. Single-threaded (the link's thread). */
+#define BUFCACHE_SLOTS 64
+
+struct bufcache {
+	void *blk[BUFCACHE_SLOTS];
+	size_t cap[BUFCACHE_SLOTS];
+	unsigned n;
+};
+
+/* A block of at least size bytes (its capacity in *cap), or NULL. */
+void *bufcache_get(struct bufcache *c, size_t size, size_t *cap);
+/* Give a block back (freed if the cache is full). Accepts NULL. */
+void bufcache_put(struct bufcache *c, void *blk, size_t cap);
+void bufcache_fini(struct bufcache *c);
+
+/* A frame in a block of its own, as the reliable layer queues it and the
+ * dpdk backend reassembles it: one layout, so a frame can change hands
+ * without a copy (wire_ops.take). data is 16-byte aligned. */
+struct fbuf {
+	struct fbuf *next;
+	uint64_t seq;
+	size_t len, cap;
+	int64_t first_ns, sent_ns;
+	uint8_t data[];
+};
+
+/* A block for a len-byte frame from the cache (len and cap set), or NULL. */
+struct fbuf *fbuf_get(struct bufcache *c, size_t len);
+/* Back to the cache; accepts NULL. */
+void fbuf_put(struct bufcache *c, struct fbuf *b);
+
+
 /* Common head of every backend's link object. */
 struct wire {
 	const struct wire_ops *ops;
@@ -27,6 +63,7 @@ struct wire {
 	size_t rx_backlog_max;
 	char err[WIRE_ERR_LEN];
 	char peer[300];
+	struct bufcache cache; /* frame blocks of this link (all layers) */
 };
 
 struct wire_listener {
@@ -42,14 +79,18 @@ struct wire_ops {
 	int (*connect)(const struct esd_link_opts *o, struct wire **out);
 	int (*listen)(const struct esd_link_opts *o, struct wire_listener **out);
 	int (*accept)(struct wire_listener *l, const struct esd_link_opts *o, int64_t deadline_ns,
-		      struct wire **out);
+	              struct wire **out);
 	void (*listener_close)(struct wire_listener *l);
 	/* n whole frames; all of them written (or queued in order) on return. */
 	int (*send)(struct wire *w, const struct iovec *iov, int n, int64_t deadline_ns);
 	/* Next whole frame, or -ETIMEDOUT at deadline_ns (< 0: none). */
 	int (*recv)(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline_ns);
-	/* Orderly shutdown within deadline_ns, then free. */
+	/* Orderly shutdown within deadline_ns, then free (w->cache too). */
 	void (*close)(struct wire *w, int64_t deadline_ns);
+	/* Optional: hand over the block of the frame the last recv() returned
+	 * (NULL if it is not in a block of its own); the caller then owns it
+	 * and gives it back with fbuf_put(&w->cache, ...). */
+	struct fbuf *(*take)(struct wire *w);
 };
 
 extern const struct wire_ops esd_wire_tcp;

@@ -19,7 +19,7 @@
 #include <string.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-	       "the codec copies little-endian fields directly; add byte swaps for this host");
+               "the codec copies little-endian fields directly; add byte swaps for this host");
 _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 
 #define ROWS_HDR_SIZE  40u
@@ -111,18 +111,30 @@ int esd_buf_reserve(struct esd_buf *b, size_t n)
 const char *esd_op_name(unsigned op)
 {
 	switch (op) {
-	case ESD_OP_HELLO: return "HELLO";
-	case ESD_OP_PULL: return "PULL";
-	case ESD_OP_PULL_RESP: return "PULL_RESP";
-	case ESD_OP_PUSH_VALUE: return "PUSH_VALUE";
-	case ESD_OP_PUSH_GRAD: return "PUSH_GRAD";
-	case ESD_OP_BARRIER: return "BARRIER";
-	case ESD_OP_ACK: return "ACK";
-	case ESD_OP_ERROR: return "ERROR";
-	case ESD_OP_STATS: return "STATS";
-	case ESD_OP_LINK_ACK: return "LINK_ACK";
-	case ESD_OP_LINK_BYE: return "LINK_BYE";
-	default: return "op?";
+	case ESD_OP_HELLO:
+		return "HELLO";
+	case ESD_OP_PULL:
+		return "PULL";
+	case ESD_OP_PULL_RESP:
+		return "PULL_RESP";
+	case ESD_OP_PUSH_VALUE:
+		return "PUSH_VALUE";
+	case ESD_OP_PUSH_GRAD:
+		return "PUSH_GRAD";
+	case ESD_OP_BARRIER:
+		return "BARRIER";
+	case ESD_OP_ACK:
+		return "ACK";
+	case ESD_OP_ERROR:
+		return "ERROR";
+	case ESD_OP_STATS:
+		return "STATS";
+	case ESD_OP_LINK_ACK:
+		return "LINK_ACK";
+	case ESD_OP_LINK_BYE:
+		return "LINK_BYE";
+	default:
+		return "op?";
 	}
 }
 
@@ -133,7 +145,7 @@ static int known_op(unsigned op)
 }
 
 __attribute__((format(printf, 4, 5))) static int fail(int rc, char *err, size_t errlen,
-						      const char *fmt, ...)
+                                                      const char *fmt, ...)
 {
 	if (err && errlen) {
 		va_list ap;
@@ -154,14 +166,14 @@ static void limits_or_default(const struct esd_proto_limits *in, struct esd_prot
 /* ---- decoding ----------------------------------------------------------- */
 
 int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limits *lim,
-			struct esd_frame_hdr *h, char *err, size_t errlen)
+                        struct esd_frame_hdr *h, char *err, size_t errlen)
 {
 	struct esd_proto_limits l;
 	const uint8_t *b = p;
 	limits_or_default(lim, &l);
 	if (avail < ESD_FRAME_HDR_SIZE)
 		return fail(-EAGAIN, err, errlen, "frame header: %zu of %u bytes", avail,
-			    ESD_FRAME_HDR_SIZE);
+		            ESD_FRAME_HDR_SIZE);
 	h->magic = ld32(b);
 	h->version = b[4];
 	h->op = b[5];
@@ -170,26 +182,28 @@ int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limi
 	h->rsvd = ld32(b + 12);
 	h->seq = ld64(b + 16);
 	if (h->magic != ESD_PROTO_MAGIC)
-		return fail(-ESD_EBADMAGIC, err, errlen, "frame header: magic 0x%08x, expected 0x%08x",
-			    h->magic, ESD_PROTO_MAGIC);
+		return fail(-ESD_EBADMAGIC, err, errlen,
+		            "frame header: magic 0x%08x, expected 0x%08x", h->magic,
+		            ESD_PROTO_MAGIC);
 	if (h->version != ESD_PROTO_VERSION)
 		return fail(-ESD_EBADVERSION, err, errlen,
-			    "frame header: protocol version %u, this side speaks %u", h->version,
-			    ESD_PROTO_VERSION);
+		            "frame header: protocol version %u, this side speaks %u", h->version,
+		            ESD_PROTO_VERSION);
 	if (!known_op(h->op))
 		return fail(-EPROTO, err, errlen, "frame header: unknown op %u", h->op);
 	if (h->flags & ~ESD_FLAG_MASK)
 		return fail(-EPROTO, err, errlen, "frame header: unknown flags 0x%04x", h->flags);
 	if (h->rsvd)
 		return fail(-EPROTO, err, errlen, "frame header: reserved field 0x%08x is not 0",
-			    h->rsvd);
+		            h->rsvd);
 	if (h->length > l.max_body)
-		return fail(-EMSGSIZE, err, errlen, "frame header: %s body length %u above maximum %u",
-			    esd_op_name(h->op), h->length, l.max_body);
+		return fail(-EMSGSIZE, err, errlen,
+		            "frame header: %s body length %u above maximum %u", esd_op_name(h->op),
+		            h->length, l.max_body);
 	if (h->length % 4)
 		return fail(-EPROTO, err, errlen,
-			    "frame header: %s body length %u is not a multiple of 4",
-			    esd_op_name(h->op), h->length);
+		            "frame header: %s body length %u is not a multiple of 4",
+		            esd_op_name(h->op), h->length);
 	return 0;
 }
 
@@ -198,17 +212,17 @@ static int want_len(const char *what, uint32_t have, uint64_t want, char *err, s
 	if (have == want)
 		return 0;
 	return fail(-EPROTO, err, errlen, "%s: body length %u, its fields need %llu", what, have,
-		    (unsigned long long)want);
+	            (unsigned long long)want);
 }
 
 static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
-		       const struct esd_proto_limits *l, struct esd_rows *r, char *err,
-		       size_t errlen)
+                       const struct esd_proto_limits *l, struct esd_rows *r, char *err,
+                       size_t errlen)
 {
 	const char *what = esd_op_name(h->op);
 	if (h->length < ROWS_HDR_SIZE)
-		return fail(-EPROTO, err, errlen, "%s: body length %u below its %u-byte header", what,
-			    h->length, ROWS_HDR_SIZE);
+		return fail(-EPROTO, err, errlen, "%s: body length %u below its %u-byte header",
+		            what, h->length, ROWS_HDR_SIZE);
 	r->iteration = ld64(b);
 	r->sequence = ld64(b + 8);
 	r->worker = ld32(b + 16);
@@ -239,15 +253,15 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 				    "other (%u)", what, r->kind, ESD_XFER_UPDATE_PUSH, ESD_XFER_OTHER);
 		if (r->state_dim)
 			return fail(-EPROTO, err, errlen, "%s: state_dim %u, gradients carry none",
-				    what, r->state_dim);
+			            what, r->state_dim);
 		break;
 	}
 	if (r->count > l->max_rows)
 		return fail(-E2BIG, err, errlen, "%s: %u rows above maximum %u", what, r->count,
-			    l->max_rows);
+		            l->max_rows);
 	if (r->dim > l->max_dim || r->state_dim > l->max_dim)
 		return fail(-E2BIG, err, errlen, "%s: dim %u / state_dim %u above maximum %u", what,
-			    r->dim, r->state_dim, l->max_dim);
+		            r->dim, r->state_dim, l->max_dim);
 	if (r->dim == 0 && r->count)
 		return fail(-EPROTO, err, errlen, "%s: %u rows of dimension 0", what, r->count);
 	/* All factors below 2^32 after the checks: 64-bit products are exact. */
@@ -262,7 +276,8 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 }
 
 static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
-		       const struct esd_proto_limits *l, struct esd_msg *m, char *err, size_t errlen)
+                       const struct esd_proto_limits *l, struct esd_msg *m, char *err,
+                       size_t errlen)
 {
 	int rc;
 	switch (h->op) {
@@ -277,14 +292,16 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.hello.state_dim = ld32(b + 24);
 		m->u.hello.nworkers = ld32(b + 28);
 		if (m->u.hello.dim > l->max_dim || m->u.hello.state_dim > l->max_dim)
-			return fail(-E2BIG, err, errlen, "HELLO: dim %u / state_dim %u above maximum %u",
-				    m->u.hello.dim, m->u.hello.state_dim, l->max_dim);
+			return fail(-E2BIG, err, errlen,
+			            "HELLO: dim %u / state_dim %u above maximum %u", m->u.hello.dim,
+			            m->u.hello.state_dim, l->max_dim);
 		return 0;
 	case ESD_OP_PULL: {
 		struct esd_pull *p = &m->u.pull;
 		if (h->length < PULL_HDR_SIZE)
-			return fail(-EPROTO, err, errlen, "PULL: body length %u below its %u-byte header",
-				    h->length, PULL_HDR_SIZE);
+			return fail(-EPROTO, err, errlen,
+			            "PULL: body length %u below its %u-byte header", h->length,
+			            PULL_HDR_SIZE);
 		p->iteration = ld64(b);
 		p->request = ld64(b + 8);
 		p->worker = ld32(b + 16);
@@ -298,8 +315,9 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 				    ld32(b + 28));
 		if (p->count > l->max_rows)
 			return fail(-E2BIG, err, errlen, "PULL: %u keys above maximum %u", p->count,
-				    l->max_rows);
-		if ((rc = want_len("PULL", h->length, PULL_HDR_SIZE + 8ull * p->count, err, errlen)))
+			            l->max_rows);
+		if ((rc =
+		         want_len("PULL", h->length, PULL_HDR_SIZE + 8ull * p->count, err, errlen)))
 			return rc;
 		p->keys = b + PULL_HDR_SIZE;
 		return 0;
@@ -327,42 +345,45 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 	case ESD_OP_ERROR: {
 		struct esd_error *e = &m->u.error;
 		if (h->length < ERROR_HDR_SIZE)
-			return fail(-EPROTO, err, errlen, "ERROR: body length %u below its %u-byte header",
-				    h->length, ERROR_HDR_SIZE);
+			return fail(-EPROTO, err, errlen,
+			            "ERROR: body length %u below its %u-byte header", h->length,
+			            ERROR_HDR_SIZE);
 		e->code = (int32_t)ld32(b);
 		e->len = ld32(b + 4);
 		if (e->len > ESD_PROTO_MAX_ERROR_TEXT)
 			return fail(-E2BIG, err, errlen, "ERROR: text of %u bytes above maximum %u",
-				    e->len, ESD_PROTO_MAX_ERROR_TEXT);
+			            e->len, ESD_PROTO_MAX_ERROR_TEXT);
 		uint64_t padded = ((uint64_t)e->len + 3) & ~3ull;
 		if ((rc = want_len("ERROR", h->length, ERROR_HDR_SIZE + padded, err, errlen)))
 			return rc;
 		for (uint64_t i = e->len; i < padded; i++)
 			if (b[ERROR_HDR_SIZE + i])
-				return fail(-EPROTO, err, errlen, "ERROR: padding byte %llu is not 0",
-					    (unsigned long long)i);
+				return fail(-EPROTO, err, errlen,
+				            "ERROR: padding byte %llu is not 0",
+				            (unsigned long long)i);
 		e->text = (const char *)b + ERROR_HDR_SIZE;
 		return 0;
 	}
 	case ESD_OP_STATS: {
 		if (h->length < STATS_HDR_SIZE)
-			return fail(-EPROTO, err, errlen, "STATS: body length %u below its %u-byte header",
-				    h->length, STATS_HDR_SIZE);
+			return fail(-EPROTO, err, errlen,
+			            "STATS: body length %u below its %u-byte header", h->length,
+			            STATS_HDR_SIZE);
 		m->u.stats.count = ld32(b);
 		if (ld32(b + 4))
 			return fail(-EPROTO, err, errlen, "STATS: reserved field is not 0");
 		if (m->u.stats.count > ESD_PROTO_MAX_STATS)
 			return fail(-E2BIG, err, errlen, "STATS: %u entries above maximum %u",
-				    m->u.stats.count, ESD_PROTO_MAX_STATS);
+			            m->u.stats.count, ESD_PROTO_MAX_STATS);
 		if ((rc = want_len("STATS", h->length,
-				   STATS_HDR_SIZE + (uint64_t)STATS_ENT_SIZE * m->u.stats.count, err,
-				   errlen)))
+		                   STATS_HDR_SIZE + (uint64_t)STATS_ENT_SIZE * m->u.stats.count,
+		                   err, errlen)))
 			return rc;
 		m->u.stats.data = b + STATS_HDR_SIZE;
 		for (uint32_t i = 0; i < m->u.stats.count; i++)
 			if (ld32(m->u.stats.data + i * STATS_ENT_SIZE) >= ESD_XFER_NKINDS)
 				return fail(-EPROTO, err, errlen, "STATS: entry %u has kind %u", i,
-					    ld32(m->u.stats.data + i * STATS_ENT_SIZE));
+				            ld32(m->u.stats.data + i * STATS_ENT_SIZE));
 		return 0;
 	}
 	case ESD_OP_LINK_ACK:
@@ -382,7 +403,7 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 }
 
 int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limits *lim,
-		     struct esd_msg *out, char *err, size_t errlen)
+                     struct esd_msg *out, char *err, size_t errlen)
 {
 	struct esd_proto_limits l;
 	int rc;
@@ -397,9 +418,9 @@ int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limit
 		return rc;
 	if (len - ESD_FRAME_HDR_SIZE != out->hdr.length)
 		return fail(-EPROTO, err, errlen, "%s: header says %u body bytes, frame has %zu",
-			    esd_op_name(out->hdr.op), out->hdr.length, len - ESD_FRAME_HDR_SIZE);
+		            esd_op_name(out->hdr.op), out->hdr.length, len - ESD_FRAME_HDR_SIZE);
 	return decode_body(&out->hdr, (const uint8_t *)frame + ESD_FRAME_HDR_SIZE, &l, out, err,
-			   errlen);
+	                   errlen);
 }
 
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i)
@@ -490,7 +511,7 @@ int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags)
 }
 
 int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
-		 const esd_key_t *keys, uint32_t count)
+                 const esd_key_t *keys, uint32_t count)
 {
 	return esd_enc_pull_kind(b, iteration, request, worker, ESD_XFER_MISS_PULL, keys, count);
 }
@@ -555,7 +576,7 @@ int esd_enc_error(struct esd_buf *b, int32_t code, const char *text)
 }
 
 int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t count,
-		  uint16_t flags)
+                  uint16_t flags)
 {
 	if (count > ESD_PROTO_MAX_STATS || (count && !e))
 		return -EINVAL;
@@ -563,7 +584,7 @@ int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t c
 		if (e[i].kind >= ESD_XFER_NKINDS)
 			return -EINVAL;
 	uint8_t *p = begin_frame(b, ESD_OP_STATS, flags & ESD_FLAG_REPLY,
-				 STATS_HDR_SIZE + STATS_ENT_SIZE * count);
+	                         STATS_HDR_SIZE + STATS_ENT_SIZE * count);
 	if (!p)
 		return -ENOMEM;
 	st32(p, count);
@@ -599,7 +620,7 @@ int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
 }
 
 int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op,
-		       const struct esd_rows *r)
+                       const struct esd_rows *r)
 {
 	if (op != ESD_OP_PULL_RESP && op != ESD_OP_PUSH_VALUE && op != ESD_OP_PUSH_GRAD)
 		return -EINVAL;
@@ -634,7 +655,7 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 }
 
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
-			float **state)
+                        float **state)
 {
 	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE;
 	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
@@ -655,7 +676,7 @@ int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, f
 }
 
 int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
-		const float *state)
+                const float *state)
 {
 	float *v, *s;
 	int rc = esd_enc_row_reserve(e, key, clock, &v, &s);

@@ -26,13 +26,6 @@
 #define DEFAULT_WINDOW 256u
 #define ACK_EVERY      16u
 
-struct node {
-	struct node *next;
-	uint64_t seq;
-	size_t len;
-	int64_t first_ns, sent_ns;
-	uint8_t data[];
-};
 
 struct rel {
 	uint32_t window;
@@ -40,17 +33,18 @@ struct rel {
 	/* sender */
 	uint64_t tx_next;  /* next sequence number to assign (from 1) */
 	uint64_t tx_acked; /* every seq <= tx_acked is acknowledged */
-	struct node **txq; /* window slots, by seq % window */
+	struct fbuf **txq; /* window slots, by seq % window */
 	int64_t progress_ns;
 	/* receiver */
 	uint64_t rx_next;  /* next in-order seq expected */
-	struct node **ooo; /* frames ahead of rx_next, by seq % window */
-	struct node *dq_head, *dq_tail;
+	struct fbuf **ooo; /* frames ahead of rx_next, by seq % window */
+	struct fbuf *dq_head, *dq_tail;
 	size_t dq_bytes;
-	struct node *cur; /* lent to the application */
+	struct fbuf *cur; /* lent to the application */
 	int err;          /* sticky error from below, reported once dq is empty */
 	uint32_t ack_pending;
 	struct esd_buf ackbuf;
+	struct bufcache *cache; /* the wire's */
 };
 
 int rel_create(struct esd_link *l, struct rel **out)
@@ -71,15 +65,21 @@ int rel_create(struct esd_link *l, struct rel **out)
 		return -ENOMEM;
 	}
 	esd_buf_init(&r->ackbuf);
+	r->cache = &l->w->cache;
 	*out = r;
 	return 0;
 }
 
-static void free_list(struct node *n)
+static void node_free(struct rel *r, struct fbuf *n)
+{
+	fbuf_put(r->cache, n);
+}
+
+static void free_list(struct rel *r, struct fbuf *n)
 {
 	while (n) {
-		struct node *next = n->next;
-		free(n);
+		struct fbuf *next = n->next;
+		node_free(r, n);
 		n = next;
 	}
 }
@@ -89,29 +89,45 @@ void rel_destroy(struct rel *r)
 	if (!r)
 		return;
 	for (uint32_t i = 0; i < r->window; i++) {
-		free(r->txq[i]);
-		free(r->ooo[i]);
+		node_free(r, r->txq[i]);
+		node_free(r, r->ooo[i]);
 	}
 	free(r->txq);
 	free(r->ooo);
-	free_list(r->dq_head);
-	free(r->cur);
+	free_list(r, r->dq_head);
+	node_free(r, r->cur);
 	esd_buf_free(&r->ackbuf);
 	free(r);
 }
 
-static struct node *node_copy(const uint8_t *p, size_t len)
+static struct bufcache *r_cache(struct esd_link *l)
 {
-	struct node *n = malloc(sizeof(*n) + len);
+	return &l->w->cache;
+}
+
+static struct fbuf *node_copy(struct rel *r, const uint8_t *p, size_t len)
+{
+	struct fbuf *n = fbuf_get(r->cache, len);
 	if (!n)
 		return NULL;
-	n->next = NULL;
-	n->len = len;
 	memcpy(n->data, p, len);
 	return n;
 }
 
-static void deliver(struct rel *r, struct node *n)
+/* Keep a frame received from below: take the wire's block when it has one
+ * of its own (no copy), else copy. */
+static struct fbuf *node_keep(struct esd_link *l, const uint8_t *p, size_t len)
+{
+	if (l->w->ops->take) {
+		struct fbuf *n = l->w->ops->take(l->w);
+		if (n && n->data == p && n->len == len)
+			return n;
+		fbuf_put(r_cache(l), n);
+	}
+	return node_copy(l->rel, p, len);
+}
+
+static void deliver(struct rel *r, struct fbuf *n)
 {
 	n->next = NULL;
 	if (r->dq_tail)
@@ -122,7 +138,7 @@ static void deliver(struct rel *r, struct node *n)
 	r->dq_bytes += n->len;
 }
 
-static int send_node(struct esd_link *l, struct node *n, int64_t deadline)
+static int send_node(struct esd_link *l, struct fbuf *n, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = n->data, .iov_len = n->len};
 	n->sent_ns = esd_now_ns();
@@ -150,8 +166,8 @@ static void on_ack(struct esd_link *l, uint64_t ack)
 		return; /* acknowledges what we never sent: ignore */
 	while (r->tx_acked < ack) {
 		r->tx_acked++;
-		struct node **slot = &r->txq[r->tx_acked % r->window];
-		free(*slot);
+		struct fbuf **slot = &r->txq[r->tx_acked % r->window];
+		node_free(r, *slot);
 		*slot = NULL;
 		r->progress_ns = esd_now_ns();
 	}
@@ -174,7 +190,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		return 0;
 	}
 	if (!(flags & ESD_FLAG_RELIABLE)) {
-		struct node *n = node_copy(p, len); /* peer without the layer */
+		struct fbuf *n = node_keep(l, p, len); /* peer without the layer */
 		if (!n)
 			return -ENOMEM;
 		deliver(r, n);
@@ -188,8 +204,8 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	}
 	if (r->dq_bytes + len > l->w->rx_backlog_max)
 		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
-				 l->w->rx_backlog_max);
-	struct node *n = node_copy(p, len);
+		                 l->w->rx_backlog_max);
+	struct fbuf *n = node_keep(l, p, len);
 	if (!n)
 		return -ENOMEM;
 	n->seq = seq;
@@ -199,7 +215,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	}
 	deliver(r, n);
 	r->rx_next++;
-	struct node **slot;
+	struct fbuf **slot;
 	while (*(slot = &r->ooo[r->rx_next % r->window])) {
 		deliver(r, *slot);
 		*slot = NULL;
@@ -223,11 +239,11 @@ static int retransmit(struct esd_link *l, int64_t *due)
 		return 0;
 	if (now - r->progress_ns > l->w->timeout_ns)
 		return wire_fail(l->w, -ETIMEDOUT,
-				 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
-				 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
-				 (unsigned long long)(r->tx_acked + 1));
+		                 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
+		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
+		                 (unsigned long long)(r->tx_acked + 1));
 	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
-		struct node *n = r->txq[s % r->window];
+		struct fbuf *n = r->txq[s % r->window];
 		if (!n)
 			continue;
 		if (now - n->sent_ns >= r->rto_ns) {
@@ -280,7 +296,7 @@ static int pump_ready(struct esd_link *l)
 {
 	const uint8_t *p;
 	size_t len;
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < 16; i++) {
 		int rc = lower_recv(l, &p, &len, 0);
 		if (rc == -ETIMEDOUT)
 			return 0;
@@ -303,7 +319,7 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 			if ((rc = pump(l, deadline)))
 				return rc;
 		}
-		struct node *nd = node_copy(iov[i].iov_base, iov[i].iov_len);
+		struct fbuf *nd = node_copy(r, iov[i].iov_base, iov[i].iov_len);
 		if (!nd)
 			return -ENOMEM;
 		nd->seq = r->tx_next++;
@@ -326,7 +342,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 {
 	struct rel *r = l->rel;
 	int rc;
-	free(r->cur);
+	node_free(r, r->cur);
 	r->cur = NULL;
 	/* Frames that arrived before the peer left are delivered first. */
 	if (!r->dq_head && !r->err && (rc = pump_ready(l)) && rc != -ETIMEDOUT)
@@ -340,7 +356,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 			r->err = rc;
 		}
 	}
-	struct node *n = r->dq_head;
+	struct fbuf *n = r->dq_head;
 	r->dq_head = n->next;
 	if (!r->dq_head)
 		r->dq_tail = NULL;

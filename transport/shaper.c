@@ -12,7 +12,7 @@
 #include <esd/clock.h>
 
 #define MIN_BURST_BYTES (256u << 10)
-#define BURST_NS        (2 * ESD_NS_PER_MS)
+#define BURST_NS        (10 * ESD_NS_PER_MS)
 
 void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
 {

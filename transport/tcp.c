@@ -25,7 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SB_INITIAL (256u << 10)
+#define SB_INITIAL (2u << 20)
 
 struct tcp_listener {
 	struct wire_listener wl;
@@ -33,7 +33,7 @@ struct tcp_listener {
 };
 
 static int parse_addr(const char *addr, int passive, struct addrinfo **res, char *err,
-		      size_t errlen)
+                      size_t errlen)
 {
 	char host[256];
 	const char *colon = strrchr(addr, ':');
@@ -92,8 +92,7 @@ static void tune_socket(int fd, int64_t timeout_ns)
 	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
 }
 
-static const struct tcp_engine *pick_engine(const struct esd_link_opts *o, char *err,
-					    size_t errlen)
+static const struct tcp_engine *pick_engine(const struct esd_link_opts *o, char *err, size_t errlen)
 {
 	const char *e = o->tcp_engine;
 	if (!e || !strcmp(e, "uring")) {
@@ -162,7 +161,7 @@ static int tcp_connect(const struct esd_link_opts *o, struct wire **out)
 		rc = -ECONNREFUSED;
 		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 			fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-				    ai->ai_protocol);
+			            ai->ai_protocol);
 			if (fd < 0) {
 				rc = esd_neg_errno();
 				continue;
@@ -178,7 +177,8 @@ static int tcp_connect(const struct esd_link_opts *o, struct wire **out)
 			int pr = poll(&pfd, 1, left > 0 ? (int)(left / ESD_NS_PER_MS) + 1 : 0);
 			int soerr = 0;
 			socklen_t sl = sizeof(soerr);
-			if (pr == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) && !soerr) {
+			if (pr == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) &&
+			    !soerr) {
 				rc = 0;
 				break;
 			}
@@ -244,7 +244,7 @@ err_free_addr:
 }
 
 static int tcp_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
-		      struct wire **out)
+                      struct wire **out)
 {
 	struct tcp_listener *tl = (struct tcp_listener *)wl;
 	for (;;) {
@@ -293,7 +293,8 @@ int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 					return -ENOMEM;
 				/* Keep a lent frame where it is until the next recv. */
 				size_t from = c->lent ? 0 : c->head;
-				memcpy(nb, c->sb + from, c->tail - from);
+				if (c->tail > from)
+					memcpy(nb, c->sb + from, c->tail - from);
 				if (c->lent) {
 					free(c->retired);
 					c->retired = c->sb;
@@ -353,7 +354,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 		if (avail >= ESD_FRAME_HDR_SIZE) {
 			struct esd_frame_hdr h;
 			int rc = esd_frame_hdr_parse(c->sb + c->head, avail, &w->lim, &h, w->err,
-						     sizeof(w->err));
+			                             sizeof(w->err));
 			if (rc) {
 				c->rx_dead = 1;
 				return rc;
@@ -371,8 +372,8 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			c->rx_dead = 1;
 			if (avail)
 				return wire_fail(w, -ECONNRESET,
-						 "peer %s closed mid-frame (%zu of %zu bytes)", w->peer,
-						 avail, need);
+				                 "peer %s closed mid-frame (%zu of %zu bytes)",
+				                 w->peer, avail, need);
 			return wire_fail(w, -ECONNRESET, "peer %s closed the link", w->peer);
 		}
 		int rc = c->eng->fill(c, need - avail, deadline);
@@ -386,7 +387,8 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			c->rx_dead = 1;
 			if (rc == -ENOMEM || rc == -ENOBUFS)
 				return wire_fail(w, rc, "no memory for a %zu-byte frame", need);
-			return wire_fail(w, rc, "tcp receive from %s: %s", w->peer, esd_strerror(rc));
+			return wire_fail(w, rc, "tcp receive from %s: %s", w->peer,
+			                 esd_strerror(rc));
 		}
 	}
 }
@@ -418,17 +420,18 @@ static void tcp_close(struct wire *w, int64_t deadline)
 	close(c->fd);
 	free(c->sb);
 	free(c->retired);
+	bufcache_fini(&c->w.cache);
 	free(c);
 }
 
 const struct wire_ops esd_wire_tcp = {
-	.name = "tcp",
-	.not_built = NULL,
-	.connect = tcp_connect,
-	.listen = tcp_listen,
-	.accept = tcp_accept,
-	.listener_close = tcp_listener_close,
-	.send = tcp_send,
-	.recv = tcp_recv,
-	.close = tcp_close,
+    .name = "tcp",
+    .not_built = NULL,
+    .connect = tcp_connect,
+    .listen = tcp_listen,
+    .accept = tcp_accept,
+    .listener_close = tcp_listener_close,
+    .send = tcp_send,
+    .recv = tcp_recv,
+    .close = tcp_close,
 };

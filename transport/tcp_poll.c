@@ -72,21 +72,21 @@ static int poll_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t deadl
 		if (w < 0) {
 			if (errno != EAGAIN && errno != EINTR)
 				return wire_fail(&c->w, esd_neg_errno(), "tcp send to %s: %s",
-						 c->w.peer, strerror(errno));
+				                 c->w.peer, strerror(errno));
 			short rev;
 			int rc = wait_fd(c, POLLOUT | (c->eof ? 0 : POLLIN), deadline, &rev);
 			if (rc)
 				return wire_fail(&c->w, rc, "tcp send to %s: %s", c->w.peer,
-						 esd_strerror(rc));
+				                 esd_strerror(rc));
 			if ((rev & POLLIN) && !c->eof) {
-				rc = read_some(c, 64u << 10);
+				rc = read_some(c, 1u << 20);
 				if (rc == -ECONNRESET)
 					c->eof = 1;
 				else if (rc < 0)
 					return wire_fail(&c->w, rc, "tcp link to %s: %s", c->w.peer,
-							 rc == -ENOBUFS ? "receive backlog full "
-									  "while sending"
-									: esd_strerror(rc));
+					                 rc == -ENOBUFS ? "receive backlog full "
+					                                  "while sending"
+					                                : esd_strerror(rc));
 			}
 			continue;
 		}
@@ -117,9 +117,9 @@ static int poll_fill(struct tcp_conn *c, size_t want, int64_t deadline)
 }
 
 const struct tcp_engine esd_tcp_engine_poll = {
-	.name = "poll",
-	.init = poll_init,
-	.fini = poll_fini,
-	.send = poll_send,
-	.fill = poll_fill,
+    .name = "poll",
+    .init = poll_init,
+    .fini = poll_fini,
+    .send = poll_send,
+    .fill = poll_fill,
 };

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TAG_SEND 1u
-#define TAG_RECV 2u
-#define RECV_CHUNK (256u << 10)
+#define TAG_SEND   1u
+#define TAG_RECV   2u
+#define RECV_CHUNK (1u << 20)
 
 struct uring_state {
 	struct io_uring ring;
@@ -31,7 +31,11 @@ static int uring_init(struct tcp_conn *c)
 	struct uring_state *u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	int rc = io_uring_queue_init(8, &u->ring, 0);
+	/* Completions run at the next wait rather than by interrupting the
+	 * task (5.19+); plain setup on older kernels. */
+	int rc = io_uring_queue_init(8, &u->ring, IORING_SETUP_COOP_TASKRUN);
+	if (rc == -EINVAL)
+		rc = io_uring_queue_init(8, &u->ring, 0);
 	if (rc) {
 		free(u);
 		return rc;
@@ -85,7 +89,7 @@ static int reap(struct tcp_conn *c, int64_t deadline, uint64_t *tag, int *res)
 			if (left < 0)
 				left = 0;
 			struct __kernel_timespec ts = {.tv_sec = left / ESD_NS_PER_S,
-						       .tv_nsec = left % ESD_NS_PER_S};
+			                               .tv_nsec = left % ESD_NS_PER_S};
 			rc = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
 		}
 		if (rc == -EINTR)
@@ -133,7 +137,8 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 		if (!u->recv_armed && !c->eof) {
 			rc = arm_recv(c, RECV_CHUNK);
 			if (rc && rc != -ENOBUFS)
-				return wire_fail(&c->w, rc, "io_uring receive: %s", esd_strerror(rc));
+				return wire_fail(&c->w, rc, "io_uring receive: %s",
+				                 esd_strerror(rc));
 		}
 		rc = io_uring_submit(&u->ring);
 		if (rc < 0)
@@ -151,11 +156,14 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 					io_uring_sqe_set_data64(cs, 0);
 					io_uring_submit(&u->ring);
 				}
-				while (sent < 0 && !reap(c, -1, &tag, &res))
+				while (sent < 0 && !reap(c, -1, &tag, &res)) {
 					if (tag == TAG_SEND)
 						sent = 0;
+					else if (tag == TAG_RECV)
+						recv_done(c, res); /* keep what arrived */
+				}
 				return wire_fail(&c->w, -ETIMEDOUT,
-						 "tcp send to %s: peer reads nothing", c->w.peer);
+				                 "tcp send to %s: peer reads nothing", c->w.peer);
 			}
 			if (rc)
 				return wire_fail(&c->w, rc, "io_uring wait: %s", esd_strerror(rc));
@@ -163,20 +171,20 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 				rc = recv_done(c, res);
 				if (rc && rc != -ECONNRESET)
 					return wire_fail(&c->w, rc, "tcp receive from %s: %s",
-							 c->w.peer, esd_strerror(rc));
+					                 c->w.peer, esd_strerror(rc));
 				if (!c->eof) {
 					rc = arm_recv(c, RECV_CHUNK);
 					if (rc == -ENOBUFS)
 						continue; /* backlog full: just wait */
 					if (rc)
 						return wire_fail(&c->w, rc, "io_uring receive: %s",
-								 esd_strerror(rc));
+						                 esd_strerror(rc));
 					io_uring_submit(&u->ring);
 				}
 			} else if (tag == TAG_SEND) {
 				if (res < 0)
-					return wire_fail(&c->w, res, "tcp send to %s: %s", c->w.peer,
-							 esd_strerror(res));
+					return wire_fail(&c->w, res, "tcp send to %s: %s",
+					                 c->w.peer, esd_strerror(res));
 				sent = res;
 			}
 		}
@@ -218,9 +226,9 @@ static int uring_fill(struct tcp_conn *c, size_t want, int64_t deadline)
 }
 
 const struct tcp_engine esd_tcp_engine_uring = {
-	.name = "uring",
-	.init = uring_init,
-	.fini = uring_fini,
-	.send = uring_send,
-	.fill = uring_fill,
+    .name = "uring",
+    .init = uring_init,
+    .fini = uring_fini,
+    .send = uring_send,
+    .fill = uring_fill,
 };

@@ -168,7 +168,7 @@ struct esd_row_view {
 
 struct esd_barrier {
 	uint64_t iteration;
-	uint64_t digest;  /* digest of the dispatch decision (0 = none) */
+	uint64_t digest; /* digest of the dispatch decision (0 = none) */
 	uint32_t worker;
 	uint32_t npushes; /* push frames the worker sent for this iteration */
 };
@@ -228,7 +228,7 @@ const char *esd_op_name(unsigned op);
  * -EMSGSIZE (length above the maximum).
  */
 int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limits *lim,
-			struct esd_frame_hdr *out, char *err, size_t errlen);
+                        struct esd_frame_hdr *out, char *err, size_t errlen);
 
 /*
  * Decode one whole frame of len bytes (header + body; len must equal
@@ -240,7 +240,7 @@ int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limi
  * dimension above the limits), with err filled.
  */
 int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limits *lim,
-		     struct esd_msg *out, char *err, size_t errlen);
+                     struct esd_msg *out, char *err, size_t errlen);
 
 /* Key i of a decoded PULL (i < count, unchecked). */
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i);
@@ -277,7 +277,7 @@ int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a);
 int esd_enc_error(struct esd_buf *b, int32_t code, const char *text);
 /* count 0 encodes a request. */
 int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t count,
-		  uint16_t flags);
+                  uint16_t flags);
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);
@@ -296,16 +296,16 @@ struct esd_rows_enc {
 /* Returns 0, -ENOMEM or -EINVAL (op is not a row op, kind does not fit the
  * op, PUSH_GRAD with state, dim 0 or above the default maximum). */
 int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op,
-		       const struct esd_rows *r);
+                       const struct esd_rows *r);
 /* Append one row; value has dim floats, state state_dim floats (NULL when
  * state_dim is 0). Returns 0, -ENOMEM, or -E2BIG past the row or body
  * maximum. */
 int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
-		const float *state);
+                const float *state);
 /* Append one row and return where its value (and state) floats go; the
  * pointers are valid until the next append to the buffer. */
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
-			float **state);
+                        float **state);
 /* Patch count and length into the frame. Returns 0. */
 int esd_enc_rows_end(struct esd_rows_enc *e);
 

@@ -59,7 +59,10 @@
  *   down, or no acknowledgement for timeout_ns, ends in -ECONNRESET or
  *   -ETIMEDOUT; nothing waits on a dead peer forever.
  * - DPDK: one EAL per process, started by the first dpdk link with
- *   dpdk_eal_args, never stopped before exit. Close order matters for
+ *   dpdk_eal_args, never stopped before exit. A child forked after that
+ *   cannot use dpdk links (-ENODEV): fork first, then open links.
+ * - tcp connect retries a refused connection until timeout_ns (a PS that
+ *   is still starting), then fails with -ECONNREFUSED. Close order matters for
  *   memif (a receiver whose peer unmaps the shared rings mid-burst can
  *   crash): esd_link_close() runs a LINK_BYE handshake so that both sides
  *   have stopped polling before either side removes its device.
@@ -95,7 +98,7 @@ struct esd_link_opts {
 	const char *addr;
 	struct esd_proto_limits limits; /* what the receiver accepts (0 = defaults) */
 	uint64_t rate_bps;              /* token bucket rate in bit/s; 0 = unshaped */
-	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 2 ms of rate) */
+	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 10 ms of rate) */
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
@@ -105,7 +108,7 @@ struct esd_link_opts {
 	const char *tcp_engine; /* "uring" or "poll"; NULL = uring when built */
 	/* dpdk */
 	const char *dpdk_eal_args; /* NULL = "--no-pci --no-huge --no-shconf -m 512
-				    * --no-telemetry --log-level=*:warning" */
+	                            * --no-telemetry --log-level=*:warning" */
 	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
 	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
 	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
@@ -196,13 +199,13 @@ struct esd_link_kind_stats {
 
 struct esd_link_stats {
 	struct esd_link_kind_stats kind[ESD_XFER_NKINDS];
-	uint64_t wire_tx_bytes;   /* all bytes handed to the backend */
-	uint64_t retx_frames;     /* reliable layer retransmissions */
-	uint64_t dup_rx_frames;   /* duplicates the reliable layer dropped */
+	uint64_t wire_tx_bytes; /* all bytes handed to the backend */
+	uint64_t retx_frames;   /* reliable layer retransmissions */
+	uint64_t dup_rx_frames; /* duplicates the reliable layer dropped */
 	uint64_t fault_drops, fault_dups, fault_reorders;
-	uint64_t shaped_wait_ns;  /* time spent waiting for the token bucket */
+	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
 	uint64_t rate_bps;
-	int reliable;             /* the reliable layer is on */
+	int reliable; /* the reliable layer is on */
 };
 
 /* Snapshot the counters (each read atomically; the set is not one instant).

@@ -6,6 +6,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,9 +50,11 @@ static struct slot *row(uint64_t key)
 static int reply_pull(struct esd_link *l, struct esd_buf *b, const struct esd_msg *m)
 {
 	struct esd_rows_enc e;
-	struct esd_rows r = {.iteration = m->u.pull.iteration, .sequence = m->u.pull.request,
-			     .worker = m->u.pull.worker, .kind = ESD_XFER_MISS_PULL,
-			     .dim = PEER_DIM};
+	struct esd_rows r = {.iteration = m->u.pull.iteration,
+	                     .sequence = m->u.pull.request,
+	                     .worker = m->u.pull.worker,
+	                     .kind = ESD_XFER_MISS_PULL,
+	                     .dim = PEER_DIM};
 	int rc = esd_enc_rows_begin(&e, b, ESD_OP_PULL_RESP, &r);
 	pthread_mutex_lock(&store_lock);
 	for (uint32_t i = 0; !rc && i < m->u.pull.count; i++) {
@@ -87,8 +90,12 @@ static int apply_push(struct esd_link *l, struct esd_buf *b, const struct esd_ms
 		}
 		pthread_mutex_unlock(&store_lock);
 	}
-	struct esd_ack a = {.iteration = r->iteration, .sequence = r->sequence,
-			    .op = m->hdr.op, .status = fresh < 0 ? fresh : fresh == 1 ? 0 : 1};
+	struct esd_ack a = {.iteration = r->iteration,
+	                    .sequence = r->sequence,
+	                    .op = m->hdr.op,
+	                    .status = fresh < 0    ? fresh
+	                              : fresh == 1 ? 0
+	                                           : 1};
 	int rc = esd_enc_ack(b, &a);
 	return rc ? rc : esd_link_send(l, b->data, b->len);
 }
@@ -125,9 +132,11 @@ static void *serve(void *arg)
 			rc = apply_push(l, &b, &m);
 			break;
 		case ESD_OP_BARRIER: {
-			struct esd_ack a = {.iteration = m.u.barrier.iteration, .op = ESD_OP_BARRIER};
+			struct esd_ack a = {.iteration = m.u.barrier.iteration,
+			                    .op = ESD_OP_BARRIER};
 			pthread_mutex_lock(&dedup_lock);
-			int64_t seen = esd_dedup_count(dedup, m.u.barrier.worker, m.u.barrier.iteration);
+			int64_t seen =
+			    esd_dedup_count(dedup, m.u.barrier.worker, m.u.barrier.iteration);
 			pthread_mutex_unlock(&dedup_lock);
 			a.status = seen == (int64_t)m.u.barrier.npushes ? 0 : -EPROTO;
 			a.sequence = (uint64_t)seen;
@@ -142,10 +151,10 @@ static void *serve(void *arg)
 			esd_link_stats(l, &st);
 			for (int k = 0; k < ESD_XFER_NKINDS; k++)
 				e[k] = (struct esd_stats_entry){.kind = (uint32_t)k,
-								.tx_bytes = st.kind[k].tx_bytes,
-								.tx_rows = st.kind[k].tx_rows,
-								.rx_bytes = st.kind[k].rx_bytes,
-								.rx_rows = st.kind[k].rx_rows};
+				                                .tx_bytes = st.kind[k].tx_bytes,
+				                                .tx_rows = st.kind[k].tx_rows,
+				                                .rx_bytes = st.kind[k].rx_bytes,
+				                                .rx_rows = st.kind[k].rx_rows};
 			rc = esd_enc_stats(&b, e, ESD_XFER_NKINDS, ESD_FLAG_REPLY);
 			if (!rc)
 				rc = esd_link_send(l, b.data, b.len);
@@ -215,7 +224,10 @@ int peer_start(struct peer *p, const struct esd_link_opts *o)
 	close(fds[1]);
 	char buf[300] = "";
 	ssize_t got = 0, r;
-	while ((r = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+	struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+	/* Never wait on a peer that hangs while starting. */
+	while (poll(&pfd, 1, 20000) == 1 &&
+	       (r = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
 		got += r;
 	close(fds[0]);
 	int rc = -EIO;

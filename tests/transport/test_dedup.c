@@ -18,7 +18,7 @@ static void test_dedup(void **state)
 		assert_int_equal(esd_dedup_check(d, 0, 1, s), 1);
 	assert_int_equal(esd_dedup_check(d, 0, 1, 999), 0);
 	assert_int_equal(esd_dedup_count(d, 0, 1), 1000);
-	assert_int_equal(esd_dedup_check(d, 0, 2, 0), 1); /* next iteration */
+	assert_int_equal(esd_dedup_check(d, 0, 2, 0), 1);    /* next iteration */
 	assert_int_equal(esd_dedup_check(d, 0, 1, 5000), 0); /* closed iteration */
 	assert_int_equal(esd_dedup_count(d, 0, 1), 0);
 	assert_int_equal(esd_dedup_count(d, 0, 2), 1);

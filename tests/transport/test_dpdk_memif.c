@@ -12,12 +12,15 @@
 #include <string.h>
 #include <unistd.h>
 
-static char sock[256];
+static char sock[256], sock2[300];
+/* Both peers are forked before this process starts its EAL (a child forked
+ * after that could not use DPDK). */
+static struct peer peer_a, peer_b;
+static int peers_rc;
 
 static void test_memif_round_trips(void **state)
 {
 	(void)state;
-	struct peer p;
 	struct esd_link *l;
 	struct esd_buf b;
 	struct esd_msg m;
@@ -25,15 +28,11 @@ static void test_memif_round_trips(void **state)
 	esd_link_opts_init(&o);
 	o.backend = "dpdk";
 	o.addr = sock;
-	o.max_links = 1;
-	int rc = peer_start(&p, &o);
-	if (rc)
-		ESD_TEST_SKIP("dpdk peer could not start (EAL or memif unavailable here): %s",
-			      esd_strerror(rc));
 	o.memif_id = 0;
-	rc = esd_link_connect(&o, &l);
+	int rc = esd_link_connect(&o, &l);
 	if (rc == -ENODEV) {
-		peer_kill(&p);
+		peer_kill(&peer_a);
+		peer_kill(&peer_b);
 		ESD_TEST_SKIP("EAL could not start in the test process");
 	}
 	assert_int_equal(rc, 0);
@@ -51,8 +50,11 @@ static void test_memif_round_trips(void **state)
 	for (uint32_t i = 0; i < NKEYS; i++)
 		keys[i] = i;
 	struct esd_rows_enc e;
-	struct esd_rows r = {.iteration = 0, .sequence = 0, .worker = 0,
-			     .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+	struct esd_rows r = {.iteration = 0,
+	                     .sequence = 0,
+	                     .worker = 0,
+	                     .kind = ESD_XFER_UPDATE_PUSH,
+	                     .dim = PEER_DIM};
 	float g[PEER_DIM];
 	for (uint32_t j = 0; j < PEER_DIM; j++)
 		g[j] = 2.0f;
@@ -87,8 +89,70 @@ static void test_memif_round_trips(void **state)
 	int64_t t0 = esd_now_ns();
 	esd_link_close(l); /* LINK_BYE handshake; the peer answers, then removes */
 	printf("# close took %.1f ms\n", esd_ns_to_ms(esd_now_ns() - t0));
-	peer_stop(&p);
+
+	/* Second link (memif id 1) with drop 2 %, dup 5 %, reorder 25 %: every
+	 * push applied once, every pull answered, in order. */
+	o.memif_id = 1;
+	o.faults = (struct esd_fault_opts){.drop = 0.02, .dup = 0.05, .reorder = 0.25, .seed = 5};
+	o.rto_ns = 5 * ESD_NS_PER_MS;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	float sum = 0;
+	for (uint64_t it = 1; it <= 30; it++) {
+		for (uint64_t s = 0; s < 4; s++) {
+			struct esd_rows gr = {.iteration = it,
+			                      .sequence = s,
+			                      .worker = 1,
+			                      .kind = ESD_XFER_UPDATE_PUSH,
+			                      .dim = PEER_DIM};
+			assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &gr), 0);
+			assert_int_equal(esd_enc_row(&e, 77777, 0, g, NULL), 0);
+			esd_enc_rows_end(&e);
+			sum += 2.0f;
+		}
+		esd_key_t k = 77777;
+		assert_int_equal(esd_enc_pull(&b, it, it, 1, &k, 1), 0);
+		assert_int_equal(peer_send_buf(l, &b), 0);
+		for (uint64_t s = 0; s < 4; s++) {
+			assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
+			assert_int_equal(m.u.ack.sequence, s);
+			assert_int_equal(m.u.ack.status, 0);
+		}
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);
+		struct esd_row_view v;
+		esd_rows_get(&m.u.rows, 0, &v);
+		assert_float_equal(v.value[0], peer_init_value(77777, 0) + sum, 1e-3);
+	}
+	esd_link_stats(l, &st);
+	printf("# memif with faults: drops %llu dups %llu reorders %llu, retransmitted %llu\n",
+	       (unsigned long long)st.fault_drops, (unsigned long long)st.fault_dups,
+	       (unsigned long long)st.fault_reorders, (unsigned long long)st.retx_frames);
+	assert_true(st.fault_reorders > 0);
+	esd_link_close(l);
+	peer_stop(&peer_a);
 	esd_buf_free(&b);
+}
+
+/* A peer killed with SIGKILL: the memif link goes down and recv says so
+ * within a second; this process does not crash. */
+static void test_memif_peer_crash(void **state)
+{
+	(void)state;
+	struct esd_link *l;
+	struct esd_msg m;
+	struct esd_link_opts o;
+	esd_link_opts_init(&o);
+	o.backend = "dpdk";
+	o.addr = sock2;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	peer_kill(&peer_b);
+	int64_t t0 = esd_now_ns();
+	int rc = esd_link_recv(l, &m, 3 * ESD_NS_PER_S);
+	int64_t dt = esd_now_ns() - t0;
+	printf("# peer killed: recv %s after %.1f ms (%s)\n", esd_strerror(rc), esd_ns_to_ms(dt),
+	       esd_link_last_error(l));
+	assert_int_equal(rc, -ECONNRESET);
+	assert_true(dt < ESD_NS_PER_S);
+	esd_link_close(l);
 }
 
 int main(void)
@@ -97,9 +161,31 @@ int main(void)
 	if (esd_transport_backend_check("dpdk", &why))
 		ESD_TEST_SKIP("dpdk backend: %s", why);
 	snprintf(sock, sizeof(sock), "/tmp/esd-memif-test-%d.sock", (int)getpid());
+	snprintf(sock2, sizeof(sock2), "%s.crash", sock);
 	unlink(sock);
-	const struct CMUnitTest tests[] = {cmocka_unit_test(test_memif_round_trips)};
+	unlink(sock2);
+	struct esd_link_opts o;
+	esd_link_opts_init(&o);
+	o.backend = "dpdk";
+	o.addr = sock;
+	o.max_links = 2;
+	if ((peers_rc = peer_start(&peer_a, &o)))
+		ESD_TEST_SKIP("dpdk peer could not start (EAL or memif unavailable here): %s",
+		              esd_strerror(peers_rc));
+	o.addr = sock2;
+	o.max_links = 1;
+	if ((peers_rc = peer_start(&peer_b, &o))) {
+		peer_kill(&peer_a);
+		ESD_TEST_SKIP("second dpdk peer could not start: %s", esd_strerror(peers_rc));
+	}
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_memif_round_trips),
+	    cmocka_unit_test(test_memif_peer_crash),
+	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	peer_kill(&peer_a);
+	peer_kill(&peer_b);
 	unlink(sock);
+	unlink(sock2);
 	return rc ? 1 : 0;
 }

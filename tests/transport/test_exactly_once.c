@@ -9,11 +9,11 @@
 #include <esd/err.h>
 #include <string.h>
 
-#define ITERS   40
-#define PUSHES  8
-#define KEYS    32
+#define ITERS  40
+#define PUSHES 8
+#define KEYS   32
 
-static void run(const char *engine)
+static void run(const char *engine, int peer_faults)
 {
 	struct peer p;
 	struct esd_link *l;
@@ -25,7 +25,10 @@ static void run(const char *engine)
 	o.faults = (struct esd_fault_opts){.drop = 0.02, .dup = 0.05, .reorder = 0.25, .seed = 7};
 	o.rto_ns = 5 * ESD_NS_PER_MS;
 	o.tcp_engine = engine;
+	if (!peer_faults)
+		o.faults = (struct esd_fault_opts){0};
 	assert_int_equal(peer_start(&p, &o), 0);
+	o.faults = (struct esd_fault_opts){.drop = 0.02, .dup = 0.05, .reorder = 0.25};
 	o.addr = p.addr;
 	o.faults.seed = 11;
 	assert_int_equal(esd_link_connect(&o, &l), 0);
@@ -42,8 +45,11 @@ static void run(const char *engine)
 		/* A batch of gradient pushes, sent at once. */
 		for (uint64_t s = 0; s < PUSHES; s++) {
 			struct esd_rows_enc e;
-			struct esd_rows r = {.iteration = it, .sequence = s, .worker = 3,
-					     .kind = ESD_XFER_UPDATE_PUSH, .dim = PEER_DIM};
+			struct esd_rows r = {.iteration = it,
+			                     .sequence = s,
+			                     .worker = 3,
+			                     .kind = ESD_XFER_UPDATE_PUSH,
+			                     .dim = PEER_DIM};
 			float g[PEER_DIM];
 			assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &r), 0);
 			for (int n = 0; n < 4; n++) {
@@ -101,7 +107,15 @@ static void run(const char *engine)
 static void test_exactly_once_poll(void **state)
 {
 	(void)state;
-	run("poll");
+	run("poll", 1);
+}
+
+/* Faults on this side only: the peer turns its reliable layer on when the
+ * first RELIABLE frame arrives. */
+static void test_exactly_once_one_sided(void **state)
+{
+	(void)state;
+	run("poll", 0);
 }
 
 static void test_exactly_once_uring(void **state)
@@ -109,14 +123,15 @@ static void test_exactly_once_uring(void **state)
 	(void)state;
 	if (!ESD_TEST_HAVE_URING)
 		skip();
-	run("uring");
+	run("uring", 1);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exactly_once_poll),
-		cmocka_unit_test(test_exactly_once_uring),
+	    cmocka_unit_test(test_exactly_once_poll),
+	    cmocka_unit_test(test_exactly_once_uring),
+	    cmocka_unit_test(test_exactly_once_one_sided),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -105,7 +105,7 @@ static void good_link_works(void)
 }
 
 static void check_case(const char *name, uint8_t version, uint8_t op, uint32_t length,
-		       size_t body_sent, int close_after)
+                       size_t body_sent, int close_after)
 {
 	int fd = raw_connect();
 	uint8_t h[ESD_FRAME_HDR_SIZE];
@@ -135,12 +135,15 @@ static void test_malformed(void **state)
 {
 	(void)state;
 	check_case("PULL length 0", ESD_PROTO_VERSION, ESD_OP_PULL, 0, 0, 0);
-	check_case("PULL length max (garbage)", ESD_PROTO_VERSION, ESD_OP_PULL, MAX_BODY, MAX_BODY, 0);
+	check_case("PULL length max (garbage)", ESD_PROTO_VERSION, ESD_OP_PULL, MAX_BODY, MAX_BODY,
+	           0);
 	check_case("PULL length max+1", ESD_PROTO_VERSION, ESD_OP_PULL, MAX_BODY + 1, 0, 0);
 	check_case("PULL length max+4", ESD_PROTO_VERSION, ESD_OP_PULL, MAX_BODY + 4, 0, 0);
-	check_case("PUSH_GRAD length 2^32-1", ESD_PROTO_VERSION, ESD_OP_PUSH_GRAD, UINT32_MAX, 64, 0);
+	check_case("PUSH_GRAD length 2^32-1", ESD_PROTO_VERSION, ESD_OP_PUSH_GRAD, UINT32_MAX, 64,
+	           0);
 	check_case("truncated body, then close", ESD_PROTO_VERSION, ESD_OP_PULL, 1024, 100, 1);
-	check_case("header cut short, then close", ESD_PROTO_VERSION, ESD_OP_PULL, 0, (size_t)-1, 1);
+	check_case("header cut short, then close", ESD_PROTO_VERSION, ESD_OP_PULL, 0, (size_t)-1,
+	           1);
 	check_case("wrong version", ESD_PROTO_VERSION + 1, ESD_OP_BARRIER, 24, 24, 0);
 	check_case("unknown op", ESD_PROTO_VERSION, 77, 0, 0, 0);
 	check_case("link op without body", ESD_PROTO_VERSION, ESD_OP_LINK_ACK, 0, 0, 0);
@@ -190,8 +193,8 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_garbage_stream),
+	    cmocka_unit_test(test_malformed),
+	    cmocka_unit_test(test_garbage_stream),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown) ? 1 : 0;
 }

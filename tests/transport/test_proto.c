@@ -28,15 +28,20 @@ static void test_roundtrip_rows(void **state)
 	char err[160];
 	float v[8], s[8];
 	esd_buf_init(&b);
-	struct esd_rows r = {.iteration = 7, .sequence = 3, .worker = 2,
-			     .kind = ESD_XFER_EVICT_PUSH, .dim = 8, .state_dim = 8};
+	struct esd_rows r = {.iteration = 7,
+	                     .sequence = 3,
+	                     .worker = 2,
+	                     .kind = ESD_XFER_EVICT_PUSH,
+	                     .dim = 8,
+	                     .state_dim = 8};
 	assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_VALUE, &r), 0);
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 8; j++) {
 			v[j] = (float)(i * 10 + j);
 			s[j] = -(float)j;
 		}
-		assert_int_equal(esd_enc_row(&e, esd_key_make(3, (uint64_t)i), (uint64_t)i + 100, v, s), 0);
+		assert_int_equal(
+		    esd_enc_row(&e, esd_key_make(3, (uint64_t)i), (uint64_t)i + 100, v, s), 0);
 	}
 	esd_enc_rows_end(&e);
 	assert_int_equal(b.len, esd_rows_frame_size(5, 8, 8));
@@ -71,8 +76,13 @@ static void test_roundtrip_small_ops(void **state)
 	char err[160];
 	esd_buf_init(&b);
 
-	struct esd_hello h = {.proto_version = 1, .worker = 4, .job_token = 0xfeedull, .shard = 1,
-			      .dim = 64, .state_dim = 64, .nworkers = 8};
+	struct esd_hello h = {.proto_version = 1,
+	                      .worker = 4,
+	                      .job_token = 0xfeedull,
+	                      .shard = 1,
+	                      .dim = 64,
+	                      .state_dim = 64,
+	                      .nworkers = 8};
 	assert_int_equal(esd_enc_hello(&b, &h, 0), 0);
 	assert_int_equal(decode(&b, &m, err), 0);
 	assert_memory_equal(&m.u.hello, &h, sizeof(h));
@@ -105,9 +115,9 @@ static void test_roundtrip_small_ops(void **state)
 	assert_memory_equal(m.u.error.text, "bad thing", 9);
 	esd_buf_reset(&b);
 
-	struct esd_stats_entry se[2] = {{.kind = 0, .tx_bytes = 1, .tx_rows = 2, .rx_bytes = 3,
-					 .rx_rows = 4},
-					{.kind = 2, .tx_bytes = 5}};
+	struct esd_stats_entry se[2] = {
+	    {.kind = 0, .tx_bytes = 1, .tx_rows = 2, .rx_bytes = 3, .rx_rows = 4},
+	    {.kind = 2, .tx_bytes = 5}};
 	assert_int_equal(esd_enc_stats(&b, se, 2, ESD_FLAG_REPLY), 0);
 	assert_int_equal(decode(&b, &m, err), 0);
 	assert_int_equal(m.u.stats.count, 2);
@@ -278,11 +288,9 @@ static void test_classify(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip_rows),
-		cmocka_unit_test(test_roundtrip_small_ops),
-		cmocka_unit_test(test_header_refusals),
-		cmocka_unit_test(test_body_refusals),
-		cmocka_unit_test(test_classify),
+	    cmocka_unit_test(test_roundtrip_rows),  cmocka_unit_test(test_roundtrip_small_ops),
+	    cmocka_unit_test(test_header_refusals), cmocka_unit_test(test_body_refusals),
+	    cmocka_unit_test(test_classify),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -23,12 +23,16 @@ static void open_pair(struct peer *p, struct esd_link **l)
 	assert_string_equal(esd_link_backend(*l), "tcp");
 }
 
-static void push(struct esd_buf *b, enum esd_op op, uint32_t kind,
-		 uint64_t iter, uint64_t seq, const esd_key_t *keys, uint32_t n, float val)
+static void push(struct esd_buf *b, enum esd_op op, uint32_t kind, uint64_t iter, uint64_t seq,
+                 const esd_key_t *keys, uint32_t n, float val)
 {
 	struct esd_rows_enc e;
-	struct esd_rows r = {.iteration = iter, .sequence = seq, .worker = 1, .kind = kind,
-			     .dim = PEER_DIM, .state_dim = op == ESD_OP_PUSH_VALUE ? PEER_DIM : 0};
+	struct esd_rows r = {.iteration = iter,
+	                     .sequence = seq,
+	                     .worker = 1,
+	                     .kind = kind,
+	                     .dim = PEER_DIM,
+	                     .state_dim = op == ESD_OP_PUSH_VALUE ? PEER_DIM : 0};
 	float v[PEER_DIM], s[PEER_DIM];
 	assert_int_equal(esd_enc_rows_begin(&e, b, op, &r), 0);
 	for (uint32_t i = 0; i < n; i++) {
@@ -161,6 +165,35 @@ static void test_big_batch(void **state)
 	esd_buf_free(&b);
 }
 
+static void test_both_sides_sending(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_buf_init(&b);
+	open_pair(&p, &l);
+	/* 10 MiB of requests in one send whose 100 MiB of answers come back
+	 * while it is still being written: the peer blocks writing answers
+	 * unless this side reads them meanwhile (into the receive backlog). */
+	enum { NREQ = 320, NKEYS = 4096 };
+	static esd_key_t keys[NKEYS];
+	for (uint32_t i = 0; i < NKEYS; i++)
+		keys[i] = i;
+	for (uint32_t r = 0; r < NREQ; r++)
+		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, NKEYS), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	for (uint32_t r = 0; r < NREQ; r++) {
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 10 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.sequence, r);
+		assert_int_equal(m.u.rows.count, NKEYS);
+	}
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
 static void test_peer_crash_detected(void **state)
 {
 	(void)state;
@@ -204,10 +237,11 @@ static void test_refused_and_bad_options(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trips),
-		cmocka_unit_test(test_big_batch),
-		cmocka_unit_test(test_peer_crash_detected),
-		cmocka_unit_test(test_refused_and_bad_options),
+	    cmocka_unit_test(test_round_trips),
+	    cmocka_unit_test(test_big_batch),
+	    cmocka_unit_test(test_both_sides_sending),
+	    cmocka_unit_test(test_peer_crash_detected),
+	    cmocka_unit_test(test_refused_and_bad_options),
 	};
 	int fails = 0;
 	const char *engines[] = {"poll", "uring"};
