@@ -50,15 +50,26 @@ uint32_t esd_snapset_workers(const struct esd_snapset *ss);
 /* Snapshot of worker j (owned by the set), NULL when j is out of range. */
 struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
 /* Replace snapshot j by a copy of a cache's metadata (e.g. at start-up or
- * after a restart). Returns 0, -EINVAL, -ENOMEM. */
+ * after a restart) and rebuild the key directory (O(total capacity)).
+ * src may be the set's own snapshot j, edited in place through
+ * esd_snapset_cmeta(): then only the directory is rebuilt.
+ * Returns 0, -EINVAL, -ENOMEM, -ESD_EDIVERGED (the snapshots contradict
+ * each other: a key DIRTY on two workers, or DIRTY on one and latest on
+ * another). */
 int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src);
 /* The last iteration advanced (0 before the first). */
 uint64_t esd_snapset_iter(const struct esd_snapset *ss);
+/* Full check, O(total capacity), for tests and debugging tools: every
+ * snapshot passes esd_cmeta_verify and the key directory matches them.
+ * Returns 0, -EINVAL (a snapshot is inconsistent), -ESD_EDIVERGED (the
+ * directory is). */
+int esd_snapset_verify(struct esd_snapset *ss);
 
-/* States of the key table's keys from the snapshots (one batched lookup
- * per worker). The table must have been built for the set's n. Returns 0,
- * -EINVAL, -ESD_EDIVERGED (snapshots contradict each other: a key DIRTY on
- * two workers, or DIRTY on one and latest on another). */
+/* States of the key table's keys from the snapshots, through the set's key
+ * directory (one probe per unique key, not one per key and worker; the
+ * directory is advanced with the snapshots and rebuilt by
+ * esd_snapset_load). The table must have been built for the set's n.
+ * Returns 0 or -EINVAL. */
 int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
 
 /* Advance every snapshot by iteration esd_snapset_iter() + 1 for decision

@@ -130,7 +130,7 @@ static void test_esd_fig2(void **state)
 	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(7)));
 	assert_int_equal(cq->cost[ESD_CQ_EVICT_PUSH], 200);
 	for (uint32_t w = 0; w < n; w++)
-		assert_int_equal(esd_cmeta_verify(esd_snapset_cmeta(ss, w)), 0);
+		assert_int_equal(esd_snapset_verify(ss), 0);
 
 	esd_solver_free(s);
 	esd_conseq_free(cq);
