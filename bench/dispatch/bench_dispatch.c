@@ -175,7 +175,7 @@ int main(int argc, char **argv)
 	static const double alphas[5] = {1, 0.5, 0.25, 0.125, 0};
 
 	printf("| m | k | uniq keys | cost matrix ms (keytab+fill+matrix) | heu ms | opt ms | "
-	       "opt cold ms | opt augm. | hybrid 1 / .5 / .25 / .125 / 0 ms | hungarian ms | "
+	       "opt cold ms | opt moves / searches | hybrid 1 / .5 / .25 / .125 / 0 ms | hungarian ms | "
 	       "scipy ms | paper serial ms | paper GPU ms | whole step hybrid(.25) ms | "
 	       "whole step opt ms | heu gap %% | hybrid .25 gap %% |\n");
 	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -265,7 +265,7 @@ int main(int argc, char **argv)
 		if (esd_solver_create(&s))
 			return 1;
 		double heu_gap = 0, hyb_gap = 0;
-		uint64_t augm = 0;
+		uint64_t augm = 0, dijk = 0;
 		for (int r = 0; r < reps; r++) {
 			const int64_t *c = mats + (size_t)r * k * n;
 			int64_t t0 = esd_now_ns();
@@ -276,6 +276,7 @@ int main(int argc, char **argv)
 			esd_solve_opt(s, c, k, n, NULL, assign); /* warm from matrix r-1 */
 			ns2[r] = esd_now_ns() - t0;
 			augm += esd_solver_stats(s)->augmentations;
+			dijk += esd_solver_stats(s)->dijkstras;
 			int64_t opt_cost = esd_assign_cost(c, k, n, assign);
 			heu_gap += opt_cost ? 100.0 * (double)(heu_cost - opt_cost) / (double)opt_cost : 0;
 			struct esd_hybrid_params hp = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
@@ -352,9 +353,9 @@ int main(int argc, char **argv)
 			if ((uint32_t)(32 << q) == m)
 				pi = q;
 		snprintf(b9, 32, "%s", pi >= 0 ? "" : "-");
-		printf("| %u | %u | %u | %s | %s | %s | %s | %.1f | %s / %s / %s / %s / %s | %s | %s | "
+		printf("| %u | %u | %u | %s | %s | %s | %s | %.0f / %.0f | %s / %s / %s / %s / %s | %s | %s | "
 		       "%s | %s | %s | %s | %.2f | %.2f |\n",
-		       m, k, uniq, b1, b2, b3, b4, (double)augm / reps, hb[0], hb[1], hb[2], hb[3],
+		       m, k, uniq, b1, b2, b3, b4, (double)augm / reps, (double)dijk / reps, hb[0], hb[1], hb[2], hb[3],
 		       hb[4], b5, b6, pi >= 0 ? (snprintf(b9, 32, "%.0f", paper_serial_ms[pi]), b9) : "-",
 		       pi >= 0 ? (snprintf(b9 + 16, 16, "%.0f", paper_gpu_ms[pi]), b9 + 16) : "-", b7,
 		       b8, heu_gap / reps, hyb_gap / reps);

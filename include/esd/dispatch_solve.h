@@ -123,7 +123,8 @@ struct esd_solve_stats {
 	int64_t canon_ns;  /* of which the canonical pass */
 	int64_t heu_ns;
 	uint32_t opt_rows, heu_rows;
-	uint64_t augmentations; /* opt: shortest paths; hungarian: rows */
+	uint64_t augmentations; /* opt: rows moved to a free worker; hungarian: rows */
+	uint64_t dijkstras;     /* opt: shortest-path searches */
 	uint64_t canon_moves;   /* rows moved by the canonical pass */
 	/* regret statistics over all rows (hybrid and heu in regret order) */
 	int64_t regret_min, regret_max, regret_median;
