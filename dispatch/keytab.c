@@ -69,13 +69,16 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 	const uint32_t nocc = b->k ? b->off[b->k] : 0;
 	if (nocc > (1u << 31))
 		return -EINVAL;
+	/* table sized from the last batch's unique count (batches of one job
+	 * look alike), at most 2 x occurrences; rebuilt larger if it fills */
 	uint32_t bits = 10;
-	while ((1u << bits) < 2 * nocc)
+	while (((uint64_t)1 << bits) < 4 * (uint64_t)kt->count_hint &&
+	       ((uint64_t)1 << bits) < 2 * (uint64_t)nocc)
 		bits++;
-	size_t hsize = (size_t)1 << bits;
+	size_t hsize;
+	uint32_t count;
 	size_t cap_u = kt->cap_u;
-	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)) ||
-	    grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
 		return -ENOMEM;
 	/* unique keys <= nocc: size the per-key arrays for the worst case */
 	if (cap_u < nocc || !kt->ukeys) {
@@ -103,15 +106,23 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		kt->vec = a;
 		kt->cap_u = nc;
 	}
+retry:
+	hsize = (size_t)1 << bits;
+	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+		return -ENOMEM;
 	memset(kt->hash, 0, hsize * sizeof(uint32_t));
-	const uint32_t mask = (uint32_t)hsize - 1;
-	uint32_t count = 0;
+	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
+	count = 0;
 	for (uint32_t p = 0; p < nocc; p++) {
 		esd_key_t key = b->keys[p];
 		uint32_t h = key_hash(key, bits);
 		for (;;) {
 			uint32_t e = kt->hash[h];
 			if (!e) {
+				if (count == limit) {
+					bits++;
+					goto retry;
+				}
 				kt->ukeys[count] = key;
 				kt->hash[h] = ++count;
 				kt->occ[p] = count - 1;
@@ -124,6 +135,7 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 			h = (h + 1) & mask;
 		}
 	}
+	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
 	kt->k = b->k;

@@ -7,6 +7,7 @@
 
 struct esd_keytab {
 	uint32_t n, k, count, nocc;
+	uint32_t count_hint; /* unique keys of the previous batch */
 	esd_key_t *ukeys;
 	struct esd_keystate *st;
 	uint32_t *occ;
