@@ -94,12 +94,19 @@ struct esd_dispatcher_config {
 	uint64_t seed;                   /* laia, vanilla */
 	enum esd_sync sync;
 	const uint64_t *laia_tables; /* ESD_TABLE_MASK_WORDS (copied); NULL: all */
+	/* Adaptive LAIA (Herald §4.3): when > 0, a DoI profiler sees every
+	 * batch and laia scores only the laia_top tables of highest DoI,
+	 * reselected every laia_refresh steps (0: 16); overrides laia_tables
+	 * once the first selection is made. */
+	uint32_t laia_top, laia_refresh;
 	int compare; /* also solve heu and opt each step: heu-vs-opt gap */
 };
 
 /* Counters: the last step's and sums over all steps (ns). */
 struct esd_dispatch_phase {
 	int64_t keytab, fill, matrix, solve, advance, total;
+	int64_t profile; /* adaptive LAIA's table profiler (not in total: it
+			  * can run beside the decision, as in Herald) */
 };
 
 struct esd_dispatch_counters {

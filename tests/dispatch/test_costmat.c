@@ -148,7 +148,9 @@ static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
 	struct esd_dispatcher_config cfg = {.n = n, .cap = unequal ? cap : NULL, .T = T,
 					    .method = m, .hybrid = {0.25, ESD_OPT_SSP,
 								    ESD_HEU_ROW_ORDER},
-					    .seed = 5, .sync = sync, .compare = 1};
+					    .seed = 5, .sync = sync, .compare = 1,
+					    .laia_top = m == ESD_METHOD_LAIA && unequal ? 2 : 0,
+					    .laia_refresh = 4};
 	struct esd_dispatcher *d;
 	assert_int_equal(esd_dispatcher_create(&cfg, ss, &d), 0);
 	uint32_t off[65], a[64];
@@ -190,12 +192,46 @@ static void test_dispatch_steps_reproducible(void **state)
 			}
 }
 
+static void test_doi_profiler(void **state)
+{
+	(void)state;
+	/* table 0: one hot key in every sample (frequent); table 1: a new key
+	 * per sample (infrequent); table 2: 4 keys cycling (in between) */
+	struct esd_doi *d;
+	assert_int_equal(esd_doi_create(4, &d), 0);
+	uint32_t off[17];
+	esd_key_t keys[48];
+	for (int it = 0; it < 10; it++) {
+		for (uint32_t i = 0; i < 16; i++) {
+			keys[i * 3] = esd_key_make(0, 7);
+			keys[i * 3 + 1] = esd_key_make(1, (uint64_t)it * 16 + i);
+			keys[i * 3 + 2] = esd_key_make(2, i % 4);
+			off[i] = i * 3;
+		}
+		off[16] = 48;
+		struct esd_batch b = {16, off, keys};
+		assert_int_equal(esd_doi_add_batch(d, &b), 0);
+	}
+	/* 160 samples, threshold 40: table 2's keys appear 40 times each */
+	assert_true(esd_doi_table(d, 0) == 0.0);
+	assert_true(esd_doi_table(d, 1) == 1.0);
+	assert_true(esd_doi_table(d, 2) == 0.0);
+	assert_true(esd_doi_table(d, 9) == 0.0);
+	uint64_t mask[ESD_TABLE_MASK_WORDS];
+	assert_int_equal(esd_doi_top_tables(d, 1, mask), 1);
+	assert_int_equal(mask[0], 2);
+	assert_int_equal(esd_doi_top_tables(d, 5, mask), 3);
+	assert_int_equal(mask[0], 7);
+	esd_doi_free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_costmat_vs_direct),
 		cmocka_unit_test(test_overflow_bound),
 		cmocka_unit_test(test_dispatch_steps_reproducible),
+		cmocka_unit_test(test_doi_profiler),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
