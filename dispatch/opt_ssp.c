@@ -30,21 +30,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline int ent_less(const struct pheap_ent *x, const struct pheap_ent *y)
+/* Order of a pair heap (a, b): cheapest move first; among equal moves the
+ * highest row when b > a and the lowest when b < a, which leaves low rows
+ * on low workers, as the canonical optimum wants (less work for the
+ * canonical pass; the optimum does not depend on it). */
+static inline int ent_less(const struct pheap_ent *x, const struct pheap_ent *y, int desc)
 {
-	return x->key < y->key || (x->key == y->key && x->row < y->row);
+	return x->key < y->key || (x->key == y->key && (desc ? x->row > y->row : x->row < y->row));
 }
 
-static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i)
+static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i, int desc)
 {
 	struct pheap_ent v = e[i];
 	for (;;) {
 		uint32_t c = 2 * i + 1;
 		if (c >= len)
 			break;
-		if (c + 1 < len && ent_less(&e[c + 1], &e[c]))
+		if (c + 1 < len && ent_less(&e[c + 1], &e[c], desc))
 			c++;
-		if (!ent_less(&e[c], &v))
+		if (!ent_less(&e[c], &v, desc))
 			break;
 		e[i] = e[c];
 		i = c;
@@ -65,7 +69,7 @@ static int heap_push(struct pheap *h, struct pheap_ent v)
 	uint32_t i = h->len++;
 	while (i) {
 		uint32_t par = (i - 1) / 2;
-		if (!ent_less(&v, &h->e[par]))
+		if (!ent_less(&v, &h->e[par], h->desc))
 			break;
 		h->e[i] = h->e[par];
 		i = par;
@@ -78,7 +82,7 @@ static void heap_pop(struct pheap *h)
 {
 	h->e[0] = h->e[--h->len];
 	if (h->len)
-		sift_down(h->e, h->len, 0);
+		sift_down(h->e, h->len, 0, h->desc);
 }
 
 /* Top entry still valid (its row has not moved since), or NULL. */
@@ -135,6 +139,7 @@ static int build_node(struct pheap *H, uint32_t n, uint32_t u, const int64_t *co
 		if (rc)
 			return rc;
 		H[u * n + b].len = 0;
+		H[u * n + b].desc = b > u;
 	}
 	for (uint32_t q = 0; q < nrows + arr->len; q++) {
 		uint32_t r = q < nrows ? rows[q] : arr->e[q - nrows].row;
@@ -152,7 +157,7 @@ static int build_node(struct pheap *H, uint32_t n, uint32_t u, const int64_t *co
 	for (uint32_t b = 0; b < n; b++)
 		if (b != u && H[u * n + b].len > 1)
 			for (uint32_t i = H[u * n + b].len / 2; i-- > 0;)
-				sift_down(H[u * n + b].e, H[u * n + b].len, i);
+				sift_down(H[u * n + b].e, H[u * n + b].len, i, b > u);
 	return 0;
 }
 

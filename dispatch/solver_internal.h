@@ -26,6 +26,7 @@ struct pheap_ent {
 struct pheap {
 	struct pheap_ent *e;
 	uint32_t len, cap;
+	int desc; /* opt: ties by row descending */
 };
 
 enum {
