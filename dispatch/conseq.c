@@ -11,6 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
+static inline uint32_t popc(uint64_t m)
+{
+	uint32_t c = 0;
+	for (; m; m &= m - 1)
+		c++;
+	return c;
+}
+
 static const char *const cq_names[ESD_CQ_KINDS] = {"update_value", "miss_pull", "evict_push",
 						   "update_grad"};
 
@@ -131,7 +140,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			continue;
 		FOR_BITS(need & ~s->latest, j)
 			cnt[ESD_CQ_MISS_PULL][j]++;
-		hits += (uint32_t)__builtin_popcountll(need & s->latest);
+		hits += (uint32_t)popc(need & s->latest);
 		if (sync == ESD_SYNC_FULL_SET || (need & (need - 1)))
 			FOR_BITS(need, j)
 				cnt[ESD_CQ_UPDATE_GRAD][j]++;

@@ -16,6 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
+static inline uint32_t popc(uint64_t m)
+{
+	uint32_t c = 0;
+	for (; m; m &= m - 1)
+		c++;
+	return c;
+}
+
 struct esd_snapset {
 	uint32_t n;
 	uint64_t iter;
@@ -170,7 +179,7 @@ int esd_snapset_verify(struct esd_snapset *ss)
 	}
 	for (size_t i = 0; i < ss->dir.size; i++)
 		if (ss->dir.t[i].used)
-			live += (size_t)__builtin_popcountll(ss->dir.t[i].cached);
+			live += (size_t)popc(ss->dir.t[i].cached);
 	return live == occupied ? 0 : -ESD_EDIVERGED;
 }
 
@@ -272,7 +281,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
 	size_t total = 0;
 	for (uint32_t u = 0; u < cnt; u++)
-		total += (size_t)__builtin_popcountll(kt->need[u]);
+		total += (size_t)popc(kt->need[u]);
 	size_t cap = ss->cap_w;
 	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
 		return -ENOMEM;
