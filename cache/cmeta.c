@@ -27,11 +27,10 @@ struct layout {
 
 static void compute_layout(uint32_t capacity, struct layout *l)
 {
-	/* Index load at most 2/3: the smallest power of two >= 1.5 x capacity. */
-	uint64_t want = (uint64_t)capacity + capacity / 2 + 1;
-	uint64_t ents = 8;
-	while (ents < want)
-		ents *= 2;
+	/* Index load at most 2/3, whole cache lines. */
+	uint64_t ents = ((uint64_t)capacity + capacity / 2 + 1 + 3) & ~(uint64_t)3;
+	if (ents < 8)
+		ents = 8;
 	l->index_entries = (uint32_t)ents;
 
 	uint64_t off = CM_HDR_BYTES;
@@ -39,8 +38,9 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct esd_cmeta_slot));
 	l->off_index = off;
 	off = ALIGN64(off + ents * sizeof(struct cm_ient));
+	off = (off + 127) & ~(uint64_t)127; /* sibling groups on 128-byte boundaries */
 	l->off_heap = off;
-	off = ALIGN64(off + ((uint64_t)capacity + 1) * sizeof(struct cm_hent));
+	off = ALIGN64(off + ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent));
 	l->off_heappos = off;
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
 	l->off_pinned = off;
@@ -69,7 +69,7 @@ size_t esd_cmeta_bytes(uint32_t capacity)
 }
 
 int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
-		   struct esd_cmeta **out)
+                   struct esd_cmeta **out)
 {
 	struct layout l;
 
@@ -88,7 +88,7 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->total_bytes = l.total;
 	cm->capacity = capacity;
 	cm->policy = policy;
-	cm->index_mask = l.index_entries - 1;
+	cm->index_size = l.index_entries;
 	cm->emark_target = 1;
 	cm->off_slots = l.off_slots;
 	cm->off_index = l.off_index;
@@ -121,41 +121,42 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 		return -EINVAL;
 	if (cm->magic != CM_MAGIC) {
 		ESD_ERR("cache", "cache metadata: bad magic %#llx (want %#llx)",
-			(unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
+		        (unsigned long long)cm->magic, (unsigned long long)CM_MAGIC);
 		return -ESD_EBADMAGIC;
 	}
 	if (cm->version != CM_VERSION) {
 		ESD_ERR("cache", "cache metadata: layout version %u, this build speaks %u",
-			cm->version, CM_VERSION);
+		        cm->version, CM_VERSION);
 		return -ESD_EBADVERSION;
 	}
 	if (cm->hdr_bytes != CM_HDR_BYTES || cm->capacity == 0 || cm->capacity > CM_MAX_CAP) {
 		ESD_ERR("cache", "cache metadata: bad header size %u or capacity %u", cm->hdr_bytes,
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	compute_layout(cm->capacity, &l);
 	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
-		       cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
-		       cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
+	               cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
+	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
-			  cm->free_words[i] == l.free_words[i];
-	if (cm->total_bytes != l.total || !offs_ok || cm->index_mask != l.index_entries - 1) {
+		          cm->free_words[i] == l.free_words[i];
+	if (cm->total_bytes != l.total || !offs_ok || cm->index_size != l.index_entries) {
 		ESD_ERR("cache", "cache metadata: sizes/offsets do not match capacity %u",
-			cm->capacity);
+		        cm->capacity);
 		return -EINVAL;
 	}
 	if (len < l.total) {
 		ESD_ERR("cache", "cache metadata: %llu bytes needed, %zu mapped",
-			(unsigned long long)l.total, len);
+		        (unsigned long long)l.total, len);
 		return -EINVAL;
 	}
 	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
 	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD) {
-		ESD_ERR("cache", "cache metadata: counters out of range (count %u, heap %u, "
-				 "pinned %u, hints %u, policy %u)",
-			cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
+		ESD_ERR("cache",
+		        "cache metadata: counters out of range (count %u, heap %u, "
+		        "pinned %u, hints %u, policy %u)",
+		        cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
 		return -EINVAL;
 	}
 	*out = cm;
@@ -274,16 +275,17 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      s[i].mark, cm->emark_target);
 		if (s[i].mark == cm->emark_target)
 			at_target++;
+		/* Unpinned slots are in the heap with their exact order; a
+		 * pinned one may be there with a stale entry (pops skip it). */
 		bool pinned = cm_pinned_now(cm, &s[i]);
-		CHECK(pinned == (hp[i] == 0), "slot %u pinned %d but heap position %u", i, pinned,
-		      hp[i]);
+		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
 		if (hp[i]) {
+			uint32_t p = hp[i] - 1;
 			in_heap++;
-			CHECK(hp[i] <= cm->heap_n && h[hp[i]].slot == i, "slot %u heap position",
-			      i);
+			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
 			struct cm_hent e;
 			cm_hent_of(cm, i, &e);
-			CHECK(e.a == h[hp[i]].a && e.b == h[hp[i]].b && e.c == h[hp[i]].c,
+			CHECK(pinned || (e.a == h[p].a && e.b == h[p].b && e.c == h[p].c),
 			      "slot %u heap entry stale", i);
 		}
 	}
@@ -291,14 +293,14 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
-	for (uint32_t p = 2; p <= cm->heap_n; p++)
-		CHECK(!cm_hless(&h[p], &h[p / 2]), "heap order broken at %u", p);
-	for (uint32_t i = 0; i <= cm->index_mask; i++) {
+	for (uint32_t p = 1; p < cm->heap_n; p++)
+		CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)
 			continue;
 		indexed++;
 		CHECK(ix[i].slot < cm->capacity && s[ix[i].slot].key == ix[i].key &&
-			      s[ix[i].slot].state != ESD_ROW_ABSENT,
+		          s[ix[i].slot].state != ESD_ROW_ABSENT,
 		      "index entry %u (key %#llx -> slot %u) dangles", i,
 		      (unsigned long long)ix[i].key, ix[i].slot);
 	}

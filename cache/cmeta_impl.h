@@ -7,21 +7,24 @@
  *
  *   header     struct esd_cmeta (256 bytes)
  *   slots      capacity x struct esd_cmeta_slot (64 bytes each)
- *   index      index_mask+1 x struct cm_ient: open addressing, linear
- *              probing, backward-shift deletion (no tombstones)
- *   heap       (capacity+1) x struct cm_hent: indexed binary min-heap,
- *              1-based so the two children of a node share a cache line;
- *              it holds exactly the occupied slots that are not pinned,
- *              keyed by the policy's victim order
- *   heappos    capacity x uint32: position of a slot in the heap, 0 = out
+ *   index      index_size x struct cm_ient (about 1.5 x capacity): open
+ *              addressing, linear probing, backward-shift deletion (no
+ *              tombstones)
+ *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
+ *              laid out so the four children of a node fill two cache
+ *              lines; it holds every occupied slot that is not pinned,
+ *              keyed by the policy's victim order, and may hold pinned
+ *              ones with stale keys (victim selection skips them)
+ *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out
  *   pinned     capacity x uint32: slots pinned by the last begin_iter
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
  *
- * The heap never holds a pinned slot: pins are taken out of it when an
- * iteration starts and put back when the next one starts, so a victim is
- * always the heap's minimum and pinned rows cannot be chosen.
+ * Pinned rows cannot be chosen: a pop that yields a pinned slot sets it
+ * aside and pops again (the set-aside slots go back after the
+ * evictions); when the pin lapses the slot's heap entry is brought up to
+ * date, so every unpinned slot is always in the heap at its exact place.
  */
 #ifndef ESD_CACHE_CMETA_IMPL_H
 #define ESD_CACHE_CMETA_IMPL_H
@@ -45,7 +48,7 @@ struct esd_cmeta {
 	uint64_t total_bytes;
 	uint32_t capacity;
 	uint32_t policy;     /* enum esd_policy */
-	uint32_t index_mask; /* index entries - 1 (a power of two - 1) */
+	uint32_t index_size; /* index entries: capacity * 1.5, rounded up to 4 */
 	uint32_t count;      /* occupied slots */
 	uint32_t heap_n;     /* entries in the heap */
 	uint32_t npinned;    /* entries of pinned[] */
@@ -65,7 +68,8 @@ _Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache lin
 struct cm_ient {
 	uint64_t key;
 	uint32_t slot; /* ESD_SLOT_NONE: empty */
-	uint32_t pad;
+	uint32_t hash; /* low 32 bits of cm_hash(key): the home bucket, kept
+	                * so deletion's backward shift needs no rehash */
 };
 
 /* Heap entry: the policy's order as (a, b, c) compared lexicographically,
@@ -87,9 +91,12 @@ static inline struct cm_ient *cm_index(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_index, struct cm_ient);
 }
+/* Heap position p (0 = the root) is entry p of this array; the array
+ * starts CM_HEAP_SKEW entries into its 128-byte aligned area. */
+#define CM_HEAP_SKEW 3
 static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
 {
-	return CM_AT(cm, off_heap, struct cm_hent);
+	return CM_AT(cm, off_heap, struct cm_hent) + CM_HEAP_SKEW;
 }
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
@@ -136,6 +143,17 @@ static inline uint64_t cm_hash(uint64_t key)
 	key ^= key >> 33;
 	return key;
 }
+/* Home bucket of a hash: multiply-shift range reduction, so the table
+ * needs no power-of-two size (load stays near 2/3 instead of 1/3..2/3). */
+static inline uint32_t cm_home(uint32_t hash, uint32_t size)
+{
+	return (uint32_t)(((uint64_t)hash * size) >> 32);
+}
+static inline void cm_index_prefetch(const struct esd_cmeta *cm, uint64_t key)
+{
+	__builtin_prefetch((const char *)cm + cm->off_index +
+	                   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
+}
 void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key);
 
@@ -148,11 +166,11 @@ void cm_heap_build(struct esd_cmeta *cm);
 void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
 static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)
 {
-	if (x->a != y->a)
-		return x->a < y->a;
-	if (x->b != y->b)
-		return x->b < y->b;
-	return x->c < y->c;
+	/* Branch-free: which child is smaller is a coin toss the predictor
+	 * cannot learn, so compare with flags, not jumps. */
+	unsigned __int128 xa = ((unsigned __int128)x->a << 64) | x->b;
+	unsigned __int128 ya = ((unsigned __int128)y->a << 64) | y->b;
+	return (xa < ya) | ((xa == ya) & (x->c < y->c));
 }
 
 void cm_free_set(struct esd_cmeta *cm, uint32_t slot);

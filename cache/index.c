@@ -1,8 +1,10 @@
 /*
  * index.c - the key -> slot index of an esd_cmeta block.
  *
- * Open addressing with linear probing over a power-of-two table of
- * 16-byte entries (key, slot), four to a cache line, load at most 2/3.
+ * Open addressing with linear probing over a table of 16-byte entries
+ * (key, slot, hash), four to a cache line, load at most 2/3; the home
+ * bucket is a multiply-shift of the hash, so the table is 1.5 x capacity
+ * rather than the next power of two.
  * Linear probing keeps a lookup to one or two adjacent cache lines; deletion
  * shifts the following entries back (no tombstones), so a lookup never
  * degrades with churn and the table needs no rebuild. Lookups allocate
@@ -13,36 +15,43 @@
 
 #include <string.h>
 
+static inline uint32_t next(uint32_t i, uint32_t size)
+{
+	return i + 1 == size ? 0 : i + 1;
+}
+
 void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
 {
 	struct cm_ient *t = cm_index(cm);
-	uint32_t mask = cm->index_mask;
-	uint32_t i = (uint32_t)cm_hash(key) & mask;
+	uint32_t size = cm->index_size;
+	uint32_t h = (uint32_t)cm_hash(key);
+	uint32_t i = cm_home(h, size);
 
 	while (t[i].slot != ESD_SLOT_NONE)
-		i = (i + 1) & mask;
+		i = next(i, size);
 	t[i].key = key;
 	t[i].slot = slot;
+	t[i].hash = h;
 }
 
 void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 {
 	struct cm_ient *t = cm_index(cm);
-	uint32_t mask = cm->index_mask;
-	uint32_t i = (uint32_t)cm_hash(key) & mask;
+	uint32_t size = cm->index_size;
+	uint32_t i = cm_home((uint32_t)cm_hash(key), size);
 
 	while (t[i].slot != ESD_SLOT_NONE && t[i].key != key)
-		i = (i + 1) & mask;
+		i = next(i, size);
 	if (t[i].slot == ESD_SLOT_NONE)
 		return;
 	/* Backward shift: move every later entry of the run whose home is not
 	 * in (i, j] into the hole, so no probe sequence crosses a gap. */
 	uint32_t j = i;
 	for (;;) {
-		j = (j + 1) & mask;
+		j = next(j, size);
 		if (t[j].slot == ESD_SLOT_NONE)
 			break;
-		uint32_t home = (uint32_t)cm_hash(t[j].key) & mask;
+		uint32_t home = cm_home(t[j].hash, size);
 		bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
 		if (stays)
 			continue;
@@ -51,9 +60,10 @@ void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 	}
 	t[i].key = 0;
 	t[i].slot = ESD_SLOT_NONE;
+	t[i].hash = 0;
 }
 
-static inline uint32_t probe(const struct cm_ient *t, uint32_t mask, uint32_t i, uint64_t key)
+static inline uint32_t probe(const struct cm_ient *t, uint32_t size, uint32_t i, uint64_t key)
 {
 	for (;;) {
 		uint32_t s = t[i].slot;
@@ -61,7 +71,7 @@ static inline uint32_t probe(const struct cm_ient *t, uint32_t mask, uint32_t i,
 			return ESD_SLOT_NONE;
 		if (t[i].key == key)
 			return s;
-		i = (i + 1) & mask;
+		i = next(i, size);
 	}
 }
 
@@ -69,7 +79,8 @@ uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key)
 {
 	if (!cm)
 		return ESD_SLOT_NONE;
-	return probe(cm_index(cm), cm->index_mask, (uint32_t)cm_hash(key) & cm->index_mask, key);
+	return probe(cm_index(cm), cm->index_size, cm_home((uint32_t)cm_hash(key), cm->index_size),
+	             key);
 }
 
 /* Keys hashed and prefetched ahead of the probe. 16 misses in flight is
@@ -77,7 +88,7 @@ uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key)
 #define WINDOW 16
 
 void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, size_t n,
-			  uint32_t *slots)
+                          uint32_t *slots)
 {
 	if (!cm) {
 		for (size_t i = 0; i < n; i++)
@@ -85,21 +96,21 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 		return;
 	}
 	const struct cm_ient *t = cm_index(cm);
-	uint32_t mask = cm->index_mask;
+	uint32_t size = cm->index_size;
 	uint32_t home[WINDOW];
 	size_t pre = n < WINDOW ? n : WINDOW;
 
 	for (size_t i = 0; i < pre; i++) {
-		home[i] = (uint32_t)cm_hash(keys[i]) & mask;
+		home[i] = cm_home((uint32_t)cm_hash(keys[i]), size);
 		__builtin_prefetch(&t[home[i]]);
 	}
 	for (size_t i = 0; i < n; i++) {
 		uint32_t h = home[i % WINDOW];
 		if (i + WINDOW < n) {
-			uint32_t hn = (uint32_t)cm_hash(keys[i + WINDOW]) & mask;
+			uint32_t hn = cm_home((uint32_t)cm_hash(keys[i + WINDOW]), size);
 			home[i % WINDOW] = hn;
 			__builtin_prefetch(&t[hn]);
 		}
-		slots[i] = probe(t, mask, h, keys[i]);
+		slots[i] = probe(t, size, h, keys[i]);
 	}
 }

@@ -3,23 +3,25 @@
  * (pin, touch, fill misses, evict), lookahead hints, state changes and
  * policy switches.
  *
- * begin_iter works in three steps so that its cost is O(n log C) for n
+ * begin_iter works in four steps so that its cost is O(n log C) for n
  * needed keys whatever the capacity:
  *   1. look every needed key up (batched, prefetching);
- *   2. move the pins: needed slots leave the victim heap, slots pinned by
- *      the previous iteration and not needed now return to it;
+ *   2. move the pins: needed slots are pinned (they may stay in the victim
+ *      heap, pops skip them), slots pinned by the previous iteration and
+ *      not needed now get their current order in the heap;
  *   3. walk the keys in ascending order: touch hits, give each absent key
- *      the lowest free slot or the heap's minimum as victim.
- * While step 3 runs every pinned slot is out of the heap and every slot in
- * it is untouched by step 3, so the victims are exactly "the smallest
- * unpinned occupied slot in policy order" at each eviction, which is what
- * the reference model in tests/cache/test_policy.c computes by linear scan.
+ *      the lowest free slot or the heap's minimum as victim;
+ *   4. update the index for victims and new keys in one prefetching pass.
+ * While step 3 runs every unpinned occupied slot is in the heap with its
+ * exact order and untouched by step 3, and pinned ones are skipped, so the
+ * victims are exactly "the smallest unpinned occupied slot in policy
+ * order" at each eviction, which is what the reference model in
+ * tests/cache/test_policy.c computes by linear scan.
  */
 #include "cmeta_impl.h"
 
 #include <esd/err.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 static void set_mark(struct esd_cmeta *cm, struct esd_cmeta_slot *s, uint32_t mark)
@@ -78,7 +80,7 @@ static int check_keys(const esd_key_t *keys, size_t n)
 }
 
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill)
+                         struct esd_cmeta_fill *fill)
 {
 	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
 		return -EINVAL;
@@ -102,24 +104,39 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	/* 1. */
 	esd_cmeta_find_batch(cm, keys, n, slots);
 
-	/* 2. New pins out of the heap (the ones pinned last iteration are out
-	 * already), then last iteration's pins that lapse back in. */
+	/* 2. Pin the needed keys. A pinned slot may stay in the heap with a
+	 * stale entry (taking it out would cost a heap removal per hit); pops
+	 * skip pinned slots. The pins of the last iteration that lapse now go
+	 * (back) into the heap with their current order. */
+	uint32_t *hp = cm_heappos(cm);
+	const struct cm_hent *heap = cm_heap(cm);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
-		if (s == ESD_SLOT_NONE)
-			continue;
 		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[slots[i + 8]]);
-		if (!(prev && sl[s].pin_iter == prev))
-			cm_heap_remove(cm, s);
-		sl[s].pin_iter = iter;
+			__builtin_prefetch(&sl[slots[i + 8]], 1);
+		if (s != ESD_SLOT_NONE)
+			sl[s].pin_iter = iter;
 	}
 	cm->last_iter = iter;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
-		if (sl[s].state != ESD_ROW_ABSENT && sl[s].pin_iter == prev)
+		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
+		 * entry that position names 8 ahead. */
+		if (i + 16 < cm->npinned) {
+			__builtin_prefetch(&sl[pinned[i + 16]]);
+			__builtin_prefetch(&hp[pinned[i + 16]], 1);
+		}
+		if (i + 8 < cm->npinned && hp[pinned[i + 8]])
+			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
+		if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+			continue;
+		if (hp[s])
+			cm_heap_update(cm, s);
+		else
 			cm_heap_insert(cm, s);
 	}
+	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
+	uint32_t nskipped = 0;
 
 	/* 3. */
 	for (size_t i = 0; i < n; i++) {
@@ -132,8 +149,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			e->freq++;
 			set_mark(cm, e, cm->emark_target);
 			if (e->state == ESD_ROW_OUTDATED) {
-				fill->pulls[fill->n_pulls++] =
-					(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
+				fill->pulls[fill->n_pulls++] = (struct esd_cmeta_pull){
+				    .key = keys[i], .slot = s, .outdated = 1};
 				fill->n_miss_outdated++;
 			} else {
 				fill->n_hits++;
@@ -149,19 +166,24 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 				cm->emark_target++;
 				cm->emark_at_target = 0;
 			}
-			s = cm_heap_pop(cm);
-			/* n <= capacity guarantees an unpinned victim. */
+			/* n <= capacity guarantees an unpinned victim. Its index
+			 * entry goes in the batched pass below. */
+			while (s = cm_heap_pop(cm), sl[s].pin_iter == iter)
+				pinned[nskipped++] = s;
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
-				.key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
+			    .key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
 			if (dirty)
 				fill->n_evict_dirty++;
 			else
 				fill->n_evict_clean++;
-			release(cm, s);
+			if (v->mark == cm->emark_target)
+				cm->emark_at_target--;
+			cm->count--;
+		} else {
+			cm_free_clear(cm, s);
 		}
-		cm_free_clear(cm, s);
 		struct esd_cmeta_slot *e = &sl[s];
 		cm_store64(&e->key, keys[i]);
 		cm_store64(&e->clock, 0);
@@ -173,11 +195,28 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		e->mark = cm->emark_target;
 		cm->emark_at_target++;
 		cm->count++;
-		cm_index_insert(cm, keys[i], s);
 		slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
-			(struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
+		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
+	}
+
+	for (uint32_t j = 0; j < nskipped; j++)
+		cm_heap_insert(cm, pinned[j]);
+
+	/* 4. The index: victims out, new keys in. Nothing above reads it
+	 * (step 1 looked every needed key up), so its random accesses can be
+	 * batched and prefetched here. */
+	for (size_t j = 0; j < fill->n_evicts; j++) {
+		if (j + 8 < fill->n_evicts)
+			cm_index_prefetch(cm, fill->evicts[j + 8].key);
+		cm_index_remove(cm, fill->evicts[j].key);
+	}
+	for (size_t j = 0; j < fill->n_pulls; j++) {
+		if (j + 8 < fill->n_pulls)
+			cm_index_prefetch(cm, fill->pulls[j + 8].key);
+		if (!fill->pulls[j].outdated)
+			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
 	}
 
 	if (n)
@@ -189,7 +228,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 }
 
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
-			uint64_t clock)
+                        uint64_t clock)
 {
 	if (!cm || slot >= cm->capacity || (unsigned)state > ESD_ROW_DIRTY)
 		return -EINVAL;
@@ -234,24 +273,110 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 	return 0;
 }
 
-static void set_next_use(struct esd_cmeta *cm, uint64_t key, uint64_t next_use)
+/* next_use = value for every cached key of keys[0..n). Looked up in
+ * prefetching batches; the victim heap only cares under LOOKAHEAD. */
+static void set_next_use(struct esd_cmeta *cm, const uint64_t *keys, size_t n, uint64_t value)
 {
-	uint32_t slot = esd_cmeta_find(cm, key);
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t slots[64];
 
-	if (slot == ESD_SLOT_NONE)
-		return;
-	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
-	if (s->next_use == next_use)
-		return;
-	s->next_use = next_use;
-	if (cm->policy == ESD_POLICY_LOOKAHEAD)
-		cm_heap_update(cm, slot);
+	for (size_t base = 0; base < n; base += 64) {
+		size_t m = n - base < 64 ? n - base : 64;
+		esd_cmeta_find_batch(cm, keys + base, m, slots);
+		for (size_t i = 0; i < m; i++) {
+			uint32_t s = slots[i];
+			if (s == ESD_SLOT_NONE || sl[s].next_use == value)
+				continue;
+			sl[s].next_use = value;
+			if (cm->policy == ESD_POLICY_LOOKAHEAD)
+				cm_heap_update(cm, s);
+		}
+	}
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* In-place sort of keys: quicksort (median of three) down to runs of 16,
+ * then one insertion pass; heapsort if the recursion degenerates. The
+ * dispatcher usually hands sorted keys, which the caller detects first. */
+static void sift_u64(uint64_t *a, size_t i, size_t n)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
+	uint64_t v = a[i];
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && a[c + 1] > a[c])
+			c++;
+		if (a[c] <= v)
+			break;
+		a[i] = a[c];
+		i = c;
+	}
+	a[i] = v;
+}
+
+static void heapsort_u64(uint64_t *a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift_u64(a, i, n);
+	for (size_t i = n; i-- > 1;) {
+		uint64_t t = a[0];
+		a[0] = a[i];
+		a[i] = t;
+		sift_u64(a, 0, i);
+	}
+}
+
+static void quick_u64(uint64_t *a, size_t n, int depth)
+{
+	while (n > 16) {
+		if (depth-- == 0) {
+			heapsort_u64(a, n);
+			return;
+		}
+		uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+		uint64_t p = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+		size_t i = 0, j = n - 1;
+		for (;;) {
+			while (a[i] < p)
+				i++;
+			while (a[j] > p)
+				j--;
+			if (i >= j)
+				break;
+			uint64_t t = a[i];
+			a[i++] = a[j];
+			a[j--] = t;
+		}
+		/* [0, j] <= p <= [j+1, n) */
+		size_t left = j + 1;
+		if (left < n - left) {
+			quick_u64(a, left, depth);
+			a += left;
+			n -= left;
+		} else {
+			quick_u64(a + left, n - left, depth);
+			n = left;
+		}
+	}
+}
+
+static void sort_u64(uint64_t *a, size_t n)
+{
+	size_t i;
+	for (i = 1; i < n && a[i - 1] <= a[i]; i++)
+		;
+	if (i >= n)
+		return;
+	quick_u64(a, n, 2 * (64 - __builtin_clzll(n)));
+	for (i = 1; i < n; i++) {
+		uint64_t v = a[i];
+		size_t j = i;
+		while (j > 0 && a[j - 1] > v) {
+			a[j] = a[j - 1];
+			j--;
+		}
+		a[j] = v;
+	}
 }
 
 int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter)
@@ -264,11 +389,10 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 
 	/* Every cached key with a hint is in the previous set (inserts take
 	 * their hint from it), so clearing that set clears every hint. */
-	for (uint32_t i = 0; i < cm->nhints; i++)
-		set_next_use(cm, h[i], ESD_NEXT_USE_NONE);
+	set_next_use(cm, h, cm->nhints, ESD_NEXT_USE_NONE);
 	if (n)
 		memcpy(h, keys, n * sizeof(*h));
-	qsort(h, n, sizeof(*h), cmp_u64);
+	sort_u64(h, n);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++)
 		if (m == 0 || h[m - 1] != h[i])
@@ -278,7 +402,6 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 		memset(h + m, 0, (used - m) * sizeof(*h));
 	cm->nhints = (uint32_t)m;
 	cm->hint_iter = iter;
-	for (size_t i = 0; i < m; i++)
-		set_next_use(cm, h[i], iter);
+	set_next_use(cm, h, m, iter);
 	return 0;
 }

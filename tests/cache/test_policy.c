@@ -71,7 +71,7 @@ static int cmp3(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
 
 /* Is x before y in the victim order? Written from the header's table. */
 static bool ref_before(enum esd_policy p, const struct esd_cmeta_slot *x,
-		       const struct esd_cmeta_slot *y)
+                       const struct esd_cmeta_slot *y)
 {
 	int c = 0;
 	switch (p) {
@@ -108,7 +108,7 @@ static bool ref_hinted(const struct ref *r, uint64_t key)
 }
 
 static int ref_begin_iter(struct ref *r, uint64_t iter, const uint64_t *keys, size_t n,
-			  struct esd_cmeta_fill *f)
+                          struct esd_cmeta_fill *f)
 {
 	if (iter == 0 || iter <= r->last_iter)
 		return -EINVAL;
@@ -158,7 +158,7 @@ static int ref_begin_iter(struct ref *r, uint64_t iter, const uint64_t *keys, si
 			assert_int_not_equal(v, ESD_SLOT_NONE);
 			bool dirty = r->s[v].state == ESD_ROW_DIRTY;
 			f->evicts[f->n_evicts++] =
-				(struct esd_cmeta_evict){r->s[v].key, r->s[v].clock, v, dirty};
+			    (struct esd_cmeta_evict){r->s[v].key, r->s[v].clock, v, dirty};
 			if (dirty)
 				f->n_evict_dirty++;
 			else
@@ -166,14 +166,14 @@ static int ref_begin_iter(struct ref *r, uint64_t iter, const uint64_t *keys, si
 			s = v;
 		}
 		r->s[s] = (struct esd_cmeta_slot){
-			.key = keys[i],
-			.clock = 0,
-			.last_use = iter,
-			.next_use = ref_hinted(r, keys[i]) ? r->hint_iter : ESD_NEXT_USE_NONE,
-			.pin_iter = iter,
-			.freq = 1,
-			.mark = r->target,
-			.state = ESD_ROW_OUTDATED,
+		    .key = keys[i],
+		    .clock = 0,
+		    .last_use = iter,
+		    .next_use = ref_hinted(r, keys[i]) ? r->hint_iter : ESD_NEXT_USE_NONE,
+		    .pin_iter = iter,
+		    .freq = 1,
+		    .mark = r->target,
+		    .state = ESD_ROW_OUTDATED,
 		};
 		f->slots[i] = s;
 		f->pulls[f->n_pulls++] = (struct esd_cmeta_pull){keys[i], s, 0};
@@ -254,12 +254,13 @@ static void same_slots(const struct esd_cmeta *cm, const struct ref *r)
 		    a->last_use != b->last_use || a->next_use != b->next_use ||
 		    a->pin_iter != b->pin_iter || a->freq != b->freq || a->mark != b->mark)
 			fail_msg("slot %u differs: key %#llx/%#llx state %u/%u last %llu/%llu "
-				 "next %llu/%llu pin %llu/%llu freq %u/%u mark %u/%u",
-				 i, (unsigned long long)a->key, (unsigned long long)b->key, a->state,
-				 b->state, (unsigned long long)a->last_use,
-				 (unsigned long long)b->last_use, (unsigned long long)a->next_use,
-				 (unsigned long long)b->next_use, (unsigned long long)a->pin_iter,
-				 (unsigned long long)b->pin_iter, a->freq, b->freq, a->mark, b->mark);
+			         "next %llu/%llu pin %llu/%llu freq %u/%u mark %u/%u",
+			         i, (unsigned long long)a->key, (unsigned long long)b->key,
+			         a->state, b->state, (unsigned long long)a->last_use,
+			         (unsigned long long)b->last_use, (unsigned long long)a->next_use,
+			         (unsigned long long)b->next_use, (unsigned long long)a->pin_iter,
+			         (unsigned long long)b->pin_iter, a->freq, b->freq, a->mark,
+			         b->mark);
 	}
 	assert_int_equal(esd_cmeta_count(cm), count);
 	assert_int_equal(esd_cmeta_emark_target(cm), r->target);
@@ -319,7 +320,7 @@ static size_t draw_keys(uint64_t *rng, uint64_t *keys, size_t n, uint64_t univer
 /* ---- random traces against the reference ---------------------------------- */
 
 static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int iters,
-		      bool switch_policy)
+                      bool switch_policy)
 {
 	struct ref r;
 	void *mem;
@@ -363,9 +364,10 @@ static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int i
 		for (size_t i = 0; i < n; i++) {
 			uint64_t x = esd_test_rand(&rng) % 100;
 			uint32_t s = fa.f.slots[i];
-			enum esd_row_state st = x < 30 ? ESD_ROW_DIRTY : x < 40 ? ESD_ROW_OUTDATED :
-								   x < 42 ? ESD_ROW_ABSENT :
-									    ESD_ROW_CLEAN;
+			enum esd_row_state st = x < 30   ? ESD_ROW_DIRTY
+			                        : x < 40 ? ESD_ROW_OUTDATED
+			                        : x < 42 ? ESD_ROW_ABSENT
+			                                 : ESD_ROW_CLEAN;
 			if (st == ESD_ROW_CLEAN)
 				continue;
 			assert_int_equal(esd_cmeta_set_state(cm, s, st, clock), 0);
@@ -410,7 +412,7 @@ static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int i
 			uint32_t s = ref_find(&r, keys[i]);
 			assert_int_equal(esd_cmeta_find(cm, keys[i]), s);
 			assert_int_equal(esd_cmeta_state(cm, keys[i]),
-					 s == ESD_SLOT_NONE ? ESD_ROW_ABSENT : r.s[s].state);
+			                 s == ESD_SLOT_NONE ? ESD_ROW_ABSENT : r.s[s].state);
 		}
 	}
 	free(keys);
@@ -534,9 +536,9 @@ static void test_dirty_victims(void **state)
 	assert_int_equal(esd_cmeta_begin_iter(cm, 1, a, 4, &fb.f), 0);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(esd_cmeta_set_state(cm, fb.f.slots[i],
-						     i % 2 ? ESD_ROW_DIRTY : ESD_ROW_CLEAN,
-						     (uint64_t)(10 + i)),
-				 0);
+		                                     i % 2 ? ESD_ROW_DIRTY : ESD_ROW_CLEAN,
+		                                     (uint64_t)(10 + i)),
+		                 0);
 	assert_int_equal(esd_cmeta_begin_iter(cm, 2, b, 2, &fb.f), 0);
 	assert_int_equal(fb.f.n_evicts, 2);
 	assert_int_equal(fb.f.evicts[0].key, 1);
@@ -600,8 +602,7 @@ static void test_lookahead_rule(void **state)
 	assert_int_equal(esd_cmeta_begin_iter(cm, 1, k123, 3, &fb.f), 0);
 	assert_int_equal(esd_cmeta_lookahead(cm, hint, 2, 2), 0);
 	assert_int_equal(esd_cmeta_slot(cm, esd_cmeta_find(cm, 1))->next_use, 2);
-	assert_int_equal(esd_cmeta_slot(cm, esd_cmeta_find(cm, 2))->next_use,
-			 ESD_NEXT_USE_NONE);
+	assert_int_equal(esd_cmeta_slot(cm, esd_cmeta_find(cm, 2))->next_use, ESD_NEXT_USE_NONE);
 	assert_int_equal(esd_cmeta_begin_iter(cm, 2, k4, 1, &fb.f), 0);
 	/* 2 and 3 unknown (evict first), tie on last_use, key 2 first */
 	assert_int_equal(fb.f.evicts[0].key, 2);
@@ -625,7 +626,7 @@ static void drive(struct esd_cmeta *cm, uint64_t seed, int iters, uint32_t cap)
 		assert_int_equal(esd_cmeta_begin_iter(cm, (uint64_t)it, keys, n, &fb.f), 0);
 		for (size_t i = 0; i < fb.f.n_pulls; i++)
 			esd_cmeta_set_state(cm, fb.f.pulls[i].slot,
-					    i % 3 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY, (uint64_t)it);
+			                    i % 3 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY, (uint64_t)it);
 		if (n)
 			esd_cmeta_mark_outdated(cm, keys[n / 2]);
 		if (it % 4 == 0)
@@ -731,18 +732,12 @@ static void test_policy_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_trace_lru),
-		cmocka_unit_test(test_trace_lfu),
-		cmocka_unit_test(test_trace_emark),
-		cmocka_unit_test(test_trace_lookahead),
-		cmocka_unit_test(test_trace_policy_switch),
-		cmocka_unit_test(test_capacity_and_errors),
-		cmocka_unit_test(test_dirty_victims),
-		cmocka_unit_test(test_emark_rule),
-		cmocka_unit_test(test_lookahead_rule),
-		cmocka_unit_test(test_determinism_and_copy),
-		cmocka_unit_test(test_attach_validation),
-		cmocka_unit_test(test_policy_names),
+	    cmocka_unit_test(test_trace_lru),           cmocka_unit_test(test_trace_lfu),
+	    cmocka_unit_test(test_trace_emark),         cmocka_unit_test(test_trace_lookahead),
+	    cmocka_unit_test(test_trace_policy_switch), cmocka_unit_test(test_capacity_and_errors),
+	    cmocka_unit_test(test_dirty_victims),       cmocka_unit_test(test_emark_rule),
+	    cmocka_unit_test(test_lookahead_rule),      cmocka_unit_test(test_determinism_and_copy),
+	    cmocka_unit_test(test_attach_validation),   cmocka_unit_test(test_policy_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
