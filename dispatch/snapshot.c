@@ -266,17 +266,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	if ((rc = keydir_reserve(&ss->dir, cnt)))
 		return rc;
 
-	/* step 1: pushed DIRTY rows become CLEAN on their holder */
-	for (uint32_t w = 0; w < n; w++) {
-		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
-		for (uint32_t q = 0; q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w); q++) {
-			uint32_t slot = esd_cmeta_find(ss->cm[w], keys[q]);
-			if (slot == ESD_SLOT_NONE)
-				return -ESD_EDIVERGED;
-			esd_cmeta_set_state(ss->cm[w], slot, ESD_ROW_CLEAN, 0);
-		}
-	}
-
 	/* per-worker needed keys, ascending (kt->sorted is ascending) */
 	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
 	size_t total = 0;
@@ -308,6 +297,23 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			ss->wuid[pos[j]++] = u;
 		}
 	}
+	/* a worker that cannot hold its rows fails the step before anything
+	 * changes */
+	for (uint32_t w = 0; w < n; w++)
+		if (woff[w + 1] - woff[w] > esd_cmeta_capacity(ss->cm[w]))
+			return -ENOSPC;
+
+	/* step 1: pushed DIRTY rows become CLEAN on their holder */
+	for (uint32_t w = 0; w < n; w++) {
+		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
+		for (uint32_t q = 0; q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w); q++) {
+			uint32_t slot = esd_cmeta_find(ss->cm[w], keys[q]);
+			if (slot == ESD_SLOT_NONE)
+				return -ESD_EDIVERGED;
+			esd_cmeta_set_state(ss->cm[w], slot, ESD_ROW_CLEAN, 0);
+		}
+	}
+
 	cap = ss->cap_f;
 	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
 		return -ENOMEM;

@@ -76,9 +76,10 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
  * 'assign' of batch b, whose key table kt was filled from this set before
  * any change; T gives the per-worker transfer costs. cq receives the full
  * consequence, evictions included. Returns 0, -EINVAL, -ENOMEM, -ENOSPC (a
- * worker needs more distinct rows than its cache holds; nothing changed on
- * that worker and the set must be reloaded), -ESD_EDIVERGED (a snapshot's
- * pulls differ from the key table's: kt was not filled from this set). */
+ * worker needs more distinct rows than its cache holds; checked before
+ * anything changes), -ESD_EDIVERGED (a snapshot's pulls differ from the
+ * key table's: kt was not filled from this set; the set must then be
+ * reloaded). */
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
 			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
 			struct esd_conseq *cq);

@@ -192,6 +192,39 @@ static void test_dispatch_steps_reproducible(void **state)
 			}
 }
 
+static void test_advance_enospc_changes_nothing(void **state)
+{
+	(void)state;
+	const uint32_t capc[2] = {4, 64};
+	int64_t T[2] = {1, 1};
+	struct esd_snapset *ss;
+	struct esd_keytab *kt;
+	struct esd_conseq *cq;
+	assert_int_equal(esd_snapset_create(2, capc, ESD_POLICY_LRU, &ss), 0);
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	uint32_t off[3] = {0, 3, 6};
+	esd_key_t keys[6] = {1, 2, 3, 4, 5, 6};
+	struct esd_batch b = {2, off, keys};
+	uint32_t a[2] = {0, 1};
+	assert_int_equal(esd_keytab_build(kt, &b, 2), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	/* worker 0 (4 slots) now gets 6 distinct rows */
+	uint32_t off2[3] = {0, 6, 7};
+	esd_key_t keys2[7] = {1, 2, 3, 7, 8, 9, 4};
+	struct esd_batch b2 = {2, off2, keys2};
+	assert_int_equal(esd_keytab_build(kt, &b2, 2), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b2, a, T, ESD_SYNC_ON_DEMAND, cq), -ENOSPC);
+	assert_int_equal(esd_snapset_iter(ss), 1);
+	assert_int_equal(esd_snapset_verify(ss), 0);
+	assert_int_equal(esd_cmeta_state(esd_snapset_cmeta(ss, 1), 4), ESD_ROW_DIRTY);
+	esd_conseq_free(cq);
+	esd_keytab_free(kt);
+	esd_snapset_free(ss);
+}
+
 static void test_doi_profiler(void **state)
 {
 	(void)state;
@@ -232,6 +265,7 @@ int main(void)
 		cmocka_unit_test(test_overflow_bound),
 		cmocka_unit_test(test_dispatch_steps_reproducible),
 		cmocka_unit_test(test_doi_profiler),
+		cmocka_unit_test(test_advance_enospc_changes_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,8 +116,10 @@ static void test_hybrid0_is_heu_and_caps(void **state)
 			assert_int_equal(esd_solve_opt(s, c, k, n, cap, a), 0);
 			check_caps(a, k, n, cap);
 			int64_t opt = esd_assign_cost(c, k, n, a);
-			assert_int_equal(esd_solve_hungarian(s, c, k, n, cap, b), 0);
-			assert_memory_equal(a, b, k * 4);
+			if (kd == DT_TIES || kd == DT_ONE_WORKER) { /* O(k^3): two kinds */
+				assert_int_equal(esd_solve_hungarian(s, c, k, n, cap, b), 0);
+				assert_memory_equal(a, b, k * 4);
+			}
 			assert_int_equal(esd_solve_heu(s, c, k, n, cap, ESD_HEU_ROW_ORDER, a), 0);
 			assert_true(esd_assign_cost(c, k, n, a) >= opt);
 			assert_int_equal(esd_solve_laia(s, sc, k, n, cap, 42, a), 0);
