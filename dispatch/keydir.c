@@ -37,7 +37,7 @@ int keydir_init(struct keydir *kd, size_t live_hint)
 
 void keydir_free(struct keydir *kd)
 {
-	free(kd->t);
+	esd_big_free(kd->t, kd->size * sizeof(*kd->t));
 	kd->t = NULL;
 }
 
@@ -89,7 +89,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 			kd->t[h] = *e;
 		}
 	}
-	free(old.t);
+	esd_big_free(old.t, old.size * sizeof(*old.t));
 	return 0;
 }
 

@@ -49,7 +49,7 @@ static int alloc_block(struct esd_snapset *ss, uint32_t j, size_t len)
 	void *m = esd_big_zalloc(len);
 	if (!m)
 		return -ENOMEM;
-	free(ss->mem[j]);
+	esd_big_free(ss->mem[j], ss->len[j]);
 	ss->mem[j] = m;
 	ss->len[j] = len;
 	return 0;
@@ -93,7 +93,7 @@ void esd_snapset_free(struct esd_snapset *ss)
 	if (!ss)
 		return;
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
-		free(ss->mem[j]);
+		esd_big_free(ss->mem[j], ss->len[j]);
 	free(ss->wkeys);
 	free(ss->wuid);
 	free(ss->pulls);
