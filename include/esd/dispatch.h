@@ -116,7 +116,7 @@ int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key);
 
 /* c[i * n + j] per ESD Alg. 1 (see the overview), for the batch the table
  * was built from. T has n entries >= 0. Returns 0, -EINVAL (NULL, batch
- * differs in size from the table's, T < 0), -EOVERFLOW (a sample with so
+ * differs in size from the table's, a T outside [0, ESD_COST_MAX]), -EOVERFLOW (a sample with so
  * many keys that 2 * keys * max T exceeds ESD_COST_MAX). */
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
 		      int64_t *cost);
@@ -147,7 +147,7 @@ int esd_doi_add_batch(struct esd_doi *d, const struct esd_batch *b);
 double esd_doi_table(const struct esd_doi *d, uint32_t table);
 /* Mask of the 'top' tables with the highest DoI (ties: lower table id),
  * among the tables seen; mask has ESD_TABLE_MASK_WORDS words. Returns the
- * number of tables set, or -EINVAL. */
+ * number of tables set, -EINVAL or -ENOMEM. */
 int esd_doi_top_tables(const struct esd_doi *d, uint32_t top, uint64_t *mask);
 
 /* ---- communication plan and consequence -------------------------------- */
@@ -201,7 +201,8 @@ int esd_conseq_compute(const struct esd_keytab *kt, const struct esd_batch *b,
 		       struct esd_conseq *cq);
 
 /* Herald Alg. 2 alone: per worker, its DIRTY rows that other workers need
- * (cq's UPDATE_VALUE lists; the other kinds are left empty). */
+ * (cq's UPDATE_VALUE lists; the other kinds are left empty). Returns 0,
+ * -EINVAL, -ENOMEM. */
 int esd_comm_plan(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
 		  const int64_t *T, struct esd_conseq *cq);
 

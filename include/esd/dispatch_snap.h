@@ -128,16 +128,19 @@ struct esd_dispatch_counters {
 struct esd_dispatcher;
 
 /* The dispatcher borrows ss (it must outlive it). Returns 0, -EINVAL (bad
- * configuration: n differs from the set's, cap not summing consistently,
- * T < 0, alpha outside [0, 1]), -ENOMEM. */
+ * configuration: NULL T, n differs from the set's, a T outside
+ * [0, ESD_COST_MAX], unknown method or sync mode, hybrid alpha outside
+ * [0, 1]), -ENOMEM. The capacities are checked against each batch. */
 int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
 			  struct esd_dispatcher **out);
 void esd_dispatcher_free(struct esd_dispatcher *d);
 
 /* Decide batch b (b->k must equal the capacities' sum; with cap NULL a
- * multiple of n) into assign[b->k], advance the snapshots and fill cq
- * (may be NULL: an internal one is used). Returns 0 or the errors of the
- * steps above. */
+ * multiple of n, else -EINVAL) into assign[b->k], advance the snapshots
+ * and fill cq (may be NULL: an internal one is used, owned by the
+ * dispatcher). Returns 0 or the errors of the steps above (key table,
+ * matrix, solver, esd_snapset_advance). On error the snapshots are
+ * unchanged unless esd_snapset_advance says otherwise. */
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
 			struct esd_conseq *cq);
 const struct esd_dispatch_counters *esd_dispatcher_counters(const struct esd_dispatcher *d);
