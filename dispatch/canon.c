@@ -54,7 +54,7 @@ static inline int stack_top(struct pheap *h, const uint32_t *stamp, uint32_t fix
  * (edge a -> b: cheapest move of a row at a to b). A negative cycle means
  * the assignment is not optimal. */
 static int derive_potentials(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *assign,
-			     int64_t *pot)
+                             int64_t *pot)
 {
 	static const int64_t INF = INT64_MAX / 4;
 	int64_t w[ESD_MAX_WORKERS * ESD_MAX_WORKERS];
@@ -86,7 +86,7 @@ static int derive_potentials(const int64_t *cost, uint32_t k, uint32_t n, const 
 }
 
 int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		   const uint32_t *capv, const int64_t *pot_in, uint32_t *assign)
+                   const uint32_t *capv, const int64_t *pot_in, uint32_t *assign)
 {
 	(void)capv;
 	int64_t pot[ESD_MAX_WORKERS];
@@ -180,7 +180,8 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 			if (!found)
 				continue;
 			/* rows of the path, picked before anything moves */
-			uint32_t prow[ESD_MAX_WORKERS], pfrom[ESD_MAX_WORKERS], pto[ESD_MAX_WORKERS];
+			uint32_t prow[ESD_MAX_WORKERS], pfrom[ESD_MAX_WORKERS],
+			    pto[ESD_MAX_WORKERS];
 			uint32_t L = 0;
 			for (uint32_t y = a0; par[y] >= 0; y = (uint32_t)par[y]) {
 				uint32_t x = (uint32_t)par[y];
@@ -219,7 +220,7 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 }
 
 int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		     const uint32_t *cap, uint32_t *assign)
+                     const uint32_t *cap, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)

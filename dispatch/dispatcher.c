@@ -35,7 +35,7 @@ struct esd_dispatcher {
 };
 
 int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
-			  struct esd_dispatcher **out)
+                          struct esd_dispatcher **out)
 {
 	if (!cfg || !ss || !out || !cfg->T || cfg->n == 0 || cfg->n != esd_snapset_workers(ss))
 		return -EINVAL;
@@ -123,7 +123,7 @@ static void add_phase(struct esd_dispatch_phase *s, const struct esd_dispatch_ph
 }
 
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
-			struct esd_conseq *cq)
+                        struct esd_conseq *cq)
 {
 	if (!d || !b || !assign)
 		return -EINVAL;
@@ -210,7 +210,7 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		/* outside the timed phases */
 		int64_t tc = esd_now_ns();
 		if ((rc = esd_solve_heu(d->aux, d->cost, k, n, cap, d->cfg.hybrid.heu_order,
-					d->tmp)))
+		                        d->tmp)))
 			return rc;
 		d->ct.heu_cost = esd_assign_cost(d->cost, k, n, d->tmp);
 		if ((rc = esd_solve_opt(d->aux, d->cost, k, n, cap, d->tmp)))

@@ -157,7 +157,7 @@ int esd_doi_top_tables(const struct esd_doi *d, uint32_t top, uint64_t *mask)
 				continue;
 			/* compare infrequent/distinct exactly: a/b > c/d <=> ad > cb */
 			if (best < 0 || (uint64_t)infrequent[t] * distinct[best] >
-						(uint64_t)infrequent[best] * distinct[t])
+			                    (uint64_t)infrequent[best] * distinct[t])
 				best = t;
 		}
 		if (best < 0)

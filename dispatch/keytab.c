@@ -221,7 +221,7 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 }
 
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
-		      int64_t *cost)
+                      int64_t *cost)
 {
 	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
@@ -292,7 +292,7 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 }
 
 int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
-		       const uint64_t *tables, int32_t *score)
+                       const uint64_t *tables, int32_t *score)
 {
 	if (!kt || !b || !score || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;

@@ -127,8 +127,8 @@ static int append(struct pheap *h, struct pheap_ent v)
  * gives two entries with the same stamp, and the second goes stale as soon
  * as the first moves it). */
 static int build_node(struct pheap *H, uint32_t n, uint32_t u, const int64_t *cost,
-		      const uint32_t *assign, const uint32_t *stamp, const uint32_t *rows,
-		      uint32_t nrows)
+                      const uint32_t *assign, const uint32_t *stamp, const uint32_t *rows,
+                      uint32_t nrows)
 {
 	struct pheap *arr = &H[u * n + u];
 	uint32_t want = nrows + arr->len + 16;
@@ -164,7 +164,7 @@ static int build_node(struct pheap *H, uint32_t n, uint32_t u, const int64_t *co
 #define POT_INF (INT64_MAX / 4)
 
 int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		const uint32_t *capv, uint32_t *assign)
+                const uint32_t *capv, uint32_t *assign)
 {
 	int64_t pot[ESD_MAX_WORKERS], excess[ESD_MAX_WORKERS];
 	uint32_t load[ESD_MAX_WORKERS] = {0};
@@ -238,8 +238,9 @@ int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t 
 					break;
 				}
 				if (!built[u]) {
-					if ((rc = build_node(H, n, (uint32_t)u, cost, assign, stamp,
-							      rows + roff[u], roff[u + 1] - roff[u])))
+					if ((rc =
+					         build_node(H, n, (uint32_t)u, cost, assign, stamp,
+					                    rows + roff[u], roff[u + 1] - roff[u])))
 						return rc;
 					built[u] = 1;
 				}
@@ -285,14 +286,15 @@ int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t 
 					if (!built[v]) {
 						/* remembered; entered when v is built */
 						if ((rc = append(&H[v * n + v],
-								 (struct pheap_ent){0, r, st})))
+						                 (struct pheap_ent){0, r, st})))
 							return rc;
 						continue;
 					}
 					for (uint32_t x = 0; x < n; x++)
 						if (x != (uint32_t)v &&
-						    (rc = heap_push(&H[v * n + x],
-								    (struct pheap_ent){c[x] - c[v], r, st})))
+						    (rc = heap_push(
+						         &H[v * n + x],
+						         (struct pheap_ent){c[x] - c[v], r, st})))
 							return rc;
 				}
 				excess[src]--;

@@ -56,7 +56,7 @@ static int alloc_block(struct esd_snapset *ss, uint32_t j, size_t len)
 }
 
 int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
-		       struct esd_snapset **out)
+                       struct esd_snapset **out)
 {
 	if (!out || !capacity || n == 0 || n > ESD_MAX_WORKERS)
 		return -EINVAL;
@@ -172,7 +172,8 @@ int esd_snapset_verify(struct esd_snapset *ss)
 			if (x == KEYDIR_NONE)
 				return -ESD_EDIVERGED;
 			const struct keydir_ent *e = &ss->dir.t[x];
-			if (!(e->cached & bit) || !!(e->latest & bit) != (sl->state >= ESD_ROW_CLEAN) ||
+			if (!(e->cached & bit) ||
+			    !!(e->latest & bit) != (sl->state >= ESD_ROW_CLEAN) ||
 			    (e->dirty == j) != (sl->state == ESD_ROW_DIRTY))
 				return -ESD_EDIVERGED;
 		}
@@ -250,11 +251,9 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-#define FOR_BITS(m, j) for (uint64_t _m = (m); _m && ((j = (uint32_t)__builtin_ctzll(_m)), 1); _m &= _m - 1)
-
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-			struct esd_conseq *cq)
+                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                        struct esd_conseq *cq)
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
@@ -280,8 +279,10 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	ss->cap_w = cap;
 	uint32_t j, maxw = 0;
 	for (uint32_t u = 0; u < cnt; u++)
-		FOR_BITS(kt->need[u], j)
+		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			woff[j + 1]++;
+		}
 	for (uint32_t w = 0; w < n; w++) {
 		if (woff[w + 1] > maxw)
 			maxw = woff[w + 1];
@@ -291,8 +292,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	memcpy(pos, woff, n * sizeof(uint32_t));
 	for (uint32_t r = 0; r < cnt; r++) {
 		uint32_t u = kt->sorted[r];
-		FOR_BITS(kt->need[u], j)
-		{
+		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			ss->wkeys[pos[j]] = kt->ukeys[u];
 			ss->wuid[pos[j]++] = u;
 		}
@@ -330,8 +331,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	uint32_t eoff = 0;
 	for (uint32_t w = 0; w < n; w++) {
 		/* steps 3-4: pins, touches, inserts, evictions */
-		struct esd_cmeta_fill fill = {.pulls = ss->pulls, .evicts = ss->evicts,
-					      .slots = ss->slots};
+		struct esd_cmeta_fill fill = {
+		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
 		const uint32_t nw = woff[w + 1] - woff[w];
 		const esd_key_t *keys = ss->wkeys + woff[w];
 		const uint32_t *uids = ss->wuid + woff[w];
@@ -342,7 +343,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			return -ESD_EDIVERGED;
 		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
 		if (grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
-			 sizeof(esd_key_t)))
+		         sizeof(esd_key_t)))
 			return -ENOMEM;
 		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
 		uint32_t e0 = eoff;
@@ -367,7 +368,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			const uint64_t need = kt->need[uids[q]];
 			int alone = sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1));
 			esd_cmeta_set_state(ss->cm[w], ss->slots[q],
-					    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
+			                    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
 		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
@@ -377,8 +378,10 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &kt->st[u];
 		const uint64_t need = kt->need[u];
-		FOR_BITS(s->latest & ~need, j)
+		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			esd_cmeta_mark_outdated(ss->cm[j], kt->ukeys[u]);
+		}
 		struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, kt->ukeys[u])];
 		e->cached |= need;
 		if (sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1))) {

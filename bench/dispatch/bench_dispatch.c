@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 static const uint64_t criteo_rows[26] = {
-	1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-	27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572};
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 
 /* Table 2 of the ESD paper, ms, m = 32..1024, n = 8. */
 static const double paper_serial_ms[6] = {9, 62, 528, 3360, 50976, 134986};
@@ -109,7 +109,7 @@ static double scipy_ms(const int64_t *c, uint32_t k, uint32_t n, int reps, int64
 	close(fd);
 	char cmd[512];
 	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s %u %u %d 2>/dev/null",
-		 ESD_BENCH_SCIPY_SCRIPT, path, k, n, reps);
+	         ESD_BENCH_SCIPY_SCRIPT, path, k, n, reps);
 	FILE *p = popen(cmd, "r");
 	double ms = -1;
 	long long tc = -1;
@@ -131,35 +131,50 @@ int main(int argc, char **argv)
 	uint32_t mlist[16] = {32, 64, 128, 256, 512, 1024};
 	int nm = 6;
 	static const struct option opts[] = {{"m", required_argument, 0, 'm'},
-					     {"reps", required_argument, 0, 'r'},
-					     {"warmup", required_argument, 0, 'w'},
-					     {"skew", required_argument, 0, 's'},
-					     {"cache-rows", required_argument, 0, 'c'},
-					     {"hungarian-limit", required_argument, 0, 'H'},
-					     {"no-hungarian", no_argument, 0, 'N'},
-					     {"no-scipy", no_argument, 0, 'S'},
-					     {0, 0, 0, 0}};
+	                                     {"reps", required_argument, 0, 'r'},
+	                                     {"warmup", required_argument, 0, 'w'},
+	                                     {"skew", required_argument, 0, 's'},
+	                                     {"cache-rows", required_argument, 0, 'c'},
+	                                     {"hungarian-limit", required_argument, 0, 'H'},
+	                                     {"no-hungarian", no_argument, 0, 'N'},
+	                                     {"no-scipy", no_argument, 0, 'S'},
+	                                     {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'm': {
 			nm = 0;
-			for (char *tok = strtok(optarg, ","); tok && nm < 16; tok = strtok(NULL, ","))
+			for (char *tok = strtok(optarg, ","); tok && nm < 16;
+			     tok = strtok(NULL, ","))
 				mlist[nm++] = (uint32_t)atoi(tok);
 			break;
 		}
-		case 'r': reps = atoi(optarg); break;
-		case 'w': warmup = atoi(optarg); break;
-		case 's': skew = atof(optarg); break;
-		case 'c': cache_rows = (uint32_t)atoi(optarg); break;
-		case 'H': hung_limit = atof(optarg); break;
-		case 'N': do_hung = 0; break;
-		case 'S': do_scipy = 0; break;
+		case 'r':
+			reps = atoi(optarg);
+			break;
+		case 'w':
+			warmup = atoi(optarg);
+			break;
+		case 's':
+			skew = atof(optarg);
+			break;
+		case 'c':
+			cache_rows = (uint32_t)atoi(optarg);
+			break;
+		case 'H':
+			hung_limit = atof(optarg);
+			break;
+		case 'N':
+			do_hung = 0;
+			break;
+		case 'S':
+			do_scipy = 0;
+			break;
 		default:
 			fprintf(stderr, "usage: bench_dispatch [--m 32,64,...] [--reps R] "
-					"[--warmup W] [--skew S] [--cache-rows C]\n"
-					"       [--hungarian-limit SEC] [--no-hungarian] "
-					"[--no-scipy]\n");
+			                "[--warmup W] [--skew S] [--cache-rows C]\n"
+			                "       [--hungarian-limit SEC] [--no-hungarian] "
+			                "[--no-scipy]\n");
 			return 2;
 		}
 	}
@@ -175,8 +190,10 @@ int main(int argc, char **argv)
 	static const double alphas[5] = {1, 0.5, 0.25, 0.125, 0};
 
 	printf("| m | k | uniq keys | cost matrix ms (keytab+fill+matrix) | heu ms | opt ms | "
-	       "opt cold ms | opt moves / searches | hybrid 1 / .5 / .25 / .125 / 0 ms | hungarian ms | "
-	       "scipy ms | paper serial ms | paper GPU ms | decision hybrid(.25) ms | whole step hybrid(.25) ms | "
+	       "opt cold ms | opt moves / searches | hybrid 1 / .5 / .25 / .125 / 0 ms | hungarian "
+	       "ms | "
+	       "scipy ms | paper serial ms | paper GPU ms | decision hybrid(.25) ms | whole step "
+	       "hybrid(.25) ms | "
 	       "whole step opt ms | heu gap %% | hybrid .25 gap %% |\n");
 	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	double prev_hung_s = 0, prev_scipy_s = 0;
@@ -191,9 +208,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "snapset: out of memory\n");
 			return 1;
 		}
-		struct esd_dispatcher_config cfg = {.n = n, .T = T, .method = ESD_METHOD_HYBRID,
-						    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
-						    .seed = 1, .sync = ESD_SYNC_ON_DEMAND};
+		struct esd_dispatcher_config cfg = {
+		    .n = n,
+		    .T = T,
+		    .method = ESD_METHOD_HYBRID,
+		    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+		    .seed = 1,
+		    .sync = ESD_SYNC_ON_DEMAND};
 		struct esd_dispatcher *d;
 		if (esd_dispatcher_create(&cfg, ss, &d))
 			return 1;
@@ -243,10 +264,10 @@ int main(int argc, char **argv)
 		double step_hyb = median_ms(ns, reps), build = median_ms(ns2, reps);
 		double decision = median_ms(ns3, reps);
 		fprintf(stderr,
-			"m=%u whole step hybrid(.25), medians (ms): keytab %.3f fill %.3f "
-			"matrix %.3f solve %.3f advance %.3f\n",
-			m, median_ms(ph[0], reps), median_ms(ph[1], reps), median_ms(ph[2], reps),
-			median_ms(ph[3], reps), median_ms(ph[4], reps));
+		        "m=%u whole step hybrid(.25), medians (ms): keytab %.3f fill %.3f "
+		        "matrix %.3f solve %.3f advance %.3f\n",
+		        m, median_ms(ph[0], reps), median_ms(ph[1], reps), median_ms(ph[2], reps),
+		        median_ms(ph[3], reps), median_ms(ph[4], reps));
 		esd_dispatcher_free(d);
 		/* whole step with opt, same snapshots continuing */
 		cfg.method = ESD_METHOD_OPT;
@@ -280,11 +301,13 @@ int main(int argc, char **argv)
 			augm += esd_solver_stats(s)->augmentations;
 			dijk += esd_solver_stats(s)->dijkstras;
 			int64_t opt_cost = esd_assign_cost(c, k, n, assign);
-			heu_gap += opt_cost ? 100.0 * (double)(heu_cost - opt_cost) / (double)opt_cost : 0;
+			heu_gap +=
+			    opt_cost ? 100.0 * (double)(heu_cost - opt_cost) / (double)opt_cost : 0;
 			struct esd_hybrid_params hp = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
 			esd_solve_hybrid(s, c, k, n, NULL, &hp, assign);
 			int64_t hc = esd_assign_cost(c, k, n, assign);
-			hyb_gap += opt_cost ? 100.0 * (double)(hc - opt_cost) / (double)opt_cost : 0;
+			hyb_gap +=
+			    opt_cost ? 100.0 * (double)(hc - opt_cost) / (double)opt_cost : 0;
 		}
 		double heu_ms = median_ms(ns, reps), opt_ms = median_ms(ns2, reps);
 		esd_solver_set_warm(s, 0);
@@ -319,7 +342,8 @@ int main(int argc, char **argv)
 				esd_solve_hungarian(s, mats, k, n, NULL, assign);
 				ns[r] = esd_now_ns() - t0;
 				if (esd_assign_cost(mats, k, n, assign) != opt_ref) {
-					fprintf(stderr, "hungarian and opt disagree at k = %u\n", k);
+					fprintf(stderr, "hungarian and opt disagree at k = %u\n",
+					        k);
 					return 1;
 				}
 			}
@@ -332,14 +356,14 @@ int main(int argc, char **argv)
 			sp = scipy_ms(mats, k, n, prev_scipy_s < 0.5 ? 3 : 1, &sc);
 			if (sp >= 0 && sc != opt_ref) {
 				fprintf(stderr, "scipy cost %lld != opt %lld at k = %u\n",
-					(long long)sc, (long long)opt_ref, k);
+				        (long long)sc, (long long)opt_ref, k);
 				return 1;
 			}
 			prev_scipy_s = sp / 1e3;
 		}
 		esd_solver_free(s);
 		char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], hb[5][32], b8[32],
-			b9[32];
+		    b9[32];
 		fmt_ms(b1, 32, build);
 		fmt_ms(b2, 32, heu_ms);
 		fmt_ms(b3, 32, opt_ms);
@@ -355,21 +379,25 @@ int main(int argc, char **argv)
 			if ((uint32_t)(32 << q) == m)
 				pi = q;
 		snprintf(b9, 32, "%s", pi >= 0 ? "" : "-");
-		printf("| %u | %u | %u | %s | %s | %s | %s | %.0f / %.0f | %s / %s / %s / %s / %s | %s | %s | "
+		printf("| %u | %u | %u | %s | %s | %s | %s | %.0f / %.0f | %s / %s / %s / %s / %s "
+		       "| %s | %s | "
 		       "%s | %s | %.3f | %s | %s | %.2f | %.2f |\n",
-		       m, k, uniq, b1, b2, b3, b4, (double)augm / reps, (double)dijk / reps, hb[0], hb[1], hb[2], hb[3],
-		       hb[4], b5, b6, pi >= 0 ? (snprintf(b9, 32, "%.0f", paper_serial_ms[pi]), b9) : "-",
-		       pi >= 0 ? (snprintf(b9 + 16, 16, "%.0f", paper_gpu_ms[pi]), b9 + 16) : "-", decision, b7,
-		       b8, heu_gap / reps, hyb_gap / reps);
+		       m, k, uniq, b1, b2, b3, b4, (double)augm / reps, (double)dijk / reps, hb[0],
+		       hb[1], hb[2], hb[3], hb[4], b5, b6,
+		       pi >= 0 ? (snprintf(b9, 32, "%.0f", paper_serial_ms[pi]), b9) : "-",
+		       pi >= 0 ? (snprintf(b9 + 16, 16, "%.0f", paper_gpu_ms[pi]), b9 + 16) : "-",
+		       decision, b7, b8, heu_gap / reps, hyb_gap / reps);
 		fflush(stdout);
 		if (hung > 0)
-			fprintf(stderr, "m=%u: opt is %.0fx faster than hungarian\n", m, hung / opt_ms);
+			fprintf(stderr, "m=%u: opt is %.0fx faster than hungarian\n", m,
+			        hung / opt_ms);
 		if (sp > 0)
 			fprintf(stderr, "m=%u: opt is %.0fx faster than scipy\n", m, sp / opt_ms);
-		fprintf(stderr, "m=%u: opt is %.0fx faster than the paper's serial Hungarian, %.0fx "
-				"than its GPU Hungarian (different machines)\n",
-			m, pi >= 0 ? paper_serial_ms[pi] / opt_ms : 0,
-			pi >= 0 ? paper_gpu_ms[pi] / opt_ms : 0);
+		fprintf(stderr,
+		        "m=%u: opt is %.0fx faster than the paper's serial Hungarian, %.0fx "
+		        "than its GPU Hungarian (different machines)\n",
+		        m, pi >= 0 ? paper_serial_ms[pi] / opt_ms : 0,
+		        pi >= 0 ? paper_gpu_ms[pi] / opt_ms : 0);
 		free(off);
 		free(keys);
 		free(assign);

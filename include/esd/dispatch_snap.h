@@ -44,7 +44,7 @@ struct esd_snapset;
  * Returns 0, -EINVAL (n == 0 or > ESD_MAX_WORKERS, a capacity esd_cmeta
  * cannot format), -ENOMEM. */
 int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
-		       struct esd_snapset **out);
+                       struct esd_snapset **out);
 void esd_snapset_free(struct esd_snapset *ss);
 uint32_t esd_snapset_workers(const struct esd_snapset *ss);
 /* Snapshot of worker j (owned by the set), NULL when j is out of range. */
@@ -81,8 +81,8 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
  * key table's: kt was not filled from this set; the set must then be
  * reloaded). */
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-			struct esd_conseq *cq);
+                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                        struct esd_conseq *cq);
 
 /* ---- the whole step --------------------------------------------------- */
 
@@ -107,16 +107,16 @@ struct esd_dispatcher_config {
 struct esd_dispatch_phase {
 	int64_t keytab, fill, matrix, solve, advance, total;
 	int64_t profile; /* adaptive LAIA's table profiler (not in total: it
-			  * can run beside the decision, as in Herald) */
+	                  * can run beside the decision, as in Herald) */
 };
 
 struct esd_dispatch_counters {
 	uint64_t steps;
 	struct esd_dispatch_phase last, sum;
-	struct esd_solve_stats solve;  /* last solve */
-	uint32_t unique_keys;          /* last batch */
-	int64_t est_cost;              /* last decision on the ESD matrix */
-	int64_t true_cost;             /* last consequence's total cost */
+	struct esd_solve_stats solve; /* last solve */
+	uint32_t unique_keys;         /* last batch */
+	int64_t est_cost;             /* last decision on the ESD matrix */
+	int64_t true_cost;            /* last consequence's total cost */
 	int64_t sum_est_cost, sum_true_cost;
 	/* with compare: matrix costs of heu and opt on the same matrix */
 	int64_t heu_cost, opt_cost;
@@ -132,7 +132,7 @@ struct esd_dispatcher;
  * [0, ESD_COST_MAX], unknown method or sync mode, hybrid alpha outside
  * [0, 1]), -ENOMEM. The capacities are checked against each batch. */
 int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
-			  struct esd_dispatcher **out);
+                          struct esd_dispatcher **out);
 void esd_dispatcher_free(struct esd_dispatcher *d);
 
 /* Decide batch b (b->k must equal the capacities' sum; with cap NULL a
@@ -142,7 +142,7 @@ void esd_dispatcher_free(struct esd_dispatcher *d);
  * matrix, solver, esd_snapset_advance). On error the snapshots are
  * unchanged unless esd_snapset_advance says otherwise. */
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
-			struct esd_conseq *cq);
+                        struct esd_conseq *cq);
 const struct esd_dispatch_counters *esd_dispatcher_counters(const struct esd_dispatcher *d);
 /* The key table of the last step (owned by the dispatcher). */
 struct esd_keytab *esd_dispatcher_keytab(struct esd_dispatcher *d);

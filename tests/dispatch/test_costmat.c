@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <string.h>
 
-static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t universe,
-			 uint32_t *off, esd_key_t *keys)
+static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t universe, uint32_t *off,
+                         esd_key_t *keys)
 {
 	uint64_t st = seed;
 	off[0] = 0;
@@ -49,8 +49,9 @@ static void test_costmat_vs_direct(void **state)
 			for (uint32_t j = 0; j < n; j++) {
 				enum esd_row_state s = (enum esd_row_state)(esd_test_rand(&st) % 3);
 				if (dirty >= 0)
-					s = (int)j == dirty ? ESD_ROW_DIRTY
-							     : (s == ESD_ROW_CLEAN ? ESD_ROW_OUTDATED : s);
+					s = (int)j == dirty
+					        ? ESD_ROW_DIRTY
+					        : (s == ESD_ROW_CLEAN ? ESD_ROW_OUTDATED : s);
 				truth[u][j] = s;
 				assert_int_equal(esd_keytab_set(kt, u, j, s), 0);
 			}
@@ -145,12 +146,16 @@ static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
 	int64_t T[4] = {10, 10, 100, 100};
 	struct esd_snapset *ss;
 	assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_EMARK, &ss), 0);
-	struct esd_dispatcher_config cfg = {.n = n, .cap = unequal ? cap : NULL, .T = T,
-					    .method = m, .hybrid = {0.25, ESD_OPT_SSP,
-								    ESD_HEU_ROW_ORDER},
-					    .seed = 5, .sync = sync, .compare = 1,
-					    .laia_top = m == ESD_METHOD_LAIA && unequal ? 2 : 0,
-					    .laia_refresh = 4};
+	struct esd_dispatcher_config cfg = {.n = n,
+	                                    .cap = unequal ? cap : NULL,
+	                                    .T = T,
+	                                    .method = m,
+	                                    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+	                                    .seed = 5,
+	                                    .sync = sync,
+	                                    .compare = 1,
+	                                    .laia_top = m == ESD_METHOD_LAIA && unequal ? 2 : 0,
+	                                    .laia_refresh = 4};
 	struct esd_dispatcher *d;
 	assert_int_equal(esd_dispatcher_create(&cfg, ss, &d), 0);
 	uint32_t off[65], a[64];
@@ -186,8 +191,10 @@ static void test_dispatch_steps_reproducible(void **state)
 	for (int m = ESD_METHOD_HEU; m <= ESD_METHOD_VANILLA; m++)
 		for (int sync = 0; sync < 2; sync++)
 			for (int uneq = 0; uneq < 2; uneq++) {
-				uint64_t d1 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
-				uint64_t d2 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				uint64_t d1 =
+				    run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				uint64_t d2 =
+				    run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
 				assert_true(d1 == d2);
 			}
 }
@@ -261,11 +268,11 @@ static void test_doi_profiler(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_costmat_vs_direct),
-		cmocka_unit_test(test_overflow_bound),
-		cmocka_unit_test(test_dispatch_steps_reproducible),
-		cmocka_unit_test(test_doi_profiler),
-		cmocka_unit_test(test_advance_enospc_changes_nothing),
+	    cmocka_unit_test(test_costmat_vs_direct),
+	    cmocka_unit_test(test_overflow_bound),
+	    cmocka_unit_test(test_dispatch_steps_reproducible),
+	    cmocka_unit_test(test_doi_profiler),
+	    cmocka_unit_test(test_advance_enospc_changes_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

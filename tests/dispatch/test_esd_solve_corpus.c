@@ -51,7 +51,7 @@ static void test_corpus(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_corpus),
+	    cmocka_unit_test(test_corpus),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

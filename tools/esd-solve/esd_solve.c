@@ -24,16 +24,17 @@ static const char *fname = "-";
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: esd-solve [--method heu|opt|hungarian|hybrid] [--alpha A] [--repeat R]\n"
-		   "                 [--heu-order row|regret] [--backend ssp|hungarian] FILE\n"
-		   "  FILE: first line 'k n m', then k lines of n non-negative integers\n"
-		   "        (k = m * n; '-' reads stdin)\n"
-		   "  --method     decision method (default opt)\n"
-		   "  --alpha      hybrid: share of each worker's slots solved exactly (default 0.25)\n"
-		   "  --repeat     solve R times, print 'solve_us MEDIAN' on stderr (default 1)\n"
-		   "  --heu-order  order in which heu visits the rows (default row)\n"
-		   "  --backend    exact solver behind hybrid (default ssp)\n"
-		   "prints 'cost TOTAL' then the worker index (0..n-1) of each row.\n");
+	fprintf(
+	    f, "usage: esd-solve [--method heu|opt|hungarian|hybrid] [--alpha A] [--repeat R]\n"
+	       "                 [--heu-order row|regret] [--backend ssp|hungarian] FILE\n"
+	       "  FILE: first line 'k n m', then k lines of n non-negative integers\n"
+	       "        (k = m * n; '-' reads stdin)\n"
+	       "  --method     decision method (default opt)\n"
+	       "  --alpha      hybrid: share of each worker's slots solved exactly (default 0.25)\n"
+	       "  --repeat     solve R times, print 'solve_us MEDIAN' on stderr (default 1)\n"
+	       "  --heu-order  order in which heu visits the rows (default row)\n"
+	       "  --backend    exact solver behind hybrid (default ssp)\n"
+	       "prints 'cost TOTAL' then the worker index (0..n-1) of each row.\n");
 }
 
 static char *read_all(FILE *f, size_t *len)
@@ -74,12 +75,12 @@ static int cmp_i64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"method", required_argument, 0, 'M'},
-					     {"alpha", required_argument, 0, 'a'},
-					     {"repeat", required_argument, 0, 'r'},
-					     {"heu-order", required_argument, 0, 'o'},
-					     {"backend", required_argument, 0, 'b'},
-					     {"help", no_argument, 0, 'h'},
-					     {0, 0, 0, 0}};
+	                                     {"alpha", required_argument, 0, 'a'},
+	                                     {"repeat", required_argument, 0, 'r'},
+	                                     {"heu-order", required_argument, 0, 'o'},
+	                                     {"backend", required_argument, 0, 'b'},
+	                                     {"help", no_argument, 0, 'h'},
+	                                     {0, 0, 0, 0}};
 	enum esd_method method = ESD_METHOD_OPT;
 	struct esd_hybrid_params hp = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
 	long repeat = 1;
@@ -91,8 +92,10 @@ int main(int argc, char **argv)
 		case 'M':
 			if (esd_method_parse(optarg, &method) || method == ESD_METHOD_LAIA ||
 			    method == ESD_METHOD_VANILLA) {
-				fprintf(stderr, "esd-solve: unknown method '%s' "
-						"(heu, opt, hungarian, hybrid)\n", optarg);
+				fprintf(stderr,
+				        "esd-solve: unknown method '%s' "
+				        "(heu, opt, hungarian, hybrid)\n",
+				        optarg);
 				return 2;
 			}
 			break;
@@ -100,8 +103,9 @@ int main(int argc, char **argv)
 			errno = 0;
 			hp.alpha = strtod(optarg, &end);
 			if (errno || *end || !(hp.alpha >= 0 && hp.alpha <= 1)) {
-				fprintf(stderr, "esd-solve: --alpha '%s' is not a number in [0, 1]\n",
-					optarg);
+				fprintf(stderr,
+				        "esd-solve: --alpha '%s' is not a number in [0, 1]\n",
+				        optarg);
 				return 2;
 			}
 			break;
@@ -111,7 +115,7 @@ int main(int argc, char **argv)
 			repeat_given = 1;
 			if (errno || *end || repeat < 1 || repeat > 1000000) {
 				fprintf(stderr, "esd-solve: --repeat '%s' is not in 1..1000000\n",
-					optarg);
+				        optarg);
 				return 2;
 			}
 			break;
@@ -191,7 +195,7 @@ int main(int argc, char **argv)
 		switch (method) {
 		case ESD_METHOD_HEU:
 			rc = esd_solve_heu(s, cost, (uint32_t)k, (uint32_t)n, NULL, hp.heu_order,
-					   assign);
+			                   assign);
 			break;
 		case ESD_METHOD_HUNGARIAN:
 			rc = esd_solve_hungarian(s, cost, (uint32_t)k, (uint32_t)n, NULL, assign);
@@ -206,7 +210,7 @@ int main(int argc, char **argv)
 		us[r] = (esd_now_ns() - t0) / 1000;
 		if (rc) {
 			fprintf(stderr, "esd-solve: %s failed: %s\n", esd_method_name(method),
-				esd_strerror(rc));
+			        esd_strerror(rc));
 			return 1;
 		}
 	}

@@ -23,7 +23,7 @@
 	} while (0)
 
 static void fail_at(char *err, size_t errlen, unsigned long line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 static void fail_at(char *err, size_t errlen, unsigned long line, const char *fmt, ...)
 {
@@ -46,8 +46,8 @@ static int parse_u64(const char **p, uint64_t max, uint64_t *out, char *err, siz
 		e++;
 	int len = (int)(e - s);
 	if (*s == '-') {
-		snprintf(err, errlen, "value '%.*s' is negative (costs are non-negative integers)", len,
-			 s);
+		snprintf(err, errlen, "value '%.*s' is negative (costs are non-negative integers)",
+		         len, s);
 		return -1;
 	}
 	uint64_t v = 0;
@@ -65,8 +65,8 @@ static int parse_u64(const char **p, uint64_t max, uint64_t *out, char *err, siz
 		}
 		unsigned d = (unsigned)(*q - '0');
 		if (v > (max - d) / 10) {
-			snprintf(err, errlen, "value '%.*s' overflows (largest allowed %llu)", len, s,
-				 (unsigned long long)max);
+			snprintf(err, errlen, "value '%.*s' overflows (largest allowed %llu)", len,
+			         s, (unsigned long long)max);
 			return -1;
 		}
 		v = v * 10 + d;
@@ -84,7 +84,7 @@ static const char *skip_ws(const char *p)
 }
 
 int esd_solve_parse(const char *text, size_t len, struct esd_solve_input *in, char *err,
-		    size_t errlen)
+                    size_t errlen)
 {
 	int64_t *cost = NULL;
 	if (strlen(text) != len)
@@ -99,26 +99,27 @@ int esd_solve_parse(const char *text, size_t len, struct esd_solve_input *in, ch
 	for (int q = 0; q < 3; q++) {
 		if (!*p || *p == '\n')
 			FAIL(line, "header must be 'k n m' (three non-negative integers), found %d",
-				 q);
+			     q);
 		if (parse_u64(&p, UINT32_MAX, &hdr[q], msg, sizeof(msg)))
 			FAIL(line, "header: %s", msg);
 		p = skip_ws(p);
 	}
 	if (*p && *p != '\n')
 		FAIL(line, "header must be 'k n m': unexpected '%.*s'",
-			 (int)((eol ? eol : p + strlen(p)) - p), p);
+		     (int)((eol ? eol : p + strlen(p)) - p), p);
 	uint64_t k = hdr[0], n = hdr[1], m = hdr[2];
 	if (n < 1 || n > ESD_MAX_WORKERS)
 		FAIL(line, "n = %llu workers: must be 1..%d", (unsigned long long)n,
-			 ESD_MAX_WORKERS);
+		     ESD_MAX_WORKERS);
 	if (k != m * n)
 		FAIL(line, "k = %llu but m * n = %llu * %llu = %llu", (unsigned long long)k,
-			 (unsigned long long)m, (unsigned long long)n, (unsigned long long)(m * n));
+		     (unsigned long long)m, (unsigned long long)n, (unsigned long long)(m * n));
 	if (k > ESD_SOLVE_MAX_K)
 		FAIL(line, "k = %llu rows: at most %u", (unsigned long long)k, ESD_SOLVE_MAX_K);
 	cost = malloc((k ? k : 1) * n * sizeof(int64_t));
 	if (!cost) {
-		snprintf(err, errlen, "%lu: out of memory for k = %llu", line, (unsigned long long)k);
+		snprintf(err, errlen, "%lu: out of memory for k = %llu", line,
+		         (unsigned long long)k);
 		return -ENOMEM;
 	}
 	if (*p == '\n')
@@ -127,24 +128,23 @@ int esd_solve_parse(const char *text, size_t len, struct esd_solve_input *in, ch
 		line++;
 		if (!*p)
 			FAIL(line, "file ends after %llu of %llu rows", (unsigned long long)i,
-				 (unsigned long long)k);
+			     (unsigned long long)k);
 		uint64_t got = 0;
 		p = skip_ws(p);
 		while (*p && *p != '\n') {
 			uint64_t v;
 			if (got == n)
 				FAIL(line, "row %llu: expected %llu values, found more",
-					 (unsigned long long)i, (unsigned long long)n);
+				     (unsigned long long)i, (unsigned long long)n);
 			if (parse_u64(&p, (uint64_t)ESD_COST_MAX, &v, msg, sizeof(msg)))
 				FAIL(line, "row %llu, column %llu: %s", (unsigned long long)i,
-					 (unsigned long long)got, msg);
+				     (unsigned long long)got, msg);
 			cost[i * n + got++] = (int64_t)v;
 			p = skip_ws(p);
 		}
 		if (got != n)
 			FAIL(line, "row %llu: expected %llu values, found %llu",
-				 (unsigned long long)i, (unsigned long long)n,
-				 (unsigned long long)got);
+			     (unsigned long long)i, (unsigned long long)n, (unsigned long long)got);
 		if (*p == '\n')
 			p++;
 	}
@@ -157,7 +157,8 @@ int esd_solve_parse(const char *text, size_t len, struct esd_solve_input *in, ch
 		}
 		const char *q = skip_ws(p);
 		if (*q && *q != '\n')
-			FAIL(line + 1, "unexpected data after the %llu rows", (unsigned long long)k);
+			FAIL(line + 1, "unexpected data after the %llu rows",
+			     (unsigned long long)k);
 		p = q;
 	}
 	in->k = (uint32_t)k;

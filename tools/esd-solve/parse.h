@@ -16,6 +16,6 @@ struct esd_solve_input {
  * trailing blank lines are accepted. Returns 0, -EINVAL with "LINE: what"
  * in err, or -ENOMEM. */
 int esd_solve_parse(const char *text, size_t len, struct esd_solve_input *in, char *err,
-		    size_t errlen);
+                    size_t errlen);
 
 #endif
