@@ -36,12 +36,14 @@ static int stack_push(struct pheap *h, uint32_t row, uint32_t stamp)
 	return 0;
 }
 
-/* Valid top of stack (x, y): a row after 'fixed' that has not moved. */
+/* Valid top of stack (x, y): a row after 'fixed' (every row when fixed is
+ * NO_FIXED) that has not moved. */
+#define NO_FIXED UINT32_MAX
 static inline int stack_top(struct pheap *h, const uint32_t *stamp, uint32_t fixed)
 {
 	while (h->len) {
 		const struct pheap_ent *e = &h->e[h->len - 1];
-		if (e->row > fixed && stamp[e->row] == e->stamp)
+		if ((fixed == NO_FIXED || e->row > fixed) && stamp[e->row] == e->stamp)
 			return (int)e->row;
 		h->len--;
 	}
@@ -52,7 +54,7 @@ static inline int stack_top(struct pheap *h, const uint32_t *stamp, uint32_t fix
  * (edge a -> b: cheapest move of a row at a to b). A negative cycle means
  * the assignment is not optimal. */
 static int derive_potentials(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *assign,
-			     int64_t *pot)
+                             int64_t *pot)
 {
 	static const int64_t INF = INT64_MAX / 4;
 	int64_t w[ESD_MAX_WORKERS * ESD_MAX_WORKERS];
@@ -84,7 +86,7 @@ static int derive_potentials(const int64_t *cost, uint32_t k, uint32_t n, const 
 }
 
 int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		   const uint32_t *capv, const int64_t *pot_in, uint32_t *assign)
+                   const uint32_t *capv, const int64_t *pot_in, uint32_t *assign)
 {
 	(void)capv;
 	int64_t pot[ESD_MAX_WORKERS];
@@ -135,26 +137,38 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 		}
 	}
 
+	/* adj[x] bit y: some row after the current one sits at x, tight at y.
+	 * Kept up to date incrementally: only edges out of the nodes a moved
+	 * or newly fixed row leaves can vanish. */
+	uint64_t adj[ESD_MAX_WORKERS] = {0};
+	for (uint32_t x = 0; x < n; x++)
+		for (uint32_t y = 0; y < n; y++)
+			if (x != y && stack_top(&St[x * n + y], stamp, NO_FIXED) >= 0)
+				adj[x] |= UINT64_C(1) << y;
+
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t a0 = assign[i];
+		/* row i is fixed from now on: its edges may vanish */
+		for (uint64_t m = tight[i] & ~(UINT64_C(1) << a0); m; m &= m - 1) {
+			uint32_t b = (uint32_t)__builtin_ctzll(m);
+			if (stack_top(&St[a0 * n + b], stamp, i) < 0)
+				adj[a0] &= ~(UINT64_C(1) << b);
+		}
 		uint64_t cand = tight[i] & ((UINT64_C(1) << a0) - 1);
 		for (; cand; cand &= cand - 1) {
 			uint32_t j = (uint32_t)__builtin_ctzll(cand);
-			/* BFS j -> a0 over rows after i */
+			/* BFS j -> a0 over the adjacency masks */
 			int par[ESD_MAX_WORKERS];
 			uint32_t queue[ESD_MAX_WORKERS], qh = 0, qt = 0;
-			for (uint32_t x = 0; x < n; x++)
-				par[x] = -2;
+			uint64_t seen = UINT64_C(1) << j;
 			par[j] = -1;
 			queue[qt++] = j;
 			int found = 0;
 			while (qh < qt && !found) {
 				uint32_t x = queue[qh++];
-				for (uint32_t y = 0; y < n; y++) {
-					if (par[y] != -2 || y == x)
-						continue;
-					if (stack_top(&St[x * n + y], stamp, i) < 0)
-						continue;
+				for (uint64_t m = adj[x] & ~seen; m; m &= m - 1) {
+					uint32_t y = (uint32_t)__builtin_ctzll(m);
+					seen |= UINT64_C(1) << y;
 					par[y] = (int)x;
 					if (y == a0) {
 						found = 1;
@@ -166,10 +180,13 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 			if (!found)
 				continue;
 			/* rows of the path, picked before anything moves */
-			uint32_t prow[ESD_MAX_WORKERS], pto[ESD_MAX_WORKERS], L = 0;
+			uint32_t prow[ESD_MAX_WORKERS], pfrom[ESD_MAX_WORKERS],
+			    pto[ESD_MAX_WORKERS];
+			uint32_t L = 0;
 			for (uint32_t y = a0; par[y] >= 0; y = (uint32_t)par[y]) {
 				uint32_t x = (uint32_t)par[y];
 				prow[L] = (uint32_t)stack_top(&St[x * n + y], stamp, i);
+				pfrom[L] = x;
 				pto[L++] = y;
 			}
 			assign[i] = j;
@@ -182,6 +199,16 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 					uint32_t b = (uint32_t)__builtin_ctzll(m);
 					if ((rc = stack_push(&St[y * n + b], r, st)))
 						return rc;
+					adj[y] |= UINT64_C(1) << b;
+				}
+			}
+			/* edges out of the nodes rows left (row i's included) */
+			for (uint32_t q = 0; q <= L; q++) {
+				uint32_t x = q < L ? pfrom[q] : a0;
+				for (uint64_t m = adj[x]; m; m &= m - 1) {
+					uint32_t b = (uint32_t)__builtin_ctzll(m);
+					if (stack_top(&St[x * n + b], stamp, i) < 0)
+						adj[x] &= ~(UINT64_C(1) << b);
 				}
 			}
 			moves += L + 1;
@@ -193,7 +220,7 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 }
 
 int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		     const uint32_t *cap, uint32_t *assign)
+                     const uint32_t *cap, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)

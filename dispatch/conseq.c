@@ -11,8 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
+static inline uint32_t popc(uint64_t m)
+{
+	uint32_t c = 0;
+	for (; m; m &= m - 1)
+		c++;
+	return c;
+}
+
 static const char *const cq_names[ESD_CQ_KINDS] = {"update_value", "miss_pull", "evict_push",
-						   "update_grad"};
+                                                   "update_grad"};
 
 const char *esd_cq_kind_name(enum esd_cq_kind kind)
 {
@@ -106,10 +115,8 @@ void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
 	}
 }
 
-#define FOR_BITS(m, j) for (uint64_t _m = (m); _m && ((j = (uint32_t)__builtin_ctzll(_m)), 1); _m &= _m - 1)
-
 static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, const uint32_t *assign,
-		   const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq)
+                   const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq)
 {
 	if (!ckt || !b || !assign || !T || !cq)
 		return -EINVAL;
@@ -129,12 +136,16 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
 		if (plan_only)
 			continue;
-		FOR_BITS(need & ~s->latest, j)
+		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			cnt[ESD_CQ_MISS_PULL][j]++;
-		hits += (uint32_t)__builtin_popcountll(need & s->latest);
+		}
+		hits += (uint32_t)popc(need & s->latest);
 		if (sync == ESD_SYNC_FULL_SET || (need & (need - 1)))
-			FOR_BITS(need, j)
+			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
 				cnt[ESD_CQ_UPDATE_GRAD][j]++;
+			}
 	}
 	if ((rc = cq_layout(cq, n, cnt)))
 		return rc;
@@ -152,11 +163,15 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			cq->keys[ESD_CQ_UPDATE_VALUE][pos[ESD_CQ_UPDATE_VALUE][s->dirty]++] = key;
 		if (plan_only)
 			continue;
-		FOR_BITS(need & ~s->latest, j)
+		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			cq->keys[ESD_CQ_MISS_PULL][pos[ESD_CQ_MISS_PULL][j]++] = key;
+		}
 		if (sync == ESD_SYNC_FULL_SET || (need & (need - 1)))
-			FOR_BITS(need, j)
+			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
 				cq->keys[ESD_CQ_UPDATE_GRAD][pos[ESD_CQ_UPDATE_GRAD][j]++] = key;
+			}
 	}
 	cq->hits = hits;
 	esd_conseq_costs(cq, T);
@@ -164,14 +179,14 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 }
 
 int esd_conseq_compute(const struct esd_keytab *kt, const struct esd_batch *b,
-		       const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-		       struct esd_conseq *cq)
+                       const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                       struct esd_conseq *cq)
 {
 	return compute(kt, b, assign, T, sync, 0, cq);
 }
 
 int esd_comm_plan(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
-		  const int64_t *T, struct esd_conseq *cq)
+                  const int64_t *T, struct esd_conseq *cq)
 {
 	return compute(kt, b, assign, T, ESD_SYNC_ON_DEMAND, 1, cq);
 }

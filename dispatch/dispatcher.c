@@ -25,6 +25,7 @@ struct esd_dispatcher {
 	struct esd_keytab *kt;
 	struct esd_solver *solver, *aux;
 	struct esd_conseq *cq;
+	struct esd_doi *doi;
 	int64_t *cost;
 	int32_t *score;
 	uint32_t *tmp;
@@ -34,7 +35,7 @@ struct esd_dispatcher {
 };
 
 int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
-			  struct esd_dispatcher **out)
+                          struct esd_dispatcher **out)
 {
 	if (!cfg || !ss || !out || !cfg->T || cfg->n == 0 || cfg->n != esd_snapset_workers(ss))
 		return -EINVAL;
@@ -69,6 +70,10 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 	if (esd_keytab_create(&d->kt) || esd_solver_create(&d->solver) ||
 	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq))
 		goto fail;
+	if (cfg->method == ESD_METHOD_LAIA && cfg->laia_top && esd_doi_create(cfg->n, &d->doi))
+		goto fail;
+	if (!d->cfg.laia_refresh)
+		d->cfg.laia_refresh = 16;
 	*out = d;
 	return 0;
 fail:
@@ -84,6 +89,7 @@ void esd_dispatcher_free(struct esd_dispatcher *d)
 	esd_solver_free(d->solver);
 	esd_solver_free(d->aux);
 	esd_conseq_free(d->cq);
+	esd_doi_free(d->doi);
 	free(d->cost);
 	free(d->score);
 	free(d->tmp);
@@ -113,10 +119,11 @@ static void add_phase(struct esd_dispatch_phase *s, const struct esd_dispatch_ph
 	s->solve += p->solve;
 	s->advance += p->advance;
 	s->total += p->total;
+	s->profile += p->profile;
 }
 
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
-			struct esd_conseq *cq)
+                        struct esd_conseq *cq)
 {
 	if (!d || !b || !assign)
 		return -EINVAL;
@@ -151,6 +158,18 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		return rc;
 	ph.fill = esd_lap_ns(&t);
 	const enum esd_method m = d->cfg.method;
+	if (d->doi) {
+		int64_t tp = esd_now_ns();
+		if ((rc = esd_doi_add_batch(d->doi, b)))
+			return rc;
+		if (d->ct.steps % d->cfg.laia_refresh == 0) {
+			if ((rc = esd_doi_top_tables(d->doi, d->cfg.laia_top, d->tables)) < 0)
+				return rc;
+			d->has_tables = 1;
+		}
+		ph.profile = esd_now_ns() - tp;
+		t += ph.profile;
+	}
 	if (m == ESD_METHOD_LAIA) {
 		rc = esd_scoremat_build(d->kt, b, d->has_tables ? d->tables : NULL, d->score);
 	} else if (m != ESD_METHOD_VANILLA || d->cfg.compare) {
@@ -193,7 +212,7 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		/* outside the timed phases */
 		int64_t tc = esd_now_ns();
 		if ((rc = esd_solve_heu(d->aux, d->cost, k, n, cap, d->cfg.hybrid.heu_order,
-					d->tmp)))
+		                        d->tmp)))
 			return rc;
 		d->ct.heu_cost = esd_assign_cost(d->cost, k, n, d->tmp);
 		if ((rc = esd_solve_opt(d->aux, d->cost, k, n, cap, d->tmp)))

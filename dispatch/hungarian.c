@@ -13,7 +13,7 @@
 #include <string.h>
 
 int esd_opt_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		      const uint32_t *capv, uint32_t *assign)
+                      const uint32_t *capv, uint32_t *assign)
 {
 	static const int64_t INF = INT64_MAX / 4;
 	if (k == 0)

@@ -69,13 +69,16 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 	const uint32_t nocc = b->k ? b->off[b->k] : 0;
 	if (nocc > (1u << 31))
 		return -EINVAL;
+	/* table sized from the last batch's unique count (batches of one job
+	 * look alike), at most 2 x occurrences; rebuilt larger if it fills */
 	uint32_t bits = 10;
-	while ((1u << bits) < 2 * nocc)
+	while (((uint64_t)1 << bits) < 4 * (uint64_t)kt->count_hint &&
+	       ((uint64_t)1 << bits) < 2 * (uint64_t)nocc)
 		bits++;
-	size_t hsize = (size_t)1 << bits;
+	size_t hsize;
+	uint32_t count;
 	size_t cap_u = kt->cap_u;
-	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)) ||
-	    grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
 		return -ENOMEM;
 	/* unique keys <= nocc: size the per-key arrays for the worst case */
 	if (cap_u < nocc || !kt->ukeys) {
@@ -103,15 +106,23 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		kt->vec = a;
 		kt->cap_u = nc;
 	}
+retry:
+	hsize = (size_t)1 << bits;
+	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+		return -ENOMEM;
 	memset(kt->hash, 0, hsize * sizeof(uint32_t));
-	const uint32_t mask = (uint32_t)hsize - 1;
-	uint32_t count = 0;
+	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
+	count = 0;
 	for (uint32_t p = 0; p < nocc; p++) {
 		esd_key_t key = b->keys[p];
 		uint32_t h = key_hash(key, bits);
 		for (;;) {
 			uint32_t e = kt->hash[h];
 			if (!e) {
+				if (count == limit) {
+					bits++;
+					goto retry;
+				}
 				kt->ukeys[count] = key;
 				kt->hash[h] = ++count;
 				kt->occ[p] = count - 1;
@@ -124,6 +135,7 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 			h = (h + 1) & mask;
 		}
 	}
+	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
 	kt->k = b->k;
@@ -209,7 +221,7 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 }
 
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
-		      int64_t *cost)
+                      int64_t *cost)
 {
 	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
@@ -232,20 +244,38 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 	for (uint32_t u = 0; u < kt->count; u++) {
 		const struct esd_keystate *s = &kt->st[u];
 		int64_t *v = vec + (size_t)u * n;
+		if (!s->latest) {
+			memcpy(v, T, n * sizeof(int64_t)); /* absent or stale everywhere */
+			continue;
+		}
 		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
 		for (uint32_t j = 0; j < n; j++)
 			v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
 	}
 	const uint32_t *occ = kt->occ;
 	if (n == 8) {
+		/* the common case (the paper's 8 workers): four 2-lane adds per
+		 * key occurrence (GNU vector extension, SSE2 on x86-64) */
+		typedef int64_t v2 __attribute__((vector_size(16)));
 		for (uint32_t i = 0; i < b->k; i++) {
-			int64_t acc[8] = {0};
+			v2 a0 = {0, 0}, a1 = {0, 0}, a2 = {0, 0}, a3 = {0, 0};
 			for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
 				const int64_t *v = vec + (size_t)occ[p] * 8;
-				for (int j = 0; j < 8; j++)
-					acc[j] += v[j];
+				v2 x0, x1, x2, x3;
+				memcpy(&x0, v, 16);
+				memcpy(&x1, v + 2, 16);
+				memcpy(&x2, v + 4, 16);
+				memcpy(&x3, v + 6, 16);
+				a0 += x0;
+				a1 += x1;
+				a2 += x2;
+				a3 += x3;
 			}
-			memcpy(cost + (size_t)i * 8, acc, sizeof(acc));
+			int64_t *row = cost + (size_t)i * 8;
+			memcpy(row, &a0, 16);
+			memcpy(row + 2, &a1, 16);
+			memcpy(row + 4, &a2, 16);
+			memcpy(row + 6, &a3, 16);
 		}
 		return 0;
 	}
@@ -262,7 +292,7 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 }
 
 int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
-		       const uint64_t *tables, int32_t *score)
+                       const uint64_t *tables, int32_t *score)
 {
 	if (!kt || !b || !score || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;

@@ -7,13 +7,14 @@
 
 struct esd_keytab {
 	uint32_t n, k, count, nocc;
+	uint32_t count_hint; /* unique keys of the previous batch */
 	esd_key_t *ukeys;
 	struct esd_keystate *st;
 	uint32_t *occ;
 	uint32_t *hash; /* uid + 1, 0 = empty */
 	uint32_t hbits;
-	int64_t *vec;    /* count x n: per-key charges (costmat scratch) */
-	uint64_t *need;  /* count: S(x) of the last decision */
+	int64_t *vec;     /* count x n: per-key charges (costmat scratch) */
+	uint64_t *need;   /* count: S(x) of the last decision */
 	uint32_t *sorted; /* count: uids by ascending key (lazy) */
 	uint32_t *tmp;
 	int sorted_ok;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 int esd_solve_laia(struct esd_solver *s, const int32_t *score, uint32_t k, uint32_t n,
-		   const uint32_t *cap, uint64_t seed, uint32_t *assign)
+                   const uint32_t *cap, uint64_t seed, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS], load[ESD_MAX_WORKERS] = {0};
 	if (!s || !score)
@@ -61,8 +61,7 @@ int esd_solve_laia(struct esd_solver *s, const int32_t *score, uint32_t k, uint3
 	return 0;
 }
 
-int esd_solve_vanilla(uint32_t k, uint32_t n, const uint32_t *cap, uint64_t seed,
-		      uint32_t *assign)
+int esd_solve_vanilla(uint32_t k, uint32_t n, const uint32_t *cap, uint64_t seed, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	int rc = esd_solve_check(NULL, k, n, cap, assign, capv);

@@ -30,21 +30,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline int ent_less(const struct pheap_ent *x, const struct pheap_ent *y)
+/* Order of a pair heap (a, b): cheapest move first; among equal moves the
+ * highest row when b > a and the lowest when b < a, which leaves low rows
+ * on low workers, as the canonical optimum wants (less work for the
+ * canonical pass; the optimum does not depend on it). */
+static inline int ent_less(const struct pheap_ent *x, const struct pheap_ent *y, int desc)
 {
-	return x->key < y->key || (x->key == y->key && x->row < y->row);
+	return x->key < y->key || (x->key == y->key && (desc ? x->row > y->row : x->row < y->row));
 }
 
-static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i)
+static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i, int desc)
 {
 	struct pheap_ent v = e[i];
 	for (;;) {
 		uint32_t c = 2 * i + 1;
 		if (c >= len)
 			break;
-		if (c + 1 < len && ent_less(&e[c + 1], &e[c]))
+		if (c + 1 < len && ent_less(&e[c + 1], &e[c], desc))
 			c++;
-		if (!ent_less(&e[c], &v))
+		if (!ent_less(&e[c], &v, desc))
 			break;
 		e[i] = e[c];
 		i = c;
@@ -65,7 +69,7 @@ static int heap_push(struct pheap *h, struct pheap_ent v)
 	uint32_t i = h->len++;
 	while (i) {
 		uint32_t par = (i - 1) / 2;
-		if (!ent_less(&v, &h->e[par]))
+		if (!ent_less(&v, &h->e[par], h->desc))
 			break;
 		h->e[i] = h->e[par];
 		i = par;
@@ -78,7 +82,7 @@ static void heap_pop(struct pheap *h)
 {
 	h->e[0] = h->e[--h->len];
 	if (h->len)
-		sift_down(h->e, h->len, 0);
+		sift_down(h->e, h->len, 0, h->desc);
 }
 
 /* Top entry still valid (its row has not moved since), or NULL. */
@@ -104,10 +108,63 @@ static int heap_reserve(struct pheap *h, uint32_t want)
 	return 0;
 }
 
+static int append(struct pheap *h, struct pheap_ent v)
+{
+	if (h->len == h->cap) {
+		uint32_t nc = h->cap ? h->cap * 2 : 64;
+		void *p = realloc(h->e, (size_t)nc * sizeof(*h->e));
+		if (!p)
+			return -ENOMEM;
+		h->e = p;
+		h->cap = nc;
+	}
+	h->e[h->len++] = v;
+	return 0;
+}
+
+/* Heaps (u, b) for every b from the rows now at u: its initial rows and the
+ * rows that arrived since (H[u * n + u] lists them; a row listed twice
+ * gives two entries with the same stamp, and the second goes stale as soon
+ * as the first moves it). */
+static int build_node(struct pheap *H, uint32_t n, uint32_t u, const int64_t *cost,
+                      const uint32_t *assign, const uint32_t *stamp, const uint32_t *rows,
+                      uint32_t nrows)
+{
+	struct pheap *arr = &H[u * n + u];
+	uint32_t want = nrows + arr->len + 16;
+	for (uint32_t b = 0; b < n; b++) {
+		if (b == u)
+			continue;
+		int rc = heap_reserve(&H[u * n + b], want);
+		if (rc)
+			return rc;
+		H[u * n + b].len = 0;
+		H[u * n + b].desc = b > u;
+	}
+	for (uint32_t q = 0; q < nrows + arr->len; q++) {
+		uint32_t r = q < nrows ? rows[q] : arr->e[q - nrows].row;
+		if (assign[r] != u)
+			continue;
+		const int64_t *c = cost + (size_t)r * n;
+		for (uint32_t b = 0; b < n; b++) {
+			if (b == u)
+				continue;
+			struct pheap *h = &H[u * n + b];
+			h->e[h->len++] = (struct pheap_ent){c[b] - c[u], r, stamp[r]};
+		}
+	}
+	arr->len = 0;
+	for (uint32_t b = 0; b < n; b++)
+		if (b != u && H[u * n + b].len > 1)
+			for (uint32_t i = H[u * n + b].len / 2; i-- > 0;)
+				sift_down(H[u * n + b].e, H[u * n + b].len, i, b > u);
+	return 0;
+}
+
 #define POT_INF (INT64_MAX / 4)
 
 int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		const uint32_t *capv, uint32_t *assign)
+                const uint32_t *capv, uint32_t *assign)
 {
 	int64_t pot[ESD_MAX_WORKERS], excess[ESD_MAX_WORKERS];
 	uint32_t load[ESD_MAX_WORKERS] = {0};
@@ -139,34 +196,25 @@ int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t 
 		if (excess[j] > 0)
 			total += (uint64_t)excess[j];
 	}
-	uint64_t aug = 0;
+	uint64_t aug = 0, dijkstras = 0;
 	if (total) {
+		/* heaps are built per worker node on first use (Dijkstra relaxes
+		 * out of it): nodes a search never expands cost nothing */
 		uint32_t *stamp = esd_scratch(s, SC_STAMP, (size_t)k * sizeof(uint32_t));
-		if (!stamp || (rc = esd_solve_prepare_heaps(s, n)))
+		uint32_t *rows = esd_scratch(s, SC_ORDER2, ((size_t)k + 1) * sizeof(uint32_t));
+		if (!stamp || !rows || (rc = esd_solve_prepare_heaps(s, n)))
 			return -ENOMEM;
 		memset(stamp, 0, (size_t)k * sizeof(uint32_t));
-		struct pheap *H = s->heaps; /* H[a * n + b] */
-		for (uint32_t a = 0; a < n; a++)
-			for (uint32_t b = 0; b < n; b++) {
-				H[a * n + b].len = 0;
-				if (a != b && (rc = heap_reserve(&H[a * n + b], load[a] + 16)))
-					return rc;
-			}
-		for (uint32_t i = 0; i < k; i++) {
-			const int64_t *c = cost + (size_t)i * n;
-			uint32_t a = assign[i];
-			for (uint32_t b = 0; b < n; b++) {
-				if (b == a)
-					continue;
-				struct pheap *h = &H[a * n + b];
-				h->e[h->len++] = (struct pheap_ent){c[b] - c[a], i, 0};
-			}
-		}
+		uint32_t roff[ESD_MAX_WORKERS + 1] = {0}, rpos[ESD_MAX_WORKERS];
+		for (uint32_t j = 0; j < n; j++)
+			roff[j + 1] = roff[j] + load[j];
+		memcpy(rpos, roff, n * sizeof(uint32_t));
+		for (uint32_t i = 0; i < k; i++)
+			rows[rpos[assign[i]]++] = i;
+		struct pheap *H = s->heaps; /* H[a * n + b]; H[a * n + a]: arrivals */
+		uint8_t built[ESD_MAX_WORKERS] = {0};
 		for (uint32_t q = 0; q < n * n; q++)
-			if (H[q].len > 1)
-				for (uint32_t i = H[q].len / 2; i-- > 0;)
-					sift_down(H[q].e, H[q].len, i);
-
+			H[q].len = 0;
 		while (total) {
 			int64_t dist[ESD_MAX_WORKERS];
 			int prev[ESD_MAX_WORKERS];
@@ -188,6 +236,13 @@ int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t 
 				if (excess[u] < 0) {
 					t = u;
 					break;
+				}
+				if (!built[u]) {
+					if ((rc =
+					         build_node(H, n, (uint32_t)u, cost, assign, stamp,
+					                    rows + roff[u], roff[u + 1] - roff[u])))
+						return rc;
+					built[u] = 1;
 				}
 				for (uint32_t v = 0; v < n; v++) {
 					if (done[v])
@@ -211,30 +266,57 @@ int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t 
 			}
 			for (uint32_t j = 0; j < n; j++)
 				pot[j] -= pmin;
-			/* move one row along each edge, from the sink backwards */
-			int v = t;
-			while (prev[v] >= 0) {
-				int u = prev[v];
-				const struct pheap_ent *e = heap_top(&H[u * n + v], stamp);
-				uint32_t r = e->row;
-				heap_pop(&H[u * n + v]);
-				assign[r] = (uint32_t)v;
-				uint32_t st = ++stamp[r];
-				const int64_t *c = cost + (size_t)r * n;
-				for (uint32_t x = 0; x < n; x++)
-					if (x != (uint32_t)v &&
-					    (rc = heap_push(&H[v * n + x],
-							    (struct pheap_ent){c[x] - c[v], r, st})))
-						return rc;
-				v = u;
+			/* path nodes, sink first */
+			int path[ESD_MAX_WORKERS + 1], L = 0;
+			for (int v = t; v >= 0; v = prev[v])
+				path[L++] = v;
+			const int src = path[L - 1];
+			/* push units along the path while it stays tight (reduced
+			 * length 0 is shortest, all reduced weights being >= 0) */
+			for (;;) {
+				/* move one row along each edge, from the sink backwards */
+				for (int q = 0; q + 1 < L; q++) {
+					const int v = path[q], u = path[q + 1];
+					const struct pheap_ent *e = heap_top(&H[u * n + v], stamp);
+					uint32_t r = e->row;
+					heap_pop(&H[u * n + v]);
+					assign[r] = (uint32_t)v;
+					uint32_t st = ++stamp[r];
+					const int64_t *c = cost + (size_t)r * n;
+					if (!built[v]) {
+						/* remembered; entered when v is built */
+						if ((rc = append(&H[v * n + v],
+						                 (struct pheap_ent){0, r, st})))
+							return rc;
+						continue;
+					}
+					for (uint32_t x = 0; x < n; x++)
+						if (x != (uint32_t)v &&
+						    (rc = heap_push(
+						         &H[v * n + x],
+						         (struct pheap_ent){c[x] - c[v], r, st})))
+							return rc;
+				}
+				excess[src]--;
+				excess[t]++;
+				total--;
+				aug++;
+				if (!total || excess[src] <= 0 || excess[t] >= 0)
+					break;
+				int tight = 1;
+				for (int q = 0; q + 1 < L && tight; q++) {
+					const int v = path[q], u = path[q + 1];
+					const struct pheap_ent *e = heap_top(&H[u * n + v], stamp);
+					tight = e && e->key + pot[u] - pot[v] == 0;
+				}
+				if (!tight)
+					break;
 			}
-			excess[v]--;
-			excess[t]++;
-			total--;
-			aug++;
+			dijkstras++;
 		}
 	}
 	s->st.augmentations = aug;
+	s->st.dijkstras = dijkstras;
 	if (s->warm_on) {
 		memcpy(s->warm_pot, pot, n * sizeof(int64_t));
 		s->warm_n = n;

@@ -5,6 +5,8 @@
  * iteration follows DESIGN §3 and is documented in esd/dispatch_snap.h;
  * a node daemon must make the same calls on its cache.
  */
+#include "bigmem.h"
+#include "keydir.h"
 #include "keytab_internal.h"
 
 #include <esd/dispatch_snap.h>
@@ -13,6 +15,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
+static inline uint32_t popc(uint64_t m)
+{
+	uint32_t c = 0;
+	for (; m; m &= m - 1)
+		c++;
+	return c;
+}
 
 struct esd_snapset {
 	uint32_t n;
@@ -30,21 +41,22 @@ struct esd_snapset {
 	size_t cap_f;
 	uint32_t *found;
 	size_t cap_found;
+	struct keydir dir; /* where each cached key lives, across workers */
 };
 
 static int alloc_block(struct esd_snapset *ss, uint32_t j, size_t len)
 {
-	void *m = NULL;
-	if (posix_memalign(&m, 64, len))
+	void *m = esd_big_zalloc(len);
+	if (!m)
 		return -ENOMEM;
-	free(ss->mem[j]);
+	esd_big_free(ss->mem[j], ss->len[j]);
 	ss->mem[j] = m;
 	ss->len[j] = len;
 	return 0;
 }
 
 int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
-		       struct esd_snapset **out)
+                       struct esd_snapset **out)
 {
 	if (!out || !capacity || n == 0 || n > ESD_MAX_WORKERS)
 		return -EINVAL;
@@ -53,6 +65,11 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 		return -ENOMEM;
 	ss->n = n;
 	int rc = 0;
+	size_t total = 0;
+	for (uint32_t j = 0; j < n; j++)
+		total += capacity[j];
+	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25))))
+		goto fail_blocks;
 	for (uint32_t j = 0; j < n; j++) {
 		size_t len = esd_cmeta_bytes(capacity[j]);
 		if (!len) {
@@ -76,13 +93,14 @@ void esd_snapset_free(struct esd_snapset *ss)
 	if (!ss)
 		return;
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
-		free(ss->mem[j]);
+		esd_big_free(ss->mem[j], ss->len[j]);
 	free(ss->wkeys);
 	free(ss->wuid);
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
 	free(ss->found);
+	keydir_free(&ss->dir);
 	free(ss);
 }
 
@@ -101,10 +119,81 @@ uint64_t esd_snapset_iter(const struct esd_snapset *ss)
 	return ss ? ss->iter : 0;
 }
 
+/* The directory from the snapshots themselves (after a load). */
+static int rebuild_dir(struct esd_snapset *ss)
+{
+	size_t total = 0;
+	for (uint32_t j = 0; j < ss->n; j++)
+		total += esd_cmeta_count(ss->cm[j]);
+	keydir_clear(&ss->dir);
+	if (keydir_reserve(&ss->dir, total))
+		return -ENOMEM;
+	for (uint32_t j = 0; j < ss->n; j++) {
+		const uint32_t cap = esd_cmeta_capacity(ss->cm[j]);
+		for (uint32_t i = 0; i < cap; i++) {
+			const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[j], i);
+			if (sl->state == ESD_ROW_ABSENT)
+				continue;
+			struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, sl->key)];
+			e->cached |= UINT64_C(1) << j;
+			if (sl->state >= ESD_ROW_CLEAN)
+				e->latest |= UINT64_C(1) << j;
+			if (sl->state == ESD_ROW_DIRTY) {
+				if (e->dirty != ESD_NO_WORKER)
+					return -ESD_EDIVERGED;
+				e->dirty = j;
+			}
+		}
+	}
+	for (size_t i = 0; i < ss->dir.size; i++) {
+		const struct keydir_ent *e = &ss->dir.t[i];
+		if (e->used && e->dirty != ESD_NO_WORKER && e->latest != (UINT64_C(1) << e->dirty))
+			return -ESD_EDIVERGED;
+	}
+	return 0;
+}
+
+int esd_snapset_verify(struct esd_snapset *ss)
+{
+	if (!ss)
+		return -EINVAL;
+	size_t occupied = 0, live = 0;
+	for (uint32_t j = 0; j < ss->n; j++) {
+		if (esd_cmeta_verify(ss->cm[j]))
+			return -EINVAL;
+		const uint32_t cap = esd_cmeta_capacity(ss->cm[j]);
+		const uint64_t bit = UINT64_C(1) << j;
+		for (uint32_t i = 0; i < cap; i++) {
+			const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[j], i);
+			if (sl->state == ESD_ROW_ABSENT)
+				continue;
+			occupied++;
+			uint32_t x = keydir_find(&ss->dir, sl->key);
+			if (x == KEYDIR_NONE)
+				return -ESD_EDIVERGED;
+			const struct keydir_ent *e = &ss->dir.t[x];
+			if (!(e->cached & bit) ||
+			    !!(e->latest & bit) != (sl->state >= ESD_ROW_CLEAN) ||
+			    (e->dirty == j) != (sl->state == ESD_ROW_DIRTY))
+				return -ESD_EDIVERGED;
+		}
+	}
+	for (size_t i = 0; i < ss->dir.size; i++)
+		if (ss->dir.t[i].used)
+			live += (size_t)popc(ss->dir.t[i].cached);
+	return live == occupied ? 0 : -ESD_EDIVERGED;
+}
+
 int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src)
 {
 	if (!ss || !src || j >= ss->n)
 		return -EINVAL;
+	if (src == ss->cm[j]) {
+		/* the snapshot was edited in place */
+		if (esd_cmeta_last_iter(src) > ss->iter)
+			ss->iter = esd_cmeta_last_iter(src);
+		return rebuild_dir(ss);
+	}
 	size_t len = esd_cmeta_block_bytes(src);
 	if (!len)
 		return -EINVAL;
@@ -116,7 +205,7 @@ int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta 
 	uint64_t it = esd_cmeta_last_iter(ss->cm[j]);
 	if (it > ss->iter)
 		ss->iter = it;
-	return 0;
+	return rebuild_dir(ss);
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t elem)
@@ -143,39 +232,17 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
-	for (uint32_t u = 0; u < cnt; u++)
-		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
-	for (uint32_t j = 0; j < ss->n; j++) {
-		const struct esd_cmeta *cm = ss->cm[j];
-		if (!esd_cmeta_count(cm))
-			continue;
-		esd_cmeta_find_batch(cm, kt->ukeys, cnt, ss->found);
-		const uint64_t bit = UINT64_C(1) << j;
-		for (uint32_t u = 0; u < cnt; u++) {
-			if (ss->found[u] == ESD_SLOT_NONE)
-				continue;
-			struct esd_keystate *s = &kt->st[u];
-			uint8_t st = esd_cmeta_slot(cm, ss->found[u])->state;
-			s->cached |= bit;
-			if (st == ESD_ROW_CLEAN || st == ESD_ROW_DIRTY)
-				s->latest |= bit;
-			if (st == ESD_ROW_DIRTY) {
-				if (s->dirty != ESD_NO_WORKER)
-					goto diverged;
-				s->dirty = (uint8_t)j;
-			}
-		}
-	}
+	keydir_find_batch(&ss->dir, kt->ukeys, cnt, ss->found);
 	for (uint32_t u = 0; u < cnt; u++) {
-		const struct esd_keystate *s = &kt->st[u];
-		if (s->dirty != ESD_NO_WORKER && s->latest != (UINT64_C(1) << s->dirty))
-			goto diverged;
+		const uint32_t x = ss->found[u];
+		if (x == KEYDIR_NONE) {
+			kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+			continue;
+		}
+		const struct keydir_ent *e = &ss->dir.t[x];
+		kt->st[u] = (struct esd_keystate){e->latest, e->cached, (uint8_t)e->dirty, {0}};
 	}
 	return 0;
-diverged:
-	ESD_ERR("dispatch", "snapshots disagree on a key's latest copy (DIRTY on one worker, "
-		      "latest on another)");
-	return -ESD_EDIVERGED;
 }
 
 static int cmp_key(const void *a, const void *b)
@@ -184,11 +251,9 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-#define FOR_BITS(m, j) for (uint64_t _m = (m); _m && ((j = (uint32_t)__builtin_ctzll(_m)), 1); _m &= _m - 1)
-
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-			struct esd_conseq *cq)
+                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                        struct esd_conseq *cq)
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
@@ -197,6 +262,47 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		return rc;
 	const uint32_t n = ss->n, cnt = kt->count;
 	const uint64_t t = ss->iter + 1;
+	if ((rc = keydir_reserve(&ss->dir, cnt)))
+		return rc;
+
+	/* per-worker needed keys, ascending (kt->sorted is ascending) */
+	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
+	size_t total = 0;
+	for (uint32_t u = 0; u < cnt; u++)
+		total += (size_t)popc(kt->need[u]);
+	size_t cap = ss->cap_w;
+	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
+		return -ENOMEM;
+	cap = ss->cap_w;
+	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_w = cap;
+	uint32_t j, maxw = 0;
+	for (uint32_t u = 0; u < cnt; u++)
+		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
+			woff[j + 1]++;
+		}
+	for (uint32_t w = 0; w < n; w++) {
+		if (woff[w + 1] > maxw)
+			maxw = woff[w + 1];
+		woff[w + 1] += woff[w];
+	}
+	uint32_t pos[ESD_MAX_WORKERS];
+	memcpy(pos, woff, n * sizeof(uint32_t));
+	for (uint32_t r = 0; r < cnt; r++) {
+		uint32_t u = kt->sorted[r];
+		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
+			ss->wkeys[pos[j]] = kt->ukeys[u];
+			ss->wuid[pos[j]++] = u;
+		}
+	}
+	/* a worker that cannot hold its rows fails the step before anything
+	 * changes */
+	for (uint32_t w = 0; w < n; w++)
+		if (woff[w + 1] - woff[w] > esd_cmeta_capacity(ss->cm[w]))
+			return -ENOSPC;
 
 	/* step 1: pushed DIRTY rows become CLEAN on their holder */
 	for (uint32_t w = 0; w < n; w++) {
@@ -209,37 +315,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 	}
 
-	/* per-worker needed keys, ascending (kt->sorted is ascending) */
-	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
-	size_t total = 0;
-	for (uint32_t u = 0; u < cnt; u++)
-		total += (size_t)__builtin_popcountll(kt->need[u]);
-	size_t cap = ss->cap_w;
-	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
-		return -ENOMEM;
-	cap = ss->cap_w;
-	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_w = cap;
-	uint32_t j, maxw = 0;
-	for (uint32_t u = 0; u < cnt; u++)
-		FOR_BITS(kt->need[u], j)
-			woff[j + 1]++;
-	for (uint32_t w = 0; w < n; w++) {
-		if (woff[w + 1] > maxw)
-			maxw = woff[w + 1];
-		woff[w + 1] += woff[w];
-	}
-	uint32_t pos[ESD_MAX_WORKERS];
-	memcpy(pos, woff, n * sizeof(uint32_t));
-	for (uint32_t r = 0; r < cnt; r++) {
-		uint32_t u = kt->sorted[r];
-		FOR_BITS(kt->need[u], j)
-		{
-			ss->wkeys[pos[j]] = kt->ukeys[u];
-			ss->wuid[pos[j]++] = u;
-		}
-	}
 	cap = ss->cap_f;
 	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
 		return -ENOMEM;
@@ -256,8 +331,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	uint32_t eoff = 0;
 	for (uint32_t w = 0; w < n; w++) {
 		/* steps 3-4: pins, touches, inserts, evictions */
-		struct esd_cmeta_fill fill = {.pulls = ss->pulls, .evicts = ss->evicts,
-					      .slots = ss->slots};
+		struct esd_cmeta_fill fill = {
+		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
 		const uint32_t nw = woff[w + 1] - woff[w];
 		const esd_key_t *keys = ss->wkeys + woff[w];
 		const uint32_t *uids = ss->wuid + woff[w];
@@ -268,13 +343,23 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			return -ESD_EDIVERGED;
 		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
 		if (grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
-			 sizeof(esd_key_t)))
+		         sizeof(esd_key_t)))
 			return -ENOMEM;
 		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
 		uint32_t e0 = eoff;
-		for (size_t q = 0; q < fill.n_evicts; q++)
+		const uint64_t wbit = UINT64_C(1) << w;
+		for (size_t q = 0; q < fill.n_evicts; q++) {
+			uint32_t x = keydir_find(&ss->dir, ss->evicts[q].key);
+			if (x == KEYDIR_NONE)
+				return -ESD_EDIVERGED;
+			struct keydir_ent *e = &ss->dir.t[x];
+			e->cached &= ~wbit;
+			e->latest &= ~wbit;
+			if (e->dirty == w)
+				e->dirty = ESD_NO_WORKER;
 			if (ss->evicts[q].dirty)
 				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
+		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
 		for (size_t q = 0; q < fill.n_pulls; q++)
 			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN, 0);
@@ -283,15 +368,29 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			const uint64_t need = kt->need[uids[q]];
 			int alone = sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1));
 			esd_cmeta_set_state(ss->cm[w], ss->slots[q],
-					    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
+			                    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
 		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
-	/* step 6 on the workers that hold a latest copy but trained none */
+	/* step 6 on the workers that hold a latest copy but trained none, and
+	 * the directory: trainers hold it now; the latest value is DIRTY on a
+	 * lone trainer (on-demand) or at the PS only */
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &kt->st[u];
-		FOR_BITS(s->latest & ~kt->need[u], j)
+		const uint64_t need = kt->need[u];
+		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
 			esd_cmeta_mark_outdated(ss->cm[j], kt->ukeys[u]);
+		}
+		struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, kt->ukeys[u])];
+		e->cached |= need;
+		if (sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1))) {
+			e->latest = need;
+			e->dirty = (uint32_t)__builtin_ctzll(need);
+		} else {
+			e->latest = 0;
+			e->dirty = ESD_NO_WORKER;
+		}
 	}
 	esd_conseq_costs(cq, T);
 	ss->iter = t;

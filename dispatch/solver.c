@@ -114,7 +114,7 @@ int esd_solve_prepare_heaps(struct esd_solver *s, uint32_t n)
 /* Common checks; fills capv[n] with the capacities (equal when cap is
  * NULL). cost may be NULL (laia, vanilla check their own input). */
 int esd_solve_check(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
-		    const void *assign, uint32_t *capv)
+                    const void *assign, uint32_t *capv)
 {
 	if (n == 0 || n > ESD_MAX_WORKERS || k > ESD_SOLVE_MAX_K || !assign)
 		return -EINVAL;
@@ -223,7 +223,7 @@ int esd_regret_order(struct esd_solver *s, const int64_t *regret, uint32_t k, ui
 }
 
 void esd_heu_core(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *capv,
-		  const uint32_t *order, uint32_t *load, uint32_t *assign)
+                  const uint32_t *order, uint32_t *load, uint32_t *assign)
 {
 	/* open: bit j set while worker j has room (n <= 64) */
 	uint64_t open = 0;
@@ -249,7 +249,7 @@ void esd_heu_core(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *c
 }
 
 static void regret_stats(struct esd_solve_stats *st, const int64_t *regret, const uint32_t *order,
-			 uint32_t k)
+                         uint32_t k)
 {
 	if (k == 0) {
 		st->regret_min = st->regret_max = st->regret_median = 0;
@@ -271,7 +271,7 @@ static void regret_stats(struct esd_solve_stats *st, const int64_t *regret, cons
 }
 
 int esd_solve_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		  const uint32_t *cap, enum esd_heu_order order, uint32_t *assign)
+                  const uint32_t *cap, enum esd_heu_order order, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS], load[ESD_MAX_WORKERS] = {0};
 	if (!s || !cost)
@@ -306,7 +306,7 @@ int esd_solve_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 }
 
 static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int64_t *cost,
-			uint32_t k, uint32_t n, const uint32_t *capv, uint32_t *assign)
+                        uint32_t k, uint32_t n, const uint32_t *capv, uint32_t *assign)
 {
 	if (b == ESD_OPT_HUNGARIAN)
 		return esd_opt_hungarian(s, cost, k, n, capv, assign);
@@ -314,7 +314,7 @@ static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int6
 }
 
 int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		  const uint32_t *cap, uint32_t *assign)
+                  const uint32_t *cap, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)
@@ -334,7 +334,7 @@ int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 }
 
 int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-			const uint32_t *cap, uint32_t *assign)
+                        const uint32_t *cap, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)
@@ -354,7 +354,7 @@ int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, u
 }
 
 int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		     const uint32_t *cap, const struct esd_hybrid_params *p, uint32_t *assign)
+                     const uint32_t *cap, const struct esd_hybrid_params *p, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS], sl[ESD_MAX_WORKERS], load[ESD_MAX_WORKERS] = {0};
 	if (!s || !cost || !p || !(p->alpha >= 0.0 && p->alpha <= 1.0))
@@ -402,7 +402,8 @@ int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
 		uint32_t r = 0;
 		for (uint32_t i = 0; i < k; i++)
 			if (sel[i]) {
-				memcpy(sub + (size_t)r * n, cost + (size_t)i * n, n * sizeof(int64_t));
+				memcpy(sub + (size_t)r * n, cost + (size_t)i * n,
+				       n * sizeof(int64_t));
 				rows[r++] = i;
 			}
 		uint32_t *sa = rows + S;
@@ -420,7 +421,8 @@ int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
 		if (p->heu_order == ESD_HEU_REGRET_ORDER) {
 			esd_heu_core(cost, k - S, n, hcap, order + S, load, assign);
 		} else {
-			uint32_t *o2 = esd_scratch(s, SC_ORDER2, (size_t)(k - S) * sizeof(uint32_t));
+			uint32_t *o2 =
+			    esd_scratch(s, SC_ORDER2, (size_t)(k - S) * sizeof(uint32_t));
 			uint8_t *sel = esd_scratch(s, SC_MISC, k);
 			if (!o2 || !sel)
 				return -ENOMEM;
@@ -435,11 +437,6 @@ int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
 		}
 	}
 	int64_t t3 = esd_now_ns();
-	uint64_t aug = s->st.augmentations, mv = s->st.canon_moves;
-	int64_t cn = s->st.canon_ns;
-	s->st.augmentations = aug;
-	s->st.canon_moves = mv;
-	s->st.canon_ns = cn;
 	s->st.regret_ns = t1 - t0;
 	s->st.opt_ns = t2 - t1;
 	s->st.heu_ns = t3 - t2;

@@ -26,19 +26,20 @@ struct pheap_ent {
 struct pheap {
 	struct pheap_ent *e;
 	uint32_t len, cap;
+	int desc; /* opt: ties by row descending */
 };
 
 enum {
-	SC_LOAD,     /* uint32 per worker */
-	SC_REGRET,   /* int64 per row */
-	SC_ORDER,    /* uint32 per row */
-	SC_ORDER2,   /* uint32 per row (radix sort temp) */
-	SC_SUBCOST,  /* int64 k x n: hybrid's opt rows */
+	SC_LOAD,    /* uint32 per worker */
+	SC_REGRET,  /* int64 per row */
+	SC_ORDER,   /* uint32 per row */
+	SC_ORDER2,  /* uint32 per row (radix sort temp) */
+	SC_SUBCOST, /* int64 k x n: hybrid's opt rows */
 	SC_SUBASSIGN,
-	SC_STAMP,    /* uint32 per row */
-	SC_TIGHT,    /* uint64 per row */
-	SC_HUNG,     /* hungarian: u, v, p, way, minv, used */
-	SC_SLOTW,    /* hungarian: worker of each expanded column */
+	SC_STAMP, /* uint32 per row */
+	SC_TIGHT, /* uint64 per row */
+	SC_HUNG,  /* hungarian: u, v, p, way, minv, used */
+	SC_SLOTW, /* hungarian: worker of each expanded column */
 	SC_MISC,
 	SC_COUNT
 };
@@ -56,21 +57,21 @@ struct esd_solver {
 void *esd_scratch(struct esd_solver *s, int which, size_t bytes);
 int esd_solve_prepare_heaps(struct esd_solver *s, uint32_t n);
 int esd_solve_check(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
-		    const void *assign, uint32_t *capv);
+                    const void *assign, uint32_t *capv);
 
 /* Exact solvers on an already-checked problem (capv: capacities, never
  * NULL). Both leave the canonical optimum in assign. */
 int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		const uint32_t *capv, uint32_t *assign);
+                const uint32_t *capv, uint32_t *assign);
 int esd_opt_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		      const uint32_t *capv, uint32_t *assign);
+                      const uint32_t *capv, uint32_t *assign);
 /* Canonical pass given optimal worker potentials pot (NULL: derive them;
  * returns -EINVAL when assign is not optimal). */
 int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		   const uint32_t *capv, const int64_t *pot, uint32_t *assign);
+                   const uint32_t *capv, const int64_t *pot, uint32_t *assign);
 /* heu on a checked problem; rows visited in 'order' (NULL: row order). */
 void esd_heu_core(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *capv,
-		  const uint32_t *order, uint32_t *load, uint32_t *assign);
+                  const uint32_t *order, uint32_t *load, uint32_t *assign);
 /* Sort row indices by regret descending, then index ascending. */
 int esd_regret_order(struct esd_solver *s, const int64_t *regret, uint32_t k, uint32_t *order);
 

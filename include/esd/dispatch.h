@@ -97,8 +97,8 @@ void esd_keytab_free(struct esd_keytab *kt);
  * occurrences), -ENOMEM. */
 int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n);
 
-uint32_t esd_keytab_count(const struct esd_keytab *kt);    /* unique keys */
-uint32_t esd_keytab_workers(const struct esd_keytab *kt);  /* n */
+uint32_t esd_keytab_count(const struct esd_keytab *kt);        /* unique keys */
+uint32_t esd_keytab_workers(const struct esd_keytab *kt);      /* n */
 const esd_key_t *esd_keytab_keys(const struct esd_keytab *kt); /* [count] */
 /* Unique-key number of every occurrence, parallel to b->keys. */
 const uint32_t *esd_keytab_occ(const struct esd_keytab *kt);
@@ -116,17 +116,17 @@ int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key);
 
 /* c[i * n + j] per ESD Alg. 1 (see the overview), for the batch the table
  * was built from. T has n entries >= 0. Returns 0, -EINVAL (NULL, batch
- * differs in size from the table's, T < 0), -EOVERFLOW (a sample with so
+ * differs in size from the table's, a T outside [0, ESD_COST_MAX]), -EOVERFLOW (a sample with so
  * many keys that 2 * keys * max T exceeds ESD_COST_MAX). */
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
-		      int64_t *cost);
+                      int64_t *cost);
 
 /* LAIA scores: score[i * n + j] = keys of sample i latest on worker j,
  * counting only keys of the tables whose bit is set in 'tables'
  * (ESD_MAX_TABLES bits, bit t = word t / 64, bit t % 64), all tables when
  * NULL. Returns 0 or -EINVAL. */
 int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
-		       const uint64_t *tables, int32_t *score);
+                       const uint64_t *tables, int32_t *score);
 
 #define ESD_TABLE_MASK_WORDS (ESD_MAX_TABLES / 64)
 
@@ -147,7 +147,7 @@ int esd_doi_add_batch(struct esd_doi *d, const struct esd_batch *b);
 double esd_doi_table(const struct esd_doi *d, uint32_t table);
 /* Mask of the 'top' tables with the highest DoI (ties: lower table id),
  * among the tables seen; mask has ESD_TABLE_MASK_WORDS words. Returns the
- * number of tables set, or -EINVAL. */
+ * number of tables set, -EINVAL or -ENOMEM. */
 int esd_doi_top_tables(const struct esd_doi *d, uint32_t top, uint64_t *mask);
 
 /* ---- communication plan and consequence -------------------------------- */
@@ -168,12 +168,12 @@ enum esd_xfer_kind esd_cq_xfer_kind(enum esd_cq_kind kind);
  * keys[kind][off[kind][j] .. off[kind][j+1]), ascending per worker. */
 struct esd_conseq {
 	uint32_t n;
-	uint32_t *off[ESD_CQ_KINDS];   /* n + 1 each */
+	uint32_t *off[ESD_CQ_KINDS]; /* n + 1 each */
 	esd_key_t *keys[ESD_CQ_KINDS];
-	int64_t cost[ESD_CQ_KINDS];    /* sum of T_j over the transfers */
+	int64_t cost[ESD_CQ_KINDS];           /* sum of T_j over the transfers */
 	int64_t worker_cost[ESD_MAX_WORKERS]; /* all kinds, per worker */
 	int64_t total_cost;
-	uint32_t hits;                 /* (key, worker) needs already latest */
+	uint32_t hits; /* (key, worker) needs already latest */
 	/* private */
 	size_t cap_keys[ESD_CQ_KINDS];
 	uint32_t cap_n;
@@ -183,12 +183,12 @@ int esd_conseq_create(struct esd_conseq **out);
 void esd_conseq_free(struct esd_conseq *cq);
 /* Transfers of kind on worker j. */
 static inline uint32_t esd_conseq_count(const struct esd_conseq *cq, enum esd_cq_kind kind,
-					uint32_t j)
+                                        uint32_t j)
 {
 	return cq->off[kind][j + 1] - cq->off[kind][j];
 }
-static inline const esd_key_t *esd_conseq_keys(const struct esd_conseq *cq,
-					       enum esd_cq_kind kind, uint32_t j)
+static inline const esd_key_t *esd_conseq_keys(const struct esd_conseq *cq, enum esd_cq_kind kind,
+                                               uint32_t j)
 {
 	return cq->keys[kind] + cq->off[kind][j];
 }
@@ -197,13 +197,14 @@ static inline const esd_key_t *esd_conseq_keys(const struct esd_conseq *cq,
  * states in the key table (no evictions: they need the snapshots). The
  * key table is not changed. Returns 0, -EINVAL, -ENOMEM. */
 int esd_conseq_compute(const struct esd_keytab *kt, const struct esd_batch *b,
-		       const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-		       struct esd_conseq *cq);
+                       const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                       struct esd_conseq *cq);
 
 /* Herald Alg. 2 alone: per worker, its DIRTY rows that other workers need
- * (cq's UPDATE_VALUE lists; the other kinds are left empty). */
+ * (cq's UPDATE_VALUE lists; the other kinds are left empty). Returns 0,
+ * -EINVAL, -ENOMEM. */
 int esd_comm_plan(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
-		  const int64_t *T, struct esd_conseq *cq);
+                  const int64_t *T, struct esd_conseq *cq);
 
 #ifdef __cplusplus
 }

@@ -44,33 +44,45 @@ struct esd_snapset;
  * Returns 0, -EINVAL (n == 0 or > ESD_MAX_WORKERS, a capacity esd_cmeta
  * cannot format), -ENOMEM. */
 int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy policy,
-		       struct esd_snapset **out);
+                       struct esd_snapset **out);
 void esd_snapset_free(struct esd_snapset *ss);
 uint32_t esd_snapset_workers(const struct esd_snapset *ss);
 /* Snapshot of worker j (owned by the set), NULL when j is out of range. */
 struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
 /* Replace snapshot j by a copy of a cache's metadata (e.g. at start-up or
- * after a restart). Returns 0, -EINVAL, -ENOMEM. */
+ * after a restart) and rebuild the key directory (O(total capacity)).
+ * src may be the set's own snapshot j, edited in place through
+ * esd_snapset_cmeta(): then only the directory is rebuilt.
+ * Returns 0, -EINVAL, -ENOMEM, -ESD_EDIVERGED (the snapshots contradict
+ * each other: a key DIRTY on two workers, or DIRTY on one and latest on
+ * another). */
 int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src);
 /* The last iteration advanced (0 before the first). */
 uint64_t esd_snapset_iter(const struct esd_snapset *ss);
+/* Full check, O(total capacity), for tests and debugging tools: every
+ * snapshot passes esd_cmeta_verify and the key directory matches them.
+ * Returns 0, -EINVAL (a snapshot is inconsistent), -ESD_EDIVERGED (the
+ * directory is). */
+int esd_snapset_verify(struct esd_snapset *ss);
 
-/* States of the key table's keys from the snapshots (one batched lookup
- * per worker). The table must have been built for the set's n. Returns 0,
- * -EINVAL, -ESD_EDIVERGED (snapshots contradict each other: a key DIRTY on
- * two workers, or DIRTY on one and latest on another). */
+/* States of the key table's keys from the snapshots, through the set's key
+ * directory (one probe per unique key, not one per key and worker; the
+ * directory is advanced with the snapshots and rebuilt by
+ * esd_snapset_load). The table must have been built for the set's n.
+ * Returns 0 or -EINVAL. */
 int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
 
 /* Advance every snapshot by iteration esd_snapset_iter() + 1 for decision
  * 'assign' of batch b, whose key table kt was filled from this set before
  * any change; T gives the per-worker transfer costs. cq receives the full
  * consequence, evictions included. Returns 0, -EINVAL, -ENOMEM, -ENOSPC (a
- * worker needs more distinct rows than its cache holds; nothing changed on
- * that worker and the set must be reloaded), -ESD_EDIVERGED (a snapshot's
- * pulls differ from the key table's: kt was not filled from this set). */
+ * worker needs more distinct rows than its cache holds; checked before
+ * anything changes), -ESD_EDIVERGED (a snapshot's pulls differ from the
+ * key table's: kt was not filled from this set; the set must then be
+ * reloaded). */
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-			const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-			struct esd_conseq *cq);
+                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                        struct esd_conseq *cq);
 
 /* ---- the whole step --------------------------------------------------- */
 
@@ -83,21 +95,28 @@ struct esd_dispatcher_config {
 	uint64_t seed;                   /* laia, vanilla */
 	enum esd_sync sync;
 	const uint64_t *laia_tables; /* ESD_TABLE_MASK_WORDS (copied); NULL: all */
+	/* Adaptive LAIA (Herald §4.3): when > 0, a DoI profiler sees every
+	 * batch and laia scores only the laia_top tables of highest DoI,
+	 * reselected every laia_refresh steps (0: 16); overrides laia_tables
+	 * once the first selection is made. */
+	uint32_t laia_top, laia_refresh;
 	int compare; /* also solve heu and opt each step: heu-vs-opt gap */
 };
 
 /* Counters: the last step's and sums over all steps (ns). */
 struct esd_dispatch_phase {
 	int64_t keytab, fill, matrix, solve, advance, total;
+	int64_t profile; /* adaptive LAIA's table profiler (not in total: it
+	                  * can run beside the decision, as in Herald) */
 };
 
 struct esd_dispatch_counters {
 	uint64_t steps;
 	struct esd_dispatch_phase last, sum;
-	struct esd_solve_stats solve;  /* last solve */
-	uint32_t unique_keys;          /* last batch */
-	int64_t est_cost;              /* last decision on the ESD matrix */
-	int64_t true_cost;             /* last consequence's total cost */
+	struct esd_solve_stats solve; /* last solve */
+	uint32_t unique_keys;         /* last batch */
+	int64_t est_cost;             /* last decision on the ESD matrix */
+	int64_t true_cost;            /* last consequence's total cost */
 	int64_t sum_est_cost, sum_true_cost;
 	/* with compare: matrix costs of heu and opt on the same matrix */
 	int64_t heu_cost, opt_cost;
@@ -109,18 +128,21 @@ struct esd_dispatch_counters {
 struct esd_dispatcher;
 
 /* The dispatcher borrows ss (it must outlive it). Returns 0, -EINVAL (bad
- * configuration: n differs from the set's, cap not summing consistently,
- * T < 0, alpha outside [0, 1]), -ENOMEM. */
+ * configuration: NULL T, n differs from the set's, a T outside
+ * [0, ESD_COST_MAX], unknown method or sync mode, hybrid alpha outside
+ * [0, 1]), -ENOMEM. The capacities are checked against each batch. */
 int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_snapset *ss,
-			  struct esd_dispatcher **out);
+                          struct esd_dispatcher **out);
 void esd_dispatcher_free(struct esd_dispatcher *d);
 
 /* Decide batch b (b->k must equal the capacities' sum; with cap NULL a
- * multiple of n) into assign[b->k], advance the snapshots and fill cq
- * (may be NULL: an internal one is used). Returns 0 or the errors of the
- * steps above. */
+ * multiple of n, else -EINVAL) into assign[b->k], advance the snapshots
+ * and fill cq (may be NULL: an internal one is used, owned by the
+ * dispatcher). Returns 0 or the errors of the steps above (key table,
+ * matrix, solver, esd_snapset_advance). On error the snapshots are
+ * unchanged unless esd_snapset_advance says otherwise. */
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
-			struct esd_conseq *cq);
+                        struct esd_conseq *cq);
 const struct esd_dispatch_counters *esd_dispatcher_counters(const struct esd_dispatcher *d);
 /* The key table of the last step (owned by the dispatcher). */
 struct esd_keytab *esd_dispatcher_keytab(struct esd_dispatcher *d);

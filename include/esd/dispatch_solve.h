@@ -123,14 +123,15 @@ struct esd_solve_stats {
 	int64_t canon_ns;  /* of which the canonical pass */
 	int64_t heu_ns;
 	uint32_t opt_rows, heu_rows;
-	uint64_t augmentations; /* opt: shortest paths; hungarian: rows */
+	uint64_t augmentations; /* opt: rows moved to a free worker; hungarian: rows */
+	uint64_t dijkstras;     /* opt: shortest-path searches */
 	uint64_t canon_moves;   /* rows moved by the canonical pass */
 	/* regret statistics over all rows (hybrid and heu in regret order) */
 	int64_t regret_min, regret_max, regret_median;
 	double regret_mean;
-	int64_t regret_cut; /* smallest regret handed to opt (-1: none) */
+	int64_t regret_cut;   /* smallest regret handed to opt (-1: none) */
 	uint32_t regret_zero; /* rows with regret 0 */
-	int64_t cost;       /* total cost of the result */
+	int64_t cost;         /* total cost of the result */
 };
 
 struct esd_solver;
@@ -150,16 +151,16 @@ void esd_solver_set_warm(struct esd_solver *s, int on);
 
 /* heu (see the overview). */
 int esd_solve_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		  const uint32_t *cap, enum esd_heu_order order, uint32_t *assign);
+                  const uint32_t *cap, enum esd_heu_order order, uint32_t *assign);
 
 /* opt: the canonical optimum (see the overview). */
 int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		  const uint32_t *cap, uint32_t *assign);
+                  const uint32_t *cap, uint32_t *assign);
 
 /* hungarian: the same canonical optimum, O(k^3) on the expanded matrix
  * (k = 8192 takes hours: the paper's reference, not a production path). */
 int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-			const uint32_t *cap, uint32_t *assign);
+                        const uint32_t *cap, uint32_t *assign);
 
 struct esd_hybrid_params {
 	double alpha;                 /* in [0, 1] */
@@ -169,23 +170,22 @@ struct esd_hybrid_params {
 
 /* hybrid(alpha). Also -EINVAL for alpha outside [0, 1] or NaN. */
 int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		     const uint32_t *cap, const struct esd_hybrid_params *p, uint32_t *assign);
+                     const uint32_t *cap, const struct esd_hybrid_params *p, uint32_t *assign);
 
 /* laia on a k x n score matrix (score[i * n + j] >= 0, larger is better).
  * Same capacity rules; -EINVAL for a negative score. */
 int esd_solve_laia(struct esd_solver *s, const int32_t *score, uint32_t k, uint32_t n,
-		   const uint32_t *cap, uint64_t seed, uint32_t *assign);
+                   const uint32_t *cap, uint64_t seed, uint32_t *assign);
 
 /* vanilla: seeded random assignment meeting the capacities. */
-int esd_solve_vanilla(uint32_t k, uint32_t n, const uint32_t *cap, uint64_t seed,
-		      uint32_t *assign);
+int esd_solve_vanilla(uint32_t k, uint32_t n, const uint32_t *cap, uint64_t seed, uint32_t *assign);
 
 /* Replace an optimal assignment by the canonical optimum (same cost).
  * Returns 0, -EINVAL (the common checks, assign[i] >= n, loads differing
  * from the capacities, or an assignment that is not optimal: a cheaper one
  * exists), -ENOMEM. */
 int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-		     const uint32_t *cap, uint32_t *assign);
+                     const uint32_t *cap, uint32_t *assign);
 
 /* Total cost of an assignment (no checks beyond assign[i] < n, which the
  * caller guarantees). */

@@ -38,12 +38,24 @@ static inline void dt_fill(int64_t *c, uint32_t k, uint32_t n, enum dt_kind kd, 
 			int64_t v;
 			uint64_t r = esd_test_rand(&st);
 			switch (kd) {
-			case DT_RANDOM: v = (int64_t)(r % 100000); break;
-			case DT_ONE_WORKER: v = j == 0 ? (int64_t)(r % 50) : 1000 + (int64_t)(r % 5000); break;
-			case DT_EQUAL_ROWS: v = base_row[j]; break;
-			case DT_TIES: v = (int64_t)(r % 3); break;
-			case DT_BIG: v = (INT64_C(1) << 40) - (int64_t)(r % 4096); break;
-			default: v = 0; break;
+			case DT_RANDOM:
+				v = (int64_t)(r % 100000);
+				break;
+			case DT_ONE_WORKER:
+				v = j == 0 ? (int64_t)(r % 50) : 1000 + (int64_t)(r % 5000);
+				break;
+			case DT_EQUAL_ROWS:
+				v = base_row[j];
+				break;
+			case DT_TIES:
+				v = (int64_t)(r % 3);
+				break;
+			case DT_BIG:
+				v = (INT64_C(1) << 40) - (int64_t)(r % 4096);
+				break;
+			default:
+				v = 0;
+				break;
 			}
 			c[(size_t)i * n + j] = v;
 		}
@@ -51,7 +63,7 @@ static inline void dt_fill(int64_t *c, uint32_t k, uint32_t n, enum dt_kind kd, 
 
 /* Lexicographically smallest minimum-cost assignment, by enumeration. */
 static inline int64_t dt_brute(const int64_t *c, uint32_t k, uint32_t n, const uint32_t *cap,
-			       uint32_t *best)
+                               uint32_t *best)
 {
 	uint32_t a[16] = {0}, load[16];
 	int64_t bc = INT64_MAX;

@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <string.h>
 
-static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t universe,
-			 uint32_t *off, esd_key_t *keys)
+static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t universe, uint32_t *off,
+                         esd_key_t *keys)
 {
 	uint64_t st = seed;
 	off[0] = 0;
@@ -49,8 +49,9 @@ static void test_costmat_vs_direct(void **state)
 			for (uint32_t j = 0; j < n; j++) {
 				enum esd_row_state s = (enum esd_row_state)(esd_test_rand(&st) % 3);
 				if (dirty >= 0)
-					s = (int)j == dirty ? ESD_ROW_DIRTY
-							     : (s == ESD_ROW_CLEAN ? ESD_ROW_OUTDATED : s);
+					s = (int)j == dirty
+					        ? ESD_ROW_DIRTY
+					        : (s == ESD_ROW_CLEAN ? ESD_ROW_OUTDATED : s);
 				truth[u][j] = s;
 				assert_int_equal(esd_keytab_set(kt, u, j, s), 0);
 			}
@@ -145,10 +146,16 @@ static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
 	int64_t T[4] = {10, 10, 100, 100};
 	struct esd_snapset *ss;
 	assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_EMARK, &ss), 0);
-	struct esd_dispatcher_config cfg = {.n = n, .cap = unequal ? cap : NULL, .T = T,
-					    .method = m, .hybrid = {0.25, ESD_OPT_SSP,
-								    ESD_HEU_ROW_ORDER},
-					    .seed = 5, .sync = sync, .compare = 1};
+	struct esd_dispatcher_config cfg = {.n = n,
+	                                    .cap = unequal ? cap : NULL,
+	                                    .T = T,
+	                                    .method = m,
+	                                    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+	                                    .seed = 5,
+	                                    .sync = sync,
+	                                    .compare = 1,
+	                                    .laia_top = m == ESD_METHOD_LAIA && unequal ? 2 : 0,
+	                                    .laia_refresh = 4};
 	struct esd_dispatcher *d;
 	assert_int_equal(esd_dispatcher_create(&cfg, ss, &d), 0);
 	uint32_t off[65], a[64];
@@ -162,7 +169,7 @@ static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
 		for (uint32_t i = 0; i < k; i++)
 			digest = (digest ^ a[i]) * 1099511628211ull;
 		for (uint32_t w = 0; w < n; w++)
-			assert_int_equal(esd_cmeta_verify(esd_snapset_cmeta(ss, w)), 0);
+			assert_int_equal(esd_snapset_verify(ss), 0);
 		const struct esd_dispatch_counters *ct = esd_dispatcher_counters(d);
 		assert_true(ct->heu_cost >= ct->opt_cost);
 		if (m == ESD_METHOD_OPT)
@@ -184,18 +191,88 @@ static void test_dispatch_steps_reproducible(void **state)
 	for (int m = ESD_METHOD_HEU; m <= ESD_METHOD_VANILLA; m++)
 		for (int sync = 0; sync < 2; sync++)
 			for (int uneq = 0; uneq < 2; uneq++) {
-				uint64_t d1 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
-				uint64_t d2 = run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				uint64_t d1 =
+				    run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
+				uint64_t d2 =
+				    run_steps((enum esd_method)m, (enum esd_sync)sync, uneq);
 				assert_true(d1 == d2);
 			}
+}
+
+static void test_advance_enospc_changes_nothing(void **state)
+{
+	(void)state;
+	const uint32_t capc[2] = {4, 64};
+	int64_t T[2] = {1, 1};
+	struct esd_snapset *ss;
+	struct esd_keytab *kt;
+	struct esd_conseq *cq;
+	assert_int_equal(esd_snapset_create(2, capc, ESD_POLICY_LRU, &ss), 0);
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	uint32_t off[3] = {0, 3, 6};
+	esd_key_t keys[6] = {1, 2, 3, 4, 5, 6};
+	struct esd_batch b = {2, off, keys};
+	uint32_t a[2] = {0, 1};
+	assert_int_equal(esd_keytab_build(kt, &b, 2), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_ON_DEMAND, cq), 0);
+	/* worker 0 (4 slots) now gets 6 distinct rows */
+	uint32_t off2[3] = {0, 6, 7};
+	esd_key_t keys2[7] = {1, 2, 3, 7, 8, 9, 4};
+	struct esd_batch b2 = {2, off2, keys2};
+	assert_int_equal(esd_keytab_build(kt, &b2, 2), 0);
+	assert_int_equal(esd_snapset_fill(ss, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b2, a, T, ESD_SYNC_ON_DEMAND, cq), -ENOSPC);
+	assert_int_equal(esd_snapset_iter(ss), 1);
+	assert_int_equal(esd_snapset_verify(ss), 0);
+	assert_int_equal(esd_cmeta_state(esd_snapset_cmeta(ss, 1), 4), ESD_ROW_DIRTY);
+	esd_conseq_free(cq);
+	esd_keytab_free(kt);
+	esd_snapset_free(ss);
+}
+
+static void test_doi_profiler(void **state)
+{
+	(void)state;
+	/* table 0: one hot key in every sample (frequent); table 1: a new key
+	 * per sample (infrequent); table 2: 4 keys cycling (in between) */
+	struct esd_doi *d;
+	assert_int_equal(esd_doi_create(4, &d), 0);
+	uint32_t off[17];
+	esd_key_t keys[48];
+	for (int it = 0; it < 10; it++) {
+		for (uint32_t i = 0; i < 16; i++) {
+			keys[i * 3] = esd_key_make(0, 7);
+			keys[i * 3 + 1] = esd_key_make(1, (uint64_t)it * 16 + i);
+			keys[i * 3 + 2] = esd_key_make(2, i % 4);
+			off[i] = i * 3;
+		}
+		off[16] = 48;
+		struct esd_batch b = {16, off, keys};
+		assert_int_equal(esd_doi_add_batch(d, &b), 0);
+	}
+	/* 160 samples, threshold 40: table 2's keys appear 40 times each */
+	assert_true(esd_doi_table(d, 0) == 0.0);
+	assert_true(esd_doi_table(d, 1) == 1.0);
+	assert_true(esd_doi_table(d, 2) == 0.0);
+	assert_true(esd_doi_table(d, 9) == 0.0);
+	uint64_t mask[ESD_TABLE_MASK_WORDS];
+	assert_int_equal(esd_doi_top_tables(d, 1, mask), 1);
+	assert_int_equal(mask[0], 2);
+	assert_int_equal(esd_doi_top_tables(d, 5, mask), 3);
+	assert_int_equal(mask[0], 7);
+	esd_doi_free(d);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_costmat_vs_direct),
-		cmocka_unit_test(test_overflow_bound),
-		cmocka_unit_test(test_dispatch_steps_reproducible),
+	    cmocka_unit_test(test_costmat_vs_direct),
+	    cmocka_unit_test(test_overflow_bound),
+	    cmocka_unit_test(test_dispatch_steps_reproducible),
+	    cmocka_unit_test(test_doi_profiler),
+	    cmocka_unit_test(test_advance_enospc_changes_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,8 +111,8 @@ int main(void)
 	if (access(bin, X_OK))
 		ESD_TEST_SKIP("%s not built", bin);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_good_input),
-		cmocka_unit_test(test_bad_input),
+	    cmocka_unit_test(test_good_input),
+	    cmocka_unit_test(test_bad_input),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

@@ -107,7 +107,7 @@ static void test_esd_fig2(void **state)
 	assert_int_equal(cq->cost[ESD_CQ_UPDATE_VALUE], 1100);
 	assert_int_equal(cq->cost[ESD_CQ_MISS_PULL], 2300);
 	assert_int_equal(esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, 1), 1);
-	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(4))); /* DIRTY victim */
+	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(4)));            /* DIRTY victim */
 	assert_int_equal(esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, 2), 0); /* x5 was CLEAN */
 	assert_int_equal(cq->total_cost, 3500);
 	assert_int_equal(state_of(ss, 1, X(5)), ESD_ROW_DIRTY);
@@ -130,7 +130,7 @@ static void test_esd_fig2(void **state)
 	assert_true(has_key(cq, ESD_CQ_EVICT_PUSH, 1, X(7)));
 	assert_int_equal(cq->cost[ESD_CQ_EVICT_PUSH], 200);
 	for (uint32_t w = 0; w < n; w++)
-		assert_int_equal(esd_cmeta_verify(esd_snapset_cmeta(ss, w)), 0);
+		assert_int_equal(esd_snapset_verify(ss), 0);
 
 	esd_solver_free(s);
 	esd_conseq_free(cq);
@@ -139,7 +139,7 @@ static void test_esd_fig2(void **state)
 }
 
 static void set_clean(struct esd_snapset *ss, uint32_t w, const esd_key_t *keys, size_t nk,
-		      uint64_t iter)
+                      uint64_t iter)
 {
 	struct esd_cmeta *cm = esd_snapset_cmeta(ss, w);
 	struct esd_cmeta_pull pulls[8];
@@ -183,11 +183,10 @@ static void test_herald_fig5(void **state)
 			a[0] = 0;
 			a[1] = 1;
 			assert_int_equal(
-				esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_FULL_SET, cq), 0);
+			    esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_FULL_SET, cq), 0);
 			assert_int_equal(cq->off[ESD_CQ_MISS_PULL][n], 2);
-			assert_int_equal(cq->off[ESD_CQ_UPDATE_GRAD][n] +
-						 cq->off[ESD_CQ_UPDATE_VALUE][n],
-					 3);
+			assert_int_equal(
+			    cq->off[ESD_CQ_UPDATE_GRAD][n] + cq->off[ESD_CQ_UPDATE_VALUE][n], 3);
 			assert_int_equal(cq->total_cost, 5);
 			assert_int_equal(state_of(ss, 1, C), ESD_ROW_OUTDATED);
 		} else {
@@ -201,7 +200,7 @@ static void test_herald_fig5(void **state)
 				assert_int_equal(a[1], 0);
 			}
 			assert_int_equal(
-				esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_ON_DEMAND, cq), 0);
+			    esd_snapset_advance(ss, kt, &b, a, T, ESD_SYNC_ON_DEMAND, cq), 0);
 			assert_int_equal(cq->total_cost, 0);
 			assert_int_equal(cq->hits, 3);
 			assert_int_equal(state_of(ss, 1, A), ESD_ROW_DIRTY);
@@ -240,8 +239,8 @@ static void test_herald_fig5(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_esd_fig2),
-		cmocka_unit_test(test_herald_fig5),
+	    cmocka_unit_test(test_esd_fig2),
+	    cmocka_unit_test(test_herald_fig5),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

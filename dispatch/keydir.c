@@ -1,0 +1,125 @@
+/*
+ * The key directory of a snapshot set (see keydir.h for why).
+ */
+#include "bigmem.h"
+#include "keydir.h"
+
+#include <esd/dispatch.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint32_t kd_hash(esd_key_t key, uint32_t bits)
+{
+	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
+}
+
+static int alloc_table(struct keydir *kd, uint32_t bits)
+{
+	size_t size = (size_t)1 << bits;
+	struct keydir_ent *t = esd_big_zalloc(size * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	kd->t = t;
+	kd->bits = bits;
+	kd->size = size;
+	kd->used = 0;
+	return 0;
+}
+
+int keydir_init(struct keydir *kd, size_t live_hint)
+{
+	uint32_t bits = 10;
+	while (((size_t)1 << bits) < 2 * live_hint)
+		bits++;
+	return alloc_table(kd, bits);
+}
+
+void keydir_free(struct keydir *kd)
+{
+	esd_big_free(kd->t, kd->size * sizeof(*kd->t));
+	kd->t = NULL;
+}
+
+void keydir_clear(struct keydir *kd)
+{
+	memset(kd->t, 0, kd->size * sizeof(*kd->t));
+	kd->used = 0;
+}
+
+static uint32_t insert_raw(struct keydir *kd, esd_key_t key)
+{
+	const uint32_t mask = (uint32_t)kd->size - 1;
+	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
+		struct keydir_ent *e = &kd->t[h];
+		if (!e->used) {
+			e->used = 1;
+			e->key = key;
+			e->latest = e->cached = 0;
+			e->dirty = ESD_NO_WORKER;
+			kd->used++;
+			return h;
+		}
+		if (e->key == key)
+			return h;
+	}
+}
+
+int keydir_reserve(struct keydir *kd, size_t more)
+{
+	if ((kd->used + more) * 4 <= kd->size * 3)
+		return 0;
+	/* rehash the live entries (dropping those cached nowhere), growing
+	 * while they would fill more than half of the table */
+	size_t live = 0;
+	for (size_t i = 0; i < kd->size; i++)
+		live += kd->t[i].used && kd->t[i].cached;
+	uint32_t bits = kd->bits;
+	while (((size_t)1 << bits) < 2 * (live + more))
+		bits++;
+	struct keydir old = *kd;
+	if (alloc_table(kd, bits)) {
+		*kd = old;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < old.size; i++) {
+		const struct keydir_ent *e = &old.t[i];
+		if (e->used && e->cached) {
+			uint32_t h = insert_raw(kd, e->key);
+			kd->t[h] = *e;
+		}
+	}
+	esd_big_free(old.t, old.size * sizeof(*old.t));
+	return 0;
+}
+
+uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
+{
+	const uint32_t mask = (uint32_t)kd->size - 1;
+	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
+		const struct keydir_ent *e = &kd->t[h];
+		if (!e->used)
+			return KEYDIR_NONE;
+		if (e->key == key)
+			return h;
+	}
+}
+
+#define WINDOW 16
+
+void keydir_find_batch(const struct keydir *kd, const esd_key_t *keys, size_t n, uint32_t *idx)
+{
+	size_t pre = n < WINDOW ? n : WINDOW;
+	for (size_t i = 0; i < pre; i++)
+		__builtin_prefetch(&kd->t[kd_hash(keys[i], kd->bits)]);
+	for (size_t i = 0; i < n; i++) {
+		if (i + WINDOW < n)
+			__builtin_prefetch(&kd->t[kd_hash(keys[i + WINDOW], kd->bits)]);
+		idx[i] = keydir_find(kd, keys[i]);
+	}
+}
+
+uint32_t keydir_insert(struct keydir *kd, esd_key_t key)
+{
+	return insert_raw(kd, key);
+}
