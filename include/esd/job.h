@@ -66,6 +66,7 @@ struct esd_job {
 	enum esd_sync sync; /* on-demand, or full-set (also for het) */
 	bool het;           /* "het": full-set with a staleness bound */
 	uint32_t staleness;
+	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

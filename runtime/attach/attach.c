@@ -100,11 +100,20 @@ int esd_attach_listen(const char *dir, int *listen_fd)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return esd_neg_errno();
-	unlink(sa.sun_path); /* stale socket of a dead daemon; we hold the lock */
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sa.sun_path, 0600) < 0 ||
-	    listen(fd, 8) < 0) {
+	/* bind a temporary name, listen, then rename into place: a trainer
+	 * never finds a socket that is not listening yet */
+	struct sockaddr_un tmp;
+	rc = sock_path(dir, ESD_ATTACH_SOCK ".new", &tmp);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	unlink(tmp.sun_path);
+	if (bind(fd, (struct sockaddr *)&tmp, sizeof(tmp)) < 0 || chmod(tmp.sun_path, 0600) < 0 ||
+	    listen(fd, 8) < 0 || rename(tmp.sun_path, sa.sun_path) < 0) {
 		rc = esd_neg_errno();
 		ESD_ERR("attach", "cannot listen on %s: %s", sa.sun_path, esd_strerror(rc));
+		unlink(tmp.sun_path);
 		close(fd);
 		return rc;
 	}

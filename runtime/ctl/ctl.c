@@ -84,7 +84,7 @@ static void handle_line(struct esd_ctl_server *s, int fd, const char *line)
 {
 	json_error_t jerr;
 	json_t *req = json_loads(line, 0, &jerr), *resp = NULL;
-	char msg[256];
+	char msg[1024];
 	const char *err = NULL;
 
 	if (!req || !json_is_object(req)) {

@@ -18,6 +18,7 @@ const char *const esd_job_keys[] = {
 	"model.hidden", "model.dense",
 	"cache.ratio", "cache.rows", "cache.policy",
 	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
+	"dispatch.compare",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -166,6 +167,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		ESD_ERR("config", "dispatch.sync = '%s': expected on-demand, full-set or het", s);
 		rc = -EINVAL;
 	}
+	TRY(esd_config_get_bool(cfg, "dispatch", "compare", false, &j->compare));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	esd_config_get_str(cfg, "data", "stream", "", &s);

@@ -87,6 +87,7 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 	(void)req;
 	(void)err;
 	json_t *arr = json_array();
+	pthread_mutex_lock(&nd->qmu); /* links are replaced under qmu (recovery) */
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		if (!nd->link[s])
 			continue;
@@ -107,6 +108,7 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 					  (json_int_t)st.kind[k].rx_rows));
 		json_array_append_new(arr, l);
 	}
+	pthread_mutex_unlock(&nd->qmu);
 	*resp = json_pack("{s:o}", "links", arr);
 	return 0;
 }
@@ -215,9 +217,11 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 			*err = "link.rate: not a bit rate (e.g. 500M, 5G)";
 			return -EINVAL;
 		}
+		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
 			if (nd->link[s])
 				esd_link_set_rate(nd->link[s], r);
+		pthread_mutex_unlock(&nd->qmu);
 		*resp = json_pack("{s:s, s:I, s:b}", "key", key, "rate_bps", (json_int_t)r, "live",
 				  1);
 		return 0;

@@ -532,7 +532,7 @@ int node_run(struct node *nd)
 		esd_buf_init(&x.sb[s].b);
 	x.dense_rows = (uint32_t)((nd->dense_params + nd->job.dim - 1) / nd->job.dim);
 	nd->t_start_ns = esd_now_ns();
-	while ((o = node_order_next(nd))) {
+	while (!esd_node_signal && (o = node_order_next(nd))) {
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
 		node_order_done(nd);
@@ -559,7 +559,8 @@ int node_run(struct node *nd)
 			break;
 	}
 	if (!rc && nd->iter_done < nd->job.iterations)
-		rc = nd->disp_rc && nd->disp_rc != -ESHUTDOWN ? nd->disp_rc : -ECANCELED;
+		rc = esd_node_signal ? -EINTR
+		     : nd->disp_rc && nd->disp_rc != -ESHUTDOWN ? nd->disp_rc : -ECANCELED;
 	if (!rc) {
 		/* a last barrier makes the shards apply the last gradients (and
 		 * write the final checkpoint) */

@@ -19,9 +19,14 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	lo.rate_bps = nd->job.rate_bps[nd->rank];
 	lo.memif_id = nd->rank;
 	lo.timeout_ns = 30 * ESD_NS_PER_S;
-	int rc = esd_link_connect(&lo, &nd->link[s]);
+	struct esd_link *l;
+	int rc = esd_link_connect(&lo, &l);
 	if (rc)
 		return rc;
+	/* control-thread readers take qmu to use the link pointers */
+	pthread_mutex_lock(&nd->qmu);
+	nd->link[s] = l;
+	pthread_mutex_unlock(&nd->qmu);
 	struct esd_hello h = {
 		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
 		.shard = s, .dim = nd->job.dim,
@@ -49,8 +54,10 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 		}
 	}
 	if (rc) {
+		pthread_mutex_lock(&nd->qmu);
 		esd_link_close(nd->link[s]);
 		nd->link[s] = NULL;
+		pthread_mutex_unlock(&nd->qmu);
 	}
 	return rc;
 }
@@ -90,8 +97,10 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 
 void node_links_close(struct node *nd)
 {
+	pthread_mutex_lock(&nd->qmu);
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
 		esd_link_close(nd->link[s]);
 		nd->link[s] = NULL;
 	}
+	pthread_mutex_unlock(&nd->qmu);
 }

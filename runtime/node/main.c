@@ -38,11 +38,11 @@ static void usage(FILE *f)
 		   "  --summary FILE       write a JSON summary of the run at exit\n");
 }
 
-static volatile sig_atomic_t got_signal;
+volatile sig_atomic_t esd_node_signal;
 
 static void on_signal(int sig)
 {
-	got_signal = sig;
+	esd_node_signal = sig;
 }
 
 int main(int argc, char **argv)
@@ -218,8 +218,8 @@ int main(int argc, char **argv)
 			 (unsigned long long)nd.iter_done, el, el > 0 ? nd.iter_done / el : 0,
 			 nd.last_loss);
 	node_write_summary(&nd, rc);
-	node_links_close(&nd);
 	esd_ctl_server_stop(ctl);
+	node_links_close(&nd);
 	node_trainer_fini(&nd);
 	free(nd.saved_cm);
 	esd_cache_close(nd.cache);

@@ -28,6 +28,7 @@
 #include "xchg.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -119,6 +120,9 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 int node_write_summary(struct node *nd, int status);
 
 struct disp;
+/* The signal that asked esdd to stop (SIGINT/SIGTERM), 0 while running. */
+extern volatile sig_atomic_t esd_node_signal;
+
 int node_dispatcher_start(struct node *nd);
 void node_dispatcher_stop(struct node *nd);
 /* Stop the dispatcher thread and start it again from the snapshots it saved

@@ -43,6 +43,7 @@ int node_write_summary(struct node *nd, int status)
 			  (json_int_t)dc->sum_true_cost));
 	pthread_mutex_unlock(&nd->qmu);
 	json_t *links = json_array();
+	pthread_mutex_lock(&nd->qmu);
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		if (!nd->link[s])
 			continue;
@@ -61,6 +62,7 @@ int node_write_summary(struct node *nd, int status)
 					  (json_int_t)st.kind[k].rx_rows));
 		json_array_append_new(links, l);
 	}
+	pthread_mutex_unlock(&nd->qmu);
 	json_object_set_new(o, "links", links);
 	struct esd_cache_counters cc;
 	esd_cache_counters_total(nd->cache, &cc);

@@ -149,9 +149,14 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		}
 		struct pollfd p[2] = {{.fd = nd->listen_fd, .events = POLLIN},
 				      {.fd = nd->trainer_fd, .events = POLLIN}};
-		int r = poll(p, 2, 1000);
+		int r = poll(p, 2, 200);
 		if (r < 0 && errno != EINTR)
 			return esd_neg_errno();
+		if (esd_node_signal) {
+			ESD_WARN("node", "iteration %llu: stopping on signal %d",
+				 (unsigned long long)o->iter, (int)esd_node_signal);
+			return -EINTR;
+		}
 		if (p[0].revents & POLLIN)
 			accept_pending(nd);
 		if (nd->trainer_fd < 0) {

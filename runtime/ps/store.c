@@ -241,6 +241,8 @@ static int cmp_staged(const void *a, const void *b)
 long ps_store_apply_staged(struct ps_store *st)
 {
 	long updated = 0;
+	if (!st->nstg)
+		return 0;
 	qsort(st->stg, st->nstg, sizeof(*st->stg), cmp_staged);
 	for (size_t i = 0; i < st->nstg;) {
 		size_t j = i;
