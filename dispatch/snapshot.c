@@ -153,6 +153,27 @@ static int rebuild_dir(struct esd_snapset *ss)
 	return 0;
 }
 
+int esd_snapset_flush(struct esd_snapset *ss)
+{
+	if (!ss)
+		return -EINVAL;
+	for (uint32_t j = 0; j < ss->n; j++) {
+		const uint32_t cap = esd_cmeta_capacity(ss->cm[j]);
+		for (uint32_t i = 0; i < cap; i++) {
+			const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[j], i);
+			if (sl->state != ESD_ROW_DIRTY)
+				continue;
+			int rc = esd_cmeta_set_state(ss->cm[j], i, ESD_ROW_CLEAN, sl->clock);
+			if (rc)
+				return rc;
+			uint32_t x = keydir_find(&ss->dir, sl->key);
+			if (x != KEYDIR_NONE)
+				ss->dir.t[x].dirty = ESD_NO_WORKER; /* still latest: CLEAN */
+		}
+	}
+	return 0;
+}
+
 int esd_snapset_verify(struct esd_snapset *ss)
 {
 	if (!ss)

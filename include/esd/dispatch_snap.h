@@ -57,6 +57,10 @@ struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
  * each other: a key DIRTY on two workers, or DIRTY on one and latest on
  * another). */
 int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src);
+/* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush
+ * (and the end of training), where each node pushes its DIRTY rows.
+ * Returns 0 or -EINVAL. */
+int esd_snapset_flush(struct esd_snapset *ss);
 /* The last iteration advanced (0 before the first). */
 uint64_t esd_snapset_iter(const struct esd_snapset *ss);
 /* Full check, O(total capacity), for tests and debugging tools: every

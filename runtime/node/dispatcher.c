@@ -115,20 +115,6 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush. */
-static void flush_snapshots(struct disp *ds)
-{
-	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
-		struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
-		uint32_t cap = esd_cmeta_capacity(cm);
-		for (uint32_t s = 0; s < cap; s++) {
-			const struct esd_cmeta_slot *sl = esd_cmeta_slot(cm, s);
-			if (sl->state == ESD_ROW_DIRTY)
-				esd_cmeta_set_state(cm, s, ESD_ROW_CLEAN, sl->clock);
-		}
-	}
-}
-
 /* Fill order o for this worker from the decision of the current batch. */
 static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 {
@@ -282,8 +268,9 @@ static void *disp_main(void *arg)
 		if (rc)
 			break;
 		if (o->flush)
-			flush_snapshots(ds);
-		if (o->flush && nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0)
+			rc = esd_snapset_flush(ds->ss);
+		if (!rc && o->flush && nd->job.checkpoint_every &&
+		    iter % nd->job.checkpoint_every == 0)
 			rc = save_snapshots(ds, iter);
 		if (rc)
 			break;
