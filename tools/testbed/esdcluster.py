@@ -39,7 +39,17 @@ class ClusterError(RuntimeError):
 
 class Cluster:
     def __init__(self, bin_dir, work_dir, settings, emulate_ns=None, shards=1,
-                 log=None, trainer_cmd=None):
+                 log=None, trainer_cmd=None, wrap=None, ps_listen=None, daemon_ps=None,
+                 after_daemons=None):
+        """Optional hooks (the testbed's network-namespace mode uses them):
+        wrap(name) -> argv prefix for process 'name' (e.g. ip netns exec NS);
+        ps_listen(shard) -> the address esd-ps listens on (default 127.0.0.1:0);
+        daemon_ps(rank, ps_addrs) -> the ps.addrs value daemon 'rank' uses;
+        after_daemons(cluster) runs once every daemon is up, before trainers."""
+        self.wrap = wrap
+        self.ps_listen = ps_listen
+        self.daemon_ps = daemon_ps
+        self.after_daemons = after_daemons
         self.bin = bin_dir
         self.work = work_dir
         self.settings = dict(settings)
@@ -54,6 +64,8 @@ class Cluster:
 
     # -- processes --------------------------------------------------------
     def _spawn(self, name, argv, **kw):
+        if self.wrap:
+            argv = list(self.wrap(name)) + list(argv)
         out = open(os.path.join(self.work, name + ".log"), "w")
         p = subprocess.Popen(argv, stdout=kw.pop("stdout", out), stderr=out,
                              start_new_session=True, **kw)
@@ -68,6 +80,8 @@ class Cluster:
                 str(shard), "--control", os.path.join(self.work, "ps%d.sock" % shard)]
         if getattr(self, "ps_addr", None):
             argv += ["--listen", self.ps_addr[shard]]
+        elif self.ps_listen:
+            argv += ["--listen", self.ps_listen(shard)]
         else:
             argv += ["--listen", "127.0.0.1:0"]
         if restore:
@@ -89,11 +103,17 @@ class Cluster:
         addrs = ",".join(self.ps_addr)
         for w in range(self.n):
             self.start_daemon(w, addrs)
+        if self.after_daemons:
+            for w in range(self.n):
+                self.wait_socket(w)
+            self.after_daemons(self)
         for w in range(self.n):
             self.start_trainer(w)
 
     def start_daemon(self, w, addrs=None):
         addrs = addrs or ",".join(self.ps_addr)
+        if self.daemon_ps:
+            addrs = self.daemon_ps(w, self.ps_addr)
         argv = [os.path.join(self.bin, "esdd"), "--config", self.job, "--rank", str(w),
                 "--dir", self.node_dir(w), "--set", "ps.addrs=" + addrs,
                 "--summary", os.path.join(self.work, "summary%d.json" % w)]
