@@ -46,6 +46,11 @@ def main():
                            timeout=85)
         print(r.stdout)
         if r.returncode:
+            for lf in sorted(glob.glob(os.path.join(out, "runs", "*", "*.log"))):
+                with open(lf, errors="replace") as f:
+                    tail = f.read()[-1500:]
+                if tail.strip():
+                    print("---- %s (tail)\n%s" % (os.path.relpath(lf, out), tail))
             fail("esd-testbed exited with %d" % r.returncode)
         for f in ("results.csv", "results.json", "table.txt"):
             if not os.path.getsize(os.path.join(out, f)):
