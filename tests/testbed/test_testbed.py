@@ -8,7 +8,11 @@ available with a reason, and, from the daemons' own summaries of every run
 transfer kind equal the transfers the snapshots predicted; and that the
 reported costs are the link bytes divided by the link rates.
 
-usage: test_testbed.py ESD_TESTBED BIN_DIR     (exit 77: cannot run here)
+usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns]   (exit 77: cannot run here)
+
+--netns: the same with the links in network namespaces shaped by tc tbf
+(needs root and iproute2), over fewer mechanisms; also checks that every
+namespace the testbed made is gone afterwards.
 """
 import csv
 import glob
@@ -20,6 +24,8 @@ import sys
 import tempfile
 
 KINDS = ("miss_pull", "update_push", "evict_push")
+MECHS = "vanilla,het,fae,laia,esd1,esd0.5,esd0,default"
+MECHS_NS = "vanilla,laia,esd1"
 DIRN = {"miss_pull": "rx", "update_push": "tx", "evict_push": "tx"}
 
 
@@ -28,8 +34,15 @@ def fail(msg):
     sys.exit(1)
 
 
+r_pid = [0]
+
+
 def main():
     testbed, bindir = sys.argv[1], sys.argv[2]
+    netns = "--netns" in sys.argv[3:]
+    if netns and (os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")):
+        print("SKIP: --netns needs root, ip and tc")
+        sys.exit(77)
     for t in ("esdd", "esd-ps", "esd-trainer", "esd-data"):
         if not os.access(os.path.join(bindir, t), os.X_OK):
             print("SKIP: %s not built" % t)
@@ -41,9 +54,19 @@ def main():
                 os.path.join(tmp, "data"), "--workers", "4", "--batch", "32", "--dim", "16",
                 "--max-rows", "2000", "--warmup", "2", "--iterations", "4", "--compute-ns",
                 "1000", "--mem-budget", "2", "--keep-runs", "--quiet", "--run-timeout", "60",
-                "--mechanisms", "vanilla,het,fae,laia,esd1,esd0.5,esd0,default"]
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=85)
+                "--mechanisms", MECHS_NS if netns else MECHS]
+        if netns:
+            argv.append("--netns")
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r_pid[0] = p.pid
+        try:
+            outtext, _ = p.communicate(timeout=85)
+        except subprocess.TimeoutExpired:
+            p.terminate()  # the testbed stops everything it started on SIGTERM
+            outtext, _ = p.communicate(timeout=20)
+            print(outtext)
+            fail("esd-testbed still running after 85 s")
+        r = subprocess.CompletedProcess(argv, p.returncode, outtext)
         print(r.stdout)
         if r.returncode:
             for lf in sorted(glob.glob(os.path.join(out, "runs", "*", "*.log"))):
@@ -62,7 +85,8 @@ def main():
         names = [x["mechanism"] for x in res["results"]]
         if names != [x["mechanism"] for x in rows]:
             fail("CSV and JSON list different mechanisms")
-        if names != ["vanilla", "het", "fae", "laia", "esd1", "esd0.5", "esd0", "default"]:
+        want = (MECHS_NS if netns else MECHS).split(",")
+        if names != want:
             fail("unexpected mechanisms %s" % names)
         measured = 0
         for x in res["results"]:
@@ -88,11 +112,11 @@ def main():
                 fail("%s: the link classes do not add up" % x["mechanism"])
             if not 0 <= x["hit_ratio"] <= 1:
                 fail("%s: hit ratio %g" % (x["mechanism"], x["hit_ratio"]))
-        if measured < 6:
+        if measured < (3 if netns else 6):
             fail("only %d mechanisms measured" % measured)
         # the daemons' own summaries, independently of the testbed's arithmetic
         sums = glob.glob(os.path.join(out, "runs", "*", "summary*.json"))
-        if len(sums) < 4 * 2 * 6:
+        if len(sums) < 4 * 2 * (3 if netns else 6):
             fail("expected the summaries of every run, found %d" % len(sums))
         for p in sums:
             with open(p) as f:
@@ -104,6 +128,11 @@ def main():
                 if got != sm["predicted"][k]:
                     fail("%s: %s counted %d on the links, %d predicted"
                          % (p, k, got, sm["predicted"][k]))
+        if netns:
+            left = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE,
+                                  text=True).stdout
+            if "esdtb%d" % (r_pid[0] % 100000) in left:
+                fail("namespaces left behind: %s" % left)
         print("ok: %d mechanisms measured, %d summaries agree with their predictions"
               % (measured, len(sums)))
     finally:
