@@ -165,7 +165,11 @@ def write_md(name, title, paper, runs, body, note=""):
             f.write("Commands:\n\n%s\n\n" % commands(runs))
             f.write("Costs are the bytes counted on the links divided by the link rates "
                     "(warm-up excluded: full run minus a warm-up-only run); speedups are "
-                    "ratios of iterations/s measured in the same testbed invocation.\n\n")
+                    "ratios of iterations/s measured in the same testbed invocation (timed "
+                    "after the warm-up on the control socket). With 20 measured iterations "
+                    "on a shared 2-core machine the speedups are noise-dominated (CPU "
+                    "contention of 17 processes and other users); the costs are exact "
+                    "counts.\n\n")
         f.write(FINDINGS + "\n" + WHY)
     print("  wrote %s" % os.path.relpath(path, REPO), flush=True)
 
