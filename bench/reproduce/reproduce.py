@@ -16,6 +16,7 @@ the testbed's own defaults (tables as large as the memory budget allows,
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,9 +85,16 @@ def run_testbed(tag, opts, extra, full):
                 with open(os.path.join(out, "results.json")) as g:
                     res = json.load(g)
     if res is None:
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if r.returncode:
-            print(r.stdout)
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        try:
+            text, _ = child.communicate()
+        except BaseException:  # Ctrl-C or SIGTERM: the testbed stops what it started
+            child.send_signal(signal.SIGTERM)
+            child.wait()
+            raise
+        if child.returncode:
+            print(text)
             raise RuntimeError("esd-testbed failed for %s" % tag)
         with open(os.path.join(out, "results.json")) as f:
             res = json.load(f)
@@ -398,5 +406,14 @@ def main():
     return 0
 
 
+def on_term(sig, frame):
+    raise KeyboardInterrupt()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("reproduce: interrupted", file=sys.stderr)
+        sys.exit(130)

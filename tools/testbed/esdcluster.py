@@ -177,22 +177,36 @@ class Cluster:
         os.kill(p.pid, sig)
         p.wait()
 
-    def stop(self):
-        # trainers first, then daemons, then the PS (memif-safe order)
-        order = sorted(self.procs, key=lambda k: (0 if k.startswith("trainer")
-                                                   else 1 if k.startswith("esdd") else 2))
-        for name in order:
-            p = self.procs[name]
-            if p.poll() is None:
+    def stop(self, grace=3.0):
+        """Stop every process started here, by PID: trainers, then daemons,
+        then the PS (memif-safe order). Each group gets SIGTERM at once and
+        'grace' seconds in all; what is left then gets SIGKILL (a daemon
+        waiting for a trainer may not act on SIGTERM)."""
+        groups = [[], [], []]
+        for name, p in self.procs.items():
+            groups[0 if name.startswith("trainer") else 1 if name.startswith("esdd")
+                   else 2].append(p)
+        for group in groups:
+            live = [p for p in group if p.poll() is None]
+            for p in live:
                 try:
                     os.kill(p.pid, signal.SIGTERM)
-                    p.wait(timeout=5)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
+                except ProcessLookupError:
+                    pass
+            deadline = time.time() + grace
+            for p in live:
+                try:
+                    p.wait(timeout=max(0.01, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    pass
+            for p in live:
+                if p.poll() is None:
                     try:
                         os.kill(p.pid, signal.SIGKILL)
-                        p.wait(timeout=5)
                     except ProcessLookupError:
                         pass
+                    p.wait()
+        for p in self.procs.values():
             if p.stdout:
                 p.stdout.close()
 
