@@ -109,6 +109,28 @@ class Cluster:
             self.after_daemons(self)
         for w in range(self.n):
             self.start_trainer(w)
+        self.settle_trainers()
+
+    def settle_trainers(self, rounds=10, pause=0.1):
+        """Restart a trainer that failed at once while its daemon runs: esdd
+        creates its socket file (bind) a moment before it listens, and a
+        trainer connecting in between is refused and exits."""
+        tries = {}
+        for _ in range(rounds):
+            time.sleep(pause)
+            again = False
+            for w in range(self.n):
+                t, d = self.procs.get("trainer%d" % w), self.procs.get("esdd%d" % w)
+                if not t or t.poll() in (None, 0) or not d or d.poll() is not None:
+                    continue
+                if tries.get(w, 0) >= 5:
+                    continue
+                tries[w] = tries.get(w, 0) + 1
+                self.start_trainer(w)
+                again = True
+            if not again and all(self.procs["trainer%d" % w].poll() is None
+                                 for w in range(self.n) if "trainer%d" % w in self.procs):
+                return
 
     def start_daemon(self, w, addrs=None):
         addrs = addrs or ",".join(self.ps_addr)
