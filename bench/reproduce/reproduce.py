@@ -52,7 +52,10 @@ FINDINGS = """What decides these figures here:
 WHY = """Why our numbers differ from the paper's:
 - synthetic streams (esd-data gen, Zipf 1.2, the public table shapes), not the
   real Criteo/Avazu/Sponsored Search logs, and tables capped to fit a 24 GiB,
-  2-core machine (the scaling line above);
+  2-core machine (the scaling line above). The cap makes every row of a big
+  table hotter: a row appears in more samples of a batch, so more rows are
+  trained by several workers each iteration and must be synchronised
+  whatever the dispatch, and the locality LAIA and ESD exploit shrinks;
 - one host: the links are shaped by the transport's token buckets, and 8
   daemons, 8 trainers and the PS share 2 cores, so iterations/s carry CPU
   contention the paper's 8 GPU machines did not have (costs do not: they are
