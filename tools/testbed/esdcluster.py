@@ -39,7 +39,17 @@ class ClusterError(RuntimeError):
 
 class Cluster:
     def __init__(self, bin_dir, work_dir, settings, emulate_ns=None, shards=1,
-                 log=None, trainer_cmd=None):
+                 log=None, trainer_cmd=None, wrap=None, ps_listen=None, daemon_ps=None,
+                 after_daemons=None):
+        """Optional hooks (the testbed's network-namespace mode uses them):
+        wrap(name) -> argv prefix for process 'name' (e.g. ip netns exec NS);
+        ps_listen(shard) -> the address esd-ps listens on (default 127.0.0.1:0);
+        daemon_ps(rank, ps_addrs) -> the ps.addrs value daemon 'rank' uses;
+        after_daemons(cluster) runs once every daemon is up, before trainers."""
+        self.wrap = wrap
+        self.ps_listen = ps_listen
+        self.daemon_ps = daemon_ps
+        self.after_daemons = after_daemons
         self.bin = bin_dir
         self.work = work_dir
         self.settings = dict(settings)
@@ -54,6 +64,8 @@ class Cluster:
 
     # -- processes --------------------------------------------------------
     def _spawn(self, name, argv, **kw):
+        if self.wrap:
+            argv = list(self.wrap(name)) + list(argv)
         out = open(os.path.join(self.work, name + ".log"), "w")
         p = subprocess.Popen(argv, stdout=kw.pop("stdout", out), stderr=out,
                              start_new_session=True, **kw)
@@ -68,6 +80,8 @@ class Cluster:
                 str(shard), "--control", os.path.join(self.work, "ps%d.sock" % shard)]
         if getattr(self, "ps_addr", None):
             argv += ["--listen", self.ps_addr[shard]]
+        elif self.ps_listen:
+            argv += ["--listen", self.ps_listen(shard)]
         else:
             argv += ["--listen", "127.0.0.1:0"]
         if restore:
@@ -89,11 +103,39 @@ class Cluster:
         addrs = ",".join(self.ps_addr)
         for w in range(self.n):
             self.start_daemon(w, addrs)
+        if self.after_daemons:
+            for w in range(self.n):
+                self.wait_socket(w)
+            self.after_daemons(self)
         for w in range(self.n):
             self.start_trainer(w)
+        self.settle_trainers()
+
+    def settle_trainers(self, rounds=10, pause=0.1):
+        """Restart a trainer that failed at once while its daemon runs: esdd
+        creates its socket file (bind) a moment before it listens, and a
+        trainer connecting in between is refused and exits."""
+        tries = {}
+        for _ in range(rounds):
+            time.sleep(pause)
+            again = False
+            for w in range(self.n):
+                t, d = self.procs.get("trainer%d" % w), self.procs.get("esdd%d" % w)
+                if not t or t.poll() in (None, 0) or not d or d.poll() is not None:
+                    continue
+                if tries.get(w, 0) >= 5:
+                    continue
+                tries[w] = tries.get(w, 0) + 1
+                self.start_trainer(w)
+                again = True
+            if not again and all(self.procs["trainer%d" % w].poll() is None
+                                 for w in range(self.n) if "trainer%d" % w in self.procs):
+                return
 
     def start_daemon(self, w, addrs=None):
         addrs = addrs or ",".join(self.ps_addr)
+        if self.daemon_ps:
+            addrs = self.daemon_ps(w, self.ps_addr)
         argv = [os.path.join(self.bin, "esdd"), "--config", self.job, "--rank", str(w),
                 "--dir", self.node_dir(w), "--set", "ps.addrs=" + addrs,
                 "--summary", os.path.join(self.work, "summary%d.json" % w)]
@@ -157,22 +199,36 @@ class Cluster:
         os.kill(p.pid, sig)
         p.wait()
 
-    def stop(self):
-        # trainers first, then daemons, then the PS (memif-safe order)
-        order = sorted(self.procs, key=lambda k: (0 if k.startswith("trainer")
-                                                   else 1 if k.startswith("esdd") else 2))
-        for name in order:
-            p = self.procs[name]
-            if p.poll() is None:
+    def stop(self, grace=3.0):
+        """Stop every process started here, by PID: trainers, then daemons,
+        then the PS (memif-safe order). Each group gets SIGTERM at once and
+        'grace' seconds in all; what is left then gets SIGKILL (a daemon
+        waiting for a trainer may not act on SIGTERM)."""
+        groups = [[], [], []]
+        for name, p in self.procs.items():
+            groups[0 if name.startswith("trainer") else 1 if name.startswith("esdd")
+                   else 2].append(p)
+        for group in groups:
+            live = [p for p in group if p.poll() is None]
+            for p in live:
                 try:
                     os.kill(p.pid, signal.SIGTERM)
-                    p.wait(timeout=5)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
+                except ProcessLookupError:
+                    pass
+            deadline = time.time() + grace
+            for p in live:
+                try:
+                    p.wait(timeout=max(0.01, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    pass
+            for p in live:
+                if p.poll() is None:
                     try:
                         os.kill(p.pid, signal.SIGKILL)
-                        p.wait(timeout=5)
                     except ProcessLookupError:
                         pass
+                    p.wait()
+        for p in self.procs.values():
             if p.stdout:
                 p.stdout.close()
 

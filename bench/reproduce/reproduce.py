@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Reproduce the papers' evaluation on the local testbed.
+
+    python3 bench/reproduce/reproduce.py FIGURE... [--full] [-- testbed options]
+
+FIGURE: fig5 fig6 fig7 fig8 fig9 fig10 fig11 herald het, or all. Each runs
+tools/testbed/esd-testbed with the figure's settings (everything else at the
+ESD paper's defaults) and writes bench/results/<figure>.md: our numbers
+beside the paper's, the command, the scaling, and why they differ.
+
+By default the runs are small (tables capped at 10000 rows, 10 warm-up + 20
+measured iterations: minutes per figure on a 2-core machine). --full uses
+the testbed's own defaults (tables as large as the memory budget allows,
+50 measured iterations). Standard library only.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TESTBED = os.path.join(REPO, "tools", "testbed", "esd-testbed")
+RESULTS = os.path.join(REPO, "bench", "results")
+REUSE = False
+
+SHAPES = [("S1", "criteo-kaggle"), ("S2", "avazu"), ("S3", "criteo-search")]
+ESD = ["laia", "esd1", "esd0.5", "esd0", "default"]
+
+FINDINGS = """What decides these figures here:
+- most pulled rows are OUTDATED (the cache held them, another worker has
+  trained them since: about 70 % of the misses in the fig5 runs), mostly
+  rows of the small tables (a few to a few thousand rows, in nearly every
+  sample): every worker trains them every iteration, so every iteration
+  every worker pushes their gradients and pulls them back, whatever the
+  dispatch. No sample-to-worker decision can
+  avoid those transfers, and with equal batch sizes (m per worker) each
+  link carries about the same number of them: the 0.5 Gbit/s links pay
+  about 90 % of the cost for every mechanism.
+- the paper's cost matrix charges a key once per sample and ignores the
+  gradient pushes a decision causes by spreading a key over workers; solved
+  exactly (alpha = 1) it lands on LAIA's cost, and the greedy part
+  (alpha < 1) above it. The dispatch-quality issue measured the same with
+  an independent simulator (the paper's matrix within +-2 % of LAIA, Heu
+  4-9 % above it); its shared-charge matrix and link-aware batch sizes are
+  where the gains are, and the project default will move to them.
+"""
+
+WHY = """Why our numbers differ from the paper's:
+- synthetic streams (esd-data gen, Zipf 1.2, the public table shapes), not the
+  real Criteo/Avazu/Sponsored Search logs, and tables capped to fit a 24 GiB,
+  2-core machine (the scaling line above). The cap makes every row of a big
+  table hotter: a row appears in more samples of a batch, so more rows are
+  trained by several workers each iteration and must be synchronised
+  whatever the dispatch, and the locality LAIA and ESD exploit shrinks;
+- one host: the links are shaped by the transport's token buckets, and 8
+  daemons, 8 trainers and the PS share 2 cores, so iterations/s carry CPU
+  contention the paper's 8 GPU machines did not have (costs do not: they are
+  bytes / link rate, counted on the links);
+- a few dozen measured iterations instead of whole epochs, one run instead
+  of the mean of five;
+- the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's
+  decision time weighs more in our iterations/s;
+- the project default is a stand-in (hybrid, alpha 0.25) until the
+  dispatch-quality issue defines it.
+"""
+
+
+def run_testbed(tag, opts, extra, full):
+    out = os.path.join(REPO, "build", "reproduce", tag)
+    argv = [sys.executable, TESTBED, "--out", out, "--quiet", "--no-plots"]
+    if not full:
+        argv += ["--max-rows", "10000", "--warmup", "10", "--iterations", "20"]
+    argv += opts + extra
+    print("  $ " + " ".join(os.path.relpath(a, REPO) if a.startswith(REPO) else a
+                            for a in argv[1:]), flush=True)
+    t0 = time.time()
+    stamp = os.path.join(out, "argv.json")
+    res = None
+    if REUSE and os.path.exists(stamp) and os.path.exists(os.path.join(out, "results.json")):
+        with open(stamp) as f:
+            if json.load(f) == argv[1:]:
+                print("    (reusing the results of the same command in %s)"
+                      % os.path.relpath(out, REPO), flush=True)
+                with open(os.path.join(out, "results.json")) as g:
+                    res = json.load(g)
+    if res is None:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        try:
+            text, _ = child.communicate()
+        except BaseException:  # Ctrl-C or SIGTERM: the testbed stops what it started
+            child.send_signal(signal.SIGTERM)
+            child.wait()
+            raise
+        if child.returncode:
+            print(text)
+            raise RuntimeError("esd-testbed failed for %s" % tag)
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        with open(stamp, "w") as f:
+            json.dump(argv[1:], f)
+    res["command"] = "python3 tools/testbed/esd-testbed " + " ".join(
+        os.path.relpath(a, REPO) if a.startswith(REPO) else a for a in argv[2:])
+    res["wall_s"] = time.time() - t0
+    return res
+
+
+def by_name(res):
+    return {r["mechanism"]: r for r in res["results"]}
+
+
+def fmt_x(r):
+    return "%.2fx" % r["speedup_vs_laia"] if r.get("available") and "speedup_vs_laia" in r \
+        else "-"
+
+
+def fmt_red(r):
+    return "%.1f %%" % (100 * r["cost_reduction_vs_laia"]) \
+        if r.get("available") and "cost_reduction_vs_laia" in r else "-"
+
+
+def setup_line(res):
+    s = res["setup"]
+    return ("n = %d (links %s), m = %d, %d floats, cache %.0f %%, %s, %d rows in all "
+            "(max-rows %s), %d warm-up + %d measured iterations, emulated compute %s ns/sample"
+            % (s["workers"], ",".join(s["rates"]), s["batch"], s["dim"], 100 * s["cache_ratio"],
+               s["shape"], s["rows_total"], s["max_rows"], s["warmup"], s["iterations"],
+               s["compute_ns_per_sample"]))
+
+
+def ours_table(runs, mechs, label):
+    lines = ["| %s | mechanism | cost/iter (ms) | reduction vs LAIA | speedup vs LAIA | "
+             "hit ratio | it/s | decision ms | links = prediction |" % label,
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, res in runs:
+        b = by_name(res)
+        for m in mechs:
+            r = b.get(m)
+            if not r:
+                continue
+            if not r.get("available"):
+                lines.append("| %s | %s | not available: %s |||||||" % (key, m, r["why"]))
+                continue
+            lines.append("| %s | %s | %.1f | %s | %s | %.1f %% | %.2f | %.2f | %s |"
+                         % (key, m, r["cost_per_iter_ms"], fmt_red(r), fmt_x(r),
+                            100 * r["hit_ratio"], r["iters_per_s"], r["decision_ms"],
+                            "yes" if r["links_equal_prediction"] else "NO"))
+    return "\n".join(lines)
+
+
+def commands(runs):
+    return "\n".join("    " + res["command"] for _, res in runs)
+
+
+def write_md(name, title, paper, runs, body, note=""):
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, name + ".md")
+    with open(path, "w") as f:
+        f.write("# %s\n\n" % title)
+        f.write("Generated by `python3 bench/reproduce/reproduce.py %s` on %s.\n\n"
+                % (name, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+        f.write("## The paper\n\n%s\n\n" % paper.strip())
+        f.write("## Ours\n\n")
+        if runs:
+            f.write("Setup: %s.\n\n" % setup_line(runs[0][1]))
+            for n in runs[0][1]["setup"].get("scaling_notes", []):
+                f.write("Scaling: %s.\n\n" % n)
+        f.write(body.strip() + "\n\n")
+        if note:
+            f.write(note.strip() + "\n\n")
+        if runs:
+            f.write("Commands:\n\n%s\n\n" % commands(runs))
+            f.write("Costs are the bytes counted on the links divided by the link rates "
+                    "(warm-up excluded: full run minus a warm-up-only run); speedups are "
+                    "ratios of iterations/s measured in the same testbed invocation (timed "
+                    "after the warm-up on the control socket). With 20 measured iterations "
+                    "on a shared 2-core machine the speedups are noise-dominated (CPU "
+                    "contention of 17 processes and other users); the costs are exact "
+                    "counts.\n\n")
+        f.write(FINDINGS + "\n" + WHY)
+    print("  wrote %s" % os.path.relpath(path, REPO), flush=True)
+
+
+# ---- figures ---------------------------------------------------------------------
+
+def fig5(extra, full, cache):
+    runs = []
+    for s, shape in SHAPES:
+        res = cache.get("fig5-" + s) or run_testbed("fig5-" + s, ["--shape", shape,
+                                                                  "--mechanisms",
+                                                                  "vanilla,het,fae," +
+                                                                  ",".join(ESD)],
+                                                    extra, full)
+        cache["fig5-" + s] = res
+        runs.append((s, res))
+    paper = """
+ESD Fig. 5 (default setup, 8 workers 4 x 5G + 4 x 0.5G, m = 128, 512 floats,
+cache 8 %): ESD speedup over LAIA 1.03x to 1.74x (decreasing with alpha);
+cost reduction vs LAIA up to 36.76 % for ESD(alpha=1), 10.81 % for
+ESD(alpha=0.5), 7.03 % for ESD(alpha=0) (largest over S1-S3). FAE and HET
+perform worse than LAIA.
+"""
+    body = ours_table(runs, ["vanilla", "het", "fae"] + ESD, "workload")
+    write_md("fig5", "ESD Fig. 5: speedup and cost reduction vs LAIA (S1, S2, S3)", paper,
+             runs, body)
+
+
+def fig6(extra, full, cache):
+    if "fig5-S1" not in cache:
+        fig5(extra, full, cache)
+    runs = [(s, cache["fig5-" + s]) for s, _ in SHAPES]
+    lines = ["| workload | mechanism | hit ratio | miss pull | update push | evict push | "
+             "transfers on 5G links | on 0.5G links |", "|---|---|---|---|---|---|---|---|"]
+    for s, res in runs:
+        for m in ["laia", "esd1", "esd0.5", "esd0", "default"]:
+            r = by_name(res).get(m)
+            if not r or not r.get("available"):
+                continue
+            tot = sum(r["rows_" + k] for k in ("miss_pull", "update_push", "evict_push")) or 1
+            fast_rate = max(p["rate_bps"] for p in r["per_worker"])
+            fast = sum(p[k + "_rows"] for p in r["per_worker"] if p["rate_bps"] >= fast_rate
+                       for k in ("miss_pull", "update_push", "evict_push"))
+            lines.append("| %s | %s | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% |"
+                         % (s, m, 100 * r["hit_ratio"], 100.0 * r["rows_miss_pull"] / tot,
+                            100.0 * r["rows_update_push"] / tot,
+                            100.0 * r["rows_evict_push"] / tot, 100.0 * fast / tot,
+                            100.0 * (tot - fast) / tot))
+    paper = """
+ESD Fig. 6: (a) ESD does not reach a higher hit ratio than LAIA, yet costs
+less (Fig. 5): hit ratio alone does not decide the cost. (b) Miss pulls and
+update pushes are over 90 % of the transfers, evict pushes under 10 %; ESD
+moves a larger share of the transfers to the 5 Gbit/s workers than LAIA,
+whose share on the 5 Gbit/s workers is below that on the 0.5 Gbit/s ones.
+"""
+    body = ("Shares are of transfers (rows), as in the paper's Fig. 6(b); hit ratio = "
+            "lookups of a batch key whose latest value the worker's cache holds / all "
+            "lookups (unique keys per worker per iteration).\n\n" + "\n".join(lines))
+    write_md("fig6", "ESD Fig. 6: hit ratio and transfer composition", paper, runs, body)
+
+
+def fig7(extra, full, cache):
+    runs = []
+    mechs = ["laia", "esd1", "esd0.5", "esd0.25", "esd0.125", "esd0", "default"]
+    for m in (128, 256):
+        res = run_testbed("fig7-m%d" % m, ["--shape", "criteo-kaggle", "--batch", str(m),
+                                           "--mechanisms", ",".join(mechs)], extra, full)
+        runs.append(("S1, m=%d" % m, res))
+    paper = """
+ESD Fig. 7 (alpha in {1, 0.5, 0.25, 0.125, 0}): larger alpha, larger cost
+reduction (and GPU use). S1, m = 128: ESD(alpha=1) reduces the most (GPU
+74.89 %). m = 256: up to 40.84 % reduction; S1 ESD(alpha=0.5) 12.96 % (GPU
+50 %), ESD(alpha=1) 29.51 % (GPU 75 %). Even alpha = 0 costs less than LAIA.
+Our decisions run on the CPU: the decision time column stands for the
+paper's GPU utilisation.
+"""
+    write_md("fig7", "ESD Fig. 7: the alpha sweep", paper, runs,
+             ours_table(runs, mechs, "setting"))
+
+
+def sweep(name, title, paper, opt, values, label, extra, full, shape="avazu", mechs=None):
+    mechs = mechs or ESD
+    runs = []
+    for v in values:
+        res = run_testbed("%s-%s" % (name, v), ["--shape", shape, opt, str(v), "--mechanisms",
+                                                ",".join(mechs)], extra, full)
+        runs.append(("%s = %s" % (label, v), res))
+    write_md(name, title, paper, runs, ours_table(runs, mechs, label))
+
+
+def fig8(extra, full, cache):
+    sweep("fig8", "ESD Fig. 8: batch size per worker (S2)", """
+ESD Fig. 8 (S2, m from 64 to 512): speedup grows from m = 64 to 256, up to
+1.54x; from 256 to 512 it does not exceed the m = 256 figure (still above
+1): ESD(alpha=1) reduces cost more at 512 but its longer decision drops the
+speedup from 1.54x to 1.23x. Cost reduction follows the speedup's trend.
+""", "--batch", [64, 128, 256, 512], "m", extra, full)
+
+
+def fig9(extra, full, cache):
+    sweep("fig9", "ESD Fig. 9: cache ratio (S2)", """
+ESD Fig. 9 (S2, cache 4 % to 10 % of the rows): ESD stays ahead of LAIA at
+every cache size; for one alpha the speedup hardly changes with the cache
+ratio.
+""", "--cache-ratio", [0.04, 0.06, 0.08, 0.10], "cache", extra, full)
+
+
+def fig10(extra, full, cache):
+    sweep("fig10", "ESD Fig. 10: row size (S2)", """
+ESD Fig. 10 (S2, embedding sizes 128, 256, 512, 1024 floats in the paper;
+64..512 here as the issue asks): the speedup over LAIA grows with the row
+size, up to 1.59x, since each transfer costs more; the cost reduction
+relative to LAIA does not change with the row size.
+""", "--dim", [64, 128, 256, 512], "floats", extra, full)
+
+
+def fig11(extra, full, cache):
+    runs = []
+    for key, rates in (("4 workers 2 x 5G + 2 x 0.5G", "5G,5G,0.5G,0.5G"),
+                       ("4 workers 4 x 5G", "5G")):
+        res = run_testbed("fig11-" + ("het" if "0.5" in rates else "hom"),
+                          ["--shape", "avazu", "--workers", "4", "--rates", rates,
+                           "--mechanisms", ",".join(ESD)], extra, full)
+        runs.append((key, res))
+    write_md("fig11", "ESD Fig. 11: 4 workers, heterogeneous and homogeneous links", """
+ESD Fig. 11 (4 workers; all three workloads): speedup 1.07x-1.31x with 2 x 5G
++ 2 x 0.5G links and 1.03x-1.23x with 4 x 5G links; cost reduction 6.06 %
+to 42.15 % (heterogeneous) and 0.33 % to 29.11 % (homogeneous): ESD helps on
+a homogeneous network and more on a heterogeneous one.
+""", runs, ours_table(runs, ESD, "setting"))
+
+
+def herald(extra, full, cache):
+    runs = []
+    for s, shape in SHAPES:
+        res = cache.get("fig5-" + s) or run_testbed("herald-" + s, [
+            "--shape", shape, "--mechanisms", "vanilla,laia,default"], extra, full)
+        runs.append((s, res))
+    lines = ["| workload | mechanism | pulls vs vanilla | pushes vs vanilla | all transfers "
+             "vs vanilla | cost vs vanilla |", "|---|---|---|---|---|---|"]
+    for s, res in runs:
+        b = by_name(res)
+        v = b.get("vanilla")
+        if not v or not v.get("available"):
+            continue
+        vp = v["rows_miss_pull"]
+        vu = v["rows_update_push"] + v["rows_evict_push"]
+        for m in ("laia", "esd1", "default"):
+            r = b.get(m)
+            if not r or not r.get("available"):
+                continue
+            rp = r["rows_miss_pull"]
+            ru = r["rows_update_push"] + r["rows_evict_push"]
+            lines.append("| %s | %s | %.1f %% fewer | %.1f %% fewer | %.1f %% fewer | %.1f %% "
+                         "lower |" % (s, m, 100.0 * (vp - rp) / max(vp, 1),
+                                      100.0 * (vu - ru) / max(vu, 1),
+                                      100.0 * (vp + vu - rp - ru) / max(vp + vu, 1),
+                                      100.0 * (v["cost_s"] - r["cost_s"]) / max(v["cost_s"],
+                                                                                1e-12)))
+    write_md("herald", "Herald: transmissions vs vanilla", """
+Herald Fig. 11 (simulation, 8 workers, m = 128, 512 floats): Herald (LAIA +
+on-demand communication plan) makes 48 %-89 % fewer embedding transmissions
+than vanilla training (random partition, full-set synchronisation): 43 %-88 %
+fewer worker pulls, 51 %-90 % fewer worker pushes. Table 2 (W1, Criteo):
+LAIA alone 54 % fewer pulls, 17 % fewer pushes; the plan alone 13 % fewer
+pushes; both 54 % / 63 % / 59 % overall.
+""", runs, "\n".join(lines), note="""
+Our LAIA row is Herald (LAIA with on-demand synchronisation); vanilla is
+seeded random dispatch with full-set synchronisation, on the same stream.
+""")
+
+
+def het(extra, full, cache):
+    res = run_testbed("het", ["--shape", "criteo-kaggle", "--mechanisms",
+                              "vanilla,het,laia,default"], extra, full)
+    runs = [("s = 0", res)]
+    body = ours_table(runs, ["vanilla", "het", "laia", "default"], "staleness")
+    body += """
+
+Staleness bounds above 0 (the paper's s = 10 and s = 100) are **not
+available**: the runtime parses `dispatch.staleness` but does not implement
+stale reads (every OUTDATED row is pulled), so a run with s > 0 would be
+HET with s = 0 under another name; esd-testbed refuses it
+(`--het-staleness 10` reports the HET row as not available). HET with
+s = 0 is full-set synchronisation with a random partition: its transfers
+equal vanilla's on the same stream, as the table shows.
+"""
+    write_md("het", "HET: transfers against the staleness bound", """
+HET (VLDB'22): a per-embedding clock bound s lets a worker read a cached
+copy whose clock is within s of the server's and defer its writes; up to
+88 % fewer embedding transfers than its baselines and 6.37x-20.68x faster
+convergence; s = 10 and s = 100 evaluated (s = 100 still reaches the
+target AUC). With s = 0 HET is BSP, the baseline both ESD and Herald use.
+""", runs, body)
+
+
+FIGS = {"fig5": fig5, "fig6": fig6, "fig7": fig7, "fig8": fig8, "fig9": fig9, "fig10": fig10,
+        "fig11": fig11, "herald": herald, "het": het}
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("figures", nargs="+", help="fig5..fig11, herald, het, or all")
+    p.add_argument("--full", action="store_true", help="the testbed's own (larger) defaults")
+    p.add_argument("--reuse", action="store_true", help="reuse the results of a run with the "
+                   "same testbed command from build/reproduce/ instead of running it again")
+    a = p.parse_args(argv)
+    global REUSE
+    REUSE = a.reuse
+    figs = list(FIGS) if "all" in a.figures else a.figures
+    for f in figs:
+        if f not in FIGS:
+            p.error("unknown figure %s (known: %s)" % (f, ", ".join(FIGS)))
+    cache = {}
+    for f in figs:
+        print("%s:" % f, flush=True)
+        t0 = time.time()
+        FIGS[f](extra, a.full, cache)
+        print("  %s done in %.0f s" % (f, time.time() - t0), flush=True)
+    return 0
+
+
+def on_term(sig, frame):
+    raise KeyboardInterrupt()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("reproduce: interrupted", file=sys.stderr)
+        sys.exit(130)
