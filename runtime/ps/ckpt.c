@@ -69,8 +69,7 @@ int ps_restore(struct ps *ps, const char *path)
 	int rc = esd_ckpt_open(path, &r, &err);
 
 	if (rc) {
-		ESD_ERR("ps", "refusing checkpoint %s: %s (at byte %llu)", path, err.msg,
-			(unsigned long long)err.offset);
+		ESD_ERR("ps", "refusing checkpoint: %s", err.msg); /* names file and byte */
 		return rc;
 	}
 	const struct esd_ckpt_info *in = esd_ckpt_info(r);

@@ -138,10 +138,34 @@ def test_second_daemon_and_uid(env):
             p.wait()
 
 
+def test_corrupt_checkpoint(env):
+    """esd-ps --restore refuses a truncated or corrupt checkpoint, saying so."""
+    s = env.settings(job__iterations=5)
+    ck, _ = env.run("ckpt-src", s)
+    ckdir = os.path.dirname(ck)
+    with open(ck, "rb") as f:
+        data = f.read()
+    from esdcluster import write_ini
+    ini = os.path.join(ckdir, "job.ini")
+    s["ps.checkpoint_dir"] = ckdir
+    write_ini(ini, s)
+    for what, blob in (("truncated", data[:len(data) // 2]),
+                       ("corrupt", data[:200] + bytes([data[200] ^ 1]) + data[201:])):
+        with open(ck, "wb") as f:
+            f.write(blob)
+        r = subprocess.run([os.path.join(env.bin, "esd-ps"), "--config", ini, "--restore",
+                            "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=30)
+        last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
+        env.check(r.returncode != 0 and "refusing checkpoint" in r.stdout,
+                  "a %s checkpoint is refused: %s" % (what, last))
+
+
 def main():
     env = Env(sys.argv[1], "failures")
     env.gen_stream()
     try:
+        test_corrupt_checkpoint(env)
         test_trainer_kill(env)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:

@@ -109,12 +109,12 @@ class Cluster:
             self.after_daemons(self)
         for w in range(self.n):
             self.start_trainer(w)
-        self.settle_trainers()
 
     def settle_trainers(self, rounds=10, pause=0.1):
-        """Restart a trainer that failed at once while its daemon runs: esdd
-        creates its socket file (bind) a moment before it listens, and a
-        trainer connecting in between is refused and exits."""
+        """Restart a trainer that failed at once while its daemon runs. Not
+        called by start(): esdd now renames its socket into place once it
+        listens, so a trainer is never refused for connecting too early, and
+        restarting trainers silently would hide real failures."""
         tries = {}
         for _ in range(rounds):
             time.sleep(pause)
