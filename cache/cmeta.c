@@ -22,6 +22,7 @@ struct layout {
 	uint32_t free_words[CM_FREE_LEVELS];
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
+	uint64_t off_links;
 	uint64_t total;
 };
 
@@ -55,6 +56,8 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 		off = ALIGN64(off + words * sizeof(uint64_t));
 		bits = words;
 	}
+	l->off_links = off;
+	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct cm_link));
 	l->total = off;
 }
 
@@ -96,6 +99,8 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->off_heappos = l.off_heappos;
 	cm->off_pinned = l.off_pinned;
 	cm->off_hints = l.off_hints;
+	cm->off_links = l.off_links;
+	cm->lru_head = cm->lru_tail = ESD_SLOT_NONE;
 	for (int i = 0; i < CM_FREE_LEVELS; i++) {
 		cm->off_free[i] = l.off_free[i];
 		cm->free_words[i] = l.free_words[i];
@@ -137,7 +142,8 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 	compute_layout(cm->capacity, &l);
 	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
 	               cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
-	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints;
+	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints &&
+	               cm->off_links == l.off_links;
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
 		          cm->free_words[i] == l.free_words[i];
@@ -152,7 +158,9 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 		return -EINVAL;
 	}
 	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
-	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD) {
+	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD ||
+	    (cm->lru_head != ESD_SLOT_NONE && cm->lru_head >= cm->capacity) ||
+	    (cm->lru_tail != ESD_SLOT_NONE && cm->lru_tail >= cm->capacity)) {
 		ESD_ERR("cache",
 		        "cache metadata: counters out of range (count %u, heap %u, "
 		        "pinned %u, hints %u, policy %u)",
@@ -279,7 +287,10 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		 * pinned one may be there with a stale entry (pops skip it). */
 		bool pinned = cm_pinned_now(cm, &s[i]);
 		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
-		if (hp[i]) {
+		if (hp[i] && cm->policy == ESD_POLICY_LRU) {
+			in_heap++;
+			CHECK(hp[i] == 1, "slot %u list mark %u", i, hp[i]);
+		} else if (hp[i]) {
 			uint32_t p = hp[i] - 1;
 			in_heap++;
 			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
@@ -293,8 +304,33 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
-	for (uint32_t p = 1; p < cm->heap_n; p++)
-		CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+	if (cm->policy == ESD_POLICY_LRU) {
+		/* the list: linked both ways, as long as heap_n, and its
+		 * unpinned members in (last_use, key) order */
+		const struct cm_link *l = cm_links(cm);
+		uint32_t len = 0, prev = ESD_SLOT_NONE;
+		struct cm_hent last = {0}, e;
+		bool have_last = false;
+		for (uint32_t x = cm->lru_head; x != ESD_SLOT_NONE; x = l[x].next) {
+			CHECK(x < cm->capacity && len < cm->heap_n, "LRU list broken at %u", x);
+			CHECK(l[x].prev == prev && hp[x] == 1, "LRU list links at slot %u", x);
+			if (!cm_pinned_now(cm, &s[x])) {
+				cm_hent_of(cm, x, &e);
+				CHECK(!have_last || cm_hless(&last, &e), "LRU order broken at %u",
+				      x);
+				last = e;
+				have_last = true;
+			}
+			prev = x;
+			len++;
+		}
+		CHECK(len == cm->heap_n && cm->lru_tail == prev, "LRU list length %u, count %u",
+		      len, cm->heap_n);
+	} else {
+		CHECK(cm->lru_head == ESD_SLOT_NONE, "LRU list outside LRU");
+		for (uint32_t p = 1; p < cm->heap_n; p++)
+			CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+	}
 	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)
 			continue;

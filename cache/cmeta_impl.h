@@ -20,6 +20,8 @@
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
+ *   links      capacity x struct cm_link: the LRU list (LRU policy only;
+ *              the heap takes its place under the other policies)
  *
  * Pinned rows cannot be chosen: a pop that yields a pinned slot sets it
  * aside and pops again (the set-aside slots go back after the
@@ -60,7 +62,9 @@ struct esd_cmeta {
 	uint64_t hint_iter; /* iteration of the last lookahead call */
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
-	uint8_t reserved[CM_HDR_BYTES - 160];
+	uint64_t off_links;          /* LRU list: capacity x struct cm_link */
+	uint32_t lru_head, lru_tail; /* ESD_SLOT_NONE when empty */
+	uint8_t reserved[CM_HDR_BYTES - 176];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
 _Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache line");
@@ -80,6 +84,13 @@ struct cm_hent {
 	uint32_t pad;
 };
 _Static_assert(sizeof(struct cm_hent) == 32, "two heap entries per cache line");
+
+/* Under LRU the victim order is the order of use, so the victims live in
+ * a doubly linked list (O(1) pop, unlink, append) instead of the heap;
+ * heappos[] then only says "in the list" (1) or not (0). */
+struct cm_link {
+	uint32_t prev, next;
+};
 
 #define CM_AT(cm, off, type) ((type *)((char *)(cm) + (cm)->off))
 
@@ -101,6 +112,10 @@ static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
+}
+static inline struct cm_link *cm_links(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_links, struct cm_link);
 }
 static inline uint32_t *cm_pinned(const struct esd_cmeta *cm)
 {

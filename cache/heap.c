@@ -15,6 +15,8 @@
  */
 #include "cmeta_impl.h"
 
+#include <stdlib.h>
+
 void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
 {
 	const struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
@@ -115,7 +117,7 @@ static void resettle(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e
 		sift_down(cm, pos, e);
 }
 
-void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
+static void heap_insert(struct esd_cmeta *cm, uint32_t slot)
 {
 	struct cm_hent e;
 
@@ -123,7 +125,7 @@ void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
 	sift_up(cm, cm->heap_n++, &e);
 }
 
-void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
+static void heap_remove(struct esd_cmeta *cm, uint32_t slot)
 {
 	uint32_t *hp = cm_heappos(cm);
 	struct cm_hent *h = cm_heap(cm);
@@ -141,7 +143,7 @@ void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
 		resettle(cm, pos, &last);
 }
 
-void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
+static void heap_update(struct esd_cmeta *cm, uint32_t slot)
 {
 	uint32_t pos = cm_heappos(cm)[slot];
 	struct cm_hent e;
@@ -156,7 +158,7 @@ void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
  * leaf along the smallest children (no early exit to mispredict), then
  * sift the last entry up from that leaf. The last entry is usually a
  * recent, large one, so it rarely climbs. */
-uint32_t cm_heap_pop(struct esd_cmeta *cm)
+static uint32_t heap_pop(struct esd_cmeta *cm)
 {
 	struct cm_hent *h = cm_heap(cm);
 	uint32_t n = cm->heap_n;
@@ -183,7 +185,7 @@ uint32_t cm_heap_pop(struct esd_cmeta *cm)
 	return slot;
 }
 
-void cm_heap_build(struct esd_cmeta *cm)
+static void heap_build(struct esd_cmeta *cm)
 {
 	const struct esd_cmeta_slot *s = cm_slots(cm);
 	struct cm_hent *h = cm_heap(cm);
@@ -203,6 +205,146 @@ void cm_heap_build(struct esd_cmeta *cm)
 	for (uint32_t pos = n / ARITY + 1; pos-- > 0;) {
 		struct cm_hent e = h[pos];
 		sift_down(cm, pos, &e);
+	}
+}
+
+/* ---- LRU list ------------------------------------------------------------ */
+
+static void lru_append(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct cm_link *l = cm_links(cm);
+
+	l[slot].prev = cm->lru_tail;
+	l[slot].next = ESD_SLOT_NONE;
+	if (cm->lru_tail != ESD_SLOT_NONE)
+		l[cm->lru_tail].next = slot;
+	else
+		cm->lru_head = slot;
+	cm->lru_tail = slot;
+	cm_heappos(cm)[slot] = 1;
+	cm->heap_n++;
+}
+
+static void lru_unlink(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct cm_link *l = cm_links(cm);
+	uint32_t p = l[slot].prev, n = l[slot].next;
+
+	if (p != ESD_SLOT_NONE)
+		l[p].next = n;
+	else
+		cm->lru_head = n;
+	if (n != ESD_SLOT_NONE)
+		l[n].prev = p;
+	else
+		cm->lru_tail = p;
+	l[slot] = (struct cm_link){0, 0};
+	cm_heappos(cm)[slot] = 0;
+	cm->heap_n--;
+}
+
+static void lru_clear(struct esd_cmeta *cm)
+{
+	struct cm_link *l = cm_links(cm);
+	uint32_t *hp = cm_heappos(cm);
+
+	for (uint32_t s = cm->lru_head; s != ESD_SLOT_NONE;) {
+		uint32_t n = l[s].next;
+		l[s] = (struct cm_link){0, 0};
+		hp[s] = 0;
+		s = n;
+	}
+	cm->lru_head = cm->lru_tail = ESD_SLOT_NONE;
+	cm->heap_n = 0;
+}
+
+static int cmp_lru(const void *x, const void *y)
+{
+	const struct cm_hent *a = x, *b = y;
+	return cm_hless(a, b) ? -1 : cm_hless(b, a) ? 1 : 0;
+}
+
+/* The list in (last_use, key) order, sorted once with the heap's area as
+ * scratch: only on a switch to LRU. */
+static void lru_build(struct esd_cmeta *cm)
+{
+	const struct esd_cmeta_slot *s = cm_slots(cm);
+	struct cm_hent *h = cm_heap(cm);
+	uint32_t n = 0;
+
+	lru_clear(cm);
+	for (uint32_t i = 0; i < cm->capacity; i++) {
+		cm_heappos(cm)[i] = 0;
+		if (s[i].state != ESD_ROW_ABSENT && !cm_pinned_now(cm, &s[i]))
+			cm_hent_of(cm, i, &h[n++]);
+	}
+	qsort(h, n, sizeof(*h), cmp_lru);
+	for (uint32_t i = 0; i < n; i++) {
+		lru_append(cm, h[i].slot);
+		h[i] = (struct cm_hent){0};
+	}
+}
+
+/* ---- the victim order, whichever structure holds it ------------------------ */
+
+static inline bool is_lru(const struct esd_cmeta *cm)
+{
+	return cm->policy == ESD_POLICY_LRU;
+}
+
+void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
+{
+	if (is_lru(cm))
+		lru_append(cm, slot);
+	else
+		heap_insert(cm, slot);
+}
+
+void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
+{
+	if (!cm_heappos(cm)[slot])
+		return;
+	if (is_lru(cm))
+		lru_unlink(cm, slot);
+	else
+		heap_remove(cm, slot);
+}
+
+/* Under LRU the only order change there is, is a use: the slot becomes
+ * the newest, i.e. goes to the tail. */
+void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
+{
+	if (!cm_heappos(cm)[slot])
+		return;
+	if (is_lru(cm)) {
+		lru_unlink(cm, slot);
+		lru_append(cm, slot);
+	} else {
+		heap_update(cm, slot);
+	}
+}
+
+uint32_t cm_heap_pop(struct esd_cmeta *cm)
+{
+	if (!is_lru(cm))
+		return heap_pop(cm);
+	uint32_t slot = cm->lru_head;
+	if (slot != ESD_SLOT_NONE)
+		lru_unlink(cm, slot);
+	return slot;
+}
+
+void cm_heap_build(struct esd_cmeta *cm)
+{
+	if (is_lru(cm)) {
+		/* the heap area is the sort's scratch: empty it first */
+		struct cm_hent *h = cm_heap(cm);
+		for (uint32_t i = 0; i < cm->capacity; i++)
+			h[i] = (struct cm_hent){0};
+		lru_build(cm);
+	} else {
+		lru_clear(cm);
+		heap_build(cm);
 	}
 }
 
