@@ -333,6 +333,7 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.barrier.digest = ld64(b + 8);
 		m->u.barrier.worker = ld32(b + 16);
 		m->u.barrier.npushes = ld32(b + 20);
+		m->u.barrier.checkpoint = (h->flags & ESD_FLAG_CHECKPOINT) != 0;
 		return 0;
 	case ESD_OP_ACK:
 		if ((rc = want_len("ACK", h->length, ACK_SIZE, err, errlen)))
@@ -538,7 +539,8 @@ int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, u
 
 int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
 {
-	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, 0, BARRIER_SIZE);
+	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, br->checkpoint ? ESD_FLAG_CHECKPOINT : 0,
+				 BARRIER_SIZE);
 	if (!p)
 		return -ENOMEM;
 	st64(p, br->iteration);

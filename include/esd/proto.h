@@ -83,7 +83,10 @@ enum esd_op {
 #define ESD_FLAG_RELIABLE   0x0001u /* seq is a reliable-layer sequence number */
 #define ESD_FLAG_RETRANSMIT 0x0002u /* a retransmission (diagnostic only) */
 #define ESD_FLAG_REPLY      0x0004u /* STATS / HELLO: this is the answer */
-#define ESD_FLAG_MASK       0x0007u
+#define ESD_FLAG_CHECKPOINT 0x0008u /* BARRIER: the worker flushed its DIRTY rows
+				     * after the previous iteration: the shard
+				     * writes a checkpoint at this barrier */
+#define ESD_FLAG_MASK       0x000fu
 
 struct esd_frame_hdr {
 	uint32_t magic;
@@ -171,6 +174,7 @@ struct esd_barrier {
 	uint64_t digest; /* digest of the dispatch decision (0 = none) */
 	uint32_t worker;
 	uint32_t npushes; /* push frames the worker sent for this iteration */
+	int checkpoint;   /* header flag ESD_FLAG_CHECKPOINT (not in the body) */
 };
 
 struct esd_ack {

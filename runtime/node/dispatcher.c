@@ -202,8 +202,12 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	o->digest = digest_of(ds->assign, ds->k, iter);
 	/* the model is complete only with the DIRTY rows: flush at checkpoint
 	 * boundaries and at the end of training */
-	o->flush = (nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0) ||
-		   iter == nd->job.iterations;
+	pthread_mutex_lock(&nd->qmu);
+	bool requested = nd->ckpt_at == iter;
+	pthread_mutex_unlock(&nd->qmu);
+	o->checkpoint = (nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0) ||
+			requested;
+	o->flush = o->checkpoint || iter == nd->job.iterations;
 	return 0;
 }
 
@@ -269,8 +273,7 @@ static void *disp_main(void *arg)
 			break;
 		if (o->flush)
 			rc = esd_snapset_flush(ds->ss);
-		if (!rc && o->flush && nd->job.checkpoint_every &&
-		    iter % nd->job.checkpoint_every == 0)
+		if (!rc && o->checkpoint)
 			rc = save_snapshots(ds, iter);
 		if (rc)
 			break;

@@ -128,7 +128,9 @@ static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
-	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank};
+	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank,
+				 .checkpoint = nd->flag_next_barrier};
+	nd->flag_next_barrier = false;
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		int rc = esd_enc_barrier(&x->sb[s].b, &br);
 		if (rc)
@@ -145,6 +147,12 @@ static int barrier(struct exec *x, const struct order *o)
 			rc = -EPROTO;
 		} else if (!rc && m.u.ack.status) {
 			rc = m.u.ack.status;
+		} else if (!rc && s == 0 && m.u.ack.sequence > o->iter) {
+			/* shard 0 schedules a requested checkpoint at that boundary */
+			pthread_mutex_lock(&nd->qmu);
+			if (nd->ckpt_at <= o->iter)
+				nd->ckpt_at = m.u.ack.sequence;
+			pthread_mutex_unlock(&nd->qmu);
 		}
 	}
 	return rc;
@@ -438,8 +446,10 @@ static int run_iteration(struct exec *x, const struct order *o)
 	}
 	if (!rc)
 		rc = flush_all(x);
-	if (!rc && o->flush && nd->job.checkpoint_every && o->iter % nd->job.checkpoint_every == 0)
+	if (!rc && o->checkpoint) {
 		rc = node_save_boundary(nd, o->iter);
+		nd->flag_next_barrier = true;
+	}
 	nd->last_loss = loss;
 	return rc;
 }

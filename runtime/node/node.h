@@ -51,7 +51,8 @@ struct order {
 	esd_key_t *ahead;    /* lookahead policy: keys of the next batch */
 	uint32_t nahead;
 	uint64_t digest;     /* of the whole decision */
-	bool flush;          /* checkpoint boundary after this iteration */
+	bool flush;          /* push every DIRTY row after this iteration */
+	bool checkpoint;     /* ... because it is a checkpoint boundary */
 	int64_t decide_ns;
 	size_t cap_m, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
 };
@@ -89,6 +90,11 @@ struct node {
 	void *saved_cm;
 	size_t saved_cm_len;
 	uint64_t saved_iter;
+	/* a checkpoint requested through esdctl, announced by shard 0's barrier
+	 * ACK: the boundary (0: none); the dispatcher flushes its snapshots
+	 * there too (under qmu) */
+	uint64_t ckpt_at;
+	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
 
 	/* PS links, one per shard */
 	struct esd_link *link[ESD_JOB_MAX_SHARDS];

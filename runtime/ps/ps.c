@@ -177,8 +177,10 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	/* The state is now "iteration t-1 complete". Checkpoint if due: the
 	 * daemons flushed their DIRTY rows before this barrier. */
 	uint64_t c = t - 1;
+	bool flagged = ps->ckpt_flagged == ps->job.n;
+	ps->ckpt_flagged = 0;
 	bool due = c > 0 && ((ps->job.checkpoint_every && c % ps->job.checkpoint_every == 0) ||
-			     c == ps->job.iterations);
+			     c == ps->job.iterations || flagged);
 	if (due && ps->job.checkpoint_dir[0]) {
 		ps->iter_done = c; /* checkpoint records the boundary c */
 		rc = ps_checkpoint_locked(ps);
@@ -188,8 +190,17 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			return;
 		}
 	}
+	if (due && c == ps->ckpt_at) { /* the requested checkpoint is written */
+		ps->ckpt_requested = false;
+		ps->ckpt_at = 0;
+	}
 	ps->iter_done = t;
 	ps->cursor = t * ps->job.global_batch;
+	/* esdctl checkpoint: schedule it at a boundary no dispatcher has
+	 * decided yet (they run at most two iterations ahead); the barrier
+	 * ACKs carry it to every node */
+	if (ps->ckpt_requested && !ps->ckpt_at && t + 3 < ps->job.iterations)
+		ps->ckpt_at = t + 3;
 	ps->arrived = 0;
 	ps->arrived_mask = 0;
 	ps->n_barriers++;
@@ -216,16 +227,20 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 			ps->arrived_mask |= UINT64_C(1) << w;
 			ps->arrived++;
 			ps->digest[w] = b->digest;
+			ps->ckpt_flagged += b->checkpoint != 0;
 		}
 		if (ps->arrived == ps->job.n)
 			complete_barrier_locked(ps, b->iteration);
 		rc = wait_released(ps, b->iteration);
 	}
 	const char *msg = ps->fail_msg;
+	uint64_t ckpt_at = ps->ckpt_at;
 	pthread_mutex_unlock(&ps->mu);
 	if (rc && rc != -ESHUTDOWN)
 		return esd_link_send_error(pl->link, rc, msg) ? rc : rc;
-	struct esd_ack ack = {.iteration = b->iteration, .op = ESD_OP_BARRIER, .status = rc};
+	/* sequence: a checkpoint boundary requested through esdctl (0: none) */
+	struct esd_ack ack = {.iteration = b->iteration, .sequence = ckpt_at,
+			      .op = ESD_OP_BARRIER, .status = rc};
 	rc = esd_enc_ack(out, &ack);
 	return rc ? rc : send_buf(pl, out);
 }

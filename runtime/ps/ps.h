@@ -63,6 +63,8 @@ struct ps {
 	/* esdctl checkpoint (under mu): set by the control command, to be
 	 * scheduled by the barrier at a boundary every daemon flushes at
 	 * and cleared when that checkpoint is written (docs/esdctl.md) */
+	uint64_t ckpt_at;       /* boundary a requested checkpoint is scheduled at */
+	uint32_t ckpt_flagged;  /* barriers of this iteration flagged CHECKPOINT */
 	bool ckpt_requested;
 	uint64_t ckpt_requested_at; /* iter_done when it was requested */
 

@@ -161,11 +161,39 @@ def test_corrupt_checkpoint(env):
                   "a %s checkpoint is refused: %s" % (what, last))
 
 
+def test_checkpoint_now(env):
+    """esdctl checkpoint: the PS schedules a boundary, every node flushes its
+    DIRTY rows there, the shard writes the checkpoint; training goes on."""
+    from esdcluster import Cluster
+    s = env.settings(job__iterations=400)
+    work = os.path.join(env.root, "ckpt-now")
+    ck = os.path.join(work, "ckpt")
+    os.makedirs(ck, exist_ok=True)
+    s["ps.checkpoint_dir"] = ck
+    with Cluster(env.bin, work, s) as c:
+        c.start()
+        time.sleep(0.3)
+        r = subprocess.run([os.path.join(env.bin, "esdctl"), "--socket",
+                            os.path.join(work, "ps0.sock"), "checkpoint", "--wait", "30"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+        env.check(r.returncode == 0 and "checkpoint written" in r.stdout,
+                  "esdctl checkpoint: %s" % r.stdout.strip())
+        c.wait(timeout=120)
+        sums = c.summaries()
+    env.check(all(sm["iterations"] == 400 for sm in sums), "training goes on to the end")
+    info = subprocess.run([os.path.join(env.bin, "esd-ref"), "info",
+                           os.path.join(ck, "ps-shard0.ckpt")], stdout=subprocess.PIPE,
+                          text=True)
+    env.check(info.returncode == 0, "the final checkpoint is valid")
+
+
 def main():
     env = Env(sys.argv[1], "failures")
     env.gen_stream()
     try:
         test_corrupt_checkpoint(env)
+        test_checkpoint_now(env)
         test_trainer_kill(env)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:
