@@ -5,7 +5,11 @@
  *
  * Packets: an Ethernet header (ethertype 0x88b5, local experimental), a
  * fragment header (message id, offset, total length) and up to dpdk_mtu
- * bytes of one frame. Fragments of a frame travel in order; the receiver
+ * bytes of one frame. The frame bytes ride as an external-buffer segment
+ * (no bounce copy): both vdevs used here copy them into their ring inside
+ * rte_eth_tx_burst() and free the mbufs there, so the frame only has to
+ * live for the duration of the send (a zero-copy PMD would need the frame
+ * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs). Fragments of a frame travel in order; the receiver
  * reassembles into a buffer it allocates only after the frame header
  * (first fragment) passed esd_frame_hdr_parse() against the limits. A
  * missing fragment loses the frame: the reliable layer (rel.c, always on
