@@ -151,7 +151,10 @@ void esd_listener_close(struct esd_listener *l);
  * Send len bytes holding one or more whole encoded frames (a batch, e.g.
  * a struct esd_buf filled by the encoders). Blocks until the frames are
  * handed to the backend (shaped to the link's rate; with the reliable layer,
- * until the window has room). The link sets each header's seq. Returns 0,
+ * until the window has room). The link sets each header's seq. Frames are
+ * checked against the protocol defaults (body at most
+ * ESD_PROTO_DEFAULT_MAX_BODY), not against the peer's limits, which only
+ * the peer knows: configure both ends alike. Returns 0,
  * -EINVAL (len does not cover whole well-formed frame headers), -EPIPE (the
  * link was closed or broken), -ECONNRESET (the peer went away), -ETIMEDOUT
  * (no acknowledgement for timeout_ns), -ENOBUFS (receive backlog full).
