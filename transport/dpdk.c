@@ -9,11 +9,10 @@
  * (no bounce copy): both vdevs used here copy them into their ring inside
  * rte_eth_tx_burst() and free the mbufs there, so the frame only has to
  * live for the duration of the send (a zero-copy PMD would need the frame
- * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs). Fragments of a frame travel in order; the receiver
- * reassembles into a buffer it allocates only after the frame header
- * (first fragment) passed esd_frame_hdr_parse() against the limits. A
- * missing fragment loses the frame: the reliable layer (rel.c, always on
- * for this backend) retransmits it.
+ * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs). Fragments of a frame travel in
+ * order; the receiver reassembles into a buffer it allocates only after the frame header (first
+ * fragment) passed esd_frame_hdr_parse() against the limits. A missing fragment loses the frame:
+ * the reliable layer (rel.c, always on for this backend) retransmits it.
  *
  * Shutdown order (a memif receiver can crash if the peer unmaps the shared
  * rings while it is inside rx_burst): the side that closes sends LINK_BYE 0
@@ -72,7 +71,9 @@ struct dpdk_wire {
 	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
-	int extbuf; /* the PMD copies on tx (memif copy mode, af_packet) */
+	int extbuf;   /* the PMD copies on tx (memif copy mode, af_packet) */
+	int drop_own; /* af_packet also sees what it sends: drop our source MAC */
+	uint8_t mac[6];
 	int64_t next_link_check;
 	uint64_t empty_polls;
 };
@@ -137,9 +138,11 @@ static int eal_start(const struct esd_link_opts *o)
 		return -ENODEV;
 	}
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
-	pool = rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
-	                               (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
-	                               (int)rte_socket_id());
+	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. */
+	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
+	pool =
+	    rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
+	                            (uint16_t)(RTE_PKTMBUF_HEADROOM + room), (int)rte_socket_id());
 	if (!pool) {
 		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
 		eal_state = -ENOMEM;
@@ -216,6 +219,12 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	 * caller's frame can be sent without a bounce copy; ESD_DPDK_COPY=1
 	 * turns that off (e.g. to compare). */
 	d->extbuf = !getenv("ESD_DPDK_COPY");
+	struct rte_ether_addr mac;
+	if (!rte_eth_macaddr_get(port, &mac))
+		memcpy(d->mac, mac.addr_bytes, 6);
+	else
+		memset(d->mac, 0x02, 6);
+	d->drop_own = strstr(dev, "af_packet") != NULL;
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
 	return d;
 }
@@ -401,7 +410,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	if (!h)
 		return 0; /* runt: ignore */
 	uint16_t et = (uint16_t)(h[12] << 8 | h[13]);
-	if (et != ETHERTYPE_ESD)
+	if (et != ETHERTYPE_ESD || (d->drop_own && !memcmp(h + 6, d->mac, 6)))
 		return 0;
 	uint32_t id, off, total;
 	memcpy(&id, h + ETH_HDR, 4);
@@ -537,7 +546,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				break;
 			}
 			memset(b, 0xff, 6);
-			memset(b + 6, 0x02, 6);
+			memcpy(b + 6, d->mac, 6);
 			b[12] = ETHERTYPE_ESD >> 8;
 			b[13] = ETHERTYPE_ESD & 0xff;
 			uint32_t off32 = (uint32_t)o2, tot32 = (uint32_t)len, z = 0;
