@@ -112,7 +112,8 @@ struct esd_link_opts {
 	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
 	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
 	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
-	uint32_t dpdk_mtu;         /* packet payload bytes; 0 = 8192 */
+	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet:
+	                            * at most the interface MTU - 30 */
 };
 
 /* Defaults (all zero / NULL, backend "tcp"). */
