@@ -215,6 +215,10 @@ struct esd_link_stats {
 /* Snapshot the counters (each read atomically; the set is not one instant).
  * Thread-safe. */
 void esd_link_stats(const struct esd_link *l, struct esd_link_stats *out);
+/* The per-kind counters of a snapshot as STATS entries (ESD_XFER_NKINDS of
+ * them, kind order), e.g. to answer a STATS request with esd_enc_stats(). */
+void esd_link_stats_entries(const struct esd_link_stats *st,
+                            struct esd_stats_entry out[ESD_XFER_NKINDS]);
 /* Zero the counters (rate and flags stay). Thread-safe. */
 void esd_link_stats_reset(struct esd_link *l);
 
