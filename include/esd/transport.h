@@ -61,11 +61,17 @@
  * - DPDK: one EAL per process, started by the first dpdk link with
  *   dpdk_eal_args, never stopped before exit. A child forked after that
  *   cannot use dpdk links (-ENODEV): fork first, then open links.
+ * - DPDK close order matters for memif (a receiver whose peer unmaps the
+ *   shared rings mid-burst can crash): esd_link_close() runs a LINK_BYE
+ *   handshake so that both sides have stopped polling before either side
+ *   removes its device. A dpdk listener creates its max_links memif ports
+ *   (ids 0..max_links-1) up front; a client picks its id (memif_id). A DPDK
+ *   build allows 32 ports per process.
  * - tcp connect retries a refused connection until timeout_ns (a PS that
- *   is still starting), then fails with -ECONNREFUSED. Close order matters for
- *   memif (a receiver whose peer unmaps the shared rings mid-burst can
- *   crash): esd_link_close() runs a LINK_BYE handshake so that both sides
- *   have stopped polling before either side removes its device.
+ *   is still starting), then fails with -ECONNREFUSED.
+ * - rdma: the queue-pair data path is written against libibverbs but has
+ *   never run (no RDMA device or soft-RoCE on the project's hosts); only the
+ *   no-device path is tested.
  */
 #ifndef ESD_TRANSPORT_H
 #define ESD_TRANSPORT_H
