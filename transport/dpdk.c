@@ -5,11 +5,14 @@
  *
  * Packets: an Ethernet header (ethertype 0x88b5, local experimental), a
  * fragment header (message id, offset, total length) and up to dpdk_mtu
- * bytes of one frame. Fragments of a frame travel in order; the receiver
- * reassembles into a buffer it allocates only after the frame header
- * (first fragment) passed esd_frame_hdr_parse() against the limits. A
- * missing fragment loses the frame: the reliable layer (rel.c, always on
- * for this backend) retransmits it.
+ * bytes of one frame. The frame bytes ride as an external-buffer segment
+ * (no bounce copy): both vdevs used here copy them into their ring inside
+ * rte_eth_tx_burst() and free the mbufs there, so the frame only has to
+ * live for the duration of the send (a zero-copy PMD would need the frame
+ * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs). Fragments of a frame travel in
+ * order; the receiver reassembles into a buffer it allocates only after the frame header (first
+ * fragment) passed esd_frame_hdr_parse() against the limits. A missing fragment loses the frame:
+ * the reliable layer (rel.c, always on for this backend) retransmits it.
  *
  * Shutdown order (a memif receiver can crash if the peer unmaps the shared
  * rings while it is inside rx_burst): the side that closes sends LINK_BYE 0
@@ -53,7 +56,6 @@
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
-
 struct dpdk_wire {
 	struct wire w;
 	uint16_t port;
@@ -69,6 +71,9 @@ struct dpdk_wire {
 	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
+	int extbuf;   /* the PMD copies on tx (memif copy mode, af_packet) */
+	int drop_own; /* af_packet also sees what it sends: drop our source MAC */
+	uint8_t mac[6];
 	int64_t next_link_check;
 	uint64_t empty_polls;
 };
@@ -133,9 +138,11 @@ static int eal_start(const struct esd_link_opts *o)
 		return -ENODEV;
 	}
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
-	pool = rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
-	                               (uint16_t)(RTE_PKTMBUF_HEADROOM + ETH_HDR + FRAG_HDR + mtu),
-	                               (int)rte_socket_id());
+	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. */
+	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
+	pool =
+	    rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
+	                            (uint16_t)(RTE_PKTMBUF_HEADROOM + room), (int)rte_socket_id());
 	if (!pool) {
 		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
 		eal_state = -ENOMEM;
@@ -208,6 +215,16 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
 	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	d->was_up = 1;
+	/* Both vdevs this backend creates copy packets inside tx_burst, so the
+	 * caller's frame can be sent without a bounce copy; ESD_DPDK_COPY=1
+	 * turns that off (e.g. to compare). */
+	d->extbuf = !getenv("ESD_DPDK_COPY");
+	struct rte_ether_addr mac;
+	if (!rte_eth_macaddr_get(port, &mac))
+		memcpy(d->mac, mac.addr_bytes, 6);
+	else
+		memset(d->mac, 0x02, 6);
+	d->drop_own = strstr(dev, "af_packet") != NULL;
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
 	return d;
 }
@@ -393,7 +410,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	if (!h)
 		return 0; /* runt: ignore */
 	uint16_t et = (uint16_t)(h[12] << 8 | h[13]);
-	if (et != ETHERTYPE_ESD)
+	if (et != ETHERTYPE_ESD || (d->drop_own && !memcmp(h + 6, d->mac, 6)))
 		return 0;
 	uint32_t id, off, total;
 	memcpy(&id, h + ETH_HDR, 4);
@@ -498,9 +515,19 @@ static int check_link(struct dpdk_wire *d)
 	return 0;
 }
 
+static void extbuf_unused(void *addr, void *opaque)
+{
+	(void)addr;
+	(void)opaque;
+}
+
 static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 {
 	struct rte_mbuf *ms[BURST];
+	/* Shared info of the external-buffer segments (extbuf): every mbuf
+	 * that refers to it is freed before this function returns. */
+	struct rte_mbuf_ext_shared_info shinfo = {.free_cb = extbuf_unused};
+	rte_mbuf_ext_refcnt_set(&shinfo, 0);
 	uint32_t id = d->tx_msg++;
 	size_t off = 0;
 	int64_t stuck_since = 0;
@@ -512,14 +539,14 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
 			if (!m)
 				break;
-			uint8_t *b = (uint8_t *)rte_pktmbuf_append(
-			    m, (uint16_t)(ETH_HDR + FRAG_HDR + chunk));
+			size_t hl = ETH_HDR + FRAG_HDR + (d->extbuf ? 0 : chunk);
+			uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)hl);
 			if (!b) {
 				rte_pktmbuf_free(m);
 				break;
 			}
 			memset(b, 0xff, 6);
-			memset(b + 6, 0x02, 6);
+			memcpy(b + 6, d->mac, 6);
 			b[12] = ETHERTYPE_ESD >> 8;
 			b[13] = ETHERTYPE_ESD & 0xff;
 			uint32_t off32 = (uint32_t)o2, tot32 = (uint32_t)len, z = 0;
@@ -527,7 +554,28 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			memcpy(b + ETH_HDR + 4, &off32, 4);
 			memcpy(b + ETH_HDR + 8, &tot32, 4);
 			memcpy(b + ETH_HDR + 12, &z, 4);
-			memcpy(b + ETH_HDR + FRAG_HDR, p + o2, chunk);
+			if (d->extbuf) {
+				/* The chunk rides as an external buffer in a second
+				 * segment: no copy here; the PMD copies it into its
+				 * ring inside tx_burst and frees the mbuf there. */
+				struct rte_mbuf *x = rte_pktmbuf_alloc(pool);
+				void *at = (void *)(uintptr_t)(p + o2);
+				if (!x) {
+					rte_pktmbuf_free(m);
+					break;
+				}
+				rte_mbuf_ext_refcnt_update(&shinfo, 1);
+				rte_pktmbuf_attach_extbuf(x, at, (rte_iova_t)(uintptr_t)at,
+				                          (uint16_t)chunk, &shinfo);
+				rte_pktmbuf_append(x, (uint16_t)chunk);
+				if (rte_pktmbuf_chain(m, x)) {
+					rte_pktmbuf_free(x);
+					rte_pktmbuf_free(m);
+					break;
+				}
+			} else {
+				memcpy(b + ETH_HDR + FRAG_HDR, p + o2, chunk);
+			}
 			ms[k++] = m;
 			o2 += chunk;
 		}

@@ -382,3 +382,14 @@ void esd_link_stats_reset(struct esd_link *l)
 	atomic_store(&l->fault_reorders, 0);
 	atomic_store(&l->shaped_wait_ns, 0);
 }
+
+void esd_link_stats_entries(const struct esd_link_stats *st,
+                            struct esd_stats_entry out[ESD_XFER_NKINDS])
+{
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		out[k] = (struct esd_stats_entry){.kind = (uint32_t)k,
+		                                  .tx_bytes = st->kind[k].tx_bytes,
+		                                  .tx_rows = st->kind[k].tx_rows,
+		                                  .rx_bytes = st->kind[k].rx_bytes,
+		                                  .rx_rows = st->kind[k].rx_rows};
+}

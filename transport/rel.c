@@ -141,8 +141,9 @@ static void deliver(struct rel *r, struct fbuf *n)
 static int send_node(struct esd_link *l, struct fbuf *n, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = n->data, .iov_len = n->len};
-	n->sent_ns = esd_now_ns();
-	return lower_send(l, &iov, 1, deadline);
+	int rc = lower_send(l, &iov, 1, deadline);
+	n->sent_ns = esd_now_ns(); /* after the shaper let it go */
+	return rc;
 }
 
 static int ack_flush(struct esd_link *l)

@@ -12,7 +12,8 @@
  * same invocation. The baseline is "raw": plain blocking send()/recv() of
  * the same bytes between two processes, no library; it runs right after
  * every unshaped run, and /raw is the median of those paired ratios (the
- * host is shared and noisy: pairs see the same load). A "raw" entry in
+ * host is shared and noisy: pairs see the same load); retx sums the
+ * reliable layer's retransmissions over the repetitions. A "raw" entry in
  * --backends also prints the raw runs on their own.
  *
  * Usage: bench_transport [--backends raw,tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0]
@@ -45,6 +46,7 @@ struct result {
 	double row_gbps; /* row payload (floats) only */
 	double seconds;
 	uint64_t frames;
+	uint64_t retx; /* reliable-layer retransmissions by the sender */
 };
 
 static int nruns;
@@ -259,6 +261,9 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 		struct esd_msg m;
 		if (!rc)
 			rc = esd_link_recv(l, &m, 30 * ESD_NS_PER_S);
+		struct esd_link_stats st;
+		esd_link_stats(l, &st);
+		res[r].retx = st.retx_frames;
 		esd_link_close(l);
 		unsigned long long frames, bytes, rows;
 		double secs;
@@ -294,6 +299,9 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 			vr[n] = res[r].vs_raw;
 			n++;
 		}
+		uint64_t retx = 0;
+		for (int r = ri; r < runs; r += nrates)
+			retx += res[r].retx;
 		double lo = g[0], hi = g[0];
 		for (int k = 0; k < n; k++) {
 			lo = g[k] < lo ? g[k] : lo;
@@ -312,8 +320,8 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 			snprintf(ratio, sizeof(ratio), "-");
 			snprintf(vsraw, sizeof(vsraw), "%.2f", median(vr, n));
 		}
-		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8.3f |\n", backend,
-		       set, med, lo, hi, ratio, vsraw, rmed);
+		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8.3f | %5llu |\n",
+		       backend, set, med, lo, hi, ratio, vsraw, rmed, (unsigned long long)retx);
 	}
 	(void)base;
 	esd_buf_free(&b);
@@ -352,10 +360,10 @@ int main(int argc, char **argv)
 	}
 	printf("# %d rows x %d floats per frame (%zu bytes), %.1f s per run, %d reps, median\n",
 	       ROWS, DIM, esd_rows_frame_size(ROWS, DIM, 0), seconds, reps);
-	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | /raw   | row "
-	       "data |\n");
-	printf("|----------|----------|----------|----------|----------|--------|--------|---------"
-	       "-|\n");
+	printf("| backend  | set Gb/s | goodput  | min      | max      | /set   | /raw   "
+	       "| row data | retx  |\n");
+	printf("|----------|----------|----------|----------|----------|--------|--------"
+	       "|----------|-------|\n");
 	if (strstr(backends, "raw")) {
 		struct esd_buf b;
 		struct esd_rows_enc e;
@@ -374,8 +382,8 @@ int main(int argc, char **argv)
 			lo = g[r] < lo ? g[r] : lo;
 			hi = g[r] > hi ? g[r] : hi;
 		}
-		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8s |\n", "raw-sock",
-		       "unshaped", median(g, reps), lo, hi, "-", "1.00", "-");
+		printf("| %-8s | %-8s | %8.3f | %8.3f | %8.3f | %6s | %6s | %8s | %5s |\n",
+		       "raw-sock", "unshaped", median(g, reps), lo, hi, "-", "1.00", "-", "-");
 		esd_buf_free(&b);
 	}
 	char list[256];

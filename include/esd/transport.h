@@ -61,11 +61,17 @@
  * - DPDK: one EAL per process, started by the first dpdk link with
  *   dpdk_eal_args, never stopped before exit. A child forked after that
  *   cannot use dpdk links (-ENODEV): fork first, then open links.
+ * - DPDK close order matters for memif (a receiver whose peer unmaps the
+ *   shared rings mid-burst can crash): esd_link_close() runs a LINK_BYE
+ *   handshake so that both sides have stopped polling before either side
+ *   removes its device. A dpdk listener creates its max_links memif ports
+ *   (ids 0..max_links-1) up front; a client picks its id (memif_id). A DPDK
+ *   build allows 32 ports per process.
  * - tcp connect retries a refused connection until timeout_ns (a PS that
- *   is still starting), then fails with -ECONNREFUSED. Close order matters for
- *   memif (a receiver whose peer unmaps the shared rings mid-burst can
- *   crash): esd_link_close() runs a LINK_BYE handshake so that both sides
- *   have stopped polling before either side removes its device.
+ *   is still starting), then fails with -ECONNREFUSED.
+ * - rdma: the queue-pair data path is written against libibverbs but has
+ *   never run (no RDMA device or soft-RoCE on the project's hosts); only the
+ *   no-device path is tested.
  */
 #ifndef ESD_TRANSPORT_H
 #define ESD_TRANSPORT_H
@@ -112,7 +118,8 @@ struct esd_link_opts {
 	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
 	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
 	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
-	uint32_t dpdk_mtu;         /* packet payload bytes; 0 = 8192 */
+	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet:
+	                            * at most the interface MTU - 30 */
 };
 
 /* Defaults (all zero / NULL, backend "tcp"). */
@@ -151,7 +158,10 @@ void esd_listener_close(struct esd_listener *l);
  * Send len bytes holding one or more whole encoded frames (a batch, e.g.
  * a struct esd_buf filled by the encoders). Blocks until the frames are
  * handed to the backend (shaped to the link's rate; with the reliable layer,
- * until the window has room). The link sets each header's seq. Returns 0,
+ * until the window has room). The link sets each header's seq. Frames are
+ * checked against the protocol defaults (body at most
+ * ESD_PROTO_DEFAULT_MAX_BODY), not against the peer's limits, which only
+ * the peer knows: configure both ends alike. Returns 0,
  * -EINVAL (len does not cover whole well-formed frame headers), -EPIPE (the
  * link was closed or broken), -ECONNRESET (the peer went away), -ETIMEDOUT
  * (no acknowledgement for timeout_ns), -ENOBUFS (receive backlog full).
@@ -211,6 +221,10 @@ struct esd_link_stats {
 /* Snapshot the counters (each read atomically; the set is not one instant).
  * Thread-safe. */
 void esd_link_stats(const struct esd_link *l, struct esd_link_stats *out);
+/* The per-kind counters of a snapshot as STATS entries (ESD_XFER_NKINDS of
+ * them, kind order), e.g. to answer a STATS request with esd_enc_stats(). */
+void esd_link_stats_entries(const struct esd_link_stats *st,
+                            struct esd_stats_entry out[ESD_XFER_NKINDS]);
 /* Zero the counters (rate and flags stay). Thread-safe. */
 void esd_link_stats_reset(struct esd_link *l);
 

@@ -149,12 +149,7 @@ static void *serve(void *arg)
 			struct esd_link_stats st;
 			struct esd_stats_entry e[ESD_XFER_NKINDS];
 			esd_link_stats(l, &st);
-			for (int k = 0; k < ESD_XFER_NKINDS; k++)
-				e[k] = (struct esd_stats_entry){.kind = (uint32_t)k,
-				                                .tx_bytes = st.kind[k].tx_bytes,
-				                                .tx_rows = st.kind[k].tx_rows,
-				                                .rx_bytes = st.kind[k].rx_bytes,
-				                                .rx_rows = st.kind[k].rx_rows};
+			esd_link_stats_entries(&st, e);
 			rc = esd_enc_stats(&b, e, ESD_XFER_NKINDS, ESD_FLAG_REPLY);
 			if (!rc)
 				rc = esd_link_send(l, b.data, b.len);

@@ -6,6 +6,8 @@
 #include "peer.h"
 
 #include <esd/clock.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <esd/err.h>
 #include <string.h>
 
@@ -194,6 +196,58 @@ static void test_both_sides_sending(void **state)
 	esd_buf_free(&b);
 }
 
+struct flipper {
+	struct esd_link *l;
+	atomic_int stop;
+};
+
+static void *flip_rate(void *arg)
+{
+	struct flipper *f = arg;
+	for (uint64_t i = 0; !atomic_load(&f->stop); i++) {
+		esd_link_set_rate(f->l, i % 2 ? 0 : 2000000000ull); /* 2 Gbit/s, unshaped */
+		struct esd_link_stats st;
+		esd_link_stats(f->l, &st); /* readable from another thread */
+		esd_sleep_ns(200 * ESD_NS_PER_US);
+	}
+	return NULL;
+}
+
+static void test_rate_changes_while_sending(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_buf_init(&b);
+	open_pair(&p, &l);
+	struct flipper f = {.l = l};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, flip_rate, &f), 0);
+	esd_key_t keys[64];
+	for (uint32_t i = 0; i < 64; i++)
+		keys[i] = i;
+	for (uint64_t s = 0; s < 200; s++) {
+		push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 5, s, keys, 64, 0.0f);
+		assert_int_equal(peer_send_buf(l, &b), 0);
+	}
+	for (uint64_t s = 0; s < 200; s++) {
+		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.ack.sequence, s);
+	}
+	atomic_store(&f.stop, 1);
+	pthread_join(t, NULL);
+	esd_link_set_rate(l, 123);
+	struct esd_link_stats st;
+	esd_link_stats(l, &st);
+	assert_int_equal(st.rate_bps, 123);
+	assert_int_equal(st.kind[ESD_XFER_UPDATE_PUSH].tx_frames, 200);
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
 static void test_peer_crash_detected(void **state)
 {
 	(void)state;
@@ -240,6 +294,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_round_trips),
 	    cmocka_unit_test(test_big_batch),
 	    cmocka_unit_test(test_both_sides_sending),
+	    cmocka_unit_test(test_rate_changes_while_sending),
 	    cmocka_unit_test(test_peer_crash_detected),
 	    cmocka_unit_test(test_refused_and_bad_options),
 	};
