@@ -56,6 +56,7 @@ static uint32_t insert_raw(struct keydir *kd, esd_key_t key)
 			e->used = 1;
 			e->key = key;
 			e->latest = e->cached = 0;
+			e->version = 0;
 			e->dirty = ESD_NO_WORKER;
 			kd->used++;
 			return h;
@@ -73,7 +74,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	 * while they would fill more than half of the table */
 	size_t live = 0;
 	for (size_t i = 0; i < kd->size; i++)
-		live += kd->t[i].used && kd->t[i].cached;
+		live += kd->t[i].used && (kd->t[i].cached || (kd->keep_versions && kd->t[i].version));
 	uint32_t bits = kd->bits;
 	while (((size_t)1 << bits) < 2 * (live + more))
 		bits++;
@@ -84,7 +85,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	}
 	for (size_t i = 0; i < old.size; i++) {
 		const struct keydir_ent *e = &old.t[i];
-		if (e->used && e->cached) {
+		if (e->used && (e->cached || (kd->keep_versions && e->version))) {
 			uint32_t h = insert_raw(kd, e->key);
 			kd->t[h] = *e;
 		}

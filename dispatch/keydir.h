@@ -22,6 +22,8 @@ struct keydir_ent {
 	uint64_t cached;
 	uint32_t dirty; /* ESD_NO_WORKER when none */
 	uint32_t used;  /* 1: slot holds 'key' (possibly with cached == 0) */
+	uint64_t version; /* HET mode: iterations that trained the key (= the
+			   * PS row clock under full-set sync) */
 };
 
 #define KEYDIR_NONE UINT32_MAX
@@ -30,6 +32,8 @@ struct keydir {
 	struct keydir_ent *t;
 	uint32_t bits;
 	size_t size, used;
+	int keep_versions; /* HET mode: a rehash keeps keys cached nowhere
+			    * whose version is not 0 */
 };
 
 int keydir_init(struct keydir *kd, size_t live_hint);

@@ -42,7 +42,31 @@ struct esd_snapset {
 	uint32_t *found;
 	size_t cap_found;
 	struct keydir dir; /* where each cached key lives, across workers */
+	/* HET mode (esd_snapset_set_staleness): a copy at most 'staleness'
+	 * versions behind counts as latest and is not pulled */
+	int het;
+	uint32_t staleness;
 };
+
+int esd_snapset_set_staleness(struct esd_snapset *ss, uint32_t staleness)
+{
+	if (!ss)
+		return -EINVAL;
+	ss->het = 1;
+	ss->staleness = staleness;
+	ss->dir.keep_versions = 1;
+	return 0;
+}
+
+/* HET: is the OUTDATED copy of entry e on worker j fresh enough to use? */
+static int stale_usable(const struct esd_snapset *ss, const struct keydir_ent *e, uint32_t j)
+{
+	uint32_t slot = esd_cmeta_find(ss->cm[j], e->key);
+	if (slot == ESD_SLOT_NONE)
+		return 0;
+	const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[j], slot);
+	return sl->state == ESD_ROW_OUTDATED && e->version - sl->clock <= ss->staleness;
+}
 
 static int alloc_block(struct esd_snapset *ss, uint32_t j, size_t len)
 {
@@ -261,7 +285,12 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 			continue;
 		}
 		const struct keydir_ent *e = &ss->dir.t[x];
-		kt->st[u] = (struct esd_keystate){e->latest, e->cached, (uint8_t)e->dirty, {0}};
+		uint64_t latest = e->latest;
+		if (ss->het)
+			for (uint64_t m_ = e->cached & ~e->latest; m_; m_ &= m_ - 1)
+				if (stale_usable(ss, e, (uint32_t)__builtin_ctzll(m_)))
+					latest |= m_ & -m_;
+		kt->st[u] = (struct esd_keystate){latest, e->cached, (uint8_t)e->dirty, {0}};
 	}
 	return 0;
 }
@@ -360,6 +389,23 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		rc = esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill);
 		if (rc)
 			return rc;
+		if (ss->het) {
+			/* copies fresh enough are used as they are: drop them from the
+			 * pulls (they stay OUTDATED); the rest take the PS version */
+			size_t k2 = 0;
+			for (size_t q = 0; q < fill.n_pulls; q++) {
+				uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
+				const struct keydir_ent *e = x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
+				uint64_t v = e ? e->version : 0;
+				const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[w],
+										 ss->pulls[q].slot);
+				if (ss->pulls[q].outdated && v - sl->clock <= ss->staleness)
+					continue;
+				ss->pulls[k2] = ss->pulls[q];
+				ss->pulls[k2++].outdated = (uint32_t)v; /* reused: the version */
+			}
+			fill.n_pulls = k2;
+		}
 		if (fill.n_pulls != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
 			return -ESD_EDIVERGED;
 		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
@@ -383,7 +429,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
 		for (size_t q = 0; q < fill.n_pulls; q++)
-			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN, 0);
+			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
+					    ss->het ? ss->pulls[q].outdated : 0);
 		/* step 6 for this worker's copies of the keys it trained */
 		for (uint32_t q = 0; q < nw; q++) {
 			const uint64_t need = kt->need[uids[q]];
@@ -405,6 +452,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 		struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, kt->ukeys[u])];
 		e->cached |= need;
+		if (ss->het)
+			e->version++; /* full-set: the PS applies it once this iteration */
 		if (sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1))) {
 			e->latest = need;
 			e->dirty = (uint32_t)__builtin_ctzll(need);

@@ -57,6 +57,16 @@ struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
  * each other: a key DIRTY on two workers, or DIRTY on one and latest on
  * another). */
 int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta *src);
+/* HET's bounded staleness (on top of full-set sync): snapshots track each
+ * key's version (iterations that trained it, i.e. the PS row clock) and the
+ * version of every cached copy (slot.clock); a worker needing a key whose
+ * OUTDATED copy is at most 'staleness' versions behind uses it as it is: it
+ * counts as latest in the cost matrix and is not pulled (it stays OUTDATED).
+ * staleness 0 behaves as plain full-set. Call once, before the first
+ * advance, on snapshots advanced with ESD_SYNC_FULL_SET. Not BSP-exact for
+ * staleness > 0: a baseline. Returns 0 or -EINVAL. */
+int esd_snapset_set_staleness(struct esd_snapset *ss, uint32_t staleness);
+
 /* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush
  * (and the end of training), where each node pushes its DIRTY rows.
  * Returns 0 or -EINVAL. */

@@ -323,6 +323,8 @@ static int make_engine(struct disp *ds, bool from_saved)
 	esd_snapset_free(ds->ss);
 	ds->d = NULL;
 	int rc = esd_snapset_create(j->n, ds->cap, j->policy, &ds->ss);
+	if (!rc && j->het) /* before any load: versions start with the snapshots */
+		rc = esd_snapset_set_staleness(ds->ss, j->staleness);
 	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
 		struct esd_cmeta *cm;
 		rc = esd_cmeta_attach(ds->saved[w], ds->saved_len[w], &cm);
