@@ -40,6 +40,7 @@ struct disp {
 	void *saved[ESD_MAX_WORKERS];
 	size_t saved_len[ESD_MAX_WORKERS];
 	uint64_t saved_iter;
+	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 };
 
 /* Keep a copy of every snapshot as of checkpoint boundary iter. */
@@ -271,6 +272,8 @@ static void *disp_main(void *arg)
 		rc = build_order(ds, o, iter, cur);
 		if (rc)
 			break;
+		if (iter == ds->diverge_at) /* tests: this node's digest disagrees */
+			o->digest ^= 1;
 		if (o->flush)
 			rc = esd_snapset_flush(ds->ss);
 		if (!rc && o->checkpoint)
@@ -346,6 +349,13 @@ int node_dispatcher_start(struct node *nd)
 		return -ENOMEM;
 	ds->nd = nd;
 	ds->k = j->global_batch;
+	const char *dv = getenv("ESD_TEST_DIVERGE_AT");
+	if (dv) {
+		ds->diverge_at = strtoull(dv, NULL, 10);
+		ESD_WARN("dispatch", "ESD_TEST_DIVERGE_AT=%llu: this node will report a wrong "
+			 "decision digest (a test of the divergence check)",
+			 (unsigned long long)ds->diverge_at);
+	}
 	rc = esd_ds_open(j->stream, &ds->rd);
 	if (rc) {
 		ESD_ERR("dispatch", "cannot open data.stream %s: %s", j->stream,

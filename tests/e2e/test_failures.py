@@ -188,11 +188,45 @@ def test_checkpoint_now(env):
     env.check(info.returncode == 0, "the final checkpoint is valid")
 
 
+def test_divergence(env):
+    """A node whose decision digest differs stops the job at that barrier:
+    every daemon fails with the divergence, nobody trains on."""
+    from esdcluster import Cluster
+    s = env.settings(job__iterations=50)
+    work = os.path.join(env.root, "diverge")
+    c = Cluster(env.bin, work, s)
+    orig = c.start_daemon
+
+    def start_daemon(w, addrs=None):
+        if w == 2:
+            os.environ["ESD_TEST_DIVERGE_AT"] = "7"
+        try:
+            orig(w, addrs)
+        finally:
+            os.environ.pop("ESD_TEST_DIVERGE_AT", None)
+    c.start_daemon = start_daemon
+    with c:
+        c.start()
+        try:
+            c.wait(timeout=60)
+            env.check(False, "the job should have failed")
+        except ClusterError:
+            pass
+        sums = c.summaries()
+    env.check(all(sm["status"] != 0 and sm["iterations"] < 7 for sm in sums),
+              "every daemon stopped before training iteration 7: %s"
+              % [(sm["iterations"], sm["error"]) for sm in sums])
+    with open(os.path.join(work, "ps0.log")) as f:
+        log = f.read()
+    env.check("dispatch decisions differ" in log, "the PS names the divergence")
+
+
 def main():
     env = Env(sys.argv[1], "failures")
     env.gen_stream()
     try:
         test_corrupt_checkpoint(env)
+        test_divergence(env)
         test_checkpoint_now(env)
         test_trainer_kill(env)
         test_second_daemon_and_uid(env)
