@@ -1,5 +1,5 @@
 /*
- * replay.c - runs a fuzz target's LLVMFuzzerTestOneInput over every file
+ * fuzz_replay.c - runs a fuzz target's LLVMFuzzerTestOneInput over every file
  * of the corpus directories (or files) given on the command line, so the
  * committed corpus is a regression test in every build, sanitizers
  * included. Fails when it finds no input at all.
