@@ -53,14 +53,17 @@ FINDINGS = """What decides these figures here:
 WHY = """Why our numbers differ from the paper's:
 - synthetic streams (esd-data gen, Zipf 1.2, the public table shapes), not the
   real Criteo/Avazu/Sponsored Search logs, and tables capped to fit a 24 GiB,
-  2-core machine (the scaling line above). The cap makes every row of a big
-  table hotter: a row appears in more samples of a batch, so more rows are
-  trained by several workers each iteration and must be synchronised
-  whatever the dispatch, and the locality LAIA and ESD exploit shrinks;
-- one host: the links are shaped by the transport's token buckets, and 8
-  daemons, 8 trainers and the PS share 2 cores, so iterations/s carry CPU
-  contention the paper's 8 GPU machines did not have (costs do not: they are
-  bytes / link rate, counted on the links);
+  2-core machine (the scaling line above). The cap itself moves little:
+  LAIA's transfers vs vanilla on S1 were 18.0 % fewer with a 10 000-row cap
+  and 19.5 % fewer with a 100 000-row cap (840 543 rows, 10 + 20
+  iterations); the synthetic streams' hot small tables and short runs
+  (caches still filling) weigh more;
+- one host: the links are shaped by the transport's token buckets, which
+  shape only the worker -> PS direction (esd-ps does not shape its replies,
+  so miss pulls are unshaped), and 8 daemons, 8 trainers and the PS share 2
+  cores, so iterations/s carry CPU contention the paper's 8 GPU machines did
+  not have and miss only the pulls' link time (costs do not: they are bytes
+  / link rate, counted on the links; --netns shapes both directions);
 - a few dozen measured iterations instead of whole epochs, one run instead
   of the mean of five;
 - the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's

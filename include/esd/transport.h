@@ -48,6 +48,27 @@
  * peer sends into the link's receive backlog (bounded by
  * rx_backlog_max; beyond it the send fails with -ENOBUFS).
  *
+ * Example (a PS shard: one thread per accepted link)
+ * -------
+ *     struct esd_link_opts o;
+ *     esd_link_opts_init(&o);
+ *     o.addr = "0.0.0.0:7400";
+ *     esd_listener_open(&o, &ls);
+ *     for (;;) { esd_listener_accept(ls, -1, &l); start a thread serving l; }
+ *   and in that thread:
+ *     while (!(rc = esd_link_recv(l, &m, -1))) {
+ *             esd_buf_reset(&out);
+ *             switch (m.hdr.op) {      // m's views are valid until the next recv
+ *             case ESD_OP_PULL: encode a PULL_RESP into out (esd_enc_rows_*); break;
+ *             case ESD_OP_PUSH_GRAD: if esd_dedup_check() == 1, apply; encode ACK; break;
+ *             ...
+ *             }
+ *             esd_link_send(l, out.data, out.len);
+ *     }
+ *     if (rc != -ECONNRESET) esd_link_send_error(l, rc, esd_link_last_error(l));
+ *     esd_link_close(l);
+ * tests/transport/peer.c is a complete small server in this shape.
+ *
  * Caveats
  * -------
  * - A message returned by esd_link_recv() points into the link's buffers
