@@ -108,6 +108,9 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 		esd_link_send_error(pl->link, -EPROTO, why);
 		return -EPROTO;
 	}
+	/* the worker's link is shaped both ways: its replies (miss pulls above
+	 * all) at the worker's rate too */
+	esd_link_set_rate(pl->link, ps->job.rate_bps[h->worker]);
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
 	ps->connected_mask |= UINT64_C(1) << h->worker;
