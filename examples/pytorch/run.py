@@ -69,6 +69,11 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout):
                     out.flush()
                     continue
                 done = all(c.procs["esdd%d" % w].poll() is not None for w in range(c.n))
+                for w in range(c.n):  # a dead trainer would leave its daemon waiting
+                    rc = c.procs["trainer%d" % w].poll()
+                    if rc not in (None, 0):
+                        raise RuntimeError("trainer %d exited with %d: see %s/trainer%d.log"
+                                           % (w, rc, work, w))
                 if not done:
                     time.sleep(0.05)
             out.write(f.read())
