@@ -92,8 +92,11 @@ def build(name, tables, dim, ndense, seed):
     return MODELS[name](tables, dim, ndense)
 
 
-def dense_optimizer(model, lr):
-    """The optimizer of the dense part (the same on every trainer)."""
+def dense_optimizer(model, lr, name="adam"):
+    """The optimizer of the dense part (the same on every trainer):
+    "adam" or "sgd"."""
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr)
     return torch.optim.Adam(model.parameters(), lr=lr)
 
 

@@ -52,7 +52,8 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout):
     def trainer_cmd(w, node_dir):
         argv = [PY, os.path.join(HERE, "train.py"), "--dir", node_dir, "--rank", str(w),
                 "--world", str(a.workers), "--init", "file://" + init, "--model", a.model,
-                "--seed", str(a.model_seed), "--dense-lr", str(a.dense_lr)]
+                "--seed", str(a.model_seed), "--dense-lr", str(a.dense_lr),
+                "--dense-opt", a.dense_opt]
         if record_dir:
             argv += ["--record", os.path.join(record_dir, "rank%d.npz" % w)]
         return argv
@@ -97,6 +98,8 @@ def parser():
                     help="embedding optimizer (applied by the runtime)")
     ap.add_argument("--lr", type=float, default=0.05, help="embedding learning rate")
     ap.add_argument("--dense-lr", type=float, default=0.01)
+    ap.add_argument("--dense-opt", choices=("adam", "sgd"), default="adam",
+                    help="optimizer of the dense part (PyTorch's, on every trainer)")
     ap.add_argument("--seed", type=int, default=11, help="job seed (row initialisation)")
     ap.add_argument("--model-seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--cache-ratio", type=float, default=0.08)

@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--model", choices=sorted(models.MODELS), default="deepfm")
     ap.add_argument("--seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--dense-lr", type=float, default=0.01)
+    ap.add_argument("--dense-opt", choices=("adam", "sgd"), default="adam")
     ap.add_argument("--record", help="write losses and the final dense weights here (.npz)")
     a = ap.parse_args()
 
@@ -56,7 +57,7 @@ def main():
         sys.exit("train.py: node %s is rank %d of %d, not %d of %d"
                  % (a.dir, info["rank"], info["workers"], a.rank, a.world))
     model = models.build(a.model, info["tables"], info["dim"], info["dense"], a.seed)
-    opt = models.dense_optimizer(model, a.dense_lr)
+    opt = models.dense_optimizer(model, a.dense_lr, a.dense_opt)
     params = list(model.parameters())
     sizes = [p.numel() for p in params]
     flat = torch.zeros(sum(sizes) + 1)
