@@ -63,7 +63,8 @@ def main():
     flat = torch.zeros(sum(sizes) + 1)
 
     values = torch.from_numpy(t.values)  # (capacity, dim): the cache, no copy
-    losses, t0, last = [], time.time(), time.time()
+    losses, times, t0, last = [], [], time.time(), time.time()
+    k = 0
     for mb in t:
         slots = torch.from_numpy(mb.slots.astype(np.int64))
         emb = values[slots].requires_grad_(True)  # (m, tables, dim)
@@ -89,15 +90,19 @@ def main():
         opt.step()
         gl = float(flat[off])
         losses.append(gl)
+        now = time.time()
+        times.append(now - last)
+        k = mb.global_k
         if a.rank == 0:
-            now = time.time()
-            print("iter %d loss %.5f samples/s %.0f" % (mb.iter, gl, mb.global_k / max(now - last, 1e-9)),
+            print("iter %d loss %.5f samples/s %.0f" % (mb.iter, gl, k / max(now - last, 1e-9)),
                   flush=True)
-            last = now
+        last = now
     el = time.time() - t0
     if a.rank == 0:
-        print("done: %d iterations in %.2f s, final loss %.5f"
-              % (len(losses), el, losses[-1] if losses else float("nan")), flush=True)
+        med = float(np.median(times)) if times else float("nan")
+        print("done: %d iterations in %.2f s, final loss %.5f; median iteration %.1f ms "
+              "= %.0f samples/s" % (len(losses), el, losses[-1] if losses else float("nan"),
+                                    1e3 * med, k / med if times else 0), flush=True)
     if a.record:
         np.savez(a.record, losses=np.array(losses),
                  dense=torch.cat([p.detach().reshape(-1) for p in params]).numpy())
