@@ -12,6 +12,7 @@ the trainers by gloo. The final tables are in WORK/ckpt/ps-shard0.ckpt.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,9 +41,10 @@ def job_settings(a, stream, ckpt_dir):
             "ps.checkpoint_dir": ckpt_dir}
 
 
-def run_job(a, work, stream, record_dir=None, out=sys.stdout):
-    """Run one job in work/; returns the path of the final PS checkpoint.
-    Streams rank 0's progress lines to out."""
+def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
+    """Run one job in work/; returns (the path of the final PS checkpoint,
+    the daemons' summaries). Streams rank 0's progress lines to out.
+    c_trainer: the C reference trainer (esd-trainer) instead of PyTorch."""
     ckpt = os.path.join(work, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     init = os.path.join(work, "gloo.init")
@@ -58,7 +60,8 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout):
             argv += ["--record", os.path.join(record_dir, "rank%d.npz" % w)]
         return argv
 
-    with Cluster(a.bin, work, job_settings(a, stream, ckpt), trainer_cmd=trainer_cmd) as c:
+    with Cluster(a.bin, work, job_settings(a, stream, ckpt),
+                 trainer_cmd=None if c_trainer else trainer_cmd) as c:
         c.start()
         log0 = os.path.join(work, "trainer0.log")
         done = False
@@ -84,7 +87,8 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout):
             if p and p.poll() != 0:
                 raise RuntimeError("trainer %d exited with %s: see %s/trainer%d.log"
                                    % (w, p.returncode, work, w))
-    return os.path.join(ckpt, "ps-shard0.ckpt")
+        sums = c.summaries()
+    return os.path.join(ckpt, "ps-shard0.ckpt"), sums
 
 
 def parser():
@@ -110,6 +114,9 @@ def parser():
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--baseline", action="store_true",
+                    help="then run the same job with the C reference trainer (esd-trainer) "
+                         "and print both rates")
     return ap
 
 
@@ -124,8 +131,21 @@ def main():
     print("%s on %d workers x %d samples, %d iterations, embeddings %s lr %g; work %s"
           % (a.model, a.workers, a.batch, a.iters, a.opt, a.lr, work), flush=True)
     t0 = time.time()
-    ck = run_job(a, work, stream)
-    print("job done in %.1f s; final tables %s" % (time.time() - t0, ck))
+    ck, sums = run_job(a, work, stream)
+    print("job done in %.1f s (trainers' start included); final tables %s"
+          % (time.time() - t0, ck))
+    if a.baseline:
+        # PyTorch: rank 0's count from its first micro-batch (the daemons'
+        # clock would include the trainers' start, seconds of torch import).
+        with open(os.path.join(work, "trainer0.log")) as f:
+            m = re.search(r"done: (\d+) iterations in ([\d.]+) s", f.read())
+        rate = int(m.group(1)) / float(m.group(2)) if m else float("nan")
+        _, csums = run_job(a, os.path.join(work, "c-trainer"), stream, c_trainer=True)
+        crate = min(s["iters_per_s"] for s in csums)
+        print("PyTorch %s: %.1f iterations/s (%.0f samples/s); C reference trainer "
+              "(esd-trainer, same job): %.1f iterations/s (%.0f samples/s); ratio %.2f"
+              % (a.model, rate, rate * a.batch * a.workers, crate, crate * a.batch * a.workers,
+                 rate / crate))
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 

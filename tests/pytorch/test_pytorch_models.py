@@ -127,7 +127,7 @@ def one(bin_dir, root, stream, data, model_name, opt, lr):
     os.makedirs(rec, exist_ok=True)
     log = open(os.path.join(work, "progress.log"), "w")
     try:
-        ck = launcher.run_job(a, work, stream, record_dir=rec, out=log)
+        ck, _ = launcher.run_job(a, work, stream, record_dir=rec, out=log)
     except Exception as e:  # noqa: BLE001 - reported as a failed check
         check(False, "%s: job ran (%s)" % (model_name, e))
         return
