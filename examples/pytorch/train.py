@@ -18,6 +18,7 @@ Per micro-batch:
 Rank 0 prints one line per iteration: iter, global loss, samples/s.
 """
 import argparse
+import datetime
 import os
 import sys
 import time
@@ -44,12 +45,17 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--dense-lr", type=float, default=0.01)
     ap.add_argument("--dense-opt", choices=("adam", "sgd"), default="adam")
+    ap.add_argument("--sync-timeout", type=float, default=120,
+                    help="seconds gloo waits for the other trainers")
     ap.add_argument("--record", help="write losses and the final dense weights here (.npz)")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    dist.init_process_group("gloo", init_method=a.init, rank=a.rank, world_size=a.world)
+    # A bounded wait: a trainer that died leaves the others failing here or
+    # in the all-reduce after 2 minutes rather than hanging for gloo's 30.
+    dist.init_process_group("gloo", init_method=a.init, rank=a.rank, world_size=a.world,
+                            timeout=datetime.timedelta(seconds=a.sync_timeout))
 
     t = esd.Trainer(a.dir)
     info = t.info
