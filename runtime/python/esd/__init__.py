@@ -101,6 +101,7 @@ class MicroBatch:
         self.iter = raw.iter
         self.m = raw.m
         self.global_k = raw.global_k
+        self.tables = raw.tables
         T, m = info.tables, raw.m
         self.slots = _view(raw.slots, m * T, np.uint32, (m, T), False)
         self.keys = _view(raw.keys, m * T, np.uint64, (m, T), False)

@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""Train WDL, DeepFM or DCN in PyTorch on a local ESD testbed: one PS, n node
+daemons, n PyTorch trainers (examples/pytorch/train.py), a Criteo-shaped
+dataset stream. Prints rank 0's loss and throughput as it goes.
+
+    /usr/bin/python3 examples/pytorch/run.py --model deepfm --workers 4 --iters 50
+
+Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
+The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
+the dense part is trained by PyTorch (Adam, --dense-lr), kept in step over
+the trainers by gloo. The final tables are in WORK/ckpt/ps-shard0.ckpt.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "testbed"))
+from esdcluster import Cluster  # noqa: E402
+
+PY = "/usr/bin/python3"
+
+
+def gen_stream(bin_dir, path, samples, seed):
+    subprocess.run([os.path.join(bin_dir, "esd-data"), "gen", "-o", path, "--shape",
+                    "criteo-kaggle", "-n", str(samples), "--scale", "1000", "--max-rows", "2000",
+                    "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+
+
+def job_settings(a, stream, ckpt_dir):
+    return {"workers.n": a.workers, "workers.batch": a.batch, "model.dim": a.dim,
+            "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
+            "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
+            "cache.ratio": a.cache_ratio, "dispatch.method": a.dispatch,
+            "ps.checkpoint_dir": ckpt_dir}
+
+
+def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
+    """Run one job in work/; returns (the path of the final PS checkpoint,
+    the daemons' summaries). Streams rank 0's progress lines to out.
+    c_trainer: the C reference trainer (esd-trainer) instead of PyTorch."""
+    ckpt = os.path.join(work, "ckpt")
+    os.makedirs(ckpt, exist_ok=True)
+    init = os.path.join(work, "gloo.init")
+    if os.path.exists(init):
+        os.unlink(init)
+
+    def trainer_cmd(w, node_dir):
+        argv = [PY, os.path.join(HERE, "train.py"), "--dir", node_dir, "--rank", str(w),
+                "--world", str(a.workers), "--init", "file://" + init, "--model", a.model,
+                "--seed", str(a.model_seed), "--dense-lr", str(a.dense_lr),
+                "--dense-opt", a.dense_opt]
+        if record_dir:
+            argv += ["--record", os.path.join(record_dir, "rank%d.npz" % w)]
+        return argv
+
+    with Cluster(a.bin, work, job_settings(a, stream, ckpt),
+                 trainer_cmd=None if c_trainer else trainer_cmd) as c:
+        c.start()
+        log0 = os.path.join(work, "trainer0.log")
+        done = False
+        with open(log0) as f:
+            while not done:
+                line = f.readline()
+                if line:
+                    out.write(line)
+                    out.flush()
+                    continue
+                done = all(c.procs["esdd%d" % w].poll() is not None for w in range(c.n))
+                for w in range(c.n):  # a dead trainer would leave its daemon waiting
+                    rc = c.procs["trainer%d" % w].poll()
+                    if rc not in (None, 0):
+                        raise RuntimeError("trainer %d exited with %d: see %s/trainer%d.log"
+                                           % (w, rc, work, w))
+                if not done:
+                    time.sleep(0.05)
+            out.write(f.read())
+        c.wait(timeout=a.timeout)
+        for w in range(c.n):
+            p = c.procs.get("trainer%d" % w)
+            if p and p.poll() != 0:
+                raise RuntimeError("trainer %d exited with %s: see %s/trainer%d.log"
+                                   % (w, p.returncode, work, w))
+        sums = c.summaries()
+    return os.path.join(ckpt, "ps-shard0.ckpt"), sums
+
+
+def parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("wdl", "deepfm", "dcn"), default="deepfm")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=64, help="samples per worker per iteration")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--opt", choices=("sgd", "adagrad", "adam"), default="adagrad",
+                    help="embedding optimizer (applied by the runtime)")
+    ap.add_argument("--lr", type=float, default=0.05, help="embedding learning rate")
+    ap.add_argument("--dense-lr", type=float, default=0.01)
+    ap.add_argument("--dense-opt", choices=("adam", "sgd"), default="adam",
+                    help="optimizer of the dense part (PyTorch's, on every trainer)")
+    ap.add_argument("--seed", type=int, default=11, help="job seed (row initialisation)")
+    ap.add_argument("--model-seed", type=int, default=1, help="seed of the dense weights")
+    ap.add_argument("--cache-ratio", type=float, default=0.08)
+    ap.add_argument("--dispatch", default="hybrid")
+    ap.add_argument("--stream", help="dataset stream (default: generate a Criteo-shaped one)")
+    ap.add_argument("--samples", type=int, default=0,
+                    help="samples to generate (default: enough for --iters)")
+    ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--baseline", action="store_true",
+                    help="then run the same job with the C reference trainer (esd-trainer) "
+                         "and print both rates")
+    return ap
+
+
+def main():
+    a = parser().parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="esd-pytorch.")
+    os.makedirs(work, exist_ok=True)
+    stream = a.stream
+    if not stream:
+        stream = os.path.join(work, "stream.esd")
+        gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers, 7)
+    print("%s on %d workers x %d samples, %d iterations, embeddings %s lr %g; work %s"
+          % (a.model, a.workers, a.batch, a.iters, a.opt, a.lr, work), flush=True)
+    t0 = time.time()
+    ck, sums = run_job(a, work, stream)
+    print("job done in %.1f s (trainers' start included); final tables %s"
+          % (time.time() - t0, ck))
+    if a.baseline:
+        # PyTorch: rank 0's count from its first micro-batch (the daemons'
+        # clock would include the trainers' start, seconds of torch import).
+        with open(os.path.join(work, "trainer0.log")) as f:
+            m = re.search(r"done: (\d+) iterations in ([\d.]+) s", f.read())
+        rate = int(m.group(1)) / float(m.group(2)) if m else float("nan")
+        _, csums = run_job(a, os.path.join(work, "c-trainer"), stream, c_trainer=True)
+        crate = min(s["iters_per_s"] for s in csums)
+        print("PyTorch %s: %.1f iterations/s (%.0f samples/s); C reference trainer "
+              "(esd-trainer, same job): %.1f iterations/s (%.0f samples/s); ratio %.2f"
+              % (a.model, rate, rate * a.batch * a.workers, crate, crate * a.batch * a.workers,
+                 rate / crate))
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
