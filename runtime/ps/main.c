@@ -14,8 +14,11 @@
 #include <esd/ctl.h>
 #include <esd/clock.h>
 #include <esd/dataset.h>
+#include <esd/dispatch_solve.h>
 #include <esd/err.h>
 #include <esd/log.h>
+
+#include <esd/policy.h>
 
 #include <getopt.h>
 #include <signal.h>
@@ -98,9 +101,100 @@ static int cmd_checkpoint(void *arg, json_t *req, json_t **resp, const char **er
 	return 0;
 }
 
+/* esdctl set: a setting that changes what the dispatchers decide
+ * (dispatch.method, dispatch.alpha, cache.policy). Every node must switch
+ * at the same iteration, so the request is only queued here: the next
+ * barrier release t schedules it at t + 3, an iteration no dispatcher has
+ * started deciding (they run at most two ahead), and the ACKs of the
+ * barriers until then are followed by a SETTING frame (docs/esdctl.md).
+ * One change at a time. */
+static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	const char *key = json_string_value(json_object_get(req, "key"));
+	const char *val = json_string_value(json_object_get(req, "value"));
+	static __thread char msg[256];
+	if (!key || !val) {
+		*err = "set needs \"key\" and \"value\" strings";
+		return -EINVAL;
+	}
+	if (!strcmp(key, "method"))
+		key = "dispatch.method";
+	else if (!strcmp(key, "alpha"))
+		key = "dispatch.alpha";
+	else if (!strcmp(key, "policy"))
+		key = "cache.policy";
+	char canon[ESD_PROTO_MAX_SETTING + 1];
+	if (!strcmp(key, "dispatch.method")) {
+		enum esd_method m;
+		if (esd_method_parse(val, &m)) {
+			*err = "dispatch.method: unknown method (heu, opt, hungarian, hybrid, laia, "
+			       "vanilla)";
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%s", esd_method_name(m));
+	} else if (!strcmp(key, "dispatch.alpha")) {
+		char *end;
+		double a = strtod(val, &end);
+		if (end == val || *end || !(a >= 0 && a <= 1)) {
+			*err = "dispatch.alpha: expected a number in [0, 1]";
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%.17g", a);
+	} else if (!strcmp(key, "cache.policy")) {
+		enum esd_policy p;
+		if (esd_policy_parse(val, &p)) {
+			*err = "cache.policy: unknown policy (lru, lfu, emark, lookahead)";
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%s", esd_policy_name(p));
+	} else {
+		*err = "unknown setting; the PS schedules dispatch.method, dispatch.alpha and "
+		       "cache.policy (link.rate is set on each esdd's socket)";
+		return -ENOTSUP;
+	}
+	pthread_mutex_lock(&ps->mu);
+	int rc = 0;
+	if (ps->shard != 0) {
+		*err = "settings are scheduled by PS shard 0: use its control socket";
+		rc = -ENOTSUP;
+	} else if (ps->failed) {
+		*err = "the job has failed";
+		rc = -ESHUTDOWN;
+	} else if (ps->set_pending) {
+		snprintf(msg, sizeof(msg), "a change is pending (%s = %s at iteration %llu); "
+			 "retry once it is in effect", ps->set_key, ps->set_value,
+			 (unsigned long long)ps->set_at);
+		*err = msg;
+		rc = -EBUSY;
+	} else if (ps->iter_done + 4 > ps->job.iterations) {
+		*err = "too late: the job ends before a change could reach every node";
+		rc = -ERANGE;
+	}
+	if (rc) {
+		pthread_mutex_unlock(&ps->mu);
+		return rc;
+	}
+	snprintf(ps->set_key, sizeof(ps->set_key), "%s", key);
+	snprintf(ps->set_value, sizeof(ps->set_value), "%s", canon);
+	ps->set_pending = true;
+	ps->set_at = 0;
+	ps->set_requested_at = ps->iter_done;
+	/* the barrier after iter_done releases at iter_done + 1 at the earliest */
+	*resp = json_pack("{s:s, s:s, s:I, s:I, s:b}", "key", ps->set_key, "value", ps->set_value,
+			  "requested_at", (json_int_t)ps->iter_done, "effective_at",
+			  (json_int_t)(ps->iter_done + 4), "live", 1);
+	pthread_mutex_unlock(&ps->mu);
+	ESD_INFO("ps", "setting %s = %s requested at iteration %llu", key, canon,
+		 (unsigned long long)ps->set_requested_at);
+	return 0;
+}
+
 static const struct esd_ctl_cmd ps_cmds[] = {
 	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
 	{"checkpoint", cmd_checkpoint, "request a checkpoint at the next flushed boundary"},
+	{"set", cmd_set, "change dispatch.method, dispatch.alpha or cache.policy at an "
+			 "iteration every node switches at"},
 	{NULL, NULL, NULL},
 };
 
