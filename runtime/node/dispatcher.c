@@ -36,6 +36,9 @@ struct disp {
 	 * after, and the snapshots saved at the last checkpoint boundary */
 	struct esd_dispatcher_config dc;
 	enum esd_policy policy; /* of the snapshots (esdctl set cache.policy) */
+	/* sums of the engines an esdctl set replaced (the counters published
+	 * cover the whole run) */
+	struct esd_dispatch_counters base;
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
 	uint64_t start_iter;
@@ -213,6 +216,29 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	return 0;
 }
 
+/* The counters of the current engine on top of those it replaced. */
+static struct esd_dispatch_counters counters_of(const struct disp *ds)
+{
+	struct esd_dispatch_counters c = *esd_dispatcher_counters(ds->d);
+	const struct esd_dispatch_counters *b = &ds->base;
+	c.steps += b->steps;
+	c.sum.keytab += b->sum.keytab;
+	c.sum.fill += b->sum.fill;
+	c.sum.matrix += b->sum.matrix;
+	c.sum.solve += b->sum.solve;
+	c.sum.advance += b->sum.advance;
+	c.sum.total += b->sum.total;
+	c.sum.profile += b->sum.profile;
+	c.sum_est_cost += b->sum_est_cost;
+	c.sum_true_cost += b->sum_true_cost;
+	c.sum_heu_cost += b->sum_heu_cost;
+	c.sum_opt_cost += b->sum_opt_cost;
+	for (int q = 0; q < ESD_CQ_KINDS; q++)
+		c.xfers[q] += b->xfers[q];
+	c.hits += b->hits;
+	return c;
+}
+
 /* esdctl set: apply the change announced for iteration iter (settings.c)
  * as this thread starts deciding it, identically on every node. Method and
  * alpha: a new decision engine on the same snapshots (its per-iteration
@@ -256,6 +282,7 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy)
 		rc = -EINVAL;
 	if (rc)
 		return rc;
+	ds->base = counters_of(ds);
 	esd_dispatcher_free(ds->d);
 	ds->d = NULL;
 	rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
@@ -348,7 +375,7 @@ static void *disp_main(void *arg)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
-		nd->dcount = *esd_dispatcher_counters(ds->d);
+		nd->dcount = counters_of(ds);
 		nd->produced++;
 		pthread_cond_broadcast(&nd->qcv);
 		pthread_mutex_unlock(&nd->qmu);
@@ -391,6 +418,7 @@ static int make_engine(struct disp *ds, bool from_saved)
 	esd_dispatcher_free(ds->d);
 	esd_snapset_free(ds->ss);
 	ds->d = NULL;
+	memset(&ds->base, 0, sizeof(ds->base));
 	int rc = esd_snapset_create(j->n, ds->cap, ds->policy, &ds->ss);
 	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
 		struct esd_cmeta *cm;

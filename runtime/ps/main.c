@@ -66,6 +66,12 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
 	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dense_len));
+	/* esdctl set: the pending change (effective_at 0: not scheduled yet) */
+	json_object_set_new(*resp, "setting",
+			    ps->set_pending ? json_pack("{s:s, s:s, s:I}", "key", ps->set_key,
+							"value", ps->set_value, "effective_at",
+							(json_int_t)ps->set_at)
+					    : json_null());
 	pthread_mutex_unlock(&ps->mu);
 	return 0;
 }
@@ -162,9 +168,14 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		*err = "the job has failed";
 		rc = -ESHUTDOWN;
 	} else if (ps->set_pending) {
-		snprintf(msg, sizeof(msg), "a change is pending (%s = %s at iteration %llu); "
-			 "retry once it is in effect", ps->set_key, ps->set_value,
-			 (unsigned long long)ps->set_at);
+		if (ps->set_at)
+			snprintf(msg, sizeof(msg), "a change is pending (%s = %s at iteration "
+				 "%llu); retry once it is in effect", ps->set_key, ps->set_value,
+				 (unsigned long long)ps->set_at);
+		else
+			snprintf(msg, sizeof(msg), "a change is pending (%s = %s, scheduled by "
+				 "the next barrier); retry once it is in effect", ps->set_key,
+				 ps->set_value);
 		*err = msg;
 		rc = -EBUSY;
 	} else if (ps->iter_done + 4 > ps->job.iterations) {
