@@ -153,6 +153,14 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 			*err = "cache.policy: unknown policy (lru, lfu, emark, lookahead)";
 			return -EINVAL;
 		}
+		uint64_t hints = ps->job.global_batch * (uint64_t)ps->tables;
+		if (p == ESD_POLICY_LOOKAHEAD && hints > ps->cache_rows) {
+			snprintf(msg, sizeof(msg), "cache.policy lookahead: a cache of %llu rows "
+				 "cannot hold the hints of a global batch (%llu keys)",
+				 (unsigned long long)ps->cache_rows, (unsigned long long)hints);
+			*err = msg;
+			return -EINVAL;
+		}
 		snprintf(canon, sizeof(canon), "%s", esd_policy_name(p));
 	} else {
 		*err = "unknown setting; the PS schedules dispatch.method, dispatch.alpha and "
@@ -281,6 +289,7 @@ int main(int argc, char **argv)
 
 	/* the model shape comes from the dataset stream */
 	uint32_t tables = 0, dense = 0;
+	uint64_t total_rows = 0;
 	if (job.stream[0]) {
 		struct esd_ds_reader *dr;
 		rc = esd_ds_open(job.stream, &dr);
@@ -290,6 +299,8 @@ int main(int argc, char **argv)
 		}
 		tables = esd_ds_reader_info(dr)->ntables;
 		dense = esd_ds_reader_info(dr)->ndense;
+		for (uint32_t t = 0; t < tables; t++)
+			total_rows += esd_ds_reader_info(dr)->rows[t];
 		esd_ds_close(dr);
 	}
 
@@ -299,6 +310,15 @@ int main(int argc, char **argv)
 		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
 		return 1;
 	}
+	/* the nodes' cache size, resolved as esdd does (the lookahead policy
+	 * needs it to hold a global batch's keys) */
+	ps.cache_rows = job.cache_rows ? job.cache_rows
+				       : (uint64_t)(job.cache_ratio * (double)total_rows);
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < job.n; w++)
+		maxb = job.batch[w] > maxb ? job.batch[w] : maxb;
+	if (ps.cache_rows < maxb * tables)
+		ps.cache_rows = maxb * tables;
 	if (restore) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));

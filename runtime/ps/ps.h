@@ -72,6 +72,7 @@ struct ps {
 	 * yet and announced in a SETTING frame after each barrier ACK until
 	 * that iteration's barrier is released (docs/esdctl.md) */
 	bool set_pending;
+	uint64_t cache_rows; /* each node's cache, resolved as esdd does (main.c) */
 	uint64_t set_at; /* iteration it takes effect at (0: not scheduled yet) */
 	uint64_t set_requested_at;
 	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];

@@ -2,7 +2,9 @@
 daemons train 400 iterations; mid-run the PS is asked to change alpha, the
 cache policy and the method, one after the other. Each change is scheduled
 by PS shard 0 three iterations after the next barrier and every node
-switches at that iteration, so the decisions never diverge: the job ends,
+switches at that iteration (the policy goes lru, lookahead, emark; micro-
+batches of 6 so that lookahead's hints of a global batch fit the cache), so
+the decisions never diverge: the job ends,
 every node's summary reports the new method and alpha, the link counters
 equal the transfers the snapshots predicted (the real cache followed its
 snapshot through the policy switch) and the final tables equal the
@@ -58,12 +60,25 @@ def set_live(env, ps, key, value, deadline):
     return None
 
 
+def wait_iter(ps, it, deadline):
+    while time.time() < deadline:
+        st = ctl(ps, "status")
+        if st["iteration"] >= it or st.get("failed"):
+            return
+        time.sleep(0.02)
+
+
+def policies(c):
+    return [ctl(os.path.join(c.node_dir(w), "control.sock"), "status")["policy"]
+            for w in range(4)]
+
+
 def main():
     env = Env(sys.argv[1], "live-set")
     iters = 400
-    env.gen_stream(samples=iters * 128 + 1000)
+    env.gen_stream(samples=iters * 24 + 1000)
     s = env.settings(job__iterations=iters, dispatch__method="hybrid", dispatch__alpha=0.25,
-                     cache__policy="emark")
+                     cache__policy="emark", workers__batch=6)
     try:
         from esdcluster import Cluster
         work = os.path.join(env.root, "run")
@@ -73,7 +88,13 @@ def main():
         with Cluster(env.bin, work, s) as c:
             c.start()
             ps = os.path.join(work, "ps0.sock")
-            time.sleep(0.2)
+            for w in range(4):
+                c.wait_socket(w)
+            nodes = sum((["--node", c.node_dir(w)] for w in range(4)), [])
+            # slow the links so that every change lands well before the end
+            # (esdctl and this script take a few ms per request)
+            rc, out, err = esdctl(env, *nodes, "set", "link.rate", "4M")
+            env.check(rc == 0, "link.rate 4M on every node: %s" % err.strip())
             # a node refuses what only the PS can schedule, saying where to
             rc, out, err = esdctl(env, "--node", c.node_dir(0), "set", "dispatch.method", "opt")
             env.check(rc == 1 and "PS0_CONTROL" in err, "esdd refuses dispatch.method: %s"
@@ -94,18 +115,23 @@ def main():
                 env.check("pending" in err, "a second change waits: %s" % err.strip())
                 at["policy"] = set_live(env, ps, "cache.policy", "lru", deadline)
             at["method"] = set_live(env, ps, "dispatch.method", "opt", deadline)
-            env.check(all(v is not None and v < iters for v in at.values()),
-                      "every change scheduled before the end: %s" % at)
             # the policy switch is visible on every node once it is in effect
             if at.get("method"):
-                while time.time() < deadline:
-                    st = ctl(ps, "status")
-                    if st["iteration"] >= at["method"] or st.get("failed"):
-                        break
-                    time.sleep(0.02)
-                pols = [ctl(os.path.join(c.node_dir(w), "control.sock"), "status")["policy"]
-                        for w in range(4)]
+                wait_iter(ps, at["method"], deadline)
+                pols = policies(c)
                 env.check(pols == ["lru"] * 4, "every node's cache policy is lru: %s" % pols)
+            # to and from lookahead: the hints start and stop at the switch
+            at["lookahead"] = set_live(env, ps, "cache.policy", "lookahead", deadline)
+            if at["lookahead"]:
+                wait_iter(ps, at["lookahead"], deadline)
+                pols = policies(c)
+                env.check(pols == ["lookahead"] * 4, "every node's cache policy is lookahead: "
+                          "%s" % pols)
+            at["emark"] = set_live(env, ps, "cache.policy", "emark", deadline)
+            rc, out, err = esdctl(env, *nodes, "set", "link.rate", "0")
+            env.check(rc == 0, "links unshaped again: %s" % err.strip())
+            env.check(all(v is not None and v < iters for v in at.values()),
+                      "every change scheduled before the end: %s" % at)
             c.wait(timeout=120)
             sums = c.summaries()
         env.check(all(sm["iterations"] == iters for sm in sums),
