@@ -52,16 +52,16 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	int rc = check_value(key, val);
 	if (rc) {
 		ESD_ERR("node", "barrier %llu: shard 0 announced %s setting %s = %s",
-			(unsigned long long)iter, rc == -ENOENT ? "an unknown" : "a bad", key, val);
+		        (unsigned long long)iter, rc == -ENOENT ? "an unknown" : "a bad", key, val);
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&nd->qmu);
-	bool repeat = nd->set_at == s->iteration && !strcmp(nd->set_key, key) &&
-		      !strcmp(nd->set_value, val);
+	bool repeat =
+	    nd->set_at == s->iteration && !strcmp(nd->set_key, key) && !strcmp(nd->set_value, val);
 	/* the dispatcher may be at the start of iter + 2 already; one change
 	 * pending at a time */
 	bool ok = repeat || (s->iteration > iter + 2 && s->iteration <= nd->job.iterations &&
-			     nd->set_at <= iter);
+	                     nd->set_at <= iter);
 	if (ok && !repeat) {
 		nd->set_at = s->iteration;
 		memcpy(nd->set_key, key, sizeof(key));
@@ -70,16 +70,17 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	uint64_t pending = nd->set_at;
 	pthread_mutex_unlock(&nd->qmu);
 	if (!ok) {
-		ESD_ERR("node", "barrier %llu: shard 0 announced %s = %s at iteration %llu; it "
-			"must be in %llu..%llu with no change pending (one is at %llu)",
-			(unsigned long long)iter, key, val, (unsigned long long)s->iteration,
-			(unsigned long long)iter + 3, (unsigned long long)nd->job.iterations,
-			(unsigned long long)pending);
+		ESD_ERR("node",
+		        "barrier %llu: shard 0 announced %s = %s at iteration %llu; it "
+		        "must be in %llu..%llu with no change pending (one is at %llu)",
+		        (unsigned long long)iter, key, val, (unsigned long long)s->iteration,
+		        (unsigned long long)iter + 3, (unsigned long long)nd->job.iterations,
+		        (unsigned long long)pending);
 		return -EPROTO;
 	}
 	if (!repeat)
 		ESD_INFO("node", "setting %s = %s from iteration %llu", key, val,
-			 (unsigned long long)s->iteration);
+		         (unsigned long long)s->iteration);
 	return 0;
 }
 
@@ -92,13 +93,13 @@ int node_setting_cache(struct node *nd, const struct order *o)
 	esd_cache_meta_write_end(nd->cache);
 	if (rc) {
 		ESD_ERR("node", "iteration %llu: cannot switch the cache to policy %d: %s",
-			(unsigned long long)o->iter, o->set_policy, esd_strerror(rc));
+		        (unsigned long long)o->iter, o->set_policy, esd_strerror(rc));
 		return rc;
 	}
 	pthread_mutex_lock(&nd->qmu);
 	nd->job.policy = (enum esd_policy)o->set_policy;
 	pthread_mutex_unlock(&nd->qmu);
 	ESD_INFO("node", "iteration %llu: cache policy is now %s", (unsigned long long)o->iter,
-		 esd_policy_name(nd->job.policy));
+	         esd_policy_name(nd->job.policy));
 	return 0;
 }
