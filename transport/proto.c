@@ -31,6 +31,7 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 #define ERROR_HDR_SIZE 8u
 #define STATS_HDR_SIZE 8u
 #define STATS_ENT_SIZE 40u
+#define SETTING_HDR_SIZE 12u
 
 /* ---- little-endian field access ---------------------------------------- */
 
@@ -129,6 +130,8 @@ const char *esd_op_name(unsigned op)
 		return "ERROR";
 	case ESD_OP_STATS:
 		return "STATS";
+	case ESD_OP_SETTING:
+		return "SETTING";
 	case ESD_OP_LINK_ACK:
 		return "LINK_ACK";
 	case ESD_OP_LINK_BYE:
@@ -275,6 +278,40 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 	return 0;
 }
 
+/* u64 iteration, u16 key_len, u16 value_len, key, value, zero padding to
+ * a multiple of 4. Strings: 1..ESD_PROTO_MAX_SETTING bytes, no NUL. */
+static int decode_setting(const struct esd_frame_hdr *h, const uint8_t *b, struct esd_setting *s,
+			  char *err, size_t errlen)
+{
+	if (h->length < SETTING_HDR_SIZE)
+		return fail(-EPROTO, err, errlen, "SETTING: body length %u below its %u-byte header",
+			    h->length, SETTING_HDR_SIZE);
+	s->iteration = ld64(b);
+	s->key_len = (uint32_t)b[8] | (uint32_t)b[9] << 8;
+	s->value_len = (uint32_t)b[10] | (uint32_t)b[11] << 8;
+	if (!s->key_len || !s->value_len || s->key_len > ESD_PROTO_MAX_SETTING ||
+	    s->value_len > ESD_PROTO_MAX_SETTING)
+		return fail(s->key_len && s->value_len ? -E2BIG : -EPROTO, err, errlen,
+			    "SETTING: key of %u and value of %u bytes, each must be 1..%u",
+			    s->key_len, s->value_len, ESD_PROTO_MAX_SETTING);
+	uint64_t used = SETTING_HDR_SIZE + (uint64_t)s->key_len + s->value_len;
+	uint64_t padded = (used + 3) & ~3ull;
+	int rc = want_len("SETTING", h->length, padded, err, errlen);
+	if (rc)
+		return rc;
+	for (uint64_t i = SETTING_HDR_SIZE; i < used; i++)
+		if (!b[i])
+			return fail(-EPROTO, err, errlen, "SETTING: NUL byte at body offset %llu",
+				    (unsigned long long)i);
+	for (uint64_t i = used; i < padded; i++)
+		if (b[i])
+			return fail(-EPROTO, err, errlen, "SETTING: padding byte %llu is not 0",
+				    (unsigned long long)(i - used));
+	s->key = (const char *)b + SETTING_HDR_SIZE;
+	s->value = s->key + s->key_len;
+	return 0;
+}
+
 static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
                        const struct esd_proto_limits *l, struct esd_msg *m, char *err,
                        size_t errlen)
@@ -342,7 +379,10 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.ack.sequence = ld64(b + 8);
 		m->u.ack.op = ld32(b + 16);
 		m->u.ack.status = (int32_t)ld32(b + 20);
+		m->u.ack.setting = (h->flags & ESD_FLAG_SETTING) != 0;
 		return 0;
+	case ESD_OP_SETTING:
+		return decode_setting(h, b, &m->u.setting, err, errlen);
 	case ESD_OP_ERROR: {
 		struct esd_error *e = &m->u.error;
 		if (h->length < ERROR_HDR_SIZE)
@@ -552,13 +592,33 @@ int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
 
 int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a)
 {
-	uint8_t *p = begin_frame(b, ESD_OP_ACK, 0, ACK_SIZE);
+	uint8_t *p = begin_frame(b, ESD_OP_ACK, a->setting ? ESD_FLAG_SETTING : 0, ACK_SIZE);
 	if (!p)
 		return -ENOMEM;
 	st64(p, a->iteration);
 	st64(p + 8, a->sequence);
 	st32(p + 16, a->op);
 	st32(p + 20, (uint32_t)a->status);
+	return 0;
+}
+
+int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, const char *value)
+{
+	size_t kl = key ? strnlen(key, ESD_PROTO_MAX_SETTING + 1) : 0;
+	size_t vl = value ? strnlen(value, ESD_PROTO_MAX_SETTING + 1) : 0;
+	if (!kl || !vl || kl > ESD_PROTO_MAX_SETTING || vl > ESD_PROTO_MAX_SETTING)
+		return -EINVAL;
+	uint32_t used = SETTING_HDR_SIZE + (uint32_t)(kl + vl);
+	uint32_t padded = (used + 3) & ~3u;
+	uint8_t *p = begin_frame(b, ESD_OP_SETTING, 0, padded);
+	if (!p)
+		return -ENOMEM;
+	st64(p, iteration);
+	st16(p + 8, (uint16_t)kl);
+	st16(p + 10, (uint16_t)vl);
+	memcpy(p + SETTING_HDR_SIZE, key, kl);
+	memcpy(p + SETTING_HDR_SIZE + kl, value, vl);
+	memset(p + used, 0, padded - used);
 	return 0;
 }
 

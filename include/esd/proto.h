@@ -62,6 +62,8 @@ extern "C" {
 /* Longest ERROR text and most STATS entries a frame may carry. */
 #define ESD_PROTO_MAX_ERROR_TEXT 1024u
 #define ESD_PROTO_MAX_STATS      16u
+/* Longest key and value of a SETTING (bytes, no NUL). */
+#define ESD_PROTO_MAX_SETTING 64u
 
 enum esd_op {
 	ESD_OP_HELLO = 1,      /* both ways: version, worker id, job token */
@@ -73,7 +75,8 @@ enum esd_op {
 	ESD_OP_ACK = 7,        /* both ways: a request was applied (or not) */
 	ESD_OP_ERROR = 8,      /* both ways: code + text; a protocol error closes */
 	ESD_OP_STATS = 9,      /* empty = request; else per-kind counters */
-	ESD_OP_APP_MAX = 9,
+	ESD_OP_SETTING = 10,   /* PS shard 0 -> worker: a setting changes at an iteration */
+	ESD_OP_APP_MAX = 10,
 	/* Link-internal ops (reliable layer, shutdown); never delivered. */
 	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
 	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
@@ -86,7 +89,9 @@ enum esd_op {
 #define ESD_FLAG_CHECKPOINT 0x0008u /* BARRIER: the worker flushed its DIRTY rows
 				     * after the previous iteration: the shard
 				     * writes a checkpoint at this barrier */
-#define ESD_FLAG_MASK       0x000fu
+#define ESD_FLAG_SETTING    0x0010u /* ACK of a BARRIER: a SETTING frame follows
+				     * on this link (esd_ack.setting) */
+#define ESD_FLAG_MASK       0x001fu
 
 struct esd_frame_hdr {
 	uint32_t magic;
@@ -182,6 +187,17 @@ struct esd_ack {
 	uint64_t sequence; /* push sequence, or 0 for a barrier */
 	uint32_t op;       /* the op acknowledged */
 	int32_t status;    /* 0 or -errno / -ESD_E* */
+	int setting;       /* header flag ESD_FLAG_SETTING: a SETTING frame follows */
+};
+
+/* A live setting change (esdctl set): from iteration 'iteration' on, the
+ * setting 'key' has 'value'. Key and value are 1..ESD_PROTO_MAX_SETTING
+ * bytes without NUL, not NUL-terminated, pointing into the frame; what
+ * keys exist and what values mean is the application's business. */
+struct esd_setting {
+	uint64_t iteration;
+	uint32_t key_len, value_len;
+	const char *key, *value;
 };
 
 struct esd_error {
@@ -212,6 +228,7 @@ struct esd_msg {
 		struct esd_ack ack;
 		struct esd_error error;
 		struct esd_stats_msg stats;
+		struct esd_setting setting;
 		uint64_t link_ack; /* ESD_OP_LINK_ACK */
 		uint32_t link_bye; /* ESD_OP_LINK_BYE */
 	} u;
@@ -282,6 +299,9 @@ int esd_enc_error(struct esd_buf *b, int32_t code, const char *text);
 /* count 0 encodes a request. */
 int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t count,
                   uint16_t flags);
+/* A SETTING: key and value are NUL-terminated strings of 1 to
+ * ESD_PROTO_MAX_SETTING bytes (-EINVAL otherwise). */
+int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, const char *value);
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);

@@ -195,12 +195,12 @@ static int cmd_cache(void *arg, json_t *req, json_t **resp, const char **err)
 
 /* Settings that change what the dispatcher decides must change on every
  * node at the same iteration, or the nodes' decisions differ and the
- * barrier fails the job with ESD_EDIVERGED; until the barrier can announce
- * such a boundary to all nodes they are refused with the reason (the
- * control server keeps replies under 256 bytes). */
+ * barrier fails the job with ESD_EDIVERGED: PS shard 0 schedules them
+ * (esd-ps control command set, settings.c), a node refuses them with
+ * where to send them (the control server keeps replies under 256 bytes). */
 #define WHY_NOT_LIVE                                                                        \
-	"%s is not live: every node must switch at the same iteration or their decisions "  \
-	"diverge (ESD_EDIVERGED); set %s in the job file and restart the job"
+	"%s is set on PS shard 0 so every node switches at the same iteration: esdctl "     \
+	"--socket PS0_CONTROL set %s VALUE (or set %s in the job file and restart)"
 
 static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 {
@@ -226,22 +226,29 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 				  1);
 		return 0;
 	}
-	static const char *const fixed[][2] = {
-		{"cache.policy", "[cache] policy"},   {"policy", "[cache] policy"},
-		{"dispatch.method", "[dispatch] method"}, {"method", "[dispatch] method"},
-		{"dispatch.alpha", "[dispatch] alpha"},   {"alpha", "[dispatch] alpha"},
-		{"dispatch.sync", "[dispatch] sync"},
+	static const char *const fixed[][3] = {
+		{"cache.policy", "[cache] policy", "cache.policy"},
+		{"policy", "[cache] policy", "cache.policy"},
+		{"dispatch.method", "[dispatch] method", "dispatch.method"},
+		{"method", "[dispatch] method", "dispatch.method"},
+		{"dispatch.alpha", "[dispatch] alpha", "dispatch.alpha"},
+		{"alpha", "[dispatch] alpha", "dispatch.alpha"},
 	};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
 		if (strcmp(key, fixed[i][0]))
 			continue;
 		static __thread char msg[1024];
-		snprintf(msg, sizeof(msg), WHY_NOT_LIVE, key, fixed[i][1]);
+		snprintf(msg, sizeof(msg), WHY_NOT_LIVE, key, fixed[i][2], fixed[i][1]);
 		*err = msg;
 		return -ENOTSUP;
 	}
-	*err = "unknown setting; settable live: link.rate (cache.policy, dispatch.method, "
-	       "dispatch.alpha need a job restart)";
+	if (!strcmp(key, "dispatch.sync") || !strcmp(key, "sync")) {
+		*err = "dispatch.sync is not live: set [dispatch] sync in the job file and restart "
+		       "the job";
+		return -ENOTSUP;
+	}
+	*err = "unknown setting; live here: link.rate (cache.policy, dispatch.method, "
+	       "dispatch.alpha: on PS shard 0's control socket)";
 	return -ENOTSUP;
 }
 

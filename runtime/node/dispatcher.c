@@ -13,6 +13,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 #include <esd/pin.h>
+#include <esd/policy.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,10 @@ struct disp {
 	/* restart support: the configuration, the iteration the thread starts
 	 * after, and the snapshots saved at the last checkpoint boundary */
 	struct esd_dispatcher_config dc;
+	enum esd_policy policy; /* of the snapshots (esdctl set cache.policy) */
+	/* sums of the engines an esdctl set replaced (the counters published
+	 * cover the whole run) */
+	struct esd_dispatch_counters base;
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
 	uint64_t start_iter;
@@ -212,6 +217,91 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	return 0;
 }
 
+/* The counters of the current engine on top of those it replaced. */
+static struct esd_dispatch_counters counters_of(const struct disp *ds)
+{
+	struct esd_dispatch_counters c = *esd_dispatcher_counters(ds->d);
+	const struct esd_dispatch_counters *b = &ds->base;
+	c.steps += b->steps;
+	c.sum.keytab += b->sum.keytab;
+	c.sum.fill += b->sum.fill;
+	c.sum.matrix += b->sum.matrix;
+	c.sum.solve += b->sum.solve;
+	c.sum.advance += b->sum.advance;
+	c.sum.total += b->sum.total;
+	c.sum.profile += b->sum.profile;
+	c.sum_est_cost += b->sum_est_cost;
+	c.sum_true_cost += b->sum_true_cost;
+	c.sum_heu_cost += b->sum_heu_cost;
+	c.sum_opt_cost += b->sum_opt_cost;
+	for (int q = 0; q < ESD_CQ_KINDS; q++)
+		c.xfers[q] += b->xfers[q];
+	c.hits += b->hits;
+	return c;
+}
+
+/* esdctl set: apply the change announced for iteration iter (settings.c)
+ * as this thread starts deciding it, identically on every node. Method and
+ * alpha: a new decision engine on the same snapshots (its per-iteration
+ * seed comes from the snapshots' iteration, so nothing else carries over
+ * but the counters, which restart). Policy: every snapshot switches here,
+ * before the lookahead hints and the advance of iter; *set_policy tells
+ * the main thread to switch the real cache at the same point. */
+static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy)
+{
+	struct node *nd = ds->nd;
+	char key[sizeof(nd->set_key)], val[sizeof(nd->set_value)];
+	int rc = 0;
+
+	*set_policy = -1;
+	pthread_mutex_lock(&nd->qmu);
+	bool due = nd->set_at == iter;
+	if (due) {
+		memcpy(key, nd->set_key, sizeof(key));
+		memcpy(val, nd->set_value, sizeof(val));
+	}
+	pthread_mutex_unlock(&nd->qmu);
+	if (!due)
+		return 0;
+	if (!strcmp(key, "cache.policy")) {
+		enum esd_policy p;
+		rc = esd_policy_parse(val, &p);
+		for (uint32_t j = 0; j < nd->job.n && !rc; j++)
+			rc = esd_cmeta_set_policy(esd_snapset_cmeta(ds->ss, j), p);
+		if (rc)
+			return rc;
+		ds->policy = p;
+		*set_policy = (int)p;
+		return 0;
+	}
+	struct esd_dispatcher_config dc = ds->dc;
+	if (!strcmp(key, "dispatch.method"))
+		rc = esd_method_parse(val, &dc.method);
+	else if (!strcmp(key, "dispatch.alpha"))
+		dc.hybrid.alpha = strtod(val, NULL);
+	else
+		rc = -EINVAL;
+	if (rc)
+		return rc;
+	ds->base = counters_of(ds);
+	esd_dispatcher_free(ds->d);
+	ds->d = NULL;
+	rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+	if (rc) {
+		ESD_ERR("dispatch", "iteration %llu: %s = %s: %s", (unsigned long long)iter, key,
+			val, esd_strerror(rc));
+		return rc;
+	}
+	ds->dc = dc;
+	pthread_mutex_lock(&nd->qmu);
+	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(dc.method));
+	nd->job.alpha = dc.hybrid.alpha;
+	pthread_mutex_unlock(&nd->qmu);
+	ESD_INFO("dispatch", "iteration %llu: %s = %s (method %s, alpha %g)",
+		 (unsigned long long)iter, key, val, esd_method_name(dc.method), dc.hybrid.alpha);
+	return 0;
+}
+
 static void *disp_main(void *arg)
 {
 	struct disp *ds = arg;
@@ -234,7 +324,11 @@ static void *disp_main(void *arg)
 	rc = read_batch(ds, cur);
 	for (iter = ds->start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
-		bool lookahead = nd->job.policy == ESD_POLICY_LOOKAHEAD;
+		int set_policy;
+		rc = apply_setting(ds, iter, &set_policy);
+		if (rc)
+			break;
+		bool lookahead = ds->policy == ESD_POLICY_LOOKAHEAD;
 		if (lookahead || iter < nd->job.iterations)
 			rc = read_batch(ds, cur ^ 1);
 		if (rc)
@@ -248,6 +342,8 @@ static void *disp_main(void *arg)
 		pthread_mutex_unlock(&nd->qmu);
 		if (stop)
 			break;
+		o->set_policy = set_policy;
+		o->nahead = 0;
 		if (lookahead) {
 			/* hints from the next batch, on every snapshot and (in the
 			 * order) on the real cache at the same point */
@@ -282,7 +378,7 @@ static void *disp_main(void *arg)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
-		nd->dcount = *esd_dispatcher_counters(ds->d);
+		nd->dcount = counters_of(ds);
 		nd->produced++;
 		pthread_cond_broadcast(&nd->qcv);
 		pthread_mutex_unlock(&nd->qmu);
@@ -325,7 +421,8 @@ static int make_engine(struct disp *ds, bool from_saved)
 	esd_dispatcher_free(ds->d);
 	esd_snapset_free(ds->ss);
 	ds->d = NULL;
-	int rc = esd_snapset_create(j->n, ds->cap, j->policy, &ds->ss);
+	memset(&ds->base, 0, sizeof(ds->base));
+	int rc = esd_snapset_create(j->n, ds->cap, ds->policy, &ds->ss);
 	if (!rc && j->het) /* before any load: versions start with the snapshots */
 		rc = esd_snapset_set_staleness(ds->ss, j->staleness);
 	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
@@ -349,6 +446,7 @@ int node_dispatcher_start(struct node *nd)
 		return -ENOMEM;
 	ds->nd = nd;
 	ds->k = j->global_batch;
+	ds->policy = j->policy;
 	const char *dv = getenv("ESD_TEST_DIVERGE_AT");
 	if (dv) {
 		ds->diverge_at = strtoull(dv, NULL, 10);

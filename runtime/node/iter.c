@@ -125,6 +125,21 @@ static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 
 /* ---- the steps ---------------------------------------------------------- */
 
+/* esdctl set: the SETTING frame shard 0 sends after an ACK so flagged. */
+static int recv_setting(struct exec *x, uint64_t iter)
+{
+	struct esd_msg m;
+	int rc = recv_from(x, 0, &m);
+	if (rc)
+		return rc;
+	if (m.hdr.op != ESD_OP_SETTING) {
+		ESD_ERR("node", "shard 0 announced a setting after barrier %llu, then sent %s",
+			(unsigned long long)iter, esd_op_name(m.hdr.op));
+		return -EPROTO;
+	}
+	return node_setting_announce(x->nd, iter, &m.u.setting);
+}
+
 static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
@@ -154,6 +169,8 @@ static int barrier(struct exec *x, const struct order *o)
 				nd->ckpt_at = m.u.ack.sequence;
 			pthread_mutex_unlock(&nd->qmu);
 		}
+		if (!rc && s == 0 && m.u.ack.setting)
+			rc = recv_setting(x, o->iter);
 	}
 	return rc;
 }
@@ -287,14 +304,19 @@ static int run_iteration(struct exec *x, const struct order *o)
 	rc = barrier(x, o);
 	if (rc)
 		return rc;
-	/* lookahead hints at the same point as on the snapshot */
-	if (nd->job.policy == ESD_POLICY_LOOKAHEAD && o->nahead) {
+	/* lookahead hints at the same point as on the snapshot (the order
+	 * carries them exactly when the dispatcher gave them) */
+	if (o->nahead) {
 		esd_cache_meta_write_begin(nd->cache);
 		rc = esd_cmeta_lookahead(nd->cm, o->ahead, o->nahead, o->iter + 1);
 		esd_cache_meta_write_end(nd->cache);
 		if (rc)
 			return rc;
 	}
+	/* esdctl set cache.policy: where the snapshot switched */
+	rc = node_setting_cache(nd, o);
+	if (rc)
+		return rc;
 	/* steps 3-4: slots for what we train, evictions, pulls */
 	if (o->nneed > x->cap_fill) {
 		x->cap_fill = o->nneed;

@@ -53,6 +53,8 @@ struct order {
 	uint64_t digest;     /* of the whole decision */
 	bool flush;          /* push every DIRTY row after this iteration */
 	bool checkpoint;     /* ... because it is a checkpoint boundary */
+	int set_policy;      /* esdctl set cache.policy: enum esd_policy from this
+			      * iteration on (after the lookahead hints), -1: none */
 	int64_t decide_ns;
 	size_t cap_m, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
 };
@@ -95,6 +97,11 @@ struct node {
 	 * there too (under qmu) */
 	uint64_t ckpt_at;
 	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
+	/* a live setting change (esdctl set) announced by shard 0 after a
+	 * barrier ACK: the dispatcher applies it when it starts deciding
+	 * iteration set_at (0: none); under qmu (settings.c) */
+	uint64_t set_at;
+	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
 
 	/* PS links, one per shard */
 	struct esd_link *link[ESD_JOB_MAX_SHARDS];
@@ -124,6 +131,13 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 
 /* Write the end-of-run summary (JSON) to nd->summary_path. */
 int node_write_summary(struct node *nd, int status);
+
+/* settings.c: store a SETTING that shard 0 announced after the ACK of
+ * barrier 'iter' (-EPROTO: unknown key, bad value, or an iteration the
+ * dispatcher may have started deciding); apply a cache.policy change of
+ * order o to the real cache (main thread, after the lookahead hints). */
+int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setting *s);
+int node_setting_cache(struct node *nd, const struct order *o);
 
 struct disp;
 /* The signal that asked esdd to stop (SIGINT/SIGTERM), 0 while running. */

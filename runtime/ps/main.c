@@ -14,8 +14,11 @@
 #include <esd/ctl.h>
 #include <esd/clock.h>
 #include <esd/dataset.h>
+#include <esd/dispatch_solve.h>
 #include <esd/err.h>
 #include <esd/log.h>
+
+#include <esd/policy.h>
 
 #include <getopt.h>
 #include <signal.h>
@@ -63,6 +66,12 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
 	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dense_len));
+	/* esdctl set: the pending change (effective_at 0: not scheduled yet) */
+	json_object_set_new(*resp, "setting",
+			    ps->set_pending ? json_pack("{s:s, s:s, s:I}", "key", ps->set_key,
+							"value", ps->set_value, "effective_at",
+							(json_int_t)ps->set_at)
+					    : json_null());
 	pthread_mutex_unlock(&ps->mu);
 	return 0;
 }
@@ -98,9 +107,113 @@ static int cmd_checkpoint(void *arg, json_t *req, json_t **resp, const char **er
 	return 0;
 }
 
+/* esdctl set: a setting that changes what the dispatchers decide
+ * (dispatch.method, dispatch.alpha, cache.policy). Every node must switch
+ * at the same iteration, so the request is only queued here: the next
+ * barrier release t schedules it at t + 3, an iteration no dispatcher has
+ * started deciding (they run at most two ahead), and the ACKs of the
+ * barriers until then are followed by a SETTING frame (docs/esdctl.md).
+ * One change at a time. */
+static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	const char *key = json_string_value(json_object_get(req, "key"));
+	const char *val = json_string_value(json_object_get(req, "value"));
+	static __thread char msg[256];
+	if (!key || !val) {
+		*err = "set needs \"key\" and \"value\" strings";
+		return -EINVAL;
+	}
+	if (!strcmp(key, "method"))
+		key = "dispatch.method";
+	else if (!strcmp(key, "alpha"))
+		key = "dispatch.alpha";
+	else if (!strcmp(key, "policy"))
+		key = "cache.policy";
+	char canon[ESD_PROTO_MAX_SETTING + 1];
+	if (!strcmp(key, "dispatch.method")) {
+		enum esd_method m;
+		if (esd_method_parse(val, &m)) {
+			*err = "dispatch.method: unknown method (heu, opt, hungarian, hybrid, laia, "
+			       "vanilla)";
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%s", esd_method_name(m));
+	} else if (!strcmp(key, "dispatch.alpha")) {
+		char *end;
+		double a = strtod(val, &end);
+		if (end == val || *end || !(a >= 0 && a <= 1)) {
+			*err = "dispatch.alpha: expected a number in [0, 1]";
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%.17g", a);
+	} else if (!strcmp(key, "cache.policy")) {
+		enum esd_policy p;
+		if (esd_policy_parse(val, &p)) {
+			*err = "cache.policy: unknown policy (lru, lfu, emark, lookahead)";
+			return -EINVAL;
+		}
+		uint64_t hints = ps->job.global_batch * (uint64_t)ps->tables;
+		if (p == ESD_POLICY_LOOKAHEAD && hints > ps->cache_rows) {
+			snprintf(msg, sizeof(msg), "cache.policy lookahead: a cache of %llu rows "
+				 "cannot hold the hints of a global batch (%llu keys)",
+				 (unsigned long long)ps->cache_rows, (unsigned long long)hints);
+			*err = msg;
+			return -EINVAL;
+		}
+		snprintf(canon, sizeof(canon), "%s", esd_policy_name(p));
+	} else {
+		*err = "unknown setting; the PS schedules dispatch.method, dispatch.alpha and "
+		       "cache.policy (link.rate is set on each esdd's socket)";
+		return -ENOTSUP;
+	}
+	pthread_mutex_lock(&ps->mu);
+	int rc = 0;
+	if (ps->shard != 0) {
+		*err = "settings are scheduled by PS shard 0: use its control socket";
+		rc = -ENOTSUP;
+	} else if (ps->failed) {
+		*err = "the job has failed";
+		rc = -ESHUTDOWN;
+	} else if (ps->set_pending) {
+		if (ps->set_at)
+			snprintf(msg, sizeof(msg), "a change is pending (%s = %s at iteration "
+				 "%llu); retry once it is in effect", ps->set_key, ps->set_value,
+				 (unsigned long long)ps->set_at);
+		else
+			snprintf(msg, sizeof(msg), "a change is pending (%s = %s, scheduled by "
+				 "the next barrier); retry once it is in effect", ps->set_key,
+				 ps->set_value);
+		*err = msg;
+		rc = -EBUSY;
+	} else if (ps->iter_done + 4 > ps->job.iterations) {
+		*err = "too late: the job ends before a change could reach every node";
+		rc = -ERANGE;
+	}
+	if (rc) {
+		pthread_mutex_unlock(&ps->mu);
+		return rc;
+	}
+	snprintf(ps->set_key, sizeof(ps->set_key), "%s", key);
+	snprintf(ps->set_value, sizeof(ps->set_value), "%s", canon);
+	ps->set_pending = true;
+	ps->set_at = 0;
+	ps->set_requested_at = ps->iter_done;
+	/* the barrier after iter_done releases at iter_done + 1 at the earliest */
+	*resp = json_pack("{s:s, s:s, s:I, s:I, s:b}", "key", ps->set_key, "value", ps->set_value,
+			  "requested_at", (json_int_t)ps->iter_done, "effective_at",
+			  (json_int_t)(ps->iter_done + 4), "live", 1);
+	pthread_mutex_unlock(&ps->mu);
+	ESD_INFO("ps", "setting %s = %s requested at iteration %llu", key, canon,
+		 (unsigned long long)ps->set_requested_at);
+	return 0;
+}
+
 static const struct esd_ctl_cmd ps_cmds[] = {
 	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
 	{"checkpoint", cmd_checkpoint, "request a checkpoint at the next flushed boundary"},
+	{"set", cmd_set, "change dispatch.method, dispatch.alpha or cache.policy at an "
+			 "iteration every node switches at"},
 	{NULL, NULL, NULL},
 };
 
@@ -176,6 +289,7 @@ int main(int argc, char **argv)
 
 	/* the model shape comes from the dataset stream */
 	uint32_t tables = 0, dense = 0;
+	uint64_t total_rows = 0;
 	if (job.stream[0]) {
 		struct esd_ds_reader *dr;
 		rc = esd_ds_open(job.stream, &dr);
@@ -185,6 +299,8 @@ int main(int argc, char **argv)
 		}
 		tables = esd_ds_reader_info(dr)->ntables;
 		dense = esd_ds_reader_info(dr)->ndense;
+		for (uint32_t t = 0; t < tables; t++)
+			total_rows += esd_ds_reader_info(dr)->rows[t];
 		esd_ds_close(dr);
 	}
 
@@ -194,6 +310,15 @@ int main(int argc, char **argv)
 		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
 		return 1;
 	}
+	/* the nodes' cache size, resolved as esdd does (the lookahead policy
+	 * needs it to hold a global batch's keys) */
+	ps.cache_rows = job.cache_rows ? job.cache_rows
+				       : (uint64_t)(job.cache_ratio * (double)total_rows);
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < job.n; w++)
+		maxb = job.batch[w] > maxb ? job.batch[w] : maxb;
+	if (ps.cache_rows < maxb * tables)
+		ps.cache_rows = maxb * tables;
 	if (restore) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));

@@ -204,6 +204,23 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	 * ACKs carry it to every node */
 	if (ps->ckpt_requested && !ps->ckpt_at && t + 3 < ps->job.iterations)
 		ps->ckpt_at = t + 3;
+	/* esdctl set: done once iteration set_at started everywhere; else
+	 * schedule it the same way (a change past the last iteration waits
+	 * for nothing and is dropped with a note) */
+	if (ps->set_pending && ps->set_at && t >= ps->set_at) {
+		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->set_key,
+			 ps->set_value, (unsigned long long)ps->set_at);
+		ps->set_pending = false;
+		ps->set_at = 0;
+	} else if (ps->set_pending && !ps->set_at) {
+		if (t + 3 <= ps->job.iterations) {
+			ps->set_at = t + 3;
+		} else {
+			ESD_WARN("ps", "setting %s = %s dropped: the job ends before it could apply",
+				 ps->set_key, ps->set_value);
+			ps->set_pending = false;
+		}
+	}
 	ps->arrived = 0;
 	ps->arrived_mask = 0;
 	ps->n_barriers++;
@@ -238,13 +255,23 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	}
 	const char *msg = ps->fail_msg;
 	uint64_t ckpt_at = ps->ckpt_at;
+	/* a setting change scheduled at this release follows the ACK */
+	bool setting = !rc && ps->set_pending && ps->set_at == b->iteration + 3;
+	char key[sizeof(ps->set_key)], value[sizeof(ps->set_value)];
+	uint64_t set_at = ps->set_at;
+	if (setting) {
+		memcpy(key, ps->set_key, sizeof(key));
+		memcpy(value, ps->set_value, sizeof(value));
+	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc && rc != -ESHUTDOWN)
 		return esd_link_send_error(pl->link, rc, msg) ? rc : rc;
 	/* sequence: a checkpoint boundary requested through esdctl (0: none) */
 	struct esd_ack ack = {.iteration = b->iteration, .sequence = ckpt_at,
-			      .op = ESD_OP_BARRIER, .status = rc};
+			      .op = ESD_OP_BARRIER, .status = rc, .setting = setting};
 	rc = esd_enc_ack(out, &ack);
+	if (!rc && setting)
+		rc = esd_enc_setting(out, set_at, key, value);
 	return rc ? rc : send_buf(pl, out);
 }
 

@@ -67,6 +67,15 @@ struct ps {
 	uint32_t ckpt_flagged;  /* barriers of this iteration flagged CHECKPOINT */
 	bool ckpt_requested;
 	uint64_t ckpt_requested_at; /* iter_done when it was requested */
+	/* esdctl set (shard 0, under mu): one live setting change at a time,
+	 * scheduled by the barrier at an iteration no dispatcher has decided
+	 * yet and announced in a SETTING frame after each barrier ACK until
+	 * that iteration's barrier is released (docs/esdctl.md) */
+	bool set_pending;
+	uint64_t cache_rows; /* each node's cache, resolved as esdd does (main.c) */
+	uint64_t set_at; /* iteration it takes effect at (0: not scheduled yet) */
+	uint64_t set_requested_at;
+	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
 
 	struct ps_link links[ESD_MAX_WORKERS * 2];
 	int nlinks;

@@ -384,28 +384,53 @@ int esdctl_dispatch(const struct esdctl *ctl)
 	return rc;
 }
 
+/* Settings that change decisions are scheduled by PS shard 0 (every node
+ * switches at the same iteration); the others are set on each esdd. */
+static bool is_ps_setting(const char *key)
+{
+	static const char *const k[] = {"dispatch.method", "dispatch.alpha", "cache.policy",
+					"method", "alpha", "policy"};
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		if (!strcmp(key, k[i]))
+			return true;
+	return false;
+}
+
 int esdctl_set(const struct esdctl *ctl, const char *key, const char *value)
 {
 	int worst = 0;
+	bool ps_key = is_ps_setting(key);
 	json_t *all = json_array();
 	for (int i = 0; i < ctl->ntargets; i++) {
 		json_t *r = NULL;
-		int rc = applies(ctl, i, "set");
-		if (rc == 1)
-			continue;
-		if (rc) {
-			worst = rc > worst ? rc : worst;
-			continue;
+		/* one target: it answers (an esdd says where such a key goes);
+		 * several: only the daemons of the key's kind */
+		if (ctl->ntargets > 1) {
+			json_t *st = NULL;
+			int rc = esdctl_cmd(ctl, i, "status", false, &st);
+			if (rc) {
+				worst = rc > worst ? rc : worst;
+				continue;
+			}
+			bool is_ps = !strcmp(esdctl_str(st, "role"), "ps");
+			json_decref(st);
+			if (is_ps != ps_key)
+				continue;
 		}
 		json_t *req =
 		    json_pack("{s:s, s:s, s:s}", "cmd", "set", "key", key, "value", value);
-		rc = esdctl_call(ctl, i, req, false, &r);
+		int rc = esdctl_call(ctl, i, req, false, &r);
 		json_decref(req);
 		if (rc > worst)
 			worst = rc;
 		if (!r)
 			continue;
-		if (!ctl->json)
+		if (!ctl->json && json_object_get(r, "effective_at"))
+			printf("%s: %s = %s from iteration %.0f on every node (requested at "
+			       "iteration %.0f)\n", ctl->targets[i], esdctl_str(r, "key"),
+			       esdctl_str(r, "value"), esdctl_num(r, "effective_at"),
+			       esdctl_num(r, "requested_at"));
+		else if (!ctl->json)
 			printf("%s: %s = %s\n", ctl->targets[i], key, value);
 		json_array_append_new(all, r);
 	}
