@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 #include <esd/dispatch.h>
+#include <esd/dispatch_quality.h>
 #include <esd/policy.h>
 
 #ifdef __cplusplus
@@ -101,6 +102,9 @@ struct esd_dispatcher_config {
 	 * once the first selection is made. */
 	uint32_t laia_top, laia_refresh;
 	int compare; /* also solve heu and opt each step: heu-vs-opt gap */
+	/* The matrix heu, opt, hungarian and hybrid solve (esd/dispatch_quality.h);
+	 * ESD_MATRIX_PAPER (0) is ESD Alg. 1. */
+	enum esd_matrix matrix;
 };
 
 /* Counters: the last step's and sums over all steps (ns). */

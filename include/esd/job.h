@@ -15,7 +15,8 @@
  *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
  *              features per sample)
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
- *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness
+ *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness,
+ *              matrix (paper or shared: esd/dispatch_quality.h)
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
  *              checkpoint_every
@@ -28,6 +29,7 @@
 #include <stdint.h>
 #include <esd/config.h>
 #include <esd/dispatch.h>
+#include <esd/dispatch_quality.h>
 #include <esd/optim.h>
 #include <esd/policy.h>
 #include <esd/types.h>
@@ -67,6 +69,7 @@ struct esd_job {
 	bool het;           /* "het": full-set with a staleness bound */
 	uint32_t staleness;
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
+	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

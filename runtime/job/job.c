@@ -19,6 +19,7 @@ const char *const esd_job_keys[] = {
 	"cache.ratio", "cache.rows", "cache.policy",
 	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
 	"dispatch.compare",
+	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -168,6 +169,12 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		rc = -EINVAL;
 	}
 	TRY(esd_config_get_bool(cfg, "dispatch", "compare", false, &j->compare));
+	/* quality: the cost matrix of the cost-based methods */
+	esd_config_get_str(cfg, "dispatch", "matrix", "paper", &s);
+	if (esd_matrix_parse(s, &j->matrix)) {
+		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
+		rc = -EINVAL;
+	}
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	esd_config_get_str(cfg, "data", "stream", "", &s);
@@ -233,6 +240,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, &j->sync, sizeof(j->sync));
 	h = fnv(h, &j->het, sizeof(j->het));
 	h = fnv(h, &j->staleness, sizeof(j->staleness));
+	if (j->matrix != ESD_MATRIX_PAPER) /* quality; the default keeps old digests */
+		h = fnv(h, &j->matrix, sizeof(j->matrix));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }
