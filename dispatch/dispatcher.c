@@ -207,6 +207,11 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		rc = esd_solve_vanilla(k, n, cap, seed, assign);
 		break;
 	}
+	if (!rc && d->cfg.ls_evals) {
+		/* quality: local search on the true cost, seeded per iteration */
+		struct esd_ls_params lp = {.max_evals = d->cfg.ls_evals, .seed = seed ^ 0x15};
+		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
+	}
 	if (rc)
 		return rc;
 	ph.solve = esd_lap_ns(&t);

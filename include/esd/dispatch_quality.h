@@ -33,6 +33,19 @@
  * fully. Costs are in units of 1 / ESD_SHARED_SCALE of the T_j. Any solver
  * takes the matrix (heu, opt, hybrid).
  *
+ * Local search
+ * ------------
+ * esd_local_search improves any assignment on the true cost of steps 1, 3
+ * and 6 (evictions, which depend on the policy's future, are left out) by
+ * swapping samples of different workers, so capacities stay exact. Each
+ * candidate swap's change of the true cost is computed exactly from
+ * per-key, per-worker occurrence counts; only improving swaps are taken,
+ * so the result never costs more than the start. Candidates are drawn by
+ * a seeded generator and the budget counts evaluations: deterministic, as
+ * every node's dispatcher must be. The true cost is a sum over keys of a
+ * function of the set of workers needing the key; a swap touches only the
+ * keys of its two samples.
+ *
  * Link-aware batch sizes
  * ----------------------
  * With equal m_j the slow-link workers set the critical path.
@@ -99,6 +112,27 @@ int esd_iter_time_compute(const struct esd_conseq *cq, const uint32_t *assign, u
 int esd_true_cost(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
                   const int64_t *T, enum esd_sync sync, int64_t compute_ns_per_sample,
                   struct esd_conseq *cq, struct esd_iter_time *out);
+
+struct esd_ls_params {
+	uint64_t max_evals; /* candidate swaps evaluated (the budget) */
+	int64_t budget_ns;  /* also stop after this long (0: no limit; not
+	                     * reproducible: offline use only) */
+	uint64_t seed;      /* candidate generator */
+};
+
+struct esd_ls_stats {
+	uint64_t evals, swaps;
+	int64_t start_cost, end_cost; /* true cost of steps 1, 3, 6 */
+	int64_t ns;
+};
+
+/* Improve assign[k] (entries < n; capacities are kept: only swaps) on the
+ * true cost, from the table's states (filled, built from b). st may be
+ * NULL. Returns 0, -EINVAL (NULL, a batch other than the table's, an
+ * entry out of range, an unknown sync mode), -ENOMEM. */
+int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                     enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
+                     struct esd_ls_stats *st);
 
 /* The linear model of esd_batch_sizes_link_aware (see the overview). */
 struct esd_size_model {

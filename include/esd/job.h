@@ -16,7 +16,8 @@
  *              features per sample)
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
  *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness,
- *              matrix (paper or shared: esd/dispatch_quality.h)
+ *              matrix (paper or shared: esd/dispatch_quality.h),
+ *              local_search (candidate swaps per step on the true cost)
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
  *              checkpoint_every
@@ -70,6 +71,7 @@ struct esd_job {
 	uint32_t staleness;
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
 	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
+	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

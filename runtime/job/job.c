@@ -20,6 +20,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
 	"dispatch.compare",
 	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
+	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -175,6 +176,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
 		rc = -EINVAL;
 	}
+	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", 0, 0, UINT64_C(1) << 32,
+			       &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	esd_config_get_str(cfg, "data", "stream", "", &s);
@@ -242,6 +245,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, &j->staleness, sizeof(j->staleness));
 	if (j->matrix != ESD_MATRIX_PAPER) /* quality; the default keeps old digests */
 		h = fnv(h, &j->matrix, sizeof(j->matrix));
+	if (j->local_search) /* quality */
+		h = fnv(h, &j->local_search, sizeof(j->local_search));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }

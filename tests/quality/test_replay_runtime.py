@@ -21,7 +21,8 @@ CASES = [
     ("laia-unequal", {"dispatch__method": "laia", "workers__batch": "48,16,40,24",
                       "workers__rates": "5G,0.5G,5G,0.5G"}),
     ("opt-shared-lru", {"dispatch__method": "opt", "dispatch__matrix": "shared",
-                        "workers__batch": "56,8,56,8", "cache__policy": "lru"}),
+                        "workers__batch": "56,8,56,8", "cache__policy": "lru",
+                        "dispatch__local_search": 2000}),
     ("heu-lfu", {"dispatch__method": "heu", "cache__policy": "lfu"}),
 ]
 

@@ -104,18 +104,33 @@ int replay_mech_parse(const struct replay_env *env, const char *spec, struct rep
 				return -EINVAL;
 		}
 	}
+	int has_matrix = 0, has_ls = 0;
 	if ((plus = strchr(buf, '+'))) {
 		*plus++ = '\0';
-		if (strcmp(plus, "shared"))
-			return -EINVAL;
-		m->matrix = ESD_MATRIX_SHARED;
+		for (char *sv = NULL, *t = strtok_r(plus, "+", &sv); t;
+		     t = strtok_r(NULL, "+", &sv)) {
+			if (!strcmp(t, "shared")) {
+				m->matrix = ESD_MATRIX_SHARED;
+				has_matrix = 1;
+			} else if (!strncmp(t, "ls", 2) && (t[2] == '\0' || t[2] == ':')) {
+				char *e;
+				m->ls_evals = t[2] ? strtoull(t + 3, &e, 10) : 4096;
+				if (t[2] && (*e || !m->ls_evals))
+					return -EINVAL;
+				has_ls = 1;
+			} else {
+				return -EINVAL;
+			}
+		}
 	}
 	if (!strcmp(buf, "job")) {
 		m->is_job = 1;
 		if (esd_method_parse(j->method, &m->method))
 			return -EINVAL;
-		if (!plus)
+		if (!has_matrix)
 			m->matrix = j->matrix;
+		if (!has_ls)
+			m->ls_evals = j->local_search;
 		return 0;
 	}
 	if (!strncmp(buf, "hybrid:", 7)) {
@@ -224,6 +239,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .compare = m->is_job ? j->compare : 0,
 	    .method = m->method,
 	    .matrix = m->matrix,
+	    .ls_evals = m->ls_evals,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	if ((rc = esd_dispatcher_create(&dc, ss, &d)))
@@ -261,6 +277,11 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 			r->kind_count[q] += cq->off[q][n];
 		}
 		r->hits += cq->hits;
+		if (m->ls_evals) {
+			const struct esd_ls_stats *ls = &esd_dispatcher_counters(d)->ls;
+			r->ls_swaps += ls->swaps;
+			r->ls_gain += ls->start_cost - ls->end_cost;
+		}
 		r->needs += cq->hits + cq->off[ESD_CQ_MISS_PULL][n];
 		dec[it - 1] = esd_ns_to_ms(esd_dispatcher_counters(d)->last.total);
 		cur ^= 1;

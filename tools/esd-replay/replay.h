@@ -32,6 +32,7 @@ struct replay_mech {
 	double alpha;
 	enum esd_sync sync;
 	enum esd_matrix matrix;
+	uint64_t ls_evals;
 	enum replay_sizes sizes;
 	uint32_t cap[ESD_MAX_WORKERS]; /* SIZES_LIST */
 };
@@ -51,6 +52,8 @@ struct replay_result {
 	uint64_t hits, needs;
 	double decision_ms_mean, decision_ms_p50, decision_ms_max;
 	double size_model[2]; /* auto: fixed rows and rows per sample */
+	uint64_t ls_swaps;    /* local search: swaps taken, all steps */
+	int64_t ls_gain;      /* local search: true cost saved (its estimate) */
 };
 
 /* Load the job INI (+ overrides) and the stream's header. Returns 0 or -1

@@ -124,6 +124,8 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 		json_object_set_new(m, "transfers", cnt);
 		json_object_set_new(m, "cost_ns", cost);
 		json_object_set_new(m, "hits", json_integer((json_int_t)r[i].hits));
+		json_object_set_new(m, "ls_swaps", json_integer((json_int_t)r[i].ls_swaps));
+		json_object_set_new(m, "ls_gain_ns", json_integer((json_int_t)r[i].ls_gain));
 		if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
 			json_object_set_new(m, "size_model",
 			                    json_pack("{s:f, s:f}", "fixed_rows",
