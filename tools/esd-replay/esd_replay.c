@@ -18,7 +18,8 @@
  *   +shared the shared-charge cost matrix (cost-based methods);
  *   @SIZES  job (default: workers.batch), equal, auto (link-aware sizes,
  *           chosen by probing the size model on the stream's first
- *           iterations), or a list m0/m1/...;
+ *           iterations), same (the sizes of the mechanism before it in the
+ *           list), or a list m0/m1/...;
  *   esd+    is opt+shared@auto.
  * The first mechanism is the baseline of the ratio columns.
  */
@@ -33,11 +34,12 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: esd-replay --config JOB.ini [--set sec.key=v]... [--mechanisms LIST]\n"
-	           "                  [--iters N] [--format table|csv|json] [--json FILE]\n"
-	           "  LIST: comma-separated METHOD[+shared][@job|equal|auto|m0/m1/..]\n"
-	           "        METHOD: vanilla laia heu opt hungarian hybrid:ALPHA job; esd+ is\n"
-	           "        opt+shared@auto (default: laia@equal,laia,heu,opt,esd+)\n");
+	fprintf(f,
+	        "usage: esd-replay --config JOB.ini [--set sec.key=v]... [--mechanisms LIST]\n"
+	        "                  [--iters N] [--format table|csv|json] [--json FILE]\n"
+	        "  LIST: comma-separated METHOD[+shared][+ls[:N]][@job|equal|auto|same|m0/m1/..]\n"
+	        "        METHOD: vanilla laia heu opt hungarian hybrid:ALPHA job; esd+ is\n"
+	        "        opt+shared@auto (default: laia@equal,laia,heu,opt,esd+)\n");
 }
 
 int main(int argc, char **argv)
@@ -112,6 +114,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "esd-replay: bad mechanism '%s'\n", tok);
 			rc = 2;
 			break;
+		}
+		if (m.sizes == SIZES_SAME) {
+			if (!nres) {
+				fprintf(stderr,
+				        "esd-replay: %s: @same needs an earlier mechanism\n", tok);
+				rc = 2;
+				break;
+			}
+			m.sizes = SIZES_LIST;
+			memcpy(m.cap, res[nres - 1].cap, sizeof(m.cap));
 		}
 		if ((rc = replay_run(&env, &m, &res[nres]))) {
 			fprintf(stderr, "esd-replay: %s: failed: %d\n", tok, rc);

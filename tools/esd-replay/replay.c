@@ -89,6 +89,8 @@ int replay_mech_parse(const struct replay_env *env, const char *spec, struct rep
 			m->sizes = SIZES_EQUAL;
 		} else if (!strcmp(at, "auto")) {
 			m->sizes = SIZES_AUTO;
+		} else if (!strcmp(at, "same")) {
+			m->sizes = SIZES_SAME;
 		} else {
 			m->sizes = SIZES_LIST;
 			uint32_t i = 0;
@@ -372,6 +374,7 @@ int replay_run(const struct replay_env *env, const struct replay_mech *m, struct
 			cap[w] = (uint32_t)(j->global_batch / j->n + (w < j->global_batch % j->n));
 		break;
 	case SIZES_LIST:
+	case SIZES_SAME: /* resolved to a list by the caller */
 		memcpy(cap, m->cap, j->n * sizeof(uint32_t));
 		break;
 	case SIZES_AUTO:

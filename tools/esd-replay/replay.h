@@ -23,7 +23,7 @@ struct replay_env {
 	int fast[ESD_MAX_WORKERS]; /* link class: T_j < 2 * min T */
 };
 
-enum replay_sizes { SIZES_JOB, SIZES_EQUAL, SIZES_AUTO, SIZES_LIST };
+enum replay_sizes { SIZES_JOB, SIZES_EQUAL, SIZES_AUTO, SIZES_LIST, SIZES_SAME };
 
 struct replay_mech {
 	char name[64];
