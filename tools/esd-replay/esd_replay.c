@@ -25,6 +25,7 @@
  */
 #include "replay.h"
 
+#include <esd/err.h>
 #include <esd/log.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -73,9 +74,16 @@ int main(int argc, char **argv)
 		case 'm':
 			mechs = optarg;
 			break;
-		case 'i':
-			iters = strtoull(optarg, NULL, 10);
+		case 'i': {
+			char *e;
+			iters = strtoull(optarg, &e, 10);
+			if (*e || !*optarg) {
+				fprintf(stderr, "esd-replay: --iters '%s': expected a number\n",
+				        optarg);
+				return 2;
+			}
 			break;
+		}
 		case 'f':
 			format = optarg;
 			break;
@@ -126,7 +134,7 @@ int main(int argc, char **argv)
 			memcpy(m.cap, res[nres - 1].cap, sizeof(m.cap));
 		}
 		if ((rc = replay_run(&env, &m, &res[nres]))) {
-			fprintf(stderr, "esd-replay: %s: failed: %d\n", tok, rc);
+			fprintf(stderr, "esd-replay: mechanism %s: %s\n", tok, esd_strerror(rc));
 			rc = 1;
 			break;
 		}
