@@ -116,7 +116,7 @@ static int cmp_key(const void *a, const void *b)
 }
 
 /* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush. */
-static void flush_snapshots(struct disp *ds)
+static int flush_snapshots(struct disp *ds)
 {
 	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
 		struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
@@ -126,7 +126,13 @@ static void flush_snapshots(struct disp *ds)
 			if (sl->state == ESD_ROW_DIRTY)
 				esd_cmeta_set_state(cm, s, ESD_ROW_CLEAN, sl->clock);
 		}
+		/* the snapset's key directory still says DIRTY: rebuild it from the
+		 * edited snapshot, or the next fill plans pushes of flushed rows */
+		int rc = esd_snapset_load(ds->ss, j, cm);
+		if (rc)
+			return rc;
 	}
+	return 0;
 }
 
 /* Fill order o for this worker from the decision of the current batch. */
@@ -282,8 +288,9 @@ static void *disp_main(void *arg)
 		if (rc)
 			break;
 		if (o->flush)
-			flush_snapshots(ds);
-		if (o->flush && nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0)
+			rc = flush_snapshots(ds);
+		if (!rc && o->flush && nd->job.checkpoint_every &&
+		    iter % nd->job.checkpoint_every == 0)
 			rc = save_snapshots(ds, iter);
 		if (rc)
 			break;
