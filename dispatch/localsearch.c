@@ -25,20 +25,51 @@ static uint64_t next(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+/* Sum of T_j over the workers of a mask: a table for small n (8 bits at a
+ * time), so the cost of a key is a few lookups. */
+struct tsum {
+	uint32_t n;
+	int64_t lo[256], hi[256]; /* bits 0-7 and 8-15 */
+	const int64_t *T;
+};
+
+static void tsum_init(struct tsum *ts, const int64_t *T, uint32_t n)
+{
+	ts->n = n;
+	ts->T = T;
+	for (uint32_t m = 0; m < 256; m++) {
+		int64_t a = 0, b = 0;
+		for (uint32_t j = 0; j < 8; j++)
+			if (m >> j & 1) {
+				a += j < n ? T[j] : 0;
+				b += j + 8 < n ? T[j + 8] : 0;
+			}
+		ts->lo[m] = a;
+		ts->hi[m] = b;
+	}
+}
+
+static inline int64_t tsum(const struct tsum *ts, uint64_t m)
+{
+	if (m < (UINT64_C(1) << 16))
+		return ts->lo[m & 255] + ts->hi[m >> 8];
+	int64_t c = 0;
+	for (; m; m &= m - 1)
+		c += ts->T[__builtin_ctzll(m)];
+	return c;
+}
+
 /* True cost of one key needed by the workers of mask N (conseq.c's rules). */
-static int64_t key_cost(const struct esd_keystate *s, uint64_t N, const int64_t *T,
-                        enum esd_sync sync)
+static inline int64_t key_cost(const struct esd_keystate *s, uint64_t N, const struct tsum *ts,
+                               enum esd_sync sync)
 {
 	if (!N)
 		return 0;
-	int64_t c = 0;
+	int64_t c = tsum(ts, N & ~s->latest);
 	if (s->dirty != ESD_NO_WORKER && N != (UINT64_C(1) << s->dirty))
-		c += T[s->dirty];
-	for (uint64_t m = N & ~s->latest; m; m &= m - 1)
-		c += T[__builtin_ctzll(m)];
+		c += ts->T[s->dirty];
 	if (sync == ESD_SYNC_FULL_SET || (N & (N - 1)))
-		for (uint64_t m = N; m; m &= m - 1)
-			c += T[__builtin_ctzll(m)];
+		c += tsum(ts, N);
 	return c;
 }
 
@@ -66,6 +97,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		free(touched);
 		return -ENOMEM;
 	}
+	struct tsum ts;
+	tsum_init(&ts, T, n);
 	const uint32_t *occ = kt->occ;
 	for (uint32_t i = 0; i < k; i++)
 		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
@@ -74,7 +107,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		}
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < U; u++)
-		cost += key_cost(&kt->st[u], mask[u], T, sync);
+		cost += key_cost(&kt->st[u], mask[u], &ts, sync);
 	s0.start_cost = cost;
 	uint64_t rng = p->seed;
 	uint32_t gen = 0;
@@ -112,8 +145,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			m = cnt[(size_t)u * n + c] ? m | (UINT64_C(1) << c)
 			                           : m & ~(UINT64_C(1) << c);
 			if (m != mask[u])
-				delta += key_cost(&kt->st[u], m, T, sync) -
-				         key_cost(&kt->st[u], mask[u], T, sync);
+				delta += key_cost(&kt->st[u], m, &ts, sync) -
+				         key_cost(&kt->st[u], mask[u], &ts, sync);
 		}
 		if (delta < 0) {
 			for (uint32_t t = 0; t < nt; t++) {

@@ -130,11 +130,62 @@ static void test_in_dispatcher(void **state)
 	                 -EINVAL);
 }
 
+/* More than 16 workers: the mask sums leave the lookup tables. */
+static void test_many_workers_exact(void **state)
+{
+	(void)state;
+	enum { W = 20, KK = 40, FF = 5 };
+	uint32_t cap[W], cache[W], off[KK + 1], assign[KK];
+	int64_t T[W];
+	esd_key_t keys[KK * FF];
+	for (uint32_t j = 0; j < W; j++) {
+		cap[j] = 2;
+		cache[j] = 64;
+		T[j] = 10 + 7 * j;
+	}
+	for (uint32_t i = 0; i <= KK; i++)
+		off[i] = i * FF;
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	struct esd_conseq *cq;
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	assert_int_equal(esd_snapset_create(W, cache, ESD_POLICY_LRU, &ss), 0);
+	struct esd_dispatcher_config dc = {.n = W, .cap = cap, .T = T, .method = ESD_METHOD_HEU};
+	assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+	uint64_t seed = 7;
+	for (int st = 0; st < 6; st++) {
+		for (uint32_t p = 0; p < KK * FF; p++)
+			keys[p] = esd_key_make(p % FF, rng_next(&seed) % (2 + 15 * (p % FF)));
+		struct esd_batch b = {.k = KK, .off = off, .keys = keys};
+		struct esd_keytab *kt;
+		assert_int_equal(esd_keytab_create(&kt), 0);
+		assert_int_equal(esd_keytab_build(kt, &b, W), 0);
+		assert_int_equal(esd_snapset_fill(ss, kt), 0);
+		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
+		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
+		const int64_t before = cq->total_cost;
+		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1};
+		struct esd_ls_stats ls;
+		assert_int_equal(esd_local_search(kt, &b, T, ESD_SYNC_ON_DEMAND, &lp, assign, &ls),
+		                 0);
+		assert_int_equal(ls.start_cost, before);
+		assert_true(ls.end_cost <= before);
+		assert_int_equal(esd_assign_check(KK, W, cap, assign), 0);
+		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
+		assert_int_equal(cq->total_cost, ls.end_cost);
+		esd_keytab_free(kt);
+	}
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+	esd_conseq_free(cq);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_never_worse_and_exact),
 	    cmocka_unit_test(test_in_dispatcher),
+	    cmocka_unit_test(test_many_workers_exact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
