@@ -50,10 +50,11 @@ struct replay_result {
 	int64_t crit_ns;       /* sum over iterations of the slowest worker */
 	int64_t crit_xfer_ns;  /* same, transfers only (no compute) */
 	uint64_t hits, needs;
-	double decision_ms_mean, decision_ms_p50, decision_ms_max;
-	double size_model[2]; /* auto: fixed rows and rows per sample */
-	uint64_t ls_swaps;    /* local search: swaps taken, all steps */
-	int64_t ls_gain;      /* local search: true cost saved (its estimate) */
+	double decision_ms_mean, decision_ms_p50, decision_ms_max; /* wall clock */
+	double decision_cpu_ms_p50; /* thread CPU time of the whole step */
+	double size_model[2];       /* auto: fixed rows and rows per sample */
+	uint64_t ls_swaps;          /* local search: swaps taken, all steps */
+	int64_t ls_gain;            /* local search: true cost saved (its estimate) */
 };
 
 /* Load the job INI (+ overrides) and the stream's header. Returns 0 or -1

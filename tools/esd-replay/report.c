@@ -46,15 +46,16 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 	for (uint32_t w = 0; w < j->n; w++)
 		fprintf(f, " %lld%s", (long long)env->T[w], env->fast[w] ? "" : "s");
 	fprintf(f, "  (s: slow class)\n");
-	fprintf(f, "%-18s %-24s %10s %6s %10s %6s %6s %9s %9s %9s %9s %9s %9s %7s %7s\n",
+	fprintf(f, "%-18s %-24s %10s %6s %10s %6s %6s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n",
 	        "mechanism", "sizes", "cost_ms", "x_base", "crit_ms", "base/x", "hit%", "value_ms",
-	        "pull_ms", "evict_ms", "grad_ms", "fast_ms", "slow_ms", "dec_p50", "dec_max");
+	        "pull_ms", "evict_ms", "grad_ms", "fast_ms", "slow_ms", "dec_p50", "dec_max",
+	        "cpu_p50");
 	for (int i = 0; i < nr; i++) {
 		char sz[256];
 		sizes_str(&r[i], sz, sizeof(sz));
 		fprintf(f,
 		        "%-18s %-24s %10.1f %6.3f %10.1f %6.2f %6.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
-		        "%9.1f %7.3f %7.3f\n",
+		        "%9.1f %7.3f %7.3f %7.3f\n",
 		        r[i].name, sz, ms(r[i].true_cost),
 		        r[0].true_cost ? (double)r[i].true_cost / (double)r[0].true_cost : 0.0,
 		        ms(r[i].crit_ns),
@@ -62,7 +63,8 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 		        100 * hit_ratio(&r[i]), ms(r[i].kind_cost[ESD_CQ_UPDATE_VALUE]),
 		        ms(r[i].kind_cost[ESD_CQ_MISS_PULL]), ms(r[i].kind_cost[ESD_CQ_EVICT_PUSH]),
 		        ms(r[i].kind_cost[ESD_CQ_UPDATE_GRAD]), ms(r[i].class_cost[0]),
-		        ms(r[i].class_cost[1]), r[i].decision_ms_p50, r[i].decision_ms_max);
+		        ms(r[i].class_cost[1]), r[i].decision_ms_p50, r[i].decision_ms_max,
+		        r[i].decision_cpu_ms_p50);
 	}
 }
 
@@ -72,7 +74,7 @@ void replay_print_csv(const struct replay_env *env, const struct replay_result *
 	fprintf(f, "mechanism,sizes,iterations,true_cost_ns,crit_ns,crit_xfer_ns,hit_ratio,"
 	           "update_value_ns,miss_pull_ns,evict_push_ns,update_grad_ns,update_value,"
 	           "miss_pull,evict_push,update_grad,fast_ns,slow_ns,decision_ms_mean,"
-	           "decision_ms_p50,decision_ms_max\n");
+	           "decision_ms_p50,decision_ms_max,decision_cpu_ms_p50\n");
 	for (int i = 0; i < nr; i++) {
 		char sz[256];
 		sizes_str(&r[i], sz, sizeof(sz));
@@ -83,9 +85,9 @@ void replay_print_csv(const struct replay_env *env, const struct replay_result *
 			fprintf(f, ",%lld", (long long)r[i].kind_cost[q]);
 		for (int q = 0; q < ESD_CQ_KINDS; q++)
 			fprintf(f, ",%llu", (unsigned long long)r[i].kind_count[q]);
-		fprintf(f, ",%lld,%lld,%.4f,%.4f,%.4f\n", (long long)r[i].class_cost[0],
+		fprintf(f, ",%lld,%lld,%.4f,%.4f,%.4f,%.4f\n", (long long)r[i].class_cost[0],
 		        (long long)r[i].class_cost[1], r[i].decision_ms_mean, r[i].decision_ms_p50,
-		        r[i].decision_ms_max);
+		        r[i].decision_ms_max, r[i].decision_cpu_ms_p50);
 	}
 }
 
@@ -124,6 +126,7 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 		json_object_set_new(m, "transfers", cnt);
 		json_object_set_new(m, "cost_ns", cost);
 		json_object_set_new(m, "hits", json_integer((json_int_t)r[i].hits));
+		json_object_set_new(m, "decision_cpu_ms_p50", json_real(r[i].decision_cpu_ms_p50));
 		json_object_set_new(m, "ls_swaps", json_integer((json_int_t)r[i].ls_swaps));
 		json_object_set_new(m, "ls_gain_ns", json_integer((json_int_t)r[i].ls_gain));
 		if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
