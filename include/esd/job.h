@@ -11,7 +11,9 @@
  *   [job]      seed, iterations, warmup
  *   [workers]  n, batch (m per worker, or a list m_0,m_1,..), rates
  *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
- *              for all), compute_ns_per_sample (emulated compute)
+ *              for all), compute_ns_per_sample (emulated compute), split
+ *              (equal, or link-aware: the sum of batch re-split by
+ *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE)
  *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
  *              features per sample)
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy

@@ -23,6 +23,9 @@ CASES = [
     ("opt-shared-lru", {"dispatch__method": "opt", "dispatch__matrix": "shared",
                         "workers__batch": "56,8,56,8", "cache__policy": "lru",
                         "dispatch__local_search": 2000}),
+    ("opt-link-aware", {"dispatch__method": "opt", "workers__rates": "5G,5G,0.5G,0.5G",
+                        "workers__compute_ns_per_sample": 3000, "workers__split": "link-aware",
+                        "workers__size_model": "128.5,6.02"}),
     ("heu-lfu", {"dispatch__method": "heu", "cache__policy": "lfu"}),
 ]
 

@@ -66,6 +66,12 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 		        ms(r[i].class_cost[1]), r[i].decision_ms_p50, r[i].decision_ms_max,
 		        r[i].decision_cpu_ms_p50);
 	}
+	for (int i = 0; i < nr; i++)
+		if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
+			fprintf(f,
+			        "# %s: sizes from workers.split = link-aware, "
+			        "workers.size_model = %.9g,%.9g\n",
+			        r[i].name, r[i].size_model[0], r[i].size_model[1]);
 }
 
 void replay_print_csv(const struct replay_env *env, const struct replay_result *r, int nr, FILE *f)
