@@ -244,6 +244,60 @@ static void test_unequal_caps_exact(void **state)
 	esd_snapset_free(ss);
 }
 
+/* The shared matrix's 8-worker vector path equals the definition, on
+ * states left by real steps (CLEAN, DIRTY, OUTDATED, absent keys). */
+static void test_shared_matrix_n8(void **state)
+{
+	(void)state;
+	enum { N = 8, K = 64, F = 6 };
+	const uint32_t cache[N] = {96, 96, 96, 96, 96, 96, 96, 96};
+	const int64_t T[N] = {3, 3, 3, 3, 31, 31, 31, 31};
+	uint32_t off[K + 1], assign[K];
+	esd_key_t keys[K * F];
+	static int64_t got[K * N];
+	for (uint32_t i = 0; i <= K; i++)
+		off[i] = i * F;
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	assert_int_equal(esd_snapset_create(N, cache, ESD_POLICY_LRU, &ss), 0);
+	struct esd_dispatcher_config dc = {.n = N, .T = T, .method = ESD_METHOD_OPT};
+	assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+	uint64_t seed = 17;
+	for (int st = 0; st < 6; st++) {
+		for (uint32_t p = 0; p < K * F; p++)
+			keys[p] = esd_key_make(p % F, rng_next(&seed) % (2 + 12 * (p % F)));
+		struct esd_batch b = {.k = K, .off = off, .keys = keys};
+		struct esd_keytab *kt;
+		assert_int_equal(esd_keytab_create(&kt), 0);
+		assert_int_equal(esd_keytab_build(kt, &b, N), 0);
+		assert_int_equal(esd_snapset_fill(ss, kt), 0);
+		assert_int_equal(esd_costmat_build_shared(kt, &b, T, got), 0);
+		const struct esd_keystate *ks = esd_keytab_states(kt);
+		const uint32_t *occ = esd_keytab_occ(kt);
+		uint32_t cnt[K * F] = {0};
+		for (uint32_t p = 0; p < K * F; p++)
+			cnt[occ[p]]++;
+		for (uint32_t i = 0; i < K; i++)
+			for (uint32_t j = 0; j < N; j++) {
+				int64_t want = 0;
+				for (uint32_t p = off[i]; p < off[i + 1]; p++) {
+					const struct esd_keystate *x = &ks[occ[p]];
+					int64_t ch = ((x->latest >> j) & 1 ? 0 : T[j]) +
+					             (x->dirty != ESD_NO_WORKER && x->dirty != j
+					                  ? T[x->dirty]
+					                  : 0);
+					int64_t c = cnt[occ[p]];
+					want += (ch * ESD_SHARED_SCALE + c / 2) / c;
+				}
+				assert_int_equal(got[i * N + j], want);
+			}
+		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
+		esd_keytab_free(kt);
+	}
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -252,6 +306,7 @@ int main(void)
 	    cmocka_unit_test(test_shared_matrix),
 	    cmocka_unit_test(test_sizes),
 	    cmocka_unit_test(test_unequal_caps_exact),
+	    cmocka_unit_test(test_shared_matrix_n8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
