@@ -39,7 +39,8 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 {
 	if (!cfg || !ss || !out || !cfg->T || cfg->n == 0 || cfg->n != esd_snapset_workers(ss))
 		return -EINVAL;
-	if (cfg->method > ESD_METHOD_VANILLA || cfg->sync > ESD_SYNC_FULL_SET)
+	if (cfg->method > ESD_METHOD_VANILLA || cfg->sync > ESD_SYNC_FULL_SET ||
+	    cfg->matrix > ESD_MATRIX_SHARED)
 		return -EINVAL;
 	if (cfg->method == ESD_METHOD_HYBRID &&
 	    !(cfg->hybrid.alpha >= 0.0 && cfg->hybrid.alpha <= 1.0))
@@ -173,7 +174,9 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	if (m == ESD_METHOD_LAIA) {
 		rc = esd_scoremat_build(d->kt, b, d->has_tables ? d->tables : NULL, d->score);
 	} else if (m != ESD_METHOD_VANILLA || d->cfg.compare) {
-		rc = esd_costmat_build(d->kt, b, d->T, d->cost);
+		rc = d->cfg.matrix == ESD_MATRIX_SHARED
+		             ? esd_costmat_build_shared(d->kt, b, d->T, d->cost)
+		             : esd_costmat_build(d->kt, b, d->T, d->cost);
 		d->cost_valid = !rc;
 	}
 	if (rc)
@@ -203,6 +206,11 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		memset(&d->solver->st, 0, sizeof(d->solver->st));
 		rc = esd_solve_vanilla(k, n, cap, seed, assign);
 		break;
+	}
+	if (!rc && d->cfg.ls_evals) {
+		/* quality: local search on the true cost, seeded per iteration */
+		struct esd_ls_params lp = {.max_evals = d->cfg.ls_evals, .seed = seed ^ 0x15};
+		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
 	}
 	if (rc)
 		return rc;

@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 #include <esd/dispatch.h>
+#include <esd/dispatch_quality.h>
 #include <esd/policy.h>
 
 #ifdef __cplusplus
@@ -115,6 +116,12 @@ struct esd_dispatcher_config {
 	 * once the first selection is made. */
 	uint32_t laia_top, laia_refresh;
 	int compare; /* also solve heu and opt each step: heu-vs-opt gap */
+	/* The matrix heu, opt, hungarian and hybrid solve (esd/dispatch_quality.h);
+	 * ESD_MATRIX_PAPER (0) is ESD Alg. 1. */
+	enum esd_matrix matrix;
+	/* Local search on the true cost after the method (esd_local_search):
+	 * candidate swaps per step, 0: off. */
+	uint64_t ls_evals;
 };
 
 /* Counters: the last step's and sums over all steps (ns). */
@@ -137,6 +144,7 @@ struct esd_dispatch_counters {
 	int64_t sum_heu_cost, sum_opt_cost;
 	uint64_t xfers[ESD_CQ_KINDS]; /* transfers summed over steps */
 	uint64_t hits;
+	struct esd_ls_stats ls; /* last step's local search (ls_evals > 0) */
 };
 
 struct esd_dispatcher;

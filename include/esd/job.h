@@ -11,11 +11,15 @@
  *   [job]      seed, iterations, warmup
  *   [workers]  n, batch (m per worker, or a list m_0,m_1,..), rates
  *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
- *              for all), compute_ns_per_sample (emulated compute)
+ *              for all), compute_ns_per_sample (emulated compute), split
+ *              (equal, or link-aware: the sum of batch re-split by
+ *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE)
  *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
  *              features per sample)
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
- *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness
+ *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness,
+ *              matrix (paper or shared: esd/dispatch_quality.h),
+ *              local_search (candidate swaps per step on the true cost)
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
  *              checkpoint_every
@@ -28,6 +32,7 @@
 #include <stdint.h>
 #include <esd/config.h>
 #include <esd/dispatch.h>
+#include <esd/dispatch_quality.h>
 #include <esd/optim.h>
 #include <esd/policy.h>
 #include <esd/types.h>
@@ -67,6 +72,8 @@ struct esd_job {
 	bool het;           /* "het": full-set with a staleness bound */
 	uint32_t staleness;
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
+	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
+	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

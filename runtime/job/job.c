@@ -19,6 +19,9 @@ const char *const esd_job_keys[] = {
 	"cache.ratio", "cache.rows", "cache.policy",
 	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
 	"dispatch.compare",
+	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
+	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
+	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -84,6 +87,44 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
 					rate ? "not a list of bit rates" : "not a list of integers");
 	}
 	return 0;
+}
+
+/* quality (esd/dispatch_quality.h): workers.split = link-aware replaces the
+ * sizes of workers.batch, keeping their sum, by the capacities that
+ * minimise the predicted iteration time for the links' row costs, the
+ * compute time per sample and workers.size_model = FIXED_ROWS,ROWS_PER_SAMPLE
+ * (what esd-replay's @auto fits). Deterministic: every process gets the
+ * same sizes, and the digest covers them. */
+static int link_aware_split(const struct esd_config *cfg, struct esd_job *j)
+{
+	const char *s;
+	esd_config_get_str(cfg, "workers", "split", "equal", &s);
+	if (!strcasecmp(s, "equal"))
+		return 0;
+	if (strcasecmp(s, "link-aware")) {
+		ESD_ERR("config", "workers.split = '%s': expected equal or link-aware", s);
+		return -EINVAL;
+	}
+	char items[2][ESD_JOB_ADDR_LEN];
+	double v[2];
+	esd_config_get_str(cfg, "workers", "size_model", "0,1", &s);
+	if (split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
+	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
+		ESD_ERR("config", "workers.size_model = '%s': expected FIXED_ROWS,ROWS_PER_SAMPLE "
+			"(two numbers >= 0)", s);
+		return -EINVAL;
+	}
+	if (j->global_batch > UINT32_MAX || j->global_batch < j->n) {
+		ESD_ERR("config", "workers.split = link-aware: global batch %llu below one sample "
+			"per worker", (unsigned long long)j->global_batch);
+		return -EINVAL;
+	}
+	int64_t T[ESD_MAX_WORKERS];
+	for (uint32_t w = 0; w < j->n; w++)
+		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+	struct esd_size_model m = {.compute_ns = (double)j->compute_ns_per_sample,
+				   .fixed_rows = v[0], .rows_per_sample = v[1]};
+	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->global_batch, T, &m, 1, j->batch);
 }
 
 int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
@@ -168,6 +209,14 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		rc = -EINVAL;
 	}
 	TRY(esd_config_get_bool(cfg, "dispatch", "compare", false, &j->compare));
+	/* quality: the cost matrix of the cost-based methods */
+	esd_config_get_str(cfg, "dispatch", "matrix", "paper", &s);
+	if (esd_matrix_parse(s, &j->matrix)) {
+		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
+		rc = -EINVAL;
+	}
+	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", 0, 0, UINT64_C(1) << 32,
+			       &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	esd_config_get_str(cfg, "data", "stream", "", &s);
@@ -186,6 +235,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
+	if (!rc)
+		rc = link_aware_split(cfg, j); /* quality: workers.split */
 #undef TRY
 	j->token = esd_job_digest(j);
 	return rc;
@@ -233,6 +284,10 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, &j->sync, sizeof(j->sync));
 	h = fnv(h, &j->het, sizeof(j->het));
 	h = fnv(h, &j->staleness, sizeof(j->staleness));
+	if (j->matrix != ESD_MATRIX_PAPER) /* quality; the default keeps old digests */
+		h = fnv(h, &j->matrix, sizeof(j->matrix));
+	if (j->local_search) /* quality */
+		h = fnv(h, &j->local_search, sizeof(j->local_search));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }

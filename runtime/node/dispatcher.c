@@ -483,6 +483,8 @@ int node_dispatcher_start(struct node *nd)
 	ds->dc = (struct esd_dispatcher_config){
 		.n = j->n, .cap = j->batch, .T = ds->T, .seed = j->seed, .sync = j->sync,
 		.compare = j->compare,
+		.matrix = j->matrix, /* quality: dispatch.matrix */
+		.ls_evals = j->local_search, /* quality: dispatch.local_search */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	rc = esd_method_parse(j->method, &ds->dc.method);

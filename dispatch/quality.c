@@ -1,0 +1,253 @@
+/*
+ * Dispatch quality (esd/dispatch_quality.h): the true cost and critical
+ * path of a decision from its consequence, the shared-charge cost matrix
+ * and link-aware batch sizes. The consequence itself is conseq.c's (and
+ * snapshot.c's, with evictions): nothing here recounts transfers.
+ */
+#include "keytab_internal.h"
+
+#include <esd/dispatch_quality.h>
+#include <esd/dispatch_solve.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int esd_matrix_parse(const char *name, enum esd_matrix *out)
+{
+	if (!name || !out)
+		return -EINVAL;
+	if (!strcmp(name, "paper"))
+		*out = ESD_MATRIX_PAPER;
+	else if (!strcmp(name, "shared"))
+		*out = ESD_MATRIX_SHARED;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *esd_matrix_name(enum esd_matrix m)
+{
+	switch (m) {
+	case ESD_MATRIX_PAPER:
+		return "paper";
+	case ESD_MATRIX_SHARED:
+		return "shared";
+	}
+	return "?";
+}
+
+int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch *b,
+                             const int64_t *T, int64_t *cost)
+{
+	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
+		return -EINVAL;
+	const uint32_t n = kt->n;
+	int64_t tmax = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (T[j] < 0 || T[j] > ESD_COST_MAX)
+			return -EINVAL;
+		if (T[j] > tmax)
+			tmax = T[j];
+	}
+	uint32_t maxlen = 0;
+	for (uint32_t i = 0; i < b->k; i++)
+		if (b->off[i + 1] - b->off[i] > maxlen)
+			maxlen = b->off[i + 1] - b->off[i];
+	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax * ESD_SHARED_SCALE))
+		return -EOVERFLOW;
+	uint32_t *cnt = calloc(kt->count ? kt->count : 1, sizeof(uint32_t));
+	if (!cnt)
+		return -ENOMEM;
+	const uint32_t *occ = kt->occ;
+	for (uint32_t p = 0; p < kt->nocc; p++)
+		cnt[occ[p]]++;
+	int64_t *vec = kt->vec;
+	for (uint32_t u = 0; u < kt->count; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		int64_t *v = vec + (size_t)u * n;
+		const int64_t c = cnt[u];
+		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++) {
+			int64_t ch = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
+			v[j] = (ch * ESD_SHARED_SCALE + c / 2) / c;
+		}
+	}
+	if (n == 8) {
+		/* the paper's 8 workers: four 2-lane adds per key occurrence, as
+		 * esd_costmat_build */
+		typedef int64_t v2 __attribute__((vector_size(16)));
+		for (uint32_t i = 0; i < b->k; i++) {
+			v2 a0 = {0, 0}, a1 = {0, 0}, a2 = {0, 0}, a3 = {0, 0};
+			for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
+				const int64_t *v = vec + (size_t)occ[p] * 8;
+				v2 x0, x1, x2, x3;
+				memcpy(&x0, v, 16);
+				memcpy(&x1, v + 2, 16);
+				memcpy(&x2, v + 4, 16);
+				memcpy(&x3, v + 6, 16);
+				a0 += x0;
+				a1 += x1;
+				a2 += x2;
+				a3 += x3;
+			}
+			int64_t *row = cost + (size_t)i * 8;
+			memcpy(row, &a0, 16);
+			memcpy(row + 2, &a1, 16);
+			memcpy(row + 4, &a2, 16);
+			memcpy(row + 6, &a3, 16);
+		}
+		free(cnt);
+		return 0;
+	}
+	for (uint32_t i = 0; i < b->k; i++) {
+		int64_t *row = cost + (size_t)i * n;
+		memset(row, 0, n * sizeof(int64_t));
+		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
+			const int64_t *v = vec + (size_t)occ[p] * n;
+			for (uint32_t j = 0; j < n; j++)
+				row[j] += v[j];
+		}
+	}
+	free(cnt);
+	return 0;
+}
+
+int esd_iter_time_compute(const struct esd_conseq *cq, const uint32_t *assign, uint32_t k,
+                          int64_t compute_ns_per_sample, struct esd_iter_time *out)
+{
+	if (!cq || !out || (k && !assign) || compute_ns_per_sample < 0 || cq->n == 0 ||
+	    cq->n > ESD_MAX_WORKERS)
+		return -EINVAL;
+	const uint32_t n = cq->n;
+	memset(out, 0, sizeof(*out));
+	out->n = n;
+	for (uint32_t i = 0; i < k; i++) {
+		if (assign[i] >= n)
+			return -EINVAL;
+		out->m[assign[i]]++;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		out->xfer_ns[j] = cq->worker_cost[j];
+		out->worker_ns[j] = compute_ns_per_sample * out->m[j] + cq->worker_cost[j];
+		if (out->worker_ns[j] > out->crit_ns || j == 0) {
+			out->crit_ns = out->worker_ns[j];
+			out->slowest = j;
+		}
+	}
+	out->total_cost = cq->total_cost;
+	return 0;
+}
+
+int esd_true_cost(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
+                  const int64_t *T, enum esd_sync sync, int64_t compute_ns_per_sample,
+                  struct esd_conseq *cq, struct esd_iter_time *out)
+{
+	int rc = esd_conseq_compute(kt, b, assign, T, sync, cq);
+	if (rc)
+		return rc;
+	return esd_iter_time_compute(cq, assign, b->k, compute_ns_per_sample, out);
+}
+
+int esd_batch_sizes_link_aware(uint32_t n, uint32_t k, const int64_t *T,
+                               const struct esd_size_model *model, uint32_t min_m, uint32_t *cap)
+{
+	if (!T || !model || !cap || n == 0 || n > ESD_MAX_WORKERS || (uint64_t)n * min_m > k)
+		return -EINVAL;
+	const double c = model->compute_ns, a = model->fixed_rows, r = model->rows_per_sample;
+	if (!(c >= 0 && a >= 0 && r >= 0) || !isfinite(c) || !isfinite(a) || !isfinite(r))
+		return -EINVAL;
+	double slope[ESD_MAX_WORKERS], base[ESD_MAX_WORKERS], want[ESD_MAX_WORKERS];
+	int fixed[ESD_MAX_WORKERS] = {0};
+	int flat = 1;
+	for (uint32_t j = 0; j < n; j++) {
+		if (T[j] < 0)
+			return -EINVAL;
+		slope[j] = c + r * (double)T[j];
+		base[j] = a * (double)T[j];
+		if (slope[j] > 0)
+			flat = 0;
+	}
+	if (flat) {
+		for (uint32_t j = 0; j < n; j++)
+			cap[j] = k / n + (j < k % n);
+		return 0;
+	}
+	/* equalise time_j = base_j + slope_j * m_j = tau over the free workers;
+	 * a worker whose share falls below min_m is pinned there (at most n
+	 * rounds). A worker with slope 0 takes whatever is left. */
+	for (uint32_t round = 0; round <= n; round++) {
+		double left = k, inv = 0, off = 0;
+		uint32_t zero = 0;
+		for (uint32_t j = 0; j < n; j++) {
+			if (fixed[j]) {
+				left -= min_m;
+				continue;
+			}
+			if (slope[j] == 0) {
+				zero++;
+				continue;
+			}
+			inv += 1.0 / slope[j];
+			off += base[j] / slope[j];
+		}
+		int changed = 0;
+		if (zero) {
+			/* slope-0 workers are free: the others take min_m */
+			for (uint32_t j = 0; j < n; j++)
+				want[j] = fixed[j] || slope[j] > 0 ? min_m : 0;
+			double rest = left;
+			for (uint32_t j = 0; j < n; j++)
+				if (!fixed[j] && slope[j] > 0)
+					rest -= min_m;
+			for (uint32_t j = 0; j < n; j++)
+				if (!fixed[j] && slope[j] == 0)
+					want[j] = rest / zero;
+			break;
+		}
+		const double tau = (left + off) / inv;
+		for (uint32_t j = 0; j < n; j++) {
+			if (fixed[j]) {
+				want[j] = min_m;
+				continue;
+			}
+			want[j] = (tau - base[j]) / slope[j];
+			if (want[j] < (double)min_m) {
+				fixed[j] = 1;
+				changed = 1;
+			}
+		}
+		if (!changed)
+			break;
+	}
+	/* largest remainder; ties to the lower worker */
+	uint32_t sum = 0;
+	double frac[ESD_MAX_WORKERS];
+	for (uint32_t j = 0; j < n; j++) {
+		double w = want[j] < min_m ? min_m : want[j];
+		cap[j] = (uint32_t)floor(w);
+		frac[j] = w - floor(w);
+		sum += cap[j];
+	}
+	while (sum > k) { /* rounding noise only */
+		uint32_t best = n;
+		for (uint32_t j = 0; j < n; j++)
+			if (cap[j] > min_m && (best == n || frac[j] < frac[best]))
+				best = j;
+		if (best == n)
+			return -EINVAL;
+		cap[best]--;
+		frac[best] = 1.0;
+		sum--;
+	}
+	while (sum < k) {
+		uint32_t best = 0;
+		for (uint32_t j = 1; j < n; j++)
+			if (frac[j] > frac[best])
+				best = j;
+		cap[best]++;
+		frac[best] = -1.0;
+		sum++;
+	}
+	return 0;
+}

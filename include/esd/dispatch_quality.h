@@ -1,0 +1,156 @@
+/*
+ * esd/dispatch_quality.h - judging and improving dispatch decisions by what
+ * they really cost: the true cost and the critical path of a decision, the
+ * shared-charge cost matrix and link-aware batch sizes.
+ *
+ * True cost and critical path
+ * ---------------------------
+ * The cost matrix of ESD Alg. 1 (esd_costmat_build) is an estimate: a key
+ * that several samples on one worker share is charged once per sample
+ * although it is pulled once, and the gradient pushes a decision causes by
+ * spreading a key over several workers are not charged at all. The true
+ * cost of a decision is the sum of T_j over the transfers it really causes
+ * (struct esd_conseq, from esd_conseq_compute or esd_snapset_advance:
+ * update pushes of DIRTY rows others need, one miss pull per worker that
+ * needs a row it lacks, one gradient push per worker of every shared row,
+ * eviction pushes). Its predicted iteration time is, per worker j,
+ *     time_j = compute_ns_per_sample * m_j + sum of T_j over j's transfers
+ * (m_j = samples assigned to j), and the iteration takes the slowest:
+ * the critical path of the iteration is max_j time_j. Summed over
+ * iterations it predicts the training time on links that are the
+ * bottleneck. Caveat: it assumes a worker's transfers are serialised on its
+ * own link and that the PS side is never the bottleneck.
+ *
+ * Shared-charge matrix
+ * --------------------
+ * esd_costmat_build_shared charges each key's per-worker charge (the
+ * Alg. 1 charge: miss pull on j plus update push by the DIRTY holder)
+ * split evenly among the c_x occurrences of the key in the batch:
+ *     c[i][j] = sum over keys x of sample i of
+ *               ESD_SHARED_SCALE * charge_x(j) / c_x   (rounded)
+ * so a key carried by the whole batch, which every worker will need
+ * anyway, weighs almost nothing in the decision, and a rare key weighs
+ * fully. Costs are in units of 1 / ESD_SHARED_SCALE of the T_j. Any solver
+ * takes the matrix (heu, opt, hybrid).
+ *
+ * Local search
+ * ------------
+ * esd_local_search improves any assignment on the true cost of steps 1, 3
+ * and 6 (evictions, which depend on the policy's future, are left out) by
+ * swapping samples of different workers, so capacities stay exact. Each
+ * candidate swap's change of the true cost is computed exactly from
+ * per-key, per-worker occurrence counts; only improving swaps are taken,
+ * so the result never costs more than the start. Candidates are drawn by
+ * a seeded generator and the budget counts evaluations: deterministic, as
+ * every node's dispatcher must be. The true cost is a sum over keys of a
+ * function of the set of workers needing the key; a swap touches only the
+ * keys of its two samples.
+ *
+ * Link-aware batch sizes
+ * ----------------------
+ * With equal m_j the slow-link workers set the critical path.
+ * esd_batch_sizes_link_aware picks capacities m_j summing to k that
+ * minimise max_j time_j under the linear model
+ *     time_j(m) = c * m + T_j * (a + r * m)
+ * (c: compute ns per sample, a: rows each worker moves per iteration
+ * whatever its share, e.g. the rows of tiny tables every worker trains; r:
+ * rows moved per sample beyond those). The continuous optimum equalises
+ * the times; it is rounded by largest remainder. Every solver accepts the
+ * resulting unequal capacities (the dispatcher's cap array).
+ */
+#ifndef ESD_DISPATCH_QUALITY_H
+#define ESD_DISPATCH_QUALITY_H
+
+#include <stdint.h>
+#include <esd/dispatch.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cost matrix a cost-based method solves. */
+enum esd_matrix {
+	ESD_MATRIX_PAPER = 0,  /* esd_costmat_build: ESD Alg. 1 (default) */
+	ESD_MATRIX_SHARED = 1, /* esd_costmat_build_shared */
+};
+
+/* "paper" or "shared". Returns 0 or -EINVAL (NULL or unknown name). */
+int esd_matrix_parse(const char *name, enum esd_matrix *out);
+/* "paper", "shared" or "?". */
+const char *esd_matrix_name(enum esd_matrix m);
+
+#define ESD_SHARED_SCALE 64
+
+/* Shared-charge matrix of the batch the table was built from (states
+ * filled), cost[k * n]. Returns 0, -EINVAL (as esd_costmat_build),
+ * -EOVERFLOW (a sample with so many keys that 2 * keys * max T *
+ * ESD_SHARED_SCALE exceeds ESD_COST_MAX), -ENOMEM. */
+int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch *b,
+                             const int64_t *T, int64_t *cost);
+
+/* Predicted time of one iteration. */
+struct esd_iter_time {
+	uint32_t n;
+	uint32_t slowest;                   /* worker on the critical path */
+	uint32_t m[ESD_MAX_WORKERS];        /* samples per worker */
+	int64_t xfer_ns[ESD_MAX_WORKERS];   /* sum of T_j over j's transfers */
+	int64_t worker_ns[ESD_MAX_WORKERS]; /* compute + transfers */
+	int64_t crit_ns;                    /* max over workers */
+	int64_t total_cost;                 /* true cost: all transfers */
+};
+
+/* Iteration time of decision assign[k] (entries < cq->n) whose consequence
+ * is cq; compute_ns_per_sample >= 0. Returns 0 or -EINVAL (NULL, an entry
+ * out of range, a negative compute time). */
+int esd_iter_time_compute(const struct esd_conseq *cq, const uint32_t *assign, uint32_t k,
+                          int64_t compute_ns_per_sample, struct esd_iter_time *out);
+
+/* The true cost of a decision from the key table's states: its
+ * consequence (esd_conseq_compute: no evictions, which need the
+ * snapshots; esd_snapset_advance gives them) and the iteration time. Returns
+ * 0 or the errors of esd_conseq_compute and esd_iter_time_compute. */
+int esd_true_cost(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
+                  const int64_t *T, enum esd_sync sync, int64_t compute_ns_per_sample,
+                  struct esd_conseq *cq, struct esd_iter_time *out);
+
+struct esd_ls_params {
+	uint64_t max_evals; /* candidate swaps evaluated (the budget) */
+	int64_t budget_ns;  /* also stop after this long (0: no limit; not
+	                     * reproducible: offline use only) */
+	uint64_t seed;      /* candidate generator */
+};
+
+struct esd_ls_stats {
+	uint64_t evals, swaps;
+	int64_t start_cost, end_cost; /* true cost of steps 1, 3, 6 */
+	int64_t ns;
+};
+
+/* Improve assign[k] (entries < n; capacities are kept: only swaps) on the
+ * true cost, from the table's states (filled, built from b). st may be
+ * NULL. Returns 0, -EINVAL (NULL, a batch other than the table's, an
+ * entry out of range, an unknown sync mode), -ENOMEM. */
+int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                     enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
+                     struct esd_ls_stats *st);
+
+/* The linear model of esd_batch_sizes_link_aware (see the overview). */
+struct esd_size_model {
+	double compute_ns;      /* c >= 0 */
+	double fixed_rows;      /* a >= 0 */
+	double rows_per_sample; /* r >= 0 */
+};
+
+/* Capacities m_j (cap[n], summing to k, each >= min_m) minimising the
+ * predicted iteration time max_j time_j for per-row link costs T[n] >= 0.
+ * When every worker's per-sample time c + r * T_j is 0 the split is equal.
+ * Deterministic: the same inputs give the same sizes on every node.
+ * Returns 0 or -EINVAL (NULL, n == 0 or > ESD_MAX_WORKERS, k < n * min_m, a
+ * negative or non-finite model parameter or T). */
+int esd_batch_sizes_link_aware(uint32_t n, uint32_t k, const int64_t *T,
+                               const struct esd_size_model *model, uint32_t min_m, uint32_t *cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ESD_DISPATCH_QUALITY_H */

@@ -1,0 +1,191 @@
+/*
+ * Local search on the true cost: the result keeps every capacity, never
+ * costs more than its start (the method's answer), and the cost it
+ * reports is exact (equal to esd_conseq_compute's for the final
+ * assignment), on random batches under both sync modes.
+ */
+#include "testutil.h"
+
+#include <esd/dispatch_quality.h>
+#include <esd/dispatch_snap.h>
+#include <errno.h>
+#include <string.h>
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s += UINT64_C(0x9E3779B97F4A7C15);
+	uint64_t z = *s;
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+enum { N = 4, K = 32, F = 8 };
+
+static void test_never_worse_and_exact(void **state)
+{
+	(void)state;
+	const uint32_t cap[N] = {12, 4, 10, 6};
+	const uint32_t cache[N] = {128, 128, 128, 128};
+	const int64_t T[N] = {100, 1000, 100, 1000};
+	uint32_t off[K + 1], assign[K], start[K];
+	esd_key_t keys[K * F];
+	for (uint32_t i = 0; i <= K; i++)
+		off[i] = i * F;
+	const enum esd_method methods[] = {ESD_METHOD_LAIA, ESD_METHOD_OPT, ESD_METHOD_HEU,
+	                                   ESD_METHOD_VANILLA};
+	struct esd_conseq *cq;
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	for (size_t mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++)
+		for (int sync = 0; sync < 2; sync++) {
+			struct esd_snapset *ss;
+			struct esd_dispatcher *d;
+			assert_int_equal(esd_snapset_create(N, cache, ESD_POLICY_LRU, &ss), 0);
+			struct esd_dispatcher_config dc = {.n = N,
+			                                   .cap = cap,
+			                                   .T = T,
+			                                   .method = methods[mi],
+			                                   .seed = 5,
+			                                   .sync = (enum esd_sync)sync};
+			assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+			uint64_t seed = 99 + mi;
+			for (int st = 0; st < 10; st++) {
+				for (uint32_t p = 0; p < K * F; p++)
+					keys[p] = esd_key_make(p % F, rng_next(&seed) %
+					                                  (3 + 20 * (p % F)));
+				struct esd_batch b = {.k = K, .off = off, .keys = keys};
+				/* the method's answer (this advances the snapshots); then
+				 * search from it on the states it saw: refill a table */
+				struct esd_keytab *kt;
+				assert_int_equal(esd_keytab_create(&kt), 0);
+				assert_int_equal(esd_keytab_build(kt, &b, N), 0);
+				assert_int_equal(esd_snapset_fill(ss, kt), 0);
+				assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
+				memcpy(start, assign, sizeof(start));
+				assert_int_equal(esd_conseq_compute(kt, &b, start, T, dc.sync, cq),
+				                 0);
+				const int64_t before = cq->total_cost;
+				struct esd_ls_params lp = {.max_evals = 2000, .seed = (uint64_t)st};
+				struct esd_ls_stats ls;
+				assert_int_equal(
+				    esd_local_search(kt, &b, T, dc.sync, &lp, assign, &ls), 0);
+				assert_int_equal(ls.start_cost, before);
+				assert_true(ls.end_cost <= before);
+				assert_int_equal(esd_assign_check(K, N, cap, assign), 0);
+				assert_int_equal(esd_conseq_compute(kt, &b, assign, T, dc.sync, cq),
+				                 0);
+				assert_int_equal(cq->total_cost, ls.end_cost);
+				/* deterministic */
+				memcpy(assign, start, sizeof(start));
+				struct esd_ls_stats ls2;
+				assert_int_equal(
+				    esd_local_search(kt, &b, T, dc.sync, &lp, assign, &ls2), 0);
+				assert_int_equal(ls2.end_cost, ls.end_cost);
+				assert_int_equal(ls2.swaps, ls.swaps);
+				esd_keytab_free(kt);
+			}
+			esd_dispatcher_free(d);
+			esd_snapset_free(ss);
+		}
+	esd_conseq_free(cq);
+}
+
+/* The dispatcher's local search: capacities exact, snapshots consistent. */
+static void test_in_dispatcher(void **state)
+{
+	(void)state;
+	const uint32_t cap[N] = {5, 11, 9, 7};
+	const uint32_t cache[N] = {128, 128, 128, 128};
+	const int64_t T[N] = {10, 10, 100, 100};
+	uint32_t off[K + 1], assign[K];
+	esd_key_t keys[K * F];
+	for (uint32_t i = 0; i <= K; i++)
+		off[i] = i * F;
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	assert_int_equal(esd_snapset_create(N, cache, ESD_POLICY_EMARK, &ss), 0);
+	struct esd_dispatcher_config dc = {.n = N,
+	                                   .cap = cap,
+	                                   .T = T,
+	                                   .method = ESD_METHOD_OPT,
+	                                   .matrix = ESD_MATRIX_SHARED,
+	                                   .ls_evals = 500};
+	assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+	uint64_t seed = 1;
+	for (int st = 0; st < 10; st++) {
+		for (uint32_t p = 0; p < K * F; p++)
+			keys[p] = esd_key_make(p % F, rng_next(&seed) % (3 + 20 * (p % F)));
+		struct esd_batch b = {.k = K, .off = off, .keys = keys};
+		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
+		assert_int_equal(esd_assign_check(K, N, cap, assign), 0);
+		const struct esd_dispatch_counters *ct = esd_dispatcher_counters(d);
+		assert_true(ct->ls.end_cost <= ct->ls.start_cost);
+	}
+	assert_int_equal(esd_snapset_verify(ss), 0);
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+	/* bad input */
+	struct esd_ls_params lp = {.max_evals = 1};
+	assert_int_equal(esd_local_search(NULL, NULL, T, ESD_SYNC_ON_DEMAND, &lp, assign, NULL),
+	                 -EINVAL);
+}
+
+/* More than 16 workers: the mask sums leave the lookup tables. */
+static void test_many_workers_exact(void **state)
+{
+	(void)state;
+	enum { W = 20, KK = 40, FF = 5 };
+	uint32_t cap[W], cache[W], off[KK + 1], assign[KK];
+	int64_t T[W];
+	esd_key_t keys[KK * FF];
+	for (uint32_t j = 0; j < W; j++) {
+		cap[j] = 2;
+		cache[j] = 64;
+		T[j] = 10 + 7 * j;
+	}
+	for (uint32_t i = 0; i <= KK; i++)
+		off[i] = i * FF;
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	struct esd_conseq *cq;
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	assert_int_equal(esd_snapset_create(W, cache, ESD_POLICY_LRU, &ss), 0);
+	struct esd_dispatcher_config dc = {.n = W, .cap = cap, .T = T, .method = ESD_METHOD_HEU};
+	assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+	uint64_t seed = 7;
+	for (int st = 0; st < 6; st++) {
+		for (uint32_t p = 0; p < KK * FF; p++)
+			keys[p] = esd_key_make(p % FF, rng_next(&seed) % (2 + 15 * (p % FF)));
+		struct esd_batch b = {.k = KK, .off = off, .keys = keys};
+		struct esd_keytab *kt;
+		assert_int_equal(esd_keytab_create(&kt), 0);
+		assert_int_equal(esd_keytab_build(kt, &b, W), 0);
+		assert_int_equal(esd_snapset_fill(ss, kt), 0);
+		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
+		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
+		const int64_t before = cq->total_cost;
+		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1};
+		struct esd_ls_stats ls;
+		assert_int_equal(esd_local_search(kt, &b, T, ESD_SYNC_ON_DEMAND, &lp, assign, &ls),
+		                 0);
+		assert_int_equal(ls.start_cost, before);
+		assert_true(ls.end_cost <= before);
+		assert_int_equal(esd_assign_check(KK, W, cap, assign), 0);
+		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
+		assert_int_equal(cq->total_cost, ls.end_cost);
+		esd_keytab_free(kt);
+	}
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+	esd_conseq_free(cq);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_never_worse_and_exact),
+	    cmocka_unit_test(test_in_dispatcher),
+	    cmocka_unit_test(test_many_workers_exact),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,405 @@
+/*
+ * The replay itself: per mechanism, fresh snapshots sized as esdd sizes
+ * its cache, the stream read in global batches exactly as esdd's
+ * dispatcher thread reads it (wrapping at the end: epochs; lookahead hints
+ * from the next batch), one esd_dispatcher_step per iteration, and the
+ * consequence judged by esd_iter_time_compute. Link-aware sizes ("auto")
+ * are picked by probing a few size models on the first iterations.
+ */
+#include "replay.h"
+
+#include <esd/clock.h>
+#include <esd/config.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+int replay_env_load(struct replay_env *env, const char *config, const char *const *sets, int nsets,
+                    uint64_t iters)
+{
+	struct esd_config *cfg = NULL;
+	struct esd_ds_reader *dr = NULL;
+	int rc = -1;
+	memset(env, 0, sizeof(*env));
+	env->config = config;
+	if (esd_config_create(&cfg))
+		return -1;
+	if (esd_config_load(cfg, config))
+		goto out; /* the loader names file and line */
+	for (int i = 0; i < nsets; i++)
+		if (esd_config_set(cfg, sets[i]))
+			goto out;
+	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &env->job))
+		goto out;
+	if (!env->job.stream[0]) {
+		fprintf(stderr, "esd-replay: %s sets no data.stream\n", config);
+		goto out;
+	}
+	snprintf(env->stream, sizeof(env->stream), "%s", env->job.stream);
+	if (esd_ds_open(env->stream, &dr)) {
+		fprintf(stderr, "esd-replay: cannot open data.stream %s: %s\n", env->stream,
+		        esd_ds_last_error());
+		goto out;
+	}
+	const struct esd_ds_info *di = esd_ds_reader_info(dr);
+	env->tables = di->ntables;
+	for (uint32_t t = 0; t < di->ntables; t++)
+		env->total_rows += di->rows[t];
+	env->iters = iters ? iters : env->job.iterations;
+	int64_t tmin = INT64_MAX;
+	for (uint32_t w = 0; w < env->job.n; w++) {
+		env->T[w] =
+		    (int64_t)esd_job_row_cost_ns(&env->job, w, esd_job_row_bytes(&env->job));
+		tmin = env->T[w] < tmin ? env->T[w] : tmin;
+	}
+	for (uint32_t w = 0; w < env->job.n; w++)
+		env->fast[w] = env->T[w] < 2 * tmin;
+	rc = 0;
+out:
+	esd_ds_close(dr);
+	esd_config_free(cfg);
+	return rc;
+}
+
+void replay_env_free(struct replay_env *env)
+{
+	(void)env;
+}
+
+int replay_mech_parse(const struct replay_env *env, const char *spec, struct replay_mech *m)
+{
+	char buf[64], *at, *plus;
+	const struct esd_job *j = &env->job;
+	memset(m, 0, sizeof(*m));
+	if (strlen(spec) >= sizeof(buf) || !*spec)
+		return -EINVAL;
+	snprintf(m->name, sizeof(m->name), "%s", spec);
+	snprintf(buf, sizeof(buf), "%s", !strcmp(spec, "esd+") ? "opt+shared@auto" : spec);
+	m->sync = j->sync;
+	m->matrix = ESD_MATRIX_PAPER;
+	m->alpha = j->alpha;
+	m->sizes = SIZES_JOB;
+	if ((at = strchr(buf, '@'))) {
+		*at++ = '\0';
+		if (!strcmp(at, "job")) {
+			m->sizes = SIZES_JOB;
+		} else if (!strcmp(at, "equal")) {
+			m->sizes = SIZES_EQUAL;
+		} else if (!strcmp(at, "auto")) {
+			m->sizes = SIZES_AUTO;
+		} else if (!strcmp(at, "same")) {
+			m->sizes = SIZES_SAME;
+		} else {
+			m->sizes = SIZES_LIST;
+			uint32_t i = 0;
+			for (char *s = NULL, *t = strtok_r(at, "/", &s); t;
+			     t = strtok_r(NULL, "/", &s)) {
+				char *e;
+				unsigned long v = strtoul(t, &e, 10);
+				if (*e || i == j->n || v == 0 || v > (1u << 20))
+					return -EINVAL;
+				m->cap[i++] = (uint32_t)v;
+			}
+			if (i != j->n)
+				return -EINVAL;
+		}
+	}
+	int has_matrix = 0, has_ls = 0;
+	if ((plus = strchr(buf, '+'))) {
+		*plus++ = '\0';
+		for (char *sv = NULL, *t = strtok_r(plus, "+", &sv); t;
+		     t = strtok_r(NULL, "+", &sv)) {
+			if (!strcmp(t, "shared")) {
+				m->matrix = ESD_MATRIX_SHARED;
+				has_matrix = 1;
+			} else if (!strncmp(t, "ls", 2) && (t[2] == '\0' || t[2] == ':')) {
+				char *e;
+				m->ls_evals = t[2] ? strtoull(t + 3, &e, 10) : 4096;
+				if (t[2] && (*e || !m->ls_evals))
+					return -EINVAL;
+				has_ls = 1;
+			} else {
+				return -EINVAL;
+			}
+		}
+	}
+	if (!strcmp(buf, "job")) {
+		m->is_job = 1;
+		if (esd_method_parse(j->method, &m->method))
+			return -EINVAL;
+		if (!has_matrix)
+			m->matrix = j->matrix;
+		if (!has_ls)
+			m->ls_evals = j->local_search;
+		return 0;
+	}
+	if (!strncmp(buf, "hybrid:", 7)) {
+		char *e;
+		m->alpha = strtod(buf + 7, &e);
+		if (*e || !(m->alpha >= 0 && m->alpha <= 1))
+			return -EINVAL;
+		buf[6] = '\0';
+	}
+	if (esd_method_parse(buf, &m->method))
+		return -EINVAL;
+	if (m->method == ESD_METHOD_VANILLA)
+		m->sync = ESD_SYNC_FULL_SET; /* vanilla as published */
+	return 0;
+}
+
+struct stream {
+	struct esd_ds_reader *rd;
+	uint64_t k;
+	uint32_t tables;
+	esd_key_t *keys[2];
+	uint32_t *off;
+};
+
+static int read_batch(struct stream *s, int b)
+{
+	uint64_t got = 0;
+	while (got < s->k) {
+		int64_t r =
+		    esd_ds_read(s->rd, s->k - got, NULL, NULL, s->keys[b] + got * s->tables);
+		if (r < 0) {
+			fprintf(stderr, "esd-replay: reading the stream: %s\n",
+			        esd_ds_last_error());
+			return (int)r;
+		}
+		if (r == 0) {
+			if (esd_ds_tell(s->rd) == 0)
+				return -ENODATA;
+			esd_ds_rewind(s->rd);
+			continue;
+		}
+		got += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* CPU time of this thread: the decision's cost on one core, unlike the
+ * wall-clock phases, unaffected by other processes taking the core. */
+static int64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* One replay of 'iters' iterations with capacities cap (NULL: equal). */
+static int run_caps(const struct replay_env *env, const struct replay_mech *m, const uint32_t *cap,
+                    uint64_t iters, struct replay_result *r)
+{
+	const struct esd_job *j = &env->job;
+	const uint32_t n = j->n;
+	struct stream s = {.tables = env->tables};
+	struct esd_snapset *ss = NULL;
+	struct esd_dispatcher *d = NULL;
+	struct esd_conseq *cq = NULL;
+	uint32_t *assign = NULL;
+	double *dec = NULL, *dcpu = NULL;
+	uint32_t ccap[ESD_MAX_WORKERS];
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", m->name);
+	r->n = n;
+	uint64_t k = 0, maxb = 0;
+	for (uint32_t w = 0; w < n; w++) {
+		r->cap[w] = cap[w];
+		k += cap[w];
+		maxb = cap[w] > maxb ? cap[w] : maxb;
+	}
+	/* cache rows exactly as esdd resolves them */
+	uint64_t rows =
+	    j->cache_rows ? j->cache_rows : (uint64_t)(j->cache_ratio * (double)env->total_rows);
+	if (rows < maxb * env->tables)
+		rows = maxb * env->tables;
+	r->cache_rows = rows;
+	for (uint32_t w = 0; w < n; w++)
+		ccap[w] = (uint32_t)rows;
+	s.k = k;
+	if ((rc = esd_ds_open(env->stream, &s.rd)))
+		goto out;
+	rc = -ENOMEM;
+	s.keys[0] = calloc(k * s.tables, sizeof(esd_key_t));
+	s.keys[1] = calloc(k * s.tables, sizeof(esd_key_t));
+	s.off = calloc(k + 1, sizeof(uint32_t));
+	assign = calloc(k, sizeof(uint32_t));
+	dec = calloc(iters ? iters : 1, sizeof(double));
+	dcpu = calloc(iters ? iters : 1, sizeof(double));
+	if (!s.keys[0] || !s.keys[1] || !s.off || !assign || !dec || !dcpu)
+		goto out;
+	for (uint64_t i = 0; i <= k; i++)
+		s.off[i] = (uint32_t)(i * s.tables);
+	if ((rc = esd_snapset_create(n, ccap, j->policy, &ss)) || (rc = esd_conseq_create(&cq)))
+		goto out;
+	struct esd_dispatcher_config dc = {
+	    .n = n,
+	    .cap = cap,
+	    .T = env->T,
+	    .seed = j->seed,
+	    .sync = m->sync,
+	    .compare = m->is_job ? j->compare : 0,
+	    .method = m->method,
+	    .matrix = m->matrix,
+	    .ls_evals = m->ls_evals,
+	    .hybrid = {.alpha = m->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+	};
+	if ((rc = esd_dispatcher_create(&dc, ss, &d)))
+		goto out;
+	int cur = 0;
+	const int lookahead = j->policy == ESD_POLICY_LOOKAHEAD;
+	if ((rc = read_batch(&s, cur)))
+		goto out;
+	for (uint64_t it = 1; it <= iters; it++) {
+		if ((lookahead || it < iters) && (rc = read_batch(&s, cur ^ 1)))
+			goto out;
+		if (lookahead)
+			for (uint32_t w = 0; w < n; w++)
+				if ((rc = esd_cmeta_lookahead(esd_snapset_cmeta(ss, w),
+				                              s.keys[cur ^ 1], k * s.tables,
+				                              it + 1)))
+					goto out;
+		struct esd_batch b = {.k = (uint32_t)k, .off = s.off, .keys = s.keys[cur]};
+		const int64_t c0 = cpu_ns();
+		if ((rc = esd_dispatcher_step(d, &b, assign, cq)))
+			goto out;
+		dcpu[it - 1] = (double)(cpu_ns() - c0) / 1e6;
+		struct esd_iter_time t;
+		if ((rc = esd_iter_time_compute(cq, assign, (uint32_t)k,
+		                                (int64_t)j->compute_ns_per_sample, &t)))
+			goto out;
+		r->crit_ns += t.crit_ns;
+		int64_t cx = 0;
+		for (uint32_t w = 0; w < n; w++) {
+			cx = t.xfer_ns[w] > cx ? t.xfer_ns[w] : cx;
+			r->class_cost[env->fast[w] ? 0 : 1] += t.xfer_ns[w];
+		}
+		r->crit_xfer_ns += cx;
+		r->true_cost += cq->total_cost;
+		for (int q = 0; q < ESD_CQ_KINDS; q++) {
+			r->kind_cost[q] += cq->cost[q];
+			r->kind_count[q] += cq->off[q][n];
+		}
+		r->hits += cq->hits;
+		if (m->ls_evals) {
+			const struct esd_ls_stats *ls = &esd_dispatcher_counters(d)->ls;
+			r->ls_swaps += ls->swaps;
+			r->ls_gain += ls->start_cost - ls->end_cost;
+		}
+		r->needs += cq->hits + cq->off[ESD_CQ_MISS_PULL][n];
+		dec[it - 1] = esd_ns_to_ms(esd_dispatcher_counters(d)->last.total);
+		cur ^= 1;
+	}
+	r->iters = iters;
+	if (iters) {
+		double sum = 0;
+		for (uint64_t i = 0; i < iters; i++)
+			sum += dec[i];
+		qsort(dec, iters, sizeof(double), cmp_double);
+		r->decision_ms_mean = sum / (double)iters;
+		r->decision_ms_p50 = dec[iters / 2];
+		r->decision_ms_max = dec[iters - 1];
+		qsort(dcpu, iters, sizeof(double), cmp_double);
+		r->decision_cpu_ms_p50 = dcpu[iters / 2];
+	}
+	rc = 0;
+out:
+	esd_dispatcher_free(d);
+	esd_snapset_free(ss);
+	esd_conseq_free(cq);
+	esd_ds_close(s.rd);
+	free(s.keys[0]);
+	free(s.keys[1]);
+	free(s.off);
+	free(assign);
+	free(dec);
+	free(dcpu);
+	return rc;
+}
+
+/* Link-aware sizes: probe the size model on the first iterations. The
+ * rows a worker moves per iteration, X (measured with equal sizes), are
+ * split into a part fixed per worker (share phi) and a part proportional
+ * to its samples; each phi gives sizes (esd_batch_sizes_link_aware), and
+ * the one with the shortest critical path over the probe wins. */
+static int auto_sizes(const struct replay_env *env, const struct replay_mech *m, uint32_t *cap,
+                      double model_out[2])
+{
+	const struct esd_job *j = &env->job;
+	const uint32_t n = j->n;
+	uint32_t eq[ESD_MAX_WORKERS];
+	uint64_t k = j->global_batch;
+	for (uint32_t w = 0; w < n; w++)
+		eq[w] = (uint32_t)(k / n + (w < k % n));
+	uint64_t probe = env->iters < 24 ? env->iters : 24;
+	if (probe == 0)
+		probe = 1;
+	struct replay_result r;
+	int rc = run_caps(env, m, eq, probe, &r);
+	if (rc)
+		return rc;
+	double rows = 0;
+	for (int q = 0; q < ESD_CQ_KINDS; q++)
+		rows += (double)r.kind_count[q];
+	rows /= (double)probe * n; /* per worker and iteration */
+	const double mbar = (double)k / n;
+	static const double phis[] = {0.0, 0.2, 0.4, 0.6, 0.8};
+	int64_t best = INT64_MAX;
+	for (size_t p = 0; p < sizeof(phis) / sizeof(phis[0]); p++) {
+		struct esd_size_model sm = {.compute_ns = (double)j->compute_ns_per_sample,
+		                            .fixed_rows = phis[p] * rows,
+		                            .rows_per_sample = (1 - phis[p]) * rows / mbar};
+		uint32_t c[ESD_MAX_WORKERS];
+		if ((rc = esd_batch_sizes_link_aware(n, (uint32_t)k, env->T, &sm, 1, c)))
+			return rc;
+		if ((rc = run_caps(env, m, c, probe, &r)))
+			return rc;
+		if (r.crit_ns < best) {
+			best = r.crit_ns;
+			memcpy(cap, c, n * sizeof(uint32_t));
+			model_out[0] = sm.fixed_rows;
+			model_out[1] = sm.rows_per_sample;
+		}
+	}
+	return 0;
+}
+
+int replay_run(const struct replay_env *env, const struct replay_mech *m, struct replay_result *r)
+{
+	const struct esd_job *j = &env->job;
+	uint32_t cap[ESD_MAX_WORKERS];
+	double model[2] = {0, 0};
+	int rc;
+	switch (m->sizes) {
+	case SIZES_JOB:
+		memcpy(cap, j->batch, j->n * sizeof(uint32_t));
+		break;
+	case SIZES_EQUAL:
+		for (uint32_t w = 0; w < j->n; w++)
+			cap[w] = (uint32_t)(j->global_batch / j->n + (w < j->global_batch % j->n));
+		break;
+	case SIZES_LIST:
+	case SIZES_SAME: /* resolved to a list by the caller */
+		memcpy(cap, m->cap, j->n * sizeof(uint32_t));
+		break;
+	case SIZES_AUTO:
+		if ((rc = auto_sizes(env, m, cap, model)))
+			return rc;
+		break;
+	}
+	rc = run_caps(env, m, cap, env->iters, r);
+	r->size_model[0] = model[0];
+	r->size_model[1] = model[1];
+	return rc;
+}
