@@ -68,8 +68,9 @@ WHY = """Why our numbers differ from the paper's:
   of the mean of five;
 - the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's
   decision time weighs more in our iterations/s;
-- the project default is a stand-in (hybrid, alpha 0.25) until the
-  dispatch-quality issue defines it.
+- the project default ("default" rows) is the dispatch-quality combination
+  (docs/quality.md): opt on the shared-charge matrix with local search, and
+  link-aware batch sizes fitted by esd-replay; the paper has no such row.
 """
 
 
