@@ -1,0 +1,43 @@
+/*
+ * The device backend when the build had no nvcc (ESD_HAVE_CUDA off, or the
+ * sanitizer build): there is never a device, so esd/gpu.h always answers
+ * with the CPU solver. Same calls as cuda.cu, one backend per file.
+ */
+#include "gpu_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, char *why, size_t whylen)
+{
+	(void)device;
+	(void)max_k;
+	*out = NULL;
+	snprintf(why, whylen, "built without CUDA (no nvcc at configure time, or a sanitizer build)");
+	return -ENODEV;
+}
+
+void gpu_dev_close(struct gpu_dev *d)
+{
+	(void)d;
+}
+
+int gpu_dev_submit(struct gpu_dev *d, const int64_t *cost, uint32_t k, uint32_t n,
+                   const uint32_t *cap)
+{
+	(void)d;
+	(void)cost;
+	(void)k;
+	(void)n;
+	(void)cap;
+	return -ENODEV;
+}
+
+int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign, uint64_t *steps)
+{
+	(void)d;
+	(void)deadline_abs_ns;
+	(void)assign;
+	(void)steps;
+	return -ENODEV;
+}
