@@ -13,7 +13,8 @@ int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, char *why, si
 	(void)device;
 	(void)max_k;
 	*out = NULL;
-	snprintf(why, whylen, "built without CUDA (no nvcc at configure time, or a sanitizer build)");
+	snprintf(why, whylen,
+	         "built without CUDA (no nvcc at configure time, or a sanitizer build)");
 	return -ENODEV;
 }
 

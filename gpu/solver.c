@@ -31,7 +31,7 @@ struct esd_gpu_solver {
 
 int esd_gpu_solver_create(const struct esd_gpu_params *p, struct esd_gpu_solver **out)
 {
-	struct esd_gpu_params d = { 0 };
+	struct esd_gpu_params d = {0};
 	struct esd_gpu_solver *s;
 	char why[128] = "";
 	int rc;
@@ -64,8 +64,7 @@ int esd_gpu_solver_create(const struct esd_gpu_params *p, struct esd_gpu_solver 
 		snprintf(s->desc, sizeof(s->desc), "no CUDA device: %s", why);
 	} else {
 		snprintf(s->desc, sizeof(s->desc), "%s", why);
-		ESD_INFO("gpu", "persistent solver kernel running on %s (max_k %u)", why,
-		         d.max_k);
+		ESD_INFO("gpu", "persistent solver kernel running on %s (max_k %u)", why, d.max_k);
 	}
 	*out = s;
 	return 0;
@@ -107,8 +106,7 @@ static int check_input(const int64_t *cost, uint32_t k, uint32_t n, const uint32
 {
 	uint64_t sum = 0;
 
-	if (cost == NULL || assign == NULL || n == 0 || n > ESD_MAX_WORKERS ||
-	    k > ESD_SOLVE_MAX_K)
+	if (cost == NULL || assign == NULL || n == 0 || n > ESD_MAX_WORKERS || k > ESD_SOLVE_MAX_K)
 		return -EINVAL;
 	if (cap == NULL) {
 		if (k % n != 0)

@@ -104,8 +104,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > 1000 || !(alpha >= 0 && alpha <= 1) || max_m < 32 ||
-	    max_m > 8192) {
+	if (reps < 1 || reps > 1000 || !(alpha >= 0 && alpha <= 1) || max_m < 32 || max_m > 8192) {
 		fprintf(stderr, "bench_gpu: --reps 1..1000, --alpha 0..1, --max-m 32..8192\n");
 		return 2;
 	}
@@ -123,8 +122,8 @@ int main(int argc, char **argv)
 	       N, reps, esd_gpu_solver_describe(g));
 	if (!have_gpu)
 		printf("no GPU present: GPU columns are '-'\n");
-	printf("%6s %6s %10s %10s %12s %9s %9s %14s %8s\n", "m", "k", "gpu", "cpu_opt",
-	       "hungarian", "cpu/gpu", "hung/cpu", "disp_gpu/iter", "opt_rows");
+	printf("%6s %6s %10s %10s %12s %9s %9s %14s %8s\n", "m", "k", "gpu", "cpu_opt", "hungarian",
+	       "cpu/gpu", "hung/cpu", "disp_gpu/iter", "opt_rows");
 
 	int64_t *ns_g = calloc((size_t)reps, sizeof(int64_t));
 	int64_t *ns_c = calloc((size_t)reps, sizeof(int64_t));
@@ -152,7 +151,8 @@ int main(int argc, char **argv)
 					return 1;
 				ns_g[r] = esd_now_ns() - t;
 				if (memcmp(a, b, k * sizeof(uint32_t)) != 0) {
-					fprintf(stderr, "bench_gpu: GPU and CPU differ at k %u\n", k);
+					fprintf(stderr, "bench_gpu: GPU and CPU differ at k %u\n",
+					        k);
 					return 1;
 				}
 			}
@@ -165,7 +165,8 @@ int main(int argc, char **argv)
 			/* dispatcher iteration: the opt part of hybrid(alpha) */
 			rows = opt_part(c, k, alpha, sub, cap, rr, regret);
 			t = esd_now_ns();
-			if (rows > 0 && esd_gpu_solve(g, sub, rows, N, cap, have_gpu ? 0 : -1, b) < 0)
+			if (rows > 0 &&
+			    esd_gpu_solve(g, sub, rows, N, cap, have_gpu ? 0 : -1, b) < 0)
 				return 1;
 			ns_d[r] = esd_now_ns() - t;
 		}

@@ -39,7 +39,8 @@ static void test_gpu_matches_cpu(void **state)
 		for (int kd = 0; kd < DT_KINDS; kd++)
 			for (int skew = 0; skew <= 1; skew++)
 				for (uint64_t seed = 0; seed < 2; seed++) {
-					dt_fill(c, k, n, (enum dt_kind)kd, seed * 1000003u + k + kd);
+					dt_fill(c, k, n, (enum dt_kind)kd,
+					        seed * 1000003u + k + kd);
 					gt_caps(cap, k, n, skew);
 					int by_gpu = gt_compare(g, s, c, k, n, cap, 0);
 					const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
@@ -50,10 +51,11 @@ static void test_gpu_matches_cpu(void **state)
 						         (unsigned long long)st->late,
 						         (unsigned long long)st->gpu_rejected,
 						         (unsigned long long)st->busy);
-					print_message("k %5u %-10s skew %d: gpu %lld us, %llu steps\n",
-					              k, dt_kind_name((enum dt_kind)kd), skew,
-					              (long long)st->last_gpu_us,
-					              (unsigned long long)st->kernel_steps);
+					print_message(
+					    "k %5u %-10s skew %d: gpu %lld us, %llu steps\n", k,
+					    dt_kind_name((enum dt_kind)kd), skew,
+					    (long long)st->last_gpu_us,
+					    (unsigned long long)st->kernel_steps);
 				}
 		free(c);
 	}
@@ -98,8 +100,8 @@ int main(void)
 	}
 	esd_gpu_solver_free(probe);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_gpu_matches_cpu),
-		cmocka_unit_test(test_late_falls_back),
+	    cmocka_unit_test(test_gpu_matches_cpu),
+	    cmocka_unit_test(test_late_falls_back),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -112,10 +112,10 @@ static void test_cpu_matches_opt(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_create_reports),
-		cmocka_unit_test(test_bad_params),
-		cmocka_unit_test(test_bad_input),
-		cmocka_unit_test(test_cpu_matches_opt),
+	    cmocka_unit_test(test_create_reports),
+	    cmocka_unit_test(test_bad_params),
+	    cmocka_unit_test(test_bad_input),
+	    cmocka_unit_test(test_cpu_matches_opt),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
