@@ -111,8 +111,17 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	struct esd_cmeta_slot *s = cm_slots(cm);
 	for (uint32_t i = 0; i < capacity; i++)
 		s[i].next_use = ESD_NEXT_USE_NONE;
-	for (uint32_t i = 0; i < capacity; i++)
-		cm_free_set(cm, i);
+	/* every slot free: at each level the first 'bits' bits are set (a
+	 * word of the level below is non-empty iff its bit here is set) */
+	uint64_t bits = capacity;
+	for (int lv = 0; lv < CM_FREE_LEVELS; lv++) {
+		uint64_t *w = cm_free(cm, lv);
+		uint64_t full = bits / 64;
+		memset(w, 0xff, full * sizeof(*w));
+		if (bits % 64)
+			w[full] = (UINT64_C(1) << (bits % 64)) - 1;
+		bits = (bits + 63) / 64;
+	}
 	*out = cm;
 	return 0;
 }

@@ -317,16 +317,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 
 	/* per-worker needed keys, ascending (kt->sorted is ascending) */
 	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
-	size_t total = 0;
-	for (uint32_t u = 0; u < cnt; u++)
-		total += (size_t)popc(kt->need[u]);
-	size_t cap = ss->cap_w;
-	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
-		return -ENOMEM;
-	cap = ss->cap_w;
-	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_w = cap;
 	uint32_t j, maxw = 0;
 	for (uint32_t u = 0; u < cnt; u++)
 		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
@@ -338,6 +328,14 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			maxw = woff[w + 1];
 		woff[w + 1] += woff[w];
 	}
+	const size_t total = woff[n];
+	size_t cap = ss->cap_w;
+	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
+		return -ENOMEM;
+	cap = ss->cap_w;
+	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_w = cap;
 	uint32_t pos[ESD_MAX_WORKERS];
 	memcpy(pos, woff, n * sizeof(uint32_t));
 	for (uint32_t r = 0; r < cnt; r++) {
