@@ -29,6 +29,7 @@ struct esd_dispatcher {
 	int64_t *cost;
 	int32_t *score;
 	uint32_t *tmp;
+	esd_key_t *rep; /* cfg.replicated, copied */
 	size_t cap_k;
 	int cost_valid;
 	struct esd_dispatch_counters ct;
@@ -66,6 +67,16 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 	d->cfg.cap = NULL;
 	d->cfg.T = NULL;
 	d->cfg.laia_tables = NULL;
+	d->cfg.replicated = NULL;
+	if (cfg->nreplicated) {
+		if (!cfg->replicated) {
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (!(d->rep = malloc(cfg->nreplicated * sizeof(esd_key_t))))
+			goto fail;
+		memcpy(d->rep, cfg->replicated, cfg->nreplicated * sizeof(esd_key_t));
+	}
 	d->rng = cfg->seed;
 	d->ss = ss;
 	if (esd_keytab_create(&d->kt) || esd_solver_create(&d->solver) ||
@@ -94,6 +105,7 @@ void esd_dispatcher_free(struct esd_dispatcher *d)
 	free(d->cost);
 	free(d->score);
 	free(d->tmp);
+	free(d->rep);
 	free(d);
 }
 
@@ -152,7 +164,8 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	}
 	d->cost_valid = 0;
 	int64_t t0 = esd_now_ns(), t = t0;
-	if ((rc = esd_keytab_build(d->kt, b, n)))
+	if ((rc = esd_keytab_build(d->kt, b, n)) ||
+	    (d->cfg.nreplicated && (rc = esd_keytab_replicate(d->kt, d->rep, d->cfg.nreplicated))))
 		return rc;
 	ph.keytab = esd_lap_ns(&t);
 	if ((rc = esd_snapset_fill(d->ss, d->kt)))

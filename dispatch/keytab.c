@@ -49,12 +49,8 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt->need);
 	free(kt->sorted);
 	free(kt->tmp);
+	free(kt->rep);
 	free(kt);
-}
-
-static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
-{
-	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
 }
 
 int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n)
@@ -142,6 +138,7 @@ retry:
 	kt->nocc = nocc;
 	kt->count = count;
 	kt->sorted_ok = 0;
+	kt->nrep = 0;
 	for (uint32_t u = 0; u < count; u++)
 		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 	return 0;
@@ -363,5 +360,9 @@ int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint
 		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++)
 			kt->need[kt->occ[p]] |= bit;
 	}
+	/* replicated rows: every worker, whatever the assignment */
+	const uint64_t all = kt->n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << kt->n) - 1;
+	for (uint32_t r = 0; r < kt->nrep; r++)
+		kt->need[kt->rep[r]] = all;
 	return 0;
 }

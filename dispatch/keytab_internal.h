@@ -19,7 +19,15 @@ struct esd_keytab {
 	uint32_t *tmp;
 	int sorted_ok;
 	size_t cap_u, cap_occ, cap_hash;
+	uint32_t *rep; /* uids of the replicated keys (esd_keytab_replicate) */
+	uint32_t nrep;
+	size_t cap_rep;
 };
+
+static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
+{
+	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
+}
 
 /* Sort the unique keys (ascending) into kt->sorted, once per build. */
 int esd_keytab_sort(struct esd_keytab *kt);

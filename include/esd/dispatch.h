@@ -112,6 +112,18 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 /* Unique-key number of key, or -1 when not in the batch. */
 int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key);
 
+/* Replicated rows (FAE's static hot set): keys every worker needs in
+ * every iteration, whatever the assignment. Call after esd_keytab_build
+ * (which forgets them). Keys not in the batch become unique keys with no
+ * occurrence (numbered after the batch's); duplicates in keys are
+ * ignored. From then on every consequence treats each of them as needed
+ * by all n workers: pinned in every cache (never evicted), pulled where
+ * not latest, and, trained by several workers, gradient-pushed by each
+ * (a zero gradient where the worker's samples do not contain it): the
+ * all-reduce of the replicated rows, carried by the PS. Returns 0,
+ * -EINVAL (NULL with count > 0, table not built), -ENOMEM. */
+int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t count);
+
 /* ---- cost and score matrices ----------------------------------------- */
 
 /* c[i * n + j] per ESD Alg. 1 (see the overview), for the batch the table

@@ -122,6 +122,13 @@ struct esd_dispatcher_config {
 	/* Local search on the true cost after the method (esd_local_search):
 	 * candidate swaps per step, 0: off. */
 	uint64_t ls_evals;
+	/* Replicated rows (FAE's static hot set, esd_keytab_replicate): every
+	 * worker needs these keys in every step (copied). With vanilla and
+	 * full-set sync this is FAE: hot rows all-reduced through the PS each
+	 * iteration, cold rows pulled and pushed on use. The matrix methods
+	 * charge them as any key (ESD Alg. 1 knows no replication). */
+	const esd_key_t *replicated;
+	uint32_t nreplicated;
 };
 
 /* Counters: the last step's and sums over all steps (ns). */

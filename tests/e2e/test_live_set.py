@@ -141,8 +141,12 @@ def main():
                   % [(sm["method"], sm["alpha"]) for sm in sums])
         env.check_transfers("live-set", sums)
         ref = env.reference("live-set", s)
-        ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), ref)
-        env.check(ok, "final tables == single-process reference (rtol 1e-5, atol 2e-6): %s"
+        # 400 iterations: the float rounding of each worker's partial
+        # gradient sums (docs/runtime.md, "Exactness") drifts further than in
+        # the 50-iteration tests, and where the switches land depends on
+        # timing, so the assignments (and the roundings) differ run to run
+        ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), ref, rtol="1e-3", atol="1e-5")
+        env.check(ok, "final tables == single-process reference (rtol 1e-3, atol 1e-5): %s"
                   % (out.splitlines()[-1] if out else ""))
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)
