@@ -59,6 +59,11 @@ static int rehash(struct esd_keytab *kt, uint32_t bits)
 	return 0;
 }
 
+const uint64_t *esd_keytab_need_masks(const struct esd_keytab *kt)
+{
+	return kt ? kt->need : NULL;
+}
+
 int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t count)
 {
 	if (!kt || (count && !keys) || !kt->n)

@@ -209,6 +209,28 @@ void esd_ds_close(struct esd_ds_reader *r);
  */
 const char *esd_ds_last_error(void);
 
+/* ---- hot-row files (FAE's static hot set) ------------------------------------ */
+
+/*
+ * The count most frequent keys of the first limit samples (0: all) of the
+ * stream at path, ties to the smaller key, returned ascending in a
+ * malloc'd *keys (*n <= count: never a key the profile did not see);
+ * *samples (may be NULL) gets the samples read. Memory: 4 bytes per row
+ * of every table. Returns 0 or -errno (message in esd_ds_last_error).
+ */
+int esd_ds_hot_profile(const char *path, uint64_t limit, uint64_t count, esd_key_t **keys,
+                       uint64_t *n, uint64_t *samples);
+
+/* Write keys (ascending, distinct) as a hot-row file: a first line
+ * "# esd hot rows v1", an optional comment line, then TABLE:ID per line;
+ * written to path.tmp and renamed. Returns 0 or -errno. */
+int esd_ds_hot_write(const char *path, const esd_key_t *keys, uint64_t n, const char *comment);
+
+/* Read a hot-row file into a malloc'd *keys (ascending). A missing first
+ * line, a malformed, repeated or out-of-order key is refused with file and
+ * line in esd_ds_last_error. Returns 0 or -errno. */
+int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n);
+
 /* ---- generator ------------------------------------------------------------- */
 
 /*

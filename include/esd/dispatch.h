@@ -124,6 +124,12 @@ int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key);
  * -EINVAL (NULL with count > 0, table not built), -ENOMEM. */
 int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t count);
 
+/* S(x) of every unique key ([count]; bit j: worker j needs it, because its
+ * samples contain it or it is replicated) as of the last consequence
+ * computed from this table (esd_conseq_compute, esd_snapset_advance,
+ * esd_dispatcher_step). */
+const uint64_t *esd_keytab_need_masks(const struct esd_keytab *kt);
+
 /* ---- cost and score matrices ----------------------------------------- */
 
 /* c[i * n + j] per ESD Alg. 1 (see the overview), for the batch the table

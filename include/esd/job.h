@@ -19,7 +19,8 @@
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
  *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness,
  *              matrix (paper or shared: esd/dispatch_quality.h),
- *              local_search (candidate swaps per step on the true cost)
+ *              local_search (candidate swaps per step on the true cost),
+ *              replicate (hot-row file: rows every worker holds, FAE)
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
  *              checkpoint_every
@@ -74,6 +75,9 @@ struct esd_job {
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
 	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
 	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
+	/* dispatch.replicate: a hot-row file (esd-data hot) whose rows every
+	 * worker holds and all-reduces each iteration (FAE); "" for none */
+	char replicate[1024];
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

@@ -21,6 +21,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.compare",
 	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
 	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
+	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
@@ -219,6 +220,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 			       &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
+	esd_config_get_str(cfg, "dispatch", "replicate", "", &s);
+	snprintf(j->replicate, sizeof(j->replicate), "%s", s);
 	esd_config_get_str(cfg, "data", "stream", "", &s);
 	snprintf(j->stream, sizeof(j->stream), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "shards", 1, 1, ESD_JOB_MAX_SHARDS, &u));

@@ -31,7 +31,6 @@ struct disp {
 	uint32_t *off;
 	uint32_t *assign;
 	uint32_t *nworkers; /* per unique key: trainers count */
-	uint64_t *wmask;    /* per unique key: bit of this worker */
 	/* restart support: the configuration, the iteration the thread starts
 	 * after, and the snapshots saved at the last checkpoint boundary */
 	struct esd_dispatcher_config dc;
@@ -129,7 +128,6 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	struct esd_keytab *kt = esd_dispatcher_keytab(ds->d);
 	uint32_t nu = esd_keytab_count(kt);
 	const esd_key_t *ukeys = esd_keytab_keys(kt);
-	const uint32_t *occ = esd_keytab_occ(kt);
 	uint32_t m = 0;
 
 	for (uint64_t i = 0; i < ds->k; i++)
@@ -139,19 +137,16 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	o->keys = realloc(o->keys, ((size_t)m * T + 1) * sizeof(esd_key_t));
 	if (!o->labels || !o->dense || !o->keys)
 		return -ENOMEM;
-	/* per unique key: how many workers train it, and whether we do */
+	/* per unique key: the workers that need it (S(x), replicated rows
+	 * included), how many, and whether we do */
+	const uint64_t *wmask = esd_keytab_need_masks(kt);
 	ds->nworkers = realloc(ds->nworkers, (nu + 1) * sizeof(*ds->nworkers));
-	ds->wmask = realloc(ds->wmask, (nu + 1) * sizeof(*ds->wmask));
-	if (!ds->nworkers || !ds->wmask)
+	if (!ds->nworkers)
 		return -ENOMEM;
-	memset(ds->wmask, 0, nu * sizeof(*ds->wmask));
-	for (uint64_t i = 0; i < ds->k; i++)
-		for (uint32_t t = 0; t < T; t++)
-			ds->wmask[occ[i * T + t]] |= UINT64_C(1) << ds->assign[i];
 	uint32_t nneed = 0, nothers = 0;
 	for (uint32_t u = 0; u < nu; u++) {
-		ds->nworkers[u] = (uint32_t)__builtin_popcountll(ds->wmask[u]);
-		if (ds->wmask[u] & (UINT64_C(1) << w))
+		ds->nworkers[u] = (uint32_t)__builtin_popcountll(wmask[u]);
+		if (wmask[u] & (UINT64_C(1) << w))
 			nneed++;
 		else
 			nothers++;
@@ -165,7 +160,7 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	/* sorted unique needed keys with their 'alone' flag */
 	o->nneed = o->nothers = 0;
 	for (uint32_t u = 0; u < nu; u++) {
-		if (ds->wmask[u] & (UINT64_C(1) << w))
+		if (wmask[u] & (UINT64_C(1) << w))
 			o->need[o->nneed++] = ukeys[u];
 		else
 			o->others[o->nothers++] = ukeys[u];
@@ -407,7 +402,6 @@ static void disp_free(struct disp *ds)
 	free(ds->off);
 	free(ds->assign);
 	free(ds->nworkers);
-	free(ds->wmask);
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
 		free(ds->saved[j]);
 	free(ds);
@@ -485,6 +479,7 @@ int node_dispatcher_start(struct node *nd)
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
+		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	rc = esd_method_parse(j->method, &ds->dc.method);

@@ -152,6 +152,24 @@ int main(int argc, char **argv)
 			 (unsigned long long)(maxb * nd.tables));
 		nd.job.cache_rows = maxb * nd.tables;
 	}
+	if (nd.job.replicate[0]) {
+		uint64_t nrep = 0;
+		if (esd_ds_hot_load(nd.job.replicate, &nd.rep, &nrep)) {
+			ESD_ERR("node", "dispatch.replicate: %s", esd_ds_last_error());
+			return 1;
+		}
+		nd.nrep = (uint32_t)nrep;
+		if (nrep + maxb * nd.tables > nd.job.cache_rows) {
+			ESD_ERR("node", "dispatch.replicate: %llu hot rows plus one micro-batch's "
+				"%llu keys exceed the cache's %llu rows (fewer hot rows, or a "
+				"larger cache.rows/cache.ratio)", (unsigned long long)nrep,
+				(unsigned long long)(maxb * nd.tables),
+				(unsigned long long)nd.job.cache_rows);
+			return 1;
+		}
+		ESD_INFO("node", "%u hot rows replicated on every worker (%s)", nd.nrep,
+			 nd.job.replicate);
+	}
 	struct esd_model_shape sh = {.tables = nd.tables, .dim = nd.job.dim, .dense = nd.dense,
 				     .hidden = nd.job.hidden};
 	struct esd_model *mdl;
@@ -222,6 +240,7 @@ int main(int argc, char **argv)
 	node_links_close(&nd);
 	node_trainer_fini(&nd);
 	free(nd.saved_cm);
+	free(nd.rep);
 	esd_cache_close(nd.cache);
 	esd_config_free(cfg);
 	return rc ? 1 : 0;

@@ -63,6 +63,8 @@ struct order {
 
 struct node {
 	struct esd_job job;
+	esd_key_t *rep; /* dispatch.replicate: hot rows every worker holds (FAE) */
+	uint32_t nrep;
 	uint32_t rank;
 	char dir[512];
 	int dispatcher_core;

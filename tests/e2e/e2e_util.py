@@ -48,6 +48,13 @@ class Env:
             sums = c.summaries()
         return os.path.join(ck, "ps-shard0.ckpt"), sums
 
+    def hot_rows(self, count):
+        """FAE's hot set of this env's stream (esd-data hot): its path."""
+        out = os.path.join(self.root, "hot-rows.txt")
+        subprocess.run([os.path.join(self.bin, "esd-data"), "hot", self.stream, "-n",
+                        str(count), "-o", out], check=True, stdout=subprocess.DEVNULL)
+        return out
+
     def reference(self, name, settings):
         out = os.path.join(self.root, name + ".ref.ckpt")
         k = sum(int(x) for x in str(settings["workers.batch"]).split(",")) \
@@ -62,7 +69,7 @@ class Env:
                        check=True, stdout=subprocess.DEVNULL)
         return out
 
-    def compare(self, a, b, exact=False, rtol="1e-5", atol="2e-6"):
+    def compare(self, a, b, exact=False, rtol="1e-5", atol="2e-6", clocks=True):
         """Equal within |a-b| <= atol + rtol * max(|a|, |b|) per element, or bit
         for bit. Gradients travel as floats: each worker's partial sum of a
         shared row is rounded to float once (esd/optim.h sums in double
@@ -70,6 +77,7 @@ class Env:
         1e-6 after 50 iterations; rows trained by one worker are bit-exact."""
         argv = [os.path.join(self.bin, "esd-ref"), "compare"]
         argv += ["--exact"] if exact else ["--rtol", rtol, "--atol", atol]
+        argv += [] if clocks else ["--no-clocks"]
         r = subprocess.run(argv + [a, b], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
         return r.returncode == 0, r.stdout.strip()

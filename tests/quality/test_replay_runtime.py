@@ -27,6 +27,9 @@ CASES = [
                         "workers__compute_ns_per_sample": 3000, "workers__split": "link-aware",
                         "workers__size_model": "128.5,6.02"}),
     ("heu-lfu", {"dispatch__method": "heu", "cache__policy": "lfu"}),
+    # FAE: 150 hot rows replicated on every worker (esd-data hot)
+    ("fae", {"dispatch__method": "vanilla", "dispatch__sync": "full-set",
+             "dispatch__replicate": "HOT", "cache__rows": 150 + 32 * 26}),
 ]
 
 
@@ -41,8 +44,11 @@ def main():
     env = Env(sys.argv[1], "replay-runtime")
     env.gen_stream()
     try:
+        hot = env.hot_rows(150)
         for name, over in CASES:
             s = env.settings(**over)
+            if s.get("dispatch.replicate") == "HOT":
+                s["dispatch.replicate"] = hot
             _, sums = env.run(name, s)
             env.check(all(sm["status"] == 0 for sm in sums), "%s: run ok" % name)
             env.check_transfers(name, sums)

@@ -4,7 +4,8 @@
 # format, bad lines (file:line, exit 1; --skip-bad counts), corrupt and
 # truncated streams refused. Usage: test_esd_data.sh path/to/esd-data
 set -u
-ESD_DATA=${1:?usage: $0 path/to/esd-data}
+ESD_DATA=${1:?usage: $0 path/to/esd-data [path/to/esd-replay]}
+ESD_REPLAY=${2:-$(dirname "$ESD_DATA")/esd-replay}
 T=$(mktemp -d "${TMPDIR:-/tmp}/esd-data-test.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fails=0
@@ -136,6 +137,51 @@ $ESD_DATA stat "$T/trunc.esd" >/dev/null 2>"$T/err" && no "truncated stream refu
 check "truncated stream: says so" grep -q "trunc.esd: truncated" "$T/err"
 $ESD_DATA stat "$T/criteo.tsv" >/dev/null 2>"$T/err" && no "text file refused"
 check "not a stream: bad magic" grep -q "not a dataset stream" "$T/err"
+
+# --- hot: FAE's static hot set ---------------------------------------------------
+$ESD_DATA hot "$T/a.esd" -n 300 --limit 5000 -o "$T/hot.txt" >/dev/null || no "hot runs"
+$ESD_DATA dump "$T/a.esd" -n 5000 >"$T/dump.txt" || no "dump for hot"
+check "hot: the 300 most frequent keys of the first 5000 samples, ascending" python3 -c "
+import collections
+c = collections.Counter()
+for line in open('$T/dump.txt'):
+    for kv in line.split('|')[1].split():
+        t, i = kv.split(':'); c[(int(t) << 48) | int(i)] += 1
+want = sorted(sorted(c, key=lambda k: (-c[k], k))[:300])
+lines = open('$T/hot.txt').read().splitlines()
+assert lines[0] == '# esd hot rows v1', lines[0]
+got = [(int(l.split(':')[0]) << 48) | int(l.split(':')[1]) for l in lines if not l.startswith('#')]
+assert got == want, (len(got), len(want))
+"
+$ESD_DATA hot "$T/a.esd" -n 100000000 -o "$T/hot-all.txt" >"$T/out" || no "hot: more than seen"
+check "hot: never more keys than the stream has" grep -q "fewer distinct keys than asked" "$T/out"
+printf '# esd hot rows v1\n0:5\n0:x\n' >"$T/bad1.txt"
+printf '# esd hot rows v1\n0:5\n0:3\n' >"$T/bad2.txt"
+printf '# esd hot rows v1\n1:5\n1:5\n' >"$T/bad3.txt"
+printf '0:5\n' >"$T/bad4.txt"
+cat >"$T/hot.ini" <<EOI
+[workers]
+n = 2
+batch = 8
+[dispatch]
+method = vanilla
+sync = full-set
+replicate = $T/BAD
+[data]
+stream = $T/a.esd
+EOI
+for b in bad1 bad2 bad3 bad4; do
+	sed "s|$T/BAD|$T/$b.txt|" "$T/hot.ini" >"$T/$b.ini"
+	"$ESD_REPLAY" --config "$T/$b.ini" --iters 2 >/dev/null 2>"$T/err$b" &&
+		no "$b: bad hot-row file refused"
+done
+check "hot file: bad ID named with file:line" grep -q "bad1.txt:3: expected TABLE:ID" "$T/errbad1"
+check "hot file: out of order named" grep -q "bad2.txt:3: key 0:3 out of order" "$T/errbad2"
+check "hot file: repeated key named" grep -q "bad3.txt:3: key 1:5 repeated" "$T/errbad3"
+check "hot file: not a hot-row file" grep -q "bad4.txt:1: not a hot-row file" "$T/errbad4"
+sed "s|$T/BAD|$T/hot.txt|" "$T/hot.ini" >"$T/good.ini"
+check "hot file: esd-replay runs FAE with it" "$ESD_REPLAY" --config "$T/good.ini" --iters 3 \
+	--mechanisms job
 
 # --- usage ----------------------------------------------------------------------------
 $ESD_DATA frobnicate >/dev/null 2>&1

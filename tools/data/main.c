@@ -39,6 +39,9 @@ static const char usage_text[] =
     "      covers (default R 0.08)\n"
     "  dump FILE [--from N] [-n N]\n"
     "      samples as text: cursor label dense... | table:id ...\n"
+    "  hot FILE -n ROWS -o OUT [--limit N]\n"
+    "      FAE's static hot set: the ROWS most frequent keys of the first N samples\n"
+    "      (default all) as a hot-row file for dispatch.replicate\n"
     "\n"
     "Numbers take k, M, G suffixes (1M = 1000000). docs/dataset.md has the details.\n";
 
@@ -526,6 +529,57 @@ out:
 	return rc;
 }
 
+static int cmd_hot(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"count", required_argument, NULL, 'n'},
+	    {"limit", required_argument, NULL, OPT_LIMIT},
+	    {"out", required_argument, NULL, 'o'},
+	    {0},
+	};
+	uint64_t rows = 0, limit = 0;
+	const char *out = NULL;
+	int have_rows = 0, c;
+	while ((c = getopt_long(argc, argv, "n:o:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (parse_u64(optarg, &rows))
+				BAD("-n");
+			have_rows = 1;
+			break;
+		case OPT_LIMIT:
+			if (parse_u64(optarg, &limit))
+				BAD("--limit");
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		default:
+			return usage(NULL);
+		}
+	}
+	if (optind + 1 != argc || !out || !have_rows)
+		return usage("hot needs FILE, -n ROWS and -o OUT");
+	esd_key_t *keys;
+	uint64_t n, seen;
+	if (esd_ds_hot_profile(argv[optind], limit, rows, &keys, &n, &seen)) {
+		fprintf(stderr, "esd-data: hot: %s\n", esd_ds_last_error());
+		return 1;
+	}
+	char comment[1200];
+	snprintf(comment, sizeof(comment), "%" PRIu64 " most frequent keys of the first %" PRIu64
+	         " samples of %s", n, seen, argv[optind]);
+	int rc = esd_ds_hot_write(out, keys, n, comment);
+	free(keys);
+	if (rc) {
+		fprintf(stderr, "esd-data: hot: %s\n", esd_ds_last_error());
+		return 1;
+	}
+	printf("%s: %" PRIu64 " hot rows from %" PRIu64 " samples%s\n", out, n, seen,
+	       n < rows ? " (fewer distinct keys than asked)" : "");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	esd_log_init("esd-data");
@@ -543,6 +597,8 @@ int main(int argc, char **argv)
 		return cmd_stat(argc, argv);
 	if (!strcmp(cmd, "dump"))
 		return cmd_dump(argc, argv);
+	if (!strcmp(cmd, "hot"))
+		return cmd_hot(argc, argv);
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
 		fputs(usage_text, stdout);
 		return 0;

@@ -123,6 +123,43 @@ static uint64_t global_top(uint32_t *const *c, const uint64_t *d, uint32_t nt, u
 	return total + (k - above) * lo;
 }
 
+int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                      uint64_t *samples, uint64_t *positives)
+{
+	const uint32_t nt = esd_ds_reader_info(r)->ntables;
+	esd_key_t *keys = malloc(sizeof(*keys) * BATCH * nt);
+	float *labels = malloc(sizeof(*labels) * BATCH);
+	int rc = -ENOMEM;
+	if (!keys || !labels)
+		goto out;
+	*samples = *positives = 0;
+	const uint64_t want = limit ? limit : UINT64_MAX;
+	while (*samples < want) {
+		uint64_t k = want - *samples < BATCH ? want - *samples : BATCH;
+		int64_t got = esd_ds_read(r, k, labels, NULL, keys);
+		if (got < 0) {
+			rc = (int)got;
+			goto out;
+		}
+		if (got == 0)
+			break;
+		for (int64_t s = 0; s < got; s++) {
+			*positives += labels[s] > 0.5f;
+			for (uint32_t t = 0; t < nt; t++) {
+				uint32_t *c = &cnt[t][esd_key_id(keys[s * nt + t])];
+				if (*c != UINT32_MAX)
+					(*c)++;
+			}
+		}
+		*samples += (uint64_t)got;
+	}
+	rc = 0;
+out:
+	free(keys);
+	free(labels);
+	return rc;
+}
+
 int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st)
 {
 	if (!(cache_ratio >= 0.0 && cache_ratio <= 1.0))
@@ -138,8 +175,6 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 		st->total_rows += st->info.rows[t];
 	uint32_t *cnt[ESD_DS_MAX_TABLES] = {0};
 	uint64_t dist[ESD_DS_MAX_TABLES] = {0};
-	esd_key_t *keys = NULL;
-	float *labels = NULL;
 	if (st->total_rows > DS_STAT_MAX_ROWS) {
 		rc = ds_fail(-ENOMEM,
 		             "%s: %llu rows in all, stat counts at most %llu: convert or "
@@ -149,33 +184,11 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 		goto out;
 	}
 	rc = -ENOMEM;
-	keys = malloc(sizeof(*keys) * BATCH * nt);
-	labels = malloc(sizeof(*labels) * BATCH);
-	if (!keys || !labels)
-		goto out;
 	for (uint32_t t = 0; t < nt; t++)
 		if (!(cnt[t] = calloc(st->info.rows[t], sizeof(uint32_t))))
 			goto out;
-	uint64_t want = limit ? limit : UINT64_MAX;
-	while (st->samples < want) {
-		uint64_t k = want - st->samples < BATCH ? want - st->samples : BATCH;
-		int64_t got = esd_ds_read(r, k, labels, NULL, keys);
-		if (got < 0) {
-			rc = (int)got;
-			goto out;
-		}
-		if (got == 0)
-			break;
-		for (int64_t s = 0; s < got; s++) {
-			st->positives += labels[s] > 0.5f;
-			for (uint32_t t = 0; t < nt; t++) {
-				uint32_t *c = &cnt[t][esd_key_id(keys[s * nt + t])];
-				if (*c != UINT32_MAX)
-					(*c)++;
-			}
-		}
-		st->samples += (uint64_t)got;
-	}
+	if ((rc = ds_count_accesses(r, limit, cnt, &st->samples, &st->positives)))
+		goto out;
 	/* compact each table's counts to its nonzero ones, sorted descending */
 	for (uint32_t t = 0; t < nt; t++) {
 		uint64_t d = 0;
@@ -207,8 +220,6 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 out:
 	for (uint32_t t = 0; t < nt; t++)
 		free(cnt[t]);
-	free(keys);
-	free(labels);
 	esd_ds_close(r);
 	return rc;
 }

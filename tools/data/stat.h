@@ -42,4 +42,10 @@ struct ds_stat {
  */
 int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st);
 
+/* Add the accesses of the first limit samples (0: all) from r's position
+ * to cnt[t][id] (one array of rows[t] counters per table, saturating).
+ * Returns 0 or an error of esd_ds_read. */
+int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                      uint64_t *samples, uint64_t *positives);
+
 #endif /* ESD_DATA_STAT_H */

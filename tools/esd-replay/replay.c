@@ -39,6 +39,15 @@ int replay_env_load(struct replay_env *env, const char *config, const char *cons
 		goto out;
 	}
 	snprintf(env->stream, sizeof(env->stream), "%s", env->job.stream);
+	if (env->job.replicate[0]) {
+		uint64_t nrep = 0;
+		if (esd_ds_hot_load(env->job.replicate, &env->rep, &nrep)) {
+			fprintf(stderr, "esd-replay: dispatch.replicate: %s\n",
+			        esd_ds_last_error());
+			goto out;
+		}
+		env->nrep = (uint32_t)nrep;
+	}
 	if (esd_ds_open(env->stream, &dr)) {
 		fprintf(stderr, "esd-replay: cannot open data.stream %s: %s\n", env->stream,
 		        esd_ds_last_error());
@@ -66,7 +75,8 @@ out:
 
 void replay_env_free(struct replay_env *env)
 {
-	(void)env;
+	free(env->rep);
+	env->rep = NULL;
 }
 
 int replay_mech_parse(const struct replay_env *env, const char *spec, struct replay_mech *m)
@@ -224,6 +234,15 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    j->cache_rows ? j->cache_rows : (uint64_t)(j->cache_ratio * (double)env->total_rows);
 	if (rows < maxb * env->tables)
 		rows = maxb * env->tables;
+	const uint32_t nrep = m->is_job ? env->nrep : 0;
+	if (nrep + maxb * env->tables > rows) {
+		fprintf(stderr,
+		        "esd-replay: %s: dispatch.replicate: %u hot rows plus one micro-batch's "
+		        "%llu keys exceed the cache's %llu rows\n",
+		        m->name, nrep, (unsigned long long)(maxb * env->tables),
+		        (unsigned long long)rows);
+		return -ENOSPC;
+	}
 	r->cache_rows = rows;
 	for (uint32_t w = 0; w < n; w++)
 		ccap[w] = (uint32_t)rows;
@@ -253,6 +272,8 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .method = m->method,
 	    .matrix = m->matrix,
 	    .ls_evals = m->ls_evals,
+	    .replicated = m->is_job ? env->rep : NULL,
+	    .nreplicated = nrep,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	if ((rc = esd_dispatcher_create(&dc, ss, &d)))

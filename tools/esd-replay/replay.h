@@ -21,6 +21,9 @@ struct replay_env {
 	uint64_t iters;
 	int64_t T[ESD_MAX_WORKERS];
 	int fast[ESD_MAX_WORKERS]; /* link class: T_j < 2 * min T */
+	/* dispatch.replicate's hot rows (the job mechanism only) */
+	esd_key_t *rep;
+	uint32_t nrep;
 };
 
 enum replay_sizes { SIZES_JOB, SIZES_EQUAL, SIZES_AUTO, SIZES_LIST, SIZES_SAME };
