@@ -152,6 +152,14 @@ int main(int argc, char **argv)
 			 (unsigned long long)(maxb * nd.tables));
 		nd.job.cache_rows = maxb * nd.tables;
 	}
+	if (nd.job.policy == ESD_POLICY_LOOKAHEAD &&
+	    nd.job.global_batch * nd.tables > nd.job.cache_rows) {
+		ESD_ERR("node", "cache.policy = lookahead: a cache of %llu rows cannot hold the "
+			"hints of a global batch (%llu keys); use a larger cache.rows/cache.ratio "
+			"or another policy", (unsigned long long)nd.job.cache_rows,
+			(unsigned long long)(nd.job.global_batch * nd.tables));
+		return 1;
+	}
 	if (nd.job.replicate[0]) {
 		uint64_t nrep = 0;
 		if (esd_ds_hot_load(nd.job.replicate, &nd.rep, &nrep)) {

@@ -221,11 +221,43 @@ def test_divergence(env):
     env.check("dispatch decisions differ" in log, "the PS names the divergence")
 
 
+def test_bad_settings(env):
+    """esdd refuses settings it cannot run, naming them, before it connects."""
+    from esdcluster import write_ini
+    work = os.path.join(env.root, "bad-settings")
+    os.makedirs(work, exist_ok=True)
+    hot = os.path.join(work, "hot.txt")
+    with open(hot, "w") as f:
+        f.write("# esd hot rows v1\n" + "".join("1:%d\n" % i for i in range(500)))
+    cases = [
+        ("lookahead with a cache below a global batch's keys",
+         {"cache.rows": 1000, "cache.policy": "lookahead"}, "cannot hold the hints"),
+        ("replicated rows that leave no room for a micro-batch",
+         {"cache.rows": 1000, "dispatch.replicate": hot}, "exceed the cache"),
+        ("a missing hot-row file", {"dispatch.replicate": hot + ".missing"},
+         "No such file"),
+    ]
+    for what, over, want in cases:
+        s = env.settings()
+        s.update(over)
+        ini = os.path.join(work, "job.ini")
+        write_ini(ini, s)
+        d = os.path.join(work, "node")
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        r = subprocess.run([os.path.join(env.bin, "esdd"), "--config", ini, "--rank", "0",
+                            "--dir", d, "--set", "ps.addrs=127.0.0.1:1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        env.check(r.returncode != 0 and want in r.stdout, "esdd refuses %s: %s"
+                  % (what, r.stdout.strip().splitlines()[-1:]))
+
+
 def main():
     env = Env(sys.argv[1], "failures")
     env.gen_stream()
     try:
         test_corrupt_checkpoint(env)
+        test_bad_settings(env)
         test_divergence(env)
         test_checkpoint_now(env)
         test_trainer_kill(env)
