@@ -305,9 +305,19 @@ int esd_solve_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 	return 0;
 }
 
+void esd_solver_set_exact(struct esd_solver *s, esd_exact_fn fn, void *ctx)
+{
+	if (!s)
+		return;
+	s->exact = fn;
+	s->exact_ctx = ctx;
+}
+
 static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int64_t *cost,
                         uint32_t k, uint32_t n, const uint32_t *capv, uint32_t *assign)
 {
+	if (s->exact)
+		return s->exact(s->exact_ctx, cost, k, n, capv, assign);
 	if (b == ESD_OPT_HUNGARIAN)
 		return esd_opt_hungarian(s, cost, k, n, capv, assign);
 	return esd_opt_ssp(s, cost, k, n, capv, assign);
@@ -325,7 +335,7 @@ int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 	memset(&s->st, 0, sizeof(s->st));
 	s->st.regret_cut = -1;
 	int64_t t0 = esd_now_ns();
-	if ((rc = esd_opt_ssp(s, cost, k, n, capv, assign)))
+	if ((rc = opt_dispatch(s, ESD_OPT_SSP, cost, k, n, capv, assign)))
 		return rc;
 	s->st.opt_ns = s->st.total_ns = esd_now_ns() - t0;
 	s->st.opt_rows = k;

@@ -45,6 +45,8 @@ enum {
 };
 
 struct esd_solver {
+	esd_exact_fn exact; /* esd_solver_set_exact */
+	void *exact_ctx;
 	struct scratch sc[SC_COUNT];
 	struct pheap *heaps; /* n * n pair heaps (opt and canon) */
 	uint32_t heaps_n;

@@ -129,6 +129,10 @@ struct esd_dispatcher_config {
 	 * charge them as any key (ESD Alg. 1 knows no replication). */
 	const esd_key_t *replicated;
 	uint32_t nreplicated;
+	/* The exact part of opt and hybrid offloaded (esd_solver_set_exact;
+	 * the runtime's dispatch.gpu passes esd_gpu_solve): NULL, on the CPU. */
+	esd_exact_fn exact;
+	void *exact_ctx;
 };
 
 /* Counters: the last step's and sums over all steps (ns). */

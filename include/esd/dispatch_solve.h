@@ -141,6 +141,18 @@ struct esd_solver;
  * one solver per thread. */
 int esd_solver_create(struct esd_solver **out);
 void esd_solver_free(struct esd_solver *s);
+
+/* An exact solver the caller provides (the GPU solver of esd/gpu.h:
+ * esd_gpu_solve). It gets the checked input with the capacities made
+ * explicit (never NULL) and must return the canonical optimum, as
+ * esd_solve_opt does, so that decisions do not depend on which node
+ * offloads. Returns 0 or a negative errno. */
+typedef int (*esd_exact_fn)(void *ctx, const int64_t *cost, uint32_t k, uint32_t n,
+                            const uint32_t *cap, uint32_t *assign);
+/* From now on esd_solve_opt and the exact part of esd_solve_hybrid (any
+ * backend) call fn(ctx, ...) instead of solving here; NULL restores the
+ * solver's own. */
+void esd_solver_set_exact(struct esd_solver *s, esd_exact_fn fn, void *ctx);
 /* Counters of the last successful solve (owned by the solver). */
 const struct esd_solve_stats *esd_solver_stats(const struct esd_solver *s);
 /* Forget opt's warm start (worker potentials of the previous solve). The

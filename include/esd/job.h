@@ -20,7 +20,8 @@
  *   [dispatch] method, alpha, sync (on-demand, full-set, het), staleness,
  *              matrix (paper or shared: esd/dispatch_quality.h),
  *              local_search (candidate swaps per step on the true cost),
- *              replicate (hot-row file: rows every worker holds, FAE)
+ *              replicate (hot-row file: rows every worker holds, FAE),
+ *              gpu (exact part on the GPU), gpu_deadline_us
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
  *              checkpoint_every
@@ -78,6 +79,11 @@ struct esd_job {
 	/* dispatch.replicate: a hot-row file (esd-data hot) whose rows every
 	 * worker holds and all-reduces each iteration (FAE); "" for none */
 	char replicate[1024];
+	/* dispatch.gpu: the exact part (opt, hybrid) on the persistent CUDA
+	 * solver (esd/gpu.h), CPU when there is no device or it is late;
+	 * dispatch.gpu_deadline_us: the longest wait per solve (50000) */
+	bool gpu;
+	uint64_t gpu_deadline_us;
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

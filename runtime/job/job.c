@@ -22,6 +22,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
 	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
 	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
+	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
@@ -220,6 +221,9 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 			       &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
+	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
+	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_deadline_us", 50000, 1, 10000000,
+			       &j->gpu_deadline_us));
 	esd_config_get_str(cfg, "dispatch", "replicate", "", &s);
 	snprintf(j->replicate, sizeof(j->replicate), "%s", s);
 	esd_config_get_str(cfg, "data", "stream", "", &s);

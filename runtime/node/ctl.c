@@ -35,6 +35,19 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
+json_t *node_gpu_json(const struct node *nd)
+{
+	if (!nd->has_gpu)
+		return json_null();
+	/* dispatch.gpu: who answered the exact part (esd/gpu.h) */
+	const struct esd_gpu_stats *g = &nd->gcount;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "gpu_solved",
+			 (json_int_t)g->gpu_solved, "cpu_fallbacks", (json_int_t)g->cpu_fallbacks,
+			 "late", (json_int_t)g->late, "busy", (json_int_t)g->busy, "gpu_rejected",
+			 (json_int_t)g->gpu_rejected, "last_gpu_us", (json_int_t)g->last_gpu_us,
+			 "last_by_gpu", g->last_by_gpu);
+}
+
 static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct node *nd = arg;
@@ -63,6 +76,7 @@ static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "heu_rows", json_integer(c->solve.heu_rows));
 	json_object_set_new(*resp, "unique_keys", json_integer(c->unique_keys));
 	json_object_set_new(*resp, "hits", json_integer((json_int_t)c->hits));
+	json_object_set_new(*resp, "gpu", node_gpu_json(nd));
 	/* heu-vs-opt gap: only when the dispatcher solves both each step
 	 * (esd_dispatcher_config.compare); null otherwise */
 	if (c->sum_opt_cost > 0 || c->sum_heu_cost > 0) {

@@ -45,7 +45,18 @@ struct disp {
 	size_t saved_len[ESD_MAX_WORKERS];
 	uint64_t saved_iter;
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
+	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
+	int64_t gpu_deadline_ns;
 };
+
+/* The exact part of opt and hybrid on the GPU solver (dispatch.gpu); it
+ * answers on the CPU itself without a device or past the deadline. */
+static int gpu_exact(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
+		     uint32_t *assign)
+{
+	struct disp *ds = ctx;
+	return esd_gpu_solve(ds->gpu, cost, k, n, cap, ds->gpu_deadline_ns, assign);
+}
 
 /* Keep a copy of every snapshot as of checkpoint boundary iter. */
 static int save_snapshots(struct disp *ds, uint64_t iter)
@@ -374,6 +385,8 @@ static void *disp_main(void *arg)
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
 		nd->dcount = counters_of(ds);
+		if (ds->gpu)
+			nd->gcount = *esd_gpu_solver_stats(ds->gpu);
 		nd->produced++;
 		pthread_cond_broadcast(&nd->qcv);
 		pthread_mutex_unlock(&nd->qmu);
@@ -392,6 +405,7 @@ static void disp_free(struct disp *ds)
 		return;
 	esd_ds_close(ds->rd);
 	esd_dispatcher_free(ds->d);
+	esd_gpu_solver_free(ds->gpu);
 	esd_snapset_free(ds->ss);
 	esd_conseq_free(ds->cq);
 	for (int b = 0; b < 2; b++) {
@@ -486,6 +500,27 @@ int node_dispatcher_start(struct node *nd)
 	if (rc) {
 		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);
 		goto err;
+	}
+	if (j->gpu) {
+		struct esd_gpu_params gp = {.max_k = (uint32_t)ds->k,
+					    .deadline_ns = (int64_t)j->gpu_deadline_us * 1000};
+		rc = esd_gpu_solver_create(&gp, &ds->gpu);
+		if (rc) {
+			ESD_ERR("dispatch", "dispatch.gpu: cannot make the GPU solver (k = %llu): %s",
+				(unsigned long long)ds->k, esd_strerror(rc));
+			goto err;
+		}
+		ds->gpu_deadline_ns = gp.deadline_ns;
+		ds->dc.exact = gpu_exact;
+		ds->dc.exact_ctx = ds;
+		nd->has_gpu = true;
+		if (esd_gpu_solver_device(ds->gpu))
+			ESD_WARN("dispatch", "dispatch.gpu: %s; the exact part runs on the CPU",
+				 esd_gpu_solver_describe(ds->gpu));
+		else
+			ESD_INFO("dispatch", "dispatch.gpu: exact part on %s (deadline %llu us)",
+				 esd_gpu_solver_describe(ds->gpu),
+				 (unsigned long long)j->gpu_deadline_us);
 	}
 	rc = make_engine(ds, false);
 	if (!rc)

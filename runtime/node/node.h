@@ -20,6 +20,7 @@
 #include <esd/dataset.h>
 #include <esd/dispatch.h>
 #include <esd/dispatch_snap.h>
+#include <esd/gpu.h>
 #include <esd/job.h>
 #include <esd/transport.h>
 
@@ -87,6 +88,8 @@ struct node {
 	bool stop;
 	int disp_core_obtained;
 	struct esd_dispatch_counters dcount; /* copy, under qmu */
+	bool has_gpu;                        /* dispatch.gpu */
+	struct esd_gpu_stats gcount;         /* copy, under qmu (dispatch.gpu) */
 	struct disp *disp;                   /* the dispatcher's state (dispatcher.c) */
 
 	/* recovery: this node's cache metadata at the last checkpoint boundary
@@ -133,6 +136,8 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 
 /* Write the end-of-run summary (JSON) to nd->summary_path. */
 int node_write_summary(struct node *nd, int status);
+/* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */
+json_t *node_gpu_json(const struct node *nd);
 
 /* settings.c: store a SETTING that shard 0 announced after the ACK of
  * barrier 'iter' (-EPROTO: unknown key, bad value, or an iteration the

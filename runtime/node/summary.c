@@ -41,6 +41,7 @@ int node_write_summary(struct node *nd, int status)
 			  dc->steps ? esd_ns_to_ms(dc->sum.matrix) / dc->steps : 0.0,
 			  "est_cost_sum", (json_int_t)dc->sum_est_cost, "true_cost_sum",
 			  (json_int_t)dc->sum_true_cost));
+	json_object_set_new(o, "gpu", node_gpu_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 	json_t *links = json_array();
 	pthread_mutex_lock(&nd->qmu);

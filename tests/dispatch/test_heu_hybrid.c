@@ -198,13 +198,69 @@ static void test_regret_stats(void **state)
 	esd_solver_free(s);
 }
 
+/* esd_solver_set_exact: an offloaded exact part (here a second CPU solver
+ * standing for the GPU) gives the same assignments and is called for opt
+ * and for hybrid's high-regret rows only. */
+struct offload {
+	struct esd_solver *cpu;
+	uint32_t calls, rows;
+};
+
+static int offload_fn(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
+                      uint32_t *assign)
+{
+	struct offload *o = ctx;
+	o->calls++;
+	o->rows += k;
+	assert_non_null(cap);
+	return esd_solve_opt(o->cpu, cost, k, n, cap, assign);
+}
+
+static void test_exact_offload(void **state)
+{
+	(void)state;
+	const uint32_t k = 256, n = 8;
+	int64_t *c = malloc(sizeof(int64_t) * k * n);
+	uint32_t a[256], b[256];
+	struct esd_solver *s, *plain;
+	struct offload o = {0};
+	assert_int_equal(esd_solver_create(&s), 0);
+	assert_int_equal(esd_solver_create(&plain), 0);
+	assert_int_equal(esd_solver_create(&o.cpu), 0);
+	esd_solver_set_exact(s, offload_fn, &o);
+	for (int kd = 0; kd < DT_KINDS; kd++) {
+		dt_fill(c, k, n, (enum dt_kind)kd, 40 + kd);
+		assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+		assert_int_equal(esd_solve_opt(plain, c, k, n, NULL, b), 0);
+		assert_memory_equal(a, b, sizeof(a));
+		const double alphas[] = {1, 0.5, 0.125, 0};
+		for (int q = 0; q < 4; q++) {
+			struct esd_hybrid_params p = {alphas[q], ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			uint32_t before = o.rows;
+			assert_int_equal(esd_solve_hybrid(s, c, k, n, NULL, &p, a), 0);
+			assert_int_equal(esd_solve_hybrid(plain, c, k, n, NULL, &p, b), 0);
+			assert_memory_equal(a, b, sizeof(a));
+			/* s = floor(alpha * m) slots per worker go to the exact part */
+			assert_int_equal(o.rows - before, (uint32_t)(alphas[q] * (k / n)) * n);
+		}
+	}
+	assert_true(o.calls > 0);
+	esd_solver_set_exact(s, NULL, NULL);
+	uint32_t calls = o.calls;
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(o.calls, calls);
+	esd_solver_free(s);
+	esd_solver_free(plain);
+	esd_solver_free(o.cpu);
+	free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_theorem1),
-	    cmocka_unit_test(test_hybrid0_is_heu_and_caps),
-	    cmocka_unit_test(test_laia_rule),
-	    cmocka_unit_test(test_regret_stats),
+	    cmocka_unit_test(test_theorem1),      cmocka_unit_test(test_hybrid0_is_heu_and_caps),
+	    cmocka_unit_test(test_laia_rule),     cmocka_unit_test(test_regret_stats),
+	    cmocka_unit_test(test_exact_offload),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,19 @@ def main():
                 ck2, _ = env.run(name + "-again", s)
                 ok, out = env.compare(ck, ck2, exact=True)
                 env.check(ok, "hybrid: two runs are bit-identical")
+                # the exact part through the GPU solver (dispatch.gpu): a
+                # device answers it, or the CPU does; the decisions (and so
+                # the tables) are the same bit for bit either way
+                s3 = dict(s, **{"dispatch.gpu": "true"})
+                ck3, sums3 = env.run(name + "-gpu", s3)
+                ok, out = env.compare(ck, ck3, exact=True)
+                env.check(ok, "hybrid with dispatch.gpu: bit-identical to the CPU run")
+                for sm in sums3:
+                    g = sm.get("gpu") or {}
+                    env.check(g.get("gpu_solved", 0) + g.get("cpu_fallbacks", 0) ==
+                              sm["decision"]["steps"],
+                              "dispatch.gpu worker %d: every exact part answered and "
+                              "counted (%s)" % (sm["rank"], g))
     except ClusterError as e:
         env.check(False, "cluster: %s" % e)
     return env.finish()

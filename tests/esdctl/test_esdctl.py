@@ -185,7 +185,8 @@ def run(work):
 
     settings = {"workers.n": 2, "workers.batch": 32, "model.dim": 8, "model.hidden": 8,
                 "job.iterations": 100000, "data.stream": stream, "cache.ratio": 0.08,
-                "dispatch.method": "hybrid", "ps.checkpoint_dir": os.path.join(work, "ck")}
+                "dispatch.method": "hybrid", "dispatch.gpu": "true",
+                "ps.checkpoint_dir": os.path.join(work, "ck")}
     os.makedirs(settings["ps.checkpoint_dir"])
     cwork = os.path.join(work, "job")
 
@@ -283,6 +284,10 @@ def run(work):
               "dispatch: decision time, regret, gap")
         rc, out, err = esdctl("--node", n0, "dispatch")
         check(rc == 0 and "REGRET_MED" in out and "hybrid" in out, "dispatch: human table")
+        g = d.get("gpu") or {}
+        check(g.get("gpu_solved", 0) + g.get("cpu_fallbacks", 0) >= 3,
+              "dispatch: GPU solver counters (dispatch.gpu): %s" % g)
+        check("GPU_SOLVED" in out and "CPU_FALLBACK" in out, "dispatch: GPU counters shown")
 
         # ---- set -----------------------------------------------------
         rc, out, err = esdctl(*every, "set", "link.rate", "5G")

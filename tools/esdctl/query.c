@@ -380,6 +380,25 @@ int esdctl_dispatch(const struct esdctl *ctl)
 	if (hdr)
 		printf("(regret in ns of transfer cost, last decision; HEU_GAP: heu cost over opt "
 		       "cost - 1, n/a unless the dispatcher compares both)\n");
+	/* dispatch.gpu: who answered the exact part */
+	bool ghdr = false;
+	for (int i = 0; i < ctl->ntargets; i++) {
+		json_t *g = rep[i] ? json_object_get(rep[i], "gpu") : NULL;
+		if (!json_is_object(g))
+			continue;
+		char label[256];
+		label_of(ctl, i, label, sizeof(label));
+		if (!ghdr)
+			printf("\n%-8s %11s %13s %8s %8s %12s %11s %7s\n", "NODE", "GPU_SOLVED",
+			       "CPU_FALLBACK", "LATE", "BUSY", "GPU_REJECTED", "LAST_GPU_US",
+			       "LAST_BY");
+		ghdr = true;
+		printf("%-8s %11.0f %13.0f %8.0f %8.0f %12.0f %11.0f %7s\n", label,
+		       esdctl_num(g, "gpu_solved"), esdctl_num(g, "cpu_fallbacks"),
+		       esdctl_num(g, "late"), esdctl_num(g, "busy"), esdctl_num(g, "gpu_rejected"),
+		       esdctl_num(g, "last_gpu_us"),
+		       json_is_true(json_object_get(g, "last_by_gpu")) ? "gpu" : "cpu");
+	}
 	free_replies(ctl, rep);
 	return rc;
 }
