@@ -7,7 +7,7 @@
  *
  *   header     struct esd_cmeta (256 bytes)
  *   slots      capacity x struct esd_cmeta_slot (64 bytes each)
- *   index      index_size x struct cm_ient (about 1.5 x capacity): open
+ *   index      index_size x struct cm_ient (about 2 x capacity): open
  *              addressing, linear probing, backward-shift deletion (no
  *              tombstones)
  *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     1u
+#define CM_VERSION     2u /* 2: index at 2 x capacity */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3
@@ -159,7 +159,7 @@ static inline uint64_t cm_hash(uint64_t key)
 	return key;
 }
 /* Home bucket of a hash: multiply-shift range reduction, so the table
- * needs no power-of-two size (load stays near 2/3 instead of 1/3..2/3). */
+ * needs no power-of-two size (load stays near 1/2 instead of 1/4..1/2). */
 static inline uint32_t cm_home(uint32_t hash, uint32_t size)
 {
 	return (uint32_t)(((uint64_t)hash * size) >> 32);

@@ -2,8 +2,8 @@
  * index.c - the key -> slot index of an esd_cmeta block.
  *
  * Open addressing with linear probing over a table of 16-byte entries
- * (key, slot, hash), four to a cache line, load at most 2/3; the home
- * bucket is a multiply-shift of the hash, so the table is 1.5 x capacity
+ * (key, slot, hash), four to a cache line, load at most 1/2; the home
+ * bucket is a multiply-shift of the hash, so the table is 2 x capacity
  * rather than the next power of two.
  * Linear probing keeps a lookup to one or two adjacent cache lines; deletion
  * shifts the following entries back (no tombstones), so a lookup never

@@ -124,8 +124,8 @@ struct esd_cmeta_fill {
 size_t esd_cmeta_bytes(uint32_t capacity);
 
 /* Format 'mem' (at least esd_cmeta_bytes(capacity) bytes, 64-byte
- * aligned) as an empty cache. About 144 bytes per slot (slot record 64,
- * index 24 at load 2/3, victim heap 32, pins 4, heap positions 4, hints
+ * aligned) as an empty cache. About 152 bytes per slot (slot record 64,
+ * index 32 at load 1/2, victim heap 32, pins 4, heap positions 4, hints
  * 8, LRU links 8, free bitmap).
  * Returns 0, -EINVAL (capacity 0 or above 2^30, len too small,
  * misaligned, unknown policy). esd_cmeta_bytes returns 0 for a capacity
