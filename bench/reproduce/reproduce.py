@@ -70,7 +70,13 @@ WHY = """Why our numbers differ from the paper's:
   decision time weighs more in our iterations/s;
 - the project default ("default" rows) is the dispatch-quality combination
   (docs/quality.md): opt on the shared-charge matrix with local search, and
-  link-aware batch sizes fitted by esd-replay; the paper has no such row.
+  link-aware batch sizes fitted by esd-replay; the paper has no such row;
+- FAE's hot set is as large as the cache allows beside one micro-batch
+  (5 % of all rows here) and is all-reduced densely through the PS over the
+  same shaped links every iteration (its pull half as miss pulls, its push
+  half as update pushes); the paper does not give FAE's hot-set size, and
+  its all-reduce ran between GPU machines. Both make FAE's cost here an
+  upper estimate; the paper only says FAE underperforms LAIA.
 """
 
 
