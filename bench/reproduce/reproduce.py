@@ -58,12 +58,11 @@ WHY = """Why our numbers differ from the paper's:
   and 19.5 % fewer with a 100 000-row cap (840 543 rows, 10 + 20
   iterations); the synthetic streams' hot small tables and short runs
   (caches still filling) weigh more;
-- one host: the links are shaped by the transport's token buckets, which
-  shape only the worker -> PS direction (esd-ps does not shape its replies,
-  so miss pulls are unshaped), and 8 daemons, 8 trainers and the PS share 2
-  cores, so iterations/s carry CPU contention the paper's 8 GPU machines did
-  not have and miss only the pulls' link time (costs do not: they are bytes
-  / link rate, counted on the links; --netns shapes both directions);
+- one host: the links are shaped by the transport's token buckets (the
+  daemon shapes its pushes, esd-ps its replies to each worker at that
+  worker's rate), and 8 daemons, 8 trainers and the PS share 2 cores, so
+  iterations/s carry CPU contention the paper's 8 GPU machines did not have
+  (costs do not: they are bytes / link rate, counted on the links);
 - a few dozen measured iterations instead of whole epochs, one run instead
   of the mean of five;
 - the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's
