@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Checkpoint boundaries whose snapshots are kept (see struct disp). */
+#define SAVED_GENS 2
+
 struct disp {
 	struct node *nd;
 	struct esd_ds_reader *rd;
@@ -41,9 +44,15 @@ struct disp {
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
 	uint64_t start_iter;
-	void *saved[ESD_MAX_WORKERS];
-	size_t saved_len[ESD_MAX_WORKERS];
-	uint64_t saved_iter;
+	/* The last SAVED_GENS boundaries: the dispatcher runs up to ORDER_RING
+	 * iterations ahead, so it can pass boundary c before the PS has
+	 * written checkpoint c, and a PS restart then resumes from the
+	 * boundary before it. */
+	void *saved[SAVED_GENS][ESD_MAX_WORKERS];
+	size_t saved_len[SAVED_GENS][ESD_MAX_WORKERS];
+	uint64_t saved_iter[SAVED_GENS];
+	bool saved_ok[SAVED_GENS];
+	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
 	int64_t gpu_deadline_ns;
@@ -59,27 +68,51 @@ static int gpu_exact(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, con
 }
 
 /* Keep a copy of every snapshot as of checkpoint boundary iter. */
+/* Generation saved at boundary iter, or -1. */
+static int saved_gen(const struct disp *ds, uint64_t iter)
+{
+	for (int q = 0; q < SAVED_GENS; q++)
+		if (ds->saved_ok[q] && ds->saved_iter[q] == iter)
+			return q;
+	return -1;
+}
+
 static int save_snapshots(struct disp *ds, uint64_t iter)
 {
+	/* the generation of this boundary if saved before, else an unused
+	 * one, else the oldest */
+	int g = saved_gen(ds, iter);
+	for (int q = 0; g < 0 && q < SAVED_GENS; q++)
+		if (!ds->saved_ok[q])
+			g = q;
+	if (g < 0) {
+		g = 0;
+		for (int q = 1; q < SAVED_GENS; q++)
+			if (ds->saved_iter[q] < ds->saved_iter[g])
+				g = q;
+	}
+	ds->saved_ok[g] = false;
 	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
 		const struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
 		size_t len = esd_cmeta_block_bytes(cm);
 		struct esd_cmeta *out;
-		if (len > ds->saved_len[j]) {
+		if (len > ds->saved_len[g][j]) {
 			void *m = NULL;
 			if (posix_memalign(&m, 64, len))
 				return -ENOMEM;
-			free(ds->saved[j]);
-			ds->saved[j] = m;
-			ds->saved_len[j] = len;
+			free(ds->saved[g][j]);
+			ds->saved[g][j] = m;
+			ds->saved_len[g][j] = len;
 		}
-		int rc = esd_cmeta_copy(ds->saved[j], ds->saved_len[j], cm, &out);
+		int rc = esd_cmeta_copy(ds->saved[g][j], ds->saved_len[g][j], cm, &out);
 		if (rc)
 			return rc;
 	}
-	ds->saved_iter = iter;
+	ds->saved_iter[g] = iter;
+	ds->saved_ok[g] = true;
 	return 0;
 }
+
 
 static int grow(void **p, size_t *cap, size_t want, size_t elem)
 {
@@ -416,8 +449,9 @@ static void disp_free(struct disp *ds)
 	free(ds->off);
 	free(ds->assign);
 	free(ds->nworkers);
-	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
-		free(ds->saved[j]);
+	for (int q = 0; q < SAVED_GENS; q++)
+		for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
+			free(ds->saved[q][j]);
 	free(ds);
 }
 
@@ -433,9 +467,12 @@ static int make_engine(struct disp *ds, bool from_saved)
 	int rc = esd_snapset_create(j->n, ds->cap, ds->policy, &ds->ss);
 	if (!rc && j->het) /* before any load: versions start with the snapshots */
 		rc = esd_snapset_set_staleness(ds->ss, j->staleness);
+	const int g = from_saved ? saved_gen(ds, ds->restore_iter) : -1;
+	if (!rc && from_saved && g < 0)
+		rc = -ESTALE;
 	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
 		struct esd_cmeta *cm;
-		rc = esd_cmeta_attach(ds->saved[w], ds->saved_len[w], &cm);
+		rc = esd_cmeta_attach(ds->saved[g][w], ds->saved_len[g][w], &cm);
 		if (!rc)
 			rc = esd_snapset_load(ds->ss, w, cm);
 	}
@@ -554,11 +591,13 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 {
 	struct disp *ds = nd->disp;
 	stop_thread(nd);
-	if (ds->saved_iter != iter) {
-		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at %llu",
-			(unsigned long long)iter, (unsigned long long)ds->saved_iter);
+	if (saved_gen(ds, iter) < 0) {
+		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at "
+			"%llu and %llu only", (unsigned long long)iter,
+			(unsigned long long)ds->saved_iter[0], (unsigned long long)ds->saved_iter[1]);
 		return -ESTALE;
 	}
+	ds->restore_iter = iter;
 	int rc = make_engine(ds, true);
 	if (rc)
 		return rc;

@@ -484,21 +484,37 @@ static int run_iteration(struct exec *x, const struct order *o)
 	return rc;
 }
 
+/* The generation saved at boundary iter, or -1. */
+static int saved_gen(const struct node *nd, uint64_t iter)
+{
+	for (int g = 0; g < 2; g++)
+		if (nd->saved_ok[g] && nd->saved_iter[g] == iter)
+			return g;
+	return -1;
+}
+
 int node_save_boundary(struct node *nd, uint64_t iter)
 {
+	/* this boundary's generation, else an unused one, else the older */
+	int g = saved_gen(nd, iter);
+	if (g < 0)
+		g = !nd->saved_ok[0] ? 0 : !nd->saved_ok[1] ? 1 : nd->saved_iter[0] > nd->saved_iter[1];
 	size_t len = esd_cmeta_block_bytes(nd->cm);
 	struct esd_cmeta *out;
-	if (len > nd->saved_cm_len) {
+	nd->saved_ok[g] = false;
+	if (len > nd->saved_cm_len[g]) {
 		void *m = NULL;
 		if (posix_memalign(&m, 64, len))
 			return -ENOMEM;
-		free(nd->saved_cm);
-		nd->saved_cm = m;
-		nd->saved_cm_len = len;
+		free(nd->saved_cm[g]);
+		nd->saved_cm[g] = m;
+		nd->saved_cm_len[g] = len;
 	}
-	int rc = esd_cmeta_copy(nd->saved_cm, nd->saved_cm_len, nd->cm, &out);
-	if (!rc)
-		nd->saved_iter = iter;
+	int rc = esd_cmeta_copy(nd->saved_cm[g], nd->saved_cm_len[g], nd->cm, &out);
+	if (!rc) {
+		nd->saved_iter[g] = iter;
+		nd->saved_ok[g] = true;
+	}
 	return rc;
 }
 
@@ -527,15 +543,17 @@ static int recover(struct exec *x, uint64_t *resume)
 	rc = node_links_open(nd, &ps_iter);
 	if (rc)
 		return rc;
-	if (ps_iter != nd->saved_iter) {
+	const int g = saved_gen(nd, ps_iter);
+	if (g < 0) {
 		ESD_ERR("node", "the shards resumed at iteration %llu but this node kept the state "
-			"of iteration %llu: cannot resume", (unsigned long long)ps_iter,
-			(unsigned long long)nd->saved_iter);
+			"of iterations %llu and %llu only: cannot resume",
+			(unsigned long long)ps_iter, (unsigned long long)nd->saved_iter[0],
+			(unsigned long long)nd->saved_iter[1]);
 		return -ESTALE;
 	}
 	struct esd_cmeta *cm;
 	esd_cache_meta_write_begin(nd->cache);
-	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->saved_cm, &cm);
+	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->saved_cm[g], &cm);
 	esd_cache_meta_write_end(nd->cache);
 	if (rc)
 		return rc;

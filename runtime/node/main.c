@@ -247,7 +247,8 @@ int main(int argc, char **argv)
 	esd_ctl_server_stop(ctl);
 	node_links_close(&nd);
 	node_trainer_fini(&nd);
-	free(nd.saved_cm);
+	free(nd.saved_cm[0]);
+	free(nd.saved_cm[1]);
 	free(nd.rep);
 	esd_cache_close(nd.cache);
 	esd_config_free(cfg);

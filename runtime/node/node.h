@@ -92,11 +92,14 @@ struct node {
 	struct esd_gpu_stats gcount;         /* copy, under qmu (dispatch.gpu) */
 	struct disp *disp;                   /* the dispatcher's state (dispatcher.c) */
 
-	/* recovery: this node's cache metadata at the last checkpoint boundary
-	 * (after the flush), to roll back to when a PS shard restarts from it */
-	void *saved_cm;
-	size_t saved_cm_len;
-	uint64_t saved_iter;
+	/* recovery: this node's cache metadata at the last two checkpoint
+	 * boundaries (after the flush), to roll back to when a PS shard
+	 * restarts from one: the PS writes checkpoint c at barrier c + 1, so
+	 * a shard that dies in between resumes from the boundary before c */
+	void *saved_cm[2];
+	size_t saved_cm_len[2];
+	uint64_t saved_iter[2];
+	bool saved_ok[2];
 	/* a checkpoint requested through esdctl, announced by shard 0's barrier
 	 * ACK: the boundary (0: none); the dispatcher flushes its snapshots
 	 * there too (under qmu) */
