@@ -464,3 +464,36 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	ss->iter = t;
 	return 0;
 }
+
+/* ---- HET key versions across a checkpoint ------------------------------- */
+
+size_t esd_snapset_versions(const struct esd_snapset *ss, esd_key_t *keys, uint64_t *versions,
+                            size_t cap)
+{
+	if (!ss)
+		return 0;
+	size_t n = 0;
+	for (size_t i = 0; i < ss->dir.size; i++) {
+		const struct keydir_ent *e = &ss->dir.t[i];
+		if (!e->used || !e->version)
+			continue;
+		if (n < cap) {
+			keys[n] = e->key;
+			versions[n] = e->version;
+		}
+		n++;
+	}
+	return n;
+}
+
+int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
+                             const uint64_t *versions, size_t n)
+{
+	if (!ss || (n && (!keys || !versions)))
+		return -EINVAL;
+	if (keydir_reserve(&ss->dir, n))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ss->dir.t[keydir_insert(&ss->dir, keys[i])].version = versions[i];
+	return 0;
+}

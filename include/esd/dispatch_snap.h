@@ -67,6 +67,16 @@ int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta 
  * advance, on snapshots advanced with ESD_SYNC_FULL_SET. Not BSP-exact for
  * staleness > 0: a baseline. Returns 0 or -EINVAL. */
 int esd_snapset_set_staleness(struct esd_snapset *ss, uint32_t staleness);
+/* HET mode across a checkpoint: the snapshots (esd_snapset_cmeta) hold the
+ * version of every cached copy, not the keys' own versions, which include
+ * keys cached nowhere. esd_snapset_versions copies every key with a
+ * version above 0 (at most cap of them; returns how many there are: call
+ * with cap 0 to size); esd_snapset_set_versions puts them back after the
+ * esd_snapset_load calls. set returns 0, -EINVAL or -ENOMEM. */
+size_t esd_snapset_versions(const struct esd_snapset *ss, esd_key_t *keys, uint64_t *versions,
+                            size_t cap);
+int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
+                             const uint64_t *versions, size_t n);
 
 /* Every DIRTY row of every snapshot becomes CLEAN: the checkpoint flush
  * (and the end of training), where each node pushes its DIRTY rows.

@@ -52,6 +52,10 @@ struct disp {
 	size_t saved_len[SAVED_GENS][ESD_MAX_WORKERS];
 	uint64_t saved_iter[SAVED_GENS];
 	bool saved_ok[SAVED_GENS];
+	/* HET: the keys' versions at each saved boundary (esd_snapset_versions) */
+	esd_key_t *vkeys[SAVED_GENS];
+	uint64_t *vvals[SAVED_GENS];
+	size_t nvers[SAVED_GENS], capvers[SAVED_GENS];
 	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
@@ -107,6 +111,21 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 		int rc = esd_cmeta_copy(ds->saved[g][j], ds->saved_len[g][j], cm, &out);
 		if (rc)
 			return rc;
+	}
+	if (ds->nd->job.het) {
+		size_t nv = esd_snapset_versions(ds->ss, NULL, NULL, 0);
+		if (nv > ds->capvers[g]) {
+			esd_key_t *k = realloc(ds->vkeys[g], nv * sizeof(*k));
+			if (k)
+				ds->vkeys[g] = k;
+			uint64_t *v = realloc(ds->vvals[g], nv * sizeof(*v));
+			if (v)
+				ds->vvals[g] = v;
+			if (!k || !v)
+				return -ENOMEM;
+			ds->capvers[g] = nv;
+		}
+		ds->nvers[g] = esd_snapset_versions(ds->ss, ds->vkeys[g], ds->vvals[g], nv);
 	}
 	ds->saved_iter[g] = iter;
 	ds->saved_ok[g] = true;
@@ -449,9 +468,12 @@ static void disp_free(struct disp *ds)
 	free(ds->off);
 	free(ds->assign);
 	free(ds->nworkers);
-	for (int q = 0; q < SAVED_GENS; q++)
+	for (int q = 0; q < SAVED_GENS; q++) {
 		for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
 			free(ds->saved[q][j]);
+		free(ds->vkeys[q]);
+		free(ds->vvals[q]);
+	}
 	free(ds);
 }
 
@@ -476,6 +498,8 @@ static int make_engine(struct disp *ds, bool from_saved)
 		if (!rc)
 			rc = esd_snapset_load(ds->ss, w, cm);
 	}
+	if (!rc && from_saved && j->het) /* the keys' versions, cached or not */
+		rc = esd_snapset_set_versions(ds->ss, ds->vkeys[g], ds->vvals[g], ds->nvers[g]);
 	if (!rc)
 		rc = esd_dispatcher_create(&ds->dc, ds->ss, &ds->d);
 	return rc;

@@ -533,6 +533,15 @@ static int recover(struct exec *x, uint64_t *resume)
 	uint64_t ps_iter = 0;
 	int rc;
 
+	if (nd->job.het && nd->job.staleness > 0) {
+		/* stale copies are used as they are, and their values at the
+		 * boundary are gone (their slots were reused since): no exact
+		 * resume exists */
+		ESD_ERR("node", "lost a PS shard; dispatch.sync = het with staleness %u cannot "
+			"resume from a checkpoint (the stale copies' values at the boundary are "
+			"not kept): restart the job", nd->job.staleness);
+		return -ENOTSUP;
+	}
 	ESD_WARN("node", "lost a PS shard; reconnecting to resume from its checkpoint");
 	node_links_close(nd);
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {

@@ -1,7 +1,10 @@
 """kill -9 of the PS mid-run, restart from its checkpoint: the node daemons
 notice, reconnect, roll their caches and dispatchers back to the
 checkpoint boundary, and training ends bit-identical to an uninterrupted
-run.
+run. Twice: the default (hybrid, on-demand sync) and HET with staleness 0,
+whose snapshots also carry every key's version across the restart. HET with
+staleness > 0 cannot resume exactly (stale copies' values at the boundary
+are gone): the daemons stop with an error saying so.
 
 usage: test_ps_restart.py BIN_DIR
 """
@@ -14,14 +17,59 @@ from e2e_util import Env, ClusterError
 from test_failures import ctl
 
 
+CASES = [
+    ("", {}),
+    ("het-", {"dispatch__method": "vanilla", "dispatch__sync": "het",
+              "dispatch__staleness": 0}),
+]
+
+
 def main():
     env = Env(sys.argv[1], "ps-restart")
     env.gen_stream(samples=20000)
-    s = env.settings(job__iterations=300, ps__checkpoint_every=20)
+    for tag, over in CASES:
+        restart_case(env, tag, over)
+    het_stale_refused(env)
+    return env.finish()
+
+
+def het_stale_refused(env):
+    s = env.settings(job__iterations=100000, ps__checkpoint_every=20,
+                     dispatch__method="vanilla", dispatch__sync="het", dispatch__staleness=2)
+    from esdcluster import Cluster
+    work = os.path.join(env.root, "het2")
+    s["ps.checkpoint_dir"] = os.path.join(work, "ckpt")
+    os.makedirs(s["ps.checkpoint_dir"], exist_ok=True)
     try:
-        base_ck, _ = env.run("uninterrupted", s)
+        with Cluster(env.bin, work, s) as c:
+            c.start()
+            sock = os.path.join(work, "ps0.sock")
+            it, t0 = 0, time.time()
+            while it < 25 and time.time() - t0 < 60:
+                try:
+                    it = ctl(sock, "status")["iteration"]
+                except OSError:
+                    pass
+                time.sleep(0.005)
+            c.kill("ps0", signal.SIGKILL)
+            try:
+                c.wait(timeout=60)
+            except ClusterError:
+                pass
+    except ClusterError:
+        pass
+    with open(os.path.join(work, "esdd0.log")) as f:
+        log = f.read()
+    env.check("cannot resume from a checkpoint" in log,
+              "het staleness 2: a lost PS stops the daemons with the reason")
+
+
+def restart_case(env, tag, over):
+    s = env.settings(job__iterations=300, ps__checkpoint_every=20, **over)
+    try:
+        base_ck, _ = env.run(tag + "uninterrupted", s)
         from esdcluster import Cluster
-        work = os.path.join(env.root, "restarted")
+        work = os.path.join(env.root, tag + "restarted")
         ck = os.path.join(work, "ckpt")
         os.makedirs(ck, exist_ok=True)
         s2 = dict(s)
@@ -37,22 +85,22 @@ def main():
                 except OSError:
                     pass
                 time.sleep(0.005)
-            env.check(50 <= it < 300, "the PS is killed mid-run (at iteration %d)" % it)
+            env.check(50 <= it < 300, "%sthe PS is killed mid-run (at iteration %d)"
+                      % (tag, it))
             c.kill("ps0", signal.SIGKILL)
             time.sleep(0.3)
             c.start_ps(0, restore=True)
             c.wait(timeout=120)
             sums = c.summaries()
         env.check(all(sm["iterations"] == 300 for sm in sums),
-                  "every daemon finished all 300 iterations")
+                  "%severy daemon finished all 300 iterations" % tag)
         with open(os.path.join(work, "esdd0.log")) as f:
             log = f.read()
-        env.check("resumed at iteration" in log, "daemon 0 resumed from the checkpoint")
+        env.check("resumed at iteration" in log, "%sdaemon 0 resumed from the checkpoint" % tag)
         ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base_ck, exact=True)
-        env.check(ok, "final tables bit-identical to the uninterrupted run: %s" % out)
+        env.check(ok, "%sfinal tables bit-identical to the uninterrupted run: %s" % (tag, out))
     except ClusterError as e:
-        env.check(False, "cluster: %s" % e)
-    return env.finish()
+        env.check(False, "%scluster: %s" % (tag, e))
 
 
 if __name__ == "__main__":
