@@ -59,16 +59,65 @@ static inline int64_t tsum(const struct tsum *ts, uint64_t m)
 	return c;
 }
 
-/* True cost of one key needed by the workers of mask N (conseq.c's rules). */
-static inline int64_t key_cost(const struct esd_keystate *s, uint64_t N, const struct tsum *ts,
-                               enum esd_sync sync)
+/* A fresh stamp base (4 * generation; tags 0..3 above it), clearing the
+ * stamps when the generations wrap. */
+static inline uint32_t next_gen(uint32_t *stamp, uint32_t U, uint32_t *gen)
+{
+	if (++*gen == (UINT32_C(1) << 30)) {
+		memset(stamp, 0, ((size_t)U + 1) * sizeof(uint32_t));
+		*gen = 1;
+	}
+	return *gen * 4;
+}
+
+/* Keys of samples i (occurrences oi) and i2 (oi2) with dd[u] = their net
+ * occurrences moving from i's worker to i2's when the two swap; returns
+ * how many keys it listed in touched. */
+static uint32_t net_moves(const uint32_t *oi, uint32_t li, const uint32_t *oi2, uint32_t li2,
+                          uint32_t G, uint32_t *stamp, int32_t *dd, uint32_t *touched)
+{
+	uint32_t nt = 0;
+	for (uint32_t q = 0; q < li; q++) {
+		const uint32_t u = oi[q];
+		if (stamp[u] != G) {
+			stamp[u] = G;
+			dd[u] = 1;
+			touched[nt++] = u;
+		} else {
+			dd[u]++;
+		}
+	}
+	for (uint32_t q = 0; q < li2; q++) {
+		const uint32_t u = oi2[q];
+		if (stamp[u] != G) {
+			stamp[u] = G;
+			dd[u] = -1;
+			touched[nt++] = u;
+		} else {
+			dd[u]--;
+		}
+	}
+	return nt;
+}
+
+/* What the search keeps per unique key, in one place: the workers that
+ * need it, those holding exactly one of its occurrences, its current true
+ * cost, and its state (latest holders, the DIRTY holder's bit and T). */
+struct lskey {
+	uint64_t mask, one;
+	int64_t kc;
+	uint64_t latest, dbit;
+	int64_t td;
+};
+
+static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct tsum *ts, int full)
 {
 	if (!N)
 		return 0;
-	int64_t c = tsum(ts, N & ~s->latest);
-	if (s->dirty != ESD_NO_WORKER && N != (UINT64_C(1) << s->dirty))
-		c += ts->T[s->dirty];
-	if (sync == ESD_SYNC_FULL_SET || (N & (N - 1)))
+	int64_t c = tsum(ts, N & ~x->latest);
+	if (x->dbit && N != x->dbit)
+		c += x->td;
+	if (full || (N & (N - 1)))
 		c += tsum(ts, N);
 	return c;
 }
@@ -86,14 +135,20 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			return -EINVAL;
 	struct esd_ls_stats s0 = {0};
 	int64_t t0 = esd_now_ns();
+	/* per unique key: occurrences per worker, the mask of workers that
+	 * need it, its current true cost, and for the candidate being
+	 * evaluated a stamp and the net number of its occurrences leaving
+	 * worker a for worker c */
 	uint32_t *cnt = calloc((size_t)U * n + 1, sizeof(uint32_t));
-	uint64_t *mask = calloc((size_t)U + 1, sizeof(uint64_t));
+	struct lskey *K = calloc((size_t)U + 1, sizeof(*K));
 	uint32_t *stamp = calloc((size_t)U + 1, sizeof(uint32_t));
+	int32_t *dd = malloc(((size_t)U + 1) * sizeof(int32_t));
 	uint32_t *touched = malloc(((size_t)b->off[k] + 1) * sizeof(uint32_t));
-	if (!cnt || !mask || !stamp || !touched) {
+	if (!cnt || !K || !stamp || !dd || !touched) {
 		free(cnt);
-		free(mask);
+		free(K);
 		free(stamp);
+		free(dd);
 		free(touched);
 		return -ENOMEM;
 	}
@@ -103,14 +158,43 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	for (uint32_t i = 0; i < k; i++)
 		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
 			cnt[(size_t)occ[q] * n + assign[i]]++;
-			mask[occ[q]] |= UINT64_C(1) << assign[i];
+			K[occ[q]].mask |= UINT64_C(1) << assign[i];
 		}
+	const int full = sync == ESD_SYNC_FULL_SET;
 	int64_t cost = 0;
-	for (uint32_t u = 0; u < U; u++)
-		cost += key_cost(&kt->st[u], mask[u], &ts, sync);
+	for (uint32_t u = 0; u < U; u++) {
+		const struct esd_keystate *ks = &kt->st[u];
+		struct lskey *x = &K[u];
+		x->latest = ks->latest;
+		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
+		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++)
+			x->one |= (uint64_t)(cnt[(size_t)u * n + j] == 1) << j;
+		x->kc = lskey_cost(x, x->mask, &ts, full);
+		cost += x->kc;
+	}
 	s0.start_cost = cost;
+	/* Positional batches (Criteo's: one key per table, tables in the
+	 * same order in every sample): every key sits at one position of the
+	 * samples that carry it. Then a sample holds no key twice, and two
+	 * samples share a key only at the same position, so a candidate is
+	 * evaluated position by position with no stamps. */
+	int positional = 1;
+	for (uint32_t u = 0; u < U; u++)
+		dd[u] = -1;
+	for (uint32_t i = 0; i < k && positional; i++)
+		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
+			const uint32_t u = occ[q];
+			const int32_t at = (int32_t)(q - b->off[i]);
+			if (dd[u] < 0) {
+				dd[u] = at;
+			} else if (dd[u] != at) {
+				positional = 0;
+				break;
+			}
+		}
 	uint64_t rng = p->seed;
-	uint32_t gen = 0;
+	uint32_t gen = 0; /* stamps: 4 * gen + tag */
 	for (uint64_t e = 0; k >= 2 && n >= 2 && e < p->max_evals; e++) {
 		if (p->budget_ns && (e & 63) == 0 && esd_now_ns() - t0 > p->budget_ns)
 			break;
@@ -119,58 +203,127 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		if (a == c)
 			continue;
 		s0.evals++;
-		/* tentative swap: i to c, i2 to a */
-		gen++;
-		uint32_t nt = 0;
-		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
-			const uint32_t u = occ[q];
-			cnt[(size_t)u * n + a]--;
-			cnt[(size_t)u * n + c]++;
-			if (stamp[u] != gen)
-				stamp[u] = gen, touched[nt++] = u;
-		}
-		for (uint32_t q = b->off[i2]; q < b->off[i2 + 1]; q++) {
-			const uint32_t u = occ[q];
-			cnt[(size_t)u * n + c]--;
-			cnt[(size_t)u * n + a]++;
-			if (stamp[u] != gen)
-				stamp[u] = gen, touched[nt++] = u;
-		}
+		/* candidate swap: i to c, i2 to a; the counts change only if the
+		 * swap is taken */
+		const uint64_t ba = UINT64_C(1) << a, bc = UINT64_C(1) << c;
+		const uint32_t *oi = occ + b->off[i], *oi2 = occ + b->off[i2];
+		const uint32_t li = b->off[i + 1] - b->off[i], li2 = b->off[i2 + 1] - b->off[i2];
 		int64_t delta = 0;
-		for (uint32_t t = 0; t < nt; t++) {
-			const uint32_t u = touched[t];
-			uint64_t m = mask[u];
-			m = cnt[(size_t)u * n + a] ? m | (UINT64_C(1) << a)
-			                           : m & ~(UINT64_C(1) << a);
-			m = cnt[(size_t)u * n + c] ? m | (UINT64_C(1) << c)
-			                           : m & ~(UINT64_C(1) << c);
-			if (m != mask[u])
-				delta += key_cost(&kt->st[u], m, &ts, sync) -
-				         key_cost(&kt->st[u], mask[u], &ts, sync);
+		/* Fast paths, samples without repeated keys: a key of one sample
+		 * only moves one occurrence (its mask loses a worker when that
+		 * was its only occurrence there, and gains the other); a key of
+		 * both does not change. */
+		int slow = 0;
+		if (positional) {
+			const uint32_t lm = li < li2 ? li : li2;
+			for (uint32_t q = 0; q < lm; q++) {
+				const uint32_t u = oi[q], v = oi2[q];
+				if (u == v)
+					continue;
+				const struct lskey *x = &K[u], *y = &K[v];
+				const uint64_t mx = x->mask, mx2 = (mx & ~(x->one & ba)) | bc;
+				const uint64_t my = y->mask, my2 = (my & ~(y->one & bc)) | ba;
+				if (mx2 != mx)
+					delta += lskey_cost(x, mx2, &ts, full) - x->kc;
+				if (my2 != my)
+					delta += lskey_cost(y, my2, &ts, full) - y->kc;
+			}
+			for (uint32_t q = lm; q < li; q++) {
+				const struct lskey *x = &K[oi[q]];
+				const uint64_t mx = x->mask, mx2 = (mx & ~(x->one & ba)) | bc;
+				if (mx2 != mx)
+					delta += lskey_cost(x, mx2, &ts, full) - x->kc;
+			}
+			for (uint32_t q = lm; q < li2; q++) {
+				const struct lskey *y = &K[oi2[q]];
+				const uint64_t my = y->mask, my2 = (my & ~(y->one & bc)) | ba;
+				if (my2 != my)
+					delta += lskey_cost(y, my2, &ts, full) - y->kc;
+			}
+		} else {
+			/* stamps; tags: 1 = in i2, 2 = in i only, 3 = in both */
+			const uint32_t G = next_gen(stamp, U, &gen);
+			for (uint32_t q = 0; q < li2; q++) {
+				const uint32_t u = oi2[q];
+				if (stamp[u] == G + 1) {
+					slow = 1;
+					break;
+				}
+				stamp[u] = G + 1;
+			}
+			for (uint32_t q = 0; !slow && q < li; q++) {
+				const uint32_t u = oi[q], sv = stamp[u];
+				if (sv == G + 1) {
+					stamp[u] = G + 3;
+					continue;
+				}
+				if (sv == G + 2 || sv == G + 3) {
+					slow = 1;
+					break;
+				}
+				stamp[u] = G + 2;
+				const struct lskey *x = &K[u];
+				const uint64_t m = x->mask, m2 = (m & ~(x->one & ba)) | bc;
+				if (m2 != m)
+					delta += lskey_cost(x, m2, &ts, full) - x->kc;
+			}
+			for (uint32_t q = 0; !slow && q < li2; q++) {
+				const uint32_t u = oi2[q];
+				if (stamp[u] == G + 3)
+					continue;
+				const struct lskey *x = &K[u];
+				const uint64_t m = x->mask, m2 = (m & ~(x->one & bc)) | ba;
+				if (m2 != m)
+					delta += lskey_cost(x, m2, &ts, full) - x->kc;
+			}
 		}
-		if (delta < 0) {
+		uint32_t nt = 0;
+		if (slow) {
+			/* any samples: net occurrences of each key moving a -> c */
+			nt = net_moves(oi, li, oi2, li2, next_gen(stamp, U, &gen), stamp, dd,
+			               touched);
+			delta = 0;
 			for (uint32_t t = 0; t < nt; t++) {
 				const uint32_t u = touched[t];
-				uint64_t m = mask[u];
-				m = cnt[(size_t)u * n + a] ? m | (UINT64_C(1) << a)
-				                           : m & ~(UINT64_C(1) << a);
-				m = cnt[(size_t)u * n + c] ? m | (UINT64_C(1) << c)
-				                           : m & ~(UINT64_C(1) << c);
-				mask[u] = m;
+				const int32_t d = dd[u];
+				if (!d)
+					continue;
+				const uint32_t *cu = cnt + (size_t)u * n;
+				const uint64_t m = K[u].mask;
+				const uint64_t m2 = (m & ~(ba | bc)) |
+				                    (cu[a] != (uint32_t)d ? ba : 0) |
+				                    (cu[c] + (uint32_t)d ? bc : 0);
+				if (m2 != m)
+					delta += lskey_cost(&K[u], m2, &ts, full) - K[u].kc;
+			}
+		}
+		if (delta < 0) {
+			if (!slow)
+				nt = net_moves(oi, li, oi2, li2, next_gen(stamp, U, &gen), stamp,
+				               dd, touched);
+			for (uint32_t t = 0; t < nt; t++) {
+				const uint32_t u = touched[t];
+				const int32_t d = dd[u];
+				if (!d)
+					continue;
+				uint32_t *cu = cnt + (size_t)u * n;
+				cu[a] -= (uint32_t)d;
+				cu[c] += (uint32_t)d;
+				struct lskey *x = &K[u];
+				const uint64_t m = x->mask;
+				const uint64_t m2 =
+				    (m & ~(ba | bc)) | (cu[a] ? ba : 0) | (cu[c] ? bc : 0);
+				x->one = (x->one & ~(ba | bc)) | (cu[a] == 1 ? ba : 0) |
+				         (cu[c] == 1 ? bc : 0);
+				if (m2 != m) {
+					x->mask = m2;
+					x->kc = lskey_cost(x, m2, &ts, full);
+				}
 			}
 			assign[i] = c;
 			assign[i2] = a;
 			cost += delta;
 			s0.swaps++;
-		} else {
-			for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
-				cnt[(size_t)occ[q] * n + a]++;
-				cnt[(size_t)occ[q] * n + c]--;
-			}
-			for (uint32_t q = b->off[i2]; q < b->off[i2 + 1]; q++) {
-				cnt[(size_t)occ[q] * n + c]++;
-				cnt[(size_t)occ[q] * n + a]--;
-			}
 		}
 	}
 	s0.end_cost = cost;
@@ -178,8 +331,9 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (st)
 		*st = s0;
 	free(cnt);
-	free(mask);
+	free(K);
 	free(stamp);
+	free(dd);
 	free(touched);
 	return 0;
 }

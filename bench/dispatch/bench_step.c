@@ -209,8 +209,7 @@ int main(int argc, char **argv)
 	                                    .hybrid = {alpha, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
 	                                    .seed = 1,
 	                                    .sync = ESD_SYNC_ON_DEMAND,
-	                                    .matrix = shared ? ESD_MATRIX_SHARED
-	                                                     : ESD_MATRIX_PAPER,
+	                                    .matrix = shared ? ESD_MATRIX_SHARED : ESD_MATRIX_PAPER,
 	                                    .ls_evals = ls};
 	struct run r = {.steps = steps};
 	if (esd_dispatcher_create(&cfg, ss, &r.d))
