@@ -252,6 +252,34 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	return 0;
 }
 
+int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint8_t *states,
+                         enum esd_row_state state, uint64_t clock, size_t n)
+{
+	if (!cm || (n && !slots))
+		return -EINVAL;
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	const uint32_t cap = cm->capacity;
+	/* the common case inline: a state change between OUTDATED, CLEAN and
+	 * DIRTY with no victim order to update; the rest as set_state */
+	const bool emark = cm->policy == ESD_POLICY_EMARK;
+	for (size_t q = 0; q < n; q++) {
+		const uint32_t slot = slots[q];
+		const unsigned st = states ? states[q] : (unsigned)state;
+		if (__builtin_expect(slot >= cap || st - 1u > 2u || emark, 0)) {
+			int rc = esd_cmeta_set_state(cm, slot, (enum esd_row_state)st, clock);
+			if (rc)
+				return rc;
+			continue;
+		}
+		struct esd_cmeta_slot *s = &sl[slot];
+		if (s->state == ESD_ROW_ABSENT)
+			return -EINVAL;
+		cm_store64(&s->clock, clock);
+		cm_store8(&s->state, (uint8_t)st);
+	}
+	return 0;
+}
+
 int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 {
 	uint32_t slot = esd_cmeta_find(cm, key);

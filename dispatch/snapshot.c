@@ -38,6 +38,8 @@ struct esd_snapset {
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *slots;
+	uint32_t *pslots; /* pulled slots of one worker */
+	uint8_t *states;  /* step-6 states of one worker's needed slots */
 	size_t cap_f;
 	uint32_t *found;
 	size_t cap_found;
@@ -123,6 +125,8 @@ void esd_snapset_free(struct esd_snapset *ss)
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
+	free(ss->pslots);
+	free(ss->states);
 	free(ss->found);
 	keydir_free(&ss->dir);
 	free(ss);
@@ -372,6 +376,12 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	cap = ss->cap_f;
 	if (grow((void **)&ss->slots, &cap, maxw, sizeof(uint32_t)))
 		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->pslots, &cap, maxw, sizeof(uint32_t)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->states, &cap, maxw, sizeof(uint8_t)))
+		return -ENOMEM;
 	ss->cap_f = cap;
 
 	/* evictions are known only now: lay out cq's EVICT_PUSH lists */
@@ -393,10 +403,11 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			size_t k2 = 0;
 			for (size_t q = 0; q < fill.n_pulls; q++) {
 				uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
-				const struct keydir_ent *e = x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
+				const struct keydir_ent *e =
+				    x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
 				uint64_t v = e ? e->version : 0;
-				const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[w],
-										 ss->pulls[q].slot);
+				const struct esd_cmeta_slot *sl =
+				    esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
 				if (ss->pulls[q].outdated && v - sl->clock <= ss->staleness)
 					continue;
 				ss->pulls[k2] = ss->pulls[q];
@@ -426,15 +437,27 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
-		for (size_t q = 0; q < fill.n_pulls; q++)
-			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
-					    ss->het ? ss->pulls[q].outdated : 0);
+		if (ss->het) {
+			for (size_t q = 0; q < fill.n_pulls; q++)
+				esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
+				                    ss->pulls[q].outdated);
+		} else {
+			for (size_t q = 0; q < fill.n_pulls; q++)
+				ss->pslots[q] = ss->pulls[q].slot;
+			esd_cmeta_set_states(ss->cm[w], ss->pslots, NULL, ESD_ROW_CLEAN, 0,
+			                     fill.n_pulls);
+		}
 		/* step 6 for this worker's copies of the keys it trained */
-		for (uint32_t q = 0; q < nw; q++) {
-			const uint64_t need = kt->need[uids[q]];
-			int alone = sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1));
-			esd_cmeta_set_state(ss->cm[w], ss->slots[q],
-			                    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
+		if (sync == ESD_SYNC_ON_DEMAND) {
+			for (uint32_t q = 0; q < nw; q++) {
+				const uint64_t need = kt->need[uids[q]];
+				ss->states[q] =
+				    need & (need - 1) ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+			}
+			esd_cmeta_set_states(ss->cm[w], ss->slots, ss->states, ESD_ROW_ABSENT, 0,
+			                     nw);
+		} else {
+			esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_OUTDATED, 0, nw);
 		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;

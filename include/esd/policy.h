@@ -195,6 +195,12 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
  * Returns 0 or -EINVAL. */
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
 			uint64_t clock);
+/* The same as esd_cmeta_set_state(cm, slots[q], states ? states[q] : state,
+ * clock) for q = 0..n-1 in that order, in one call (the dispatcher's
+ * snapshots make tens of thousands per iteration). Stops at the first
+ * call that would fail, the earlier ones done. Returns 0 or -EINVAL. */
+int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint8_t *states,
+			 enum esd_row_state state, uint64_t clock, size_t n);
 /* If key is cached, make it OUTDATED (a newer version exists elsewhere).
  * Returns 1 if it was cached, 0 if not. */
 int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key);
