@@ -220,6 +220,74 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 	return -EINVAL;
 }
 
+/* vec[u * n + j] = unique key u's Alg. 1 charge on worker j: T_j unless
+ * j holds it latest, plus T of its DIRTY holder unless that is j. For
+ * n <= 8 a key's row is copied from a table indexed by its latest mask
+ * (2^n rows, built per call) instead of computed lane by lane. */
+void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec)
+{
+	const uint32_t n = kt->n, cnt = kt->count;
+	if (n > 8) {
+		for (uint32_t u = 0; u < cnt; u++) {
+			const struct esd_keystate *s = &kt->st[u];
+			int64_t *v = vec + (size_t)u * n;
+			const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+			for (uint32_t j = 0; j < n; j++)
+				v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
+		}
+		return;
+	}
+	int64_t tab[256 * 8];
+	const uint32_t rows = 1u << n;
+	for (uint32_t j = 0; j < n; j++)
+		tab[j] = T[j];
+	for (uint32_t m = 1; m < rows; m++) {
+		/* row m: row m without its lowest bit, that lane zeroed */
+		const int64_t *from = tab + (m & (m - 1)) * n;
+		for (uint32_t j = 0; j < n; j++)
+			tab[m * n + j] = from[j];
+		tab[m * n + (uint32_t)__builtin_ctz(m)] = 0;
+	}
+	if (n == 8) {
+		typedef int64_t v2 __attribute__((vector_size(16)));
+		for (uint32_t u = 0; u < cnt; u++) {
+			const struct esd_keystate *s = &kt->st[u];
+			const int64_t *r = tab + (s->latest & 255) * 8;
+			int64_t *v = vec + (size_t)u * 8;
+			v2 x0, x1, x2, x3;
+			memcpy(&x0, r, 16);
+			memcpy(&x1, r + 2, 16);
+			memcpy(&x2, r + 4, 16);
+			memcpy(&x3, r + 6, 16);
+			if (s->dirty != ESD_NO_WORKER) {
+				const int64_t td = T[s->dirty];
+				const v2 d = {td, td};
+				x0 += d;
+				x1 += d;
+				x2 += d;
+				x3 += d;
+			}
+			memcpy(v, &x0, 16);
+			memcpy(v + 2, &x1, 16);
+			memcpy(v + 4, &x2, 16);
+			memcpy(v + 6, &x3, 16);
+			if (s->dirty != ESD_NO_WORKER)
+				v[s->dirty] -= T[s->dirty];
+		}
+		return;
+	}
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		const int64_t *r = tab + (s->latest & (rows - 1)) * n;
+		int64_t *v = vec + (size_t)u * n;
+		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++)
+			v[j] = r[j] + td;
+		if (s->dirty != ESD_NO_WORKER)
+			v[s->dirty] -= td;
+	}
+}
+
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                       int64_t *cost)
 {
@@ -241,17 +309,7 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 		return -EOVERFLOW;
 
 	int64_t *vec = kt->vec;
-	for (uint32_t u = 0; u < kt->count; u++) {
-		const struct esd_keystate *s = &kt->st[u];
-		int64_t *v = vec + (size_t)u * n;
-		if (!s->latest) {
-			memcpy(v, T, n * sizeof(int64_t)); /* absent or stale everywhere */
-			continue;
-		}
-		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
-		for (uint32_t j = 0; j < n; j++)
-			v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
-	}
+	esd_keytab_charges(kt, T, vec);
 	const uint32_t *occ = kt->occ;
 	if (n == 8) {
 		/* the common case (the paper's 8 workers): four 2-lane adds per

@@ -26,6 +26,9 @@ int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
 
+/* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
+void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
+
 /* Recompute cq's costs from its lists. */
 void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T);
 
