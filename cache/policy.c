@@ -260,22 +260,25 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	const uint32_t cap = cm->capacity;
 	/* the common case inline: a state change between OUTDATED, CLEAN and
-	 * DIRTY with no victim order to update; the rest as set_state */
+	 * DIRTY; freeing a slot and errors as set_state */
 	const bool emark = cm->policy == ESD_POLICY_EMARK;
 	for (size_t q = 0; q < n; q++) {
 		const uint32_t slot = slots[q];
 		const unsigned st = states ? states[q] : (unsigned)state;
-		if (__builtin_expect(slot >= cap || st - 1u > 2u || emark, 0)) {
+		if (__builtin_expect(slot >= cap || st - 1u > 2u, 0)) {
 			int rc = esd_cmeta_set_state(cm, slot, (enum esd_row_state)st, clock);
 			if (rc)
 				return rc;
 			continue;
 		}
 		struct esd_cmeta_slot *s = &sl[slot];
-		if (s->state == ESD_ROW_ABSENT)
+		const uint8_t old = s->state;
+		if (old == ESD_ROW_ABSENT)
 			return -EINVAL;
 		cm_store64(&s->clock, clock);
 		cm_store8(&s->state, (uint8_t)st);
+		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED))
+			cm_heap_update(cm, slot);
 	}
 	return 0;
 }
