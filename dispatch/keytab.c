@@ -372,19 +372,83 @@ int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
 	return 0;
 }
 
+/* Keys whose varying bits fit in 32 bits once the constant ones between
+ * the id and the table are dropped (a batch's keys, in practice): sort
+ * (compact key << 32 | uid) words, all digit counts from one pass, so the
+ * scatter passes move one word each without going back to the keys.
+ * Returns 0, or -1 when the keys do not compact. */
+static int sort_compact(struct esd_keytab *kt, uint64_t varying)
+{
+	const uint32_t cnt = kt->count;
+	const uint64_t lo = varying & ESD_KEY_ID_MASK, hi = varying >> ESD_KEY_ID_BITS;
+	const uint32_t lo_bits = lo ? 64u - (uint32_t)__builtin_clzll(lo) : 0;
+	const uint32_t hi_shift = hi ? (uint32_t)__builtin_ctzll(hi) : 0;
+	const uint32_t hi_bits = hi ? 64u - (uint32_t)__builtin_clzll(hi) - hi_shift : 0;
+	const uint32_t bits = lo_bits + hi_bits;
+	if (bits > 32 || cnt > (UINT32_C(1) << 31))
+		return -1;
+	const uint64_t lo_mask = (UINT64_C(1) << lo_bits) - 1;
+	const uint64_t hi_mask = (UINT64_C(1) << hi_bits) - 1;
+	const uint32_t passes = bits ? (bits + 10) / 11 : 0;
+	const uint32_t width = passes ? (bits + passes - 1) / passes : 0;
+	const uint32_t dmask = (1u << width) - 1;
+	/* the words live in vec (count x ESD_MAX_WORKERS int64: room for two
+	 * arrays of count words) */
+	uint64_t *src = (uint64_t *)kt->vec, *dst = src + cnt;
+	_Static_assert(ESD_MAX_WORKERS >= 2, "two word arrays in vec");
+	const uint32_t nb = dmask + 1; /* buckets per digit, <= 2048 */
+	uint32_t cc[3 * 2048], *c[3] = {cc, cc + nb, cc + 2 * nb};
+	memset(cc, 0, 3 * nb * sizeof(uint32_t));
+	for (uint32_t u = 0; u < cnt; u++) {
+		const uint64_t key = kt->ukeys[u];
+		const uint64_t ck =
+		    (((key >> ESD_KEY_ID_BITS >> hi_shift) & hi_mask) << lo_bits) | (key & lo_mask);
+		src[u] = ck << 32 | u;
+		/* passes <= 3: unused rows count into c[passes..2] harmlessly */
+		c[0][ck & dmask]++;
+		c[1][(ck >> width) & dmask]++;
+		c[2][(ck >> (2 * width)) & dmask]++;
+	}
+	for (uint32_t d = 0; d < passes; d++) {
+		uint32_t sum = 0;
+		for (uint32_t x = 0; x <= dmask; x++) {
+			const uint32_t y = c[d][x];
+			c[d][x] = sum;
+			sum += y;
+		}
+		const uint32_t shift = 32 + d * width;
+		uint32_t *cd = c[d];
+		for (uint32_t q = 0; q < cnt; q++) {
+			const uint64_t w = src[q];
+			dst[cd[(w >> shift) & dmask]++] = w;
+		}
+		uint64_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	for (uint32_t q = 0; q < cnt; q++)
+		kt->sorted[q] = (uint32_t)src[q];
+	return 0;
+}
+
 int esd_keytab_sort(struct esd_keytab *kt)
 {
 	if (kt->sorted_ok)
 		return 0;
 	const uint32_t cnt = kt->count;
-	uint32_t *src = kt->sorted, *dst = kt->tmp;
 	uint64_t all_or = 0, all_and = ~UINT64_C(0);
 	for (uint32_t u = 0; u < cnt; u++) {
-		src[u] = u;
 		all_or |= kt->ukeys[u];
 		all_and &= kt->ukeys[u];
 	}
 	const uint64_t varying = all_or ^ all_and;
+	if (!sort_compact(kt, varying)) {
+		kt->sorted_ok = 1;
+		return 0;
+	}
+	uint32_t *src = kt->sorted, *dst = kt->tmp;
+	for (uint32_t u = 0; u < cnt; u++)
+		src[u] = u;
 	for (int shift = 0; shift < 64; shift += 11) {
 		if (!((varying >> shift) & 2047))
 			continue; /* every key has the same digit here */
