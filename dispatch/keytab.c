@@ -45,6 +45,7 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt->st);
 	free(kt->occ);
 	free(kt->hash);
+	free(kt->hpos);
 	free(kt->vec);
 	free(kt->need);
 	free(kt->sorted);
@@ -101,6 +102,9 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		if (!(a = realloc(kt->tmp, nc * sizeof(uint32_t))))
 			return -ENOMEM;
 		kt->tmp = a;
+		if (!(a = realloc(kt->hpos, nc * sizeof(uint32_t))))
+			return -ENOMEM;
+		kt->hpos = a;
 		if (!(a = realloc(kt->vec, nc * ESD_MAX_WORKERS * sizeof(int64_t))))
 			return -ENOMEM;
 		kt->vec = a;
@@ -110,31 +114,46 @@ retry:
 	hsize = (size_t)1 << bits;
 	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
 		return -ENOMEM;
-	memset(kt->hash, 0, hsize * sizeof(uint32_t));
+	/* an empty table: clear the last build's entries when its zeroed
+	 * extent covers this size, else all of it */
+	uint32_t *hash = kt->hash, *hpos = kt->hpos, *occ = kt->occ;
+	esd_key_t *ukeys = kt->ukeys;
+	if (hsize <= kt->hzero) {
+		for (uint32_t u = 0; u < kt->hlive; u++)
+			hash[hpos[u]] = 0;
+	} else {
+		memset(hash, 0, hsize * sizeof(uint32_t));
+		kt->hzero = hsize;
+	}
+	kt->hlive = 0;
 	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
+	const esd_key_t *keys = b->keys;
 	count = 0;
 	for (uint32_t p = 0; p < nocc; p++) {
-		esd_key_t key = b->keys[p];
+		const esd_key_t key = keys[p];
 		uint32_t h = key_hash(key, bits);
 		for (;;) {
-			uint32_t e = kt->hash[h];
+			const uint32_t e = hash[h];
 			if (!e) {
 				if (count == limit) {
+					kt->hlive = count;
 					bits++;
 					goto retry;
 				}
-				kt->ukeys[count] = key;
-				kt->hash[h] = ++count;
-				kt->occ[p] = count - 1;
+				ukeys[count] = key;
+				hpos[count] = h;
+				hash[h] = ++count;
+				occ[p] = count - 1;
 				break;
 			}
-			if (kt->ukeys[e - 1] == key) {
-				kt->occ[p] = e - 1;
+			if (ukeys[e - 1] == key) {
+				occ[p] = e - 1;
 				break;
 			}
 			h = (h + 1) & mask;
 		}
 	}
+	kt->hlive = count;
 	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
@@ -142,8 +161,9 @@ retry:
 	kt->nocc = nocc;
 	kt->count = count;
 	kt->sorted_ok = 0;
+	struct esd_keystate *st = kt->st;
 	for (uint32_t u = 0; u < count; u++)
-		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+		st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 	return 0;
 }
 
@@ -477,13 +497,15 @@ int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint
 {
 	if (!kt || !b || !assign || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
-	memset(kt->need, 0, (size_t)kt->count * sizeof(uint64_t));
+	uint64_t *need = kt->need;
+	const uint32_t *occ = kt->occ, *off = b->off, n = kt->n;
+	memset(need, 0, (size_t)kt->count * sizeof(uint64_t));
 	for (uint32_t i = 0; i < b->k; i++) {
-		if (assign[i] >= kt->n)
+		if (assign[i] >= n)
 			return -EINVAL;
 		const uint64_t bit = UINT64_C(1) << assign[i];
-		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++)
-			kt->need[kt->occ[p]] |= bit;
+		for (uint32_t p = off[i]; p < off[i + 1]; p++)
+			need[occ[p]] |= bit;
 	}
 	return 0;
 }

@@ -13,6 +13,9 @@ struct esd_keytab {
 	uint32_t *occ;
 	uint32_t *hash; /* uid + 1, 0 = empty */
 	uint32_t hbits;
+	uint32_t *hpos;   /* hash index of each unique key (to clear them) */
+	uint32_t hlive;   /* entries of hpos set in hash */
+	size_t hzero;     /* hash[0..hzero) is zero but for the hpos entries */
 	int64_t *vec;     /* count x n: per-key charges (costmat scratch) */
 	uint64_t *need;   /* count: S(x) of the last decision */
 	uint32_t *sorted; /* count: uids by ascending key (lazy) */
