@@ -32,6 +32,20 @@ int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint
 /* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
 void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 
+/* Per-worker lists of needed keys (ascending) and their unique-key numbers:
+ * worker j's are keys[off[j]..off[j+1]). Owned by the caller (realloc'd). */
+struct esd_wlists {
+	esd_key_t *keys;
+	uint32_t *uid;
+	size_t cap;
+	uint32_t off[ESD_MAX_WORKERS + 1];
+};
+
+/* esd_conseq_compute that also fills wl (one pass over the sorted keys). */
+int esd_conseq_compute_lists(const struct esd_keytab *kt, const struct esd_batch *b,
+                             const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                             struct esd_conseq *cq, struct esd_wlists *wl);
+
 /* Recompute cq's costs from its lists. */
 void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T);
 

@@ -32,9 +32,7 @@ struct esd_snapset {
 	void *mem[ESD_MAX_WORKERS];
 	size_t len[ESD_MAX_WORKERS];
 	/* scratch */
-	esd_key_t *wkeys; /* needed keys, per worker, ascending */
-	uint32_t *wuid;   /* their unique-key numbers */
-	size_t cap_w;
+	struct esd_wlists wl; /* needed keys, per worker, ascending */
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *slots;
@@ -120,8 +118,8 @@ void esd_snapset_free(struct esd_snapset *ss)
 		return;
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
 		esd_big_free(ss->mem[j], ss->len[j]);
-	free(ss->wkeys);
-	free(ss->wuid);
+	free(ss->wl.keys);
+	free(ss->wl.uid);
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
@@ -311,7 +309,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
-	int rc = esd_conseq_compute(kt, b, assign, T, sync, cq);
+	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
 	if (rc)
 		return rc;
 	const uint32_t n = ss->n, cnt = kt->count;
@@ -319,37 +317,12 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	if ((rc = keydir_reserve(&ss->dir, cnt)))
 		return rc;
 
-	/* per-worker needed keys, ascending (kt->sorted is ascending) */
-	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
+	/* per-worker needed keys, ascending, from the consequence's pass */
+	const uint32_t *woff = ss->wl.off;
 	uint32_t j, maxw = 0;
-	for (uint32_t u = 0; u < cnt; u++)
-		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			woff[j + 1]++;
-		}
-	for (uint32_t w = 0; w < n; w++) {
-		if (woff[w + 1] > maxw)
-			maxw = woff[w + 1];
-		woff[w + 1] += woff[w];
-	}
-	const size_t total = woff[n];
-	size_t cap = ss->cap_w;
-	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
-		return -ENOMEM;
-	cap = ss->cap_w;
-	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_w = cap;
-	uint32_t pos[ESD_MAX_WORKERS];
-	memcpy(pos, woff, n * sizeof(uint32_t));
-	for (uint32_t r = 0; r < cnt; r++) {
-		uint32_t u = kt->sorted[r];
-		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			ss->wkeys[pos[j]] = kt->ukeys[u];
-			ss->wuid[pos[j]++] = u;
-		}
-	}
+	for (uint32_t w = 0; w < n; w++)
+		if (woff[w + 1] - woff[w] > maxw)
+			maxw = woff[w + 1] - woff[w];
 	/* a worker that cannot hold its rows fails the step before anything
 	 * changes */
 	for (uint32_t w = 0; w < n; w++)
@@ -367,7 +340,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 	}
 
-	cap = ss->cap_f;
+	size_t cap = ss->cap_f;
 	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
 		return -ENOMEM;
 	cap = ss->cap_f;
@@ -392,8 +365,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		struct esd_cmeta_fill fill = {
 		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
 		const uint32_t nw = woff[w + 1] - woff[w];
-		const esd_key_t *keys = ss->wkeys + woff[w];
-		const uint32_t *uids = ss->wuid + woff[w];
+		const esd_key_t *keys = ss->wl.keys + woff[w];
+		const uint32_t *uids = ss->wl.uid + woff[w];
 		rc = esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill);
 		if (rc)
 			return rc;
