@@ -121,7 +121,48 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			sl[s].pin_iter = iter;
 	}
 	cm->last_iter = iter;
-	for (uint32_t i = 0; i < cm->npinned; i++) {
+	if (cm->policy == ESD_POLICY_LRU) {
+		/* The lapsed pins were all used in the previous iteration: each
+		 * goes to the list's tail, in pinned[] order. cm_heap_update's
+		 * unlink + append (or cm_heap_insert's append), inline. */
+		struct cm_link *l = cm_links(cm);
+		uint32_t head = cm->lru_head, tail = cm->lru_tail, hn = cm->heap_n;
+		const uint32_t np = cm->npinned;
+		for (uint32_t i = 0; i < np; i++) {
+			const uint32_t s = pinned[i];
+			if (i + 8 < np) {
+				__builtin_prefetch(&sl[pinned[i + 8]]);
+				__builtin_prefetch(&l[pinned[i + 8]], 1);
+			}
+			if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+				continue;
+			if (hp[s]) {
+				const uint32_t p = l[s].prev, x = l[s].next;
+				if (p != ESD_SLOT_NONE)
+					l[p].next = x;
+				else
+					head = x;
+				if (x != ESD_SLOT_NONE)
+					l[x].prev = p;
+				else
+					tail = p;
+			} else {
+				hp[s] = 1;
+				hn++;
+			}
+			l[s].prev = tail;
+			l[s].next = ESD_SLOT_NONE;
+			if (tail != ESD_SLOT_NONE)
+				l[tail].next = s;
+			else
+				head = s;
+			tail = s;
+		}
+		cm->lru_head = head;
+		cm->lru_tail = tail;
+		cm->heap_n = hn;
+	}
+	for (uint32_t i = 0; cm->policy != ESD_POLICY_LRU && i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
 		 * entry that position names 8 ahead. */
