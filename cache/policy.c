@@ -339,6 +339,33 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	return 1;
 }
 
+size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n)
+{
+	if (!cm || !keys)
+		return 0;
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t slots[64];
+	size_t cached = 0;
+
+	for (size_t base = 0; base < n; base += 64) {
+		size_t m = n - base < 64 ? n - base : 64;
+		esd_cmeta_find_batch(cm, keys + base, m, slots);
+		for (size_t i = 0; i < m; i++) {
+			const uint32_t slot = slots[i];
+			if (slot == ESD_SLOT_NONE)
+				continue;
+			cached++;
+			struct esd_cmeta_slot *s = &sl[slot];
+			if (s->state != ESD_ROW_OUTDATED) {
+				cm_store8(&s->state, ESD_ROW_OUTDATED);
+				if (cm->policy == ESD_POLICY_EMARK)
+					cm_heap_update(cm, slot);
+			}
+		}
+	}
+	return cached;
+}
+
 int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 {
 	if (!cm || (unsigned)policy > ESD_POLICY_LOOKAHEAD)

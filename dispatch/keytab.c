@@ -161,6 +161,7 @@ retry:
 	kt->nocc = nocc;
 	kt->count = count;
 	kt->sorted_ok = 0;
+	kt->gen++;
 	struct esd_keystate *st = kt->st;
 	for (uint32_t u = 0; u < count; u++)
 		st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};

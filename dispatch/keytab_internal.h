@@ -21,6 +21,7 @@ struct esd_keytab {
 	uint32_t *sorted; /* count: uids by ascending key (lazy) */
 	uint32_t *tmp;
 	int sorted_ok;
+	uint64_t gen; /* builds so far: tells a snapshot set which build it filled */
 	size_t cap_u, cap_occ, cap_hash;
 };
 

@@ -39,8 +39,12 @@ struct esd_snapset {
 	uint32_t *pslots; /* pulled slots of one worker */
 	uint8_t *states;  /* step-6 states of one worker's needed slots */
 	size_t cap_f;
-	uint32_t *found;
+	uint32_t *found; /* directory entry of each key of the last fill */
 	size_t cap_found;
+	const struct esd_keytab *fill_kt; /* that fill: table, its build, */
+	uint64_t fill_gen, fill_dirgen;   /* and the directory's layout */
+	esd_key_t *others;                /* step 6: keys to outdate, per worker */
+	size_t cap_others;
 	struct keydir dir; /* where each cached key lives, across workers */
 	/* HET mode (esd_snapset_set_staleness): a copy at most 'staleness'
 	 * versions behind counts as latest and is not pulled */
@@ -126,6 +130,7 @@ void esd_snapset_free(struct esd_snapset *ss)
 	free(ss->pslots);
 	free(ss->states);
 	free(ss->found);
+	free(ss->others);
 	keydir_free(&ss->dir);
 	free(ss);
 }
@@ -280,6 +285,9 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 		return -ENOMEM;
 	ss->cap_found = cap;
 	keydir_find_batch(&ss->dir, kt->ukeys, cnt, ss->found);
+	ss->fill_kt = kt;
+	ss->fill_gen = kt->gen;
+	ss->fill_dirgen = ss->dir.gen;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const uint32_t x = ss->found[u];
 		if (x == KEYDIR_NONE) {
@@ -329,33 +337,38 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		if (woff[w + 1] - woff[w] > esd_cmeta_capacity(ss->cm[w]))
 			return -ENOSPC;
 
+	uint32_t maxu = 0;
+	for (uint32_t w = 0; w < n; w++)
+		if (esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w) > maxu)
+			maxu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+	size_t cap = ss->cap_f;
+	const uint32_t maxf = maxw > maxu ? maxw : maxu;
+	if (grow((void **)&ss->pulls, &cap, maxf, sizeof(*ss->pulls)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->evicts, &cap, maxf, sizeof(*ss->evicts)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->pslots, &cap, maxf, sizeof(uint32_t)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->states, &cap, maxf, sizeof(uint8_t)))
+		return -ENOMEM;
+	ss->cap_f = cap;
+
 	/* step 1: pushed DIRTY rows become CLEAN on their holder */
 	for (uint32_t w = 0; w < n; w++) {
 		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
-		for (uint32_t q = 0; q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w); q++) {
-			uint32_t slot = esd_cmeta_find(ss->cm[w], keys[q]);
-			if (slot == ESD_SLOT_NONE)
+		const uint32_t nu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+		esd_cmeta_find_batch(ss->cm[w], keys, nu, ss->slots);
+		for (uint32_t q = 0; q < nu; q++)
+			if (ss->slots[q] == ESD_SLOT_NONE)
 				return -ESD_EDIVERGED;
-			esd_cmeta_set_state(ss->cm[w], slot, ESD_ROW_CLEAN, 0);
-		}
+		esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_CLEAN, 0, nu);
 	}
-
-	size_t cap = ss->cap_f;
-	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->evicts, &cap, maxw, sizeof(*ss->evicts)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->slots, &cap, maxw, sizeof(uint32_t)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->pslots, &cap, maxw, sizeof(uint32_t)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->states, &cap, maxw, sizeof(uint8_t)))
-		return -ENOMEM;
-	ss->cap_f = cap;
 
 	/* evictions are known only now: lay out cq's EVICT_PUSH lists */
 	size_t ecap = cq->cap_keys[ESD_CQ_EVICT_PUSH];
@@ -434,21 +447,36 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
-	/* step 6 on the workers that hold a latest copy but trained none, and
-	 * the directory: trainers hold it now; the latest value is DIRTY on a
-	 * lone trainer (on-demand) or at the PS only */
+	/* step 6 on the workers that hold a latest copy but trained none (in
+	 * key-number order per worker, batched), and the directory: trainers
+	 * hold it now; the latest value is DIRTY on a lone trainer (on-demand)
+	 * or at the PS only. The directory entries of the keys it had are
+	 * those the fill found, unless the table was rebuilt or the directory
+	 * rehashed since. */
+	size_t ocap = ss->cap_others;
+	if (grow((void **)&ss->others, &ocap, (size_t)n * cnt, sizeof(esd_key_t)))
+		return -ENOMEM;
+	ss->cap_others = ocap;
+	uint32_t no[ESD_MAX_WORKERS] = {0};
+	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
+	                       ss->fill_dirgen == ss->dir.gen && ss->found;
+	const int lone = sync == ESD_SYNC_ON_DEMAND;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &kt->st[u];
 		const uint64_t need = kt->need[u];
+		const esd_key_t key = kt->ukeys[u];
 		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
 			j = (uint32_t)__builtin_ctzll(m_);
-			esd_cmeta_mark_outdated(ss->cm[j], kt->ukeys[u]);
+			ss->others[(size_t)j * cnt + no[j]++] = key;
 		}
-		struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, kt->ukeys[u])];
+		uint32_t x = have_found ? ss->found[u] : KEYDIR_NONE;
+		if (x == KEYDIR_NONE)
+			x = keydir_insert(&ss->dir, key);
+		struct keydir_ent *e = &ss->dir.t[x];
 		e->cached |= need;
 		if (ss->het)
 			e->version++; /* full-set: the PS applies it once this iteration */
-		if (sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1))) {
+		if (lone && !(need & (need - 1))) {
 			e->latest = need;
 			e->dirty = (uint32_t)__builtin_ctzll(need);
 		} else {
@@ -456,6 +484,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			e->dirty = ESD_NO_WORKER;
 		}
 	}
+	for (uint32_t w = 0; w < n; w++)
+		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * cnt, no[w]);
 	esd_conseq_costs(cq, T);
 	ss->iter = t;
 	return 0;

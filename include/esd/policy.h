@@ -204,6 +204,9 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 /* If key is cached, make it OUTDATED (a newer version exists elsewhere).
  * Returns 1 if it was cached, 0 if not. */
 int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key);
+/* esd_cmeta_mark_outdated on keys[0..n) in that order, the lookups batched
+ * and prefetched. Returns how many were cached. */
+size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n);
 
 #ifdef __cplusplus
 }
