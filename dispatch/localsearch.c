@@ -122,6 +122,36 @@ static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct
 	return c;
 }
 
+/* The same for n <= 8 in 24 bytes, masks in a byte: what the evaluation
+ * reads of a key. */
+struct lk8 {
+	int64_t kc, td;
+	uint8_t mask, one, latest, dbit;
+};
+
+/* Cost of a key needed by the workers of mask N != 0, n <= 8, without
+ * branches: lo[] sums T over a mask, g[N] is lo[N] where N's trainers each
+ * push a gradient (full-set sync, or N shared) and 0 where not. */
+static inline int64_t lk8_cost(const struct lk8 *x, uint32_t N, const int64_t *lo, const int64_t *g)
+{
+	return lo[N & ~(uint32_t)x->latest] + g[N] + (N != x->dbit ? x->td : 0);
+}
+
+/* lskey_cost for n <= 16 and N != 0 without branches (the local search's
+ * inner loop: which keys change is a coin toss for the predictor). Equal
+ * to lskey_cost: with td = 0 when nobody holds the key DIRTY, and the
+ * same mask in and out giving the key's current cost. */
+static inline int64_t lskey_cost16(const struct lskey *x, uint64_t N, const struct tsum *ts,
+                                   int full)
+{
+	const uint64_t miss = N & ~x->latest;
+	int64_t c = ts->lo[miss & 255] + ts->hi[(miss >> 8) & 255];
+	c += N != x->dbit ? x->td : 0;
+	const int64_t all = ts->lo[N & 255] + ts->hi[(N >> 8) & 255];
+	c += (full | ((N & (N - 1)) != 0)) ? all : 0;
+	return c;
+}
+
 int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                      enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
                      struct esd_ls_stats *st)
@@ -179,7 +209,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	int positional = 1;
+	int positional = n <= 16;
 	for (uint32_t u = 0; u < U; u++)
 		dd[u] = -1;
 	for (uint32_t i = 0; i < k && positional; i++)
@@ -193,12 +223,60 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 				break;
 			}
 		}
+	/* n <= 8: the evaluation reads a compact copy of K */
+	struct lk8 *K8 = NULL;
+	int64_t g[256];
+	if (positional && n <= 8) {
+		K8 = malloc(((size_t)U + 1) * sizeof(*K8));
+		if (!K8) {
+			free(cnt);
+			free(K);
+			free(stamp);
+			free(dd);
+			free(touched);
+			return -ENOMEM;
+		}
+		for (uint32_t u = 0; u < U; u++)
+			K8[u] = (struct lk8){K[u].kc,
+			                     K[u].td,
+			                     (uint8_t)K[u].mask,
+			                     (uint8_t)K[u].one,
+			                     (uint8_t)K[u].latest,
+			                     (uint8_t)K[u].dbit};
+		for (uint32_t N = 0; N < 256; N++)
+			g[N] = full || (N & (N - 1)) ? ts.lo[N] : 0;
+	}
 	uint64_t rng = p->seed;
 	uint32_t gen = 0; /* stamps: 4 * gen + tag */
+	/* The candidates do not depend on the moves taken: draw them AHEAD
+	 * evaluations early and prefetch their keys' entries (their key lists
+	 * twice as early), so the evaluation does not wait for them. */
+	enum { AHEAD = 4 };
+	uint32_t ring[4 * AHEAD][2];
+	uint64_t drawn = 0;
+	for (; k >= 2 && n >= 2 && drawn < p->max_evals && drawn < 2 * AHEAD; drawn++) {
+		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(next(&rng) % k);
+		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(next(&rng) % k);
+	}
 	for (uint64_t e = 0; k >= 2 && n >= 2 && e < p->max_evals; e++) {
 		if (p->budget_ns && (e & 63) == 0 && esd_now_ns() - t0 > p->budget_ns)
 			break;
-		const uint32_t i = (uint32_t)(next(&rng) % k), i2 = (uint32_t)(next(&rng) % k);
+		if (drawn < p->max_evals) {
+			uint32_t *r = ring[drawn % (4 * AHEAD)];
+			r[0] = (uint32_t)(next(&rng) % k);
+			r[1] = (uint32_t)(next(&rng) % k);
+			__builtin_prefetch(occ + b->off[r[0]]);
+			__builtin_prefetch(occ + b->off[r[1]]);
+			drawn++;
+		}
+		if (e + AHEAD < drawn) {
+			const uint32_t *r = ring[(e + AHEAD) % (4 * AHEAD)];
+			for (int h = 0; h < 2; h++)
+				for (uint32_t q = b->off[r[h]]; q < b->off[r[h] + 1]; q++)
+					__builtin_prefetch(K8 ? (const void *)&K8[occ[q]]
+					                      : (const void *)&K[occ[q]]);
+		}
+		const uint32_t i = ring[e % (4 * AHEAD)][0], i2 = ring[e % (4 * AHEAD)][1];
 		const uint32_t a = assign[i], c = assign[i2];
 		if (a == c)
 			continue;
@@ -214,31 +292,52 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		 * was its only occurrence there, and gains the other); a key of
 		 * both does not change. */
 		int slow = 0;
-		if (positional) {
+		if (K8) {
+			/* as below, on the compact copy */
+			const uint32_t ba8 = 1u << a, bc8 = 1u << c;
 			const uint32_t lm = li < li2 ? li : li2;
 			for (uint32_t q = 0; q < lm; q++) {
 				const uint32_t u = oi[q], v = oi2[q];
-				if (u == v)
-					continue;
+				const struct lk8 *x = &K8[u], *y = &K8[v];
+				const uint32_t mx2 = (x->mask & ~(x->one & ba8)) | bc8;
+				const uint32_t my2 = (y->mask & ~(y->one & bc8)) | ba8;
+				const int64_t dq = lk8_cost(x, mx2, ts.lo, g) - x->kc +
+				                   lk8_cost(y, my2, ts.lo, g) - y->kc;
+				delta += u != v ? dq : 0;
+			}
+			for (uint32_t q = lm; q < li; q++) {
+				const struct lk8 *x = &K8[oi[q]];
+				const uint32_t mx2 = (x->mask & ~(x->one & ba8)) | bc8;
+				delta += lk8_cost(x, mx2, ts.lo, g) - x->kc;
+			}
+			for (uint32_t q = lm; q < li2; q++) {
+				const struct lk8 *y = &K8[oi2[q]];
+				const uint32_t my2 = (y->mask & ~(y->one & bc8)) | ba8;
+				delta += lk8_cost(y, my2, ts.lo, g) - y->kc;
+			}
+		} else if (positional) {
+			/* no branches on the data: a key whose mask does not change
+			 * adds its own cost minus itself; a key both samples hold
+			 * adds nothing */
+			const uint32_t lm = li < li2 ? li : li2;
+			for (uint32_t q = 0; q < lm; q++) {
+				const uint32_t u = oi[q], v = oi2[q];
 				const struct lskey *x = &K[u], *y = &K[v];
-				const uint64_t mx = x->mask, mx2 = (mx & ~(x->one & ba)) | bc;
-				const uint64_t my = y->mask, my2 = (my & ~(y->one & bc)) | ba;
-				if (mx2 != mx)
-					delta += lskey_cost(x, mx2, &ts, full) - x->kc;
-				if (my2 != my)
-					delta += lskey_cost(y, my2, &ts, full) - y->kc;
+				const uint64_t mx2 = (x->mask & ~(x->one & ba)) | bc;
+				const uint64_t my2 = (y->mask & ~(y->one & bc)) | ba;
+				const int64_t dq = lskey_cost16(x, mx2, &ts, full) - x->kc +
+				                   lskey_cost16(y, my2, &ts, full) - y->kc;
+				delta += u != v ? dq : 0;
 			}
 			for (uint32_t q = lm; q < li; q++) {
 				const struct lskey *x = &K[oi[q]];
-				const uint64_t mx = x->mask, mx2 = (mx & ~(x->one & ba)) | bc;
-				if (mx2 != mx)
-					delta += lskey_cost(x, mx2, &ts, full) - x->kc;
+				const uint64_t mx2 = (x->mask & ~(x->one & ba)) | bc;
+				delta += lskey_cost16(x, mx2, &ts, full) - x->kc;
 			}
 			for (uint32_t q = lm; q < li2; q++) {
 				const struct lskey *y = &K[oi2[q]];
-				const uint64_t my = y->mask, my2 = (my & ~(y->one & bc)) | ba;
-				if (my2 != my)
-					delta += lskey_cost(y, my2, &ts, full) - y->kc;
+				const uint64_t my2 = (y->mask & ~(y->one & bc)) | ba;
+				delta += lskey_cost16(y, my2, &ts, full) - y->kc;
 			}
 		} else {
 			/* stamps; tags: 1 = in i2, 2 = in i only, 3 = in both */
@@ -319,6 +418,11 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 					x->mask = m2;
 					x->kc = lskey_cost(x, m2, &ts, full);
 				}
+				if (K8) {
+					K8[u].mask = (uint8_t)x->mask;
+					K8[u].one = (uint8_t)x->one;
+					K8[u].kc = x->kc;
+				}
 			}
 			assign[i] = c;
 			assign[i2] = a;
@@ -332,6 +436,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		*st = s0;
 	free(cnt);
 	free(K);
+	free(K8);
 	free(stamp);
 	free(dd);
 	free(touched);
