@@ -127,6 +127,7 @@ static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct
 struct lk8 {
 	int64_t kc, td;
 	uint8_t mask, one, latest, dbit;
+	uint16_t pos; /* its position in the samples */
 };
 
 /* Cost of a key needed by the workers of mask N != 0, n <= 8, without
@@ -226,7 +227,18 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	/* n <= 8: the evaluation reads a compact copy of K */
 	struct lk8 *K8 = NULL;
 	int64_t g[256];
-	if (positional && n <= 8) {
+	uint32_t lmax = 0;
+	for (uint32_t i = 0; i < k; i++)
+		if (b->off[i + 1] - b->off[i] > lmax)
+			lmax = b->off[i + 1] - b->off[i];
+	/* Positions where some key is not saturated (needed everywhere, never
+	 * alone on a worker): a saturated key's mask cannot change, so the
+	 * others are skipped. Keys only leave saturation on a taken swap. */
+	uint8_t live[256] = {0};
+	uint16_t lpos[256];
+	uint32_t nl = 0;
+	const uint32_t all = (uint32_t)((UINT64_C(1) << n) - 1);
+	if (positional && n <= 8 && lmax <= 256) {
 		K8 = malloc(((size_t)U + 1) * sizeof(*K8));
 		if (!K8) {
 			free(cnt);
@@ -242,7 +254,15 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			                     (uint8_t)K[u].mask,
 			                     (uint8_t)K[u].one,
 			                     (uint8_t)K[u].latest,
-			                     (uint8_t)K[u].dbit};
+			                     (uint8_t)K[u].dbit,
+			                     (uint16_t)dd[u]};
+		for (uint32_t u = 0; u < U; u++) {
+			if (K8[u].mask != all || K8[u].one)
+				live[K8[u].pos] = 1;
+		}
+		for (uint32_t q = 0; q < lmax; q++)
+			if (live[q])
+				lpos[nl++] = (uint16_t)q;
 		for (uint32_t N = 0; N < 256; N++)
 			g[N] = full || (N & (N - 1)) ? ts.lo[N] : 0;
 	}
@@ -296,7 +316,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			/* as below, on the compact copy */
 			const uint32_t ba8 = 1u << a, bc8 = 1u << c;
 			const uint32_t lm = li < li2 ? li : li2;
-			for (uint32_t q = 0; q < lm; q++) {
+			for (uint32_t t = 0; t < nl && lpos[t] < lm; t++) {
+				const uint32_t q = lpos[t];
 				const uint32_t u = oi[q], v = oi2[q];
 				const struct lk8 *x = &K8[u], *y = &K8[v];
 				const uint32_t mx2 = (x->mask & ~(x->one & ba8)) | bc8;
@@ -422,6 +443,16 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 					K8[u].mask = (uint8_t)x->mask;
 					K8[u].one = (uint8_t)x->one;
 					K8[u].kc = x->kc;
+					const uint16_t at = K8[u].pos;
+					if (!live[at] && (K8[u].mask != all || K8[u].one)) {
+						/* the position comes alive: into the
+						 * ascending list */
+						live[at] = 1;
+						uint32_t z = nl++;
+						for (; z > 0 && lpos[z - 1] > at; z--)
+							lpos[z] = lpos[z - 1];
+						lpos[z] = at;
+					}
 				}
 			}
 			assign[i] = c;
