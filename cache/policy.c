@@ -288,7 +288,7 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	cm_store64(&s->clock, clock);
 	cm_store8(&s->state, (uint8_t)state);
 	if (cm->policy == ESD_POLICY_EMARK &&
-	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED))
+	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED) && !cm_pinned_now(cm, s))
 		cm_heap_update(cm, slot);
 	return 0;
 }
@@ -318,7 +318,8 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 			return -EINVAL;
 		cm_store64(&s->clock, clock);
 		cm_store8(&s->state, (uint8_t)st);
-		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED))
+		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED) &&
+		    !cm_pinned_now(cm, s))
 			cm_heap_update(cm, slot);
 	}
 	return 0;
@@ -333,7 +334,7 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
 	if (s->state != ESD_ROW_OUTDATED) {
 		cm_store8(&s->state, ESD_ROW_OUTDATED);
-		if (cm->policy == ESD_POLICY_EMARK)
+		if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
 			cm_heap_update(cm, slot);
 	}
 	return 1;
@@ -358,7 +359,7 @@ size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys
 			struct esd_cmeta_slot *s = &sl[slot];
 			if (s->state != ESD_ROW_OUTDATED) {
 				cm_store8(&s->state, ESD_ROW_OUTDATED);
-				if (cm->policy == ESD_POLICY_EMARK)
+				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
 					cm_heap_update(cm, slot);
 			}
 		}
