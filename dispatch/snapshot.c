@@ -36,8 +36,7 @@ struct esd_snapset {
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *slots;
-	uint32_t *pslots; /* pulled slots of one worker */
-	uint8_t *states;  /* step-6 states of one worker's needed slots */
+	uint8_t *states; /* step-6 states of one worker's needed slots */
 	size_t cap_f;
 	uint32_t *found; /* directory entry of each key of the last fill */
 	size_t cap_found;
@@ -127,7 +126,6 @@ void esd_snapset_free(struct esd_snapset *ss)
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
-	free(ss->pslots);
 	free(ss->states);
 	free(ss->found);
 	free(ss->others);
@@ -352,9 +350,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	if (grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
 		return -ENOMEM;
 	cap = ss->cap_f;
-	if (grow((void **)&ss->pslots, &cap, maxf, sizeof(uint32_t)))
-		return -ENOMEM;
-	cap = ss->cap_f;
 	if (grow((void **)&ss->states, &cap, maxf, sizeof(uint8_t)))
 		return -ENOMEM;
 	ss->cap_f = cap;
@@ -423,16 +418,15 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
-		if (ss->het) {
+		/* pulled rows become CLEAN (HET: at the PS's version). Without
+		 * HET this is left out: every pulled slot is a needed one, so
+		 * step 6 below sets its state and clock again, and a state
+		 * change of a pinned slot has no other effect (esd_cmeta_set_state
+		 * leaves a pinned slot's victim order as it is). */
+		if (ss->het)
 			for (size_t q = 0; q < fill.n_pulls; q++)
 				esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
 				                    ss->pulls[q].outdated);
-		} else {
-			for (size_t q = 0; q < fill.n_pulls; q++)
-				ss->pslots[q] = ss->pulls[q].slot;
-			esd_cmeta_set_states(ss->cm[w], ss->pslots, NULL, ESD_ROW_CLEAN, 0,
-			                     fill.n_pulls);
-		}
 		/* step 6 for this worker's copies of the keys it trained */
 		if (sync == ESD_SYNC_ON_DEMAND) {
 			for (uint32_t q = 0; q < nw; q++) {
