@@ -11,6 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The 8 low bits of m, one per byte (bit j to bit 8j): byte j of the
+ * broadcast keeps bit j only, and adding 0x7f carries it to bit 7. */
+static inline uint64_t spread8(uint64_t m)
+{
+	const uint64_t y =
+	    ((m & 255) * UINT64_C(0x0101010101010101)) & UINT64_C(0x8040201008040201);
+	return ((y + UINT64_C(0x7f7f7f7f7f7f7f7f)) >> 7) & UINT64_C(0x0101010101010101);
+}
+
 static const char *const cq_names[ESD_CQ_KINDS] = {"update_value", "miss_pull", "evict_push",
                                                    "update_grad"};
 
@@ -128,26 +137,54 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	memset(hit, 0, sizeof(hit));
 	uint32_t hits = 0, j;
 	/* pass 1: counts */
-	for (uint32_t u = 0; u < count; u++) {
-		const struct esd_keystate *s = &st[u];
-		const uint64_t need = needs[u];
-		if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
-			cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
-		if (plan_only)
-			continue;
-		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			cnt[ESD_CQ_MISS_PULL][j]++;
-		}
-		for (uint64_t m_ = need & s->latest; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			hit[j]++;
-		}
-		if (full || (need & (need - 1)))
-			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
-				j = (uint32_t)__builtin_ctzll(m_);
-				cnt[ESD_CQ_UPDATE_GRAD][j]++;
+	if (n <= 8 && !plan_only) {
+		/* per-worker counts of up to 8 workers as byte lanes of one
+		 * word per kind (a mask's bits spread to bytes by a multiply),
+		 * flushed before a lane can overflow */
+		uint64_t am = 0, ah = 0, ag = 0;
+		uint32_t since = 0;
+		for (uint32_t u = 0; u < count; u++) {
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
+			const uint64_t grad = full || (need & (need - 1)) ? need : 0;
+			am += spread8(need & ~s->latest);
+			ah += spread8(need & s->latest);
+			ag += spread8(grad);
+			if (++since == 255 || u + 1 == count) {
+				for (uint32_t w = 0; w < n; w++) {
+					cnt[ESD_CQ_MISS_PULL][w] += (uint32_t)(am >> (8 * w)) & 255;
+					hit[w] += (uint32_t)(ah >> (8 * w)) & 255;
+					cnt[ESD_CQ_UPDATE_GRAD][w] +=
+					    (uint32_t)(ag >> (8 * w)) & 255;
+				}
+				am = ah = ag = 0;
+				since = 0;
 			}
+		}
+	} else {
+		for (uint32_t u = 0; u < count; u++) {
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
+			if (plan_only)
+				continue;
+			for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
+				cnt[ESD_CQ_MISS_PULL][j]++;
+			}
+			for (uint64_t m_ = need & s->latest; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
+				hit[j]++;
+			}
+			if (full || (need & (need - 1)))
+				for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+					j = (uint32_t)__builtin_ctzll(m_);
+					cnt[ESD_CQ_UPDATE_GRAD][j]++;
+				}
+		}
 	}
 	for (uint32_t w = 0; w < n; w++)
 		hits += hit[w];
