@@ -186,11 +186,22 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	struct tsum ts;
 	tsum_init(&ts, T, n);
 	const uint32_t *occ = kt->occ;
-	for (uint32_t i = 0; i < k; i++)
+	/* counts, masks, and each key's position in its samples (dd, -1:
+	 * none yet; moved records a key seen at two positions) */
+	for (uint32_t u = 0; u < U; u++)
+		dd[u] = -1;
+	int moved = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		const uint64_t bit = UINT64_C(1) << assign[i];
 		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
-			cnt[(size_t)occ[q] * n + assign[i]]++;
-			K[occ[q]].mask |= UINT64_C(1) << assign[i];
+			const uint32_t u = occ[q];
+			const int32_t at = (int32_t)(q - b->off[i]);
+			cnt[(size_t)u * n + assign[i]]++;
+			K[u].mask |= bit;
+			moved |= (dd[u] >= 0) & (dd[u] != at);
+			dd[u] = at;
 		}
+	}
 	const int full = sync == ESD_SYNC_FULL_SET;
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < U; u++) {
@@ -210,20 +221,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	int positional = n <= 16;
-	for (uint32_t u = 0; u < U; u++)
-		dd[u] = -1;
-	for (uint32_t i = 0; i < k && positional; i++)
-		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
-			const uint32_t u = occ[q];
-			const int32_t at = (int32_t)(q - b->off[i]);
-			if (dd[u] < 0) {
-				dd[u] = at;
-			} else if (dd[u] != at) {
-				positional = 0;
-				break;
-			}
-		}
+	const int positional = n <= 16 && !moved;
 	/* n <= 8: the evaluation reads a compact copy of K */
 	struct lk8 *K8 = NULL;
 	int64_t g[256];
