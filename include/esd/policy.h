@@ -192,6 +192,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			 struct esd_cmeta_fill *fill);
 
 /* Set the state and clock of an occupied slot (ESD_ROW_ABSENT frees it).
+ * The victim order of a slot pinned by the current iteration is brought up
+ * to date when its pin lapses (as after a touch), not here.
  * Returns 0 or -EINVAL. */
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
 			uint64_t clock);
