@@ -133,6 +133,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			if (i + 8 < np) {
 				__builtin_prefetch(&sl[pinned[i + 8]]);
 				__builtin_prefetch(&l[pinned[i + 8]], 1);
+				__builtin_prefetch(&hp[pinned[i + 8]], 1);
 			}
 			if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 				continue;
