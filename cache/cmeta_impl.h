@@ -27,6 +27,8 @@
  * aside and pops again (the set-aside slots go back after the
  * evictions); when the pin lapses the slot's heap entry is brought up to
  * date, so every unpinned slot is always in the heap at its exact place.
+ * So a state change of a pinned slot (Emark orders OUTDATED rows first)
+ * leaves its entry as it is too: the lapse brings it up to date.
  */
 #ifndef ESD_CACHE_CMETA_IMPL_H
 #define ESD_CACHE_CMETA_IMPL_H

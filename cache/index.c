@@ -96,6 +96,7 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 		return;
 	}
 	const struct cm_ient *t = cm_index(cm);
+	const struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t size = cm->index_size;
 	uint32_t home[WINDOW];
 	size_t pre = n < WINDOW ? n : WINDOW;
@@ -111,6 +112,11 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 			home[i % WINDOW] = hn;
 			__builtin_prefetch(&t[hn]);
 		}
-		slots[i] = probe(t, size, h, keys[i]);
+		const uint32_t s = probe(t, size, h, keys[i]);
+		/* the caller reads or writes the slot next (pins, states):
+		 * start its line now */
+		if (s != ESD_SLOT_NONE)
+			__builtin_prefetch(&sl[s], 1);
+		slots[i] = s;
 	}
 }

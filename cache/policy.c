@@ -121,7 +121,49 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			sl[s].pin_iter = iter;
 	}
 	cm->last_iter = iter;
-	for (uint32_t i = 0; i < cm->npinned; i++) {
+	if (cm->policy == ESD_POLICY_LRU) {
+		/* The lapsed pins were all used in the previous iteration: each
+		 * goes to the list's tail, in pinned[] order. cm_heap_update's
+		 * unlink + append (or cm_heap_insert's append), inline. */
+		struct cm_link *l = cm_links(cm);
+		uint32_t head = cm->lru_head, tail = cm->lru_tail, hn = cm->heap_n;
+		const uint32_t np = cm->npinned;
+		for (uint32_t i = 0; i < np; i++) {
+			const uint32_t s = pinned[i];
+			if (i + 8 < np) {
+				__builtin_prefetch(&sl[pinned[i + 8]]);
+				__builtin_prefetch(&l[pinned[i + 8]], 1);
+				__builtin_prefetch(&hp[pinned[i + 8]], 1);
+			}
+			if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+				continue;
+			if (hp[s]) {
+				const uint32_t p = l[s].prev, x = l[s].next;
+				if (p != ESD_SLOT_NONE)
+					l[p].next = x;
+				else
+					head = x;
+				if (x != ESD_SLOT_NONE)
+					l[x].prev = p;
+				else
+					tail = p;
+			} else {
+				hp[s] = 1;
+				hn++;
+			}
+			l[s].prev = tail;
+			l[s].next = ESD_SLOT_NONE;
+			if (tail != ESD_SLOT_NONE)
+				l[tail].next = s;
+			else
+				head = s;
+			tail = s;
+		}
+		cm->lru_head = head;
+		cm->lru_tail = tail;
+		cm->heap_n = hn;
+	}
+	for (uint32_t i = 0; cm->policy != ESD_POLICY_LRU && i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
 		 * entry that position names 8 ahead. */
@@ -247,8 +289,40 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	cm_store64(&s->clock, clock);
 	cm_store8(&s->state, (uint8_t)state);
 	if (cm->policy == ESD_POLICY_EMARK &&
-	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED))
+	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED) && !cm_pinned_now(cm, s))
 		cm_heap_update(cm, slot);
+	return 0;
+}
+
+int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint8_t *states,
+                         enum esd_row_state state, uint64_t clock, size_t n)
+{
+	if (!cm || (n && !slots))
+		return -EINVAL;
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	const uint32_t cap = cm->capacity;
+	/* the common case inline: a state change between OUTDATED, CLEAN and
+	 * DIRTY; freeing a slot and errors as set_state */
+	const bool emark = cm->policy == ESD_POLICY_EMARK;
+	for (size_t q = 0; q < n; q++) {
+		const uint32_t slot = slots[q];
+		const unsigned st = states ? states[q] : (unsigned)state;
+		if (__builtin_expect(slot >= cap || st - 1u > 2u, 0)) {
+			int rc = esd_cmeta_set_state(cm, slot, (enum esd_row_state)st, clock);
+			if (rc)
+				return rc;
+			continue;
+		}
+		struct esd_cmeta_slot *s = &sl[slot];
+		const uint8_t old = s->state;
+		if (old == ESD_ROW_ABSENT)
+			return -EINVAL;
+		cm_store64(&s->clock, clock);
+		cm_store8(&s->state, (uint8_t)st);
+		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED) &&
+		    !cm_pinned_now(cm, s))
+			cm_heap_update(cm, slot);
+	}
 	return 0;
 }
 
@@ -261,10 +335,37 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
 	if (s->state != ESD_ROW_OUTDATED) {
 		cm_store8(&s->state, ESD_ROW_OUTDATED);
-		if (cm->policy == ESD_POLICY_EMARK)
+		if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
 			cm_heap_update(cm, slot);
 	}
 	return 1;
+}
+
+size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n)
+{
+	if (!cm || !keys)
+		return 0;
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t slots[64];
+	size_t cached = 0;
+
+	for (size_t base = 0; base < n; base += 64) {
+		size_t m = n - base < 64 ? n - base : 64;
+		esd_cmeta_find_batch(cm, keys + base, m, slots);
+		for (size_t i = 0; i < m; i++) {
+			const uint32_t slot = slots[i];
+			if (slot == ESD_SLOT_NONE)
+				continue;
+			cached++;
+			struct esd_cmeta_slot *s = &sl[slot];
+			if (s->state != ESD_ROW_OUTDATED) {
+				cm_store8(&s->state, ESD_ROW_OUTDATED);
+				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
+					cm_heap_update(cm, slot);
+			}
+		}
+	}
+	return cached;
 }
 
 int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)

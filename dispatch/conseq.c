@@ -11,13 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
-static inline uint32_t popc(uint64_t m)
+/* The 8 low bits of m, one per byte (bit j to bit 8j): byte j of the
+ * broadcast keeps bit j only, and adding 0x7f carries it to bit 7. */
+static inline uint64_t spread8(uint64_t m)
 {
-	uint32_t c = 0;
-	for (; m; m &= m - 1)
-		c++;
-	return c;
+	const uint64_t y =
+	    ((m & 255) * UINT64_C(0x0101010101010101)) & UINT64_C(0x8040201008040201);
+	return ((y + UINT64_C(0x7f7f7f7f7f7f7f7f)) >> 7) & UINT64_C(0x0101010101010101);
 }
 
 static const char *const cq_names[ESD_CQ_KINDS] = {"update_value", "miss_pull", "evict_push",
@@ -116,7 +116,8 @@ void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
 }
 
 static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, const uint32_t *assign,
-                   const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq)
+                   const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq,
+                   struct esd_wlists *wl)
 {
 	if (!ckt || !b || !assign || !T || !cq)
 		return -EINVAL;
@@ -124,69 +125,167 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	int rc;
 	if ((rc = esd_keytab_need(kt, b, assign)) || (rc = esd_keytab_sort(kt)))
 		return rc;
-	const uint32_t n = kt->n;
+	const uint32_t n = kt->n, count = kt->count;
+	const struct esd_keystate *st = kt->st;
+	const uint64_t *needs = kt->need;
+	const esd_key_t *ukeys = kt->ukeys;
+	const uint32_t *sorted = kt->sorted;
+	const int full = sync == ESD_SYNC_FULL_SET;
 	uint32_t cnt[ESD_CQ_KINDS][ESD_MAX_WORKERS];
+	uint32_t hit[ESD_MAX_WORKERS];
 	memset(cnt, 0, sizeof(cnt));
+	memset(hit, 0, sizeof(hit));
 	uint32_t hits = 0, j;
 	/* pass 1: counts */
-	for (uint32_t u = 0; u < kt->count; u++) {
-		const struct esd_keystate *s = &kt->st[u];
-		const uint64_t need = kt->need[u];
-		if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
-			cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
-		if (plan_only)
-			continue;
-		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			cnt[ESD_CQ_MISS_PULL][j]++;
-		}
-		hits += (uint32_t)popc(need & s->latest);
-		if (sync == ESD_SYNC_FULL_SET || (need & (need - 1)))
-			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
-				j = (uint32_t)__builtin_ctzll(m_);
-				cnt[ESD_CQ_UPDATE_GRAD][j]++;
+	if (n <= 8 && !plan_only) {
+		/* per-worker counts of up to 8 workers as byte lanes of one
+		 * word per kind (a mask's bits spread to bytes by a multiply),
+		 * flushed before a lane can overflow */
+		uint64_t am = 0, ah = 0, ag = 0;
+		uint32_t since = 0;
+		for (uint32_t u = 0; u < count; u++) {
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
+			const uint64_t grad = full || (need & (need - 1)) ? need : 0;
+			am += spread8(need & ~s->latest);
+			ah += spread8(need & s->latest);
+			ag += spread8(grad);
+			if (++since == 255 || u + 1 == count) {
+				for (uint32_t w = 0; w < n; w++) {
+					cnt[ESD_CQ_MISS_PULL][w] += (uint32_t)(am >> (8 * w)) & 255;
+					hit[w] += (uint32_t)(ah >> (8 * w)) & 255;
+					cnt[ESD_CQ_UPDATE_GRAD][w] +=
+					    (uint32_t)(ag >> (8 * w)) & 255;
+				}
+				am = ah = ag = 0;
+				since = 0;
 			}
+		}
+	} else {
+		for (uint32_t u = 0; u < count; u++) {
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				cnt[ESD_CQ_UPDATE_VALUE][s->dirty]++;
+			if (plan_only)
+				continue;
+			for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
+				cnt[ESD_CQ_MISS_PULL][j]++;
+			}
+			for (uint64_t m_ = need & s->latest; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
+				hit[j]++;
+			}
+			if (full || (need & (need - 1)))
+				for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+					j = (uint32_t)__builtin_ctzll(m_);
+					cnt[ESD_CQ_UPDATE_GRAD][j]++;
+				}
+		}
 	}
+	for (uint32_t w = 0; w < n; w++)
+		hits += hit[w];
 	if ((rc = cq_layout(cq, n, cnt)))
 		return rc;
 	uint32_t pos[ESD_CQ_KINDS][ESD_MAX_WORKERS];
 	for (int q = 0; q < ESD_CQ_KINDS; q++)
 		for (uint32_t w = 0; w < n; w++)
 			pos[q][w] = cq->off[q][w];
-	/* pass 2: fill, keys ascending */
-	for (uint32_t r = 0; r < kt->count; r++) {
-		const uint32_t u = kt->sorted[r];
-		const struct esd_keystate *s = &kt->st[u];
-		const uint64_t need = kt->need[u];
-		const esd_key_t key = kt->ukeys[u];
-		if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
-			cq->keys[ESD_CQ_UPDATE_VALUE][pos[ESD_CQ_UPDATE_VALUE][s->dirty]++] = key;
-		if (plan_only)
-			continue;
-		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			cq->keys[ESD_CQ_MISS_PULL][pos[ESD_CQ_MISS_PULL][j]++] = key;
+	esd_key_t *kv = cq->keys[ESD_CQ_UPDATE_VALUE], *km = cq->keys[ESD_CQ_MISS_PULL],
+	          *kg = cq->keys[ESD_CQ_UPDATE_GRAD];
+	uint32_t *pv = pos[ESD_CQ_UPDATE_VALUE], *pm = pos[ESD_CQ_MISS_PULL],
+	         *pg = pos[ESD_CQ_UPDATE_GRAD];
+	if (wl && !plan_only) {
+		/* per-worker needed keys too: sized from misses + hits */
+		uint32_t total = 0;
+		for (uint32_t w = 0; w < n; w++) {
+			wl->off[w] = total;
+			total += cnt[ESD_CQ_MISS_PULL][w] + hit[w];
 		}
-		if (sync == ESD_SYNC_FULL_SET || (need & (need - 1)))
+		wl->off[n] = total;
+		if (wl->cap < total) {
+			size_t nc = wl->cap ? wl->cap : 1024;
+			while (nc < total)
+				nc *= 2;
+			esd_key_t *a = realloc(wl->keys, nc * sizeof(esd_key_t));
+			if (!a)
+				return -ENOMEM;
+			wl->keys = a;
+			uint32_t *c = realloc(wl->uid, nc * sizeof(uint32_t));
+			if (!c)
+				return -ENOMEM;
+			wl->uid = c;
+			wl->cap = nc;
+		}
+		uint32_t wp[ESD_MAX_WORKERS];
+		memcpy(wp, wl->off, n * sizeof(uint32_t));
+		esd_key_t *wk = wl->keys;
+		uint32_t *wu = wl->uid;
+		/* pass 2: fill, keys ascending */
+		for (uint32_t r = 0; r < count; r++) {
+			const uint32_t u = sorted[r];
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u], lat = s->latest;
+			const esd_key_t key = ukeys[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				kv[pv[s->dirty]++] = key;
+			const int shared = full || (need & (need - 1));
 			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 				j = (uint32_t)__builtin_ctzll(m_);
-				cq->keys[ESD_CQ_UPDATE_GRAD][pos[ESD_CQ_UPDATE_GRAD][j]++] = key;
+				wk[wp[j]] = key;
+				wu[wp[j]++] = u;
+				if (!((lat >> j) & 1))
+					km[pm[j]++] = key;
+				if (shared)
+					kg[pg[j]++] = key;
 			}
+		}
+	} else {
+		/* pass 2: fill, keys ascending */
+		for (uint32_t r = 0; r < count; r++) {
+			const uint32_t u = sorted[r];
+			const struct esd_keystate *s = &st[u];
+			const uint64_t need = needs[u];
+			const esd_key_t key = ukeys[u];
+			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+				kv[pv[s->dirty]++] = key;
+			if (plan_only)
+				continue;
+			for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+				j = (uint32_t)__builtin_ctzll(m_);
+				km[pm[j]++] = key;
+			}
+			if (full || (need & (need - 1)))
+				for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+					j = (uint32_t)__builtin_ctzll(m_);
+					kg[pg[j]++] = key;
+				}
+		}
 	}
 	cq->hits = hits;
 	esd_conseq_costs(cq, T);
 	return 0;
 }
 
+int esd_conseq_compute_lists(const struct esd_keytab *kt, const struct esd_batch *b,
+                             const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                             struct esd_conseq *cq, struct esd_wlists *wl)
+{
+	return compute(kt, b, assign, T, sync, 0, cq, wl);
+}
+
 int esd_conseq_compute(const struct esd_keytab *kt, const struct esd_batch *b,
                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
                        struct esd_conseq *cq)
 {
-	return compute(kt, b, assign, T, sync, 0, cq);
+	return compute(kt, b, assign, T, sync, 0, cq, NULL);
 }
 
 int esd_comm_plan(const struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
                   const int64_t *T, struct esd_conseq *cq)
 {
-	return compute(kt, b, assign, T, ESD_SYNC_ON_DEMAND, 1, cq);
+	return compute(kt, b, assign, T, ESD_SYNC_ON_DEMAND, 1, cq, NULL);
 }

@@ -45,6 +45,7 @@ void keydir_clear(struct keydir *kd)
 {
 	memset(kd->t, 0, kd->size * sizeof(*kd->t));
 	kd->used = 0;
+	kd->gen++;
 }
 
 static uint32_t insert_raw(struct keydir *kd, esd_key_t key)
@@ -74,7 +75,8 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	 * while they would fill more than half of the table */
 	size_t live = 0;
 	for (size_t i = 0; i < kd->size; i++)
-		live += kd->t[i].used && (kd->t[i].cached || (kd->keep_versions && kd->t[i].version));
+		live +=
+		    kd->t[i].used && (kd->t[i].cached || (kd->keep_versions && kd->t[i].version));
 	uint32_t bits = kd->bits;
 	while (((size_t)1 << bits) < 2 * (live + more))
 		bits++;
@@ -83,6 +85,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 		*kd = old;
 		return -ENOMEM;
 	}
+	kd->gen = old.gen + 1;
 	for (size_t i = 0; i < old.size; i++) {
 		const struct keydir_ent *e = &old.t[i];
 		if (e->used && (e->cached || (kd->keep_versions && e->version))) {

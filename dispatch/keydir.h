@@ -16,15 +16,17 @@
 #include <stdint.h>
 #include <esd/types.h>
 
+/* 32 bytes: two entries to a cache line, none across two. */
 struct keydir_ent {
 	uint64_t key;
 	uint64_t latest;
 	uint64_t cached;
-	uint32_t dirty; /* ESD_NO_WORKER when none */
-	uint32_t used;  /* 1: slot holds 'key' (possibly with cached == 0) */
-	uint64_t version; /* HET mode: iterations that trained the key (= the
-			   * PS row clock under full-set sync) */
+	uint64_t version : 48; /* HET mode: iterations that trained the key (=
+	                        * the PS row clock under full-set sync) */
+	uint64_t dirty : 8;    /* ESD_NO_WORKER when none */
+	uint64_t used : 8;     /* 1: slot holds 'key' (possibly cached == 0) */
 };
+_Static_assert(sizeof(struct keydir_ent) == 32, "keydir entry size");
 
 #define KEYDIR_NONE UINT32_MAX
 
@@ -32,8 +34,9 @@ struct keydir {
 	struct keydir_ent *t;
 	uint32_t bits;
 	size_t size, used;
+	uint64_t gen;      /* changes when entries move (rehash, clear) */
 	int keep_versions; /* HET mode: a rehash keeps keys cached nowhere
-			    * whose version is not 0 */
+	                    * whose version is not 0 */
 };
 
 int keydir_init(struct keydir *kd, size_t live_hint);

@@ -45,6 +45,7 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt->st);
 	free(kt->occ);
 	free(kt->hash);
+	free(kt->hpos);
 	free(kt->vec);
 	free(kt->need);
 	free(kt->sorted);
@@ -97,6 +98,9 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		if (!(a = realloc(kt->tmp, nc * sizeof(uint32_t))))
 			return -ENOMEM;
 		kt->tmp = a;
+		if (!(a = realloc(kt->hpos, nc * sizeof(uint32_t))))
+			return -ENOMEM;
+		kt->hpos = a;
 		if (!(a = realloc(kt->vec, nc * ESD_MAX_WORKERS * sizeof(int64_t))))
 			return -ENOMEM;
 		kt->vec = a;
@@ -106,31 +110,46 @@ retry:
 	hsize = (size_t)1 << bits;
 	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
 		return -ENOMEM;
-	memset(kt->hash, 0, hsize * sizeof(uint32_t));
+	/* an empty table: clear the last build's entries when its zeroed
+	 * extent covers this size, else all of it */
+	uint32_t *hash = kt->hash, *hpos = kt->hpos, *occ = kt->occ;
+	esd_key_t *ukeys = kt->ukeys;
+	if (hsize <= kt->hzero) {
+		for (uint32_t u = 0; u < kt->hlive; u++)
+			hash[hpos[u]] = 0;
+	} else {
+		memset(hash, 0, hsize * sizeof(uint32_t));
+		kt->hzero = hsize;
+	}
+	kt->hlive = 0;
 	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
+	const esd_key_t *keys = b->keys;
 	count = 0;
 	for (uint32_t p = 0; p < nocc; p++) {
-		esd_key_t key = b->keys[p];
+		const esd_key_t key = keys[p];
 		uint32_t h = key_hash(key, bits);
 		for (;;) {
-			uint32_t e = kt->hash[h];
+			const uint32_t e = hash[h];
 			if (!e) {
 				if (count == limit) {
+					kt->hlive = count;
 					bits++;
 					goto retry;
 				}
-				kt->ukeys[count] = key;
-				kt->hash[h] = ++count;
-				kt->occ[p] = count - 1;
+				ukeys[count] = key;
+				hpos[count] = h;
+				hash[h] = ++count;
+				occ[p] = count - 1;
 				break;
 			}
-			if (kt->ukeys[e - 1] == key) {
-				kt->occ[p] = e - 1;
+			if (ukeys[e - 1] == key) {
+				occ[p] = e - 1;
 				break;
 			}
 			h = (h + 1) & mask;
 		}
 	}
+	kt->hlive = count;
 	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
@@ -139,8 +158,10 @@ retry:
 	kt->count = count;
 	kt->sorted_ok = 0;
 	kt->nrep = 0;
+	kt->gen++;
+	struct esd_keystate *st = kt->st;
 	for (uint32_t u = 0; u < count; u++)
-		kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+		st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 	return 0;
 }
 
@@ -217,6 +238,74 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 	return -EINVAL;
 }
 
+/* vec[u * n + j] = unique key u's Alg. 1 charge on worker j: T_j unless
+ * j holds it latest, plus T of its DIRTY holder unless that is j. For
+ * n <= 8 a key's row is copied from a table indexed by its latest mask
+ * (2^n rows, built per call) instead of computed lane by lane. */
+void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec)
+{
+	const uint32_t n = kt->n, cnt = kt->count;
+	if (n > 8) {
+		for (uint32_t u = 0; u < cnt; u++) {
+			const struct esd_keystate *s = &kt->st[u];
+			int64_t *v = vec + (size_t)u * n;
+			const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+			for (uint32_t j = 0; j < n; j++)
+				v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
+		}
+		return;
+	}
+	int64_t tab[256 * 8];
+	const uint32_t rows = 1u << n;
+	for (uint32_t j = 0; j < n; j++)
+		tab[j] = T[j];
+	for (uint32_t m = 1; m < rows; m++) {
+		/* row m: row m without its lowest bit, that lane zeroed */
+		const int64_t *from = tab + (m & (m - 1)) * n;
+		for (uint32_t j = 0; j < n; j++)
+			tab[m * n + j] = from[j];
+		tab[m * n + (uint32_t)__builtin_ctz(m)] = 0;
+	}
+	if (n == 8) {
+		typedef int64_t v2 __attribute__((vector_size(16)));
+		for (uint32_t u = 0; u < cnt; u++) {
+			const struct esd_keystate *s = &kt->st[u];
+			const int64_t *r = tab + (s->latest & 255) * 8;
+			int64_t *v = vec + (size_t)u * 8;
+			v2 x0, x1, x2, x3;
+			memcpy(&x0, r, 16);
+			memcpy(&x1, r + 2, 16);
+			memcpy(&x2, r + 4, 16);
+			memcpy(&x3, r + 6, 16);
+			if (s->dirty != ESD_NO_WORKER) {
+				const int64_t td = T[s->dirty];
+				const v2 d = {td, td};
+				x0 += d;
+				x1 += d;
+				x2 += d;
+				x3 += d;
+			}
+			memcpy(v, &x0, 16);
+			memcpy(v + 2, &x1, 16);
+			memcpy(v + 4, &x2, 16);
+			memcpy(v + 6, &x3, 16);
+			if (s->dirty != ESD_NO_WORKER)
+				v[s->dirty] -= T[s->dirty];
+		}
+		return;
+	}
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		const int64_t *r = tab + (s->latest & (rows - 1)) * n;
+		int64_t *v = vec + (size_t)u * n;
+		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++)
+			v[j] = r[j] + td;
+		if (s->dirty != ESD_NO_WORKER)
+			v[s->dirty] -= td;
+	}
+}
+
 int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                       int64_t *cost)
 {
@@ -238,17 +327,7 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 		return -EOVERFLOW;
 
 	int64_t *vec = kt->vec;
-	for (uint32_t u = 0; u < kt->count; u++) {
-		const struct esd_keystate *s = &kt->st[u];
-		int64_t *v = vec + (size_t)u * n;
-		if (!s->latest) {
-			memcpy(v, T, n * sizeof(int64_t)); /* absent or stale everywhere */
-			continue;
-		}
-		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
-		for (uint32_t j = 0; j < n; j++)
-			v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
-	}
+	esd_keytab_charges(kt, T, vec);
 	const uint32_t *occ = kt->occ;
 	if (n == 8) {
 		/* the common case (the paper's 8 workers): four 2-lane adds per
@@ -311,19 +390,83 @@ int esd_scoremat_build(const struct esd_keytab *kt, const struct esd_batch *b,
 	return 0;
 }
 
+/* Keys whose varying bits fit in 32 bits once the constant ones between
+ * the id and the table are dropped (a batch's keys, in practice): sort
+ * (compact key << 32 | uid) words, all digit counts from one pass, so the
+ * scatter passes move one word each without going back to the keys.
+ * Returns 0, or -1 when the keys do not compact. */
+static int sort_compact(struct esd_keytab *kt, uint64_t varying)
+{
+	const uint32_t cnt = kt->count;
+	const uint64_t lo = varying & ESD_KEY_ID_MASK, hi = varying >> ESD_KEY_ID_BITS;
+	const uint32_t lo_bits = lo ? 64u - (uint32_t)__builtin_clzll(lo) : 0;
+	const uint32_t hi_shift = hi ? (uint32_t)__builtin_ctzll(hi) : 0;
+	const uint32_t hi_bits = hi ? 64u - (uint32_t)__builtin_clzll(hi) - hi_shift : 0;
+	const uint32_t bits = lo_bits + hi_bits;
+	if (bits > 32 || cnt > (UINT32_C(1) << 31))
+		return -1;
+	const uint64_t lo_mask = (UINT64_C(1) << lo_bits) - 1;
+	const uint64_t hi_mask = (UINT64_C(1) << hi_bits) - 1;
+	const uint32_t passes = bits ? (bits + 10) / 11 : 0;
+	const uint32_t width = passes ? (bits + passes - 1) / passes : 0;
+	const uint32_t dmask = (1u << width) - 1;
+	/* the words live in vec (count x ESD_MAX_WORKERS int64: room for two
+	 * arrays of count words) */
+	uint64_t *src = (uint64_t *)kt->vec, *dst = src + cnt;
+	_Static_assert(ESD_MAX_WORKERS >= 2, "two word arrays in vec");
+	const uint32_t nb = dmask + 1; /* buckets per digit, <= 2048 */
+	uint32_t cc[3 * 2048], *c[3] = {cc, cc + nb, cc + 2 * nb};
+	memset(cc, 0, 3 * nb * sizeof(uint32_t));
+	for (uint32_t u = 0; u < cnt; u++) {
+		const uint64_t key = kt->ukeys[u];
+		const uint64_t ck =
+		    (((key >> ESD_KEY_ID_BITS >> hi_shift) & hi_mask) << lo_bits) | (key & lo_mask);
+		src[u] = ck << 32 | u;
+		/* passes <= 3: unused rows count into c[passes..2] harmlessly */
+		c[0][ck & dmask]++;
+		c[1][(ck >> width) & dmask]++;
+		c[2][(ck >> (2 * width)) & dmask]++;
+	}
+	for (uint32_t d = 0; d < passes; d++) {
+		uint32_t sum = 0;
+		for (uint32_t x = 0; x <= dmask; x++) {
+			const uint32_t y = c[d][x];
+			c[d][x] = sum;
+			sum += y;
+		}
+		const uint32_t shift = 32 + d * width;
+		uint32_t *cd = c[d];
+		for (uint32_t q = 0; q < cnt; q++) {
+			const uint64_t w = src[q];
+			dst[cd[(w >> shift) & dmask]++] = w;
+		}
+		uint64_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	for (uint32_t q = 0; q < cnt; q++)
+		kt->sorted[q] = (uint32_t)src[q];
+	return 0;
+}
+
 int esd_keytab_sort(struct esd_keytab *kt)
 {
 	if (kt->sorted_ok)
 		return 0;
 	const uint32_t cnt = kt->count;
-	uint32_t *src = kt->sorted, *dst = kt->tmp;
 	uint64_t all_or = 0, all_and = ~UINT64_C(0);
 	for (uint32_t u = 0; u < cnt; u++) {
-		src[u] = u;
 		all_or |= kt->ukeys[u];
 		all_and &= kt->ukeys[u];
 	}
 	const uint64_t varying = all_or ^ all_and;
+	if (!sort_compact(kt, varying)) {
+		kt->sorted_ok = 1;
+		return 0;
+	}
+	uint32_t *src = kt->sorted, *dst = kt->tmp;
+	for (uint32_t u = 0; u < cnt; u++)
+		src[u] = u;
 	for (int shift = 0; shift < 64; shift += 11) {
 		if (!((varying >> shift) & 2047))
 			continue; /* every key has the same digit here */
@@ -352,13 +495,15 @@ int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint
 {
 	if (!kt || !b || !assign || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
-	memset(kt->need, 0, (size_t)kt->count * sizeof(uint64_t));
+	uint64_t *need = kt->need;
+	const uint32_t *occ = kt->occ, *off = b->off, n = kt->n;
+	memset(need, 0, (size_t)kt->count * sizeof(uint64_t));
 	for (uint32_t i = 0; i < b->k; i++) {
-		if (assign[i] >= kt->n)
+		if (assign[i] >= n)
 			return -EINVAL;
 		const uint64_t bit = UINT64_C(1) << assign[i];
-		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++)
-			kt->need[kt->occ[p]] |= bit;
+		for (uint32_t p = off[i]; p < off[i + 1]; p++)
+			need[occ[p]] |= bit;
 	}
 	/* replicated rows: every worker, whatever the assignment */
 	const uint64_t all = kt->n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << kt->n) - 1;

@@ -13,11 +13,15 @@ struct esd_keytab {
 	uint32_t *occ;
 	uint32_t *hash; /* uid + 1, 0 = empty */
 	uint32_t hbits;
+	uint32_t *hpos;   /* hash index of each unique key (to clear them) */
+	uint32_t hlive;   /* entries of hpos set in hash */
+	size_t hzero;     /* hash[0..hzero) is zero but for the hpos entries */
 	int64_t *vec;     /* count x n: per-key charges (costmat scratch) */
 	uint64_t *need;   /* count: S(x) of the last decision */
 	uint32_t *sorted; /* count: uids by ascending key (lazy) */
 	uint32_t *tmp;
 	int sorted_ok;
+	uint64_t gen; /* builds so far: tells a snapshot set which build it filled */
 	size_t cap_u, cap_occ, cap_hash;
 	uint32_t *rep; /* uids of the replicated keys (esd_keytab_replicate) */
 	uint32_t nrep;
@@ -33,6 +37,23 @@ static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
+
+/* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
+void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
+
+/* Per-worker lists of needed keys (ascending) and their unique-key numbers:
+ * worker j's are keys[off[j]..off[j+1]). Owned by the caller (realloc'd). */
+struct esd_wlists {
+	esd_key_t *keys;
+	uint32_t *uid;
+	size_t cap;
+	uint32_t off[ESD_MAX_WORKERS + 1];
+};
+
+/* esd_conseq_compute that also fills wl (one pass over the sorted keys). */
+int esd_conseq_compute_lists(const struct esd_keytab *kt, const struct esd_batch *b,
+                             const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                             struct esd_conseq *cq, struct esd_wlists *wl);
 
 /* Recompute cq's costs from its lists. */
 void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T);

@@ -63,14 +63,25 @@ int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch
 	for (uint32_t p = 0; p < kt->nocc; p++)
 		cnt[occ[p]]++;
 	int64_t *vec = kt->vec;
+	esd_keytab_charges(kt, T, vec);
 	for (uint32_t u = 0; u < kt->count; u++) {
-		const struct esd_keystate *s = &kt->st[u];
 		int64_t *v = vec + (size_t)u * n;
 		const int64_t c = cnt[u];
-		const int64_t td = s->dirty != ESD_NO_WORKER ? T[s->dirty] : 0;
+		/* a key's charges take few values (the link classes' T, 0):
+		 * divide once per value */
+		int64_t c0 = 0, v0 = 0, c1 = -1, v1 = 0;
 		for (uint32_t j = 0; j < n; j++) {
-			int64_t ch = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
-			v[j] = (ch * ESD_SHARED_SCALE + c / 2) / c;
+			const int64_t ch = v[j];
+			if (ch == c0) {
+				v[j] = v0;
+			} else if (ch == c1) {
+				v[j] = v1;
+			} else {
+				c1 = c0;
+				v1 = v0;
+				c0 = ch;
+				v0 = v[j] = (ch * ESD_SHARED_SCALE + c / 2) / c;
+			}
 		}
 	}
 	if (n == 8) {

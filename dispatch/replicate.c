@@ -30,6 +30,7 @@ static int grow_keys(struct esd_keytab *kt, size_t want)
 	RE(need, sizeof(uint64_t));
 	RE(sorted, sizeof(uint32_t));
 	RE(tmp, sizeof(uint32_t));
+	RE(hpos, sizeof(uint32_t));
 	RE(vec, ESD_MAX_WORKERS * sizeof(int64_t));
 #undef RE
 	kt->cap_u = nc;
@@ -48,12 +49,15 @@ static int rehash(struct esd_keytab *kt, uint32_t bits)
 		kt->cap_hash = hsize;
 	}
 	memset(kt->hash, 0, hsize * sizeof(uint32_t));
+	if (hsize > kt->hzero)
+		kt->hzero = hsize; /* the next build clears only the hpos entries */
 	const uint32_t mask = (uint32_t)hsize - 1;
 	for (uint32_t u = 0; u < kt->count; u++) {
 		uint32_t h = key_hash(kt->ukeys[u], bits);
 		while (kt->hash[h])
 			h = (h + 1) & mask;
 		kt->hash[h] = u + 1;
+		kt->hpos[u] = h;
 	}
 	kt->hbits = bits;
 	return 0;
@@ -94,6 +98,8 @@ int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t 
 				kt->ukeys[u] = key;
 				kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 				kt->hash[h] = u + 1;
+				kt->hpos[u] = h;
+				kt->hlive = kt->count;
 				break;
 			}
 			if (kt->ukeys[e - 1] == key) {

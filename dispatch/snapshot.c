@@ -32,15 +32,18 @@ struct esd_snapset {
 	void *mem[ESD_MAX_WORKERS];
 	size_t len[ESD_MAX_WORKERS];
 	/* scratch */
-	esd_key_t *wkeys; /* needed keys, per worker, ascending */
-	uint32_t *wuid;   /* their unique-key numbers */
-	size_t cap_w;
+	struct esd_wlists wl; /* needed keys, per worker, ascending */
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *slots;
+	uint8_t *states; /* step-6 states of one worker's needed slots */
 	size_t cap_f;
-	uint32_t *found;
+	uint32_t *found; /* directory entry of each key of the last fill */
 	size_t cap_found;
+	const struct esd_keytab *fill_kt; /* that fill: table, its build, */
+	uint64_t fill_gen, fill_dirgen;   /* and the directory's layout */
+	esd_key_t *others;                /* step 6: keys to outdate, per worker */
+	size_t cap_others;
 	struct keydir dir; /* where each cached key lives, across workers */
 	/* HET mode (esd_snapset_set_staleness): a copy at most 'staleness'
 	 * versions behind counts as latest and is not pulled */
@@ -118,12 +121,14 @@ void esd_snapset_free(struct esd_snapset *ss)
 		return;
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
 		esd_big_free(ss->mem[j], ss->len[j]);
-	free(ss->wkeys);
-	free(ss->wuid);
+	free(ss->wl.keys);
+	free(ss->wl.uid);
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
+	free(ss->states);
 	free(ss->found);
+	free(ss->others);
 	keydir_free(&ss->dir);
 	free(ss);
 }
@@ -278,6 +283,9 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 		return -ENOMEM;
 	ss->cap_found = cap;
 	keydir_find_batch(&ss->dir, kt->ukeys, cnt, ss->found);
+	ss->fill_kt = kt;
+	ss->fill_gen = kt->gen;
+	ss->fill_dirgen = ss->dir.gen;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const uint32_t x = ss->found[u];
 		if (x == KEYDIR_NONE) {
@@ -307,7 +315,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
-	int rc = esd_conseq_compute(kt, b, assign, T, sync, cq);
+	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
 	if (rc)
 		return rc;
 	const uint32_t n = ss->n, cnt = kt->count;
@@ -315,64 +323,47 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	if ((rc = keydir_reserve(&ss->dir, cnt)))
 		return rc;
 
-	/* per-worker needed keys, ascending (kt->sorted is ascending) */
-	uint32_t woff[ESD_MAX_WORKERS + 1] = {0};
+	/* per-worker needed keys, ascending, from the consequence's pass */
+	const uint32_t *woff = ss->wl.off;
 	uint32_t j, maxw = 0;
-	for (uint32_t u = 0; u < cnt; u++)
-		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			woff[j + 1]++;
-		}
-	for (uint32_t w = 0; w < n; w++) {
-		if (woff[w + 1] > maxw)
-			maxw = woff[w + 1];
-		woff[w + 1] += woff[w];
-	}
-	const size_t total = woff[n];
-	size_t cap = ss->cap_w;
-	if (grow((void **)&ss->wkeys, &cap, total, sizeof(esd_key_t)))
-		return -ENOMEM;
-	cap = ss->cap_w;
-	if (grow((void **)&ss->wuid, &cap, total, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_w = cap;
-	uint32_t pos[ESD_MAX_WORKERS];
-	memcpy(pos, woff, n * sizeof(uint32_t));
-	for (uint32_t r = 0; r < cnt; r++) {
-		uint32_t u = kt->sorted[r];
-		for (uint64_t m_ = kt->need[u]; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
-			ss->wkeys[pos[j]] = kt->ukeys[u];
-			ss->wuid[pos[j]++] = u;
-		}
-	}
+	for (uint32_t w = 0; w < n; w++)
+		if (woff[w + 1] - woff[w] > maxw)
+			maxw = woff[w + 1] - woff[w];
 	/* a worker that cannot hold its rows fails the step before anything
 	 * changes */
 	for (uint32_t w = 0; w < n; w++)
 		if (woff[w + 1] - woff[w] > esd_cmeta_capacity(ss->cm[w]))
 			return -ENOSPC;
 
+	uint32_t maxu = 0;
+	for (uint32_t w = 0; w < n; w++)
+		if (esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w) > maxu)
+			maxu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+	size_t cap = ss->cap_f;
+	const uint32_t maxf = maxw > maxu ? maxw : maxu;
+	if (grow((void **)&ss->pulls, &cap, maxf, sizeof(*ss->pulls)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->evicts, &cap, maxf, sizeof(*ss->evicts)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
+		return -ENOMEM;
+	cap = ss->cap_f;
+	if (grow((void **)&ss->states, &cap, maxf, sizeof(uint8_t)))
+		return -ENOMEM;
+	ss->cap_f = cap;
+
 	/* step 1: pushed DIRTY rows become CLEAN on their holder */
 	for (uint32_t w = 0; w < n; w++) {
 		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
-		for (uint32_t q = 0; q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w); q++) {
-			uint32_t slot = esd_cmeta_find(ss->cm[w], keys[q]);
-			if (slot == ESD_SLOT_NONE)
+		const uint32_t nu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+		esd_cmeta_find_batch(ss->cm[w], keys, nu, ss->slots);
+		for (uint32_t q = 0; q < nu; q++)
+			if (ss->slots[q] == ESD_SLOT_NONE)
 				return -ESD_EDIVERGED;
-			esd_cmeta_set_state(ss->cm[w], slot, ESD_ROW_CLEAN, 0);
-		}
+		esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_CLEAN, 0, nu);
 	}
-
-	cap = ss->cap_f;
-	if (grow((void **)&ss->pulls, &cap, maxw, sizeof(*ss->pulls)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->evicts, &cap, maxw, sizeof(*ss->evicts)))
-		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->slots, &cap, maxw, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_f = cap;
 
 	/* evictions are known only now: lay out cq's EVICT_PUSH lists */
 	size_t ecap = cq->cap_keys[ESD_CQ_EVICT_PUSH];
@@ -382,8 +373,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		struct esd_cmeta_fill fill = {
 		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
 		const uint32_t nw = woff[w + 1] - woff[w];
-		const esd_key_t *keys = ss->wkeys + woff[w];
-		const uint32_t *uids = ss->wuid + woff[w];
+		const esd_key_t *keys = ss->wl.keys + woff[w];
+		const uint32_t *uids = ss->wl.uid + woff[w];
 		rc = esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill);
 		if (rc)
 			return rc;
@@ -393,10 +384,11 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			size_t k2 = 0;
 			for (size_t q = 0; q < fill.n_pulls; q++) {
 				uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
-				const struct keydir_ent *e = x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
+				const struct keydir_ent *e =
+				    x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
 				uint64_t v = e ? e->version : 0;
-				const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[w],
-										 ss->pulls[q].slot);
+				const struct esd_cmeta_slot *sl =
+				    esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
 				if (ss->pulls[q].outdated && v - sl->clock <= ss->staleness)
 					continue;
 				ss->pulls[k2] = ss->pulls[q];
@@ -426,33 +418,59 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
-		for (size_t q = 0; q < fill.n_pulls; q++)
-			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
-					    ss->het ? ss->pulls[q].outdated : 0);
+		/* pulled rows become CLEAN (HET: at the PS's version). Without
+		 * HET this is left out: every pulled slot is a needed one, so
+		 * step 6 below sets its state and clock again, and a state
+		 * change of a pinned slot has no other effect (esd_cmeta_set_state
+		 * leaves a pinned slot's victim order as it is). */
+		if (ss->het)
+			for (size_t q = 0; q < fill.n_pulls; q++)
+				esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
+				                    ss->pulls[q].outdated);
 		/* step 6 for this worker's copies of the keys it trained */
-		for (uint32_t q = 0; q < nw; q++) {
-			const uint64_t need = kt->need[uids[q]];
-			int alone = sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1));
-			esd_cmeta_set_state(ss->cm[w], ss->slots[q],
-			                    alone ? ESD_ROW_DIRTY : ESD_ROW_OUTDATED, 0);
+		if (sync == ESD_SYNC_ON_DEMAND) {
+			for (uint32_t q = 0; q < nw; q++) {
+				const uint64_t need = kt->need[uids[q]];
+				ss->states[q] =
+				    need & (need - 1) ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+			}
+			esd_cmeta_set_states(ss->cm[w], ss->slots, ss->states, ESD_ROW_ABSENT, 0,
+			                     nw);
+		} else {
+			esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_OUTDATED, 0, nw);
 		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
-	/* step 6 on the workers that hold a latest copy but trained none, and
-	 * the directory: trainers hold it now; the latest value is DIRTY on a
-	 * lone trainer (on-demand) or at the PS only */
+	/* step 6 on the workers that hold a latest copy but trained none (in
+	 * key-number order per worker, batched), and the directory: trainers
+	 * hold it now; the latest value is DIRTY on a lone trainer (on-demand)
+	 * or at the PS only. The directory entries of the keys it had are
+	 * those the fill found, unless the table was rebuilt or the directory
+	 * rehashed since. */
+	size_t ocap = ss->cap_others;
+	if (grow((void **)&ss->others, &ocap, (size_t)n * cnt, sizeof(esd_key_t)))
+		return -ENOMEM;
+	ss->cap_others = ocap;
+	uint32_t no[ESD_MAX_WORKERS] = {0};
+	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
+	                       ss->fill_dirgen == ss->dir.gen && ss->found;
+	const int lone = sync == ESD_SYNC_ON_DEMAND;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &kt->st[u];
 		const uint64_t need = kt->need[u];
+		const esd_key_t key = kt->ukeys[u];
 		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
 			j = (uint32_t)__builtin_ctzll(m_);
-			esd_cmeta_mark_outdated(ss->cm[j], kt->ukeys[u]);
+			ss->others[(size_t)j * cnt + no[j]++] = key;
 		}
-		struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, kt->ukeys[u])];
+		uint32_t x = have_found ? ss->found[u] : KEYDIR_NONE;
+		if (x == KEYDIR_NONE)
+			x = keydir_insert(&ss->dir, key);
+		struct keydir_ent *e = &ss->dir.t[x];
 		e->cached |= need;
 		if (ss->het)
 			e->version++; /* full-set: the PS applies it once this iteration */
-		if (sync == ESD_SYNC_ON_DEMAND && !(need & (need - 1))) {
+		if (lone && !(need & (need - 1))) {
 			e->latest = need;
 			e->dirty = (uint32_t)__builtin_ctzll(need);
 		} else {
@@ -460,6 +478,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			e->dirty = ESD_NO_WORKER;
 		}
 	}
+	for (uint32_t w = 0; w < n; w++)
+		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * cnt, no[w]);
 	esd_conseq_costs(cq, T);
 	ss->iter = t;
 	return 0;

@@ -14,7 +14,10 @@
  * trained alone become DIRTY on their trainer (on-demand sync); rows
  * trained by several workers, or every trained row under full-set sync,
  * become OUTDATED everywhere). So a snapshot and its cache hold the same
- * keys, states and policy bookkeeping after the same decisions. Caveat:
+ * keys, states and policy bookkeeping after the same decisions. (Outside
+ * HET mode the snapshot leaves out the pulled rows' intermediate CLEAN:
+ * step 6 sets every needed row's state and clock again, and a state
+ * change of a pinned row has no other effect.) Caveat:
  * snapshots do not track the PS's row clocks (slot.clock stays 0); no
  * policy orders by clock. With the lookahead policy, call
  * esd_cmeta_lookahead() on each snapshot (esd_snapset_cmeta()) exactly

@@ -192,12 +192,23 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			 struct esd_cmeta_fill *fill);
 
 /* Set the state and clock of an occupied slot (ESD_ROW_ABSENT frees it).
+ * The victim order of a slot pinned by the current iteration is brought up
+ * to date when its pin lapses (as after a touch), not here.
  * Returns 0 or -EINVAL. */
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
 			uint64_t clock);
+/* The same as esd_cmeta_set_state(cm, slots[q], states ? states[q] : state,
+ * clock) for q = 0..n-1 in that order, in one call (the dispatcher's
+ * snapshots make tens of thousands per iteration). Stops at the first
+ * call that would fail, the earlier ones done. Returns 0 or -EINVAL. */
+int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint8_t *states,
+			 enum esd_row_state state, uint64_t clock, size_t n);
 /* If key is cached, make it OUTDATED (a newer version exists elsewhere).
  * Returns 1 if it was cached, 0 if not. */
 int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key);
+/* esd_cmeta_mark_outdated on keys[0..n) in that order, the lookups batched
+ * and prefetched. Returns how many were cached. */
+size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n);
 
 #ifdef __cplusplus
 }

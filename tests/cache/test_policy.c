@@ -638,6 +638,86 @@ static void drive(struct esd_cmeta *cm, uint64_t seed, int iters, uint32_t cap)
 	free(keys);
 }
 
+/* esd_cmeta_set_states and esd_cmeta_mark_outdated_batch do exactly what
+ * the calls one by one do: two blocks, one driven each way, stay
+ * byte-identical under every policy. */
+static void test_batched_calls(void **state)
+{
+	(void)state;
+	const uint32_t cap = 300;
+	for (int p = 0; p <= ESD_POLICY_LOOKAHEAD; p++) {
+		void *m1, *m2;
+		struct esd_cmeta *a = new_cmeta(cap, (enum esd_policy)p, &m1);
+		struct esd_cmeta *b = new_cmeta(cap, (enum esd_policy)p, &m2);
+		const size_t len = esd_cmeta_bytes(cap);
+		struct fillbuf fa, fb;
+		fill_alloc(&fa, cap);
+		fill_alloc(&fb, cap);
+		uint64_t rng = 7 + (uint64_t)p, *keys = calloc(cap, sizeof(*keys));
+		uint32_t *slots = calloc(cap, sizeof(*slots));
+		uint8_t *st = calloc(cap, 1);
+		assert_non_null(keys);
+		assert_non_null(slots);
+		assert_non_null(st);
+		for (int it = 1; it <= 120; it++) {
+			size_t n =
+			    draw_keys(&rng, keys, esd_test_rand(&rng) % cap, (uint64_t)cap * 3);
+			assert_int_equal(esd_cmeta_begin_iter(a, (uint64_t)it, keys, n, &fa.f), 0);
+			assert_int_equal(esd_cmeta_begin_iter(b, (uint64_t)it, keys, n, &fb.f), 0);
+			/* pulls CLEAN with one clock, then every needed slot to a
+			 * state of its own (now and then freed) */
+			for (size_t i = 0; i < fa.f.n_pulls; i++) {
+				slots[i] = fb.f.pulls[i].slot;
+				assert_int_equal(esd_cmeta_set_state(a, fa.f.pulls[i].slot,
+				                                     ESD_ROW_CLEAN, (uint64_t)it),
+				                 0);
+			}
+			assert_int_equal(esd_cmeta_set_states(b, slots, NULL, ESD_ROW_CLEAN,
+			                                      (uint64_t)it, fb.f.n_pulls),
+			                 0);
+			for (size_t i = 0; i < n; i++) {
+				uint64_t r = esd_test_rand(&rng) % 16;
+				st[i] = r == 0 ? ESD_ROW_ABSENT : (uint8_t)(1 + r % 3);
+				assert_int_equal(esd_cmeta_set_state(a, fa.f.slots[i],
+				                                     (enum esd_row_state)st[i], 0),
+				                 0);
+			}
+			assert_int_equal(
+			    esd_cmeta_set_states(b, fb.f.slots, st, ESD_ROW_ABSENT, 0, n), 0);
+			/* some cached keys and some not, outdated */
+			size_t m =
+			    draw_keys(&rng, keys, esd_test_rand(&rng) % 40, (uint64_t)cap * 3);
+			size_t cached = 0;
+			for (size_t i = 0; i < m; i++)
+				cached += (size_t)esd_cmeta_mark_outdated(a, keys[i]);
+			assert_int_equal(esd_cmeta_mark_outdated_batch(b, keys, m), cached);
+			assert_memory_equal(a, b, len);
+			assert_int_equal(esd_cmeta_verify(b), 0);
+		}
+		/* a free slot stops the batch where the single call fails */
+		uint32_t free_slot = ESD_SLOT_NONE;
+		for (uint32_t i = 0; i < cap && free_slot == ESD_SLOT_NONE; i++)
+			if (esd_cmeta_slot(b, i)->state == ESD_ROW_ABSENT)
+				free_slot = i;
+		if (free_slot != ESD_SLOT_NONE) {
+			uint32_t bad[1] = {free_slot};
+			assert_int_equal(esd_cmeta_set_states(b, bad, NULL, ESD_ROW_CLEAN, 0, 1),
+			                 -EINVAL);
+		}
+		uint32_t out[1] = {cap};
+		assert_int_equal(esd_cmeta_set_states(b, out, NULL, ESD_ROW_CLEAN, 0, 1), -EINVAL);
+		assert_int_equal(esd_cmeta_set_states(NULL, out, NULL, ESD_ROW_CLEAN, 0, 1),
+		                 -EINVAL);
+		fill_free(&fa);
+		fill_free(&fb);
+		free(keys);
+		free(slots);
+		free(st);
+		free(m1);
+		free(m2);
+	}
+}
+
 static void test_determinism_and_copy(void **state)
 {
 	(void)state;
@@ -738,6 +818,7 @@ int main(void)
 	    cmocka_unit_test(test_dirty_victims),       cmocka_unit_test(test_emark_rule),
 	    cmocka_unit_test(test_lookahead_rule),      cmocka_unit_test(test_determinism_and_copy),
 	    cmocka_unit_test(test_attach_validation),   cmocka_unit_test(test_policy_names),
+	    cmocka_unit_test(test_batched_calls),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

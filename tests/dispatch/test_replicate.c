@@ -61,6 +61,12 @@ static void test_keytab_replicate(void **state)
 	for (uint32_t i = 0; i < 5000; i += 97)
 		assert_int_equal(esd_keytab_find(kt, many[i]), 3 + i);
 	assert_int_equal(esd_keytab_find(kt, 10), 0);
+	/* the next build starts from an empty table: none of them is left */
+	assert_int_equal(esd_keytab_build(kt, &b, 3), 0);
+	assert_int_equal(esd_keytab_count(kt), 3);
+	for (uint32_t i = 0; i < 5000; i += 7)
+		assert_int_equal(esd_keytab_find(kt, many[i]), -1);
+	assert_int_equal(esd_keytab_find(kt, 12), 2);
 	esd_keytab_free(kt);
 }
 

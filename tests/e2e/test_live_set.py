@@ -68,9 +68,17 @@ def wait_iter(ps, it, deadline):
         time.sleep(0.02)
 
 
-def policies(c):
-    return [ctl(os.path.join(c.node_dir(w), "control.sock"), "status")["policy"]
-            for w in range(4)]
+def policies(c, want=None, wait_s=5.0):
+    """Every node's cache policy; with want, polled until all report it
+    (the PS reaching the switch iteration does not mean every node has
+    started it yet) or wait_s passes."""
+    end = time.time() + wait_s
+    while True:
+        got = [ctl(os.path.join(c.node_dir(w), "control.sock"), "status")["policy"]
+               for w in range(4)]
+        if want is None or got == [want] * 4 or time.time() > end:
+            return got
+        time.sleep(0.02)
 
 
 def main():
@@ -118,13 +126,13 @@ def main():
             # the policy switch is visible on every node once it is in effect
             if at.get("method"):
                 wait_iter(ps, at["method"], deadline)
-                pols = policies(c)
+                pols = policies(c, "lru")
                 env.check(pols == ["lru"] * 4, "every node's cache policy is lru: %s" % pols)
             # to and from lookahead: the hints start and stop at the switch
             at["lookahead"] = set_live(env, ps, "cache.policy", "lookahead", deadline)
             if at["lookahead"]:
                 wait_iter(ps, at["lookahead"], deadline)
-                pols = policies(c)
+                pols = policies(c, "lookahead")
                 env.check(pols == ["lookahead"] * 4, "every node's cache policy is lookahead: "
                           "%s" % pols)
             at["emark"] = set_live(env, ps, "cache.policy", "emark", deadline)

@@ -1,0 +1,249 @@
+/*
+ * bench_step: the whole dispatch step (esd_dispatcher_step) at one size,
+ * repeated, with per-phase medians - the driver for instruction counts
+ * (valgrind --tool=callgrind --collect-atstart=no
+ * --toggle-collect=measured_steps) and for quick timings of one
+ * configuration, e.g. the issue-3 step (hybrid 0.25 on the ESD matrix,
+ * LRU) or issue 10's default (opt on the shared-charge matrix with local
+ * search, unequal sizes, emark).
+ *
+ * Batches are Criteo-shaped as in bench_dispatch (26 tables with Criteo
+ * Kaggle's cardinalities, power-law ids, seeded) and generated before the
+ * measured steps, so the measured function runs nothing but steps.
+ */
+#include <esd/clock.h>
+#include <esd/dispatch_snap.h>
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const uint64_t criteo_rows[26] = {
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
+
+static uint64_t rng_next(uint64_t *st)
+{
+	uint64_t z = (*st += UINT64_C(0x9E3779B97F4A7C15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+static uint64_t zipf(uint64_t *rng, double skew, uint64_t N)
+{
+	double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53;
+	double e = 1.0 - skew;
+	double x = pow(1.0 + u * (pow((double)N + 1.0, e) - 1.0), 1.0 / e);
+	uint64_t r = (uint64_t)x - 1;
+	return r < N ? r : N - 1;
+}
+
+static void gen_batch(uint64_t *rng, double skew, uint64_t scale, uint32_t k, uint32_t *off,
+                      esd_key_t *keys)
+{
+	off[0] = 0;
+	for (uint32_t i = 0; i < k; i++) {
+		for (uint32_t t = 0; t < 26; t++) {
+			uint64_t rows = criteo_rows[t] / scale;
+			keys[i * 26 + t] = esd_key_make(t, zipf(rng, skew, rows ? rows : 1));
+		}
+		off[i + 1] = (i + 1) * 26;
+	}
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static double med(int64_t *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+	return (double)v[n / 2] / 1e6;
+}
+
+static int64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct run {
+	struct esd_dispatcher *d;
+	struct esd_batch *b;
+	uint32_t *assign;
+	int steps;
+	int64_t *ph[7]; /* keytab fill matrix solve advance total cpu */
+	int64_t cost;
+};
+
+__attribute__((noinline)) static int measured_steps(struct run *r)
+{
+	for (int s = 0; s < r->steps; s++) {
+		int64_t c0 = cpu_ns();
+		int rc = esd_dispatcher_step(r->d, &r->b[s], r->assign, NULL);
+		int64_t c1 = cpu_ns();
+		if (rc)
+			return rc;
+		const struct esd_dispatch_counters *ct = esd_dispatcher_counters(r->d);
+		r->ph[0][s] = ct->last.keytab;
+		r->ph[1][s] = ct->last.fill;
+		r->ph[2][s] = ct->last.matrix;
+		r->ph[3][s] = ct->last.solve;
+		r->ph[4][s] = ct->last.advance;
+		r->ph[5][s] = ct->last.total;
+		r->ph[6][s] = c1 - c0;
+		r->cost += ct->true_cost;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	uint32_t n = 8, m = 128, cache_rows = 1u << 18;
+	uint32_t capf = 0, caps = 0;
+	int steps = 50, warmup = 30, shared = 0;
+	uint64_t ls = 0, scale = 1;
+	double skew = 1.3, alpha = 0.25;
+	enum esd_method method = ESD_METHOD_HYBRID;
+	enum esd_policy pol = ESD_POLICY_LRU;
+	static const struct option opts[] = {{"m", required_argument, 0, 'm'},
+	                                     {"steps", required_argument, 0, 'r'},
+	                                     {"warmup", required_argument, 0, 'w'},
+	                                     {"skew", required_argument, 0, 's'},
+	                                     {"scale", required_argument, 0, 'S'},
+	                                     {"cache-rows", required_argument, 0, 'c'},
+	                                     {"method", required_argument, 0, 'M'},
+	                                     {"alpha", required_argument, 0, 'a'},
+	                                     {"shared", no_argument, 0, 'x'},
+	                                     {"ls", required_argument, 0, 'l'},
+	                                     {"sizes", required_argument, 0, 'z'},
+	                                     {"policy", required_argument, 0, 'p'},
+	                                     {0, 0, 0, 0}};
+	int o;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'm':
+			m = (uint32_t)atoi(optarg);
+			break;
+		case 'r':
+			steps = atoi(optarg);
+			break;
+		case 'w':
+			warmup = atoi(optarg);
+			break;
+		case 's':
+			skew = atof(optarg);
+			break;
+		case 'S':
+			scale = (uint64_t)atoll(optarg);
+			break;
+		case 'c':
+			cache_rows = (uint32_t)atoi(optarg);
+			break;
+		case 'M':
+			if (esd_method_parse(optarg, &method)) {
+				fprintf(stderr, "bad method %s\n", optarg);
+				return 2;
+			}
+			break;
+		case 'a':
+			alpha = atof(optarg);
+			break;
+		case 'x':
+			shared = 1;
+			break;
+		case 'l':
+			ls = (uint64_t)atoll(optarg);
+			break;
+		case 'z':
+			if (sscanf(optarg, "%u/%u", &capf, &caps) != 2) {
+				fprintf(stderr, "--sizes FAST/SLOW\n");
+				return 2;
+			}
+			break;
+		case 'p':
+			if (esd_policy_parse(optarg, &pol)) {
+				fprintf(stderr, "bad policy %s\n", optarg);
+				return 2;
+			}
+			break;
+		default:
+			fprintf(stderr,
+			        "usage: bench_step [--m M] [--steps S] [--warmup W] [--skew X] "
+			        "[--scale D] [--cache-rows C]\n"
+			        "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
+			        "[--ls N] [--sizes F/S] [--policy lru|emark|...]\n");
+			return 2;
+		}
+	}
+	if (steps < 1)
+		steps = 1;
+	const uint32_t k = m * n;
+	uint32_t cap[8];
+	if (capf + caps) {
+		if (4 * (capf + caps) != k) {
+			fprintf(stderr, "--sizes: 4 x (F + S) must be k = %u\n", k);
+			return 2;
+		}
+		for (uint32_t j = 0; j < n; j++)
+			cap[j] = j < 4 ? capf : caps;
+	}
+	const int64_t T[8] = {3277, 3277, 3277, 3277, 32768, 32768, 32768, 32768};
+	uint32_t capc[8];
+	for (uint32_t j = 0; j < n; j++)
+		capc[j] = cache_rows;
+	struct esd_snapset *ss;
+	if (esd_snapset_create(n, capc, pol, &ss))
+		return 1;
+	struct esd_dispatcher_config cfg = {.n = n,
+	                                    .cap = capf + caps ? cap : NULL,
+	                                    .T = T,
+	                                    .method = method,
+	                                    .hybrid = {alpha, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+	                                    .seed = 1,
+	                                    .sync = ESD_SYNC_ON_DEMAND,
+	                                    .matrix = shared ? ESD_MATRIX_SHARED : ESD_MATRIX_PAPER,
+	                                    .ls_evals = ls};
+	struct run r = {.steps = steps};
+	if (esd_dispatcher_create(&cfg, ss, &r.d))
+		return 1;
+	const int nb = warmup + steps;
+	r.b = calloc((size_t)nb, sizeof(*r.b));
+	r.assign = malloc(k * sizeof(uint32_t));
+	if (!r.b || !r.assign)
+		return 1;
+	uint64_t rng = UINT64_C(0x5eed) + m;
+	for (int s = 0; s < nb; s++) {
+		uint32_t *off = malloc((k + 1) * sizeof(uint32_t));
+		esd_key_t *keys = malloc((size_t)k * 26 * sizeof(esd_key_t));
+		if (!off || !keys)
+			return 1;
+		gen_batch(&rng, skew, scale, k, off, keys);
+		r.b[s] = (struct esd_batch){k, off, keys};
+	}
+	for (int q = 0; q < 7; q++)
+		if (!(r.ph[q] = malloc((size_t)steps * sizeof(int64_t))))
+			return 1;
+	for (int s = 0; s < warmup; s++)
+		if (esd_dispatcher_step(r.d, &r.b[s], r.assign, NULL))
+			return 1;
+	r.b += warmup;
+	int rc = measured_steps(&r);
+	if (rc) {
+		fprintf(stderr, "step: %s\n", strerror(-rc));
+		return 1;
+	}
+	printf("k %u steps %d: keytab %.3f fill %.3f matrix %.3f solve %.3f advance %.3f "
+	       "total %.3f cpu %.3f ms (medians); true cost sum %lld\n",
+	       k, steps, med(r.ph[0], steps), med(r.ph[1], steps), med(r.ph[2], steps),
+	       med(r.ph[3], steps), med(r.ph[4], steps), med(r.ph[5], steps), med(r.ph[6], steps),
+	       (long long)r.cost);
+	return 0;
+}
