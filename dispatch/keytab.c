@@ -306,29 +306,9 @@ void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *
 	}
 }
 
-int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
-                      int64_t *cost)
+void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
+                     uint32_t n, int64_t *cost)
 {
-	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
-		return -EINVAL;
-	const uint32_t n = kt->n;
-	int64_t tmax = 0;
-	for (uint32_t j = 0; j < n; j++) {
-		if (T[j] < 0 || T[j] > ESD_COST_MAX)
-			return -EINVAL;
-		if (T[j] > tmax)
-			tmax = T[j];
-	}
-	uint32_t maxlen = 0;
-	for (uint32_t i = 0; i < b->k; i++)
-		if (b->off[i + 1] - b->off[i] > maxlen)
-			maxlen = b->off[i + 1] - b->off[i];
-	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax))
-		return -EOVERFLOW;
-
-	int64_t *vec = kt->vec;
-	esd_keytab_charges(kt, T, vec);
-	const uint32_t *occ = kt->occ;
 	if (n == 8) {
 		/* the common case (the paper's 8 workers): four 2-lane adds per
 		 * key occurrence (GNU vector extension, SSE2 on x86-64) */
@@ -353,7 +333,7 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 			memcpy(row + 4, &a2, 16);
 			memcpy(row + 6, &a3, 16);
 		}
-		return 0;
+		return;
 	}
 	for (uint32_t i = 0; i < b->k; i++) {
 		int64_t *row = cost + (size_t)i * n;
@@ -364,6 +344,32 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 				row[j] += v[j];
 		}
 	}
+}
+
+int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                      int64_t *cost)
+{
+	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
+		return -EINVAL;
+	const uint32_t n = kt->n;
+	int64_t tmax = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (T[j] < 0 || T[j] > ESD_COST_MAX)
+			return -EINVAL;
+		if (T[j] > tmax)
+			tmax = T[j];
+	}
+	uint32_t maxlen = 0;
+	for (uint32_t i = 0; i < b->k; i++)
+		if (b->off[i + 1] - b->off[i] > maxlen)
+			maxlen = b->off[i + 1] - b->off[i];
+	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax))
+		return -EOVERFLOW;
+
+	int64_t *vec = kt->vec;
+	esd_keytab_charges(kt, T, vec);
+	const uint32_t *occ = kt->occ;
+	esd_costmat_sum(b, occ, vec, n, cost);
 	return 0;
 }
 

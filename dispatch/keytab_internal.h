@@ -38,6 +38,11 @@ int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
 
+/* cost[i * n + j] = the sum over sample i's key occurrences of vec[u * n + j]
+ * (per-key charges, count x n): the matrices' common last pass. */
+void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
+                     uint32_t n, int64_t *cost);
+
 /* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
 void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 

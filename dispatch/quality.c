@@ -84,42 +84,7 @@ int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch
 			}
 		}
 	}
-	if (n == 8) {
-		/* the paper's 8 workers: four 2-lane adds per key occurrence, as
-		 * esd_costmat_build */
-		typedef int64_t v2 __attribute__((vector_size(16)));
-		for (uint32_t i = 0; i < b->k; i++) {
-			v2 a0 = {0, 0}, a1 = {0, 0}, a2 = {0, 0}, a3 = {0, 0};
-			for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
-				const int64_t *v = vec + (size_t)occ[p] * 8;
-				v2 x0, x1, x2, x3;
-				memcpy(&x0, v, 16);
-				memcpy(&x1, v + 2, 16);
-				memcpy(&x2, v + 4, 16);
-				memcpy(&x3, v + 6, 16);
-				a0 += x0;
-				a1 += x1;
-				a2 += x2;
-				a3 += x3;
-			}
-			int64_t *row = cost + (size_t)i * 8;
-			memcpy(row, &a0, 16);
-			memcpy(row + 2, &a1, 16);
-			memcpy(row + 4, &a2, 16);
-			memcpy(row + 6, &a3, 16);
-		}
-		free(cnt);
-		return 0;
-	}
-	for (uint32_t i = 0; i < b->k; i++) {
-		int64_t *row = cost + (size_t)i * n;
-		memset(row, 0, n * sizeof(int64_t));
-		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
-			const int64_t *v = vec + (size_t)occ[p] * n;
-			for (uint32_t j = 0; j < n; j++)
-				row[j] += v[j];
-		}
-	}
+	esd_costmat_sum(b, occ, vec, n, cost);
 	free(cnt);
 	return 0;
 }
