@@ -346,14 +346,13 @@ void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64
 	}
 }
 
-int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
-                      int64_t *cost)
+int esd_costmat_check(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                      const int64_t *cost, int64_t scale)
 {
 	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
-	const uint32_t n = kt->n;
 	int64_t tmax = 0;
-	for (uint32_t j = 0; j < n; j++) {
+	for (uint32_t j = 0; j < kt->n; j++) {
 		if (T[j] < 0 || T[j] > ESD_COST_MAX)
 			return -EINVAL;
 		if (T[j] > tmax)
@@ -363,8 +362,18 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 	for (uint32_t i = 0; i < b->k; i++)
 		if (b->off[i + 1] - b->off[i] > maxlen)
 			maxlen = b->off[i + 1] - b->off[i];
-	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax))
+	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax * scale))
 		return -EOVERFLOW;
+	return 0;
+}
+
+int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                      int64_t *cost)
+{
+	int rc = esd_costmat_check(kt, b, T, cost, 1);
+	if (rc)
+		return rc;
+	const uint32_t n = kt->n;
 
 	int64_t *vec = kt->vec;
 	esd_keytab_charges(kt, T, vec);

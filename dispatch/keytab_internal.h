@@ -38,6 +38,12 @@ int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
 
+/* The matrices' common checks: -EINVAL (NULL, a batch that is not the
+ * table's, a T outside [0, ESD_COST_MAX]), -EOVERFLOW (a sample whose keys
+ * times 2 x max T x scale exceed ESD_COST_MAX), else 0. */
+int esd_costmat_check(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
+                      const int64_t *cost, int64_t scale);
+
 /* cost[i * n + j] = the sum over sample i's key occurrences of vec[u * n + j]
  * (per-key charges, count x n): the matrices' common last pass. */
 void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,

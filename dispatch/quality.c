@@ -40,22 +40,10 @@ const char *esd_matrix_name(enum esd_matrix m)
 int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch *b,
                              const int64_t *T, int64_t *cost)
 {
-	if (!kt || !b || !T || !cost || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
-		return -EINVAL;
+	int rc = esd_costmat_check(kt, b, T, cost, ESD_SHARED_SCALE);
+	if (rc)
+		return rc;
 	const uint32_t n = kt->n;
-	int64_t tmax = 0;
-	for (uint32_t j = 0; j < n; j++) {
-		if (T[j] < 0 || T[j] > ESD_COST_MAX)
-			return -EINVAL;
-		if (T[j] > tmax)
-			tmax = T[j];
-	}
-	uint32_t maxlen = 0;
-	for (uint32_t i = 0; i < b->k; i++)
-		if (b->off[i + 1] - b->off[i] > maxlen)
-			maxlen = b->off[i + 1] - b->off[i];
-	if (tmax && (int64_t)maxlen > ESD_COST_MAX / (2 * tmax * ESD_SHARED_SCALE))
-		return -EOVERFLOW;
 	uint32_t *cnt = calloc(kt->count ? kt->count : 1, sizeof(uint32_t));
 	if (!cnt)
 		return -ENOMEM;

@@ -323,8 +323,10 @@ static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int6
 	return esd_opt_ssp(s, cost, k, n, capv, assign);
 }
 
-int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
-                  const uint32_t *cap, uint32_t *assign)
+/* opt or hungarian on the whole matrix; offload: through s->exact if set */
+static int solve_whole(struct esd_solver *s, enum esd_opt_backend b, bool offload,
+                       const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
+                       uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)
@@ -335,7 +337,13 @@ int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 	memset(&s->st, 0, sizeof(s->st));
 	s->st.regret_cut = -1;
 	int64_t t0 = esd_now_ns();
-	if ((rc = opt_dispatch(s, ESD_OPT_SSP, cost, k, n, capv, assign)))
+	if (offload)
+		rc = opt_dispatch(s, b, cost, k, n, capv, assign);
+	else if (b == ESD_OPT_HUNGARIAN)
+		rc = esd_opt_hungarian(s, cost, k, n, capv, assign);
+	else
+		rc = esd_opt_ssp(s, cost, k, n, capv, assign);
+	if (rc)
 		return rc;
 	s->st.opt_ns = s->st.total_ns = esd_now_ns() - t0;
 	s->st.opt_rows = k;
@@ -343,24 +351,17 @@ int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_
 	return 0;
 }
 
+int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
+                  const uint32_t *cap, uint32_t *assign)
+{
+	return solve_whole(s, ESD_OPT_SSP, true, cost, k, n, cap, assign);
+}
+
+/* the reference: never offloaded */
 int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                         const uint32_t *cap, uint32_t *assign)
 {
-	uint32_t capv[ESD_MAX_WORKERS];
-	if (!s || !cost)
-		return -EINVAL;
-	int rc = esd_solve_check(cost, k, n, cap, assign, capv);
-	if (rc)
-		return rc;
-	memset(&s->st, 0, sizeof(s->st));
-	s->st.regret_cut = -1;
-	int64_t t0 = esd_now_ns();
-	if ((rc = esd_opt_hungarian(s, cost, k, n, capv, assign)))
-		return rc;
-	s->st.opt_ns = s->st.total_ns = esd_now_ns() - t0;
-	s->st.opt_rows = k;
-	s->st.cost = esd_assign_cost(cost, k, n, assign);
-	return 0;
+	return solve_whole(s, ESD_OPT_HUNGARIAN, false, cost, k, n, cap, assign);
 }
 
 int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
