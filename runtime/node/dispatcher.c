@@ -57,6 +57,11 @@ struct disp {
 	uint64_t *vvals[SAVED_GENS];
 	size_t nvers[SAVED_GENS], capvers[SAVED_GENS];
 	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
+	/* the live settings in effect at each saved boundary (esdctl set):
+	 * a resume there returns to them */
+	enum esd_method saved_method[SAVED_GENS];
+	double saved_alpha[SAVED_GENS];
+	enum esd_policy saved_policy[SAVED_GENS];
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
 	int64_t gpu_deadline_ns;
@@ -127,6 +132,9 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 		}
 		ds->nvers[g] = esd_snapset_versions(ds->ss, ds->vkeys[g], ds->vvals[g], nv);
 	}
+	ds->saved_method[g] = ds->dc.method;
+	ds->saved_alpha[g] = ds->dc.hybrid.alpha;
+	ds->saved_policy[g] = ds->policy;
 	ds->saved_iter[g] = iter;
 	ds->saved_ok[g] = true;
 	return 0;
@@ -615,12 +623,30 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 {
 	struct disp *ds = nd->disp;
 	stop_thread(nd);
-	if (saved_gen(ds, iter) < 0) {
+	const int g = saved_gen(ds, iter);
+	if (g < 0) {
 		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at "
 			"%llu and %llu only", (unsigned long long)iter,
 			(unsigned long long)ds->saved_iter[0], (unsigned long long)ds->saved_iter[1]);
 		return -ESTALE;
 	}
+	/* back to the settings of the boundary: a change esdctl made after it
+	 * is gone with the PS's memory (the restarted shard knows none) */
+	if (ds->dc.method != ds->saved_method[g] || ds->dc.hybrid.alpha != ds->saved_alpha[g] ||
+	    ds->policy != ds->saved_policy[g])
+		ESD_WARN("dispatch", "resuming at iteration %llu with its settings: method %s, "
+			 "alpha %g, policy %s (a later esdctl set is undone)",
+			 (unsigned long long)iter, esd_method_name(ds->saved_method[g]),
+			 ds->saved_alpha[g], esd_policy_name(ds->saved_policy[g]));
+	ds->dc.method = ds->saved_method[g];
+	ds->dc.hybrid.alpha = ds->saved_alpha[g];
+	ds->policy = ds->saved_policy[g];
+	pthread_mutex_lock(&nd->qmu);
+	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->dc.method));
+	nd->job.alpha = ds->dc.hybrid.alpha;
+	nd->job.policy = ds->policy;
+	nd->set_at = 0; /* a change announced for later is dropped too */
+	pthread_mutex_unlock(&nd->qmu);
 	ds->restore_iter = iter;
 	int rc = make_engine(ds, true);
 	if (rc)

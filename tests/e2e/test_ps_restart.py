@@ -10,6 +10,7 @@ usage: test_ps_restart.py BIN_DIR
 """
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -30,7 +31,61 @@ def main():
     for tag, over in CASES:
         restart_case(env, tag, over)
     het_stale_refused(env)
+    setting_undone(env)
     return env.finish()
+
+
+def wait_ps(sock, it, limit_s=60):
+    got, t0 = 0, time.time()
+    while got < it and time.time() - t0 < limit_s:
+        try:
+            got = ctl(sock, "status")["iteration"]
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return got
+
+
+def setting_undone(env):
+    """esdctl set after the last checkpoint, then the PS dies: every node
+    resumes with the settings of the checkpoint boundary (emulated compute:
+    slow enough to place the change and the kill between two checkpoints;
+    its zero gradients leave the tables as they are, so the checks are the
+    settings and the agreeing digests)."""
+    s = env.settings(job__iterations=120, ps__checkpoint_every=40)
+    from esdcluster import Cluster
+    work = os.path.join(env.root, "undone")
+    ck = os.path.join(work, "ckpt")
+    os.makedirs(ck, exist_ok=True)
+    s["ps.checkpoint_dir"] = ck
+    try:
+        with Cluster(env.bin, work, s, emulate_ns=200000) as c:
+            c.start()
+            sock = os.path.join(work, "ps0.sock")
+            wait_ps(sock, 44)
+            r = subprocess.run([os.path.join(env.bin, "esdctl"), "--socket", sock, "set",
+                                "dispatch.method", "opt"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=30)
+            at = int(r.stdout.split("from iteration")[1].split()[0]) if r.returncode == 0 \
+                else None
+            env.check(at is not None and 40 < at < 80, "undone: method opt scheduled at %s "
+                      "(%s)" % (at, r.stderr.strip()))
+            wait_ps(sock, (at or 60) + 2)
+            c.kill("ps0", signal.SIGKILL)
+            time.sleep(0.3)
+            c.start_ps(0, restore=True)
+            c.wait(timeout=120)
+            sums = c.summaries()
+        with open(os.path.join(work, "esdd1.log")) as f:
+            log = f.read()
+        env.check("a later esdctl set is undone" in log and "method hybrid" in log,
+                  "undone: the nodes resumed at 40 with the method of that boundary")
+        env.check(all(sm["method"] == "hybrid" for sm in sums),
+                  "undone: every summary says hybrid: %s" % [sm["method"] for sm in sums])
+        env.check(all(sm["iterations"] == 120 for sm in sums),
+                  "undone: every node ends the job (the decision digests agreed)")
+    except (ClusterError, subprocess.TimeoutExpired, IndexError, ValueError) as e:
+        env.check(False, "undone: %s" % e)
 
 
 def het_stale_refused(env):
