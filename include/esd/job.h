@@ -57,6 +57,10 @@ struct esd_job {
 	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */
 	uint64_t global_batch;           /* k */
 	uint64_t rate_bps[ESD_MAX_WORKERS];
+	/* workers.split = link-aware with workers.size_model = FIXED,PER_SAMPLE:
+	 * batch[] is re-split from the rates (esd_job_resplit) */
+	bool split_link_aware;
+	double size_fixed_rows, size_rows_per_sample;
 	uint64_t compute_ns_per_sample;
 	/* [model] */
 	uint32_t dim;
@@ -119,6 +123,14 @@ uint32_t esd_shard_of(esd_key_t key, uint32_t nshards);
 
 /* 64-bit digest of every setting that must agree across the job. */
 uint64_t esd_job_digest(const struct esd_job *job);
+
+/* workers.split = link-aware: batch[] again from rate_bps[] (same global
+ * batch), as at load; a no-op for equal splits. Returns 0 or -EINVAL. */
+int esd_job_resplit(struct esd_job *job);
+
+/* One bit rate per worker ("5G,0.5G,..."; one value for all) into out[n],
+ * as workers.rates. Returns 0 or -EINVAL. */
+int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out);
 
 /* "on-demand", "full-set" or "het" for the job's sync setting. */
 const char *esd_job_sync_name(const struct esd_job *job);

@@ -62,8 +62,9 @@ extern "C" {
 /* Longest ERROR text and most STATS entries a frame may carry. */
 #define ESD_PROTO_MAX_ERROR_TEXT 1024u
 #define ESD_PROTO_MAX_STATS      16u
-/* Longest key and value of a SETTING (bytes, no NUL). */
-#define ESD_PROTO_MAX_SETTING 64u
+/* Longest key and value of a SETTING (bytes, no NUL): room for
+ * workers.rates, one decimal bit rate per worker. */
+#define ESD_PROTO_MAX_SETTING 1024u
 
 enum esd_op {
 	ESD_OP_HELLO = 1,      /* both ways: version, worker id, job token */

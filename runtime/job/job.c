@@ -121,12 +121,37 @@ static int link_aware_split(const struct esd_config *cfg, struct esd_job *j)
 			"per worker", (unsigned long long)j->global_batch);
 		return -EINVAL;
 	}
+	j->split_link_aware = true;
+	j->size_fixed_rows = v[0];
+	j->size_rows_per_sample = v[1];
+	return esd_job_resplit(j);
+}
+
+int esd_job_resplit(struct esd_job *j)
+{
+	if (!j->split_link_aware)
+		return 0;
 	int64_t T[ESD_MAX_WORKERS];
 	for (uint32_t w = 0; w < j->n; w++)
 		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
 	struct esd_size_model m = {.compute_ns = (double)j->compute_ns_per_sample,
-				   .fixed_rows = v[0], .rows_per_sample = v[1]};
+				   .fixed_rows = j->size_fixed_rows,
+				   .rows_per_sample = j->size_rows_per_sample};
 	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->global_batch, T, &m, 1, j->batch);
+}
+
+int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)
+{
+	char items[ESD_MAX_WORKERS][ESD_JOB_ADDR_LEN];
+	if (!s || !out || n == 0 || n > ESD_MAX_WORKERS)
+		return -EINVAL;
+	int cnt = split(s, items, ESD_MAX_WORKERS);
+	if (cnt != 1 && cnt != (int)n)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (esd_parse_rate(items[cnt == 1 ? 0 : i], &out[i]))
+			return -EINVAL;
+	return 0;
 }
 
 int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)

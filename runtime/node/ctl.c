@@ -31,6 +31,14 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
 	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
 	json_object_set_new(*resp, "cache_rows", json_integer((json_int_t)nd->job.cache_rows));
+	/* the decisions' per-worker sizes and link rates (workers.rates) */
+	json_t *b = json_array(), *r = json_array();
+	for (uint32_t w = 0; w < nd->job.n; w++) {
+		json_array_append_new(b, json_integer(nd->job.batch[w]));
+		json_array_append_new(r, json_integer((json_int_t)nd->job.rate_bps[w]));
+	}
+	json_object_set_new(*resp, "batch", b);
+	json_object_set_new(*resp, "rates", r);
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
 }
@@ -247,6 +255,8 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		{"method", "[dispatch] method", "dispatch.method"},
 		{"dispatch.alpha", "[dispatch] alpha", "dispatch.alpha"},
 		{"alpha", "[dispatch] alpha", "dispatch.alpha"},
+		{"workers.rates", "[workers] rates", "workers.rates"},
+		{"rates", "[workers] rates", "workers.rates"},
 	};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
 		if (strcmp(key, fixed[i][0]))
@@ -262,7 +272,7 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		return -ENOTSUP;
 	}
 	*err = "unknown setting; live here: link.rate (cache.policy, dispatch.method, "
-	       "dispatch.alpha: on PS shard 0's control socket)";
+	       "dispatch.alpha, workers.rates: on PS shard 0's control socket)";
 	return -ENOTSUP;
 }
 

@@ -43,6 +43,8 @@ struct disp {
 	struct esd_dispatch_counters base;
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
+	uint32_t batch[ESD_MAX_WORKERS]; /* the decisions' sizes (workers.rates) */
+	uint32_t max_batch;              /* the exchange area's samples */
 	uint64_t start_iter;
 	/* The last SAVED_GENS boundaries: the dispatcher runs up to ORDER_RING
 	 * iterations ahead, so it can pass boundary c before the PS has
@@ -62,6 +64,8 @@ struct disp {
 	enum esd_method saved_method[SAVED_GENS];
 	double saved_alpha[SAVED_GENS];
 	enum esd_policy saved_policy[SAVED_GENS];
+	uint64_t saved_rates[SAVED_GENS][ESD_MAX_WORKERS];
+	uint32_t saved_batch[SAVED_GENS][ESD_MAX_WORKERS];
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
 	int64_t gpu_deadline_ns;
@@ -135,6 +139,10 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	ds->saved_method[g] = ds->dc.method;
 	ds->saved_alpha[g] = ds->dc.hybrid.alpha;
 	ds->saved_policy[g] = ds->policy;
+	memcpy(ds->saved_batch[g], ds->batch, sizeof(ds->batch));
+	pthread_mutex_lock(&ds->nd->qmu);
+	memcpy(ds->saved_rates[g], ds->nd->job.rate_bps, sizeof(ds->saved_rates[g]));
+	pthread_mutex_unlock(&ds->nd->qmu);
 	ds->saved_iter[g] = iter;
 	ds->saved_ok[g] = true;
 	return 0;
@@ -313,7 +321,57 @@ static struct esd_dispatch_counters counters_of(const struct disp *ds)
  * but the counters, which restart). Policy: every snapshot switches here,
  * before the lookahead hints and the advance of iter; *set_policy tells
  * the main thread to switch the real cache at the same point. */
-static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy)
+/* workers.rates = val from iteration iter: every worker's row cost T_j
+ * and, with a link-aware split, the batch sizes (esd_job_resplit, the same
+ * on every node); the dispatcher is made again with them. */
+static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t *rate)
+{
+	struct node *nd = ds->nd;
+	pthread_mutex_lock(&nd->qmu);
+	struct esd_job j = nd->job;
+	pthread_mutex_unlock(&nd->qmu);
+	if (esd_job_parse_rates(val, j.n, j.rate_bps) || esd_job_resplit(&j))
+		return -EINVAL;
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < j.n; w++)
+		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
+	if (maxb * nd->tables + nd->nrep > j.cache_rows || maxb > ds->max_batch) {
+		ESD_ERR("dispatch", "iteration %llu: workers.rates = %s gives a worker %llu "
+			"samples: its %llu keys and %u hot rows exceed the cache's %llu rows, or "
+			"the exchange area's %u samples", (unsigned long long)iter, val,
+			(unsigned long long)maxb, (unsigned long long)(maxb * nd->tables), nd->nrep,
+			(unsigned long long)j.cache_rows, ds->max_batch);
+		return -ENOSPC;
+	}
+	for (uint32_t w = 0; w < j.n; w++)
+		ds->T[w] = (int64_t)esd_job_row_cost_ns(&j, w, esd_job_row_bytes(&j));
+	memcpy(ds->batch, j.batch, sizeof(ds->batch));
+	struct esd_dispatcher_config dc = ds->dc;
+	dc.T = ds->T;
+	dc.cap = ds->batch;
+	ds->base = counters_of(ds);
+	esd_dispatcher_free(ds->d);
+	ds->d = NULL;
+	int rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+	if (rc)
+		return rc;
+	ds->dc = dc;
+	pthread_mutex_lock(&nd->qmu);
+	memcpy(nd->job.rate_bps, j.rate_bps, sizeof(j.rate_bps));
+	memcpy(nd->job.batch, j.batch, sizeof(j.batch));
+	pthread_mutex_unlock(&nd->qmu);
+	*rate = j.rate_bps[nd->rank];
+	char sizes[ESD_MAX_WORKERS * 11 + 1];
+	size_t off = 0;
+	for (uint32_t w = 0; w < j.n; w++)
+		off += (size_t)snprintf(sizes + off, sizeof(sizes) - off, "%s%u", w ? "," : "",
+					j.batch[w]);
+	ESD_INFO("dispatch", "iteration %llu: workers.rates = %s, batch sizes %s",
+		 (unsigned long long)iter, val, sizes);
+	return 0;
+}
+
+static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate)
 {
 	struct node *nd = ds->nd;
 	char key[sizeof(nd->set_key)], val[sizeof(nd->set_value)];
@@ -329,6 +387,8 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy)
 	pthread_mutex_unlock(&nd->qmu);
 	if (!due)
 		return 0;
+	if (!strcmp(key, "workers.rates"))
+		return apply_rates(ds, iter, val, rate);
 	if (!strcmp(key, "cache.policy")) {
 		enum esd_policy p;
 		rc = esd_policy_parse(val, &p);
@@ -391,7 +451,8 @@ static void *disp_main(void *arg)
 	for (iter = ds->start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
 		int set_policy;
-		rc = apply_setting(ds, iter, &set_policy);
+		uint64_t rate = UINT64_MAX;
+		rc = apply_setting(ds, iter, &set_policy, &rate);
 		if (rc)
 			break;
 		bool lookahead = ds->policy == ESD_POLICY_LOOKAHEAD;
@@ -409,6 +470,8 @@ static void *disp_main(void *arg)
 		if (stop)
 			break;
 		o->set_policy = set_policy;
+		o->set_rate = rate != UINT64_MAX;
+		o->rate_bps = rate;
 		o->nahead = 0;
 		if (lookahead) {
 			/* hints from the next batch, on every snapshot and (in the
@@ -557,8 +620,10 @@ int node_dispatcher_start(struct node *nd)
 	rc = esd_conseq_create(&ds->cq);
 	if (rc)
 		goto err;
+	memcpy(ds->batch, j->batch, sizeof(ds->batch));
+	ds->max_batch = node_max_batch(nd);
 	ds->dc = (struct esd_dispatcher_config){
-		.n = j->n, .cap = j->batch, .T = ds->T, .seed = j->seed, .sync = j->sync,
+		.n = j->n, .cap = ds->batch, .T = ds->T, .seed = j->seed, .sync = j->sync,
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
@@ -641,7 +706,15 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 	ds->dc.method = ds->saved_method[g];
 	ds->dc.hybrid.alpha = ds->saved_alpha[g];
 	ds->policy = ds->saved_policy[g];
+	memcpy(ds->batch, ds->saved_batch[g], sizeof(ds->batch));
 	pthread_mutex_lock(&nd->qmu);
+	memcpy(nd->job.rate_bps, ds->saved_rates[g], sizeof(nd->job.rate_bps));
+	memcpy(nd->job.batch, ds->batch, sizeof(nd->job.batch));
+	for (uint32_t w = 0; w < nd->job.n; w++)
+		ds->T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		if (nd->link[s])
+			esd_link_set_rate(nd->link[s], nd->job.rate_bps[nd->rank]);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->dc.method));
 	nd->job.alpha = ds->dc.hybrid.alpha;
 	nd->job.policy = ds->policy;

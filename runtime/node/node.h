@@ -56,6 +56,9 @@ struct order {
 	bool checkpoint;     /* ... because it is a checkpoint boundary */
 	int set_policy;      /* esdctl set cache.policy: enum esd_policy from this
 			      * iteration on (after the lookahead hints), -1: none */
+	bool set_rate;       /* esdctl set workers.rates: this node's links shape at
+			      * rate_bps from this iteration on */
+	uint64_t rate_bps;
 	int64_t decide_ns;
 	size_t cap_m, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
 };
@@ -148,6 +151,16 @@ json_t *node_gpu_json(const struct node *nd);
  * order o to the real cache (main thread, after the lookahead hints). */
 int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setting *s);
 int node_setting_cache(struct node *nd, const struct order *o);
+
+/* Most samples one micro-batch can have: the largest batch size, or the
+ * global batch with a link-aware split (workers.rates may re-split it). */
+static inline uint32_t node_max_batch(const struct node *nd)
+{
+	uint32_t m = 0;
+	for (uint32_t w = 0; w < nd->job.n; w++)
+		m = nd->job.batch[w] > m ? nd->job.batch[w] : m;
+	return nd->job.split_link_aware ? (uint32_t)nd->job.global_batch : m;
+}
 
 struct disp;
 /* The signal that asked esdd to stop (SIGINT/SIGTERM), 0 while running. */

@@ -23,8 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_value(const char *key, const char *val)
+static int check_value(const struct node *nd, const char *key, const char *val)
 {
+	if (!strcmp(key, "workers.rates")) {
+		uint64_t r[ESD_MAX_WORKERS];
+		return esd_job_parse_rates(val, nd->job.n, r);
+	}
 	if (!strcmp(key, "dispatch.method")) {
 		enum esd_method m;
 		return esd_method_parse(val, &m);
@@ -49,7 +53,7 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	key[s->key_len] = 0;
 	memcpy(val, s->value, s->value_len);
 	val[s->value_len] = 0;
-	int rc = check_value(key, val);
+	int rc = check_value(nd, key, val);
 	if (rc) {
 		ESD_ERR("node", "barrier %llu: shard 0 announced %s setting %s = %s",
 		        (unsigned long long)iter, rc == -ENOENT ? "an unknown" : "a bad", key, val);
@@ -86,6 +90,15 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 
 int node_setting_cache(struct node *nd, const struct order *o)
 {
+	if (o->set_rate) { /* workers.rates: this node's links from this iteration */
+		pthread_mutex_lock(&nd->qmu);
+		for (uint32_t s = 0; s < nd->job.shards; s++)
+			if (nd->link[s])
+				esd_link_set_rate(nd->link[s], o->rate_bps);
+		pthread_mutex_unlock(&nd->qmu);
+		ESD_INFO("node", "iteration %llu: links shaped at %llu bit/s",
+		         (unsigned long long)o->iter, (unsigned long long)o->rate_bps);
+	}
 	if (o->set_policy < 0)
 		return 0;
 	esd_cache_meta_write_begin(nd->cache);

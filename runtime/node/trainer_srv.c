@@ -21,15 +21,13 @@
 int node_trainer_init(struct node *nd)
 {
 	struct esd_xchg_hdr h;
-	uint32_t maxb = 0;
+	const uint32_t maxb = node_max_batch(nd);
 	int rc;
 
 	nd->trainer_fd = -1;
 	rc = esd_nodedir_lock(nd->dir, &nd->lock_fd);
 	if (rc)
 		return rc;
-	for (uint32_t w = 0; w < nd->job.n; w++)
-		maxb = nd->job.batch[w] > maxb ? nd->job.batch[w] : maxb;
 	esd_xchg_layout(&h, maxb, nd->tables, nd->dense, nd->dense_params);
 	nd->xchg_fd = memfd_create("esd-xchg", MFD_CLOEXEC);
 	if (nd->xchg_fd < 0)

@@ -208,6 +208,13 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	 * schedule it the same way (a change past the last iteration waits
 	 * for nothing and is dropped with a note) */
 	if (ps->set_pending && ps->set_at && t >= ps->set_at) {
+		if (!strcmp(ps->set_key, "workers.rates") &&
+		    !esd_job_parse_rates(ps->set_value, ps->job.n, ps->job.rate_bps))
+			/* the replies of iteration set_at on at the new rates */
+			for (int i = 0; i < ps->nlinks; i++)
+				if (ps->links[i].worker >= 0)
+					esd_link_set_rate(ps->links[i].link,
+							  ps->job.rate_bps[ps->links[i].worker]);
 		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->set_key,
 			 ps->set_value, (unsigned long long)ps->set_at);
 		ps->set_pending = false;

@@ -408,7 +408,7 @@ int esdctl_dispatch(const struct esdctl *ctl)
 static bool is_ps_setting(const char *key)
 {
 	static const char *const k[] = {"dispatch.method", "dispatch.alpha", "cache.policy",
-					"method", "alpha", "policy"};
+					"workers.rates", "method", "alpha", "policy", "rates"};
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (!strcmp(key, k[i]))
 			return true;
