@@ -233,16 +233,25 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		*err = "set needs \"key\" and \"value\" strings";
 		return -EINVAL;
 	}
-	if (!strcmp(key, "link.rate")) {
+	/* link.rate: this node's shaping only (timing; the testbed's --netns
+	 * turns the buckets off with 0); worker.rate: the same, and reported
+	 * to shard 0 so that every node's decisions take it (workers.rates) */
+	const bool report = !strcmp(key, "worker.rate");
+	if (!strcmp(key, "link.rate") || report) {
 		uint64_t r;
 		if (esd_parse_rate(val, &r)) {
-			*err = "link.rate: not a bit rate (e.g. 500M, 5G)";
+			*err = report ? "worker.rate: not a bit rate (e.g. 500M, 5G)"
+				      : "link.rate: not a bit rate (e.g. 500M, 5G)";
 			return -EINVAL;
 		}
 		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
 			if (nd->link[s])
 				esd_link_set_rate(nd->link[s], r);
+		if (report) { /* sent with the next barrier (iter.c) */
+			nd->rate_report = true;
+			nd->rate_report_bps = r;
+		}
 		pthread_mutex_unlock(&nd->qmu);
 		*resp = json_pack("{s:s, s:I, s:b}", "key", key, "rate_bps", (json_int_t)r, "live",
 				  1);
@@ -271,8 +280,8 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		       "the job";
 		return -ENOTSUP;
 	}
-	*err = "unknown setting; live here: link.rate (cache.policy, dispatch.method, "
-	       "dispatch.alpha, workers.rates: on PS shard 0's control socket)";
+	*err = "unknown setting; live here: link.rate, worker.rate (cache.policy, "
+	       "dispatch.method, dispatch.alpha, workers.rates: on PS shard 0's control socket)";
 	return -ENOTSUP;
 }
 

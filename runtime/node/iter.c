@@ -146,6 +146,19 @@ static int barrier(struct exec *x, const struct order *o)
 	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank,
 				 .checkpoint = nd->flag_next_barrier};
 	nd->flag_next_barrier = false;
+	/* a link rate set on this node goes to shard 0 ahead of the barrier */
+	pthread_mutex_lock(&nd->qmu);
+	bool report = nd->rate_report;
+	uint64_t rate = nd->rate_report_bps;
+	nd->rate_report = false;
+	pthread_mutex_unlock(&nd->qmu);
+	if (report) {
+		char v[32];
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)rate);
+		int rc = esd_enc_setting(&x->sb[0].b, o->iter, "link.rate", v);
+		if (rc)
+			return rc;
+	}
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		int rc = esd_enc_barrier(&x->sb[s].b, &br);
 		if (rc)

@@ -112,6 +112,11 @@ struct node {
 	 * barrier ACK: the dispatcher applies it when it starts deciding
 	 * iteration set_at (0: none); under qmu (settings.c) */
 	uint64_t set_at;
+	/* esdctl set worker.rate on this node: reported to shard 0 with the
+	 * next barrier (a SETTING frame "link.rate"), which makes it the
+	 * worker's rate in every node's decisions (workers.rates); under qmu */
+	bool rate_report;
+	uint64_t rate_report_bps;
 	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
 
 	/* PS links, one per shard */

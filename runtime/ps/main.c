@@ -166,29 +166,17 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		/* live link rates: every node's row costs (and, with a
 		 * link-aware split, batch sizes) and every link's shaping */
 		key = "workers.rates";
-		struct esd_job j = ps->job;
-		if (esd_job_parse_rates(val, j.n, j.rate_bps)) {
+		uint64_t rates[ESD_MAX_WORKERS];
+		if (esd_job_parse_rates(val, ps->job.n, rates)) {
 			snprintf(msg, sizeof(msg), "workers.rates: expected %u bit rates (e.g. "
-				 "5G,0.5G) or one for all", j.n);
+				 "5G,0.5G) or one for all", ps->job.n);
 			*err = msg;
 			return -EINVAL;
 		}
-		int rc = esd_job_resplit(&j);
-		uint64_t maxb = 0;
-		for (uint32_t w = 0; w < j.n; w++)
-			maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
-		if (rc || maxb * ps->tables > ps->cache_rows) {
-			snprintf(msg, sizeof(msg), "workers.rates: the link-aware sizes give a "
-				 "worker %llu samples, %llu keys, above the caches' %llu rows",
-				 (unsigned long long)maxb, (unsigned long long)(maxb * ps->tables),
-				 (unsigned long long)ps->cache_rows);
+		if (ps_rates_value(ps, rates, canon, sizeof(canon), msg, sizeof(msg))) {
 			*err = msg;
 			return -EINVAL;
 		}
-		size_t off = 0;
-		for (uint32_t w = 0; w < j.n && off < sizeof(canon); w++)
-			off += (size_t)snprintf(canon + off, sizeof(canon) - off, "%s%llu",
-						w ? "," : "", (unsigned long long)j.rate_bps[w]);
 	} else {
 		*err = "unknown setting; the PS schedules dispatch.method, dispatch.alpha, "
 		       "cache.policy and workers.rates (link.rate is set on each esdd's socket)";

@@ -219,6 +219,25 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			 ps->set_value, (unsigned long long)ps->set_at);
 		ps->set_pending = false;
 		ps->set_at = 0;
+	} else if (!ps->set_pending && ps->rate_req_mask) {
+		/* the daemons' reported link rates become one workers.rates
+		 * change, scheduled below by the next barrier */
+		uint64_t rates[ESD_MAX_WORKERS];
+		memcpy(rates, ps->job.rate_bps, sizeof(rates));
+		for (uint32_t w = 0; w < ps->job.n; w++)
+			if (ps->rate_req_mask >> w & 1)
+				rates[w] = ps->rate_req[w];
+		ps->rate_req_mask = 0;
+		char msg[256];
+		if (ps_rates_value(ps, rates, ps->set_value, sizeof(ps->set_value), msg,
+				   sizeof(msg))) {
+			ESD_ERR("ps", "reported link rates not applied: %s", msg);
+		} else {
+			snprintf(ps->set_key, sizeof(ps->set_key), "workers.rates");
+			ps->set_pending = true;
+			ps->set_at = 0;
+			ps->set_requested_at = t;
+		}
 	} else if (ps->set_pending && !ps->set_at) {
 		if (t + 3 <= ps->job.iterations) {
 			ps->set_at = t + 3;
@@ -232,6 +251,57 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	ps->arrived_mask = 0;
 	ps->n_barriers++;
 	pthread_cond_broadcast(&ps->cv);
+}
+
+int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size_t len,
+		   char *msg, size_t mlen)
+{
+	struct esd_job j = ps->job;
+	memcpy(j.rate_bps, rates, j.n * sizeof(rates[0]));
+	int rc = esd_job_resplit(&j);
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < j.n; w++)
+		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
+	if (rc || maxb * ps->tables > ps->cache_rows) {
+		snprintf(msg, mlen, "workers.rates: the link-aware sizes give a worker %llu "
+			 "samples, %llu keys, above the caches' %llu rows", (unsigned long long)maxb,
+			 (unsigned long long)(maxb * ps->tables), (unsigned long long)ps->cache_rows);
+		return -EINVAL;
+	}
+	size_t off = 0;
+	canon[0] = 0;
+	for (uint32_t w = 0; w < j.n && off < len; w++)
+		off += (size_t)snprintf(canon + off, len - off, "%s%llu", w ? "," : "",
+					(unsigned long long)rates[w]);
+	return off < len ? 0 : -E2BIG;
+}
+
+/* A daemon's link rate (its esdctl set link.rate), shard 0: kept for the
+ * next barrier, which turns the reports into one workers.rates change. */
+static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
+{
+	struct ps *ps = pl->ps;
+	char v[32];
+	uint64_t r;
+	if (s->key_len != 9 || memcmp(s->key, "link.rate", 9) || s->value_len >= sizeof(v)) {
+		esd_link_send_error(pl->link, -EPROTO, "a worker may only report link.rate");
+		return -EPROTO;
+	}
+	memcpy(v, s->value, s->value_len);
+	v[s->value_len] = 0;
+	if (esd_parse_u64(v, &r)) {
+		esd_link_send_error(pl->link, -EPROTO, "link.rate report: not a bit rate");
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&ps->mu);
+	if (ps->shard == 0) {
+		ps->rate_req[pl->worker] = r;
+		ps->rate_req_mask |= UINT64_C(1) << pl->worker;
+	}
+	pthread_mutex_unlock(&ps->mu);
+	ESD_INFO("ps", "worker %d reports its link at %llu bit/s", pl->worker,
+		 (unsigned long long)r);
+	return 0;
 }
 
 static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct esd_buf *out)
@@ -432,6 +502,9 @@ static void *link_main(void *arg)
 			break;
 		case ESD_OP_BARRIER:
 			rc = on_barrier(pl, &m.u.barrier, &out);
+			break;
+		case ESD_OP_SETTING:
+			rc = on_rate_report(pl, &m.u.setting);
 			break;
 		case ESD_OP_ERROR:
 			ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m.u.error.len,

@@ -77,9 +77,20 @@ struct ps {
 	uint64_t set_requested_at;
 	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
 
+	/* link rates the daemons reported (esdctl set link.rate on a node),
+	 * turned into a workers.rates change by the next barrier (shard 0) */
+	uint64_t rate_req[ESD_MAX_WORKERS];
+	uint64_t rate_req_mask;
+
 	struct ps_link links[ESD_MAX_WORKERS * 2];
 	int nlinks;
 };
+
+/* workers.rates = rates as the canonical value (decimal bit/s, one per
+ * worker); -EINVAL with the reason in msg when a link-aware split would
+ * give a worker more keys than the caches hold. */
+int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size_t len,
+		   char *msg, size_t mlen);
 
 int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t tables,
 	    uint32_t dense);
