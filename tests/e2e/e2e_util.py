@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -115,3 +116,19 @@ class Env:
             return 1
         shutil.rmtree(self.root, ignore_errors=True)
         return 0
+
+
+def ctl(path, cmd):
+    """One control-socket command (JSON line) and its parsed reply."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall((json.dumps({"cmd": cmd}) + "\n").encode())
+    buf = b""
+    while not buf.endswith(b"\n"):
+        part = s.recv(65536)
+        if not part:
+            break
+        buf += part
+    s.close()
+    return json.loads(buf)

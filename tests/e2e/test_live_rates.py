@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError
-from test_live_set import ctl, esdctl, wait_iter
+from e2e_util import Env, ClusterError, ctl
+from test_live_set import esdctl, wait_iter
 
 G, M = 1000000000, 1000000
 

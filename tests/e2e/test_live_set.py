@@ -12,29 +12,12 @@ single-process reference.
 
 usage: test_live_set.py BIN_DIR
 """
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError
-
-
-def ctl(path, cmd):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
-    s.connect(path)
-    s.sendall((json.dumps({"cmd": cmd}) + "\n").encode())
-    buf = b""
-    while not buf.endswith(b"\n"):
-        part = s.recv(65536)
-        if not part:
-            break
-        buf += part
-    s.close()
-    return json.loads(buf)
+from e2e_util import Env, ClusterError, ctl
 
 
 def esdctl(env, *args):

@@ -14,8 +14,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError
-from test_failures import ctl
+from e2e_util import Env, ClusterError, ctl
 
 
 CASES = [
