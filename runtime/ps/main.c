@@ -334,6 +334,18 @@ int main(int argc, char **argv)
 		maxb = job.batch[w] > maxb ? job.batch[w] : maxb;
 	if (ps.cache_rows < maxb * tables)
 		ps.cache_rows = maxb * tables;
+	if (job.replicate[0]) {
+		/* the hot rows every cache holds: a workers.rates change must
+		 * leave room for them (ps_rates_value) */
+		esd_key_t *hot = NULL;
+		uint64_t nhot = 0;
+		if (esd_ds_hot_load(job.replicate, &hot, &nhot)) {
+			ESD_ERR("ps", "dispatch.replicate: %s", esd_ds_last_error());
+			return 1;
+		}
+		free(hot);
+		ps.hot_rows = nhot;
+	}
 	if (restore) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));

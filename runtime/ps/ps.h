@@ -73,6 +73,7 @@ struct ps {
 	 * that iteration's barrier is released (docs/esdctl.md) */
 	bool set_pending;
 	uint64_t cache_rows; /* each node's cache, resolved as esdd does (main.c) */
+	uint64_t hot_rows;   /* dispatch.replicate's rows, held by every cache */
 	uint64_t set_at; /* iteration it takes effect at (0: not scheduled yet) */
 	uint64_t set_requested_at;
 	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
