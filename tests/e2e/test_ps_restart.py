@@ -58,7 +58,7 @@ def setting_undone(env):
     os.makedirs(ck, exist_ok=True)
     s["ps.checkpoint_dir"] = ck
     try:
-        with Cluster(env.bin, work, s, emulate_ns=200000) as c:
+        with Cluster(env.bin, work, s, emulate_ns=1000000) as c:
             c.start()
             sock = os.path.join(work, "ps0.sock")
             wait_ps(sock, 44)
