@@ -18,6 +18,8 @@
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
 
+#include "criteo_batch.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -26,58 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static const uint64_t criteo_rows[26] = {
-    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
-    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
-
 /* Table 2 of the ESD paper, ms, m = 32..1024, n = 8. */
 static const double paper_serial_ms[6] = {9, 62, 528, 3360, 50976, 134986};
 static const double paper_gpu_ms[6] = {21, 28, 82, 186, 811, 1385};
-
-struct gen {
-	uint64_t rng;
-	double skew;
-};
-
-static uint64_t rng_next(uint64_t *st)
-{
-	uint64_t z = (*st += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-/* Power-law rank in [0, N): inverse CDF of the continuous law on [1, N+1). */
-static uint64_t zipf(struct gen *g, uint64_t N)
-{
-	double u = (double)(rng_next(&g->rng) >> 11) * 0x1.0p-53;
-	double e = 1.0 - g->skew;
-	double x = pow(1.0 + u * (pow((double)N + 1.0, e) - 1.0), 1.0 / e);
-	uint64_t r = (uint64_t)x - 1;
-	return r < N ? r : N - 1;
-}
-
-static void gen_batch(struct gen *g, uint32_t k, uint32_t *off, esd_key_t *keys)
-{
-	off[0] = 0;
-	for (uint32_t i = 0; i < k; i++) {
-		for (uint32_t t = 0; t < 26; t++)
-			keys[i * 26 + t] = esd_key_make(t, zipf(g, criteo_rows[t]));
-		off[i + 1] = (i + 1) * 26;
-	}
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-static double median_ms(int64_t *ns, int n)
-{
-	qsort(ns, (size_t)n, sizeof(int64_t), cmp_i64);
-	return (double)ns[n / 2] / 1e6;
-}
 
 static void fmt_ms(char *buf, size_t len, double ms)
 {
@@ -199,7 +152,7 @@ int main(int argc, char **argv)
 	double prev_hung_s = 0, prev_scipy_s = 0;
 	for (int mi = 0; mi < nm; mi++) {
 		const uint32_t m = mlist[mi], k = m * n;
-		struct gen g = {UINT64_C(0x5eed) + m, skew};
+		uint64_t rng = UINT64_C(0x5eed) + m;
 		uint32_t capc[8];
 		for (uint32_t j = 0; j < n; j++)
 			capc[j] = cache_rows;
@@ -234,7 +187,7 @@ int main(int argc, char **argv)
 				return 1;
 		struct esd_batch b = {k, off, keys};
 		for (int w = 0; w < warmup; w++) {
-			gen_batch(&g, k, off, keys);
+			gen_batch(&rng, skew, 1, k, off, keys);
 			if (esd_dispatcher_step(d, &b, assign, NULL))
 				return 1;
 		}
@@ -242,7 +195,7 @@ int main(int argc, char **argv)
 		 * cost matrices for the solver timings */
 		uint32_t uniq = 0;
 		for (int r = 0; r < reps; r++) {
-			gen_batch(&g, k, off, keys);
+			gen_batch(&rng, skew, 1, k, off, keys);
 			int rc = esd_dispatcher_step(d, &b, assign, NULL);
 			if (rc) {
 				fprintf(stderr, "step: %s\n", strerror(-rc));
@@ -274,7 +227,7 @@ int main(int argc, char **argv)
 		if (esd_dispatcher_create(&cfg, ss, &d))
 			return 1;
 		for (int r = 0; r < reps; r++) {
-			gen_batch(&g, k, off, keys);
+			gen_batch(&rng, skew, 1, k, off, keys);
 			if (esd_dispatcher_step(d, &b, assign, NULL))
 				return 1;
 			ns[r] = esd_dispatcher_counters(d)->last.total;

@@ -7,12 +7,14 @@
  * LRU) or issue 10's default (opt on the shared-charge matrix with local
  * search, unequal sizes, emark).
  *
- * Batches are Criteo-shaped as in bench_dispatch (26 tables with Criteo
+ * Batches are Criteo-shaped as in bench_dispatch (criteo_batch.h: 26 tables with Criteo
  * Kaggle's cardinalities, power-law ids, seeded) and generated before the
  * measured steps, so the measured function runs nothing but steps.
  */
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
+
+#include "criteo_batch.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -20,52 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static const uint64_t criteo_rows[26] = {
-    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
-    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
-
-static uint64_t rng_next(uint64_t *st)
-{
-	uint64_t z = (*st += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-static uint64_t zipf(uint64_t *rng, double skew, uint64_t N)
-{
-	double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53;
-	double e = 1.0 - skew;
-	double x = pow(1.0 + u * (pow((double)N + 1.0, e) - 1.0), 1.0 / e);
-	uint64_t r = (uint64_t)x - 1;
-	return r < N ? r : N - 1;
-}
-
-static void gen_batch(uint64_t *rng, double skew, uint64_t scale, uint32_t k, uint32_t *off,
-                      esd_key_t *keys)
-{
-	off[0] = 0;
-	for (uint32_t i = 0; i < k; i++) {
-		for (uint32_t t = 0; t < 26; t++) {
-			uint64_t rows = criteo_rows[t] / scale;
-			keys[i * 26 + t] = esd_key_make(t, zipf(rng, skew, rows ? rows : 1));
-		}
-		off[i + 1] = (i + 1) * 26;
-	}
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-static double med(int64_t *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
-	return (double)v[n / 2] / 1e6;
-}
 
 static int64_t cpu_ns(void)
 {
@@ -242,8 +198,8 @@ int main(int argc, char **argv)
 	}
 	printf("k %u steps %d: keytab %.3f fill %.3f matrix %.3f solve %.3f advance %.3f "
 	       "total %.3f cpu %.3f ms (medians); true cost sum %lld\n",
-	       k, steps, med(r.ph[0], steps), med(r.ph[1], steps), med(r.ph[2], steps),
-	       med(r.ph[3], steps), med(r.ph[4], steps), med(r.ph[5], steps), med(r.ph[6], steps),
+	       k, steps, median_ms(r.ph[0], steps), median_ms(r.ph[1], steps), median_ms(r.ph[2], steps),
+	       median_ms(r.ph[3], steps), median_ms(r.ph[4], steps), median_ms(r.ph[5], steps), median_ms(r.ph[6], steps),
 	       (long long)r.cost);
 	return 0;
 }
