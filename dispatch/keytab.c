@@ -54,6 +54,32 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt);
 }
 
+int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want)
+{
+	if (kt->cap_u >= want && kt->ukeys)
+		return 0;
+	size_t nc = kt->cap_u ? kt->cap_u : 1024;
+	while (nc < want)
+		nc *= 2;
+	void *a;
+#define RE(field, per)                                                                             \
+	do {                                                                                       \
+		if (!(a = realloc(kt->field, nc * (per))))                                         \
+			return -ENOMEM;                                                            \
+		kt->field = a;                                                                     \
+	} while (0)
+	RE(ukeys, sizeof(esd_key_t));
+	RE(st, sizeof(struct esd_keystate));
+	RE(need, sizeof(uint64_t));
+	RE(sorted, sizeof(uint32_t));
+	RE(tmp, sizeof(uint32_t));
+	RE(hpos, sizeof(uint32_t));
+	RE(vec, ESD_MAX_WORKERS * sizeof(int64_t));
+#undef RE
+	kt->cap_u = nc;
+	return 0;
+}
+
 int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n)
 {
 	if (!kt || !b || (b->k && (!b->off || !b->keys)) || n == 0 || n > ESD_MAX_WORKERS)
@@ -74,38 +100,11 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		bits++;
 	size_t hsize;
 	uint32_t count;
-	size_t cap_u = kt->cap_u;
 	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
 		return -ENOMEM;
 	/* unique keys <= nocc: size the per-key arrays for the worst case */
-	if (cap_u < nocc || !kt->ukeys) {
-		size_t nc = cap_u ? cap_u : 1024;
-		while (nc < nocc)
-			nc *= 2;
-		void *a = realloc(kt->ukeys, nc * sizeof(esd_key_t));
-		if (!a)
-			return -ENOMEM;
-		kt->ukeys = a;
-		if (!(a = realloc(kt->st, nc * sizeof(struct esd_keystate))))
-			return -ENOMEM;
-		kt->st = a;
-		if (!(a = realloc(kt->need, nc * sizeof(uint64_t))))
-			return -ENOMEM;
-		kt->need = a;
-		if (!(a = realloc(kt->sorted, nc * sizeof(uint32_t))))
-			return -ENOMEM;
-		kt->sorted = a;
-		if (!(a = realloc(kt->tmp, nc * sizeof(uint32_t))))
-			return -ENOMEM;
-		kt->tmp = a;
-		if (!(a = realloc(kt->hpos, nc * sizeof(uint32_t))))
-			return -ENOMEM;
-		kt->hpos = a;
-		if (!(a = realloc(kt->vec, nc * ESD_MAX_WORKERS * sizeof(int64_t))))
-			return -ENOMEM;
-		kt->vec = a;
-		kt->cap_u = nc;
-	}
+	if (esd_keytab_grow_keys(kt, nocc))
+		return -ENOMEM;
 retry:
 	hsize = (size_t)1 << bits;
 	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))

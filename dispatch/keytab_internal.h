@@ -33,6 +33,10 @@ static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
 }
 
+/* Per-key arrays (ukeys, st, need, sorted, tmp, hpos, vec) for at least
+ * want unique keys, contents kept. Returns 0 or -ENOMEM. */
+int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want);
+
 /* Sort the unique keys (ascending) into kt->sorted, once per build. */
 int esd_keytab_sort(struct esd_keytab *kt);
 /* need[u] = workers that got a sample containing key u. */

@@ -10,33 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-key arrays for at least want unique keys (contents kept). */
-static int grow_keys(struct esd_keytab *kt, size_t want)
-{
-	if (kt->cap_u >= want)
-		return 0;
-	size_t nc = kt->cap_u ? kt->cap_u : 1024;
-	while (nc < want)
-		nc *= 2;
-	void *a;
-#define RE(field, per)                                                                             \
-	do {                                                                                       \
-		if (!(a = realloc(kt->field, nc * (per))))                                         \
-			return -ENOMEM;                                                            \
-		kt->field = a;                                                                     \
-	} while (0)
-	RE(ukeys, sizeof(esd_key_t));
-	RE(st, sizeof(struct esd_keystate));
-	RE(need, sizeof(uint64_t));
-	RE(sorted, sizeof(uint32_t));
-	RE(tmp, sizeof(uint32_t));
-	RE(hpos, sizeof(uint32_t));
-	RE(vec, ESD_MAX_WORKERS * sizeof(int64_t));
-#undef RE
-	kt->cap_u = nc;
-	return 0;
-}
-
 /* Hash table of 2^bits entries holding the current unique keys. */
 static int rehash(struct esd_keytab *kt, uint32_t bits)
 {
@@ -73,7 +46,7 @@ int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t 
 	if (!kt || (count && !keys) || !kt->n)
 		return -EINVAL;
 	int rc;
-	if ((rc = grow_keys(kt, (size_t)kt->count + count)))
+	if ((rc = esd_keytab_grow_keys(kt, (size_t)kt->count + count)))
 		return rc;
 	if (kt->cap_rep < (size_t)kt->nrep + count) {
 		uint32_t *r = realloc(kt->rep, ((size_t)kt->nrep + count) * sizeof(uint32_t));

@@ -327,7 +327,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 			return rc;
 	}
 	/* esdctl set cache.policy: where the snapshot switched */
-	rc = node_setting_cache(nd, o);
+	rc = node_setting_apply(nd, o);
 	if (rc)
 		return rc;
 	/* steps 3-4: slots for what we train, evictions, pulls */

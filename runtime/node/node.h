@@ -152,10 +152,12 @@ json_t *node_gpu_json(const struct node *nd);
 
 /* settings.c: store a SETTING that shard 0 announced after the ACK of
  * barrier 'iter' (-EPROTO: unknown key, bad value, or an iteration the
- * dispatcher may have started deciding); apply a cache.policy change of
- * order o to the real cache (main thread, after the lookahead hints). */
+ * dispatcher may have started deciding); apply the changes order o
+ * carries on the main thread: a cache.policy change to the real cache
+ * (after the lookahead hints) and a workers.rates change to this node's
+ * links. */
 int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setting *s);
-int node_setting_cache(struct node *nd, const struct order *o);
+int node_setting_apply(struct node *nd, const struct order *o);
 
 /* Most samples one micro-batch can have: the largest batch size, or the
  * global batch with a link-aware split (workers.rates may re-split it). */

@@ -10,7 +10,7 @@
  * it here under qmu; the dispatcher (dispatcher.c, apply_setting) picks it
  * up when it starts deciding c, and for a policy change marks the order of
  * c so that the main thread switches the real cache at the same point of
- * the sequence of policy calls as the snapshot (node_setting_cache).
+ * the sequence of policy calls as the snapshot (node_setting_apply).
  */
 #include "node.h"
 
@@ -88,7 +88,7 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	return 0;
 }
 
-int node_setting_cache(struct node *nd, const struct order *o)
+int node_setting_apply(struct node *nd, const struct order *o)
 {
 	if (o->set_rate) { /* workers.rates: this node's links from this iteration */
 		pthread_mutex_lock(&nd->qmu);
