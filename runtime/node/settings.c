@@ -1,6 +1,6 @@
 /*
  * Live setting changes of esdd (esdctl set dispatch.method | dispatch.alpha
- * | cache.policy): the main thread's half.
+ * | cache.policy | workers.rates): the main thread's half.
  *
  * Every node must switch at the same iteration or their decisions differ
  * (the barrier compares digests). PS shard 0 schedules a change at an
@@ -10,7 +10,9 @@
  * it here under qmu; the dispatcher (dispatcher.c, apply_setting) picks it
  * up when it starts deciding c, and for a policy change marks the order of
  * c so that the main thread switches the real cache at the same point of
- * the sequence of policy calls as the snapshot (node_setting_apply).
+ * the sequence of policy calls as the snapshot (node_setting_apply); a
+ * rates change marks it too, so that this node's links shape at its new
+ * rate from that iteration.
  */
 #include "node.h"
 
