@@ -13,7 +13,9 @@
  *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
  *              for all), compute_ns_per_sample (emulated compute), split
  *              (equal, or link-aware: the sum of batch re-split by
- *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE)
+ *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE),
+ *              link_rates (the links' shaping when not the model's rates),
+ *              estimate_rates, estimate_tolerance (rates measured by the nodes)
  *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
  *              features per sample)
  *   [cache]    ratio (fraction of all rows) or rows (absolute), policy
@@ -56,7 +58,19 @@ struct esd_job {
 	uint32_t n;
 	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */
 	uint64_t global_batch;           /* k */
-	uint64_t rate_bps[ESD_MAX_WORKERS];
+	uint64_t rate_bps[ESD_MAX_WORKERS]; /* the cost model's link rates */
+	/* workers.link_rates: the rates the links are shaped at (node sends
+	 * and the PS's replies), when they are not the model's (an emulated
+	 * link whose real rate the model does not know); = rate_bps when
+	 * unset. shape_follows_model: a live workers.rates change reshapes
+	 * the links too (neither link_rates nor estimate_rates set). */
+	uint64_t link_bps[ESD_MAX_WORKERS];
+	bool shape_follows_model;
+	/* workers.estimate_rates: every node estimates its link's rate from
+	 * its timed pull phases (esd_rate_est) and reports it to shard 0 when
+	 * it is off the model's by more than workers.estimate_tolerance */
+	bool estimate_rates;
+	double estimate_tolerance;
 	/* workers.split = link-aware with workers.size_model = FIXED,PER_SAMPLE:
 	 * batch[] is re-split from the rates (esd_job_resplit) */
 	bool split_link_aware;

@@ -24,6 +24,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
 	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
+	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -187,6 +188,17 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	}
 	if (!rc && per_worker(cfg, "rates", j->n, true, 0, j->rate_bps))
 		rc = -EINVAL;
+	/* the links' own rates, when the model's are not theirs */
+	const char *lr;
+	esd_config_get_str(cfg, "workers", "link_rates", NULL, &lr);
+	if (!rc && lr && per_worker(cfg, "link_rates", j->n, true, 0, j->link_bps))
+		rc = -EINVAL;
+	if (!lr)
+		memcpy(j->link_bps, j->rate_bps, sizeof(j->link_bps));
+	TRY(esd_config_get_bool(cfg, "workers", "estimate_rates", false, &j->estimate_rates));
+	TRY(esd_config_get_double(cfg, "workers", "estimate_tolerance", 0.25, 0.01, 10,
+				  &j->estimate_tolerance));
+	j->shape_follows_model = !lr && !j->estimate_rates;
 	TRY(esd_config_get_u64(cfg, "workers", "compute_ns_per_sample", 0, 0, UINT64_MAX / 2,
 			       &j->compute_ns_per_sample));
 	TRY(esd_config_get_u64(cfg, "model", "dim", 16, 1, 1u << 16, &u));

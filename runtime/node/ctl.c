@@ -39,6 +39,14 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	}
 	json_object_set_new(*resp, "batch", b);
 	json_object_set_new(*resp, "rates", r);
+	if (nd->job.estimate_rates) /* workers.estimate_rates */
+		json_object_set_new(
+		    *resp, "rate_estimate",
+		    json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate_est_bps,
+			      "fitted", nd->rate_est_fitted, "samples",
+			      (int)esd_rate_est_samples(&nd->rate_est), "phases_left_out",
+			      (json_int_t)nd->rate_est.skipped, "reports",
+			      (json_int_t)nd->rate_est_reports));
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
 }

@@ -712,7 +712,7 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 	memcpy(nd->job.batch, ds->batch, sizeof(nd->job.batch));
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
-	for (uint32_t s = 0; s < nd->job.shards; s++)
+	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)
 		if (nd->link[s])
 			esd_link_set_rate(nd->link[s], nd->job.rate_bps[nd->rank]);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->dc.method));

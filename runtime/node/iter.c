@@ -13,6 +13,7 @@
 #include <esd/log.h>
 #include <esd/optim.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,6 +259,90 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 	return rc;
 }
 
+/* ---- workers.estimate_rates ---------------------------------------------- */
+
+/* Phases smaller than this are mostly round trip or burst credit. */
+#define EST_MIN_BYTES (16u << 10)
+#define EST_MIN_NS    ESD_NS_PER_MS
+/* Phases behind a report: half a window, so that the first phases (a link
+ * still spending its burst credit) weigh little. */
+#define EST_REPORT_SAMPLES (ESD_RATE_EST_WINDOW / 2)
+
+void node_rate_est_init(struct node *nd)
+{
+	esd_rate_est_init(&nd->rate_est, EST_MIN_BYTES, EST_MIN_NS);
+}
+
+/* Bytes received on every link so far (PULL_RESP frames during a pull). */
+static uint64_t links_rx_bytes(const struct node *nd)
+{
+	uint64_t b = 0;
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!nd->link[s])
+			continue;
+		struct esd_link_stats st;
+		esd_link_stats(nd->link[s], &st);
+		for (int k = 0; k < ESD_XFER_NKINDS; k++)
+			b += st.kind[k].rx_bytes;
+	}
+	return b;
+}
+
+/* A pull phase: its request and every answer to it. */
+static int timed_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out)
+{
+	struct node *nd = x->nd;
+	if (!nd->job.estimate_rates)
+		return pull_rows(x, iter, kind, dense_out);
+	const uint64_t b0 = links_rx_bytes(nd);
+	const int64_t t0 = esd_now_ns();
+	int rc = pull_rows(x, iter, kind, dense_out);
+	if (!rc)
+		esd_rate_est_add(&nd->rate_est, links_rx_bytes(nd) - b0, esd_now_ns() - t0);
+	return rc;
+}
+
+/* Two significant digits: the rate every node's model will carry. */
+static uint64_t round2(uint64_t r)
+{
+	uint64_t p = 1;
+	while (r / p >= 100)
+		p *= 10;
+	return (r + p / 2) / p * p;
+}
+
+/* After an iteration: an estimate off the model's rate by more than the
+ * tolerance goes to shard 0 with the next barrier (as esdctl set
+ * worker.rate would, without reshaping the links), at most once per
+ * window of phases, and the estimate starts afresh. */
+static void rate_est_check(struct node *nd, uint64_t iter)
+{
+	if (!nd->job.estimate_rates)
+		return;
+	int fitted;
+	const uint64_t est = esd_rate_est_bps(&nd->rate_est, &fitted);
+	pthread_mutex_lock(&nd->qmu);
+	nd->rate_est_bps = est;
+	nd->rate_est_fitted = fitted;
+	const uint64_t cur = nd->job.rate_bps[nd->rank];
+	const double gap = cur ? fabs((double)est - (double)cur) / (double)cur : 1.0;
+	if (est && !nd->rate_report && gap > nd->job.estimate_tolerance &&
+	    esd_rate_est_samples(&nd->rate_est) >= EST_REPORT_SAMPLES &&
+	    (!nd->rate_est_reports || iter >= nd->rate_est_last + ESD_RATE_EST_WINDOW)) {
+		nd->rate_report = true;
+		nd->rate_report_bps = round2(est);
+		nd->rate_est_reports++;
+		nd->rate_est_last = iter;
+		ESD_INFO("node", "iteration %llu: link measured at %llu bit/s (%s over %u phases), "
+			 "model %llu: reporting %llu",
+			 (unsigned long long)iter, (unsigned long long)est,
+			 fitted ? "fitted" : "throughput", esd_rate_est_samples(&nd->rate_est),
+			 (unsigned long long)cur, (unsigned long long)nd->rate_report_bps);
+		esd_rate_est_reset(&nd->rate_est);
+	}
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 static int add_pull(struct exec *x, esd_key_t key)
 {
 	uint32_t s = shard_of(x->nd, key);
@@ -393,14 +478,14 @@ static int run_iteration(struct exec *x, const struct order *o)
 		rc = add_pull(x, o->pred_pull[i]);
 	esd_cache_meta_write_begin(nd->cache);
 	if (!rc)
-		rc = pull_rows(x, o->iter, ESD_XFER_MISS_PULL, NULL);
+		rc = timed_pull(x, o->iter, ESD_XFER_MISS_PULL, NULL);
 	esd_cache_meta_write_end(nd->cache);
 	/* the dense table, in full, every iteration (kind other) */
 	float *params = esd_xchg_at(nd->xchg, nd->xchg->off_params);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
 		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
 	if (!rc)
-		rc = pull_rows(x, o->iter, ESD_XFER_OTHER, params);
+		rc = timed_pull(x, o->iter, ESD_XFER_OTHER, params);
 	if (rc)
 		return rc;
 
@@ -494,6 +579,8 @@ static int run_iteration(struct exec *x, const struct order *o)
 		nd->flag_next_barrier = true;
 	}
 	nd->last_loss = loss;
+	if (!rc)
+		rate_est_check(nd, o->iter);
 	return rc;
 }
 

@@ -16,7 +16,8 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	esd_link_opts_init(&lo);
 	lo.backend = nd->job.backend;
 	lo.addr = nd->job.addrs[s];
-	lo.rate_bps = nd->job.rate_bps[nd->rank];
+	lo.rate_bps = nd->job.shape_follows_model ? nd->job.rate_bps[nd->rank]
+						  : nd->job.link_bps[nd->rank];
 	lo.memif_id = nd->rank;
 	lo.timeout_ns = 30 * ESD_NS_PER_S;
 	struct esd_link *l;

@@ -121,6 +121,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	nd.rank = (uint32_t)rank;
+	node_rate_est_init(&nd);
 	nd.lock_fd = nd.listen_fd = nd.trainer_fd = nd.xchg_fd = -1;
 	snprintf(nd.dir, sizeof(nd.dir), "%s", dir);
 	nd.dispatcher_core = core == -2 ? esd_pin_ncores() - 1 : (int)core;

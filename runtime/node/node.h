@@ -117,6 +117,13 @@ struct node {
 	 * worker's rate in every node's decisions (workers.rates); under qmu */
 	bool rate_report;
 	uint64_t rate_report_bps;
+	/* workers.estimate_rates: this node's link rate from its timed pull
+	 * phases (fed by the main thread; the figures read under qmu) */
+	struct esd_rate_est rate_est;
+	uint64_t rate_est_bps;      /* last estimate, 0: none yet */
+	int rate_est_fitted;        /* 1: the fitted slope, 0: the throughput */
+	uint64_t rate_est_reports;  /* estimates reported to shard 0 */
+	uint64_t rate_est_last;     /* iteration of the last report */
 	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
 
 	/* PS links, one per shard */
@@ -199,5 +206,7 @@ void node_trainer_stop(struct node *nd);
 int node_links_open(struct node *nd, uint64_t *ps_iter);
 void node_links_close(struct node *nd);
 int node_run(struct node *nd);
+/* workers.estimate_rates: the estimator, before the first iteration (iter.c) */
+void node_rate_est_init(struct node *nd);
 
 #endif

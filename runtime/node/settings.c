@@ -92,7 +92,9 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 
 int node_setting_apply(struct node *nd, const struct order *o)
 {
-	if (o->set_rate) { /* workers.rates: this node's links from this iteration */
+	/* workers.rates: this node's links from this iteration, unless they are
+	 * not the model's to shape (workers.link_rates, workers.estimate_rates) */
+	if (o->set_rate && nd->job.shape_follows_model) {
 		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
 			if (nd->link[s])

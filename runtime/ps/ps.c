@@ -109,8 +109,10 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 		return -EPROTO;
 	}
 	/* the worker's link is shaped both ways: its replies (miss pulls above
-	 * all) at the worker's rate too */
-	esd_link_set_rate(pl->link, ps->job.rate_bps[h->worker]);
+	 * all) at the worker's rate too (the model's, unless workers.link_rates
+	 * or workers.estimate_rates keep the links apart from it) */
+	esd_link_set_rate(pl->link, ps->job.shape_follows_model ? ps->job.rate_bps[h->worker]
+								  : ps->job.link_bps[h->worker]);
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
 	ps->connected_mask |= UINT64_C(1) << h->worker;
@@ -209,7 +211,8 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	 * for nothing and is dropped with a note) */
 	if (ps->set_pending && ps->set_at && t >= ps->set_at) {
 		if (!strcmp(ps->set_key, "workers.rates") &&
-		    !esd_job_parse_rates(ps->set_value, ps->job.n, ps->job.rate_bps))
+		    !esd_job_parse_rates(ps->set_value, ps->job.n, ps->job.rate_bps) &&
+		    ps->job.shape_follows_model)
 			/* the replies of iteration set_at on at the new rates */
 			for (int i = 0; i < ps->nlinks; i++)
 				if (ps->links[i].worker >= 0)

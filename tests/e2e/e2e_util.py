@@ -110,12 +110,51 @@ class Env:
         self.check(total == want, "%s: links summed over workers %s == plan %s"
                    % (name, total, want))
 
+    def run_dirs(self, settings, name="run"):
+        """The work and checkpoint folders of one cluster run (created; the
+        checkpoint folder goes into settings): (work, ckpt)."""
+        work = os.path.join(self.root, name)
+        ck = os.path.join(work, "ckpt")
+        os.makedirs(ck, exist_ok=True)
+        settings["ps.checkpoint_dir"] = ck
+        return work, ck
+
+    def check_end(self, name, sums, settings, ckpt_dir, rtol="1e-5", atol="2e-6"):
+        """A run that ended: every node did every iteration, its links carried
+        what it predicted, and the tables equal the single-process
+        reference."""
+        iters = int(settings["job.iterations"])
+        self.check(all(sm["iterations"] == iters for sm in sums),
+                   "the job ends on every node (the decision digests agreed)")
+        self.check_transfers(name, sums)
+        ref = self.reference(name, settings)
+        ok, out = self.compare(os.path.join(ckpt_dir, "ps-shard0.ckpt"), ref, rtol=rtol,
+                               atol=atol)
+        self.check(ok, "final tables == single-process reference (rtol %s, atol %s): %s"
+                   % (rtol, atol, out.splitlines()[-1] if out else ""))
+
     def finish(self):
         if self.failures:
             print("%d check(s) failed; files kept in %s" % (len(self.failures), self.root))
             return 1
         shutil.rmtree(self.root, ignore_errors=True)
         return 0
+
+
+def poll_status(socks, done, deadline, every=0.02):
+    """Every node's status until done(statuses) or the deadline; the last
+    statuses read ([] when the job ended before any)."""
+    import time
+    sts = []
+    try:
+        while time.time() < deadline:
+            sts = [ctl(x, "status") for x in socks]
+            if done(sts):
+                break
+            time.sleep(every)
+    except OSError:
+        pass  # the job ended first: the caller's checks say so
+    return sts
 
 
 def ctl(path, cmd):
