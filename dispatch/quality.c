@@ -215,3 +215,50 @@ int esd_batch_sizes_link_aware(uint32_t n, uint32_t k, const int64_t *T,
 	}
 	return 0;
 }
+
+int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
+                                      const struct esd_size_model *model, uint32_t min_m,
+                                      uint32_t max_m, uint32_t *cap)
+{
+	if (!T || !cap || n == 0 || n > ESD_MAX_WORKERS || min_m > max_m)
+		return -EINVAL;
+	if ((uint64_t)n * max_m < k)
+		return -ENOSPC;
+	/* split among the workers not yet at max_m; pin the ones the split
+	 * puts above it and split again (at most n rounds) */
+	int full[ESD_MAX_WORKERS] = {0};
+	for (uint32_t round = 0; round <= n; round++) {
+		int64_t Tf[ESD_MAX_WORKERS];
+		uint32_t idx[ESD_MAX_WORKERS], nf = 0, kf = k, part[ESD_MAX_WORKERS];
+		for (uint32_t j = 0; j < n; j++) {
+			if (full[j]) {
+				kf -= max_m;
+				continue;
+			}
+			idx[nf] = j;
+			Tf[nf++] = T[j];
+		}
+		if (!nf) { /* every worker at max_m, which is then exactly k / n */
+			for (uint32_t j = 0; j < n; j++)
+				cap[j] = max_m;
+			return kf == 0 ? 0 : -EINVAL;
+		}
+		int rc = esd_batch_sizes_link_aware(nf, kf, Tf, model, min_m, part);
+		if (rc)
+			return rc;
+		int over = 0;
+		for (uint32_t f = 0; f < nf; f++)
+			if (part[f] > max_m) {
+				full[idx[f]] = 1;
+				over = 1;
+			}
+		if (!over) {
+			for (uint32_t j = 0; j < n; j++)
+				cap[j] = max_m;
+			for (uint32_t f = 0; f < nf; f++)
+				cap[idx[f]] = part[f];
+			return 0;
+		}
+	}
+	return -EINVAL; /* not reached: each round pins at least one worker */
+}

@@ -149,6 +149,13 @@ struct esd_size_model {
  * negative or non-finite model parameter or T). */
 int esd_batch_sizes_link_aware(uint32_t n, uint32_t k, const int64_t *T,
                                const struct esd_size_model *model, uint32_t min_m, uint32_t *cap);
+/* The same with at most max_m samples per worker (what its cache holds):
+ * a worker whose share would exceed max_m gets max_m and the rest is split
+ * among the others, again by the model. Returns 0, -EINVAL as above or
+ * min_m > max_m, -ENOSPC when k > n * max_m. */
+int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
+                                      const struct esd_size_model *model, uint32_t min_m,
+                                      uint32_t max_m, uint32_t *cap);
 
 #ifdef __cplusplus
 }

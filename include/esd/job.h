@@ -75,6 +75,11 @@ struct esd_job {
 	 * batch[] is re-split from the rates (esd_job_resplit) */
 	bool split_link_aware;
 	double size_fixed_rows, size_rows_per_sample;
+	/* the most samples one cache holds beside the hot rows (0: no limit):
+	 * set by each process once it has resolved the cache size (the same
+	 * way everywhere), so that a live re-split (esd_job_resplit) never
+	 * gives a worker more keys than its cache takes */
+	uint32_t max_batch;
 	uint64_t compute_ns_per_sample;
 	/* [model] */
 	uint32_t dim;
@@ -141,6 +146,9 @@ uint64_t esd_job_digest(const struct esd_job *job);
 /* workers.split = link-aware: batch[] again from rate_bps[] (same global
  * batch), as at load; a no-op for equal splits. Returns 0 or -EINVAL. */
 int esd_job_resplit(struct esd_job *job);
+/* max_batch for a resolved cache: the samples whose keys fit beside the hot
+ * rows (at least 1). Every process derives it the same way. */
+uint32_t esd_job_max_batch(uint64_t cache_rows, uint64_t hot_rows, uint32_t tables);
 
 /* One bit rate per worker ("5G,0.5G,..."; one value for all) into out[n],
  * as workers.rates. Returns 0 or -EINVAL. */

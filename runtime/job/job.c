@@ -138,7 +138,16 @@ int esd_job_resplit(struct esd_job *j)
 	struct esd_size_model m = {.compute_ns = (double)j->compute_ns_per_sample,
 				   .fixed_rows = j->size_fixed_rows,
 				   .rows_per_sample = j->size_rows_per_sample};
+	if (j->max_batch)
+		return esd_batch_sizes_link_aware_capped(j->n, (uint32_t)j->global_batch, T, &m, 1,
+							 j->max_batch, j->batch);
 	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->global_batch, T, &m, 1, j->batch);
+}
+
+uint32_t esd_job_max_batch(uint64_t cache_rows, uint64_t hot_rows, uint32_t tables)
+{
+	uint64_t m = cache_rows > hot_rows && tables ? (cache_rows - hot_rows) / tables : 1;
+	return m < 1 ? 1 : m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
 }
 
 int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)

@@ -31,24 +31,36 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
 	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
 	json_object_set_new(*resp, "cache_rows", json_integer((json_int_t)nd->job.cache_rows));
+	node_batch_rates_json(nd, *resp);
+	if (nd->job.estimate_rates)
+		json_object_set_new(*resp, "rate_estimate", node_rate_est_json(nd));
+	pthread_mutex_unlock(&nd->qmu);
+	return 0;
+}
+
+json_t *node_batch_rates_json(const struct node *nd, json_t *o)
+{
 	/* the decisions' per-worker sizes and link rates (workers.rates) */
 	json_t *b = json_array(), *r = json_array();
 	for (uint32_t w = 0; w < nd->job.n; w++) {
 		json_array_append_new(b, json_integer(nd->job.batch[w]));
 		json_array_append_new(r, json_integer((json_int_t)nd->job.rate_bps[w]));
 	}
-	json_object_set_new(*resp, "batch", b);
-	json_object_set_new(*resp, "rates", r);
-	if (nd->job.estimate_rates) /* workers.estimate_rates */
-		json_object_set_new(
-		    *resp, "rate_estimate",
-		    json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate_est_bps,
-			      "fitted", nd->rate_est_fitted, "samples",
-			      (int)esd_rate_est_samples(&nd->rate_est), "phases_left_out",
-			      (json_int_t)nd->rate_est.skipped, "reports",
-			      (json_int_t)nd->rate_est_reports));
-	pthread_mutex_unlock(&nd->qmu);
-	return 0;
+	json_object_set_new(o, "batch", b);
+	json_object_set_new(o, "rates", r);
+	return o;
+}
+
+json_t *node_rate_est_json(const struct node *nd)
+{
+	if (!nd->job.estimate_rates)
+		return json_null();
+	/* workers.estimate_rates: this node's link as its pull phases saw it */
+	return json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate_est_bps,
+			 "fitted", nd->rate_est_fitted, "samples",
+			 (int)esd_rate_est_samples(&nd->rate_est), "phases_left_out",
+			 (json_int_t)nd->rate_est.skipped, "reports",
+			 (json_int_t)nd->rate_est_reports);
 }
 
 json_t *node_gpu_json(const struct node *nd)

@@ -179,6 +179,8 @@ int main(int argc, char **argv)
 		ESD_INFO("node", "%u hot rows replicated on every worker (%s)", nd.nrep,
 			 nd.job.replicate);
 	}
+	/* live re-splits stay within the cache (esd_job_resplit) */
+	nd.job.max_batch = esd_job_max_batch(nd.job.cache_rows, nd.nrep, nd.tables);
 	struct esd_model_shape sh = {.tables = nd.tables, .dim = nd.job.dim, .dense = nd.dense,
 				     .hidden = nd.job.hidden};
 	struct esd_model *mdl;

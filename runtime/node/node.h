@@ -156,6 +156,11 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 int node_write_summary(struct node *nd, int status);
 /* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */
 json_t *node_gpu_json(const struct node *nd);
+/* workers.estimate_rates figures (null without it); caller holds qmu. */
+json_t *node_rate_est_json(const struct node *nd);
+/* "batch" and "rates" (the decisions' sizes and model rates) into o;
+ * returns o. Caller holds qmu. */
+json_t *node_batch_rates_json(const struct node *nd, json_t *o);
 
 /* settings.c: store a SETTING that shard 0 announced after the ACK of
  * barrier 'iter' (-EPROTO: unknown key, bad value, or an iteration the

@@ -42,6 +42,8 @@ int node_write_summary(struct node *nd, int status)
 			  "est_cost_sum", (json_int_t)dc->sum_est_cost, "true_cost_sum",
 			  (json_int_t)dc->sum_true_cost));
 	json_object_set_new(o, "gpu", node_gpu_json(nd));
+	node_batch_rates_json(nd, o);
+	json_object_set_new(o, "rate_estimate", node_rate_est_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 	json_t *links = json_array();
 	pthread_mutex_lock(&nd->qmu);

@@ -346,6 +346,8 @@ int main(int argc, char **argv)
 		free(hot);
 		ps.hot_rows = nhot;
 	}
+	/* as esdd: live re-splits stay within the cache (ps_rates_value) */
+	ps.job.max_batch = esd_job_max_batch(ps.cache_rows, ps.hot_rows, tables);
 	if (restore) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));

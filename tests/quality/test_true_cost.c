@@ -174,6 +174,28 @@ static void test_sizes(void **state)
 			}
 			assert_true(mx >= worst);
 		}
+	/* capped at what a cache holds: the fast workers stop at max_m, the
+	 * rest is split among the others by the model */
+	assert_int_equal(esd_batch_sizes_link_aware_capped(4, 220, T4, &lin, 1, 80, cap), 0);
+	assert_int_equal(cap[0], 80);
+	assert_int_equal(cap[1], 80);
+	assert_int_equal(cap[2], 30);
+	assert_int_equal(cap[3], 30);
+	/* a cap the split stays under changes nothing */
+	assert_int_equal(esd_batch_sizes_link_aware_capped(4, 220, T4, &lin, 1, 100, cap), 0);
+	assert_int_equal(cap[0], 100);
+	assert_int_equal(cap[2], 10);
+	/* the cap is exactly k / n: equal */
+	assert_int_equal(esd_batch_sizes_link_aware_capped(4, 220, T4, &lin, 1, 55, cap), 0);
+	for (int j = 0; j < 4; j++)
+		assert_int_equal(cap[j], 55);
+	/* capped in two rounds: 1 is capped first, then 0 */
+	const int64_t T3[] = {2, 1, 8};
+	assert_int_equal(esd_batch_sizes_link_aware_capped(3, 70, T3, &lin, 1, 30, cap), 0);
+	assert_int_equal(cap[0] + cap[1] + cap[2], 70);
+	assert_true(cap[0] <= 30 && cap[1] == 30 && cap[2] >= 10);
+	assert_int_equal(esd_batch_sizes_link_aware_capped(4, 221, T4, &lin, 1, 55, cap), -ENOSPC);
+	assert_int_equal(esd_batch_sizes_link_aware_capped(4, 20, T4, &lin, 6, 5, cap), -EINVAL);
 	/* errors */
 	assert_int_equal(esd_batch_sizes_link_aware(4, 3, T4, &lin, 1, cap), -EINVAL);
 	assert_int_equal(esd_batch_sizes_link_aware(0, 3, T4, &lin, 0, cap), -EINVAL);
