@@ -262,6 +262,13 @@ int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size
 	struct esd_job j = ps->job;
 	memcpy(j.rate_bps, rates, j.n * sizeof(rates[0]));
 	int rc = esd_job_resplit(&j);
+	if (rc == -ENOSPC) {
+		snprintf(msg, mlen, "workers.rates: a global batch of %llu samples does not fit "
+			 "%u caches of %u samples each (%llu rows, %llu of them hot rows)",
+			 (unsigned long long)j.global_batch, j.n, j.max_batch,
+			 (unsigned long long)ps->cache_rows, (unsigned long long)ps->hot_rows);
+		return -EINVAL;
+	}
 	uint64_t maxb = 0;
 	for (uint32_t w = 0; w < j.n; w++)
 		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
