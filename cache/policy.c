@@ -114,9 +114,8 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	uint32_t *hp = cm_heappos(cm);
 	const struct cm_hent *heap = cm_heap(cm);
 	for (size_t i = 0; i < n; i++) {
+		/* the find above prefetched every slot line it found */
 		uint32_t s = slots[i];
-		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[slots[i + 8]], 1);
 		if (s != ESD_SLOT_NONE)
 			sl[s].pin_iter = iter;
 	}
@@ -183,11 +182,9 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
 	uint32_t nskipped = 0;
 
-	/* 3. */
+	/* 3. (the pins above brought the slot lines in: no prefetch) */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
-		if (i + 8 < n && slots[i + 8] != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[slots[i + 8]]);
 		if (s != ESD_SLOT_NONE) {
 			struct esd_cmeta_slot *e = &sl[s];
 			e->last_use = iter;
