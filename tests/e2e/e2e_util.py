@@ -36,11 +36,8 @@ class Env:
         return s
 
     def run(self, name, settings, emulate_ns=None, during=None, timeout=120):
-        work = os.path.join(self.root, name)
-        ck = os.path.join(work, "ckpt")
-        os.makedirs(ck, exist_ok=True)
         settings = dict(settings)
-        settings["ps.checkpoint_dir"] = ck
+        work, ck = self.run_dirs(settings, name)
         with Cluster(self.bin, work, settings, emulate_ns=emulate_ns) as c:
             c.start()
             if during:
