@@ -22,7 +22,7 @@ struct layout {
 	uint32_t free_words[CM_FREE_LEVELS];
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
-	uint64_t off_links;
+	uint64_t off_lrustale;
 	uint64_t total;
 };
 
@@ -58,8 +58,8 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 		off = ALIGN64(off + words * sizeof(uint64_t));
 		bits = words;
 	}
-	l->off_links = off;
-	off = ALIGN64(off + (uint64_t)capacity * sizeof(struct cm_link));
+	l->off_lrustale = off;
+	off = ALIGN64(off + ((uint64_t)cm_lru_size_of(capacity) + 63) / 64 * sizeof(uint64_t));
 	l->total = off;
 }
 
@@ -101,8 +101,8 @@ int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy pol
 	cm->off_heappos = l.off_heappos;
 	cm->off_pinned = l.off_pinned;
 	cm->off_hints = l.off_hints;
-	cm->off_links = l.off_links;
-	cm->lru_head = cm->lru_tail = ESD_SLOT_NONE;
+	cm->off_lrustale = l.off_lrustale;
+	cm->lru_head = cm->lru_tail = 0;
 	for (int i = 0; i < CM_FREE_LEVELS; i++) {
 		cm->off_free[i] = l.off_free[i];
 		cm->free_words[i] = l.free_words[i];
@@ -154,7 +154,7 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 	bool offs_ok = cm->off_slots == l.off_slots && cm->off_index == l.off_index &&
 	               cm->off_heap == l.off_heap && cm->off_heappos == l.off_heappos &&
 	               cm->off_pinned == l.off_pinned && cm->off_hints == l.off_hints &&
-	               cm->off_links == l.off_links;
+	               cm->off_lrustale == l.off_lrustale;
 	for (int i = 0; i < CM_FREE_LEVELS; i++)
 		offs_ok = offs_ok && cm->off_free[i] == l.off_free[i] &&
 		          cm->free_words[i] == l.free_words[i];
@@ -170,12 +170,12 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 	}
 	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
 	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD ||
-	    (cm->lru_head != ESD_SLOT_NONE && cm->lru_head >= cm->capacity) ||
-	    (cm->lru_tail != ESD_SLOT_NONE && cm->lru_tail >= cm->capacity)) {
+	    cm->lru_head > cm->lru_tail || cm->lru_tail > cm_lru_size_of(cm->capacity)) {
 		ESD_ERR("cache",
 		        "cache metadata: counters out of range (count %u, heap %u, "
-		        "pinned %u, hints %u, policy %u)",
-		        cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy);
+		        "pinned %u, hints %u, policy %u, LRU ring [%u, %u))",
+		        cm->count, cm->heap_n, cm->npinned, cm->nhints, cm->policy, cm->lru_head,
+		        cm->lru_tail);
 		return -EINVAL;
 	}
 	*out = cm;
@@ -297,11 +297,12 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		/* Unpinned slots are in the heap with their exact order; a
 		 * pinned one may be there with a stale entry (pops skip it). */
 		bool pinned = cm_pinned_now(cm, &s[i]);
+		if (cm->policy == ESD_POLICY_LRU) {
+			CHECK(hp[i] == 0, "slot %u has a heap position under LRU", i);
+			continue;
+		}
 		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
-		if (hp[i] && cm->policy == ESD_POLICY_LRU) {
-			in_heap++;
-			CHECK(hp[i] == 1, "slot %u list mark %u", i, hp[i]);
-		} else if (hp[i]) {
+		if (hp[i]) {
 			uint32_t p = hp[i] - 1;
 			in_heap++;
 			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
@@ -312,33 +313,35 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		}
 	}
 	CHECK(occupied == cm->count, "count %u, %u slots occupied", cm->count, occupied);
-	CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n, in_heap);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
 	if (cm->policy == ESD_POLICY_LRU) {
-		/* the list: linked both ways, as long as heap_n, and its
-		 * unpinned members in (last_use, key) order */
-		const struct cm_link *l = cm_links(cm);
-		uint32_t len = 0, prev = ESD_SLOT_NONE;
+		/* the ring: one live entry per occupied slot (pinned ones
+		 * included), at the slot's lru_pos, in (last_use, key) order */
+		const uint32_t *ring = cm_lru_ring(cm);
+		uint32_t live = 0;
 		struct cm_hent last = {0}, e;
-		bool have_last = false;
-		for (uint32_t x = cm->lru_head; x != ESD_SLOT_NONE; x = l[x].next) {
-			CHECK(x < cm->capacity && len < cm->heap_n, "LRU list broken at %u", x);
-			CHECK(l[x].prev == prev && hp[x] == 1, "LRU list links at slot %u", x);
-			if (!cm_pinned_now(cm, &s[x])) {
-				cm_hent_of(cm, x, &e);
-				CHECK(!have_last || cm_hless(&last, &e), "LRU order broken at %u",
-				      x);
-				last = e;
-				have_last = true;
-			}
-			prev = x;
-			len++;
+		CHECK(cm->lru_head <= cm->lru_tail && cm->lru_tail <= cm_lru_size_of(cm->capacity),
+		      "LRU ring [%u, %u) out of its %u entries", cm->lru_head, cm->lru_tail,
+		      cm_lru_size_of(cm->capacity));
+		for (uint32_t p = cm->lru_head; p < cm->lru_tail; p++) {
+			if (!cm_lru_live(cm, p))
+				continue;
+			const uint32_t x = ring[p];
+			CHECK(x < cm->capacity && s[x].state != ESD_ROW_ABSENT && s[x].lru_pos == p,
+			      "LRU ring entry %u (slot %u) dangles", p, x);
+			cm_hent_of(cm, x, &e);
+			CHECK(!live || cm_hless(&last, &e), "LRU order broken at ring entry %u", p);
+			last = e;
+			live++;
 		}
-		CHECK(len == cm->heap_n && cm->lru_tail == prev, "LRU list length %u, count %u",
-		      len, cm->heap_n);
+		CHECK(live == cm->count && live == cm->heap_n,
+		      "LRU ring holds %u slots, count %u, header says %u", live, cm->count,
+		      cm->heap_n);
 	} else {
-		CHECK(cm->lru_head == ESD_SLOT_NONE, "LRU list outside LRU");
+		CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n,
+		      in_heap);
+		CHECK(cm->lru_head == 0 && cm->lru_tail == 0, "LRU ring outside LRU");
 		for (uint32_t p = 1; p < cm->heap_n; p++)
 			CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
 	}

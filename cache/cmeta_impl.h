@@ -20,8 +20,7 @@
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
- *   links      capacity x struct cm_link: the LRU list (LRU policy only;
- *              the heap takes its place under the other policies)
+ *   lrustale   one bit per entry of the LRU ring (LRU policy only)
  *
  * Pinned rows cannot be chosen: a pop that yields a pinned slot sets it
  * aside and pops again (the set-aside slots go back after the
@@ -29,6 +28,18 @@
  * date, so every unpinned slot is always in the heap at its exact place.
  * So a state change of a pinned slot (Emark orders OUTDATED rows first)
  * leaves its entry as it is too: the lapse brings it up to date.
+ *
+ * Under LRU the victim order is (last_use, key): the order in which the
+ * iterations used the slots, each iteration's slots in key order. It is
+ * kept as a ring of slot numbers in the heap's area (8 entries per slot
+ * of capacity), appended to at the end of each begin_iter with that
+ * iteration's needed slots in key order. Each slot records its entry's
+ * place (slot.lru_pos); an entry goes stale, by one bit in 'lrustale',
+ * when its slot is used again or freed. So a use costs one bit and one
+ * append, with no list links to chase through memory; pops skip stale
+ * entries, and when the ring's end is reached the live entries (at most
+ * one per occupied slot) are moved to its front (compaction: once per
+ * ~7 x capacity appends).
  */
 #ifndef ESD_CACHE_CMETA_IMPL_H
 #define ESD_CACHE_CMETA_IMPL_H
@@ -40,7 +51,7 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     2u /* 2: index at 2 x capacity */
+#define CM_VERSION     3u /* 2: index at 2 x capacity; 3: LRU ring */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3
@@ -64,8 +75,8 @@ struct esd_cmeta {
 	uint64_t hint_iter; /* iteration of the last lookahead call */
 	uint64_t off_slots, off_index, off_heap, off_heappos, off_pinned, off_hints;
 	uint64_t off_free[CM_FREE_LEVELS];
-	uint64_t off_links;          /* LRU list: capacity x struct cm_link */
-	uint32_t lru_head, lru_tail; /* ESD_SLOT_NONE when empty */
+	uint64_t off_lrustale;       /* LRU ring's stale bits */
+	uint32_t lru_head, lru_tail; /* LRU ring: entries [head, tail) */
 	uint8_t reserved[CM_HDR_BYTES - 176];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
@@ -86,13 +97,6 @@ struct cm_hent {
 	uint32_t pad;
 };
 _Static_assert(sizeof(struct cm_hent) == 32, "two heap entries per cache line");
-
-/* Under LRU the victim order is the order of use, so the victims live in
- * a doubly linked list (O(1) pop, unlink, append) instead of the heap;
- * heappos[] then only says "in the list" (1) or not (0). */
-struct cm_link {
-	uint32_t prev, next;
-};
 
 #define CM_AT(cm, off, type) ((type *)((char *)(cm) + (cm)->off))
 
@@ -115,9 +119,21 @@ static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
 }
-static inline struct cm_link *cm_links(const struct esd_cmeta *cm)
+/* The LRU ring (LRU policy only) shares the heap's area: 8 four-byte
+ * entries per slot of capacity. */
+static inline uint32_t *cm_lru_ring(const struct esd_cmeta *cm)
 {
-	return CM_AT(cm, off_links, struct cm_link);
+	return CM_AT(cm, off_heap, uint32_t);
+}
+static inline uint32_t cm_lru_size_of(uint32_t capacity)
+{
+	const uint64_t n = ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent) /
+	                   sizeof(uint32_t);
+	return n > UINT32_MAX - 63 ? (UINT32_MAX - 63) & ~UINT32_C(63) : (uint32_t)n;
+}
+static inline uint64_t *cm_lru_stale(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_lrustale, uint64_t);
 }
 static inline uint32_t *cm_pinned(const struct esd_cmeta *cm)
 {
@@ -181,6 +197,24 @@ void cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
 uint32_t cm_heap_pop(struct esd_cmeta *cm);
 void cm_heap_build(struct esd_cmeta *cm);
 void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
+/* LRU: is ring entry p live? */
+static inline bool cm_lru_live(const struct esd_cmeta *cm, uint32_t p)
+{
+	return !((cm_lru_stale(cm)[p / 64] >> (p % 64)) & 1);
+}
+/* LRU: slot's entry goes stale (it is used again or freed). */
+static inline void cm_lru_drop(struct esd_cmeta *cm, uint32_t slot)
+{
+	const uint32_t p = cm_slots(cm)[slot].lru_pos;
+	if (p >= cm->lru_tail)
+		return; /* not in the ring (a damaged block: never index past it) */
+	cm_lru_stale(cm)[p / 64] |= UINT64_C(1) << (p % 64);
+	cm->heap_n--;
+}
+/* LRU: append slots[0..n) (in this order) as the newest entries. */
+void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n);
+/* LRU: is slot's recorded entry live (the slot is in the order)? */
+bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot);
 static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)
 {
 	/* Branch-free: which child is smaller is a coin toss the predictor

@@ -16,6 +16,7 @@
 #include "cmeta_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
 {
@@ -208,53 +209,74 @@ static void heap_build(struct esd_cmeta *cm)
 	}
 }
 
-/* ---- LRU list ------------------------------------------------------------ */
+/* ---- LRU ring (see cmeta_impl.h) ----------------------------------------- */
 
-static void lru_append(struct esd_cmeta *cm, uint32_t slot)
+bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot)
 {
-	struct cm_link *l = cm_links(cm);
-
-	l[slot].prev = cm->lru_tail;
-	l[slot].next = ESD_SLOT_NONE;
-	if (cm->lru_tail != ESD_SLOT_NONE)
-		l[cm->lru_tail].next = slot;
-	else
-		cm->lru_head = slot;
-	cm->lru_tail = slot;
-	cm_heappos(cm)[slot] = 1;
-	cm->heap_n++;
+	const uint32_t p = cm_slots(cm)[slot].lru_pos;
+	return p >= cm->lru_head && p < cm->lru_tail && cm_lru_ring(cm)[p] == slot &&
+	       cm_lru_live(cm, p);
 }
 
-static void lru_unlink(struct esd_cmeta *cm, uint32_t slot)
+/* Bits [from, to) live (0). */
+static void lru_clear_bits(struct esd_cmeta *cm, uint32_t from, uint32_t to)
 {
-	struct cm_link *l = cm_links(cm);
-	uint32_t p = l[slot].prev, n = l[slot].next;
+	uint64_t *b = cm_lru_stale(cm);
+	while (from < to && from % 64) {
+		b[from / 64] &= ~(UINT64_C(1) << (from % 64));
+		from++;
+	}
+	if (from < to && to - from >= 64) {
+		memset(&b[from / 64], 0, (to - from) / 64 * sizeof(uint64_t));
+		from += (to - from) / 64 * 64;
+	}
+	for (; from < to; from++)
+		b[from / 64] &= ~(UINT64_C(1) << (from % 64));
+}
 
-	if (p != ESD_SLOT_NONE)
-		l[p].next = n;
-	else
-		cm->lru_head = n;
-	if (n != ESD_SLOT_NONE)
-		l[n].prev = p;
-	else
-		cm->lru_tail = p;
-	l[slot] = (struct cm_link){0, 0};
-	cm_heappos(cm)[slot] = 0;
-	cm->heap_n--;
+/* Move the live entries to the ring's front, in order. Each moved slot's
+ * lru_pos is rewritten (prefetched: they are random lines). */
+static void lru_compact(struct esd_cmeta *cm)
+{
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t *ring = cm_lru_ring(cm);
+	const uint32_t tail = cm->lru_tail;
+	uint32_t w = 0;
+	for (uint32_t r = cm->lru_head; r < tail; r++) {
+		if (r + 16 < tail)
+			__builtin_prefetch(&sl[ring[r + 16]], 1);
+		if (!cm_lru_live(cm, r))
+			continue;
+		const uint32_t s = ring[r];
+		ring[w] = s;
+		sl[s].lru_pos = w++;
+	}
+	lru_clear_bits(cm, 0, tail);
+	cm->lru_head = 0;
+	cm->lru_tail = w;
+	cm->heap_n = w;
+}
+
+void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+{
+	if (n > cm_lru_size_of(cm->capacity) - cm->lru_tail)
+		lru_compact(cm);
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t *ring = cm_lru_ring(cm);
+	const uint32_t t = cm->lru_tail;
+	for (uint32_t i = 0; i < n; i++) {
+		ring[t + i] = slots[i];
+		sl[slots[i]].lru_pos = t + i;
+	}
+	lru_clear_bits(cm, t, t + n);
+	cm->lru_tail = t + n;
+	cm->heap_n += n;
 }
 
 static void lru_clear(struct esd_cmeta *cm)
 {
-	struct cm_link *l = cm_links(cm);
-	uint32_t *hp = cm_heappos(cm);
-
-	for (uint32_t s = cm->lru_head; s != ESD_SLOT_NONE;) {
-		uint32_t n = l[s].next;
-		l[s] = (struct cm_link){0, 0};
-		hp[s] = 0;
-		s = n;
-	}
-	cm->lru_head = cm->lru_tail = ESD_SLOT_NONE;
+	lru_clear_bits(cm, 0, cm->lru_tail);
+	cm->lru_head = cm->lru_tail = 0;
 	cm->heap_n = 0;
 }
 
@@ -264,8 +286,9 @@ static int cmp_lru(const void *x, const void *y)
 	return cm_hless(a, b) ? -1 : cm_hless(b, a) ? 1 : 0;
 }
 
-/* The list in (last_use, key) order, sorted once with the heap's area as
- * scratch: only on a switch to LRU. */
+/* The ring in (last_use, key) order, every occupied slot, sorted once with
+ * the heap's area as scratch: only on a switch to LRU. The ring's 4-byte
+ * entry i overwrites bytes the sort's 32-byte entries before i held. */
 static void lru_build(struct esd_cmeta *cm)
 {
 	const struct esd_cmeta_slot *s = cm_slots(cm);
@@ -275,14 +298,19 @@ static void lru_build(struct esd_cmeta *cm)
 	lru_clear(cm);
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		cm_heappos(cm)[i] = 0;
-		if (s[i].state != ESD_ROW_ABSENT && !cm_pinned_now(cm, &s[i]))
+		if (s[i].state != ESD_ROW_ABSENT)
 			cm_hent_of(cm, i, &h[n++]);
 	}
 	qsort(h, n, sizeof(*h), cmp_lru);
+	uint32_t *ring = cm_lru_ring(cm);
 	for (uint32_t i = 0; i < n; i++) {
-		lru_append(cm, h[i].slot);
-		h[i] = (struct cm_hent){0};
+		const uint32_t slot = h[i].slot;
+		ring[i] = slot;
+		cm_slots(cm)[slot].lru_pos = i;
 	}
+	lru_clear_bits(cm, 0, n);
+	cm->lru_tail = n;
+	cm->heap_n = n;
 }
 
 /* ---- the victim order, whichever structure holds it ------------------------ */
@@ -295,52 +323,55 @@ static inline bool is_lru(const struct esd_cmeta *cm)
 void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
 {
 	if (is_lru(cm))
-		lru_append(cm, slot);
+		cm_lru_append_group(cm, &slot, 1);
 	else
 		heap_insert(cm, slot);
 }
 
 void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
 {
-	if (!cm_heappos(cm)[slot])
-		return;
-	if (is_lru(cm))
-		lru_unlink(cm, slot);
-	else
+	if (is_lru(cm)) {
+		if (cm_lru_has(cm, slot))
+			cm_lru_drop(cm, slot);
+	} else if (cm_heappos(cm)[slot]) {
 		heap_remove(cm, slot);
+	}
 }
 
 /* Under LRU the only order change there is, is a use: the slot becomes
  * the newest, i.e. goes to the tail. */
 void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
 {
-	if (!cm_heappos(cm)[slot])
-		return;
 	if (is_lru(cm)) {
-		lru_unlink(cm, slot);
-		lru_append(cm, slot);
-	} else {
+		if (!cm_lru_has(cm, slot))
+			return;
+		cm_lru_drop(cm, slot);
+		cm_lru_append_group(cm, &slot, 1);
+	} else if (cm_heappos(cm)[slot]) {
 		heap_update(cm, slot);
 	}
 }
 
+/* Under LRU: the oldest live entry, skipping stale ones; slots pinned in
+ * this iteration have no live entry (begin_iter dropped it). */
 uint32_t cm_heap_pop(struct esd_cmeta *cm)
 {
 	if (!is_lru(cm))
 		return heap_pop(cm);
-	uint32_t slot = cm->lru_head;
-	if (slot != ESD_SLOT_NONE)
-		lru_unlink(cm, slot);
-	return slot;
+	const uint32_t *ring = cm_lru_ring(cm);
+	while (cm->lru_head < cm->lru_tail) {
+		const uint32_t p = cm->lru_head++;
+		if (cm_lru_live(cm, p)) {
+			cm->heap_n--;
+			return ring[p];
+		}
+	}
+	return ESD_SLOT_NONE;
 }
 
 void cm_heap_build(struct esd_cmeta *cm)
 {
 	if (is_lru(cm)) {
-		/* the heap area is the sort's scratch: empty it first */
-		struct cm_hent *h = cm_heap(cm);
-		for (uint32_t i = 0; i < cm->capacity; i++)
-			h[i] = (struct cm_hent){0};
 		lru_build(cm);
 	} else {
 		lru_clear(cm);

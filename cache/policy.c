@@ -107,62 +107,26 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	/* 1. */
 	esd_cmeta_find_batch(cm, keys, n, slots);
 
-	/* 2. Pin the needed keys. A pinned slot may stay in the heap with a
+	/* 2. Pin the needed keys. Under LRU a needed slot's entry in the
+	 * ring goes stale (it gets a new one, as the newest, at the end).
+	 * Under the other policies a pinned slot may stay in the heap with a
 	 * stale entry (taking it out would cost a heap removal per hit); pops
 	 * skip pinned slots. The pins of the last iteration that lapse now go
 	 * (back) into the heap with their current order. */
 	uint32_t *hp = cm_heappos(cm);
 	const struct cm_hent *heap = cm_heap(cm);
+	const bool lru = cm->policy == ESD_POLICY_LRU;
 	for (size_t i = 0; i < n; i++) {
 		/* the find above prefetched every slot line it found */
 		uint32_t s = slots[i];
-		if (s != ESD_SLOT_NONE)
+		if (s != ESD_SLOT_NONE) {
 			sl[s].pin_iter = iter;
+			if (lru)
+				cm_lru_drop(cm, s);
+		}
 	}
 	cm->last_iter = iter;
-	if (cm->policy == ESD_POLICY_LRU) {
-		/* The lapsed pins were all used in the previous iteration: each
-		 * goes to the list's tail, in pinned[] order. cm_heap_update's
-		 * unlink + append (or cm_heap_insert's append), inline. */
-		struct cm_link *l = cm_links(cm);
-		uint32_t head = cm->lru_head, tail = cm->lru_tail, hn = cm->heap_n;
-		const uint32_t np = cm->npinned;
-		for (uint32_t i = 0; i < np; i++) {
-			const uint32_t s = pinned[i];
-			if (i + 8 < np) {
-				__builtin_prefetch(&sl[pinned[i + 8]]);
-				__builtin_prefetch(&l[pinned[i + 8]], 1);
-				__builtin_prefetch(&hp[pinned[i + 8]], 1);
-			}
-			if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
-				continue;
-			if (hp[s]) {
-				const uint32_t p = l[s].prev, x = l[s].next;
-				if (p != ESD_SLOT_NONE)
-					l[p].next = x;
-				else
-					head = x;
-				if (x != ESD_SLOT_NONE)
-					l[x].prev = p;
-				else
-					tail = p;
-			} else {
-				hp[s] = 1;
-				hn++;
-			}
-			l[s].prev = tail;
-			l[s].next = ESD_SLOT_NONE;
-			if (tail != ESD_SLOT_NONE)
-				l[tail].next = s;
-			else
-				head = s;
-			tail = s;
-		}
-		cm->lru_head = head;
-		cm->lru_tail = tail;
-		cm->heap_n = hn;
-	}
-	for (uint32_t i = 0; cm->policy != ESD_POLICY_LRU && i < cm->npinned; i++) {
+	for (uint32_t i = 0; !lru && i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
 		 * entry that position names 8 ahead. */
@@ -262,6 +226,9 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
 	}
 
+	/* LRU: this iteration's slots are the newest, in key order */
+	if (lru)
+		cm_lru_append_group(cm, slots, (uint32_t)n);
 	if (n)
 		memcpy(pinned, slots, n * sizeof(*pinned));
 	if (n < cm->npinned)

@@ -84,7 +84,10 @@ struct esd_cmeta_slot {
 	uint32_t freq;     /* accesses (iterations that needed the key) */
 	uint32_t mark;     /* Emark target at the last access */
 	uint8_t state;     /* enum esd_row_state */
-	uint8_t reserved[15];
+	uint8_t reserved[3];
+	uint32_t lru_pos; /* the cache's own bookkeeping: the slot's place in
+	                   * the LRU order (LRU policy only) */
+	uint64_t reserved2;
 };
 
 struct esd_cmeta;
@@ -124,9 +127,9 @@ struct esd_cmeta_fill {
 size_t esd_cmeta_bytes(uint32_t capacity);
 
 /* Format 'mem' (at least esd_cmeta_bytes(capacity) bytes, 64-byte
- * aligned) as an empty cache. About 152 bytes per slot (slot record 64,
- * index 32 at load 1/2, victim heap 32, pins 4, heap positions 4, hints
- * 8, LRU links 8, free bitmap).
+ * aligned) as an empty cache. About 145 bytes per slot (slot record 64,
+ * index 32 at load 1/2, victim heap or LRU ring 32, pins 4, heap positions
+ * 4, hints 8, the LRU ring's stale bits 1, free bitmap).
  * Returns 0, -EINVAL (capacity 0 or above 2^30, len too small,
  * misaligned, unknown policy). esd_cmeta_bytes returns 0 for a capacity
  * it cannot format. */

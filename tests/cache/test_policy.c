@@ -319,15 +319,18 @@ static size_t draw_keys(uint64_t *rng, uint64_t *keys, size_t n, uint64_t univer
 
 /* ---- random traces against the reference ---------------------------------- */
 
-static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int iters,
-                      bool switch_policy)
+/* A random trace against the reference model: 'universe' keys (0: three
+ * times the capacity, so the cache fills and evicts). */
+static void run_trace_u(enum esd_policy policy, uint32_t cap, uint64_t seed, int iters,
+                        bool switch_policy, uint64_t universe)
 {
 	struct ref r;
 	void *mem;
 	struct esd_cmeta *cm = new_cmeta(cap, policy, &mem);
 	struct fillbuf fa, fb;
 	uint64_t rng = seed;
-	uint64_t universe = (uint64_t)cap * 3;
+	if (!universe)
+		universe = (uint64_t)cap * 3;
 	uint64_t *keys = calloc(cap + 8, sizeof(*keys));
 	uint64_t *next = calloc(cap + 8, sizeof(*next));
 	size_t nnext = 0;
@@ -423,11 +426,22 @@ static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int i
 	free(mem);
 }
 
+static void run_trace(enum esd_policy policy, uint32_t cap, uint64_t seed, int iters,
+                      bool switch_policy)
+{
+	run_trace_u(policy, cap, seed, iters, switch_policy, 0);
+}
+
 static void test_trace_lru(void **state)
 {
 	(void)state;
 	for (uint64_t seed = 1; seed <= 4; seed++)
 		run_trace(ESD_POLICY_LRU, seed == 1 ? 1 : (uint32_t)(17 * seed), seed, 300, false);
+	/* a cache that never fills: its LRU ring is reclaimed by compaction
+	 * alone (no pops), many times over in 600 iterations */
+	run_trace_u(ESD_POLICY_LRU, 64, 5, 600, false, 48);
+	/* and one that holds nearly every key: few misses, long-lived entries */
+	run_trace_u(ESD_POLICY_LRU, 100, 6, 600, false, 110);
 }
 
 static void test_trace_lfu(void **state)
