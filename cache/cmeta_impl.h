@@ -213,6 +213,11 @@ static inline void cm_lru_drop(struct esd_cmeta *cm, uint32_t slot)
 }
 /* LRU: append slots[0..n) (in this order) as the newest entries. */
 void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n);
+/* LRU, the same in two halves: room for n entries at [tail, tail + n)
+ * (compacting first if need be; returns tail), which the caller writes
+ * (ring entry and slot lru_pos) while nothing pops; then commit them. */
+uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n);
+void cm_lru_commit(struct esd_cmeta *cm, uint32_t n);
 /* LRU: is slot's recorded entry live (the slot is in the order)? */
 bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot);
 static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)

@@ -257,20 +257,30 @@ static void lru_compact(struct esd_cmeta *cm)
 	cm->heap_n = w;
 }
 
-void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n)
 {
 	if (n > cm_lru_size_of(cm->capacity) - cm->lru_tail)
 		lru_compact(cm);
+	return cm->lru_tail;
+}
+
+void cm_lru_commit(struct esd_cmeta *cm, uint32_t n)
+{
+	lru_clear_bits(cm, cm->lru_tail, cm->lru_tail + n);
+	cm->lru_tail += n;
+	cm->heap_n += n;
+}
+
+void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+{
+	const uint32_t t = cm_lru_reserve(cm, n);
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *ring = cm_lru_ring(cm);
-	const uint32_t t = cm->lru_tail;
 	for (uint32_t i = 0; i < n; i++) {
 		ring[t + i] = slots[i];
 		sl[slots[i]].lru_pos = t + i;
 	}
-	lru_clear_bits(cm, t, t + n);
-	cm->lru_tail = t + n;
-	cm->heap_n += n;
+	cm_lru_commit(cm, n);
 }
 
 static void lru_clear(struct esd_cmeta *cm)

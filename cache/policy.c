@@ -82,8 +82,8 @@ static int check_keys(const esd_key_t *keys, size_t n)
 	return 0;
 }
 
-int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-                         struct esd_cmeta_fill *fill)
+static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+                      const uint8_t *states, struct esd_cmeta_fill *fill)
 {
 	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
 		return -EINVAL;
@@ -94,6 +94,10 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	int rc = check_keys(keys, n);
 	if (rc)
 		return rc;
+	if (states)
+		for (size_t i = 0; i < n; i++)
+			if (states[i] - 1u > 2u)
+				return -EINVAL;
 
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *slots = fill->slots;
@@ -116,6 +120,11 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 	uint32_t *hp = cm_heappos(cm);
 	const struct cm_hent *heap = cm_heap(cm);
 	const bool lru = cm->policy == ESD_POLICY_LRU;
+	/* LRU: this iteration's slots become the newest entries, in key
+	 * order, at [lru_at, lru_at + n), written by step 3 (pops stop at the
+	 * ring's tail, so they never see them half written) */
+	uint32_t *ring = cm_lru_ring(cm);
+	const uint32_t lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
 	for (size_t i = 0; i < n; i++) {
 		/* the find above prefetched every slot line it found */
 		uint32_t s = slots[i];
@@ -154,12 +163,21 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			e->last_use = iter;
 			e->freq++;
 			set_mark(cm, e, cm->emark_target);
+			if (lru) {
+				ring[lru_at + i] = s;
+				e->lru_pos = lru_at + (uint32_t)i;
+			}
 			if (e->state == ESD_ROW_OUTDATED) {
 				fill->pulls[fill->n_pulls++] = (struct esd_cmeta_pull){
 				    .key = keys[i], .slot = s, .outdated = 1};
 				fill->n_miss_outdated++;
 			} else {
 				fill->n_hits++;
+			}
+			if (states) {
+				/* pinned: no victim order to update (set_state) */
+				cm_store64(&e->clock, 0);
+				cm_store8(&e->state, states[i]);
 			}
 			continue;
 		}
@@ -194,7 +212,7 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		struct esd_cmeta_slot *e = &sl[s];
 		cm_store64(&e->key, keys[i]);
 		cm_store64(&e->clock, 0);
-		cm_store8(&e->state, ESD_ROW_OUTDATED);
+		cm_store8(&e->state, states ? states[i] : ESD_ROW_OUTDATED);
 		e->last_use = iter;
 		e->next_use = cm->nhints && hinted(cm, keys[i]) ? cm->hint_iter : ESD_NEXT_USE_NONE;
 		e->pin_iter = iter;
@@ -202,6 +220,10 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 		e->mark = cm->emark_target;
 		cm->emark_at_target++;
 		cm->count++;
+		if (lru) {
+			ring[lru_at + i] = s;
+			e->lru_pos = lru_at + (uint32_t)i;
+		}
 		slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
 		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
@@ -226,15 +248,28 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
 			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
 	}
 
-	/* LRU: this iteration's slots are the newest, in key order */
 	if (lru)
-		cm_lru_append_group(cm, slots, (uint32_t)n);
+		cm_lru_commit(cm, (uint32_t)n);
 	if (n)
 		memcpy(pinned, slots, n * sizeof(*pinned));
 	if (n < cm->npinned)
 		memset(pinned + n, 0, (cm->npinned - n) * sizeof(*pinned));
 	cm->npinned = (uint32_t)n;
 	return 0;
+}
+
+int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+                         struct esd_cmeta_fill *fill)
+{
+	return begin_iter(cm, iter, keys, n, NULL, fill);
+}
+
+int esd_cmeta_begin_iter_states(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys,
+                                size_t n, const uint8_t *states, struct esd_cmeta_fill *fill)
+{
+	if (n && !states)
+		return -EINVAL;
+	return begin_iter(cm, iter, keys, n, states, fill);
 }
 
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,

@@ -375,7 +375,22 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		const uint32_t nw = woff[w + 1] - woff[w];
 		const esd_key_t *keys = ss->wl.keys + woff[w];
 		const uint32_t *uids = ss->wl.uid + woff[w];
-		rc = esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill);
+		/* step 6's states for this worker's copies of the keys it
+		 * trains: DIRTY on a lone trainer under on-demand sync, else
+		 * OUTDATED. Without HET they are set by begin_iter itself, in
+		 * its pass over the slots (nothing between reads them). */
+		if (sync == ESD_SYNC_ON_DEMAND) {
+			for (uint32_t q = 0; q < nw; q++) {
+				const uint64_t need = kt->need[uids[q]];
+				ss->states[q] =
+				    need & (need - 1) ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+			}
+		} else {
+			memset(ss->states, ESD_ROW_OUTDATED, nw);
+		}
+		rc = ss->het ? esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill)
+		             : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, ss->states,
+		                                           &fill);
 		if (rc)
 			return rc;
 		if (ss->het) {
@@ -419,26 +434,19 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);
 		/* pulled rows become CLEAN (HET: at the PS's version). Without
-		 * HET this is left out: every pulled slot is a needed one, so
-		 * step 6 below sets its state and clock again, and a state
-		 * change of a pinned slot has no other effect (esd_cmeta_set_state
-		 * leaves a pinned slot's victim order as it is). */
+		 * HET this is left out: every pulled slot is a needed one, whose
+		 * step-6 state begin_iter_states set, and a state change of a
+		 * pinned slot has no other effect (esd_cmeta_set_state leaves a
+		 * pinned slot's victim order as it is). */
 		if (ss->het)
 			for (size_t q = 0; q < fill.n_pulls; q++)
 				esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
 				                    ss->pulls[q].outdated);
-		/* step 6 for this worker's copies of the keys it trained */
-		if (sync == ESD_SYNC_ON_DEMAND) {
-			for (uint32_t q = 0; q < nw; q++) {
-				const uint64_t need = kt->need[uids[q]];
-				ss->states[q] =
-				    need & (need - 1) ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
-			}
+		/* step 6 for this worker's copies of the keys it trained (HET:
+		 * after the pulls' versions above) */
+		if (ss->het)
 			esd_cmeta_set_states(ss->cm[w], ss->slots, ss->states, ESD_ROW_ABSENT, 0,
 			                     nw);
-		} else {
-			esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_OUTDATED, 0, nw);
-		}
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
 	/* step 6 on the workers that hold a latest copy but trained none (in

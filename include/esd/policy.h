@@ -193,6 +193,14 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
  * -ENOSPC (n > capacity); on error nothing changes. */
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
 			 struct esd_cmeta_fill *fill);
+/* esd_cmeta_begin_iter, then each needed key's slot takes states[i]
+ * (ESD_ROW_OUTDATED, CLEAN or DIRTY) at clock 0, in the same pass: the
+ * same as esd_cmeta_set_states(cm, fill->slots, states, 0, 0, n) after
+ * it, for a caller that knows the iteration's outcome in advance (the
+ * dispatcher's snapshots). 'fill' reports the states before. Returns as
+ * esd_cmeta_begin_iter, -EINVAL too for a state outside those three. */
+int esd_cmeta_begin_iter_states(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys,
+				size_t n, const uint8_t *states, struct esd_cmeta_fill *fill);
 
 /* Set the state and clock of an occupied slot (ESD_ROW_ABSENT frees it).
  * The victim order of a slot pinned by the current iteration is brought up
