@@ -72,14 +72,23 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 	cm_free_set(cm, slot);
 }
 
-static int check_keys(const esd_key_t *keys, size_t n)
+/* Keys strictly ascending, states (when given) OUTDATED, CLEAN or DIRTY.
+ * Branch-free accumulation, vectorised (-O2 alone leaves these loops
+ * scalar): they run on every begin_iter, over every needed key. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+static int check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
 {
 	if (n && !keys)
 		return -EINVAL;
+	unsigned bad = 0;
 	for (size_t i = 1; i < n; i++)
-		if (keys[i - 1] >= keys[i])
-			return -EINVAL;
-	return 0;
+		bad |= keys[i - 1] >= keys[i];
+	if (states)
+		for (size_t i = 0; i < n; i++)
+			bad |= (uint8_t)(states[i] - 1u) > 2u;
+	return bad ? -EINVAL : 0;
 }
 
 static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
@@ -91,13 +100,9 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 		return -ENOSPC;
 	if (n && (!fill->pulls || !fill->evicts || !fill->slots))
 		return -EINVAL;
-	int rc = check_keys(keys, n);
+	int rc = check_keys(keys, states, n);
 	if (rc)
 		return rc;
-	if (states)
-		for (size_t i = 0; i < n; i++)
-			if (states[i] - 1u > 2u)
-				return -EINVAL;
 
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *slots = fill->slots;
