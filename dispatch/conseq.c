@@ -214,16 +214,16 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			if (!a)
 				return -ENOMEM;
 			wl->keys = a;
-			uint32_t *c = realloc(wl->uid, nc * sizeof(uint32_t));
+			uint8_t *c = realloc(wl->state, nc);
 			if (!c)
 				return -ENOMEM;
-			wl->uid = c;
+			wl->state = c;
 			wl->cap = nc;
 		}
 		uint32_t wp[ESD_MAX_WORKERS];
 		memcpy(wp, wl->off, n * sizeof(uint32_t));
 		esd_key_t *wk = wl->keys;
-		uint32_t *wu = wl->uid;
+		uint8_t *ws = wl->state;
 		/* pass 2: fill, keys ascending */
 		for (uint32_t r = 0; r < count; r++) {
 			const uint32_t u = sorted[r];
@@ -233,10 +233,11 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
 				kv[pv[s->dirty]++] = key;
 			const int shared = full || (need & (need - 1));
+			const uint8_t state = shared ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
 			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 				j = (uint32_t)__builtin_ctzll(m_);
 				wk[wp[j]] = key;
-				wu[wp[j]++] = u;
+				ws[wp[j]++] = state;
 				if (!((lat >> j) & 1))
 					km[pm[j]++] = key;
 				if (shared)

@@ -56,11 +56,14 @@ void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64
 /* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
 void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 
-/* Per-worker lists of needed keys (ascending) and their unique-key numbers:
- * worker j's are keys[off[j]..off[j+1]). Owned by the caller (realloc'd). */
+/* Per-worker lists of needed keys (ascending) and the states the copies
+ * take: worker j's are keys[off[j]..off[j+1]). Owned by the caller
+ * (realloc'd). */
 struct esd_wlists {
 	esd_key_t *keys;
-	uint32_t *uid;
+	uint8_t *state; /* the state the worker's copy takes (DESIGN §3 step 6):
+	                 * DIRTY when it trains the key alone under on-demand
+	                 * sync, else OUTDATED */
 	size_t cap;
 	uint32_t off[ESD_MAX_WORKERS + 1];
 };

@@ -36,7 +36,6 @@ struct esd_snapset {
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *slots;
-	uint8_t *states; /* step-6 states of one worker's needed slots */
 	size_t cap_f;
 	uint32_t *found; /* directory entry of each key of the last fill */
 	size_t cap_found;
@@ -122,11 +121,10 @@ void esd_snapset_free(struct esd_snapset *ss)
 	for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
 		esd_big_free(ss->mem[j], ss->len[j]);
 	free(ss->wl.keys);
-	free(ss->wl.uid);
+	free(ss->wl.state);
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
-	free(ss->states);
 	free(ss->found);
 	free(ss->others);
 	keydir_free(&ss->dir);
@@ -349,9 +347,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	cap = ss->cap_f;
 	if (grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
 		return -ENOMEM;
-	cap = ss->cap_f;
-	if (grow((void **)&ss->states, &cap, maxf, sizeof(uint8_t)))
-		return -ENOMEM;
 	ss->cap_f = cap;
 
 	/* step 1: pushed DIRTY rows become CLEAN on their holder */
@@ -374,23 +369,12 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
 		const uint32_t nw = woff[w + 1] - woff[w];
 		const esd_key_t *keys = ss->wl.keys + woff[w];
-		const uint32_t *uids = ss->wl.uid + woff[w];
 		/* step 6's states for this worker's copies of the keys it
-		 * trains: DIRTY on a lone trainer under on-demand sync, else
-		 * OUTDATED. Without HET they are set by begin_iter itself, in
-		 * its pass over the slots (nothing between reads them). */
-		if (sync == ESD_SYNC_ON_DEMAND) {
-			for (uint32_t q = 0; q < nw; q++) {
-				const uint64_t need = kt->need[uids[q]];
-				ss->states[q] =
-				    need & (need - 1) ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
-			}
-		} else {
-			memset(ss->states, ESD_ROW_OUTDATED, nw);
-		}
+		 * trains come with the lists; without HET begin_iter sets them
+		 * in its pass over the slots (nothing between reads them) */
+		const uint8_t *states = ss->wl.state + woff[w];
 		rc = ss->het ? esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill)
-		             : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, ss->states,
-		                                           &fill);
+		             : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, states, &fill);
 		if (rc)
 			return rc;
 		if (ss->het) {
@@ -445,8 +429,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		/* step 6 for this worker's copies of the keys it trained (HET:
 		 * after the pulls' versions above) */
 		if (ss->het)
-			esd_cmeta_set_states(ss->cm[w], ss->slots, ss->states, ESD_ROW_ABSENT, 0,
-			                     nw);
+			esd_cmeta_set_states(ss->cm[w], ss->slots, states, ESD_ROW_ABSENT, 0, nw);
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
 	/* step 6 on the workers that hold a latest copy but trained none (in
