@@ -97,7 +97,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	return 0;
 }
 
-uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
+static inline uint32_t find(const struct keydir *kd, esd_key_t key)
 {
 	const uint32_t mask = (uint32_t)kd->size - 1;
 	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
@@ -107,6 +107,11 @@ uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
 		if (e->key == key)
 			return h;
 	}
+}
+
+uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
+{
+	return find(kd, key);
 }
 
 #define WINDOW 16
@@ -119,7 +124,7 @@ void keydir_find_batch(const struct keydir *kd, const esd_key_t *keys, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		if (i + WINDOW < n)
 			__builtin_prefetch(&kd->t[kd_hash(keys[i + WINDOW], kd->bits)]);
-		idx[i] = keydir_find(kd, keys[i]);
+		idx[i] = find(kd, keys[i]);
 	}
 }
 
