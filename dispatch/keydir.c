@@ -9,11 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline uint32_t kd_hash(esd_key_t key, uint32_t bits)
-{
-	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
-}
-
 static int alloc_table(struct keydir *kd, uint32_t bits)
 {
 	size_t size = (size_t)1 << bits;
@@ -97,35 +92,9 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	return 0;
 }
 
-static inline uint32_t find(const struct keydir *kd, esd_key_t key)
-{
-	const uint32_t mask = (uint32_t)kd->size - 1;
-	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
-		const struct keydir_ent *e = &kd->t[h];
-		if (!e->used)
-			return KEYDIR_NONE;
-		if (e->key == key)
-			return h;
-	}
-}
-
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
 {
-	return find(kd, key);
-}
-
-#define WINDOW 16
-
-void keydir_find_batch(const struct keydir *kd, const esd_key_t *keys, size_t n, uint32_t *idx)
-{
-	size_t pre = n < WINDOW ? n : WINDOW;
-	for (size_t i = 0; i < pre; i++)
-		__builtin_prefetch(&kd->t[kd_hash(keys[i], kd->bits)]);
-	for (size_t i = 0; i < n; i++) {
-		if (i + WINDOW < n)
-			__builtin_prefetch(&kd->t[kd_hash(keys[i + WINDOW], kd->bits)]);
-		idx[i] = find(kd, keys[i]);
-	}
+	return keydir_probe(kd, key);
 }
 
 uint32_t keydir_insert(struct keydir *kd, esd_key_t key)

@@ -39,12 +39,43 @@ struct keydir {
 	                    * whose version is not 0 */
 };
 
+static inline uint32_t kd_hash(esd_key_t key, uint32_t bits)
+{
+	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
+}
+
+/* keydir_find, inline: for loops that use each entry as they find it. */
+static inline uint32_t keydir_probe(const struct keydir *kd, esd_key_t key)
+{
+	const uint32_t mask = (uint32_t)kd->size - 1;
+	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
+		const struct keydir_ent *e = &kd->t[h];
+		if (!e->used)
+			return KEYDIR_NONE;
+		if (e->key == key)
+			return h;
+	}
+}
+
+/* For a loop over keys[0..n) at i: the home lines of the next keys are
+ * requested KEYDIR_AHEAD keys ahead (the first ones at i = 0), so the
+ * directory's DRAM misses overlap. */
+#define KEYDIR_AHEAD 16
+static inline void keydir_prefetch_ahead(const struct keydir *kd, const esd_key_t *keys, size_t n,
+                                         size_t i)
+{
+	if (i == 0)
+		for (size_t q = 0; q < KEYDIR_AHEAD && q < n; q++)
+			__builtin_prefetch(&kd->t[kd_hash(keys[q], kd->bits)]);
+	if (i + KEYDIR_AHEAD < n)
+		__builtin_prefetch(&kd->t[kd_hash(keys[i + KEYDIR_AHEAD], kd->bits)]);
+}
+
 int keydir_init(struct keydir *kd, size_t live_hint);
 void keydir_free(struct keydir *kd);
 void keydir_clear(struct keydir *kd);
 /* Make room for 'more' insertions without a rehash during them. */
 int keydir_reserve(struct keydir *kd, size_t more);
-void keydir_find_batch(const struct keydir *kd, const esd_key_t *keys, size_t n, uint32_t *idx);
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key);
 /* Index of key, inserting an empty entry (call keydir_reserve first). */
 uint32_t keydir_insert(struct keydir *kd, esd_key_t key);

@@ -280,12 +280,13 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
-	keydir_find_batch(&ss->dir, kt->ukeys, cnt, ss->found);
 	ss->fill_kt = kt;
 	ss->fill_gen = kt->gen;
 	ss->fill_dirgen = ss->dir.gen;
+	const esd_key_t *ukeys = kt->ukeys;
 	for (uint32_t u = 0; u < cnt; u++) {
-		const uint32_t x = ss->found[u];
+		keydir_prefetch_ahead(&ss->dir, ukeys, cnt, u);
+		const uint32_t x = ss->found[u] = keydir_probe(&ss->dir, ukeys[u]);
 		if (x == KEYDIR_NONE) {
 			kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 			continue;
