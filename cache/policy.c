@@ -74,9 +74,11 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 
 /* Keys strictly ascending, states (when given) OUTDATED, CLEAN or DIRTY.
  * Branch-free accumulation, vectorised (-O2 alone leaves these loops
- * scalar): they run on every begin_iter, over every needed key. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+ * scalar; the 64-bit compare needs AVX2 where the CPU has it): they run on
+ * every begin_iter, over every needed key. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("avx2", "default"),
+               optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
 static int check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
 {
