@@ -284,20 +284,24 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	ss->fill_gen = kt->gen;
 	ss->fill_dirgen = ss->dir.gen;
 	const esd_key_t *ukeys = kt->ukeys;
+	uint32_t *found = ss->found;
+	struct esd_keystate *st = kt->st;
+	const struct keydir_ent *dt = ss->dir.t;
+	const int het = ss->het; /* loads hoisted: the stores below may alias */
 	for (uint32_t u = 0; u < cnt; u++) {
 		keydir_prefetch_ahead(&ss->dir, ukeys, cnt, u);
-		const uint32_t x = ss->found[u] = keydir_probe(&ss->dir, ukeys[u]);
+		const uint32_t x = found[u] = keydir_probe(&ss->dir, ukeys[u]);
 		if (x == KEYDIR_NONE) {
-			kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
+			st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 			continue;
 		}
-		const struct keydir_ent *e = &ss->dir.t[x];
+		const struct keydir_ent *e = &dt[x];
 		uint64_t latest = e->latest;
-		if (ss->het)
+		if (het)
 			for (uint64_t m_ = e->cached & ~e->latest; m_; m_ &= m_ - 1)
 				if (stale_usable(ss, e, (uint32_t)__builtin_ctzll(m_)))
 					latest |= m_ & -m_;
-		kt->st[u] = (struct esd_keystate){latest, e->cached, (uint8_t)e->dirty, {0}};
+		st[u] = (struct esd_keystate){latest, e->cached, (uint8_t)e->dirty, {0}};
 	}
 	return 0;
 }
@@ -446,21 +450,26 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	uint32_t no[ESD_MAX_WORKERS] = {0};
 	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
 	                       ss->fill_dirgen == ss->dir.gen && ss->found;
-	const int lone = sync == ESD_SYNC_ON_DEMAND;
+	const int lone = sync == ESD_SYNC_ON_DEMAND, het = ss->het;
+	const struct esd_keystate *st = kt->st;
+	const uint64_t *needs = kt->need;
+	const esd_key_t *ukeys = kt->ukeys;
+	const uint32_t *found = ss->found;
+	esd_key_t *others = ss->others;
 	for (uint32_t u = 0; u < cnt; u++) {
-		const struct esd_keystate *s = &kt->st[u];
-		const uint64_t need = kt->need[u];
-		const esd_key_t key = kt->ukeys[u];
+		const struct esd_keystate *s = &st[u];
+		const uint64_t need = needs[u];
+		const esd_key_t key = ukeys[u];
 		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
 			j = (uint32_t)__builtin_ctzll(m_);
-			ss->others[(size_t)j * cnt + no[j]++] = key;
+			others[(size_t)j * cnt + no[j]++] = key;
 		}
-		uint32_t x = have_found ? ss->found[u] : KEYDIR_NONE;
+		uint32_t x = have_found ? found[u] : KEYDIR_NONE;
 		if (x == KEYDIR_NONE)
 			x = keydir_insert(&ss->dir, key);
 		struct keydir_ent *e = &ss->dir.t[x];
 		e->cached |= need;
-		if (ss->het)
+		if (het)
 			e->version++; /* full-set: the PS applies it once this iteration */
 		if (lone && !(need & (need - 1))) {
 			e->latest = need;
