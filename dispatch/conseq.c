@@ -115,6 +115,92 @@ void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
 	}
 }
 
+/* The consequence and the per-worker lists in one pass over the keys in
+ * ascending order (the snapshots' advance): every list is written into a
+ * region of 'count' entries per worker, so nothing needs counting first;
+ * then the consequence's lists are packed into their layout. */
+static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_conseq *cq,
+                          struct esd_wlists *wl)
+{
+	const uint32_t n = kt->n, count = kt->count;
+	const size_t want = (size_t)n * count;
+	if (want > UINT32_MAX)
+		return -EOVERFLOW;
+	if (wl->cap < want || !wl->keys) {
+		size_t nc = wl->cap ? wl->cap : 1024;
+		while (nc < want)
+			nc *= 2;
+		esd_key_t *a = realloc(wl->keys, nc * sizeof(esd_key_t));
+		if (!a)
+			return -ENOMEM;
+		wl->keys = a;
+		uint8_t *c = realloc(wl->state, nc);
+		if (!c)
+			return -ENOMEM;
+		wl->state = c;
+		esd_key_t *pk = realloc(wl->pack, 3 * nc * sizeof(esd_key_t));
+		if (!pk)
+			return -ENOMEM;
+		wl->pack = pk;
+		wl->cap = nc;
+	}
+	const struct esd_keystate *st = kt->st;
+	const uint64_t *needs = kt->need;
+	const esd_key_t *ukeys = kt->ukeys;
+	const uint32_t *sorted = kt->sorted;
+	const int full = sync == ESD_SYNC_FULL_SET;
+	esd_key_t *wk = wl->keys, *kv = wl->pack, *km = kv + want, *kg = km + want;
+	uint8_t *ws = wl->state;
+	uint32_t wp[ESD_MAX_WORKERS], pv[ESD_MAX_WORKERS], pm[ESD_MAX_WORKERS],
+	    pg[ESD_MAX_WORKERS];
+	for (uint32_t w = 0; w < n; w++)
+		wp[w] = pv[w] = pm[w] = pg[w] = w * count;
+	for (uint32_t r = 0; r < count; r++) {
+		const uint32_t u = sorted[r];
+		const struct esd_keystate *s = &st[u];
+		const uint64_t need = needs[u], lat = s->latest;
+		const esd_key_t key = ukeys[u];
+		if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+			kv[pv[s->dirty]++] = key;
+		const int shared = full || (need & (need - 1));
+		const uint8_t state = shared ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+		for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
+			const uint32_t j = (uint32_t)__builtin_ctzll(m_);
+			wk[wp[j]] = key;
+			ws[wp[j]++] = state;
+			if (!((lat >> j) & 1))
+				km[pm[j]++] = key;
+			if (shared)
+				kg[pg[j]++] = key;
+		}
+	}
+	uint32_t cnt[ESD_CQ_KINDS][ESD_MAX_WORKERS];
+	uint32_t hits = 0;
+	memset(cnt, 0, sizeof(cnt));
+	for (uint32_t w = 0; w < n; w++) {
+		wl->start[w] = w * count;
+		wl->len[w] = wp[w] - w * count;
+		cnt[ESD_CQ_UPDATE_VALUE][w] = pv[w] - w * count;
+		cnt[ESD_CQ_MISS_PULL][w] = pm[w] - w * count;
+		cnt[ESD_CQ_UPDATE_GRAD][w] = pg[w] - w * count;
+		hits += wl->len[w] - cnt[ESD_CQ_MISS_PULL][w];
+	}
+	int rc = cq_layout(cq, n, cnt);
+	if (rc)
+		return rc;
+	static const enum esd_cq_kind packed[3] = {ESD_CQ_UPDATE_VALUE, ESD_CQ_MISS_PULL,
+	                                           ESD_CQ_UPDATE_GRAD};
+	for (int q = 0; q < 3; q++) {
+		const enum esd_cq_kind kind = packed[q];
+		for (uint32_t w = 0; w < n; w++)
+			if (cnt[kind][w])
+				memcpy(cq->keys[kind] + cq->off[kind][w], wl->pack + q * want + (size_t)w * count,
+				       cnt[kind][w] * sizeof(esd_key_t));
+	}
+	cq->hits = hits;
+	return 0;
+}
+
 static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, const uint32_t *assign,
                    const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq,
                    struct esd_wlists *wl)
@@ -125,6 +211,12 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	int rc;
 	if ((rc = esd_keytab_need(kt, b, assign)) || (rc = esd_keytab_sort(kt)))
 		return rc;
+	if (wl && !plan_only) {
+		if ((rc = lists_one_pass(kt, sync, cq, wl)))
+			return rc;
+		esd_conseq_costs(cq, T);
+		return 0;
+	}
 	const uint32_t n = kt->n, count = kt->count;
 	const struct esd_keystate *st = kt->st;
 	const uint64_t *needs = kt->need;
@@ -198,73 +290,25 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	          *kg = cq->keys[ESD_CQ_UPDATE_GRAD];
 	uint32_t *pv = pos[ESD_CQ_UPDATE_VALUE], *pm = pos[ESD_CQ_MISS_PULL],
 	         *pg = pos[ESD_CQ_UPDATE_GRAD];
-	if (wl && !plan_only) {
-		/* per-worker needed keys too: sized from misses + hits */
-		uint32_t total = 0;
-		for (uint32_t w = 0; w < n; w++) {
-			wl->off[w] = total;
-			total += cnt[ESD_CQ_MISS_PULL][w] + hit[w];
+	/* pass 2: fill, keys ascending */
+	for (uint32_t r = 0; r < count; r++) {
+		const uint32_t u = sorted[r];
+		const struct esd_keystate *s = &st[u];
+		const uint64_t need = needs[u];
+		const esd_key_t key = ukeys[u];
+		if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
+			kv[pv[s->dirty]++] = key;
+		if (plan_only)
+			continue;
+		for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
+			j = (uint32_t)__builtin_ctzll(m_);
+			km[pm[j]++] = key;
 		}
-		wl->off[n] = total;
-		if (wl->cap < total) {
-			size_t nc = wl->cap ? wl->cap : 1024;
-			while (nc < total)
-				nc *= 2;
-			esd_key_t *a = realloc(wl->keys, nc * sizeof(esd_key_t));
-			if (!a)
-				return -ENOMEM;
-			wl->keys = a;
-			uint8_t *c = realloc(wl->state, nc);
-			if (!c)
-				return -ENOMEM;
-			wl->state = c;
-			wl->cap = nc;
-		}
-		uint32_t wp[ESD_MAX_WORKERS];
-		memcpy(wp, wl->off, n * sizeof(uint32_t));
-		esd_key_t *wk = wl->keys;
-		uint8_t *ws = wl->state;
-		/* pass 2: fill, keys ascending */
-		for (uint32_t r = 0; r < count; r++) {
-			const uint32_t u = sorted[r];
-			const struct esd_keystate *s = &st[u];
-			const uint64_t need = needs[u], lat = s->latest;
-			const esd_key_t key = ukeys[u];
-			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
-				kv[pv[s->dirty]++] = key;
-			const int shared = full || (need & (need - 1));
-			const uint8_t state = shared ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+		if (full || (need & (need - 1)))
 			for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 				j = (uint32_t)__builtin_ctzll(m_);
-				wk[wp[j]] = key;
-				ws[wp[j]++] = state;
-				if (!((lat >> j) & 1))
-					km[pm[j]++] = key;
-				if (shared)
-					kg[pg[j]++] = key;
+				kg[pg[j]++] = key;
 			}
-		}
-	} else {
-		/* pass 2: fill, keys ascending */
-		for (uint32_t r = 0; r < count; r++) {
-			const uint32_t u = sorted[r];
-			const struct esd_keystate *s = &st[u];
-			const uint64_t need = needs[u];
-			const esd_key_t key = ukeys[u];
-			if (s->dirty != ESD_NO_WORKER && need && need != (UINT64_C(1) << s->dirty))
-				kv[pv[s->dirty]++] = key;
-			if (plan_only)
-				continue;
-			for (uint64_t m_ = need & ~s->latest; m_; m_ &= m_ - 1) {
-				j = (uint32_t)__builtin_ctzll(m_);
-				km[pm[j]++] = key;
-			}
-			if (full || (need & (need - 1)))
-				for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
-					j = (uint32_t)__builtin_ctzll(m_);
-					kg[pg[j]++] = key;
-				}
-		}
 	}
 	cq->hits = hits;
 	esd_conseq_costs(cq, T);

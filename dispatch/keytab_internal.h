@@ -57,15 +57,19 @@ void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64
 void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 
 /* Per-worker lists of needed keys (ascending) and the states the copies
- * take: worker j's are keys[off[j]..off[j+1]). Owned by the caller
- * (realloc'd). */
+ * take: worker j's are keys[start[j]..start[j] + len[j]). The lists and
+ * the consequence's are written in one pass into regions of 'count'
+ * entries per worker (no worker needs more keys than there are); 'pack'
+ * is that pass's scratch for the consequence's lists before they are
+ * packed. Owned by the caller (realloc'd). */
 struct esd_wlists {
 	esd_key_t *keys;
 	uint8_t *state; /* the state the worker's copy takes (DESIGN §3 step 6):
 	                 * DIRTY when it trains the key alone under on-demand
 	                 * sync, else OUTDATED */
-	size_t cap;
-	uint32_t off[ESD_MAX_WORKERS + 1];
+	esd_key_t *pack;
+	size_t cap; /* entries of keys and state; pack has 3 x cap */
+	uint32_t start[ESD_MAX_WORKERS], len[ESD_MAX_WORKERS];
 };
 
 /* esd_conseq_compute that also fills wl (one pass over the sorted keys). */

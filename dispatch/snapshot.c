@@ -122,6 +122,7 @@ void esd_snapset_free(struct esd_snapset *ss)
 		esd_big_free(ss->mem[j], ss->len[j]);
 	free(ss->wl.keys);
 	free(ss->wl.state);
+	free(ss->wl.pack);
 	free(ss->pulls);
 	free(ss->evicts);
 	free(ss->slots);
@@ -327,15 +328,15 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		return rc;
 
 	/* per-worker needed keys, ascending, from the consequence's pass */
-	const uint32_t *woff = ss->wl.off;
+	const uint32_t *wlen = ss->wl.len;
 	uint32_t j, maxw = 0;
 	for (uint32_t w = 0; w < n; w++)
-		if (woff[w + 1] - woff[w] > maxw)
-			maxw = woff[w + 1] - woff[w];
+		if (wlen[w] > maxw)
+			maxw = wlen[w];
 	/* a worker that cannot hold its rows fails the step before anything
 	 * changes */
 	for (uint32_t w = 0; w < n; w++)
-		if (woff[w + 1] - woff[w] > esd_cmeta_capacity(ss->cm[w]))
+		if (wlen[w] > esd_cmeta_capacity(ss->cm[w]))
 			return -ENOSPC;
 
 	uint32_t maxu = 0;
@@ -372,12 +373,12 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		/* steps 3-4: pins, touches, inserts, evictions */
 		struct esd_cmeta_fill fill = {
 		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
-		const uint32_t nw = woff[w + 1] - woff[w];
-		const esd_key_t *keys = ss->wl.keys + woff[w];
+		const uint32_t nw = wlen[w];
+		const esd_key_t *keys = ss->wl.keys + ss->wl.start[w];
 		/* step 6's states for this worker's copies of the keys it
 		 * trains come with the lists; without HET begin_iter sets them
 		 * in its pass over the slots (nothing between reads them) */
-		const uint8_t *states = ss->wl.state + woff[w];
+		const uint8_t *states = ss->wl.state + ss->wl.start[w];
 		rc = ss->het ? esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill)
 		             : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, states, &fill);
 		if (rc)

@@ -236,11 +236,84 @@ static void test_herald_fig5(void **state)
 	esd_keytab_free(kt);
 }
 
+/* The consequence the snapshot advance computes (one pass, with its
+ * per-worker lists) equals esd_conseq_compute's (counting pass first) on
+ * the same state, list for list, over random batches and assignments with
+ * shared, DIRTY and cached keys, both sync modes, 3 and 8 workers. */
+static void test_advance_plan_equals_compute(void **state)
+{
+	(void)state;
+	for (uint32_t n = 3; n <= 8; n += 5) {
+		for (int full = 0; full <= 1; full++) {
+			const enum esd_sync sync = full ? ESD_SYNC_FULL_SET : ESD_SYNC_ON_DEMAND;
+			uint32_t capc[8];
+			int64_t T[8];
+			for (uint32_t w = 0; w < n; w++) {
+				capc[w] = 40;
+				T[w] = 100 * (int64_t)(w + 1);
+			}
+			struct esd_snapset *ss;
+			struct esd_keytab *kt;
+			struct esd_conseq *a, *b2;
+			assert_int_equal(esd_snapset_create(n, capc, ESD_POLICY_LRU, &ss), 0);
+			assert_int_equal(esd_keytab_create(&kt), 0);
+			assert_int_equal(esd_conseq_create(&a), 0);
+			assert_int_equal(esd_conseq_create(&b2), 0);
+			uint64_t rng = 1000 + n + (uint64_t)full;
+			const uint32_t k = 2 * n, per = 4;
+			uint32_t off[17], assign[16], seen[ESD_CQ_KINDS] = {0};
+			esd_key_t keys[64];
+			for (int it = 0; it < 60; it++) {
+				for (uint32_t i = 0; i <= k; i++)
+					off[i] = i * per;
+				for (uint32_t i = 0; i < k * per; i++)
+					keys[i] = esd_key_make(i % per, esd_test_rand(&rng) % 30);
+				for (uint32_t i = 0; i < k; i++)
+					assign[i] = i % n; /* balanced */
+				for (uint32_t i = k; i > 1; i--) {
+					const uint32_t x = (uint32_t)(esd_test_rand(&rng) % i), t = assign[i - 1];
+					assign[i - 1] = assign[x];
+					assign[x] = t;
+				}
+				struct esd_batch bt = {k, off, keys};
+				assert_int_equal(esd_keytab_build(kt, &bt, n), 0);
+				assert_int_equal(esd_snapset_fill(ss, kt), 0);
+				assert_int_equal(esd_conseq_compute(kt, &bt, assign, T, sync, a), 0);
+				assert_int_equal(esd_snapset_advance(ss, kt, &bt, assign, T, sync, b2), 0);
+				assert_int_equal(a->hits, b2->hits);
+				for (int q = 0; q < ESD_CQ_KINDS; q++) {
+					if (q == ESD_CQ_EVICT_PUSH)
+						continue; /* known to the advance only */
+					for (uint32_t w = 0; w < n; w++) {
+						const enum esd_cq_kind kind = (enum esd_cq_kind)q;
+						const uint32_t c = esd_conseq_count(a, kind, w);
+						assert_int_equal(c, esd_conseq_count(b2, kind, w));
+						seen[q] += c;
+						if (c)
+							assert_memory_equal(esd_conseq_keys(a, kind, w),
+							                    esd_conseq_keys(b2, kind, w),
+							                    c * sizeof(esd_key_t));
+					}
+				}
+				assert_int_equal(esd_snapset_verify(ss), 0);
+			}
+			/* every list kind came up (update values: on-demand only) */
+			assert_true(seen[ESD_CQ_MISS_PULL] && seen[ESD_CQ_UPDATE_GRAD]);
+			assert_true(full || seen[ESD_CQ_UPDATE_VALUE]);
+			esd_conseq_free(a);
+			esd_conseq_free(b2);
+			esd_keytab_free(kt);
+			esd_snapset_free(ss);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_esd_fig2),
 	    cmocka_unit_test(test_herald_fig5),
+	    cmocka_unit_test(test_advance_plan_equals_compute),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
