@@ -47,6 +47,7 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt->hash);
 	free(kt->hpos);
 	free(kt->vec);
+	free(kt->chtab);
 	free(kt->need);
 	free(kt->sorted);
 	free(kt->tmp);
@@ -241,7 +242,63 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
  * j holds it latest, plus T of its DIRTY holder unless that is j. For
  * n <= 8 a key's row is copied from a table indexed by its latest mask
  * (2^n rows, built per call) instead of computed lane by lane. */
-void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec)
+/* The charges of a key on every worker by its latest mask m: T_j where
+ * bit j of m is clear (row m is row m without its lowest bit, that lane
+ * zeroed). Built when n or T changes, else kept. */
+static const int64_t *charge_table(struct esd_keytab *kt, const int64_t *T)
+{
+	const uint32_t n = kt->n, rows = 1u << n;
+	if (kt->chtab && kt->chn == n && !memcmp(kt->chT, T, n * sizeof(int64_t)))
+		return kt->chtab;
+	if (!kt->chtab && !(kt->chtab = malloc(256 * 8 * sizeof(int64_t))))
+		return NULL;
+	int64_t *tab = kt->chtab;
+	for (uint32_t j = 0; j < n; j++)
+		tab[j] = T[j];
+	for (uint32_t m = 1; m < rows; m++) {
+		const int64_t *from = tab + (m & (m - 1)) * n;
+		for (uint32_t j = 0; j < n; j++)
+			tab[m * n + j] = from[j];
+		tab[m * n + (uint32_t)__builtin_ctz(m)] = 0;
+	}
+	memcpy(kt->chT, T, n * sizeof(int64_t));
+	kt->chn = n;
+	return tab;
+}
+
+/* n = 8: a key's row of the table, plus the DIRTY holder's T on every
+ * other lane, as two 4-lane vectors (AVX2 where the CPU has it). */
+__attribute__((target_clones("avx2", "default"))) static void
+charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const int64_t *T,
+         int64_t *vec)
+{
+	typedef int64_t v4 __attribute__((vector_size(32)));
+	/* all lanes but lane j, for j = 0..7 (and 8: no holder, no lane) */
+	static const int64_t others[9][8] = {
+	    {0, -1, -1, -1, -1, -1, -1, -1}, {-1, 0, -1, -1, -1, -1, -1, -1},
+	    {-1, -1, 0, -1, -1, -1, -1, -1}, {-1, -1, -1, 0, -1, -1, -1, -1},
+	    {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
+	    {-1, -1, -1, -1, -1, -1, 0, -1}, {-1, -1, -1, -1, -1, -1, -1, 0},
+	    {0, 0, 0, 0, 0, 0, 0, 0}};
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &st[u];
+		const int64_t *r = tab + (s->latest & 255) * 8;
+		const uint32_t h = s->dirty < 8 ? s->dirty : 8;
+		const int64_t td = h < 8 ? T[h] : 0;
+		const v4 d = {td, td, td, td};
+		v4 x0, x1, m0, m1;
+		memcpy(&x0, r, 32);
+		memcpy(&x1, r + 4, 32);
+		memcpy(&m0, others[h], 32);
+		memcpy(&m1, others[h] + 4, 32);
+		x0 += d & m0;
+		x1 += d & m1;
+		memcpy(vec + (size_t)u * 8, &x0, 32);
+		memcpy(vec + (size_t)u * 8 + 4, &x1, 32);
+	}
+}
+
+int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
 {
 	const uint32_t n = kt->n, cnt = kt->count;
 	if (n > 8) {
@@ -252,47 +309,16 @@ void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *
 			for (uint32_t j = 0; j < n; j++)
 				v[j] = ((s->latest >> j) & 1 ? 0 : T[j]) + (j == s->dirty ? 0 : td);
 		}
-		return;
+		return 0;
 	}
-	int64_t tab[256 * 8];
-	const uint32_t rows = 1u << n;
-	for (uint32_t j = 0; j < n; j++)
-		tab[j] = T[j];
-	for (uint32_t m = 1; m < rows; m++) {
-		/* row m: row m without its lowest bit, that lane zeroed */
-		const int64_t *from = tab + (m & (m - 1)) * n;
-		for (uint32_t j = 0; j < n; j++)
-			tab[m * n + j] = from[j];
-		tab[m * n + (uint32_t)__builtin_ctz(m)] = 0;
-	}
+	const int64_t *tab = charge_table(kt, T);
+	if (!tab)
+		return -ENOMEM;
 	if (n == 8) {
-		typedef int64_t v2 __attribute__((vector_size(16)));
-		for (uint32_t u = 0; u < cnt; u++) {
-			const struct esd_keystate *s = &kt->st[u];
-			const int64_t *r = tab + (s->latest & 255) * 8;
-			int64_t *v = vec + (size_t)u * 8;
-			v2 x0, x1, x2, x3;
-			memcpy(&x0, r, 16);
-			memcpy(&x1, r + 2, 16);
-			memcpy(&x2, r + 4, 16);
-			memcpy(&x3, r + 6, 16);
-			if (s->dirty != ESD_NO_WORKER) {
-				const int64_t td = T[s->dirty];
-				const v2 d = {td, td};
-				x0 += d;
-				x1 += d;
-				x2 += d;
-				x3 += d;
-			}
-			memcpy(v, &x0, 16);
-			memcpy(v + 2, &x1, 16);
-			memcpy(v + 4, &x2, 16);
-			memcpy(v + 6, &x3, 16);
-			if (s->dirty != ESD_NO_WORKER)
-				v[s->dirty] -= T[s->dirty];
-		}
-		return;
+		charges8(kt->st, cnt, tab, T, vec);
+		return 0;
 	}
+	const uint32_t rows = 1u << n;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &kt->st[u];
 		const int64_t *r = tab + (s->latest & (rows - 1)) * n;
@@ -303,6 +329,7 @@ void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *
 		if (s->dirty != ESD_NO_WORKER)
 			v[s->dirty] -= td;
 	}
+	return 0;
 }
 
 /* n = 8 (the paper's 8 workers), AVX2 where the CPU has it: two 4-lane
@@ -376,9 +403,10 @@ int esd_costmat_build(const struct esd_keytab *kt, const struct esd_batch *b, co
 	const uint32_t n = kt->n;
 
 	int64_t *vec = kt->vec;
-	esd_keytab_charges(kt, T, vec);
-	const uint32_t *occ = kt->occ;
-	esd_costmat_sum(b, occ, vec, n, cost);
+	/* the key table's charge table is scratch */
+	if ((rc = esd_keytab_charges((struct esd_keytab *)kt, T, vec)))
+		return rc;
+	esd_costmat_sum(b, kt->occ, vec, n, cost);
 	return 0;
 }
 
@@ -451,6 +479,15 @@ static int sort_compact(struct esd_keytab *kt, uint64_t varying)
 		}
 		const uint32_t shift = 32 + d * width;
 		uint32_t *cd = c[d];
+		if (d + 1 == passes) {
+			/* the last pass scatters the key numbers alone */
+			uint32_t *out = kt->sorted;
+			for (uint32_t q = 0; q < cnt; q++) {
+				const uint64_t w = src[q];
+				out[cd[(w >> shift) & dmask]++] = (uint32_t)w;
+			}
+			return 0;
+		}
 		for (uint32_t q = 0; q < cnt; q++) {
 			const uint64_t w = src[q];
 			dst[cd[(w >> shift) & dmask]++] = w;
@@ -459,7 +496,7 @@ static int sort_compact(struct esd_keytab *kt, uint64_t varying)
 		src = dst;
 		dst = t;
 	}
-	for (uint32_t q = 0; q < cnt; q++)
+	for (uint32_t q = 0; q < cnt; q++) /* no pass: all keys alike */
 		kt->sorted[q] = (uint32_t)src[q];
 	return 0;
 }

@@ -26,6 +26,11 @@ struct esd_keytab {
 	uint32_t *rep; /* uids of the replicated keys (esd_keytab_replicate) */
 	uint32_t nrep;
 	size_t cap_rep;
+	/* n <= 8: a key's charges by its latest mask (2^n x n), kept while
+	 * the row costs stay those of chT */
+	int64_t *chtab;
+	int64_t chT[8];
+	uint32_t chn;
 };
 
 static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
@@ -53,8 +58,9 @@ int esd_costmat_check(const struct esd_keytab *kt, const struct esd_batch *b, co
 void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
                      uint32_t n, int64_t *cost);
 
-/* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n). */
-void esd_keytab_charges(const struct esd_keytab *kt, const int64_t *T, int64_t *vec);
+/* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n).
+ * kt's charge table is scratch (kept between calls). 0 or -ENOMEM. */
+int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 
 /* Per-worker lists of needed keys (ascending) and the states the copies
  * take: worker j's are keys[start[j]..start[j] + len[j]). The lists and

@@ -51,7 +51,11 @@ int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch
 	for (uint32_t p = 0; p < kt->nocc; p++)
 		cnt[occ[p]]++;
 	int64_t *vec = kt->vec;
-	esd_keytab_charges(kt, T, vec);
+	/* the key table's charge table is scratch */
+	if ((rc = esd_keytab_charges((struct esd_keytab *)kt, T, vec))) {
+		free(cnt);
+		return rc;
+	}
 	for (uint32_t u = 0; u < kt->count; u++) {
 		int64_t *v = vec + (size_t)u * n;
 		const int64_t c = cnt[u];
