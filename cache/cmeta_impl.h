@@ -51,7 +51,7 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     3u /* 2: index at 2 x capacity; 3: LRU ring */
+#define CM_VERSION     3u                           /* 2: index at 2 x capacity; 3: LRU ring */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3
@@ -127,8 +127,8 @@ static inline uint32_t *cm_lru_ring(const struct esd_cmeta *cm)
 }
 static inline uint32_t cm_lru_size_of(uint32_t capacity)
 {
-	const uint64_t n = ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent) /
-	                   sizeof(uint32_t);
+	const uint64_t n =
+	    ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent) / sizeof(uint32_t);
 	return n > UINT32_MAX - 63 ? (UINT32_MAX - 63) & ~UINT32_C(63) : (uint32_t)n;
 }
 static inline uint64_t *cm_lru_stale(const struct esd_cmeta *cm)

@@ -80,7 +80,8 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 __attribute__((target_clones("avx2", "default"),
                optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
-static int check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
+static int
+check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
 {
 	if (n && !keys)
 		return -EINVAL;

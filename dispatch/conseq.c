@@ -151,8 +151,7 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 	const int full = sync == ESD_SYNC_FULL_SET;
 	esd_key_t *wk = wl->keys, *kv = wl->pack, *km = kv + want, *kg = km + want;
 	uint8_t *ws = wl->state;
-	uint32_t wp[ESD_MAX_WORKERS], pv[ESD_MAX_WORKERS], pm[ESD_MAX_WORKERS],
-	    pg[ESD_MAX_WORKERS];
+	uint32_t wp[ESD_MAX_WORKERS], pv[ESD_MAX_WORKERS], pm[ESD_MAX_WORKERS], pg[ESD_MAX_WORKERS];
 	for (uint32_t w = 0; w < n; w++)
 		wp[w] = pv[w] = pm[w] = pg[w] = w * count;
 	for (uint32_t r = 0; r < count; r++) {
@@ -194,7 +193,8 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 		const enum esd_cq_kind kind = packed[q];
 		for (uint32_t w = 0; w < n; w++)
 			if (cnt[kind][w])
-				memcpy(cq->keys[kind] + cq->off[kind][w], wl->pack + q * want + (size_t)w * count,
+				memcpy(cq->keys[kind] + cq->off[kind][w],
+				       wl->pack + q * want + (size_t)w * count,
 				       cnt[kind][w] * sizeof(esd_key_t));
 	}
 	cq->hits = hits;

@@ -119,7 +119,8 @@ _Static_assert((ESD_COST_MAX & (ESD_COST_MAX + 1)) == 0, "ESD_COST_MAX is 2^m - 
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
-static int costs_out_of_range(const int64_t *cost, size_t kn)
+static int
+costs_out_of_range(const int64_t *cost, size_t kn)
 {
 	uint64_t any = 0;
 	for (size_t i = 0; i < kn; i++)

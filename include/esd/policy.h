@@ -115,9 +115,9 @@ struct esd_cmeta_evict {
 struct esd_cmeta_fill {
 	struct esd_cmeta_pull *pulls; /* in key order */
 	struct esd_cmeta_evict *evicts;
-	uint32_t *slots;              /* slot of each needed key, in input order */
+	uint32_t *slots; /* slot of each needed key, in input order */
 	size_t n_pulls, n_evicts;
-	size_t n_hits;                /* needed keys already latest (CLEAN/DIRTY) */
+	size_t n_hits; /* needed keys already latest (CLEAN/DIRTY) */
 	size_t n_miss_absent, n_miss_outdated;
 	size_t n_evict_clean, n_evict_dirty;
 };
@@ -134,7 +134,7 @@ size_t esd_cmeta_bytes(uint32_t capacity);
  * misaligned, unknown policy). esd_cmeta_bytes returns 0 for a capacity
  * it cannot format. */
 int esd_cmeta_init(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
-		   struct esd_cmeta **out);
+                   struct esd_cmeta **out);
 
 /* Validate a formatted block (magic, version, sizes) without changing it,
  * e.g. after mapping a region. Returns 0, -ESD_EBADMAGIC, -ESD_EBADVERSION
@@ -170,7 +170,7 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
 uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key);
 /* Batched find with prefetching: slots[i] = esd_cmeta_find(keys[i]). */
 void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, size_t n,
-			  uint32_t *slots);
+                          uint32_t *slots);
 /* State of key in this cache (ESD_ROW_ABSENT when not cached). */
 enum esd_row_state esd_cmeta_state(const struct esd_cmeta *cm, esd_key_t key);
 const struct esd_cmeta_slot *esd_cmeta_slot(const struct esd_cmeta *cm, uint32_t slot);
@@ -192,7 +192,7 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
  * Returns 0, -EINVAL (unsorted or duplicate keys, iter not increasing) or
  * -ENOSPC (n > capacity); on error nothing changes. */
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-			 struct esd_cmeta_fill *fill);
+                         struct esd_cmeta_fill *fill);
 /* esd_cmeta_begin_iter, then each needed key's slot takes states[i]
  * (ESD_ROW_OUTDATED, CLEAN or DIRTY) at clock 0, in the same pass: the
  * same as esd_cmeta_set_states(cm, fill->slots, states, 0, 0, n) after
@@ -200,20 +200,20 @@ int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *k
  * dispatcher's snapshots). 'fill' reports the states before. Returns as
  * esd_cmeta_begin_iter, -EINVAL too for a state outside those three. */
 int esd_cmeta_begin_iter_states(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys,
-				size_t n, const uint8_t *states, struct esd_cmeta_fill *fill);
+                                size_t n, const uint8_t *states, struct esd_cmeta_fill *fill);
 
 /* Set the state and clock of an occupied slot (ESD_ROW_ABSENT frees it).
  * The victim order of a slot pinned by the current iteration is brought up
  * to date when its pin lapses (as after a touch), not here.
  * Returns 0 or -EINVAL. */
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
-			uint64_t clock);
+                        uint64_t clock);
 /* The same as esd_cmeta_set_state(cm, slots[q], states ? states[q] : state,
  * clock) for q = 0..n-1 in that order, in one call (the dispatcher's
  * snapshots make tens of thousands per iteration). Stops at the first
  * call that would fail, the earlier ones done. Returns 0 or -EINVAL. */
 int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint8_t *states,
-			 enum esd_row_state state, uint64_t clock, size_t n);
+                         enum esd_row_state state, uint64_t clock, size_t n);
 /* If key is cached, make it OUTDATED (a newer version exists elsewhere).
  * Returns 1 if it was cached, 0 if not. */
 int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key);

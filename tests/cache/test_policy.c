@@ -794,20 +794,23 @@ static void test_begin_iter_states(void **state)
 		uint64_t keys[120], rng = 77 + (uint64_t)p;
 		uint8_t st[120];
 		for (uint64_t it = 1; it <= 300; it++) {
-			const size_t n = draw_keys(&rng, keys, 1 + esd_test_rand(&rng) % 120, cap * 2);
+			const size_t n =
+			    draw_keys(&rng, keys, 1 + esd_test_rand(&rng) % 120, cap * 2);
 			for (size_t i = 0; i < n; i++)
 				st[i] = (uint8_t)(ESD_ROW_OUTDATED + esd_test_rand(&rng) % 3);
 			assert_int_equal(esd_cmeta_begin_iter(a, it, keys, n, &fa.f), 0);
-			assert_int_equal(esd_cmeta_set_states(a, fa.f.slots, st, ESD_ROW_ABSENT, 0, n),
-			                 0);
+			assert_int_equal(
+			    esd_cmeta_set_states(a, fa.f.slots, st, ESD_ROW_ABSENT, 0, n), 0);
 			if (n > 1 && it % 50 == 0) {
 				const uint8_t keep = st[n / 2];
 				st[n / 2] = ESD_ROW_ABSENT;
-				assert_int_equal(esd_cmeta_begin_iter_states(b, it, keys, n, st, &fb.f),
-				                 -EINVAL);
+				assert_int_equal(
+				    esd_cmeta_begin_iter_states(b, it, keys, n, st, &fb.f),
+				    -EINVAL);
 				st[n / 2] = 7;
-				assert_int_equal(esd_cmeta_begin_iter_states(b, it, keys, n, st, &fb.f),
-				                 -EINVAL);
+				assert_int_equal(
+				    esd_cmeta_begin_iter_states(b, it, keys, n, st, &fb.f),
+				    -EINVAL);
 				st[n / 2] = keep;
 			}
 			assert_int_equal(esd_cmeta_begin_iter_states(b, it, keys, n, st, &fb.f), 0);
@@ -825,13 +828,16 @@ static void test_begin_iter_states(void **state)
 				                    sizeof(struct esd_cmeta_slot));
 			if (it % 37 == 0) {
 				/* rows freed between iterations, as a real cache does */
-				assert_int_equal(esd_cmeta_set_state(a, fa.f.slots[0], ESD_ROW_ABSENT, 0), 0);
-				assert_int_equal(esd_cmeta_set_state(b, fb.f.slots[0], ESD_ROW_ABSENT, 0), 0);
+				assert_int_equal(
+				    esd_cmeta_set_state(a, fa.f.slots[0], ESD_ROW_ABSENT, 0), 0);
+				assert_int_equal(
+				    esd_cmeta_set_state(b, fb.f.slots[0], ESD_ROW_ABSENT, 0), 0);
 			}
 		}
 		assert_int_equal(esd_cmeta_verify(a), 0);
 		assert_int_equal(esd_cmeta_verify(b), 0);
-		assert_int_equal(esd_cmeta_begin_iter_states(b, 301, keys, 1, NULL, &fb.f), -EINVAL);
+		assert_int_equal(esd_cmeta_begin_iter_states(b, 301, keys, 1, NULL, &fb.f),
+		                 -EINVAL);
 		fill_free(&fa);
 		fill_free(&fb);
 		free(m1);

@@ -271,15 +271,18 @@ static void test_advance_plan_equals_compute(void **state)
 				for (uint32_t i = 0; i < k; i++)
 					assign[i] = i % n; /* balanced */
 				for (uint32_t i = k; i > 1; i--) {
-					const uint32_t x = (uint32_t)(esd_test_rand(&rng) % i), t = assign[i - 1];
+					const uint32_t x = (uint32_t)(esd_test_rand(&rng) % i),
+					               t = assign[i - 1];
 					assign[i - 1] = assign[x];
 					assign[x] = t;
 				}
 				struct esd_batch bt = {k, off, keys};
 				assert_int_equal(esd_keytab_build(kt, &bt, n), 0);
 				assert_int_equal(esd_snapset_fill(ss, kt), 0);
-				assert_int_equal(esd_conseq_compute(kt, &bt, assign, T, sync, a), 0);
-				assert_int_equal(esd_snapset_advance(ss, kt, &bt, assign, T, sync, b2), 0);
+				assert_int_equal(esd_conseq_compute(kt, &bt, assign, T, sync, a),
+				                 0);
+				assert_int_equal(
+				    esd_snapset_advance(ss, kt, &bt, assign, T, sync, b2), 0);
 				assert_int_equal(a->hits, b2->hits);
 				for (int q = 0; q < ESD_CQ_KINDS; q++) {
 					if (q == ESD_CQ_EVICT_PUSH)
@@ -290,9 +293,10 @@ static void test_advance_plan_equals_compute(void **state)
 						assert_int_equal(c, esd_conseq_count(b2, kind, w));
 						seen[q] += c;
 						if (c)
-							assert_memory_equal(esd_conseq_keys(a, kind, w),
-							                    esd_conseq_keys(b2, kind, w),
-							                    c * sizeof(esd_key_t));
+							assert_memory_equal(
+							    esd_conseq_keys(a, kind, w),
+							    esd_conseq_keys(b2, kind, w),
+							    c * sizeof(esd_key_t));
 					}
 				}
 				assert_int_equal(esd_snapset_verify(ss), 0);
