@@ -105,16 +105,21 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 		home[i] = cm_home((uint32_t)cm_hash(keys[i]), size);
 		__builtin_prefetch(&t[home[i]]);
 	}
-	for (size_t i = 0; i < n; i++) {
-		uint32_t h = home[i % WINDOW];
-		if (i + WINDOW < n) {
-			uint32_t hn = cm_home((uint32_t)cm_hash(keys[i + WINDOW]), size);
-			home[i % WINDOW] = hn;
-			__builtin_prefetch(&t[hn]);
-		}
+	/* the caller reads or writes each found slot next (pins, states):
+	 * its line is started as soon as the probe knows it */
+	size_t i = 0;
+	for (; i + WINDOW < n; i++) {
+		const uint32_t h = home[i % WINDOW];
+		const uint32_t hn = cm_home((uint32_t)cm_hash(keys[i + WINDOW]), size);
+		home[i % WINDOW] = hn;
+		__builtin_prefetch(&t[hn]);
 		const uint32_t s = probe(t, size, h, keys[i]);
-		/* the caller reads or writes the slot next (pins, states):
-		 * start its line now */
+		if (s != ESD_SLOT_NONE)
+			__builtin_prefetch(&sl[s], 1);
+		slots[i] = s;
+	}
+	for (; i < n; i++) {
+		const uint32_t s = probe(t, size, home[i % WINDOW], keys[i]);
 		if (s != ESD_SLOT_NONE)
 			__builtin_prefetch(&sl[s], 1);
 		slots[i] = s;

@@ -124,6 +124,7 @@ retry:
 	kt->hlive = 0;
 	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
 	const esd_key_t *keys = b->keys;
+	uint64_t key_or = 0, key_and = ~UINT64_C(0);
 	count = 0;
 	for (uint32_t p = 0; p < nocc; p++) {
 		const esd_key_t key = keys[p];
@@ -137,6 +138,8 @@ retry:
 					goto retry;
 				}
 				ukeys[count] = key;
+				key_or |= key;
+				key_and &= key;
 				hpos[count] = h;
 				hash[h] = ++count;
 				occ[p] = count - 1;
@@ -150,6 +153,8 @@ retry:
 		}
 	}
 	kt->hlive = count;
+	kt->key_or = key_or;
+	kt->key_and = key_and;
 	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
@@ -506,12 +511,7 @@ int esd_keytab_sort(struct esd_keytab *kt)
 	if (kt->sorted_ok)
 		return 0;
 	const uint32_t cnt = kt->count;
-	uint64_t all_or = 0, all_and = ~UINT64_C(0);
-	for (uint32_t u = 0; u < cnt; u++) {
-		all_or |= kt->ukeys[u];
-		all_and &= kt->ukeys[u];
-	}
-	const uint64_t varying = all_or ^ all_and;
+	const uint64_t varying = cnt ? kt->key_or ^ kt->key_and : 0;
 	if (!sort_compact(kt, varying)) {
 		kt->sorted_ok = 1;
 		return 0;

@@ -19,6 +19,7 @@ struct esd_keytab {
 	int64_t *vec;     /* count x n: per-key charges (costmat scratch) */
 	uint64_t *need;   /* count: S(x) of the last decision */
 	uint32_t *sorted; /* count: uids by ascending key (lazy) */
+	uint64_t key_or, key_and; /* of the unique keys: the bits that vary */
 	uint32_t *tmp;
 	int sorted_ok;
 	uint64_t gen; /* builds so far: tells a snapshot set which build it filled */

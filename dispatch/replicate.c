@@ -69,6 +69,8 @@ int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t 
 			if (!e) {
 				u = kt->count++;
 				kt->ukeys[u] = key;
+				kt->key_or |= key;
+				kt->key_and &= key;
 				kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 				kt->hash[h] = u + 1;
 				kt->hpos[u] = h;
