@@ -213,6 +213,8 @@ static void heap_build(struct esd_cmeta *cm)
 
 bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot)
 {
+	if (slot >= cm->capacity)
+		return false;
 	const uint32_t p = cm_slots(cm)[slot].lru_pos;
 	return p >= cm->lru_head && p < cm->lru_tail && cm_lru_ring(cm)[p] == slot &&
 	       cm_lru_live(cm, p);
@@ -243,11 +245,11 @@ static void lru_compact(struct esd_cmeta *cm)
 	const uint32_t tail = cm->lru_tail;
 	uint32_t w = 0;
 	for (uint32_t r = cm->lru_head; r < tail; r++) {
-		if (r + 16 < tail)
+		if (r + 16 < tail && ring[r + 16] < cm->capacity)
 			__builtin_prefetch(&sl[ring[r + 16]], 1);
-		if (!cm_lru_live(cm, r))
-			continue;
 		const uint32_t s = ring[r];
+		if (!cm_lru_live(cm, r) || s >= cm->capacity)
+			continue;
 		ring[w] = s;
 		sl[s].lru_pos = w++;
 	}
@@ -371,7 +373,8 @@ uint32_t cm_heap_pop(struct esd_cmeta *cm)
 	const uint32_t *ring = cm_lru_ring(cm);
 	while (cm->lru_head < cm->lru_tail) {
 		const uint32_t p = cm->lru_head++;
-		if (cm_lru_live(cm, p)) {
+		/* (an entry past the capacity only in a damaged block: skipped) */
+		if (cm_lru_live(cm, p) && ring[p] < cm->capacity) {
 			cm->heap_n--;
 			return ring[p];
 		}

@@ -199,10 +199,13 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 				cm->emark_target++;
 				cm->emark_at_target = 0;
 			}
-			/* n <= capacity guarantees an unpinned victim. Its index
+			/* n <= capacity guarantees an unpinned victim (none: a
+			 * damaged block, which esd_cmeta_verify names). Its index
 			 * entry goes in the batched pass below. */
-			while (s = cm_heap_pop(cm), sl[s].pin_iter == iter)
+			while ((s = cm_heap_pop(cm)) != ESD_SLOT_NONE && sl[s].pin_iter == iter)
 				pinned[nskipped++] = s;
+			if (s == ESD_SLOT_NONE)
+				return -EUCLEAN;
 			struct esd_cmeta_slot *v = &sl[s];
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
