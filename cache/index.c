@@ -114,8 +114,8 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 		home[i % WINDOW] = hn;
 		__builtin_prefetch(&t[hn]);
 		const uint32_t s = probe(t, size, h, keys[i]);
-		if (s != ESD_SLOT_NONE)
-			__builtin_prefetch(&sl[s], 1);
+		/* slot 0's line for a miss: a harmless prefetch, no branch */
+		__builtin_prefetch(&sl[s != ESD_SLOT_NONE ? s : 0], 1);
 		slots[i] = s;
 	}
 	for (; i < n; i++) {

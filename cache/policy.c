@@ -175,13 +175,15 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 				ring[lru_at + i] = s;
 				e->lru_pos = lru_at + (uint32_t)i;
 			}
-			if (e->state == ESD_ROW_OUTDATED) {
-				fill->pulls[fill->n_pulls++] = (struct esd_cmeta_pull){
-				    .key = keys[i], .slot = s, .outdated = 1};
-				fill->n_miss_outdated++;
-			} else {
-				fill->n_hits++;
-			}
+			/* an OUTDATED copy is pulled, else a hit: the entry is
+			 * written either way and kept by the count (no branch on
+			 * the data) */
+			const bool outdated = e->state == ESD_ROW_OUTDATED;
+			fill->pulls[fill->n_pulls] =
+			    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
+			fill->n_pulls += outdated;
+			fill->n_miss_outdated += outdated;
+			fill->n_hits += !outdated;
 			if (states) {
 				/* pinned: no victim order to update (set_state) */
 				cm_store64(&e->clock, 0);

@@ -163,14 +163,17 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 			kv[pv[s->dirty]++] = key;
 		const int shared = full || (need & (need - 1));
 		const uint8_t state = shared ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
+		/* every list written at its next place and kept by its count:
+		 * no branch on the data (the place is inside the worker's
+		 * region: it holds as many entries as there are keys) */
 		for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 			const uint32_t j = (uint32_t)__builtin_ctzll(m_);
 			wk[wp[j]] = key;
 			ws[wp[j]++] = state;
-			if (!((lat >> j) & 1))
-				km[pm[j]++] = key;
-			if (shared)
-				kg[pg[j]++] = key;
+			km[pm[j]] = key;
+			pm[j] += !((lat >> j) & 1);
+			kg[pg[j]] = key;
+			pg[j] += (uint32_t)shared;
 		}
 	}
 	uint32_t cnt[ESD_CQ_KINDS][ESD_MAX_WORKERS];

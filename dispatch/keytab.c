@@ -285,11 +285,14 @@ charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const 
 	    {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
 	    {-1, -1, -1, -1, -1, -1, 0, -1}, {-1, -1, -1, -1, -1, -1, -1, 0},
 	    {0, 0, 0, 0, 0, 0, 0, 0}};
+	int64_t t9[9]; /* T and a 0 for "no holder": no branch on the data */
+	memcpy(t9, T, 8 * sizeof(int64_t));
+	t9[8] = 0;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &st[u];
 		const int64_t *r = tab + (s->latest & 255) * 8;
 		const uint32_t h = s->dirty < 8 ? s->dirty : 8;
-		const int64_t td = h < 8 ? T[h] : 0;
+		const int64_t td = t9[h];
 		const v4 d = {td, td, td, td};
 		v4 x0, x1, m0, m1;
 		memcpy(&x0, r, 32);

@@ -472,13 +472,11 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		e->cached |= need;
 		if (het)
 			e->version++; /* full-set: the PS applies it once this iteration */
-		if (lone && !(need & (need - 1))) {
-			e->latest = need;
-			e->dirty = (uint32_t)__builtin_ctzll(need);
-		} else {
-			e->latest = 0;
-			e->dirty = ESD_NO_WORKER;
-		}
+		/* latest: DIRTY on a lone trainer (on-demand), else at the PS */
+		const int alone = lone && !(need & (need - 1));
+		e->latest = alone ? need : 0;
+		e->dirty =
+		    alone ? (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63) : ESD_NO_WORKER;
 	}
 	for (uint32_t w = 0; w < n; w++)
 		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * cnt, no[w]);

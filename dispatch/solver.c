@@ -184,14 +184,13 @@ void esd_regrets(const int64_t *cost, uint32_t k, uint32_t n, int64_t *regret)
 	for (uint32_t i = 0; i < k; i++) {
 		const int64_t *c = cost + (size_t)i * n;
 		int64_t a = INT64_MAX, b = INT64_MAX;
+		/* smallest a and second smallest b without branches: which
+		 * worker is cheapest is data no predictor learns */
 		for (uint32_t j = 0; j < n; j++) {
-			int64_t v = c[j];
-			if (v < a) {
-				b = a;
-				a = v;
-			} else if (v < b) {
-				b = v;
-			}
+			const int64_t v = c[j];
+			const int64_t hi = v > a ? v : a;
+			b = hi < b ? hi : b;
+			a = v < a ? v : a;
 		}
 		regret[i] = n > 1 ? b - a : 0;
 	}
