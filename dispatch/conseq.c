@@ -117,43 +117,45 @@ void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
 
 /* The consequence and the per-worker lists in one pass over the keys in
  * ascending order (the snapshots' advance): every list is written into a
- * region of 'count' entries per worker, so nothing needs counting first;
- * then the consequence's lists are packed into their layout. */
-static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_conseq *cq,
-                          struct esd_wlists *wl)
+ * region per worker that is sure to hold it, so nothing needs counting
+ * first; then the consequence's lists are packed into their layout. A
+ * worker needs at most as many keys as its samples have occurrences (plus
+ * the replicated ones), and at most 'count'; a holder pushes at most the
+ * keys DIRTY on it. So the regions take about as many entries as the batch
+ * has occurrences, whatever the number of workers. */
+static int lists_one_pass(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
+                          enum esd_sync sync, struct esd_conseq *cq, struct esd_wlists *wl)
 {
 	const uint32_t n = kt->n, count = kt->count;
-	const size_t want = (size_t)n * count;
-	if (want > UINT32_MAX)
-		return -EOVERFLOW;
-	if (wl->cap < want || !wl->keys) {
-		size_t nc = wl->cap ? wl->cap : 1024;
-		while (nc < want)
-			nc *= 2;
-		esd_key_t *a = realloc(wl->keys, nc * sizeof(esd_key_t));
-		if (!a)
-			return -ENOMEM;
-		wl->keys = a;
-		uint8_t *c = realloc(wl->state, nc);
-		if (!c)
-			return -ENOMEM;
-		wl->state = c;
-		esd_key_t *pk = realloc(wl->pack, 3 * nc * sizeof(esd_key_t));
-		if (!pk)
-			return -ENOMEM;
-		wl->pack = pk;
-		wl->cap = nc;
-	}
 	const struct esd_keystate *st = kt->st;
+	uint64_t occj[ESD_MAX_WORKERS] = {0};
+	uint32_t held[ESD_MAX_WORKERS + 1] = {0};
+	for (uint32_t i = 0; i < b->k; i++)
+		occj[assign[i]] += b->off[i + 1] - b->off[i]; /* assign < n: esd_keytab_need */
+	for (uint32_t u = 0; u < count; u++)
+		held[st[u].dirty < n ? st[u].dirty : n]++;
+	uint32_t wp[ESD_MAX_WORKERS], pv[ESD_MAX_WORKERS], pm[ESD_MAX_WORKERS], pg[ESD_MAX_WORKERS];
+	uint32_t vat[ESD_MAX_WORKERS];
+	size_t total = 0, totv = 0;
+	for (uint32_t w = 0; w < n; w++) {
+		const uint64_t bound = occj[w] + kt->nrep;
+		wl->start[w] = wp[w] = pm[w] = pg[w] = (uint32_t)total;
+		vat[w] = pv[w] = (uint32_t)totv;
+		total += bound < count ? bound : count;
+		totv += held[w];
+	}
+	if (2 * total + totv > UINT32_MAX)
+		return -EOVERFLOW;
+	if (esd_grow((void **)&wl->keys, &wl->cap, total, sizeof(esd_key_t)) ||
+	    esd_grow((void **)&wl->state, &wl->cap_state, total, 1) ||
+	    esd_grow((void **)&wl->pack, &wl->cap_pack, 2 * total + totv, sizeof(esd_key_t)))
+		return -ENOMEM;
 	const uint64_t *needs = kt->need;
 	const esd_key_t *ukeys = kt->ukeys;
 	const uint32_t *sorted = kt->sorted;
 	const int full = sync == ESD_SYNC_FULL_SET;
-	esd_key_t *wk = wl->keys, *kv = wl->pack, *km = kv + want, *kg = km + want;
+	esd_key_t *wk = wl->keys, *km = wl->pack, *kg = km + total, *kv = kg + total;
 	uint8_t *ws = wl->state;
-	uint32_t wp[ESD_MAX_WORKERS], pv[ESD_MAX_WORKERS], pm[ESD_MAX_WORKERS], pg[ESD_MAX_WORKERS];
-	for (uint32_t w = 0; w < n; w++)
-		wp[w] = pv[w] = pm[w] = pg[w] = w * count;
 	for (uint32_t r = 0; r < count; r++) {
 		const uint32_t u = sorted[r];
 		const struct esd_keystate *s = &st[u];
@@ -165,7 +167,7 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 		const uint8_t state = shared ? ESD_ROW_OUTDATED : ESD_ROW_DIRTY;
 		/* every list written at its next place and kept by its count:
 		 * no branch on the data (the place is inside the worker's
-		 * region: it holds as many entries as there are keys) */
+		 * region, which holds as many entries as the worker can need) */
 		for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 			const uint32_t j = (uint32_t)__builtin_ctzll(m_);
 			wk[wp[j]] = key;
@@ -177,14 +179,18 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 		}
 	}
 	uint32_t cnt[ESD_CQ_KINDS][ESD_MAX_WORKERS];
+	const esd_key_t *from[ESD_CQ_KINDS][ESD_MAX_WORKERS];
 	uint32_t hits = 0;
 	memset(cnt, 0, sizeof(cnt));
 	for (uint32_t w = 0; w < n; w++) {
-		wl->start[w] = w * count;
-		wl->len[w] = wp[w] - w * count;
-		cnt[ESD_CQ_UPDATE_VALUE][w] = pv[w] - w * count;
-		cnt[ESD_CQ_MISS_PULL][w] = pm[w] - w * count;
-		cnt[ESD_CQ_UPDATE_GRAD][w] = pg[w] - w * count;
+		const uint32_t at = wl->start[w];
+		wl->len[w] = wp[w] - at;
+		cnt[ESD_CQ_MISS_PULL][w] = pm[w] - at;
+		cnt[ESD_CQ_UPDATE_GRAD][w] = pg[w] - at;
+		cnt[ESD_CQ_UPDATE_VALUE][w] = pv[w] - vat[w];
+		from[ESD_CQ_MISS_PULL][w] = km + at;
+		from[ESD_CQ_UPDATE_GRAD][w] = kg + at;
+		from[ESD_CQ_UPDATE_VALUE][w] = kv + vat[w];
 		hits += wl->len[w] - cnt[ESD_CQ_MISS_PULL][w];
 	}
 	int rc = cq_layout(cq, n, cnt);
@@ -196,8 +202,7 @@ static int lists_one_pass(struct esd_keytab *kt, enum esd_sync sync, struct esd_
 		const enum esd_cq_kind kind = packed[q];
 		for (uint32_t w = 0; w < n; w++)
 			if (cnt[kind][w])
-				memcpy(cq->keys[kind] + cq->off[kind][w],
-				       wl->pack + q * want + (size_t)w * count,
+				memcpy(cq->keys[kind] + cq->off[kind][w], from[kind][w],
 				       cnt[kind][w] * sizeof(esd_key_t));
 	}
 	cq->hits = hits;
@@ -215,7 +220,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	if ((rc = esd_keytab_need(kt, b, assign)) || (rc = esd_keytab_sort(kt)))
 		return rc;
 	if (wl && !plan_only) {
-		if ((rc = lists_one_pass(kt, sync, cq, wl)))
+		if ((rc = lists_one_pass(kt, b, assign, sync, cq, wl)))
 			return rc;
 		esd_conseq_costs(cq, T);
 		return 0;

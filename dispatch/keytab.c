@@ -11,21 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	if (*cap >= want)
-		return 0;
-	size_t nc = *cap ? *cap : 1024;
-	while (nc < want)
-		nc *= 2;
-	void *q = realloc(*p, nc * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = nc;
-	return 0;
-}
-
 int esd_keytab_create(struct esd_keytab **out)
 {
 	if (!out)
@@ -101,14 +86,14 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		bits++;
 	size_t hsize;
 	uint32_t count;
-	if (grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
+	if (esd_grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
 		return -ENOMEM;
 	/* unique keys <= nocc: size the per-key arrays for the worst case */
 	if (esd_keytab_grow_keys(kt, nocc))
 		return -ENOMEM;
 retry:
 	hsize = (size_t)1 << bits;
-	if (grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+	if (esd_grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
 		return -ENOMEM;
 	/* an empty table: clear the last build's entries when its zeroed
 	 * extent covers this size, else all of it */

@@ -4,6 +4,8 @@
 #define ESD_DISPATCH_KEYTAB_INTERNAL_H
 
 #include <esd/dispatch.h>
+#include <errno.h>
+#include <stdlib.h>
 
 struct esd_keytab {
 	uint32_t n, k, count, nocc;
@@ -33,6 +35,23 @@ struct esd_keytab {
 	int64_t chT[8];
 	uint32_t chn;
 };
+
+/* Room for want entries of elem bytes in *p (realloc'd, doubling from 1024;
+ * *cap in entries). Returns 0 or -ENOMEM (*p and *cap as they were). */
+static inline int esd_grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (*cap >= want && *p)
+		return 0;
+	size_t nc = *cap ? *cap : 1024;
+	while (nc < want)
+		nc *= 2;
+	void *q = realloc(*p, nc * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
 
 static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 {
@@ -65,17 +84,17 @@ int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec);
 
 /* Per-worker lists of needed keys (ascending) and the states the copies
  * take: worker j's are keys[start[j]..start[j] + len[j]). The lists and
- * the consequence's are written in one pass into regions of 'count'
- * entries per worker (no worker needs more keys than there are); 'pack'
- * is that pass's scratch for the consequence's lists before they are
- * packed. Owned by the caller (realloc'd). */
+ * the consequence's are written in one pass into regions per worker that
+ * are sure to hold them (conseq.c); 'pack' is that pass's scratch for the
+ * consequence's lists before they are packed. Owned by the caller
+ * (realloc'd). */
 struct esd_wlists {
 	esd_key_t *keys;
 	uint8_t *state; /* the state the worker's copy takes (DESIGN §3 step 6):
 	                 * DIRTY when it trains the key alone under on-demand
 	                 * sync, else OUTDATED */
 	esd_key_t *pack;
-	size_t cap; /* entries of keys and state; pack has 3 x cap */
+	size_t cap, cap_state, cap_pack; /* entries of keys, state and pack */
 	uint32_t start[ESD_MAX_WORKERS], len[ESD_MAX_WORKERS];
 };
 

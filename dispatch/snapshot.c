@@ -257,28 +257,13 @@ int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta 
 	return rebuild_dir(ss);
 }
 
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	if (*cap >= want && *p)
-		return 0;
-	size_t nc = *cap ? *cap : 1024;
-	while (nc < want)
-		nc *= 2;
-	void *q = realloc(*p, nc * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = nc;
-	return 0;
-}
-
 int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 {
 	if (!ss || !kt || kt->n != ss->n)
 		return -EINVAL;
 	const uint32_t cnt = kt->count;
 	size_t cap = ss->cap_found;
-	if (grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
+	if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
 	ss->fill_kt = kt;
@@ -345,13 +330,13 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			maxu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
 	size_t cap = ss->cap_f;
 	const uint32_t maxf = maxw > maxu ? maxw : maxu;
-	if (grow((void **)&ss->pulls, &cap, maxf, sizeof(*ss->pulls)))
+	if (esd_grow((void **)&ss->pulls, &cap, maxf, sizeof(*ss->pulls)))
 		return -ENOMEM;
 	cap = ss->cap_f;
-	if (grow((void **)&ss->evicts, &cap, maxf, sizeof(*ss->evicts)))
+	if (esd_grow((void **)&ss->evicts, &cap, maxf, sizeof(*ss->evicts)))
 		return -ENOMEM;
 	cap = ss->cap_f;
-	if (grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
+	if (esd_grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_f = cap;
 
@@ -404,7 +389,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		if (fill.n_pulls != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
 			return -ESD_EDIVERGED;
 		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
-		if (grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
+		if (esd_grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
 		         sizeof(esd_key_t)))
 			return -ENOMEM;
 		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
@@ -445,7 +430,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	 * those the fill found, unless the table was rebuilt or the directory
 	 * rehashed since. */
 	size_t ocap = ss->cap_others;
-	if (grow((void **)&ss->others, &ocap, (size_t)n * cnt, sizeof(esd_key_t)))
+	if (esd_grow((void **)&ss->others, &ocap, (size_t)n * cnt, sizeof(esd_key_t)))
 		return -ENOMEM;
 	ss->cap_others = ocap;
 	uint32_t no[ESD_MAX_WORKERS] = {0};

@@ -239,15 +239,18 @@ static void test_herald_fig5(void **state)
 /* The consequence the snapshot advance computes (one pass, with its
  * per-worker lists) equals esd_conseq_compute's (counting pass first) on
  * the same state, list for list, over random batches and assignments with
- * shared, DIRTY and cached keys, both sync modes, 3 and 8 workers. */
+ * shared, DIRTY, cached and replicated keys, both sync modes, 3, 8 and 64
+ * workers. */
 static void test_advance_plan_equals_compute(void **state)
 {
 	(void)state;
-	for (uint32_t n = 3; n <= 8; n += 5) {
+	static const uint32_t ns[] = {3, 8, ESD_MAX_WORKERS};
+	for (unsigned ni = 0; ni < 3; ni++) {
+		const uint32_t n = ns[ni];
 		for (int full = 0; full <= 1; full++) {
 			const enum esd_sync sync = full ? ESD_SYNC_FULL_SET : ESD_SYNC_ON_DEMAND;
-			uint32_t capc[8];
-			int64_t T[8];
+			uint32_t capc[ESD_MAX_WORKERS];
+			int64_t T[ESD_MAX_WORKERS];
 			for (uint32_t w = 0; w < n; w++) {
 				capc[w] = 40;
 				T[w] = 100 * (int64_t)(w + 1);
@@ -261,8 +264,9 @@ static void test_advance_plan_equals_compute(void **state)
 			assert_int_equal(esd_conseq_create(&b2), 0);
 			uint64_t rng = 1000 + n + (uint64_t)full;
 			const uint32_t k = 2 * n, per = 4;
-			uint32_t off[17], assign[16], seen[ESD_CQ_KINDS] = {0};
-			esd_key_t keys[64];
+			uint32_t off[2 * ESD_MAX_WORKERS + 1], assign[2 * ESD_MAX_WORKERS],
+			    seen[ESD_CQ_KINDS] = {0};
+			esd_key_t keys[8 * ESD_MAX_WORKERS];
 			for (int it = 0; it < 60; it++) {
 				for (uint32_t i = 0; i <= k; i++)
 					off[i] = i * per;
@@ -278,6 +282,12 @@ static void test_advance_plan_equals_compute(void **state)
 				}
 				struct esd_batch bt = {k, off, keys};
 				assert_int_equal(esd_keytab_build(kt, &bt, n), 0);
+				if (it % 3 == 0) {
+					/* two replicated rows: every worker needs them */
+					const esd_key_t rep[2] = {esd_key_make(0, 1),
+					                          esd_key_make(7, 3)};
+					assert_int_equal(esd_keytab_replicate(kt, rep, 2), 0);
+				}
 				assert_int_equal(esd_snapset_fill(ss, kt), 0);
 				assert_int_equal(esd_conseq_compute(kt, &bt, assign, T, sync, a),
 				                 0);
