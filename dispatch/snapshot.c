@@ -390,7 +390,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			return -ESD_EDIVERGED;
 		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
 		if (esd_grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
-		         sizeof(esd_key_t)))
+		             sizeof(esd_key_t)))
 			return -ENOMEM;
 		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
 		uint32_t e0 = eoff;
