@@ -777,8 +777,9 @@ static void test_determinism_and_copy(void **state)
 	}
 }
 
-/* begin_iter_states == begin_iter + set_states(slots, states, clock 0),
- * byte for byte, under every policy; a bad state changes nothing. */
+/* begin_iter_states == begin_iter + set_states(slots, states, clock 0):
+ * the same fills and slot records under every policy, the same bytes under
+ * LRU; a bad state changes nothing. */
 static void test_begin_iter_states(void **state)
 {
 	(void)state;
