@@ -36,7 +36,10 @@
  * canonical pass; the optimum does not depend on it). */
 static inline int ent_less(const struct pheap_ent *x, const struct pheap_ent *y, int desc)
 {
-	return x->key < y->key || (x->key == y->key && (desc ? x->row > y->row : x->row < y->row));
+	/* without branches (which entry is smaller is data no predictor
+	 * learns): a flipped row number orders rows downwards */
+	const uint32_t flip = desc ? UINT32_MAX : 0;
+	return (x->key < y->key) | ((x->key == y->key) & ((x->row ^ flip) < (y->row ^ flip)));
 }
 
 static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i, int desc)
@@ -46,8 +49,8 @@ static void sift_down(struct pheap_ent *e, uint32_t len, uint32_t i, int desc)
 		uint32_t c = 2 * i + 1;
 		if (c >= len)
 			break;
-		if (c + 1 < len && ent_less(&e[c + 1], &e[c], desc))
-			c++;
+		if (c + 1 < len)
+			c += (uint32_t)ent_less(&e[c + 1], &e[c], desc);
 		if (!ent_less(&e[c], &v, desc))
 			break;
 		e[i] = e[c];
