@@ -175,13 +175,11 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	uint32_t *stamp = calloc((size_t)U + 1, sizeof(uint32_t));
 	int32_t *dd = malloc(((size_t)U + 1) * sizeof(int32_t));
 	uint32_t *touched = malloc(((size_t)b->off[k] + 1) * sizeof(uint32_t));
+	struct lk8 *K8 = NULL; /* n <= 8: the evaluation reads a compact copy of K */
+	int rc = 0;
 	if (!cnt || !K || !stamp || !dd || !touched) {
-		free(cnt);
-		free(K);
-		free(stamp);
-		free(dd);
-		free(touched);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	struct tsum ts;
 	tsum_init(&ts, T, n);
@@ -222,8 +220,6 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
 	const int positional = n <= 16 && !moved;
-	/* n <= 8: the evaluation reads a compact copy of K */
-	struct lk8 *K8 = NULL;
 	int64_t g[256];
 	uint32_t lmax = 0;
 	for (uint32_t i = 0; i < k; i++)
@@ -239,12 +235,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (positional && n <= 8 && lmax <= 256) {
 		K8 = malloc(((size_t)U + 1) * sizeof(*K8));
 		if (!K8) {
-			free(cnt);
-			free(K);
-			free(stamp);
-			free(dd);
-			free(touched);
-			return -ENOMEM;
+			rc = -ENOMEM;
+			goto out;
 		}
 		for (uint32_t u = 0; u < U; u++)
 			K8[u] = (struct lk8){K[u].kc,
@@ -456,11 +448,12 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	s0.ns = esd_now_ns() - t0;
 	if (st)
 		*st = s0;
+out:
 	free(cnt);
 	free(K);
 	free(K8);
 	free(stamp);
 	free(dd);
 	free(touched);
-	return 0;
+	return rc;
 }

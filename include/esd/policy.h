@@ -190,9 +190,10 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
  * reports pulls and evictions in 'fill'. Newly inserted keys are OUTDATED
  * until the caller sets them CLEAN after the pull.
  * Returns 0, -EINVAL (unsorted or duplicate keys, iter not increasing) or
- * -ENOSPC (n > capacity); on error nothing changes. -EUCLEAN: no victim
- * where the counts promise one, a damaged block (esd_cmeta_verify says
- * what is wrong); the block is left as it is then. */
+ * -ENOSPC (n > capacity); on those errors nothing changes. -EUCLEAN: no
+ * victim where the counts promise one, so the block is damaged
+ * (esd_cmeta_verify says what is wrong); begin_iter stops there, part
+ * done, and the block is not to be used again. */
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
                          struct esd_cmeta_fill *fill);
 /* esd_cmeta_begin_iter, then each needed key's slot takes states[i]
