@@ -168,9 +168,7 @@ int esd_cmeta_attach(void *mem, size_t len, struct esd_cmeta **out)
 		        (unsigned long long)l.total, len);
 		return -EINVAL;
 	}
-	if (cm->count > cm->capacity || cm->heap_n > cm->capacity || cm->npinned > cm->capacity ||
-	    cm->nhints > cm->capacity || cm->policy > ESD_POLICY_LOOKAHEAD ||
-	    cm->lru_head > cm->lru_tail || cm->lru_tail > cm_lru_size_of(cm->capacity)) {
+	if (!cm_counters_ok(cm)) {
 		ESD_ERR("cache",
 		        "cache metadata: counters out of range (count %u, heap %u, "
 		        "pinned %u, hints %u, policy %u, LRU ring [%u, %u))",

@@ -131,6 +131,16 @@ static inline uint32_t cm_lru_size_of(uint32_t capacity)
 	    ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent) / sizeof(uint32_t);
 	return n > UINT32_MAX - 63 ? (UINT32_MAX - 63) & ~UINT32_C(63) : (uint32_t)n;
 }
+
+/* The header's counters within their arrays (esd_cmeta_attach checks
+ * them; begin_iter again, since a shared block can be damaged later). */
+static inline bool cm_counters_ok(const struct esd_cmeta *cm)
+{
+	return cm->count <= cm->capacity && cm->heap_n <= cm->capacity &&
+	       cm->npinned <= cm->capacity && cm->nhints <= cm->capacity &&
+	       cm->policy <= ESD_POLICY_LOOKAHEAD && cm->lru_head <= cm->lru_tail &&
+	       cm->lru_tail <= cm_lru_size_of(cm->capacity);
+}
 static inline uint64_t *cm_lru_stale(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_lrustale, uint64_t);

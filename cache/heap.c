@@ -53,10 +53,13 @@ void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
  * measured slower: it floods the line-fill buffers.) */
 #define ARITY 4
 
+/* Slot numbers read from the heap are checked before they index anything
+ * (a damaged block's entries are trash; esd_cmeta_verify names them). */
 static inline void put(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
 {
 	cm_heap(cm)[pos] = *e;
-	cm_heappos(cm)[e->slot] = pos + 1;
+	if (e->slot < cm->capacity)
+		cm_heappos(cm)[e->slot] = pos + 1;
 }
 
 static void sift_up(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
@@ -122,6 +125,8 @@ static void heap_insert(struct esd_cmeta *cm, uint32_t slot)
 {
 	struct cm_hent e;
 
+	if (cm->heap_n >= cm->capacity) /* damaged: more entries than slots */
+		return;
 	cm_hent_of(cm, slot, &e);
 	sift_up(cm, cm->heap_n++, &e);
 }
@@ -135,6 +140,8 @@ static void heap_remove(struct esd_cmeta *cm, uint32_t slot)
 		return;
 	uint32_t pos = hp[slot] - 1;
 	hp[slot] = 0;
+	if (pos >= cm->heap_n) /* damaged */
+		return;
 	uint32_t n = --cm->heap_n;
 	struct cm_hent last = h[n];
 	/* Keep vacated entries zero so two instances stay byte-identical
@@ -149,7 +156,7 @@ static void heap_update(struct esd_cmeta *cm, uint32_t slot)
 	uint32_t pos = cm_heappos(cm)[slot];
 	struct cm_hent e;
 
-	if (!pos)
+	if (!pos || pos > cm->heap_n) /* (past the heap: damaged) */
 		return;
 	cm_hent_of(cm, slot, &e);
 	resettle(cm, pos - 1, &e);
@@ -164,7 +171,7 @@ static uint32_t heap_pop(struct esd_cmeta *cm)
 	struct cm_hent *h = cm_heap(cm);
 	uint32_t n = cm->heap_n;
 
-	if (!n)
+	if (!n || h[0].slot >= cm->capacity) /* (the latter: damaged) */
 		return ESD_SLOT_NONE;
 	uint32_t slot = h[0].slot;
 	cm_heappos(cm)[slot] = 0;

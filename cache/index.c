@@ -25,10 +25,12 @@ void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
 	struct cm_ient *t = cm_index(cm);
 	uint32_t size = cm->index_size;
 	uint32_t h = (uint32_t)cm_hash(key);
-	uint32_t i = cm_home(h, size);
+	uint32_t i = cm_home(h, size), left = size;
 
-	while (t[i].slot != ESD_SLOT_NONE)
+	while (t[i].slot != ESD_SLOT_NONE && --left)
 		i = next(i, size);
+	if (t[i].slot != ESD_SLOT_NONE)
+		return; /* no empty entry: a damaged block's index */
 	t[i].key = key;
 	t[i].slot = slot;
 	t[i].hash = h;
@@ -38,16 +40,16 @@ void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 {
 	struct cm_ient *t = cm_index(cm);
 	uint32_t size = cm->index_size;
-	uint32_t i = cm_home((uint32_t)cm_hash(key), size);
+	uint32_t i = cm_home((uint32_t)cm_hash(key), size), left = size;
 
-	while (t[i].slot != ESD_SLOT_NONE && t[i].key != key)
+	while (t[i].slot != ESD_SLOT_NONE && t[i].key != key && --left)
 		i = next(i, size);
-	if (t[i].slot == ESD_SLOT_NONE)
+	if (t[i].slot == ESD_SLOT_NONE || t[i].key != key)
 		return;
 	/* Backward shift: move every later entry of the run whose home is not
 	 * in (i, j] into the hole, so no probe sequence crosses a gap. */
 	uint32_t j = i;
-	for (;;) {
+	for (left = size; --left;) {
 		j = next(j, size);
 		if (t[j].slot == ESD_SLOT_NONE)
 			break;
@@ -63,24 +65,38 @@ void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 	t[i].hash = 0;
 }
 
+/* Gives up on the second wrap past the end: only a damaged block's index
+ * has no empty entry (and the test sits on the wrap, which is rare). */
 static inline uint32_t probe(const struct cm_ient *t, uint32_t size, uint32_t i, uint64_t key)
 {
-	for (;;) {
+	for (uint32_t wraps = 0;;) {
 		uint32_t s = t[i].slot;
 		if (s == ESD_SLOT_NONE)
 			return ESD_SLOT_NONE;
 		if (t[i].key == key)
 			return s;
-		i = next(i, size);
+		if (++i == size) {
+			if (++wraps == 2)
+				return ESD_SLOT_NONE;
+			i = 0;
+		}
 	}
+}
+
+/* An index entry naming a slot past the capacity exists only in a damaged
+ * block: it reads as "not here" (esd_cmeta_verify names it), so no caller
+ * is ever handed a slot outside the block. */
+static inline uint32_t in_block(const struct esd_cmeta *cm, uint32_t s)
+{
+	return s < cm->capacity ? s : ESD_SLOT_NONE;
 }
 
 uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key)
 {
 	if (!cm)
 		return ESD_SLOT_NONE;
-	return probe(cm_index(cm), cm->index_size, cm_home((uint32_t)cm_hash(key), cm->index_size),
-	             key);
+	return in_block(cm, probe(cm_index(cm), cm->index_size,
+	                          cm_home((uint32_t)cm_hash(key), cm->index_size), key));
 }
 
 /* Keys hashed and prefetched ahead of the probe. 16 misses in flight is
@@ -98,6 +114,7 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 	const struct cm_ient *t = cm_index(cm);
 	const struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t size = cm->index_size;
+	const uint32_t cap = cm->capacity;
 	uint32_t home[WINDOW];
 	size_t pre = n < WINDOW ? n : WINDOW;
 
@@ -115,11 +132,12 @@ void esd_cmeta_find_batch(const struct esd_cmeta *cm, const esd_key_t *keys, siz
 		__builtin_prefetch(&t[hn]);
 		const uint32_t s = probe(t, size, h, keys[i]);
 		/* slot 0's line for a miss: a harmless prefetch, no branch */
-		__builtin_prefetch(&sl[s != ESD_SLOT_NONE ? s : 0], 1);
-		slots[i] = s;
+		const bool in = s < cap;
+		__builtin_prefetch(&sl[in ? s : 0], 1);
+		slots[i] = in ? s : ESD_SLOT_NONE;
 	}
 	for (; i < n; i++) {
-		const uint32_t s = probe(t, size, home[i % WINDOW], keys[i]);
+		const uint32_t s = in_block(cm, probe(t, size, home[i % WINDOW], keys[i]));
 		if (s != ESD_SLOT_NONE)
 			__builtin_prefetch(&sl[s], 1);
 		slots[i] = s;

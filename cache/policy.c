@@ -106,6 +106,8 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	int rc = check_keys(keys, states, n);
 	if (rc)
 		return rc;
+	if (!cm_counters_ok(cm))
+		return -EUCLEAN;
 
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *slots = fill->slots;
@@ -151,9 +153,10 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 			__builtin_prefetch(&sl[pinned[i + 16]]);
 			__builtin_prefetch(&hp[pinned[i + 16]], 1);
 		}
-		if (i + 8 < cm->npinned && hp[pinned[i + 8]])
+		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity && hp[pinned[i + 8]])
 			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
-		if (sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
+		/* (a slot past the capacity: a damaged block's, skipped) */
+		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
 		if (hp[s])
 			cm_heap_update(cm, s);
@@ -386,6 +389,8 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 		return -EINVAL;
 	if (cm->policy == (uint32_t)policy)
 		return 0;
+	if (!cm_counters_ok(cm))
+		return -EUCLEAN;
 	cm->policy = policy;
 	cm_heap_build(cm);
 	return 0;
@@ -503,6 +508,8 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 		return -EINVAL;
 	if (n > cm->capacity)
 		return -ENOMEM;
+	if (!cm_counters_ok(cm))
+		return -EUCLEAN;
 	uint64_t *h = cm_hints(cm);
 
 	/* Every cached key with a hint is in the previous set (inserts take

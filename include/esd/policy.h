@@ -162,8 +162,9 @@ uint64_t esd_cmeta_last_iter(const struct esd_cmeta *cm);
 uint32_t esd_cmeta_emark_target(const struct esd_cmeta *cm);
 /* The policy can change between iterations (esdctl set policy): O(C) to
  * reorder the victims. Marks, frequencies and hints are kept for every
- * policy, so a switch takes effect with full history. Returns 0 or
- * -EINVAL (unknown policy). */
+ * policy, so a switch takes effect with full history. Returns 0,
+ * -EINVAL (unknown policy) or -EUCLEAN (the header's counters are out of
+ * range: a damaged block, left as it is). */
 int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
 
 /* Slot of key, or ESD_SLOT_NONE. No allocation, no locks. */
@@ -179,8 +180,8 @@ const struct esd_cmeta_slot *esd_cmeta_slot(const struct esd_cmeta *cm, uint32_t
  * allowed) gets next_use = iter, every other cached key ESD_NEXT_USE_NONE;
  * keys inserted later take their hint from the most recent call (the block
  * keeps a sorted copy of at most 'capacity' keys). O(n log n).
- * Returns 0, -EINVAL (NULL keys with n > 0) or -ENOMEM (n > capacity; the
- * previous hints stay). */
+ * Returns 0, -EINVAL (NULL keys with n > 0), -ENOMEM (n > capacity; the
+ * previous hints stay) or -EUCLEAN (a damaged block, as for set_policy). */
 int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, uint64_t iter);
 
 /* Start iteration 'iter' (>= 1, strictly greater than the previous one) with the
@@ -190,10 +191,13 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
  * reports pulls and evictions in 'fill'. Newly inserted keys are OUTDATED
  * until the caller sets them CLEAN after the pull.
  * Returns 0, -EINVAL (unsorted or duplicate keys, iter not increasing) or
- * -ENOSPC (n > capacity); on those errors nothing changes. -EUCLEAN: no
- * victim where the counts promise one, so the block is damaged
- * (esd_cmeta_verify says what is wrong); begin_iter stops there, part
- * done, and the block is not to be used again. */
+ * -ENOSPC (n > capacity); on those errors nothing changes. -EUCLEAN: the
+ * block is damaged (esd_cmeta_verify says what is wrong): either the
+ * header's counters are out of range (nothing changes) or there is no
+ * victim where the counts promise one (begin_iter stops there, part
+ * done). A damaged block is not to be used again; whatever its contents,
+ * no call indexes past it (slot numbers read from its index, heap, ring
+ * or pins are checked against the capacity first). */
 int esd_cmeta_begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
                          struct esd_cmeta_fill *fill);
 /* esd_cmeta_begin_iter, then each needed key's slot takes states[i]

@@ -846,32 +846,96 @@ static void test_begin_iter_states(void **state)
 	}
 }
 
-/* An LRU block whose structures past the slot records are trash (all
- * bytes 0xff) but whose header still says "full": begin_iter finds no
- * victim in the ring and says so (-EUCLEAN) instead of reading past the
- * block; verify names it. (The heap policies do not survive this: their
- * heap entries are trusted.) */
+static int cmp_u64(const void *a, const void *b)
+{
+	const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* test_damaged_block: blocks damaged after they were attached, under
+ * every policy. Whatever the bytes, no call may index past the block (the
+ * ASan build checks it); begin_iter either works or says -EUCLEAN, and
+ * verify names the damage.
+ *  - how 0: everything past the slot records 0xff while the header still
+ *    says "full": no victim anywhere (the ring and heap entries name slots
+ *    past the capacity, the index is empty), so -EUCLEAN;
+ *  - how 1: the same area random (eight seeds): a few iterations of mixed
+ *    hits and misses, state changes and lookups run without touching
+ *    anything outside (a full index too: lookups and inserts give up);
+ *  - how 2: a header counter out of range: -EUCLEAN before any change.
+ * damaged_block: one block of 64 slots under pol, full, then damaged. */
+static void damaged_block(enum esd_policy pol, int how, uint64_t seed)
+{
+	const uint32_t cap = 64;
+	const size_t len = esd_cmeta_bytes(cap), past = 256 + (size_t)cap * 64;
+	void *mem;
+	struct esd_cmeta *cm = new_cmeta(cap, pol, &mem);
+	struct fillbuf f;
+	fill_alloc(&f, cap);
+	uint64_t keys[64];
+	for (uint32_t i = 0; i < cap; i++)
+		keys[i] = 1000 + i;
+	assert_int_equal(esd_cmeta_lookahead(cm, keys, 8, 2), 0);
+	assert_int_equal(esd_cmeta_begin_iter(cm, 1, keys, cap, &f.f), 0);
+	assert_int_equal(esd_cmeta_count(cm), cap);
+	keys[0] = 5;
+	if (how == 0) {
+		memset((char *)mem + past, 0xff, len - past);
+		assert_int_not_equal(esd_cmeta_verify(cm), 0);
+		assert_int_equal(esd_cmeta_begin_iter(cm, 2, keys, 1, &f.f), -EUCLEAN);
+	} else if (how == 1) {
+		uint64_t x = seed;
+		for (size_t i = past; i < len; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			((unsigned char *)mem)[i] = (unsigned char)x;
+		}
+		assert_int_not_equal(esd_cmeta_verify(cm), 0);
+		for (uint64_t it = 2; it < 6; it++) {
+			/* half old keys, half new ones, ascending */
+			for (uint32_t i = 0; i < 16; i++)
+				keys[i] = i % 2 ? 1000 + 4 * i + it : 5000 + 100 * it + i;
+			qsort(keys, 16, sizeof(keys[0]), cmp_u64);
+			const int rc = esd_cmeta_begin_iter(cm, it, keys, 16, &f.f);
+			assert_true(rc == 0 || rc == -EUCLEAN);
+			for (uint32_t i = 0; i < 16; i++) {
+				const uint32_t s = esd_cmeta_find(cm, keys[i]);
+				assert_true(s == ESD_SLOT_NONE || s < cap);
+				if (s != ESD_SLOT_NONE)
+					(void)esd_cmeta_set_state(cm, s, ESD_ROW_CLEAN, it);
+			}
+			(void)esd_cmeta_mark_outdated_batch(cm, keys, 16);
+		}
+	} else {
+		/* a counter past its array: refused before any change. npinned
+		 * is byte 44 of the header (magic 8, version 4, header size 4,
+		 * total 8, capacity, policy, index size, count, heap entries 4
+		 * each) */
+		uint32_t *npinned = (uint32_t *)((char *)mem + 44);
+		assert_int_equal(*npinned, cap);
+		*npinned = cap + 1;
+		unsigned char before[256];
+		memcpy(before, mem, sizeof(before));
+		const enum esd_policy other =
+		    pol == ESD_POLICY_LRU ? ESD_POLICY_LFU : ESD_POLICY_LRU;
+		assert_int_equal(esd_cmeta_begin_iter(cm, 2, keys, 1, &f.f), -EUCLEAN);
+		assert_int_equal(esd_cmeta_set_policy(cm, other), -EUCLEAN);
+		assert_int_equal(esd_cmeta_lookahead(cm, keys, 1, 3), -EUCLEAN);
+		assert_memory_equal(before, mem, sizeof(before));
+	}
+	fill_free(&f);
+	free(mem);
+}
+
 static void test_damaged_block(void **state)
 {
 	(void)state;
-	const uint32_t cap = 64;
-	{
-		void *mem;
-		struct esd_cmeta *cm = new_cmeta(cap, ESD_POLICY_LRU, &mem);
-		struct fillbuf f;
-		fill_alloc(&f, cap);
-		uint64_t keys[64];
-		for (uint32_t i = 0; i < cap; i++)
-			keys[i] = 1000 + i;
-		assert_int_equal(esd_cmeta_begin_iter(cm, 1, keys, cap, &f.f), 0);
-		assert_int_equal(esd_cmeta_count(cm), cap);
-		const size_t len = esd_cmeta_bytes(cap), past = 256 + (size_t)cap * 64;
-		memset((char *)mem + past, 0xff, len - past);
-		assert_int_not_equal(esd_cmeta_verify(cm), 0);
-		keys[0] = 5;
-		assert_int_equal(esd_cmeta_begin_iter(cm, 2, keys, 1, &f.f), -EUCLEAN);
-		fill_free(&f);
-		free(mem);
+	static const enum esd_policy pols[] = {ESD_POLICY_LRU, ESD_POLICY_LFU, ESD_POLICY_EMARK,
+	                                       ESD_POLICY_LOOKAHEAD};
+	for (uint64_t q = 0; q < sizeof(pols) / sizeof(pols[0]); q++) {
+		damaged_block(pols[q], 0, 0);
+		for (uint64_t seed = 1; seed <= 8; seed++)
+			damaged_block(pols[q], 1, UINT64_C(0x9e3779b97f4a7c15) * (16 * q + seed));
+		damaged_block(pols[q], 2, 0);
 	}
 }
 
