@@ -192,7 +192,11 @@ static inline uint32_t cm_home(uint32_t hash, uint32_t size)
 {
 	return (uint32_t)(((uint64_t)hash * size) >> 32);
 }
-static inline void cm_index_prefetch(const struct esd_cmeta *cm, uint64_t key)
+/* always_inline: a prefetch has no side effects, so GCC treats a helper
+ * holding only one as const and drops calls to it (void result) unless it
+ * is inlined first. */
+static inline __attribute__((always_inline)) void cm_index_prefetch(const struct esd_cmeta *cm,
+                                                                    uint64_t key)
 {
 	__builtin_prefetch((const char *)cm + cm->off_index +
 	                   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);

@@ -251,18 +251,17 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 
 	/* 4. The index: victims out, new keys in. Nothing above reads it
 	 * (step 1 looked every needed key up), so its random accesses can be
-	 * batched and prefetched here. */
+	 * batched here: the victims' lines prefetched; a new key's home line
+	 * is the one step 1 probed, still in cache (no prefetch, no hash for
+	 * the OUTDATED pulls that insert nothing). */
 	for (size_t j = 0; j < fill->n_evicts; j++) {
 		if (j + 8 < fill->n_evicts)
 			cm_index_prefetch(cm, fill->evicts[j + 8].key);
 		cm_index_remove(cm, fill->evicts[j].key);
 	}
-	for (size_t j = 0; j < fill->n_pulls; j++) {
-		if (j + 8 < fill->n_pulls)
-			cm_index_prefetch(cm, fill->pulls[j + 8].key);
+	for (size_t j = 0; j < fill->n_pulls; j++)
 		if (!fill->pulls[j].outdated)
 			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
-	}
 
 	if (lru)
 		cm_lru_commit(cm, (uint32_t)n);
