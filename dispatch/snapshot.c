@@ -13,6 +13,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +299,21 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Is key in worker w's UPDATE_VALUE list (ascending)? */
+static bool pushed(const struct esd_conseq *cq, uint32_t w, esd_key_t key)
+{
+	const esd_key_t *k = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
+	uint32_t lo = 0, hi = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+	while (lo < hi) {
+		const uint32_t mid = lo + (hi - lo) / 2;
+		if (k[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w) && k[lo] == key;
+}
+
 int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
                         const uint32_t *assign, const int64_t *T, enum esd_sync sync,
                         struct esd_conseq *cq)
@@ -340,8 +356,16 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		return -ENOMEM;
 	ss->cap_f = cap;
 
-	/* step 1: pushed DIRTY rows become CLEAN on their holder */
-	for (uint32_t w = 0; w < n; w++) {
+	/* step 1: pushed DIRTY rows become CLEAN on their holder. Only HET
+	 * mode applies it as a pass of its own (its pulls read the states).
+	 * Otherwise every such copy takes its step-6 state later in this
+	 * advance anyway (begin_iter_states where the holder trains the key,
+	 * the others' OUTDATED pass where it does not), and no victim order
+	 * tells CLEAN from DIRTY (cm_hent_of), so the step's one visible
+	 * effect is that a pushed row the holder's begin_iter evicts leaves
+	 * clean: the eviction pass below looks the victim up in the holder's
+	 * push list instead. */
+	for (uint32_t w = 0; ss->het && w < n; w++) {
 		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
 		const uint32_t nu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
 		esd_cmeta_find_batch(ss->cm[w], keys, nu, ss->slots);
@@ -404,7 +428,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			e->latest &= ~wbit;
 			if (e->dirty == w)
 				e->dirty = ESD_NO_WORKER;
-			if (ss->evicts[q].dirty)
+			if (ss->evicts[q].dirty && (ss->het || !pushed(cq, w, ss->evicts[q].key)))
 				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
 		}
 		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), cmp_key);

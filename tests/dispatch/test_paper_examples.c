@@ -12,6 +12,8 @@
 
 #include <esd/dispatch_snap.h>
 #include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define X(id) esd_key_make(0, id)
@@ -236,6 +238,24 @@ static void test_herald_fig5(void **state)
 	esd_keytab_free(kt);
 }
 
+/* A batch of k samples of 'per' keys (key p of a sample from table p, ids
+ * below 'ids') and a balanced, shuffled assignment to n workers. */
+static void random_step(uint64_t *rng, uint32_t k, uint32_t per, uint32_t ids, uint32_t n,
+                        uint32_t *off, esd_key_t *keys, uint32_t *assign)
+{
+	for (uint32_t i = 0; i <= k; i++)
+		off[i] = i * per;
+	for (uint32_t i = 0; i < k * per; i++)
+		keys[i] = esd_key_make(i % per, esd_test_rand(rng) % ids);
+	for (uint32_t i = 0; i < k; i++)
+		assign[i] = i % n;
+	for (uint32_t i = k; i > 1; i--) {
+		const uint32_t x = (uint32_t)(esd_test_rand(rng) % i), t = assign[i - 1];
+		assign[i - 1] = assign[x];
+		assign[x] = t;
+	}
+}
+
 /* The consequence the snapshot advance computes (one pass, with its
  * per-worker lists) equals esd_conseq_compute's (counting pass first) on
  * the same state, list for list, over random batches and assignments with
@@ -268,18 +288,7 @@ static void test_advance_plan_equals_compute(void **state)
 			    seen[ESD_CQ_KINDS] = {0};
 			esd_key_t keys[8 * ESD_MAX_WORKERS];
 			for (int it = 0; it < 60; it++) {
-				for (uint32_t i = 0; i <= k; i++)
-					off[i] = i * per;
-				for (uint32_t i = 0; i < k * per; i++)
-					keys[i] = esd_key_make(i % per, esd_test_rand(&rng) % 30);
-				for (uint32_t i = 0; i < k; i++)
-					assign[i] = i % n; /* balanced */
-				for (uint32_t i = k; i > 1; i--) {
-					const uint32_t x = (uint32_t)(esd_test_rand(&rng) % i),
-					               t = assign[i - 1];
-					assign[i - 1] = assign[x];
-					assign[x] = t;
-				}
+				random_step(&rng, k, per, 30, n, off, keys, assign);
 				struct esd_batch bt = {k, off, keys};
 				assert_int_equal(esd_keytab_build(kt, &bt, n), 0);
 				if (it % 3 == 0) {
@@ -322,12 +331,174 @@ static void test_advance_plan_equals_compute(void **state)
 	}
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+	const esd_key_t x = *(const esd_key_t *)a, y = *(const esd_key_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The advance against the protocol done by hand on separate blocks, the
+ * way a node does it (DESIGN §3): step 1 (the plan's value pushes, DIRTY
+ * -> CLEAN on the holder), begin_iter with the worker's needed keys, the
+ * pulled rows CLEAN, step 6 (trainers: DIRTY alone under on-demand sync,
+ * else OUTDATED; other holders of a latest copy: OUTDATED). Every slot's
+ * key and state agree after every iteration and so do the evict pushes
+ * (the DIRTY victims), under every policy and both syncs, with caches
+ * small enough that holders evict rows they have just pushed. */
+static void test_advance_follows_protocol(void **state)
+{
+	(void)state;
+	enum { N = 4, K = 16, PER = 4, CAP = 20, ITERS = 150 };
+	static const enum esd_policy pols[] = {ESD_POLICY_LRU, ESD_POLICY_LFU, ESD_POLICY_EMARK,
+	                                       ESD_POLICY_LOOKAHEAD};
+	uint32_t pushed_evicted = 0;
+	for (unsigned pi = 0; pi < 4; pi++) {
+		for (int full = 0; full <= 1; full++) {
+			const enum esd_sync sync = full ? ESD_SYNC_FULL_SET : ESD_SYNC_ON_DEMAND;
+			const uint32_t capc[N] = {CAP, CAP, CAP, CAP};
+			const int64_t T[N] = {1, 2, 3, 4};
+			struct esd_snapset *ss;
+			struct esd_keytab *kt;
+			struct esd_conseq *cq;
+			struct esd_cmeta *m[N];
+			void *mem[N];
+			const size_t len = esd_cmeta_bytes(CAP);
+			assert_int_equal(esd_snapset_create(N, capc, pols[pi], &ss), 0);
+			assert_int_equal(esd_keytab_create(&kt), 0);
+			assert_int_equal(esd_conseq_create(&cq), 0);
+			for (uint32_t w = 0; w < N; w++) {
+				mem[w] = aligned_alloc(64, (len + 63) / 64 * 64);
+				assert_non_null(mem[w]);
+				assert_int_equal(esd_cmeta_init(mem[w], len, CAP, pols[pi], &m[w]),
+				                 0);
+			}
+			uint64_t rng = 77 + pi * 2 + (uint64_t)full;
+			uint32_t off[K + 1], assign[K], slots[CAP];
+			esd_key_t keys[K * PER], need[N][K * PER], ev[N][CAP];
+			struct esd_cmeta_pull pulls[CAP];
+			struct esd_cmeta_evict evicts[CAP];
+			for (uint64_t it = 1; it <= ITERS; it++) {
+				random_step(&rng, K, PER, 24, N, off, keys, assign);
+				struct esd_batch b = {K, off, keys};
+				assert_int_equal(esd_keytab_build(kt, &b, N), 0);
+				assert_int_equal(esd_snapset_fill(ss, kt), 0);
+				assert_int_equal(
+				    esd_snapset_advance(ss, kt, &b, assign, T, sync, cq), 0);
+
+				/* by hand: step 1 */
+				for (uint32_t w = 0; w < N; w++)
+					for (uint32_t q = 0;
+					     q < esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
+					     q++) {
+						const esd_key_t x =
+						    esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w)[q];
+						const uint32_t sl = esd_cmeta_find(m[w], x);
+						assert_int_not_equal(sl, ESD_SLOT_NONE);
+						assert_int_equal(esd_cmeta_slot(m[w], sl)->state,
+						                 ESD_ROW_DIRTY);
+						assert_int_equal(
+						    esd_cmeta_set_state(m[w], sl, ESD_ROW_CLEAN, 0),
+						    0);
+					}
+				/* each worker's needed keys, sorted, without duplicates */
+				uint32_t nn[N] = {0};
+				for (uint32_t i = 0; i < K; i++)
+					for (uint32_t p = off[i]; p < off[i + 1]; p++)
+						need[assign[i]][nn[assign[i]]++] = keys[p];
+				for (uint32_t w = 0; w < N; w++) {
+					qsort(need[w], nn[w], sizeof(esd_key_t), cmp_key);
+					uint32_t u = 0;
+					for (uint32_t q = 0; q < nn[w]; q++)
+						if (!u || need[w][u - 1] != need[w][q])
+							need[w][u++] = need[w][q];
+					nn[w] = u;
+				}
+				/* steps 3-4 */
+				for (uint32_t w = 0; w < N; w++) {
+					struct esd_cmeta_fill f = {
+					    .pulls = pulls, .evicts = evicts, .slots = slots};
+					assert_int_equal(
+					    esd_cmeta_begin_iter(m[w], it, need[w], nn[w], &f), 0);
+					for (size_t q = 0; q < f.n_pulls; q++)
+						assert_int_equal(
+						    esd_cmeta_set_state(m[w], pulls[q].slot,
+						                        ESD_ROW_CLEAN, 0),
+						    0);
+					uint32_t ne = 0;
+					for (size_t q = 0; q < f.n_evicts; q++)
+						if (evicts[q].dirty)
+							ev[w][ne++] = evicts[q].key;
+					qsort(ev[w], ne, sizeof(esd_key_t), cmp_key);
+					assert_int_equal(
+					    ne, esd_conseq_count(cq, ESD_CQ_EVICT_PUSH, w));
+					if (ne)
+						assert_memory_equal(
+						    ev[w],
+						    esd_conseq_keys(cq, ESD_CQ_EVICT_PUSH, w),
+						    ne * sizeof(esd_key_t));
+					/* evicted after being pushed in step 1: clean */
+					for (size_t q = 0; q < f.n_evicts; q++)
+						pushed_evicted += has_key(cq, ESD_CQ_UPDATE_VALUE,
+						                          w, evicts[q].key);
+				}
+				/* step 6 */
+				for (uint32_t i = 0; i < K * PER; i++) {
+					const esd_key_t x = keys[i];
+					uint64_t mask = 0;
+					for (uint32_t w = 0; w < N; w++)
+						for (uint32_t q = 0; q < nn[w]; q++)
+							if (need[w][q] == x)
+								mask |= UINT64_C(1) << w;
+					const bool lone = !full && !(mask & (mask - 1));
+					for (uint32_t w = 0; w < N; w++) {
+						const uint32_t sl = esd_cmeta_find(m[w], x);
+						if (mask >> w & 1)
+							assert_int_equal(esd_cmeta_set_state(
+							                     m[w], sl,
+							                     lone
+							                         ? ESD_ROW_DIRTY
+							                         : ESD_ROW_OUTDATED,
+							                     0),
+							                 0);
+						else if (esd_cmeta_state(m[w], x) >= ESD_ROW_CLEAN)
+							assert_int_equal(
+							    esd_cmeta_mark_outdated(m[w], x), 1);
+					}
+				}
+				/* the snapshots are the blocks done by hand */
+				for (uint32_t w = 0; w < N; w++) {
+					const struct esd_cmeta *c = esd_snapset_cmeta(ss, w);
+					assert_int_equal(esd_cmeta_count(c), esd_cmeta_count(m[w]));
+					for (uint32_t sl = 0; sl < CAP; sl++) {
+						const struct esd_cmeta_slot *a = esd_cmeta_slot(c,
+						                                                sl),
+						                            *h = esd_cmeta_slot(
+						                                m[w], sl);
+						assert_int_equal(a->state, h->state);
+						if (h->state != ESD_ROW_ABSENT)
+							assert_int_equal(a->key, h->key);
+					}
+				}
+				assert_int_equal(esd_snapset_verify(ss), 0);
+			}
+			for (uint32_t w = 0; w < N; w++)
+				free(mem[w]);
+			esd_conseq_free(cq);
+			esd_keytab_free(kt);
+			esd_snapset_free(ss);
+		}
+	}
+	/* the case that needs care came up */
+	assert_true(pushed_evicted > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_esd_fig2),
 	    cmocka_unit_test(test_herald_fig5),
 	    cmocka_unit_test(test_advance_plan_equals_compute),
+	    cmocka_unit_test(test_advance_follows_protocol),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
