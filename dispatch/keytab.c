@@ -257,12 +257,13 @@ static const int64_t *charge_table(struct esd_keytab *kt, const int64_t *T)
 }
 
 /* n = 8: a key's row of the table, plus the DIRTY holder's T on every
- * other lane, as two 4-lane vectors (AVX2 where the CPU has it). */
-__attribute__((target_clones("avx2", "default"))) static void
+ * other lane, as one 8-lane vector (AVX-512, AVX2 or SSE2 bodies, as
+ * costmat_sum8). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
 charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const int64_t *T,
          int64_t *vec)
 {
-	typedef int64_t v4 __attribute__((vector_size(32)));
+	typedef int64_t v8 __attribute__((vector_size(64)));
 	/* all lanes but lane j, for j = 0..7 (and 8: no holder, no lane) */
 	static const int64_t others[9][8] = {
 	    {0, -1, -1, -1, -1, -1, -1, -1}, {-1, 0, -1, -1, -1, -1, -1, -1},
@@ -275,19 +276,14 @@ charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const 
 	t9[8] = 0;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &st[u];
-		const int64_t *r = tab + (s->latest & 255) * 8;
 		const uint32_t h = s->dirty < 8 ? s->dirty : 8;
 		const int64_t td = t9[h];
-		const v4 d = {td, td, td, td};
-		v4 x0, x1, m0, m1;
-		memcpy(&x0, r, 32);
-		memcpy(&x1, r + 4, 32);
-		memcpy(&m0, others[h], 32);
-		memcpy(&m1, others[h] + 4, 32);
-		x0 += d & m0;
-		x1 += d & m1;
-		memcpy(vec + (size_t)u * 8, &x0, 32);
-		memcpy(vec + (size_t)u * 8 + 4, &x1, 32);
+		const v8 d = {td, td, td, td, td, td, td, td};
+		v8 x, m;
+		memcpy(&x, tab + (s->latest & 255) * 8, 64);
+		memcpy(&m, others[h], 64);
+		x += d & m;
+		memcpy(vec + (size_t)u * 8, &x, 64);
 	}
 }
 
@@ -325,31 +321,26 @@ int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
 	return 0;
 }
 
-/* n = 8 (the paper's 8 workers), AVX2 where the CPU has it: two 4-lane
- * adds per key occurrence (GNU vector extension; the compiler makes an
- * SSE2 and an AVX2 body and the loader picks one). */
-__attribute__((target_clones("avx2", "default"))) static void
+/* n = 8 (the paper's 8 workers): one 8-lane add per key occurrence (GNU
+ * vector extension: the compiler makes an AVX-512 body (one add), an AVX2
+ * body (two) and an SSE2 one, and the loader picks one). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
 costmat_sum8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, int64_t *cost)
 {
-	typedef int64_t v4 __attribute__((vector_size(32)));
+	typedef int64_t v8 __attribute__((vector_size(64)));
 	for (uint32_t i = 0; i < b->k; i++) {
-		v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+		v8 a = {0, 0, 0, 0, 0, 0, 0, 0};
 		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
-			const int64_t *v = vec + (size_t)occ[p] * 8;
-			v4 x0, x1;
-			memcpy(&x0, v, 32);
-			memcpy(&x1, v + 4, 32);
-			a0 += x0;
-			a1 += x1;
+			v8 x;
+			memcpy(&x, vec + (size_t)occ[p] * 8, 64);
+			a += x;
 		}
-		int64_t *row = cost + (size_t)i * 8;
-		memcpy(row, &a0, 32);
-		memcpy(row + 4, &a1, 32);
+		memcpy(cost + (size_t)i * 8, &a, 64);
 	}
 }
 
-void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
-                     uint32_t n, int64_t *cost)
+void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, uint32_t n,
+                     int64_t *cost)
 {
 	if (n == 8) {
 		costmat_sum8(b, occ, vec, cost);
