@@ -8,6 +8,7 @@
 #include "keytab_internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -256,24 +257,49 @@ static const int64_t *charge_table(struct esd_keytab *kt, const int64_t *T)
 	return tab;
 }
 
+/* charges8: all lanes but lane j, for j = 0..7 (and 8: no holder, no
+ * lane) */
+static const int64_t others[9][8] = {
+    {0, -1, -1, -1, -1, -1, -1, -1}, {-1, 0, -1, -1, -1, -1, -1, -1},
+    {-1, -1, 0, -1, -1, -1, -1, -1}, {-1, -1, -1, 0, -1, -1, -1, -1},
+    {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
+    {-1, -1, -1, -1, -1, -1, 0, -1}, {-1, -1, -1, -1, -1, -1, -1, 0},
+    {0, 0, 0, 0, 0, 0, 0, 0}};
+
 /* n = 8: a key's row of the table, plus the DIRTY holder's T on every
- * other lane, as one 8-lane vector (AVX-512, AVX2 or SSE2 bodies, as
- * costmat_sum8). */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const int64_t *T,
-         int64_t *vec)
+ * other lane (t9: T and a 0 for "no holder", so no branch on the data),
+ * as two 4-lane vectors (AVX2 where the CPU has it). */
+__attribute__((target_clones("avx2", "default"))) static void
+charges8_v4(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const int64_t *t9,
+            int64_t *vec)
+{
+	typedef int64_t v4 __attribute__((vector_size(32)));
+	for (uint32_t u = 0; u < cnt; u++) {
+		const struct esd_keystate *s = &st[u];
+		const int64_t *r = tab + (s->latest & 255) * 8;
+		const uint32_t h = s->dirty < 8 ? s->dirty : 8;
+		const int64_t td = t9[h];
+		const v4 d = {td, td, td, td};
+		v4 x0, x1, m0, m1;
+		memcpy(&x0, r, 32);
+		memcpy(&x1, r + 4, 32);
+		memcpy(&m0, others[h], 32);
+		memcpy(&m1, others[h] + 4, 32);
+		x0 += d & m0;
+		x1 += d & m1;
+		memcpy(vec + (size_t)u * 8, &x0, 32);
+		memcpy(vec + (size_t)u * 8 + 4, &x1, 32);
+	}
+}
+
+/* The same as one 8-lane vector, for CPUs with AVX-512 (compiled for
+ * AVX2 or SSE2 an 8-lane vector goes through memory: slower than two
+ * 4-lane ones, hence two functions rather than one with target_clones). */
+__attribute__((target("avx512f"))) static void charges8_v8(const struct esd_keystate *st,
+                                                           uint32_t cnt, const int64_t *tab,
+                                                           const int64_t *t9, int64_t *vec)
 {
 	typedef int64_t v8 __attribute__((vector_size(64)));
-	/* all lanes but lane j, for j = 0..7 (and 8: no holder, no lane) */
-	static const int64_t others[9][8] = {
-	    {0, -1, -1, -1, -1, -1, -1, -1}, {-1, 0, -1, -1, -1, -1, -1, -1},
-	    {-1, -1, 0, -1, -1, -1, -1, -1}, {-1, -1, -1, 0, -1, -1, -1, -1},
-	    {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
-	    {-1, -1, -1, -1, -1, -1, 0, -1}, {-1, -1, -1, -1, -1, -1, -1, 0},
-	    {0, 0, 0, 0, 0, 0, 0, 0}};
-	int64_t t9[9]; /* T and a 0 for "no holder": no branch on the data */
-	memcpy(t9, T, 8 * sizeof(int64_t));
-	t9[8] = 0;
 	for (uint32_t u = 0; u < cnt; u++) {
 		const struct esd_keystate *s = &st[u];
 		const uint32_t h = s->dirty < 8 ? s->dirty : 8;
@@ -285,6 +311,27 @@ charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, const 
 		x += d & m;
 		memcpy(vec + (size_t)u * 8, &x, 64);
 	}
+}
+
+/* AVX-512 present? (asked once) */
+static bool have_avx512(void)
+{
+	static int has = -1;
+	if (has < 0)
+		has = __builtin_cpu_supports("avx512f") ? 1 : 0;
+	return has;
+}
+
+static void charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab,
+                     const int64_t *T, int64_t *vec)
+{
+	int64_t t9[9];
+	memcpy(t9, T, 8 * sizeof(int64_t));
+	t9[8] = 0;
+	if (have_avx512())
+		charges8_v8(st, cnt, tab, t9, vec);
+	else
+		charges8_v4(st, cnt, tab, t9, vec);
 }
 
 int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
@@ -321,11 +368,32 @@ int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
 	return 0;
 }
 
-/* n = 8 (the paper's 8 workers): one 8-lane add per key occurrence (GNU
- * vector extension: the compiler makes an AVX-512 body (one add), an AVX2
- * body (two) and an SSE2 one, and the loader picks one). */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-costmat_sum8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, int64_t *cost)
+/* n = 8 (the paper's 8 workers), AVX2 where the CPU has it: two 4-lane
+ * adds per key occurrence (GNU vector extension; the compiler makes an
+ * SSE2 and an AVX2 body and the loader picks one). */
+__attribute__((target_clones("avx2", "default"))) static void
+costmat_sum8_v4(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, int64_t *cost)
+{
+	typedef int64_t v4 __attribute__((vector_size(32)));
+	for (uint32_t i = 0; i < b->k; i++) {
+		v4 a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+		for (uint32_t p = b->off[i]; p < b->off[i + 1]; p++) {
+			const int64_t *v = vec + (size_t)occ[p] * 8;
+			v4 x0, x1;
+			memcpy(&x0, v, 32);
+			memcpy(&x1, v + 4, 32);
+			a0 += x0;
+			a1 += x1;
+		}
+		int64_t *row = cost + (size_t)i * 8;
+		memcpy(row, &a0, 32);
+		memcpy(row + 4, &a1, 32);
+	}
+}
+
+/* The same with one 8-lane add per occurrence, for CPUs with AVX-512. */
+__attribute__((target("avx512f"))) static void
+costmat_sum8_v8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, int64_t *cost)
 {
 	typedef int64_t v8 __attribute__((vector_size(64)));
 	for (uint32_t i = 0; i < b->k; i++) {
@@ -337,6 +405,15 @@ costmat_sum8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
 		}
 		memcpy(cost + (size_t)i * 8, &a, 64);
 	}
+}
+
+static void costmat_sum8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
+                         int64_t *cost)
+{
+	if (have_avx512())
+		costmat_sum8_v8(b, occ, vec, cost);
+	else
+		costmat_sum8_v4(b, occ, vec, cost);
 }
 
 void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, uint32_t n,
