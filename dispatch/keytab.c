@@ -259,7 +259,7 @@ static const int64_t *charge_table(struct esd_keytab *kt, const int64_t *T)
 
 /* charges8: all lanes but lane j, for j = 0..7 (and 8: no holder, no
  * lane) */
-static const int64_t others[9][8] = {
+static const int64_t lanes_but[9][8] = {
     {0, -1, -1, -1, -1, -1, -1, -1}, {-1, 0, -1, -1, -1, -1, -1, -1},
     {-1, -1, 0, -1, -1, -1, -1, -1}, {-1, -1, -1, 0, -1, -1, -1, -1},
     {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
@@ -283,8 +283,8 @@ charges8_v4(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab, con
 		v4 x0, x1, m0, m1;
 		memcpy(&x0, r, 32);
 		memcpy(&x1, r + 4, 32);
-		memcpy(&m0, others[h], 32);
-		memcpy(&m1, others[h] + 4, 32);
+		memcpy(&m0, lanes_but[h], 32);
+		memcpy(&m1, lanes_but[h] + 4, 32);
 		x0 += d & m0;
 		x1 += d & m1;
 		memcpy(vec + (size_t)u * 8, &x0, 32);
@@ -307,7 +307,7 @@ __attribute__((target("avx512f"))) static void charges8_v8(const struct esd_keys
 		const v8 d = {td, td, td, td, td, td, td, td};
 		v8 x, m;
 		memcpy(&x, tab + (s->latest & 255) * 8, 64);
-		memcpy(&m, others[h], 64);
+		memcpy(&m, lanes_but[h], 64);
 		x += d & m;
 		memcpy(vec + (size_t)u * 8, &x, 64);
 	}
@@ -317,10 +317,13 @@ __attribute__((target("avx512f"))) static void charges8_v8(const struct esd_keys
  * so the tests can run the other bodies on any CPU) */
 static bool have_avx512(void)
 {
-	static int has = -1;
-	if (has < 0)
-		has = __builtin_cpu_supports("avx512f") && !getenv("ESD_NO_AVX512") ? 1 : 0;
-	return has;
+	static int has = -1; /* any thread may ask first: they all find the same */
+	int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
+	if (v < 0) {
+		v = __builtin_cpu_supports("avx512f") && !getenv("ESD_NO_AVX512");
+		__atomic_store_n(&has, v, __ATOMIC_RELAXED);
+	}
+	return v;
 }
 
 static void charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t *tab,
