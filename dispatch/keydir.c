@@ -43,25 +43,6 @@ void keydir_clear(struct keydir *kd)
 	kd->gen++;
 }
 
-static uint32_t insert_raw(struct keydir *kd, esd_key_t key)
-{
-	const uint32_t mask = (uint32_t)kd->size - 1;
-	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
-		struct keydir_ent *e = &kd->t[h];
-		if (!e->used) {
-			e->used = 1;
-			e->key = key;
-			e->latest = e->cached = 0;
-			e->version = 0;
-			e->dirty = ESD_NO_WORKER;
-			kd->used++;
-			return h;
-		}
-		if (e->key == key)
-			return h;
-	}
-}
-
 int keydir_reserve(struct keydir *kd, size_t more)
 {
 	if ((kd->used + more) * 4 <= kd->size * 3)
@@ -84,7 +65,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	for (size_t i = 0; i < old.size; i++) {
 		const struct keydir_ent *e = &old.t[i];
 		if (e->used && (e->cached || (kd->keep_versions && e->version))) {
-			uint32_t h = insert_raw(kd, e->key);
+			uint32_t h = keydir_insert(kd, e->key);
 			kd->t[h] = *e;
 		}
 	}
@@ -95,9 +76,4 @@ int keydir_reserve(struct keydir *kd, size_t more)
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
 {
 	return keydir_probe(kd, key);
-}
-
-uint32_t keydir_insert(struct keydir *kd, esd_key_t key)
-{
-	return insert_raw(kd, key);
 }

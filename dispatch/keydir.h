@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <esd/dispatch.h> /* ESD_NO_WORKER */
 #include <esd/types.h>
 
 /* 32 bytes: two entries to a cache line, none across two. */
@@ -79,7 +80,26 @@ void keydir_clear(struct keydir *kd);
 /* Make room for 'more' insertions without a rehash during them. */
 int keydir_reserve(struct keydir *kd, size_t more);
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key);
-/* Index of key, inserting an empty entry (call keydir_reserve first). */
-uint32_t keydir_insert(struct keydir *kd, esd_key_t key);
+/* Index of key, inserting an empty entry (cached nowhere: the same meaning
+ * as none) if it has none; call keydir_reserve first. Inline: the fill
+ * calls it for every key of a batch. */
+static inline uint32_t keydir_insert(struct keydir *kd, esd_key_t key)
+{
+	const uint32_t mask = (uint32_t)kd->size - 1;
+	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
+		struct keydir_ent *e = &kd->t[h];
+		if (!e->used) {
+			e->used = 1;
+			e->key = key;
+			e->latest = e->cached = 0;
+			e->version = 0;
+			e->dirty = ESD_NO_WORKER;
+			kd->used++;
+			return h;
+		}
+		if (e->key == key)
+			return h;
+	}
+}
 
 #endif

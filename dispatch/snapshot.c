@@ -267,6 +267,8 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
+	if (keydir_reserve(&ss->dir, cnt))
+		return -ENOMEM;
 	ss->fill_kt = kt;
 	ss->fill_gen = kt->gen;
 	ss->fill_dirgen = ss->dir.gen;
@@ -277,12 +279,9 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	const int het = ss->het; /* loads hoisted: the stores below may alias */
 	for (uint32_t u = 0; u < cnt; u++) {
 		keydir_prefetch_ahead(&ss->dir, ukeys, cnt, u);
-		const uint32_t x = found[u] = keydir_probe(&ss->dir, ukeys[u]);
-		if (x == KEYDIR_NONE) {
-			st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
-			continue;
-		}
-		const struct keydir_ent *e = &dt[x];
+		/* a new key gets its entry now, cached nowhere (the same meaning
+		 * as none): the advance then finds every key's entry here */
+		const struct keydir_ent *e = &dt[found[u] = keydir_insert(&ss->dir, ukeys[u])];
 		uint64_t latest = e->latest;
 		if (het)
 			for (uint64_t m_ = e->cached & ~e->latest; m_; m_ &= m_ - 1)
@@ -325,7 +324,12 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		return rc;
 	const uint32_t n = ss->n, cnt = kt->count;
 	const uint64_t t = ss->iter + 1;
-	if ((rc = keydir_reserve(&ss->dir, cnt)))
+	/* the fill gave every key its directory entry, unless the table was
+	 * rebuilt or the directory rehashed since: then the directory loop
+	 * below looks them up (and inserts) itself */
+	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
+	                       ss->fill_dirgen == ss->dir.gen && ss->found;
+	if (!have_found && (rc = keydir_reserve(&ss->dir, cnt)))
 		return rc;
 
 	/* per-worker needed keys, ascending, from the consequence's pass */
@@ -458,8 +462,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		return -ENOMEM;
 	ss->cap_others = ocap;
 	uint32_t no[ESD_MAX_WORKERS] = {0};
-	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
-	                       ss->fill_dirgen == ss->dir.gen && ss->found;
 	const int lone = sync == ESD_SYNC_ON_DEMAND, het = ss->het;
 	const struct esd_keystate *st = kt->st;
 	const uint64_t *needs = kt->need;
@@ -467,6 +469,9 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	const uint32_t *found = ss->found;
 	esd_key_t *others = ss->others;
 	for (uint32_t u = 0; u < cnt; u++) {
+		/* the entries' lines, last seen by the fill, requested ahead */
+		if (have_found && u + KEYDIR_AHEAD < cnt)
+			__builtin_prefetch(&ss->dir.t[found[u + KEYDIR_AHEAD]], 1);
 		const struct esd_keystate *s = &st[u];
 		const uint64_t need = needs[u];
 		const esd_key_t key = ukeys[u];
@@ -474,9 +479,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			j = (uint32_t)__builtin_ctzll(m_);
 			others[(size_t)j * cnt + no[j]++] = key;
 		}
-		uint32_t x = have_found ? found[u] : KEYDIR_NONE;
-		if (x == KEYDIR_NONE)
-			x = keydir_insert(&ss->dir, key);
+		const uint32_t x = have_found ? found[u] : keydir_insert(&ss->dir, key);
 		struct keydir_ent *e = &ss->dir.t[x];
 		e->cached |= need;
 		if (het)
