@@ -9,6 +9,7 @@
 #include "keydir.h"
 #include "keytab_internal.h"
 
+#include <esd/clock.h>
 #include <esd/dispatch_snap.h>
 #include <esd/err.h>
 #include <esd/log.h>
@@ -44,7 +45,8 @@ struct esd_snapset {
 	uint64_t fill_gen, fill_dirgen;   /* and the directory's layout */
 	esd_key_t *others;                /* step 6: keys to outdate, per worker */
 	size_t cap_others;
-	struct keydir dir; /* where each cached key lives, across workers */
+	struct keydir dir;              /* where each cached key lives, across workers */
+	struct esd_advance_times times; /* of the last advance */
 	/* HET mode (esd_snapset_set_staleness): a copy at most 'staleness'
 	 * versions behind counts as latest and is not pulled */
 	int het;
@@ -319,9 +321,11 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
+	const int64_t t0 = esd_now_ns();
 	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
 	if (rc)
 		return rc;
+	const int64_t t1 = esd_now_ns();
 	const uint32_t n = ss->n, cnt = kt->count;
 	const uint64_t t = ss->iter + 1;
 	/* the fill gave every key its directory entry, unless the table was
@@ -451,6 +455,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			esd_cmeta_set_states(ss->cm[w], ss->slots, states, ESD_ROW_ABSENT, 0, nw);
 	}
 	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
+	const int64_t t2 = esd_now_ns();
 	/* step 6 on the workers that hold a latest copy but trained none (in
 	 * key-number order per worker, batched), and the directory: trainers
 	 * hold it now; the latest value is DIRTY on a lone trainer (on-demand)
@@ -490,11 +495,18 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		e->dirty =
 		    alone ? (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63) : ESD_NO_WORKER;
 	}
+	const int64_t t3 = esd_now_ns();
 	for (uint32_t w = 0; w < n; w++)
 		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * cnt, no[w]);
 	esd_conseq_costs(cq, T);
 	ss->iter = t;
+	ss->times = (struct esd_advance_times){t1 - t0, t2 - t1, t3 - t2, esd_now_ns() - t3};
 	return 0;
+}
+
+const struct esd_advance_times *esd_snapset_advance_times(const struct esd_snapset *ss)
+{
+	return ss ? &ss->times : NULL;
 }
 
 /* ---- HET key versions across a checkpoint ------------------------------- */

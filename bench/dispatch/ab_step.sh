@@ -13,7 +13,7 @@ fi
 a=$1 b=$2
 n=${3:-7}
 shift $(($# < 3 ? $# : 3))
-total() { taskset -c 1 "$1" "${@:2}" | tail -1 | sed -n 's/.*total \([0-9.]*\).*/\1/p'; }
+total() { taskset -c 1 "$1" "${@:2}" | sed -n 's/.* total \([0-9.]*\).*/\1/p'; }
 ta= tb= ratios=
 for i in $(seq "$n"); do
 	# alternate which one goes first, so neither always follows the other

@@ -35,7 +35,9 @@ struct run {
 	struct esd_batch *b;
 	uint32_t *assign;
 	int steps;
-	int64_t *ph[7]; /* keytab fill matrix solve advance total cpu */
+	struct esd_snapset *ss;
+	int64_t *ph[11]; /* keytab fill matrix solve advance total cpu, and the
+	                  * advance's plan caches directory outdated */
 	int64_t cost;
 };
 
@@ -55,6 +57,11 @@ __attribute__((noinline)) static int measured_steps(struct run *r)
 		r->ph[4][s] = ct->last.advance;
 		r->ph[5][s] = ct->last.total;
 		r->ph[6][s] = c1 - c0;
+		const struct esd_advance_times *at = esd_snapset_advance_times(r->ss);
+		r->ph[7][s] = at->plan;
+		r->ph[8][s] = at->caches;
+		r->ph[9][s] = at->directory;
+		r->ph[10][s] = at->outdated;
 		r->cost += ct->true_cost;
 	}
 	return 0;
@@ -167,7 +174,7 @@ int main(int argc, char **argv)
 	                                    .sync = ESD_SYNC_ON_DEMAND,
 	                                    .matrix = shared ? ESD_MATRIX_SHARED : ESD_MATRIX_PAPER,
 	                                    .ls_evals = ls};
-	struct run r = {.steps = steps};
+	struct run r = {.steps = steps, .ss = ss};
 	if (esd_dispatcher_create(&cfg, ss, &r.d))
 		return 1;
 	const int nb = warmup + steps;
@@ -184,7 +191,7 @@ int main(int argc, char **argv)
 		gen_batch(&rng, skew, scale, k, off, keys);
 		r.b[s] = (struct esd_batch){k, off, keys};
 	}
-	for (int q = 0; q < 7; q++)
+	for (int q = 0; q < 11; q++)
 		if (!(r.ph[q] = malloc((size_t)steps * sizeof(int64_t))))
 			return 1;
 	for (int s = 0; s < warmup; s++)
@@ -198,8 +205,11 @@ int main(int argc, char **argv)
 	}
 	printf("k %u steps %d: keytab %.3f fill %.3f matrix %.3f solve %.3f advance %.3f "
 	       "total %.3f cpu %.3f ms (medians); true cost sum %lld\n",
-	       k, steps, median_ms(r.ph[0], steps), median_ms(r.ph[1], steps), median_ms(r.ph[2], steps),
-	       median_ms(r.ph[3], steps), median_ms(r.ph[4], steps), median_ms(r.ph[5], steps), median_ms(r.ph[6], steps),
-	       (long long)r.cost);
+	       k, steps, median_ms(r.ph[0], steps), median_ms(r.ph[1], steps),
+	       median_ms(r.ph[2], steps), median_ms(r.ph[3], steps), median_ms(r.ph[4], steps),
+	       median_ms(r.ph[5], steps), median_ms(r.ph[6], steps), (long long)r.cost);
+	printf("advance: plan %.3f caches %.3f directory %.3f outdated %.3f ms (medians)\n",
+	       median_ms(r.ph[7], steps), median_ms(r.ph[8], steps), median_ms(r.ph[9], steps),
+	       median_ms(r.ph[10], steps));
 	return 0;
 }

@@ -112,6 +112,16 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
                         const uint32_t *assign, const int64_t *T, enum esd_sync sync,
                         struct esd_conseq *cq);
 
+/* Where the last successful esd_snapset_advance spent its time, in
+ * nanoseconds of CLOCK_MONOTONIC: the consequence with the per-worker
+ * lists (need, key sort, one pass), the snapshots' begin_iters (with the
+ * evictions they report), the key directory's update, step 6's OUTDATED
+ * pass on the workers that did not train a key. */
+struct esd_advance_times {
+	int64_t plan, caches, directory, outdated;
+};
+const struct esd_advance_times *esd_snapset_advance_times(const struct esd_snapset *ss);
+
 /* ---- the whole step --------------------------------------------------- */
 
 struct esd_dispatcher_config {

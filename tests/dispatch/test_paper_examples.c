@@ -302,6 +302,10 @@ static void test_advance_plan_equals_compute(void **state)
 				                 0);
 				assert_int_equal(
 				    esd_snapset_advance(ss, kt, &bt, assign, T, sync, b2), 0);
+				/* the advance's phase times: set, none negative */
+				const struct esd_advance_times *at = esd_snapset_advance_times(ss);
+				assert_true(at->plan > 0 && at->caches > 0 && at->directory >= 0 &&
+				            at->outdated >= 0);
 				assert_int_equal(a->hits, b2->hits);
 				for (int q = 0; q < ESD_CQ_KINDS; q++) {
 					if (q == ESD_CQ_EVICT_PUSH)
@@ -490,6 +494,7 @@ static void test_advance_follows_protocol(void **state)
 	}
 	/* the case that needs care came up */
 	assert_true(pushed_evicted > 0);
+	assert_null(esd_snapset_advance_times(NULL));
 }
 
 int main(void)
