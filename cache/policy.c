@@ -24,15 +24,6 @@
 
 #include <string.h>
 
-static void set_mark(struct esd_cmeta *cm, struct esd_cmeta_slot *s, uint32_t mark)
-{
-	if (s->mark == cm->emark_target)
-		cm->emark_at_target--;
-	s->mark = mark;
-	if (mark == cm->emark_target)
-		cm->emark_at_target++;
-}
-
 static bool hinted(const struct esd_cmeta *cm, uint64_t key)
 {
 	const uint64_t *h = cm_hints(cm);
@@ -173,7 +164,10 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 			struct esd_cmeta_slot *e = &sl[s];
 			e->last_use = iter;
 			e->freq++;
-			set_mark(cm, e, cm->emark_target);
+			/* the mark moves to the target: one more at it unless it
+			 * was there (no branch on the data) */
+			cm->emark_at_target += e->mark != cm->emark_target;
+			e->mark = cm->emark_target;
 			if (lru) {
 				ring[lru_at + i] = s;
 				e->lru_pos = lru_at + (uint32_t)i;
