@@ -97,7 +97,10 @@ int esd_snapset_verify(struct esd_snapset *ss);
  * directory (one probe per unique key, not one per key and worker; the
  * directory is advanced with the snapshots and rebuilt by
  * esd_snapset_load). The table must have been built for the set's n.
- * Returns 0 or -EINVAL. */
+ * Keys the directory has not seen get an entry that says "cached nowhere"
+ * (what no entry says too), so the advance finds every key's entry
+ * without probing again. Returns 0, -EINVAL or -ENOMEM (the directory
+ * could not grow). */
 int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt);
 
 /* Advance every snapshot by iteration esd_snapset_iter() + 1 for decision
