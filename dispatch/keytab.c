@@ -313,14 +313,13 @@ __attribute__((target("avx512f"))) static void charges8_v8(const struct esd_keys
 	}
 }
 
-/* AVX-512 present? (asked once; ESD_NO_AVX512 in the environment says no,
- * so the tests can run the other bodies on any CPU) */
-static bool have_avx512(void)
+bool esd_have_avx512(void)
 {
 	static int has = -1; /* any thread may ask first: they all find the same */
 	int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
 	if (v < 0) {
-		v = __builtin_cpu_supports("avx512f") && !getenv("ESD_NO_AVX512");
+		v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt") &&
+		    !getenv("ESD_NO_AVX512");
 		__atomic_store_n(&has, v, __ATOMIC_RELAXED);
 	}
 	return v;
@@ -332,7 +331,7 @@ static void charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t 
 	int64_t t9[9];
 	memcpy(t9, T, 8 * sizeof(int64_t));
 	t9[8] = 0;
-	if (have_avx512())
+	if (esd_have_avx512())
 		charges8_v8(st, cnt, tab, t9, vec);
 	else
 		charges8_v4(st, cnt, tab, t9, vec);
@@ -414,7 +413,7 @@ costmat_sum8_v8(const struct esd_batch *b, const uint32_t *occ, const int64_t *v
 static void costmat_sum8(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
                          int64_t *cost)
 {
-	if (have_avx512())
+	if (esd_have_avx512())
 		costmat_sum8_v8(b, occ, vec, cost);
 	else
 		costmat_sum8_v4(b, occ, vec, cost);

@@ -5,6 +5,7 @@
 
 #include <esd/dispatch.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 struct esd_keytab {
@@ -15,12 +16,12 @@ struct esd_keytab {
 	uint32_t *occ;
 	uint32_t *hash; /* uid + 1, 0 = empty */
 	uint32_t hbits;
-	uint32_t *hpos;   /* hash index of each unique key (to clear them) */
-	uint32_t hlive;   /* entries of hpos set in hash */
-	size_t hzero;     /* hash[0..hzero) is zero but for the hpos entries */
-	int64_t *vec;     /* count x n: per-key charges (costmat scratch) */
-	uint64_t *need;   /* count: S(x) of the last decision */
-	uint32_t *sorted; /* count: uids by ascending key (lazy) */
+	uint32_t *hpos;           /* hash index of each unique key (to clear them) */
+	uint32_t hlive;           /* entries of hpos set in hash */
+	size_t hzero;             /* hash[0..hzero) is zero but for the hpos entries */
+	int64_t *vec;             /* count x n: per-key charges (costmat scratch) */
+	uint64_t *need;           /* count: S(x) of the last decision */
+	uint32_t *sorted;         /* count: uids by ascending key (lazy) */
 	uint64_t key_or, key_and; /* of the unique keys: the bits that vary */
 	uint32_t *tmp;
 	int sorted_ok;
@@ -53,6 +54,10 @@ static inline int esd_grow(void **p, size_t *cap, size_t want, size_t elem)
 	return 0;
 }
 
+/* AVX-512 (with popcnt) present? Asked once; ESD_NO_AVX512 in the
+ * environment says no, so the tests can run the other bodies on any CPU. */
+bool esd_have_avx512(void);
+
 static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 {
 	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
@@ -75,8 +80,8 @@ int esd_costmat_check(const struct esd_keytab *kt, const struct esd_batch *b, co
 
 /* cost[i * n + j] = the sum over sample i's key occurrences of vec[u * n + j]
  * (per-key charges, count x n): the matrices' common last pass. */
-void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec,
-                     uint32_t n, int64_t *cost);
+void esd_costmat_sum(const struct esd_batch *b, const uint32_t *occ, const int64_t *vec, uint32_t n,
+                     int64_t *cost);
 
 /* vec[u * n + j] = unique key u's ESD Alg. 1 charge on worker j (count x n).
  * kt's charge table is scratch (kept between calls). 0 or -ENOMEM. */
