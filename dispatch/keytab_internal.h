@@ -16,9 +16,6 @@ struct esd_keytab {
 	uint32_t *occ;
 	uint32_t *hash; /* uid + 1, 0 = empty */
 	uint32_t hbits;
-	uint32_t *hpos;           /* hash index of each unique key (to clear them) */
-	uint32_t hlive;           /* entries of hpos set in hash */
-	size_t hzero;             /* hash[0..hzero) is zero but for the hpos entries */
 	int64_t *vec;             /* count x n: per-key charges (costmat scratch) */
 	uint64_t *need;           /* count: S(x) of the last decision */
 	uint32_t *sorted;         /* count: uids by ascending key (lazy) */
@@ -63,7 +60,7 @@ static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
 }
 
-/* Per-key arrays (ukeys, st, need, sorted, tmp, hpos, vec) for at least
+/* Per-key arrays (ukeys, st, need, sorted, tmp, vec) for at least
  * want unique keys, contents kept. Returns 0 or -ENOMEM. */
 int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want);
 

@@ -22,15 +22,12 @@ static int rehash(struct esd_keytab *kt, uint32_t bits)
 		kt->cap_hash = hsize;
 	}
 	memset(kt->hash, 0, hsize * sizeof(uint32_t));
-	if (hsize > kt->hzero)
-		kt->hzero = hsize; /* the next build clears only the hpos entries */
 	const uint32_t mask = (uint32_t)hsize - 1;
 	for (uint32_t u = 0; u < kt->count; u++) {
 		uint32_t h = key_hash(kt->ukeys[u], bits);
 		while (kt->hash[h])
 			h = (h + 1) & mask;
 		kt->hash[h] = u + 1;
-		kt->hpos[u] = h;
 	}
 	kt->hbits = bits;
 	return 0;
@@ -73,8 +70,6 @@ int esd_keytab_replicate(struct esd_keytab *kt, const esd_key_t *keys, uint32_t 
 				kt->key_and &= key;
 				kt->st[u] = (struct esd_keystate){0, 0, ESD_NO_WORKER, {0}};
 				kt->hash[h] = u + 1;
-				kt->hpos[u] = h;
-				kt->hlive = kt->count;
 				break;
 			}
 			if (kt->ukeys[e - 1] == key) {
