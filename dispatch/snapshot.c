@@ -489,11 +489,13 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		e->cached |= need;
 		if (het)
 			e->version++; /* full-set: the PS applies it once this iteration */
-		/* latest: DIRTY on a lone trainer (on-demand), else at the PS */
-		const int alone = lone && !(need & (need - 1));
-		e->latest = alone ? need : 0;
-		e->dirty =
-		    alone ? (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63) : ESD_NO_WORKER;
+		/* latest: DIRTY on a lone trainer (on-demand), else at the PS;
+		 * as masks, not a branch on whether the key is shared (GCC
+		 * makes the selects one) */
+		const uint64_t alone = -(uint64_t)(lone & !(need & (need - 1)));
+		const uint32_t trainer = (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63);
+		e->latest = need & alone;
+		e->dirty = ESD_NO_WORKER ^ ((ESD_NO_WORKER ^ trainer) & (uint32_t)alone);
 	}
 	const int64_t t3 = esd_now_ns();
 	for (uint32_t w = 0; w < n; w++)
