@@ -1,7 +1,8 @@
-/* The key table and the ESD Alg. 1 cost matrix against a direct
- * per-occurrence evaluation; the overflow bound (k = 8192, 64 keys,
- * T = 2^24); the whole dispatch step is reproducible and its snapshots
- * stay consistent over many iterations for every method. */
+/* The key table (its build against a sort) and the ESD Alg. 1 cost
+ * matrix against a direct per-occurrence evaluation; the overflow bound
+ * (k = 8192, 64 keys, T = 2^24); the whole dispatch step is reproducible
+ * and its snapshots stay consistent over many iterations for every
+ * method. */
 #include "testutil.h"
 
 #include <esd/dispatch_snap.h>
@@ -22,6 +23,73 @@ static void random_batch(uint32_t k, uint32_t len, uint64_t seed, uint64_t unive
 		}
 		off[i + 1] = (i + 1) * len;
 	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The key table's build against a sort: the unique keys are the distinct
+ * keys, in first-seen order, every occurrence maps to its key, and every
+ * key (and no other) is found; over one table through batches whose unique
+ * counts grow and shrink 60-fold (the hash table regrown mid-build from a
+ * small size hint, then reused at other sizes) and with replicated keys
+ * added in between (a rehash to a larger table, then a smaller build). */
+static void test_keytab_dedup(void **state)
+{
+	(void)state;
+	static const uint32_t ks[] = {3, 700, 40, 4096, 1, 2500, 16, 4096, 90};
+	static const uint64_t universes[] = {5, 100000, 50, 3000, 1, 1u << 30, 7, 40000, 256};
+	struct esd_keytab *kt;
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	const uint32_t len = 26;
+	uint32_t *off = malloc((4096 + 1) * sizeof(uint32_t));
+	esd_key_t *keys = malloc((size_t)4096 * len * sizeof(esd_key_t));
+	esd_key_t *sorted = malloc((size_t)4096 * len * sizeof(esd_key_t));
+	assert_non_null(off);
+	assert_non_null(keys);
+	assert_non_null(sorted);
+	for (unsigned it = 0; it < sizeof(ks) / sizeof(ks[0]); it++) {
+		const uint32_t k = ks[it], nocc = k * len;
+		random_batch(k, len, 77 + it, universes[it], off, keys);
+		struct esd_batch b = {k, off, keys};
+		assert_int_equal(esd_keytab_build(kt, &b, 8), 0);
+		memcpy(sorted, keys, nocc * sizeof(esd_key_t));
+		qsort(sorted, nocc, sizeof(esd_key_t), cmp_u64);
+		uint32_t distinct = 0;
+		for (uint32_t p = 0; p < nocc; p++)
+			distinct += !p || sorted[p] != sorted[p - 1];
+		const uint32_t U = esd_keytab_count(kt);
+		assert_int_equal(U, distinct);
+		const esd_key_t *uk = esd_keytab_keys(kt);
+		const uint32_t *occ = esd_keytab_occ(kt);
+		uint32_t next = 0; /* first-seen order: a new key takes the next number */
+		for (uint32_t p = 0; p < nocc; p++) {
+			assert_true(occ[p] < U);
+			assert_true(uk[occ[p]] == keys[p]);
+			assert_true(occ[p] <= next);
+			next += occ[p] == next;
+			assert_int_equal(esd_keytab_find(kt, keys[p]), occ[p]);
+		}
+		assert_int_equal(next, U);
+		assert_int_equal(esd_keytab_find(kt, esd_key_make(60000, 1)), -1);
+		if (it % 3 == 1) {
+			/* replicated keys: the table grows past this build's */
+			esd_key_t rep[3000];
+			for (uint32_t r = 0; r < 3000; r++)
+				rep[r] = esd_key_make(9, r);
+			assert_int_equal(esd_keytab_replicate(kt, rep, 3000), 0);
+			for (uint32_t r = 0; r < 3000; r++)
+				assert_true(esd_keytab_keys(kt)[esd_keytab_find(kt, rep[r])] ==
+				            rep[r]);
+		}
+	}
+	free(sorted);
+	free(keys);
+	free(off);
+	esd_keytab_free(kt);
 }
 
 static void test_costmat_vs_direct(void **state)
@@ -272,6 +340,7 @@ static void test_doi_profiler(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_keytab_dedup),
 	    cmocka_unit_test(test_costmat_vs_direct),
 	    cmocka_unit_test(test_overflow_bound),
 	    cmocka_unit_test(test_dispatch_steps_reproducible),
