@@ -8,6 +8,7 @@
 #include "keytab_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,7 +145,10 @@ lists_v8(const struct esd_keytab *kt, int full, uint64_t *g, esd_key_t *wk, uint
 	uint64_t *K = g, *N = g + c8, *L = g + 2 * c8, *D = g + 3 * c8;
 	const long long *ukeys = (const long long *)kt->ukeys, *need = (const long long *)kt->need;
 	/* latest and dirty of key u are words 3u and 3u + 2 of the states */
-	_Static_assert(sizeof(struct esd_keystate) == 24, "three words per key state");
+	_Static_assert(sizeof(struct esd_keystate) == 24 &&
+	                   offsetof(struct esd_keystate, latest) == 0 &&
+	                   offsetof(struct esd_keystate, dirty) == 16,
+	               "latest and dirty in words 0 and 2 of three");
 	const long long *stw = (const long long *)kt->st;
 	const __m512i ff = _mm512_set1_epi64(0xff);
 	uint32_t r = 0;
