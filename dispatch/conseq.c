@@ -332,9 +332,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 		return -EINVAL;
 	struct esd_keytab *kt = (struct esd_keytab *)ckt; /* scratch only */
 	int rc;
-	if ((rc = esd_keytab_need(kt, b, assign)))
-		return rc;
-	if ((rc = esd_keytab_sort(kt)))
+	if ((rc = esd_keytab_need(kt, b, assign)) || (rc = esd_keytab_sort(kt)))
 		return rc;
 	if (wl && !plan_only) {
 		if ((rc = lists_one_pass(kt, b, assign, sync, cq, wl)))

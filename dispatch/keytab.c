@@ -115,8 +115,8 @@ retry:
 	 * way and the count keeps what is new. A larger table's lines come
 	 * from further out and new keys are rarer; there the branchy probe
 	 * wins, as its shorter iterations keep more of those misses in flight
-	 * (the straight path: -30 % at k = 1024, +10 % at 4096, +20 % at 8192,
-	 * bench/results/dispatch.md). */
+	 * (the straight path: -7 to -30 % at k = 1024 as the host is slow or
+	 * fast, +10 % at 4096, +20 % at 8192; bench/results/dispatch.md). */
 	const int straight = hsize <= KT_STRAIGHT_ENTRIES;
 	for (uint32_t p = 0; p < nocc; p++) {
 		const esd_key_t key = keys[p];
