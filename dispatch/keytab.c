@@ -68,57 +68,62 @@ int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want)
 /* Hash tables up to this many entries (128 KiB) take the straight path. */
 #define KT_STRAIGHT_ENTRIES (1u << 15)
 
-int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n)
-{
-	if (!kt || !b || (b->k && (!b->off || !b->keys)) || n == 0 || n > ESD_MAX_WORKERS)
-		return -EINVAL;
-	if (b->k && b->off[0] != 0)
-		return -EINVAL;
-	for (uint32_t i = 0; i < b->k; i++)
-		if (b->off[i + 1] < b->off[i])
-			return -EINVAL;
-	const uint32_t nocc = b->k ? b->off[b->k] : 0;
-	if (nocc > (1u << 31))
-		return -EINVAL;
-	/* table sized from the last batch's unique count (batches of one job
-	 * look alike), at most 2 x occurrences; rebuilt larger if it fills */
-	uint32_t bits = 10;
-	while (((uint64_t)1 << bits) < 4 * (uint64_t)kt->count_hint &&
-	       ((uint64_t)1 << bits) < 2 * (uint64_t)nocc)
-		bits++;
-	size_t hsize;
+/* One attempt at the build, over a table of 2^bits entries. */
+struct kt_pass {
+	uint32_t *hash; /* uid + 1, 0 = empty */
+	uint32_t *occ;
+	esd_key_t *ukeys;
+	const esd_key_t *keys;
+	uint32_t nocc, bits, mask, limit;
 	uint32_t count;
-	if (esd_grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
-		return -ENOMEM;
-	/* unique keys <= nocc: size the per-key arrays for the worst case */
-	if (esd_keytab_grow_keys(kt, nocc))
-		return -ENOMEM;
-retry:
-	hsize = (size_t)1 << bits;
-	if (esd_grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
-		return -ENOMEM;
-	/* an empty table: 4 bytes per entry, a few per unique key, cleared at
-	 * memory speed */
-	uint32_t *hash = kt->hash, *occ = kt->occ;
-	esd_key_t *ukeys = kt->ukeys;
-	memset(hash, 0, hsize * sizeof(uint32_t));
-	const uint32_t mask = (uint32_t)hsize - 1, limit = (uint32_t)(hsize / 2);
-	const esd_key_t *keys = b->keys;
-	uint64_t key_or = 0, key_and = ~UINT64_C(0);
-	count = 0;
-	/* Nearly every occurrence finds its home entry empty (a new key) or
-	 * holding its key. While the table is small enough to stay in L2
-	 * (new keys are then frequent too: about one occurrence in five of a
-	 * Criteo-shaped batch at k = 1024), both take one straight path with
-	 * no branch on which (a branch a predictor misses for every new key):
-	 * the entry, the key's slot in ukeys and its number are written either
-	 * way and the count keeps what is new. A larger table's lines come
-	 * from further out and new keys are rarer; there the branchy probe
-	 * wins, as its shorter iterations keep more of those misses in flight
-	 * (the straight path: -7 to -30 % at k = 1024 as the host is slow or
-	 * fast, +10 % at 4096, +20 % at 8192; bench/results/dispatch.md). */
-	const int straight = hsize <= KT_STRAIGHT_ENTRIES;
-	for (uint32_t p = 0; p < nocc; p++) {
+	uint64_t key_or, key_and;
+};
+
+/* The long way for one occurrence: probe from entry h on. Its key's
+ * number, or UINT32_MAX when the table is full (nothing added). */
+static inline __attribute__((always_inline)) uint32_t probe_insert(uint32_t *hash, esd_key_t *ukeys,
+                                                                   uint32_t mask, uint32_t limit,
+                                                                   uint32_t h, esd_key_t key,
+                                                                   uint32_t *count)
+{
+	for (;; h = (h + 1) & mask) {
+		const uint32_t e = hash[h];
+		if (!e) {
+			if (*count == limit)
+				return UINT32_MAX;
+			ukeys[*count] = key;
+			hash[h] = ++*count;
+			return *count - 1;
+		}
+		if (ukeys[e - 1] == key)
+			return e - 1;
+	}
+}
+
+/* Occurrences [p, nocc) one by one. Returns 0, or 1 when the table is
+ * full (the caller regrows it and starts over).
+ * Nearly every occurrence finds its home entry empty (a new key) or
+ * holding its key. While the table is small enough to stay in L2 (new
+ * keys are then frequent too: about one occurrence in five of a
+ * Criteo-shaped batch at k = 1024), both take one straight path with no
+ * branch on which (a branch a predictor misses for every new key): the
+ * entry, the key's slot in ukeys and its number are written either way
+ * and the count keeps what is new. A larger table's lines come from
+ * further out and new keys are rarer; there the branchy probe wins, as its
+ * shorter iterations keep more of those misses in flight (the straight
+ * path: -7 to -30 % at k = 1024 as the host is slow or fast, +10 % at
+ * 4096, +20 % at 8192; bench/results/dispatch.md). */
+static int build_scalar(struct kt_pass *ps, uint32_t p)
+{
+	uint32_t *hash = ps->hash, *occ = ps->occ;
+	esd_key_t *ukeys = ps->ukeys;
+	const esd_key_t *keys = ps->keys;
+	const uint32_t mask = ps->mask, limit = ps->limit, bits = ps->bits, nocc = ps->nocc;
+	uint64_t key_or = ps->key_or, key_and = ps->key_and;
+	uint32_t count = ps->count;
+	int full = 0;
+	const int straight = mask < KT_STRAIGHT_ENTRIES;
+	for (; p < nocc; p++) {
 		const esd_key_t key = keys[p];
 		/* the OR and AND of the occurrences are those of the keys */
 		key_or |= key;
@@ -137,33 +142,195 @@ retry:
 				occ[p] = u;
 				count += isnew;
 				if (__builtin_expect(count > limit, 0)) {
-					bits++;
-					goto retry;
+					full = 1;
+					break;
 				}
 				continue;
 			}
 			h = (h + 1) & mask; /* a collision: probe on */
 		}
-		for (;; h = (h + 1) & mask) {
-			e = hash[h];
-			if (!e) {
-				if (count == limit) {
-					bits++;
-					goto retry;
-				}
-				ukeys[count] = key;
-				hash[h] = ++count;
-				occ[p] = count - 1;
-				break;
+		const uint32_t u = probe_insert(hash, ukeys, mask, limit, h, key, &count);
+		if (u == UINT32_MAX) {
+			full = 1;
+			break;
+		}
+		occ[p] = u;
+	}
+	ps->key_or = key_or;
+	ps->key_and = key_and;
+	ps->count = count;
+	return full;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_BUILD_V8 1
+
+/* The CPU's AVX-512 has what build_v8 uses (asked once). */
+static bool have_build_v8(void)
+{
+	static int has = -1;
+	int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
+	if (v < 0) {
+		v = esd_have_avx512() && __builtin_cpu_supports("avx512dq") &&
+		    __builtin_cpu_supports("avx512vl");
+		__atomic_store_n(&has, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+/* The build eight occurrences at a time: their eight home entries and the
+ * keys those name gathered at once. Lanes whose home holds their key take
+ * its number; lanes whose home is empty are new keys, numbered in lane
+ * order (first seen, as build_scalar numbers them) and inserted by one
+ * scatter. Only a group with a lane whose home holds another key, or with
+ * two new lanes on one home entry (the same key twice, or two keys that
+ * share a home), takes the probe's long way for its lanes that are not
+ * found, in lane order: about one group in nine of a Criteo-shaped batch
+ * at k = 1024. ukeys needs room for 8 entries past the count (a compress
+ * writes 8). */
+__attribute__((target("avx512f,avx512dq,avx512vl,popcnt"))) static int build_v8(struct kt_pass *ps)
+{
+	uint32_t *hash = ps->hash, *occ = ps->occ;
+	esd_key_t *ukeys = ps->ukeys;
+	const esd_key_t *keys = ps->keys;
+	const uint32_t nocc = ps->nocc, limit = ps->limit;
+	uint32_t count = ps->count;
+	const __m256i mul = _mm256_set1_epi64x((long long)UINT64_C(0x9E3779B97F4A7C15));
+	const __m128i shift = _mm_cvtsi32_si128((int)(64 - ps->bits));
+	const __m256i one = _mm256_set1_epi32(1);
+	const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256i minus1 = _mm256_set1_epi32(-1);
+	const __m256i rot1 = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+	const __m256i rot2 = _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 0, 1);
+	const __m256i rot3 = _mm256_setr_epi32(3, 4, 5, 6, 7, 0, 1, 2);
+	const __m256i rot4 = _mm256_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3);
+	__m512i vor = _mm512_setzero_si512(), vand = _mm512_set1_epi64(-1);
+	uint32_t p = 0;
+	for (; p + 8 <= nocc; p += 8) {
+		const __m512i k = _mm512_loadu_si512(keys + p);
+		vor = _mm512_or_si512(vor, k);
+		vand = _mm512_and_si512(vand, k);
+		/* the hash's multiply in two 4-lane halves: a 512-bit one
+		 * lowers the core's clock for a while, and the whole step
+		 * measured 3-6 % slower in its other phases */
+		const __m256i k0 = _mm512_castsi512_si256(k), k1 = _mm512_extracti64x4_epi64(k, 1);
+		const __m256i h = _mm256_setr_m128i(
+		    _mm256_cvtepi64_epi32(_mm256_srl_epi64(_mm256_mullo_epi64(k0, mul), shift)),
+		    _mm256_cvtepi64_epi32(_mm256_srl_epi64(_mm256_mullo_epi64(k1, mul), shift)));
+		const __m256i e = _mm256_i32gather_epi32((const int *)hash, h, 4);
+		const __mmask8 used = _mm256_test_epi32_mask(e, e);
+		const __m256i at = _mm256_sub_epi32(e, one);
+		const __m512i uk = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), used, at,
+		                                               (const long long *)ukeys, 8);
+		const __mmask8 found = _mm512_mask_cmpeq_epi64_mask(used, uk, k);
+		_mm256_mask_storeu_epi32(occ + p, found, at);
+		const __mmask8 isnew = (__mmask8)~used;
+		/* two new lanes on one home entry: every pair of lanes is some
+		 * rotation by 1 to 4 apart (the lanes not new get homes no lane
+		 * has, -1 - lane; cheaper than a conflict instruction here) */
+		const __m256i hn =
+		    _mm256_mask_blend_epi32(isnew, _mm256_sub_epi32(minus1, iota), h);
+		const __mmask8 clash =
+		    _mm256_cmpeq_epi32_mask(hn, _mm256_permutexvar_epi32(rot1, hn)) |
+		    _mm256_cmpeq_epi32_mask(hn, _mm256_permutexvar_epi32(rot2, hn)) |
+		    _mm256_cmpeq_epi32_mask(hn, _mm256_permutexvar_epi32(rot3, hn)) |
+		    _mm256_cmpeq_epi32_mask(hn, _mm256_permutexvar_epi32(rot4, hn));
+		if (__builtin_expect((__mmask8)(found | isnew) == 0xff && !clash, 1)) {
+			const uint32_t nnew = (uint32_t)__builtin_popcount(isnew);
+			if (__builtin_expect(count + nnew > limit, 0)) {
+				ps->count = count;
+				return 1;
 			}
-			if (ukeys[e - 1] == key) {
-				occ[p] = e - 1;
-				break;
+			const __m256i u = _mm256_add_epi32(_mm256_set1_epi32((int)count),
+			                                   _mm256_maskz_expand_epi32(isnew, iota));
+			_mm512_storeu_si512(ukeys + count, _mm512_maskz_compress_epi64(isnew, k));
+			_mm256_mask_i32scatter_epi32((int *)hash, isnew, h,
+			                             _mm256_add_epi32(u, one), 4);
+			_mm256_mask_storeu_epi32(occ + p, isnew, u);
+			count += nnew;
+			continue;
+		}
+		/* the rest of the group the long way, in lane order (the OR and
+		 * AND already have its keys) */
+		for (uint32_t rest = (uint8_t)~found; rest; rest &= rest - 1) {
+			const uint32_t q = p + (uint32_t)__builtin_ctz(rest);
+			const uint32_t u =
+			    probe_insert(hash, ukeys, ps->mask, limit, key_hash(keys[q], ps->bits),
+			                 keys[q], &count);
+			if (u == UINT32_MAX) {
+				ps->count = count;
+				return 1;
 			}
+			occ[q] = u;
 		}
 	}
-	kt->key_or = key_or;
-	kt->key_and = key_and;
+	uint64_t o[8], a[8];
+	_mm512_storeu_si512(o, vor);
+	_mm512_storeu_si512(a, vand);
+	for (int l = 0; l < 8; l++) {
+		ps->key_or |= o[l];
+		ps->key_and &= a[l];
+	}
+	ps->count = count;
+	return build_scalar(ps, p);
+}
+#endif
+
+int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t n)
+{
+	if (!kt || !b || (b->k && (!b->off || !b->keys)) || n == 0 || n > ESD_MAX_WORKERS)
+		return -EINVAL;
+	if (b->k && b->off[0] != 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < b->k; i++)
+		if (b->off[i + 1] < b->off[i])
+			return -EINVAL;
+	const uint32_t nocc = b->k ? b->off[b->k] : 0;
+	if (nocc > (1u << 31))
+		return -EINVAL;
+	/* table sized from the last batch's unique count (batches of one job
+	 * look alike), at most 2 x occurrences; rebuilt larger if it fills */
+	uint32_t bits = 10;
+	while (((uint64_t)1 << bits) < 4 * (uint64_t)kt->count_hint &&
+	       ((uint64_t)1 << bits) < 2 * (uint64_t)nocc)
+		bits++;
+	if (esd_grow((void **)&kt->occ, &kt->cap_occ, nocc, sizeof(uint32_t)))
+		return -ENOMEM;
+	/* unique keys <= nocc: size the per-key arrays for the worst case,
+	 * and 8 more (build_v8 writes 8 keys at a time) */
+	if (esd_keytab_grow_keys(kt, (size_t)nocc + 8))
+		return -ENOMEM;
+	struct kt_pass ps;
+	for (;; bits++) {
+		const size_t hsize = (size_t)1 << bits;
+		if (esd_grow((void **)&kt->hash, &kt->cap_hash, hsize, sizeof(uint32_t)))
+			return -ENOMEM;
+		/* an empty table: 4 bytes per entry, a few per unique key,
+		 * cleared at memory speed */
+		memset(kt->hash, 0, hsize * sizeof(uint32_t));
+		ps = (struct kt_pass){.hash = kt->hash,
+		                      .occ = kt->occ,
+		                      .ukeys = kt->ukeys,
+		                      .keys = b->keys,
+		                      .nocc = nocc,
+		                      .bits = bits,
+		                      .mask = (uint32_t)hsize - 1,
+		                      .limit = (uint32_t)(hsize / 2),
+		                      .key_and = ~UINT64_C(0)};
+		int full;
+#ifdef HAVE_BUILD_V8
+		if (hsize <= KT_STRAIGHT_ENTRIES && have_build_v8())
+			full = build_v8(&ps);
+		else
+#endif
+			full = build_scalar(&ps, 0);
+		if (!full)
+			break;
+	}
+	const uint32_t count = ps.count;
+	kt->key_or = ps.key_or;
+	kt->key_and = ps.key_and;
 	kt->count_hint = count;
 	kt->hbits = bits;
 	kt->n = n;
