@@ -3,6 +3,8 @@
 #ifndef ESD_DISPATCH_KEYTAB_INTERNAL_H
 #define ESD_DISPATCH_KEYTAB_INTERNAL_H
 
+#include "cpu.h"
+
 #include <esd/dispatch.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -50,10 +52,6 @@ static inline int esd_grow(void **p, size_t *cap, size_t want, size_t elem)
 	*cap = nc;
 	return 0;
 }
-
-/* AVX-512 (with popcnt) present? Asked once; ESD_NO_AVX512 in the
- * environment says no, so the tests can run the other bodies on any CPU. */
-bool esd_have_avx512(void);
 
 static inline uint32_t key_hash(esd_key_t key, uint32_t bits)
 {

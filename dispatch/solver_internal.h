@@ -40,6 +40,7 @@ enum {
 	SC_TIGHT, /* uint64 per row */
 	SC_HUNG,  /* hungarian: u, v, p, way, minv, used */
 	SC_SLOTW, /* hungarian: worker of each expanded column */
+	SC_SCAN,  /* opt's scans: pair moves n x n, rows by worker n x k, places k */
 	SC_MISC,
 	SC_COUNT
 };
