@@ -85,6 +85,10 @@ check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
 	return bad ? -EINVAL : 0;
 }
 
+/* Under LRU, step 2 requests the LRU stale bits' word of the slot this
+ * many keys ahead (at steady state a ring position anywhere in the ring). */
+#define PIN_AHEAD 8
+
 static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
                       const uint8_t *states, struct esd_cmeta_fill *fill)
 {
@@ -126,8 +130,15 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	 * ring's tail, so they never see them half written) */
 	uint32_t *ring = cm_lru_ring(cm);
 	const uint32_t lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
+	uint64_t *stale = cm_lru_stale(cm);
 	for (size_t i = 0; i < n; i++) {
 		/* the find above prefetched every slot line it found */
+		if (lru && i + PIN_AHEAD < n) {
+			const uint32_t sa = slots[i + PIN_AHEAD];
+			const uint32_t p = sa != ESD_SLOT_NONE ? sl[sa].lru_pos : UINT32_MAX;
+			if (p < cm->lru_tail)
+				__builtin_prefetch(&stale[p / 64], 1);
+		}
 		uint32_t s = slots[i];
 		if (s != ESD_SLOT_NONE) {
 			sl[s].pin_iter = iter;
@@ -206,6 +217,8 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 			if (s == ESD_SLOT_NONE)
 				return -EUCLEAN;
 			struct esd_cmeta_slot *v = &sl[s];
+			/* its index entry goes in step 4: the line requested now */
+			cm_index_prefetch(cm, v->key);
 			bool dirty = v->state == ESD_ROW_DIRTY;
 			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
 			    .key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
@@ -245,14 +258,12 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 
 	/* 4. The index: victims out, new keys in. Nothing above reads it
 	 * (step 1 looked every needed key up), so its random accesses can be
-	 * batched here: the victims' lines prefetched; a new key's home line
-	 * is the one step 1 probed, still in cache (no prefetch, no hash for
-	 * the OUTDATED pulls that insert nothing). */
-	for (size_t j = 0; j < fill->n_evicts; j++) {
-		if (j + 8 < fill->n_evicts)
-			cm_index_prefetch(cm, fill->evicts[j + 8].key);
+	 * batched here: the victims' lines were requested as step 3 chose
+	 * them; a new key's home line is the one step 1 probed, still in
+	 * cache (no prefetch, no hash for the OUTDATED pulls that insert
+	 * nothing). */
+	for (size_t j = 0; j < fill->n_evicts; j++)
 		cm_index_remove(cm, fill->evicts[j].key);
-	}
 	for (size_t j = 0; j < fill->n_pulls; j++)
 		if (!fill->pulls[j].outdated)
 			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
