@@ -210,7 +210,10 @@ static void heap_build(struct esd_cmeta *cm)
 		hp[i] = ++n;
 	}
 	cm->heap_n = n;
-	for (uint32_t pos = n / ARITY + 1; pos-- > 0;) {
+	/* from the last entry's parent down (none below two entries: h[0]
+	 * of an empty heap is whatever the area held, e.g. the LRU ring's
+	 * bytes, and sifting it put a slot at a position past the heap) */
+	for (uint32_t pos = n > 1 ? (n - 2) / ARITY + 1 : 0; pos-- > 0;) {
 		struct cm_hent e = h[pos];
 		sift_down(cm, pos, &e);
 	}

@@ -926,6 +926,35 @@ static void damaged_block(enum esd_policy pol, int how, uint64_t seed)
 	free(mem);
 }
 
+/* A switch away from LRU while every cached row is pinned (an empty heap)
+ * gave a slot a heap position past the heap, read from the ring's bytes
+ * in the shared area; that slot could never be a victim again. */
+static void test_switch_with_all_pinned(void **state)
+{
+	(void)state;
+	void *mem;
+	struct esd_cmeta *cm = new_cmeta(8, ESD_POLICY_LRU, &mem);
+	struct fillbuf fa;
+	fill_alloc(&fa, 8);
+	const esd_key_t k1[] = {10, 11, 12, 13, 14, 15, 16, 17};
+	const esd_key_t k2[] = {20, 21, 22, 23, 24, 25, 26, 27};
+	/* eight ring entries: the area's first heap entry is ring bytes */
+	assert_int_equal(esd_cmeta_begin_iter(cm, 1, k1, 8, &fa.f), 0);
+	for (enum esd_policy p = ESD_POLICY_LFU; p <= ESD_POLICY_LOOKAHEAD; p++) {
+		assert_int_equal(esd_cmeta_set_policy(cm, p), 0);
+		assert_int_equal(esd_cmeta_verify(cm), 0);
+		assert_int_equal(esd_cmeta_set_policy(cm, ESD_POLICY_LRU), 0);
+		assert_int_equal(esd_cmeta_verify(cm), 0);
+	}
+	assert_int_equal(esd_cmeta_set_policy(cm, ESD_POLICY_LFU), 0);
+	/* eight new keys: every row of iteration 1 is a victim */
+	assert_int_equal(esd_cmeta_begin_iter(cm, 2, k2, 8, &fa.f), 0);
+	assert_int_equal(fa.f.n_evicts, 8);
+	assert_int_equal(esd_cmeta_verify(cm), 0);
+	fill_free(&fa);
+	free(mem);
+}
+
 static void test_damaged_block(void **state)
 {
 	(void)state;
@@ -988,14 +1017,22 @@ static void test_policy_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_trace_lru),           cmocka_unit_test(test_trace_lfu),
-	    cmocka_unit_test(test_trace_emark),         cmocka_unit_test(test_trace_lookahead),
-	    cmocka_unit_test(test_trace_policy_switch), cmocka_unit_test(test_capacity_and_errors),
-	    cmocka_unit_test(test_dirty_victims),       cmocka_unit_test(test_emark_rule),
-	    cmocka_unit_test(test_lookahead_rule),      cmocka_unit_test(test_determinism_and_copy),
-	    cmocka_unit_test(test_attach_validation),   cmocka_unit_test(test_policy_names),
-	    cmocka_unit_test(test_batched_calls),       cmocka_unit_test(test_begin_iter_states),
+	    cmocka_unit_test(test_trace_lru),
+	    cmocka_unit_test(test_trace_lfu),
+	    cmocka_unit_test(test_trace_emark),
+	    cmocka_unit_test(test_trace_lookahead),
+	    cmocka_unit_test(test_trace_policy_switch),
+	    cmocka_unit_test(test_capacity_and_errors),
+	    cmocka_unit_test(test_dirty_victims),
+	    cmocka_unit_test(test_emark_rule),
+	    cmocka_unit_test(test_lookahead_rule),
+	    cmocka_unit_test(test_determinism_and_copy),
+	    cmocka_unit_test(test_attach_validation),
+	    cmocka_unit_test(test_policy_names),
+	    cmocka_unit_test(test_batched_calls),
+	    cmocka_unit_test(test_begin_iter_states),
 	    cmocka_unit_test(test_damaged_block),
+	    cmocka_unit_test(test_switch_with_all_pinned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
