@@ -15,6 +15,7 @@
  */
 #include "cmeta_impl.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,25 +249,58 @@ static void lru_clear_bits(struct esd_cmeta *cm, uint32_t from, uint32_t to)
 
 /* Move the live entries to the ring's front, in order. Each moved slot's
  * lru_pos is rewritten (prefetched: they are random lines). */
+/* Two passes: the live entries moved down in the ring (sequential, the
+ * stale bits read a word at a time), then each one's slot told its new
+ * place (the slots' lines requested 16 ahead). Seven entries in eight
+ * are stale at steady state: one pass that requested every entry's slot
+ * line took 10 ms at 262,144 slots. */
 static void lru_compact(struct esd_cmeta *cm)
 {
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *ring = cm_lru_ring(cm);
-	const uint32_t tail = cm->lru_tail;
+	const uint64_t *stale = cm_lru_stale(cm);
+	const uint32_t tail = cm->lru_tail, cap = cm->capacity;
 	uint32_t w = 0;
-	for (uint32_t r = cm->lru_head; r < tail; r++) {
-		if (r + 16 < tail && ring[r + 16] < cm->capacity)
-			__builtin_prefetch(&sl[ring[r + 16]], 1);
-		const uint32_t s = ring[r];
-		if (!cm_lru_live(cm, r) || s >= cm->capacity)
-			continue;
-		ring[w] = s;
-		sl[s].lru_pos = w++;
+	for (uint32_t r = cm->lru_head; r < tail;) {
+		/* the live entries of r's bitmap word, from r to the tail */
+		const uint32_t end = (r / 64 + 1) * 64 < tail ? (r / 64 + 1) * 64 : tail;
+		uint64_t live = ~stale[r / 64] & (~UINT64_C(0) << (r % 64));
+		if (end % 64)
+			live &= (UINT64_C(1) << (end % 64)) - 1;
+		for (; live; live &= live - 1) {
+			const uint32_t s = ring[r / 64 * 64 + (uint32_t)__builtin_ctzll(live)];
+			ring[w] = s;
+			w += s < cap; /* (past the capacity: a damaged block's, dropped) */
+		}
+		r = end;
+	}
+	for (uint32_t i = 0; i < w; i++) {
+		if (i + 16 < w)
+			__builtin_prefetch(&sl[ring[i + 16]], 1);
+		sl[ring[i]].lru_pos = i;
 	}
 	lru_clear_bits(cm, 0, tail);
 	cm->lru_head = 0;
 	cm->lru_tail = w;
 	cm->heap_n = w;
+}
+
+uint32_t esd_cmeta_lru_room(const struct esd_cmeta *cm)
+{
+	if (!cm || cm->policy != ESD_POLICY_LRU || !cm_counters_ok(cm))
+		return UINT32_MAX;
+	return cm_lru_size_of(cm->capacity) - cm->lru_tail;
+}
+
+int esd_cmeta_lru_compact(struct esd_cmeta *cm)
+{
+	if (!cm)
+		return -EINVAL;
+	if (!cm_counters_ok(cm))
+		return -EUCLEAN;
+	if (cm->policy == ESD_POLICY_LRU)
+		lru_compact(cm);
+	return 0;
 }
 
 uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n)

@@ -27,6 +27,10 @@ static inline uint32_t popc(uint64_t m)
 	return c;
 }
 
+/* esd_snapset_advance compacts a snapshot's LRU ring this many iterations
+ * before begin_iter would have to */
+#define COMPACT_AHEAD 16
+
 struct esd_snapset {
 	uint32_t n;
 	uint64_t iter;
@@ -381,6 +385,26 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			if (ss->slots[q] == ESD_SLOT_NONE)
 				return -ESD_EDIVERGED;
 		esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_CLEAN, 0, nu);
+	}
+
+	/* LRU compactions spread over the advances: begin_iter compacts a
+	 * snapshot's ring when it has no room left (a write to every
+	 * occupied slot), and the snapshots, filled alike, come due in the
+	 * same iteration (one step of 23 ms at 8 x 262,144 rows). So at most
+	 * one per advance is done here, ahead of time: the snapshot with the
+	 * least room, once that is under COMPACT_AHEAD iterations of its keys. */
+	{
+		uint32_t due = n;
+		uint64_t least = UINT64_MAX;
+		for (uint32_t w = 0; w < n; w++) {
+			const uint64_t room = esd_cmeta_lru_room(ss->cm[w]);
+			if (room < (uint64_t)COMPACT_AHEAD * wlen[w] && room < least) {
+				least = room;
+				due = w;
+			}
+		}
+		if (due < n && (rc = esd_cmeta_lru_compact(ss->cm[due])))
+			return rc;
 	}
 
 	/* evictions are known only now: lay out cq's EVICT_PUSH lists */

@@ -238,6 +238,9 @@ int main(int argc, char **argv)
 	printf("advance: plan %.3f caches %.3f directory %.3f outdated %.3f ms (medians)\n",
 	       median_ms(r.ph[7], steps), median_ms(r.ph[8], steps), median_ms(r.ph[9], steps),
 	       median_ms(r.ph[10], steps));
+	/* (median_ms sorted the totals) */
+	printf("total: p90 %.3f p99 %.3f max %.3f ms\n", (double)r.ph[5][steps * 9 / 10] / 1e6,
+	       (double)r.ph[5][steps * 99 / 100] / 1e6, (double)r.ph[5][steps - 1] / 1e6);
 	uint64_t held = 0, room = 0;
 	for (uint32_t j = 0; j < n; j++) {
 		held += esd_cmeta_count(esd_snapset_cmeta(ss, j));

@@ -347,10 +347,23 @@ static void run_trace_u(enum esd_policy policy, uint32_t cap, uint64_t seed, int
 		iter += 1 + esd_test_rand(&rng) % 2;
 		nnext = draw_keys(&rng, next, esd_test_rand(&rng) % (cap + 1), universe);
 
+		/* a compaction the caller asks for, now and then, changes no
+		 * result (LRU: it only makes room in the ring) */
+		const uint32_t room = esd_cmeta_lru_room(cm);
+		if (r.policy != ESD_POLICY_LRU)
+			assert_int_equal(room, UINT32_MAX);
+		if (esd_test_rand(&rng) % 5 == 0) {
+			assert_int_equal(esd_cmeta_lru_compact(cm), 0);
+			assert_true(esd_cmeta_lru_room(cm) >= room);
+			assert_int_equal(esd_cmeta_verify(cm), 0);
+		}
+		const uint32_t room2 = esd_cmeta_lru_room(cm);
 		assert_int_equal(esd_cmeta_begin_iter(cm, iter, keys, n, &fa.f), 0);
 		assert_int_equal(ref_begin_iter(&r, iter, keys, n, &fb.f), 0);
 		same_fill(&fa.f, &fb.f, n);
 		same_slots(cm, &r);
+		if (r.policy == ESD_POLICY_LRU && room2 >= n)
+			assert_true(esd_cmeta_lru_room(cm) <= room2);
 		for (size_t i = 0; i < fa.f.n_evicts; i++) {
 			/* pinned (needed now) rows are never victims */
 			assert_null(bsearch(&fa.f.evicts[i].key, keys, n, sizeof(*keys), cmp_key));
