@@ -429,8 +429,12 @@ static int moves_move(struct moves *m, uint32_t u, uint32_t v)
 
 /* Rows up to this many take the scans (ESD_OPT_SCAN_MAX in the
  * environment sets another bound, for the tests: 0 makes every solve use
- * the heaps). */
-#define SCAN_MAX_ROWS 1024
+ * the heaps). bench_dispatch at n = 8, warm / cold start, ms: k = 256
+ * 0.058 / 0.093 against the heaps' 0.096-0.106 / 0.143; k = 512 0.143-0.155
+ * / 0.272-0.294 against 0.189-0.204 / 0.260-0.298; k = 1024 0.392-0.400 /
+ * 0.87-0.88 against 0.353-0.358 / 0.51-0.54 (a rescan reads a whole
+ * worker's rows, and a cold start moves many). */
+#define SCAN_MAX_ROWS 512
 static uint32_t scan_max_rows(void)
 {
 	static int64_t v = -1; /* any thread may ask first: they all find the same */
