@@ -320,6 +320,8 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 		                      .key_and = ~UINT64_C(0)};
 		int full;
 #ifdef HAVE_BUILD_V8
+		/* the vector build where the straight path would run (a table
+		 * that stays in L2); larger tables keep the branchy probe */
 		if (hsize <= KT_STRAIGHT_ENTRIES && have_build_v8())
 			full = build_v8(&ps);
 		else

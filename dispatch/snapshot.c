@@ -389,10 +389,11 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 
 	/* LRU compactions spread over the advances: begin_iter compacts a
 	 * snapshot's ring when it has no room left (a write to every
-	 * occupied slot), and the snapshots, filled alike, come due in the
-	 * same iteration (one step of 23 ms at 8 x 262,144 rows). So at most
-	 * one per advance is done here, ahead of time: the snapshot with the
-	 * least room, once that is under COMPACT_AHEAD iterations of its keys. */
+	 * occupied slot, 5 ms at 262,144 rows), and the snapshots, filled
+	 * alike, come due within a few iterations of each other (two fell in
+	 * one step of 23 ms). So at most one per advance is done here, ahead
+	 * of time: the snapshot with the least room, once that is under
+	 * COMPACT_AHEAD iterations of its keys. */
 	{
 		uint32_t due = n;
 		uint64_t least = UINT64_MAX;
