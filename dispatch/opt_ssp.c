@@ -194,6 +194,7 @@ struct moves {
 	uint32_t *bpos;   /* each row's place in its bucket */
 	uint32_t blen[ESD_MAX_WORKERS];
 	uint32_t k;
+	int v8; /* n = 8 with AVX-512: the vector bodies */
 };
 
 /* Is moving row r at cost d better than the move (bd, br)? ent_less's
@@ -212,6 +213,21 @@ static inline void consider(int64_t *bd, uint32_t *br, int64_t d, uint32_t r, in
 	const int take = better(d, r, *bd, *br, desc);
 	*bd = take ? d : *bd;
 	*br = take ? r : *br;
+}
+
+/* Row r joins a's rows / leaves them (the last one takes its place). */
+static inline void bucket_add(struct moves *m, uint32_t a, uint32_t r)
+{
+	m->bpos[r] = m->blen[a];
+	m->bucket[(size_t)a * m->k + m->blen[a]++] = r;
+}
+
+static inline void bucket_drop(struct moves *m, uint32_t a, uint32_t r)
+{
+	uint32_t *bk = m->bucket + (size_t)a * m->k;
+	const uint32_t last = bk[--m->blen[a]];
+	bk[m->bpos[r]] = last;
+	m->bpos[last] = m->bpos[r];
 }
 
 /* Pair (a, b)'s cheapest move from a's rows. */
@@ -235,8 +251,7 @@ static void scan_arrive(struct moves *m, uint32_t a, uint32_t r)
 {
 	const uint32_t n = m->n;
 	const int64_t *c = m->cost + (size_t)r * n;
-	m->bpos[r] = m->blen[a];
-	m->bucket[(size_t)a * m->k + m->blen[a]++] = r;
+	bucket_add(m, a, r);
 	int64_t *bd = m->best + a * n;
 	uint32_t *br = m->brow + a * n;
 	for (uint32_t b = 0; b < n; b++)
@@ -313,12 +328,10 @@ static int moves_init(struct esd_solver *s, struct moves *m, const uint32_t *loa
 		m->bpos = m->bucket + (size_t)n * k;
 		memset(m->blen, 0, sizeof(m->blen));
 #ifdef HAVE_SCAN_V8
-		if (n == 8 && esd_have_avx512()) {
-			for (uint32_t r = 0; r < k; r++) {
-				const uint32_t a = m->assign[r];
-				m->bpos[r] = m->blen[a];
-				m->bucket[(size_t)a * k + m->blen[a]++] = r;
-			}
+		m->v8 = n == 8 && esd_have_avx512();
+		if (m->v8) {
+			for (uint32_t r = 0; r < k; r++)
+				bucket_add(m, m->assign[r], r);
 			for (uint32_t a = 0; a < 8; a++)
 				scan_worker_v8(m, a);
 			return 0;
@@ -391,15 +404,11 @@ static int moves_move(struct moves *m, uint32_t u, uint32_t v)
 	const uint32_t n = m->n;
 	if (m->scan) {
 		const uint32_t r = m->brow[u * n + v];
-		uint32_t *bk = m->bucket + (size_t)u * m->k;
-		const uint32_t last = bk[--m->blen[u]];
-		bk[m->bpos[r]] = last;
-		m->bpos[last] = m->bpos[r];
+		bucket_drop(m, u, r);
 		m->assign[r] = v;
 #ifdef HAVE_SCAN_V8
-		if (n == 8 && esd_have_avx512()) {
-			m->bpos[r] = m->blen[v];
-			m->bucket[(size_t)v * m->k + m->blen[v]++] = r;
+		if (m->v8) {
+			bucket_add(m, v, r);
 			scan_moved_v8(m, u, v, r);
 			return 0;
 		}

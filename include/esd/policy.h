@@ -170,12 +170,13 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
 /* LRU keeps its order as a ring of slot numbers: a slot used again leaves
  * a stale entry behind, and when the ring has no room for an iteration's
  * keys, begin_iter compacts it first, O(capacity) with a write to every
- * occupied slot (about 3 ms at 262,144 slots). esd_cmeta_lru_room is the
+ * occupied slot (about 5 ms at 262,144 slots). esd_cmeta_lru_room is the
  * number of keys that still fit (UINT32_MAX under the other policies);
  * esd_cmeta_lru_compact compacts now, so that a caller with several blocks
  * (the dispatcher's snapshots, which tend to come due in one iteration)
  * can spread their compactions. Neither changes the order or any result.
- * compact returns 0, or -EUCLEAN for a damaged block (left as it is). */
+ * compact returns 0, -EINVAL (NULL) or -EUCLEAN (a damaged block, left as
+ * it is). */
 uint32_t esd_cmeta_lru_room(const struct esd_cmeta *cm);
 int esd_cmeta_lru_compact(struct esd_cmeta *cm);
 
