@@ -6,11 +6,16 @@
  * begin_iter works in four steps so that its cost is O(n log C) for n
  * needed keys whatever the capacity:
  *   1. look every needed key up (batched, prefetching);
- *   2. move the pins: needed slots are pinned (they may stay in the victim
- *      heap, pops skip them), slots pinned by the previous iteration and
- *      not needed now get their current order in the heap;
- *   3. walk the keys in ascending order: touch hits, give each absent key
- *      the lowest free slot or the heap's minimum as victim;
+ *   2. move the pins and touch: needed slots are pinned (they may stay in
+ *      the victim heap, pops skip them) and the present ones touched (use,
+ *      frequency, Emark's mark at the target as it stands, new state, LRU
+ *      ring entry) while their lines are at hand; slots pinned by the
+ *      previous iteration and not needed now get their current order in
+ *      the heap;
+ *   3. walk the absent keys in ascending order: each gets the lowest free
+ *      slot or the heap's minimum as victim (Emark's target can move on
+ *      only here, after every present key took the old one); the pulls
+ *      come out in key order;
  *   4. update the index for victims and new keys in one prefetching pass.
  * While step 3 runs every unpinned occupied slot is in the heap with its
  * exact order and untouched by step 3, and pinned ones are skipped, so the
@@ -116,36 +121,67 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	/* 1. */
 	esd_cmeta_find_batch(cm, keys, n, slots);
 
-	/* 2. Pin the needed keys. Under LRU a needed slot's entry in the
-	 * ring goes stale (it gets a new one, as the newest, at the end).
-	 * Under the other policies a pinned slot may stay in the heap with a
-	 * stale entry (taking it out would cost a heap removal per hit); pops
-	 * skip pinned slots. The pins of the last iteration that lapse now go
-	 * (back) into the heap with their current order. */
+	/* 2. Pin the needed keys and touch the present ones, each while its
+	 * line is at hand (step 1 prefetched every slot line it found): last
+	 * use, frequency, Emark's mark (at the target as it stands before any
+	 * insert of this iteration), the new state, and under LRU the ring
+	 * entry. Under LRU a needed slot's old entry in the ring goes stale
+	 * (its new one, the newest, is at the end). Under the other policies
+	 * a pinned slot may stay in the heap with a stale entry (taking it
+	 * out would cost a heap removal per hit); pops skip pinned slots.
+	 * The pull a present key needs (an OUTDATED copy) is written at its
+	 * own place pulls[i] for step 3, which puts the pulls in key order.
+	 * The pins of the last iteration that lapse now go (back) into the
+	 * heap with their current order. */
 	uint32_t *hp = cm_heappos(cm);
 	const struct cm_hent *heap = cm_heap(cm);
 	const bool lru = cm->policy == ESD_POLICY_LRU;
 	/* LRU: this iteration's slots become the newest entries, in key
-	 * order, at [lru_at, lru_at + n), written by step 3 (pops stop at the
-	 * ring's tail, so they never see them half written) */
+	 * order, at [lru_at, lru_at + n), written by steps 2 and 3 (pops stop
+	 * at the ring's tail, so they never see them half written) */
 	uint32_t *ring = cm_lru_ring(cm);
 	const uint32_t lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
 	uint64_t *stale = cm_lru_stale(cm);
+	const uint32_t target = cm->emark_target;
+	uint32_t at_target = cm->emark_at_target;
+	size_t outdated_n = 0, present_n = 0;
 	for (size_t i = 0; i < n; i++) {
-		/* the find above prefetched every slot line it found */
 		if (lru && i + PIN_AHEAD < n) {
 			const uint32_t sa = slots[i + PIN_AHEAD];
 			const uint32_t p = sa != ESD_SLOT_NONE ? sl[sa].lru_pos : UINT32_MAX;
 			if (p < cm->lru_tail)
 				__builtin_prefetch(&stale[p / 64], 1);
 		}
-		uint32_t s = slots[i];
-		if (s != ESD_SLOT_NONE) {
-			sl[s].pin_iter = iter;
-			if (lru)
-				cm_lru_drop(cm, s);
+		const uint32_t s = slots[i];
+		if (s == ESD_SLOT_NONE)
+			continue;
+		struct esd_cmeta_slot *e = &sl[s];
+		e->pin_iter = iter;
+		if (lru) {
+			cm_lru_drop(cm, s);
+			ring[lru_at + i] = s;
+			e->lru_pos = lru_at + (uint32_t)i;
+		}
+		e->last_use = iter;
+		e->freq++;
+		/* the mark moves to the target: one more at it unless it was
+		 * there (no branch on the data) */
+		at_target += e->mark != target;
+		e->mark = target;
+		const bool outdated = e->state == ESD_ROW_OUTDATED;
+		fill->pulls[i] =
+		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = outdated};
+		outdated_n += outdated;
+		present_n++;
+		if (states) {
+			/* pinned: no victim order to update (set_state) */
+			cm_store64(&e->clock, 0);
+			cm_store8(&e->state, states[i]);
 		}
 	}
+	cm->emark_at_target = at_target;
+	fill->n_miss_outdated = outdated_n;
+	fill->n_hits = present_n - outdated_n;
 	cm->last_iter = iter;
 	for (uint32_t i = 0; !lru && i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
@@ -168,35 +204,16 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
 	uint32_t nskipped = 0;
 
-	/* 3. (the pins above brought the slot lines in: no prefetch) */
+	/* 3. The pulls in key order, and the absent keys: each gets the
+	 * lowest free slot or the victim. A present key's pull, if any, was
+	 * written at pulls[i] (never behind n_pulls <= i): it is moved to its
+	 * place in the order and kept by the count (no branch on the data). */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = slots[i];
 		if (s != ESD_SLOT_NONE) {
-			struct esd_cmeta_slot *e = &sl[s];
-			e->last_use = iter;
-			e->freq++;
-			/* the mark moves to the target: one more at it unless it
-			 * was there (no branch on the data) */
-			cm->emark_at_target += e->mark != cm->emark_target;
-			e->mark = cm->emark_target;
-			if (lru) {
-				ring[lru_at + i] = s;
-				e->lru_pos = lru_at + (uint32_t)i;
-			}
-			/* an OUTDATED copy is pulled, else a hit: the entry is
-			 * written either way and kept by the count (no branch on
-			 * the data) */
-			const bool outdated = e->state == ESD_ROW_OUTDATED;
-			fill->pulls[fill->n_pulls] =
-			    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 1};
-			fill->n_pulls += outdated;
-			fill->n_miss_outdated += outdated;
-			fill->n_hits += !outdated;
-			if (states) {
-				/* pinned: no victim order to update (set_state) */
-				cm_store64(&e->clock, 0);
-				cm_store8(&e->state, states[i]);
-			}
+			const struct esd_cmeta_pull p = fill->pulls[i];
+			fill->pulls[fill->n_pulls] = p;
+			fill->n_pulls += p.outdated;
 			continue;
 		}
 

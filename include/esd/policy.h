@@ -199,10 +199,12 @@ int esd_cmeta_lookahead(struct esd_cmeta *cm, const esd_key_t *keys, size_t n, u
 
 /* Start iteration 'iter' (>= 1, strictly greater than the previous one) with the
  * n keys this worker needs, sorted ascending without duplicates. Pins all
- * of them, touches the ones present, assigns slots to the absent ones
- * (free slots first, lowest index first; then victims in policy order) and
- * reports pulls and evictions in 'fill'. Newly inserted keys are OUTDATED
- * until the caller sets them CLEAN after the pull.
+ * of them, touches the ones present, then assigns slots to the absent ones
+ * in key order (free slots first, lowest index first; then victims in
+ * policy order) and reports pulls and evictions in 'fill'. So the present
+ * keys take Emark's target as it stands at the call; the target moves on
+ * (a full cache, every row at it) only at an absent key. Newly inserted
+ * keys are OUTDATED until the caller sets them CLEAN after the pull.
  * Returns 0, -EINVAL (unsorted or duplicate keys, iter not increasing) or
  * -ENOSPC (n > capacity); on those errors nothing changes. -EUCLEAN: the
  * block is damaged (esd_cmeta_verify says what is wrong): either the

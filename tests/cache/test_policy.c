@@ -124,20 +124,28 @@ static int ref_begin_iter(struct ref *r, uint64_t iter, const uint64_t *keys, si
 			r->s[s].pin_iter = iter;
 	}
 	r->last_iter = iter;
+	/* the present keys are touched first, all at the target as it stands
+	 * (their marks count before any insert moves it on) */
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = ref_find(r, keys[i]);
+		f->slots[i] = s;
+		if (s == ESD_SLOT_NONE)
+			continue;
+		struct esd_cmeta_slot *e = &r->s[s];
+		e->last_use = iter;
+		e->freq++;
+		e->mark = r->target;
+		if (e->state == ESD_ROW_OUTDATED)
+			f->n_miss_outdated++;
+		else
+			f->n_hits++;
+	}
+	/* then, in key order, the pulls of OUTDATED copies and the inserts */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = f->slots[i];
 		if (s != ESD_SLOT_NONE) {
-			struct esd_cmeta_slot *e = &r->s[s];
-			e->last_use = iter;
-			e->freq++;
-			e->mark = r->target;
-			if (e->state == ESD_ROW_OUTDATED) {
+			if (r->s[s].state == ESD_ROW_OUTDATED)
 				f->pulls[f->n_pulls++] = (struct esd_cmeta_pull){keys[i], s, 1};
-				f->n_miss_outdated++;
-			} else {
-				f->n_hits++;
-			}
-			f->slots[i] = s;
 			continue;
 		}
 		for (s = 0; s < r->cap && r->s[s].state != ESD_ROW_ABSENT; s++)
