@@ -45,6 +45,7 @@
 #define ESD_CACHE_CMETA_IMPL_H
 
 #include <esd/policy.h>
+#include <esd/policy_rules.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -119,8 +120,8 @@ static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
 }
-/* The LRU ring (LRU policy only) shares the heap's area: 8 four-byte
- * entries per slot of capacity. */
+/* The LRU ring (LRU policy only; its rules: esd/policy_rules.h) shares
+ * the heap's area: 8 four-byte entries per slot of capacity. */
 static inline uint32_t *cm_lru_ring(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heap, uint32_t);
@@ -214,7 +215,7 @@ void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
 /* LRU: is ring entry p live? */
 static inline bool cm_lru_live(const struct esd_cmeta *cm, uint32_t p)
 {
-	return !((cm_lru_stale(cm)[p / 64] >> (p % 64)) & 1);
+	return esd_ring_live(cm_lru_stale(cm), p);
 }
 /* LRU: slot's entry goes stale (it is used again or freed). */
 static inline void cm_lru_drop(struct esd_cmeta *cm, uint32_t slot)
@@ -222,7 +223,7 @@ static inline void cm_lru_drop(struct esd_cmeta *cm, uint32_t slot)
 	const uint32_t p = cm_slots(cm)[slot].lru_pos;
 	if (p >= cm->lru_tail)
 		return; /* not in the ring (a damaged block: never index past it) */
-	cm_lru_stale(cm)[p / 64] |= UINT64_C(1) << (p % 64);
+	esd_ring_drop(cm_lru_stale(cm), p);
 	cm->heap_n--;
 }
 /* LRU: append slots[0..n) (in this order) as the newest entries. */

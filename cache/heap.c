@@ -231,22 +231,6 @@ bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot)
 	       cm_lru_live(cm, p);
 }
 
-/* Bits [from, to) live (0). */
-static void lru_clear_bits(struct esd_cmeta *cm, uint32_t from, uint32_t to)
-{
-	uint64_t *b = cm_lru_stale(cm);
-	while (from < to && from % 64) {
-		b[from / 64] &= ~(UINT64_C(1) << (from % 64));
-		from++;
-	}
-	if (from < to && to - from >= 64) {
-		memset(&b[from / 64], 0, (to - from) / 64 * sizeof(uint64_t));
-		from += (to - from) / 64 * 64;
-	}
-	for (; from < to; from++)
-		b[from / 64] &= ~(UINT64_C(1) << (from % 64));
-}
-
 /* Move the live entries to the ring's front, in order, in two passes: the
  * live entries moved down in the ring (sequential, the stale bits read a
  * word at a time), then each one's slot told its new place (random lines,
@@ -260,25 +244,21 @@ static void lru_compact(struct esd_cmeta *cm)
 	const uint64_t *stale = cm_lru_stale(cm);
 	const uint32_t tail = cm->lru_tail, cap = cm->capacity;
 	uint32_t w = 0;
-	for (uint32_t r = cm->lru_head; r < tail;) {
+	for (uint32_t r = cm->lru_head, next; r < tail; r = next) {
 		/* the live entries of r's bitmap word, from r to the tail */
-		const uint32_t end = (r / 64 + 1) * 64 < tail ? (r / 64 + 1) * 64 : tail;
-		uint64_t live = ~stale[r / 64] & (~UINT64_C(0) << (r % 64));
-		if (end % 64)
-			live &= (UINT64_C(1) << (end % 64)) - 1;
-		for (; live; live &= live - 1) {
+		for (uint64_t live = esd_ring_live_word(stale, r, tail, &next); live;
+		     live &= live - 1) {
 			const uint32_t s = ring[r / 64 * 64 + (uint32_t)__builtin_ctzll(live)];
 			ring[w] = s;
 			w += s < cap; /* (past the capacity: a damaged block's, dropped) */
 		}
-		r = end;
 	}
 	for (uint32_t i = 0; i < w; i++) {
 		if (i + 16 < w)
 			__builtin_prefetch(&sl[ring[i + 16]], 1);
 		sl[ring[i]].lru_pos = i;
 	}
-	lru_clear_bits(cm, 0, tail);
+	esd_ring_clear(cm_lru_stale(cm), 0, tail);
 	cm->lru_head = 0;
 	cm->lru_tail = w;
 	cm->heap_n = w;
@@ -311,7 +291,7 @@ uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n)
 
 void cm_lru_commit(struct esd_cmeta *cm, uint32_t n)
 {
-	lru_clear_bits(cm, cm->lru_tail, cm->lru_tail + n);
+	esd_ring_clear(cm_lru_stale(cm), cm->lru_tail, cm->lru_tail + n);
 	cm->lru_tail += n;
 	cm->heap_n += n;
 }
@@ -330,7 +310,7 @@ void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n
 
 static void lru_clear(struct esd_cmeta *cm)
 {
-	lru_clear_bits(cm, 0, cm->lru_tail);
+	esd_ring_clear(cm_lru_stale(cm), 0, cm->lru_tail);
 	cm->lru_head = cm->lru_tail = 0;
 	cm->heap_n = 0;
 }
@@ -363,7 +343,7 @@ static void lru_build(struct esd_cmeta *cm)
 		ring[i] = slot;
 		cm_slots(cm)[slot].lru_pos = i;
 	}
-	lru_clear_bits(cm, 0, n);
+	esd_ring_clear(cm_lru_stale(cm), 0, n);
 	cm->lru_tail = n;
 	cm->heap_n = n;
 }
@@ -414,14 +394,13 @@ uint32_t cm_heap_pop(struct esd_cmeta *cm)
 	if (!is_lru(cm))
 		return heap_pop(cm);
 	const uint32_t *ring = cm_lru_ring(cm);
-	while (cm->lru_head < cm->lru_tail) {
-		const uint32_t p = cm->lru_head++;
+	uint32_t p;
+	while ((p = esd_ring_pop(cm_lru_stale(cm), &cm->lru_head, cm->lru_tail)) != ESD_RING_NONE)
 		/* (an entry past the capacity only in a damaged block: skipped) */
-		if (cm_lru_live(cm, p) && ring[p] < cm->capacity) {
+		if (ring[p] < cm->capacity) {
 			cm->heap_n--;
 			return ring[p];
 		}
-	}
 	return ESD_SLOT_NONE;
 }
 

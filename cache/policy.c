@@ -21,7 +21,9 @@
  * exact order and untouched by step 3, and pinned ones are skipped, so the
  * victims are exactly "the smallest unpinned occupied slot in policy
  * order" at each eviction, which is what the reference model in
- * tests/cache/test_policy.c computes by linear scan.
+ * tests/cache/test_policy.c computes by linear scan. The per-key rules
+ * (marks, uses, the LRU ring's places) are esd/policy_rules.h's, which the
+ * dispatcher's mirror kept by key follows too.
  */
 #include "cmeta_impl.h"
 
@@ -54,8 +56,7 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 
 	cm_index_remove(cm, s->key);
 	cm_heap_remove(cm, slot);
-	if (s->mark == cm->emark_target)
-		cm->emark_at_target--;
+	esd_rule_leave(s->mark, cm->emark_target, &cm->emark_at_target);
 	cm_store8(&s->state, ESD_ROW_ABSENT);
 	cm_store64(&s->key, 0);
 	cm_store64(&s->clock, 0);
@@ -163,11 +164,7 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 			e->lru_pos = lru_at + (uint32_t)i;
 		}
 		e->last_use = iter;
-		e->freq++;
-		/* the mark moves to the target: one more at it unless it was
-		 * there (no branch on the data) */
-		at_target += e->mark != target;
-		e->mark = target;
+		esd_rule_touch(&e->freq, &e->mark, target, &at_target);
 		const bool outdated = e->state == ESD_ROW_OUTDATED;
 		fill->pulls[i] =
 		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = outdated};
@@ -220,12 +217,8 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 		/* a full cache has no free bit: skip the bitmap scan */
 		s = cm->count < cm->capacity ? cm_free_first(cm) : ESD_SLOT_NONE;
 		if (s == ESD_SLOT_NONE) {
-			/* Full. Emark: when every row carries the current target,
-			 * the target moves on (ESD §8.1). */
-			if (cm->emark_at_target == cm->count) {
-				cm->emark_target++;
-				cm->emark_at_target = 0;
-			}
+			/* Full: Emark's target may move on (ESD §8.1). */
+			esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
 			/* n <= capacity guarantees an unpinned victim (none: a
 			 * damaged block, which esd_cmeta_verify names). Its index
 			 * entry goes in the batched pass below. */
@@ -243,8 +236,7 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 				fill->n_evict_dirty++;
 			else
 				fill->n_evict_clean++;
-			if (v->mark == cm->emark_target)
-				cm->emark_at_target--;
+			esd_rule_leave(v->mark, cm->emark_target, &cm->emark_at_target);
 			cm->count--;
 		} else {
 			cm_free_clear(cm, s);
@@ -256,9 +248,7 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 		e->last_use = iter;
 		e->next_use = cm->nhints && hinted(cm, keys[i]) ? cm->hint_iter : ESD_NEXT_USE_NONE;
 		e->pin_iter = iter;
-		e->freq = 1;
-		e->mark = cm->emark_target;
-		cm->emark_at_target++;
+		esd_rule_insert(&e->freq, &e->mark, cm->emark_target, &cm->emark_at_target);
 		cm->count++;
 		if (lru) {
 			ring[lru_at + i] = s;
