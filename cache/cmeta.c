@@ -12,6 +12,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -355,5 +356,86 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	CHECK(indexed == cm->count, "index holds %u keys, %u slots occupied", indexed, cm->count);
 	for (uint32_t i = 1; i < cm->nhints; i++)
 		CHECK(cm_hints(cm)[i - 1] < cm_hints(cm)[i], "hints not sorted at %u", i);
+	return 0;
+}
+
+uint32_t esd_cmeta_hinted(const struct esd_cmeta *cm)
+{
+	return cm ? cm->nhints : 0;
+}
+
+size_t esd_cmeta_lru_order(const struct esd_cmeta *cm, uint32_t *slots, size_t cap)
+{
+	if (!cm || cm->policy != ESD_POLICY_LRU || !cm_counters_ok(cm))
+		return 0;
+	const uint32_t *ring = cm_lru_ring(cm);
+	size_t k = 0;
+	for (uint32_t p = cm->lru_head; p < cm->lru_tail && k < cap; p++)
+		if (cm_lru_live(cm, p) && ring[p] < cm->capacity)
+			slots[k++] = ring[p];
+	return k;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	const uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return (a > b) - (a < b);
+}
+
+int esd_cmeta_from_rows(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
+                        const struct esd_cmeta_row *rows, size_t n, uint64_t iter,
+                        uint32_t emark_target, struct esd_cmeta **out)
+{
+	if (n > capacity || (n && !rows) || emark_target == 0)
+		return -EINVAL;
+	struct esd_cmeta *cm;
+	int rc = esd_cmeta_init(mem, len, capacity, policy, &cm);
+	if (rc)
+		return rc;
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	/* the last iteration's rows are pinned, their slots in key order in
+	 * pinned[]: their keys gathered in the hints' area first */
+	uint64_t *pk = cm_hints(cm);
+	uint32_t np = 0, at = 0;
+	for (size_t q = 0; q < n; q++) {
+		const struct esd_cmeta_row *r = &rows[q];
+		if (r->state < ESD_ROW_OUTDATED || r->state > ESD_ROW_DIRTY || r->last_use == 0 ||
+		    r->last_use > iter || r->freq == 0 || r->mark == 0 || r->mark > emark_target ||
+		    esd_cmeta_find(cm, r->key) != ESD_SLOT_NONE) {
+			ESD_ERR("cache",
+			        "row %zu (key %#llx): state %u, last use %llu of %llu, freq %u, "
+			        "mark %u of %u, or a key given twice",
+			        q, (unsigned long long)r->key, r->state,
+			        (unsigned long long)r->last_use, (unsigned long long)iter, r->freq,
+			        r->mark, emark_target);
+			return -EINVAL;
+		}
+		struct esd_cmeta_slot *s = &sl[q];
+		cm_store64(&s->key, r->key);
+		cm_store64(&s->clock, r->clock);
+		cm_store8(&s->state, r->state);
+		s->last_use = r->last_use;
+		s->pin_iter = r->last_use;
+		s->next_use = ESD_NEXT_USE_NONE;
+		s->freq = r->freq;
+		s->mark = r->mark;
+		at += r->mark == emark_target;
+		cm_free_clear(cm, (uint32_t)q);
+		cm_index_insert(cm, r->key, (uint32_t)q);
+		if (r->last_use == iter)
+			pk[np++] = r->key;
+	}
+	cm->count = (uint32_t)n;
+	cm->last_iter = iter;
+	cm->emark_target = emark_target;
+	cm->emark_at_target = at;
+	qsort(pk, np, sizeof(*pk), cmp_u64);
+	uint32_t *pinned = cm_pinned(cm);
+	for (uint32_t i = 0; i < np; i++)
+		pinned[i] = esd_cmeta_find(cm, pk[i]);
+	memset(pk, 0, (size_t)np * sizeof(*pk));
+	cm->npinned = np;
+	cm_heap_build(cm);
+	*out = cm;
 	return 0;
 }

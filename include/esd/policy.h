@@ -179,6 +179,34 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy);
  * it is). */
 uint32_t esd_cmeta_lru_room(const struct esd_cmeta *cm);
 int esd_cmeta_lru_compact(struct esd_cmeta *cm);
+/* The occupied slots in LRU victim order, oldest first (at most cap of
+ * them; returns how many). 0 under the other policies. */
+size_t esd_cmeta_lru_order(const struct esd_cmeta *cm, uint32_t *slots, size_t cap);
+/* Keys holding a lookahead hint (the last esd_cmeta_lookahead's set). */
+uint32_t esd_cmeta_hinted(const struct esd_cmeta *cm);
+
+/* One row of a block made by esd_cmeta_from_rows. */
+struct esd_cmeta_row {
+	uint64_t key;
+	uint64_t clock;
+	uint64_t last_use; /* 1..iter; the rows with last_use == iter are the
+	                    * last iteration's, pinned */
+	uint32_t freq;     /* >= 1 */
+	uint32_t mark;     /* 1..emark_target */
+	uint8_t state;     /* OUTDATED, CLEAN or DIRTY */
+};
+
+/* Format 'mem' (as esd_cmeta_init) as a block holding rows[0..n) in slots
+ * 0..n-1, as it stands after iteration 'iter' (esd_cmeta_last_iter), with
+ * Emark's target 'emark_target' and no lookahead hints: the block a cache
+ * would have after the iterations that gave its rows these fields (every
+ * victim order follows from them; slot numbers aside). The dispatcher
+ * makes its snapshots' blocks so from its mirror kept by key. Returns 0,
+ * or -EINVAL for a bad argument or row (logged with its index; mem's
+ * contents are then undefined). */
+int esd_cmeta_from_rows(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,
+                        const struct esd_cmeta_row *rows, size_t n, uint64_t iter,
+                        uint32_t emark_target, struct esd_cmeta **out);
 
 /* Slot of key, or ESD_SLOT_NONE. No allocation, no locks. */
 uint32_t esd_cmeta_find(const struct esd_cmeta *cm, esd_key_t key);

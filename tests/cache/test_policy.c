@@ -1019,6 +1019,141 @@ static void test_attach_validation(void **state)
 	free(mem);
 }
 
+/* ---- a block made from its rows ------------------------------------------ */
+
+/* Per key, a and b hold the same fields (slot numbers aside). */
+static void same_rows(const struct esd_cmeta *a, const struct esd_cmeta *b)
+{
+	assert_int_equal(esd_cmeta_count(a), esd_cmeta_count(b));
+	assert_int_equal(esd_cmeta_emark_target(a), esd_cmeta_emark_target(b));
+	assert_int_equal(esd_cmeta_last_iter(a), esd_cmeta_last_iter(b));
+	for (uint32_t i = 0; i < esd_cmeta_capacity(a); i++) {
+		const struct esd_cmeta_slot *x = esd_cmeta_slot(a, i);
+		if (x->state == ESD_ROW_ABSENT)
+			continue;
+		const uint32_t j = esd_cmeta_find(b, x->key);
+		assert_int_not_equal(j, ESD_SLOT_NONE);
+		const struct esd_cmeta_slot *y = esd_cmeta_slot(b, j);
+		assert_int_equal(x->state, y->state);
+		assert_int_equal(x->clock, y->clock);
+		assert_int_equal(x->last_use, y->last_use);
+		assert_int_equal(x->pin_iter, y->pin_iter);
+		assert_int_equal(x->freq, y->freq);
+		assert_int_equal(x->mark, y->mark);
+	}
+}
+
+/* One iteration on a block: begin_iter, pulls CLEAN or DIRTY, a row made
+ * OUTDATED; returns the fill (keys only matter: slots differ). */
+static void step_keys(struct esd_cmeta *cm, uint64_t it, const uint64_t *keys, size_t n,
+                      struct fillbuf *fb)
+{
+	assert_int_equal(esd_cmeta_begin_iter(cm, it, keys, n, &fb->f), 0);
+	for (size_t i = 0; i < fb->f.n_pulls; i++)
+		esd_cmeta_set_state(cm, fb->f.pulls[i].slot,
+		                    fb->f.pulls[i].key % 3 ? ESD_ROW_CLEAN : ESD_ROW_DIRTY, it);
+	if (n)
+		esd_cmeta_mark_outdated(cm, keys[n / 2]);
+}
+
+/* esd_cmeta_from_rows: a block made from another's rows passes
+ * esd_cmeta_verify, holds the same rows, and from then on makes the same
+ * decisions (pulls and victims by key) under every policy, through a
+ * policy switch too. */
+static void test_from_rows(void **state)
+{
+	(void)state;
+	const uint32_t cap = 97;
+	for (int pol = ESD_POLICY_LRU; pol <= ESD_POLICY_LOOKAHEAD; pol++) {
+		void *ma, *mb;
+		struct esd_cmeta *a = new_cmeta(cap, (enum esd_policy)pol, &ma), *b;
+		const size_t len = esd_cmeta_bytes(cap);
+		mb = aligned_alloc(64, (len + 63) & ~(size_t)63);
+		assert_non_null(mb);
+		struct fillbuf fa, fbb;
+		fill_alloc(&fa, cap);
+		fill_alloc(&fbb, cap);
+		uint64_t *keys = calloc(cap, sizeof(*keys));
+		struct esd_cmeta_row *rows = calloc(cap, sizeof(*rows));
+		uint64_t rng = 4242 + (uint64_t)pol;
+		uint64_t it = 0;
+		for (int round = 0; round < 3; round++) {
+			for (int q = 0; q < 40; q++) {
+				size_t n = draw_keys(&rng, keys, esd_test_rand(&rng) % (cap / 2),
+				                     (uint64_t)cap * 4);
+				step_keys(a, ++it, keys, n, &fa);
+			}
+			/* the rows, in reverse slot order (any order will do) */
+			size_t nr = 0;
+			for (uint32_t i = cap; i-- > 0;) {
+				const struct esd_cmeta_slot *x = esd_cmeta_slot(a, i);
+				if (x->state == ESD_ROW_ABSENT)
+					continue;
+				rows[nr++] = (struct esd_cmeta_row){.key = x->key,
+				                                    .clock = x->clock,
+				                                    .last_use = x->last_use,
+				                                    .freq = x->freq,
+				                                    .mark = x->mark,
+				                                    .state = x->state};
+			}
+			memset(mb, 0x5A, len);
+			assert_int_equal(esd_cmeta_from_rows(mb, len, cap, (enum esd_policy)pol,
+			                                     rows, nr, it,
+			                                     esd_cmeta_emark_target(a), &b),
+			                 0);
+			assert_int_equal(esd_cmeta_verify(b), 0);
+			same_rows(a, b);
+			for (int q = 0; q < 30; q++) {
+				if (q == 15 && round == 1) {
+					const enum esd_policy np = (enum esd_policy)((pol + 1) % 4);
+					assert_int_equal(esd_cmeta_set_policy(a, np), 0);
+					assert_int_equal(esd_cmeta_set_policy(b, np), 0);
+				}
+				size_t n = draw_keys(&rng, keys, esd_test_rand(&rng) % (cap / 2),
+				                     (uint64_t)cap * 4);
+				it++;
+				step_keys(a, it, keys, n, &fa);
+				step_keys(b, it, keys, n, &fbb);
+				assert_int_equal(fa.f.n_pulls, fbb.f.n_pulls);
+				assert_int_equal(fa.f.n_evicts, fbb.f.n_evicts);
+				for (size_t i = 0; i < fa.f.n_pulls; i++)
+					assert_int_equal(fa.pulls[i].key, fbb.pulls[i].key);
+				for (size_t i = 0; i < fa.f.n_evicts; i++) {
+					assert_int_equal(fa.evicts[i].key, fbb.evicts[i].key);
+					assert_int_equal(fa.evicts[i].dirty, fbb.evicts[i].dirty);
+				}
+				same_rows(a, b);
+			}
+			assert_int_equal(esd_cmeta_set_policy(a, (enum esd_policy)pol), 0);
+		}
+		/* bad rows: a key twice, a mark above the target, a use ahead */
+		rows[1] = rows[0];
+		assert_int_equal(esd_cmeta_from_rows(mb, len, cap, ESD_POLICY_LRU, rows, 2, it,
+		                                     esd_cmeta_emark_target(a), &b),
+		                 -EINVAL);
+		rows[1] = rows[0];
+		rows[1].key++;
+		rows[1].mark = esd_cmeta_emark_target(a) + 1;
+		assert_int_equal(esd_cmeta_from_rows(mb, len, cap, ESD_POLICY_LRU, rows, 2, it,
+		                                     esd_cmeta_emark_target(a), &b),
+		                 -EINVAL);
+		rows[1].mark = 1;
+		rows[1].last_use = it + 1;
+		assert_int_equal(esd_cmeta_from_rows(mb, len, cap, ESD_POLICY_LRU, rows, 2, it,
+		                                     esd_cmeta_emark_target(a), &b),
+		                 -EINVAL);
+		assert_int_equal(
+		    esd_cmeta_from_rows(mb, len, cap, ESD_POLICY_LRU, rows, cap + 1, it, 1, &b),
+		    -EINVAL);
+		free(rows);
+		free(keys);
+		fill_free(&fa);
+		fill_free(&fbb);
+		free(ma);
+		free(mb);
+	}
+}
+
 static void test_policy_names(void **state)
 {
 	(void)state;
@@ -1054,6 +1189,7 @@ int main(void)
 	    cmocka_unit_test(test_begin_iter_states),
 	    cmocka_unit_test(test_damaged_block),
 	    cmocka_unit_test(test_switch_with_all_pinned),
+	    cmocka_unit_test(test_from_rows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
