@@ -17,7 +17,12 @@
 #include <esd/dispatch.h> /* ESD_NO_WORKER */
 #include <esd/types.h>
 
-/* 32 bytes: two entries to a cache line, none across two. */
+/* The mirror kept by key (mirror.h) keeps workers 0..KM_WORKERS-1's
+ * policy fields of the key in its entry. */
+#define KM_WORKERS 8
+
+/* 128 bytes, two cache lines: the directory's fields in the first 32,
+ * then the mirror's (zero, unused, when the set keeps no mirror). */
 struct keydir_ent {
 	uint64_t key;
 	uint64_t latest;
@@ -26,8 +31,14 @@ struct keydir_ent {
 	                        * the PS row clock under full-set sync) */
 	uint64_t dirty : 8;    /* ESD_NO_WORKER when none */
 	uint64_t used : 8;     /* 1: slot holds 'key' (possibly cached == 0) */
+	/* the mirror: per worker holding the key, its place in the worker's
+	 * LRU ring, its use count and Emark mark (esd_cmeta_slot's freq,
+	 * mark) */
+	uint32_t pos[KM_WORKERS];
+	uint32_t freq[KM_WORKERS];
+	uint32_t mark[KM_WORKERS];
 };
-_Static_assert(sizeof(struct keydir_ent) == 32, "keydir entry size");
+_Static_assert(sizeof(struct keydir_ent) == 128, "keydir entry size");
 
 #define KEYDIR_NONE UINT32_MAX
 

@@ -353,10 +353,14 @@ static void test_advance_follows_protocol(void **state)
 {
 	(void)state;
 	enum { N = 4, K = 16, PER = 4, CAP = 20, ITERS = 150 };
-	static const enum esd_policy pols[] = {ESD_POLICY_LRU, ESD_POLICY_LFU, ESD_POLICY_EMARK,
-	                                       ESD_POLICY_LOOKAHEAD};
+	/* LRU twice: kept by key (the blocks made from the mirror, read
+	 * through esd_snapset_view or handed over by esd_snapset_cmeta and
+	 * taken back by the next fill, every other iteration), then by
+	 * worker */
+	static const enum esd_policy pols[] = {ESD_POLICY_LRU, ESD_POLICY_LRU, ESD_POLICY_LFU,
+	                                       ESD_POLICY_EMARK, ESD_POLICY_LOOKAHEAD};
 	uint32_t pushed_evicted = 0;
-	for (unsigned pi = 0; pi < 4; pi++) {
+	for (unsigned pi = 0; pi < 5; pi++) {
 		for (int full = 0; full <= 1; full++) {
 			const enum esd_sync sync = full ? ESD_SYNC_FULL_SET : ESD_SYNC_ON_DEMAND;
 			const uint32_t capc[N] = {CAP, CAP, CAP, CAP};
@@ -368,6 +372,9 @@ static void test_advance_follows_protocol(void **state)
 			void *mem[N];
 			const size_t len = esd_cmeta_bytes(CAP);
 			assert_int_equal(esd_snapset_create(N, capc, pols[pi], &ss), 0);
+			assert_int_equal(esd_snapset_mirrored(ss), pols[pi] == ESD_POLICY_LRU);
+			if (pi == 1)
+				assert_int_equal(esd_snapset_keep_mirror(ss, 0), 0);
 			assert_int_equal(esd_keytab_create(&kt), 0);
 			assert_int_equal(esd_conseq_create(&cq), 0);
 			for (uint32_t w = 0; w < N; w++) {
@@ -469,19 +476,35 @@ static void test_advance_follows_protocol(void **state)
 							    esd_cmeta_mark_outdated(m[w], x), 1);
 					}
 				}
-				/* the snapshots are the blocks done by hand */
+				/* the snapshots are the blocks done by hand: the same
+				 * keys in the same states (by worker, in the same slots) */
+				if (pi == 0)
+					assert_int_equal(esd_snapset_mirrored(ss), 1);
 				for (uint32_t w = 0; w < N; w++) {
-					const struct esd_cmeta *c = esd_snapset_cmeta(ss, w);
+					assert_int_equal(esd_snapset_count(ss, w),
+					                 esd_cmeta_count(m[w]));
+					const struct esd_cmeta *c = it % 2
+					                                ? esd_snapset_view(ss, w)
+					                                : esd_snapset_cmeta(ss, w);
 					assert_int_equal(esd_cmeta_count(c), esd_cmeta_count(m[w]));
 					for (uint32_t sl = 0; sl < CAP; sl++) {
-						const struct esd_cmeta_slot *a = esd_cmeta_slot(c,
-						                                                sl),
-						                            *h = esd_cmeta_slot(
-						                                m[w], sl);
+						const struct esd_cmeta_slot *h =
+						    esd_cmeta_slot(m[w], sl);
+						if (h->state == ESD_ROW_ABSENT)
+							continue;
+						const uint32_t cs =
+						    pi ? sl : esd_cmeta_find(c, h->key);
+						assert_int_not_equal(cs, ESD_SLOT_NONE);
+						const struct esd_cmeta_slot *a =
+						    esd_cmeta_slot(c, cs);
+						assert_int_equal(a->key, h->key);
 						assert_int_equal(a->state, h->state);
-						if (h->state != ESD_ROW_ABSENT)
-							assert_int_equal(a->key, h->key);
+						assert_int_equal(a->last_use, h->last_use);
+						assert_int_equal(a->freq, h->freq);
+						assert_int_equal(a->mark, h->mark);
 					}
+					assert_int_equal(esd_cmeta_emark_target(c),
+					                 esd_cmeta_emark_target(m[w]));
 				}
 				assert_int_equal(esd_snapset_verify(ss), 0);
 			}
