@@ -106,7 +106,7 @@ static void range_add(struct km_worker *kw, uint32_t start, uint64_t it)
  * directory (random lines, requested 16 ahead). O(places + live). */
 static void compact(struct km_worker *kw, struct keydir *dir, uint32_t w)
 {
-	esd_key_t *ring = kw->ring;
+	uint32_t *ring = kw->ring;
 	const uint64_t *stale = kw->stale;
 	const uint32_t tail = kw->tail;
 	uint32_t q = 0;
@@ -129,8 +129,8 @@ static void compact(struct km_worker *kw, struct keydir *dir, uint32_t w)
 	}
 	for (uint32_t i = 0; i < q; i++) {
 		if (i + 16 < q)
-			__builtin_prefetch(&dir->t[kd_hash(ring[i + 16], dir->bits)], 1);
-		dir->t[keydir_probe(dir, ring[i])].pos[w] = i;
+			__builtin_prefetch(&dir->t[ring[i + 16]].pos[w], 1);
+		dir->t[ring[i]].pos[w] = i;
 	}
 	esd_ring_clear(kw->stale, 0, tail);
 	kw->head = 0;
@@ -168,7 +168,7 @@ int km_from_blocks(struct km *km, struct keydir *dir, struct esd_cmeta *const *c
 				return -ESD_EDIVERGED;
 			}
 			struct keydir_ent *e = &dir->t[x];
-			kw->ring[q] = sl->key;
+			kw->ring[q] = x;
 			e->pos[w] = (uint32_t)q;
 			e->freq[w] = sl->freq;
 			e->mark[w] = sl->mark;
@@ -265,7 +265,7 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 			const uint32_t i = iw[w]++;
 			if ((cached >> w) & 1) {
 				esd_ring_drop(kw->stale, e->pos[w]);
-				kw->ring[lru_at[w] + i] = e->key;
+				kw->ring[lru_at[w] + i] = x;
 				e->pos[w] = lru_at[w] + i;
 				esd_rule_touch(&e->freq[w], &e->mark[w], kw->target,
 				               &kw->at_target);
@@ -284,10 +284,12 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 	*tA = esd_now_ns();
 
 	/* Pass B, per worker over its absent keys in key order: a free row,
-	 * or the oldest live place's key as victim. A victim DIRTY here is
-	 * evict-pushed unless its holder pushes it anyway (a victim the batch
-	 * has, DIRTY on w, is one others need, so w pushes it: pass A gave
-	 * it a new holder, never w, and so no push here either). */
+	 * or the oldest live place's key as victim. A victim still DIRTY on
+	 * w after pass A is one no worker needs (pass A gave every needed
+	 * key its new holder, never a worker that does not train it), so w
+	 * does not push it as an update: it is evict-pushed. (The blocks,
+	 * whose victims keep their states from before the iteration, look
+	 * the victim up in w's update pushes instead.) */
 	uint32_t eoff = 0;
 	esd_key_t *ekeys = cq->keys[ESD_CQ_EVICT_PUSH];
 	for (uint32_t w = 0; w < n; w++) {
@@ -299,10 +301,8 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 			if (kw->count == kw->cap) {
 				esd_rule_full(&kw->target, &kw->at_target, kw->count);
 				const uint32_t p = esd_ring_pop(kw->stale, &kw->head, lru_at[w]);
-				const uint32_t y = p == ESD_RING_NONE
-				                       ? KEYDIR_NONE
-				                       : keydir_probe(dir, kw->ring[p]);
-				if (y == KEYDIR_NONE) {
+				const uint32_t y = p == ESD_RING_NONE ? KEYDIR_NONE : kw->ring[p];
+				if (y >= dir->size || !(dt[y].cached & bit)) {
 					ESD_ERR("snap", "worker %u: no victim in a full cache", w);
 					return -EUCLEAN;
 				}
@@ -313,13 +313,12 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 				v->latest &= ~bit;
 				if (v->dirty == w) {
 					v->dirty = ESD_NO_WORKER;
-					if (!esd_conseq_has(cq, ESD_CQ_UPDATE_VALUE, w, v->key))
-						ekeys[eoff++] = v->key;
+					ekeys[eoff++] = v->key;
 				}
 			}
 			struct keydir_ent *e = &dt[kw->abx[q]];
 			const uint32_t p = lru_at[w] + kw->abi[q];
-			kw->ring[p] = e->key;
+			kw->ring[p] = kw->abx[q];
 			e->pos[w] = p;
 			esd_rule_insert(&e->freq[w], &e->mark[w], kw->target, &kw->at_target);
 			kw->count++;
@@ -356,8 +355,8 @@ int km_block(struct km *km, const struct keydir *dir, uint32_t w, uint64_t iter,
 			const uint32_t p = r / 64 * 64 + (uint32_t)__builtin_ctzll(live);
 			while (ri + 1 < kw->nr && kw->rstart[ri + 1] <= p)
 				ri++;
-			const uint32_t x = keydir_probe(dir, kw->ring[p]);
-			if (x == KEYDIR_NONE || !(dir->t[x].cached & bit) || k >= kw->count ||
+			const uint32_t x = kw->ring[p];
+			if (x >= dir->size || !(dir->t[x].cached & bit) || k >= kw->count ||
 			    kw->nr == 0)
 				return -ESD_EDIVERGED;
 			const struct keydir_ent *e = &dir->t[x];
@@ -394,10 +393,10 @@ int km_check(const struct km *km, const struct keydir *dir)
 			if (!esd_ring_live(kw->stale, p))
 				continue;
 			live++;
-			const uint32_t x = keydir_probe(dir, kw->ring[p]);
-			CHECK(x != KEYDIR_NONE && (dir->t[x].cached & bit) && dir->t[x].pos[w] == p,
-			      "worker %u: place %u (key %#llx) not its key's", w, p,
-			      (unsigned long long)kw->ring[p]);
+			const uint32_t x = kw->ring[p];
+			CHECK(x < dir->size && dir->t[x].used && (dir->t[x].cached & bit) &&
+			          dir->t[x].pos[w] == p,
+			      "worker %u: place %u (entry %u) not its key's", w, p, x);
 			const struct keydir_ent *e = &dir->t[x];
 			CHECK(e->mark[w] >= 1 && e->mark[w] <= kw->target && e->freq[w] >= 1,
 			      "worker %u: key %#llx mark %u of %u, freq %u", w,
@@ -415,4 +414,18 @@ int km_check(const struct km *km, const struct keydir *dir)
 		CHECK(kw->nr > 0 || live == 0, "worker %u: no iteration log", w);
 	}
 	return 0;
+}
+
+void km_reindex(struct km *km, const struct keydir *dir)
+{
+	const uint64_t mask = (UINT64_C(1) << km->n) - 1;
+	for (size_t i = 0; i < dir->size; i++) {
+		const struct keydir_ent *e = &dir->t[i];
+		if (!e->used)
+			continue;
+		for (uint64_t m_ = e->cached & mask; m_; m_ &= m_ - 1) {
+			const uint32_t w = (uint32_t)__builtin_ctzll(m_);
+			km->w[w].ring[e->pos[w]] = (uint32_t)i;
+		}
+	}
 }

@@ -17,9 +17,9 @@
  * decisions a block would; tests/dispatch/test_mirror.c checks it
  * against blocks after every step.
  *
- * The ring holds keys, not directory indices, so that a rehash of the
- * directory leaves it valid; a key's place is found through its entry.
- * Each iteration's places are one range, logged with the iteration, so
+ * The ring holds the keys' directory indices (km_reindex rewrites them
+ * after a rehash), so that a victim's or a compaction's entry is one line
+ * away, with no probe. Each iteration's places are one range, logged with the iteration, so
  * a copy's last use is its place's range: what a block made from the
  * mirror (esd_cmeta_from_rows) needs.
  */
@@ -42,7 +42,7 @@ struct km_worker {
 	uint32_t target, at_target; /* Emark's */
 	/* the LRU ring: places [head, tail) of size; the keys at them */
 	uint32_t head, tail, size;
-	esd_key_t *ring;
+	uint32_t *ring;
 	uint64_t *stale;
 	/* places [rstart[q], rstart[q + 1]) (the last: to tail) were given
 	 * in iteration riter[q]; nr ranges */
@@ -85,6 +85,10 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
  * iteration iter (esd_cmeta_from_rows; clocks 0). */
 int km_block(struct km *km, const struct keydir *dir, uint32_t w, uint64_t iter, void *mem,
              size_t len, struct esd_cmeta **out);
+
+/* After a rehash of the directory: every ring entry names its key's new
+ * entry. O(directory + copies). */
+void km_reindex(struct km *km, const struct keydir *dir);
 
 /* Consistency of rings, counts and directory, O(rings + directory).
  * 0 or -ESD_EDIVERGED (the first difference logged). */

@@ -173,6 +173,16 @@ uint32_t esd_snapset_workers(const struct esd_snapset *ss)
 	return ss ? ss->n : 0;
 }
 
+/* keydir_reserve; the mirror's rings follow a rehash. */
+static int dir_reserve(struct esd_snapset *ss, size_t more)
+{
+	const uint64_t gen = ss->dir.gen;
+	int rc = keydir_reserve(&ss->dir, more);
+	if (!rc && ss->mirror_live && ss->dir.gen != gen)
+		km_reindex(&ss->km, &ss->dir);
+	return rc;
+}
+
 /* Block j made from the mirror, unless up to date with it. */
 static int make_block(struct esd_snapset *ss, uint32_t j)
 {
@@ -410,7 +420,7 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
-	if (keydir_reserve(&ss->dir, cnt))
+	if (dir_reserve(ss, cnt))
 		return -ENOMEM;
 	ss->fill_kt = kt;
 	ss->fill_gen = kt->gen;
@@ -455,7 +465,7 @@ static int mirror_advance(struct esd_snapset *ss, struct esd_keytab *kt, const s
 		if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
 			return -ENOMEM;
 		ss->cap_found = cap;
-		if (keydir_reserve(&ss->dir, cnt))
+		if (dir_reserve(ss, cnt))
 			return -ENOMEM;
 		for (uint32_t u = 0; u < cnt; u++)
 			ss->found[u] = keydir_insert(&ss->dir, kt->ukeys[u]);
@@ -722,7 +732,7 @@ int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
 {
 	if (!ss || (n && (!keys || !versions)))
 		return -EINVAL;
-	if (keydir_reserve(&ss->dir, n))
+	if (dir_reserve(ss, n))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ss->dir.t[keydir_insert(&ss->dir, keys[i])].version = versions[i];

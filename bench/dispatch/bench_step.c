@@ -17,7 +17,9 @@
  * memory. A short warmup (--warmup 30) measures snapshots a few per cent
  * full, which is quicker and flatters the step (1.161 against 1.376 ms
  * at k = 1024 in the same minutes: bench/results/dispatch.md, fifth pass);
- * the last line says how full they were.
+ * the last line says how full they were, and how they were kept: by key
+ * (the mirror, under LRU with n <= 8) or by worker (--by-worker, the
+ * blocks; the other policies).
  */
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
 {
 	uint32_t n = 8, m = 128, cache_rows = 1u << 18;
 	uint32_t capf = 0, caps = 0;
-	int steps = 50, warmup = -1, shared = 0; /* -1: until full */
+	int steps = 50, warmup = -1, shared = 0, by_worker = 0; /* -1: until full */
 	uint64_t ls = 0, scale = 1;
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
@@ -96,6 +98,7 @@ int main(int argc, char **argv)
 	                                     {"ls", required_argument, 0, 'l'},
 	                                     {"sizes", required_argument, 0, 'z'},
 	                                     {"policy", required_argument, 0, 'p'},
+	                                     {"by-worker", no_argument, 0, 'B'},
 	                                     {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -130,6 +133,9 @@ int main(int argc, char **argv)
 		case 'x':
 			shared = 1;
 			break;
+		case 'B':
+			by_worker = 1;
+			break;
 		case 'l':
 			ls = (uint64_t)atoll(optarg);
 			break;
@@ -151,7 +157,7 @@ int main(int argc, char **argv)
 			    "usage: bench_step [--m M] [--steps S] [--warmup W|full] [--skew X] "
 			    "[--scale D] [--cache-rows C]\n"
 			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
-			    "[--ls N] [--sizes F/S] [--policy lru|emark|...]\n");
+			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--by-worker]\n");
 			return 2;
 		}
 	}
@@ -172,7 +178,7 @@ int main(int argc, char **argv)
 	for (uint32_t j = 0; j < n; j++)
 		capc[j] = cache_rows;
 	struct esd_snapset *ss;
-	if (esd_snapset_create(n, capc, pol, &ss))
+	if (esd_snapset_create(n, capc, pol, &ss) || (by_worker && esd_snapset_keep_mirror(ss, 0)))
 		return 1;
 	struct esd_dispatcher_config cfg = {.n = n,
 	                                    .cap = capf + caps ? cap : NULL,
@@ -217,8 +223,7 @@ int main(int argc, char **argv)
 			return 1;
 		if (warmup < 0 && full_at < 0) {
 			uint32_t j = 0;
-			while (j < n && esd_cmeta_count(esd_snapset_cmeta(ss, j)) ==
-			                    esd_cmeta_capacity(esd_snapset_cmeta(ss, j)))
+			while (j < n && esd_snapset_count(ss, j) == capc[j])
 				j++;
 			if (j == n)
 				full_at = done;
@@ -244,11 +249,12 @@ int main(int argc, char **argv)
 	       (double)r.ph[5][steps * 99 / 100] / 1e6, (double)r.ph[5][steps - 1] / 1e6);
 	uint64_t held = 0, room = 0;
 	for (uint32_t j = 0; j < n; j++) {
-		held += esd_cmeta_count(esd_snapset_cmeta(ss, j));
-		room += esd_cmeta_capacity(esd_snapset_cmeta(ss, j));
+		held += esd_snapset_count(ss, j);
+		room += capc[j];
 	}
-	printf("snapshots: %.1f %% full after %d steps", 100.0 * (double)held / (double)room,
-	       done + steps);
+	printf("snapshots: %s, %.1f %% full after %d steps",
+	       esd_snapset_mirrored(ss) ? "kept by key" : "kept by worker",
+	       100.0 * (double)held / (double)room, done + steps);
 	if (full_at >= 0)
 		printf(" (full from step %d)", full_at + 1);
 	printf("\n");
