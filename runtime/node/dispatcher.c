@@ -106,7 +106,10 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	}
 	ds->saved_ok[g] = false;
 	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
-		const struct esd_cmeta *cm = esd_snapset_cmeta(ds->ss, j);
+		/* read only: a mirror kept by key stays one */
+		const struct esd_cmeta *cm = esd_snapset_view(ds->ss, j);
+		if (!cm)
+			return -ENOMEM;
 		size_t len = esd_cmeta_block_bytes(cm);
 		struct esd_cmeta *out;
 		if (len > ds->saved_len[g][j]) {
