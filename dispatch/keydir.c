@@ -12,7 +12,7 @@
 static int alloc_table(struct keydir *kd, uint32_t bits)
 {
 	size_t size = (size_t)1 << bits;
-	struct keydir_ent *t = esd_big_zalloc(size * sizeof(*t));
+	char *t = esd_big_zalloc(size << kd->shift);
 	if (!t)
 		return -ENOMEM;
 	kd->t = t;
@@ -22,8 +22,9 @@ static int alloc_table(struct keydir *kd, uint32_t bits)
 	return 0;
 }
 
-int keydir_init(struct keydir *kd, size_t live_hint)
+int keydir_init(struct keydir *kd, size_t live_hint, int wide)
 {
+	kd->shift = wide ? 7 : 5;
 	uint32_t bits = 10;
 	while (((size_t)1 << bits) < 2 * live_hint)
 		bits++;
@@ -32,13 +33,13 @@ int keydir_init(struct keydir *kd, size_t live_hint)
 
 void keydir_free(struct keydir *kd)
 {
-	esd_big_free(kd->t, kd->size * sizeof(*kd->t));
+	esd_big_free(kd->t, kd->size << kd->shift);
 	kd->t = NULL;
 }
 
 void keydir_clear(struct keydir *kd)
 {
-	memset(kd->t, 0, kd->size * sizeof(*kd->t));
+	memset(kd->t, 0, kd->size << kd->shift);
 	kd->used = 0;
 	kd->gen++;
 }
@@ -50,9 +51,10 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	/* rehash the live entries (dropping those cached nowhere), growing
 	 * while they would fill more than half of the table */
 	size_t live = 0;
-	for (size_t i = 0; i < kd->size; i++)
-		live +=
-		    kd->t[i].used && (kd->t[i].cached || (kd->keep_versions && kd->t[i].version));
+	for (size_t i = 0; i < kd->size; i++) {
+		const struct keydir_ent *e = keydir_at(kd, i);
+		live += e->used && (e->cached || (kd->keep_versions && e->version));
+	}
 	uint32_t bits = kd->bits;
 	while (((size_t)1 << bits) < 2 * (live + more))
 		bits++;
@@ -63,17 +65,32 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	}
 	kd->gen = old.gen + 1;
 	for (size_t i = 0; i < old.size; i++) {
-		const struct keydir_ent *e = &old.t[i];
+		const struct keydir_ent *e = keydir_at(&old, i);
 		if (e->used && (e->cached || (kd->keep_versions && e->version))) {
 			uint32_t h = keydir_insert(kd, e->key);
-			kd->t[h] = *e;
+			memcpy(keydir_at(kd, h), e, (size_t)1 << kd->shift);
 		}
 	}
-	esd_big_free(old.t, old.size * sizeof(*old.t));
+	esd_big_free(old.t, old.size << old.shift);
 	return 0;
 }
 
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
 {
 	return keydir_probe(kd, key);
+}
+
+int keydir_widen(struct keydir *kd)
+{
+	if (kd->shift == 7)
+		return 0;
+	char *t = esd_big_zalloc(kd->size << 7);
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < kd->size; i++)
+		memcpy(t + (i << 7), keydir_at(kd, i), sizeof(struct keydir_ent));
+	esd_big_free(kd->t, kd->size << kd->shift);
+	kd->t = t;
+	kd->shift = 7;
+	return 0;
 }

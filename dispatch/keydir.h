@@ -8,6 +8,12 @@
  * Linear probing, no deletion: a key evicted everywhere stays as an entry
  * with cached == 0 (same meaning as absent) until the next rehash, so entry
  * indices stay valid while an iteration is applied.
+ *
+ * An entry is 32 bytes, two to a cache line; a wide directory (the
+ * snapshots kept by key, mirror.h) has 128-byte records instead, the entry
+ * followed by the mirror's fields of the key, two lines a key. Address
+ * entries with keydir_at (and records with keydir_km), never by indexing
+ * the table.
  */
 #ifndef ESD_DISPATCH_KEYDIR_H
 #define ESD_DISPATCH_KEYDIR_H
@@ -21,8 +27,6 @@
  * policy fields of the key in its entry. */
 #define KM_WORKERS 8
 
-/* 128 bytes, two cache lines: the directory's fields in the first 32,
- * then the mirror's (zero, unused, when the set keeps no mirror). */
 struct keydir_ent {
 	uint64_t key;
 	uint64_t latest;
@@ -31,19 +35,25 @@ struct keydir_ent {
 	                        * the PS row clock under full-set sync) */
 	uint64_t dirty : 8;    /* ESD_NO_WORKER when none */
 	uint64_t used : 8;     /* 1: slot holds 'key' (possibly cached == 0) */
-	/* the mirror: per worker holding the key, its place in the worker's
-	 * LRU ring, its use count and Emark mark (esd_cmeta_slot's freq,
-	 * mark) */
+};
+_Static_assert(sizeof(struct keydir_ent) == 32, "keydir entry size");
+
+/* A wide directory's record: the entry, then per worker holding the key
+ * its place in the worker's LRU ring, its use count and Emark mark (a
+ * block slot's lru_pos, freq, mark). 128 bytes, two lines. */
+struct keydir_km {
+	struct keydir_ent d;
 	uint32_t pos[KM_WORKERS];
 	uint32_t freq[KM_WORKERS];
 	uint32_t mark[KM_WORKERS];
 };
-_Static_assert(sizeof(struct keydir_ent) == 128, "keydir entry size");
+_Static_assert(sizeof(struct keydir_km) == 128, "keydir record size");
 
 #define KEYDIR_NONE UINT32_MAX
 
 struct keydir {
-	struct keydir_ent *t;
+	char *t;        /* size entries (records when wide) */
+	uint32_t shift; /* log2 of an entry's bytes: 5, or 7 when wide */
 	uint32_t bits;
 	size_t size, used;
 	uint64_t gen;      /* changes when entries move (rehash, clear) */
@@ -56,12 +66,23 @@ static inline uint32_t kd_hash(esd_key_t key, uint32_t bits)
 	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
 }
 
+static inline struct keydir_ent *keydir_at(const struct keydir *kd, size_t h)
+{
+	return (struct keydir_ent *)(kd->t + (h << kd->shift));
+}
+
+/* Record h of a wide directory. */
+static inline struct keydir_km *keydir_km(const struct keydir *kd, size_t h)
+{
+	return (struct keydir_km *)(kd->t + (h << 7));
+}
+
 /* keydir_find, inline: for loops that use each entry as they find it. */
 static inline uint32_t keydir_probe(const struct keydir *kd, esd_key_t key)
 {
 	const uint32_t mask = (uint32_t)kd->size - 1;
 	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
-		const struct keydir_ent *e = &kd->t[h];
+		const struct keydir_ent *e = keydir_at(kd, h);
 		if (!e->used)
 			return KEYDIR_NONE;
 		if (e->key == key)
@@ -81,12 +102,16 @@ keydir_prefetch_ahead(const struct keydir *kd, const esd_key_t *keys, size_t n, 
 {
 	if (i == 0)
 		for (size_t q = 0; q < KEYDIR_AHEAD && q < n; q++)
-			__builtin_prefetch(&kd->t[kd_hash(keys[q], kd->bits)]);
+			__builtin_prefetch(keydir_at(kd, kd_hash(keys[q], kd->bits)));
 	if (i + KEYDIR_AHEAD < n)
-		__builtin_prefetch(&kd->t[kd_hash(keys[i + KEYDIR_AHEAD], kd->bits)]);
+		__builtin_prefetch(keydir_at(kd, kd_hash(keys[i + KEYDIR_AHEAD], kd->bits)));
 }
 
-int keydir_init(struct keydir *kd, size_t live_hint);
+/* wide: 128-byte records (keydir_km). */
+int keydir_init(struct keydir *kd, size_t live_hint, int wide);
+/* Make the directory wide (the entries stay where they are: indices stay
+ * valid), O(size). 0 or -ENOMEM. */
+int keydir_widen(struct keydir *kd);
 void keydir_free(struct keydir *kd);
 void keydir_clear(struct keydir *kd);
 /* Make room for 'more' insertions without a rehash during them. */
@@ -99,7 +124,7 @@ static inline uint32_t keydir_insert(struct keydir *kd, esd_key_t key)
 {
 	const uint32_t mask = (uint32_t)kd->size - 1;
 	for (uint32_t h = kd_hash(key, kd->bits);; h = (h + 1) & mask) {
-		struct keydir_ent *e = &kd->t[h];
+		struct keydir_ent *e = keydir_at(kd, h);
 		if (!e->used) {
 			e->used = 1;
 			e->key = key;

@@ -129,8 +129,8 @@ static void compact(struct km_worker *kw, struct keydir *dir, uint32_t w)
 	}
 	for (uint32_t i = 0; i < q; i++) {
 		if (i + 16 < q)
-			__builtin_prefetch(&dir->t[ring[i + 16]].pos[w], 1);
-		dir->t[ring[i]].pos[w] = i;
+			__builtin_prefetch(&keydir_km(dir, ring[i + 16])->pos[w], 1);
+		keydir_km(dir, ring[i])->pos[w] = i;
 	}
 	esd_ring_clear(kw->stale, 0, tail);
 	kw->head = 0;
@@ -159,7 +159,8 @@ int km_from_blocks(struct km *km, struct keydir *dir, struct esd_cmeta *const *c
 		for (size_t q = 0; q < k; q++) {
 			const struct esd_cmeta_slot *sl = esd_cmeta_slot(cm[w], order[q]);
 			const uint32_t x = keydir_probe(dir, sl->key);
-			if (x == KEYDIR_NONE || !(dir->t[x].cached & bit) || sl->last_use < last) {
+			if (x == KEYDIR_NONE || !(keydir_at(dir, x)->cached & bit) ||
+			    sl->last_use < last) {
 				free(order);
 				ESD_ERR("snap",
 				        "worker %u: key %#llx not in the directory or out of "
@@ -167,7 +168,7 @@ int km_from_blocks(struct km *km, struct keydir *dir, struct esd_cmeta *const *c
 				        w, (unsigned long long)sl->key);
 				return -ESD_EDIVERGED;
 			}
-			struct keydir_ent *e = &dir->t[x];
+			struct keydir_km *e = keydir_km(dir, x);
 			kw->ring[q] = x;
 			e->pos[w] = (uint32_t)q;
 			e->freq[w] = sl->freq;
@@ -248,17 +249,17 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 	const int lone = sync == ESD_SYNC_ON_DEMAND;
 	const uint32_t *sorted = kt->sorted;
 	const uint64_t *needs = kt->need;
-	struct keydir_ent *dt = dir->t;
 	for (uint32_t r = 0; r < cnt; r++) {
 		if (r + KEYDIR_AHEAD < cnt) {
-			const char *a = (const char *)&dt[found[sorted[r + KEYDIR_AHEAD]]];
+			const char *a =
+			    (const char *)keydir_km(dir, found[sorted[r + KEYDIR_AHEAD]]);
 			__builtin_prefetch(a, 1);
 			__builtin_prefetch(a + 64, 1);
 		}
 		const uint32_t u = sorted[r];
 		const uint32_t x = found[u];
-		struct keydir_ent *e = &dt[x];
-		const uint64_t need = needs[u], cached = e->cached;
+		struct keydir_km *e = keydir_km(dir, x);
+		const uint64_t need = needs[u], cached = e->d.cached;
 		for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 			const uint32_t w = (uint32_t)__builtin_ctzll(m_);
 			struct km_worker *kw = &km->w[w];
@@ -274,12 +275,12 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 				kw->abi[na[w]++] = i;
 			}
 		}
-		e->cached |= need;
+		e->d.cached |= need;
 		/* as masks, not a branch on whether the key is shared */
 		const uint64_t alone = -(uint64_t)(lone & !(need & (need - 1)));
 		const uint32_t trainer = (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63);
-		e->latest = need & alone;
-		e->dirty = ESD_NO_WORKER ^ ((ESD_NO_WORKER ^ trainer) & (uint32_t)alone);
+		e->d.latest = need & alone;
+		e->d.dirty = ESD_NO_WORKER ^ ((ESD_NO_WORKER ^ trainer) & (uint32_t)alone);
 	}
 	*tA = esd_now_ns();
 
@@ -302,21 +303,21 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 				esd_rule_full(&kw->target, &kw->at_target, kw->count);
 				const uint32_t p = esd_ring_pop(kw->stale, &kw->head, lru_at[w]);
 				const uint32_t y = p == ESD_RING_NONE ? KEYDIR_NONE : kw->ring[p];
-				if (y >= dir->size || !(dt[y].cached & bit)) {
+				if (y >= dir->size || !(keydir_at(dir, y)->cached & bit)) {
 					ESD_ERR("snap", "worker %u: no victim in a full cache", w);
 					return -EUCLEAN;
 				}
-				struct keydir_ent *v = &dt[y];
+				struct keydir_km *v = keydir_km(dir, y);
 				esd_rule_leave(v->mark[w], kw->target, &kw->at_target);
 				kw->count--;
-				v->cached &= ~bit;
-				v->latest &= ~bit;
-				if (v->dirty == w) {
-					v->dirty = ESD_NO_WORKER;
-					ekeys[eoff++] = v->key;
+				v->d.cached &= ~bit;
+				v->d.latest &= ~bit;
+				if (v->d.dirty == w) {
+					v->d.dirty = ESD_NO_WORKER;
+					ekeys[eoff++] = v->d.key;
 				}
 			}
-			struct keydir_ent *e = &dt[kw->abx[q]];
+			struct keydir_km *e = keydir_km(dir, kw->abx[q]);
 			const uint32_t p = lru_at[w] + kw->abi[q];
 			kw->ring[p] = kw->abx[q];
 			e->pos[w] = p;
@@ -356,15 +357,15 @@ int km_block(struct km *km, const struct keydir *dir, uint32_t w, uint64_t iter,
 			while (ri + 1 < kw->nr && kw->rstart[ri + 1] <= p)
 				ri++;
 			const uint32_t x = kw->ring[p];
-			if (x >= dir->size || !(dir->t[x].cached & bit) || k >= kw->count ||
-			    kw->nr == 0)
+			if (x >= dir->size || !(keydir_at(dir, x)->cached & bit) ||
+			    k >= kw->count || kw->nr == 0)
 				return -ESD_EDIVERGED;
-			const struct keydir_ent *e = &dir->t[x];
-			km->rows[k++] = (struct esd_cmeta_row){.key = e->key,
+			const struct keydir_km *e = keydir_km(dir, x);
+			km->rows[k++] = (struct esd_cmeta_row){.key = e->d.key,
 			                                       .last_use = kw->riter[ri],
 			                                       .freq = e->freq[w],
 			                                       .mark = e->mark[w],
-			                                       .state = state_of(e, w)};
+			                                       .state = state_of(&e->d, w)};
 		}
 	}
 	if (k != kw->count)
@@ -394,18 +395,19 @@ int km_check(const struct km *km, const struct keydir *dir)
 				continue;
 			live++;
 			const uint32_t x = kw->ring[p];
-			CHECK(x < dir->size && dir->t[x].used && (dir->t[x].cached & bit) &&
-			          dir->t[x].pos[w] == p,
+			CHECK(x < dir->size && keydir_at(dir, x)->used &&
+			          (keydir_at(dir, x)->cached & bit) &&
+			          keydir_km(dir, x)->pos[w] == p,
 			      "worker %u: place %u (entry %u) not its key's", w, p, x);
-			const struct keydir_ent *e = &dir->t[x];
+			const struct keydir_km *e = keydir_km(dir, x);
 			CHECK(e->mark[w] >= 1 && e->mark[w] <= kw->target && e->freq[w] >= 1,
 			      "worker %u: key %#llx mark %u of %u, freq %u", w,
-			      (unsigned long long)e->key, e->mark[w], kw->target, e->freq[w]);
+			      (unsigned long long)e->d.key, e->mark[w], kw->target, e->freq[w]);
 			at += e->mark[w] == kw->target;
 		}
 		size_t held = 0;
 		for (size_t i = 0; i < dir->size; i++)
-			held += dir->t[i].used && (dir->t[i].cached & bit);
+			held += keydir_at(dir, i)->used && (keydir_at(dir, i)->cached & bit);
 		CHECK(live == kw->count && held == kw->count && kw->count <= kw->cap,
 		      "worker %u: %u live places, %zu keys held, count %u of %u", w, live, held,
 		      kw->count, kw->cap);
@@ -420,10 +422,10 @@ void km_reindex(struct km *km, const struct keydir *dir)
 {
 	const uint64_t mask = (UINT64_C(1) << km->n) - 1;
 	for (size_t i = 0; i < dir->size; i++) {
-		const struct keydir_ent *e = &dir->t[i];
-		if (!e->used)
+		const struct keydir_km *e = keydir_km(dir, i);
+		if (!e->d.used)
 			continue;
-		for (uint64_t m_ = e->cached & mask; m_; m_ &= m_ - 1) {
+		for (uint64_t m_ = e->d.cached & mask; m_; m_ &= m_ - 1) {
 			const uint32_t w = (uint32_t)__builtin_ctzll(m_);
 			km->w[w].ring[e->pos[w]] = (uint32_t)i;
 		}

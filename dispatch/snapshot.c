@@ -117,7 +117,13 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 	size_t total = 0;
 	for (uint32_t j = 0; j < n; j++)
 		total += capacity[j];
-	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25))))
+	/* the mirror from the start under LRU (empty, as the blocks), with
+	 * its wide directory; under the other policies from the fill after a
+	 * switch to LRU */
+	const char *env = getenv("ESD_SNAP_MIRROR");
+	ss->mirror_ok = n <= KM_WORKERS && !(env && !strcmp(env, "0"));
+	const int wide = ss->mirror_ok && policy == ESD_POLICY_LRU;
+	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25), wide)))
 		goto fail_blocks;
 	for (uint32_t j = 0; j < n; j++) {
 		size_t len = esd_cmeta_bytes(capacity[j]);
@@ -130,11 +136,7 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 		if ((rc = esd_cmeta_init(ss->mem[j], len, capacity[j], policy, &ss->cm[j])))
 			goto fail_blocks;
 	}
-	/* the mirror from the start under LRU (empty, as the blocks); under
-	 * the other policies from the fill after a switch to LRU */
-	const char *env = getenv("ESD_SNAP_MIRROR");
-	ss->mirror_ok = n <= KM_WORKERS && !(env && !strcmp(env, "0"));
-	if (ss->mirror_ok && policy == ESD_POLICY_LRU) {
+	if (wide) {
 		rc = km_init(&ss->km, n, capacity);
 		if (rc == -ENOMEM)
 			goto fail_blocks;
@@ -223,6 +225,8 @@ static int take_back(struct esd_snapset *ss)
 		cap[j] = esd_cmeta_capacity(ss->cm[j]);
 	int rc = ss->km.n ? 0 : km_init(&ss->km, ss->n, cap);
 	if (!rc)
+		rc = keydir_widen(&ss->dir);
+	if (!rc)
 		rc = km_from_blocks(&ss->km, &ss->dir, ss->cm);
 	if (rc == -ENOMEM)
 		return rc;
@@ -296,7 +300,8 @@ static int rebuild_dir(struct esd_snapset *ss)
 			const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[j], i);
 			if (sl->state == ESD_ROW_ABSENT)
 				continue;
-			struct keydir_ent *e = &ss->dir.t[keydir_insert(&ss->dir, sl->key)];
+			struct keydir_ent *e =
+			    keydir_at(&ss->dir, keydir_insert(&ss->dir, sl->key));
 			e->cached |= UINT64_C(1) << j;
 			if (sl->state >= ESD_ROW_CLEAN)
 				e->latest |= UINT64_C(1) << j;
@@ -308,7 +313,7 @@ static int rebuild_dir(struct esd_snapset *ss)
 		}
 	}
 	for (size_t i = 0; i < ss->dir.size; i++) {
-		const struct keydir_ent *e = &ss->dir.t[i];
+		const struct keydir_ent *e = keydir_at(&ss->dir, i);
 		if (e->used && e->dirty != ESD_NO_WORKER && e->latest != (UINT64_C(1) << e->dirty))
 			return -ESD_EDIVERGED;
 	}
@@ -322,7 +327,7 @@ int esd_snapset_flush(struct esd_snapset *ss)
 	if (ss->mirror_live) {
 		/* the states are the directory's: DIRTY copies stay latest */
 		for (size_t i = 0; i < ss->dir.size; i++)
-			ss->dir.t[i].dirty = ESD_NO_WORKER;
+			keydir_at(&ss->dir, i)->dirty = ESD_NO_WORKER;
 		ss->blocks_ok = 0;
 		return 0;
 	}
@@ -337,7 +342,8 @@ int esd_snapset_flush(struct esd_snapset *ss)
 				return rc;
 			uint32_t x = keydir_find(&ss->dir, sl->key);
 			if (x != KEYDIR_NONE)
-				ss->dir.t[x].dirty = ESD_NO_WORKER; /* still latest: CLEAN */
+				keydir_at(&ss->dir, x)->dirty =
+				    ESD_NO_WORKER; /* still latest: CLEAN */
 		}
 	}
 	return 0;
@@ -369,7 +375,7 @@ int esd_snapset_verify(struct esd_snapset *ss)
 			uint32_t x = keydir_find(&ss->dir, sl->key);
 			if (x == KEYDIR_NONE)
 				return -ESD_EDIVERGED;
-			const struct keydir_ent *e = &ss->dir.t[x];
+			const struct keydir_ent *e = keydir_at(&ss->dir, x);
 			if (!(e->cached & bit) ||
 			    !!(e->latest & bit) != (sl->state >= ESD_ROW_CLEAN) ||
 			    (e->dirty == j) != (sl->state == ESD_ROW_DIRTY))
@@ -377,8 +383,8 @@ int esd_snapset_verify(struct esd_snapset *ss)
 		}
 	}
 	for (size_t i = 0; i < ss->dir.size; i++)
-		if (ss->dir.t[i].used)
-			live += (size_t)popc(ss->dir.t[i].cached);
+		if (keydir_at(&ss->dir, i)->used)
+			live += (size_t)popc(keydir_at(&ss->dir, i)->cached);
 	return live == occupied ? 0 : -ESD_EDIVERGED;
 }
 
@@ -428,13 +434,13 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	const esd_key_t *ukeys = kt->ukeys;
 	uint32_t *found = ss->found;
 	struct esd_keystate *st = kt->st;
-	const struct keydir_ent *dt = ss->dir.t;
 	const int het = ss->het; /* loads hoisted: the stores below may alias */
 	for (uint32_t u = 0; u < cnt; u++) {
 		keydir_prefetch_ahead(&ss->dir, ukeys, cnt, u);
 		/* a new key gets its entry now, cached nowhere (the same meaning
 		 * as none): the advance then finds every key's entry here */
-		const struct keydir_ent *e = &dt[found[u] = keydir_insert(&ss->dir, ukeys[u])];
+		const struct keydir_ent *e =
+		    keydir_at(&ss->dir, found[u] = keydir_insert(&ss->dir, ukeys[u]));
 		uint64_t latest = e->latest;
 		if (het)
 			for (uint64_t m_ = e->cached & ~e->latest; m_; m_ &= m_ - 1)
@@ -600,7 +606,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			for (size_t q = 0; q < fill.n_pulls; q++) {
 				uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
 				const struct keydir_ent *e =
-				    x == KEYDIR_NONE ? NULL : &ss->dir.t[x];
+				    x == KEYDIR_NONE ? NULL : keydir_at(&ss->dir, x);
 				uint64_t v = e ? e->version : 0;
 				const struct esd_cmeta_slot *sl =
 				    esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
@@ -624,7 +630,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			uint32_t x = keydir_find(&ss->dir, ss->evicts[q].key);
 			if (x == KEYDIR_NONE)
 				return -ESD_EDIVERGED;
-			struct keydir_ent *e = &ss->dir.t[x];
+			struct keydir_ent *e = keydir_at(&ss->dir, x);
 			e->cached &= ~wbit;
 			e->latest &= ~wbit;
 			if (e->dirty == w)
@@ -671,7 +677,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	for (uint32_t u = 0; u < cnt; u++) {
 		/* the entries' lines, last seen by the fill, requested ahead */
 		if (have_found && u + KEYDIR_AHEAD < cnt)
-			__builtin_prefetch(&ss->dir.t[found[u + KEYDIR_AHEAD]], 1);
+			__builtin_prefetch(keydir_at(&ss->dir, found[u + KEYDIR_AHEAD]), 1);
 		const struct esd_keystate *s = &st[u];
 		const uint64_t need = needs[u];
 		const esd_key_t key = ukeys[u];
@@ -680,7 +686,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			others[(size_t)j * cnt + no[j]++] = key;
 		}
 		const uint32_t x = have_found ? found[u] : keydir_insert(&ss->dir, key);
-		struct keydir_ent *e = &ss->dir.t[x];
+		struct keydir_ent *e = keydir_at(&ss->dir, x);
 		e->cached |= need;
 		if (het)
 			e->version++; /* full-set: the PS applies it once this iteration */
@@ -715,7 +721,7 @@ size_t esd_snapset_versions(const struct esd_snapset *ss, esd_key_t *keys, uint6
 		return 0;
 	size_t n = 0;
 	for (size_t i = 0; i < ss->dir.size; i++) {
-		const struct keydir_ent *e = &ss->dir.t[i];
+		const struct keydir_ent *e = keydir_at(&ss->dir, i);
 		if (!e->used || !e->version)
 			continue;
 		if (n < cap) {
@@ -735,6 +741,6 @@ int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
 	if (dir_reserve(ss, n))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
-		ss->dir.t[keydir_insert(&ss->dir, keys[i])].version = versions[i];
+		keydir_at(&ss->dir, keydir_insert(&ss->dir, keys[i]))->version = versions[i];
 	return 0;
 }

@@ -12,6 +12,7 @@
  * mirror again at its first fill), a flush, a policy switch to LFU and
  * back (the mirror hands over to the blocks and takes them back), and
  * lookahead hints (which the mirror does not keep: blocks from then on).
+ * A set made under LFU takes the mirror up after a switch to LRU.
  */
 #include "testutil.h"
 
@@ -215,6 +216,58 @@ static void test_same_as_blocks(void **state)
 	}
 }
 
+/* A set made under LFU (a narrow directory, blocks) switched to LRU
+ * halfway: its next fill widens the directory in place and makes the
+ * mirror from the blocks; it goes on deciding as a set kept by worker. */
+static void test_switch_to_lru(void **state)
+{
+	(void)state;
+	uint32_t capc[N];
+	int64_t T[N];
+	for (uint32_t w = 0; w < N; w++) {
+		capc[w] = CAP + 5 * w;
+		T[w] = 10 * (int64_t)(w + 1);
+	}
+	struct esd_snapset *s;
+	struct run ref = {0}, km = {0};
+	assert_int_equal(esd_snapset_create(N, capc, ESD_POLICY_LFU, &s), 0);
+	assert_int_equal(esd_snapset_keep_mirror(s, 0), 0);
+	run_open(&ref, s);
+	assert_int_equal(esd_snapset_create(N, capc, ESD_POLICY_LFU, &s), 0);
+	assert_int_equal(esd_snapset_mirrored(s), 0);
+	run_open(&km, s);
+	uint64_t rng = 99;
+	uint32_t off[K + 1], assign[K];
+	esd_key_t keys[K * PER];
+	for (int step = 1; step <= 400; step++) {
+		if (step == 150)
+			for (uint32_t w = 0; w < N; w++) {
+				assert_int_equal(esd_cmeta_set_policy(esd_snapset_cmeta(ref.ss, w),
+				                                      ESD_POLICY_LRU),
+				                 0);
+				assert_int_equal(esd_cmeta_set_policy(esd_snapset_cmeta(km.ss, w),
+				                                      ESD_POLICY_LRU),
+				                 0);
+			}
+		for (uint32_t i = 0; i <= K; i++)
+			off[i] = i * PER;
+		for (uint32_t i = 0; i < K * PER; i++)
+			keys[i] = draw(&rng, i % PER);
+		for (uint32_t i = 0; i < K; i++)
+			assign[i] = (i * 7 + (uint32_t)step) % N;
+		const struct esd_batch b = {K, off, keys};
+		run_step(&ref, &b, assign, T, ESD_SYNC_ON_DEMAND);
+		run_step(&km, &b, assign, T, ESD_SYNC_ON_DEMAND);
+		assert_int_equal(esd_snapset_mirrored(km.ss), step >= 150);
+		same_consequence(ref.cq, km.cq);
+		if (step % 5 == 0)
+			same_rows(km.ss, ref.ss);
+	}
+	assert_int_equal(esd_snapset_verify(km.ss), 0);
+	run_close(&ref);
+	run_close(&km);
+}
+
 /* The mirror's refusals: a worker needing more rows than it holds fails
  * the step before anything changes, as with blocks; ESD_SNAP_MIRROR=0
  * keeps a set by worker; more than 8 workers never have a mirror. */
@@ -264,6 +317,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_same_as_blocks),
+	    cmocka_unit_test(test_switch_to_lru),
 	    cmocka_unit_test(test_limits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
