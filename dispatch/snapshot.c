@@ -434,13 +434,14 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	const esd_key_t *ukeys = kt->ukeys;
 	uint32_t *found = ss->found;
 	struct esd_keystate *st = kt->st;
-	const int het = ss->het; /* loads hoisted: the stores below may alias */
+	const int het = ss->het;    /* loads hoisted: the stores below may alias */
+	struct keydir kd = ss->dir; /* the table's address and layout too */
 	for (uint32_t u = 0; u < cnt; u++) {
-		keydir_prefetch_ahead(&ss->dir, ukeys, cnt, u);
+		keydir_prefetch_ahead(&kd, ukeys, cnt, u);
 		/* a new key gets its entry now, cached nowhere (the same meaning
 		 * as none): the advance then finds every key's entry here */
 		const struct keydir_ent *e =
-		    keydir_at(&ss->dir, found[u] = keydir_insert(&ss->dir, ukeys[u]));
+		    keydir_at(&kd, found[u] = keydir_insert(&kd, ukeys[u]));
 		uint64_t latest = e->latest;
 		if (het)
 			for (uint64_t m_ = e->cached & ~e->latest; m_; m_ &= m_ - 1)
@@ -448,6 +449,7 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 					latest |= m_ & -m_;
 		st[u] = (struct esd_keystate){latest, e->cached, (uint8_t)e->dirty, {0}};
 	}
+	ss->dir.used = kd.used;
 	return 0;
 }
 
