@@ -245,7 +245,7 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 	 * iteration's outcome (DESIGN §3 step 6): the trainers hold the key,
 	 * its latest value DIRTY on a lone trainer (on-demand) or at the PS
 	 * only, every other copy OUTDATED by the masks alone. */
-	uint32_t iw[KM_WORKERS] = {0}, na[KM_WORKERS] = {0};
+	uint32_t iw[KM_WORKERS] = {0}, na[KM_WORKERS] = {0}, pulls[KM_WORKERS] = {0};
 	const int lone = sync == ESD_SYNC_ON_DEMAND;
 	const uint32_t *sorted = kt->sorted;
 	const uint64_t *needs = kt->need;
@@ -259,11 +259,12 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 		const uint32_t u = sorted[r];
 		const uint32_t x = found[u];
 		struct keydir_km *e = keydir_km(dir, x);
-		const uint64_t need = needs[u], cached = e->d.cached;
+		const uint64_t need = needs[u], cached = e->d.cached, latest = e->d.latest;
 		for (uint64_t m_ = need; m_; m_ &= m_ - 1) {
 			const uint32_t w = (uint32_t)__builtin_ctzll(m_);
 			struct km_worker *kw = &km->w[w];
 			const uint32_t i = iw[w]++;
+			pulls[w] += !((latest >> w) & 1);
 			if ((cached >> w) & 1) {
 				esd_ring_drop(kw->stale, e->pos[w]);
 				kw->ring[lru_at[w] + i] = x;
@@ -283,6 +284,11 @@ int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
 		e->d.dirty = ESD_NO_WORKER ^ ((ESD_NO_WORKER ^ trainer) & (uint32_t)alone);
 	}
 	*tA = esd_now_ns();
+	/* a copy not latest is pulled: the key table's pulls must be these
+	 * (else it was not filled from this set, which must be reloaded) */
+	for (uint32_t w = 0; w < n; w++)
+		if (pulls[w] != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
+			return -ESD_EDIVERGED;
 
 	/* Pass B, per worker over its absent keys in key order: a free row,
 	 * or the oldest live place's key as victim. A victim still DIRTY on

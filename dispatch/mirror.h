@@ -75,8 +75,10 @@ int km_from_blocks(struct km *km, struct keydir *dir, struct esd_cmeta *const *c
  * consequence computed into cq with the per-worker lists' lengths wlen.
  * Touches, inserts, evictions (cq's EVICT_PUSH lists), the directory.
  * tA and tB receive the ends of the two passes (esd_now_ns).
- * 0, -ENOSPC (checked before any change), -ENOMEM (likewise) or -EUCLEAN
- * (no victim where the count promised one: a damaged mirror). */
+ * 0, -ENOSPC (checked before any change), -ENOMEM (likewise),
+ * -ESD_EDIVERGED (the key table's pulls are not the mirror's: kt was not
+ * filled from this set, which must be reloaded) or -EUCLEAN (no victim
+ * where the count promised one: a damaged mirror). */
 int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
                const uint32_t *found, const uint32_t *wlen, uint64_t t, enum esd_sync sync,
                struct esd_conseq *cq, int64_t *tA, int64_t *tB);

@@ -18,6 +18,7 @@
 
 #include <esd/dispatch.h>
 #include <esd/dispatch_snap.h>
+#include <esd/err.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -308,6 +309,15 @@ static void test_limits(void **state)
 	assert_int_equal(esd_snapset_count(ss, 0), 4);
 	assert_int_equal(esd_snapset_count(ss, 1), 2);
 	assert_int_equal(esd_snapset_verify(ss), 0);
+	/* a key table filled from another set: its pulls are not the
+	 * mirror's, the advance says so (the set is then to be reloaded) */
+	struct esd_snapset *other;
+	assert_int_equal(esd_snapset_create(2, capc, ESD_POLICY_LRU, &other), 0);
+	assert_int_equal(esd_keytab_build(kt, &b, 2), 0);
+	assert_int_equal(esd_snapset_fill(other, kt), 0);
+	assert_int_equal(esd_snapset_advance(ss, kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq),
+	                 -ESD_EDIVERGED);
+	esd_snapset_free(other);
 	esd_conseq_free(cq);
 	esd_keytab_free(kt);
 	esd_snapset_free(ss);
