@@ -185,6 +185,30 @@ static int dir_reserve(struct esd_snapset *ss, size_t more)
 	return rc;
 }
 
+/* Room for the entries of kt's keys (found[], and the directory, which
+ * may rehash), the fill they belong to recorded. */
+static int room_found(struct esd_snapset *ss, const struct esd_keytab *kt)
+{
+	size_t cap = ss->cap_found;
+	if (esd_grow((void **)&ss->found, &cap, kt->count, sizeof(uint32_t)))
+		return -ENOMEM;
+	ss->cap_found = cap;
+	if (dir_reserve(ss, kt->count))
+		return -ENOMEM;
+	ss->fill_kt = kt;
+	ss->fill_gen = kt->gen;
+	ss->fill_dirgen = ss->dir.gen;
+	return 0;
+}
+
+/* Does found[] hold the entries of kt's keys (the fill's, the table not
+ * rebuilt and the directory not rehashed since)? */
+static int have_found(const struct esd_snapset *ss, const struct esd_keytab *kt)
+{
+	return ss->fill_kt == kt && ss->fill_gen == kt->gen && ss->fill_dirgen == ss->dir.gen &&
+	       ss->found;
+}
+
 /* Block j made from the mirror, unless up to date with it. */
 static int make_block(struct esd_snapset *ss, uint32_t j)
 {
@@ -422,15 +446,8 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (ss->mirror_ok && !ss->mirror_live && (rc = take_back(ss)))
 		return rc;
 	const uint32_t cnt = kt->count;
-	size_t cap = ss->cap_found;
-	if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
-		return -ENOMEM;
-	ss->cap_found = cap;
-	if (dir_reserve(ss, cnt))
-		return -ENOMEM;
-	ss->fill_kt = kt;
-	ss->fill_gen = kt->gen;
-	ss->fill_dirgen = ss->dir.gen;
+	if ((rc = room_found(ss, kt)))
+		return rc;
 	const esd_key_t *ukeys = kt->ukeys;
 	uint32_t *found = ss->found;
 	struct esd_keystate *st = kt->st;
@@ -467,19 +484,11 @@ static int mirror_advance(struct esd_snapset *ss, struct esd_keytab *kt, const s
 	const uint32_t cnt = kt->count;
 	/* every key's entry from the fill, unless the table was rebuilt or the
 	 * directory rehashed since: then looked up (and inserted) here */
-	if (!(ss->fill_kt == kt && ss->fill_gen == kt->gen && ss->fill_dirgen == ss->dir.gen &&
-	      ss->found)) {
-		size_t cap = ss->cap_found;
-		if (esd_grow((void **)&ss->found, &cap, cnt, sizeof(uint32_t)))
-			return -ENOMEM;
-		ss->cap_found = cap;
-		if (dir_reserve(ss, cnt))
-			return -ENOMEM;
+	if (!have_found(ss, kt)) {
+		if ((rc = room_found(ss, kt)))
+			return rc;
 		for (uint32_t u = 0; u < cnt; u++)
 			ss->found[u] = keydir_insert(&ss->dir, kt->ukeys[u]);
-		ss->fill_kt = kt;
-		ss->fill_gen = kt->gen;
-		ss->fill_dirgen = ss->dir.gen;
 	}
 	int64_t tA, tB;
 	rc = km_advance(&ss->km, &ss->dir, kt, ss->found, ss->wl.len, ss->iter + 1, sync, cq, &tA,
@@ -511,9 +520,8 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	/* the fill gave every key its directory entry, unless the table was
 	 * rebuilt or the directory rehashed since: then the directory loop
 	 * below looks them up (and inserts) itself */
-	const int have_found = ss->fill_kt == kt && ss->fill_gen == kt->gen &&
-	                       ss->fill_dirgen == ss->dir.gen && ss->found;
-	if (!have_found && (rc = keydir_reserve(&ss->dir, cnt)))
+	const int found_ok = have_found(ss, kt);
+	if (!found_ok && (rc = keydir_reserve(&ss->dir, cnt)))
 		return rc;
 
 	/* per-worker needed keys, ascending, from the consequence's pass */
@@ -678,7 +686,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	esd_key_t *others = ss->others;
 	for (uint32_t u = 0; u < cnt; u++) {
 		/* the entries' lines, last seen by the fill, requested ahead */
-		if (have_found && u + KEYDIR_AHEAD < cnt)
+		if (found_ok && u + KEYDIR_AHEAD < cnt)
 			__builtin_prefetch(keydir_at(&ss->dir, found[u + KEYDIR_AHEAD]), 1);
 		const struct esd_keystate *s = &st[u];
 		const uint64_t need = needs[u];
@@ -687,7 +695,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 			j = (uint32_t)__builtin_ctzll(m_);
 			others[(size_t)j * cnt + no[j]++] = key;
 		}
-		const uint32_t x = have_found ? found[u] : keydir_insert(&ss->dir, key);
+		const uint32_t x = found_ok ? found[u] : keydir_insert(&ss->dir, key);
 		struct keydir_ent *e = keydir_at(&ss->dir, x);
 		e->cached |= need;
 		if (het)

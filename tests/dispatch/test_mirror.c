@@ -32,6 +32,16 @@ static esd_key_t draw(uint64_t *rng, uint32_t table)
 	return esd_key_make(table, id);
 }
 
+/* Unequal caches and links: worker w holds CAP + dcap w rows, its link
+ * costs dt (w + 1). */
+static void sizes(uint32_t *capc, int64_t *T, uint32_t dcap, int64_t dt)
+{
+	for (uint32_t w = 0; w < N; w++) {
+		capc[w] = CAP + dcap * w;
+		T[w] = dt * (int64_t)(w + 1);
+	}
+}
+
 /* Two sets hold the same rows, worker by worker. */
 static void same_rows(struct esd_snapset *a, struct esd_snapset *b)
 {
@@ -119,10 +129,7 @@ static void test_same_as_blocks(void **state)
 		const enum esd_sync sync = full ? ESD_SYNC_FULL_SET : ESD_SYNC_ON_DEMAND;
 		uint32_t capc[N];
 		int64_t T[N];
-		for (uint32_t w = 0; w < N; w++) {
-			capc[w] = CAP + 7 * w;
-			T[w] = 100 * (int64_t)(w + 1);
-		}
+		sizes(capc, T, 7, 100);
 		struct esd_snapset *s;
 		struct run ref = {0}, km = {0}, km2 = {0};
 		assert_int_equal(esd_snapset_create(N, capc, ESD_POLICY_LRU, &s), 0);
@@ -225,10 +232,7 @@ static void test_switch_to_lru(void **state)
 	(void)state;
 	uint32_t capc[N];
 	int64_t T[N];
-	for (uint32_t w = 0; w < N; w++) {
-		capc[w] = CAP + 5 * w;
-		T[w] = 10 * (int64_t)(w + 1);
-	}
+	sizes(capc, T, 5, 10);
 	struct esd_snapset *s;
 	struct run ref = {0}, km = {0};
 	assert_int_equal(esd_snapset_create(N, capc, ESD_POLICY_LFU, &s), 0);
