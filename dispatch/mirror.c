@@ -40,8 +40,14 @@ static int worker_init(struct km_worker *kw, uint32_t cap)
 		kw->ring = esd_big_zalloc((size_t)size * sizeof(*kw->ring));
 		kw->stale = esd_big_zalloc(esd_ring_stale_bytes(size));
 		kw->size = size;
-		if (!kw->ring || !kw->stale)
+		if (!kw->ring || !kw->stale) {
+			esd_big_free(kw->ring, (size_t)size * sizeof(*kw->ring));
+			esd_big_free(kw->stale, esd_ring_stale_bytes(size));
+			kw->ring = NULL;
+			kw->stale = NULL;
+			kw->size = 0; /* none: the next call allocates again */
 			return -ENOMEM;
+		}
 	} else {
 		memset(kw->stale, 0, esd_ring_stale_bytes(size));
 	}
