@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N 8u
+static uint32_t N = 8; /* workers (--n) */
+#define NMAX 64u
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -97,6 +98,8 @@ int main(int argc, char **argv)
 			alpha = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "--hungarian-max-k"))
 			hmax = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--n"))
+			N = (uint32_t)atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--max-m"))
 			max_m = (uint32_t)atoi(argv[i + 1]);
 		else {
@@ -104,8 +107,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (reps < 1 || reps > 1000 || !(alpha >= 0 && alpha <= 1) || max_m < 32 || max_m > 8192) {
-		fprintf(stderr, "bench_gpu: --reps 1..1000, --alpha 0..1, --max-m 32..8192\n");
+	if (reps < 1 || reps > 1000 || !(alpha >= 0 && alpha <= 1) || max_m < 32 || max_m > 8192 ||
+	    N < 2 || N > NMAX || (uint64_t)max_m * N > ESD_SOLVE_MAX_K) {
+		fprintf(stderr, "bench_gpu: --reps 1..1000, --alpha 0..1, --max-m 32..8192, --n 2..64, "
+		                "m * n <= %u\n", ESD_SOLVE_MAX_K);
 		return 2;
 	}
 	struct esd_gpu_params gp = {.max_k = max_m * N, .deadline_ns = 10 * ESD_NS_PER_S};
@@ -122,21 +127,22 @@ int main(int argc, char **argv)
 	       N, reps, esd_gpu_solver_describe(g));
 	if (!have_gpu)
 		printf("no GPU present: GPU columns are '-'\n");
-	printf("%6s %6s %10s %10s %12s %9s %9s %14s %8s\n", "m", "k", "gpu", "cpu_opt", "hungarian",
-	       "cpu/gpu", "hung/cpu", "disp_gpu/iter", "opt_rows");
+	printf("%6s %6s %10s %10s %12s %9s %9s %14s %8s %8s\n", "m", "k", "gpu", "cpu_opt",
+	       "hungarian", "cpu/gpu", "hung/cpu", "disp_gpu/iter", "opt_rows", "steps");
 
 	int64_t *ns_g = calloc((size_t)reps, sizeof(int64_t));
 	int64_t *ns_c = calloc((size_t)reps, sizeof(int64_t));
 	int64_t *ns_h = calloc((size_t)reps, sizeof(int64_t));
 	int64_t *ns_d = calloc((size_t)reps, sizeof(int64_t));
 	for (uint32_t m = 32; m <= max_m; m *= 2) {
-		uint32_t k = m * N, cap[N], rows = 0;
+		uint32_t k = m * N, cap[NMAX], rows = 0;
 		int64_t *c = malloc((size_t)k * N * sizeof(int64_t));
 		int64_t *sub = malloc((size_t)k * N * sizeof(int64_t));
 		int64_t *regret = malloc(k * sizeof(int64_t));
 		struct rr *rr = malloc(k * sizeof(struct rr));
 		uint32_t *a = malloc(k * sizeof(uint32_t)), *b = malloc(k * sizeof(uint32_t));
-		int do_h = k <= hmax;
+		int do_h = k <= hmax, cpu_answered = 0;
+		uint64_t steps = 0;
 		if (!c || !sub || !regret || !rr || !a || !b)
 			return 1;
 		for (int r = 0; r < reps; r++) {
@@ -150,6 +156,8 @@ int main(int argc, char **argv)
 				if (esd_gpu_solve(g, c, k, N, NULL, 0, b) < 0)
 					return 1;
 				ns_g[r] = esd_now_ns() - t;
+				cpu_answered += !esd_gpu_solver_stats(g)->last_by_gpu;
+				steps = esd_gpu_solver_stats(g)->kernel_steps;
 				if (memcmp(a, b, k * sizeof(uint32_t)) != 0) {
 					fprintf(stderr, "bench_gpu: GPU and CPU differ at k %u\n",
 					        k);
@@ -174,7 +182,7 @@ int main(int argc, char **argv)
 		double mg = have_gpu ? median_ms(ns_g, reps) : 0, md = median_ms(ns_d, reps);
 		char sg[32] = "-", sh[32] = "skipped", rcg[32] = "-", rhc[32] = "-", sd[32];
 		if (have_gpu) {
-			snprintf(sg, sizeof(sg), "%.3f", mg);
+			snprintf(sg, sizeof(sg), cpu_answered ? "(cpu) %.3f" : "%.3f", mg);
 			snprintf(rcg, sizeof(rcg), "%.2f", mc / mg);
 		}
 		if (do_h) {
@@ -182,8 +190,8 @@ int main(int argc, char **argv)
 			snprintf(rhc, sizeof(rhc), "%.1f", mh / mc);
 		}
 		snprintf(sd, sizeof(sd), have_gpu ? "%.3f" : "(cpu) %.3f", md);
-		printf("%6u %6u %10s %10.3f %12s %9s %9s %14s %8u\n", m, k, sg, mc, sh, rcg, rhc,
-		       sd, rows);
+		printf("%6u %6u %10s %10.3f %12s %9s %9s %14s %8u %8llu\n", m, k, sg, mc, sh, rcg,
+		       rhc, sd, rows, (unsigned long long)steps);
 		free(c);
 		free(sub);
 		free(regret);
