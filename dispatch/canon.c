@@ -232,3 +232,17 @@ int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
 		return rc;
 	return esd_canon_pass(s, cost, k, n, capv, NULL, assign);
 }
+
+int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
+                           const uint32_t *cap, const int64_t *pot, uint32_t *assign)
+{
+	uint32_t capv[ESD_MAX_WORKERS];
+	if (!s || !cost || !pot)
+		return -EINVAL;
+	int rc = esd_solve_check(NULL, k, n, cap, assign, capv);
+	if (rc)
+		return rc;
+	if ((rc = esd_assign_check(k, n, cap, assign)))
+		return rc;
+	return esd_canon_pass(s, cost, k, n, capv, pot, assign);
+}

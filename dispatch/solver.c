@@ -320,12 +320,29 @@ void esd_solver_set_exact(struct esd_solver *s, esd_exact_fn fn, void *ctx)
 	if (!s)
 		return;
 	s->exact = fn;
+	s->exact_submit = NULL;
+	s->exact_collect = NULL;
+	s->exact_ctx = ctx;
+}
+
+void esd_solver_set_exact_split(struct esd_solver *s, esd_exact_submit_fn submit,
+                                esd_exact_collect_fn collect, void *ctx)
+{
+	if (!s)
+		return;
+	s->exact = NULL;
+	s->exact_submit = submit && collect ? submit : NULL;
+	s->exact_collect = submit && collect ? collect : NULL;
 	s->exact_ctx = ctx;
 }
 
 static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int64_t *cost,
                         uint32_t k, uint32_t n, const uint32_t *capv, uint32_t *assign)
 {
+	if (s->exact_submit) {
+		int rc = s->exact_submit(s->exact_ctx, cost, k, n, capv);
+		return rc ? rc : s->exact_collect(s->exact_ctx, assign);
+	}
 	if (s->exact)
 		return s->exact(s->exact_ctx, cost, k, n, capv, assign);
 	if (b == ESD_OPT_HUNGARIAN)
@@ -374,6 +391,60 @@ int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, u
 	return solve_whole(s, ESD_OPT_HUNGARIAN, false, cost, k, n, cap, assign);
 }
 
+/* hybrid: the rows handed to opt (the S highest-regret ones), in
+ * increasing row index (the canonical order of the sub-problem), and
+ * their costs. *rows has room for 2S entries: the sub-assignment goes in
+ * the second half. */
+static int hybrid_opt_rows(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
+                           const uint32_t *order, uint32_t S, uint32_t **rows_out,
+                           int64_t **sub_out)
+{
+	uint32_t *rows = esd_scratch(s, SC_SUBASSIGN, (size_t)S * 2 * sizeof(uint32_t));
+	int64_t *sub = esd_scratch(s, SC_SUBCOST, (size_t)S * n * sizeof(int64_t));
+	uint8_t *sel = esd_scratch(s, SC_MISC, k);
+	if (!rows || !sub || !sel)
+		return -ENOMEM;
+	memset(sel, 0, k);
+	for (uint32_t q = 0; q < S; q++)
+		sel[order[q]] = 1;
+	uint32_t r = 0;
+	for (uint32_t i = 0; i < k; i++)
+		if (sel[i]) {
+			memcpy(sub + (size_t)r * n, cost + (size_t)i * n, n * sizeof(int64_t));
+			rows[r++] = i;
+		}
+	*rows_out = rows;
+	*sub_out = sub;
+	return 0;
+}
+
+/* hybrid: Heu on the k - S other rows with the slots opt leaves. */
+static int hybrid_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
+                      const uint32_t *capv, const uint32_t *sl, const uint32_t *order, uint32_t S,
+                      const struct esd_hybrid_params *p, uint32_t *load, uint32_t *assign)
+{
+	uint32_t hcap[ESD_MAX_WORKERS];
+	for (uint32_t j = 0; j < n; j++)
+		hcap[j] = capv[j] - sl[j];
+	if (p->heu_order == ESD_HEU_REGRET_ORDER) {
+		esd_heu_core(cost, k - S, n, hcap, order + S, load, assign);
+		return 0;
+	}
+	uint32_t *o2 = esd_scratch(s, SC_ORDER2, (size_t)(k - S) * sizeof(uint32_t));
+	uint8_t *sel = esd_scratch(s, SC_HEUSEL, k);
+	if (!o2 || !sel)
+		return -ENOMEM;
+	memset(sel, 0, k);
+	for (uint32_t q = 0; q < S; q++)
+		sel[order[q]] = 1;
+	uint32_t r = 0;
+	for (uint32_t i = 0; i < k; i++)
+		if (!sel[i])
+			o2[r++] = i;
+	esd_heu_core(cost, k - S, n, hcap, o2, load, assign);
+	return 0;
+}
+
 int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                      const uint32_t *cap, const struct esd_hybrid_params *p, uint32_t *assign)
 {
@@ -404,63 +475,51 @@ int esd_solve_hybrid(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
 	regret_stats(&s->st, regret, order, k);
 	if (S)
 		s->st.regret_cut = regret[order[S - 1]];
-	int64_t t1 = esd_now_ns();
+	int64_t t1 = esd_now_ns(), t2 = t1, heu_done = 0;
 
 	if (S == k) {
 		if ((rc = opt_dispatch(s, p->backend, cost, k, n, capv, assign)))
 			return rc;
+		t2 = esd_now_ns();
 	} else if (S) {
-		/* rows handed to opt, in increasing row index (the canonical
-		 * order of the sub-problem); 'regret' is reused as a flag */
-		uint32_t *rows = esd_scratch(s, SC_SUBASSIGN, (size_t)S * 2 * sizeof(uint32_t));
-		int64_t *sub = esd_scratch(s, SC_SUBCOST, (size_t)S * n * sizeof(int64_t));
-		uint8_t *sel = esd_scratch(s, SC_MISC, k);
-		if (!rows || !sub || !sel)
-			return -ENOMEM;
-		memset(sel, 0, k);
-		for (uint32_t q = 0; q < S; q++)
-			sel[order[q]] = 1;
-		uint32_t r = 0;
-		for (uint32_t i = 0; i < k; i++)
-			if (sel[i]) {
-				memcpy(sub + (size_t)r * n, cost + (size_t)i * n,
-				       n * sizeof(int64_t));
-				rows[r++] = i;
+		uint32_t *rows, *sa;
+		int64_t *sub;
+		if ((rc = hybrid_opt_rows(s, cost, k, n, order, S, &rows, &sub)))
+			return rc;
+		sa = rows + S;
+		if (s->exact_submit) {
+			/* the exact part elsewhere while Heu runs here: Heu's rows
+			 * and slots do not depend on its answer */
+			if ((rc = s->exact_submit(s->exact_ctx, sub, S, n, sl)))
+				return rc;
+			if ((rc = hybrid_heu(s, cost, k, n, capv, sl, order, S, p, load, assign))) {
+				s->exact_collect(s->exact_ctx, sa);
+				return rc;
 			}
-		uint32_t *sa = rows + S;
-		if ((rc = opt_dispatch(s, p->backend, sub, S, n, sl, sa)))
+			heu_done = esd_now_ns();
+			rc = s->exact_collect(s->exact_ctx, sa);
+		} else {
+			rc = opt_dispatch(s, p->backend, sub, S, n, sl, sa);
+		}
+		if (rc)
 			return rc;
 		for (uint32_t q = 0; q < S; q++)
 			assign[rows[q]] = sa[q];
+		t2 = esd_now_ns();
 	}
-	int64_t t2 = esd_now_ns();
-	if (S < k) {
-		/* heu with the remaining slots */
-		uint32_t hcap[ESD_MAX_WORKERS];
-		for (uint32_t j = 0; j < n; j++)
-			hcap[j] = capv[j] - sl[j];
-		if (p->heu_order == ESD_HEU_REGRET_ORDER) {
-			esd_heu_core(cost, k - S, n, hcap, order + S, load, assign);
-		} else {
-			uint32_t *o2 =
-			    esd_scratch(s, SC_ORDER2, (size_t)(k - S) * sizeof(uint32_t));
-			uint8_t *sel = esd_scratch(s, SC_MISC, k);
-			if (!o2 || !sel)
-				return -ENOMEM;
-			memset(sel, 0, k);
-			for (uint32_t q = 0; q < S; q++)
-				sel[order[q]] = 1;
-			uint32_t r = 0;
-			for (uint32_t i = 0; i < k; i++)
-				if (!sel[i])
-					o2[r++] = i;
-			esd_heu_core(cost, k - S, n, hcap, o2, load, assign);
-		}
+	if (S < k && !heu_done) {
+		if ((rc = hybrid_heu(s, cost, k, n, capv, sl, order, S, p, load, assign)))
+			return rc;
 	}
 	int64_t t3 = esd_now_ns();
 	s->st.regret_ns = t1 - t0;
-	s->st.opt_ns = t2 - t1;
-	s->st.heu_ns = t3 - t2;
+	if (heu_done) { /* overlapped: Heu from the submit, opt until collected */
+		s->st.heu_ns = heu_done - t1;
+		s->st.opt_ns = t2 - t1;
+	} else {
+		s->st.opt_ns = t2 - t1;
+		s->st.heu_ns = t3 - t2;
+	}
 	s->st.total_ns = t3 - t0;
 	s->st.opt_rows = S;
 	s->st.heu_rows = k - S;

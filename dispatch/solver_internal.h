@@ -42,11 +42,14 @@ enum {
 	SC_SLOTW, /* hungarian: worker of each expanded column */
 	SC_SCAN,  /* opt's scans: pair moves n x n, rows by worker n x k, places k */
 	SC_MISC,
+	SC_HEUSEL, /* uint8 per row: hybrid's Heu rows (kept apart from SC_MISC while opt runs) */
 	SC_COUNT
 };
 
 struct esd_solver {
 	esd_exact_fn exact; /* esd_solver_set_exact */
+	esd_exact_submit_fn exact_submit; /* esd_solver_set_exact_split */
+	esd_exact_collect_fn exact_collect;
 	void *exact_ctx;
 	struct scratch sc[SC_COUNT];
 	struct pheap *heaps; /* n * n pair heaps (opt and canon) */

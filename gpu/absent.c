@@ -8,10 +8,12 @@
 #include <errno.h>
 #include <stdio.h>
 
-int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, char *why, size_t whylen)
+int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out, char *why,
+                 size_t whylen)
 {
 	(void)device;
 	(void)max_k;
+	(void)blocks;
 	*out = NULL;
 	snprintf(why, whylen,
 	         "built without CUDA (no nvcc at configure time, or a sanitizer build)");
@@ -23,22 +25,27 @@ void gpu_dev_close(struct gpu_dev *d)
 	(void)d;
 }
 
-int gpu_dev_submit(struct gpu_dev *d, const int64_t *cost, uint32_t k, uint32_t n,
-                   const uint32_t *cap)
+int64_t *gpu_dev_stage(struct gpu_dev *d)
 {
 	(void)d;
-	(void)cost;
+	return NULL;
+}
+
+int gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
+{
+	(void)d;
 	(void)k;
 	(void)n;
 	(void)cap;
 	return -ENODEV;
 }
 
-int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign, uint64_t *steps)
+int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
+                 struct gpu_result *res)
 {
 	(void)d;
 	(void)deadline_abs_ns;
 	(void)assign;
-	(void)steps;
+	(void)res;
 	return -ENODEV;
 }

@@ -1,25 +1,42 @@
 /*
- * The device backend of esd/gpu.h with CUDA: one persistent kernel (a
- * single block of 1024 threads that loops until told to stop) fed through
- * a job slot in pinned, mapped host memory. The host writes the job and
- * bumps the doorbell with a release store; the kernel polls the doorbell,
- * fences (__threadfence_system), copies the costs into device memory,
- * solves, writes the assignment back into mapped memory, fences, and only
- * then writes the done word, which the host reads with an acquire load.
+ * The device backend of esd/gpu.h with CUDA: one persistent kernel of G
+ * blocks (one per SM by default), launched once as a cooperative grid so
+ * every block is resident, and fed through a job slot in pinned, mapped
+ * host memory. docs/gpu.md has the protocol and the algorithm with the
+ * reasoning; this header is the map.
  *
- * The solver is successive shortest paths on the transportation problem
- * (k rows, n <= 16 worker nodes). Every row starts at its cheapest worker;
- * each step then finds, over the worker graph whose edge a -> b weighs the
- * least cost difference c[r][b] - c[r][a] of the rows r at a, a shortest
- * path from any overloaded worker to an underloaded one (Bellman-Ford on
- * one warp: no negative cycles, the partial assignment stays optimal for
- * its loads), and moves f rows along it: f is the excess at the start, the
- * room at the end and, per edge, the number of rows at a that reach the
- * edge's least difference (moving tied rows along one shortest path keeps
- * it shortest). The loop ends when every load equals its capacity; the
- * result is an optimum, and the host's canonical pass picks the canonical
- * one. The host may abandon a late job by writing its sequence number into
- * the abort word, which the kernel checks every step.
+ * Queue. The host stages the costs in pinned memory, writes k, n, cap and
+ * bumps the doorbell with a release store. Block 0 polls the doorbell,
+ * fences (__threadfence_system), copies the job header into device memory
+ * and publishes the sequence number in a device word the other blocks poll
+ * (so only one block reads across the bus while idle). The first g blocks
+ * (g grows with k * n) solve; the others go back to waiting. At the end
+ * every block writes its rows' assignment into mapped memory and fences;
+ * after a last grid barrier block 0 writes the potentials, the status and
+ * then the done word, which the host reads with an acquire load.
+ *
+ * Solver: successive shortest paths on the n worker nodes. Rows are split
+ * into g contiguous ranges, one per block. Every row starts at its
+ * cheapest worker. Each step:
+ *   scan   every block computes, over its rows r at a, for every pair
+ *          (a, b) the least difference c[r][b] - c[r][a] and how many of
+ *          its rows reach it, writes that (min, count) word to its slot of
+ *          the partials and folds the min into the global pair minimum
+ *          (atomicMin);
+ *   grid barrier (the last block to arrive also reads the host's abort
+ *          word, so every block takes the same decision);
+ *   path   every block, redundantly and identically, reads the n x n
+ *          minimum, runs Bellman-Ford from the overloaded workers (keys
+ *          pack distance, hops and predecessor, so the result is unique
+ *          whatever the relaxation order), takes the nearest underloaded
+ *          worker and the path to it, and sums the partial counts of the
+ *          path's edges over the blocks whose minimum is the global one:
+ *          f = min(excess, room, tied rows per edge), and its own offset;
+ *   move   every block moves its share of the first f tied rows of each
+ *          path edge and updates its copy of the loads; then the next scan.
+ * One grid barrier per step. The loop ends when every load equals its
+ * capacity; block 0 then derives the optimal potentials from the last
+ * minimum (Bellman-Ford from zero, as esd_canon_pass wants them).
  */
 #include "gpu_internal.h"
 
@@ -33,10 +50,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define THREADS  1024
-#define MAXN     ESD_GPU_MAX_N
-#define KEY_INF  0xffffffffffffffffull
-#define DIST_BIAS (1ll << 48)
+#define THREADS   256
+#define MAXN      64
+#define NN        (MAXN * MAXN)
+#define U64_INF   0xffffffffffffffffull
+/* a difference d (|d| <= ESD_COST_MAX < 2^44) as d + 2^44: 45 bits, so a
+ * (min, count) word has 19 bits for the count (k <= 2^18) */
+#define DBIAS     (1ull << 44)
+#define CNT_BITS  19
+#define CNT_MASK  ((1ull << CNT_BITS) - 1)
+/* Bellman-Ford keys: (distance + 2^50) << 13 | hops << 6 | predecessor;
+ * |distance| < 64 * 2^44 = 2^50 */
+#define KDIST0    (1ull << 50)
+#define KSHIFT    13
+#define KHOPS(k)  (((k) >> 6) & 127u)
+#define KPRED(k)  ((uint32_t)((k) & 63u))
+/* a block solves at least this many costs (rows x n) per step */
+#define COSTS_PER_BLOCK 2048u
+#define GO_STOP   0xffffffffu
 
 enum { ST_OK = 0, ST_ABORTED = 1, ST_NOPATH = 2, ST_BADJOB = 3 };
 
@@ -50,18 +81,34 @@ struct gpu_queue {
 	int32_t status;     /* device: ST_* of the finished job */
 	uint32_t k, n;
 	uint32_t cap[MAXN];
+	uint32_t used_blocks;   /* device: blocks that solved the job */
 	unsigned long long steps;
+	long long pot[MAXN];    /* device: optimal potentials */
+};
+
+/* Device-side control block (device memory). */
+struct gpu_ctl {
+	uint32_t go;        /* block 0: sequence of the job to take, or GO_STOP */
+	uint32_t hseq;      /* the job below is go's when hseq == go (seqlock) */
+	uint32_t k, n, g;   /* the job, copied by block 0 */
+	uint32_t cap[MAXN];
+	uint32_t bar_count; /* grid barrier */
+	uint32_t bar_gen;
+	uint32_t abort;     /* the barrier's verdict on the host's abort word */
+	unsigned long long gmin[3][NN]; /* pair minima, by step mod 3 */
 };
 
 struct gpu_dev {
 	struct gpu_queue *q, *dq; /* host and device views */
-	int64_t *hcost, *dhcost;  /* mapped input */
+	int64_t *hcost, *dhcost;  /* staged input: host and device views */
 	uint32_t *hassign, *dhassign;
-	long long *dcost; /* device copies */
+	long long *dcost;         /* device copy of the costs */
 	uint32_t *dassign;
-	int32_t *dslot;
+	unsigned long long *dpart; /* [2][blocks][n * n] (min, count) words */
+	uint32_t *dpload;          /* [blocks][n] initial loads */
+	struct gpu_ctl *dctl;
 	cudaStream_t stream;
-	uint32_t max_k, seq;
+	uint32_t max_k, blocks, seq;
 	int running;
 };
 
@@ -75,211 +122,443 @@ __device__ static void vstore(uint32_t *p, uint32_t v)
 	*(volatile uint32_t *)p = v;
 }
 
-/* One job: returns ST_*. All threads call it. */
-__device__ static int solve(struct gpu_queue *q, const long long *hcost, uint32_t *hassign,
-                            long long *cost, uint32_t *assign, int32_t *slot, uint32_t seq,
-                            unsigned long long *steps_out)
-{
-	__shared__ long long wmin[MAXN * MAXN];
-	__shared__ unsigned long long key[MAXN];
-	__shared__ int cnt[MAXN], next[MAXN];
-	__shared__ int load[MAXN], cap[MAXN];
-	__shared__ int cmd, src, dst, flow;
-	const uint32_t k = vload(&q->k), n = vload(&q->n), tid = threadIdx.x;
-	unsigned long long steps = 0;
+/* A block's copy of the job header; valid = 0 when block 0 was already
+ * rewriting it for a later job (a block that slept through a whole job). */
+struct job {
+	uint32_t k, n, g, valid;
+};
 
-	if (tid < MAXN) {
-		load[tid] = 0;
-		cap[tid] = tid < n ? (int)vload(&q->cap[tid]) : 0;
-	}
-	__syncthreads();
-	/* Costs into device memory (one pass over the bus); every row to its
-	 * cheapest worker. */
-	for (uint32_t r = tid; r < k; r += THREADS) {
-		long long best = 0;
-		uint32_t bj = 0;
-		for (uint32_t j = 0; j < n; j++) {
-			long long c = hcost[(size_t)r * n + j];
-			cost[(size_t)r * n + j] = c;
-			if (j == 0 || c < best) {
-				best = c;
-				bj = j;
-			}
-		}
-		assign[r] = bj;
-		atomicAdd(&load[bj], 1);
-	}
-	__syncthreads();
-	for (;;) {
-		if (tid == 0) {
-			cmd = 0; /* 0 done, 1 step, 2 aborted */
-			for (uint32_t j = 0; j < n; j++)
-				if (load[j] != cap[j])
-					cmd = 1;
-			if (cmd == 1 && (vload(&q->abort_seq) == seq || vload(&q->stop)))
-				cmd = 2;
-		}
-		if (tid < MAXN * MAXN)
-			wmin[tid] = LLONG_MAX;
-		__syncthreads();
-		if (cmd != 1)
-			break;
-		/* Pass A: least cost difference per worker pair. */
-		for (uint32_t r = tid; r < k; r += THREADS) {
-			uint32_t a = assign[r];
-			long long ca = cost[(size_t)r * n + a];
-			for (uint32_t b = 0; b < n; b++) {
-				long long d = cost[(size_t)r * n + b] - ca;
-				if (b != a && d < *(volatile long long *)&wmin[a * MAXN + b])
-					atomicMin(&wmin[a * MAXN + b], d);
-			}
-		}
-		__syncthreads();
-		/* Shortest paths from the overloaded workers: Bellman-Ford on
-		 * warp 0 over keys (dist, hops, pred), which keeps the
-		 * predecessor graph acyclic under zero-length cycles. */
-		if (tid < 32) {
-			if (tid < MAXN) {
-				key[tid] = KEY_INF;
-				if (tid < n && load[tid] > cap[tid])
-					key[tid] = ((unsigned long long)DIST_BIAS << 9) | tid;
-			}
-			__syncwarp();
-			for (uint32_t round = 0; round < n; round++) {
-				int changed = 0;
-				for (uint32_t e = tid; e < n * n; e += 32) {
-					uint32_t a = e / n, b = e % n;
-					unsigned long long ka = *(volatile unsigned long long *)&key[a];
-					long long w = wmin[a * MAXN + b];
-					if (a == b || ka == KEY_INF || w == LLONG_MAX)
-						continue;
-					long long da = (long long)(ka >> 9) + w;
-					unsigned long long hops = ((ka >> 4) & 31) + 1;
-					unsigned long long kb = ((unsigned long long)da << 9) |
-					                        (hops << 4) | a;
-					if (kb < *(volatile unsigned long long *)&key[b] &&
-					    atomicMin(&key[b], kb) > kb)
-						changed = 1;
-				}
-				__syncwarp();
-				if (!__any_sync(0xffffffffu, changed))
-					break;
-			}
-			if (tid == 0) {
-				unsigned long long best = KEY_INF;
-				dst = -1;
-				for (uint32_t j = 0; j < n; j++)
-					if (load[j] < cap[j] && key[j] < best) {
-						best = key[j];
-						dst = (int)j;
-					}
-				for (uint32_t j = 0; j < MAXN; j++) {
-					next[j] = -1;
-					cnt[j] = 0;
-				}
-				src = dst;
-				if (dst >= 0) {
-					for (uint32_t h = 0; h <= n; h++) {
-						unsigned long long kk = key[src];
-						if (((kk >> 4) & 31) == 0)
-							break;
-						int p = (int)(kk & 15);
-						next[p] = src;
-						src = p;
-					}
-					if (((key[src] >> 4) & 31) != 0)
-						dst = -1;
-				}
-			}
-		}
-		__syncthreads();
-		if (dst < 0)
-			return ST_NOPATH;
-		/* Pass B: the rows that can take each path edge, numbered. */
-		for (uint32_t r = tid; r < k; r += THREADS) {
-			uint32_t a = assign[r];
-			int b = next[a];
-			slot[r] = -1;
-			if (b >= 0 && cost[(size_t)r * n + b] - cost[(size_t)r * n + a] ==
-			                      wmin[a * MAXN + b])
-				slot[r] = atomicAdd(&cnt[a], 1);
-		}
-		__syncthreads();
-		if (tid == 0) {
-			int f = load[src] - cap[src];
-			if (cap[dst] - load[dst] < f)
-				f = cap[dst] - load[dst];
-			for (int a = src; a != dst; a = next[a])
-				if (cnt[a] < f)
-					f = cnt[a];
-			flow = f;
-			load[src] -= f;
-			load[dst] += f;
-		}
-		__syncthreads();
-		/* Pass C: move f rows along every path edge. */
-		for (uint32_t r = tid; r < k; r += THREADS)
-			if (slot[r] >= 0 && slot[r] < flow)
-				assign[r] = (uint32_t)next[assign[r]];
-		steps++;
-		__syncthreads();
-	}
-	if (cmd == 2)
-		return ST_ABORTED;
-	for (uint32_t r = tid; r < k; r += THREADS)
-		hassign[r] = assign[r];
-	*steps_out = steps;
-	return ST_OK;
+__device__ static void read_header(struct gpu_ctl *c, uint32_t seq, struct job *h)
+{
+	uint32_t h1 = vload(&c->hseq);
+	__threadfence();
+	h->k = vload(&c->k);
+	h->n = vload(&c->n);
+	h->g = vload(&c->g);
+	__threadfence();
+	h->valid = seq != GO_STOP && h1 == seq && vload(&c->hseq) == seq;
 }
 
-__global__ static void __launch_bounds__(THREADS, 1)
-	solver_kernel(struct gpu_queue *q, const long long *hcost, uint32_t *hassign,
-	              long long *cost, uint32_t *assign, int32_t *slot, uint32_t max_k)
+/* Grid barrier over blocks 0..g-1 (all resident: cooperative launch). The
+ * last block to arrive reads the host's abort and stop words and leaves
+ * its verdict in ctl->abort, which every block reads after the barrier. */
+__device__ static void grid_barrier(struct gpu_ctl *c, uint32_t g, struct gpu_queue *q,
+                                    uint32_t seq)
 {
-	__shared__ uint32_t seq, go;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		uint32_t gen = vload(&c->bar_gen);
+		__threadfence();
+		if (atomicAdd(&c->bar_count, 1u) == g - 1) {
+			atomicExch(&c->bar_count, 0u);
+			vstore(&c->abort, vload(&q->abort_seq) == seq || vload(&q->stop));
+			__threadfence();
+			atomicExch(&c->bar_gen, gen + 1);
+		} else {
+			while (vload(&c->bar_gen) == gen)
+				;
+		}
+		__threadfence();
+	}
+	__syncthreads();
+}
+
+/* The shared state of one block while it solves. */
+struct blk {
+	unsigned long long w[NN];      /* scan: own (min, count); path: global minima */
+	unsigned long long key[MAXN];  /* Bellman-Ford keys */
+	long long pot[MAXN];
+	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
+	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
+	int src, dst, plen, flow, status;
+};
+
+/* scan: (min, count) per pair over rows [r0, r1), into the partials of
+ * buffer pb and the global minima of buffer gb. */
+__device__ static void scan(struct blk *s, const long long *cost, const uint32_t *assign,
+                            uint32_t r0, uint32_t r1, uint32_t n, unsigned long long *part,
+                            unsigned long long *gmin)
+{
+	const uint32_t tid = threadIdx.x, nn = n * n;
+
+	for (uint32_t e = tid; e < nn; e += THREADS)
+		s->w[e] = U64_INF;
+	__syncthreads();
+	for (uint32_t r = r0 + tid; r < r1; r += THREADS) {
+		const long long *c = cost + (size_t)r * n;
+		const uint32_t a = assign[r];
+		const long long ca = c[a];
+		for (uint32_t b = 0; b < n; b++) {
+			if (b == a)
+				continue;
+			unsigned long long d = (unsigned long long)(c[b] - ca + (long long)DBIAS);
+			unsigned long long *slot = &s->w[a * n + b];
+			unsigned long long old = *(volatile unsigned long long *)slot;
+			for (;;) {
+				unsigned long long od = old >> CNT_BITS;
+				if (d > od)
+					break;
+				unsigned long long nw = d < od ? (d << CNT_BITS) | 1ull : old + 1ull;
+				unsigned long long prev = atomicCAS(slot, old, nw);
+				if (prev == old)
+					break;
+				old = prev;
+			}
+		}
+	}
+	__syncthreads();
+	for (uint32_t e = tid; e < nn; e += THREADS) {
+		unsigned long long p = s->w[e];
+		__stcg(&part[e], p);
+		if (p != U64_INF) {
+			unsigned long long m = p >> CNT_BITS;
+			if (m < __ldcg(&gmin[e]))
+				atomicMin(&gmin[e], m);
+		}
+	}
+}
+
+/* Bellman-Ford over s->w (global minima, biased) from the overloaded
+ * workers, then the path to the nearest underloaded one: s->next[a] for
+ * the path's nodes, s->pnode[0..plen-1] the nodes that have an out-edge
+ * on it. s->dst < 0: no path. */
+__device__ static void find_path(struct blk *s, uint32_t n)
+{
+	const uint32_t tid = threadIdx.x, nn = n * n;
+
+	if (tid < MAXN) {
+		s->next[tid] = -1;
+		s->key[tid] = U64_INF;
+		if (tid < n && s->load[tid] > s->cap[tid])
+			s->key[tid] = (KDIST0 << KSHIFT) | tid;
+	}
+	__syncthreads();
+	for (uint32_t round = 0; round < n; round++) {
+		int changed = 0;
+		for (uint32_t e = tid; e < nn; e += THREADS) {
+			uint32_t a = e / n, b = e % n;
+			unsigned long long w = s->w[e];
+			unsigned long long ka = *(volatile unsigned long long *)&s->key[a];
+			if (a == b || w == U64_INF || ka == U64_INF)
+				continue;
+			unsigned long long dist = (ka >> KSHIFT) + w - DBIAS;
+			unsigned long long kb = (dist << KSHIFT) |
+			                        ((unsigned long long)(KHOPS(ka) + 1) << 6) | a;
+			if (kb < *(volatile unsigned long long *)&s->key[b] &&
+			    atomicMin(&s->key[b], kb) > kb)
+				changed = 1;
+		}
+		if (!__syncthreads_or(changed))
+			break;
+	}
+	if (tid == 0) {
+		unsigned long long best = U64_INF;
+		int dst = -1, src, len = 0;
+		for (uint32_t j = 0; j < n; j++)
+			if (s->load[j] < s->cap[j] && s->key[j] < best) {
+				best = s->key[j];
+				dst = (int)j;
+			}
+		src = dst;
+		if (dst >= 0) {
+			for (uint32_t h = 0; h <= n && KHOPS(s->key[src]) != 0; h++) {
+				int p = (int)KPRED(s->key[src]);
+				s->next[p] = src;
+				s->pnode[len++] = (uint32_t)p;
+				src = p;
+			}
+			if (KHOPS(s->key[src]) != 0)
+				dst = -1; /* never: the keys form a tree */
+		}
+		s->src = src;
+		s->dst = dst;
+		s->plen = len;
+	}
+	__syncthreads();
+}
+
+/* The tied rows of every path edge over all g blocks (tot) and over the
+ * blocks before this one (before), from the partials; then f. */
+__device__ static void path_flow(struct blk *s, const unsigned long long *part, uint32_t g,
+                                 uint32_t n)
+{
+	const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, nn = n * n;
+
+	for (uint32_t i = warp; i < (uint32_t)s->plen; i += THREADS / 32) {
+		uint32_t a = s->pnode[i], e = a * n + (uint32_t)s->next[a];
+		unsigned long long m = s->w[e];
+		uint32_t tot = 0, bef = 0;
+		for (uint32_t x = lane; x < g; x += 32) {
+			unsigned long long p = __ldcg(&part[(size_t)x * nn + e]);
+			uint32_t c = (p >> CNT_BITS) == m ? (uint32_t)(p & CNT_MASK) : 0;
+			tot += c;
+			bef += x < blockIdx.x ? c : 0;
+		}
+		for (int o = 16; o > 0; o >>= 1) {
+			tot += __shfl_down_sync(0xffffffffu, tot, o);
+			bef += __shfl_down_sync(0xffffffffu, bef, o);
+		}
+		if (lane == 0) {
+			s->tot[a] = tot;
+			s->before[a] = bef;
+			s->cnt[a] = 0;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int f = s->load[s->src] - s->cap[s->src];
+		if (s->cap[s->dst] - s->load[s->dst] < f)
+			f = s->cap[s->dst] - s->load[s->dst];
+		for (int i = 0; i < s->plen; i++)
+			if ((int)s->tot[s->pnode[i]] < f)
+				f = (int)s->tot[s->pnode[i]];
+		s->flow = f;
+	}
+	__syncthreads();
+}
+
+/* Move this block's share of the first f tied rows of every path edge. */
+__device__ static void move_rows(struct blk *s, const long long *cost, uint32_t *assign,
+                                 uint32_t r0, uint32_t r1, uint32_t n)
+{
+	for (uint32_t r = r0 + threadIdx.x; r < r1; r += THREADS) {
+		uint32_t a = assign[r];
+		int b = s->next[a];
+		if (b < 0)
+			continue;
+		const long long *c = cost + (size_t)r * n;
+		unsigned long long d = (unsigned long long)(c[b] - c[a] + (long long)DBIAS);
+		if (d != s->w[a * n + (uint32_t)b])
+			continue;
+		uint32_t rank = (uint32_t)atomicAdd(&s->cnt[a], 1);
+		if (s->before[a] + rank < (uint32_t)s->flow)
+			assign[r] = (uint32_t)b;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		s->load[s->src] -= s->flow;
+		s->load[s->dst] += s->flow;
+	}
+}
+
+/* Optimal potentials from the final minima: Bellman-Ford from zero (the
+ * same values esd_canon_pass derives on the host). */
+__device__ static void potentials(struct blk *s, uint32_t n)
+{
+	const uint32_t tid = threadIdx.x, nn = n * n;
+
+	if (tid < MAXN)
+		s->pot[tid] = 0;
+	__syncthreads();
+	for (uint32_t round = 0; round <= n; round++) {
+		int changed = 0;
+		for (uint32_t e = tid; e < nn; e += THREADS) {
+			uint32_t a = e / n, b = e % n;
+			unsigned long long w = s->w[e];
+			if (a == b || w == U64_INF)
+				continue;
+			long long v = *(volatile long long *)&s->pot[a] + (long long)(w - DBIAS);
+			if (v < *(volatile long long *)&s->pot[b] && atomicMin(&s->pot[b], v) > v)
+				changed = 1;
+		}
+		if (!__syncthreads_or(changed))
+			break;
+	}
+}
+
+/* Copy this block's rows from mapped host memory, put every row on its
+ * cheapest worker, and publish the block's loads. */
+__device__ static void start_rows(struct blk *s, const long long *hcost, long long *cost,
+                                  uint32_t *assign, uint32_t *pload, uint32_t r0, uint32_t r1,
+                                  uint32_t n)
+{
+	const uint32_t tid = threadIdx.x;
+	const size_t lo = (size_t)r0 * n, len = (size_t)(r1 - r0) * n;
+
+	if (tid < MAXN)
+		s->cnt[tid] = 0;
+	for (size_t i = tid; i < len; i += 4 * THREADS) {
+		long long v[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			if (i + (size_t)u * THREADS < len)
+				v[u] = __ldcv(hcost + lo + i + (size_t)u * THREADS);
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			if (i + (size_t)u * THREADS < len)
+				cost[lo + i + (size_t)u * THREADS] = v[u];
+	}
+	__syncthreads();
+	for (uint32_t r = r0 + tid; r < r1; r += THREADS) {
+		const long long *c = cost + (size_t)r * n;
+		long long best = c[0];
+		uint32_t bj = 0;
+		for (uint32_t j = 1; j < n; j++)
+			if (c[j] < best) {
+				best = c[j];
+				bj = j;
+			}
+		assign[r] = bj;
+		atomicAdd(&s->cnt[bj], 1);
+	}
+	__syncthreads();
+	if (tid < n)
+		__stcg(&pload[blockIdx.x * n + tid], (uint32_t)s->cnt[tid]);
+}
+
+/* One job on blocks 0..g-1 (this one is blockIdx.x < g). */
+__device__ static void solve(struct blk *s, struct gpu_queue *q, struct gpu_ctl *c,
+                             const struct job *h, const long long *hcost, uint32_t *hassign, long long *cost,
+                             uint32_t *assign, unsigned long long *partial, uint32_t *pload,
+                             uint32_t seq)
+{
+	const uint32_t tid = threadIdx.x, x = blockIdx.x;
+	const uint32_t k = h->k, n = h->n, g = h->g, nn = n * n;
+	const uint32_t per = (k + g - 1) / g, r0 = min(k, x * per), r1 = min(k, r0 + per);
+	const size_t pstride = (size_t)gridDim.x * nn;
+	unsigned long long steps = 0;
+
+	if (x == 0)
+		for (uint32_t e = tid; e < 3 * NN; e += THREADS)
+			c->gmin[e / NN][e % NN] = U64_INF;
+	start_rows(s, hcost, cost, assign, pload, r0, r1, n);
+	grid_barrier(c, g, q, seq);
+	if (tid < n) {
+		uint32_t l = 0;
+		for (uint32_t y = 0; y < g; y++)
+			l += __ldcg(&pload[y * n + tid]);
+		s->load[tid] = (int)l;
+		s->cap[tid] = (int)vload(&c->cap[tid]);
+	}
+	scan(s, cost, assign, r0, r1, n, partial + (size_t)x * nn, c->gmin[0]);
+	grid_barrier(c, g, q, seq);
+	for (uint32_t t = 0;; t++) {
+		const unsigned long long *gm = c->gmin[t % 3];
+		const unsigned long long *part = partial + (t % 2) * pstride;
+		for (uint32_t e = tid; e < nn; e += THREADS)
+			s->w[e] = __ldcg(&gm[e]);
+		if (x == 0)
+			for (uint32_t e = tid; e < nn; e += THREADS)
+				c->gmin[(t + 2) % 3][e] = U64_INF;
+		if (tid == 0) {
+			int balanced = 1;
+			for (uint32_t j = 0; j < n; j++)
+				balanced &= s->load[j] == s->cap[j];
+			s->status = balanced ? ST_OK : vload(&c->abort) ? ST_ABORTED : -1;
+		}
+		__syncthreads();
+		if (s->status >= 0)
+			break;
+		find_path(s, n);
+		if (s->dst < 0) {
+			s->status = ST_NOPATH;
+			break;
+		}
+		path_flow(s, part, g, n);
+		move_rows(s, cost, assign, r0, r1, n);
+		steps++;
+		scan(s, cost, assign, r0, r1, n,
+		     partial + ((t + 1) % 2) * pstride + (size_t)x * nn, c->gmin[(t + 1) % 3]);
+		grid_barrier(c, g, q, seq);
+	}
+	__syncthreads();
+	if (s->status == ST_OK) {
+		for (uint32_t r = r0 + tid; r < r1; r += THREADS)
+			hassign[r] = assign[r];
+		if (x == 0)
+			potentials(s, n);
+	}
+	__threadfence_system();
+	grid_barrier(c, g, q, seq);
+	if (x == 0 && tid == 0) {
+		for (uint32_t j = 0; j < n; j++)
+			q->pot[j] = s->pot[j];
+		q->steps = steps;
+		q->used_blocks = g;
+		*(volatile int32_t *)&q->status = s->status;
+		__threadfence_system(); /* assignment, potentials and status before done */
+		vstore(&q->done, seq);
+	}
+}
+
+/* Block 0: wait for the host's doorbell (or stop), copy the job header
+ * into device memory and publish it. Returns the sequence or GO_STOP. */
+__device__ static uint32_t take_job(struct gpu_queue *q, struct gpu_ctl *c, uint32_t last,
+                                    uint32_t blocks)
+{
+	for (;;) {
+		if (vload(&q->stop))
+			break;
+		uint32_t db = vload(&q->doorbell);
+		if (db != last) {
+			__threadfence_system(); /* the job fields after the doorbell */
+			uint32_t k = vload(&q->k), n = vload(&q->n);
+			if (n == 0 || n > MAXN) /* answered at once: ST_BADJOB */
+				n = 0;
+			uint32_t g = (k * n + COSTS_PER_BLOCK - 1) / COSTS_PER_BLOCK;
+			vstore(&c->hseq, 0);
+			__threadfence();
+			vstore(&c->k, k);
+			vstore(&c->n, n);
+			vstore(&c->g, g < 1 ? 1 : g > blocks ? blocks : g);
+			for (uint32_t j = 0; j < n; j++)
+				vstore(&c->cap[j], vload(&q->cap[j]));
+			__threadfence();
+			vstore(&c->hseq, db);
+			__threadfence();
+			vstore(&c->go, db);
+			return db;
+		}
+		__nanosleep(100);
+	}
+	vstore(&c->go, GO_STOP);
+	__threadfence();
+	return GO_STOP;
+}
+
+__global__ static void __launch_bounds__(THREADS)
+	solver_kernel(struct gpu_queue *q, const long long *hcost, uint32_t *hassign,
+	              long long *cost, uint32_t *assign, unsigned long long *partial,
+	              uint32_t *pload, struct gpu_ctl *c, uint32_t max_k)
+{
+	__shared__ struct blk s;
+	__shared__ struct job hdr;
+	__shared__ uint32_t go;
 	uint32_t last = 0;
 
-	if (threadIdx.x == 0) {
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
 		vstore(&q->alive, 1);
 		__threadfence_system();
 	}
 	for (;;) {
 		if (threadIdx.x == 0) {
-			go = 0;
-			for (;;) {
-				if (vload(&q->stop)) {
-					go = 2;
-					break;
-				}
-				seq = vload(&q->doorbell);
-				if (seq != last) {
-					go = 1;
-					break;
-				}
-				__nanosleep(200);
+			uint32_t v;
+			if (blockIdx.x == 0) {
+				v = take_job(q, c, last, gridDim.x);
+			} else {
+				while ((v = vload(&c->go)) == last)
+					__nanosleep(200);
+				__threadfence();
 			}
-			__threadfence_system(); /* the job fields after the doorbell */
+			go = v;
+			read_header(c, v, &hdr);
 		}
 		__syncthreads();
-		if (go == 2)
+		if (go == GO_STOP)
 			break;
-		last = seq;
-		unsigned long long steps = 0;
-		int st;
-		if (vload(&q->k) > max_k || vload(&q->n) == 0 || vload(&q->n) > MAXN)
-			st = ST_BADJOB;
-		else
-			st = solve(q, hcost, hassign, cost, assign, slot, seq, &steps);
-		__syncthreads();
-		if (threadIdx.x == 0) {
-			q->steps = steps;
-			*(volatile int32_t *)&q->status = st;
-			__threadfence_system(); /* assignment and status before done */
-			vstore(&q->done, seq);
+		last = go;
+		if (hdr.valid && (hdr.n == 0 || hdr.k == 0 || hdr.k > max_k)) {
+			if (blockIdx.x == 0 && threadIdx.x == 0) {
+				*(volatile int32_t *)&q->status = ST_BADJOB;
+				__threadfence_system();
+				vstore(&q->done, go);
+			}
+		} else if (hdr.valid && blockIdx.x < hdr.g) {
+			solve(&s, q, c, &hdr, hcost, hassign, cost, assign, partial, pload, go);
 		}
 		__syncthreads();
 	}
-	if (threadIdx.x == 0) {
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
 		vstore(&q->alive, 0);
 		__threadfence_system();
 	}
@@ -291,20 +570,58 @@ static void dev_free(struct gpu_dev *d)
 		cudaStreamDestroy(d->stream);
 	cudaFree(d->dcost);
 	cudaFree(d->dassign);
-	cudaFree(d->dslot);
+	cudaFree(d->dpart);
+	cudaFree(d->dpload);
+	cudaFree(d->dctl);
 	cudaFreeHost(d->q);
 	cudaFreeHost(d->hcost);
 	cudaFreeHost(d->hassign);
 	free(d);
 }
 
-extern "C" int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, char *why,
-                            size_t whylen)
+/* How many blocks can be resident at once (the cooperative limit). */
+static int resident_blocks(int device, const struct cudaDeviceProp *prop, int *out)
+{
+	int per_sm = 0;
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solver_kernel,
+	                                                              THREADS, 0);
+	(void)device;
+	if (e != cudaSuccess)
+		return -1;
+	*out = per_sm * prop->multiProcessorCount;
+	return 0;
+}
+
+static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaError_t *e)
+{
+	const size_t nn = (size_t)MAXN * MAXN;
+	if ((*e = cudaHostAlloc((void **)&d->q, sizeof(*d->q), cudaHostAllocMapped)) ||
+	    (*e = cudaHostAlloc((void **)&d->hcost, (size_t)max_k * MAXN * sizeof(int64_t),
+	                        cudaHostAllocMapped)) ||
+	    (*e = cudaHostAlloc((void **)&d->hassign, (size_t)max_k * sizeof(uint32_t),
+	                        cudaHostAllocMapped)) ||
+	    (*e = cudaHostGetDevicePointer((void **)&d->dq, d->q, 0)) ||
+	    (*e = cudaHostGetDevicePointer((void **)&d->dhcost, d->hcost, 0)) ||
+	    (*e = cudaHostGetDevicePointer((void **)&d->dhassign, d->hassign, 0)) ||
+	    (*e = cudaMalloc((void **)&d->dcost, (size_t)max_k * MAXN * sizeof(long long))) ||
+	    (*e = cudaMalloc((void **)&d->dassign, (size_t)max_k * sizeof(uint32_t))) ||
+	    (*e = cudaMalloc((void **)&d->dpart, 2 * blocks * nn * sizeof(unsigned long long))) ||
+	    (*e = cudaMalloc((void **)&d->dpload, (size_t)blocks * MAXN * sizeof(uint32_t))) ||
+	    (*e = cudaMalloc((void **)&d->dctl, sizeof(struct gpu_ctl))) ||
+	    (*e = cudaMemset(d->dctl, 0, sizeof(struct gpu_ctl))) ||
+	    (*e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)))
+		return -1;
+	memset(d->q, 0, sizeof(*d->q));
+	return 0;
+}
+
+extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out,
+                            char *why, size_t whylen)
 {
 	struct cudaDeviceProp prop;
 	struct gpu_dev *d;
 	cudaError_t e;
-	int count = 0;
+	int count = 0, coop = 0, limit = 0;
 	int64_t until;
 
 	*out = NULL;
@@ -326,31 +643,36 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, ch
 		goto fail;
 	cudaSetDeviceFlags(cudaDeviceMapHost); /* fails harmlessly on a live context */
 	cudaGetLastError();
-	if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+	if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+	    (e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device)) !=
+	        cudaSuccess)
 		goto fail;
-	if ((e = cudaHostAlloc((void **)&d->q, sizeof(*d->q), cudaHostAllocMapped)) ||
-	    (e = cudaHostAlloc((void **)&d->hcost, (size_t)max_k * MAXN * sizeof(int64_t),
-	                       cudaHostAllocMapped)) ||
-	    (e = cudaHostAlloc((void **)&d->hassign, (size_t)max_k * sizeof(uint32_t),
-	                       cudaHostAllocMapped)) ||
-	    (e = cudaHostGetDevicePointer((void **)&d->dq, d->q, 0)) ||
-	    (e = cudaHostGetDevicePointer((void **)&d->dhcost, d->hcost, 0)) ||
-	    (e = cudaHostGetDevicePointer((void **)&d->dhassign, d->hassign, 0)) ||
-	    (e = cudaMalloc((void **)&d->dcost, (size_t)max_k * MAXN * sizeof(long long))) ||
-	    (e = cudaMalloc((void **)&d->dassign, (size_t)max_k * sizeof(uint32_t))) ||
-	    (e = cudaMalloc((void **)&d->dslot, (size_t)max_k * sizeof(int32_t))) ||
-	    (e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking)))
+	if (!coop || resident_blocks(device, &prop, &limit) < 0 || limit < 1) {
+		snprintf(why, whylen, "%s: no cooperative launch", prop.name);
+		free(d);
+		return -ENODEV;
+	}
+	if (blocks == 0)
+		blocks = (uint32_t)prop.multiProcessorCount;
+	if (blocks > (uint32_t)limit)
+		blocks = (uint32_t)limit;
+	d->blocks = blocks;
+	if (alloc_all(d, max_k, blocks, &e) < 0)
 		goto fail;
-	memset(d->q, 0, sizeof(*d->q));
-	solver_kernel<<<1, THREADS, 0, d->stream>>>(d->dq, (const long long *)d->dhcost,
-	                                            d->dhassign, d->dcost, d->dassign,
-	                                            d->dslot, max_k);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	{
+		void *args[] = {&d->dq,      &d->dhcost, &d->dhassign, &d->dcost, &d->dassign,
+		                &d->dpart,   &d->dpload, &d->dctl,     &d->max_k};
+		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(blocks), dim3(THREADS),
+		                                args, 0, d->stream);
+	}
+	if (e != cudaSuccess)
 		goto fail;
 	until = esd_now_ns() + 5 * ESD_NS_PER_S;
 	while (!__atomic_load_n(&d->q->alive, __ATOMIC_ACQUIRE)) {
 		if (esd_now_ns() > until || cudaStreamQuery(d->stream) != cudaErrorNotReady) {
-			snprintf(why, whylen, "%s: the solver kernel did not start", prop.name);
+			e = cudaStreamQuery(d->stream);
+			snprintf(why, whylen, "%s: the solver kernel did not start (%s)", prop.name,
+			         cudaGetErrorString(e));
 			__atomic_store_n(&d->q->stop, 1, __ATOMIC_RELEASE);
 			cudaStreamSynchronize(d->stream);
 			dev_free(d);
@@ -358,8 +680,8 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, struct gpu_dev **out, ch
 		}
 	}
 	d->running = 1;
-	snprintf(why, whylen, "%s (sm_%d%d, %d SMs), device %d", prop.name, prop.major,
-	         prop.minor, prop.multiProcessorCount, device);
+	snprintf(why, whylen, "%s (sm_%d%d, %d SMs), device %d, %u blocks", prop.name, prop.major,
+	         prop.minor, prop.multiProcessorCount, device, blocks);
 	*out = d;
 	return 0;
 
@@ -386,26 +708,29 @@ static int kernel_alive(struct gpu_dev *d)
 	return d->running;
 }
 
-extern "C" int gpu_dev_submit(struct gpu_dev *d, const int64_t *cost, uint32_t k, uint32_t n,
-                              const uint32_t *cap)
+extern "C" int64_t *gpu_dev_stage(struct gpu_dev *d)
+{
+	return d->hcost;
+}
+
+extern "C" int gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
 {
 	if (!kernel_alive(d))
 		return -ENODEV;
 	if (__atomic_load_n(&d->q->done, __ATOMIC_ACQUIRE) != d->seq)
 		return -EBUSY;
-	memcpy(d->hcost, cost, (size_t)k * n * sizeof(int64_t));
 	d->q->k = k;
 	d->q->n = n;
 	memcpy(d->q->cap, cap, n * sizeof(uint32_t));
 	d->seq++;
-	if (d->seq == 0)
+	if (d->seq == 0 || d->seq == GO_STOP)
 		d->seq = 1; /* 0 is the initial doorbell */
 	__atomic_store_n(&d->q->doorbell, d->seq, __ATOMIC_RELEASE);
 	return 0;
 }
 
 extern "C" int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
-                            uint64_t *steps)
+                            struct gpu_result *res)
 {
 	uint32_t spins = 0;
 
@@ -422,6 +747,9 @@ extern "C" int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t
 	if (__atomic_load_n(&d->q->status, __ATOMIC_ACQUIRE) != ST_OK)
 		return -EIO;
 	memcpy(assign, d->hassign, (size_t)d->q->k * sizeof(uint32_t));
-	*steps = d->q->steps;
+	res->steps = d->q->steps;
+	res->blocks = d->q->used_blocks;
+	for (uint32_t j = 0; j < d->q->n; j++)
+		res->pot[j] = d->q->pot[j];
 	return 0;
 }

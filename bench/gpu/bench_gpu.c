@@ -1,14 +1,17 @@
 /*
- * bench_gpu: the exact solver at n = 8 workers, m = 32..1024 samples per
- * worker (k = 8m rows), side by side in one run: the GPU solver
- * (esd_gpu_solve, canonical pass included; "-" without a device), the CPU
- * opt solver (esd_solve_opt, the baseline of the ratios) and the dense
- * Hungarian (esd_solve_hungarian, O(k^3): only up to --hungarian-max-k),
- * plus the GPU time the dispatcher spends per iteration with
- * hybrid(alpha): the alpha * k highest-regret rows handed to
- * esd_gpu_solve. Uniform random costs in [0, 100000); medians over reps.
+ * bench_gpu: the exact solver on the GPU against the one-core CPU solver,
+ * side by side in one run, for n = 8, 16, 32, 64 workers and k = 1024 ..
+ * 65536 rows (uniform random costs in [0, 100000), equal capacities,
+ * medians over reps; every GPU answer is checked bit for bit against the
+ * CPU's and the program exits 1 on a difference). Per n it then prints
+ * the cross-over esd_gpu_calibrate() measures, and one hybrid(alpha) step
+ * of the dispatcher three ways: all on the CPU, the opt part on the GPU
+ * after Heu (serial), and the opt part on the GPU while Heu runs
+ * (overlapped: esd_solver_set_exact_split). Without a device the GPU
+ * columns are '-'.
  *
- *   bench_gpu [--reps N] [--alpha A] [--hungarian-max-k K] [--max-m M]
+ *   bench_gpu [--n N]... [--min-k K] [--max-k K] [--reps R] [--alpha A]
+ *             [--blocks B]
  */
 #include <esd/clock.h>
 #include <esd/dispatch_solve.h>
@@ -20,8 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t N = 8; /* workers (--n) */
-#define NMAX 64u
+#define MAX_REPS 101
+
+struct opts {
+	uint32_t ns[8], nn;
+	uint32_t min_k, max_k, blocks;
+	int reps;
+	double alpha;
+};
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -43,77 +52,192 @@ static uint64_t rnd(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static void fill(int64_t *c, uint32_t k, uint64_t seed)
+static void fill(int64_t *c, size_t len, uint64_t seed)
 {
-	for (size_t i = 0; i < (size_t)k * N; i++)
+	for (size_t i = 0; i < len; i++)
 		c[i] = (int64_t)(rnd(&seed) % 100000);
 }
 
-struct rr {
-	int64_t regret;
-	uint32_t row;
-};
-
-static int cmp_rr(const void *a, const void *b)
+static int parse(int argc, char **argv, struct opts *o)
 {
-	const struct rr *x = a, *y = b;
-	if (x->regret != y->regret)
-		return x->regret < y->regret ? 1 : -1;
-	return (x->row > y->row) - (x->row < y->row);
+	*o = (struct opts){.min_k = 1024, .max_k = 65536, .reps = 7, .alpha = 0.25};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (v == NULL)
+			goto bad;
+		if (!strcmp(a, "--n") && o->nn < 8)
+			o->ns[o->nn++] = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--min-k"))
+			o->min_k = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--max-k"))
+			o->max_k = (uint32_t)atoi(v);
+		else if (!strcmp(a, "--reps"))
+			o->reps = atoi(v);
+		else if (!strcmp(a, "--alpha"))
+			o->alpha = atof(v);
+		else if (!strcmp(a, "--blocks"))
+			o->blocks = (uint32_t)atoi(v);
+		else
+			goto bad;
+		i++;
+	}
+	if (o->nn == 0) {
+		static const uint32_t def[] = {8, 16, 32, 64};
+		memcpy(o->ns, def, sizeof(def));
+		o->nn = 4;
+	}
+	for (uint32_t i = 0; i < o->nn; i++)
+		if (o->ns[i] < 2 || o->ns[i] > ESD_GPU_MAX_N)
+			goto bad;
+	if (o->reps < 1 || o->reps > MAX_REPS || !(o->alpha > 0 && o->alpha <= 1) ||
+	    o->min_k < 64 || o->max_k < o->min_k || o->max_k > ESD_SOLVE_MAX_K)
+		goto bad;
+	return 0;
+bad:
+	fprintf(stderr, "bench_gpu: --n 2..%u (repeatable), --min-k 64.., --max-k ..%u, "
+	                "--reps 1..%d, --alpha (0, 1], --blocks B\n",
+	        ESD_GPU_MAX_N, ESD_SOLVE_MAX_K, MAX_REPS);
+	return -1;
 }
 
-/* The opt part of hybrid(alpha) as the dispatcher would hand it to the
- * GPU: rows of largest regret, s_j = floor(alpha * cap_j) slots. Fills
- * sub[rows * N] and cap; returns the number of rows. */
-static uint32_t opt_part(const int64_t *c, uint32_t k, double alpha, int64_t *sub, uint32_t *cap,
-                         struct rr *rr, int64_t *regret)
+struct bufs {
+	int64_t *c;
+	uint32_t *a, *b;
+	int64_t tc[MAX_REPS], tg[MAX_REPS];
+};
+
+/* One row of the table: k x n, CPU and GPU, reps each. 1 on a mismatch. */
+static int one_size(struct esd_gpu_solver *g, struct esd_solver *s, struct bufs *b, uint32_t k,
+                    uint32_t n, int reps, int have_gpu)
 {
-	uint32_t rows = 0;
-	esd_regrets(c, k, N, regret);
-	for (uint32_t i = 0; i < k; i++)
-		rr[i] = (struct rr){regret[i], i};
-	qsort(rr, k, sizeof(*rr), cmp_rr);
-	for (uint32_t j = 0; j < N; j++) {
-		cap[j] = (uint32_t)(alpha * (k / N));
-		rows += cap[j];
+	const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
+	int64_t dev[MAX_REPS], can[MAX_REPS];
+	int cpu_answered = 0;
+
+	for (int r = 0; r < reps; r++) {
+		fill(b->c, (size_t)k * n, 1000u * k + 7u * n + (uint64_t)r);
+		int64_t t = esd_now_ns();
+		if (esd_solve_opt(s, b->c, k, n, NULL, b->a) < 0)
+			return 1;
+		b->tc[r] = esd_now_ns() - t;
+		if (!have_gpu)
+			continue;
+		t = esd_now_ns();
+		if (esd_gpu_solve(g, b->c, k, n, NULL, 0, b->b) < 0)
+			return 1;
+		b->tg[r] = esd_now_ns() - t;
+		cpu_answered += !st->last_by_gpu;
+		dev[r] = st->last_device_ns;
+		can[r] = st->last_canon_ns;
+		if (memcmp(b->a, b->b, k * sizeof(uint32_t)) != 0) {
+			fprintf(stderr, "bench_gpu: GPU and CPU differ at k %u n %u\n", k, n);
+			return 1;
+		}
 	}
-	for (uint32_t i = 0; i < rows; i++)
-		memcpy(sub + (size_t)i * N, c + (size_t)rr[i].row * N, N * sizeof(int64_t));
-	return rows;
+	double mc = median_ms(b->tc, reps);
+	if (!have_gpu) {
+		printf("%6u %10.3f %10s %8s\n", k, mc, "-", "-");
+		return 0;
+	}
+	double mg = median_ms(b->tg, reps);
+	printf("%6u %10.3f %10.3f %8.2f %9.3f %8.3f %7llu %6u%s\n", k, mc, mg, mc / mg,
+	       median_ms(dev, reps), median_ms(can, reps), (unsigned long long)st->kernel_steps,
+	       st->kernel_blocks, cpu_answered ? "  (CPU answered some)" : "");
+	return 0;
+}
+
+/* The dispatcher's hook: the GPU solver's two halves. */
+static int hook_submit(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap)
+{
+	return esd_gpu_submit(ctx, cost, k, n, cap, 0);
+}
+
+static int hook_collect(void *ctx, uint32_t *assign)
+{
+	return esd_gpu_collect(ctx, assign);
+}
+
+static int hook_solve(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
+                      uint32_t *assign)
+{
+	return esd_gpu_solve(ctx, cost, k, n, cap, 0, assign);
+}
+
+/* One hybrid(alpha) step at k x n: CPU only, GPU serial, GPU overlapped. */
+static int hybrid_step(struct esd_gpu_solver *g, struct bufs *b, uint32_t k, uint32_t n,
+                       int reps, double alpha)
+{
+	struct esd_solver *cpu, *ser, *ovl;
+	struct esd_hybrid_params p = {alpha, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	int64_t tc[MAX_REPS], ts[MAX_REPS], to[MAX_REPS], heu[MAX_REPS], opt[MAX_REPS];
+	uint32_t *a3 = malloc(k * sizeof(uint32_t));
+
+	if (!a3 || esd_solver_create(&cpu) || esd_solver_create(&ser) || esd_solver_create(&ovl))
+		return 1;
+	esd_solver_set_exact(ser, hook_solve, g);
+	esd_solver_set_exact_split(ovl, hook_submit, hook_collect, g);
+	for (int r = 0; r < reps; r++) {
+		fill(b->c, (size_t)k * n, 77u * k + n + (uint64_t)r);
+		if (esd_solve_hybrid(cpu, b->c, k, n, NULL, &p, b->a) ||
+		    esd_solve_hybrid(ser, b->c, k, n, NULL, &p, b->b) ||
+		    esd_solve_hybrid(ovl, b->c, k, n, NULL, &p, a3))
+			return 1;
+		tc[r] = esd_solver_stats(cpu)->total_ns;
+		ts[r] = esd_solver_stats(ser)->total_ns;
+		to[r] = esd_solver_stats(ovl)->total_ns;
+		heu[r] = esd_solver_stats(cpu)->heu_ns;
+		opt[r] = esd_solver_stats(cpu)->opt_ns;
+		if (memcmp(b->a, b->b, k * sizeof(uint32_t)) || memcmp(b->a, a3, k * sizeof(uint32_t))) {
+			fprintf(stderr, "bench_gpu: hybrid decisions differ at k %u n %u\n", k, n);
+			return 1;
+		}
+	}
+	double c = median_ms(tc, reps), s = median_ms(ts, reps), o = median_ms(to, reps);
+	printf("hybrid(%.2f) step, k %u (opt rows %u): cpu %.3f ms (opt %.3f, heu %.3f) | gpu serial "
+	       "%.3f ms | gpu overlapped %.3f ms | cpu/overlapped %.2f\n",
+	       alpha, k, esd_solver_stats(cpu)->opt_rows, c, median_ms(opt, reps),
+	       median_ms(heu, reps), s, o, c / o);
+	esd_solver_free(cpu);
+	esd_solver_free(ser);
+	esd_solver_free(ovl);
+	free(a3);
+	return 0;
+}
+
+static int one_n(struct esd_gpu_solver *g, struct esd_solver *s, struct bufs *b,
+                 const struct opts *o, uint32_t n, int have_gpu)
+{
+	printf("\nn = %u\n%6s %10s %10s %8s %9s %8s %7s %6s\n", n, "k", "cpu (ms)", "gpu (ms)",
+	       "cpu/gpu", "device", "canon", "steps", "blocks");
+	esd_gpu_set_min_rows(g, 0);
+	for (uint32_t k = o->min_k; k <= o->max_k; k *= 2)
+		if (one_size(g, s, b, k - k % n, n, o->reps, have_gpu))
+			return 1;
+	if (!have_gpu)
+		return 0;
+	struct esd_gpu_calibration cal;
+	if (esd_gpu_calibrate(g, n, o->max_k, 3, &cal) < 0)
+		return 1;
+	if (cal.min_rows == ESD_GPU_NEVER)
+		printf("cross-over (esd_gpu_calibrate, 3 reps): none, the CPU answers every size\n");
+	else
+		printf("cross-over (esd_gpu_calibrate, 3 reps): the GPU from k = %u\n", cal.min_rows);
+	esd_gpu_set_min_rows(g, 0);
+	return hybrid_step(g, b, o->max_k - o->max_k % n, n, o->reps, o->alpha);
 }
 
 int main(int argc, char **argv)
 {
-	int reps = 7;
-	double alpha = 0.25;
-	uint32_t hmax = 1024, max_m = 1024;
+	struct opts o;
 	struct esd_gpu_solver *g;
 	struct esd_solver *s;
+	struct bufs b;
 	int rc;
 
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--reps"))
-			reps = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--alpha"))
-			alpha = atof(argv[i + 1]);
-		else if (!strcmp(argv[i], "--hungarian-max-k"))
-			hmax = (uint32_t)atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--n"))
-			N = (uint32_t)atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--max-m"))
-			max_m = (uint32_t)atoi(argv[i + 1]);
-		else {
-			fprintf(stderr, "bench_gpu: unknown option %s\n", argv[i]);
-			return 2;
-		}
-	}
-	if (reps < 1 || reps > 1000 || !(alpha >= 0 && alpha <= 1) || max_m < 32 || max_m > 8192 ||
-	    N < 2 || N > NMAX || (uint64_t)max_m * N > ESD_SOLVE_MAX_K) {
-		fprintf(stderr, "bench_gpu: --reps 1..1000, --alpha 0..1, --max-m 32..8192, --n 2..64, "
-		                "m * n <= %u\n", ESD_SOLVE_MAX_K);
+	if (parse(argc, argv, &o) < 0)
 		return 2;
-	}
-	struct esd_gpu_params gp = {.max_k = max_m * N, .deadline_ns = 10 * ESD_NS_PER_S};
+	struct esd_gpu_params gp = {
+	    .max_k = o.max_k, .deadline_ns = 10 * ESD_NS_PER_S, .blocks = o.blocks};
 	rc = esd_gpu_solver_create(&gp, &g);
 	if (rc < 0) {
 		fprintf(stderr, "bench_gpu: esd_gpu_solver_create: %s\n", strerror(-rc));
@@ -122,93 +246,28 @@ int main(int argc, char **argv)
 	if (esd_solver_create(&s) < 0)
 		return 1;
 	int have_gpu = esd_gpu_solver_device(g) == 0;
-	printf("bench_gpu: n = %u, uniform costs [0, 100000), %d reps, medians (ms); "
+	printf("bench_gpu: uniform costs [0, 100000), equal capacities, %d reps, medians; "
 	       "device: %s\n",
-	       N, reps, esd_gpu_solver_describe(g));
-	if (!have_gpu)
-		printf("no GPU present: GPU columns are '-'\n");
-	printf("%6s %6s %10s %10s %12s %9s %9s %14s %8s %8s\n", "m", "k", "gpu", "cpu_opt",
-	       "hungarian", "cpu/gpu", "hung/cpu", "disp_gpu/iter", "opt_rows", "steps");
-
-	int64_t *ns_g = calloc((size_t)reps, sizeof(int64_t));
-	int64_t *ns_c = calloc((size_t)reps, sizeof(int64_t));
-	int64_t *ns_h = calloc((size_t)reps, sizeof(int64_t));
-	int64_t *ns_d = calloc((size_t)reps, sizeof(int64_t));
-	for (uint32_t m = 32; m <= max_m; m *= 2) {
-		uint32_t k = m * N, cap[NMAX], rows = 0;
-		int64_t *c = malloc((size_t)k * N * sizeof(int64_t));
-		int64_t *sub = malloc((size_t)k * N * sizeof(int64_t));
-		int64_t *regret = malloc(k * sizeof(int64_t));
-		struct rr *rr = malloc(k * sizeof(struct rr));
-		uint32_t *a = malloc(k * sizeof(uint32_t)), *b = malloc(k * sizeof(uint32_t));
-		int do_h = k <= hmax, cpu_answered = 0;
-		uint64_t steps = 0;
-		if (!c || !sub || !regret || !rr || !a || !b)
+	       o.reps, esd_gpu_solver_describe(g));
+	printf("cpu = esd_solve_opt (one core); gpu = esd_gpu_solve round trip (stage, kernel, "
+	       "canonical pass); device, canon: its parts (ms)\n");
+	b.c = malloc((size_t)o.max_k * ESD_GPU_MAX_N * sizeof(int64_t));
+	b.a = malloc(o.max_k * sizeof(uint32_t));
+	b.b = malloc(o.max_k * sizeof(uint32_t));
+	if (!b.c || !b.a || !b.b)
+		return 1;
+	for (uint32_t i = 0; i < o.nn; i++)
+		if (one_n(g, s, &b, &o, o.ns[i], have_gpu))
 			return 1;
-		for (int r = 0; r < reps; r++) {
-			fill(c, k, 1000u * m + (uint64_t)r);
-			int64_t t = esd_now_ns();
-			if (esd_solve_opt(s, c, k, N, NULL, a) < 0)
-				return 1;
-			ns_c[r] = esd_now_ns() - t;
-			if (have_gpu) {
-				t = esd_now_ns();
-				if (esd_gpu_solve(g, c, k, N, NULL, 0, b) < 0)
-					return 1;
-				ns_g[r] = esd_now_ns() - t;
-				cpu_answered += !esd_gpu_solver_stats(g)->last_by_gpu;
-				steps = esd_gpu_solver_stats(g)->kernel_steps;
-				if (memcmp(a, b, k * sizeof(uint32_t)) != 0) {
-					fprintf(stderr, "bench_gpu: GPU and CPU differ at k %u\n",
-					        k);
-					return 1;
-				}
-			}
-			if (do_h) {
-				t = esd_now_ns();
-				if (esd_solve_hungarian(s, c, k, N, NULL, b) < 0)
-					return 1;
-				ns_h[r] = esd_now_ns() - t;
-			}
-			/* dispatcher iteration: the opt part of hybrid(alpha) */
-			rows = opt_part(c, k, alpha, sub, cap, rr, regret);
-			t = esd_now_ns();
-			if (rows > 0 &&
-			    esd_gpu_solve(g, sub, rows, N, cap, have_gpu ? 0 : -1, b) < 0)
-				return 1;
-			ns_d[r] = esd_now_ns() - t;
-		}
-		double mc = median_ms(ns_c, reps), mh = do_h ? median_ms(ns_h, reps) : 0;
-		double mg = have_gpu ? median_ms(ns_g, reps) : 0, md = median_ms(ns_d, reps);
-		char sg[32] = "-", sh[32] = "skipped", rcg[32] = "-", rhc[32] = "-", sd[32];
-		if (have_gpu) {
-			snprintf(sg, sizeof(sg), cpu_answered ? "(cpu) %.3f" : "%.3f", mg);
-			snprintf(rcg, sizeof(rcg), "%.2f", mc / mg);
-		}
-		if (do_h) {
-			snprintf(sh, sizeof(sh), "%.3f", mh);
-			snprintf(rhc, sizeof(rhc), "%.1f", mh / mc);
-		}
-		snprintf(sd, sizeof(sd), have_gpu ? "%.3f" : "(cpu) %.3f", md);
-		printf("%6u %6u %10s %10.3f %12s %9s %9s %14s %8u %8llu\n", m, k, sg, mc, sh, rcg,
-		       rhc, sd, rows, (unsigned long long)steps);
-		free(c);
-		free(sub);
-		free(regret);
-		free(rr);
-		free(a);
-		free(b);
-	}
 	const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
 	printf("\ncounters: gpu_solved %llu cpu_fallbacks %llu late %llu busy %llu rejected %llu\n",
 	       (unsigned long long)st->gpu_solved, (unsigned long long)st->cpu_fallbacks,
 	       (unsigned long long)st->late, (unsigned long long)st->busy,
 	       (unsigned long long)st->gpu_rejected);
-	free(ns_g);
-	free(ns_c);
-	free(ns_h);
-	free(ns_d);
+	free(b.c);
+	free(b.a);
+	free(b.b);
 	esd_solver_free(s);
 	esd_gpu_solver_free(g);
-	return 0;
+	return st->gpu_rejected ? 1 : 0;
 }

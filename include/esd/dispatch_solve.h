@@ -153,6 +153,18 @@ typedef int (*esd_exact_fn)(void *ctx, const int64_t *cost, uint32_t k, uint32_t
  * backend) call fn(ctx, ...) instead of solving here; NULL restores the
  * solver's own. */
 void esd_solver_set_exact(struct esd_solver *s, esd_exact_fn fn, void *ctx);
+/* The same exact solver in two halves, so that esd_solve_hybrid runs Heu
+ * on the other rows while it solves (the GPU solver: esd_gpu_submit and
+ * esd_gpu_collect). submit gets what fn gets, but no assignment, and
+ * starts the solve; cost and cap stay valid until collect, which returns
+ * the canonical optimum into assign. Set both, or NULL for both to go back
+ * to the one-call hook (or the solver's own). The result is the same bits
+ * either way: Heu's rows and slots do not depend on the exact part. */
+typedef int (*esd_exact_submit_fn)(void *ctx, const int64_t *cost, uint32_t k, uint32_t n,
+                                   const uint32_t *cap);
+typedef int (*esd_exact_collect_fn)(void *ctx, uint32_t *assign);
+void esd_solver_set_exact_split(struct esd_solver *s, esd_exact_submit_fn submit,
+                                esd_exact_collect_fn collect, void *ctx);
 /* Counters of the last successful solve (owned by the solver). */
 const struct esd_solve_stats *esd_solver_stats(const struct esd_solver *s);
 /* Forget opt's warm start (worker potentials of the previous solve). The
@@ -198,6 +210,14 @@ int esd_solve_vanilla(uint32_t k, uint32_t n, const uint32_t *cap, uint64_t seed
  * exists), -ENOMEM. */
 int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                      const uint32_t *cap, uint32_t *assign);
+/* esd_canonicalize() for a caller that also has optimal worker potentials
+ * of assign (pot[n]: c[r][assign[r]] - pot[assign[r]] is row r's least
+ * c[r][b] - pot[b]), e.g. an offloaded solver: it skips deriving them.
+ * The costs must be in range (as esd_solve_* check) and are not checked
+ * again; potentials that are not optimal for assign give -EINVAL, as a
+ * non-optimal assignment does. */
+int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
+                           const uint32_t *cap, const int64_t *pot, uint32_t *assign);
 
 /* Total cost of an assignment (no checks beyond assign[i] < n, which the
  * caller guarantees). */

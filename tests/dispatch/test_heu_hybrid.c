@@ -255,12 +255,91 @@ static void test_exact_offload(void **state)
 	free(c);
 }
 
+/* esd_solver_set_exact_split: the exact part in two halves. hybrid posts
+ * it, runs Heu on the other rows, then collects: at collect time every Heu
+ * row is already assigned (the overlap), the sub-problem's costs are still
+ * valid, and the result is the same bits as the CPU's. */
+struct split {
+	struct esd_solver *cpu;
+	const int64_t *cost;
+	const uint32_t *cap;
+	uint32_t k, n, submits, collects, heu_done;
+	const uint32_t *main_assign; /* the caller's assign[] */
+	uint32_t main_k;
+};
+
+static int split_submit(void *ctx, const int64_t *cost, uint32_t k, uint32_t n,
+                        const uint32_t *cap)
+{
+	struct split *o = ctx;
+	o->submits++;
+	o->cost = cost;
+	o->cap = cap;
+	o->k = k;
+	o->n = n;
+	return 0;
+}
+
+static int split_collect(void *ctx, uint32_t *assign)
+{
+	struct split *o = ctx;
+	uint32_t unassigned = 0;
+	o->collects++;
+	for (uint32_t i = 0; i < o->main_k; i++)
+		unassigned += o->main_assign[i] == UINT32_MAX;
+	/* exactly the opt rows are still unassigned: Heu ran before collect */
+	o->heu_done += unassigned == o->k;
+	return esd_solve_opt(o->cpu, o->cost, o->k, o->n, o->cap, assign);
+}
+
+static void test_exact_split(void **state)
+{
+	(void)state;
+	const uint32_t k = 256, n = 8;
+	int64_t *c = malloc(sizeof(int64_t) * k * n);
+	uint32_t a[256], b[256];
+	struct esd_solver *s, *plain;
+	struct split o = {.main_assign = a, .main_k = k};
+	assert_int_equal(esd_solver_create(&s), 0);
+	assert_int_equal(esd_solver_create(&plain), 0);
+	assert_int_equal(esd_solver_create(&o.cpu), 0);
+	esd_solver_set_exact_split(s, split_submit, split_collect, &o);
+	for (int kd = 0; kd < DT_KINDS; kd++) {
+		dt_fill(c, k, n, (enum dt_kind)kd, 70 + kd);
+		assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+		assert_int_equal(esd_solve_opt(plain, c, k, n, NULL, b), 0);
+		assert_memory_equal(a, b, sizeof(a));
+		const double alphas[] = {1, 0.5, 0.125};
+		for (int q = 0; q < 3; q++) {
+			struct esd_hybrid_params p = {alphas[q], ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			uint32_t before = o.heu_done;
+			memset(a, 0xff, sizeof(a));
+			assert_int_equal(esd_solve_hybrid(s, c, k, n, NULL, &p, a), 0);
+			assert_int_equal(esd_solve_hybrid(plain, c, k, n, NULL, &p, b), 0);
+			assert_memory_equal(a, b, sizeof(a));
+			if (alphas[q] < 1) /* overlapped */
+				assert_int_equal(o.heu_done, before + 1);
+		}
+	}
+	assert_int_equal(o.submits, o.collects);
+	/* a split hook and the one-call hook replace each other */
+	esd_solver_set_exact(s, NULL, NULL);
+	uint32_t calls = o.submits;
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(o.submits, calls);
+	esd_solver_free(s);
+	esd_solver_free(plain);
+	esd_solver_free(o.cpu);
+	free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_theorem1),      cmocka_unit_test(test_hybrid0_is_heu_and_caps),
 	    cmocka_unit_test(test_laia_rule),     cmocka_unit_test(test_regret_stats),
 	    cmocka_unit_test(test_exact_offload),
+	    cmocka_unit_test(test_exact_split),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

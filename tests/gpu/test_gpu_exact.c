@@ -1,19 +1,26 @@
-/* The persistent kernel against the CPU solver, bit for bit, on random and
- * adversarial matrices k = 256..8192, n = 8 (equal and skewed capacities),
- * plus the late path (a deadline too short: the CPU answers, the kernel
- * drops the job and takes the next one). Needs a CUDA device: exits 77
- * with "no CUDA device" without one. */
+/* The persistent kernel against the CPU solver, bit for bit: random and
+ * adversarial matrices (one worker preferred, equal rows, all ties, all
+ * zero, costs near 2^40, costs at 0 and ESD_COST_MAX), equal and skewed
+ * capacities, n = 3..64, m = 1, k not a power of two; the late path (a
+ * deadline too short: the CPU answers, the kernel drops the job and takes
+ * the next one); submit/collect; the measured cross-over.
+ *
+ * Needs a CUDA device. Without one it exits 77 ("no CUDA device"), but
+ * where the machine has an NVIDIA device node and the solver still cannot
+ * start its kernel, that is a failure, not a skip. */
 #include "gtest.h"
 
 #include <esd/clock.h>
 #include <esd/gpu.h>
+
+#include <sys/stat.h>
 
 static struct esd_gpu_solver *g;
 
 static int setup(void **state)
 {
 	(void)state;
-	struct esd_gpu_params p = {.max_k = 8192, .deadline_ns = 10 * ESD_NS_PER_S};
+	struct esd_gpu_params p = {.max_k = 16384, .deadline_ns = 10 * ESD_NS_PER_S};
 	if (esd_gpu_solver_create(&p, &g) < 0)
 		return -1;
 	return 0;
@@ -26,40 +33,97 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void test_gpu_matches_cpu(void **state)
+/* One instance on the GPU, which must answer. */
+static void must_match(struct esd_solver *s, const int64_t *c, uint32_t k, uint32_t n,
+                       const uint32_t *cap, const char *what)
 {
-	(void)state;
+	int by_gpu = gt_compare(g, s, c, k, n, cap, 0);
+	const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
+	if (!by_gpu)
+		fail_msg("k %u n %u %s: CPU answered (late %llu rejected %llu busy %llu)", k, n,
+		         what, (unsigned long long)st->late, (unsigned long long)st->gpu_rejected,
+		         (unsigned long long)st->busy);
+	print_message("k %5u n %2u %-16s: gpu %6lld us (device %6lld, canon %5lld), %5llu steps, "
+	              "%u blocks\n",
+	              k, n, what, (long long)st->last_gpu_us, (long long)(st->last_device_ns / 1000),
+	              (long long)(st->last_canon_ns / 1000), (unsigned long long)st->kernel_steps,
+	              st->kernel_blocks);
+}
+
+static void sweep(uint32_t n, uint32_t kmin, uint32_t kmax)
+{
 	struct esd_solver *s;
-	const uint32_t n = 8;
-	uint32_t cap[8];
+	uint32_t cap[ESD_GPU_MAX_N];
+	char what[32];
 	assert_int_equal(esd_solver_create(&s), 0);
-	for (uint32_t k = 256; k <= 8192; k *= 2) {
+	for (uint32_t k = kmin; k <= kmax; k *= 2) {
 		int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 		assert_non_null(c);
 		for (int kd = 0; kd < DT_KINDS; kd++)
-			for (int skew = 0; skew <= 1; skew++)
-				for (uint64_t seed = 0; seed < 2; seed++) {
-					dt_fill(c, k, n, (enum dt_kind)kd,
-					        seed * 1000003u + k + kd);
-					gt_caps(cap, k, n, skew);
-					int by_gpu = gt_compare(g, s, c, k, n, cap, 0);
-					const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
-					if (!by_gpu)
-						fail_msg("k %u %s skew %d: CPU answered (late %llu "
-						         "rejected %llu busy %llu)",
-						         k, dt_kind_name((enum dt_kind)kd), skew,
-						         (unsigned long long)st->late,
-						         (unsigned long long)st->gpu_rejected,
-						         (unsigned long long)st->busy);
-					print_message(
-					    "k %5u %-10s skew %d: gpu %lld us, %llu steps\n", k,
-					    dt_kind_name((enum dt_kind)kd), skew,
-					    (long long)st->last_gpu_us,
-					    (unsigned long long)st->kernel_steps);
-				}
+			for (int skew = 0; skew <= 1; skew++) {
+				dt_fill(c, k, n, (enum dt_kind)kd, 1000003u * n + k + kd);
+				gt_caps(cap, k, n, skew);
+				snprintf(what, sizeof(what), "%s%s", dt_kind_name((enum dt_kind)kd),
+				         skew ? " skew" : "");
+				must_match(s, c, k, n, cap, what);
+			}
 		free(c);
 	}
 	assert_int_equal(esd_gpu_solver_stats(g)->gpu_rejected, 0);
+	esd_solver_free(s);
+}
+
+static void test_n8(void **state)
+{
+	(void)state;
+	sweep(8, 256, 8192);
+}
+
+static void test_n16_n32(void **state)
+{
+	(void)state;
+	sweep(16, 512, 8192);
+	sweep(32, 1024, 8192);
+}
+
+static void test_n64(void **state)
+{
+	(void)state;
+	sweep(64, 1024, 16384);
+}
+
+/* Shapes at the edges: n = 3 and 2, m = 1, k not a power of two, uneven
+ * capacities with zeros, costs at both ends of the range (differences of
+ * +-ESD_COST_MAX, the kernel's packing limits). */
+static void test_edges(void **state)
+{
+	(void)state;
+	struct esd_solver *s;
+	static const uint32_t ns[] = {2, 3, 5, 8, 17, 64};
+	assert_int_equal(esd_solver_create(&s), 0);
+	for (size_t t = 0; t < sizeof(ns) / sizeof(ns[0]); t++) {
+		uint32_t n = ns[t], cap[ESD_GPU_MAX_N];
+		uint32_t ks[] = {n, 3 * n + 1, 1000, 4099};
+		for (size_t q = 0; q < 4; q++) {
+			uint32_t k = ks[q];
+			int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+			assert_non_null(c);
+			/* m = 1 / uneven: worker 0 gets nothing when it can */
+			gt_caps(cap, k, n, 1);
+			for (int kd = 0; kd < DT_KINDS; kd++) {
+				dt_fill(c, k, n, (enum dt_kind)kd, 77u * k + n + kd);
+				must_match(s, c, k, n, cap, dt_kind_name((enum dt_kind)kd));
+			}
+			uint64_t st = 99u + k + n;
+			for (size_t i = 0; i < (size_t)k * n; i++)
+				c[i] = esd_test_rand(&st) % 2 ? ESD_COST_MAX : 0;
+			must_match(s, c, k, n, cap, "0 or COST_MAX");
+			for (size_t i = 0; i < (size_t)k * n; i++)
+				c[i] = ESD_COST_MAX - (int64_t)(esd_test_rand(&st) % 3);
+			must_match(s, c, k, n, cap, "COST_MAX ties");
+			free(c);
+		}
+	}
 	esd_solver_free(s);
 }
 
@@ -67,7 +131,7 @@ static void test_late_falls_back(void **state)
 {
 	(void)state;
 	struct esd_solver *s;
-	const uint32_t k = 8192, n = 8;
+	const uint32_t k = 16384, n = 8;
 	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 	assert_non_null(c);
 	assert_int_equal(esd_solver_create(&s), 0);
@@ -88,20 +152,98 @@ static void test_late_falls_back(void **state)
 	esd_solver_free(s);
 }
 
+/* submit, work meanwhile, collect: the same bits as one call; one job at
+ * a time; collect without a job is an error. */
+static void test_submit_collect(void **state)
+{
+	(void)state;
+	struct esd_solver *s;
+	const uint32_t k = 4096, n = 16;
+	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+	uint32_t *a = malloc(k * sizeof(uint32_t)), *b = malloc(k * sizeof(uint32_t));
+	assert_true(c && a && b);
+	assert_int_equal(esd_solver_create(&s), 0);
+	dt_fill(c, k, n, DT_RANDOM, 5);
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(esd_gpu_collect(g, b), -EINVAL);
+	assert_int_equal(esd_gpu_submit(g, c, k, n, NULL, 0), 0);
+	assert_int_equal(esd_gpu_submit(g, c, k, n, NULL, 0), -EBUSY);
+	volatile uint64_t spin = 0; /* the caller's own work */
+	for (int i = 0; i < 100000; i++)
+		spin += (uint64_t)i;
+	assert_int_equal(esd_gpu_collect(g, b), 0);
+	assert_true(esd_gpu_solver_stats(g)->last_by_gpu);
+	assert_memory_equal(a, b, k * sizeof(uint32_t));
+	free(c);
+	free(a);
+	free(b);
+	esd_solver_free(s);
+}
+
+/* The measured cross-over is one of the measured sizes (or none), and it
+ * is obeyed: below it the CPU answers and the solve counts as small. */
+static void test_calibrate(void **state)
+{
+	(void)state;
+	struct esd_gpu_calibration cal;
+	struct esd_solver *s;
+	assert_int_equal(esd_solver_create(&s), 0);
+	assert_int_equal(esd_gpu_calibrate(g, 0, 1024, 3, NULL), -EINVAL);
+	assert_int_equal(esd_gpu_calibrate(g, 8, 16384, 3, &cal), 0);
+	int found = cal.min_rows == ESD_GPU_NEVER;
+	for (uint32_t i = 0; i < cal.sizes; i++) {
+		print_message("n 8 k %5u: cpu %8.3f ms gpu %8.3f ms\n", cal.k[i],
+		              esd_ns_to_ms(cal.cpu_ns[i]),
+		              cal.gpu_ns[i] == INT64_MAX ? -1.0 : esd_ns_to_ms(cal.gpu_ns[i]));
+		found |= cal.k[i] == cal.min_rows;
+	}
+	assert_true(found);
+	assert_int_equal(esd_gpu_solver_stats(g)->min_rows, cal.min_rows);
+	print_message("cross-over: %u\n", cal.min_rows);
+	/* obeyed, both ways */
+	esd_gpu_set_min_rows(g, 1024);
+	int64_t *c = malloc((size_t)2048 * 8 * sizeof(int64_t));
+	assert_non_null(c);
+	dt_fill(c, 2048, 8, DT_RANDOM, 3);
+	uint64_t small = esd_gpu_solver_stats(g)->small;
+	assert_int_equal(gt_compare(g, s, c, 512, 8, NULL, 0), 0);
+	assert_int_equal(esd_gpu_solver_stats(g)->small, small + 1);
+	assert_int_equal(gt_compare(g, s, c, 2048, 8, NULL, 0), 1);
+	esd_gpu_set_min_rows(g, 0);
+	free(c);
+	esd_solver_free(s);
+}
+
+/* An NVIDIA device node means a GPU the solver must be able to use. */
+static int nvidia_node(void)
+{
+	struct stat st;
+	return stat("/dev/nvidia0", &st) == 0 || stat("/dev/nvidiactl", &st) == 0;
+}
+
 int main(void)
 {
 	struct esd_gpu_solver *probe;
-	if (esd_gpu_solver_create(NULL, &probe) < 0)
-		ESD_TEST_SKIP("cannot make the solver");
+	if (esd_gpu_solver_create(NULL, &probe) < 0) {
+		fprintf(stderr, "cannot make the solver object\n");
+		return 1;
+	}
 	if (esd_gpu_solver_device(probe) < 0) {
 		fprintf(stderr, "%s\n", esd_gpu_solver_describe(probe));
 		esd_gpu_solver_free(probe);
+		if (nvidia_node()) {
+			fprintf(stderr, "test_gpu_exact: this machine has an NVIDIA device "
+			                "(/dev/nvidia*) but the solver kernel did not start\n");
+			return 1;
+		}
 		ESD_TEST_SKIP("no CUDA device");
 	}
 	esd_gpu_solver_free(probe);
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_gpu_matches_cpu),
-	    cmocka_unit_test(test_late_falls_back),
+	    cmocka_unit_test(test_n8),          cmocka_unit_test(test_n16_n32),
+	    cmocka_unit_test(test_n64),         cmocka_unit_test(test_edges),
+	    cmocka_unit_test(test_late_falls_back), cmocka_unit_test(test_submit_collect),
+	    cmocka_unit_test(test_calibrate),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

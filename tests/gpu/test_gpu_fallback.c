@@ -109,6 +109,65 @@ static void test_cpu_matches_opt(void **state)
 	esd_gpu_solver_free(g);
 }
 
+/* submit/collect on the CPU path: the same bits, one job at a time; a
+ * rejected submit leaves nothing pending. */
+static void test_split_cpu(void **state)
+{
+	(void)state;
+	struct esd_gpu_solver *g;
+	struct esd_solver *s;
+	const uint32_t k = 512, n = 8;
+	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+	uint32_t *a = malloc(k * sizeof(uint32_t)), *b = malloc(k * sizeof(uint32_t));
+	assert_true(c && a && b);
+	assert_int_equal(esd_gpu_solver_create(NULL, &g), 0);
+	assert_int_equal(esd_solver_create(&s), 0);
+	dt_fill(c, k, n, DT_TIES, 11);
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(esd_gpu_collect(g, b), -EINVAL);
+	c[5] = -1;
+	assert_int_equal(esd_gpu_submit(g, c, k, n, NULL, -1), -EINVAL);
+	assert_int_equal(esd_gpu_collect(g, b), -EINVAL);
+	c[5] = 1;
+	assert_int_equal(esd_solve_opt(s, c, k, n, NULL, a), 0);
+	assert_int_equal(esd_gpu_submit(g, c, k, n, NULL, -1), 0);
+	assert_int_equal(esd_gpu_submit(g, c, k, n, NULL, -1), -EBUSY);
+	assert_int_equal(esd_gpu_collect(g, b), 0);
+	assert_memory_equal(a, b, k * sizeof(uint32_t));
+	assert_int_equal(esd_gpu_collect(g, b), -EINVAL);
+	free(c);
+	free(a);
+	free(b);
+	esd_solver_free(s);
+	esd_gpu_solver_free(g);
+}
+
+/* Without a device the cross-over is "never" and nothing is measured. */
+static void test_calibrate_cpu(void **state)
+{
+	(void)state;
+	struct esd_gpu_solver *g;
+	struct esd_gpu_calibration cal;
+	struct esd_gpu_params p = {.max_k = 4096};
+	assert_int_equal(esd_gpu_solver_create(&p, &g), 0);
+	assert_int_equal(esd_gpu_calibrate(g, 0, 1024, 3, &cal), -EINVAL);
+	assert_int_equal(esd_gpu_calibrate(g, 8, 4, 3, &cal), -EINVAL);
+	assert_int_equal(esd_gpu_calibrate(g, 8, 1024, 0, &cal), -EINVAL);
+	assert_int_equal(esd_gpu_calibrate(g, ESD_GPU_MAX_N + 1, 1024, 3, &cal), -EINVAL);
+	if (esd_gpu_solver_device(g) == 0) {
+		esd_gpu_solver_free(g);
+		skip();
+	}
+	assert_int_equal(esd_gpu_calibrate(g, 8, 100000, 3, &cal), 0);
+	assert_int_equal(cal.min_rows, ESD_GPU_NEVER);
+	assert_int_equal(esd_gpu_solver_stats(g)->min_rows, ESD_GPU_NEVER);
+	/* the sizes: from 256 up to max_k (the solver's), multiples of n */
+	assert_true(cal.sizes >= 2);
+	assert_int_equal(cal.k[0], 256);
+	assert_int_equal(cal.k[cal.sizes - 1], 4096);
+	esd_gpu_solver_free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -116,6 +175,8 @@ int main(void)
 	    cmocka_unit_test(test_bad_params),
 	    cmocka_unit_test(test_bad_input),
 	    cmocka_unit_test(test_cpu_matches_opt),
+	    cmocka_unit_test(test_split_cpu),
+	    cmocka_unit_test(test_calibrate_cpu),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
