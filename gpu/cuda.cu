@@ -54,8 +54,8 @@
 #define MAXN      64
 #define NN        (MAXN * MAXN)
 #define U64_INF   0xffffffffffffffffull
-/* a difference d (|d| <= ESD_COST_MAX < 2^44) as d + 2^44: 45 bits, so a
- * (min, count) word has 19 bits for the count (k <= 2^18) */
+/* a difference d (|d| <= ESD_COST_MAX < 2^44) as d + 2^44 (45 bits), so a
+ * partial's (min, count) word has 19 bits for the count (k <= 2^18) */
 #define DBIAS     (1ull << 44)
 #define CNT_BITS  19
 #define CNT_MASK  ((1ull << CNT_BITS) - 1)
@@ -65,11 +65,14 @@
 #define KSHIFT    13
 #define KHOPS(k)  (((k) >> 6) & 127u)
 #define KPRED(k)  ((uint32_t)((k) & 63u))
-/* a block solves at least this many costs (rows x n) per step */
+/* a block takes at least this many costs (rows x n) */
 #define COSTS_PER_BLOCK 2048u
+/* the host's abort word is read (across the bus) every this many steps */
+#define ABORT_EVERY 32u
 #define GO_STOP   0xffffffffu
 
 enum { ST_OK = 0, ST_ABORTED = 1, ST_NOPATH = 2, ST_BADJOB = 3 };
+enum { VF_BAD = 1, VF_LOWER = 2 }; /* verification flags */
 
 /* The queue word block, in pinned mapped memory. */
 struct gpu_queue {
@@ -82,6 +85,7 @@ struct gpu_queue {
 	uint32_t k, n;
 	uint32_t cap[MAXN];
 	uint32_t used_blocks;   /* device: blocks that solved the job */
+	uint32_t vflags;        /* device: VF_* of the answer */
 	unsigned long long steps;
 	long long pot[MAXN];    /* device: optimal potentials */
 };
@@ -94,7 +98,8 @@ struct gpu_ctl {
 	uint32_t cap[MAXN];
 	uint32_t bar_count; /* grid barrier */
 	uint32_t bar_gen;
-	uint32_t abort;     /* the barrier's verdict on the host's abort word */
+	uint32_t abort;     /* the last barrier's verdict on the host's abort word */
+	uint32_t vflags;    /* VF_* over all blocks */
 	unsigned long long gmin[3][NN]; /* pair minima, by step mod 3 */
 };
 
@@ -102,14 +107,52 @@ struct gpu_dev {
 	struct gpu_queue *q, *dq; /* host and device views */
 	int64_t *hcost, *dhcost;  /* staged input: host and device views */
 	uint32_t *hassign, *dhassign;
-	long long *dcost;         /* device copy of the costs */
+	long long *dcost;         /* device copy of the costs, one slab per block */
 	uint32_t *dassign;
-	unsigned long long *dpart; /* [2][blocks][n * n] (min, count) words */
+	unsigned long long *dpart; /* [2][n * n][blocks] (min, count) words */
 	uint32_t *dpload;          /* [blocks][n] initial loads */
 	struct gpu_ctl *dctl;
 	cudaStream_t stream;
 	uint32_t max_k, blocks, seq;
 	int running;
+};
+
+/* The global pointers every block uses. */
+struct kargs {
+	struct gpu_queue *q;
+	const long long *hcost;
+	uint32_t *hassign;
+	long long *cost;
+	uint32_t *assign;
+	unsigned long long *part;
+	uint32_t *pload;
+	struct gpu_ctl *c;
+	uint32_t max_k;
+};
+
+/* A block's copy of the job header; valid = 0 when block 0 was already
+ * rewriting it for a later job (a block that slept through a whole job). */
+struct job {
+	uint32_t k, n, g, valid;
+};
+
+/* The shared state of one block (dynamic shared memory). */
+struct blk {
+	unsigned long long w[NN];     /* scan: own minima; then the global ones */
+	uint32_t cnt2[NN];            /* scan: own rows at the own minimum */
+	unsigned long long key[MAXN]; /* Bellman-Ford keys */
+	long long pot[MAXN];
+	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
+	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
+	int src, dst, plen, flow, status;
+	uint32_t abortv, vflags, db;
+	struct job hdr;
+};
+
+/* This block's rows: [r0, r1), costs at slab[b * per + (r - r0)]. */
+struct rows {
+	uint32_t r0, r1, per, n;
+	long long *slab;
 };
 
 __device__ static uint32_t vload(const uint32_t *p)
@@ -122,11 +165,10 @@ __device__ static void vstore(uint32_t *p, uint32_t v)
 	*(volatile uint32_t *)p = v;
 }
 
-/* A block's copy of the job header; valid = 0 when block 0 was already
- * rewriting it for a later job (a block that slept through a whole job). */
-struct job {
-	uint32_t k, n, g, valid;
-};
+__device__ static long long C(const struct rows *R, uint32_t b, uint32_t r)
+{
+	return R->slab[(size_t)b * R->per + (r - R->r0)];
+}
 
 __device__ static void read_header(struct gpu_ctl *c, uint32_t seq, struct job *h)
 {
@@ -139,89 +181,100 @@ __device__ static void read_header(struct gpu_ctl *c, uint32_t seq, struct job *
 	h->valid = seq != GO_STOP && h1 == seq && vload(&c->hseq) == seq;
 }
 
-/* Grid barrier over blocks 0..g-1 (all resident: cooperative launch). The
- * last block to arrive reads the host's abort and stop words and leaves
- * its verdict in ctl->abort, which every block reads after the barrier. */
-__device__ static void grid_barrier(struct gpu_ctl *c, uint32_t g, struct gpu_queue *q,
-                                    uint32_t seq)
+/* The end of a step on g blocks: a grid barrier (all resident: cooperative
+ * launch), or the block's own with g == 1. With check, the host's abort
+ * and stop words are read (by the last block to arrive), and the verdict
+ * lands in s->abortv of every block. */
+__device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_queue *q, uint32_t g,
+                                 uint32_t seq, int check)
 {
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		uint32_t gen = vload(&c->bar_gen);
-		__threadfence();
-		if (atomicAdd(&c->bar_count, 1u) == g - 1) {
-			atomicExch(&c->bar_count, 0u);
-			vstore(&c->abort, vload(&q->abort_seq) == seq || vload(&q->stop));
-			__threadfence();
-			atomicExch(&c->bar_gen, gen + 1);
+		if (g == 1) {
+			if (check)
+				s->abortv = vload(&q->abort_seq) == seq || vload(&q->stop);
 		} else {
-			while (vload(&c->bar_gen) == gen)
-				;
-		}
-		__threadfence();
-	}
-	__syncthreads();
-}
-
-/* The shared state of one block while it solves. */
-struct blk {
-	unsigned long long w[NN];      /* scan: own (min, count); path: global minima */
-	unsigned long long key[MAXN];  /* Bellman-Ford keys */
-	long long pot[MAXN];
-	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
-	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
-	int src, dst, plen, flow, status;
-};
-
-/* scan: (min, count) per pair over rows [r0, r1), into the partials of
- * buffer pb and the global minima of buffer gb. */
-__device__ static void scan(struct blk *s, const long long *cost, const uint32_t *assign,
-                            uint32_t r0, uint32_t r1, uint32_t n, unsigned long long *part,
-                            unsigned long long *gmin)
-{
-	const uint32_t tid = threadIdx.x, nn = n * n;
-
-	for (uint32_t e = tid; e < nn; e += THREADS)
-		s->w[e] = U64_INF;
-	__syncthreads();
-	for (uint32_t r = r0 + tid; r < r1; r += THREADS) {
-		const long long *c = cost + (size_t)r * n;
-		const uint32_t a = assign[r];
-		const long long ca = c[a];
-		for (uint32_t b = 0; b < n; b++) {
-			if (b == a)
-				continue;
-			unsigned long long d = (unsigned long long)(c[b] - ca + (long long)DBIAS);
-			unsigned long long *slot = &s->w[a * n + b];
-			unsigned long long old = *(volatile unsigned long long *)slot;
-			for (;;) {
-				unsigned long long od = old >> CNT_BITS;
-				if (d > od)
-					break;
-				unsigned long long nw = d < od ? (d << CNT_BITS) | 1ull : old + 1ull;
-				unsigned long long prev = atomicCAS(slot, old, nw);
-				if (prev == old)
-					break;
-				old = prev;
+			uint32_t gen = vload(&c->bar_gen);
+			__threadfence();
+			if (atomicAdd(&c->bar_count, 1u) == g - 1) {
+				atomicExch(&c->bar_count, 0u);
+				if (check)
+					vstore(&c->abort,
+					       vload(&q->abort_seq) == seq || vload(&q->stop));
+				__threadfence();
+				atomicExch(&c->bar_gen, gen + 1);
+			} else {
+				while (vload(&c->bar_gen) == gen)
+					;
 			}
+			__threadfence();
+			s->abortv = vload(&c->abort);
 		}
 	}
 	__syncthreads();
+}
+
+/* scan: over this block's rows r at a, for every pair (a, b) the least
+ * c[r][b] - c[r][a] (s->w, biased) and how many rows reach it (s->cnt2).
+ * Two passes: atomicMin, then counting with one atomic per group of lanes
+ * that hit the same pair. */
+__device__ static void scan(struct blk *s, const struct rows *R, const uint32_t *assign)
+{
+	const uint32_t tid = threadIdx.x, lane = tid % 32, n = R->n, nn = n * n;
+
 	for (uint32_t e = tid; e < nn; e += THREADS) {
-		unsigned long long p = s->w[e];
-		__stcg(&part[e], p);
-		if (p != U64_INF) {
-			unsigned long long m = p >> CNT_BITS;
-			if (m < __ldcg(&gmin[e]))
-				atomicMin(&gmin[e], m);
+		s->w[e] = U64_INF;
+		s->cnt2[e] = 0;
+	}
+	__syncthreads();
+	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
+		const uint32_t a = assign[r];
+		const long long ca = C(R, a, r);
+		for (uint32_t b = 0; b < n; b++) {
+			unsigned long long d = (unsigned long long)(C(R, b, r) - ca + (long long)DBIAS);
+			unsigned long long *slot = &s->w[a * n + b];
+			if (b != a && d < *(volatile unsigned long long *)slot)
+				atomicMin(slot, d);
 		}
+	}
+	__syncthreads();
+	/* warp-uniform loops, so that __match_any_sync sees every lane */
+	for (uint32_t base = R->r0; base < R->r1; base += THREADS) {
+		const uint32_t r = base + tid;
+		const int live = r < R->r1;
+		const uint32_t a = live ? assign[r] : 0;
+		const long long ca = live ? C(R, a, r) : 0;
+		for (uint32_t b = 0; b < n; b++) {
+			int hit = 0;
+			if (live && b != a)
+				hit = (unsigned long long)(C(R, b, r) - ca + (long long)DBIAS) ==
+				      s->w[a * n + b];
+			uint32_t peers = __match_any_sync(0xffffffffu, hit ? a : 0xffffffffu);
+			if (hit && (uint32_t)(__ffs(peers) - 1) == lane)
+				atomicAdd(&s->cnt2[a * n + b], (uint32_t)__popc(peers));
+		}
+	}
+	__syncthreads();
+}
+
+/* With g > 1: this block's (min, count) words into the partials and its
+ * minima into the global ones. */
+__device__ static void publish(const struct blk *s, uint32_t n, uint32_t gmax,
+                               unsigned long long *part, unsigned long long *gmin)
+{
+	for (uint32_t e = threadIdx.x; e < n * n; e += THREADS) {
+		unsigned long long m = s->w[e];
+		unsigned long long p = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[e];
+		__stcg(&part[(size_t)e * gmax + blockIdx.x], p);
+		if (m != U64_INF && m < __ldcg(&gmin[e]))
+			atomicMin(&gmin[e], m);
 	}
 }
 
-/* Bellman-Ford over s->w (global minima, biased) from the overloaded
- * workers, then the path to the nearest underloaded one: s->next[a] for
- * the path's nodes, s->pnode[0..plen-1] the nodes that have an out-edge
- * on it. s->dst < 0: no path. */
+/* Bellman-Ford over s->w (minima, biased) from the overloaded workers,
+ * then the path to the nearest underloaded one: s->next[a] for the path's
+ * nodes, s->pnode[0..plen-1] the nodes with an out-edge on it. s->dst < 0:
+ * no path. Every block computes the same (the keys' fixpoint is unique). */
 __device__ static void find_path(struct blk *s, uint32_t n)
 {
 	const uint32_t tid = threadIdx.x, nn = n * n;
@@ -278,25 +331,30 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 }
 
 /* The tied rows of every path edge over all g blocks (tot) and over the
- * blocks before this one (before), from the partials; then f. */
+ * blocks before this one (before); then f. With g == 1 the block's own
+ * counts are the totals. */
 __device__ static void path_flow(struct blk *s, const unsigned long long *part, uint32_t g,
-                                 uint32_t n)
+                                 uint32_t gmax, uint32_t n)
 {
-	const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, nn = n * n;
+	const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
 	for (uint32_t i = warp; i < (uint32_t)s->plen; i += THREADS / 32) {
 		uint32_t a = s->pnode[i], e = a * n + (uint32_t)s->next[a];
-		unsigned long long m = s->w[e];
 		uint32_t tot = 0, bef = 0;
-		for (uint32_t x = lane; x < g; x += 32) {
-			unsigned long long p = __ldcg(&part[(size_t)x * nn + e]);
-			uint32_t c = (p >> CNT_BITS) == m ? (uint32_t)(p & CNT_MASK) : 0;
-			tot += c;
-			bef += x < blockIdx.x ? c : 0;
-		}
-		for (int o = 16; o > 0; o >>= 1) {
-			tot += __shfl_down_sync(0xffffffffu, tot, o);
-			bef += __shfl_down_sync(0xffffffffu, bef, o);
+		if (g == 1) {
+			tot = lane == 0 ? s->cnt2[e] : 0;
+		} else {
+			unsigned long long m = s->w[e];
+			for (uint32_t x = lane; x < g; x += 32) {
+				unsigned long long p = __ldcg(&part[(size_t)e * gmax + x]);
+				uint32_t c = (p >> CNT_BITS) == m ? (uint32_t)(p & CNT_MASK) : 0;
+				tot += c;
+				bef += x < blockIdx.x ? c : 0;
+			}
+			for (int o = 16; o > 0; o >>= 1) {
+				tot += __shfl_down_sync(0xffffffffu, tot, o);
+				bef += __shfl_down_sync(0xffffffffu, bef, o);
+			}
 		}
 		if (lane == 0) {
 			s->tot[a] = tot;
@@ -318,16 +376,17 @@ __device__ static void path_flow(struct blk *s, const unsigned long long *part, 
 }
 
 /* Move this block's share of the first f tied rows of every path edge. */
-__device__ static void move_rows(struct blk *s, const long long *cost, uint32_t *assign,
-                                 uint32_t r0, uint32_t r1, uint32_t n)
+__device__ static void move_rows(struct blk *s, const struct rows *R, uint32_t *assign)
 {
-	for (uint32_t r = r0 + threadIdx.x; r < r1; r += THREADS) {
+	const uint32_t n = R->n;
+
+	for (uint32_t r = R->r0 + threadIdx.x; r < R->r1; r += THREADS) {
 		uint32_t a = assign[r];
 		int b = s->next[a];
 		if (b < 0)
 			continue;
-		const long long *c = cost + (size_t)r * n;
-		unsigned long long d = (unsigned long long)(c[b] - c[a] + (long long)DBIAS);
+		unsigned long long d =
+		    (unsigned long long)(C(R, (uint32_t)b, r) - C(R, a, r) + (long long)DBIAS);
 		if (d != s->w[a * n + (uint32_t)b])
 			continue;
 		uint32_t rank = (uint32_t)atomicAdd(&s->cnt[a], 1);
@@ -342,7 +401,7 @@ __device__ static void move_rows(struct blk *s, const long long *cost, uint32_t 
 }
 
 /* Optimal potentials from the final minima: Bellman-Ford from zero (the
- * same values esd_canon_pass derives on the host). */
+ * values esd_canon_pass derives on the host). */
 __device__ static void potentials(struct blk *s, uint32_t n)
 {
 	const uint32_t tid = threadIdx.x, nn = n * n;
@@ -366,14 +425,37 @@ __device__ static void potentials(struct blk *s, uint32_t n)
 	}
 }
 
-/* Copy this block's rows from mapped host memory, put every row on its
- * cheapest worker, and publish the block's loads. */
-__device__ static void start_rows(struct blk *s, const long long *hcost, long long *cost,
-                                  uint32_t *assign, uint32_t *pload, uint32_t r0, uint32_t r1,
-                                  uint32_t n)
+/* The answer checked by a pass independent of the solver: every row's
+ * worker has its least reduced cost c - pot (else VF_BAD: not optimal),
+ * and whether some row is tied with a lower worker (VF_LOWER: the host's
+ * canonical pass has work to do). Flags OR-ed into ctl->vflags. */
+__device__ static void verify(struct blk *s, const struct rows *R, const uint32_t *assign,
+                              struct gpu_ctl *c)
 {
-	const uint32_t tid = threadIdx.x;
-	const size_t lo = (size_t)r0 * n, len = (size_t)(r1 - r0) * n;
+	uint32_t f = 0;
+
+	for (uint32_t r = R->r0 + threadIdx.x; r < R->r1; r += THREADS) {
+		const uint32_t a = assign[r];
+		const long long u = C(R, a, r) - s->pot[a];
+		for (uint32_t b = 0; b < R->n; b++) {
+			long long v = C(R, b, r) - s->pot[b];
+			f |= v < u ? VF_BAD : 0;
+			f |= v == u && b < a ? VF_LOWER : 0;
+		}
+	}
+	f = (uint32_t)__syncthreads_or((int)(f & VF_BAD)) * VF_BAD |
+	    (uint32_t)__syncthreads_or((int)(f & VF_LOWER)) * VF_LOWER;
+	if (threadIdx.x == 0 && f)
+		atomicOr(&c->vflags, f);
+}
+
+/* Copy this block's rows from mapped host memory into its slab (row-major
+ * there, column-major here), put every row on its cheapest worker, and
+ * publish the block's loads. */
+__device__ static void start_rows(struct blk *s, const struct kargs *A, const struct rows *R)
+{
+	const uint32_t tid = threadIdx.x, n = R->n;
+	const size_t lo = (size_t)R->r0 * n, len = (size_t)(R->r1 - R->r0) * n;
 
 	if (tid < MAXN)
 		s->cnt[tid] = 0;
@@ -382,69 +464,119 @@ __device__ static void start_rows(struct blk *s, const long long *hcost, long lo
 #pragma unroll
 		for (int u = 0; u < 4; u++)
 			if (i + (size_t)u * THREADS < len)
-				v[u] = __ldcv(hcost + lo + i + (size_t)u * THREADS);
+				v[u] = __ldcv(A->hcost + lo + i + (size_t)u * THREADS);
 #pragma unroll
-		for (int u = 0; u < 4; u++)
-			if (i + (size_t)u * THREADS < len)
-				cost[lo + i + (size_t)u * THREADS] = v[u];
+		for (int u = 0; u < 4; u++) {
+			size_t t = i + (size_t)u * THREADS;
+			if (t < len)
+				R->slab[(t % n) * R->per + t / n] = v[u];
+		}
 	}
 	__syncthreads();
-	for (uint32_t r = r0 + tid; r < r1; r += THREADS) {
-		const long long *c = cost + (size_t)r * n;
-		long long best = c[0];
+	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
+		long long best = C(R, 0, r);
 		uint32_t bj = 0;
-		for (uint32_t j = 1; j < n; j++)
-			if (c[j] < best) {
-				best = c[j];
+		for (uint32_t j = 1; j < n; j++) {
+			long long v = C(R, j, r);
+			if (v < best) {
+				best = v;
 				bj = j;
 			}
-		assign[r] = bj;
+		}
+		A->assign[r] = bj;
 		atomicAdd(&s->cnt[bj], 1);
 	}
 	__syncthreads();
 	if (tid < n)
-		__stcg(&pload[blockIdx.x * n + tid], (uint32_t)s->cnt[tid]);
+		__stcg(&A->pload[blockIdx.x * n + tid], (uint32_t)s->cnt[tid]);
+}
+
+/* The first step's loads (sum of the blocks') and capacities. */
+__device__ static void start_loads(struct blk *s, const struct kargs *A, uint32_t g, uint32_t n)
+{
+	if (threadIdx.x < n) {
+		uint32_t l = 0;
+		for (uint32_t y = 0; y < g; y++)
+			l += __ldcg(&A->pload[y * n + threadIdx.x]);
+		s->load[threadIdx.x] = (int)l;
+		s->cap[threadIdx.x] = (int)vload(&A->c->cap[threadIdx.x]);
+	}
+	if (threadIdx.x == 0)
+		s->abortv = 0;
+}
+
+/* The answer: assignment, potentials, checks, status; done last. */
+__device__ static void finish(struct blk *s, const struct kargs *A, const struct rows *R,
+                              uint32_t g, uint32_t seq, unsigned long long steps)
+{
+	const uint32_t tid = threadIdx.x;
+	struct gpu_queue *q = A->q;
+
+	if (s->status == ST_OK) {
+		potentials(s, R->n);
+		verify(s, R, A->assign, A->c);
+		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS)
+			A->hassign[r] = A->assign[r];
+	}
+	__threadfence_system();
+	step_sync(s, A->c, q, g, seq, 0);
+	if (blockIdx.x == 0) {
+		if (tid < R->n)
+			q->pot[tid] = s->pot[tid];
+		if (tid == 0) {
+			q->steps = steps;
+			q->used_blocks = g;
+			q->vflags = vload(&A->c->vflags);
+			*(volatile int32_t *)&q->status = s->status;
+		}
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence_system(); /* assignment, potentials, status before done */
+			vstore(&q->done, seq);
+		}
+	}
 }
 
 /* One job on blocks 0..g-1 (this one is blockIdx.x < g). */
-__device__ static void solve(struct blk *s, struct gpu_queue *q, struct gpu_ctl *c,
-                             const struct job *h, const long long *hcost, uint32_t *hassign, long long *cost,
-                             uint32_t *assign, unsigned long long *partial, uint32_t *pload,
-                             uint32_t seq)
+__device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 {
-	const uint32_t tid = threadIdx.x, x = blockIdx.x;
-	const uint32_t k = h->k, n = h->n, g = h->g, nn = n * n;
-	const uint32_t per = (k + g - 1) / g, r0 = min(k, x * per), r1 = min(k, r0 + per);
-	const size_t pstride = (size_t)gridDim.x * nn;
+	const uint32_t tid = threadIdx.x, x = blockIdx.x, gmax = gridDim.x;
+	const uint32_t k = s->hdr.k, n = s->hdr.n, g = s->hdr.g, nn = n * n;
+	const uint32_t per = (k + g - 1) / g;
+	struct gpu_ctl *c = A->c;
+	struct rows R;
 	unsigned long long steps = 0;
 
+	R.n = n;
+	R.per = per;
+	R.r0 = min(k, x * per);
+	R.r1 = min(k, R.r0 + per);
+	R.slab = A->cost + (size_t)x * per * n;
 	if (x == 0)
 		for (uint32_t e = tid; e < 3 * NN; e += THREADS)
 			c->gmin[e / NN][e % NN] = U64_INF;
-	start_rows(s, hcost, cost, assign, pload, r0, r1, n);
-	grid_barrier(c, g, q, seq);
-	if (tid < n) {
-		uint32_t l = 0;
-		for (uint32_t y = 0; y < g; y++)
-			l += __ldcg(&pload[y * n + tid]);
-		s->load[tid] = (int)l;
-		s->cap[tid] = (int)vload(&c->cap[tid]);
-	}
-	scan(s, cost, assign, r0, r1, n, partial + (size_t)x * nn, c->gmin[0]);
-	grid_barrier(c, g, q, seq);
+	start_rows(s, A, &R);
+	step_sync(s, c, A->q, g, seq, 0);
+	start_loads(s, A, g, n);
+	scan(s, &R, A->assign);
+	if (g > 1)
+		publish(s, n, gmax, A->part, c->gmin[0]);
+	step_sync(s, c, A->q, g, seq, 1);
 	for (uint32_t t = 0;; t++) {
-		const unsigned long long *gm = c->gmin[t % 3];
-		const unsigned long long *part = partial + (t % 2) * pstride;
-		for (uint32_t e = tid; e < nn; e += THREADS)
-			s->w[e] = __ldcg(&gm[e]);
-		if (x == 0)
+		const unsigned long long *part = A->part + (size_t)(t % 2) * nn * gmax;
+		if (g > 1) {
+			const unsigned long long *gm = c->gmin[t % 3];
 			for (uint32_t e = tid; e < nn; e += THREADS)
-				c->gmin[(t + 2) % 3][e] = U64_INF;
+				s->w[e] = __ldcg(&gm[e]);
+			if (x == 0)
+				for (uint32_t e = tid; e < nn; e += THREADS)
+					c->gmin[(t + 2) % 3][e] = U64_INF;
+		}
 		if (tid == 0) {
 			int balanced = 1;
 			for (uint32_t j = 0; j < n; j++)
 				balanced &= s->load[j] == s->cap[j];
-			s->status = balanced ? ST_OK : vload(&c->abort) ? ST_ABORTED : -1;
+			s->status = balanced ? ST_OK : s->abortv ? ST_ABORTED : -1;
 		}
 		__syncthreads();
 		if (s->status >= 0)
@@ -454,112 +586,121 @@ __device__ static void solve(struct blk *s, struct gpu_queue *q, struct gpu_ctl 
 			s->status = ST_NOPATH;
 			break;
 		}
-		path_flow(s, part, g, n);
-		move_rows(s, cost, assign, r0, r1, n);
+		path_flow(s, part, g, gmax, n);
+		move_rows(s, &R, A->assign);
 		steps++;
-		scan(s, cost, assign, r0, r1, n,
-		     partial + ((t + 1) % 2) * pstride + (size_t)x * nn, c->gmin[(t + 1) % 3]);
-		grid_barrier(c, g, q, seq);
+		scan(s, &R, A->assign);
+		if (g > 1)
+			publish(s, n, gmax, A->part + (size_t)((t + 1) % 2) * nn * gmax,
+			        c->gmin[(t + 1) % 3]);
+		step_sync(s, c, A->q, g, seq, (steps % ABORT_EVERY) == 0);
 	}
 	__syncthreads();
-	if (s->status == ST_OK) {
-		for (uint32_t r = r0 + tid; r < r1; r += THREADS)
-			hassign[r] = assign[r];
-		if (x == 0)
-			potentials(s, n);
-	}
-	__threadfence_system();
-	grid_barrier(c, g, q, seq);
-	if (x == 0 && tid == 0) {
-		for (uint32_t j = 0; j < n; j++)
-			q->pot[j] = s->pot[j];
-		q->steps = steps;
-		q->used_blocks = g;
-		*(volatile int32_t *)&q->status = s->status;
-		__threadfence_system(); /* assignment, potentials and status before done */
-		vstore(&q->done, seq);
-	}
+	finish(s, A, &R, g, seq, steps);
 }
 
 /* Block 0: wait for the host's doorbell (or stop), copy the job header
- * into device memory and publish it. Returns the sequence or GO_STOP. */
-__device__ static uint32_t take_job(struct gpu_queue *q, struct gpu_ctl *c, uint32_t last,
-                                    uint32_t blocks)
+ * into device memory (the fields read in parallel: one trip across the
+ * bus) and publish it. s->db: the sequence, or GO_STOP. */
+__device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_ctl *c,
+                                uint32_t last)
 {
-	for (;;) {
-		if (vload(&q->stop))
-			break;
-		uint32_t db = vload(&q->doorbell);
-		if (db != last) {
-			__threadfence_system(); /* the job fields after the doorbell */
-			uint32_t k = vload(&q->k), n = vload(&q->n);
-			if (n == 0 || n > MAXN) /* answered at once: ST_BADJOB */
-				n = 0;
-			uint32_t g = (k * n + COSTS_PER_BLOCK - 1) / COSTS_PER_BLOCK;
+	const uint32_t tid = threadIdx.x;
+
+	if (tid == 0) {
+		uint32_t db = GO_STOP;
+		while (!vload(&q->stop)) {
+			uint32_t v = vload(&q->doorbell);
+			if (v != last) {
+				db = v;
+				break;
+			}
+			__nanosleep(100);
+		}
+		__threadfence_system(); /* the job fields after the doorbell */
+		s->db = db;
+		if (db != GO_STOP) {
 			vstore(&c->hseq, 0);
 			__threadfence();
-			vstore(&c->k, k);
-			vstore(&c->n, n);
-			vstore(&c->g, g < 1 ? 1 : g > blocks ? blocks : g);
-			for (uint32_t j = 0; j < n; j++)
-				vstore(&c->cap[j], vload(&q->cap[j]));
-			__threadfence();
-			vstore(&c->hseq, db);
-			__threadfence();
-			vstore(&c->go, db);
-			return db;
 		}
-		__nanosleep(100);
 	}
-	vstore(&c->go, GO_STOP);
-	__threadfence();
-	return GO_STOP;
+	__syncthreads();
+	if (s->db == GO_STOP) {
+		if (tid == 0) {
+			vstore(&c->go, GO_STOP);
+			__threadfence();
+		}
+		return;
+	}
+	uint32_t v = tid < MAXN ? vload(&q->cap[tid]) : tid == MAXN ? vload(&q->k)
+	                                          : tid == MAXN + 1 ? vload(&q->n) : 0;
+	if (tid < MAXN)
+		vstore(&c->cap[tid], v);
+	else if (tid == MAXN)
+		s->key[0] = v; /* k, through shared memory to thread 0 */
+	else if (tid == MAXN + 1)
+		s->key[1] = v;
+	__syncthreads();
+	if (tid == 0) {
+		uint32_t k = (uint32_t)s->key[0], n = (uint32_t)s->key[1];
+		if (n > MAXN) /* answered at once: ST_BADJOB */
+			n = 0;
+		uint32_t g = (k * n + COSTS_PER_BLOCK - 1) / COSTS_PER_BLOCK;
+		vstore(&c->k, k);
+		vstore(&c->n, n);
+		vstore(&c->g, g < 1 ? 1 : g > gridDim.x ? gridDim.x : g);
+		vstore(&c->abort, 0);
+		vstore(&c->vflags, 0);
+		__threadfence();
+		vstore(&c->hseq, s->db);
+		__threadfence();
+		vstore(&c->go, s->db);
+	}
+	__syncthreads();
 }
 
 __global__ static void __launch_bounds__(THREADS)
-	solver_kernel(struct gpu_queue *q, const long long *hcost, uint32_t *hassign,
-	              long long *cost, uint32_t *assign, unsigned long long *partial,
-	              uint32_t *pload, struct gpu_ctl *c, uint32_t max_k)
+	solver_kernel(struct kargs A)
 {
-	__shared__ struct blk s;
-	__shared__ struct job hdr;
-	__shared__ uint32_t go;
+	extern __shared__ unsigned long long smem[];
+	struct blk *s = (struct blk *)smem;
 	uint32_t last = 0;
 
 	if (blockIdx.x == 0 && threadIdx.x == 0) {
-		vstore(&q->alive, 1);
+		vstore(&A.q->alive, 1);
 		__threadfence_system();
 	}
 	for (;;) {
-		if (threadIdx.x == 0) {
+		if (blockIdx.x == 0) {
+			take_job(s, A.q, A.c, last);
+		} else if (threadIdx.x == 0) {
 			uint32_t v;
-			if (blockIdx.x == 0) {
-				v = take_job(q, c, last, gridDim.x);
-			} else {
-				while ((v = vload(&c->go)) == last)
-					__nanosleep(200);
-				__threadfence();
-			}
-			go = v;
-			read_header(c, v, &hdr);
+			while ((v = vload(&A.c->go)) == last)
+				__nanosleep(200);
+			__threadfence();
+			s->db = v;
 		}
 		__syncthreads();
+		const uint32_t go = s->db;
 		if (go == GO_STOP)
 			break;
+		if (threadIdx.x == 0)
+			read_header(A.c, go, &s->hdr);
+		__syncthreads();
 		last = go;
-		if (hdr.valid && (hdr.n == 0 || hdr.k == 0 || hdr.k > max_k)) {
+		if (s->hdr.valid && (s->hdr.n == 0 || s->hdr.k == 0 || s->hdr.k > A.max_k)) {
 			if (blockIdx.x == 0 && threadIdx.x == 0) {
-				*(volatile int32_t *)&q->status = ST_BADJOB;
+				*(volatile int32_t *)&A.q->status = ST_BADJOB;
 				__threadfence_system();
-				vstore(&q->done, go);
+				vstore(&A.q->done, go);
 			}
-		} else if (hdr.valid && blockIdx.x < hdr.g) {
-			solve(&s, q, c, &hdr, hcost, hassign, cost, assign, partial, pload, go);
+		} else if (s->hdr.valid && blockIdx.x < s->hdr.g) {
+			solve(s, &A, go);
 		}
 		__syncthreads();
 	}
 	if (blockIdx.x == 0 && threadIdx.x == 0) {
-		vstore(&q->alive, 0);
+		vstore(&A.q->alive, 0);
 		__threadfence_system();
 	}
 }
@@ -579,22 +720,11 @@ static void dev_free(struct gpu_dev *d)
 	free(d);
 }
 
-/* How many blocks can be resident at once (the cooperative limit). */
-static int resident_blocks(int device, const struct cudaDeviceProp *prop, int *out)
-{
-	int per_sm = 0;
-	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solver_kernel,
-	                                                              THREADS, 0);
-	(void)device;
-	if (e != cudaSuccess)
-		return -1;
-	*out = per_sm * prop->multiProcessorCount;
-	return 0;
-}
-
 static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaError_t *e)
 {
 	const size_t nn = (size_t)MAXN * MAXN;
+	/* slabs are ceil(k / g) rows each: up to g - 1 rows more than k */
+	const size_t slab_rows = (size_t)max_k + blocks;
 	if ((*e = cudaHostAlloc((void **)&d->q, sizeof(*d->q), cudaHostAllocMapped)) ||
 	    (*e = cudaHostAlloc((void **)&d->hcost, (size_t)max_k * MAXN * sizeof(int64_t),
 	                        cudaHostAllocMapped)) ||
@@ -603,7 +733,7 @@ static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaErr
 	    (*e = cudaHostGetDevicePointer((void **)&d->dq, d->q, 0)) ||
 	    (*e = cudaHostGetDevicePointer((void **)&d->dhcost, d->hcost, 0)) ||
 	    (*e = cudaHostGetDevicePointer((void **)&d->dhassign, d->hassign, 0)) ||
-	    (*e = cudaMalloc((void **)&d->dcost, (size_t)max_k * MAXN * sizeof(long long))) ||
+	    (*e = cudaMalloc((void **)&d->dcost, slab_rows * MAXN * sizeof(long long))) ||
 	    (*e = cudaMalloc((void **)&d->dassign, (size_t)max_k * sizeof(uint32_t))) ||
 	    (*e = cudaMalloc((void **)&d->dpart, 2 * blocks * nn * sizeof(unsigned long long))) ||
 	    (*e = cudaMalloc((void **)&d->dpload, (size_t)blocks * MAXN * sizeof(uint32_t))) ||
@@ -615,14 +745,45 @@ static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaErr
 	return 0;
 }
 
+/* The number of blocks: asked (0: one per SM), at most what can be
+ * resident at once with the kernel's shared memory. 0 on failure. */
+static uint32_t grid_size(const struct cudaDeviceProp *prop, uint32_t asked, cudaError_t *e)
+{
+	int per_sm = 0;
+	if ((*e = cudaFuncSetAttribute(solver_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                               (int)sizeof(struct blk))) ||
+	    (*e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solver_kernel, THREADS,
+	                                                        sizeof(struct blk))))
+		return 0;
+	uint32_t limit = (uint32_t)per_sm * (uint32_t)prop->multiProcessorCount;
+	uint32_t b = asked ? asked : (uint32_t)prop->multiProcessorCount;
+	return b < limit ? b : limit;
+}
+
+static int wait_alive(struct gpu_dev *d, const struct cudaDeviceProp *prop, char *why,
+                      size_t whylen)
+{
+	int64_t until = esd_now_ns() + 5 * ESD_NS_PER_S;
+	while (!__atomic_load_n(&d->q->alive, __ATOMIC_ACQUIRE)) {
+		if (esd_now_ns() > until || cudaStreamQuery(d->stream) != cudaErrorNotReady) {
+			cudaError_t e = cudaStreamQuery(d->stream);
+			snprintf(why, whylen, "%s: the solver kernel did not start (%s)", prop->name,
+			         cudaGetErrorString(e));
+			__atomic_store_n(&d->q->stop, 1, __ATOMIC_RELEASE);
+			cudaStreamSynchronize(d->stream);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out,
                             char *why, size_t whylen)
 {
 	struct cudaDeviceProp prop;
 	struct gpu_dev *d;
 	cudaError_t e;
-	int count = 0, coop = 0, limit = 0;
-	int64_t until;
+	int count = 0, coop = 0;
 
 	*out = NULL;
 	e = cudaGetDeviceCount(&count);
@@ -647,41 +808,30 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 	    (e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device)) !=
 	        cudaSuccess)
 		goto fail;
-	if (!coop || resident_blocks(device, &prop, &limit) < 0 || limit < 1) {
+	if (!coop) {
 		snprintf(why, whylen, "%s: no cooperative launch", prop.name);
 		free(d);
 		return -ENODEV;
 	}
-	if (blocks == 0)
-		blocks = (uint32_t)prop.multiProcessorCount;
-	if (blocks > (uint32_t)limit)
-		blocks = (uint32_t)limit;
-	d->blocks = blocks;
-	if (alloc_all(d, max_k, blocks, &e) < 0)
+	d->blocks = grid_size(&prop, blocks, &e);
+	if (d->blocks == 0 || alloc_all(d, max_k, d->blocks, &e) < 0)
 		goto fail;
 	{
-		void *args[] = {&d->dq,      &d->dhcost, &d->dhassign, &d->dcost, &d->dassign,
-		                &d->dpart,   &d->dpload, &d->dctl,     &d->max_k};
-		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(blocks), dim3(THREADS),
-		                                args, 0, d->stream);
+		struct kargs A = {d->dq,      (const long long *)d->dhcost, d->dhassign,
+		                  d->dcost,   d->dassign, d->dpart, d->dpload, d->dctl, max_k};
+		void *args[] = {&A};
+		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(d->blocks), dim3(THREADS),
+		                                args, sizeof(struct blk), d->stream);
 	}
 	if (e != cudaSuccess)
 		goto fail;
-	until = esd_now_ns() + 5 * ESD_NS_PER_S;
-	while (!__atomic_load_n(&d->q->alive, __ATOMIC_ACQUIRE)) {
-		if (esd_now_ns() > until || cudaStreamQuery(d->stream) != cudaErrorNotReady) {
-			e = cudaStreamQuery(d->stream);
-			snprintf(why, whylen, "%s: the solver kernel did not start (%s)", prop.name,
-			         cudaGetErrorString(e));
-			__atomic_store_n(&d->q->stop, 1, __ATOMIC_RELEASE);
-			cudaStreamSynchronize(d->stream);
-			dev_free(d);
-			return -ENODEV;
-		}
+	if (wait_alive(d, &prop, why, whylen) < 0) {
+		dev_free(d);
+		return -ENODEV;
 	}
 	d->running = 1;
 	snprintf(why, whylen, "%s (sm_%d%d, %d SMs), device %d, %u blocks", prop.name, prop.major,
-	         prop.minor, prop.multiProcessorCount, device, blocks);
+	         prop.minor, prop.multiProcessorCount, device, d->blocks);
 	*out = d;
 	return 0;
 
@@ -749,6 +899,8 @@ extern "C" int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t
 	memcpy(assign, d->hassign, (size_t)d->q->k * sizeof(uint32_t));
 	res->steps = d->q->steps;
 	res->blocks = d->q->used_blocks;
+	res->verified = !(d->q->vflags & VF_BAD);
+	res->canonical = !(d->q->vflags & (VF_BAD | VF_LOWER));
 	for (uint32_t j = 0; j < d->q->n; j++)
 		res->pot[j] = d->q->pot[j];
 	return 0;

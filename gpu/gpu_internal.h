@@ -20,6 +20,8 @@ struct gpu_dev;
 struct gpu_result {
 	uint64_t steps;     /* augmentations */
 	uint32_t blocks;    /* blocks that solved it */
+	int verified;       /* the kernel's check: pot proves the assignment optimal */
+	int canonical;      /* verified, and no row is tied with a lower worker */
 	int64_t pot[64];    /* optimal worker potentials (esd_canon_pass) */
 };
 

@@ -209,12 +209,19 @@ int esd_gpu_collect(struct esd_gpu_solver *s, uint32_t *assign)
 		s->st.late++;
 	if (rc < 0)
 		return cpu_answer(s, assign);
-	/* The kernel returns an optimum and its potentials; the canonical pass
-	 * picks the one the CPU solver returns. It also rejects a non-optimal
-	 * or infeasible answer, which would be a kernel bug: count it and use
-	 * the CPU. */
+	/* The kernel returns an optimum, its potentials and the verdict of
+	 * its own check (a pass apart from the solver: every row sits at its
+	 * least reduced cost, and whether some row ties with a lower worker).
+	 * Verified and without such ties, the answer is the canonical optimum
+	 * already (no optimum is lexicographically smaller: complementary
+	 * slackness holds for every optimal pair); with ties, the canonical
+	 * pass picks the canonical one. Unverified would be a kernel bug:
+	 * counted, and the CPU answers. */
 	t1 = esd_now_ns();
-	rc = esd_canonicalize_duals(s->cpu, s->cost, s->k, s->n, s->cap, res.pot, assign);
+	rc = !res.verified ? -EINVAL
+	     : res.canonical
+	         ? esd_assign_check(s->k, s->n, s->cap, assign)
+	         : esd_canonicalize_duals(s->cpu, s->cost, s->k, s->n, s->cap, res.pot, assign);
 	if (rc == -EINVAL) {
 		s->st.gpu_rejected++;
 		ESD_ERR("gpu", "GPU answer for k %u n %u is not optimal: the CPU solver is used", s->k,
