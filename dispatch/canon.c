@@ -85,13 +85,15 @@ static int derive_potentials(const int64_t *cost, uint32_t k, uint32_t n, const 
 	return -EINVAL;
 }
 
+static int canon_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint64_t *tight,
+                       uint32_t *assign);
+
 int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                    const uint32_t *capv, const int64_t *pot_in, uint32_t *assign)
 {
 	(void)capv;
 	int64_t pot[ESD_MAX_WORKERS];
 	int rc;
-	uint64_t moves = 0;
 
 	if (pot_in)
 		memcpy(pot, pot_in, n * sizeof(int64_t));
@@ -101,7 +103,6 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 	uint64_t *tight = esd_scratch(s, SC_TIGHT, (size_t)k * sizeof(uint64_t));
 	if (!tight)
 		return -ENOMEM;
-	int any_lower = 0;
 	for (uint32_t i = 0; i < k; i++) {
 		const int64_t *c = cost + (size_t)i * n;
 		uint32_t a = assign[i];
@@ -114,8 +115,19 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 			m |= (uint64_t)(v == u) << b;
 		}
 		tight[i] = m;
-		any_lower |= (m & ((UINT64_C(1) << a) - 1)) != 0;
 	}
+	return canon_tight(s, k, n, tight, assign);
+}
+
+/* The canonical pass proper, from each row's tight workers. */
+static int canon_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint64_t *tight,
+                       uint32_t *assign)
+{
+	uint64_t moves = 0;
+	int rc, any_lower = 0;
+
+	for (uint32_t i = 0; i < k; i++)
+		any_lower |= (tight[i] & ((UINT64_C(1) << assign[i]) - 1)) != 0;
 	s->st.canon_moves = 0;
 	if (!any_lower)
 		return 0; /* no row can go lower: already the lexicographic minimum */
@@ -245,4 +257,21 @@ int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k
 	if ((rc = esd_assign_check(k, n, cap, assign)))
 		return rc;
 	return esd_canon_pass(s, cost, k, n, capv, pot, assign);
+}
+
+int esd_canonicalize_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint32_t *cap,
+                           const uint64_t *tight, uint32_t *assign)
+{
+	uint32_t capv[ESD_MAX_WORKERS];
+	if (!s || !tight)
+		return -EINVAL;
+	int rc = esd_solve_check(NULL, k, n, cap, assign, capv);
+	if (rc)
+		return rc;
+	if ((rc = esd_assign_check(k, n, cap, assign)))
+		return rc;
+	for (uint32_t i = 0; i < k; i++)
+		if (!(tight[i] >> assign[i] & 1))
+			return -EINVAL; /* a row off its tight set: not optimal */
+	return canon_tight(s, k, n, tight, assign);
 }

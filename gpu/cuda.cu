@@ -65,14 +65,18 @@
 #define KSHIFT    13
 #define KHOPS(k)  (((k) >> 6) & 127u)
 #define KPRED(k)  ((uint32_t)((k) & 63u))
-/* a block takes at least this many costs (rows x n) */
-#define COSTS_PER_BLOCK 2048u
+/* a block takes at least this many costs (rows x n): its slab (128 KiB)
+ * stays in L1 beside the shared memory, and at least a row per thread */
+#define COSTS_PER_BLOCK 16384u
 /* the host's abort word is read (across the bus) every this many steps */
 #define ABORT_EVERY 32u
 #define GO_STOP   0xffffffffu
 
 enum { ST_OK = 0, ST_ABORTED = 1, ST_NOPATH = 2, ST_BADJOB = 3 };
 enum { VF_BAD = 1, VF_LOWER = 2 }; /* verification flags */
+/* Block 0's profile of a job: clock64() cycles per phase, and the
+ * Dijkstra pops (esd_gpu_stats.kernel_profile, same order). */
+enum { P_GATHER, P_PATH, P_FLOW, P_MOVE, P_SCAN, P_PUBLISH, P_SYNC, P_POPS, P_COUNT };
 
 /* The queue word block, in pinned mapped memory. */
 struct gpu_queue {
@@ -88,6 +92,7 @@ struct gpu_queue {
 	uint32_t vflags;        /* device: VF_* of the answer */
 	unsigned long long steps;
 	long long pot[MAXN];    /* device: optimal potentials */
+	unsigned long long prof[8]; /* device: block 0's profile (P_*) */
 };
 
 /* Device-side control block (device memory). */
@@ -107,6 +112,7 @@ struct gpu_dev {
 	struct gpu_queue *q, *dq; /* host and device views */
 	int64_t *hcost, *dhcost;  /* staged input: host and device views */
 	uint32_t *hassign, *dhassign;
+	uint64_t *htight, *dhtight;
 	long long *dcost;         /* device copy of the costs, one slab per block */
 	uint32_t *dassign;
 	unsigned long long *dpart; /* [2][n * n][blocks] (min, count) words */
@@ -122,6 +128,7 @@ struct kargs {
 	struct gpu_queue *q;
 	const long long *hcost;
 	uint32_t *hassign;
+	unsigned long long *htight; /* mapped: each row's tight workers */
 	long long *cost;
 	uint32_t *assign;
 	unsigned long long *part;
@@ -140,12 +147,16 @@ struct job {
 struct blk {
 	unsigned long long w[NN];     /* scan: own minima; then the global ones */
 	uint32_t cnt2[NN];            /* scan: own rows at the own minimum */
-	unsigned long long key[MAXN]; /* Bellman-Ford keys */
-	long long pot[MAXN];
+	long long dist[MAXN];         /* Dijkstra */
+	long long pot[MAXN];          /* worker potentials (the dual) */
+	long long rd[2];
+	uint32_t rv[2];
+	int pred[MAXN], done[MAXN];
 	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
 	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
-	int src, dst, plen, flow, status;
-	uint32_t abortv, vflags, db;
+	int u, src, dst, plen, flow, status;
+	uint32_t abortv, vflags, db, hk, hn;
+	unsigned long long prof[P_COUNT]; /* block 0: clock64 per phase */
 	struct job hdr;
 };
 
@@ -266,62 +277,84 @@ __device__ static void publish(const struct blk *s, uint32_t n, uint32_t gmax,
 		unsigned long long m = s->w[e];
 		unsigned long long p = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[e];
 		__stcg(&part[(size_t)e * gmax + blockIdx.x], p);
-		if (m != U64_INF && m < __ldcg(&gmin[e]))
-			atomicMin(&gmin[e], m);
+		if (m != U64_INF)
+			atomicMin(&gmin[e], m); /* result unused: a reduction, no round trip */
 	}
 }
 
-/* Bellman-Ford over s->w (minima, biased) from the overloaded workers,
- * then the path to the nearest underloaded one: s->next[a] for the path's
- * nodes, s->pnode[0..plen-1] the nodes with an out-edge on it. s->dst < 0:
- * no path. Every block computes the same (the keys' fixpoint is unique). */
+/* Dijkstra over s->w (minima, biased) with the reduced weights
+ * w(a, b) + pot[a] - pot[b] (>= 0: pot is a dual of the current loads),
+ * from the overloaded workers until the first underloaded one is taken;
+ * then pot += min(dist, D) keeps the reduced weights >= 0 and makes the
+ * path's edges tight, and the path: s->next[a] for the path's nodes,
+ * s->pnode[0..plen-1] the nodes with an out-edge on it. s->dst < 0: no
+ * path. Every block computes the same (same input, fixed tie-breaks). */
 __device__ static void find_path(struct blk *s, uint32_t n)
 {
-	const uint32_t tid = threadIdx.x, nn = n * n;
+	const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
 	if (tid < MAXN) {
+		int src = tid < n && s->load[tid] > s->cap[tid];
+		s->dist[tid] = src ? 0 : LLONG_MAX;
+		s->done[tid] = 0;
+		s->pred[tid] = -1;
 		s->next[tid] = -1;
-		s->key[tid] = U64_INF;
-		if (tid < n && s->load[tid] > s->cap[tid])
-			s->key[tid] = (KDIST0 << KSHIFT) | tid;
 	}
 	__syncthreads();
-	for (uint32_t round = 0; round < n; round++) {
-		int changed = 0;
-		for (uint32_t e = tid; e < nn; e += THREADS) {
-			uint32_t a = e / n, b = e % n;
-			unsigned long long w = s->w[e];
-			unsigned long long ka = *(volatile unsigned long long *)&s->key[a];
-			if (a == b || w == U64_INF || ka == U64_INF)
-				continue;
-			unsigned long long dist = (ka >> KSHIFT) + w - DBIAS;
-			unsigned long long kb = (dist << KSHIFT) |
-			                        ((unsigned long long)(KHOPS(ka) + 1) << 6) | a;
-			if (kb < *(volatile unsigned long long *)&s->key[b] &&
-			    atomicMin(&s->key[b], kb) > kb)
-				changed = 1;
+	for (;;) {
+		if (tid < MAXN) { /* the nearest open node, lowest index on ties */
+			long long d = tid < n && !s->done[tid] ? s->dist[tid] : LLONG_MAX;
+			uint32_t v = tid;
+			for (int o = 16; o > 0; o >>= 1) {
+				long long od = __shfl_down_sync(0xffffffffu, d, o);
+				uint32_t ov = __shfl_down_sync(0xffffffffu, v, o);
+				if (od < d || (od == d && ov < v)) {
+					d = od;
+					v = ov;
+				}
+			}
+			if (lane == 0) {
+				s->rd[warp] = d;
+				s->rv[warp] = v;
+			}
 		}
-		if (!__syncthreads_or(changed))
+		__syncthreads();
+		if (tid == 0) {
+			int w = s->rd[1] < s->rd[0] ? 1 : 0;
+			int u = s->rd[w] == LLONG_MAX ? -1 : (int)s->rv[w];
+			s->u = u;
+			if (u >= 0)
+				s->done[u] = 1;
+			s->prof[P_POPS]++;
+		}
+		__syncthreads();
+		const int u = s->u;
+		if (u < 0 || s->load[u] < s->cap[u])
 			break;
+		if (tid < n && !s->done[tid]) {
+			unsigned long long w = s->w[(uint32_t)u * n + tid];
+			if (w != U64_INF) {
+				long long nd = s->dist[u] + (long long)(w - DBIAS) + s->pot[u] - s->pot[tid];
+				if (nd < s->dist[tid]) {
+					s->dist[tid] = nd;
+					s->pred[tid] = u;
+				}
+			}
+		}
+		__syncthreads();
+	}
+	const int dst = s->u;
+	if (dst >= 0 && tid < n) {
+		long long D = s->dist[dst], d = s->dist[tid];
+		s->pot[tid] += d < D ? d : D;
 	}
 	if (tid == 0) {
-		unsigned long long best = U64_INF;
-		int dst = -1, src, len = 0;
-		for (uint32_t j = 0; j < n; j++)
-			if (s->load[j] < s->cap[j] && s->key[j] < best) {
-				best = s->key[j];
-				dst = (int)j;
-			}
-		src = dst;
-		if (dst >= 0) {
-			for (uint32_t h = 0; h <= n && KHOPS(s->key[src]) != 0; h++) {
-				int p = (int)KPRED(s->key[src]);
-				s->next[p] = src;
-				s->pnode[len++] = (uint32_t)p;
-				src = p;
-			}
-			if (KHOPS(s->key[src]) != 0)
-				dst = -1; /* never: the keys form a tree */
+		int src = dst, len = 0;
+		while (src >= 0 && s->pred[src] >= 0 && len < MAXN) {
+			int p = s->pred[src];
+			s->next[p] = src;
+			s->pnode[len++] = (uint32_t)p;
+			src = p;
 		}
 		s->src = src;
 		s->dst = dst;
@@ -400,48 +433,27 @@ __device__ static void move_rows(struct blk *s, const struct rows *R, uint32_t *
 	}
 }
 
-/* Optimal potentials from the final minima: Bellman-Ford from zero (the
- * values esd_canon_pass derives on the host). */
-__device__ static void potentials(struct blk *s, uint32_t n)
-{
-	const uint32_t tid = threadIdx.x, nn = n * n;
-
-	if (tid < MAXN)
-		s->pot[tid] = 0;
-	__syncthreads();
-	for (uint32_t round = 0; round <= n; round++) {
-		int changed = 0;
-		for (uint32_t e = tid; e < nn; e += THREADS) {
-			uint32_t a = e / n, b = e % n;
-			unsigned long long w = s->w[e];
-			if (a == b || w == U64_INF)
-				continue;
-			long long v = *(volatile long long *)&s->pot[a] + (long long)(w - DBIAS);
-			if (v < *(volatile long long *)&s->pot[b] && atomicMin(&s->pot[b], v) > v)
-				changed = 1;
-		}
-		if (!__syncthreads_or(changed))
-			break;
-	}
-}
-
-/* The answer checked by a pass independent of the solver: every row's
- * worker has its least reduced cost c - pot (else VF_BAD: not optimal),
- * and whether some row is tied with a lower worker (VF_LOWER: the host's
- * canonical pass has work to do). Flags OR-ed into ctl->vflags. */
-__device__ static void verify(struct blk *s, const struct rows *R, const uint32_t *assign,
+/* The answer checked by a pass apart from the solver: every row's worker
+ * has its least reduced cost c - pot (else VF_BAD: not optimal). Each
+ * row's tight workers (least reduced cost) go to the host as a bit mask,
+ * and VF_LOWER says some row ties with a lower worker than its own (the
+ * host's canonical pass has work to do). Flags OR-ed into ctl->vflags. */
+__device__ static void verify(struct blk *s, const struct rows *R, const struct kargs *A,
                               struct gpu_ctl *c)
 {
 	uint32_t f = 0;
 
 	for (uint32_t r = R->r0 + threadIdx.x; r < R->r1; r += THREADS) {
-		const uint32_t a = assign[r];
+		const uint32_t a = A->assign[r];
 		const long long u = C(R, a, r) - s->pot[a];
+		unsigned long long m = 0;
 		for (uint32_t b = 0; b < R->n; b++) {
 			long long v = C(R, b, r) - s->pot[b];
 			f |= v < u ? VF_BAD : 0;
-			f |= v == u && b < a ? VF_LOWER : 0;
+			m |= (unsigned long long)(v == u) << b;
 		}
+		f |= (m & ((1ull << a) - 1)) ? VF_LOWER : 0;
+		A->htight[r] = m;
 	}
 	f = (uint32_t)__syncthreads_or((int)(f & VF_BAD)) * VF_BAD |
 	    (uint32_t)__syncthreads_or((int)(f & VF_LOWER)) * VF_LOWER;
@@ -501,6 +513,10 @@ __device__ static void start_loads(struct blk *s, const struct kargs *A, uint32_
 		s->load[threadIdx.x] = (int)l;
 		s->cap[threadIdx.x] = (int)vload(&A->c->cap[threadIdx.x]);
 	}
+	if (threadIdx.x < MAXN)
+		s->pot[threadIdx.x] = 0; /* every row at its cheapest worker: a dual */
+	if (threadIdx.x < P_COUNT)
+		s->prof[threadIdx.x] = 0;
 	if (threadIdx.x == 0)
 		s->abortv = 0;
 }
@@ -513,8 +529,7 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 	struct gpu_queue *q = A->q;
 
 	if (s->status == ST_OK) {
-		potentials(s, R->n);
-		verify(s, R, A->assign, A->c);
+		verify(s, R, A, A->c);
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS)
 			A->hassign[r] = A->assign[r];
 	}
@@ -526,6 +541,8 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 		if (tid == 0) {
 			q->steps = steps;
 			q->used_blocks = g;
+			for (int i = 0; i < P_COUNT; i++)
+				q->prof[i] = s->prof[i];
 			q->vflags = vload(&A->c->vflags);
 			*(volatile int32_t *)&q->status = s->status;
 		}
@@ -537,6 +554,47 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 	}
 }
 
+/* Block 0's clock, for the profile: the cycles since *t into phase p. */
+__device__ static void tick(struct blk *s, long long *t, int p)
+{
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		long long now = clock64();
+		s->prof[p] += (unsigned long long)(now - *t);
+		*t = now;
+	}
+}
+
+/* The global minima of this step (g > 1), the next-but-one buffer reset
+ * (block 0), and whether the loads are balanced or the job aborted:
+ * s->status ST_OK / ST_ABORTED, or -1 to go on. */
+__device__ static void gather(struct blk *s, struct gpu_ctl *c, uint32_t g, uint32_t n,
+                              uint32_t t)
+{
+	const uint32_t tid = threadIdx.x, nn = n * n;
+
+	if (g > 1) {
+		const unsigned long long *gm = c->gmin[t % 3];
+		for (uint32_t e = tid; e < nn; e += 4 * THREADS) {
+			unsigned long long v[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				v[u] = e + u * THREADS < nn ? __ldcg(&gm[e + u * THREADS]) : 0;
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				if (e + u * THREADS < nn)
+					s->w[e + u * THREADS] = v[u];
+		}
+		if (blockIdx.x == 0)
+			for (uint32_t e = tid; e < nn; e += THREADS)
+				c->gmin[(t + 2) % 3][e] = U64_INF;
+	}
+	int off = tid < n && s->load[tid] != s->cap[tid];
+	int unbalanced = __syncthreads_or(off);
+	if (tid == 0)
+		s->status = !unbalanced ? ST_OK : s->abortv ? ST_ABORTED : -1;
+	__syncthreads();
+}
+
 /* One job on blocks 0..g-1 (this one is blockIdx.x < g). */
 __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 {
@@ -546,6 +604,7 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 	struct gpu_ctl *c = A->c;
 	struct rows R;
 	unsigned long long steps = 0;
+	long long t0 = clock64();
 
 	R.n = n;
 	R.per = per;
@@ -563,36 +622,28 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 		publish(s, n, gmax, A->part, c->gmin[0]);
 	step_sync(s, c, A->q, g, seq, 1);
 	for (uint32_t t = 0;; t++) {
-		const unsigned long long *part = A->part + (size_t)(t % 2) * nn * gmax;
-		if (g > 1) {
-			const unsigned long long *gm = c->gmin[t % 3];
-			for (uint32_t e = tid; e < nn; e += THREADS)
-				s->w[e] = __ldcg(&gm[e]);
-			if (x == 0)
-				for (uint32_t e = tid; e < nn; e += THREADS)
-					c->gmin[(t + 2) % 3][e] = U64_INF;
-		}
-		if (tid == 0) {
-			int balanced = 1;
-			for (uint32_t j = 0; j < n; j++)
-				balanced &= s->load[j] == s->cap[j];
-			s->status = balanced ? ST_OK : s->abortv ? ST_ABORTED : -1;
-		}
-		__syncthreads();
+		tick(s, &t0, P_SYNC);
+		gather(s, c, g, n, t);
+		tick(s, &t0, P_GATHER);
 		if (s->status >= 0)
 			break;
 		find_path(s, n);
+		tick(s, &t0, P_PATH);
 		if (s->dst < 0) {
 			s->status = ST_NOPATH;
 			break;
 		}
-		path_flow(s, part, g, gmax, n);
+		path_flow(s, A->part + (size_t)(t % 2) * nn * gmax, g, gmax, n);
+		tick(s, &t0, P_FLOW);
 		move_rows(s, &R, A->assign);
 		steps++;
+		tick(s, &t0, P_MOVE);
 		scan(s, &R, A->assign);
+		tick(s, &t0, P_SCAN);
 		if (g > 1)
 			publish(s, n, gmax, A->part + (size_t)((t + 1) % 2) * nn * gmax,
 			        c->gmin[(t + 1) % 3]);
+		tick(s, &t0, P_PUBLISH);
 		step_sync(s, c, A->q, g, seq, (steps % ABORT_EVERY) == 0);
 	}
 	__syncthreads();
@@ -637,15 +688,17 @@ __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_c
 	if (tid < MAXN)
 		vstore(&c->cap[tid], v);
 	else if (tid == MAXN)
-		s->key[0] = v; /* k, through shared memory to thread 0 */
+		s->hk = v; /* k and n, through shared memory to thread 0 */
 	else if (tid == MAXN + 1)
-		s->key[1] = v;
+		s->hn = v;
 	__syncthreads();
 	if (tid == 0) {
-		uint32_t k = (uint32_t)s->key[0], n = (uint32_t)s->key[1];
+		uint32_t k = s->hk, n = s->hn;
 		if (n > MAXN) /* answered at once: ST_BADJOB */
 			n = 0;
-		uint32_t g = (k * n + COSTS_PER_BLOCK - 1) / COSTS_PER_BLOCK;
+		uint32_t rows = COSTS_PER_BLOCK / (n ? n : 1);
+		rows = rows < THREADS ? THREADS : rows;
+		uint32_t g = (k + rows - 1) / rows;
 		vstore(&c->k, k);
 		vstore(&c->n, n);
 		vstore(&c->g, g < 1 ? 1 : g > gridDim.x ? gridDim.x : g);
@@ -717,6 +770,7 @@ static void dev_free(struct gpu_dev *d)
 	cudaFreeHost(d->q);
 	cudaFreeHost(d->hcost);
 	cudaFreeHost(d->hassign);
+	cudaFreeHost(d->htight);
 	free(d);
 }
 
@@ -733,6 +787,9 @@ static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaErr
 	    (*e = cudaHostGetDevicePointer((void **)&d->dq, d->q, 0)) ||
 	    (*e = cudaHostGetDevicePointer((void **)&d->dhcost, d->hcost, 0)) ||
 	    (*e = cudaHostGetDevicePointer((void **)&d->dhassign, d->hassign, 0)) ||
+	    (*e = cudaHostAlloc((void **)&d->htight, (size_t)max_k * sizeof(uint64_t),
+	                        cudaHostAllocMapped)) ||
+	    (*e = cudaHostGetDevicePointer((void **)&d->dhtight, d->htight, 0)) ||
 	    (*e = cudaMalloc((void **)&d->dcost, slab_rows * MAXN * sizeof(long long))) ||
 	    (*e = cudaMalloc((void **)&d->dassign, (size_t)max_k * sizeof(uint32_t))) ||
 	    (*e = cudaMalloc((void **)&d->dpart, 2 * blocks * nn * sizeof(unsigned long long))) ||
@@ -817,8 +874,9 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 	if (d->blocks == 0 || alloc_all(d, max_k, d->blocks, &e) < 0)
 		goto fail;
 	{
-		struct kargs A = {d->dq,      (const long long *)d->dhcost, d->dhassign,
-		                  d->dcost,   d->dassign, d->dpart, d->dpload, d->dctl, max_k};
+		struct kargs A = {d->dq,     (const long long *)d->dhcost,
+		                  d->dhassign, (unsigned long long *)d->dhtight,
+		                  d->dcost,  d->dassign, d->dpart, d->dpload, d->dctl, max_k};
 		void *args[] = {&A};
 		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(d->blocks), dim3(THREADS),
 		                                args, sizeof(struct blk), d->stream);
@@ -901,6 +959,9 @@ extern "C" int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t
 	res->blocks = d->q->used_blocks;
 	res->verified = !(d->q->vflags & VF_BAD);
 	res->canonical = !(d->q->vflags & (VF_BAD | VF_LOWER));
+	res->tight = d->htight;
+	for (int i = 0; i < 8; i++)
+		res->prof[i] = d->q->prof[i];
 	for (uint32_t j = 0; j < d->q->n; j++)
 		res->pot[j] = d->q->pot[j];
 	return 0;

@@ -22,7 +22,9 @@ struct gpu_result {
 	uint32_t blocks;    /* blocks that solved it */
 	int verified;       /* the kernel's check: pot proves the assignment optimal */
 	int canonical;      /* verified, and no row is tied with a lower worker */
-	int64_t pot[64];    /* optimal worker potentials (esd_canon_pass) */
+	const uint64_t *tight; /* tight[r]: row r's tight workers (valid until the next post) */
+	uint64_t prof[8];   /* block 0's profile (esd_gpu_stats.kernel_profile) */
+	int64_t pot[64];    /* optimal worker potentials */
 };
 
 /* Start the persistent kernel on device `device` with buffers for max_k

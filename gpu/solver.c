@@ -219,9 +219,8 @@ int esd_gpu_collect(struct esd_gpu_solver *s, uint32_t *assign)
 	 * counted, and the CPU answers. */
 	t1 = esd_now_ns();
 	rc = !res.verified ? -EINVAL
-	     : res.canonical
-	         ? esd_assign_check(s->k, s->n, s->cap, assign)
-	         : esd_canonicalize_duals(s->cpu, s->cost, s->k, s->n, s->cap, res.pot, assign);
+	     : res.canonical ? esd_assign_check(s->k, s->n, s->cap, assign)
+	                     : esd_canonicalize_tight(s->cpu, s->k, s->n, s->cap, res.tight, assign);
 	if (rc == -EINVAL) {
 		s->st.gpu_rejected++;
 		ESD_ERR("gpu", "GPU answer for k %u n %u is not optimal: the CPU solver is used", s->k,
@@ -235,6 +234,7 @@ int esd_gpu_collect(struct esd_gpu_solver *s, uint32_t *assign)
 	s->st.last_by_gpu = 1;
 	s->st.kernel_steps = res.steps;
 	s->st.kernel_blocks = res.blocks;
+	memcpy(s->st.kernel_profile, res.prof, sizeof(s->st.kernel_profile));
 	s->st.last_device_ns = t1 - s->t0;
 	s->st.last_canon_ns = t2 - t1;
 	s->st.last_gpu_us = (t2 - s->t0) / ESD_NS_PER_US;

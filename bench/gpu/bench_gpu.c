@@ -140,9 +140,16 @@ static int one_size(struct esd_gpu_solver *g, struct esd_solver *s, struct bufs 
 		return 0;
 	}
 	double mg = median_ms(b->tg, reps);
-	printf("%6u %10.3f %10.3f %8.2f %9.3f %8.3f %7llu %6u%s\n", k, mc, mg, mc / mg,
-	       median_ms(dev, reps), median_ms(can, reps), (unsigned long long)st->kernel_steps,
-	       st->kernel_blocks, cpu_answered ? "  (CPU answered some)" : "");
+	uint64_t steps = st->kernel_steps ? st->kernel_steps : 1;
+	const uint64_t *pr = st->kernel_profile;
+	printf("%6u %10.3f %10.3f %8.2f %9.3f %8.3f %7llu %6u  %llu/%llu/%llu/%llu/%llu/%llu/%llu %.1f%s\n",
+	       k, mc, mg, mc / mg, median_ms(dev, reps), median_ms(can, reps),
+	       (unsigned long long)st->kernel_steps, st->kernel_blocks,
+	       (unsigned long long)(pr[0] / steps), (unsigned long long)(pr[1] / steps),
+	       (unsigned long long)(pr[2] / steps), (unsigned long long)(pr[3] / steps),
+	       (unsigned long long)(pr[4] / steps), (unsigned long long)(pr[5] / steps),
+	       (unsigned long long)(pr[6] / steps), (double)pr[7] / (double)steps,
+	       cpu_answered ? "  (CPU answered some)" : "");
 	return 0;
 }
 
@@ -207,8 +214,9 @@ static int hybrid_step(struct esd_gpu_solver *g, struct bufs *b, uint32_t k, uin
 static int one_n(struct esd_gpu_solver *g, struct esd_solver *s, struct bufs *b,
                  const struct opts *o, uint32_t n, int have_gpu)
 {
-	printf("\nn = %u\n%6s %10s %10s %8s %9s %8s %7s %6s\n", n, "k", "cpu (ms)", "gpu (ms)",
-	       "cpu/gpu", "device", "canon", "steps", "blocks");
+	printf("\nn = %u\n%6s %10s %10s %8s %9s %8s %7s %6s  %s\n", n, "k", "cpu (ms)", "gpu (ms)",
+	       "cpu/gpu", "device", "canon", "steps", "blocks",
+	       "cycles/step: gather/path/flow/move/scan/publish/barrier pops/step");
 	esd_gpu_set_min_rows(g, 0);
 	for (uint32_t k = o->min_k; k <= o->max_k; k *= 2)
 		if (one_size(g, s, b, k - k % n, n, o->reps, have_gpu))

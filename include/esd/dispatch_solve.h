@@ -218,6 +218,12 @@ int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint
  * non-optimal assignment does. */
 int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                            const uint32_t *cap, const int64_t *pot, uint32_t *assign);
+/* The same from the tight sets alone: tight[r] bit b set when worker b
+ * gives row r its least reduced cost under some optimal potentials (its
+ * own worker included), e.g. computed where the costs are (the GPU).
+ * Trusts them: only the assignment's feasibility is checked (-EINVAL). */
+int esd_canonicalize_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint32_t *cap,
+                           const uint64_t *tight, uint32_t *assign);
 
 /* Total cost of an assignment (no checks beyond assign[i] < n, which the
  * caller guarantees). */

@@ -78,6 +78,10 @@ struct esd_gpu_stats {
 	int64_t last_canon_ns;  /* of it: the host's canonical pass */
 	uint64_t kernel_steps;  /* augmentations of the last GPU solve */
 	uint32_t kernel_blocks; /* blocks that solved it */
+	/* block 0's profile of it: GPU clock cycles in each phase of the steps
+	 * (gather the pair minima, shortest path, path flow, move, scan,
+	 * publish, grid barrier), then the shortest-path searches' pops */
+	uint64_t kernel_profile[8];
 	uint32_t min_rows;      /* the cross-over in force */
 	int last_by_gpu;        /* 1 when the last solve was answered by the GPU */
 };

@@ -175,6 +175,42 @@ static void test_canonicalize_rejects_non_optimal(void **state)
 	esd_solver_free(s);
 }
 
+/* esd_canonicalize_tight and esd_canonicalize_duals: the same canonical
+ * optimum from tight sets or potentials as from the costs alone. */
+static void test_canonicalize_tight_duals(void **state)
+{
+	(void)state;
+	struct esd_solver *s;
+	assert_int_equal(esd_solver_create(&s), 0);
+	/* all-equal costs: every worker tight for every row, pot = 0 */
+	int64_t z[6 * 3] = {0};
+	uint64_t tight[6];
+	int64_t pot[3] = {0, 0, 0};
+	uint32_t want[6] = {0, 0, 1, 1, 2, 2};
+	for (int i = 0; i < 6; i++)
+		tight[i] = 7;
+	uint32_t r[6] = {2, 2, 1, 1, 0, 0};
+	assert_int_equal(esd_canonicalize_tight(s, 6, 3, NULL, tight, r), 0);
+	assert_memory_equal(r, want, sizeof(want));
+	uint32_t r2[6] = {1, 2, 0, 1, 2, 0};
+	assert_int_equal(esd_canonicalize_duals(s, z, 6, 3, NULL, pot, r2), 0);
+	assert_memory_equal(r2, want, sizeof(want));
+	/* a row off its tight set, infeasible loads, potentials that are not
+	 * optimal: refused */
+	uint32_t r3[6] = {2, 2, 1, 1, 0, 0};
+	tight[0] = 1;
+	assert_int_equal(esd_canonicalize_tight(s, 6, 3, NULL, tight, r3), -EINVAL);
+	uint32_t r4[6] = {0, 0, 0, 1, 1, 2};
+	tight[0] = 7;
+	assert_int_equal(esd_canonicalize_tight(s, 6, 3, NULL, tight, r4), -EINVAL);
+	int64_t c[] = {0, 10, 10, 0};
+	int64_t p0[2] = {0, 0};
+	uint32_t a[] = {1, 0};
+	assert_int_equal(esd_canonicalize_duals(s, c, 2, 2, NULL, p0, a), -EINVAL);
+	assert_int_equal(esd_canonicalize_tight(s, 2, 2, NULL, NULL, a), -EINVAL);
+	esd_solver_free(s);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -210,12 +246,14 @@ int main(void)
 	(void)test_brute_force;
 	(void)test_vs_hungarian_small;
 	(void)test_canonicalize_rejects_non_optimal;
+	(void)test_canonicalize_tight_duals;
 	(void)test_bad_input;
 #else
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_brute_force),
 	    cmocka_unit_test(test_vs_hungarian_small),
 	    cmocka_unit_test(test_canonicalize_rejects_non_optimal),
+	    cmocka_unit_test(test_canonicalize_tight_duals),
 	    cmocka_unit_test(test_bad_input),
 	};
 	(void)test_vs_hungarian_1024;
