@@ -65,9 +65,9 @@
 #define KSHIFT    13
 #define KHOPS(k)  (((k) >> 6) & 127u)
 #define KPRED(k)  ((uint32_t)((k) & 63u))
-/* a block takes at least this many costs (rows x n): its slab (128 KiB)
- * stays in L1 beside the shared memory, and at least a row per thread */
-#define COSTS_PER_BLOCK 16384u
+/* a block takes about this many rows (4 a thread), or fewer so that its
+ * slab fits in shared memory */
+#define ROWS_PER_BLOCK 1024u
 /* the host's abort word is read (across the bus) every this many steps */
 #define ABORT_EVERY 32u
 #define GO_STOP   0xffffffffu
@@ -135,6 +135,7 @@ struct kargs {
 	uint32_t *pload;
 	struct gpu_ctl *c;
 	uint32_t max_k;
+	uint32_t slab32_cap; /* int32 costs that fit in shared memory after struct blk */
 };
 
 /* A block's copy of the job header; valid = 0 when block 0 was already
@@ -147,23 +148,24 @@ struct job {
 struct blk {
 	unsigned long long w[NN];     /* scan: own minima; then the global ones */
 	uint32_t cnt2[NN];            /* scan: own rows at the own minimum */
-	long long dist[MAXN];         /* Dijkstra */
 	long long pot[MAXN];          /* worker potentials (the dual) */
-	long long rd[2];
-	uint32_t rv[2];
-	int pred[MAXN], done[MAXN];
+	int pred[MAXN];               /* Dijkstra's tree */
 	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
 	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
-	int u, src, dst, plen, flow, status;
+	int src, dst, plen, flow, status;
 	uint32_t abortv, vflags, db, hk, hn;
 	unsigned long long prof[P_COUNT]; /* block 0: clock64 per phase */
 	struct job hdr;
 };
 
-/* This block's rows: [r0, r1), costs at slab[b * per + (r - r0)]. */
+/* This block's rows: [r0, r1), costs at slab[b * per + (r - r0)]: in
+ * shared memory as int32 offsets from the row's least cost when the slab
+ * fits and every row spans less than 2^31 (the solver only ever compares
+ * costs within a row), else the int64 costs in device memory. */
 struct rows {
 	uint32_t r0, r1, per, n;
-	long long *slab;
+	long long *slab;   /* device memory, always filled */
+	int32_t *slab32;   /* shared memory, or NULL */
 };
 
 __device__ static uint32_t vload(const uint32_t *p)
@@ -178,7 +180,8 @@ __device__ static void vstore(uint32_t *p, uint32_t v)
 
 __device__ static long long C(const struct rows *R, uint32_t b, uint32_t r)
 {
-	return R->slab[(size_t)b * R->per + (r - R->r0)];
+	const size_t i = (size_t)b * R->per + (r - R->r0);
+	return R->slab32 ? (long long)R->slab32[i] : R->slab[i];
 }
 
 __device__ static void read_header(struct gpu_ctl *c, uint32_t seq, struct job *h)
@@ -238,31 +241,50 @@ __device__ static void scan(struct blk *s, const struct rows *R, const uint32_t 
 		s->cnt2[e] = 0;
 	}
 	__syncthreads();
+	/* costs in chunks of 8 loads before any use, so they overlap */
 	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
 		const uint32_t a = assign[r];
 		const long long ca = C(R, a, r);
-		for (uint32_t b = 0; b < n; b++) {
-			unsigned long long d = (unsigned long long)(C(R, b, r) - ca + (long long)DBIAS);
-			unsigned long long *slot = &s->w[a * n + b];
-			if (b != a && d < *(volatile unsigned long long *)slot)
-				atomicMin(slot, d);
+		for (uint32_t b0 = 0; b0 < n; b0 += 8) {
+			long long v[8];
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++)
+				v[u] = b0 + u < n ? C(R, b0 + u, r) : 0;
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++) {
+				const uint32_t b = b0 + u;
+				unsigned long long d = (unsigned long long)(v[u] - ca + (long long)DBIAS);
+				unsigned long long *slot = &s->w[a * n + b];
+				if (b < n && b != a && d < *(volatile unsigned long long *)slot)
+					atomicMin(slot, d);
+			}
 		}
 	}
 	__syncthreads();
-	/* warp-uniform loops, so that __match_any_sync sees every lane */
+	/* warp-uniform loops, so that the warp votes see every lane */
 	for (uint32_t base = R->r0; base < R->r1; base += THREADS) {
 		const uint32_t r = base + tid;
 		const int live = r < R->r1;
 		const uint32_t a = live ? assign[r] : 0;
 		const long long ca = live ? C(R, a, r) : 0;
-		for (uint32_t b = 0; b < n; b++) {
-			int hit = 0;
-			if (live && b != a)
-				hit = (unsigned long long)(C(R, b, r) - ca + (long long)DBIAS) ==
-				      s->w[a * n + b];
-			uint32_t peers = __match_any_sync(0xffffffffu, hit ? a : 0xffffffffu);
-			if (hit && (uint32_t)(__ffs(peers) - 1) == lane)
-				atomicAdd(&s->cnt2[a * n + b], (uint32_t)__popc(peers));
+		for (uint32_t b0 = 0; b0 < n; b0 += 8) {
+			long long v[8];
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++)
+				v[u] = live && b0 + u < n ? C(R, b0 + u, r) : 0;
+#pragma unroll
+			for (uint32_t u = 0; u < 8; u++) {
+				const uint32_t b = b0 + u;
+				int hit = live && b < n && b != a &&
+				          (unsigned long long)(v[u] - ca + (long long)DBIAS) ==
+				              s->w[a * n + (b < n ? b : 0)];
+				if (!__any_sync(0xffffffffu, hit))
+					continue;
+				/* one atomic per group of lanes on the same pair */
+				uint32_t peers = __match_any_sync(0xffffffffu, hit ? a : 0xffffffffu);
+				if (hit && (uint32_t)(__ffs(peers) - 1) == lane)
+					atomicAdd(&s->cnt2[a * n + b], (uint32_t)__popc(peers));
+			}
 		}
 	}
 	__syncthreads();
@@ -291,74 +313,84 @@ __device__ static void publish(const struct blk *s, uint32_t n, uint32_t gmax,
  * path. Every block computes the same (same input, fixed tie-breaks). */
 __device__ static void find_path(struct blk *s, uint32_t n)
 {
-	const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-
-	if (tid < MAXN) {
-		int src = tid < n && s->load[tid] > s->cap[tid];
-		s->dist[tid] = src ? 0 : LLONG_MAX;
-		s->done[tid] = 0;
-		s->pred[tid] = -1;
-		s->next[tid] = -1;
-	}
-	__syncthreads();
-	for (;;) {
-		if (tid < MAXN) { /* the nearest open node, lowest index on ties */
-			long long d = tid < n && !s->done[tid] ? s->dist[tid] : LLONG_MAX;
-			uint32_t v = tid;
-			for (int o = 16; o > 0; o >>= 1) {
-				long long od = __shfl_down_sync(0xffffffffu, d, o);
-				uint32_t ov = __shfl_down_sync(0xffffffffu, v, o);
+	if (threadIdx.x < 32) { /* one warp, two workers a lane: no block barriers */
+		const uint32_t lane = threadIdx.x, v0 = lane, v1 = lane + 32;
+		long long d0 = v0 < n && s->load[v0] > s->cap[v0] ? 0 : LLONG_MAX;
+		long long d1 = v1 < n && s->load[v1] > s->cap[v1] ? 0 : LLONG_MAX;
+		int p0 = -1, p1 = -1, done0 = v0 >= n, done1 = v1 >= n, dst = -1;
+		long long D = 0;
+		unsigned long long pops = 0;
+		for (;;) {
+			long long d = LLONG_MAX;
+			uint32_t v = 0xffffffffu;
+			if (!done0 && d0 < d) {
+				d = d0;
+				v = v0;
+			}
+			if (!done1 && d1 < d) {
+				d = d1;
+				v = v1;
+			}
+			for (int o = 16; o > 0; o >>= 1) { /* the nearest open worker, lowest on ties */
+				long long od = __shfl_xor_sync(0xffffffffu, d, o);
+				uint32_t ov = __shfl_xor_sync(0xffffffffu, v, o);
 				if (od < d || (od == d && ov < v)) {
 					d = od;
 					v = ov;
 				}
 			}
-			if (lane == 0) {
-				s->rd[warp] = d;
-				s->rv[warp] = v;
+			if (d == LLONG_MAX)
+				break; /* no path */
+			const uint32_t u = v;
+			done0 |= u == v0;
+			done1 |= u == v1;
+			pops++;
+			if (s->load[u] < s->cap[u]) {
+				dst = (int)u;
+				D = d;
+				break;
 			}
-		}
-		__syncthreads();
-		if (tid == 0) {
-			int w = s->rd[1] < s->rd[0] ? 1 : 0;
-			int u = s->rd[w] == LLONG_MAX ? -1 : (int)s->rv[w];
-			s->u = u;
-			if (u >= 0)
-				s->done[u] = 1;
-			s->prof[P_POPS]++;
-		}
-		__syncthreads();
-		const int u = s->u;
-		if (u < 0 || s->load[u] < s->cap[u])
-			break;
-		if (tid < n && !s->done[tid]) {
-			unsigned long long w = s->w[(uint32_t)u * n + tid];
-			if (w != U64_INF) {
-				long long nd = s->dist[u] + (long long)(w - DBIAS) + s->pot[u] - s->pot[tid];
-				if (nd < s->dist[tid]) {
-					s->dist[tid] = nd;
-					s->pred[tid] = u;
+			const long long base = d + s->pot[u];
+			if (!done0 && s->w[u * n + v0] != U64_INF) {
+				long long nd = base + (long long)(s->w[u * n + v0] - DBIAS) - s->pot[v0];
+				if (nd < d0) {
+					d0 = nd;
+					p0 = (int)u;
+				}
+			}
+			if (!done1 && s->w[u * n + v1] != U64_INF) {
+				long long nd = base + (long long)(s->w[u * n + v1] - DBIAS) - s->pot[v1];
+				if (nd < d1) {
+					d1 = nd;
+					p1 = (int)u;
 				}
 			}
 		}
-		__syncthreads();
-	}
-	const int dst = s->u;
-	if (dst >= 0 && tid < n) {
-		long long D = s->dist[dst], d = s->dist[tid];
-		s->pot[tid] += d < D ? d : D;
-	}
-	if (tid == 0) {
-		int src = dst, len = 0;
-		while (src >= 0 && s->pred[src] >= 0 && len < MAXN) {
-			int p = s->pred[src];
-			s->next[p] = src;
-			s->pnode[len++] = (uint32_t)p;
-			src = p;
+		__syncwarp();
+		if (dst >= 0) { /* pot += min(dist, D): the reduced weights stay >= 0 */
+			if (v0 < n)
+				s->pot[v0] += d0 < D ? d0 : D;
+			if (v1 < n)
+				s->pot[v1] += d1 < D ? d1 : D;
 		}
-		s->src = src;
-		s->dst = dst;
-		s->plen = len;
+		s->pred[v0] = p0;
+		s->pred[v1] = p1;
+		s->next[v0] = -1;
+		s->next[v1] = -1;
+		__syncwarp();
+		if (lane == 0) {
+			int src = dst, len = 0;
+			while (src >= 0 && s->pred[src] >= 0 && len < MAXN) {
+				int p = s->pred[src];
+				s->next[p] = src;
+				s->pnode[len++] = (uint32_t)p;
+				src = p;
+			}
+			s->src = src;
+			s->dst = dst;
+			s->plen = len;
+			s->prof[P_POPS] += pops;
+		}
 	}
 	__syncthreads();
 }
@@ -464,7 +496,7 @@ __device__ static void verify(struct blk *s, const struct rows *R, const struct 
 /* Copy this block's rows from mapped host memory into its slab (row-major
  * there, column-major here), put every row on its cheapest worker, and
  * publish the block's loads. */
-__device__ static void start_rows(struct blk *s, const struct kargs *A, const struct rows *R)
+__device__ static void start_rows(struct blk *s, const struct kargs *A, struct rows *R)
 {
 	const uint32_t tid = threadIdx.x, n = R->n;
 	const size_t lo = (size_t)R->r0 * n, len = (size_t)(R->r1 - R->r0) * n;
@@ -483,6 +515,25 @@ __device__ static void start_rows(struct blk *s, const struct kargs *A, const st
 			if (t < len)
 				R->slab[(t % n) * R->per + t / n] = v[u];
 		}
+	}
+	__syncthreads();
+	if ((size_t)R->per * n <= A->slab32_cap) {
+		int wide = 0;
+		int32_t *s32 = (int32_t *)(s + 1);
+		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
+			const size_t i = r - R->r0;
+			long long lo = R->slab[i], hi = lo;
+			for (uint32_t j = 1; j < n; j++) {
+				long long v = R->slab[(size_t)j * R->per + i];
+				lo = v < lo ? v : lo;
+				hi = v > hi ? v : hi;
+			}
+			wide |= hi - lo > INT_MAX;
+			for (uint32_t j = 0; j < n; j++)
+				s32[(size_t)j * R->per + i] =
+				    (int32_t)(R->slab[(size_t)j * R->per + i] - lo);
+		}
+		R->slab32 = __syncthreads_or(wide) ? NULL : s32;
 	}
 	__syncthreads();
 	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
@@ -611,6 +662,7 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 	R.r0 = min(k, x * per);
 	R.r1 = min(k, R.r0 + per);
 	R.slab = A->cost + (size_t)x * per * n;
+	R.slab32 = NULL;
 	if (x == 0)
 		for (uint32_t e = tid; e < 3 * NN; e += THREADS)
 			c->gmin[e / NN][e % NN] = U64_INF;
@@ -654,7 +706,7 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
  * into device memory (the fields read in parallel: one trip across the
  * bus) and publish it. s->db: the sequence, or GO_STOP. */
 __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_ctl *c,
-                                uint32_t last)
+                                uint32_t last, uint32_t slab32_cap)
 {
 	const uint32_t tid = threadIdx.x;
 
@@ -696,9 +748,10 @@ __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_c
 		uint32_t k = s->hk, n = s->hn;
 		if (n > MAXN) /* answered at once: ST_BADJOB */
 			n = 0;
-		uint32_t rows = COSTS_PER_BLOCK / (n ? n : 1);
-		rows = rows < THREADS ? THREADS : rows;
-		uint32_t g = (k + rows - 1) / rows;
+		uint32_t g = (k + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+		uint32_t fit = n ? slab32_cap / n : 1; /* rows whose slab fits */
+		if (fit && (k + fit - 1) / fit > g)
+			g = (k + fit - 1) / fit;
 		vstore(&c->k, k);
 		vstore(&c->n, n);
 		vstore(&c->g, g < 1 ? 1 : g > gridDim.x ? gridDim.x : g);
@@ -725,7 +778,7 @@ __global__ static void __launch_bounds__(THREADS)
 	}
 	for (;;) {
 		if (blockIdx.x == 0) {
-			take_job(s, A.q, A.c, last);
+			take_job(s, A.q, A.c, last, A.slab32_cap);
 		} else if (threadIdx.x == 0) {
 			uint32_t v;
 			while ((v = vload(&A.c->go)) == last)
@@ -803,14 +856,20 @@ static int alloc_all(struct gpu_dev *d, uint32_t max_k, uint32_t blocks, cudaErr
 }
 
 /* The number of blocks: asked (0: one per SM), at most what can be
- * resident at once with the kernel's shared memory. 0 on failure. */
-static uint32_t grid_size(const struct cudaDeviceProp *prop, uint32_t asked, cudaError_t *e)
+ * resident at once with the kernel's shared memory (*smem: struct blk and
+ * as much int32 slab as the device gives a block). 0 on failure. */
+static uint32_t grid_size(int device, const struct cudaDeviceProp *prop, uint32_t asked,
+                          size_t *smem, cudaError_t *e)
 {
-	int per_sm = 0;
+	int per_sm = 0, optin = 0;
+	if ((*e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
+		return 0;
+	*smem = (size_t)optin > sizeof(struct blk) ? (size_t)optin & ~(size_t)15
+	                                            : sizeof(struct blk);
 	if ((*e = cudaFuncSetAttribute(solver_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                               (int)sizeof(struct blk))) ||
+	                               (int)*smem)) ||
 	    (*e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, solver_kernel, THREADS,
-	                                                        sizeof(struct blk))))
+	                                                        *smem)))
 		return 0;
 	uint32_t limit = (uint32_t)per_sm * (uint32_t)prop->multiProcessorCount;
 	uint32_t b = asked ? asked : (uint32_t)prop->multiProcessorCount;
@@ -841,6 +900,7 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 	struct gpu_dev *d;
 	cudaError_t e;
 	int count = 0, coop = 0;
+	size_t smem = 0;
 
 	*out = NULL;
 	e = cudaGetDeviceCount(&count);
@@ -870,16 +930,17 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 		free(d);
 		return -ENODEV;
 	}
-	d->blocks = grid_size(&prop, blocks, &e);
+	d->blocks = grid_size(device, &prop, blocks, &smem, &e);
 	if (d->blocks == 0 || alloc_all(d, max_k, d->blocks, &e) < 0)
 		goto fail;
 	{
 		struct kargs A = {d->dq,     (const long long *)d->dhcost,
 		                  d->dhassign, (unsigned long long *)d->dhtight,
-		                  d->dcost,  d->dassign, d->dpart, d->dpload, d->dctl, max_k};
+		                  d->dcost,  d->dassign, d->dpart, d->dpload, d->dctl, max_k,
+		                  (uint32_t)((smem - sizeof(struct blk)) / sizeof(int32_t))};
 		void *args[] = {&A};
 		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(d->blocks), dim3(THREADS),
-		                                args, sizeof(struct blk), d->stream);
+		                                args, smem, d->stream);
 	}
 	if (e != cudaSuccess)
 		goto fail;
