@@ -71,6 +71,7 @@
 /* the host's abort word is read (across the bus) every this many steps */
 #define ABORT_EVERY 32u
 #define GO_STOP   0xffffffffu
+#define PIX(a, b, n) ((a) * ((n) + 1) + (b))
 
 enum { ST_OK = 0, ST_ABORTED = 1, ST_NOPATH = 2, ST_BADJOB = 3 };
 enum { VF_BAD = 1, VF_LOWER = 2 }; /* verification flags */
@@ -146,8 +147,10 @@ struct job {
 
 /* The shared state of one block (dynamic shared memory). */
 struct blk {
-	unsigned long long w[NN];     /* scan: own minima; then the global ones */
-	uint32_t cnt2[NN];            /* scan: own rows at the own minimum */
+	/* pair (a, b) at PIX(a, b, n): rows n + 1 apart, so that lanes on the
+	 * same b and different a hit different banks */
+	unsigned long long w[MAXN * (MAXN + 1)]; /* scan: own minima; then global */
+	uint32_t cnt2[MAXN * (MAXN + 1)];        /* scan: own rows at the own minimum */
 	long long pot[MAXN];          /* worker potentials (the dual) */
 	int pred[MAXN];               /* Dijkstra's tree */
 	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
@@ -234,9 +237,9 @@ __device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_qu
  * that hit the same pair. */
 __device__ static void scan(struct blk *s, const struct rows *R, const uint32_t *assign)
 {
-	const uint32_t tid = threadIdx.x, lane = tid % 32, n = R->n, nn = n * n;
+	const uint32_t tid = threadIdx.x, lane = tid % 32, n = R->n;
 
-	for (uint32_t e = tid; e < nn; e += THREADS) {
+	for (uint32_t e = tid; e < n * (n + 1); e += THREADS) {
 		s->w[e] = U64_INF;
 		s->cnt2[e] = 0;
 	}
@@ -254,7 +257,7 @@ __device__ static void scan(struct blk *s, const struct rows *R, const uint32_t 
 			for (uint32_t u = 0; u < 8; u++) {
 				const uint32_t b = b0 + u;
 				unsigned long long d = (unsigned long long)(v[u] - ca + (long long)DBIAS);
-				unsigned long long *slot = &s->w[a * n + b];
+				unsigned long long *slot = &s->w[PIX(a, b, n)];
 				if (b < n && b != a && d < *(volatile unsigned long long *)slot)
 					atomicMin(slot, d);
 			}
@@ -277,13 +280,13 @@ __device__ static void scan(struct blk *s, const struct rows *R, const uint32_t 
 				const uint32_t b = b0 + u;
 				int hit = live && b < n && b != a &&
 				          (unsigned long long)(v[u] - ca + (long long)DBIAS) ==
-				              s->w[a * n + (b < n ? b : 0)];
+				              s->w[PIX(a, b < n ? b : 0, n)];
 				if (!__any_sync(0xffffffffu, hit))
 					continue;
 				/* one atomic per group of lanes on the same pair */
 				uint32_t peers = __match_any_sync(0xffffffffu, hit ? a : 0xffffffffu);
 				if (hit && (uint32_t)(__ffs(peers) - 1) == lane)
-					atomicAdd(&s->cnt2[a * n + b], (uint32_t)__popc(peers));
+					atomicAdd(&s->cnt2[PIX(a, b, n)], (uint32_t)__popc(peers));
 			}
 		}
 	}
@@ -296,8 +299,9 @@ __device__ static void publish(const struct blk *s, uint32_t n, uint32_t gmax,
                                unsigned long long *part, unsigned long long *gmin)
 {
 	for (uint32_t e = threadIdx.x; e < n * n; e += THREADS) {
-		unsigned long long m = s->w[e];
-		unsigned long long p = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[e];
+		const uint32_t i = PIX(e / n, e % n, n);
+		unsigned long long m = s->w[i];
+		unsigned long long p = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[i];
 		__stcg(&part[(size_t)e * gmax + blockIdx.x], p);
 		if (m != U64_INF)
 			atomicMin(&gmin[e], m); /* result unused: a reduction, no round trip */
@@ -321,26 +325,19 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 		long long D = 0;
 		unsigned long long pops = 0;
 		for (;;) {
-			long long d = LLONG_MAX;
-			uint32_t v = 0xffffffffu;
-			if (!done0 && d0 < d) {
-				d = d0;
-				v = v0;
-			}
-			if (!done1 && d1 < d) {
-				d = d1;
-				v = v1;
-			}
-			for (int o = 16; o > 0; o >>= 1) { /* the nearest open worker, lowest on ties */
-				long long od = __shfl_xor_sync(0xffffffffu, d, o);
-				uint32_t ov = __shfl_xor_sync(0xffffffffu, v, o);
-				if (od < d || (od == d && ov < v)) {
-					d = od;
-					v = ov;
-				}
-			}
-			if (d == LLONG_MAX)
+			/* the nearest open worker, lowest on ties: keys dist << 6 | worker
+			 * (dist >= 0 and below 2^57: reduced weights, n hops) */
+			unsigned long long key = U64_INF;
+			if (!done0 && d0 != LLONG_MAX)
+				key = (unsigned long long)d0 << 6 | v0;
+			if (!done1 && d1 != LLONG_MAX)
+				key = min(key, (unsigned long long)d1 << 6 | v1);
+			for (int o = 16; o > 0; o >>= 1)
+				key = min(key, __shfl_xor_sync(0xffffffffu, key, o));
+			if (key == U64_INF)
 				break; /* no path */
+			const long long d = (long long)(key >> 6);
+			const uint32_t v = (uint32_t)(key & 63);
 			const uint32_t u = v;
 			done0 |= u == v0;
 			done1 |= u == v1;
@@ -351,15 +348,15 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 				break;
 			}
 			const long long base = d + s->pot[u];
-			if (!done0 && s->w[u * n + v0] != U64_INF) {
-				long long nd = base + (long long)(s->w[u * n + v0] - DBIAS) - s->pot[v0];
+			if (!done0 && s->w[PIX(u, v0, n)] != U64_INF) {
+				long long nd = base + (long long)(s->w[PIX(u, v0, n)] - DBIAS) - s->pot[v0];
 				if (nd < d0) {
 					d0 = nd;
 					p0 = (int)u;
 				}
 			}
-			if (!done1 && s->w[u * n + v1] != U64_INF) {
-				long long nd = base + (long long)(s->w[u * n + v1] - DBIAS) - s->pot[v1];
+			if (!done1 && s->w[PIX(u, v1, n)] != U64_INF) {
+				long long nd = base + (long long)(s->w[PIX(u, v1, n)] - DBIAS) - s->pot[v1];
 				if (nd < d1) {
 					d1 = nd;
 					p1 = (int)u;
@@ -407,9 +404,9 @@ __device__ static void path_flow(struct blk *s, const unsigned long long *part, 
 		uint32_t a = s->pnode[i], e = a * n + (uint32_t)s->next[a];
 		uint32_t tot = 0, bef = 0;
 		if (g == 1) {
-			tot = lane == 0 ? s->cnt2[e] : 0;
+			tot = lane == 0 ? s->cnt2[PIX(a, s->next[a], n)] : 0;
 		} else {
-			unsigned long long m = s->w[e];
+			unsigned long long m = s->w[PIX(a, s->next[a], n)];
 			for (uint32_t x = lane; x < g; x += 32) {
 				unsigned long long p = __ldcg(&part[(size_t)e * gmax + x]);
 				uint32_t c = (p >> CNT_BITS) == m ? (uint32_t)(p & CNT_MASK) : 0;
@@ -452,7 +449,7 @@ __device__ static void move_rows(struct blk *s, const struct rows *R, uint32_t *
 			continue;
 		unsigned long long d =
 		    (unsigned long long)(C(R, (uint32_t)b, r) - C(R, a, r) + (long long)DBIAS);
-		if (d != s->w[a * n + (uint32_t)b])
+		if (d != s->w[PIX(a, (uint32_t)b, n)])
 			continue;
 		uint32_t rank = (uint32_t)atomicAdd(&s->cnt[a], 1);
 		if (s->before[a] + rank < (uint32_t)s->flow)
@@ -633,7 +630,7 @@ __device__ static void gather(struct blk *s, struct gpu_ctl *c, uint32_t g, uint
 #pragma unroll
 			for (int u = 0; u < 4; u++)
 				if (e + u * THREADS < nn)
-					s->w[e + u * THREADS] = v[u];
+					s->w[PIX((e + u * THREADS) / n, (e + u * THREADS) % n, n)] = v[u];
 		}
 		if (blockIdx.x == 0)
 			for (uint32_t e = tid; e < nn; e += THREADS)
