@@ -136,7 +136,7 @@ struct kargs {
 	uint32_t *pload;
 	struct gpu_ctl *c;
 	uint32_t max_k;
-	uint32_t slab32_cap; /* int32 costs that fit in shared memory after struct blk */
+	uint32_t smem_extra; /* shared memory after struct blk (smem_fits) */
 };
 
 /* A block's copy of the job header; valid = 0 when block 0 was already
@@ -163,13 +163,36 @@ struct blk {
 
 /* This block's rows: [r0, r1), costs at slab[b * per + (r - r0)]: in
  * shared memory as int32 offsets from the row's least cost when the slab
- * fits and every row spans less than 2^31 (the solver only ever compares
+ * fits and every row spans less than 2^30 (the solver only ever compares
  * costs within a row), else the int64 costs in device memory. */
 struct rows {
 	uint32_t r0, r1, per, n;
 	long long *slab;   /* device memory, always filled */
 	int32_t *slab32;   /* shared memory, or NULL */
+	uint8_t *asg;      /* the rows' workers in shared memory (with slab32), or NULL */
+	uint32_t *assign;  /* the rows' workers in device memory (without) */
 };
+
+/* Whether per rows of n costs fit in the shared memory after struct blk:
+ * a byte per row for its worker, then the int32 slab. */
+__device__ static int smem_fits(uint32_t per, uint32_t n, uint32_t extra)
+{
+	return (size_t)((per + 15u) & ~15u) + (size_t)per * n * 4 <= extra;
+}
+
+/* Row r's worker, and setting it. */
+__device__ static uint32_t AG(const struct rows *R, uint32_t r)
+{
+	return R->asg ? R->asg[r - R->r0] : R->assign[r];
+}
+
+__device__ static void AS(const struct rows *R, uint32_t r, uint32_t a)
+{
+	if (R->asg)
+		R->asg[r - R->r0] = (uint8_t)a;
+	else
+		R->assign[r] = a;
+}
 
 __device__ static uint32_t vload(const uint32_t *p)
 {
@@ -235,18 +258,75 @@ __device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_qu
  * c[r][b] - c[r][a] (s->w, biased) and how many rows reach it (s->cnt2).
  * Two passes: atomicMin, then counting with one atomic per group of lanes
  * that hit the same pair. */
-__device__ static void scan(struct blk *s, const struct rows *R, const uint32_t *assign)
+__device__ static void scan(struct blk *s, const struct rows *R)
 {
-	const uint32_t tid = threadIdx.x, lane = tid % 32, n = R->n;
+	const uint32_t tid = threadIdx.x, n = R->n, np = n * (n + 1);
 
-	for (uint32_t e = tid; e < n * (n + 1); e += THREADS) {
-		s->w[e] = U64_INF;
-		s->cnt2[e] = 0;
+	if (R->slab32) {
+		/* costs within 2^30 of the row's least: 32-bit minima, biased by
+		 * 2^31 (kept in cnt2 until the counting pass) */
+		for (uint32_t e = tid; e < np; e += THREADS)
+			s->cnt2[e] = 0xffffffffu;
+		__syncthreads();
+		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
+			const uint32_t a = AG(R, r), i = r - R->r0;
+			const int32_t ca = R->slab32[(size_t)a * R->per + i];
+			for (uint32_t b0 = 0; b0 < n; b0 += 8) {
+				int32_t v[8];
+#pragma unroll
+				for (uint32_t u = 0; u < 8; u++)
+					v[u] = b0 + u < n ? R->slab32[(size_t)(b0 + u) * R->per + i] : 0;
+#pragma unroll
+				for (uint32_t u = 0; u < 8; u++) {
+					const uint32_t b = b0 + u;
+					uint32_t d = (uint32_t)(v[u] - ca) + 0x80000000u;
+					uint32_t *slot = &s->cnt2[PIX(a, b < n ? b : 0, n)];
+					if (b < n && b != a && d < *(volatile uint32_t *)slot)
+						atomicMin(slot, d);
+				}
+			}
+		}
+		__syncthreads();
+		for (uint32_t e = tid; e < np; e += THREADS) {
+			uint32_t m = s->cnt2[e];
+			s->w[e] = m == 0xffffffffu ? U64_INF
+			                           : (unsigned long long)((long long)m - 0x80000000ll +
+			                                                  (long long)DBIAS);
+		}
+		__syncthreads();
+		for (uint32_t e = tid; e < np; e += THREADS)
+			s->cnt2[e] = 0;
+		__syncthreads();
+	} else {
+		for (uint32_t e = tid; e < np; e += THREADS) {
+			s->w[e] = U64_INF;
+			s->cnt2[e] = 0;
+		}
+		__syncthreads();
+		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
+			const uint32_t a = AG(R, r);
+			const long long ca = C(R, a, r);
+			for (uint32_t b0 = 0; b0 < n; b0 += 8) {
+				long long v[8];
+#pragma unroll
+				for (uint32_t u = 0; u < 8; u++)
+					v[u] = b0 + u < n ? C(R, b0 + u, r) : 0;
+#pragma unroll
+				for (uint32_t u = 0; u < 8; u++) {
+					const uint32_t b = b0 + u;
+					unsigned long long d =
+					    (unsigned long long)(v[u] - ca + (long long)DBIAS);
+					unsigned long long *slot = &s->w[PIX(a, b < n ? b : 0, n)];
+					if (b < n && b != a && d < *(volatile unsigned long long *)slot)
+						atomicMin(slot, d);
+				}
+			}
+		}
+		__syncthreads();
 	}
-	__syncthreads();
-	/* costs in chunks of 8 loads before any use, so they overlap */
+	/* the rows at each minimum */
 	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
-		const uint32_t a = assign[r];
+		const uint32_t a = AG(R, r);
 		const long long ca = C(R, a, r);
 		for (uint32_t b0 = 0; b0 < n; b0 += 8) {
 			long long v[8];
@@ -256,37 +336,9 @@ __device__ static void scan(struct blk *s, const struct rows *R, const uint32_t 
 #pragma unroll
 			for (uint32_t u = 0; u < 8; u++) {
 				const uint32_t b = b0 + u;
-				unsigned long long d = (unsigned long long)(v[u] - ca + (long long)DBIAS);
-				unsigned long long *slot = &s->w[PIX(a, b, n)];
-				if (b < n && b != a && d < *(volatile unsigned long long *)slot)
-					atomicMin(slot, d);
-			}
-		}
-	}
-	__syncthreads();
-	/* warp-uniform loops, so that the warp votes see every lane */
-	for (uint32_t base = R->r0; base < R->r1; base += THREADS) {
-		const uint32_t r = base + tid;
-		const int live = r < R->r1;
-		const uint32_t a = live ? assign[r] : 0;
-		const long long ca = live ? C(R, a, r) : 0;
-		for (uint32_t b0 = 0; b0 < n; b0 += 8) {
-			long long v[8];
-#pragma unroll
-			for (uint32_t u = 0; u < 8; u++)
-				v[u] = live && b0 + u < n ? C(R, b0 + u, r) : 0;
-#pragma unroll
-			for (uint32_t u = 0; u < 8; u++) {
-				const uint32_t b = b0 + u;
-				int hit = live && b < n && b != a &&
-				          (unsigned long long)(v[u] - ca + (long long)DBIAS) ==
-				              s->w[PIX(a, b < n ? b : 0, n)];
-				if (!__any_sync(0xffffffffu, hit))
-					continue;
-				/* one atomic per group of lanes on the same pair */
-				uint32_t peers = __match_any_sync(0xffffffffu, hit ? a : 0xffffffffu);
-				if (hit && (uint32_t)(__ffs(peers) - 1) == lane)
-					atomicAdd(&s->cnt2[PIX(a, b, n)], (uint32_t)__popc(peers));
+				if (b < n && b != a &&
+				    (unsigned long long)(v[u] - ca + (long long)DBIAS) == s->w[PIX(a, b, n)])
+					atomicAdd(&s->cnt2[PIX(a, b, n)], 1u);
 			}
 		}
 	}
@@ -438,12 +490,12 @@ __device__ static void path_flow(struct blk *s, const unsigned long long *part, 
 }
 
 /* Move this block's share of the first f tied rows of every path edge. */
-__device__ static void move_rows(struct blk *s, const struct rows *R, uint32_t *assign)
+__device__ static void move_rows(struct blk *s, const struct rows *R)
 {
 	const uint32_t n = R->n;
 
 	for (uint32_t r = R->r0 + threadIdx.x; r < R->r1; r += THREADS) {
-		uint32_t a = assign[r];
+		uint32_t a = AG(R, r);
 		int b = s->next[a];
 		if (b < 0)
 			continue;
@@ -453,7 +505,7 @@ __device__ static void move_rows(struct blk *s, const struct rows *R, uint32_t *
 			continue;
 		uint32_t rank = (uint32_t)atomicAdd(&s->cnt[a], 1);
 		if (s->before[a] + rank < (uint32_t)s->flow)
-			assign[r] = (uint32_t)b;
+			AS(R, r, (uint32_t)b);
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
@@ -473,7 +525,7 @@ __device__ static void verify(struct blk *s, const struct rows *R, const struct 
 	uint32_t f = 0;
 
 	for (uint32_t r = R->r0 + threadIdx.x; r < R->r1; r += THREADS) {
-		const uint32_t a = A->assign[r];
+		const uint32_t a = AG(R, r);
 		const long long u = C(R, a, r) - s->pot[a];
 		unsigned long long m = 0;
 		for (uint32_t b = 0; b < R->n; b++) {
@@ -514,9 +566,10 @@ __device__ static void start_rows(struct blk *s, const struct kargs *A, struct r
 		}
 	}
 	__syncthreads();
-	if ((size_t)R->per * n <= A->slab32_cap) {
+	if (smem_fits(R->per, n, A->smem_extra)) {
 		int wide = 0;
-		int32_t *s32 = (int32_t *)(s + 1);
+		uint8_t *asg = (uint8_t *)(s + 1);
+		int32_t *s32 = (int32_t *)(asg + ((R->per + 15u) & ~15u));
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
 			const size_t i = r - R->r0;
 			long long lo = R->slab[i], hi = lo;
@@ -525,12 +578,14 @@ __device__ static void start_rows(struct blk *s, const struct kargs *A, struct r
 				lo = v < lo ? v : lo;
 				hi = v > hi ? v : hi;
 			}
-			wide |= hi - lo > INT_MAX;
+			wide |= hi - lo >= (1ll << 30);
 			for (uint32_t j = 0; j < n; j++)
 				s32[(size_t)j * R->per + i] =
 				    (int32_t)(R->slab[(size_t)j * R->per + i] - lo);
 		}
-		R->slab32 = __syncthreads_or(wide) ? NULL : s32;
+		wide = __syncthreads_or(wide);
+		R->slab32 = wide ? NULL : s32;
+		R->asg = wide ? NULL : asg;
 	}
 	__syncthreads();
 	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
@@ -543,7 +598,7 @@ __device__ static void start_rows(struct blk *s, const struct kargs *A, struct r
 				bj = j;
 			}
 		}
-		A->assign[r] = bj;
+		AS(R, r, bj);
 		atomicAdd(&s->cnt[bj], 1);
 	}
 	__syncthreads();
@@ -579,7 +634,7 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 	if (s->status == ST_OK) {
 		verify(s, R, A, A->c);
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS)
-			A->hassign[r] = A->assign[r];
+			A->hassign[r] = AG(R, r);
 	}
 	__threadfence_system();
 	step_sync(s, A->c, q, g, seq, 0);
@@ -660,13 +715,15 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 	R.r1 = min(k, R.r0 + per);
 	R.slab = A->cost + (size_t)x * per * n;
 	R.slab32 = NULL;
+	R.asg = NULL;
+	R.assign = A->assign;
 	if (x == 0)
 		for (uint32_t e = tid; e < 3 * NN; e += THREADS)
 			c->gmin[e / NN][e % NN] = U64_INF;
 	start_rows(s, A, &R);
 	step_sync(s, c, A->q, g, seq, 0);
 	start_loads(s, A, g, n);
-	scan(s, &R, A->assign);
+	scan(s, &R);
 	if (g > 1)
 		publish(s, n, gmax, A->part, c->gmin[0]);
 	step_sync(s, c, A->q, g, seq, 1);
@@ -684,10 +741,10 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 		}
 		path_flow(s, A->part + (size_t)(t % 2) * nn * gmax, g, gmax, n);
 		tick(s, &t0, P_FLOW);
-		move_rows(s, &R, A->assign);
+		move_rows(s, &R);
 		steps++;
 		tick(s, &t0, P_MOVE);
-		scan(s, &R, A->assign);
+		scan(s, &R);
 		tick(s, &t0, P_SCAN);
 		if (g > 1)
 			publish(s, n, gmax, A->part + (size_t)((t + 1) % 2) * nn * gmax,
@@ -703,7 +760,7 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
  * into device memory (the fields read in parallel: one trip across the
  * bus) and publish it. s->db: the sequence, or GO_STOP. */
 __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_ctl *c,
-                                uint32_t last, uint32_t slab32_cap)
+                                uint32_t last, uint32_t smem_extra)
 {
 	const uint32_t tid = threadIdx.x;
 
@@ -746,7 +803,7 @@ __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_c
 		if (n > MAXN) /* answered at once: ST_BADJOB */
 			n = 0;
 		uint32_t g = (k + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-		uint32_t fit = n ? slab32_cap / n : 1; /* rows whose slab fits */
+		uint32_t fit = n && smem_extra > 16 ? (smem_extra - 16) / (4 * n + 1) : 0;
 		if (fit && (k + fit - 1) / fit > g)
 			g = (k + fit - 1) / fit;
 		vstore(&c->k, k);
@@ -775,7 +832,7 @@ __global__ static void __launch_bounds__(THREADS)
 	}
 	for (;;) {
 		if (blockIdx.x == 0) {
-			take_job(s, A.q, A.c, last, A.slab32_cap);
+			take_job(s, A.q, A.c, last, A.smem_extra);
 		} else if (threadIdx.x == 0) {
 			uint32_t v;
 			while ((v = vload(&A.c->go)) == last)
@@ -934,7 +991,7 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 		struct kargs A = {d->dq,     (const long long *)d->dhcost,
 		                  d->dhassign, (unsigned long long *)d->dhtight,
 		                  d->dcost,  d->dassign, d->dpart, d->dpload, d->dctl, max_k,
-		                  (uint32_t)((smem - sizeof(struct blk)) / sizeof(int32_t))};
+		                  (uint32_t)(smem - sizeof(struct blk))};
 		void *args[] = {&A};
 		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(d->blocks), dim3(THREADS),
 		                                args, smem, d->stream);
