@@ -82,7 +82,11 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 	if (esd_keytab_create(&d->kt) || esd_solver_create(&d->solver) ||
 	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq))
 		goto fail;
-	esd_solver_set_exact(d->solver, cfg->exact, cfg->exact_ctx);
+	if (cfg->exact_submit && cfg->exact_collect)
+		esd_solver_set_exact_split(d->solver, cfg->exact_submit, cfg->exact_collect,
+		                           cfg->exact_ctx);
+	else
+		esd_solver_set_exact(d->solver, cfg->exact, cfg->exact_ctx);
 	if (cfg->method == ESD_METHOD_LAIA && cfg->laia_top && esd_doi_create(cfg->n, &d->doi))
 		goto fail;
 	if (!d->cfg.laia_refresh)

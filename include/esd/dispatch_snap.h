@@ -189,9 +189,14 @@ struct esd_dispatcher_config {
 	 * charge them as any key (ESD Alg. 1 knows no replication). */
 	const esd_key_t *replicated;
 	uint32_t nreplicated;
-	/* The exact part of opt and hybrid offloaded (esd_solver_set_exact;
-	 * the runtime's dispatch.gpu passes esd_gpu_solve): NULL, on the CPU. */
+	/* The exact part of opt and hybrid offloaded (esd_solver_set_exact):
+	 * NULL, on the CPU. */
 	esd_exact_fn exact;
+	/* or in two halves (esd_solver_set_exact_split; the runtime passes
+	 * esd_gpu_submit/esd_gpu_collect): hybrid runs Heu in between. Used
+	 * when both are set, instead of exact. */
+	esd_exact_submit_fn exact_submit;
+	esd_exact_collect_fn exact_collect;
 	void *exact_ctx;
 };
 

@@ -46,6 +46,8 @@ extern "C" {
 #endif
 
 
+/* dispatch.gpu_min_rows = measure */
+#define ESD_JOB_GPU_MEASURE UINT64_MAX
 #define ESD_JOB_MAX_SHARDS 16
 #define ESD_JOB_ADDR_LEN   128
 
@@ -104,9 +106,13 @@ struct esd_job {
 	char replicate[1024];
 	/* dispatch.gpu: the exact part (opt, hybrid) on the persistent CUDA
 	 * solver (esd/gpu.h), CPU when there is no device or it is late;
-	 * dispatch.gpu_deadline_us: the longest wait per solve (50000) */
+	 * dispatch.gpu_deadline_us: the longest wait per solve (50000);
+	 * dispatch.gpu_min_rows: the cross-over, the fewest rows the GPU gets
+	 * ("measure": esd_gpu_calibrate at start, the default; a number: that,
+	 * 0 sends every size) -> gpu_min_rows, ESD_JOB_GPU_MEASURE for measure */
 	bool gpu;
 	uint64_t gpu_deadline_us;
+	uint64_t gpu_min_rows;
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

@@ -3,9 +3,11 @@
  * ("5G,5G,0.5G") give per-worker values; a single value applies to all.
  */
 #include <esd/job.h>
+#include <esd/dispatch_solve.h>
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
 	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
 	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
+	"dispatch.gpu_min_rows",
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
 	"data.stream",
@@ -270,6 +273,20 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
 	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_deadline_us", 50000, 1, 10000000,
 			       &j->gpu_deadline_us));
+	esd_config_get_str(cfg, "dispatch", "gpu_min_rows", "measure", &s);
+	j->gpu_min_rows = ESD_JOB_GPU_MEASURE;
+	if (strcmp(s, "measure") != 0) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (errno || end == s || *end || s[0] == '-' || v > ESD_SOLVE_MAX_K) {
+			ESD_ERR("config", "dispatch.gpu_min_rows = '%s': expected measure or a "
+				"number of rows 0..%u", s, ESD_SOLVE_MAX_K);
+			rc = -EINVAL;
+		} else {
+			j->gpu_min_rows = v;
+		}
+	}
 	esd_config_get_str(cfg, "dispatch", "replicate", "", &s);
 	snprintf(j->replicate, sizeof(j->replicate), "%s", s);
 	esd_config_get_str(cfg, "data", "stream", "", &s);

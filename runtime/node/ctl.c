@@ -69,11 +69,12 @@ json_t *node_gpu_json(const struct node *nd)
 		return json_null();
 	/* dispatch.gpu: who answered the exact part (esd/gpu.h) */
 	const struct esd_gpu_stats *g = &nd->gcount;
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "gpu_solved",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "gpu_solved",
 			 (json_int_t)g->gpu_solved, "cpu_fallbacks", (json_int_t)g->cpu_fallbacks,
 			 "late", (json_int_t)g->late, "busy", (json_int_t)g->busy, "gpu_rejected",
-			 (json_int_t)g->gpu_rejected, "last_gpu_us", (json_int_t)g->last_gpu_us,
-			 "last_by_gpu", g->last_by_gpu);
+			 (json_int_t)g->gpu_rejected, "small", (json_int_t)g->small, "min_rows",
+			 (json_int_t)(g->min_rows == ESD_GPU_NEVER ? -1 : (json_int_t)g->min_rows),
+			 "last_gpu_us", (json_int_t)g->last_gpu_us, "last_by_gpu", g->last_by_gpu);
 }
 
 static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)

@@ -71,13 +71,48 @@ struct disp {
 	int64_t gpu_deadline_ns;
 };
 
-/* The exact part of opt and hybrid on the GPU solver (dispatch.gpu); it
- * answers on the CPU itself without a device or past the deadline. */
-static int gpu_exact(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
-		     uint32_t *assign)
+/* The exact part of opt and hybrid on the GPU solver (dispatch.gpu), in
+ * two halves so that hybrid runs Heu while the GPU solves; it answers on
+ * the CPU itself without a device, below the cross-over or past the
+ * deadline. */
+static int gpu_submit(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap)
 {
 	struct disp *ds = ctx;
-	return esd_gpu_solve(ds->gpu, cost, k, n, cap, ds->gpu_deadline_ns, assign);
+	return esd_gpu_submit(ds->gpu, cost, k, n, cap, ds->gpu_deadline_ns);
+}
+
+static int gpu_collect(void *ctx, uint32_t *assign)
+{
+	struct disp *ds = ctx;
+	return esd_gpu_collect(ds->gpu, assign);
+}
+
+/* dispatch.gpu_min_rows: the size from which the GPU answers, measured on
+ * this machine (CPU against GPU round trips at n workers, up to the rows
+ * the exact part gets) or as configured. */
+static void gpu_crossover(struct disp *ds, const struct esd_job *j)
+{
+	struct esd_gpu_calibration cal;
+
+	if (j->gpu_min_rows != ESD_JOB_GPU_MEASURE) {
+		esd_gpu_set_min_rows(ds->gpu, (uint32_t)j->gpu_min_rows);
+		ESD_INFO("dispatch", "dispatch.gpu: the GPU from %llu rows (dispatch.gpu_min_rows)",
+			 (unsigned long long)j->gpu_min_rows);
+		return;
+	}
+	if (esd_gpu_solver_device(ds->gpu))
+		return;
+	if (esd_gpu_calibrate(ds->gpu, j->n, (uint32_t)ds->k, 3, &cal)) {
+		ESD_WARN("dispatch", "dispatch.gpu: the cross-over could not be measured; "
+			 "the exact part runs on the CPU");
+		return;
+	}
+	if (cal.min_rows == ESD_GPU_NEVER)
+		ESD_INFO("dispatch", "dispatch.gpu: the CPU was faster at every size up to %u rows "
+			 "(n = %u): the exact part runs on the CPU", cal.k[cal.sizes - 1], j->n);
+	else
+		ESD_INFO("dispatch", "dispatch.gpu: measured cross-over %u rows (n = %u): the GPU "
+			 "answers from there", cal.min_rows, j->n);
 }
 
 /* Keep a copy of every snapshot as of checkpoint boundary iter. */
@@ -648,8 +683,10 @@ int node_dispatcher_start(struct node *nd)
 			goto err;
 		}
 		ds->gpu_deadline_ns = gp.deadline_ns;
-		ds->dc.exact = gpu_exact;
+		ds->dc.exact_submit = gpu_submit;
+		ds->dc.exact_collect = gpu_collect;
 		ds->dc.exact_ctx = ds;
+		gpu_crossover(ds, j);
 		nd->has_gpu = true;
 		if (esd_gpu_solver_device(ds->gpu))
 			ESD_WARN("dispatch", "dispatch.gpu: %s; the exact part runs on the CPU",

@@ -35,6 +35,7 @@ static void test_defaults_and_lists(void **state)
 	assert_string_equal(esd_job_sync_name(&j), "het");
 	assert_int_equal(j.optim.opt, ESD_OPT_ADAGRAD);
 	assert_string_equal(j.method, "hybrid");
+	assert_true(j.gpu_min_rows == ESD_JOB_GPU_MEASURE);
 	/* 512 floats + Adagrad state + key/clock: 16 + 4096 bytes */
 	assert_int_equal(esd_job_row_bytes(&j), 16 + 512 * 4 * 2);
 	/* 4112 bytes at 5 Gbit/s = 6579.2 ns -> 6580 */
@@ -54,6 +55,12 @@ static void test_single_value_applies_to_all(void **state)
 	assert_int_equal(j.global_batch, 30);
 	assert_int_equal(j.rate_bps[2], 1000000000ull);
 	esd_config_free(c);
+	static const char *const g[] = {"dispatch.gpu_min_rows=4096", NULL};
+	c = cfg_of(g);
+	assert_int_equal(esd_config_check_keys(c, esd_job_keys), 0);
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_int_equal(j.gpu_min_rows, 4096);
+	esd_config_free(c);
 }
 
 static void test_errors(void **state)
@@ -67,6 +74,10 @@ static void test_errors(void **state)
 		{"cache.policy=random", NULL, NULL},
 		{"workers.n=0", NULL, NULL},
 		{"ps.shards=2", "ps.addrs=a:1", NULL},
+		{"dispatch.gpu_min_rows=some", NULL, NULL},
+		{"dispatch.gpu_min_rows=-5", NULL, NULL},
+		{"dispatch.gpu_min_rows=12x", NULL, NULL},
+		{"dispatch.gpu_min_rows=999999999", NULL, NULL},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct esd_config *c = cfg_of(bad[i]);

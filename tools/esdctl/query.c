@@ -389,14 +389,17 @@ int esdctl_dispatch(const struct esdctl *ctl)
 		char label[256];
 		label_of(ctl, i, label, sizeof(label));
 		if (!ghdr)
-			printf("\n%-8s %11s %13s %8s %8s %12s %11s %7s\n", "NODE", "GPU_SOLVED",
-			       "CPU_FALLBACK", "LATE", "BUSY", "GPU_REJECTED", "LAST_GPU_US",
-			       "LAST_BY");
+			printf("\n%-8s %11s %13s %8s %8s %12s %8s %9s %11s %7s\n", "NODE",
+			       "GPU_SOLVED", "CPU_FALLBACK", "LATE", "BUSY", "GPU_REJECTED", "SMALL",
+			       "MIN_ROWS", "LAST_GPU_US", "LAST_BY");
 		ghdr = true;
-		printf("%-8s %11.0f %13.0f %8.0f %8.0f %12.0f %11.0f %7s\n", label,
+		char minr[32] = "never";
+		if (esdctl_num(g, "min_rows") >= 0)
+			snprintf(minr, sizeof(minr), "%.0f", esdctl_num(g, "min_rows"));
+		printf("%-8s %11.0f %13.0f %8.0f %8.0f %12.0f %8.0f %9s %11.0f %7s\n", label,
 		       esdctl_num(g, "gpu_solved"), esdctl_num(g, "cpu_fallbacks"),
 		       esdctl_num(g, "late"), esdctl_num(g, "busy"), esdctl_num(g, "gpu_rejected"),
-		       esdctl_num(g, "last_gpu_us"),
+		       esdctl_num(g, "small"), minr, esdctl_num(g, "last_gpu_us"),
 		       json_is_true(json_object_get(g, "last_by_gpu")) ? "gpu" : "cpu");
 	}
 	free_replies(ctl, rep);
