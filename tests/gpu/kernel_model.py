@@ -1,9 +1,14 @@
-# A line-by-line model of the step loop of gpu/cuda.cu (passes A, B, C and
-# the warp Bellman-Ford on packed (distance, hops, predecessor) keys, with
-# random relaxation orders), checked for optimality against scipy's
-# linear_sum_assignment on the expanded matrix: random, tied, one-worker
-# and equal-row instances, k <= 40, n <= 8, random capacities. Keep it in
-# step with cuda.cu. Exits 77 without numpy/scipy.
+# A step-by-step model of the solver in gpu/cuda.cu, run where there is no
+# GPU: rows split over g blocks; per block the (min, count) of every worker
+# pair; the global minima; Dijkstra on one warp over the reduced weights
+# w(a, b) + pot[a] - pot[b] with packed (dist, worker) keys; f from the
+# blocks' counts with each block's offset; the tied rows moved in a random
+# order within each block; pot += min(dist, D); and the final check pass
+# (every row at its least reduced cost, tight masks). Checked against
+# scipy's linear_sum_assignment on the expanded matrix: random, tied,
+# one-worker, equal-row and wide-range instances, k <= 48, n <= 8, random
+# capacities, random block counts. Keep it in step with cuda.cu. Exits 77
+# without numpy/scipy.
 import sys
 try:
     import numpy as np
@@ -13,79 +18,157 @@ except ImportError:
     sys.exit(77)
 import random
 
-INF = (1 << 64) - 1  # KEY_INF
-BIAS = 1 << 48  # DIST_BIAS
+INF = None
 
-def kernel(c,cap):
-    k,n=c.shape
-    assign=[int(np.argmin(c[r])) for r in range(k)]
-    load=[0]*n
-    for a in assign: load[a]+=1
-    steps=0
-    while any(load[j]!=cap[j] for j in range(n)):
-        w=[[None]*n for _ in range(n)]
-        for r in range(k):
-            a=assign[r]
-            for b in range(n):
-                if b==a: continue
-                d=int(c[r,b]-c[r,a])
-                if w[a][b] is None or d<w[a][b]: w[a][b]=d
-        key=[INF]*n
-        for j in range(n):
-            if load[j]>cap[j]: key[j]=(BIAS<<9)|j
-        for rnd in range(n):
-            changed=False
-            edges=[(a,b) for a in range(n) for b in range(n)]
-            random.shuffle(edges)
-            for a,b in edges:
-                ka=key[a]
-                if a==b or ka==INF or w[a][b] is None: continue
-                da=(ka>>9)+w[a][b]; hops=((ka>>4)&31)+1
-                kb=(da<<9)|(hops<<4)|a
-                if kb<key[b]: key[b]=kb; changed=True
-            if not changed: break
-        best=INF; dst=-1
-        for j in range(n):
-            if load[j]<cap[j] and key[j]<best: best=key[j]; dst=j
-        assert dst>=0
-        nxt=[-1]*n; src=dst
-        for h in range(n+1):
-            kk=key[src]
-            if ((kk>>4)&31)==0: break
-            p=kk&15; nxt[p]=src; src=p
-        assert ((key[src]>>4)&31)==0
-        cnt=[0]*n; slot=[-1]*k
-        for r in range(k):
-            a=assign[r]; b=nxt[a]
-            if b>=0 and c[r,b]-c[r,a]==w[a][b]:
-                slot[r]=cnt[a]; cnt[a]+=1
-        f=min(load[src]-cap[src],cap[dst]-load[dst])
-        a=src
-        while a!=dst: f=min(f,cnt[a]); a=nxt[a]
-        assert f>=1
-        load[src]-=f; load[dst]+=f
-        for r in range(k):
-            if 0<=slot[r]<f: assign[r]=nxt[assign[r]]
-        steps+=1
-    return assign,steps
-random.seed(1)
-np.random.seed(1)
-for trial in range(400):
-    n=random.randint(1,8); k=random.randint(1,40)
-    kind=trial%4
-    if kind==0: c=np.random.randint(0,100,(k,n))
-    elif kind==1: c=np.random.randint(0,3,(k,n))
-    elif kind==2:
-        c=np.random.randint(1000,6000,(k,n)); c[:,0]=np.random.randint(0,50,k)
-    else: c=np.tile(np.random.randint(0,1000,n),(k,1))
-    cap=[0]*n
-    for r in range(k): cap[random.randrange(n)]+=1
-    a,steps=kernel(c,cap)
-    assert all(sum(1 for x in a if x==j)==cap[j] for j in range(n))
-    cols=[j for j in range(n) for _ in range(cap[j])]
-    big=c[:,cols]
-    ri,ci=linear_sum_assignment(big)
-    opt=big[ri,ci].sum()
-    got=sum(int(c[r,a[r]]) for r in range(k))
-    assert got==opt,(trial,got,opt)
-print("ok")
+
+def block_partials(c, assign, rows, n):
+    """scan: per pair (a, b) the least c[r][b] - c[r][a] over the block's
+    rows at a, and how many rows reach it"""
+    mn = {}
+    for r in rows:
+        a = assign[r]
+        for b in range(n):
+            if b == a:
+                continue
+            d = int(c[r, b] - c[r, a])
+            m = mn.get((a, b))
+            if m is None or d < m[0]:
+                mn[(a, b)] = [d, 1]
+            elif d == m[0]:
+                m[1] += 1
+    return mn
+
+
+def dijkstra(w, pot, load, cap, n):
+    """one warp: the nearest open worker by (dist << 6 | worker); stops at
+    the first underloaded one"""
+    dist = [0 if load[v] > cap[v] else INF for v in range(n)]
+    pred, done = [-1] * n, [False] * n
+    while True:
+        keys = [(dist[v], v) for v in range(n) if not done[v] and dist[v] is not INF]
+        if not keys:
+            return None, dist, pred, 0
+        d, u = min(keys)
+        done[u] = True
+        if load[u] < cap[u]:
+            return u, dist, pred, d
+        for v in range(n):
+            if done[v] or w.get((u, v)) is None:
+                continue
+            red = w[(u, v)] + pot[u] - pot[v]
+            assert red >= 0, "reduced weight < 0: pot is not a dual"
+            nd = d + red
+            if dist[v] is INF or nd < dist[v]:
+                dist[v], pred[v] = nd, u
+
+
+def kernel(c, cap, g):
+    k, n = c.shape
+    per = (k + g - 1) // g
+    blocks = [range(min(k, x * per), min(k, x * per + per)) for x in range(g)]
+    assign = [int(np.argmin(c[r])) for r in range(k)]
+    load = [0] * n
+    for a in assign:
+        load[a] += 1
+    pot = [0] * n
+    steps = 0
+    while True:
+        parts = [block_partials(c, assign, rows, n) for rows in blocks]
+        w = {}
+        for p in parts:
+            for e, (d, _) in p.items():
+                if e not in w or d < w[e]:
+                    w[e] = d
+        if all(load[j] == cap[j] for j in range(n)):
+            break
+        dst, dist, pred, D = dijkstra(w, pot, load, cap, n)
+        assert dst is not None, "no path"
+        for v in range(n):
+            pot[v] += D if dist[v] is INF or dist[v] > D else dist[v]
+        nxt, src = {}, dst
+        while pred[src] >= 0:
+            nxt[pred[src]] = src
+            src = pred[src]
+        # f: excess, room, and per path edge the tied rows over all blocks
+        tot, before = {}, []
+        for a, b in nxt.items():
+            t = 0
+            for x, p in enumerate(parts):
+                cnt = p[(a, b)][1] if (a, b) in p and p[(a, b)][0] == w[(a, b)] else 0
+                before.append(((x, a), t))
+                t += cnt
+            tot[a] = t
+        before = dict(before)
+        f = min([load[src] - cap[src], cap[dst] - load[dst]] + list(tot.values()))
+        assert f >= 1
+        for x, rows in enumerate(blocks):
+            rank = {a: 0 for a in nxt}
+            order = list(rows)
+            random.shuffle(order)  # shared-memory atomics: any order
+            for r in order:
+                a = assign[r]
+                if a not in nxt:
+                    continue
+                b = nxt[a]
+                if int(c[r, b] - c[r, a]) != w[(a, b)]:
+                    continue
+                if before[(x, a)] + rank[a] < f:
+                    assign[r] = b
+                rank[a] += 1
+        load[src] -= f
+        load[dst] += f
+        steps += 1
+    # the check pass: every row at its least reduced cost under pot
+    for r in range(k):
+        u = int(c[r, assign[r]]) - pot[assign[r]]
+        assert all(int(c[r, b]) - pot[b] >= u for b in range(n)), "not optimal"
+    return assign, steps
+
+
+def expanded_opt(c, cap):
+    cols = [j for j in range(c.shape[1]) for _ in range(cap[j])]
+    m = c[:, cols]
+    r, s = linear_sum_assignment(m)
+    return int(m[r, s].sum())
+
+
+def instance(rng, kind):
+    n = rng.randint(2, 8)
+    k = rng.randint(n, 48)
+    cut = sorted(rng.randint(0, k) for _ in range(n - 1))
+    cap = [b - a for a, b in zip([0] + cut, cut + [k])]
+    if kind == "random":
+        c = np.array([[rng.randint(0, 99) for _ in range(n)] for _ in range(k)])
+    elif kind == "ties":
+        c = np.array([[rng.randint(0, 2) for _ in range(n)] for _ in range(k)])
+    elif kind == "one-worker":
+        c = np.array([[rng.randint(0, 5) if j == 0 else 50 + rng.randint(0, 500)
+                       for j in range(n)] for _ in range(k)])
+    elif kind == "equal-rows":
+        row = [rng.randint(0, 9) for _ in range(n)]
+        c = np.array([row for _ in range(k)])
+    else:  # wide: costs at both ends of the range
+        c = np.array([[rng.choice([0, (1 << 44) - 1]) for _ in range(n)] for _ in range(k)],
+                     dtype=object)
+    return c, cap
+
+
+def main():
+    rng = random.Random(7)
+    random.seed(11)
+    done = 0
+    for kind in ("random", "ties", "one-worker", "equal-rows", "wide"):
+        for _ in range(80):
+            c, cap = instance(rng, kind)
+            g = rng.randint(1, 5)
+            assign, _ = kernel(c, cap, g)
+            load = [assign.count(j) for j in range(c.shape[1])]
+            assert load == cap, (kind, load, cap)
+            got = sum(int(c[r, assign[r]]) for r in range(c.shape[0]))
+            want = expanded_opt(np.array(c, dtype=float) if kind == "wide" else c, cap)
+            assert got == want, (kind, got, want)
+            done += 1
+    print("kernel model: %d instances optimal" % done)
+
+
+main()
