@@ -7,36 +7,35 @@
  *
  * Queue. The host stages the costs in pinned memory, writes k, n, cap and
  * bumps the doorbell with a release store. Block 0 polls the doorbell,
- * fences (__threadfence_system), copies the job header into device memory
- * and publishes the sequence number in a device word the other blocks poll
- * (so only one block reads across the bus while idle). The first g blocks
- * (g grows with k * n) solve; the others go back to waiting. At the end
- * every block writes its rows' assignment into mapped memory and fences;
- * after a last grid barrier block 0 writes the potentials, the status and
- * then the done word, which the host reads with an acquire load.
+ * copies the job header into device memory and publishes the sequence
+ * number in a device word the other blocks poll (so only one block reads
+ * across the bus while idle). The first g blocks solve; the others go back
+ * to waiting. At the end every block writes its rows' assignment and tight
+ * sets into mapped memory and fences; after a last grid barrier block 0
+ * writes the potentials, the check's verdict and the status, then the done
+ * word, which the host reads with an acquire load.
  *
- * Solver: successive shortest paths on the n worker nodes. Rows are split
- * into g contiguous ranges, one per block. Every row starts at its
+ * Solver: successive shortest paths on the n worker nodes, with worker
+ * potentials kept as a dual of the current loads. Rows are split into g
+ * contiguous ranges, one per block, their costs in a column-major slab
+ * (shared memory as int32 offsets when it fits). Every row starts at its
  * cheapest worker. Each step:
- *   scan   every block computes, over its rows r at a, for every pair
- *          (a, b) the least difference c[r][b] - c[r][a] and how many of
- *          its rows reach it, writes that (min, count) word to its slot of
- *          the partials and folds the min into the global pair minimum
- *          (atomicMin);
- *   grid barrier (the last block to arrive also reads the host's abort
- *          word, so every block takes the same decision);
- *   path   every block, redundantly and identically, reads the n x n
- *          minimum, runs Bellman-Ford from the overloaded workers (keys
- *          pack distance, hops and predecessor, so the result is unique
- *          whatever the relaxation order), takes the nearest underloaded
- *          worker and the path to it, and sums the partial counts of the
- *          path's edges over the blocks whose minimum is the global one:
- *          f = min(excess, room, tied rows per edge), and its own offset;
- *   move   every block moves its share of the first f tied rows of each
- *          path edge and updates its copy of the loads; then the next scan.
- * One grid barrier per step. The loop ends when every load equals its
- * capacity; block 0 then derives the optimal potentials from the last
- * minimum (Bellman-Ford from zero, as esd_canon_pass wants them).
+ *   scan     per pair (a, b), over the block's rows at a, the least
+ *            c[r][b] - c[r][a] and how many rows reach it;
+ *   publish  that (min, count) word to the block's slot of the partials,
+ *            the min into the step's global minima (atomicMin);
+ *   barrier  one grid barrier (every 32 steps its last block also reads
+ *            the host's abort word, so every block stops at the same step);
+ *   gather   the global minima into every block;
+ *   path     Dijkstra on one warp over the reduced weights, the same in
+ *            every block, to the nearest underloaded worker; pot += min(
+ *            dist, D);
+ *   flow     f = min(excess, room, tied rows per path edge over the
+ *            blocks), and this block's offset;
+ *   move     the block's share of the first f tied rows of every path edge.
+ * The loop ends when every load equals its capacity; a check pass then
+ * confirms every row sits at its least reduced cost and sends each row's
+ * tight workers to the host (the canonical pass's input).
  */
 #include "gpu_internal.h"
 
