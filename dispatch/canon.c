@@ -231,18 +231,23 @@ static int canon_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint6
 	return 0;
 }
 
+/* The checks every entry point makes: shape (and the costs' range when
+ * cost is not NULL), capacities into capv, and a feasible assignment. */
+static int canon_checks(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
+                        const uint32_t *assign, uint32_t *capv)
+{
+	int rc = esd_solve_check(cost, k, n, cap, assign, capv);
+	return rc ? rc : esd_assign_check(k, n, cap, assign);
+}
+
 int esd_canonicalize(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                      const uint32_t *cap, uint32_t *assign)
 {
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost)
 		return -EINVAL;
-	int rc = esd_solve_check(cost, k, n, cap, assign, capv);
-	if (rc)
-		return rc;
-	if ((rc = esd_assign_check(k, n, cap, assign)))
-		return rc;
-	return esd_canon_pass(s, cost, k, n, capv, NULL, assign);
+	int rc = canon_checks(cost, k, n, cap, assign, capv);
+	return rc ? rc : esd_canon_pass(s, cost, k, n, capv, NULL, assign);
 }
 
 int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
@@ -251,12 +256,8 @@ int esd_canonicalize_duals(struct esd_solver *s, const int64_t *cost, uint32_t k
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !cost || !pot)
 		return -EINVAL;
-	int rc = esd_solve_check(NULL, k, n, cap, assign, capv);
-	if (rc)
-		return rc;
-	if ((rc = esd_assign_check(k, n, cap, assign)))
-		return rc;
-	return esd_canon_pass(s, cost, k, n, capv, pot, assign);
+	int rc = canon_checks(NULL, k, n, cap, assign, capv);
+	return rc ? rc : esd_canon_pass(s, cost, k, n, capv, pot, assign);
 }
 
 int esd_canonicalize_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint32_t *cap,
@@ -265,10 +266,8 @@ int esd_canonicalize_tight(struct esd_solver *s, uint32_t k, uint32_t n, const u
 	uint32_t capv[ESD_MAX_WORKERS];
 	if (!s || !tight)
 		return -EINVAL;
-	int rc = esd_solve_check(NULL, k, n, cap, assign, capv);
+	int rc = canon_checks(NULL, k, n, cap, assign, capv);
 	if (rc)
-		return rc;
-	if ((rc = esd_assign_check(k, n, cap, assign)))
 		return rc;
 	for (uint32_t i = 0; i < k; i++)
 		if (!(tight[i] >> assign[i] & 1))

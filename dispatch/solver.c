@@ -391,6 +391,14 @@ int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, u
 	return solve_whole(s, ESD_OPT_HUNGARIAN, false, cost, k, n, cap, assign);
 }
 
+/* hybrid: sel[i] = 1 for the S rows handed to opt (order's first S). */
+static void mark_opt_rows(uint8_t *sel, uint32_t k, const uint32_t *order, uint32_t S)
+{
+	memset(sel, 0, k);
+	for (uint32_t q = 0; q < S; q++)
+		sel[order[q]] = 1;
+}
+
 /* hybrid: the rows handed to opt (the S highest-regret ones), in
  * increasing row index (the canonical order of the sub-problem), and
  * their costs. *rows has room for 2S entries: the sub-assignment goes in
@@ -404,9 +412,7 @@ static int hybrid_opt_rows(struct esd_solver *s, const int64_t *cost, uint32_t k
 	uint8_t *sel = esd_scratch(s, SC_MISC, k);
 	if (!rows || !sub || !sel)
 		return -ENOMEM;
-	memset(sel, 0, k);
-	for (uint32_t q = 0; q < S; q++)
-		sel[order[q]] = 1;
+	mark_opt_rows(sel, k, order, S);
 	uint32_t r = 0;
 	for (uint32_t i = 0; i < k; i++)
 		if (sel[i]) {
@@ -434,9 +440,7 @@ static int hybrid_heu(struct esd_solver *s, const int64_t *cost, uint32_t k, uin
 	uint8_t *sel = esd_scratch(s, SC_HEUSEL, k);
 	if (!o2 || !sel)
 		return -ENOMEM;
-	memset(sel, 0, k);
-	for (uint32_t q = 0; q < S; q++)
-		sel[order[q]] = 1;
+	mark_opt_rows(sel, k, order, S);
 	uint32_t r = 0;
 	for (uint32_t i = 0; i < k; i++)
 		if (!sel[i])
