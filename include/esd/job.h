@@ -113,6 +113,7 @@ struct esd_job {
 	bool gpu;
 	uint64_t gpu_deadline_us;
 	uint64_t gpu_min_rows;
+	uint64_t gpu_blocks; /* dispatch.gpu_blocks: resident solver blocks, 0: one per SM */
 	/* [data] */
 	char stream[1024];
 	/* [ps] */

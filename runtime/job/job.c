@@ -25,7 +25,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
 	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
 	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
-	"dispatch.gpu_min_rows",
+	"dispatch.gpu_min_rows", "dispatch.gpu_blocks",
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
 	"data.stream",
@@ -273,6 +273,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
 	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_deadline_us", 50000, 1, 10000000,
 			       &j->gpu_deadline_us));
+	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_blocks", 0, 0, 4096, &j->gpu_blocks));
 	esd_config_get_str(cfg, "dispatch", "gpu_min_rows", "measure", &s);
 	j->gpu_min_rows = ESD_JOB_GPU_MEASURE;
 	if (strcmp(s, "measure") != 0) {

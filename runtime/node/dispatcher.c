@@ -675,7 +675,8 @@ int node_dispatcher_start(struct node *nd)
 	}
 	if (j->gpu) {
 		struct esd_gpu_params gp = {.max_k = (uint32_t)ds->k,
-					    .deadline_ns = (int64_t)j->gpu_deadline_us * 1000};
+					    .deadline_ns = (int64_t)j->gpu_deadline_us * 1000,
+					    .blocks = (uint32_t)j->gpu_blocks};
 		rc = esd_gpu_solver_create(&gp, &ds->gpu);
 		if (rc) {
 			ESD_ERR("dispatch", "dispatch.gpu: cannot make the GPU solver (k = %llu): %s",

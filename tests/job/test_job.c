@@ -55,11 +55,12 @@ static void test_single_value_applies_to_all(void **state)
 	assert_int_equal(j.global_batch, 30);
 	assert_int_equal(j.rate_bps[2], 1000000000ull);
 	esd_config_free(c);
-	static const char *const g[] = {"dispatch.gpu_min_rows=4096", NULL};
+	static const char *const g[] = {"dispatch.gpu_min_rows=4096", "dispatch.gpu_blocks=16", NULL};
 	c = cfg_of(g);
 	assert_int_equal(esd_config_check_keys(c, esd_job_keys), 0);
 	assert_int_equal(esd_job_from_config(c, &j), 0);
 	assert_int_equal(j.gpu_min_rows, 4096);
+	assert_int_equal(j.gpu_blocks, 16);
 	esd_config_free(c);
 }
 
@@ -78,6 +79,7 @@ static void test_errors(void **state)
 		{"dispatch.gpu_min_rows=-5", NULL, NULL},
 		{"dispatch.gpu_min_rows=12x", NULL, NULL},
 		{"dispatch.gpu_min_rows=999999999", NULL, NULL},
+		{"dispatch.gpu_blocks=5000", NULL, NULL},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct esd_config *c = cfg_of(bad[i]);
