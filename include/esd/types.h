@@ -55,6 +55,15 @@ enum esd_xfer_kind {
 	ESD_XFER_NKINDS = 4,
 };
 
+/* A transfer kind's name as JSON keys, metric labels and summaries spell
+ * it: "miss_pull", "update_push", "evict_push", "other"; "?" out of range. */
+static inline const char *esd_xfer_kind_name(enum esd_xfer_kind k)
+{
+	static const char *const names[ESD_XFER_NKINDS] = {"miss_pull", "update_push", "evict_push",
+	                                                   "other"};
+	return (unsigned)k < ESD_XFER_NKINDS ? names[k] : "?";
+}
+
 enum esd_optimizer {
 	ESD_OPT_SGD = 0,     /* no state */
 	ESD_OPT_ADAGRAD = 1, /* one accumulator per element */

@@ -126,7 +126,6 @@ static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct node *nd = arg;
-	static const char *const kinds[] = {"miss_pull", "update_push", "evict_push", "other"};
 	(void)req;
 	(void)err;
 	json_t *arr = json_array();
@@ -143,7 +142,7 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 				      "shaped_wait_ns", (json_int_t)st.shaped_wait_ns);
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			json_object_set_new(
-				l, kinds[k],
+				l, esd_xfer_kind_name(k),
 				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
 					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
 					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",

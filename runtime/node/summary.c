@@ -6,8 +6,6 @@
 #include <esd/log.h>
 #include <jansson.h>
 
-static const char *const kind_names[ESD_XFER_NKINDS] = {"miss_pull", "update_push",
-							 "evict_push", "other"};
 
 int node_write_summary(struct node *nd, int status)
 {
@@ -25,7 +23,7 @@ int node_write_summary(struct node *nd, int status)
 		"alpha", nd->job.alpha, "sync", esd_job_sync_name(&nd->job));
 	json_t *pred = json_object(), *plan = json_object();
 	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		json_object_set_new(pred, kind_names[k], json_integer((json_int_t)nd->predicted[k]));
+		json_object_set_new(pred, esd_xfer_kind_name(k), json_integer((json_int_t)nd->predicted[k]));
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
@@ -57,7 +55,7 @@ int node_write_summary(struct node *nd, int status)
 				      (json_int_t)st.shaped_wait_ns);
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			json_object_set_new(
-				l, kind_names[k],
+				l, esd_xfer_kind_name(k),
 				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
 					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
 					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",

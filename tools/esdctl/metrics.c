@@ -8,6 +8,8 @@
  */
 #include "esdctl.h"
 
+#include <esd/types.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,7 +184,6 @@ static void sample(enum fam_id f, const char *labels, double v)
 
 static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char *sock)
 {
-	static const char *const kinds[] = {"miss_pull", "update_push", "evict_push", "other"};
 	char L[1400], L2[1600];
 	snprintf(L, sizeof(L), "socket=\"%s\",rank=\"%d\"", sock, (int)esdctl_num(st, "rank"));
 	sample(F_NODE_ITER, L, esdctl_num(st, "iteration"));
@@ -203,9 +204,9 @@ static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char
 			sample(F_LINK_RATE, LS, esdctl_num(l, "rate_bps"));
 			sample(F_LINK_WIRE, LS, esdctl_num(l, "wire_tx_bytes"));
 			sample(F_LINK_WAIT, LS, esdctl_num(l, "shaped_wait_ns") / 1e9);
-			for (int k = 0; k < 4; k++) {
-				json_t *o = json_object_get(l, kinds[k]);
-				snprintf(L2, sizeof(L2), "%s,kind=\"%s\"", LS, kinds[k]);
+			for (int k = 0; k < ESD_XFER_NKINDS; k++) {
+				json_t *o = json_object_get(l, esd_xfer_kind_name(k));
+				snprintf(L2, sizeof(L2), "%s,kind=\"%s\"", LS, esd_xfer_kind_name(k));
 				sample(F_LINK_TX_BYTES, L2, esdctl_num(o, "tx_bytes"));
 				sample(F_LINK_TX_ROWS, L2, esdctl_num(o, "tx_rows"));
 				sample(F_LINK_RX_BYTES, L2, esdctl_num(o, "rx_bytes"));
@@ -264,7 +265,7 @@ static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char
 		                                    {"update_values", "update_value"},
 		                                    {"update_grads", "update_grad"},
 		                                    {"evict_pushes", "evict_push"}};
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < ESD_XFER_NKINDS; k++) {
 			char L3[1700];
 			snprintf(L3, sizeof(L3), "%s,kind=\"%s\"", L, xk[k][1]);
 			sample(F_DISP_XFERS, L3, esdctl_num(r, xk[k][0]));

@@ -8,6 +8,7 @@
 #include <esd/clock.h>
 #include <esd/ctl.h>
 #include <esd/err.h>
+#include <esd/types.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -255,7 +256,6 @@ int esdctl_status(const struct esdctl *ctl)
 
 int esdctl_links(const struct esdctl *ctl)
 {
-	static const char *const kinds[] = {"miss_pull", "update_push", "evict_push", "other"};
 	json_t *rep[ESDCTL_MAX_TARGETS];
 	int rc = gather(ctl, "links", rep);
 	if (ctl->json) {
@@ -280,9 +280,9 @@ int esdctl_links(const struct esdctl *ctl)
 			       esdctl_num(l, "shaped_wait_ns") / 1e9);
 			printf("  %-12s %12s %12s %12s %12s\n", "KIND", "TX_ROWS", "TX_BYTES",
 			       "RX_ROWS", "RX_BYTES");
-			for (int k = 0; k < 4; k++) {
-				json_t *o = json_object_get(l, kinds[k]);
-				printf("  %-12s %12.0f %12s %12.0f %12s\n", kinds[k],
+			for (int k = 0; k < ESD_XFER_NKINDS; k++) {
+				json_t *o = json_object_get(l, esd_xfer_kind_name(k));
+				printf("  %-12s %12.0f %12s %12.0f %12s\n", esd_xfer_kind_name(k),
 				       esdctl_num(o, "tx_rows"),
 				       esdctl_bytes(esdctl_num(o, "tx_bytes"), b2, sizeof(b2)),
 				       esdctl_num(o, "rx_rows"),
