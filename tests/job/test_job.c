@@ -93,6 +93,64 @@ static void test_errors(void **state)
 	esd_config_free(c);
 }
 
+/* docs/configuration.md documents exactly the keys the parser accepts:
+ * every `section.key` in the first column of its tables is in
+ * esd_job_keys, and every key of esd_job_keys is there. */
+static void test_keys_documented(void **state)
+{
+	(void)state;
+	char *path = esd_test_src("docs/configuration.md");
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	static char doc[256][64];
+	int ndoc = 0;
+	char line[4096];
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] != '|')
+			continue;
+		char *end = strchr(line + 1, '|'); /* the first column only */
+		if (end)
+			*end = '\0';
+		for (char *p = line; (p = strchr(p, '`')) != NULL;) {
+			char *q = strchr(p + 1, '`');
+			if (!q)
+				break;
+			size_t len = (size_t)(q - p - 1);
+			if (len > 0 && len < sizeof(doc[0]) && memchr(p + 1, '.', len) &&
+			    !memchr(p + 1, ' ', len) && !memchr(p + 1, '=', len)) {
+				assert_true(ndoc < 256);
+				memcpy(doc[ndoc], p + 1, len);
+				doc[ndoc++][len] = '\0';
+			}
+			p = q + 1;
+		}
+	}
+	fclose(f);
+	free(path);
+	int bad = 0;
+	for (int i = 0; i < ndoc; i++) {
+		int found = 0;
+		for (const char *const *k = esd_job_keys; *k && !found; k++)
+			found = !strcmp(*k, doc[i]);
+		if (!found) {
+			print_error("docs/configuration.md documents %s, which the parser rejects\n",
+			            doc[i]);
+			bad++;
+		}
+	}
+	for (const char *const *k = esd_job_keys; *k; k++) {
+		int found = 0;
+		for (int i = 0; i < ndoc && !found; i++)
+			found = !strcmp(*k, doc[i]);
+		if (!found) {
+			print_error("%s is accepted but missing from docs/configuration.md\n", *k);
+			bad++;
+		}
+	}
+	assert_int_equal(bad, 0);
+	assert_true(ndoc > 30);
+}
+
 static void test_digest(void **state)
 {
 	(void)state;
@@ -119,6 +177,7 @@ int main(void)
 		cmocka_unit_test(test_single_value_applies_to_all),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),
+		cmocka_unit_test(test_keys_documented),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
