@@ -2,7 +2,7 @@
  * node.h - the node daemon esdd (private to runtime/node).
  *
  * Two threads do the work:
- *   the dispatcher (dispatcher.c), pinned with hwloc, reads global batches
+ *   the dispatcher thread (disp_thread.c), pinned with hwloc, reads global batches
  *     from the dataset stream, decides them on the snapshots of every
  *     worker's cache and queues a work order for this node's worker, one
  *     iteration ahead;
@@ -93,7 +93,7 @@ struct node {
 	struct esd_dispatch_counters dcount; /* copy, under qmu */
 	bool has_gpu;                        /* dispatch.gpu */
 	struct esd_gpu_stats gcount;         /* copy, under qmu (dispatch.gpu) */
-	struct disp *disp;                   /* the dispatcher's state (dispatcher.c) */
+	struct disp *disp;                   /* the dispatcher thread's state (disp_thread.c) */
 
 	/* recovery: this node's cache metadata at the last two checkpoint
 	 * boundaries (after the flush), to roll back to when a PS shard

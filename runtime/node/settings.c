@@ -7,7 +7,7 @@
  * iteration c no dispatcher has started deciding (c = t + 3 when it
  * releases barrier t; dispatchers run at most two ahead) and sends a
  * SETTING frame after the barrier ACKs until then. The main thread stores
- * it here under qmu; the dispatcher (dispatcher.c, apply_setting) picks it
+ * it here under qmu; the dispatcher (disp_thread.c, apply_setting) picks it
  * up when it starts deciding c, and for a policy change marks the order of
  * c so that the main thread switches the real cache at the same point of
  * the sequence of policy calls as the snapshot (node_setting_apply); a
