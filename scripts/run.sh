@@ -6,6 +6,7 @@
 # Usage: scripts/run.sh [esd-testbed options]   (default: --quick)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -h | --help) exec python3 tools/testbed/esd-testbed --help ;; esac
 scripts/setup-deps.sh
 scripts/build.sh build >/dev/null
 build/bin/esd-info | sed -n '/^Machine:/,$p'
