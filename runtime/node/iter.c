@@ -34,9 +34,11 @@ struct exec {
 	struct esd_cmeta_pull *pulls;
 	struct esd_cmeta_evict *evicts;
 	uint32_t *fill_slots;
+	esd_key_t *dirty_evicts; /* the fill's DIRTY victims, sorted (cap_fill + 1) */
 	uint32_t *sample_slots;
 	size_t cap_fill, cap_samples;
 	uint32_t dense_rows;
+	float *dense_chunk; /* one dense row's gradient (dim floats) */
 };
 
 static uint32_t shard_of(const struct node *nd, esd_key_t key)
@@ -369,13 +371,13 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static int run_iteration(struct exec *x, const struct order *o)
+/* Step 1: update pushes of the DIRTY rows others need (the plan's). */
+static int push_updates(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
-	uint32_t sd = state_dim(nd), dim = nd->job.dim, T = nd->tables;
+	uint32_t sd = state_dim(nd);
 	int rc = 0;
 
-	/* step 1: update pushes of DIRTY rows others need */
 	esd_cache_meta_write_begin(nd->cache);
 	for (uint32_t i = 0; i < o->nupd; i++) {
 		uint32_t slot = esd_cmeta_find(nd->cm, o->upd[i]);
@@ -395,15 +397,19 @@ static int run_iteration(struct exec *x, const struct order *o)
 		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, sl->clock);
 	}
 	esd_cache_meta_write_end(nd->cache);
-	if (rc)
-		return rc;
-	rows_close_all(x);
-	/* step 2: barrier (pushes precede it on each link) */
-	rc = barrier(x, o);
-	if (rc)
-		return rc;
-	/* lookahead hints at the same point as on the snapshot (the order
-	 * carries them exactly when the dispatcher gave them) */
+	if (!rc)
+		rows_close_all(x);
+	return rc;
+}
+
+/* After the barrier: the lookahead hints at the same point as on the
+ * snapshot (the order carries them exactly when the dispatcher gave them),
+ * and a live cache.policy switch where the snapshot switched. */
+static int hints_and_settings(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	int rc;
+
 	if (o->nahead) {
 		esd_cache_meta_write_begin(nd->cache);
 		rc = esd_cmeta_lookahead(nd->cm, o->ahead, o->nahead, o->iter + 1);
@@ -411,86 +417,122 @@ static int run_iteration(struct exec *x, const struct order *o)
 		if (rc)
 			return rc;
 	}
-	/* esdctl set cache.policy: where the snapshot switched */
-	rc = node_setting_apply(nd, o);
+	return node_setting_apply(nd, o);
+}
+
+/* Room for an iteration of nneed rows (grown, never per iteration). */
+static int reserve_fill(struct exec *x, uint32_t nneed)
+{
+	if (nneed <= x->cap_fill)
+		return 0;
+	x->cap_fill = nneed;
+	x->pulls = realloc(x->pulls, x->cap_fill * sizeof(*x->pulls));
+	x->evicts = realloc(x->evicts, x->cap_fill * sizeof(*x->evicts));
+	x->fill_slots = realloc(x->fill_slots, x->cap_fill * sizeof(*x->fill_slots));
+	x->dirty_evicts = realloc(x->dirty_evicts, (x->cap_fill + 1) * sizeof(*x->dirty_evicts));
+	if (!x->pulls || !x->evicts || !x->fill_slots || !x->dirty_evicts)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Whether the real cache's fill did what the snapshot predicted: the same
+ * DIRTY victims and exactly the predicted pulls (under HET's bounded
+ * staleness the cache also lists OUTDATED copies fresh enough to use,
+ * which stay as they are). */
+static bool fill_as_predicted(struct exec *x, const struct order *o,
+			      const struct esd_cmeta_fill *f, uint32_t *nev_out)
+{
+	esd_key_t *ev = x->dirty_evicts;
+	uint32_t nev = 0;
+	for (size_t i = 0; i < f->n_evicts; i++)
+		if (f->evicts[i].dirty)
+			ev[nev++] = f->evicts[i].key;
+	qsort(ev, nev, sizeof(*ev), cmp_key);
+	*nev_out = nev;
+	bool ok = same_keys(ev, nev, o->pred_evict, o->npred_evict);
+	size_t np = 0;
+	for (size_t i = 0; ok && i < f->n_pulls; i++) {
+		if (np < o->npred_pull && f->pulls[i].key == o->pred_pull[np])
+			np++;
+		else if (!x->nd->job.het || !f->pulls[i].outdated)
+			ok = false;
+	}
+	return ok && np == o->npred_pull;
+}
+
+/* Steps 3-4 on the real cache: slots for what this worker trains and the
+ * evictions that make room, checked against the snapshot's prediction. */
+static int fill_cache(struct exec *x, const struct order *o, struct esd_cmeta_fill *f)
+{
+	struct node *nd = x->nd;
+	uint32_t nev;
+	int rc = reserve_fill(x, o->nneed);
 	if (rc)
 		return rc;
-	/* steps 3-4: slots for what we train, evictions, pulls */
-	if (o->nneed > x->cap_fill) {
-		x->cap_fill = o->nneed;
-		x->pulls = realloc(x->pulls, x->cap_fill * sizeof(*x->pulls));
-		x->evicts = realloc(x->evicts, x->cap_fill * sizeof(*x->evicts));
-		x->fill_slots = realloc(x->fill_slots, x->cap_fill * sizeof(*x->fill_slots));
-		if (!x->pulls || !x->evicts || !x->fill_slots)
-			return -ENOMEM;
-	}
-	struct esd_cmeta_fill f = {.pulls = x->pulls, .evicts = x->evicts, .slots = x->fill_slots};
-	rc = esd_cache_begin_iter(nd->cache, o->iter, o->need, o->nneed, &f);
+	*f = (struct esd_cmeta_fill){.pulls = x->pulls, .evicts = x->evicts, .slots = x->fill_slots};
+	rc = esd_cache_begin_iter(nd->cache, o->iter, o->need, o->nneed, f);
 	if (rc) {
 		ESD_ERR("node", "iteration %llu: cache cannot take %u rows: %s",
 			(unsigned long long)o->iter, o->nneed, esd_strerror(rc));
 		return rc;
 	}
-	/* the real cache must do what the snapshot predicted */
-	esd_key_t *ev = malloc((f.n_evicts + 1) * sizeof(*ev));
-	if (!ev)
-		return -ENOMEM;
-	for (size_t i = 0, j = 0; i < f.n_evicts; i++)
-		if (f.evicts[i].dirty)
-			ev[j++] = f.evicts[i].key;
-	uint32_t nev = 0;
-	for (size_t i = 0; i < f.n_evicts; i++)
-		nev += f.evicts[i].dirty;
-	qsort(ev, nev, sizeof(*ev), cmp_key);
-	bool ok = same_keys(ev, nev, o->pred_evict, o->npred_evict);
-	free(ev);
-	/* the pulls: exactly the predicted ones; under HET's bounded staleness
-	 * the cache also lists OUTDATED copies fresh enough to use, which stay
-	 * as they are */
-	size_t np = 0;
-	for (size_t i = 0; ok && i < f.n_pulls; i++) {
-		if (np < o->npred_pull && f.pulls[i].key == o->pred_pull[np])
-			np++;
-		else if (!nd->job.het || !f.pulls[i].outdated)
-			ok = false;
-	}
-	ok = ok && np == o->npred_pull;
-	if (!ok) {
+	if (!fill_as_predicted(x, o, f, &nev)) {
 		ESD_ERR("node", "iteration %llu: the cache diverged from its snapshot (%zu pulls, "
 			"%u predicted; %u dirty evictions, %u predicted)",
-			(unsigned long long)o->iter, f.n_pulls, o->npred_pull, nev,
+			(unsigned long long)o->iter, f->n_pulls, o->npred_pull, nev,
 			o->npred_evict);
 		return -ESD_EDIVERGED;
 	}
-	/* evict pushes, from the victims' slots before pulls overwrite them */
-	for (size_t i = 0; i < f.n_evicts; i++) {
-		const struct esd_cmeta_evict *e = &f.evicts[i];
+	return 0;
+}
+
+/* Evict pushes, from the victims' slots before pulls overwrite them. */
+static int push_evictions(struct exec *x, const struct order *o, const struct esd_cmeta_fill *f)
+{
+	struct node *nd = x->nd;
+	uint32_t sd = state_dim(nd);
+
+	for (size_t i = 0; i < f->n_evicts; i++) {
+		const struct esd_cmeta_evict *e = &f->evicts[i];
 		if (!e->dirty)
 			continue;
-		rc = rows_add(x, shard_of(nd, e->key), ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH,
-			      o->iter, e->key, e->clock, node_row_value(nd, e->slot),
-			      sd ? node_row_state(nd, e->slot) : NULL);
+		int rc = rows_add(x, shard_of(nd, e->key), ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH,
+				  o->iter, e->key, e->clock, node_row_value(nd, e->slot),
+				  sd ? node_row_state(nd, e->slot) : NULL);
 		if (rc)
 			return rc;
 	}
 	rows_close_all(x);
+	return 0;
+}
+
+/* Miss pulls (the predicted ones), then the dense table in full (kind
+ * other) into the exchange area. */
+static int pull_rows_and_dense(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	int rc = 0;
+
 	for (uint32_t i = 0; i < o->npred_pull && !rc; i++)
 		rc = add_pull(x, o->pred_pull[i]);
 	esd_cache_meta_write_begin(nd->cache);
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_MISS_PULL, NULL);
 	esd_cache_meta_write_end(nd->cache);
-	/* the dense table, in full, every iteration (kind other) */
 	float *params = esd_xchg_at(nd->xchg, nd->xchg->off_params);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
 		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_OTHER, params);
-	if (rc)
-		return rc;
+	return rc;
+}
 
-	/* step 5: the trainer's micro-batch */
-	size_t nslots = (size_t)o->m * T;
+/* Step 5: the trainer's micro-batch, its samples' keys as cache slots. */
+static int train(struct exec *x, const struct order *o, double *loss)
+{
+	struct node *nd = x->nd;
+	size_t nslots = (size_t)o->m * nd->tables;
+
 	if (nslots > x->cap_samples) {
 		x->cap_samples = nslots;
 		x->sample_slots = realloc(x->sample_slots, nslots * sizeof(uint32_t));
@@ -502,13 +544,18 @@ static int run_iteration(struct exec *x, const struct order *o)
 		x->sample_slots[i] = x->fill_slots[pos - o->need];
 	}
 	esd_cache_grad_zero(nd->cache, x->fill_slots, o->nneed);
-	double loss = 0;
-	rc = node_trainer_run(nd, o, x->sample_slots, &loss);
-	if (rc)
-		return rc;
+	return node_trainer_run(nd, o, x->sample_slots, loss);
+}
 
-	/* step 6: rows trained alone are updated here and become DIRTY; the
-	 * gradients of shared rows go to the PS; every other copy is outdated */
+/* Step 6: rows trained alone are updated here and become DIRTY; the
+ * gradients of shared rows go to the PS; every other copy is outdated.
+ * The transfers the plan predicts are counted for the links' check. */
+static int apply_step6(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	uint32_t dim = nd->job.dim, ngrad = 0;
+	int rc = 0;
+
 	esd_cache_meta_write_begin(nd->cache);
 	for (uint32_t i = 0; i < o->nneed; i++) {
 		uint32_t slot = x->fill_slots[i];
@@ -528,7 +575,6 @@ static int run_iteration(struct exec *x, const struct order *o)
 		}
 	}
 	rows_close_all(x);
-	uint32_t ngrad = 0;
 	for (uint32_t i = 0; i < o->nneed; i++)
 		ngrad += !o->alone[i];
 	pthread_mutex_lock(&nd->qmu);
@@ -539,25 +585,39 @@ static int run_iteration(struct exec *x, const struct order *o)
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
 	esd_cache_meta_write_end(nd->cache);
-	if (rc)
-		return rc;
-	/* dense gradients (kind other) */
+	return rc;
+}
+
+/* The dense gradients to shard 0, a row of dim floats at a time (kind
+ * other). */
+static int push_dense_grads(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	uint32_t dim = nd->job.dim;
 	const float *dg = esd_xchg_at(nd->xchg, nd->xchg->off_dgrad);
-	float *chunk = calloc(dim, sizeof(float));
-	if (!chunk)
-		return -ENOMEM;
+	int rc = 0;
+
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {
 		uint64_t off = (uint64_t)i * dim;
 		uint64_t n = nd->dense_params - off < dim ? nd->dense_params - off : dim;
-		memset(chunk, 0, dim * sizeof(float));
-		memcpy(chunk, dg + off, n * sizeof(float));
+		memset(x->dense_chunk, 0, dim * sizeof(float));
+		memcpy(x->dense_chunk, dg + off, n * sizeof(float));
 		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
-			      esd_key_make(DENSE_TABLE, i), 0, chunk, NULL);
+			      esd_key_make(DENSE_TABLE, i), 0, x->dense_chunk, NULL);
 	}
-	free(chunk);
 	rows_close_all(x);
-	/* checkpoint boundary: flush every DIRTY row (kind other) */
-	if (!rc && o->flush) {
+	return rc;
+}
+
+/* At a checkpoint boundary, every DIRTY row pushed (kind other); then
+ * everything sent, and the node's part of the checkpoint saved. */
+static int flush_and_checkpoint(struct exec *x, const struct order *o)
+{
+	struct node *nd = x->nd;
+	uint32_t sd = state_dim(nd);
+	int rc = 0;
+
+	if (o->flush) {
 		esd_cache_meta_write_begin(nd->cache);
 		uint32_t cap = esd_cmeta_capacity(nd->cm);
 		for (uint32_t s = 0; s < cap && !rc; s++) {
@@ -578,10 +638,30 @@ static int run_iteration(struct exec *x, const struct order *o)
 		rc = node_save_boundary(nd, o->iter);
 		nd->flag_next_barrier = true;
 	}
-	nd->last_loss = loss;
-	if (!rc)
-		rate_est_check(nd, o->iter);
 	return rc;
+}
+
+/* One iteration t of this node's worker (DESIGN §3), step by step. */
+static int run_iteration(struct exec *x, const struct order *o)
+{
+	struct esd_cmeta_fill f;
+	double loss = 0;
+	int rc;
+
+	if ((rc = push_updates(x, o)) ||          /* step 1 */
+	    (rc = barrier(x, o)) ||               /* step 2: pushes precede it on each link */
+	    (rc = hints_and_settings(x, o)) ||
+	    (rc = fill_cache(x, o, &f)) ||        /* steps 3-4 */
+	    (rc = push_evictions(x, o, &f)) ||
+	    (rc = pull_rows_and_dense(x, o)) ||
+	    (rc = train(x, o, &loss)) ||          /* step 5 */
+	    (rc = apply_step6(x, o)))             /* step 6 */
+		return rc;
+	x->nd->last_loss = loss;
+	if ((rc = push_dense_grads(x, o)) || (rc = flush_and_checkpoint(x, o)))
+		return rc;
+	rate_est_check(x->nd, o->iter);
+	return 0;
 }
 
 /* The generation saved at boundary iter, or -1. */
@@ -698,6 +778,9 @@ int node_run(struct node *nd)
 	for (uint32_t s = 0; s < nd->job.shards; s++)
 		esd_buf_init(&x.sb[s].b);
 	x.dense_rows = (uint32_t)((nd->dense_params + nd->job.dim - 1) / nd->job.dim);
+	x.dense_chunk = calloc(nd->job.dim, sizeof(float));
+	if (!x.dense_chunk)
+		return -ENOMEM;
 	nd->t_start_ns = esd_now_ns();
 	while (!esd_node_signal && (o = node_order_next(nd))) {
 		int64_t t0 = esd_now_ns();
@@ -743,6 +826,8 @@ int node_run(struct node *nd)
 	free(x.pulls);
 	free(x.evicts);
 	free(x.fill_slots);
+	free(x.dirty_evicts);
 	free(x.sample_slots);
+	free(x.dense_chunk);
 	return rc;
 }
