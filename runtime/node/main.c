@@ -45,7 +45,17 @@ static void on_signal(int sig)
 	esd_node_signal = sig;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+struct args {
+	struct esd_config *cfg;
+	const char *dir, *control;
+	uint64_t rank;
+	int64_t core; /* -2: the last core */
+};
+
+/* Parse the options into a (job settings, the rest); 0, or the exit code
+ * (0 after --help is reported as -1). */
+static int parse_args(int argc, char **argv, struct node *nd, struct args *a)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'}, {"rank", required_argument, NULL, 'r'},
@@ -54,172 +64,189 @@ int main(int argc, char **argv)
 		{"set", required_argument, NULL, 'S'},    {"help", no_argument, NULL, 'h'},
 		{"summary", required_argument, NULL, 'o'}, {NULL, 0, NULL, 0},
 	};
-	static struct node nd;
-	struct esd_config *cfg;
-	const char *dir = NULL, *control = NULL;
-	uint64_t rank = UINT64_MAX;
-	int64_t core = -2;
 	bool have_cfg = false;
-	int c, rc;
+	int c;
 
-	if (esd_config_create(&cfg))
-		return 1;
 	while ((c = getopt_long(argc, argv, "c:r:d:C:p:S:ho:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'o':
-			nd.summary_path = optarg;
+			nd->summary_path = optarg;
 			break;
 		case 'c':
-			if (esd_config_load(cfg, optarg))
+			if (esd_config_load(a->cfg, optarg))
 				return 2;
 			have_cfg = true;
 			break;
 		case 'r':
-			if (esd_parse_u64(optarg, &rank) || rank >= ESD_MAX_WORKERS) {
+			if (esd_parse_u64(optarg, &a->rank) || a->rank >= ESD_MAX_WORKERS) {
 				fprintf(stderr, "esdd: --rank '%s': expected 0..%d\n", optarg,
 					ESD_MAX_WORKERS - 1);
 				return 2;
 			}
 			break;
 		case 'd':
-			dir = optarg;
+			a->dir = optarg;
 			break;
 		case 'C':
-			control = optarg;
+			a->control = optarg;
 			break;
 		case 'p':
-			if (esd_parse_i64(optarg, &core) || core < -1) {
+			if (esd_parse_i64(optarg, &a->core) || a->core < -1) {
 				fprintf(stderr, "esdd: --dispatcher-core '%s': expected a core or -1\n",
 					optarg);
 				return 2;
 			}
 			break;
 		case 'S':
-			if (esd_config_set(cfg, optarg))
+			if (esd_config_set(a->cfg, optarg))
 				return 2;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return -1;
 		default:
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (!have_cfg || rank == UINT64_MAX || !dir || optind != argc) {
+	if (!have_cfg || a->rank == UINT64_MAX || !a->dir || optind != argc) {
 		usage(stderr);
 		return 2;
 	}
-	char tag[32];
-	snprintf(tag, sizeof(tag), "esdd%u", (unsigned)rank);
+	return 0;
+}
+
+/* The job and this node's identity; 0 or the exit code. */
+static int setup_node(struct node *nd, const struct args *a, char *tag, size_t taglen)
+{
+	snprintf(tag, taglen, "esdd%u", (unsigned)a->rank);
 	esd_log_init(tag);
-	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &nd.job))
+	if (esd_config_check_keys(a->cfg, esd_job_keys) || esd_job_from_config(a->cfg, &nd->job))
 		return 2;
-	if (rank >= nd.job.n) {
-		ESD_ERR("node", "--rank %llu but the job has %u workers", (unsigned long long)rank,
-			nd.job.n);
+	if (a->rank >= nd->job.n) {
+		ESD_ERR("node", "--rank %llu but the job has %u workers",
+			(unsigned long long)a->rank, nd->job.n);
 		return 2;
 	}
-	nd.rank = (uint32_t)rank;
-	node_rate_est_init(&nd);
-	nd.lock_fd = nd.listen_fd = nd.trainer_fd = nd.xchg_fd = -1;
-	snprintf(nd.dir, sizeof(nd.dir), "%s", dir);
-	nd.dispatcher_core = core == -2 ? esd_pin_ncores() - 1 : (int)core;
-	pthread_mutex_init(&nd.qmu, NULL);
-	pthread_cond_init(&nd.qcv, NULL);
+	nd->rank = (uint32_t)a->rank;
+	node_rate_est_init(nd);
+	nd->lock_fd = nd->listen_fd = nd->trainer_fd = nd->xchg_fd = -1;
+	snprintf(nd->dir, sizeof(nd->dir), "%s", a->dir);
+	nd->dispatcher_core = a->core == -2 ? esd_pin_ncores() - 1 : (int)a->core;
+	pthread_mutex_init(&nd->qmu, NULL);
+	pthread_cond_init(&nd->qcv, NULL);
+	return 0;
+}
 
-	/* the data stream gives the model's shape and the table sizes */
+/* The largest micro-batch of the job. */
+static uint64_t max_micro_batch(const struct node *nd)
+{
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < nd->job.n; w++)
+		maxb = nd->job.batch[w] > maxb ? nd->job.batch[w] : maxb;
+	return maxb;
+}
+
+/* The data stream gives the model's shape and the table sizes; the cache
+ * is sized from them (raised to one micro-batch, checked against the
+ * lookahead hints). 0 or the exit code. */
+static int size_from_stream(struct node *nd)
+{
 	struct esd_ds_reader *dr;
-	if (!nd.job.stream[0] || esd_ds_open(nd.job.stream, &dr)) {
-		ESD_ERR("node", "cannot open data.stream '%s': %s", nd.job.stream,
-			nd.job.stream[0] ? esd_ds_last_error() : "not set");
+	if (!nd->job.stream[0] || esd_ds_open(nd->job.stream, &dr)) {
+		ESD_ERR("node", "cannot open data.stream '%s': %s", nd->job.stream,
+			nd->job.stream[0] ? esd_ds_last_error() : "not set");
 		return 1;
 	}
 	const struct esd_ds_info *di = esd_ds_reader_info(dr);
-	nd.tables = di->ntables;
-	nd.dense = di->ndense;
+	nd->tables = di->ntables;
+	nd->dense = di->ndense;
 	uint64_t total_rows = 0;
 	for (uint32_t t = 0; t < di->ntables; t++)
 		total_rows += di->rows[t];
 	esd_ds_close(dr);
-	if (!nd.job.cache_rows)
-		nd.job.cache_rows = (uint64_t)(nd.job.cache_ratio * (double)total_rows);
-	uint64_t maxb = 0;
-	for (uint32_t w = 0; w < nd.job.n; w++)
-		maxb = nd.job.batch[w] > maxb ? nd.job.batch[w] : maxb;
-	if (nd.job.cache_rows < maxb * nd.tables) {
+	if (!nd->job.cache_rows)
+		nd->job.cache_rows = (uint64_t)(nd->job.cache_ratio * (double)total_rows);
+	uint64_t maxb = max_micro_batch(nd);
+	if (nd->job.cache_rows < maxb * nd->tables) {
 		ESD_WARN("node", "cache of %llu rows is below one micro-batch's %llu keys; "
-			 "raised to that", (unsigned long long)nd.job.cache_rows,
-			 (unsigned long long)(maxb * nd.tables));
-		nd.job.cache_rows = maxb * nd.tables;
+			 "raised to that", (unsigned long long)nd->job.cache_rows,
+			 (unsigned long long)(maxb * nd->tables));
+		nd->job.cache_rows = maxb * nd->tables;
 	}
-	if (nd.job.policy == ESD_POLICY_LOOKAHEAD &&
-	    nd.job.global_batch * nd.tables > nd.job.cache_rows) {
+	if (nd->job.policy == ESD_POLICY_LOOKAHEAD &&
+	    nd->job.global_batch * nd->tables > nd->job.cache_rows) {
 		ESD_ERR("node", "cache.policy = lookahead: a cache of %llu rows cannot hold the "
 			"hints of a global batch (%llu keys); use a larger cache.rows/cache.ratio "
-			"or another policy", (unsigned long long)nd.job.cache_rows,
-			(unsigned long long)(nd.job.global_batch * nd.tables));
+			"or another policy", (unsigned long long)nd->job.cache_rows,
+			(unsigned long long)(nd->job.global_batch * nd->tables));
 		return 1;
 	}
-	if (nd.job.replicate[0]) {
-		uint64_t nrep = 0;
-		if (esd_ds_hot_load(nd.job.replicate, &nd.rep, &nrep)) {
-			ESD_ERR("node", "dispatch.replicate: %s", esd_ds_last_error());
-			return 1;
-		}
-		nd.nrep = (uint32_t)nrep;
-		if (nrep + maxb * nd.tables > nd.job.cache_rows) {
-			ESD_ERR("node", "dispatch.replicate: %llu hot rows plus one micro-batch's "
-				"%llu keys exceed the cache's %llu rows (fewer hot rows, or a "
-				"larger cache.rows/cache.ratio)", (unsigned long long)nrep,
-				(unsigned long long)(maxb * nd.tables),
-				(unsigned long long)nd.job.cache_rows);
-			return 1;
-		}
-		ESD_INFO("node", "%u hot rows replicated on every worker (%s)", nd.nrep,
-			 nd.job.replicate);
-	}
-	/* live re-splits stay within the cache (esd_job_resplit) */
-	nd.job.max_batch = esd_job_max_batch(nd.job.cache_rows, nd.nrep, nd.tables);
-	struct esd_model_shape sh = {.tables = nd.tables, .dim = nd.job.dim, .dense = nd.dense,
-				     .hidden = nd.job.hidden};
-	struct esd_model *mdl;
-	rc = esd_model_create(&sh, &mdl);
-	if (rc) {
-		ESD_ERR("node", "model shape %u tables x %u floats + %u dense: %s", nd.tables,
-			nd.job.dim, nd.dense, esd_strerror(rc));
-		return 1;
-	}
-	nd.dense_params = (uint32_t)esd_model_dense_len(mdl);
-	esd_model_free(mdl);
+	return 0;
+}
 
+/* dispatch.replicate: the hot rows every worker holds (FAE). 0 or the
+ * exit code. */
+static int load_replicated(struct node *nd)
+{
+	if (!nd->job.replicate[0])
+		return 0;
+	uint64_t nrep = 0, maxb = max_micro_batch(nd);
+	if (esd_ds_hot_load(nd->job.replicate, &nd->rep, &nrep)) {
+		ESD_ERR("node", "dispatch.replicate: %s", esd_ds_last_error());
+		return 1;
+	}
+	nd->nrep = (uint32_t)nrep;
+	if (nrep + maxb * nd->tables > nd->job.cache_rows) {
+		ESD_ERR("node", "dispatch.replicate: %llu hot rows plus one micro-batch's "
+			"%llu keys exceed the cache's %llu rows (fewer hot rows, or a "
+			"larger cache.rows/cache.ratio)", (unsigned long long)nrep,
+			(unsigned long long)(maxb * nd->tables),
+			(unsigned long long)nd->job.cache_rows);
+		return 1;
+	}
+	ESD_INFO("node", "%u hot rows replicated on every worker (%s)", nd->nrep,
+		 nd->job.replicate);
+	return 0;
+}
+
+/* The dense parameters' count (the reference model's shape) and the
+ * cache region. 0 or the exit code. */
+static int make_cache(struct node *nd, const char *tag)
+{
+	/* live re-splits stay within the cache (esd_job_resplit) */
+	nd->job.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->tables);
+	struct esd_model_shape sh = {.tables = nd->tables, .dim = nd->job.dim, .dense = nd->dense,
+				     .hidden = nd->job.hidden};
+	struct esd_model *mdl;
+	int rc = esd_model_create(&sh, &mdl);
+	if (rc) {
+		ESD_ERR("node", "model shape %u tables x %u floats + %u dense: %s", nd->tables,
+			nd->job.dim, nd->dense, esd_strerror(rc));
+		return 1;
+	}
+	nd->dense_params = (uint32_t)esd_model_dense_len(mdl);
+	esd_model_free(mdl);
 	struct esd_cache_config co = {
-		.rows = (uint32_t)nd.job.cache_rows, .dim = nd.job.dim,
-		.optimizer = nd.job.optim.opt, .ntables = nd.tables, .policy = nd.job.policy,
+		.rows = (uint32_t)nd->job.cache_rows, .dim = nd->job.dim,
+		.optimizer = nd->job.optim.opt, .ntables = nd->tables, .policy = nd->job.policy,
 		.pages = ESD_CACHE_PAGES_AUTO, .name = tag,
 	};
-	rc = esd_cache_create(&co, &nd.cache);
+	rc = esd_cache_create(&co, &nd->cache);
 	if (rc) {
 		ESD_ERR("node", "cannot create the cache region: %s", esd_strerror(rc));
 		return 1;
 	}
-	nd.cm = esd_cache_meta(nd.cache);
-	rc = node_trainer_init(&nd);
-	if (rc)
-		return 1;
-	char ctlpath[600];
-	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", dir);
-	struct esd_ctl_server *ctl = NULL;
-	if (esd_ctl_server_start(control ? control : ctlpath, node_ctl_cmds, &nd, &ctl))
-		return 1;
+	nd->cm = esd_cache_meta(nd->cache);
+	return 0;
+}
 
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
+/* Links, the starting boundary, the dispatcher thread and the
+ * iterations; then the summary. Returns the run's errno (0: done). */
+static int run_node(struct node *nd)
+{
 	uint64_t ps_iter = 0;
-	rc = node_links_open(&nd, &ps_iter);
+	int rc = node_links_open(nd, &ps_iter);
 	if (!rc && ps_iter != 0) {
 		ESD_ERR("node", "the shards are at iteration %llu; a new daemon starts at 0 "
 			"(resuming a whole job from a checkpoint is not supported: restart it)",
@@ -227,26 +254,55 @@ int main(int argc, char **argv)
 		rc = -ESTALE;
 	}
 	if (!rc)
-		rc = node_save_boundary(&nd, 0);
+		rc = node_save_boundary(nd, 0);
 	if (!rc)
-		rc = node_dispatcher_start(&nd);
+		rc = node_dispatcher_start(nd);
 	if (!rc) {
 		ESD_INFO("node", "worker %u of %u: %s (alpha %.3g), %s sync, cache %llu rows (%s), "
-			 "%llu iterations of %llu samples", nd.rank, nd.job.n, nd.job.method,
-			 nd.job.alpha, esd_job_sync_name(&nd.job),
-			 (unsigned long long)nd.job.cache_rows, esd_policy_name(nd.job.policy),
-			 (unsigned long long)nd.job.iterations,
-			 (unsigned long long)nd.job.global_batch);
-		rc = node_run(&nd);
-		node_dispatcher_stop(&nd);
+			 "%llu iterations of %llu samples", nd->rank, nd->job.n, nd->job.method,
+			 nd->job.alpha, esd_job_sync_name(&nd->job),
+			 (unsigned long long)nd->job.cache_rows, esd_policy_name(nd->job.policy),
+			 (unsigned long long)nd->job.iterations,
+			 (unsigned long long)nd->job.global_batch);
+		rc = node_run(nd);
+		node_dispatcher_stop(nd);
 	}
-	node_trainer_stop(&nd);
-	double el = esd_ns_to_s(esd_now_ns() - nd.t_start_ns);
+	node_trainer_stop(nd);
+	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
 	if (!rc)
 		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",
-			 (unsigned long long)nd.iter_done, el, el > 0 ? nd.iter_done / el : 0,
-			 nd.last_loss);
-	node_write_summary(&nd, rc);
+			 (unsigned long long)nd->iter_done, el, el > 0 ? nd->iter_done / el : 0,
+			 nd->last_loss);
+	node_write_summary(nd, rc);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct node nd;
+	struct args a = {.rank = UINT64_MAX, .core = -2};
+	struct esd_ctl_server *ctl = NULL;
+	char tag[32], ctlpath[600];
+	int rc;
+
+	if (esd_config_create(&a.cfg))
+		return 1;
+	if ((rc = parse_args(argc, argv, &nd, &a)))
+		return rc < 0 ? 0 : rc;
+	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = size_from_stream(&nd)) ||
+	    (rc = load_replicated(&nd)) || (rc = make_cache(&nd, tag)))
+		return rc;
+	if (node_trainer_init(&nd))
+		return 1;
+	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a.dir);
+	if (esd_ctl_server_start(a.control ? a.control : ctlpath, node_ctl_cmds, &nd, &ctl))
+		return 1;
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = run_node(&nd);
 	esd_ctl_server_stop(ctl);
 	node_links_close(&nd);
 	node_trainer_fini(&nd);
@@ -254,6 +310,6 @@ int main(int argc, char **argv)
 	free(nd.saved_cm[1]);
 	free(nd.rep);
 	esd_cache_close(nd.cache);
-	esd_config_free(cfg);
+	esd_config_free(a.cfg);
 	return rc ? 1 : 0;
 }
