@@ -232,7 +232,16 @@ static const struct esd_ctl_cmd ps_cmds[] = {
 	{NULL, NULL, NULL},
 };
 
-int main(int argc, char **argv)
+/* The command line. */
+struct args {
+	struct esd_config *cfg;
+	const char *listen_addr, *control;
+	uint64_t shard;
+	bool restore;
+};
+
+/* Parse the options; 0, -1 after --help, or the exit code. */
+static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'}, {"shard", required_argument, NULL, 's'},
@@ -240,44 +249,39 @@ int main(int argc, char **argv)
 		{"restore", no_argument, NULL, 'r'},      {"set", required_argument, NULL, 'S'},
 		{"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 	};
-	struct esd_config *cfg;
-	const char *listen_addr = NULL, *control = NULL;
-	uint64_t shard = 0;
-	bool restore = false, have_cfg = false;
-	int c, rc;
+	bool have_cfg = false;
+	int c;
 
-	if (esd_config_create(&cfg))
-		return 1;
 	while ((c = getopt_long(argc, argv, "c:s:l:C:rS:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
-			if (esd_config_load(cfg, optarg))
+			if (esd_config_load(a->cfg, optarg))
 				return 2;
 			have_cfg = true;
 			break;
 		case 's':
-			if (esd_parse_u64(optarg, &shard) || shard >= ESD_JOB_MAX_SHARDS) {
+			if (esd_parse_u64(optarg, &a->shard) || a->shard >= ESD_JOB_MAX_SHARDS) {
 				fprintf(stderr, "esd-ps: --shard '%s': expected 0..%d\n", optarg,
 					ESD_JOB_MAX_SHARDS - 1);
 				return 2;
 			}
 			break;
 		case 'l':
-			listen_addr = optarg;
+			a->listen_addr = optarg;
 			break;
 		case 'C':
-			control = optarg;
+			a->control = optarg;
 			break;
 		case 'r':
-			restore = true;
+			a->restore = true;
 			break;
 		case 'S':
-			if (esd_config_set(cfg, optarg))
+			if (esd_config_set(a->cfg, optarg))
 				return 2;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return -1;
 		default:
 			usage(stderr);
 			return 2;
@@ -287,136 +291,176 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	char tag[32];
-	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)shard);
-	esd_log_init(tag);
+	return 0;
+}
 
-	struct esd_job job;
-	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &job))
-		return 2;
-	if (shard >= job.shards) {
-		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)shard,
-			job.shards);
-		return 2;
-	}
-	if (!listen_addr)
-		listen_addr = job.addrs[shard][0] ? job.addrs[shard] : "127.0.0.1:0";
-
-	/* the model shape comes from the dataset stream */
-	uint32_t tables = 0, dense = 0;
-	uint64_t total_rows = 0;
-	if (job.stream[0]) {
-		struct esd_ds_reader *dr;
-		rc = esd_ds_open(job.stream, &dr);
-		if (rc) {
-			ESD_ERR("ps", "cannot open data.stream %s: %s", job.stream, esd_ds_last_error());
-			return 1;
-		}
-		tables = esd_ds_reader_info(dr)->ntables;
-		dense = esd_ds_reader_info(dr)->ndense;
-		for (uint32_t t = 0; t < tables; t++)
-			total_rows += esd_ds_reader_info(dr)->rows[t];
-		esd_ds_close(dr);
-	}
-
-	static struct ps ps;
-	rc = ps_init(&ps, &job, (uint32_t)shard, tables, dense);
-	if (rc) {
-		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
+/* The model shape from the dataset stream (none without one). 0 or 1. */
+static int stream_shape(const struct esd_job *job, uint32_t *tables, uint32_t *dense,
+			uint64_t *total_rows)
+{
+	*tables = *dense = 0;
+	*total_rows = 0;
+	if (!job->stream[0])
+		return 0;
+	struct esd_ds_reader *dr;
+	if (esd_ds_open(job->stream, &dr)) {
+		ESD_ERR("ps", "cannot open data.stream %s: %s", job->stream, esd_ds_last_error());
 		return 1;
 	}
-	/* the nodes' cache size, resolved as esdd does (the lookahead policy
-	 * needs it to hold a global batch's keys) */
-	ps.cache_rows = job.cache_rows ? job.cache_rows
-				       : (uint64_t)(job.cache_ratio * (double)total_rows);
+	*tables = esd_ds_reader_info(dr)->ntables;
+	*dense = esd_ds_reader_info(dr)->ndense;
+	for (uint32_t t = 0; t < *tables; t++)
+		*total_rows += esd_ds_reader_info(dr)->rows[t];
+	esd_ds_close(dr);
+	return 0;
+}
+
+/* The nodes' cache size and hot rows, resolved as esdd does: a live
+ * workers.rates change must keep a micro-batch and the hot rows within
+ * every cache (ps_rates_value), and lookahead needs the size. 0 or 1. */
+static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows)
+{
+	const struct esd_job *job = &ps->job;
+	ps->cache_rows = job->cache_rows ? job->cache_rows
+					 : (uint64_t)(job->cache_ratio * (double)total_rows);
 	uint64_t maxb = 0;
-	for (uint32_t w = 0; w < job.n; w++)
-		maxb = job.batch[w] > maxb ? job.batch[w] : maxb;
-	if (ps.cache_rows < maxb * tables)
-		ps.cache_rows = maxb * tables;
-	if (job.replicate[0]) {
-		/* the hot rows every cache holds: a workers.rates change must
-		 * leave room for them (ps_rates_value) */
+	for (uint32_t w = 0; w < job->n; w++)
+		maxb = job->batch[w] > maxb ? job->batch[w] : maxb;
+	if (ps->cache_rows < maxb * tables)
+		ps->cache_rows = maxb * tables;
+	if (job->replicate[0]) {
 		esd_key_t *hot = NULL;
 		uint64_t nhot = 0;
-		if (esd_ds_hot_load(job.replicate, &hot, &nhot)) {
+		if (esd_ds_hot_load(job->replicate, &hot, &nhot)) {
 			ESD_ERR("ps", "dispatch.replicate: %s", esd_ds_last_error());
 			return 1;
 		}
 		free(hot);
-		ps.hot_rows = nhot;
+		ps->hot_rows = nhot;
 	}
-	/* as esdd: live re-splits stay within the cache (ps_rates_value) */
-	ps.job.max_batch = esd_job_max_batch(ps.cache_rows, ps.hot_rows, tables);
-	if (restore) {
-		char path[1100];
-		ps_checkpoint_path(&ps, path, sizeof(path));
-		rc = ps_restore(&ps, path);
-		if (rc)
-			return 1;
-	}
+	ps->job.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, tables);
+	return 0;
+}
 
+/* Listen for the nodes' links; prints the address (the testbed reads the
+ * line to learn a port the kernel picked). */
+static int listen_for_nodes(const struct esd_job *job, uint32_t shard, const char *addr,
+			    struct esd_listener **lis)
+{
 	struct esd_link_opts lo;
 	esd_link_opts_init(&lo);
-	lo.backend = job.backend;
-	lo.addr = listen_addr;
-	lo.max_links = job.n;
-	struct esd_listener *lis;
-	rc = esd_listener_open(&lo, &lis);
+	lo.backend = job->backend;
+	lo.addr = addr;
+	lo.max_links = job->n;
+	int rc = esd_listener_open(&lo, lis);
 	if (rc) {
-		ESD_ERR("ps", "cannot listen on %s (%s): %s", listen_addr, job.backend,
-			esd_strerror(rc));
+		ESD_ERR("ps", "cannot listen on %s (%s): %s", addr, job->backend, esd_strerror(rc));
 		return 1;
 	}
 	char where[256];
-	esd_listener_addr(lis, where, sizeof(where));
-	/* the testbed reads this line to learn a port picked by the kernel */
-	printf("esd-ps shard %u listening on %s %s\n", (unsigned)shard, job.backend, where);
+	esd_listener_addr(*lis, where, sizeof(where));
+	printf("esd-ps shard %u listening on %s %s\n", (unsigned)shard, job->backend, where);
 	fflush(stdout);
+	return 0;
+}
 
-	struct esd_ctl_server *ctl = NULL;
-	if (control && esd_ctl_server_start(control, ps_cmds, &ps, &ctl))
-		return 1;
-
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
+/* Accept and serve links until every worker finished or a signal. */
+static void serve(struct ps *ps, struct esd_listener *lis)
+{
 	while (!stop_sig) {
-		pthread_mutex_lock(&ps.mu);
-		bool all_done = ps.finished >= ps.job.n;
-		pthread_mutex_unlock(&ps.mu);
+		pthread_mutex_lock(&ps->mu);
+		bool all_done = ps->finished >= ps->job.n;
+		pthread_mutex_unlock(&ps->mu);
 		if (all_done) {
 			ESD_INFO("ps", "every worker finished after iteration %llu",
-				 (unsigned long long)ps.job.iterations);
+				 (unsigned long long)ps->job.iterations);
 			break;
 		}
 		struct esd_link *l;
-		rc = esd_listener_accept(lis, 200 * ESD_NS_PER_MS, &l);
+		int rc = esd_listener_accept(lis, 200 * ESD_NS_PER_MS, &l);
 		if (rc == -ETIMEDOUT)
 			continue;
 		if (rc) {
 			ESD_ERR("ps", "accept: %s", esd_strerror(rc));
 			break;
 		}
-		ps_serve_link(&ps, l);
+		ps_serve_link(ps, l);
 	}
 	ESD_INFO("ps", "stopping (signal %d) at iteration %llu", (int)stop_sig,
-		 (unsigned long long)ps.iter_done);
-	pthread_mutex_lock(&ps.mu);
-	ps.stopping = true;
-	pthread_cond_broadcast(&ps.cv);
-	pthread_mutex_unlock(&ps.mu);
-	for (int i = 0; i < ps.nlinks; i++) {
-		if (!ps.links[i].link)
+		 (unsigned long long)ps->iter_done);
+}
+
+/* Stop the link threads and close their links. */
+static void stop_links(struct ps *ps)
+{
+	pthread_mutex_lock(&ps->mu);
+	ps->stopping = true;
+	pthread_cond_broadcast(&ps->cv);
+	pthread_mutex_unlock(&ps->mu);
+	for (int i = 0; i < ps->nlinks; i++) {
+		if (!ps->links[i].link)
 			continue;
-		pthread_join(ps.links[i].thread, NULL);
-		esd_link_close(ps.links[i].link);
+		pthread_join(ps->links[i].thread, NULL);
+		esd_link_close(ps->links[i].link);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct ps ps;
+	struct args a = {0};
+	struct esd_job job;
+	struct esd_listener *lis;
+	struct esd_ctl_server *ctl = NULL;
+	uint32_t tables, dense;
+	uint64_t total_rows;
+	char tag[32];
+	int rc;
+
+	if (esd_config_create(&a.cfg))
+		return 1;
+	if ((rc = parse_args(argc, argv, &a)))
+		return rc < 0 ? 0 : rc;
+	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)a.shard);
+	esd_log_init(tag);
+	if (esd_config_check_keys(a.cfg, esd_job_keys) || esd_job_from_config(a.cfg, &job))
+		return 2;
+	if (a.shard >= job.shards) {
+		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)a.shard,
+			job.shards);
+		return 2;
+	}
+	if (!a.listen_addr)
+		a.listen_addr = job.addrs[a.shard][0] ? job.addrs[a.shard] : "127.0.0.1:0";
+	if (stream_shape(&job, &tables, &dense, &total_rows))
+		return 1;
+	rc = ps_init(&ps, &job, (uint32_t)a.shard, tables, dense);
+	if (rc) {
+		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
+		return 1;
+	}
+	if (node_cache_limits(&ps, tables, total_rows))
+		return 1;
+	if (a.restore) {
+		char path[1100];
+		ps_checkpoint_path(&ps, path, sizeof(path));
+		if (ps_restore(&ps, path))
+			return 1;
+	}
+	if (listen_for_nodes(&job, (uint32_t)a.shard, a.listen_addr, &lis))
+		return 1;
+	if (a.control && esd_ctl_server_start(a.control, ps_cmds, &ps, &ctl))
+		return 1;
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	serve(&ps, lis);
+	stop_links(&ps);
 	esd_listener_close(lis);
 	esd_ctl_server_stop(ctl);
 	ps_fini(&ps);
-	esd_config_free(cfg);
+	esd_config_free(a.cfg);
 	return 0;
 }
