@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,52 +32,191 @@ INVOCATION = [""]  # options of this invocation, for the files' headers
 SHAPES = [("S1", "criteo-kaggle"), ("S2", "avazu"), ("S3", "criteo-search")]
 ESD = ["laia", "esd1", "esd0.5", "esd0", "default"]
 
-FINDINGS = """What decides these figures here:
-- most pulled rows are OUTDATED (the cache held them, another worker has
-  trained them since: about 70 % of the misses in the fig5 runs), mostly
-  rows of the small tables (a few to a few thousand rows, in nearly every
-  sample): every worker trains them every iteration, so every iteration
-  every worker pushes their gradients and pulls them back, whatever the
-  dispatch. No sample-to-worker decision can
-  avoid those transfers, and with equal batch sizes (m per worker) each
-  link carries about the same number of them: the 0.5 Gbit/s links pay
-  about 90 % of the cost for every mechanism.
-- the paper's cost matrix charges a key once per sample and ignores the
-  gradient pushes a decision causes by spreading a key over workers; solved
-  exactly (alpha = 1) it lands on LAIA's cost, and the greedy part
-  (alpha < 1) above it. The dispatch-quality issue measured the same with
-  an independent simulator (the paper's matrix within +-2 % of LAIA, Heu
-  4-9 % above it); its shared-charge matrix and link-aware batch sizes are
-  where the gains are, and the project default will move to them.
-"""
+def pct_range(vals, fmt="%.1f"):
+    """'a' or 'a to b' (values formatted with fmt); None when vals is empty."""
+    if not vals:
+        return None
+    lo, hi = fmt % min(vals), fmt % max(vals)
+    return lo if lo == hi else "%s to %s" % (lo, hi)
 
-WHY = """Why our numbers differ from the paper's:
-- synthetic streams (esd-data gen, Zipf 1.2, the public table shapes), not the
-  real Criteo/Avazu/Sponsored Search logs, and tables capped to fit a 24 GiB,
-  2-core machine (the scaling line above). The cap itself moves little:
-  LAIA's transfers vs vanilla on S1 were 18.0 % fewer with a 10 000-row cap
-  and 19.5 % fewer with a 100 000-row cap (840 543 rows, 10 + 20
-  iterations); the synthetic streams' hot small tables and short runs
-  (caches still filling) weigh more;
-- one host: the links are shaped by the transport's token buckets (the
-  daemon shapes its pushes, esd-ps its replies to each worker at that
-  worker's rate), and 8 daemons, 8 trainers and the PS share 2 cores, so
-  iterations/s carry CPU contention the paper's 8 GPU machines did not have
-  (costs do not: they are bytes / link rate, counted on the links);
-- a few dozen measured iterations instead of whole epochs, one run instead
-  of the mean of five;
-- the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's
-  decision time weighs more in our iterations/s;
-- the project default ("default" rows) is the dispatch-quality combination
-  (docs/quality.md): opt on the shared-charge matrix with local search, and
-  link-aware batch sizes fitted by esd-replay; the paper has no such row;
-- FAE's hot set is as large as the cache allows beside one micro-batch
-  (5 % of all rows here) and is all-reduced densely through the PS over the
-  same shaped links every iteration (its pull half as miss pulls, its push
-  half as update pushes); the paper does not give FAE's hot-set size, and
-  its all-reduce ran between GPU machines. Both make FAE's cost here an
-  upper estimate; the paper only says FAE underperforms LAIA.
-"""
+
+def available(runs):
+    for key, res in runs:
+        for r in res.get("results", []):
+            if r.get("available"):
+                yield key, res, r
+
+
+def outdated_shares(runs):
+    """Per run: the OUTDATED misses' share of all misses, over its mechanisms."""
+    out = []
+    for _, res in runs:
+        od = miss = 0
+        for r in res.get("results", []):
+            if not r.get("available"):
+                continue
+            for p in r.get("per_worker", []):
+                c = p.get("cache", {})
+                od += c.get("miss_outdated", 0)
+                miss += c.get("miss_outdated", 0) + c.get("miss_absent", 0)
+        if miss > 0:
+            out.append(100.0 * od / miss)
+    return out
+
+
+def slow_shares(runs):
+    """The slower links' share of the cost, per mechanism with equal batch sizes
+    (every mechanism but the project default, whose sizes esd-replay fits)."""
+    return [100.0 * r["cost_slow_s"] / r["cost_s"] for _, _, r in available(runs)
+            if r["mechanism"] != "default" and r.get("cost_s") and "cost_slow_s" in r
+            and r["cost_slow_s"] > 0]
+
+
+def vs_laia(runs, mech):
+    """Per run: mech's cost against LAIA's in the same run, in percent (+ = more)."""
+    out = []
+    for _, res in runs:
+        b = {r["mechanism"]: r for r in res.get("results", []) if r.get("available")}
+        if mech in b and "laia" in b and b["laia"].get("cost_s"):
+            out.append(100.0 * (b[mech]["cost_s"] / b["laia"]["cost_s"] - 1))
+    return out
+
+
+def setups(runs, key):
+    vals = []
+    for _, res in runs:
+        v = res.get("setup", {}).get(key)
+        if v is not None and v not in vals:
+            vals.append(v)
+    return vals
+
+
+def slow_rates(runs):
+    out = []
+    for rates in setups(runs, "rates"):
+        bps = [parse_rate(x) for x in rates]
+        for x in rates:
+            if parse_rate(x) < max(bps) and x not in out:
+                out.append(x)
+    return out
+
+
+def parse_rate(text):
+    t = str(text).strip().upper()
+    mult = {"K": 1e3, "M": 1e6, "G": 1e9}.get(t[-1:], 1)
+    try:
+        return float(t.rstrip("KMG")) * mult
+    except ValueError:
+        return 0.0
+
+
+def bullets(title, items):
+    return title + "\n" + "".join(textwrap.fill(t, 76, initial_indent="- ",
+                                                 subsequent_indent="  ") + "\n"
+                                   for t in items)
+
+
+def findings(runs):
+    """What decides the figures, with every number taken from runs."""
+    od = pct_range(outdated_shares(runs), "%.0f")
+    slow = pct_range(slow_shares(runs), "%.0f")
+    e1, e0 = vs_laia(runs, "esd1"), []
+    for m in ("esd0.5", "esd0.25", "esd0.125", "esd0"):
+        e0 += vs_laia(runs, m)
+    return bullets("What decides these figures here:", [
+        "%s OUTDATED rows (the cache held them, another worker has trained them "
+        "since), mostly rows of the small tables (in nearly every sample): every worker "
+        "trains them every iteration, so every iteration every worker pushes their "
+        "gradients and pulls them back, whatever the dispatch. No sample-to-worker "
+        "decision can avoid those transfers, and with equal batch sizes (m per worker) "
+        "each link carries about the same number of them%s."
+        % ("%s %% of the misses in these runs are" % od if od else "many misses are",
+           ": the links slower than the fastest (%s) pay %s %% of the cost for every "
+           "mechanism with equal batch sizes" % (", ".join(slow_rates(runs)), slow)
+           if slow else ""),
+        "the paper's cost matrix charges a key once per sample and ignores the gradient "
+        "pushes a decision causes by spreading a key over workers%s. The "
+        "dispatch-quality issue measured the same with an independent simulator "
+        "(bench/results/quality.md); its shared-charge matrix and link-aware batch "
+        "sizes are where the gains are: the \"default\" rows."
+        % ("; against LAIA's cost in these runs, ESD with alpha = 1 (the matrix solved "
+           "exactly) lands at %s %% and with alpha < 1 (the greedy part) at %s %%"
+           % (pct_range(e1, "%+.1f"), pct_range(e0, "%+.1f")) if e1 and e0 else
+           ": solved exactly (alpha = 1) it lands near LAIA's cost, and the greedy part "
+           "(alpha < 1) above it")])
+
+
+def why(runs):
+    """Why our numbers differ from the paper's, with every number taken from runs."""
+    zipf = ", ".join("Zipf %g" % z for z in setups(runs, "zipf"))
+    workers = setups(runs, "workers")
+    iters = setups(runs, "iterations")
+    caps = setups(runs, "max_rows")
+    if not runs:
+        scaled = ""
+    elif any(m is not None for m in caps):
+        scaled = (", and tables capped to fit this machine (the scaling line above; a "
+                  "larger --max-rows, or --full, shows what the cap moves)")
+    else:
+        scaled = (", with tables as large as this machine's memory budget allows (the "
+                  "scaling line above)")
+    procs = ("%s daemons, as many trainers and the PS share %s cores"
+             % ("/".join(str(w) for w in workers), os.cpu_count() or "the host's")
+             if workers else "the daemons, trainers and PS share the host's cores")
+    return bullets("Why our numbers differ from the paper's:", [
+        "synthetic streams (esd-data gen%s, the public table shapes), not the real "
+        "Criteo/Avazu/Sponsored Search logs%s;" % (", " + zipf if zipf else "", scaled),
+        "one host: the links are shaped by the transport's token buckets (the daemon "
+        "shapes its pushes, esd-ps its replies to each worker at that worker's rate), "
+        "and %s, so iterations/s carry CPU contention the paper's 8 GPU machines did "
+        "not have (costs do not: they are bytes / link rate, counted on the links);"
+        % procs,
+        "%s measured iterations instead of whole epochs, one run instead of the mean "
+        "of five;" % ("/".join(str(i) for i in iters) if iters else "a few dozen"),
+        "the decision runs on the CPU (the paper's Opt ran on a GPU), so ESD's decision "
+        "time weighs more in our iterations/s;",
+        "the project default (\"default\" rows) is the dispatch-quality combination "
+        "(docs/quality.md): opt on the shared-charge matrix with local search, and "
+        "link-aware batch sizes fitted by esd-replay; the paper has no such row;",
+        "FAE's hot set is as large as the cache allows beside one micro-batch's keys "
+        "and is all-reduced densely through the PS over the same shaped links every "
+        "iteration (its pull half as miss pulls, its push half as update pushes); the "
+        "paper does not give FAE's hot-set size, and its all-reduce ran between GPU "
+        "machines. Both make FAE's cost here an upper estimate; the paper only says FAE "
+        "underperforms LAIA."])
+
+
+def machine_line():
+    """The host and commit this page is written on (what cannot be read is left out)."""
+    parts = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
+                         None)
+    except OSError:
+        model = None
+    parts.append("%s cores%s" % (os.cpu_count(), " (%s)" % model if model else ""))
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:"))
+        parts.append("%.0f GiB" % (kb / 1048576.0))
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        with open("/etc/os-release") as f:
+            name = next((l.split("=", 1)[1].strip().strip('"') for l in f
+                         if l.startswith("PRETTY_NAME=")), None)
+        if name:
+            parts.append(name)
+    except OSError:
+        pass
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty",
+                              "--abbrev=7"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    return "Machine: %s%s." % (", ".join(parts), "; commit %s" % rev if rev else "")
 
 
 def run_testbed(tag, opts, extra, full):
@@ -166,6 +306,27 @@ def commands(runs):
     return "\n".join("    " + res["command"] for _, res in runs)
 
 
+def costs_note(runs):
+    """How the costs and speedups were measured, from the runs' own records."""
+    warm = setups(runs, "warmup")
+    iters = setups(runs, "iterations")
+    workers = setups(runs, "workers")
+    sources = []
+    for _, _, r in available(runs):
+        if r.get("rate_source") and r["rate_source"] not in sources:
+            sources.append(r["rate_source"])
+    text = ("Costs are the bytes counted on the links divided by the link rates (%s); "
+            "speedups are ratios of iterations/s measured in the same testbed invocation "
+            "(iterations/s from: %s). With %s measured iterations on %s cores shared by the "
+            "testbed's %s processes (daemons, trainers and the PS) and any other users, the "
+            "speedups carry CPU contention; the costs are exact counts."
+            % ("warm-up excluded: full run minus a warm-up-only run" if any(warm) else
+               "no warm-up", "; ".join(sources) or "not recorded",
+               "/".join(str(i) for i in iters) or "the", os.cpu_count() or "the host's",
+               "/".join(str(2 * w + 1) for w in workers) or "all"))
+    return textwrap.fill(text, 79) + "\n\n"
+
+
 def write_md(name, title, paper, runs, body, note=""):
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, name + ".md")
@@ -174,6 +335,7 @@ def write_md(name, title, paper, runs, body, note=""):
         f.write("Generated by `python3 bench/reproduce/reproduce.py %s%s` on %s from the "
                 "runs listed under Commands.\n\n"
                 % (name, INVOCATION[0], time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+        f.write("%s\n\n" % machine_line())
         f.write("## The paper\n\n%s\n\n" % paper.strip())
         f.write("## Ours\n\n")
         if runs:
@@ -185,14 +347,8 @@ def write_md(name, title, paper, runs, body, note=""):
             f.write(note.strip() + "\n\n")
         if runs:
             f.write("Commands:\n\n%s\n\n" % commands(runs))
-            f.write("Costs are the bytes counted on the links divided by the link rates "
-                    "(warm-up excluded: full run minus a warm-up-only run); speedups are "
-                    "ratios of iterations/s measured in the same testbed invocation (timed "
-                    "after the warm-up on the control socket). With 20 measured iterations "
-                    "on a shared 2-core machine the speedups are noise-dominated (CPU "
-                    "contention of 17 processes and other users); the costs are exact "
-                    "counts.\n\n")
-        f.write(FINDINGS + "\n" + WHY)
+            f.write(costs_note(runs))
+        f.write(findings(runs) + "\n" + why(runs))
     print("  wrote %s" % os.path.relpath(path, REPO), flush=True)
 
 
@@ -306,12 +462,13 @@ build/reproduce/fig9-*/results.json).
 
 
 def fig10(extra, full, cache):
+    dims = [64, 128, 256, 512]
     sweep("fig10", "ESD Fig. 10: row size (S2)", """
 ESD Fig. 10 (S2, embedding sizes 128, 256, 512, 1024 floats in the paper;
-64..512 here as the issue asks): the speedup over LAIA grows with the row
+%s here as the issue asks): the speedup over LAIA grows with the row
 size, up to 1.59x, since each transfer costs more; the cost reduction
 relative to LAIA does not change with the row size.
-""", "--dim", [64, 128, 256, 512], "floats", extra, full)
+""" % ", ".join(str(d) for d in dims), "--dim", dims, "floats", extra, full)
 
 
 def fig11(extra, full, cache):
@@ -444,6 +601,7 @@ def write_index(done, extra, full):
                 % ("--full " if full else "", " ".join(x for x, _ in done),
                    (" -- " + " ".join(extra)) if extra else "",
                    time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+        f.write("%s\n\n" % machine_line())
         f.write("| figure | file | wall time of its runs |\n|---|---|---|\n")
         for name, secs in done:
             f.write("| %s | [%s.md](%s.md) | %.0f s%s |\n"
