@@ -153,6 +153,334 @@ static inline int64_t lskey_cost16(const struct lskey *x, uint64_t N, const stru
 	return c;
 }
 
+/* The search's state: per unique key its occurrences per worker (cnt),
+ * its entry (K; K8, a compact copy, for positional batches of n <= 8),
+ * stamps and scratch for evaluating a candidate, and the tables the cost
+ * functions read. */
+struct ls {
+	const uint32_t *occ, *off;
+	uint32_t n, k, U;
+	int full;       /* full-set sync: every trainer pushes */
+	int positional; /* every key at one position of its samples (n <= 16) */
+	uint32_t *cnt;
+	struct lskey *K;
+	struct lk8 *K8;
+	uint32_t *stamp, gen; /* stamps: 4 * gen + tag */
+	int32_t *dd;
+	uint32_t *touched;
+	struct tsum ts;
+	int64_t g[256];
+	/* K8: positions where some key is not saturated (needed everywhere,
+	 * never alone on a worker), ascending */
+	uint8_t live[256];
+	uint16_t lpos[256];
+	uint32_t nl, all;
+};
+
+static void ls_free(struct ls *L)
+{
+	free(L->cnt);
+	free(L->K);
+	free(L->K8);
+	free(L->stamp);
+	free(L->dd);
+	free(L->touched);
+}
+
+static int ls_alloc(struct ls *L)
+{
+	L->cnt = calloc((size_t)L->U * L->n + 1, sizeof(uint32_t));
+	L->K = calloc((size_t)L->U + 1, sizeof(*L->K));
+	L->stamp = calloc((size_t)L->U + 1, sizeof(uint32_t));
+	L->dd = malloc(((size_t)L->U + 1) * sizeof(int32_t));
+	L->touched = malloc(((size_t)L->off[L->k] + 1) * sizeof(uint32_t));
+	return L->cnt && L->K && L->stamp && L->dd && L->touched ? 0 : -ENOMEM;
+}
+
+/* Counts and masks of the start assignment, and each key's position in
+ * its samples (dd). Returns whether some key sits at two positions. */
+static int ls_count(struct ls *L, const uint32_t *assign)
+{
+	int moved = 0;
+	for (uint32_t u = 0; u < L->U; u++)
+		L->dd[u] = -1;
+	for (uint32_t i = 0; i < L->k; i++) {
+		const uint64_t bit = UINT64_C(1) << assign[i];
+		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
+			const uint32_t u = L->occ[q];
+			const int32_t at = (int32_t)(q - L->off[i]);
+			L->cnt[(size_t)u * L->n + assign[i]]++;
+			L->K[u].mask |= bit;
+			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
+			L->dd[u] = at;
+		}
+	}
+	return moved;
+}
+
+/* Each key's state and current true cost; returns their sum. */
+static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
+{
+	int64_t cost = 0;
+	for (uint32_t u = 0; u < L->U; u++) {
+		const struct esd_keystate *ks = &kt->st[u];
+		struct lskey *x = &L->K[u];
+		x->latest = ks->latest;
+		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
+		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
+		for (uint32_t j = 0; j < L->n; j++)
+			x->one |= (uint64_t)(L->cnt[(size_t)u * L->n + j] == 1) << j;
+		x->kc = lskey_cost(x, x->mask, &L->ts, L->full);
+		cost += x->kc;
+	}
+	return cost;
+}
+
+/* Positional batches of n <= 8 with samples of at most 256 keys: the
+ * compact copy of the keys, their live positions and the gradient-push
+ * table. 0 (also when not applicable) or -ENOMEM. */
+static int ls_compact(struct ls *L)
+{
+	uint32_t lmax = 0;
+	for (uint32_t i = 0; i < L->k; i++)
+		if (L->off[i + 1] - L->off[i] > lmax)
+			lmax = L->off[i + 1] - L->off[i];
+	L->all = (uint32_t)((UINT64_C(1) << L->n) - 1);
+	if (!(L->positional && L->n <= 8 && lmax <= 256))
+		return 0;
+	L->K8 = malloc(((size_t)L->U + 1) * sizeof(*L->K8));
+	if (!L->K8)
+		return -ENOMEM;
+	for (uint32_t u = 0; u < L->U; u++) {
+		const struct lskey *x = &L->K[u];
+		L->K8[u] = (struct lk8){x->kc,
+		                        x->td,
+		                        (uint8_t)x->mask,
+		                        (uint8_t)x->one,
+		                        (uint8_t)x->latest,
+		                        (uint8_t)x->dbit,
+		                        (uint16_t)L->dd[u]};
+	}
+	for (uint32_t u = 0; u < L->U; u++)
+		if (L->K8[u].mask != L->all || L->K8[u].one)
+			L->live[L->K8[u].pos] = 1;
+	for (uint32_t q = 0; q < lmax; q++)
+		if (L->live[q])
+			L->lpos[L->nl++] = (uint16_t)q;
+	for (uint32_t N = 0; N < 256; N++)
+		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
+	return 0;
+}
+
+/* A candidate: samples i (at worker a, keys oi[li]) and i2 (at c). */
+struct cand {
+	const uint32_t *oi, *oi2;
+	uint32_t li, li2, a, c;
+};
+
+/* The change of the true cost if the candidate swaps, on the compact copy
+ * (positional, n <= 8): position by position, live positions only. */
+static int64_t delta_compact(const struct ls *L, const struct cand *x)
+{
+	const uint32_t ba8 = 1u << x->a, bc8 = 1u << x->c;
+	const uint32_t lm = x->li < x->li2 ? x->li : x->li2;
+	int64_t delta = 0;
+	for (uint32_t t = 0; t < L->nl && L->lpos[t] < lm; t++) {
+		const uint32_t q = L->lpos[t];
+		const uint32_t u = x->oi[q], v = x->oi2[q];
+		const struct lk8 *ku = &L->K8[u], *kv = &L->K8[v];
+		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
+		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
+		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc +
+		                   lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		delta += u != v ? dq : 0;
+	}
+	for (uint32_t q = lm; q < x->li; q++) {
+		const struct lk8 *ku = &L->K8[x->oi[q]];
+		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
+		delta += lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc;
+	}
+	for (uint32_t q = lm; q < x->li2; q++) {
+		const struct lk8 *kv = &L->K8[x->oi2[q]];
+		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
+		delta += lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+	}
+	return delta;
+}
+
+/* The same for positional batches of n <= 16, without branches on the
+ * data: a key whose mask does not change adds its own cost minus itself;
+ * a key both samples hold adds nothing. */
+static int64_t delta_positional(const struct ls *L, const struct cand *x)
+{
+	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
+	const uint32_t lm = x->li < x->li2 ? x->li : x->li2;
+	int64_t delta = 0;
+	for (uint32_t q = 0; q < lm; q++) {
+		const uint32_t u = x->oi[q], v = x->oi2[q];
+		const struct lskey *ku = &L->K[u], *kv = &L->K[v];
+		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
+		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
+		const int64_t dq = lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc +
+		                   lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+		delta += u != v ? dq : 0;
+	}
+	for (uint32_t q = lm; q < x->li; q++) {
+		const struct lskey *ku = &L->K[x->oi[q]];
+		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
+		delta += lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc;
+	}
+	for (uint32_t q = lm; q < x->li2; q++) {
+		const struct lskey *kv = &L->K[x->oi2[q]];
+		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
+		delta += lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+	}
+	return delta;
+}
+
+/* The same for samples without repeated keys, with stamps (tags: 1 = in
+ * i2, 2 = in i only, 3 = in both); *slow set when a sample repeats a key
+ * (then delta_any answers). */
+static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
+{
+	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
+	const uint32_t G = next_gen(L->stamp, L->U, &L->gen);
+	int64_t delta = 0;
+	*slow = 0;
+	for (uint32_t q = 0; q < x->li2; q++) {
+		const uint32_t u = x->oi2[q];
+		if (L->stamp[u] == G + 1) {
+			*slow = 1;
+			return 0;
+		}
+		L->stamp[u] = G + 1;
+	}
+	for (uint32_t q = 0; q < x->li; q++) {
+		const uint32_t u = x->oi[q], sv = L->stamp[u];
+		if (sv == G + 1) {
+			L->stamp[u] = G + 3;
+			continue;
+		}
+		if (sv == G + 2 || sv == G + 3) {
+			*slow = 1;
+			return 0;
+		}
+		L->stamp[u] = G + 2;
+		const struct lskey *k = &L->K[u];
+		const uint64_t m = k->mask, m2 = (m & ~(k->one & ba)) | bc;
+		if (m2 != m)
+			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+	}
+	for (uint32_t q = 0; q < x->li2; q++) {
+		const uint32_t u = x->oi2[q];
+		if (L->stamp[u] == G + 3)
+			continue;
+		const struct lskey *k = &L->K[u];
+		const uint64_t m = k->mask, m2 = (m & ~(k->one & bc)) | ba;
+		if (m2 != m)
+			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+	}
+	return delta;
+}
+
+/* Any samples: the net occurrences of each key moving a -> c (listed in
+ * L->touched, *nt of them), and the change from them. */
+static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
+{
+	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
+	int64_t delta = 0;
+	*nt = net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
+	                L->dd, L->touched);
+	for (uint32_t t = 0; t < *nt; t++) {
+		const uint32_t u = L->touched[t];
+		const int32_t d = L->dd[u];
+		if (!d)
+			continue;
+		const uint32_t *cu = L->cnt + (size_t)u * L->n;
+		const uint64_t m = L->K[u].mask;
+		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] != (uint32_t)d ? ba : 0) |
+		                    (cu[x->c] + (uint32_t)d ? bc : 0);
+		if (m2 != m)
+			delta += lskey_cost(&L->K[u], m2, &L->ts, L->full) - L->K[u].kc;
+	}
+	return delta;
+}
+
+/* K8: a position comes alive (some key there no longer saturated): into
+ * the ascending list. */
+static void ls_position_alive(struct ls *L, uint16_t at)
+{
+	L->live[at] = 1;
+	uint32_t z = L->nl++;
+	for (; z > 0 && L->lpos[z - 1] > at; z--)
+		L->lpos[z] = L->lpos[z - 1];
+	L->lpos[z] = at;
+}
+
+/* Take the swap: the nt touched keys' counts, masks and costs. */
+static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
+{
+	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
+	for (uint32_t t = 0; t < nt; t++) {
+		const uint32_t u = L->touched[t];
+		const int32_t d = L->dd[u];
+		if (!d)
+			continue;
+		uint32_t *cu = L->cnt + (size_t)u * L->n;
+		cu[x->a] -= (uint32_t)d;
+		cu[x->c] += (uint32_t)d;
+		struct lskey *k = &L->K[u];
+		const uint64_t m = k->mask;
+		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] ? ba : 0) | (cu[x->c] ? bc : 0);
+		k->one = (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
+		if (m2 != m) {
+			k->mask = m2;
+			k->kc = lskey_cost(k, m2, &L->ts, L->full);
+		}
+		if (L->K8) {
+			L->K8[u].mask = (uint8_t)k->mask;
+			L->K8[u].one = (uint8_t)k->one;
+			L->K8[u].kc = k->kc;
+			const uint16_t at = L->K8[u].pos;
+			if (!L->live[at] && (L->K8[u].mask != L->all || L->K8[u].one))
+				ls_position_alive(L, at);
+		}
+	}
+}
+
+/* Evaluate the candidate swap of samples i and i2 and take it when it
+ * lowers the true cost. Returns 1 when taken, 0 when not, -1 when the
+ * two sit on the same worker (not counted as an evaluation). */
+static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int64_t *cost)
+{
+	const uint32_t a = assign[i], c = assign[i2];
+	if (a == c)
+		return -1;
+	const struct cand x = {L->occ + L->off[i], L->occ + L->off[i2], L->off[i + 1] - L->off[i],
+	                       L->off[i2 + 1] - L->off[i2], a, c};
+	int slow = 0;
+	uint32_t nt = 0;
+	/* fast paths for samples without repeated keys: a key of one sample
+	 * only moves one occurrence (its mask loses a worker when that was
+	 * its only occurrence there, and gains the other); a key of both does
+	 * not change */
+	int64_t delta = L->K8 ? delta_compact(L, &x)
+	                : L->positional ? delta_positional(L, &x)
+	                                : delta_stamped(L, &x, &slow);
+	if (slow)
+		delta = delta_any(L, &x, &nt);
+	if (delta >= 0)
+		return 0;
+	if (!slow)
+		nt = net_moves(x.oi, x.li, x.oi2, x.li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
+		               L->dd, L->touched);
+	take_swap(L, &x, nt);
+	assign[i] = c;
+	assign[i2] = a;
+	*cost += delta;
+	return 1;
+}
+
 int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                      enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
                      struct esd_ls_stats *st)
@@ -160,110 +488,38 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (!kt || !b || !T || !p || !assign || b->k != kt->k ||
 	    (b->k && b->off[b->k] != kt->nocc) || sync > ESD_SYNC_FULL_SET)
 		return -EINVAL;
-	const uint32_t n = kt->n, k = b->k, U = kt->count;
-	for (uint32_t i = 0; i < k; i++)
-		if (assign[i] >= n)
+	for (uint32_t i = 0; i < b->k; i++)
+		if (assign[i] >= kt->n)
 			return -EINVAL;
 	struct esd_ls_stats s0 = {0};
 	int64_t t0 = esd_now_ns();
-	/* per unique key: occurrences per worker, the mask of workers that
-	 * need it, its current true cost, and for the candidate being
-	 * evaluated a stamp and the net number of its occurrences leaving
-	 * worker a for worker c */
-	uint32_t *cnt = calloc((size_t)U * n + 1, sizeof(uint32_t));
-	struct lskey *K = calloc((size_t)U + 1, sizeof(*K));
-	uint32_t *stamp = calloc((size_t)U + 1, sizeof(uint32_t));
-	int32_t *dd = malloc(((size_t)U + 1) * sizeof(int32_t));
-	uint32_t *touched = malloc(((size_t)b->off[k] + 1) * sizeof(uint32_t));
-	struct lk8 *K8 = NULL; /* n <= 8: the evaluation reads a compact copy of K */
-	int rc = 0;
-	if (!cnt || !K || !stamp || !dd || !touched) {
-		rc = -ENOMEM;
+	struct ls *L = calloc(1, sizeof(*L));
+	if (!L)
+		return -ENOMEM;
+	*L = (struct ls){.occ = kt->occ, .off = b->off, .n = kt->n, .k = b->k, .U = kt->count,
+	                 .full = sync == ESD_SYNC_FULL_SET};
+	int rc = ls_alloc(L);
+	if (rc)
 		goto out;
-	}
-	struct tsum ts;
-	tsum_init(&ts, T, n);
-	const uint32_t *occ = kt->occ;
-	/* counts, masks, and each key's position in its samples (dd, -1:
-	 * none yet; moved records a key seen at two positions) */
-	for (uint32_t u = 0; u < U; u++)
-		dd[u] = -1;
-	int moved = 0;
-	for (uint32_t i = 0; i < k; i++) {
-		const uint64_t bit = UINT64_C(1) << assign[i];
-		for (uint32_t q = b->off[i]; q < b->off[i + 1]; q++) {
-			const uint32_t u = occ[q];
-			const int32_t at = (int32_t)(q - b->off[i]);
-			cnt[(size_t)u * n + assign[i]]++;
-			K[u].mask |= bit;
-			moved |= (dd[u] >= 0) & (dd[u] != at);
-			dd[u] = at;
-		}
-	}
-	const int full = sync == ESD_SYNC_FULL_SET;
-	int64_t cost = 0;
-	for (uint32_t u = 0; u < U; u++) {
-		const struct esd_keystate *ks = &kt->st[u];
-		struct lskey *x = &K[u];
-		x->latest = ks->latest;
-		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
-		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
-		for (uint32_t j = 0; j < n; j++)
-			x->one |= (uint64_t)(cnt[(size_t)u * n + j] == 1) << j;
-		x->kc = lskey_cost(x, x->mask, &ts, full);
-		cost += x->kc;
-	}
-	s0.start_cost = cost;
+	tsum_init(&L->ts, T, L->n);
 	/* Positional batches (Criteo's: one key per table, tables in the
 	 * same order in every sample): every key sits at one position of the
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	const int positional = n <= 16 && !moved;
-	int64_t g[256];
-	uint32_t lmax = 0;
-	for (uint32_t i = 0; i < k; i++)
-		if (b->off[i + 1] - b->off[i] > lmax)
-			lmax = b->off[i + 1] - b->off[i];
-	/* Positions where some key is not saturated (needed everywhere, never
-	 * alone on a worker): a saturated key's mask cannot change, so the
-	 * others are skipped. Keys only leave saturation on a taken swap. */
-	uint8_t live[256] = {0};
-	uint16_t lpos[256];
-	uint32_t nl = 0;
-	const uint32_t all = (uint32_t)((UINT64_C(1) << n) - 1);
-	if (positional && n <= 8 && lmax <= 256) {
-		K8 = malloc(((size_t)U + 1) * sizeof(*K8));
-		if (!K8) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		for (uint32_t u = 0; u < U; u++)
-			K8[u] = (struct lk8){K[u].kc,
-			                     K[u].td,
-			                     (uint8_t)K[u].mask,
-			                     (uint8_t)K[u].one,
-			                     (uint8_t)K[u].latest,
-			                     (uint8_t)K[u].dbit,
-			                     (uint16_t)dd[u]};
-		for (uint32_t u = 0; u < U; u++) {
-			if (K8[u].mask != all || K8[u].one)
-				live[K8[u].pos] = 1;
-		}
-		for (uint32_t q = 0; q < lmax; q++)
-			if (live[q])
-				lpos[nl++] = (uint16_t)q;
-		for (uint32_t N = 0; N < 256; N++)
-			g[N] = full || (N & (N - 1)) ? ts.lo[N] : 0;
-	}
-	uint64_t rng = p->seed;
-	uint32_t gen = 0; /* stamps: 4 * gen + tag */
+	const int moved = ls_count(L, assign);
+	L->positional = L->n <= 16 && !moved;
+	int64_t cost = ls_key_costs(L, kt, T);
+	s0.start_cost = cost;
+	if ((rc = ls_compact(L)))
+		goto out;
 	/* The candidates do not depend on the moves taken: draw them AHEAD
 	 * evaluations early and prefetch their key lists. (Prefetching the
 	 * keys' entries as well measured slower: they are in L2.) */
+	const uint32_t k = L->k, n = L->n;
 	enum { AHEAD = 4 };
 	uint32_t ring[4 * AHEAD][2];
-	uint64_t drawn = 0;
+	uint64_t rng = p->seed, drawn = 0;
 	for (; k >= 2 && n >= 2 && drawn < p->max_evals && drawn < 2 * AHEAD; drawn++) {
 		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(next(&rng) % k);
 		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(next(&rng) % k);
@@ -275,185 +531,20 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			uint32_t *r = ring[drawn % (4 * AHEAD)];
 			r[0] = (uint32_t)(next(&rng) % k);
 			r[1] = (uint32_t)(next(&rng) % k);
-			__builtin_prefetch(occ + b->off[r[0]]);
-			__builtin_prefetch(occ + b->off[r[1]]);
+			__builtin_prefetch(L->occ + L->off[r[0]]);
+			__builtin_prefetch(L->occ + L->off[r[1]]);
 			drawn++;
 		}
-		const uint32_t i = ring[e % (4 * AHEAD)][0], i2 = ring[e % (4 * AHEAD)][1];
-		const uint32_t a = assign[i], c = assign[i2];
-		if (a == c)
-			continue;
-		s0.evals++;
-		/* candidate swap: i to c, i2 to a; the counts change only if the
-		 * swap is taken */
-		const uint64_t ba = UINT64_C(1) << a, bc = UINT64_C(1) << c;
-		const uint32_t *oi = occ + b->off[i], *oi2 = occ + b->off[i2];
-		const uint32_t li = b->off[i + 1] - b->off[i], li2 = b->off[i2 + 1] - b->off[i2];
-		int64_t delta = 0;
-		/* Fast paths, samples without repeated keys: a key of one sample
-		 * only moves one occurrence (its mask loses a worker when that
-		 * was its only occurrence there, and gains the other); a key of
-		 * both does not change. */
-		int slow = 0;
-		if (K8) {
-			/* as below, on the compact copy */
-			const uint32_t ba8 = 1u << a, bc8 = 1u << c;
-			const uint32_t lm = li < li2 ? li : li2;
-			for (uint32_t t = 0; t < nl && lpos[t] < lm; t++) {
-				const uint32_t q = lpos[t];
-				const uint32_t u = oi[q], v = oi2[q];
-				const struct lk8 *x = &K8[u], *y = &K8[v];
-				const uint32_t mx2 = (x->mask & ~(x->one & ba8)) | bc8;
-				const uint32_t my2 = (y->mask & ~(y->one & bc8)) | ba8;
-				const int64_t dq = lk8_cost(x, mx2, ts.lo, g) - x->kc +
-				                   lk8_cost(y, my2, ts.lo, g) - y->kc;
-				delta += u != v ? dq : 0;
-			}
-			for (uint32_t q = lm; q < li; q++) {
-				const struct lk8 *x = &K8[oi[q]];
-				const uint32_t mx2 = (x->mask & ~(x->one & ba8)) | bc8;
-				delta += lk8_cost(x, mx2, ts.lo, g) - x->kc;
-			}
-			for (uint32_t q = lm; q < li2; q++) {
-				const struct lk8 *y = &K8[oi2[q]];
-				const uint32_t my2 = (y->mask & ~(y->one & bc8)) | ba8;
-				delta += lk8_cost(y, my2, ts.lo, g) - y->kc;
-			}
-		} else if (positional) {
-			/* no branches on the data: a key whose mask does not change
-			 * adds its own cost minus itself; a key both samples hold
-			 * adds nothing */
-			const uint32_t lm = li < li2 ? li : li2;
-			for (uint32_t q = 0; q < lm; q++) {
-				const uint32_t u = oi[q], v = oi2[q];
-				const struct lskey *x = &K[u], *y = &K[v];
-				const uint64_t mx2 = (x->mask & ~(x->one & ba)) | bc;
-				const uint64_t my2 = (y->mask & ~(y->one & bc)) | ba;
-				const int64_t dq = lskey_cost16(x, mx2, &ts, full) - x->kc +
-				                   lskey_cost16(y, my2, &ts, full) - y->kc;
-				delta += u != v ? dq : 0;
-			}
-			for (uint32_t q = lm; q < li; q++) {
-				const struct lskey *x = &K[oi[q]];
-				const uint64_t mx2 = (x->mask & ~(x->one & ba)) | bc;
-				delta += lskey_cost16(x, mx2, &ts, full) - x->kc;
-			}
-			for (uint32_t q = lm; q < li2; q++) {
-				const struct lskey *y = &K[oi2[q]];
-				const uint64_t my2 = (y->mask & ~(y->one & bc)) | ba;
-				delta += lskey_cost16(y, my2, &ts, full) - y->kc;
-			}
-		} else {
-			/* stamps; tags: 1 = in i2, 2 = in i only, 3 = in both */
-			const uint32_t G = next_gen(stamp, U, &gen);
-			for (uint32_t q = 0; q < li2; q++) {
-				const uint32_t u = oi2[q];
-				if (stamp[u] == G + 1) {
-					slow = 1;
-					break;
-				}
-				stamp[u] = G + 1;
-			}
-			for (uint32_t q = 0; !slow && q < li; q++) {
-				const uint32_t u = oi[q], sv = stamp[u];
-				if (sv == G + 1) {
-					stamp[u] = G + 3;
-					continue;
-				}
-				if (sv == G + 2 || sv == G + 3) {
-					slow = 1;
-					break;
-				}
-				stamp[u] = G + 2;
-				const struct lskey *x = &K[u];
-				const uint64_t m = x->mask, m2 = (m & ~(x->one & ba)) | bc;
-				if (m2 != m)
-					delta += lskey_cost(x, m2, &ts, full) - x->kc;
-			}
-			for (uint32_t q = 0; !slow && q < li2; q++) {
-				const uint32_t u = oi2[q];
-				if (stamp[u] == G + 3)
-					continue;
-				const struct lskey *x = &K[u];
-				const uint64_t m = x->mask, m2 = (m & ~(x->one & bc)) | ba;
-				if (m2 != m)
-					delta += lskey_cost(x, m2, &ts, full) - x->kc;
-			}
-		}
-		uint32_t nt = 0;
-		if (slow) {
-			/* any samples: net occurrences of each key moving a -> c */
-			nt = net_moves(oi, li, oi2, li2, next_gen(stamp, U, &gen), stamp, dd,
-			               touched);
-			delta = 0;
-			for (uint32_t t = 0; t < nt; t++) {
-				const uint32_t u = touched[t];
-				const int32_t d = dd[u];
-				if (!d)
-					continue;
-				const uint32_t *cu = cnt + (size_t)u * n;
-				const uint64_t m = K[u].mask;
-				const uint64_t m2 = (m & ~(ba | bc)) |
-				                    (cu[a] != (uint32_t)d ? ba : 0) |
-				                    (cu[c] + (uint32_t)d ? bc : 0);
-				if (m2 != m)
-					delta += lskey_cost(&K[u], m2, &ts, full) - K[u].kc;
-			}
-		}
-		if (delta < 0) {
-			if (!slow)
-				nt = net_moves(oi, li, oi2, li2, next_gen(stamp, U, &gen), stamp,
-				               dd, touched);
-			for (uint32_t t = 0; t < nt; t++) {
-				const uint32_t u = touched[t];
-				const int32_t d = dd[u];
-				if (!d)
-					continue;
-				uint32_t *cu = cnt + (size_t)u * n;
-				cu[a] -= (uint32_t)d;
-				cu[c] += (uint32_t)d;
-				struct lskey *x = &K[u];
-				const uint64_t m = x->mask;
-				const uint64_t m2 =
-				    (m & ~(ba | bc)) | (cu[a] ? ba : 0) | (cu[c] ? bc : 0);
-				x->one = (x->one & ~(ba | bc)) | (cu[a] == 1 ? ba : 0) |
-				         (cu[c] == 1 ? bc : 0);
-				if (m2 != m) {
-					x->mask = m2;
-					x->kc = lskey_cost(x, m2, &ts, full);
-				}
-				if (K8) {
-					K8[u].mask = (uint8_t)x->mask;
-					K8[u].one = (uint8_t)x->one;
-					K8[u].kc = x->kc;
-					const uint16_t at = K8[u].pos;
-					if (!live[at] && (K8[u].mask != all || K8[u].one)) {
-						/* the position comes alive: into the
-						 * ascending list */
-						live[at] = 1;
-						uint32_t z = nl++;
-						for (; z > 0 && lpos[z - 1] > at; z--)
-							lpos[z] = lpos[z - 1];
-						lpos[z] = at;
-					}
-				}
-			}
-			assign[i] = c;
-			assign[i2] = a;
-			cost += delta;
-			s0.swaps++;
-		}
+		int r = try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
+		s0.evals += r >= 0;
+		s0.swaps += r > 0;
 	}
 	s0.end_cost = cost;
 	s0.ns = esd_now_ns() - t0;
 	if (st)
 		*st = s0;
 out:
-	free(cnt);
-	free(K);
-	free(K8);
-	free(stamp);
-	free(dd);
-	free(touched);
+	ls_free(L);
+	free(L);
 	return rc;
 }
