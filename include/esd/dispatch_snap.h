@@ -4,8 +4,8 @@
  *
  * Snapshots
  * ---------
- * A struct esd_snapset holds one metadata-only mirror (struct esd_cmeta,
- * esd/policy.h) of every worker's cache, in private memory. The mirrors
+ * A struct esd_snapset holds one metadata-only snapshot (struct esd_cmeta,
+ * esd/policy.h) of every worker's cache, in private memory. The snapshots
  * are advanced by the same policy code as the real caches: for iteration
  * t, esd_snapset_advance() applies DESIGN §3 steps 1-6 to them in the
  * same order as a node daemon does to its cache (step-1 pushes make the
