@@ -92,8 +92,8 @@ static inline uint32_t keydir_probe(const struct keydir *kd, esd_key_t key)
 
 /* For a loop over keys[0..n) at i: the home lines of the next keys are
  * requested KEYDIR_AHEAD keys ahead (the first ones at i = 0), so the
- * directory's DRAM misses overlap (32: the fill's work per key is short,
- * and 16 ahead left it waiting; bench/results/dispatch.md). always_inline:
+ * directory's DRAM misses overlap (the fill's work per key is short, so
+ * it looks far ahead; bench/results/dispatch.md). always_inline:
  * a helper holding only prefetches has no side effects, so GCC drops calls
  * to it unless it is inlined first. */
 #define KEYDIR_AHEAD 32

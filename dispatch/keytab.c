@@ -104,15 +104,14 @@ static inline __attribute__((always_inline)) uint32_t probe_insert(uint32_t *has
  * full (the caller regrows it and starts over).
  * Nearly every occurrence finds its home entry empty (a new key) or
  * holding its key. While the table is small enough to stay in L2 (new
- * keys are then frequent too: about one occurrence in five of a
- * Criteo-shaped batch at k = 1024), both take one straight path with no
+ * keys are then frequent too in a Criteo-shaped batch), both take one
+ * straight path with no
  * branch on which (a branch a predictor misses for every new key): the
  * entry, the key's slot in ukeys and its number are written either way
  * and the count keeps what is new. A larger table's lines come from
  * further out and new keys are rarer; there the branchy probe wins, as its
- * shorter iterations keep more of those misses in flight (the straight
- * path: -7 to -30 % at k = 1024 as the host is slow or fast, +10 % at
- * 4096, +20 % at 8192; bench/results/dispatch.md). */
+ * shorter iterations keep more of those misses in flight (which wins at
+ * which k: bench/results/dispatch.md). */
 static int build_scalar(struct kt_pass *ps, uint32_t p)
 {
 	uint32_t *hash = ps->hash, *occ = ps->occ;
@@ -213,7 +212,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,popcnt"))) static int build_v8(
 		vand = _mm512_and_si512(vand, k);
 		/* the hash's multiply in two 4-lane halves: a 512-bit one
 		 * lowers the core's clock for a while, and the whole step
-		 * measured 3-6 % slower in its other phases */
+		 * was slower in its other phases: bench/results/dispatch.md */
 		const __m256i k0 = _mm512_castsi512_si256(k), k1 = _mm512_extracti64x4_epi64(k, 1);
 		const __m256i h = _mm256_setr_m128i(
 		    _mm256_cvtepi64_epi32(_mm256_srl_epi64(_mm256_mullo_epi64(k0, mul), shift)),

@@ -15,9 +15,8 @@
  * default, --warmup full): the steady state of a run, where nearly every
  * miss evicts a row and the snapshots' lines are spread over all of their
  * memory. A short warmup (--warmup 30) measures snapshots a few per cent
- * full, which is quicker and flatters the step (1.161 against 1.376 ms
- * at k = 1024 in the same minutes: bench/results/dispatch.md, fifth pass);
- * the last line says how full they were, and how they were kept: by key
+ * full, which is quicker and flatters the step (bench/results/dispatch.md
+ * has both); the last line says how full they were, and how they were kept: by key
  * (the mirror, under LRU with n <= 8) or by worker (--by-worker, the
  * blocks; the other policies).
  */
