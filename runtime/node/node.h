@@ -22,6 +22,7 @@
 #include <esd/dispatch_snap.h>
 #include <esd/gpu.h>
 #include <esd/job.h>
+#include <esd/rate_est.h>
 #include <esd/transport.h>
 
 #include <esd/ctl.h>

@@ -3,7 +3,7 @@
  * throughput, small phases are left out, the window slides. */
 #include "testutil.h"
 
-#include <esd/transport.h>
+#include <esd/rate_est.h>
 #include <math.h>
 #include <stdlib.h>
 

@@ -1,8 +1,8 @@
 /*
- * Link capacity from the transport's accounting (esd/transport.h): a
+ * A link's real rate from timed transfer phases (esd/rate_est.h): a
  * least-squares line through (bytes, ns) of the last transfer phases.
  */
-#include <esd/transport.h>
+#include <esd/rate_est.h>
 
 #include <math.h>
 #include <string.h>
