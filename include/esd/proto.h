@@ -179,7 +179,7 @@ struct esd_barrier {
 	uint64_t iteration;
 	uint64_t digest; /* digest of the dispatch decision (0 = none) */
 	uint32_t worker;
-	uint32_t npushes; /* push frames the worker sent for this iteration */
+	uint32_t npushes; /* reserved: esdd sends 0, esd-ps ignores it */
 	int checkpoint;   /* header flag ESD_FLAG_CHECKPOINT (not in the body) */
 };
 

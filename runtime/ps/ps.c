@@ -429,8 +429,8 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ps->mu);
-	/* exactly once: push sequences of a worker only grow */
-	if (r->sequence && r->sequence <= ps->push_seq[w]) {
+	/* exactly once: a re-sent push (after a reconnect) is not applied again */
+	if (!esd_dedup_fresh(&ps->dedup, w, r->sequence)) {
 		pthread_mutex_unlock(&ps->mu);
 		return 0;
 	}
@@ -461,8 +461,8 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	if (rc)
 		ps_fail_locked(ps, rc, "worker %u: applying a %s frame failed: %s", w,
 			       esd_op_name(m->hdr.op), esd_strerror(rc));
-	else if (r->sequence)
-		ps->push_seq[w] = r->sequence;
+	else
+		esd_dedup_applied(&ps->dedup, w, r->sequence);
 out:
 	pthread_mutex_unlock(&ps->mu);
 	return rc;

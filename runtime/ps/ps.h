@@ -15,6 +15,7 @@
 
 #include "store.h"
 
+#include <esd/dedup.h>
 #include <esd/job.h>
 #include <esd/transport.h>
 #include <pthread.h>
@@ -43,7 +44,7 @@ struct ps {
 	uint32_t arrived;      /* workers at the barrier of iter_done + 1 */
 	uint64_t arrived_mask;
 	uint64_t digest[ESD_MAX_WORKERS];
-	uint64_t push_seq[ESD_MAX_WORKERS]; /* last applied push sequence */
+	struct esd_dedup dedup; /* the last applied push sequence of each worker */
 	uint64_t connected_mask;
 	int failed;            /* -errno: the job failed; every barrier answers it */
 	char fail_msg[256];

@@ -26,7 +26,7 @@ struct slot {
 
 static struct slot *store;
 static pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct esd_dedup *dedup;
+static struct esd_dedup dedup; /* the PS's rule (esd/dedup.h) */
 static pthread_mutex_t dedup_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct slot *row(uint64_t key)
@@ -71,8 +71,13 @@ static int reply_pull(struct esd_link *l, struct esd_buf *b, const struct esd_ms
 static int apply_push(struct esd_link *l, struct esd_buf *b, const struct esd_msg *m)
 {
 	const struct esd_rows *r = &m->u.rows;
+	int fresh = -EINVAL;
 	pthread_mutex_lock(&dedup_lock);
-	int fresh = esd_dedup_check(dedup, r->worker, r->iteration, r->sequence);
+	if (r->worker < ESD_MAX_WORKERS) {
+		fresh = esd_dedup_fresh(&dedup, r->worker, r->sequence);
+		if (fresh)
+			esd_dedup_applied(&dedup, r->worker, r->sequence);
+	}
 	pthread_mutex_unlock(&dedup_lock);
 	if (fresh == 1) {
 		pthread_mutex_lock(&store_lock);
@@ -134,13 +139,7 @@ static void *serve(void *arg)
 		case ESD_OP_BARRIER: {
 			struct esd_ack a = {.iteration = m.u.barrier.iteration,
 			                    .op = ESD_OP_BARRIER};
-			pthread_mutex_lock(&dedup_lock);
-			int64_t seen =
-			    esd_dedup_count(dedup, m.u.barrier.worker, m.u.barrier.iteration);
-			pthread_mutex_unlock(&dedup_lock);
-			a.status = seen == (int64_t)m.u.barrier.npushes ? 0 : -EPROTO;
-			a.sequence = (uint64_t)seen;
-			rc = esd_enc_ack(&b, &a);
+			rc = esd_enc_ack(&b, &a); /* as esd-ps: sequence 0 for a barrier */
 			if (!rc)
 				rc = esd_link_send(l, b.data, b.len);
 			break;
@@ -173,8 +172,9 @@ static void run_peer(const struct esd_link_opts *o, int fd)
 	char addr[256] = "";
 	esd_log_init("peer");
 	store = calloc(STORE_SLOTS, sizeof(*store));
-	if (!store || esd_dedup_create(ESD_MAX_WORKERS, &dedup))
+	if (!store)
 		_exit(3);
+	esd_dedup_reset(&dedup);
 	int rc = esd_listener_open(o, &ls);
 	if (!rc)
 		esd_listener_addr(ls, addr, sizeof(addr));

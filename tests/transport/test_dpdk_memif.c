@@ -100,7 +100,7 @@ static void test_memif_round_trips(void **state)
 	for (uint64_t it = 1; it <= 30; it++) {
 		for (uint64_t s = 0; s < 4; s++) {
 			struct esd_rows gr = {.iteration = it,
-			                      .sequence = s,
+			                      .sequence = (it - 1) * 4 + s + 1, /* as esdd */
 			                      .worker = 1,
 			                      .kind = ESD_XFER_UPDATE_PUSH,
 			                      .dim = PEER_DIM};
@@ -114,7 +114,7 @@ static void test_memif_round_trips(void **state)
 		assert_int_equal(peer_send_buf(l, &b), 0);
 		for (uint64_t s = 0; s < 4; s++) {
 			assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
-			assert_int_equal(m.u.ack.sequence, s);
+			assert_int_equal(m.u.ack.sequence, (it - 1) * 4 + s + 1);
 			assert_int_equal(m.u.ack.status, 0);
 		}
 		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);

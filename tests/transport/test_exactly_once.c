@@ -46,7 +46,7 @@ static void run(const char *engine, int peer_faults)
 		for (uint64_t s = 0; s < PUSHES; s++) {
 			struct esd_rows_enc e;
 			struct esd_rows r = {.iteration = it,
-			                     .sequence = s,
+			                     .sequence = it * PUSHES + s + 1, /* as esdd: 1, 2, ... */
 			                     .worker = 3,
 			                     .kind = ESD_XFER_UPDATE_PUSH,
 			                     .dim = PEER_DIM};
@@ -66,11 +66,11 @@ static void run(const char *engine, int peer_faults)
 		for (uint64_t s = 0; s < PUSHES; s++) {
 			assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
 			assert_int_equal(m.u.ack.iteration, it);
-			assert_int_equal(m.u.ack.sequence, s); /* in order, once */
+			assert_int_equal(m.u.ack.sequence, it * PUSHES + s + 1); /* in order, once */
 			assert_int_equal(m.u.ack.status, 0);   /* applied, never a duplicate */
 			applied++;
 		}
-		struct esd_barrier br = {.iteration = it, .worker = 3, .npushes = PUSHES};
+		struct esd_barrier br = {.iteration = it, .worker = 3};
 		assert_int_equal(esd_enc_barrier(&b, &br), 0);
 		assert_int_equal(esd_enc_pull(&b, it + 1, it, 3, keys, KEYS), 0);
 		assert_int_equal(peer_send_buf(l, &b), 0);

@@ -66,26 +66,26 @@ static void test_round_trips(void **state)
 
 	/* A batch: an update push (values) and an evict push in one send. */
 	esd_key_t k1[3] = {10, 11, 12}, k2[2] = {20, 21};
-	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 0, k1, 3, 5.0f);
-	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH, 0, 1, k2, 2, 7.0f);
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 1, k1, 3, 5.0f);
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH, 0, 2, k2, 2, 7.0f);
 	assert_int_equal(peer_send_buf(l, &b), 0);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
 		assert_int_equal(m.u.ack.status, 0);
-		assert_int_equal(m.u.ack.sequence, (uint64_t)i);
+		assert_int_equal(m.u.ack.sequence, (uint64_t)i + 1);
 	}
 	/* The same push again: acknowledged as a duplicate, not applied. */
-	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 0, k1, 3, 99.0f);
+	push(&b, ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH, 0, 1, k1, 3, 99.0f);
 	assert_int_equal(peer_send_buf(l, &b), 0);
 	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
 	assert_int_equal(m.u.ack.status, 1);
 	/* Gradients add. */
-	push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 0, 2, k1, 1, 0.5f);
+	push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 0, 3, k1, 1, 0.5f);
 	assert_int_equal(peer_send_buf(l, &b), 0);
 	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
 	assert_int_equal(m.u.ack.status, 0);
 
-	struct esd_barrier br = {.iteration = 0, .worker = 1, .npushes = 3};
+	struct esd_barrier br = {.iteration = 0, .worker = 1};
 	assert_int_equal(esd_enc_barrier(&b, &br), 0);
 	assert_int_equal(peer_send_buf(l, &b), 0);
 	assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, ESD_NS_PER_S), 0);
@@ -228,11 +228,11 @@ static void test_rate_changes_while_sending(void **state)
 	esd_key_t keys[64];
 	for (uint32_t i = 0; i < 64; i++)
 		keys[i] = i;
-	for (uint64_t s = 0; s < 200; s++) {
+	for (uint64_t s = 1; s <= 200; s++) {
 		push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 5, s, keys, 64, 0.0f);
 		assert_int_equal(peer_send_buf(l, &b), 0);
 	}
-	for (uint64_t s = 0; s < 200; s++) {
+	for (uint64_t s = 1; s <= 200; s++) {
 		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
 		assert_int_equal(m.u.ack.sequence, s);
 	}
