@@ -316,6 +316,10 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 		       c * sizeof(esd_key_t));
 		*lists[l].n = c;
 	}
+	memset(o->pred_rows, 0, sizeof(o->pred_rows));
+	for (int kd = 0; kd < ESD_CQ_KINDS; kd++)
+		o->pred_rows[esd_cq_xfer_kind((enum esd_cq_kind)kd)] +=
+			esd_conseq_count(ds->cq, (enum esd_cq_kind)kd, w);
 	o->iter = iter;
 	o->digest = digest_of(ds->assign, ds->k, iter);
 	/* the model is complete only with the DIRTY rows: flush at checkpoint

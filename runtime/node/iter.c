@@ -549,11 +549,12 @@ static int train(struct exec *x, const struct order *o, double *loss)
 
 /* Step 6: rows trained alone are updated here and become DIRTY; the
  * gradients of shared rows go to the PS; every other copy is outdated.
- * The transfers the plan predicts are counted for the links' check. */
+ * The transfers the dispatcher predicted are counted for the links'
+ * check. */
 static int apply_step6(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
-	uint32_t dim = nd->job.dim, ngrad = 0;
+	uint32_t dim = nd->job.dim;
 	int rc = 0;
 
 	esd_cache_meta_write_begin(nd->cache);
@@ -575,12 +576,10 @@ static int apply_step6(struct exec *x, const struct order *o)
 		}
 	}
 	rows_close_all(x);
-	for (uint32_t i = 0; i < o->nneed; i++)
-		ngrad += !o->alone[i];
+	/* the rows the dispatcher's consequence says these links carry */
 	pthread_mutex_lock(&nd->qmu);
-	nd->predicted[ESD_XFER_MISS_PULL] += o->npred_pull;
-	nd->predicted[ESD_XFER_UPDATE_PUSH] += o->nupd + ngrad;
-	nd->predicted[ESD_XFER_EVICT_PUSH] += o->npred_evict;
+	for (int kd = 0; kd < ESD_XFER_NKINDS; kd++)
+		nd->predicted[kd] += o->pred_rows[kd];
 	pthread_mutex_unlock(&nd->qmu);
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);

@@ -50,6 +50,10 @@ struct order {
 	uint32_t nupd;
 	esd_key_t *pred_pull, *pred_evict; /* the snapshot's prediction */
 	uint32_t npred_pull, npred_evict;
+	/* rows per transfer kind this worker's links will carry, from the
+	 * dispatcher's consequence (esd_conseq_count), apart from the code
+	 * that sends them: the links' check compares the counters with it */
+	uint64_t pred_rows[ESD_XFER_NKINDS];
 	esd_key_t *ahead;    /* lookahead policy: keys of the next batch */
 	uint32_t nahead;
 	uint64_t digest;     /* of the whole decision */
