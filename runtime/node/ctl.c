@@ -19,14 +19,14 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	(void)req;
 	(void)err;
 	pthread_mutex_lock(&nd->qmu);
-	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
+	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
 	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:I, s:b, s:s, s:s, s:f}",
 			  "role", "esdd", "rank", nd->rank, "workers", nd->job.n,
-			  "iteration", (json_int_t)nd->iter_done,
+			  "iteration", (json_int_t)nd->stats.iter_done,
 			  "iterations", (json_int_t)nd->job.iterations,
-			  "iters_per_s", el > 0 ? nd->iter_done / el : 0.0, "loss", nd->last_loss,
-			  "trainer_deaths", (json_int_t)nd->trainer_deaths,
-			  "trainer_attached", nd->trainer_fd >= 0, "method", nd->job.method,
+			  "iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0, "loss", nd->stats.last_loss,
+			  "trainer_deaths", (json_int_t)nd->stats.trainer_deaths,
+			  "trainer_attached", nd->tr.trainer_fd >= 0, "method", nd->job.method,
 			  "sync", esd_job_sync_name(&nd->job), "alpha", nd->job.alpha);
 	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
 	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
@@ -56,19 +56,19 @@ json_t *node_rate_est_json(const struct node *nd)
 	if (!nd->job.estimate_rates)
 		return json_null();
 	/* workers.estimate_rates: this node's link as its pull phases saw it */
-	return json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate_est_bps,
-			 "fitted", nd->rate_est_fitted, "samples",
-			 (int)esd_rate_est_samples(&nd->rate_est), "phases_left_out",
-			 (json_int_t)nd->rate_est.skipped, "reports",
-			 (json_int_t)nd->rate_est_reports);
+	return json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate.bps,
+			 "fitted", nd->rate.fitted, "samples",
+			 (int)esd_rate_est_samples(&nd->rate.est), "phases_left_out",
+			 (json_int_t)nd->rate.est.skipped, "reports",
+			 (json_int_t)nd->rate.reports);
 }
 
 json_t *node_gpu_json(const struct node *nd)
 {
-	if (!nd->has_gpu)
+	if (!nd->dq.has_gpu)
 		return json_null();
 	/* dispatch.gpu: who answered the exact part (esd/gpu.h) */
-	const struct esd_gpu_stats *g = &nd->gcount;
+	const struct esd_gpu_stats *g = &nd->dq.gcount;
 	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "gpu_solved",
 			 (json_int_t)g->gpu_solved, "cpu_fallbacks", (json_int_t)g->cpu_fallbacks,
 			 "late", (json_int_t)g->late, "busy", (json_int_t)g->busy, "gpu_rejected",
@@ -83,11 +83,11 @@ static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 	(void)req;
 	(void)err;
 	pthread_mutex_lock(&nd->qmu);
-	const struct esd_dispatch_counters *c = &nd->dcount;
+	const struct esd_dispatch_counters *c = &nd->dq.count;
 	double steps = c->steps ? (double)c->steps : 1;
 	*resp = json_pack("{s:s, s:f, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I}",
 			  "method", nd->job.method, "alpha", nd->job.alpha, "core",
-			  nd->disp_core_obtained, "steps", (json_int_t)c->steps,
+			  nd->dq.core_obtained, "steps", (json_int_t)c->steps,
 			  "decision_ms_mean", esd_ns_to_ms(c->sum.total) / steps,
 			  "decision_ms_last", esd_ns_to_ms(c->last.total),
 			  "solve_ms_mean", esd_ns_to_ms(c->sum.solve) / steps,
@@ -131,12 +131,12 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 	json_t *arr = json_array();
 	pthread_mutex_lock(&nd->qmu); /* links are replaced under qmu (recovery) */
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		if (!nd->link[s])
+		if (!nd->links.link[s])
 			continue;
 		struct esd_link_stats st;
-		esd_link_stats(nd->link[s], &st);
+		esd_link_stats(nd->links.link[s], &st);
 		json_t *l = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I}", "shard", s, "backend",
-				      esd_link_backend(nd->link[s]), "peer", esd_link_peer(nd->link[s]),
+				      esd_link_backend(nd->links.link[s]), "peer", esd_link_peer(nd->links.link[s]),
 				      "rate_bps", (json_int_t)st.rate_bps,
 				      "wire_tx_bytes", (json_int_t)st.wire_tx_bytes,
 				      "shaped_wait_ns", (json_int_t)st.shaped_wait_ns);
@@ -266,11 +266,11 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		}
 		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
-			if (nd->link[s])
-				esd_link_set_rate(nd->link[s], r);
+			if (nd->links.link[s])
+				esd_link_set_rate(nd->links.link[s], r);
 		if (report) { /* sent with the next barrier (iter.c) */
-			nd->rate_report = true;
-			nd->rate_report_bps = r;
+			nd->live.rate_report = true;
+			nd->live.rate_report_bps = r;
 		}
 		pthread_mutex_unlock(&nd->qmu);
 		*resp = json_pack("{s:s, s:I, s:b}", "key", key, "rate_bps", (json_int_t)r, "live",

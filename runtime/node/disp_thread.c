@@ -325,7 +325,7 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	/* the model is complete only with the DIRTY rows: flush at checkpoint
 	 * boundaries and at the end of training */
 	pthread_mutex_lock(&nd->qmu);
-	bool requested = nd->ckpt_at == iter;
+	bool requested = nd->rec.ckpt_at == iter;
 	pthread_mutex_unlock(&nd->qmu);
 	o->checkpoint = (nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0) ||
 			requested;
@@ -416,15 +416,15 @@ static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t
 static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate)
 {
 	struct node *nd = ds->nd;
-	char key[sizeof(nd->set_key)], val[sizeof(nd->set_value)];
+	char key[sizeof(nd->live.set_key)], val[sizeof(nd->live.set_value)];
 	int rc = 0;
 
 	*set_policy = -1;
 	pthread_mutex_lock(&nd->qmu);
-	bool due = nd->set_at == iter;
+	bool due = nd->live.set_at == iter;
 	if (due) {
-		memcpy(key, nd->set_key, sizeof(key));
-		memcpy(val, nd->set_value, sizeof(val));
+		memcpy(key, nd->live.set_key, sizeof(key));
+		memcpy(val, nd->live.set_value, sizeof(val));
 	}
 	pthread_mutex_unlock(&nd->qmu);
 	if (!due)
@@ -486,7 +486,7 @@ static void *disp_main(void *arg)
 		else
 			ESD_INFO("dispatch", "pinned to core %d with %s (running on core %d)",
 				 nd->dispatcher_core, esd_pin_mechanism(), got);
-		nd->disp_core_obtained = got;
+		nd->dq.core_obtained = got;
 		rc = 0;
 	}
 	rc = read_batch(ds, cur);
@@ -502,12 +502,12 @@ static void *disp_main(void *arg)
 			rc = read_batch(ds, cur ^ 1);
 		if (rc)
 			break;
-		struct order *o = &nd->ring[iter % ORDER_RING];
+		struct order *o = &nd->dq.ring[iter % ORDER_RING];
 		/* wait for room in the ring */
 		pthread_mutex_lock(&nd->qmu);
-		while (nd->produced - nd->consumed >= ORDER_RING - 1 && !nd->stop)
+		while (nd->dq.produced - nd->dq.consumed >= ORDER_RING - 1 && !nd->dq.stop)
 			pthread_cond_wait(&nd->qcv, &nd->qmu);
-		bool stop = nd->stop;
+		bool stop = nd->dq.stop;
 		pthread_mutex_unlock(&nd->qmu);
 		if (stop)
 			break;
@@ -549,16 +549,16 @@ static void *disp_main(void *arg)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
-		nd->dcount = counters_of(ds);
+		nd->dq.count = counters_of(ds);
 		if (ds->gpu)
-			nd->gcount = *esd_gpu_solver_stats(ds->gpu);
-		nd->produced++;
+			nd->dq.gcount = *esd_gpu_solver_stats(ds->gpu);
+		nd->dq.produced++;
 		pthread_cond_broadcast(&nd->qcv);
 		pthread_mutex_unlock(&nd->qmu);
 		cur ^= 1;
 	}
 	pthread_mutex_lock(&nd->qmu);
-	nd->disp_rc = rc ? rc : -ESHUTDOWN;
+	nd->dq.rc = rc ? rc : -ESHUTDOWN;
 	pthread_cond_broadcast(&nd->qcv);
 	pthread_mutex_unlock(&nd->qmu);
 	return NULL;
@@ -692,7 +692,7 @@ int node_dispatcher_start(struct node *nd)
 		ds->dc.exact_collect = gpu_collect;
 		ds->dc.exact_ctx = ds;
 		gpu_crossover(ds, j);
-		nd->has_gpu = true;
+		nd->dq.has_gpu = true;
 		if (esd_gpu_solver_device(ds->gpu))
 			ESD_WARN("dispatch", "dispatch.gpu: %s; the exact part runs on the CPU",
 				 esd_gpu_solver_describe(ds->gpu));
@@ -706,10 +706,10 @@ int node_dispatcher_start(struct node *nd)
 		rc = save_snapshots(ds, 0);
 	if (rc)
 		goto err;
-	nd->disp = ds;
-	rc = -pthread_create(&nd->disp_thread, NULL, disp_main, ds);
+	nd->dq.state = ds;
+	rc = -pthread_create(&nd->dq.thread, NULL, disp_main, ds);
 	if (rc) {
-		nd->disp = NULL;
+		nd->dq.state = NULL;
 		goto err;
 	}
 	return 0;
@@ -723,15 +723,15 @@ err:
 static void stop_thread(struct node *nd)
 {
 	pthread_mutex_lock(&nd->qmu);
-	nd->stop = true;
+	nd->dq.stop = true;
 	pthread_cond_broadcast(&nd->qcv);
 	pthread_mutex_unlock(&nd->qmu);
-	pthread_join(nd->disp_thread, NULL);
+	pthread_join(nd->dq.thread, NULL);
 }
 
 int node_dispatcher_restart(struct node *nd, uint64_t iter)
 {
-	struct disp *ds = nd->disp;
+	struct disp *ds = nd->dq.state;
 	stop_thread(nd);
 	const int g = saved_gen(ds, iter);
 	if (g < 0) {
@@ -758,12 +758,12 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
 	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)
-		if (nd->link[s])
-			esd_link_set_rate(nd->link[s], nd->job.rate_bps[nd->rank]);
+		if (nd->links.link[s])
+			esd_link_set_rate(nd->links.link[s], nd->job.rate_bps[nd->rank]);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->dc.method));
 	nd->job.alpha = ds->dc.hybrid.alpha;
 	nd->job.policy = ds->policy;
-	nd->set_at = 0; /* a change announced for later is dropped too */
+	nd->live.set_at = 0; /* a change announced for later is dropped too */
 	pthread_mutex_unlock(&nd->qmu);
 	ds->restore_iter = iter;
 	int rc = make_engine(ds, true);
@@ -775,11 +775,11 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 		return rc;
 	ds->start_iter = iter;
 	pthread_mutex_lock(&nd->qmu);
-	nd->produced = nd->consumed = iter;
-	nd->stop = false;
-	nd->disp_rc = 0;
+	nd->dq.produced = nd->dq.consumed = iter;
+	nd->dq.stop = false;
+	nd->dq.rc = 0;
 	pthread_mutex_unlock(&nd->qmu);
-	rc = -pthread_create(&nd->disp_thread, NULL, disp_main, ds);
+	rc = -pthread_create(&nd->dq.thread, NULL, disp_main, ds);
 	if (!rc)
 		ESD_INFO("dispatch", "restarted from the snapshots of iteration %llu",
 			 (unsigned long long)iter);
@@ -788,13 +788,13 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 
 void node_dispatcher_stop(struct node *nd)
 {
-	if (!nd->disp)
+	if (!nd->dq.state)
 		return;
 	stop_thread(nd);
-	disp_free(nd->disp);
-	nd->disp = NULL;
+	disp_free(nd->dq.state);
+	nd->dq.state = NULL;
 	for (int i = 0; i < ORDER_RING; i++) {
-		struct order *o = &nd->ring[i];
+		struct order *o = &nd->dq.ring[i];
 		free(o->labels);
 		free(o->dense);
 		free(o->keys);
@@ -813,10 +813,10 @@ struct order *node_order_next(struct node *nd)
 {
 	struct order *o = NULL;
 	pthread_mutex_lock(&nd->qmu);
-	while (nd->produced == nd->consumed && !nd->disp_rc)
+	while (nd->dq.produced == nd->dq.consumed && !nd->dq.rc)
 		pthread_cond_wait(&nd->qcv, &nd->qmu);
-	if (nd->produced > nd->consumed)
-		o = &nd->ring[(nd->consumed + 1) % ORDER_RING];
+	if (nd->dq.produced > nd->dq.consumed)
+		o = &nd->dq.ring[(nd->dq.consumed + 1) % ORDER_RING];
 	pthread_mutex_unlock(&nd->qmu);
 	return o;
 }
@@ -824,7 +824,7 @@ struct order *node_order_next(struct node *nd)
 void node_order_done(struct node *nd)
 {
 	pthread_mutex_lock(&nd->qmu);
-	nd->consumed++;
+	nd->dq.consumed++;
 	pthread_cond_broadcast(&nd->qcv);
 	pthread_mutex_unlock(&nd->qmu);
 }

@@ -57,7 +57,7 @@ static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_
 		      uint64_t iter)
 {
 	struct node *nd = x->nd;
-	struct esd_rows r = {.iteration = iter, .sequence = ++nd->push_seq, .worker = nd->rank,
+	struct esd_rows r = {.iteration = iter, .sequence = ++nd->links.push_seq, .worker = nd->rank,
 			     .kind = kind, .dim = nd->job.dim,
 			     .state_dim = op == ESD_OP_PUSH_VALUE ? state_dim(nd) : 0};
 	x->sb[s].open = true;
@@ -98,11 +98,11 @@ static int flush_all(struct exec *x)
 		struct esd_buf *b = &x->sb[s].b;
 		if (!b->len)
 			continue;
-		int rc = esd_link_send(x->nd->link[s], b->data, b->len);
+		int rc = esd_link_send(x->nd->links.link[s], b->data, b->len);
 		esd_buf_reset(b);
 		if (rc) {
 			ESD_ERR("node", "sending to shard %u: %s (%s)", s, esd_strerror(rc),
-				esd_link_last_error(x->nd->link[s]));
+				esd_link_last_error(x->nd->links.link[s]));
 			return rc;
 		}
 	}
@@ -113,10 +113,10 @@ static int flush_all(struct exec *x)
 static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 {
 	struct node *nd = x->nd;
-	int rc = esd_link_recv(nd->link[s], m, 120 * ESD_NS_PER_S);
+	int rc = esd_link_recv(nd->links.link[s], m, 120 * ESD_NS_PER_S);
 	if (rc) {
-		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->link[s]),
-			esd_strerror(rc), esd_link_last_error(nd->link[s]));
+		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->links.link[s]),
+			esd_strerror(rc), esd_link_last_error(nd->links.link[s]));
 		return rc;
 	}
 	if (m->hdr.op == ESD_OP_ERROR) {
@@ -147,13 +147,13 @@ static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank,
-				 .checkpoint = nd->flag_next_barrier};
-	nd->flag_next_barrier = false;
+				 .checkpoint = nd->rec.flag_next_barrier};
+	nd->rec.flag_next_barrier = false;
 	/* a link rate set on this node goes to shard 0 ahead of the barrier */
 	pthread_mutex_lock(&nd->qmu);
-	bool report = nd->rate_report;
-	uint64_t rate = nd->rate_report_bps;
-	nd->rate_report = false;
+	bool report = nd->live.rate_report;
+	uint64_t rate = nd->live.rate_report_bps;
+	nd->live.rate_report = false;
 	pthread_mutex_unlock(&nd->qmu);
 	if (report) {
 		char v[32];
@@ -181,8 +181,8 @@ static int barrier(struct exec *x, const struct order *o)
 		} else if (!rc && s == 0 && m.u.ack.sequence > o->iter) {
 			/* shard 0 schedules a requested checkpoint at that boundary */
 			pthread_mutex_lock(&nd->qmu);
-			if (nd->ckpt_at <= o->iter)
-				nd->ckpt_at = m.u.ack.sequence;
+			if (nd->rec.ckpt_at <= o->iter)
+				nd->rec.ckpt_at = m.u.ack.sequence;
 			pthread_mutex_unlock(&nd->qmu);
 		}
 		if (!rc && s == 0 && m.u.ack.setting)
@@ -202,7 +202,7 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		if (!x->npull[s])
 			continue;
-		req[s] = ++nd->pull_req;
+		req[s] = ++nd->links.pull_req;
 		rc = esd_enc_pull_kind(&x->sb[s].b, iter, req[s], nd->rank, kind, x->pull_keys[s],
 				  x->npull[s]);
 		if (rc)
@@ -272,7 +272,7 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 
 void node_rate_est_init(struct node *nd)
 {
-	esd_rate_est_init(&nd->rate_est, EST_MIN_BYTES, EST_MIN_NS);
+	esd_rate_est_init(&nd->rate.est, EST_MIN_BYTES, EST_MIN_NS);
 }
 
 /* Bytes received on every link so far (PULL_RESP frames during a pull). */
@@ -280,10 +280,10 @@ static uint64_t links_rx_bytes(const struct node *nd)
 {
 	uint64_t b = 0;
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		if (!nd->link[s])
+		if (!nd->links.link[s])
 			continue;
 		struct esd_link_stats st;
-		esd_link_stats(nd->link[s], &st);
+		esd_link_stats(nd->links.link[s], &st);
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			b += st.kind[k].rx_bytes;
 	}
@@ -300,7 +300,7 @@ static int timed_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, fl
 	const int64_t t0 = esd_now_ns();
 	int rc = pull_rows(x, iter, kind, dense_out);
 	if (!rc)
-		esd_rate_est_add(&nd->rate_est, links_rx_bytes(nd) - b0, esd_now_ns() - t0);
+		esd_rate_est_add(&nd->rate.est, links_rx_bytes(nd) - b0, esd_now_ns() - t0);
 	return rc;
 }
 
@@ -322,25 +322,25 @@ static void rate_est_check(struct node *nd, uint64_t iter)
 	if (!nd->job.estimate_rates)
 		return;
 	int fitted;
-	const uint64_t est = esd_rate_est_bps(&nd->rate_est, &fitted);
+	const uint64_t est = esd_rate_est_bps(&nd->rate.est, &fitted);
 	pthread_mutex_lock(&nd->qmu);
-	nd->rate_est_bps = est;
-	nd->rate_est_fitted = fitted;
+	nd->rate.bps = est;
+	nd->rate.fitted = fitted;
 	const uint64_t cur = nd->job.rate_bps[nd->rank];
 	const double gap = cur ? fabs((double)est - (double)cur) / (double)cur : 1.0;
-	if (est && !nd->rate_report && gap > nd->job.estimate_tolerance &&
-	    esd_rate_est_samples(&nd->rate_est) >= EST_REPORT_SAMPLES &&
-	    (!nd->rate_est_reports || iter >= nd->rate_est_last + ESD_RATE_EST_WINDOW)) {
-		nd->rate_report = true;
-		nd->rate_report_bps = round2(est);
-		nd->rate_est_reports++;
-		nd->rate_est_last = iter;
+	if (est && !nd->live.rate_report && gap > nd->job.estimate_tolerance &&
+	    esd_rate_est_samples(&nd->rate.est) >= EST_REPORT_SAMPLES &&
+	    (!nd->rate.reports || iter >= nd->rate.last + ESD_RATE_EST_WINDOW)) {
+		nd->live.rate_report = true;
+		nd->live.rate_report_bps = round2(est);
+		nd->rate.reports++;
+		nd->rate.last = iter;
 		ESD_INFO("node", "iteration %llu: link measured at %llu bit/s (%s over %u phases), "
 			 "model %llu: reporting %llu",
 			 (unsigned long long)iter, (unsigned long long)est,
-			 fitted ? "fitted" : "throughput", esd_rate_est_samples(&nd->rate_est),
-			 (unsigned long long)cur, (unsigned long long)nd->rate_report_bps);
-		esd_rate_est_reset(&nd->rate_est);
+			 fitted ? "fitted" : "throughput", esd_rate_est_samples(&nd->rate.est),
+			 (unsigned long long)cur, (unsigned long long)nd->live.rate_report_bps);
+		esd_rate_est_reset(&nd->rate.est);
 	}
 	pthread_mutex_unlock(&nd->qmu);
 }
@@ -519,7 +519,7 @@ static int pull_rows_and_dense(struct exec *x, const struct order *o)
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_MISS_PULL, NULL);
 	esd_cache_meta_write_end(nd->cache);
-	float *params = esd_xchg_at(nd->xchg, nd->xchg->off_params);
+	float *params = esd_xchg_at(nd->tr.xchg, nd->tr.xchg->off_params);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
 		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
 	if (!rc)
@@ -579,7 +579,7 @@ static int apply_step6(struct exec *x, const struct order *o)
 	/* the rows the dispatcher's consequence says these links carry */
 	pthread_mutex_lock(&nd->qmu);
 	for (int kd = 0; kd < ESD_XFER_NKINDS; kd++)
-		nd->predicted[kd] += o->pred_rows[kd];
+		nd->stats.predicted[kd] += o->pred_rows[kd];
 	pthread_mutex_unlock(&nd->qmu);
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
@@ -593,7 +593,7 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	uint32_t dim = nd->job.dim;
-	const float *dg = esd_xchg_at(nd->xchg, nd->xchg->off_dgrad);
+	const float *dg = esd_xchg_at(nd->tr.xchg, nd->tr.xchg->off_dgrad);
 	int rc = 0;
 
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {
@@ -635,7 +635,7 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 		rc = flush_all(x);
 	if (!rc && o->checkpoint) {
 		rc = node_save_boundary(nd, o->iter);
-		nd->flag_next_barrier = true;
+		nd->rec.flag_next_barrier = true;
 	}
 	return rc;
 }
@@ -656,7 +656,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 	    (rc = train(x, o, &loss)) ||          /* step 5 */
 	    (rc = apply_step6(x, o)))             /* step 6 */
 		return rc;
-	x->nd->last_loss = loss;
+	x->nd->stats.last_loss = loss;
 	if ((rc = push_dense_grads(x, o)) || (rc = flush_and_checkpoint(x, o)))
 		return rc;
 	rate_est_check(x->nd, o->iter);
@@ -667,7 +667,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 static int saved_gen(const struct node *nd, uint64_t iter)
 {
 	for (int g = 0; g < 2; g++)
-		if (nd->saved_ok[g] && nd->saved_iter[g] == iter)
+		if (nd->rec.saved_ok[g] && nd->rec.saved_iter[g] == iter)
 			return g;
 	return -1;
 }
@@ -677,22 +677,22 @@ int node_save_boundary(struct node *nd, uint64_t iter)
 	/* this boundary's generation, else an unused one, else the older */
 	int g = saved_gen(nd, iter);
 	if (g < 0)
-		g = !nd->saved_ok[0] ? 0 : !nd->saved_ok[1] ? 1 : nd->saved_iter[0] > nd->saved_iter[1];
+		g = !nd->rec.saved_ok[0] ? 0 : !nd->rec.saved_ok[1] ? 1 : nd->rec.saved_iter[0] > nd->rec.saved_iter[1];
 	size_t len = esd_cmeta_block_bytes(nd->cm);
 	struct esd_cmeta *out;
-	nd->saved_ok[g] = false;
-	if (len > nd->saved_cm_len[g]) {
+	nd->rec.saved_ok[g] = false;
+	if (len > nd->rec.saved_cm_len[g]) {
 		void *m = NULL;
 		if (posix_memalign(&m, 64, len))
 			return -ENOMEM;
-		free(nd->saved_cm[g]);
-		nd->saved_cm[g] = m;
-		nd->saved_cm_len[g] = len;
+		free(nd->rec.saved_cm[g]);
+		nd->rec.saved_cm[g] = m;
+		nd->rec.saved_cm_len[g] = len;
 	}
-	int rc = esd_cmeta_copy(nd->saved_cm[g], nd->saved_cm_len[g], nd->cm, &out);
+	int rc = esd_cmeta_copy(nd->rec.saved_cm[g], nd->rec.saved_cm_len[g], nd->cm, &out);
 	if (!rc) {
-		nd->saved_iter[g] = iter;
-		nd->saved_ok[g] = true;
+		nd->rec.saved_iter[g] = iter;
+		nd->rec.saved_ok[g] = true;
 	}
 	return rc;
 }
@@ -735,13 +735,13 @@ static int recover(struct exec *x, uint64_t *resume)
 	if (g < 0) {
 		ESD_ERR("node", "the shards resumed at iteration %llu but this node kept the state "
 			"of iterations %llu and %llu only: cannot resume",
-			(unsigned long long)ps_iter, (unsigned long long)nd->saved_iter[0],
-			(unsigned long long)nd->saved_iter[1]);
+			(unsigned long long)ps_iter, (unsigned long long)nd->rec.saved_iter[0],
+			(unsigned long long)nd->rec.saved_iter[1]);
 		return -ESTALE;
 	}
 	struct esd_cmeta *cm;
 	esd_cache_meta_write_begin(nd->cache);
-	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->saved_cm[g], &cm);
+	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->rec.saved_cm[g], &cm);
 	esd_cache_meta_write_end(nd->cache);
 	if (rc)
 		return rc;
@@ -780,7 +780,7 @@ int node_run(struct node *nd)
 	x.dense_chunk = calloc(nd->job.dim, sizeof(float));
 	if (!x.dense_chunk)
 		return -ENOMEM;
-	nd->t_start_ns = esd_now_ns();
+	nd->stats.t_start_ns = esd_now_ns();
 	while (!esd_node_signal && (o = node_order_next(nd))) {
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
@@ -790,7 +790,7 @@ int node_run(struct node *nd)
 			rc = recover(&x, &resume);
 			if (!rc) {
 				pthread_mutex_lock(&nd->qmu);
-				nd->iter_done = resume;
+				nd->stats.iter_done = resume;
 				pthread_mutex_unlock(&nd->qmu);
 				continue;
 			}
@@ -801,15 +801,15 @@ int node_run(struct node *nd)
 			break;
 		}
 		pthread_mutex_lock(&nd->qmu);
-		nd->iter_done = o->iter;
-		nd->iter_ns_sum += esd_now_ns() - t0;
+		nd->stats.iter_done = o->iter;
+		nd->stats.iter_ns_sum += esd_now_ns() - t0;
 		pthread_mutex_unlock(&nd->qmu);
 		if (o->iter == nd->job.iterations)
 			break;
 	}
-	if (!rc && nd->iter_done < nd->job.iterations)
+	if (!rc && nd->stats.iter_done < nd->job.iterations)
 		rc = esd_node_signal ? -EINTR
-		     : nd->disp_rc && nd->disp_rc != -ESHUTDOWN ? nd->disp_rc : -ECANCELED;
+		     : nd->dq.rc && nd->dq.rc != -ESHUTDOWN ? nd->dq.rc : -ECANCELED;
 	if (!rc) {
 		/* a last barrier makes the shards apply the last gradients (and
 		 * write the final checkpoint) */

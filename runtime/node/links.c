@@ -26,7 +26,7 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 		return rc;
 	/* control-thread readers take qmu to use the link pointers */
 	pthread_mutex_lock(&nd->qmu);
-	nd->link[s] = l;
+	nd->links.link[s] = l;
 	pthread_mutex_unlock(&nd->qmu);
 	struct esd_hello h = {
 		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
@@ -37,10 +37,10 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	esd_buf_reset(b);
 	rc = esd_enc_hello(b, &h, 0);
 	if (!rc)
-		rc = esd_link_send(nd->link[s], b->data, b->len);
+		rc = esd_link_send(nd->links.link[s], b->data, b->len);
 	for (int want = 2; !rc && want > 0; want--) { /* HELLO reply, then ACK */
 		struct esd_msg m;
-		rc = esd_link_recv(nd->link[s], &m, 30 * ESD_NS_PER_S);
+		rc = esd_link_recv(nd->links.link[s], &m, 30 * ESD_NS_PER_S);
 		if (rc)
 			break;
 		if (m.hdr.op == ESD_OP_ERROR) {
@@ -56,8 +56,8 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	}
 	if (rc) {
 		pthread_mutex_lock(&nd->qmu);
-		esd_link_close(nd->link[s]);
-		nd->link[s] = NULL;
+		esd_link_close(nd->links.link[s]);
+		nd->links.link[s] = NULL;
 		pthread_mutex_unlock(&nd->qmu);
 	}
 	return rc;
@@ -100,8 +100,8 @@ void node_links_close(struct node *nd)
 {
 	pthread_mutex_lock(&nd->qmu);
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
-		esd_link_close(nd->link[s]);
-		nd->link[s] = NULL;
+		esd_link_close(nd->links.link[s]);
+		nd->links.link[s] = NULL;
 	}
 	pthread_mutex_unlock(&nd->qmu);
 }

@@ -130,7 +130,7 @@ static int setup_node(struct node *nd, const struct args *a, char *tag, size_t t
 	}
 	nd->rank = (uint32_t)a->rank;
 	node_rate_est_init(nd);
-	nd->lock_fd = nd->listen_fd = nd->trainer_fd = nd->xchg_fd = -1;
+	nd->tr.lock_fd = nd->tr.listen_fd = nd->tr.trainer_fd = nd->tr.xchg_fd = -1;
 	snprintf(nd->dir, sizeof(nd->dir), "%s", a->dir);
 	nd->dispatcher_core = a->core == -2 ? esd_pin_ncores() - 1 : (int)a->core;
 	pthread_mutex_init(&nd->qmu, NULL);
@@ -268,11 +268,11 @@ static int run_node(struct node *nd)
 		node_dispatcher_stop(nd);
 	}
 	node_trainer_stop(nd);
-	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
+	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
 	if (!rc)
 		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",
-			 (unsigned long long)nd->iter_done, el, el > 0 ? nd->iter_done / el : 0,
-			 nd->last_loss);
+			 (unsigned long long)nd->stats.iter_done, el, el > 0 ? nd->stats.iter_done / el : 0,
+			 nd->stats.last_loss);
 	node_write_summary(nd, rc);
 	return rc;
 }
@@ -306,8 +306,8 @@ int main(int argc, char **argv)
 	esd_ctl_server_stop(ctl);
 	node_links_close(&nd);
 	node_trainer_fini(&nd);
-	free(nd.saved_cm[0]);
-	free(nd.saved_cm[1]);
+	free(nd.rec.saved_cm[0]);
+	free(nd.rec.saved_cm[1]);
 	free(nd.rep);
 	esd_cache_close(nd.cache);
 	esd_config_free(a.cfg);

@@ -70,6 +70,95 @@ struct order {
 
 #define ORDER_RING 3
 
+/* The dispatcher thread and the order ring it fills for the main thread.
+ * Guarded by struct node.qmu (qcv signals a change), except the ring's
+ * slots, each owned by one side at a time through produced/consumed. */
+struct node_queue {
+	pthread_t thread;
+	struct order ring[ORDER_RING];
+	uint64_t produced, consumed;          /* orders */
+	int rc;                               /* error of the dispatcher thread */
+	bool stop;
+	int core_obtained;                    /* the core it was pinned to, -1: none */
+	struct esd_dispatch_counters count;   /* copy of the engine's counters */
+	bool has_gpu;                         /* dispatch.gpu */
+	struct esd_gpu_stats gcount;          /* copy (dispatch.gpu) */
+	struct disp *state;                   /* the thread's own (disp_thread.c) */
+};
+
+/* Recovery: this node's cache metadata at the last two checkpoint
+ * boundaries (after the flush), to roll back to when a PS shard restarts
+ * from one: the PS writes checkpoint c at barrier c + 1, so a shard that
+ * dies in between resumes from the boundary before c. The main thread's;
+ * ckpt_at under qmu (the dispatcher reads it). */
+struct node_recovery {
+	void *saved_cm[2];
+	size_t saved_cm_len[2];
+	uint64_t saved_iter[2];
+	bool saved_ok[2];
+	/* a checkpoint requested through esdctl, announced by shard 0's
+	 * barrier ACK: the boundary (0: none); the dispatcher flushes its
+	 * snapshots there too */
+	uint64_t ckpt_at;
+	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
+};
+
+/* Live settings (esdctl set). Under qmu (settings.c, ctl.c). */
+struct node_live {
+	/* a change announced by shard 0 after a barrier ACK: the dispatcher
+	 * applies it when it starts deciding iteration set_at (0: none) */
+	uint64_t set_at;
+	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
+	/* esdctl set worker.rate on this node: reported to shard 0 with the
+	 * next barrier (a SETTING frame "link.rate"), which makes it the
+	 * worker's rate in every node's decisions (workers.rates) */
+	bool rate_report;
+	uint64_t rate_report_bps;
+};
+
+/* workers.estimate_rates: this node's link rate from its timed pull
+ * phases. est is the main thread's; the figures are read under qmu. */
+struct node_rate {
+	struct esd_rate_est est;
+	uint64_t bps;      /* last estimate, 0: none yet */
+	int fitted;        /* 1: the fitted slope, 0: the throughput */
+	uint64_t reports;  /* estimates reported to shard 0 */
+	uint64_t last;     /* iteration of the last report */
+};
+
+/* The PS links, one per shard. The main thread's; replaced under qmu
+ * (recovery), which esdctl's readers take. */
+struct node_links {
+	struct esd_link *link[ESD_JOB_MAX_SHARDS];
+	uint64_t push_seq; /* the last push frame's sequence (esd/dedup.h) */
+	uint64_t pull_req;
+};
+
+/* The trainer's attachment: the node directory's lock, the listening
+ * socket, the trainer's connection and the exchange area. The main
+ * thread's (trainer_srv.c). */
+struct node_trainer {
+	int lock_fd, listen_fd, trainer_fd, xchg_fd;
+	struct esd_xchg_hdr *xchg;
+	size_t xchg_len;
+};
+
+/* Progress and figures; written by the main thread, read by esdctl and
+ * the summary under qmu. */
+struct node_stats {
+	uint64_t iter_done;
+	int64_t t_start_ns;
+	double last_loss;
+	uint64_t trainer_deaths;
+	int64_t iter_ns_sum;
+	/* this worker's transfers as the dispatcher predicted them, per kind
+	 * (esd_xfer_kind), summed over iterations: the link counters must
+	 * equal them */
+	uint64_t predicted[ESD_XFER_NKINDS];
+};
+
+/* One esdd: what it was started with (read only after start), the lock
+ * that guards what the threads share, and its parts by concern. */
 struct node {
 	struct esd_job job;
 	esd_key_t *rep; /* dispatch.replicate: hot rows every worker holds (FAE) */
@@ -78,80 +167,21 @@ struct node {
 	char dir[512];
 	int dispatcher_core;
 	const char *control_path;
-
-	/* data */
-	uint32_t tables, dense, dense_params;
-
-	/* cache region */
-	struct esd_cache *cache;
+	const char *summary_path;
+	uint32_t tables, dense, dense_params; /* from the data stream */
+	struct esd_cache *cache;              /* the cache region */
 	struct esd_cmeta *cm;
 
-	/* dispatcher thread and its queue */
-	pthread_t disp_thread;
-	pthread_mutex_t qmu;
+	pthread_mutex_t qmu; /* guards what the sub-structs below say */
 	pthread_cond_t qcv;
-	struct order ring[ORDER_RING];
-	uint64_t produced, consumed; /* orders */
-	int disp_rc;                 /* error of the dispatcher thread */
-	bool stop;
-	int disp_core_obtained;
-	struct esd_dispatch_counters dcount; /* copy, under qmu */
-	bool has_gpu;                        /* dispatch.gpu */
-	struct esd_gpu_stats gcount;         /* copy, under qmu (dispatch.gpu) */
-	struct disp *disp;                   /* the dispatcher thread's state (disp_thread.c) */
 
-	/* recovery: this node's cache metadata at the last two checkpoint
-	 * boundaries (after the flush), to roll back to when a PS shard
-	 * restarts from one: the PS writes checkpoint c at barrier c + 1, so
-	 * a shard that dies in between resumes from the boundary before c */
-	void *saved_cm[2];
-	size_t saved_cm_len[2];
-	uint64_t saved_iter[2];
-	bool saved_ok[2];
-	/* a checkpoint requested through esdctl, announced by shard 0's barrier
-	 * ACK: the boundary (0: none); the dispatcher flushes its snapshots
-	 * there too (under qmu) */
-	uint64_t ckpt_at;
-	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
-	/* a live setting change (esdctl set) announced by shard 0 after a
-	 * barrier ACK: the dispatcher applies it when it starts deciding
-	 * iteration set_at (0: none); under qmu (settings.c) */
-	uint64_t set_at;
-	/* esdctl set worker.rate on this node: reported to shard 0 with the
-	 * next barrier (a SETTING frame "link.rate"), which makes it the
-	 * worker's rate in every node's decisions (workers.rates); under qmu */
-	bool rate_report;
-	uint64_t rate_report_bps;
-	/* workers.estimate_rates: this node's link rate from its timed pull
-	 * phases (fed by the main thread; the figures read under qmu) */
-	struct esd_rate_est rate_est;
-	uint64_t rate_est_bps;      /* last estimate, 0: none yet */
-	int rate_est_fitted;        /* 1: the fitted slope, 0: the throughput */
-	uint64_t rate_est_reports;  /* estimates reported to shard 0 */
-	uint64_t rate_est_last;     /* iteration of the last report */
-	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
-
-	/* PS links, one per shard */
-	struct esd_link *link[ESD_JOB_MAX_SHARDS];
-	uint64_t push_seq;
-	uint64_t pull_req;
-
-	/* trainer */
-	int lock_fd, listen_fd, trainer_fd, xchg_fd;
-	struct esd_xchg_hdr *xchg;
-	size_t xchg_len;
-
-	/* progress, under qmu for readers */
-	uint64_t iter_done;
-	int64_t t_start_ns;
-	double last_loss;
-	uint64_t trainer_deaths;
-	int64_t iter_ns_sum;
-	/* this worker's transfers as its snapshot predicted them, per kind
-	 * (esd_xfer_kind), summed over iterations: the link counters must
-	 * equal them */
-	uint64_t predicted[ESD_XFER_NKINDS];
-	const char *summary_path;
+	struct node_queue dq;
+	struct node_recovery rec;
+	struct node_live live;
+	struct node_rate rate;
+	struct node_links links;
+	struct node_trainer tr;
+	struct node_stats stats;
 };
 
 /* Control commands (ctl.c), NULL-terminated. */
@@ -198,7 +228,7 @@ void node_dispatcher_stop(struct node *nd);
 int node_dispatcher_restart(struct node *nd, uint64_t iter);
 /* Save the real cache's metadata as of checkpoint boundary iter. */
 int node_save_boundary(struct node *nd, uint64_t iter);
-/* Next order (blocks); NULL when the dispatcher stopped (nd->disp_rc says why). */
+/* Next order (blocks); NULL when the dispatcher stopped (nd->dq.rc says why). */
 struct order *node_order_next(struct node *nd);
 void node_order_done(struct node *nd);
 

@@ -63,17 +63,17 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	}
 	pthread_mutex_lock(&nd->qmu);
 	bool repeat =
-	    nd->set_at == s->iteration && !strcmp(nd->set_key, key) && !strcmp(nd->set_value, val);
+	    nd->live.set_at == s->iteration && !strcmp(nd->live.set_key, key) && !strcmp(nd->live.set_value, val);
 	/* the dispatcher may be at the start of iter + 2 already; one change
 	 * pending at a time */
 	bool ok = repeat || (s->iteration > iter + 2 && s->iteration <= nd->job.iterations &&
-	                     nd->set_at <= iter);
+	                     nd->live.set_at <= iter);
 	if (ok && !repeat) {
-		nd->set_at = s->iteration;
-		memcpy(nd->set_key, key, sizeof(key));
-		memcpy(nd->set_value, val, sizeof(val));
+		nd->live.set_at = s->iteration;
+		memcpy(nd->live.set_key, key, sizeof(key));
+		memcpy(nd->live.set_value, val, sizeof(val));
 	}
-	uint64_t pending = nd->set_at;
+	uint64_t pending = nd->live.set_at;
 	pthread_mutex_unlock(&nd->qmu);
 	if (!ok) {
 		ESD_ERR("node",
@@ -97,8 +97,8 @@ int node_setting_apply(struct node *nd, const struct order *o)
 	if (o->set_rate && nd->job.shape_follows_model) {
 		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
-			if (nd->link[s])
-				esd_link_set_rate(nd->link[s], o->rate_bps);
+			if (nd->links.link[s])
+				esd_link_set_rate(nd->links.link[s], o->rate_bps);
 		pthread_mutex_unlock(&nd->qmu);
 		ESD_INFO("node", "iteration %llu: links shaped at %llu bit/s",
 		         (unsigned long long)o->iter, (unsigned long long)o->rate_bps);

@@ -12,18 +12,18 @@ int node_write_summary(struct node *nd, int status)
 	if (!nd->summary_path)
 		return 0;
 	pthread_mutex_lock(&nd->qmu);
-	const struct esd_dispatch_counters *dc = &nd->dcount;
-	double el = esd_ns_to_s(esd_now_ns() - nd->t_start_ns);
+	const struct esd_dispatch_counters *dc = &nd->dq.count;
+	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
 	json_t *o = json_pack(
 		"{s:i, s:s, s:i, s:i, s:I, s:f, s:f, s:f, s:I, s:s, s:f, s:s}", "status", status,
 		"error", status ? esd_strerror(status) : "", "rank", nd->rank, "workers", nd->job.n,
-		"iterations", (json_int_t)nd->iter_done, "seconds", el,
-		"iters_per_s", el > 0 ? nd->iter_done / el : 0.0, "loss", nd->last_loss,
-		"trainer_deaths", (json_int_t)nd->trainer_deaths, "method", nd->job.method,
+		"iterations", (json_int_t)nd->stats.iter_done, "seconds", el,
+		"iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0, "loss", nd->stats.last_loss,
+		"trainer_deaths", (json_int_t)nd->stats.trainer_deaths, "method", nd->job.method,
 		"alpha", nd->job.alpha, "sync", esd_job_sync_name(&nd->job));
 	json_t *pred = json_object(), *plan = json_object();
 	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		json_object_set_new(pred, esd_xfer_kind_name(k), json_integer((json_int_t)nd->predicted[k]));
+		json_object_set_new(pred, esd_xfer_kind_name(k), json_integer((json_int_t)nd->stats.predicted[k]));
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
@@ -46,10 +46,10 @@ int node_write_summary(struct node *nd, int status)
 	json_t *links = json_array();
 	pthread_mutex_lock(&nd->qmu);
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		if (!nd->link[s])
+		if (!nd->links.link[s])
 			continue;
 		struct esd_link_stats st;
-		esd_link_stats(nd->link[s], &st);
+		esd_link_stats(nd->links.link[s], &st);
 		json_t *l = json_pack("{s:i, s:I, s:I}", "shard", s, "rate_bps",
 				      (json_int_t)st.rate_bps, "shaped_wait_ns",
 				      (json_int_t)st.shaped_wait_ns);

@@ -24,42 +24,42 @@ int node_trainer_init(struct node *nd)
 	const uint32_t maxb = node_max_batch(nd);
 	int rc;
 
-	nd->trainer_fd = -1;
-	rc = esd_nodedir_lock(nd->dir, &nd->lock_fd);
+	nd->tr.trainer_fd = -1;
+	rc = esd_nodedir_lock(nd->dir, &nd->tr.lock_fd);
 	if (rc)
 		return rc;
 	esd_xchg_layout(&h, maxb, nd->tables, nd->dense, nd->dense_params);
-	nd->xchg_fd = memfd_create("esd-xchg", MFD_CLOEXEC);
-	if (nd->xchg_fd < 0)
+	nd->tr.xchg_fd = memfd_create("esd-xchg", MFD_CLOEXEC);
+	if (nd->tr.xchg_fd < 0)
 		return esd_neg_errno();
-	if (ftruncate(nd->xchg_fd, (off_t)h.total_size) < 0)
+	if (ftruncate(nd->tr.xchg_fd, (off_t)h.total_size) < 0)
 		return esd_neg_errno();
-	nd->xchg = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, nd->xchg_fd, 0);
-	if (nd->xchg == MAP_FAILED) {
-		nd->xchg = NULL;
+	nd->tr.xchg = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, nd->tr.xchg_fd, 0);
+	if (nd->tr.xchg == MAP_FAILED) {
+		nd->tr.xchg = NULL;
 		return esd_neg_errno();
 	}
-	nd->xchg_len = h.total_size;
-	memcpy(nd->xchg, &h, sizeof(h));
-	return esd_attach_listen(nd->dir, &nd->listen_fd);
+	nd->tr.xchg_len = h.total_size;
+	memcpy(nd->tr.xchg, &h, sizeof(h));
+	return esd_attach_listen(nd->dir, &nd->tr.listen_fd);
 }
 
 void node_trainer_fini(struct node *nd)
 {
-	if (nd->trainer_fd >= 0)
-		close(nd->trainer_fd);
-	if (nd->xchg)
-		munmap(nd->xchg, nd->xchg_len);
-	if (nd->xchg_fd >= 0)
-		close(nd->xchg_fd);
-	if (nd->listen_fd >= 0) {
+	if (nd->tr.trainer_fd >= 0)
+		close(nd->tr.trainer_fd);
+	if (nd->tr.xchg)
+		munmap(nd->tr.xchg, nd->tr.xchg_len);
+	if (nd->tr.xchg_fd >= 0)
+		close(nd->tr.xchg_fd);
+	if (nd->tr.listen_fd >= 0) {
 		char p[600];
 		snprintf(p, sizeof(p), "%s/%s", nd->dir, ESD_ATTACH_SOCK);
 		unlink(p);
-		close(nd->listen_fd);
+		close(nd->tr.listen_fd);
 	}
-	if (nd->lock_fd >= 0)
-		close(nd->lock_fd);
+	if (nd->tr.lock_fd >= 0)
+		close(nd->tr.lock_fd);
 }
 
 static void refuse(int fd, const char *why)
@@ -78,7 +78,7 @@ static void accept_pending(struct node *nd)
 		int fd;
 		uid_t uid;
 		pid_t pid;
-		if (esd_attach_accept(nd->listen_fd, &fd, &uid, &pid))
+		if (esd_attach_accept(nd->tr.listen_fd, &fd, &uid, &pid))
 			return;
 		/* read the HELLO first: closing with it unread would reset the
 		 * connection and the peer would never see why */
@@ -94,26 +94,26 @@ static void accept_pending(struct node *nd)
 			refuse(fd, "attach refused: different user");
 			continue;
 		}
-		if (nd->trainer_fd >= 0) {
+		if (nd->tr.trainer_fd >= 0) {
 			refuse(fd, "attach refused: another trainer is attached");
 			continue;
 		}
 		m = esd_attach_msg_make(ESD_AT_WELCOME);
 		m.rank = nd->rank;
 		m.workers = nd->job.n;
-		int fds[2] = {esd_cache_fd(nd->cache), nd->xchg_fd};
+		int fds[2] = {esd_cache_fd(nd->cache), nd->tr.xchg_fd};
 		if (esd_attach_send(fd, &m, fds, 2)) {
 			close(fd);
 			continue;
 		}
-		nd->trainer_fd = fd;
+		nd->tr.trainer_fd = fd;
 		ESD_INFO("node", "trainer pid %d attached", (int)pid);
 	}
 }
 
 static int publish(struct node *nd, const struct order *o, const uint32_t *slots)
 {
-	struct esd_xchg_hdr *h = nd->xchg;
+	struct esd_xchg_hdr *h = nd->tr.xchg;
 	size_t n = (size_t)o->m * nd->tables;
 	memcpy(esd_xchg_at(h, h->off_slots), slots, n * sizeof(uint32_t));
 	memcpy(esd_xchg_at(h, h->off_keys), o->keys, n * sizeof(esd_key_t));
@@ -127,7 +127,7 @@ static int publish(struct node *nd, const struct order *o, const uint32_t *slots
 	m.iter = o->iter;
 	m.m = o->m;
 	m.global_k = nd->job.global_batch;
-	return esd_attach_send(nd->trainer_fd, &m, NULL, 0);
+	return esd_attach_send(nd->tr.trainer_fd, &m, NULL, 0);
 }
 
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
@@ -137,16 +137,16 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 	int64_t waiting_since = esd_now_ns(), last_note = 0;
 
 	for (;;) {
-		if (nd->trainer_fd >= 0 && !published) {
+		if (nd->tr.trainer_fd >= 0 && !published) {
 			if (publish(nd, o, slots) == 0) {
 				published = true;
 			} else {
-				close(nd->trainer_fd);
-				nd->trainer_fd = -1;
+				close(nd->tr.trainer_fd);
+				nd->tr.trainer_fd = -1;
 			}
 		}
-		struct pollfd p[2] = {{.fd = nd->listen_fd, .events = POLLIN},
-				      {.fd = nd->trainer_fd, .events = POLLIN}};
+		struct pollfd p[2] = {{.fd = nd->tr.listen_fd, .events = POLLIN},
+				      {.fd = nd->tr.trainer_fd, .events = POLLIN}};
 		int r = poll(p, 2, 200);
 		if (r < 0 && errno != EINTR)
 			return esd_neg_errno();
@@ -157,7 +157,7 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		}
 		if (p[0].revents & POLLIN)
 			accept_pending(nd);
-		if (nd->trainer_fd < 0) {
+		if (nd->tr.trainer_fd < 0) {
 			int64_t now = esd_now_ns();
 			if (now - last_note > 10 * ESD_NS_PER_S) {
 				ESD_INFO("node", "iteration %llu: waiting for a trainer on %s/%s (%.0f s)",
@@ -170,7 +170,7 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
 			continue;
 		struct esd_attach_msg m;
-		int rc = esd_attach_recv(nd->trainer_fd, &m, NULL, NULL, 0);
+		int rc = esd_attach_recv(nd->tr.trainer_fd, &m, NULL, NULL, 0);
 		if (rc == 0 && m.op == ESD_AT_COMMIT && m.iter == o->iter) {
 			*loss = m.loss;
 			return 0;
@@ -182,9 +182,9 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		ESD_WARN("node", "iteration %llu: trainer lost (%s); discarding its gradients, "
 			 "waiting for a trainer to replay the micro-batch",
 			 (unsigned long long)o->iter, rc ? esd_strerror(rc) : "unexpected message");
-		close(nd->trainer_fd);
-		nd->trainer_fd = -1;
-		nd->trainer_deaths++;
+		close(nd->tr.trainer_fd);
+		nd->tr.trainer_fd = -1;
+		nd->stats.trainer_deaths++;
 		for (size_t i = 0; i < (size_t)o->m * nd->tables; i++)
 			memset(node_row_grad(nd, slots[i]), 0, nd->job.dim * sizeof(float));
 		published = false;
@@ -194,8 +194,8 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 
 void node_trainer_stop(struct node *nd)
 {
-	if (nd->trainer_fd < 0)
+	if (nd->tr.trainer_fd < 0)
 		return;
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_STOP);
-	esd_attach_send(nd->trainer_fd, &m, NULL, 0);
+	esd_attach_send(nd->tr.trainer_fd, &m, NULL, 0);
 }
