@@ -677,7 +677,9 @@ int node_save_boundary(struct node *nd, uint64_t iter)
 	/* this boundary's generation, else an unused one, else the older */
 	int g = saved_gen(nd, iter);
 	if (g < 0)
-		g = !nd->rec.saved_ok[0] ? 0 : !nd->rec.saved_ok[1] ? 1 : nd->rec.saved_iter[0] > nd->rec.saved_iter[1];
+		g = !nd->rec.saved_ok[0]   ? 0
+		    : !nd->rec.saved_ok[1] ? 1
+					   : nd->rec.saved_iter[0] > nd->rec.saved_iter[1];
 	size_t len = esd_cmeta_block_bytes(nd->cm);
 	struct esd_cmeta *out;
 	nd->rec.saved_ok[g] = false;

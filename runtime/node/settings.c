@@ -63,7 +63,8 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	}
 	pthread_mutex_lock(&nd->qmu);
 	bool repeat =
-	    nd->live.set_at == s->iteration && !strcmp(nd->live.set_key, key) && !strcmp(nd->live.set_value, val);
+	    nd->live.set_at == s->iteration && !strcmp(nd->live.set_key, key) &&
+	    !strcmp(nd->live.set_value, val);
 	/* the dispatcher may be at the start of iter + 2 already; one change
 	 * pending at a time */
 	bool ok = repeat || (s->iteration > iter + 2 && s->iteration <= nd->job.iterations &&

@@ -23,7 +23,8 @@ int node_write_summary(struct node *nd, int status)
 		"alpha", nd->job.alpha, "sync", esd_job_sync_name(&nd->job));
 	json_t *pred = json_object(), *plan = json_object();
 	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		json_object_set_new(pred, esd_xfer_kind_name(k), json_integer((json_int_t)nd->stats.predicted[k]));
+		json_object_set_new(pred, esd_xfer_kind_name(k),
+				    json_integer((json_int_t)nd->stats.predicted[k]));
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
