@@ -19,14 +19,14 @@ int ps_checkpoint_locked(struct ps *ps)
 	struct esd_ckpt_writer *w;
 	struct esd_ckpt_meta meta = {
 		.seed = ps->job.seed,
-		.iteration = ps->iter_done, /* iterations completed (the next 0-based one) */
-		.data_cursor = ps->iter_done * ps->job.global_batch,
+		.iteration = ps->bar.iter_done, /* iterations completed (the next 0-based one) */
+		.data_cursor = ps->bar.iter_done * ps->job.global_batch,
 		.dim = ps->job.dim,
 		.optimizer = ps->job.optim.opt,
 		.shard = ps->shard,
 		.nshards = ps->job.shards,
-		.dense_len = ps->dense_val ? ps->dense_len : 0,
-		.dense_clock = ps->dense_clock,
+		.dense_len = ps->dtab.val ? ps->dtab.len : 0,
+		.dense_clock = ps->dtab.clock,
 	};
 	int64_t t0 = esd_now_ns();
 	size_t sd = ps_store_state_len(ps->st);
@@ -40,17 +40,17 @@ int ps_checkpoint_locked(struct ps *ps)
 		rc = esd_ckpt_write_row(w, r->key, r->clock, r->data, sd ? r->data + ps->job.dim : NULL);
 	}
 	if (!rc && meta.dense_len)
-		rc = esd_ckpt_write_dense(w, ps->dense_val, sd ? ps->dense_state : NULL);
+		rc = esd_ckpt_write_dense(w, ps->dtab.val, sd ? ps->dtab.state : NULL);
 	if (rc) {
 		esd_ckpt_writer_abort(w);
 		return rc;
 	}
 	rc = esd_ckpt_writer_commit(w);
 	if (!rc) {
-		ps->n_checkpoints++;
-		ps->last_ckpt_ns = esd_now_ns();
+		ps->stats.checkpoints++;
+		ps->stats.last_ckpt_ns = esd_now_ns();
 		ESD_INFO("ps", "checkpoint of iteration %llu: %zu rows to %s in %.1f ms",
-			 (unsigned long long)ps->iter_done, ps_store_count(ps->st), path,
+			 (unsigned long long)ps->bar.iter_done, ps_store_count(ps->st), path,
 			 esd_ns_to_ms(esd_now_ns() - t0));
 	}
 	return rc;
@@ -77,22 +77,22 @@ int ps_restore(struct ps *ps, const char *path)
 	if (m->seed != ps->job.seed || m->dim != ps->job.dim ||
 	    m->optimizer != ps->job.optim.opt || m->shard != ps->shard ||
 	    m->nshards != ps->job.shards ||
-	    (ps->dense_val && m->dense_len != ps->dense_len)) {
+	    (ps->dtab.val && m->dense_len != ps->dtab.len)) {
 		ESD_ERR("ps", "checkpoint %s is of another job (seed %llu dim %u shard %u/%u)", path,
 			(unsigned long long)m->seed, m->dim, m->shard, m->nshards);
 		esd_ckpt_close(r);
 		return -EINVAL;
 	}
 	rc = esd_ckpt_read_rows(r, restore_row, ps->st);
-	if (!rc && m->dense_len && ps->dense_val)
-		rc = esd_ckpt_read_dense(r, ps->dense_val,
-					 ps_store_state_len(ps->st) ? ps->dense_state : NULL);
+	if (!rc && m->dense_len && ps->dtab.val)
+		rc = esd_ckpt_read_dense(r, ps->dtab.val,
+					 ps_store_state_len(ps->st) ? ps->dtab.state : NULL);
 	if (!rc) {
-		ps->dense_clock = m->dense_clock;
-		ps->iter_done = m->iteration;
-		ps->cursor = m->data_cursor;
+		ps->dtab.clock = m->dense_clock;
+		ps->bar.iter_done = m->iteration;
+		ps->bar.cursor = m->data_cursor;
 		ESD_INFO("ps", "restored %llu rows of iteration %llu from %s",
-			 (unsigned long long)in->row_count, (unsigned long long)ps->iter_done, path);
+			 (unsigned long long)in->row_count, (unsigned long long)ps->bar.iter_done, path);
 	}
 	esd_ckpt_close(r);
 	return rc;

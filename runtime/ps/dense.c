@@ -20,37 +20,37 @@ int ps_dense_init(struct ps *ps)
 	if (rc)
 		return rc;
 	size_t len = esd_model_dense_len(m), sf = esd_optimizer_state_floats(ps->job.optim.opt);
-	ps->dense_len = len;
-	ps->dense_val = calloc(len, sizeof(float));
-	ps->dense_state = calloc(len * sf + 1, sizeof(float));
-	ps->dense_stage = calloc((size_t)ps->job.n * len, sizeof(float));
-	if (!ps->dense_val || !ps->dense_state || !ps->dense_stage) {
+	ps->dtab.len = len;
+	ps->dtab.val = calloc(len, sizeof(float));
+	ps->dtab.state = calloc(len * sf + 1, sizeof(float));
+	ps->dtab.stage = calloc((size_t)ps->job.n * len, sizeof(float));
+	if (!ps->dtab.val || !ps->dtab.state || !ps->dtab.stage) {
 		esd_model_free(m);
 		return -ENOMEM;
 	}
-	esd_model_dense_init(m, ps->job.seed, ps->dense_val);
+	esd_model_dense_init(m, ps->job.seed, ps->dtab.val);
 	esd_model_free(m);
 	/* the state of a vector of len floats: the optimizer's layout per element
 	 * block, initialised like a row of dim = len */
-	esd_optim_state_init(&ps->job.optim, (unsigned)len, ps->dense_state);
+	esd_optim_state_init(&ps->job.optim, (unsigned)len, ps->dtab.state);
 	return 0;
 }
 
 void ps_dense_free(struct ps *ps)
 {
-	free(ps->dense_val);
-	free(ps->dense_state);
-	free(ps->dense_stage);
-	ps->dense_val = ps->dense_state = ps->dense_stage = NULL;
+	free(ps->dtab.val);
+	free(ps->dtab.state);
+	free(ps->dtab.stage);
+	ps->dtab.val = ps->dtab.state = ps->dtab.stage = NULL;
 }
 
 static int chunk(const struct ps *ps, uint64_t key, size_t *off, size_t *n)
 {
 	uint64_t i = esd_key_id(key), dim = ps->job.dim;
-	if (!ps->dense_val || i * dim >= ps->dense_len)
+	if (!ps->dtab.val || i * dim >= ps->dtab.len)
 		return -EINVAL;
 	*off = i * dim;
-	*n = ps->dense_len - *off < dim ? ps->dense_len - *off : dim;
+	*n = ps->dtab.len - *off < dim ? ps->dtab.len - *off : dim;
 	return 0;
 }
 
@@ -60,7 +60,7 @@ int ps_dense_read_locked(const struct ps *ps, uint64_t key, float *value, float 
 	if (chunk(ps, key, &off, &n))
 		return -EINVAL;
 	memset(value, 0, dim * sizeof(float));
-	memcpy(value, ps->dense_val + off, n * sizeof(float));
+	memcpy(value, ps->dtab.val + off, n * sizeof(float));
 	if (state) /* daemons never update the dense table: its state stays here */
 		memset(state, 0, esd_optim_state_len(ps->job.optim.opt, (unsigned)dim) * 4);
 	return 0;
@@ -71,16 +71,16 @@ int ps_dense_stage_locked(struct ps *ps, uint32_t worker, uint64_t key, const fl
 	size_t off, n;
 	if (chunk(ps, key, &off, &n))
 		return -EINVAL;
-	memcpy(ps->dense_stage + (size_t)worker * ps->dense_len + off, grad, n * sizeof(float));
-	ps->dense_staged = true;
+	memcpy(ps->dtab.stage + (size_t)worker * ps->dtab.len + off, grad, n * sizeof(float));
+	ps->dtab.staged = true;
 	return 0;
 }
 
 int ps_dense_apply_locked(struct ps *ps)
 {
-	if (!ps->dense_staged)
+	if (!ps->dtab.staged)
 		return 0;
-	size_t len = ps->dense_len;
+	size_t len = ps->dtab.len;
 	double *sum = calloc(len, sizeof(double)), *in = calloc(len, sizeof(double));
 	if (!sum || !in) {
 		free(sum);
@@ -88,17 +88,17 @@ int ps_dense_apply_locked(struct ps *ps)
 		return -ENOMEM;
 	}
 	for (uint32_t w = 0; w < ps->job.n; w++) {
-		const float *g = ps->dense_stage + (size_t)w * len;
+		const float *g = ps->dtab.stage + (size_t)w * len;
 		for (size_t i = 0; i < len; i++)
 			in[i] = g[i];
 		esd_optim_grad_add((unsigned)len, sum, in);
 	}
-	esd_optim_apply_sum(&ps->job.optim, (unsigned)len, ps->dense_val, ps->dense_state, sum,
-			    ps->dense_clock + 1);
+	esd_optim_apply_sum(&ps->job.optim, (unsigned)len, ps->dtab.val, ps->dtab.state, sum,
+			    ps->dtab.clock + 1);
 	free(in);
-	ps->dense_clock++;
-	memset(ps->dense_stage, 0, (size_t)ps->job.n * len * sizeof(float));
-	ps->dense_staged = false;
+	ps->dtab.clock++;
+	memset(ps->dtab.stage, 0, (size_t)ps->job.n * len * sizeof(float));
+	ps->dtab.staged = false;
 	free(sum);
 	return 0;
 }

@@ -53,24 +53,24 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	pthread_mutex_lock(&ps->mu);
 	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s?}",
 			  "role", "ps", "shard", ps->shard, "workers", ps->job.n,
-			  "iteration", (json_int_t)ps->iter_done, "cursor", (json_int_t)ps->cursor,
-			  "connected", __builtin_popcountll(ps->connected_mask),
+			  "iteration", (json_int_t)ps->bar.iter_done, "cursor", (json_int_t)ps->bar.cursor,
+			  "connected", __builtin_popcountll(ps->bar.connected_mask),
 			  "rows", (json_int_t)ps_store_count(ps->st),
-			  "barriers", (json_int_t)ps->n_barriers,
-			  "pulled_rows", (json_int_t)ps->n_pulled_rows,
-			  "value_rows", (json_int_t)ps->n_value_rows,
-			  "grad_rows", (json_int_t)ps->n_grad_rows,
-			  "checkpoints", (json_int_t)ps->n_checkpoints,
-			  "failed", ps->failed ? ps->fail_msg : NULL);
-	json_object_set_new(*resp, "checkpoint_requested", json_boolean(ps->ckpt_requested));
+			  "barriers", (json_int_t)ps->stats.barriers,
+			  "pulled_rows", (json_int_t)ps->stats.pulled_rows,
+			  "value_rows", (json_int_t)ps->stats.value_rows,
+			  "grad_rows", (json_int_t)ps->stats.grad_rows,
+			  "checkpoints", (json_int_t)ps->stats.checkpoints,
+			  "failed", ps->bar.failed ? ps->bar.fail_msg : NULL);
+	json_object_set_new(*resp, "checkpoint_requested", json_boolean(ps->ckpt.requested));
 	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
-	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dense_len));
+	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dtab.len));
 	/* esdctl set: the pending change (effective_at 0: not scheduled yet) */
 	json_object_set_new(*resp, "setting",
-			    ps->set_pending ? json_pack("{s:s, s:s, s:I}", "key", ps->set_key,
-							"value", ps->set_value, "effective_at",
-							(json_int_t)ps->set_at)
+			    ps->live.pending ? json_pack("{s:s, s:s, s:I}", "key", ps->live.key,
+							"value", ps->live.value, "effective_at",
+							(json_int_t)ps->live.at)
 					    : json_null());
 	pthread_mutex_unlock(&ps->mu);
 	return 0;
@@ -89,20 +89,20 @@ static int cmd_checkpoint(void *arg, json_t *req, json_t **resp, const char **er
 		*err = "the job has no ps.checkpoint_dir: set it in the job file to checkpoint";
 		return -ENOTSUP;
 	}
-	if (ps->failed) {
+	if (ps->bar.failed) {
 		pthread_mutex_unlock(&ps->mu);
 		*err = "the job has failed; nothing consistent to checkpoint";
 		return -ESHUTDOWN;
 	}
-	if (!ps->ckpt_requested) {
-		ps->ckpt_requested = true;
-		ps->ckpt_requested_at = ps->iter_done;
+	if (!ps->ckpt.requested) {
+		ps->ckpt.requested = true;
+		ps->ckpt.requested_at = ps->bar.iter_done;
 	}
 	char path[1100];
 	ps_checkpoint_path(ps, path, sizeof(path));
 	*resp = json_pack("{s:b, s:I, s:I, s:I, s:s}", "requested", 1, "requested_at",
-			  (json_int_t)ps->ckpt_requested_at, "iteration", (json_int_t)ps->iter_done,
-			  "checkpoints", (json_int_t)ps->n_checkpoints, "path", path);
+			  (json_int_t)ps->ckpt.requested_at, "iteration", (json_int_t)ps->bar.iter_done,
+			  "checkpoints", (json_int_t)ps->stats.checkpoints, "path", path);
 	pthread_mutex_unlock(&ps->mu);
 	return 0;
 }
@@ -187,21 +187,21 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 	if (ps->shard != 0) {
 		*err = "settings are scheduled by PS shard 0: use its control socket";
 		rc = -ENOTSUP;
-	} else if (ps->failed) {
+	} else if (ps->bar.failed) {
 		*err = "the job has failed";
 		rc = -ESHUTDOWN;
-	} else if (ps->set_pending) {
-		if (ps->set_at)
+	} else if (ps->live.pending) {
+		if (ps->live.at)
 			snprintf(msg, sizeof(msg), "a change is pending (%s = %s at iteration "
-				 "%llu); retry once it is in effect", ps->set_key, ps->set_value,
-				 (unsigned long long)ps->set_at);
+				 "%llu); retry once it is in effect", ps->live.key, ps->live.value,
+				 (unsigned long long)ps->live.at);
 		else
 			snprintf(msg, sizeof(msg), "a change is pending (%s = %s, scheduled by "
-				 "the next barrier); retry once it is in effect", ps->set_key,
-				 ps->set_value);
+				 "the next barrier); retry once it is in effect", ps->live.key,
+				 ps->live.value);
 		*err = msg;
 		rc = -EBUSY;
-	} else if (ps->iter_done + 4 > ps->job.iterations) {
+	} else if (ps->bar.iter_done + 4 > ps->job.iterations) {
 		*err = "too late: the job ends before a change could reach every node";
 		rc = -ERANGE;
 	}
@@ -209,18 +209,18 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 		pthread_mutex_unlock(&ps->mu);
 		return rc;
 	}
-	snprintf(ps->set_key, sizeof(ps->set_key), "%s", key);
-	snprintf(ps->set_value, sizeof(ps->set_value), "%s", canon);
-	ps->set_pending = true;
-	ps->set_at = 0;
-	ps->set_requested_at = ps->iter_done;
+	snprintf(ps->live.key, sizeof(ps->live.key), "%s", key);
+	snprintf(ps->live.value, sizeof(ps->live.value), "%s", canon);
+	ps->live.pending = true;
+	ps->live.at = 0;
+	ps->live.requested_at = ps->bar.iter_done;
 	/* the barrier after iter_done releases at iter_done + 1 at the earliest */
-	*resp = json_pack("{s:s, s:s, s:I, s:I, s:b}", "key", ps->set_key, "value", ps->set_value,
-			  "requested_at", (json_int_t)ps->iter_done, "effective_at",
-			  (json_int_t)(ps->iter_done + 4), "live", 1);
+	*resp = json_pack("{s:s, s:s, s:I, s:I, s:b}", "key", ps->live.key, "value", ps->live.value,
+			  "requested_at", (json_int_t)ps->bar.iter_done, "effective_at",
+			  (json_int_t)(ps->bar.iter_done + 4), "live", 1);
 	pthread_mutex_unlock(&ps->mu);
 	ESD_INFO("ps", "setting %s = %s requested at iteration %llu", key, canon,
-		 (unsigned long long)ps->set_requested_at);
+		 (unsigned long long)ps->live.requested_at);
 	return 0;
 }
 
@@ -369,7 +369,7 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 {
 	while (!stop_sig) {
 		pthread_mutex_lock(&ps->mu);
-		bool all_done = ps->finished >= ps->job.n;
+		bool all_done = ps->bar.finished >= ps->job.n;
 		pthread_mutex_unlock(&ps->mu);
 		if (all_done) {
 			ESD_INFO("ps", "every worker finished after iteration %llu",
@@ -387,14 +387,14 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 		ps_serve_link(ps, l);
 	}
 	ESD_INFO("ps", "stopping (signal %d) at iteration %llu", (int)stop_sig,
-		 (unsigned long long)ps->iter_done);
+		 (unsigned long long)ps->bar.iter_done);
 }
 
 /* Stop the link threads and close their links. */
 static void stop_links(struct ps *ps)
 {
 	pthread_mutex_lock(&ps->mu);
-	ps->stopping = true;
+	ps->bar.stopping = true;
 	pthread_cond_broadcast(&ps->cv);
 	pthread_mutex_unlock(&ps->mu);
 	for (int i = 0; i < ps->nlinks; i++) {

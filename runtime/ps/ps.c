@@ -26,13 +26,13 @@ static bool is_dense(uint64_t key)
 
 void ps_fail_locked(struct ps *ps, int code, const char *fmt, ...)
 {
-	if (!ps->failed) {
+	if (!ps->bar.failed) {
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(ps->fail_msg, sizeof(ps->fail_msg), fmt, ap);
+		vsnprintf(ps->bar.fail_msg, sizeof(ps->bar.fail_msg), fmt, ap);
 		va_end(ap);
-		ps->failed = code ? code : -EIO;
-		ESD_ERR("ps", "job failed: %s", ps->fail_msg);
+		ps->bar.failed = code ? code : -EIO;
+		ESD_ERR("ps", "job failed: %s", ps->bar.fail_msg);
 	}
 	pthread_cond_broadcast(&ps->cv);
 }
@@ -115,9 +115,9 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 								  : ps->job.link_bps[h->worker]);
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
-	ps->connected_mask |= UINT64_C(1) << h->worker;
-	struct esd_ack ack = {.iteration = ps->iter_done, .sequence = ps->cursor,
-			      .op = ESD_OP_HELLO, .status = ps->failed};
+	ps->bar.connected_mask |= UINT64_C(1) << h->worker;
+	struct esd_ack ack = {.iteration = ps->bar.iter_done, .sequence = ps->bar.cursor,
+			      .op = ESD_OP_HELLO, .status = ps->bar.failed};
 	pthread_mutex_unlock(&ps->mu);
 	struct esd_hello r = {.proto_version = ESD_PROTO_VERSION, .worker = ps->shard,
 			      .job_token = ps->job_token, .shard = ps->shard, .dim = ps->job.dim,
@@ -137,13 +137,13 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 static int wait_released(struct ps *ps, uint64_t t)
 {
 	int64_t deadline = esd_now_ns() + (int64_t)ps->barrier_timeout_ns;
-	while (ps->iter_done < t && !ps->failed && !ps->stopping) {
+	while (ps->bar.iter_done < t && !ps->bar.failed && !ps->bar.stopping) {
 		struct timespec ts = esd_ns_to_timespec(deadline);
 		if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) == ETIMEDOUT) {
 			char missing[160] = "";
 			size_t off = 0;
 			for (uint32_t w = 0; w < ps->job.n; w++)
-				if (!(ps->arrived_mask & (UINT64_C(1) << w)) && off < sizeof(missing) - 8)
+				if (!(ps->bar.arrived_mask & (UINT64_C(1) << w)) && off < sizeof(missing) - 8)
 					off += (size_t)snprintf(missing + off, sizeof(missing) - off,
 								"%s%u", off ? "," : "", w);
 			ps_fail_locked(ps, -ETIMEDOUT,
@@ -152,18 +152,18 @@ static int wait_released(struct ps *ps, uint64_t t)
 				       (unsigned long long)(ps->barrier_timeout_ns / ESD_NS_PER_S));
 		}
 	}
-	return ps->failed ? ps->failed : ps->stopping ? -ESHUTDOWN : 0;
+	return ps->bar.failed ? ps->bar.failed : ps->bar.stopping ? -ESHUTDOWN : 0;
 }
 
 static void complete_barrier_locked(struct ps *ps, uint64_t t)
 {
 	for (uint32_t w = 1; w < ps->job.n; w++) {
-		if (ps->digest[w] != ps->digest[0]) {
+		if (ps->bar.digest[w] != ps->bar.digest[0]) {
 			ps_fail_locked(ps, -ESD_EDIVERGED,
 				       "iteration %llu: dispatch decisions differ (worker 0 digest "
 				       "%016llx, worker %u digest %016llx)",
-				       (unsigned long long)t, (unsigned long long)ps->digest[0], w,
-				       (unsigned long long)ps->digest[w]);
+				       (unsigned long long)t, (unsigned long long)ps->bar.digest[0], w,
+				       (unsigned long long)ps->bar.digest[w]);
 			return;
 		}
 	}
@@ -182,12 +182,12 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	/* The state is now "iteration t-1 complete". Checkpoint if due: the
 	 * daemons flushed their DIRTY rows before this barrier. */
 	uint64_t c = t - 1;
-	bool flagged = ps->ckpt_flagged == ps->job.n;
-	ps->ckpt_flagged = 0;
+	bool flagged = ps->ckpt.flagged == ps->job.n;
+	ps->ckpt.flagged = 0;
 	bool due = c > 0 && ((ps->job.checkpoint_every && c % ps->job.checkpoint_every == 0) ||
 			     c == ps->job.iterations || flagged);
 	if (due && ps->job.checkpoint_dir[0]) {
-		ps->iter_done = c; /* checkpoint records the boundary c */
+		ps->bar.iter_done = c; /* checkpoint records the boundary c */
 		rc = ps_checkpoint_locked(ps);
 		if (rc) {
 			ps_fail_locked(ps, rc, "checkpoint at iteration %llu failed: %s",
@@ -195,64 +195,64 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			return;
 		}
 	}
-	if (due && c == ps->ckpt_at) { /* the requested checkpoint is written */
-		ps->ckpt_requested = false;
-		ps->ckpt_at = 0;
+	if (due && c == ps->ckpt.at) { /* the requested checkpoint is written */
+		ps->ckpt.requested = false;
+		ps->ckpt.at = 0;
 	}
-	ps->iter_done = t;
-	ps->cursor = t * ps->job.global_batch;
+	ps->bar.iter_done = t;
+	ps->bar.cursor = t * ps->job.global_batch;
 	/* esdctl checkpoint: schedule it at a boundary no dispatcher has
 	 * decided yet (they run at most two iterations ahead); the barrier
 	 * ACKs carry it to every node */
-	if (ps->ckpt_requested && !ps->ckpt_at && t + 3 < ps->job.iterations)
-		ps->ckpt_at = t + 3;
+	if (ps->ckpt.requested && !ps->ckpt.at && t + 3 < ps->job.iterations)
+		ps->ckpt.at = t + 3;
 	/* esdctl set: done once iteration set_at started everywhere; else
 	 * schedule it the same way (a change past the last iteration waits
 	 * for nothing and is dropped with a note) */
-	if (ps->set_pending && ps->set_at && t >= ps->set_at) {
-		if (!strcmp(ps->set_key, "workers.rates") &&
-		    !esd_job_parse_rates(ps->set_value, ps->job.n, ps->job.rate_bps) &&
+	if (ps->live.pending && ps->live.at && t >= ps->live.at) {
+		if (!strcmp(ps->live.key, "workers.rates") &&
+		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps) &&
 		    ps->job.shape_follows_model)
 			/* the replies of iteration set_at on at the new rates */
 			for (int i = 0; i < ps->nlinks; i++)
 				if (ps->links[i].worker >= 0)
 					esd_link_set_rate(ps->links[i].link,
 							  ps->job.rate_bps[ps->links[i].worker]);
-		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->set_key,
-			 ps->set_value, (unsigned long long)ps->set_at);
-		ps->set_pending = false;
-		ps->set_at = 0;
-	} else if (!ps->set_pending && ps->rate_req_mask) {
+		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
+			 ps->live.value, (unsigned long long)ps->live.at);
+		ps->live.pending = false;
+		ps->live.at = 0;
+	} else if (!ps->live.pending && ps->live.rate_req_mask) {
 		/* the daemons' reported link rates become one workers.rates
 		 * change, scheduled below by the next barrier */
 		uint64_t rates[ESD_MAX_WORKERS];
 		memcpy(rates, ps->job.rate_bps, sizeof(rates));
 		for (uint32_t w = 0; w < ps->job.n; w++)
-			if (ps->rate_req_mask >> w & 1)
-				rates[w] = ps->rate_req[w];
-		ps->rate_req_mask = 0;
+			if (ps->live.rate_req_mask >> w & 1)
+				rates[w] = ps->live.rate_req[w];
+		ps->live.rate_req_mask = 0;
 		char msg[256];
-		if (ps_rates_value(ps, rates, ps->set_value, sizeof(ps->set_value), msg,
+		if (ps_rates_value(ps, rates, ps->live.value, sizeof(ps->live.value), msg,
 				   sizeof(msg))) {
 			ESD_ERR("ps", "reported link rates not applied: %s", msg);
 		} else {
-			snprintf(ps->set_key, sizeof(ps->set_key), "workers.rates");
-			ps->set_pending = true;
-			ps->set_at = 0;
-			ps->set_requested_at = t;
+			snprintf(ps->live.key, sizeof(ps->live.key), "workers.rates");
+			ps->live.pending = true;
+			ps->live.at = 0;
+			ps->live.requested_at = t;
 		}
-	} else if (ps->set_pending && !ps->set_at) {
+	} else if (ps->live.pending && !ps->live.at) {
 		if (t + 3 <= ps->job.iterations) {
-			ps->set_at = t + 3;
+			ps->live.at = t + 3;
 		} else {
 			ESD_WARN("ps", "setting %s = %s dropped: the job ends before it could apply",
-				 ps->set_key, ps->set_value);
-			ps->set_pending = false;
+				 ps->live.key, ps->live.value);
+			ps->live.pending = false;
 		}
 	}
-	ps->arrived = 0;
-	ps->arrived_mask = 0;
-	ps->n_barriers++;
+	ps->bar.arrived = 0;
+	ps->bar.arrived_mask = 0;
+	ps->stats.barriers++;
 	pthread_cond_broadcast(&ps->cv);
 }
 
@@ -306,8 +306,8 @@ static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
 	}
 	pthread_mutex_lock(&ps->mu);
 	if (ps->shard == 0) {
-		ps->rate_req[pl->worker] = r;
-		ps->rate_req_mask |= UINT64_C(1) << pl->worker;
+		ps->live.rate_req[pl->worker] = r;
+		ps->live.rate_req_mask |= UINT64_C(1) << pl->worker;
 	}
 	pthread_mutex_unlock(&ps->mu);
 	ESD_INFO("ps", "worker %d reports its link at %llu bit/s", pl->worker,
@@ -322,34 +322,34 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
-	if (ps->failed) {
-		rc = ps->failed;
-	} else if (b->iteration != ps->iter_done + 1 || b->worker != w) {
+	if (ps->bar.failed) {
+		rc = ps->bar.failed;
+	} else if (b->iteration != ps->bar.iter_done + 1 || b->worker != w) {
 		ps_fail_locked(ps, -EPROTO,
 			       "worker %u sent barrier %llu as worker %u; shard expects %llu", w,
 			       (unsigned long long)b->iteration, b->worker,
-			       (unsigned long long)ps->iter_done + 1);
-		rc = ps->failed;
+			       (unsigned long long)ps->bar.iter_done + 1);
+		rc = ps->bar.failed;
 	} else {
-		if (!(ps->arrived_mask & (UINT64_C(1) << w))) {
-			ps->arrived_mask |= UINT64_C(1) << w;
-			ps->arrived++;
-			ps->digest[w] = b->digest;
-			ps->ckpt_flagged += b->checkpoint != 0;
+		if (!(ps->bar.arrived_mask & (UINT64_C(1) << w))) {
+			ps->bar.arrived_mask |= UINT64_C(1) << w;
+			ps->bar.arrived++;
+			ps->bar.digest[w] = b->digest;
+			ps->ckpt.flagged += b->checkpoint != 0;
 		}
-		if (ps->arrived == ps->job.n)
+		if (ps->bar.arrived == ps->job.n)
 			complete_barrier_locked(ps, b->iteration);
 		rc = wait_released(ps, b->iteration);
 	}
-	const char *msg = ps->fail_msg;
-	uint64_t ckpt_at = ps->ckpt_at;
+	const char *msg = ps->bar.fail_msg;
+	uint64_t ckpt_at = ps->ckpt.at;
 	/* a setting change scheduled at this release follows the ACK */
-	bool setting = !rc && ps->set_pending && ps->set_at == b->iteration + 3;
-	char key[sizeof(ps->set_key)], value[sizeof(ps->set_value)];
-	uint64_t set_at = ps->set_at;
+	bool setting = !rc && ps->live.pending && ps->live.at == b->iteration + 3;
+	char key[sizeof(ps->live.key)], value[sizeof(ps->live.value)];
+	uint64_t set_at = ps->live.at;
 	if (setting) {
-		memcpy(key, ps->set_key, sizeof(key));
-		memcpy(value, ps->set_value, sizeof(value));
+		memcpy(key, ps->live.key, sizeof(key));
+		memcpy(value, ps->live.value, sizeof(value));
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc && rc != -ESHUTDOWN)
@@ -376,7 +376,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	rc = wait_released(ps, p->iteration);
 	if (rc) {
 		pthread_mutex_unlock(&ps->mu);
-		return rc == -ESHUTDOWN ? rc : esd_link_send_error(pl->link, rc, ps->fail_msg);
+		return rc == -ESHUTDOWN ? rc : esd_link_send_error(pl->link, rc, ps->bar.fail_msg);
 	}
 	for (uint32_t i = 0; i < p->count && !rc;) {
 		uint32_t n = p->count - i < per_frame ? p->count - i : per_frame;
@@ -390,7 +390,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 			float *v, *s;
 			uint64_t clock;
 			if (is_dense(key)) {
-				rc = esd_enc_row_reserve(&e, key, ps->dense_clock, &v, &s);
+				rc = esd_enc_row_reserve(&e, key, ps->dtab.clock, &v, &s);
 				if (!rc)
 					rc = ps_dense_read_locked(ps, key, v, s);
 				continue;
@@ -405,7 +405,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		}
 		if (!rc)
 			rc = esd_enc_rows_end(&e);
-		ps->n_pulled_rows += n;
+		ps->stats.pulled_rows += n;
 		i += n;
 	}
 	pthread_mutex_unlock(&ps->mu);
@@ -430,16 +430,16 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	}
 	pthread_mutex_lock(&ps->mu);
 	/* exactly once: a re-sent push (after a reconnect) is not applied again */
-	if (!esd_dedup_fresh(&ps->dedup, w, r->sequence)) {
+	if (!esd_dedup_fresh(&ps->bar.dedup, w, r->sequence)) {
 		pthread_mutex_unlock(&ps->mu);
 		return 0;
 	}
-	if (m->hdr.op == ESD_OP_PUSH_GRAD && r->iteration != ps->iter_done) {
+	if (m->hdr.op == ESD_OP_PUSH_GRAD && r->iteration != ps->bar.iter_done) {
 		ps_fail_locked(ps, -EPROTO,
 			       "worker %u pushed gradients of iteration %llu during iteration %llu",
 			       w, (unsigned long long)r->iteration,
-			       (unsigned long long)ps->iter_done);
-		rc = ps->failed;
+			       (unsigned long long)ps->bar.iter_done);
+		rc = ps->bar.failed;
 		goto out;
 	}
 	for (uint32_t i = 0; i < r->count && !rc; i++) {
@@ -450,19 +450,19 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 				rc = -EPROTO;
 			else
 				rc = ps_store_put_value(ps->st, v.key, v.clock, v.value, v.state);
-			ps->n_value_rows++;
+			ps->stats.value_rows++;
 		} else if (is_dense(v.key)) {
 			rc = ps_dense_stage_locked(ps, w, v.key, v.value);
 		} else {
 			rc = ps_store_stage_grad(ps->st, w, v.key, v.value);
-			ps->n_grad_rows++;
+			ps->stats.grad_rows++;
 		}
 	}
 	if (rc)
 		ps_fail_locked(ps, rc, "worker %u: applying a %s frame failed: %s", w,
 			       esd_op_name(m->hdr.op), esd_strerror(rc));
 	else
-		esd_dedup_applied(&ps->dedup, w, r->sequence);
+		esd_dedup_applied(&ps->bar.dedup, w, r->sequence);
 out:
 	pthread_mutex_unlock(&ps->mu);
 	return rc;
@@ -479,16 +479,16 @@ static void *link_main(void *arg)
 	for (;;) {
 		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
 		if (rc == -ETIMEDOUT) {
-			if (__atomic_load_n(&ps->stopping, __ATOMIC_RELAXED))
+			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED))
 				break;
 			continue;
 		}
 		if (rc) {
 			pthread_mutex_lock(&ps->mu);
-			if (pl->worker >= 0 && ps->iter_done > ps->job.iterations) {
+			if (pl->worker >= 0 && ps->bar.iter_done > ps->job.iterations) {
 				ESD_INFO("ps", "worker %d finished", pl->worker);
-				ps->finished++;
-			} else if (!ps->stopping && pl->worker >= 0)
+				ps->bar.finished++;
+			} else if (!ps->bar.stopping && pl->worker >= 0)
 				ps_fail_locked(ps, -ECONNRESET, "worker %d: link %s: %s",
 					       pl->worker, esd_link_peer(pl->link),
 					       rc == -ECONNRESET ? "peer went away"
@@ -532,7 +532,7 @@ static void *link_main(void *arg)
 	esd_buf_free(&out);
 	pthread_mutex_lock(&ps->mu);
 	if (pl->worker >= 0)
-		ps->connected_mask &= ~(UINT64_C(1) << pl->worker);
+		ps->bar.connected_mask &= ~(UINT64_C(1) << pl->worker);
 	pl->done = true;
 	pthread_mutex_unlock(&ps->mu);
 	return NULL;

@@ -29,16 +29,9 @@ struct ps_link {
 	bool done;
 };
 
-struct ps {
-	struct esd_job job;
-	uint32_t shard;
-	uint32_t tables, dense;      /* model shape (from the stream) */
-	uint64_t job_token;
-	uint64_t barrier_timeout_ns;
-	struct ps_store *st;
-
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+/* The barrier and the job's progress and health. Under struct ps.mu (cv
+ * signals a release, a failure or a stop). */
+struct ps_barrier {
 	uint64_t iter_done;    /* last iteration whose barrier was released */
 	uint64_t cursor;       /* data cursor at iter_done (samples consumed) */
 	uint32_t arrived;      /* workers at the barrier of iter_done + 1 */
@@ -50,41 +43,70 @@ struct ps {
 	char fail_msg[256];
 	bool stopping;
 	uint32_t finished; /* workers that left after the final barrier */
+};
 
-	/* dense table (shard 0): values, optimizer state, per-worker staged
-	 * gradients of the iteration being collected */
-	float *dense_val, *dense_state, *dense_stage;
-	size_t dense_len;
-	uint64_t dense_clock;
-	bool dense_staged;
+/* The dense table (shard 0): values, optimizer state, per-worker staged
+ * gradients of the iteration being collected. Under mu. */
+struct ps_dense_table {
+	float *val, *state, *stage;
+	size_t len;
+	uint64_t clock;
+	bool staged;
+};
 
-	/* counters (under mu) */
-	uint64_t n_pulled_rows, n_value_rows, n_grad_rows, n_barriers, n_checkpoints;
+/* Counters, for esdctl status. Under mu. */
+struct ps_stats {
+	uint64_t pulled_rows, value_rows, grad_rows, barriers, checkpoints;
 	int64_t last_ckpt_ns;
-	/* esdctl checkpoint (under mu): set by the control command, to be
-	 * scheduled by the barrier at a boundary every daemon flushes at
-	 * and cleared when that checkpoint is written (docs/esdctl.md) */
-	uint64_t ckpt_at;       /* boundary a requested checkpoint is scheduled at */
-	uint32_t ckpt_flagged;  /* barriers of this iteration flagged CHECKPOINT */
-	bool ckpt_requested;
-	uint64_t ckpt_requested_at; /* iter_done when it was requested */
-	/* esdctl set (shard 0, under mu): one live setting change at a time,
-	 * scheduled by the barrier at an iteration no dispatcher has decided
-	 * yet and announced in a SETTING frame after each barrier ACK until
-	 * that iteration's barrier is released (docs/esdctl.md) */
-	bool set_pending;
-	uint64_t cache_rows; /* each node's cache, resolved as esdd does (main.c) */
-	uint64_t hot_rows;   /* dispatch.replicate's rows, held by every cache */
-	uint64_t set_at; /* iteration it takes effect at (0: not scheduled yet) */
-	uint64_t set_requested_at;
-	char set_key[ESD_PROTO_MAX_SETTING + 1], set_value[ESD_PROTO_MAX_SETTING + 1];
+};
 
-	/* link rates the daemons reported (esdctl set link.rate on a node),
-	 * turned into a workers.rates change by the next barrier (shard 0) */
+/* esdctl checkpoint: set by the control command, scheduled by the
+ * barrier at a boundary every daemon flushes at, cleared when that
+ * checkpoint is written (docs/esdctl.md). Under mu. */
+struct ps_ckpt_request {
+	uint64_t at;          /* boundary a requested checkpoint is scheduled at */
+	uint32_t flagged;     /* barriers of this iteration flagged CHECKPOINT */
+	bool requested;
+	uint64_t requested_at; /* iter_done when it was requested */
+};
+
+/* esdctl set (shard 0): one live setting change at a time, scheduled by
+ * the barrier at an iteration no dispatcher has decided yet and announced
+ * in a SETTING frame after each barrier ACK until that iteration's
+ * barrier is released (docs/esdctl.md); and the link rates the daemons
+ * reported (esdctl set worker.rate on a node), turned into a
+ * workers.rates change by the next barrier. Under mu. */
+struct ps_live {
+	bool pending;
+	uint64_t at; /* iteration it takes effect at (0: not scheduled yet) */
+	uint64_t requested_at;
+	char key[ESD_PROTO_MAX_SETTING + 1], value[ESD_PROTO_MAX_SETTING + 1];
 	uint64_t rate_req[ESD_MAX_WORKERS];
 	uint64_t rate_req_mask;
+};
 
-	struct ps_link links[ESD_MAX_WORKERS * 2];
+/* One PS shard: what it was started with (read only after start), the
+ * lock the parts below are under, and its parts by concern. */
+struct ps {
+	struct esd_job job;
+	uint32_t shard;
+	uint32_t tables, dense;      /* model shape (from the stream) */
+	uint64_t job_token;
+	uint64_t barrier_timeout_ns;
+	struct ps_store *st;
+	uint64_t cache_rows; /* each node's cache, resolved as esdd does (main.c) */
+	uint64_t hot_rows;   /* dispatch.replicate's rows, held by every cache */
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+
+	struct ps_barrier bar;
+	struct ps_dense_table dtab;
+	struct ps_stats stats;
+	struct ps_ckpt_request ckpt;
+	struct ps_live live;
+
+	struct ps_link links[ESD_MAX_WORKERS * 2]; /* one thread each (ps.c) */
 	int nlinks;
 };
 
