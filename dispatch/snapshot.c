@@ -502,41 +502,19 @@ static int mirror_advance(struct esd_snapset *ss, struct esd_keytab *kt, const s
 	return 0;
 }
 
-int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-                        struct esd_conseq *cq)
+/* Room for the fills: every worker's needed keys must fit its snapshot
+ * (-ENOSPC before anything changes), and the fill arrays hold the most
+ * keys any worker needs or pushes. */
+static int adv_reserve(struct esd_snapset *ss, const struct esd_conseq *cq)
 {
-	if (!ss || !kt || !cq || kt->n != ss->n)
-		return -EINVAL;
-	if (ss->mirror_live)
-		return mirror_advance(ss, kt, b, assign, T, sync, cq);
-	const int64_t t0 = esd_now_ns();
-	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
-	if (rc)
-		return rc;
-	const int64_t t1 = esd_now_ns();
-	const uint32_t n = ss->n, cnt = kt->count;
-	const uint64_t t = ss->iter + 1;
-	/* the fill gave every key its directory entry, unless the table was
-	 * rebuilt or the directory rehashed since: then the directory loop
-	 * below looks them up (and inserts) itself */
-	const int found_ok = have_found(ss, kt);
-	if (!found_ok && (rc = keydir_reserve(&ss->dir, cnt)))
-		return rc;
-
-	/* per-worker needed keys, ascending, from the consequence's pass */
-	const uint32_t *wlen = ss->wl.len;
-	uint32_t j, maxw = 0;
+	const uint32_t n = ss->n, *wlen = ss->wl.len;
+	uint32_t maxw = 0, maxu = 0;
 	for (uint32_t w = 0; w < n; w++)
 		if (wlen[w] > maxw)
 			maxw = wlen[w];
-	/* a worker that cannot hold its rows fails the step before anything
-	 * changes */
 	for (uint32_t w = 0; w < n; w++)
 		if (wlen[w] > esd_cmeta_capacity(ss->cm[w]))
 			return -ENOSPC;
-
-	uint32_t maxu = 0;
 	for (uint32_t w = 0; w < n; w++)
 		if (esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w) > maxu)
 			maxu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
@@ -551,17 +529,20 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	if (esd_grow((void **)&ss->slots, &cap, maxf, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_f = cap;
+	return 0;
+}
 
-	/* step 1: pushed DIRTY rows become CLEAN on their holder. Only HET
-	 * mode applies it as a pass of its own (its pulls read the states).
-	 * Otherwise every such copy takes its step-6 state later in this
-	 * advance anyway (begin_iter_states where the holder trains the key,
-	 * the others' OUTDATED pass where it does not), and no victim order
-	 * tells CLEAN from DIRTY (cm_hent_of), so the step's one visible
-	 * effect is that a pushed row the holder's begin_iter evicts leaves
-	 * clean: the eviction pass below looks the victim up in the holder's
-	 * push list instead. */
-	for (uint32_t w = 0; ss->het && w < n; w++) {
+/* Step 1: pushed DIRTY rows become CLEAN on their holder. Only HET mode
+ * applies it as a pass of its own (its pulls read the states). Otherwise
+ * every such copy takes its step-6 state later in the advance anyway
+ * (begin_iter_states where the holder trains the key, the others'
+ * OUTDATED pass where it does not), and no victim order tells CLEAN from
+ * DIRTY (cm_hent_of), so the step's one visible effect is that a pushed
+ * row the holder's begin_iter evicts leaves clean: the eviction pass
+ * looks the victim up in the holder's push list instead. */
+static int adv_het_pushes(struct esd_snapset *ss, const struct esd_conseq *cq)
+{
+	for (uint32_t w = 0; ss->het && w < ss->n; w++) {
 		const esd_key_t *keys = esd_conseq_keys(cq, ESD_CQ_UPDATE_VALUE, w);
 		const uint32_t nu = esd_conseq_count(cq, ESD_CQ_UPDATE_VALUE, w);
 		esd_cmeta_find_batch(ss->cm[w], keys, nu, ss->slots);
@@ -570,114 +551,131 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 				return -ESD_EDIVERGED;
 		esd_cmeta_set_states(ss->cm[w], ss->slots, NULL, ESD_ROW_CLEAN, 0, nu);
 	}
+	return 0;
+}
 
-	/* LRU compactions spread over the advances: begin_iter compacts a
-	 * snapshot's ring when it has no room left (a write to every
-	 * occupied slot, 5 ms at 262,144 rows), and the snapshots, filled
-	 * alike, come due within a few iterations of each other (two fell in
-	 * one step of 23 ms). So at most one per advance is done here, ahead
-	 * of time: the snapshot with the least room, once that is under
-	 * COMPACT_AHEAD iterations of its keys. */
-	{
-		uint32_t due = n;
-		uint64_t least = UINT64_MAX;
-		for (uint32_t w = 0; w < n; w++) {
-			const uint64_t room = esd_cmeta_lru_room(ss->cm[w]);
-			if (room < (uint64_t)COMPACT_AHEAD * wlen[w] && room < least) {
-				least = room;
-				due = w;
-			}
+/* LRU compactions spread over the advances: begin_iter compacts a
+ * snapshot's ring when it has no room left (a write to every occupied
+ * slot), and the snapshots, filled alike, come due within a few
+ * iterations of each other. So at most one per advance is done here,
+ * ahead of time: the snapshot with the least room, once that is under
+ * COMPACT_AHEAD iterations of its keys. */
+static int adv_compact_ahead(struct esd_snapset *ss)
+{
+	uint32_t due = ss->n;
+	uint64_t least = UINT64_MAX;
+	for (uint32_t w = 0; w < ss->n; w++) {
+		const uint64_t room = esd_cmeta_lru_room(ss->cm[w]);
+		if (room < (uint64_t)COMPACT_AHEAD * ss->wl.len[w] && room < least) {
+			least = room;
+			due = w;
 		}
-		if (due < n && (rc = esd_cmeta_lru_compact(ss->cm[due])))
-			return rc;
 	}
+	return due < ss->n ? esd_cmeta_lru_compact(ss->cm[due]) : 0;
+}
 
-	/* evictions are known only now: lay out cq's EVICT_PUSH lists */
+/* HET: copies fresh enough are used as they are: drop them from the
+ * fill's pulls (they stay OUTDATED); the rest take the PS version (kept
+ * in the pull's outdated field). */
+static void adv_het_fresh_pulls(struct esd_snapset *ss, uint32_t w, struct esd_cmeta_fill *fill)
+{
+	size_t k2 = 0;
+	for (size_t q = 0; q < fill->n_pulls; q++) {
+		uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
+		const struct keydir_ent *e = x == KEYDIR_NONE ? NULL : keydir_at(&ss->dir, x);
+		uint64_t v = e ? e->version : 0;
+		const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
+		if (ss->pulls[q].outdated && v - sl->clock <= ss->staleness)
+			continue;
+		ss->pulls[k2] = ss->pulls[q];
+		ss->pulls[k2++].outdated = (uint32_t)v; /* reused: the version */
+	}
+	fill->n_pulls = k2;
+}
+
+/* The fill's victims: gone from the directory's masks, and the DIRTY ones
+ * not pushed in step 1 listed as worker w's evict pushes (sorted) at
+ * *eoff of cq's EVICT_PUSH keys. */
+static int adv_evictions(struct esd_snapset *ss, struct esd_conseq *cq, uint32_t w,
+                         const struct esd_cmeta_fill *fill, uint32_t *eoff)
+{
 	size_t ecap = cq->cap_keys[ESD_CQ_EVICT_PUSH];
-	uint32_t eoff = 0;
-	for (uint32_t w = 0; w < n; w++) {
-		/* steps 3-4: pins, touches, inserts, evictions */
-		struct esd_cmeta_fill fill = {
-		    .pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
-		const uint32_t nw = wlen[w];
-		const esd_key_t *keys = ss->wl.keys + ss->wl.start[w];
-		/* step 6's states for this worker's copies of the keys it
-		 * trains come with the lists; without HET begin_iter sets them
-		 * in its pass over the slots (nothing between reads them) */
-		const uint8_t *states = ss->wl.state + ss->wl.start[w];
-		rc = ss->het ? esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill)
-		             : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, states, &fill);
-		if (rc)
-			return rc;
-		if (ss->het) {
-			/* copies fresh enough are used as they are: drop them from the
-			 * pulls (they stay OUTDATED); the rest take the PS version */
-			size_t k2 = 0;
-			for (size_t q = 0; q < fill.n_pulls; q++) {
-				uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
-				const struct keydir_ent *e =
-				    x == KEYDIR_NONE ? NULL : keydir_at(&ss->dir, x);
-				uint64_t v = e ? e->version : 0;
-				const struct esd_cmeta_slot *sl =
-				    esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
-				if (ss->pulls[q].outdated && v - sl->clock <= ss->staleness)
-					continue;
-				ss->pulls[k2] = ss->pulls[q];
-				ss->pulls[k2++].outdated = (uint32_t)v; /* reused: the version */
-			}
-			fill.n_pulls = k2;
-		}
-		if (fill.n_pulls != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
+	cq->off[ESD_CQ_EVICT_PUSH][w] = *eoff;
+	if (esd_grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, *eoff + fill->n_evicts,
+	             sizeof(esd_key_t)))
+		return -ENOMEM;
+	cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
+	const uint32_t e0 = *eoff;
+	const uint64_t wbit = UINT64_C(1) << w;
+	for (size_t q = 0; q < fill->n_evicts; q++) {
+		uint32_t x = keydir_find(&ss->dir, ss->evicts[q].key);
+		if (x == KEYDIR_NONE)
 			return -ESD_EDIVERGED;
-		cq->off[ESD_CQ_EVICT_PUSH][w] = eoff;
-		if (esd_grow((void **)&cq->keys[ESD_CQ_EVICT_PUSH], &ecap, eoff + fill.n_evicts,
-		             sizeof(esd_key_t)))
-			return -ENOMEM;
-		cq->cap_keys[ESD_CQ_EVICT_PUSH] = ecap;
-		uint32_t e0 = eoff;
-		const uint64_t wbit = UINT64_C(1) << w;
-		for (size_t q = 0; q < fill.n_evicts; q++) {
-			uint32_t x = keydir_find(&ss->dir, ss->evicts[q].key);
-			if (x == KEYDIR_NONE)
-				return -ESD_EDIVERGED;
-			struct keydir_ent *e = keydir_at(&ss->dir, x);
-			e->cached &= ~wbit;
-			e->latest &= ~wbit;
-			if (e->dirty == w)
-				e->dirty = ESD_NO_WORKER;
-			if (ss->evicts[q].dirty &&
-			    (ss->het ||
-			     !esd_conseq_has(cq, ESD_CQ_UPDATE_VALUE, w, ss->evicts[q].key)))
-				cq->keys[ESD_CQ_EVICT_PUSH][eoff++] = ss->evicts[q].key;
-		}
-		qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, eoff - e0, sizeof(esd_key_t), esd_cmp_key);
-		/* pulled rows become CLEAN (HET: at the PS's version). Without
-		 * HET this is left out: every pulled slot is a needed one, whose
-		 * step-6 state begin_iter_states set, and a state change of a
-		 * pinned slot has no other effect (esd_cmeta_set_state leaves a
-		 * pinned slot's victim order as it is). */
-		if (ss->het)
-			for (size_t q = 0; q < fill.n_pulls; q++)
-				esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
-				                    ss->pulls[q].outdated);
-		/* step 6 for this worker's copies of the keys it trained (HET:
-		 * after the pulls' versions above) */
-		if (ss->het)
-			esd_cmeta_set_states(ss->cm[w], ss->slots, states, ESD_ROW_ABSENT, 0, nw);
+		struct keydir_ent *e = keydir_at(&ss->dir, x);
+		e->cached &= ~wbit;
+		e->latest &= ~wbit;
+		if (e->dirty == w)
+			e->dirty = ESD_NO_WORKER;
+		if (ss->evicts[q].dirty &&
+		    (ss->het || !esd_conseq_has(cq, ESD_CQ_UPDATE_VALUE, w, ss->evicts[q].key)))
+			cq->keys[ESD_CQ_EVICT_PUSH][(*eoff)++] = ss->evicts[q].key;
 	}
-	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
-	const int64_t t2 = esd_now_ns();
-	/* step 6 on the workers that hold a latest copy but trained none (in
-	 * key-number order per worker, batched), and the directory: trainers
-	 * hold it now; the latest value is DIRTY on a lone trainer (on-demand)
-	 * or at the PS only. The directory entries of the keys it had are
-	 * those the fill found, unless the table was rebuilt or the directory
-	 * rehashed since. */
+	qsort(cq->keys[ESD_CQ_EVICT_PUSH] + e0, *eoff - e0, sizeof(esd_key_t), esd_cmp_key);
+	return 0;
+}
+
+/* Steps 3-4 (and, under HET, the pulls' CLEAN and step 6) on worker w's
+ * snapshot: pins, touches, inserts, evictions, checked against the
+ * consequence's pulls. */
+static int adv_fill_worker(struct esd_snapset *ss, struct esd_conseq *cq, uint32_t w, uint64_t t,
+                           uint32_t *eoff)
+{
+	struct esd_cmeta_fill fill = {.pulls = ss->pulls, .evicts = ss->evicts, .slots = ss->slots};
+	const uint32_t nw = ss->wl.len[w];
+	const esd_key_t *keys = ss->wl.keys + ss->wl.start[w];
+	/* step 6's states for this worker's copies of the keys it trains
+	 * come with the lists; without HET begin_iter sets them in its pass
+	 * over the slots (nothing between reads them) */
+	const uint8_t *states = ss->wl.state + ss->wl.start[w];
+	int rc = ss->het ? esd_cmeta_begin_iter(ss->cm[w], t, keys, nw, &fill)
+	                 : esd_cmeta_begin_iter_states(ss->cm[w], t, keys, nw, states, &fill);
+	if (rc)
+		return rc;
+	if (ss->het)
+		adv_het_fresh_pulls(ss, w, &fill);
+	if (fill.n_pulls != esd_conseq_count(cq, ESD_CQ_MISS_PULL, w))
+		return -ESD_EDIVERGED;
+	if ((rc = adv_evictions(ss, cq, w, &fill, eoff)))
+		return rc;
+	/* pulled rows become CLEAN (HET: at the PS's version). Without HET
+	 * this is left out: every pulled slot is a needed one, whose step-6
+	 * state begin_iter_states set, and a state change of a pinned slot has
+	 * no other effect (esd_cmeta_set_state leaves a pinned slot's victim
+	 * order as it is). Then step 6 for this worker's copies of the keys
+	 * it trained (HET: after the pulls' versions). */
+	if (ss->het) {
+		for (size_t q = 0; q < fill.n_pulls; q++)
+			esd_cmeta_set_state(ss->cm[w], ss->pulls[q].slot, ESD_ROW_CLEAN,
+			                    ss->pulls[q].outdated);
+		esd_cmeta_set_states(ss->cm[w], ss->slots, states, ESD_ROW_ABSENT, 0, nw);
+	}
+	return 0;
+}
+
+/* Step 6 on the workers that hold a latest copy but trained none (listed
+ * per worker in key-number order into ss->others, counts in no[]), and
+ * the directory: trainers hold it now; the latest value is DIRTY on a
+ * lone trainer (on-demand) or at the PS only. The directory entries of
+ * the keys are those the fill found (found_ok), unless the table was
+ * rebuilt or the directory rehashed since: then they are looked up. */
+static int adv_directory(struct esd_snapset *ss, const struct esd_keytab *kt, enum esd_sync sync,
+                         int found_ok, uint32_t *no)
+{
+	const uint32_t n = ss->n, cnt = kt->count;
 	size_t ocap = ss->cap_others;
 	if (esd_grow((void **)&ss->others, &ocap, (size_t)n * cnt, sizeof(esd_key_t)))
 		return -ENOMEM;
 	ss->cap_others = ocap;
-	uint32_t no[ESD_MAX_WORKERS] = {0};
 	const int lone = sync == ESD_SYNC_ON_DEMAND, het = ss->het;
 	const struct esd_keystate *st = kt->st;
 	const uint64_t *needs = kt->need;
@@ -692,7 +690,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		const uint64_t need = needs[u];
 		const esd_key_t key = ukeys[u];
 		for (uint64_t m_ = s->latest & ~need; m_; m_ &= m_ - 1) {
-			j = (uint32_t)__builtin_ctzll(m_);
+			const uint32_t j = (uint32_t)__builtin_ctzll(m_);
 			others[(size_t)j * cnt + no[j]++] = key;
 		}
 		const uint32_t x = found_ok ? found[u] : keydir_insert(&ss->dir, key);
@@ -700,17 +698,55 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 		e->cached |= need;
 		if (het)
 			e->version++; /* full-set: the PS applies it once this iteration */
-		/* latest: DIRTY on a lone trainer (on-demand), else at the PS;
-		 * as masks, not a branch on whether the key is shared (GCC
-		 * makes the selects one) */
+		/* latest: DIRTY on a lone trainer (on-demand), else at the PS; as
+		 * masks, not a branch on whether the key is shared (GCC makes the
+		 * selects one) */
 		const uint64_t alone = -(uint64_t)(lone & !(need & (need - 1)));
 		const uint32_t trainer = (uint32_t)__builtin_ctzll(need | UINT64_C(1) << 63);
 		e->latest = need & alone;
 		e->dirty = ESD_NO_WORKER ^ ((ESD_NO_WORKER ^ trainer) & (uint32_t)alone);
 	}
+	return 0;
+}
+
+int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
+                        const uint32_t *assign, const int64_t *T, enum esd_sync sync,
+                        struct esd_conseq *cq)
+{
+	if (!ss || !kt || !cq || kt->n != ss->n)
+		return -EINVAL;
+	if (ss->mirror_live)
+		return mirror_advance(ss, kt, b, assign, T, sync, cq);
+	const int64_t t0 = esd_now_ns();
+	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
+	if (rc)
+		return rc;
+	const int64_t t1 = esd_now_ns();
+	const uint32_t n = ss->n;
+	const uint64_t t = ss->iter + 1;
+	/* the fill gave every key its directory entry, unless the table was
+	 * rebuilt or the directory rehashed since: then adv_directory looks
+	 * them up (and inserts) itself */
+	const int found_ok = have_found(ss, kt);
+	if (!found_ok && (rc = keydir_reserve(&ss->dir, kt->count)))
+		return rc;
+	if ((rc = adv_reserve(ss, cq)) || (rc = adv_het_pushes(ss, cq)) ||
+	    (rc = adv_compact_ahead(ss)))
+		return rc;
+	/* evictions are known only now: cq's EVICT_PUSH lists are laid out
+	 * worker by worker */
+	uint32_t eoff = 0;
+	for (uint32_t w = 0; w < n; w++)
+		if ((rc = adv_fill_worker(ss, cq, w, t, &eoff)))
+			return rc;
+	cq->off[ESD_CQ_EVICT_PUSH][n] = eoff;
+	const int64_t t2 = esd_now_ns();
+	uint32_t no[ESD_MAX_WORKERS] = {0};
+	if ((rc = adv_directory(ss, kt, sync, found_ok, no)))
+		return rc;
 	const int64_t t3 = esd_now_ns();
 	for (uint32_t w = 0; w < n; w++)
-		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * cnt, no[w]);
+		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * kt->count, no[w]);
 	esd_conseq_costs(cq, T);
 	ss->iter = t;
 	ss->times = (struct esd_advance_times){t1 - t0, t2 - t1, t3 - t2, esd_now_ns() - t3};
