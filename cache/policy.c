@@ -95,8 +95,26 @@ check_keys(const esd_key_t *keys, const uint8_t *states, size_t n)
  * many keys ahead (at steady state a ring position anywhere in the ring). */
 #define PIN_AHEAD 8
 
-static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
-                      const uint8_t *states, struct esd_cmeta_fill *fill)
+/* One begin_iter: its arguments and what its steps share. */
+struct bi {
+	struct esd_cmeta *cm;
+	uint64_t iter;
+	const esd_key_t *keys;
+	size_t n;
+	const uint8_t *states;
+	struct esd_cmeta_fill *fill;
+	struct esd_cmeta_slot *sl;
+	uint32_t *slots; /* fill->slots */
+	bool lru;
+	/* LRU: this iteration's slots become the newest entries, in key
+	 * order, at [lru_at, lru_at + n), written by steps 2 and 3 (pops stop
+	 * at the ring's tail, so they never see them half written) */
+	uint32_t *ring, lru_at;
+};
+
+/* The arguments' checks; 0 or -errno (nothing changed). */
+static int bi_check(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+                    const uint8_t *states, const struct esd_cmeta_fill *fill)
 {
 	if (!cm || !fill || iter == 0 || iter <= cm->last_iter)
 		return -EINVAL;
@@ -107,80 +125,70 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	int rc = check_keys(keys, states, n);
 	if (rc)
 		return rc;
-	if (!cm_counters_ok(cm))
-		return -EUCLEAN;
+	return cm_counters_ok(cm) ? 0 : -EUCLEAN;
+}
 
-	struct esd_cmeta_slot *sl = cm_slots(cm);
-	uint32_t *slots = fill->slots;
-	uint32_t *pinned = cm_pinned(cm);
-	uint64_t prev = cm->last_iter;
-
-	fill->n_pulls = fill->n_evicts = fill->n_hits = 0;
-	fill->n_miss_absent = fill->n_miss_outdated = 0;
-	fill->n_evict_clean = fill->n_evict_dirty = 0;
-
-	/* 1. */
-	esd_cmeta_find_batch(cm, keys, n, slots);
-
-	/* 2. Pin the needed keys and touch the present ones, each while its
-	 * line is at hand (step 1 prefetched every slot line it found): last
-	 * use, frequency, Emark's mark (at the target as it stands before any
-	 * insert of this iteration), the new state, and under LRU the ring
-	 * entry. Under LRU a needed slot's old entry in the ring goes stale
-	 * (its new one, the newest, is at the end). Under the other policies
-	 * a pinned slot may stay in the heap with a stale entry (taking it
-	 * out would cost a heap removal per hit); pops skip pinned slots.
-	 * The pull a present key needs (an OUTDATED copy) is written at its
-	 * own place pulls[i] for step 3, which puts the pulls in key order.
-	 * The pins of the last iteration that lapse now go (back) into the
-	 * heap with their current order. */
-	uint32_t *hp = cm_heappos(cm);
-	const struct cm_hent *heap = cm_heap(cm);
-	const bool lru = cm->policy == ESD_POLICY_LRU;
-	/* LRU: this iteration's slots become the newest entries, in key
-	 * order, at [lru_at, lru_at + n), written by steps 2 and 3 (pops stop
-	 * at the ring's tail, so they never see them half written) */
-	uint32_t *ring = cm_lru_ring(cm);
-	const uint32_t lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
+/* 2. Pin the needed keys and touch the present ones, each while its line
+ * is at hand (step 1 prefetched every slot line it found): last use,
+ * frequency, Emark's mark (at the target as it stands before any insert
+ * of this iteration), the new state, and under LRU the ring entry. Under
+ * LRU a needed slot's old entry in the ring goes stale (its new one, the
+ * newest, is at the end). The pull a present key needs (an OUTDATED
+ * copy) is written at its own place pulls[i] for step 3, which puts the
+ * pulls in key order. */
+static void bi_pin_present(struct bi *b)
+{
+	struct esd_cmeta *cm = b->cm;
+	struct esd_cmeta_fill *fill = b->fill;
 	uint64_t *stale = cm_lru_stale(cm);
 	const uint32_t target = cm->emark_target;
 	uint32_t at_target = cm->emark_at_target;
 	size_t outdated_n = 0, present_n = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (lru && i + PIN_AHEAD < n) {
-			const uint32_t sa = slots[i + PIN_AHEAD];
-			const uint32_t p = sa != ESD_SLOT_NONE ? sl[sa].lru_pos : UINT32_MAX;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->lru && i + PIN_AHEAD < b->n) {
+			const uint32_t sa = b->slots[i + PIN_AHEAD];
+			const uint32_t p = sa != ESD_SLOT_NONE ? b->sl[sa].lru_pos : UINT32_MAX;
 			if (p < cm->lru_tail)
 				__builtin_prefetch(&stale[p / 64], 1);
 		}
-		const uint32_t s = slots[i];
+		const uint32_t s = b->slots[i];
 		if (s == ESD_SLOT_NONE)
 			continue;
-		struct esd_cmeta_slot *e = &sl[s];
-		e->pin_iter = iter;
-		if (lru) {
+		struct esd_cmeta_slot *e = &b->sl[s];
+		e->pin_iter = b->iter;
+		if (b->lru) {
 			cm_lru_drop(cm, s);
-			ring[lru_at + i] = s;
-			e->lru_pos = lru_at + (uint32_t)i;
+			b->ring[b->lru_at + i] = s;
+			e->lru_pos = b->lru_at + (uint32_t)i;
 		}
-		e->last_use = iter;
+		e->last_use = b->iter;
 		esd_rule_touch(&e->freq, &e->mark, target, &at_target);
 		const bool outdated = e->state == ESD_ROW_OUTDATED;
 		fill->pulls[i] =
-		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = outdated};
+		    (struct esd_cmeta_pull){.key = b->keys[i], .slot = s, .outdated = outdated};
 		outdated_n += outdated;
 		present_n++;
-		if (states) {
+		if (b->states) {
 			/* pinned: no victim order to update (set_state) */
 			cm_store64(&e->clock, 0);
-			cm_store8(&e->state, states[i]);
+			cm_store8(&e->state, b->states[i]);
 		}
 	}
 	cm->emark_at_target = at_target;
 	fill->n_miss_outdated = outdated_n;
 	fill->n_hits = present_n - outdated_n;
-	cm->last_iter = iter;
-	for (uint32_t i = 0; !lru && i < cm->npinned; i++) {
+}
+
+/* Under the policies other than LRU, the pins of the last iteration (prev)
+ * that lapse now go (back) into the heap with their current order. A
+ * pinned slot may stay in the heap with a stale entry meanwhile (taking
+ * it out would cost a heap removal per hit); pops skip pinned slots. */
+static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
+{
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t *pinned = cm_pinned(cm), *hp = cm_heappos(cm);
+	const struct cm_hent *heap = cm_heap(cm);
+	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
 		 * entry that position names 8 ahead. */
@@ -198,90 +206,137 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 		else
 			cm_heap_insert(cm, s);
 	}
-	/* pinned[] is scratch from here on: pinned slots popped in step 3 */
-	uint32_t nskipped = 0;
+}
 
-	/* 3. The pulls in key order, and the absent keys: each gets the
-	 * lowest free slot or the victim. A present key's pull, if any, was
-	 * written at pulls[i] (never behind n_pulls <= i): it is moved to its
-	 * place in the order and kept by the count (no branch on the data). */
-	for (size_t i = 0; i < n; i++) {
-		uint32_t s = slots[i];
+/* A full cache's victim: the first unpinned slot the policy pops (pinned
+ * ones popped on the way are kept in pinned[*nskipped] to go back), out of
+ * the count and listed as an eviction. ESD_SLOT_NONE: none (a damaged
+ * block, which esd_cmeta_verify names; n <= capacity guarantees one). */
+static uint32_t bi_victim(struct bi *b, uint32_t *nskipped)
+{
+	struct esd_cmeta *cm = b->cm;
+	struct esd_cmeta_fill *fill = b->fill;
+	uint32_t *pinned = cm_pinned(cm), s;
+	/* Full: Emark's target may move on (ESD §8.1). */
+	esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
+	while ((s = cm_heap_pop(cm)) != ESD_SLOT_NONE && b->sl[s].pin_iter == b->iter)
+		pinned[(*nskipped)++] = s;
+	if (s == ESD_SLOT_NONE)
+		return s;
+	struct esd_cmeta_slot *v = &b->sl[s];
+	/* its index entry goes in step 4: the line requested now */
+	cm_index_prefetch(cm, v->key);
+	bool dirty = v->state == ESD_ROW_DIRTY;
+	fill->evicts[fill->n_evicts++] =
+	    (struct esd_cmeta_evict){.key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
+	if (dirty)
+		fill->n_evict_dirty++;
+	else
+		fill->n_evict_clean++;
+	esd_rule_leave(v->mark, cm->emark_target, &cm->emark_at_target);
+	cm->count--;
+	return s;
+}
+
+/* 3. The pulls in key order, and the absent keys: each gets the lowest
+ * free slot or the victim. A present key's pull, if any, was written at
+ * pulls[i] (never behind n_pulls <= i): it is moved to its place in the
+ * order and kept by the count (no branch on the data). */
+static int bi_place_absent(struct bi *b)
+{
+	struct esd_cmeta *cm = b->cm;
+	struct esd_cmeta_fill *fill = b->fill;
+	uint32_t nskipped = 0; /* pinned[] is scratch from here on */
+	for (size_t i = 0; i < b->n; i++) {
+		uint32_t s = b->slots[i];
 		if (s != ESD_SLOT_NONE) {
 			const struct esd_cmeta_pull p = fill->pulls[i];
 			fill->pulls[fill->n_pulls] = p;
 			fill->n_pulls += p.outdated;
 			continue;
 		}
-
 		/* a full cache has no free bit: skip the bitmap scan */
 		s = cm->count < cm->capacity ? cm_free_first(cm) : ESD_SLOT_NONE;
 		if (s == ESD_SLOT_NONE) {
-			/* Full: Emark's target may move on (ESD §8.1). */
-			esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
-			/* n <= capacity guarantees an unpinned victim (none: a
-			 * damaged block, which esd_cmeta_verify names). Its index
-			 * entry goes in the batched pass below. */
-			while ((s = cm_heap_pop(cm)) != ESD_SLOT_NONE && sl[s].pin_iter == iter)
-				pinned[nskipped++] = s;
-			if (s == ESD_SLOT_NONE)
+			if ((s = bi_victim(b, &nskipped)) == ESD_SLOT_NONE)
 				return -EUCLEAN;
-			struct esd_cmeta_slot *v = &sl[s];
-			/* its index entry goes in step 4: the line requested now */
-			cm_index_prefetch(cm, v->key);
-			bool dirty = v->state == ESD_ROW_DIRTY;
-			fill->evicts[fill->n_evicts++] = (struct esd_cmeta_evict){
-			    .key = v->key, .clock = v->clock, .slot = s, .dirty = dirty};
-			if (dirty)
-				fill->n_evict_dirty++;
-			else
-				fill->n_evict_clean++;
-			esd_rule_leave(v->mark, cm->emark_target, &cm->emark_at_target);
-			cm->count--;
 		} else {
 			cm_free_clear(cm, s);
 		}
-		struct esd_cmeta_slot *e = &sl[s];
-		cm_store64(&e->key, keys[i]);
+		struct esd_cmeta_slot *e = &b->sl[s];
+		const esd_key_t key = b->keys[i];
+		cm_store64(&e->key, key);
 		cm_store64(&e->clock, 0);
-		cm_store8(&e->state, states ? states[i] : ESD_ROW_OUTDATED);
-		e->last_use = iter;
-		e->next_use = cm->nhints && hinted(cm, keys[i]) ? cm->hint_iter : ESD_NEXT_USE_NONE;
-		e->pin_iter = iter;
+		cm_store8(&e->state, b->states ? b->states[i] : ESD_ROW_OUTDATED);
+		e->last_use = b->iter;
+		e->next_use = cm->nhints && hinted(cm, key) ? cm->hint_iter : ESD_NEXT_USE_NONE;
+		e->pin_iter = b->iter;
 		esd_rule_insert(&e->freq, &e->mark, cm->emark_target, &cm->emark_at_target);
 		cm->count++;
-		if (lru) {
-			ring[lru_at + i] = s;
-			e->lru_pos = lru_at + (uint32_t)i;
+		if (b->lru) {
+			b->ring[b->lru_at + i] = s;
+			e->lru_pos = b->lru_at + (uint32_t)i;
 		}
-		slots[i] = s;
+		b->slots[i] = s;
 		fill->pulls[fill->n_pulls++] =
-		    (struct esd_cmeta_pull){.key = keys[i], .slot = s, .outdated = 0};
+		    (struct esd_cmeta_pull){.key = key, .slot = s, .outdated = 0};
 		fill->n_miss_absent++;
 	}
-
+	uint32_t *pinned = cm_pinned(cm);
 	for (uint32_t j = 0; j < nskipped; j++)
 		cm_heap_insert(cm, pinned[j]);
+	return 0;
+}
 
-	/* 4. The index: victims out, new keys in. Nothing above reads it
-	 * (step 1 looked every needed key up), so its random accesses can be
-	 * batched here: the victims' lines were requested as step 3 chose
-	 * them; a new key's home line is the one step 1 probed, still in
-	 * cache (no prefetch, no hash for the OUTDATED pulls that insert
-	 * nothing). */
+/* 4. The index: victims out, new keys in. Nothing before reads it (step
+ * 1 looked every needed key up), so its random accesses are batched
+ * here: the victims' lines were requested as step 3 chose them; a new
+ * key's home line is the one step 1 probed, still in cache (no prefetch,
+ * no hash for the OUTDATED pulls that insert nothing). Then this
+ * iteration's pins are the new pinned list. */
+static void bi_index_and_pins(struct bi *b)
+{
+	struct esd_cmeta *cm = b->cm;
+	const struct esd_cmeta_fill *fill = b->fill;
 	for (size_t j = 0; j < fill->n_evicts; j++)
 		cm_index_remove(cm, fill->evicts[j].key);
 	for (size_t j = 0; j < fill->n_pulls; j++)
 		if (!fill->pulls[j].outdated)
 			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
+	if (b->lru)
+		cm_lru_commit(cm, (uint32_t)b->n);
+	uint32_t *pinned = cm_pinned(cm);
+	if (b->n)
+		memcpy(pinned, b->slots, b->n * sizeof(*pinned));
+	if (b->n < cm->npinned)
+		memset(pinned + b->n, 0, (cm->npinned - b->n) * sizeof(*pinned));
+	cm->npinned = (uint32_t)b->n;
+}
 
-	if (lru)
-		cm_lru_commit(cm, (uint32_t)n);
-	if (n)
-		memcpy(pinned, slots, n * sizeof(*pinned));
-	if (n < cm->npinned)
-		memset(pinned + n, 0, (cm->npinned - n) * sizeof(*pinned));
-	cm->npinned = (uint32_t)n;
+static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
+                      const uint8_t *states, struct esd_cmeta_fill *fill)
+{
+	int rc = bi_check(cm, iter, keys, n, states, fill);
+	if (rc)
+		return rc;
+	const bool lru = cm->policy == ESD_POLICY_LRU;
+	struct bi b = {.cm = cm, .iter = iter, .keys = keys, .n = n, .states = states, .fill = fill,
+	               .sl = cm_slots(cm), .slots = fill->slots, .lru = lru};
+	const uint64_t prev = cm->last_iter;
+
+	fill->n_pulls = fill->n_evicts = fill->n_hits = 0;
+	fill->n_miss_absent = fill->n_miss_outdated = 0;
+	fill->n_evict_clean = fill->n_evict_dirty = 0;
+	esd_cmeta_find_batch(cm, keys, n, fill->slots); /* 1. */
+	b.ring = cm_lru_ring(cm);
+	b.lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
+	bi_pin_present(&b); /* 2. */
+	cm->last_iter = iter;
+	if (!lru)
+		bi_lapse_pins(cm, prev);
+	if ((rc = bi_place_absent(&b))) /* 3. */
+		return rc;
+	bi_index_and_pins(&b); /* 4. */
 	return 0;
 }
 
