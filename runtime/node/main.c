@@ -287,8 +287,10 @@ int main(int argc, char **argv)
 
 	if (esd_config_create(&a.cfg))
 		return 1;
-	if ((rc = parse_args(argc, argv, &nd, &a)))
+	if ((rc = parse_args(argc, argv, &nd, &a))) {
+		esd_config_free(a.cfg);
 		return rc < 0 ? 0 : rc;
+	}
 	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = size_from_stream(&nd)) ||
 	    (rc = load_replicated(&nd)) || (rc = make_cache(&nd, tag)))
 		return rc;

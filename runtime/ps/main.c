@@ -419,8 +419,10 @@ int main(int argc, char **argv)
 
 	if (esd_config_create(&a.cfg))
 		return 1;
-	if ((rc = parse_args(argc, argv, &a)))
+	if ((rc = parse_args(argc, argv, &a))) {
+		esd_config_free(a.cfg);
 		return rc < 0 ? 0 : rc;
+	}
 	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)a.shard);
 	esd_log_init(tag);
 	if (esd_config_check_keys(a.cfg, esd_job_keys) || esd_job_from_config(a.cfg, &job))

@@ -44,7 +44,9 @@ def help_text(prog):
     exe = os.path.join(BIN, prog)
     if not os.path.exists(exe):
         return None
-    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    # a sanitizer build's leak report at exit must not swallow the usage
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60, env=env)
     return r.stdout + r.stderr
 
 
