@@ -76,251 +76,303 @@ static void print_row(const char *name, uint64_t bytes, bool exact, const char *
 	       exact ? " " : "~", what);
 }
 
-int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const *sets, int nsets)
-{
-	struct esd_config *cfg = NULL;
+/* What the plan is computed from: the job, the stream's shape, and the
+ * runtime's layouts for it. */
+struct plan_in {
+	const char *config;
 	struct esd_job job;
-	struct esd_ds_reader *dr = NULL;
-	int rc = ESDCTL_EUSAGE;
+	uint32_t T, D, n, S, dim, hidden;
+	unsigned sf; /* optimizer state floats per float */
+	uint64_t total_rows, k, maxb, cache_rows, dense_len;
+	struct esd_cache_sizes cs;
+	uint64_t snap, kt, disp, rec;
+	struct esd_xchg_hdr xh;
+};
 
-	if (esd_config_create(&cfg))
-		return ESDCTL_EFAIL;
-	if (esd_config_load(cfg, config))
-		goto out_cfg; /* the loader named the file and line */
+/* The plan's totals, filled by the per-process parts. */
+struct plan_out {
+	json_t *root, *pss, *nodes, *trs;
+	uint64_t ps_total, node_total, tr_total, region_total, total, avail, hfree, from_avail;
+	bool huge, fits;
+};
+
+/* The job (with the command line's overrides) and its stream; 0 or the
+ * exit code, with the reason printed. */
+static int plan_load_job(struct plan_in *in, const char *const *sets, int nsets,
+                         struct esd_config *cfg, struct esd_ds_reader **dr)
+{
+	if (esd_config_load(cfg, in->config))
+		return ESDCTL_EUSAGE; /* the loader named the file and line */
 	for (int i = 0; i < nsets; i++)
 		if (esd_config_set(cfg, sets[i]))
-			goto out_cfg;
-	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &job))
-		goto out_cfg;
-	if (!job.stream[0]) {
+			return ESDCTL_EUSAGE;
+	if (esd_config_check_keys(cfg, esd_job_keys) || esd_job_from_config(cfg, &in->job))
+		return ESDCTL_EUSAGE;
+	if (!in->job.stream[0]) {
 		fprintf(stderr,
 		        "esdctl: plan: %s sets no data.stream: the table sizes come from "
 		        "the stream's header\n",
-		        config);
-		goto out_cfg;
+		        in->config);
+		return ESDCTL_EUSAGE;
 	}
-	if (esd_ds_open(job.stream, &dr)) {
-		fprintf(stderr, "esdctl: plan: cannot open data.stream %s: %s\n", job.stream,
+	if (esd_ds_open(in->job.stream, dr)) {
+		fprintf(stderr, "esdctl: plan: cannot open data.stream %s: %s\n", in->job.stream,
 		        esd_ds_last_error());
-		goto out_cfg;
+		return ESDCTL_EUSAGE;
 	}
-	const struct esd_ds_info *di = esd_ds_reader_info(dr);
-	uint32_t T = di->ntables, D = di->ndense, n = job.n, S = job.shards, dim = job.dim;
-	uint64_t total_rows = 0, k = job.global_batch, maxb = 0;
-	for (uint32_t t = 0; t < T; t++)
-		total_rows += di->rows[t];
-	for (uint32_t w = 0; w < n; w++)
-		maxb = job.batch[w] > maxb ? job.batch[w] : maxb;
-	/* cache rows exactly as esdd resolves them */
-	uint64_t cache_rows = job.cache_rows;
-	if (!cache_rows)
-		cache_rows = (uint64_t)(job.cache_ratio * (double)total_rows);
-	if (cache_rows < maxb * T)
-		cache_rows = maxb * T;
-	struct esd_model_shape sh = {.tables = T, .dim = dim, .dense = D, .hidden = job.hidden};
+	return 0;
+}
+
+/* The sizes: the stream's shape, the cache rows as esdd resolves them,
+ * the model, and the runtime's layouts. 0 or the exit code. */
+static int plan_sizes(struct plan_in *in, const struct esd_ds_info *di)
+{
+	const struct esd_job *job = &in->job;
+	in->T = di->ntables;
+	in->D = di->ndense;
+	in->n = job->n;
+	in->S = job->shards;
+	in->dim = job->dim;
+	in->k = job->global_batch;
+	for (uint32_t t = 0; t < in->T; t++)
+		in->total_rows += di->rows[t];
+	for (uint32_t w = 0; w < in->n; w++)
+		in->maxb = job->batch[w] > in->maxb ? job->batch[w] : in->maxb;
+	in->cache_rows = job->cache_rows;
+	if (!in->cache_rows)
+		in->cache_rows = (uint64_t)(job->cache_ratio * (double)in->total_rows);
+	if (in->cache_rows < in->maxb * in->T)
+		in->cache_rows = in->maxb * in->T;
+	struct esd_model_shape sh = {.tables = in->T, .dim = in->dim, .dense = in->D,
+	                             .hidden = job->hidden};
 	struct esd_model *mdl;
 	if (esd_model_create(&sh, &mdl)) {
 		fprintf(stderr,
 		        "esdctl: plan: model shape %u tables x %u floats + %u dense is "
 		        "invalid\n",
-		        T, dim, D);
-		goto out_ds;
+		        in->T, in->dim, in->D);
+		return ESDCTL_EUSAGE;
 	}
-	uint64_t dense_len = esd_model_dense_len(mdl);
-	uint32_t hidden = esd_model_shape(mdl)->hidden;
+	in->dense_len = esd_model_dense_len(mdl);
+	in->hidden = esd_model_shape(mdl)->hidden;
 	esd_model_free(mdl);
-	unsigned sf = esd_optimizer_state_floats(job.optim.opt);
-
-	/* ---- esdd ------------------------------------------------------ */
-	struct esd_cache_config cc = {.rows = (uint32_t)cache_rows,
-	                              .dim = dim,
-	                              .optimizer = job.optim.opt,
-	                              .ntables = T,
-	                              .policy = job.policy,
+	in->sf = esd_optimizer_state_floats(job->optim.opt);
+	struct esd_cache_config cc = {.rows = (uint32_t)in->cache_rows,
+	                              .dim = in->dim,
+	                              .optimizer = job->optim.opt,
+	                              .ntables = in->T,
+	                              .policy = job->policy,
 	                              .pages = ESD_CACHE_PAGES_AUTO};
-	struct esd_cache_sizes cs;
-	if (cache_rows > (UINT64_C(1) << 30) || esd_cache_size(&cc, &cs)) {
+	if (in->cache_rows > (UINT64_C(1) << 30) || esd_cache_size(&cc, &in->cs)) {
 		fprintf(stderr,
 		        "esdctl: plan: a cache of %" PRIu64 " rows x %u floats cannot be "
 		        "laid out (at most 2^30 rows)\n",
-		        cache_rows, dim);
-		goto out_ds;
+		        in->cache_rows, in->dim);
+		return ESDCTL_EUSAGE;
 	}
-	uint64_t snap = esd_cmeta_bytes((uint32_t)cache_rows);
-	struct esd_xchg_hdr xh;
-	esd_xchg_layout(&xh, (uint32_t)maxb, T, D, (uint32_t)dense_len);
-	uint64_t kt = k * T;
+	in->snap = esd_cmeta_bytes((uint32_t)in->cache_rows);
+	esd_xchg_layout(&in->xh, (uint32_t)in->maxb, in->T, in->D, (uint32_t)in->dense_len);
+	in->kt = in->k * in->T;
 	/* dispatcher: two global batches, offsets, assignment, cost matrix,
 	 * key table and consequence (per key: key, occupancy, per-worker
 	 * state) */
-	uint64_t disp = 2 * k * (4 + 4ull * D + 8ull * T) + (k + 1) * 4 + k * 4 + k * n * 8 +
-	                kt * (24 + 8ull * n);
+	in->disp = 2 * in->k * (4 + 4ull * in->D + 8ull * in->T) + (in->k + 1) * 4 + in->k * 4 +
+	           in->k * in->n * 8 + in->kt * (24 + 8ull * in->n);
+	in->rec = align64(PLAN_PS_ROW_HDR + (uint64_t)(in->dim + in->sf * in->dim) * 4);
+	return 0;
+}
 
-	/* ---- esd-ps ---------------------------------------------------- */
-	uint64_t rec = align64(PLAN_PS_ROW_HDR + (uint64_t)(dim + sf * dim) * 4);
-
-	/* ---- JSON ------------------------------------------------------ */
-	json_t *root =
-	    json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "config", config,
-	              "stream", job.stream, "workers", n, "shards", S, "tables", T, "dim", dim,
-	              "total_rows", (json_int_t)total_rows, "cache_rows", (json_int_t)cache_rows,
-	              "global_batch", (json_int_t)k, "optimizer",
-	              sf == 2   ? "adam"
-	              : sf == 1 ? "adagrad"
-	                        : "sgd",
-	              "policy", esd_policy_name(job.policy));
-	json_t *pss = json_array(), *nodes = json_array(), *trs = json_array();
-	uint64_t ps_total = 0, node_total = 0, tr_total = 0, region_total = 0;
+/* Each PS shard: row records, index, staging, dense table. */
+static void plan_ps(const struct plan_in *in, struct plan_out *out)
+{
+	const uint32_t S = in->S;
 	for (uint32_t s = 0; s < S; s++) {
-		uint64_t rows = (total_rows + S - 1) / S;
+		uint64_t rows = (in->total_rows + S - 1) / S;
 		uint64_t chunks = (rows + PLAN_PS_CHUNK_ROWS - 1) / PLAN_PS_CHUNK_ROWS;
 		uint64_t icap = 1024;
 		while ((rows + 1) * 2 > icap)
 			icap *= 2;
-		uint64_t stage = (kt + S - 1) / S * (16 + 4ull * dim);
-		uint64_t dense = s == 0 ? dense_len * 4 * (1 + sf + n) : 0;
+		uint64_t stage = (in->kt + S - 1) / S * (16 + 4ull * in->dim);
+		uint64_t dense = s == 0 ? in->dense_len * 4 * (1 + in->sf + in->n) : 0;
 		json_t *o = json_pack("{s:i, s:I, s:I}", "shard", s, "row_count", (json_int_t)rows,
-		                      "row_bytes", (json_int_t)rec);
-		item(o, "rows", chunks * PLAN_PS_CHUNK_ROWS * rec, true,
+		                      "row_bytes", (json_int_t)in->rec);
+		item(o, "rows", chunks * PLAN_PS_CHUNK_ROWS * in->rec, true,
 		     "row records: key, clock, vector and optimizer state, in 4096-row chunks");
 		item(o, "index", icap * PLAN_PS_INDEX_ENTRY, true,
 		     "open-addressing index at load <= 1/2");
 		item(o, "staging", stage, false, "gradients staged for one barrier");
 		item(o, "dense", dense, true, "dense table: values, optimizer state, n stages");
 		uint64_t tot =
-		    chunks * PLAN_PS_CHUNK_ROWS * rec + icap * PLAN_PS_INDEX_ENTRY + stage + dense;
+		    chunks * PLAN_PS_CHUNK_ROWS * in->rec + icap * PLAN_PS_INDEX_ENTRY + stage + dense;
 		json_object_set_new(o, "total", json_integer((json_int_t)tot));
-		json_array_append_new(pss, o);
-		ps_total += tot;
+		json_array_append_new(out->pss, o);
+		out->ps_total += tot;
 	}
-	for (uint32_t w = 0; w < n; w++) {
-		uint64_t m = job.batch[w];
+}
+
+/* Each node: the cache region, snapshots, exchange area, queues and
+ * dispatcher; and its trainer. */
+static void plan_nodes(const struct plan_in *in, struct plan_out *out)
+{
+	const uint32_t T = in->T, D = in->D;
+	for (uint32_t w = 0; w < in->n; w++) {
+		uint64_t m = in->job.batch[w];
 		uint64_t order =
-		    m * (4 + 4ull * D + 8ull * T) + m * T * (8 + 1 + 8 + 8 + 8) + kt * 8 * 2;
+		    m * (4 + 4ull * D + 8ull * T) + m * T * (8 + 1 + 8 + 8 + 8) + in->kt * 8 * 2;
 		json_t *o = json_pack("{s:i}", "rank", w);
-		json_t *ci = item(o, "cache_region", cs.total, true,
+		json_t *ci = item(o, "cache_region", in->cs.total, true,
 		                  "huge-page shared memory (meta, rows, gradients), mapped by "
 		                  "the trainer too");
-		json_object_set_new(ci, "meta", json_integer((json_int_t)cs.meta));
-		json_object_set_new(ci, "cmeta", json_integer((json_int_t)cs.cmeta));
-		json_object_set_new(ci, "rows", json_integer((json_int_t)cs.rows));
-		json_object_set_new(ci, "grads", json_integer((json_int_t)cs.grads));
-		item(o, "snapshots", snap * n, true, "n cache-metadata snapshots (esd_cmeta)");
-		item(o, "exchange", xh.total_size, true,
+		json_object_set_new(ci, "meta", json_integer((json_int_t)in->cs.meta));
+		json_object_set_new(ci, "cmeta", json_integer((json_int_t)in->cs.cmeta));
+		json_object_set_new(ci, "rows", json_integer((json_int_t)in->cs.rows));
+		json_object_set_new(ci, "grads", json_integer((json_int_t)in->cs.grads));
+		item(o, "snapshots", in->snap * in->n, true, "n cache-metadata snapshots (esd_cmeta)");
+		item(o, "exchange", in->xh.total_size, true,
 		     "exchange area with the trainer (shared memory)");
 		item(o, "queues", order * PLAN_ORDER_RING, false, "dispatcher work orders");
-		item(o, "dispatcher", disp, false, "batches, cost matrix, key table");
-		uint64_t tot = cs.total + snap * n + xh.total_size + order * PLAN_ORDER_RING + disp;
+		item(o, "dispatcher", in->disp, false, "batches, cost matrix, key table");
+		uint64_t tot = in->cs.total + in->snap * in->n + in->xh.total_size +
+		               order * PLAN_ORDER_RING + in->disp;
 		json_object_set_new(o, "total", json_integer((json_int_t)tot));
-		json_array_append_new(nodes, o);
-		node_total += tot;
-		region_total += cs.total;
+		json_array_append_new(out->nodes, o);
+		out->node_total += tot;
+		out->region_total += in->cs.total;
 
-		uint64_t act = m * ((uint64_t)T * dim + D + hidden) * 4 * 2;
+		uint64_t act = m * ((uint64_t)T * in->dim + D + in->hidden) * 4 * 2;
 		json_t *t = json_pack("{s:i}", "rank", w);
-		item(t, "model", dense_len * 4 * 2, false, "dense parameters and gradients");
+		item(t, "model", in->dense_len * 4 * 2, false, "dense parameters and gradients");
 		item(t, "activations", act, false, "forward and backward of a micro-batch");
-		json_object_set_new(t, "total", json_integer((json_int_t)(dense_len * 8 + act)));
-		json_array_append_new(trs, t);
-		tr_total += dense_len * 8 + act;
+		json_object_set_new(t, "total", json_integer((json_int_t)(in->dense_len * 8 + act)));
+		json_array_append_new(out->trs, t);
+		out->tr_total += in->dense_len * 8 + act;
 	}
-	json_object_set_new(root, "esd_ps",
-	                    json_pack("{s:o, s:I}", "shards", pss, "total", (json_int_t)ps_total));
+}
+
+/* The totals against this machine's MemAvailable and free huge pages. */
+static void plan_fit(struct plan_out *out)
+{
+	json_t *root = out->root;
 	json_object_set_new(
-	    root, "esdd", json_pack("{s:o, s:I}", "nodes", nodes, "total", (json_int_t)node_total));
+	    root, "esd_ps",
+	    json_pack("{s:o, s:I}", "shards", out->pss, "total", (json_int_t)out->ps_total));
+	json_object_set_new(
+	    root, "esdd",
+	    json_pack("{s:o, s:I}", "nodes", out->nodes, "total", (json_int_t)out->node_total));
 	json_object_set_new(
 	    root, "trainers",
-	    json_pack("{s:o, s:I}", "trainers", trs, "total", (json_int_t)tr_total));
-	uint64_t total = ps_total + node_total + tr_total, avail = 0, hfree = 0;
-	meminfo(&avail, &hfree);
-	bool huge = region_total <= hfree;
-	uint64_t from_avail = huge ? total - region_total : total;
-	bool fits = avail && from_avail <= avail;
-	json_object_set_new(root, "total_bytes", json_integer((json_int_t)total));
-	json_object_set_new(root, "cache_regions_bytes", json_integer((json_int_t)region_total));
-	json_object_set_new(root, "mem_available_bytes", json_integer((json_int_t)avail));
-	json_object_set_new(root, "huge_pages_free_bytes", json_integer((json_int_t)hfree));
-	json_object_set_new(root, "regions_in_huge_pages", json_boolean(huge));
+	    json_pack("{s:o, s:I}", "trainers", out->trs, "total", (json_int_t)out->tr_total));
+	out->total = out->ps_total + out->node_total + out->tr_total;
+	meminfo(&out->avail, &out->hfree);
+	out->huge = out->region_total <= out->hfree;
+	out->from_avail = out->huge ? out->total - out->region_total : out->total;
+	out->fits = out->avail && out->from_avail <= out->avail;
+	json_object_set_new(root, "total_bytes", json_integer((json_int_t)out->total));
+	json_object_set_new(root, "cache_regions_bytes", json_integer((json_int_t)out->region_total));
+	json_object_set_new(root, "mem_available_bytes", json_integer((json_int_t)out->avail));
+	json_object_set_new(root, "huge_pages_free_bytes", json_integer((json_int_t)out->hfree));
+	json_object_set_new(root, "regions_in_huge_pages", json_boolean(out->huge));
 	json_object_set_new(root, "needed_from_mem_available",
-	                    json_integer((json_int_t)from_avail));
-	json_object_set_new(root, "fits", json_boolean(fits));
+	                    json_integer((json_int_t)out->from_avail));
+	json_object_set_new(root, "fits", json_boolean(out->fits));
+}
 
-	if (ctl->json) {
-		esdctl_print_json(root);
-	} else {
-		char b1[32], b2[32], b3[32], b4[32];
-		printf("plan of %s: %u workers, %u PS shard%s, %u tables of %" PRIu64
-		       " rows x %u floats (%s), cache %" PRIu64 " rows per node (%s), global "
-		       "batch %" PRIu64 "\n",
-		       config, n, S, S == 1 ? "" : "s", T, total_rows, dim,
-		       esdctl_str(root, "optimizer"), cache_rows, esd_policy_name(job.policy), k);
-		size_t i;
-		json_t *o;
-		static const char *const ps_items[] = {"rows", "index", "staging", "dense"};
-		static const char *const nd_items[] = {"cache_region", "snapshots", "exchange",
-		                                       "queues", "dispatcher"};
-		static const char *const tr_items[] = {"model", "activations"};
-		json_array_foreach(pss, i, o)
-		{
-			printf("  esd-ps shard %zu (%.0f rows of %.0f bytes): %s\n", i,
-			       esdctl_num(o, "row_count"), esdctl_num(o, "row_bytes"),
-			       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
-			for (int j = 0; j < 4; j++) {
-				json_t *it = json_object_get(o, ps_items[j]);
-				print_row(ps_items[j], (uint64_t)esdctl_num(it, "bytes"),
-				          json_is_true(json_object_get(it, "exact")),
-				          esdctl_str(it, "what"));
-			}
-		}
-		json_array_foreach(nodes, i, o)
-		{
-			if (i > 0) {
-				printf("  esdd ranks 1..%u: the same each\n", n - 1);
-				break;
-			}
-			printf("  esdd rank 0: %s\n",
-			       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
-			for (int j = 0; j < 5; j++) {
-				json_t *it = json_object_get(o, nd_items[j]);
-				print_row(nd_items[j], (uint64_t)esdctl_num(it, "bytes"),
-				          json_is_true(json_object_get(it, "exact")),
-				          esdctl_str(it, "what"));
-			}
-		}
-		json_array_foreach(trs, i, o)
-		{
-			if (i > 0)
-				break;
-			printf("  esd-trainer (each of %u): %s\n", n,
-			       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
-			for (int j = 0; j < 2; j++) {
-				json_t *it = json_object_get(o, tr_items[j]);
-				print_row(tr_items[j], (uint64_t)esdctl_num(it, "bytes"),
-				          json_is_true(json_object_get(it, "exact")),
-				          esdctl_str(it, "what"));
-			}
-		}
-		printf("  total %s (cache regions %s, %s); MemAvailable %s, huge pages free %s: "
-		       "%s\n",
-		       esdctl_bytes((double)total, b1, sizeof(b1)),
-		       esdctl_bytes((double)region_total, b2, sizeof(b2)),
-		       huge ? "in reserved huge pages" : "not enough huge pages: 4 KiB pages",
-		       esdctl_bytes((double)avail, b3, sizeof(b3)),
-		       esdctl_bytes((double)hfree, b4, sizeof(b4)), fits ? "fits" : "DOES NOT FIT");
-		printf("  (~ marks an estimate; the rest is the runtime's exact layout)\n");
+/* The rows of one process's part of the plan. */
+static void print_items(json_t *o, const char *const *names, int count)
+{
+	for (int j = 0; j < count; j++) {
+		json_t *it = json_object_get(o, names[j]);
+		print_row(names[j], (uint64_t)esdctl_num(it, "bytes"),
+		          json_is_true(json_object_get(it, "exact")), esdctl_str(it, "what"));
 	}
-	json_decref(root);
+}
+
+/* The plan as text: each shard, the first node and trainer (the others
+ * are the same), the totals and the verdict. */
+static void plan_print(const struct plan_in *in, const struct plan_out *out)
+{
+	static const char *const ps_items[] = {"rows", "index", "staging", "dense"};
+	static const char *const nd_items[] = {"cache_region", "snapshots", "exchange", "queues",
+	                                       "dispatcher"};
+	static const char *const tr_items[] = {"model", "activations"};
+	char b1[32], b2[32], b3[32], b4[32];
+	size_t i;
+	json_t *o;
+	printf("plan of %s: %u workers, %u PS shard%s, %u tables of %" PRIu64
+	       " rows x %u floats (%s), cache %" PRIu64 " rows per node (%s), global "
+	       "batch %" PRIu64 "\n",
+	       in->config, in->n, in->S, in->S == 1 ? "" : "s", in->T, in->total_rows, in->dim,
+	       esdctl_str(out->root, "optimizer"), in->cache_rows, esd_policy_name(in->job.policy),
+	       in->k);
+	json_array_foreach(out->pss, i, o)
+	{
+		printf("  esd-ps shard %zu (%.0f rows of %.0f bytes): %s\n", i,
+		       esdctl_num(o, "row_count"), esdctl_num(o, "row_bytes"),
+		       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
+		print_items(o, ps_items, 4);
+	}
+	o = json_array_get(out->nodes, 0);
+	printf("  esdd rank 0: %s\n", esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
+	print_items(o, nd_items, 5);
+	if (in->n > 1)
+		printf("  esdd ranks 1..%u: the same each\n", in->n - 1);
+	o = json_array_get(out->trs, 0);
+	printf("  esd-trainer (each of %u): %s\n", in->n,
+	       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
+	print_items(o, tr_items, 2);
+	printf("  total %s (cache regions %s, %s); MemAvailable %s, huge pages free %s: "
+	       "%s\n",
+	       esdctl_bytes((double)out->total, b1, sizeof(b1)),
+	       esdctl_bytes((double)out->region_total, b2, sizeof(b2)),
+	       out->huge ? "in reserved huge pages" : "not enough huge pages: 4 KiB pages",
+	       esdctl_bytes((double)out->avail, b3, sizeof(b3)),
+	       esdctl_bytes((double)out->hfree, b4, sizeof(b4)), out->fits ? "fits" : "DOES NOT FIT");
+	printf("  (~ marks an estimate; the rest is the runtime's exact layout)\n");
+}
+
+int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const *sets, int nsets)
+{
+	struct esd_config *cfg = NULL;
+	struct esd_ds_reader *dr = NULL;
+	struct plan_in in = {.config = config};
+	struct plan_out out = {0};
+	int rc;
+
+	if (esd_config_create(&cfg))
+		return ESDCTL_EFAIL;
+	if ((rc = plan_load_job(&in, sets, nsets, cfg, &dr)) ||
+	    (rc = plan_sizes(&in, esd_ds_reader_info(dr))))
+		goto out;
+	out.root = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "config",
+	                     config, "stream", in.job.stream, "workers", in.n, "shards", in.S,
+	                     "tables", in.T, "dim", in.dim, "total_rows", (json_int_t)in.total_rows,
+	                     "cache_rows", (json_int_t)in.cache_rows, "global_batch",
+	                     (json_int_t)in.k, "optimizer",
+	                     in.sf == 2   ? "adam"
+	                     : in.sf == 1 ? "adagrad"
+	                                  : "sgd",
+	                     "policy", esd_policy_name(in.job.policy));
+	out.pss = json_array();
+	out.nodes = json_array();
+	out.trs = json_array();
+	plan_ps(&in, &out);
+	plan_nodes(&in, &out);
+	plan_fit(&out);
+	if (ctl->json)
+		esdctl_print_json(out.root);
+	else
+		plan_print(&in, &out);
+	json_decref(out.root);
 	/* a plan that does not fit is still a plan: exit 0, "fits": false
 	 * (scripts such as esd-testbed read the JSON only on success) */
-	if (!fits)
+	if (!out.fits)
 		fprintf(stderr,
 		        "esdctl: plan: %s needs %" PRIu64 " bytes of MemAvailable; %" PRIu64
 		        " available\n",
-		        config, from_avail, avail);
+		        config, out.from_avail, out.avail);
 	rc = ESDCTL_OK;
-out_ds:
+out:
 	esd_ds_close(dr);
-out_cfg:
 	esd_config_free(cfg);
 	return rc;
 }
