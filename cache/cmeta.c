@@ -267,6 +267,8 @@ const char *esd_policy_name(enum esd_policy policy)
 		}                                                                                  \
 	} while (0)
 
+/* Long: one invariant after another over the same block, each naming what it found broken;
+ * no step is used elsewhere. */
 int esd_cmeta_verify(const struct esd_cmeta *cm)
 {
 	if (!cm)

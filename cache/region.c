@@ -169,6 +169,8 @@ static int map_memfd(const char *name, size_t len, bool huge, int *fd_out, void 
 	return 0;
 }
 
+/* Long: the region's layout, mapping and initialisation in order, each undone on a later
+ * failure by the same function's exits. */
 int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 {
 	struct region_hdr h;

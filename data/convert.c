@@ -108,6 +108,8 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p;
 }
 
+/* Long: the conversion loop (read a line, parse, map keys, append, write a full block, count
+ * bad lines) keeps its state in the loop's locals. */
 int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 {
 	static const uint32_t origin[] = {ESD_DS_ORIGIN_CRITEO_KAGGLE, ESD_DS_ORIGIN_AVAZU,

@@ -84,6 +84,8 @@ int esd_ds_gen_defaults(struct esd_ds_gen_params *p, const char *shape)
 
 #define LOG1P_TAB 4096
 
+/* Long: the generator's loop over samples and tables, whose per-table draws and block writes
+ * share the loop's state. */
 int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 {
 	const struct esd_ds_info *in = &p->info;

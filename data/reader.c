@@ -66,6 +66,8 @@ static int read_at(struct esd_ds_reader *r, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Long: the header's fields read and checked in file order, each with its own error naming
+ * the field. */
 static int parse_header(struct esd_ds_reader *r)
 {
 	uint8_t fixed[HDR_FIXED];
@@ -286,7 +288,9 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 	return 0;
 }
 
-/* Read, check and decode block b into the reader's block buffers. */
+/* Read, check and decode block b into the reader's block buffers.
+ * Long: read, check, decompress and decode a block in sequence, with an error per stage
+ * naming the block. */
 static int load_block(struct esd_ds_reader *r, uint64_t b)
 {
 	const struct esd_ds_info *in = &r->info;

@@ -119,7 +119,9 @@ int esd_canon_pass(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32
 	return canon_tight(s, k, n, tight, assign);
 }
 
-/* The canonical pass proper, from each row's tight workers. */
+/* The canonical pass proper, from each row's tight workers.
+ * Long: one greedy pass over the rows whose stacks, adjacency masks and path search share
+ * state per row; in pieces they would pass all of it around. */
 static int canon_tight(struct esd_solver *s, uint32_t k, uint32_t n, const uint64_t *tight,
                        uint32_t *assign)
 {

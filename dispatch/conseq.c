@@ -215,7 +215,9 @@ lists_v8(const struct esd_keytab *kt, int full, uint64_t *g, esd_key_t *wk, uint
  * worker needs at most as many keys as its samples have occurrences (plus
  * the replicated ones), and at most 'count'; a holder pushes at most the
  * keys DIRTY on it. So the regions take about as many entries as the batch
- * has occurrences, whatever the number of workers. */
+ * has occurrences, whatever the number of workers.
+ * Long: the step's hot pass over the batch's occurrences; its regions and counters stay in
+ * registers across the loop. */
 static int lists_one_pass(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign,
                           enum esd_sync sync, struct esd_conseq *cq, struct esd_wlists *wl)
 {
@@ -324,6 +326,8 @@ static int lists_one_pass(struct esd_keytab *kt, const struct esd_batch *b, cons
 	return 0;
 }
 
+/* Long: steps 1, 3 and 6 of the consequence in one pass over the keys, sharing the per-key
+ * masks it reads once. */
 static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, const uint32_t *assign,
                    const int64_t *T, enum esd_sync sync, int plan_only, struct esd_conseq *cq,
                    struct esd_wlists *wl)

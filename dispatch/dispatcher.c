@@ -140,6 +140,8 @@ static void add_phase(struct esd_dispatch_phase *s, const struct esd_dispatch_ph
 	s->profile += p->profile;
 }
 
+/* Long: the step's phases (key table, fill, matrix, solve, advance) timed one after another
+ * into the counters. */
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
                         struct esd_conseq *cq)
 {

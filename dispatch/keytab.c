@@ -177,7 +177,6 @@ static bool have_build_v8(void)
 	}
 	return v;
 }
-
 /* The build eight occurrences at a time: their eight home entries and the
  * keys those name gathered at once. Lanes whose home holds their key take
  * its number; lanes whose home is empty are new keys, numbered in lane
@@ -185,9 +184,10 @@ static bool have_build_v8(void)
  * scatter. Only a group with a lane whose home holds another key, or with
  * two new lanes on one home entry (the same key twice, or two keys that
  * share a home), takes the probe's long way for its lanes that are not
- * found, in lane order: about one group in nine of a Criteo-shaped batch
- * at k = 1024. ukeys needs room for 8 entries past the count (a compress
- * writes 8). */
+ * found, in lane order: rare in a Criteo-shaped batch. ukeys needs room
+ * for 8 entries past the count (a compress writes 8).
+ * Long: the vector loop (hash, gather, compare, scatter eight occurrences
+ * at a time) keeps its lanes' state in registers across the loop. */
 __attribute__((target("avx512f,avx512dq,avx512vl,popcnt"))) static int build_v8(struct kt_pass *ps)
 {
 	uint32_t *hash = ps->hash, *occ = ps->occ;

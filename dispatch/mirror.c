@@ -191,6 +191,8 @@ int km_from_blocks(struct km *km, struct keydir *dir, struct esd_cmeta *const *c
 	return 0;
 }
 
+/* Long: the advance of the snapshots kept by key in one pass over the keys, so each
+ * directory record is touched once per step. */
 int km_advance(struct km *km, struct keydir *dir, const struct esd_keytab *kt,
                const uint32_t *found, const uint32_t *wlen, uint64_t t, enum esd_sync sync,
                struct esd_conseq *cq, int64_t *tA, int64_t *tB)

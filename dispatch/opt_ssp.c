@@ -458,6 +458,8 @@ static uint32_t scan_max_rows(void)
 	return (uint32_t)x;
 }
 
+/* Long: the successive shortest paths loop (Dijkstra over the worker nodes, potentials,
+ * moves) shares its heaps and arrays within one solve. */
 int esd_opt_ssp(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                 const uint32_t *capv, uint32_t *assign)
 {

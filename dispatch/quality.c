@@ -117,6 +117,8 @@ int esd_true_cost(const struct esd_keytab *kt, const struct esd_batch *b, const 
 	return esd_iter_time_compute(cq, assign, b->k, compute_ns_per_sample, out);
 }
 
+/* Long: the equalising of times, the pinning at min_m and the largest-remainder rounding:
+ * one model's three stages on the same arrays. */
 int esd_batch_sizes_link_aware(uint32_t n, uint32_t k, const int64_t *T,
                                const struct esd_size_model *model, uint32_t min_m, uint32_t *cap)
 {

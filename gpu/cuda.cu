@@ -256,7 +256,9 @@ __device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_qu
 /* scan: over this block's rows r at a, for every pair (a, b) the least
  * c[r][b] - c[r][a] (s->w, biased) and how many rows reach it (s->cnt2).
  * Two passes: atomicMin, then counting with one atomic per group of lanes
- * that hit the same pair. */
+ * that hit the same pair.
+ * Long: the two passes (minima, then counts) over the block's rows share the barrier between
+ * them and the 32- and 64-bit cases of the first. */
 __device__ static void scan(struct blk *s, const struct rows *R)
 {
 	const uint32_t tid = threadIdx.x, n = R->n, np = n * (n + 1);

@@ -521,6 +521,8 @@ static void extbuf_unused(void *addr, void *opaque)
 	(void)opaque;
 }
 
+/* Long: a frame cut into packets, each built, queued and sent in bursts with retries until
+ * the deadline; the state is the burst's. */
 static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 {
 	struct rte_mbuf *ms[BURST];

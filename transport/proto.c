@@ -312,6 +312,8 @@ static int decode_setting(const struct esd_frame_hdr *h, const uint8_t *b, struc
 	return 0;
 }
 
+/* Long: one case per frame type, each checking its body's size and fields before anything is
+ * used. */
 static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
                        const struct esd_proto_limits *l, struct esd_msg *m, char *err,
                        size_t errlen)

@@ -234,6 +234,8 @@ out:
 	return rc;
 }
 
+/* Long: two checkpoint sets compared section by section (header, rows, dense table, state),
+ * each difference named where it is found. */
 int esd_ckpt_compare(const char *const *pa, size_t na, const char *const *pb, size_t nb,
                      const struct esd_ckpt_cmp_opts *opts, struct esd_ckpt_cmp_result *res,
                      struct esd_ckpt_error *err)

@@ -167,6 +167,8 @@ int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)
 	return 0;
 }
 
+/* Long: one job setting after another, each read with its own bounds and error (the keys are
+ * listed in esd_job_keys). */
 int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 {
 	const char *s;

@@ -237,7 +237,9 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Fill order o for this worker from the decision of the current batch. */
+/* Fill order o for this worker from the decision of the current batch.
+ * Long: the order's parts (needed and other keys, the worker's samples, the consequence's
+ * lists, the flush) filled from one decision. */
 static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 {
 	struct node *nd = ds->nd;
@@ -470,6 +472,8 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64
 	return 0;
 }
 
+/* Long: the dispatcher thread's loop: wait for room, read the batch, decide, apply live
+ * settings, publish, with its exits. */
 static void *disp_main(void *arg)
 {
 	struct disp *ds = arg;
@@ -618,6 +622,8 @@ static int make_engine(struct disp *ds, bool from_saved)
 	return rc;
 }
 
+/* Long: the dispatcher's settings made from the job (method, sync, matrix, GPU, snapshots)
+ * before its thread starts. */
 int node_dispatcher_start(struct node *nd)
 {
 	struct disp *ds = calloc(1, sizeof(*ds));

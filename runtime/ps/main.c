@@ -113,7 +113,9 @@ static int cmd_checkpoint(void *arg, json_t *req, json_t **resp, const char **er
  * barrier release t schedules it at t + 3, an iteration no dispatcher has
  * started deciding (they run at most two ahead), and the ACKs of the
  * barriers until then are followed by a SETTING frame (docs/esdctl.md).
- * One change at a time. */
+ * One change at a time.
+ * Long: each settable key validated with its own rule and message before the one queued
+ * change. */
 static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct ps *ps = arg;

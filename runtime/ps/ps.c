@@ -155,6 +155,8 @@ static int wait_released(struct ps *ps, uint64_t t)
 	return ps->bar.failed ? ps->bar.failed : ps->bar.stopping ? -ESHUTDOWN : 0;
 }
 
+/* Long: the barrier's release in its required order (apply gradients, checkpoint, advance,
+ * schedule requests and settings) under one lock. */
 static void complete_barrier_locked(struct ps *ps, uint64_t t)
 {
 	for (uint32_t w = 1; w < ps->job.n; w++) {

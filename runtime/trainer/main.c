@@ -41,6 +41,8 @@ static unsigned hidden_of(const struct esd_trainer_info *in)
 	return (unsigned)(rest / (width + 2));
 }
 
+/* Long: esd-trainer's options, its attach, and its loop over work orders; each part runs
+ * once. */
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {

@@ -128,6 +128,7 @@ enum {
 
 #define BAD(opt) return usage("bad value for " opt)
 
+/* Long: esd-data gen's options, each checked with its own message, then one call. */
 static int cmd_gen(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -247,6 +248,8 @@ static int cmd_gen(int argc, char **argv)
 	return 0;
 }
 
+/* Long: esd-data convert's options, each checked with its own message, then one call and its
+ * report. */
 static int cmd_convert(int argc, char **argv)
 {
 	static const struct option opts[] = {

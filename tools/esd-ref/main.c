@@ -78,6 +78,8 @@ static int parse_f(const char *opt, const char *s, double *out)
 	return 0;
 }
 
+/* Long: esd-ref's options, each checked with its own message, then one training run and its
+ * output. */
 int main(int argc, char **argv)
 {
 	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM, O_RESUME };

@@ -243,6 +243,8 @@ out:
 	return rc;
 }
 
+/* Long: the single-process reference training loop (batch, forward, backward, optimizer)
+ * that the runtime must equal, kept as one readable loop. */
 int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source *src,
                   const char *out_path, struct esd_ref_stats *stats)
 {

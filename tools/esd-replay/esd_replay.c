@@ -43,6 +43,8 @@ static void usage(FILE *f)
 	        "        opt+shared@auto (default: laia@equal,laia,heu,opt,esd+)\n");
 }
 
+/* Long: esd-replay's options, each checked with its own message, then the mechanisms' runs
+ * and the table. */
 int main(int argc, char **argv)
 {
 	const char *config = NULL, *mechs = "laia@equal,laia,heu,opt,esd+", *format = "table";

@@ -205,7 +205,9 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* One replay of 'iters' iterations with capacities cap (NULL: equal). */
+/* One replay of 'iters' iterations with capacities cap (NULL: equal).
+ * Long: one replay's loop over iterations (batch, decision, consequence, costs, critical
+ * path) sharing its accumulators. */
 static int run_caps(const struct replay_env *env, const struct replay_mech *m, const uint32_t *cap,
                     uint64_t iters, struct replay_result *r)
 {

@@ -72,6 +72,8 @@ static int cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Long: esd-solve's options, each checked with its own message, then one solve and its
+ * output. */
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"method", required_argument, 0, 'M'},

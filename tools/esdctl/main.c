@@ -71,6 +71,7 @@ static void usage(FILE *f)
 	        "exit status: 0 done, 1 refused or failed, 2 usage, 3 no daemon answers\n");
 }
 
+/* Long: esdctl's options and the dispatch to its commands, one case each. */
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {

@@ -182,6 +182,8 @@ static void sample(enum fam_id f, const char *labels, double v)
 	bputf(&fb[f], "%s{%s} %.17g\n", fams[f].name, labels, v);
 }
 
+/* Long: one Prometheus sample after another for a node's figures; each line is a metric's
+ * name and value. */
 static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char *sock)
 {
 	char L[1400], L2[1600];
