@@ -85,7 +85,8 @@ int main(int argc, char **argv)
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
 	enum esd_policy pol = ESD_POLICY_LRU;
-	static const struct option opts[] = {{"m", required_argument, 0, 'm'},
+	static const struct option opts[] = {{"n", required_argument, 0, 'n'},
+	                                     {"m", required_argument, 0, 'm'},
 	                                     {"steps", required_argument, 0, 'r'},
 	                                     {"warmup", required_argument, 0, 'w'},
 	                                     {"skew", required_argument, 0, 's'},
@@ -102,6 +103,14 @@ int main(int argc, char **argv)
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
+		case 'n':
+			n = (uint32_t)atoi(optarg);
+			if (n < 2 || n > ESD_MAX_WORKERS || n % 2) {
+				fprintf(stderr, "--n: an even number of workers, 2..%d\n",
+				        ESD_MAX_WORKERS);
+				return 2;
+			}
+			break;
 		case 'm':
 			m = (uint32_t)atoi(optarg);
 			break;
@@ -153,7 +162,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(
 			    stderr,
-			    "usage: bench_step [--m M] [--steps S] [--warmup W|full] [--skew X] "
+			    "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] [--skew X] "
 			    "[--scale D] [--cache-rows C]\n"
 			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
 			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--by-worker]\n");
@@ -163,17 +172,20 @@ int main(int argc, char **argv)
 	if (steps < 1)
 		steps = 1;
 	const uint32_t k = m * n;
-	uint32_t cap[8];
+	/* half the workers on fast links (5 Gbit/s), half on slow (0.5) */
+	uint32_t cap[ESD_MAX_WORKERS];
+	int64_t T[ESD_MAX_WORKERS];
+	for (uint32_t j = 0; j < n; j++)
+		T[j] = j < n / 2 ? 3277 : 32768;
 	if (capf + caps) {
-		if (4 * (capf + caps) != k) {
-			fprintf(stderr, "--sizes: 4 x (F + S) must be k = %u\n", k);
+		if (n / 2 * (capf + caps) != k) {
+			fprintf(stderr, "--sizes: n/2 x (F + S) must be k = %u\n", k);
 			return 2;
 		}
 		for (uint32_t j = 0; j < n; j++)
-			cap[j] = j < 4 ? capf : caps;
+			cap[j] = j < n / 2 ? capf : caps;
 	}
-	const int64_t T[8] = {3277, 3277, 3277, 3277, 32768, 32768, 32768, 32768};
-	uint32_t capc[8];
+	uint32_t capc[ESD_MAX_WORKERS];
 	for (uint32_t j = 0; j < n; j++)
 		capc[j] = cache_rows;
 	struct esd_snapset *ss;
