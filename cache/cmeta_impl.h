@@ -45,7 +45,7 @@
 #define ESD_CACHE_CMETA_IMPL_H
 
 #include <esd/policy.h>
-#include <esd/policy_rules.h>
+#include "policy_rules.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -120,7 +120,7 @@ static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
 }
-/* The LRU ring (LRU policy only; its rules: esd/policy_rules.h) shares
+/* The LRU ring (LRU policy only; its rules: policy_rules.h) shares
  * the heap's area: 8 four-byte entries per slot of capacity. */
 static inline uint32_t *cm_lru_ring(const struct esd_cmeta *cm)
 {

@@ -22,8 +22,7 @@
  * victims are exactly "the smallest unpinned occupied slot in policy
  * order" at each eviction, which is what the reference model in
  * tests/cache/test_policy.c computes by linear scan. The per-key rules
- * (marks, uses, the LRU ring's places) are esd/policy_rules.h's, which the
- * dispatcher's mirror kept by key follows too.
+ * (marks, uses, the LRU ring's places) are policy_rules.h's.
  */
 #include "cmeta_impl.h"
 

@@ -22,9 +22,9 @@ static int alloc_table(struct keydir *kd, uint32_t bits)
 	return 0;
 }
 
-int keydir_init(struct keydir *kd, size_t live_hint, int wide)
+int keydir_init(struct keydir *kd, size_t live_hint)
 {
-	kd->shift = wide ? 7 : 5;
+	kd->shift = 5;
 	uint32_t bits = 10;
 	while (((size_t)1 << bits) < 2 * live_hint)
 		bits++;
@@ -78,19 +78,4 @@ int keydir_reserve(struct keydir *kd, size_t more)
 uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
 {
 	return keydir_probe(kd, key);
-}
-
-int keydir_widen(struct keydir *kd)
-{
-	if (kd->shift == 7)
-		return 0;
-	char *t = esd_big_zalloc(kd->size << 7);
-	if (!t)
-		return -ENOMEM;
-	for (size_t i = 0; i < kd->size; i++)
-		memcpy(t + (i << 7), keydir_at(kd, i), sizeof(struct keydir_ent));
-	esd_big_free(kd->t, kd->size << kd->shift);
-	kd->t = t;
-	kd->shift = 7;
-	return 0;
 }

@@ -9,11 +9,8 @@
  * with cached == 0 (same meaning as absent) until the next rehash, so entry
  * indices stay valid while an iteration is applied.
  *
- * An entry is 32 bytes, two to a cache line; a wide directory (the
- * snapshots kept by key, mirror.h) has 128-byte records instead, the entry
- * followed by the mirror's fields of the key, two lines a key. Address
- * entries with keydir_at (and records with keydir_km), never by indexing
- * the table.
+ * An entry is 32 bytes, two to a cache line. Address entries with
+ * keydir_at, never by indexing the table.
  */
 #ifndef ESD_DISPATCH_KEYDIR_H
 #define ESD_DISPATCH_KEYDIR_H
@@ -22,10 +19,6 @@
 #include <stdint.h>
 #include <esd/dispatch.h> /* ESD_NO_WORKER */
 #include <esd/types.h>
-
-/* The mirror kept by key (mirror.h) keeps workers 0..KM_WORKERS-1's
- * policy fields of the key in its entry. */
-#define KM_WORKERS 8
 
 struct keydir_ent {
 	uint64_t key;
@@ -38,22 +31,11 @@ struct keydir_ent {
 };
 _Static_assert(sizeof(struct keydir_ent) == 32, "keydir entry size");
 
-/* A wide directory's record: the entry, then per worker holding the key
- * its place in the worker's LRU ring, its use count and Emark mark (a
- * block slot's lru_pos, freq, mark). 128 bytes, two lines. */
-struct keydir_km {
-	struct keydir_ent d;
-	uint32_t pos[KM_WORKERS];
-	uint32_t freq[KM_WORKERS];
-	uint32_t mark[KM_WORKERS];
-};
-_Static_assert(sizeof(struct keydir_km) == 128, "keydir record size");
-
 #define KEYDIR_NONE UINT32_MAX
 
 struct keydir {
-	char *t;        /* size entries (records when wide) */
-	uint32_t shift; /* log2 of an entry's bytes: 5, or 7 when wide */
+	char *t;        /* size entries */
+	uint32_t shift; /* log2 of an entry's bytes (5) */
 	uint32_t bits;
 	size_t size, used;
 	uint64_t gen;      /* changes when entries move (rehash, clear) */
@@ -69,12 +51,6 @@ static inline uint32_t kd_hash(esd_key_t key, uint32_t bits)
 static inline struct keydir_ent *keydir_at(const struct keydir *kd, size_t h)
 {
 	return (struct keydir_ent *)(kd->t + (h << kd->shift));
-}
-
-/* Record h of a wide directory. */
-static inline struct keydir_km *keydir_km(const struct keydir *kd, size_t h)
-{
-	return (struct keydir_km *)(kd->t + (h << 7));
 }
 
 /* keydir_find, inline: for loops that use each entry as they find it. */
@@ -107,11 +83,7 @@ keydir_prefetch_ahead(const struct keydir *kd, const esd_key_t *keys, size_t n, 
 		__builtin_prefetch(keydir_at(kd, kd_hash(keys[i + KEYDIR_AHEAD], kd->bits)));
 }
 
-/* wide: 128-byte records (keydir_km). */
-int keydir_init(struct keydir *kd, size_t live_hint, int wide);
-/* Make the directory wide (the entries stay where they are: indices stay
- * valid), O(size). 0 or -ENOMEM. */
-int keydir_widen(struct keydir *kd);
+int keydir_init(struct keydir *kd, size_t live_hint);
 void keydir_free(struct keydir *kd);
 void keydir_clear(struct keydir *kd);
 /* Make room for 'more' insertions without a rehash during them. */

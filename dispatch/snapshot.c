@@ -3,19 +3,13 @@
  * memory, advanced with the cache's own policy code (esd_policy) so the
  * snapshot and the real cache cannot diverge. The order of the calls per
  * iteration follows DESIGN §3 and is documented in esd/dispatch_snap.h;
- * a node daemon must make the same calls on its cache.
- *
- * Under LRU with at most KM_WORKERS workers and no HET the set keeps its
- * snapshots by key instead (mirror.h), with the same rules
- * (esd/policy_rules.h); the blocks are then made from the mirror when
- * asked for (esd_snapset_view, esd_snapset_cmeta), and a caller that
- * takes a block to change it hands the snapshots back to the blocks until
- * the next fill makes the mirror from them again.
+ * a node daemon must make the same calls on its cache. One layout for
+ * every policy, sync mode and number of workers: the blocks by worker,
+ * beside a directory of where each key is cached (keydir.h).
  */
 #include "bigmem.h"
 #include "keydir.h"
 #include "keytab_internal.h"
-#include "mirror.h"
 
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
@@ -25,6 +19,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* LRU rings are compacted ahead of need when a snapshot has room for fewer
+ * than this many iterations of its keys (adv_compact_ahead). */
+#define COMPACT_AHEAD 16
 
 /* Bits of a worker mask: few are set, and this needs no popcnt instruction. */
 static inline uint32_t popc(uint64_t m)
@@ -59,24 +57,12 @@ struct esd_snapset {
 	 * versions behind counts as latest and is not pulled */
 	int het;
 	uint32_t staleness;
-	/* the mirror kept by key: allowed (n <= KM_WORKERS, not refused by
-	 * esd_snapset_keep_mirror or HET), in use (the snapshots are the
-	 * mirror's), and which blocks are up to date with it */
-	int mirror_ok, mirror_live;
-	uint64_t blocks_ok;
-	struct km km;
 };
-
-static int hand_over(struct esd_snapset *ss);
 
 int esd_snapset_set_staleness(struct esd_snapset *ss, uint32_t staleness)
 {
 	if (!ss)
 		return -EINVAL;
-	int rc = hand_over(ss);
-	if (rc)
-		return rc;
-	ss->mirror_ok = 0; /* HET tracks clocks, which the mirror has not */
 	ss->het = 1;
 	ss->staleness = staleness;
 	ss->dir.keep_versions = 1;
@@ -117,13 +103,7 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 	size_t total = 0;
 	for (uint32_t j = 0; j < n; j++)
 		total += capacity[j];
-	/* the mirror from the start under LRU (empty, as the blocks), with
-	 * its wide directory; under the other policies from the fill after a
-	 * switch to LRU */
-	const char *env = getenv("ESD_SNAP_MIRROR");
-	ss->mirror_ok = n <= KM_WORKERS && !(env && !strcmp(env, "0"));
-	const int wide = ss->mirror_ok && policy == ESD_POLICY_LRU;
-	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25), wide)))
+	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25))))
 		goto fail_blocks;
 	for (uint32_t j = 0; j < n; j++) {
 		size_t len = esd_cmeta_bytes(capacity[j]);
@@ -135,14 +115,6 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 			goto fail_blocks;
 		if ((rc = esd_cmeta_init(ss->mem[j], len, capacity[j], policy, &ss->cm[j])))
 			goto fail_blocks;
-	}
-	if (wide) {
-		rc = km_init(&ss->km, n, capacity);
-		if (rc == -ENOMEM)
-			goto fail_blocks;
-		ss->mirror_ok = rc == 0;
-		ss->mirror_live = rc == 0;
-		ss->blocks_ok = ~UINT64_C(0);
 	}
 	*out = ss;
 	return 0;
@@ -166,23 +138,12 @@ void esd_snapset_free(struct esd_snapset *ss)
 	free(ss->found);
 	free(ss->others);
 	keydir_free(&ss->dir);
-	km_free(&ss->km);
 	free(ss);
 }
 
 uint32_t esd_snapset_workers(const struct esd_snapset *ss)
 {
 	return ss ? ss->n : 0;
-}
-
-/* keydir_reserve; the mirror's rings follow a rehash. */
-static int dir_reserve(struct esd_snapset *ss, size_t more)
-{
-	const uint64_t gen = ss->dir.gen;
-	int rc = keydir_reserve(&ss->dir, more);
-	if (!rc && ss->mirror_live && ss->dir.gen != gen)
-		km_reindex(&ss->km, &ss->dir);
-	return rc;
 }
 
 /* Room for the entries of kt's keys (found[], and the directory, which
@@ -193,7 +154,7 @@ static int room_found(struct esd_snapset *ss, const struct esd_keytab *kt)
 	if (esd_grow((void **)&ss->found, &cap, kt->count, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
-	if (dir_reserve(ss, kt->count))
+	if (keydir_reserve(&ss->dir, kt->count))
 		return -ENOMEM;
 	ss->fill_kt = kt;
 	ss->fill_gen = kt->gen;
@@ -209,99 +170,23 @@ static int have_found(const struct esd_snapset *ss, const struct esd_keytab *kt)
 	       ss->found;
 }
 
-/* Block j made from the mirror, unless up to date with it. */
-static int make_block(struct esd_snapset *ss, uint32_t j)
-{
-	if (!ss->mirror_live || (ss->blocks_ok >> j) & 1)
-		return 0;
-	int rc = km_block(&ss->km, &ss->dir, j, ss->iter, ss->mem[j], ss->len[j], &ss->cm[j]);
-	if (rc) {
-		ESD_ERR("snap", "worker %u: its block from the mirror: %s", j, esd_strerror(rc));
-		return rc;
-	}
-	ss->blocks_ok |= UINT64_C(1) << j;
-	return 0;
-}
-
-/* The blocks become the snapshots (made from the mirror first), until a
- * fill makes the mirror from them again. */
-static int hand_over(struct esd_snapset *ss)
-{
-	for (uint32_t j = 0; j < ss->n; j++) {
-		int rc = make_block(ss, j);
-		if (rc)
-			return rc;
-	}
-	ss->mirror_live = 0;
-	return 0;
-}
-
-/* At a fill: the mirror from the blocks, where it can keep them: LRU
- * everywhere, no lookahead hints (which it does not keep), each block's
- * keys in the directory. Otherwise the blocks stay the snapshots. */
-static int take_back(struct esd_snapset *ss)
-{
-	for (uint32_t j = 0; j < ss->n; j++)
-		if (esd_cmeta_policy(ss->cm[j]) != ESD_POLICY_LRU || esd_cmeta_hinted(ss->cm[j]))
-			return 0;
-	uint32_t cap[KM_WORKERS];
-	for (uint32_t j = 0; j < ss->n; j++)
-		cap[j] = esd_cmeta_capacity(ss->cm[j]);
-	int rc = ss->km.n ? 0 : km_init(&ss->km, ss->n, cap);
-	if (!rc)
-		rc = keydir_widen(&ss->dir);
-	if (!rc)
-		rc = km_from_blocks(&ss->km, &ss->dir, ss->cm);
-	if (rc == -ENOMEM)
-		return rc;
-	if (rc) {
-		ESD_WARN("snap", "the snapshots stay by worker: %s", esd_strerror(rc));
-		ss->mirror_ok = 0;
-		return 0;
-	}
-	ss->mirror_live = 1;
-	ss->blocks_ok = ~UINT64_C(0);
-	return 0;
-}
-
-int esd_snapset_keep_mirror(struct esd_snapset *ss, int on)
-{
-	if (!ss)
-		return -EINVAL;
-	if (on) {
-		ss->mirror_ok = ss->n <= KM_WORKERS && !ss->het;
-		return 0;
-	}
-	int rc = hand_over(ss);
-	if (!rc)
-		ss->mirror_ok = 0;
-	return rc;
-}
-
-int esd_snapset_mirrored(const struct esd_snapset *ss)
-{
-	return ss ? ss->mirror_live : 0;
-}
-
 struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j)
 {
-	if (!ss || j >= ss->n || hand_over(ss))
+	if (!ss || j >= ss->n)
 		return NULL;
 	return ss->cm[j];
 }
 
 const struct esd_cmeta *esd_snapset_view(struct esd_snapset *ss, uint32_t j)
 {
-	if (!ss || j >= ss->n || make_block(ss, j))
-		return NULL;
-	return ss->cm[j];
+	return esd_snapset_cmeta(ss, j);
 }
 
 uint32_t esd_snapset_count(const struct esd_snapset *ss, uint32_t j)
 {
 	if (!ss || j >= ss->n)
 		return 0;
-	return ss->mirror_live ? ss->km.w[j].count : esd_cmeta_count(ss->cm[j]);
+	return esd_cmeta_count(ss->cm[j]);
 }
 
 uint64_t esd_snapset_iter(const struct esd_snapset *ss)
@@ -348,13 +233,6 @@ int esd_snapset_flush(struct esd_snapset *ss)
 {
 	if (!ss)
 		return -EINVAL;
-	if (ss->mirror_live) {
-		/* the states are the directory's: DIRTY copies stay latest */
-		for (size_t i = 0; i < ss->dir.size; i++)
-			keydir_at(&ss->dir, i)->dirty = ESD_NO_WORKER;
-		ss->blocks_ok = 0;
-		return 0;
-	}
 	for (uint32_t j = 0; j < ss->n; j++) {
 		const uint32_t cap = esd_cmeta_capacity(ss->cm[j]);
 		for (uint32_t i = 0; i < cap; i++) {
@@ -377,14 +255,6 @@ int esd_snapset_verify(struct esd_snapset *ss)
 {
 	if (!ss)
 		return -EINVAL;
-	if (ss->mirror_live) {
-		/* the mirror itself, then the blocks made from it as below */
-		if (km_check(&ss->km, &ss->dir))
-			return -ESD_EDIVERGED;
-		for (uint32_t j = 0; j < ss->n; j++)
-			if (make_block(ss, j))
-				return -ESD_EDIVERGED;
-	}
 	size_t occupied = 0, live = 0;
 	for (uint32_t j = 0; j < ss->n; j++) {
 		if (esd_cmeta_verify(ss->cm[j]))
@@ -416,9 +286,7 @@ int esd_snapset_load(struct esd_snapset *ss, uint32_t j, const struct esd_cmeta 
 {
 	if (!ss || !src || j >= ss->n)
 		return -EINVAL;
-	int rc = hand_over(ss);
-	if (rc)
-		return rc;
+	int rc;
 	if (src == ss->cm[j]) {
 		/* the snapshot was edited in place */
 		if (esd_cmeta_last_iter(src) > ss->iter)
@@ -443,8 +311,6 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 	if (!ss || !kt || kt->n != ss->n)
 		return -EINVAL;
 	int rc;
-	if (ss->mirror_ok && !ss->mirror_live && (rc = take_back(ss)))
-		return rc;
 	const uint32_t cnt = kt->count;
 	if ((rc = room_found(ss, kt)))
 		return rc;
@@ -467,38 +333,6 @@ int esd_snapset_fill(struct esd_snapset *ss, struct esd_keytab *kt)
 		st[u] = (struct esd_keystate){latest, e->cached, (uint8_t)e->dirty, {0}};
 	}
 	ss->dir.used = kd.used;
-	return 0;
-}
-
-/* The advance of the mirror kept by key: the consequence's lists, then
- * km_advance (its two passes: the directory and touches, the inserts). */
-static int mirror_advance(struct esd_snapset *ss, struct esd_keytab *kt, const struct esd_batch *b,
-                          const uint32_t *assign, const int64_t *T, enum esd_sync sync,
-                          struct esd_conseq *cq)
-{
-	const int64_t t0 = esd_now_ns();
-	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
-	if (rc)
-		return rc;
-	const int64_t t1 = esd_now_ns();
-	const uint32_t cnt = kt->count;
-	/* every key's entry from the fill, unless the table was rebuilt or the
-	 * directory rehashed since: then looked up (and inserted) here */
-	if (!have_found(ss, kt)) {
-		if ((rc = room_found(ss, kt)))
-			return rc;
-		for (uint32_t u = 0; u < cnt; u++)
-			ss->found[u] = keydir_insert(&ss->dir, kt->ukeys[u]);
-	}
-	int64_t tA, tB;
-	rc = km_advance(&ss->km, &ss->dir, kt, ss->found, ss->wl.len, ss->iter + 1, sync, cq, &tA,
-	                &tB);
-	if (rc)
-		return rc;
-	esd_conseq_costs(cq, T);
-	ss->iter++;
-	ss->blocks_ok = 0;
-	ss->times = (struct esd_advance_times){t1 - t0, tB - tA, tA - t1, 0};
 	return 0;
 }
 
@@ -715,8 +549,6 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 {
 	if (!ss || !kt || !cq || kt->n != ss->n)
 		return -EINVAL;
-	if (ss->mirror_live)
-		return mirror_advance(ss, kt, b, assign, T, sync, cq);
 	const int64_t t0 = esd_now_ns();
 	int rc = esd_conseq_compute_lists(kt, b, assign, T, sync, cq, &ss->wl);
 	if (rc)
@@ -784,7 +616,7 @@ int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
 {
 	if (!ss || (n && (!keys || !versions)))
 		return -EINVAL;
-	if (dir_reserve(ss, n))
+	if (keydir_reserve(&ss->dir, n))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		keydir_at(&ss->dir, keydir_insert(&ss->dir, keys[i]))->version = versions[i];

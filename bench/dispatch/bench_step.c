@@ -16,9 +16,7 @@
  * miss evicts a row and the snapshots' lines are spread over all of their
  * memory. A short warmup (--warmup 30) measures snapshots a few per cent
  * full, which is quicker and flatters the step (bench/results/dispatch.md
- * has both); the last line says how full they were, and how they were kept: by key
- * (the mirror, under LRU with n <= 8) or by worker (--by-worker, the
- * blocks; the other policies).
+ * has both); the last line says how full they were.
  */
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
@@ -80,7 +78,7 @@ int main(int argc, char **argv)
 {
 	uint32_t n = 8, m = 128, cache_rows = 1u << 18;
 	uint32_t capf = 0, caps = 0;
-	int steps = 50, warmup = -1, shared = 0, by_worker = 0; /* -1: until full */
+	int steps = 50, warmup = -1, shared = 0; /* -1: until full */
 	uint64_t ls = 0, scale = 1;
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
@@ -98,7 +96,6 @@ int main(int argc, char **argv)
 	                                     {"ls", required_argument, 0, 'l'},
 	                                     {"sizes", required_argument, 0, 'z'},
 	                                     {"policy", required_argument, 0, 'p'},
-	                                     {"by-worker", no_argument, 0, 'B'},
 	                                     {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -141,9 +138,6 @@ int main(int argc, char **argv)
 		case 'x':
 			shared = 1;
 			break;
-		case 'B':
-			by_worker = 1;
-			break;
 		case 'l':
 			ls = (uint64_t)atoll(optarg);
 			break;
@@ -165,7 +159,7 @@ int main(int argc, char **argv)
 			    "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] [--skew X] "
 			    "[--scale D] [--cache-rows C]\n"
 			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
-			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--by-worker]\n");
+			    "[--ls N] [--sizes F/S] [--policy lru|emark|...]\n");
 			return 2;
 		}
 	}
@@ -189,7 +183,7 @@ int main(int argc, char **argv)
 	for (uint32_t j = 0; j < n; j++)
 		capc[j] = cache_rows;
 	struct esd_snapset *ss;
-	if (esd_snapset_create(n, capc, pol, &ss) || (by_worker && esd_snapset_keep_mirror(ss, 0)))
+	if (esd_snapset_create(n, capc, pol, &ss))
 		return 1;
 	struct esd_dispatcher_config cfg = {.n = n,
 	                                    .cap = capf + caps ? cap : NULL,
@@ -263,9 +257,8 @@ int main(int argc, char **argv)
 		held += esd_snapset_count(ss, j);
 		room += capc[j];
 	}
-	printf("snapshots: %s, %.1f %% full after %d steps",
-	       esd_snapset_mirrored(ss) ? "kept by key" : "kept by worker",
-	       100.0 * (double)held / (double)room, done + steps);
+	printf("snapshots: %.1f %% full after %d steps", 100.0 * (double)held / (double)room,
+	       done + steps);
 	if (full_at >= 0)
 		printf(" (full from step %d)", full_at + 1);
 	printf("\n");

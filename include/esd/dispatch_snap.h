@@ -23,22 +23,11 @@
  * esd_cmeta_lookahead() on each snapshot (esd_snapset_cmeta()) exactly
  * when the daemon calls it on its cache.
  *
- * Kept by key: under LRU, with at most 8 workers and no HET, the set keeps
- * the snapshots as a mirror kept by key (docs/dispatch.md §9): per key the
- * policy fields of every worker's copy in one directory record, the
- * copies' states in the directory's masks, per worker an LRU ring of
- * keys; an advance then touches each needed key's record about twice
- * instead of an index, slot and ring line per worker and key. The rules
- * are the blocks' (esd/policy_rules.h), and so are the decisions; the
- * blocks are made from the mirror when asked for: esd_snapset_view reads
- * one (O(its capacity) after an advance), esd_snapset_cmeta hands all of
- * them to the caller to change (set_policy, lookahead, edits before
- * esd_snapset_load), and the next esd_snapset_fill makes the mirror from
- * them again if they still qualify (LRU, no lookahead hints), else the
- * blocks stay the snapshots. Blocks made from the mirror have clock 0 in
- * every slot, as the snapshots' always have. ESD_SNAP_MIRROR=0 in the
- * environment at esd_snapset_create, or esd_snapset_keep_mirror(ss, 0),
- * keeps the snapshots by worker.
+ * One layout: every policy, sync mode and number of workers keeps its
+ * snapshots by worker (one esd_cmeta block each) beside a directory of
+ * where each key is cached. (A second layout, kept by key, served LRU
+ * with at most 8 workers only; it was dropped for one code path to keep
+ * exact: docs/dispatch.md §9.)
  *
  * Whole step
  * ----------
@@ -69,21 +58,12 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 void esd_snapset_free(struct esd_snapset *ss);
 uint32_t esd_snapset_workers(const struct esd_snapset *ss);
 /* Snapshot of worker j (owned by the set) to read or change, NULL when j
- * is out of range (or a block could not be made from the mirror: logged).
- * With a mirror, every snapshot's block is made first and the blocks are
- * the snapshots until the next esd_snapset_fill. */
+ * is out of range. */
 struct esd_cmeta *esd_snapset_cmeta(struct esd_snapset *ss, uint32_t j);
-/* Snapshot of worker j to read only (a save): made from the mirror if
- * need be, which stays. Valid until the next change of the set. */
+/* The same, to read only (a save). Valid until the next change of the set. */
 const struct esd_cmeta *esd_snapset_view(struct esd_snapset *ss, uint32_t j);
-/* Rows worker j's snapshot holds (esd_cmeta_count), without a block. */
+/* Rows worker j's snapshot holds (esd_cmeta_count). */
 uint32_t esd_snapset_count(const struct esd_snapset *ss, uint32_t j);
-/* on = 0: the snapshots are kept by worker from now on (the blocks made
- * from the mirror first); on = 1: a mirror again where it can be (from
- * the next fill). Returns 0, -EINVAL or an error making the blocks. */
-int esd_snapset_keep_mirror(struct esd_snapset *ss, int on);
-/* 1 while the snapshots are the mirror's, else 0. */
-int esd_snapset_mirrored(const struct esd_snapset *ss);
 /* Replace snapshot j by a copy of a cache's metadata (e.g. at start-up or
  * after a restart) and rebuild the key directory (O(total capacity)).
  * src may be the set's own snapshot j, edited in place through
@@ -150,10 +130,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
  * nanoseconds of CLOCK_MONOTONIC: the consequence with the per-worker
  * lists (need, key sort, one pass), the snapshots' begin_iters (with the
  * evictions they report), the key directory's update, step 6's OUTDATED
- * pass on the workers that did not train a key. With the mirror kept by
- * key: its pass over the keys (touches and the directory) as 'directory',
- * its inserts and evictions as 'caches', 'outdated' 0 (the directory's
- * masks are the states). */
+ * pass on the workers that did not train a key. */
 struct esd_advance_times {
 	int64_t plan, caches, directory, outdated;
 };

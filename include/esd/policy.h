@@ -200,8 +200,7 @@ struct esd_cmeta_row {
  * 0..n-1, as it stands after iteration 'iter' (esd_cmeta_last_iter), with
  * Emark's target 'emark_target' and no lookahead hints: the block a cache
  * would have after the iterations that gave its rows these fields (every
- * victim order follows from them; slot numbers aside). The dispatcher
- * makes its snapshots' blocks so from its mirror kept by key. Returns 0,
+ * victim order follows from them; slot numbers aside). Returns 0,
  * or -EINVAL for a bad argument or row (logged with its index; mem's
  * contents are then undefined). */
 int esd_cmeta_from_rows(void *mem, size_t len, uint32_t capacity, enum esd_policy policy,

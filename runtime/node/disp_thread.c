@@ -141,7 +141,6 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	}
 	ds->saved_ok[g] = false;
 	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
-		/* read only: a mirror kept by key stays one */
 		const struct esd_cmeta *cm = esd_snapset_view(ds->ss, j);
 		if (!cm)
 			return -ENOMEM;

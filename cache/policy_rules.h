@@ -1,11 +1,7 @@
 /*
- * esd/policy_rules.h - the per-key rules of the eviction policies, written
- * once for the two layouts that keep a cache's metadata: the esd_cmeta
- * block (cache/, one block per cache, slots in a row), and the
- * dispatcher's mirror kept by key (dispatch/, one directory record per key
- * holding every worker's fields). Both make every touch, insert, eviction
- * and LRU ring move through these functions, so the two cannot diverge in
- * a rule; what differs is only where a field lives.
+ * Private to cache/: the per-key rules of the eviction policies (touch,
+ * insert, Emark's target, leave, the LRU ring's places), inline, which
+ * every change of an esd_cmeta block goes through.
  *
  * Emark (ESD §8.1) is kept under every policy: each row carries a mark,
  * the cache a target (starting at 1) and the number of rows whose mark is
@@ -24,8 +20,8 @@
  * Everything is inline: the loops that call these run over every needed
  * key of every iteration.
  */
-#ifndef ESD_POLICY_RULES_H
-#define ESD_POLICY_RULES_H
+#ifndef ESD_CACHE_POLICY_RULES_H
+#define ESD_CACHE_POLICY_RULES_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -143,4 +139,4 @@ static inline uint64_t esd_ring_live_word(const uint64_t *stale, uint32_t r, uin
 #ifdef __cplusplus
 }
 #endif
-#endif /* ESD_POLICY_RULES_H */
+#endif /* ESD_CACHE_POLICY_RULES_H */
