@@ -1,7 +1,9 @@
 /*
  * The link API of esd/transport.h: backend lookup by name, the layering
  * (accounting -> reliable -> shaping -> faults -> backend), per-kind
- * counters and the checks on frames handed in by the application.
+ * counters and the checks on frames handed in by the application. The
+ * top layer: it calls the ones below (rel.c, fault.c, the backends), and
+ * they call only what is below them (wire.c's helpers, the backends).
  */
 #include "link_internal.h"
 
@@ -13,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_NS (5 * ESD_NS_PER_S)
-#define DEFAULT_BACKLOG    (256u << 20)
 #define MAX_BATCH_IOV      64
 
 struct esd_listener {
@@ -28,37 +28,6 @@ void esd_link_opts_init(struct esd_link_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->backend = "tcp";
-}
-
-int64_t deadline_after(int64_t timeout_ns)
-{
-	return timeout_ns < 0 ? -1 : esd_now_ns() + timeout_ns;
-}
-
-int wire_fail(struct wire *w, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(w->err, sizeof(w->err), fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o)
-{
-	w->ops = ops;
-	w->lim = o->limits;
-	if (!w->lim.max_body)
-		w->lim.max_body = ESD_PROTO_DEFAULT_MAX_BODY;
-	if (!w->lim.max_rows)
-		w->lim.max_rows = ESD_PROTO_DEFAULT_MAX_ROWS;
-	if (!w->lim.max_dim)
-		w->lim.max_dim = ESD_PROTO_DEFAULT_MAX_DIM;
-	w->lim.max_body &= ~3u;
-	w->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : DEFAULT_TIMEOUT_NS;
-	w->rx_backlog_max = o->rx_backlog_max ? o->rx_backlog_max : DEFAULT_BACKLOG;
-	w->err[0] = 0;
-	w->peer[0] = 0;
 }
 
 static int find_backend(const char *name, const struct wire_ops **out, const char **why)
