@@ -1,6 +1,7 @@
 /*
- * Private interface between the link layer (link.c, rel.c, shaper.c,
- * fault.c) and the backends (tcp.c, dpdk.c, rdma.c). Not installed.
+ * Private interface between the link layer (link.c on top, then rel.c,
+ * shaper.c, fault.c, and wire.c at the bottom) and the backends (tcp.c,
+ * dpdk.c, rdma.c). Each file calls only the ones below it. Not installed.
  *
  * A backend moves whole frames: send() writes a batch of frames, recv()
  * returns the next whole frame whose header it checked with
@@ -96,6 +97,8 @@ struct wire_ops {
 extern const struct wire_ops esd_wire_tcp;
 extern const struct wire_ops esd_wire_dpdk;
 extern const struct wire_ops esd_wire_rdma;
+
+/* ---- the wire's helpers (wire.c), for every layer and backend ---------- */
 
 /* Record an error on a wire (and return rc). */
 __attribute__((format(printf, 3, 4))) int wire_fail(struct wire *w, int rc, const char *fmt, ...);
