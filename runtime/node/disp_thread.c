@@ -21,36 +21,51 @@
 /* Checkpoint boundaries whose snapshots are kept (see struct disp). */
 #define SAVED_GENS 2
 
-struct disp {
-	struct node *nd;
-	struct esd_ds_reader *rd;
+/* The dispatcher thread's state: its own (no lock), from
+ * node_dispatcher_start until node_dispatcher_stop. */
+
+/* The decision engine and its settings. */
+struct disp_engine {
 	struct esd_snapset *ss;
 	struct esd_dispatcher *d;
 	struct esd_conseq *cq;
-	uint64_t k;
-	/* two batches: the current one and the next (lookahead) */
-	float *labels[2], *dense[2];
-	esd_key_t *keys[2];
-	uint32_t *off;
-	uint32_t *assign;
-	uint32_t *nworkers; /* per unique key: trainers count */
-	/* restart support: the configuration, the iteration the thread starts
-	 * after, and the snapshots saved at the last checkpoint boundary */
 	struct esd_dispatcher_config dc;
 	enum esd_policy policy; /* of the snapshots (esdctl set cache.policy) */
 	/* sums of the engines an esdctl set replaced (the counters published
 	 * cover the whole run) */
 	struct esd_dispatch_counters base;
+	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
+	int64_t gpu_deadline_ns;
+};
+
+/* The stream and the batches read from it: the current one and the next
+ * (lookahead). */
+struct disp_input {
+	struct esd_ds_reader *rd;
+	uint64_t k;
+	float *labels[2], *dense[2];
+	esd_key_t *keys[2];
+	uint32_t *off;
+	uint32_t *assign;
+	uint32_t *nworkers; /* per unique key: trainers count */
+};
+
+/* The workers' capacities, link costs and batch sizes. */
+struct disp_sizes {
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
 	uint32_t batch[ESD_MAX_WORKERS]; /* the decisions' sizes (workers.rates) */
 	uint32_t max_batch;              /* the exchange area's samples */
+};
+
+/* Restart support: the iteration the thread starts after, and the last
+ * SAVED_GENS checkpoint boundaries: the dispatcher runs up to ORDER_RING
+ * iterations ahead, so it can pass boundary c before the PS has written
+ * checkpoint c, and a PS restart then resumes from the boundary before
+ * it. */
+struct disp_saves {
 	uint64_t start_iter;
-	/* The last SAVED_GENS boundaries: the dispatcher runs up to ORDER_RING
-	 * iterations ahead, so it can pass boundary c before the PS has
-	 * written checkpoint c, and a PS restart then resumes from the
-	 * boundary before it. */
-	void *saved[SAVED_GENS][ESD_MAX_WORKERS];
+	void *saved[SAVED_GENS][ESD_MAX_WORKERS]; /* the snapshots */
 	size_t saved_len[SAVED_GENS][ESD_MAX_WORKERS];
 	uint64_t saved_iter[SAVED_GENS];
 	bool saved_ok[SAVED_GENS];
@@ -59,16 +74,22 @@ struct disp {
 	uint64_t *vvals[SAVED_GENS];
 	size_t nvers[SAVED_GENS], capvers[SAVED_GENS];
 	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
-	/* the live settings in effect at each saved boundary (esdctl set):
-	 * a resume there returns to them */
+	/* the live settings in effect at each saved boundary (esdctl set): a
+	 * resume there returns to them */
 	enum esd_method saved_method[SAVED_GENS];
 	double saved_alpha[SAVED_GENS];
 	enum esd_policy saved_policy[SAVED_GENS];
 	uint64_t saved_rates[SAVED_GENS][ESD_MAX_WORKERS];
 	uint32_t saved_batch[SAVED_GENS][ESD_MAX_WORKERS];
+};
+
+struct disp {
+	struct node *nd;
+	struct disp_engine eng;
+	struct disp_input in;
+	struct disp_sizes sz;
+	struct disp_saves sv;
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
-	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
-	int64_t gpu_deadline_ns;
 };
 
 /* The exact part of opt and hybrid on the GPU solver (dispatch.gpu), in
@@ -78,13 +99,13 @@ struct disp {
 static int gpu_submit(void *ctx, const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap)
 {
 	struct disp *ds = ctx;
-	return esd_gpu_submit(ds->gpu, cost, k, n, cap, ds->gpu_deadline_ns);
+	return esd_gpu_submit(ds->eng.gpu, cost, k, n, cap, ds->eng.gpu_deadline_ns);
 }
 
 static int gpu_collect(void *ctx, uint32_t *assign)
 {
 	struct disp *ds = ctx;
-	return esd_gpu_collect(ds->gpu, assign);
+	return esd_gpu_collect(ds->eng.gpu, assign);
 }
 
 /* dispatch.gpu_min_rows: the size from which the GPU answers, measured on
@@ -95,14 +116,14 @@ static void gpu_crossover(struct disp *ds, const struct esd_job *j)
 	struct esd_gpu_calibration cal;
 
 	if (j->gpu_min_rows != ESD_JOB_GPU_MEASURE) {
-		esd_gpu_set_min_rows(ds->gpu, (uint32_t)j->gpu_min_rows);
+		esd_gpu_set_min_rows(ds->eng.gpu, (uint32_t)j->gpu_min_rows);
 		ESD_INFO("dispatch", "dispatch.gpu: the GPU from %llu rows (dispatch.gpu_min_rows)",
 			 (unsigned long long)j->gpu_min_rows);
 		return;
 	}
-	if (esd_gpu_solver_device(ds->gpu))
+	if (esd_gpu_solver_device(ds->eng.gpu))
 		return;
-	if (esd_gpu_calibrate(ds->gpu, j->n, (uint32_t)ds->k, 3, &cal)) {
+	if (esd_gpu_calibrate(ds->eng.gpu, j->n, (uint32_t)ds->in.k, 3, &cal)) {
 		ESD_WARN("dispatch", "dispatch.gpu: the cross-over could not be measured; "
 			 "the exact part runs on the CPU");
 		return;
@@ -120,7 +141,7 @@ static void gpu_crossover(struct disp *ds, const struct esd_job *j)
 static int saved_gen(const struct disp *ds, uint64_t iter)
 {
 	for (int q = 0; q < SAVED_GENS; q++)
-		if (ds->saved_ok[q] && ds->saved_iter[q] == iter)
+		if (ds->sv.saved_ok[q] && ds->sv.saved_iter[q] == iter)
 			return q;
 	return -1;
 }
@@ -131,57 +152,57 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	 * one, else the oldest */
 	int g = saved_gen(ds, iter);
 	for (int q = 0; g < 0 && q < SAVED_GENS; q++)
-		if (!ds->saved_ok[q])
+		if (!ds->sv.saved_ok[q])
 			g = q;
 	if (g < 0) {
 		g = 0;
 		for (int q = 1; q < SAVED_GENS; q++)
-			if (ds->saved_iter[q] < ds->saved_iter[g])
+			if (ds->sv.saved_iter[q] < ds->sv.saved_iter[g])
 				g = q;
 	}
-	ds->saved_ok[g] = false;
+	ds->sv.saved_ok[g] = false;
 	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
-		const struct esd_cmeta *cm = esd_snapset_view(ds->ss, j);
+		const struct esd_cmeta *cm = esd_snapset_view(ds->eng.ss, j);
 		if (!cm)
 			return -ENOMEM;
 		size_t len = esd_cmeta_block_bytes(cm);
 		struct esd_cmeta *out;
-		if (len > ds->saved_len[g][j]) {
+		if (len > ds->sv.saved_len[g][j]) {
 			void *m = NULL;
 			if (posix_memalign(&m, 64, len))
 				return -ENOMEM;
-			free(ds->saved[g][j]);
-			ds->saved[g][j] = m;
-			ds->saved_len[g][j] = len;
+			free(ds->sv.saved[g][j]);
+			ds->sv.saved[g][j] = m;
+			ds->sv.saved_len[g][j] = len;
 		}
-		int rc = esd_cmeta_copy(ds->saved[g][j], ds->saved_len[g][j], cm, &out);
+		int rc = esd_cmeta_copy(ds->sv.saved[g][j], ds->sv.saved_len[g][j], cm, &out);
 		if (rc)
 			return rc;
 	}
 	if (ds->nd->job.het) {
-		size_t nv = esd_snapset_versions(ds->ss, NULL, NULL, 0);
-		if (nv > ds->capvers[g]) {
-			esd_key_t *k = realloc(ds->vkeys[g], nv * sizeof(*k));
+		size_t nv = esd_snapset_versions(ds->eng.ss, NULL, NULL, 0);
+		if (nv > ds->sv.capvers[g]) {
+			esd_key_t *k = realloc(ds->sv.vkeys[g], nv * sizeof(*k));
 			if (k)
-				ds->vkeys[g] = k;
-			uint64_t *v = realloc(ds->vvals[g], nv * sizeof(*v));
+				ds->sv.vkeys[g] = k;
+			uint64_t *v = realloc(ds->sv.vvals[g], nv * sizeof(*v));
 			if (v)
-				ds->vvals[g] = v;
+				ds->sv.vvals[g] = v;
 			if (!k || !v)
 				return -ENOMEM;
-			ds->capvers[g] = nv;
+			ds->sv.capvers[g] = nv;
 		}
-		ds->nvers[g] = esd_snapset_versions(ds->ss, ds->vkeys[g], ds->vvals[g], nv);
+		ds->sv.nvers[g] = esd_snapset_versions(ds->eng.ss, ds->sv.vkeys[g], ds->sv.vvals[g], nv);
 	}
-	ds->saved_method[g] = ds->dc.method;
-	ds->saved_alpha[g] = ds->dc.hybrid.alpha;
-	ds->saved_policy[g] = ds->policy;
-	memcpy(ds->saved_batch[g], ds->batch, sizeof(ds->batch));
+	ds->sv.saved_method[g] = ds->eng.dc.method;
+	ds->sv.saved_alpha[g] = ds->eng.dc.hybrid.alpha;
+	ds->sv.saved_policy[g] = ds->eng.policy;
+	memcpy(ds->sv.saved_batch[g], ds->sz.batch, sizeof(ds->sz.batch));
 	pthread_mutex_lock(&ds->nd->qmu);
-	memcpy(ds->saved_rates[g], ds->nd->job.rate_bps, sizeof(ds->saved_rates[g]));
+	memcpy(ds->sv.saved_rates[g], ds->nd->job.rate_bps, sizeof(ds->sv.saved_rates[g]));
 	pthread_mutex_unlock(&ds->nd->qmu);
-	ds->saved_iter[g] = iter;
-	ds->saved_ok[g] = true;
+	ds->sv.saved_iter[g] = iter;
+	ds->sv.saved_ok[g] = true;
 	return 0;
 }
 
@@ -203,18 +224,18 @@ static int grow(void **p, size_t *cap, size_t want, size_t elem)
 static int read_batch(struct disp *ds, int b)
 {
 	uint64_t got = 0;
-	while (got < ds->k) {
-		int64_t r = esd_ds_read(ds->rd, ds->k - got, ds->labels[b] + got,
-					ds->dense[b] + got * ds->nd->dense,
-					ds->keys[b] + got * ds->nd->tables);
+	while (got < ds->in.k) {
+		int64_t r = esd_ds_read(ds->in.rd, ds->in.k - got, ds->in.labels[b] + got,
+					ds->in.dense[b] + got * ds->nd->dense,
+					ds->in.keys[b] + got * ds->nd->tables);
 		if (r < 0) {
 			ESD_ERR("dispatch", "reading the stream: %s", esd_ds_last_error());
 			return (int)r;
 		}
 		if (r == 0) {
-			if (esd_ds_tell(ds->rd) == 0)
+			if (esd_ds_tell(ds->in.rd) == 0)
 				return -ENODATA;
-			esd_ds_rewind(ds->rd);
+			esd_ds_rewind(ds->in.rd);
 			continue;
 		}
 		got += (uint64_t)r;
@@ -243,13 +264,13 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 {
 	struct node *nd = ds->nd;
 	uint32_t w = nd->rank, T = nd->tables, D = nd->dense;
-	struct esd_keytab *kt = esd_dispatcher_keytab(ds->d);
+	struct esd_keytab *kt = esd_dispatcher_keytab(ds->eng.d);
 	uint32_t nu = esd_keytab_count(kt);
 	const esd_key_t *ukeys = esd_keytab_keys(kt);
 	uint32_t m = 0;
 
-	for (uint64_t i = 0; i < ds->k; i++)
-		m += ds->assign[i] == w;
+	for (uint64_t i = 0; i < ds->in.k; i++)
+		m += ds->in.assign[i] == w;
 	o->labels = realloc(o->labels, (m + 1) * sizeof(float));
 	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
 	o->keys = realloc(o->keys, ((size_t)m * T + 1) * sizeof(esd_key_t));
@@ -258,12 +279,12 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	/* per unique key: the workers that need it (S(x), replicated rows
 	 * included), how many, and whether we do */
 	const uint64_t *wmask = esd_keytab_need_masks(kt);
-	ds->nworkers = realloc(ds->nworkers, (nu + 1) * sizeof(*ds->nworkers));
-	if (!ds->nworkers)
+	ds->in.nworkers = realloc(ds->in.nworkers, (nu + 1) * sizeof(*ds->in.nworkers));
+	if (!ds->in.nworkers)
 		return -ENOMEM;
 	uint32_t nneed = 0, nothers = 0;
 	for (uint32_t u = 0; u < nu; u++) {
-		ds->nworkers[u] = (uint32_t)__builtin_popcountll(wmask[u]);
+		ds->in.nworkers[u] = (uint32_t)__builtin_popcountll(wmask[u]);
 		if (wmask[u] & (UINT64_C(1) << w))
 			nneed++;
 		else
@@ -286,16 +307,16 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	qsort(o->need, o->nneed, sizeof(esd_key_t), cmp_key);
 	for (uint32_t i = 0; i < o->nneed; i++) {
 		int64_t u = esd_keytab_find(kt, o->need[i]);
-		o->alone[i] = nd->job.sync == ESD_SYNC_ON_DEMAND && ds->nworkers[u] == 1;
+		o->alone[i] = nd->job.sync == ESD_SYNC_ON_DEMAND && ds->in.nworkers[u] == 1;
 	}
 	/* our samples in global order */
 	o->m = 0;
-	for (uint64_t i = 0; i < ds->k; i++) {
-		if (ds->assign[i] != w)
+	for (uint64_t i = 0; i < ds->in.k; i++) {
+		if (ds->in.assign[i] != w)
 			continue;
-		o->labels[o->m] = ds->labels[b][i];
-		memcpy(o->dense + (size_t)o->m * D, ds->dense[b] + i * D, D * sizeof(float));
-		memcpy(o->keys + (size_t)o->m * T, ds->keys[b] + i * T, T * sizeof(esd_key_t));
+		o->labels[o->m] = ds->in.labels[b][i];
+		memcpy(o->dense + (size_t)o->m * D, ds->in.dense[b] + i * D, D * sizeof(float));
+		memcpy(o->keys + (size_t)o->m * T, ds->in.keys[b] + i * T, T * sizeof(esd_key_t));
 		o->m++;
 	}
 	/* the consequence for us: step-1 pushes, predicted pulls and evictions */
@@ -310,19 +331,19 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 		{&o->pred_evict, &o->npred_evict, &o->cap_evict, ESD_CQ_EVICT_PUSH},
 	};
 	for (size_t l = 0; l < 3; l++) {
-		uint32_t c = esd_conseq_count(ds->cq, lists[l].kind, w);
+		uint32_t c = esd_conseq_count(ds->eng.cq, lists[l].kind, w);
 		if (grow((void **)lists[l].dst, lists[l].cap, c + 1, sizeof(esd_key_t)))
 			return -ENOMEM;
-		memcpy(*lists[l].dst, esd_conseq_keys(ds->cq, lists[l].kind, w),
+		memcpy(*lists[l].dst, esd_conseq_keys(ds->eng.cq, lists[l].kind, w),
 		       c * sizeof(esd_key_t));
 		*lists[l].n = c;
 	}
 	memset(o->pred_rows, 0, sizeof(o->pred_rows));
 	for (int kd = 0; kd < ESD_CQ_KINDS; kd++)
 		o->pred_rows[esd_cq_xfer_kind((enum esd_cq_kind)kd)] +=
-			esd_conseq_count(ds->cq, (enum esd_cq_kind)kd, w);
+			esd_conseq_count(ds->eng.cq, (enum esd_cq_kind)kd, w);
 	o->iter = iter;
-	o->digest = digest_of(ds->assign, ds->k, iter);
+	o->digest = digest_of(ds->in.assign, ds->in.k, iter);
 	/* the model is complete only with the DIRTY rows: flush at checkpoint
 	 * boundaries and at the end of training */
 	pthread_mutex_lock(&nd->qmu);
@@ -337,8 +358,8 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 /* The counters of the current engine on top of those it replaced. */
 static struct esd_dispatch_counters counters_of(const struct disp *ds)
 {
-	struct esd_dispatch_counters c = *esd_dispatcher_counters(ds->d);
-	const struct esd_dispatch_counters *b = &ds->base;
+	struct esd_dispatch_counters c = *esd_dispatcher_counters(ds->eng.d);
+	const struct esd_dispatch_counters *b = &ds->eng.base;
 	c.steps += b->steps;
 	c.sum.keytab += b->sum.keytab;
 	c.sum.fill += b->sum.fill;
@@ -378,27 +399,27 @@ static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t
 	uint64_t maxb = 0;
 	for (uint32_t w = 0; w < j.n; w++)
 		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
-	if (maxb * nd->tables + nd->nrep > j.cache_rows || maxb > ds->max_batch) {
+	if (maxb * nd->tables + nd->nrep > j.cache_rows || maxb > ds->sz.max_batch) {
 		ESD_ERR("dispatch", "iteration %llu: workers.rates = %s gives a worker %llu "
 			"samples: its %llu keys and %u hot rows exceed the cache's %llu rows, or "
 			"the exchange area's %u samples", (unsigned long long)iter, val,
 			(unsigned long long)maxb, (unsigned long long)(maxb * nd->tables), nd->nrep,
-			(unsigned long long)j.cache_rows, ds->max_batch);
+			(unsigned long long)j.cache_rows, ds->sz.max_batch);
 		return -ENOSPC;
 	}
 	for (uint32_t w = 0; w < j.n; w++)
-		ds->T[w] = (int64_t)esd_job_row_cost_ns(&j, w, esd_job_row_bytes(&j));
-	memcpy(ds->batch, j.batch, sizeof(ds->batch));
-	struct esd_dispatcher_config dc = ds->dc;
-	dc.T = ds->T;
-	dc.cap = ds->batch;
-	ds->base = counters_of(ds);
-	esd_dispatcher_free(ds->d);
-	ds->d = NULL;
-	int rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&j, w, esd_job_row_bytes(&j));
+	memcpy(ds->sz.batch, j.batch, sizeof(ds->sz.batch));
+	struct esd_dispatcher_config dc = ds->eng.dc;
+	dc.T = ds->sz.T;
+	dc.cap = ds->sz.batch;
+	ds->eng.base = counters_of(ds);
+	esd_dispatcher_free(ds->eng.d);
+	ds->eng.d = NULL;
+	int rc = esd_dispatcher_create(&dc, ds->eng.ss, &ds->eng.d);
 	if (rc)
 		return rc;
-	ds->dc = dc;
+	ds->eng.dc = dc;
 	pthread_mutex_lock(&nd->qmu);
 	memcpy(nd->job.rate_bps, j.rate_bps, sizeof(j.rate_bps));
 	memcpy(nd->job.batch, j.batch, sizeof(j.batch));
@@ -436,14 +457,14 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64
 		enum esd_policy p;
 		rc = esd_policy_parse(val, &p);
 		for (uint32_t j = 0; j < nd->job.n && !rc; j++)
-			rc = esd_cmeta_set_policy(esd_snapset_cmeta(ds->ss, j), p);
+			rc = esd_cmeta_set_policy(esd_snapset_cmeta(ds->eng.ss, j), p);
 		if (rc)
 			return rc;
-		ds->policy = p;
+		ds->eng.policy = p;
 		*set_policy = (int)p;
 		return 0;
 	}
-	struct esd_dispatcher_config dc = ds->dc;
+	struct esd_dispatcher_config dc = ds->eng.dc;
 	if (!strcmp(key, "dispatch.method"))
 		rc = esd_method_parse(val, &dc.method);
 	else if (!strcmp(key, "dispatch.alpha"))
@@ -452,16 +473,16 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64
 		rc = -EINVAL;
 	if (rc)
 		return rc;
-	ds->base = counters_of(ds);
-	esd_dispatcher_free(ds->d);
-	ds->d = NULL;
-	rc = esd_dispatcher_create(&dc, ds->ss, &ds->d);
+	ds->eng.base = counters_of(ds);
+	esd_dispatcher_free(ds->eng.d);
+	ds->eng.d = NULL;
+	rc = esd_dispatcher_create(&dc, ds->eng.ss, &ds->eng.d);
 	if (rc) {
 		ESD_ERR("dispatch", "iteration %llu: %s = %s: %s", (unsigned long long)iter, key,
 			val, esd_strerror(rc));
 		return rc;
 	}
-	ds->dc = dc;
+	ds->eng.dc = dc;
 	pthread_mutex_lock(&nd->qmu);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(dc.method));
 	nd->job.alpha = dc.hybrid.alpha;
@@ -493,14 +514,14 @@ static void *disp_main(void *arg)
 		rc = 0;
 	}
 	rc = read_batch(ds, cur);
-	for (iter = ds->start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
+	for (iter = ds->sv.start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
 		int set_policy;
 		uint64_t rate = UINT64_MAX;
 		rc = apply_setting(ds, iter, &set_policy, &rate);
 		if (rc)
 			break;
-		bool lookahead = ds->policy == ESD_POLICY_LOOKAHEAD;
+		bool lookahead = ds->eng.policy == ESD_POLICY_LOOKAHEAD;
 		if (lookahead || iter < nd->job.iterations)
 			rc = read_batch(ds, cur ^ 1);
 		if (rc)
@@ -521,19 +542,19 @@ static void *disp_main(void *arg)
 		if (lookahead) {
 			/* hints from the next batch, on every snapshot and (in the
 			 * order) on the real cache at the same point */
-			uint32_t na = (uint32_t)(ds->k * nd->tables);
+			uint32_t na = (uint32_t)(ds->in.k * nd->tables);
 			for (uint32_t j = 0; j < nd->job.n && !rc; j++)
-				rc = esd_cmeta_lookahead(esd_snapset_cmeta(ds->ss, j),
-							 ds->keys[cur ^ 1], na, iter + 1);
+				rc = esd_cmeta_lookahead(esd_snapset_cmeta(ds->eng.ss, j),
+							 ds->in.keys[cur ^ 1], na, iter + 1);
 			if (!rc && grow((void **)&o->ahead, &o->cap_ahead, na, sizeof(esd_key_t)))
 				rc = -ENOMEM;
 			if (rc)
 				break;
-			memcpy(o->ahead, ds->keys[cur ^ 1], na * sizeof(esd_key_t));
+			memcpy(o->ahead, ds->in.keys[cur ^ 1], na * sizeof(esd_key_t));
 			o->nahead = na;
 		}
-		struct esd_batch b = {.k = (uint32_t)ds->k, .off = ds->off, .keys = ds->keys[cur]};
-		rc = esd_dispatcher_step(ds->d, &b, ds->assign, ds->cq);
+		struct esd_batch b = {.k = (uint32_t)ds->in.k, .off = ds->in.off, .keys = ds->in.keys[cur]};
+		rc = esd_dispatcher_step(ds->eng.d, &b, ds->in.assign, ds->eng.cq);
 		if (rc) {
 			ESD_ERR("dispatch", "iteration %llu: dispatch step failed: %s",
 				(unsigned long long)iter, esd_strerror(rc));
@@ -545,7 +566,7 @@ static void *disp_main(void *arg)
 		if (iter == ds->diverge_at) /* tests: this node's digest disagrees */
 			o->digest ^= 1;
 		if (o->flush)
-			rc = esd_snapset_flush(ds->ss);
+			rc = esd_snapset_flush(ds->eng.ss);
 		if (!rc && o->checkpoint)
 			rc = save_snapshots(ds, iter);
 		if (rc)
@@ -553,8 +574,8 @@ static void *disp_main(void *arg)
 		o->decide_ns = esd_now_ns() - t0;
 		pthread_mutex_lock(&nd->qmu);
 		nd->dq.count = counters_of(ds);
-		if (ds->gpu)
-			nd->dq.gcount = *esd_gpu_solver_stats(ds->gpu);
+		if (ds->eng.gpu)
+			nd->dq.gcount = *esd_gpu_solver_stats(ds->eng.gpu);
 		nd->dq.produced++;
 		pthread_cond_broadcast(&nd->qcv);
 		pthread_mutex_unlock(&nd->qmu);
@@ -571,24 +592,24 @@ static void disp_free(struct disp *ds)
 {
 	if (!ds)
 		return;
-	esd_ds_close(ds->rd);
-	esd_dispatcher_free(ds->d);
-	esd_gpu_solver_free(ds->gpu);
-	esd_snapset_free(ds->ss);
-	esd_conseq_free(ds->cq);
+	esd_ds_close(ds->in.rd);
+	esd_dispatcher_free(ds->eng.d);
+	esd_gpu_solver_free(ds->eng.gpu);
+	esd_snapset_free(ds->eng.ss);
+	esd_conseq_free(ds->eng.cq);
 	for (int b = 0; b < 2; b++) {
-		free(ds->labels[b]);
-		free(ds->dense[b]);
-		free(ds->keys[b]);
+		free(ds->in.labels[b]);
+		free(ds->in.dense[b]);
+		free(ds->in.keys[b]);
 	}
-	free(ds->off);
-	free(ds->assign);
-	free(ds->nworkers);
+	free(ds->in.off);
+	free(ds->in.assign);
+	free(ds->in.nworkers);
 	for (int q = 0; q < SAVED_GENS; q++) {
 		for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
-			free(ds->saved[q][j]);
-		free(ds->vkeys[q]);
-		free(ds->vvals[q]);
+			free(ds->sv.saved[q][j]);
+		free(ds->sv.vkeys[q]);
+		free(ds->sv.vvals[q]);
 	}
 	free(ds);
 }
@@ -598,26 +619,26 @@ static void disp_free(struct disp *ds)
 static int make_engine(struct disp *ds, bool from_saved)
 {
 	const struct esd_job *j = &ds->nd->job;
-	esd_dispatcher_free(ds->d);
-	esd_snapset_free(ds->ss);
-	ds->d = NULL;
-	memset(&ds->base, 0, sizeof(ds->base));
-	int rc = esd_snapset_create(j->n, ds->cap, ds->policy, &ds->ss);
+	esd_dispatcher_free(ds->eng.d);
+	esd_snapset_free(ds->eng.ss);
+	ds->eng.d = NULL;
+	memset(&ds->eng.base, 0, sizeof(ds->eng.base));
+	int rc = esd_snapset_create(j->n, ds->sz.cap, ds->eng.policy, &ds->eng.ss);
 	if (!rc && j->het) /* before any load: versions start with the snapshots */
-		rc = esd_snapset_set_staleness(ds->ss, j->staleness);
-	const int g = from_saved ? saved_gen(ds, ds->restore_iter) : -1;
+		rc = esd_snapset_set_staleness(ds->eng.ss, j->staleness);
+	const int g = from_saved ? saved_gen(ds, ds->sv.restore_iter) : -1;
 	if (!rc && from_saved && g < 0)
 		rc = -ESTALE;
 	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
 		struct esd_cmeta *cm;
-		rc = esd_cmeta_attach(ds->saved[g][w], ds->saved_len[g][w], &cm);
+		rc = esd_cmeta_attach(ds->sv.saved[g][w], ds->sv.saved_len[g][w], &cm);
 		if (!rc)
-			rc = esd_snapset_load(ds->ss, w, cm);
+			rc = esd_snapset_load(ds->eng.ss, w, cm);
 	}
 	if (!rc && from_saved && j->het) /* the keys' versions, cached or not */
-		rc = esd_snapset_set_versions(ds->ss, ds->vkeys[g], ds->vvals[g], ds->nvers[g]);
+		rc = esd_snapset_set_versions(ds->eng.ss, ds->sv.vkeys[g], ds->sv.vvals[g], ds->sv.nvers[g]);
 	if (!rc)
-		rc = esd_dispatcher_create(&ds->dc, ds->ss, &ds->d);
+		rc = esd_dispatcher_create(&ds->eng.dc, ds->eng.ss, &ds->eng.d);
 	return rc;
 }
 
@@ -632,8 +653,8 @@ int node_dispatcher_start(struct node *nd)
 	if (!ds)
 		return -ENOMEM;
 	ds->nd = nd;
-	ds->k = j->global_batch;
-	ds->policy = j->policy;
+	ds->in.k = j->global_batch;
+	ds->eng.policy = j->policy;
 	const char *dv = getenv("ESD_TEST_DIVERGE_AT");
 	if (dv) {
 		ds->diverge_at = strtoull(dv, NULL, 10);
@@ -641,69 +662,69 @@ int node_dispatcher_start(struct node *nd)
 			 "decision digest (a test of the divergence check)",
 			 (unsigned long long)ds->diverge_at);
 	}
-	rc = esd_ds_open(j->stream, &ds->rd);
+	rc = esd_ds_open(j->stream, &ds->in.rd);
 	if (rc) {
 		ESD_ERR("dispatch", "cannot open data.stream %s: %s", j->stream,
 			esd_ds_last_error());
 		goto err;
 	}
 	for (int b = 0; b < 2; b++) {
-		ds->labels[b] = calloc(ds->k, sizeof(float));
-		ds->dense[b] = calloc(ds->k * nd->dense + 1, sizeof(float));
-		ds->keys[b] = calloc(ds->k * nd->tables, sizeof(esd_key_t));
-		if (!ds->labels[b] || !ds->dense[b] || !ds->keys[b])
+		ds->in.labels[b] = calloc(ds->in.k, sizeof(float));
+		ds->in.dense[b] = calloc(ds->in.k * nd->dense + 1, sizeof(float));
+		ds->in.keys[b] = calloc(ds->in.k * nd->tables, sizeof(esd_key_t));
+		if (!ds->in.labels[b] || !ds->in.dense[b] || !ds->in.keys[b])
 			goto err_nomem;
 	}
-	ds->off = calloc(ds->k + 1, sizeof(uint32_t));
-	ds->assign = calloc(ds->k, sizeof(uint32_t));
-	if (!ds->off || !ds->assign)
+	ds->in.off = calloc(ds->in.k + 1, sizeof(uint32_t));
+	ds->in.assign = calloc(ds->in.k, sizeof(uint32_t));
+	if (!ds->in.off || !ds->in.assign)
 		goto err_nomem;
-	for (uint64_t i = 0; i <= ds->k; i++)
-		ds->off[i] = (uint32_t)(i * nd->tables);
+	for (uint64_t i = 0; i <= ds->in.k; i++)
+		ds->in.off[i] = (uint32_t)(i * nd->tables);
 	for (uint32_t w = 0; w < j->n; w++) {
-		ds->cap[w] = (uint32_t)j->cache_rows;
-		ds->T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+		ds->sz.cap[w] = (uint32_t)j->cache_rows;
+		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
 	}
-	rc = esd_conseq_create(&ds->cq);
+	rc = esd_conseq_create(&ds->eng.cq);
 	if (rc)
 		goto err;
-	memcpy(ds->batch, j->batch, sizeof(ds->batch));
-	ds->max_batch = node_max_batch(nd);
-	ds->dc = (struct esd_dispatcher_config){
-		.n = j->n, .cap = ds->batch, .T = ds->T, .seed = j->seed, .sync = j->sync,
+	memcpy(ds->sz.batch, j->batch, sizeof(ds->sz.batch));
+	ds->sz.max_batch = node_max_batch(nd);
+	ds->eng.dc = (struct esd_dispatcher_config){
+		.n = j->n, .cap = ds->sz.batch, .T = ds->sz.T, .seed = j->seed, .sync = j->sync,
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
 		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
-	rc = esd_method_parse(j->method, &ds->dc.method);
+	rc = esd_method_parse(j->method, &ds->eng.dc.method);
 	if (rc) {
 		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);
 		goto err;
 	}
 	if (j->gpu) {
-		struct esd_gpu_params gp = {.max_k = (uint32_t)ds->k,
+		struct esd_gpu_params gp = {.max_k = (uint32_t)ds->in.k,
 					    .deadline_ns = (int64_t)j->gpu_deadline_us * 1000,
 					    .blocks = (uint32_t)j->gpu_blocks};
-		rc = esd_gpu_solver_create(&gp, &ds->gpu);
+		rc = esd_gpu_solver_create(&gp, &ds->eng.gpu);
 		if (rc) {
 			ESD_ERR("dispatch", "dispatch.gpu: cannot make the GPU solver (k = %llu): %s",
-				(unsigned long long)ds->k, esd_strerror(rc));
+				(unsigned long long)ds->in.k, esd_strerror(rc));
 			goto err;
 		}
-		ds->gpu_deadline_ns = gp.deadline_ns;
-		ds->dc.exact_submit = gpu_submit;
-		ds->dc.exact_collect = gpu_collect;
-		ds->dc.exact_ctx = ds;
+		ds->eng.gpu_deadline_ns = gp.deadline_ns;
+		ds->eng.dc.exact_submit = gpu_submit;
+		ds->eng.dc.exact_collect = gpu_collect;
+		ds->eng.dc.exact_ctx = ds;
 		gpu_crossover(ds, j);
 		nd->dq.has_gpu = true;
-		if (esd_gpu_solver_device(ds->gpu))
+		if (esd_gpu_solver_device(ds->eng.gpu))
 			ESD_WARN("dispatch", "dispatch.gpu: %s; the exact part runs on the CPU",
-				 esd_gpu_solver_describe(ds->gpu));
+				 esd_gpu_solver_describe(ds->eng.gpu));
 		else
 			ESD_INFO("dispatch", "dispatch.gpu: exact part on %s (deadline %llu us)",
-				 esd_gpu_solver_describe(ds->gpu),
+				 esd_gpu_solver_describe(ds->eng.gpu),
 				 (unsigned long long)j->gpu_deadline_us);
 	}
 	rc = make_engine(ds, false);
@@ -742,43 +763,44 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 	if (g < 0) {
 		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at "
 			"%llu and %llu only", (unsigned long long)iter,
-			(unsigned long long)ds->saved_iter[0], (unsigned long long)ds->saved_iter[1]);
+			(unsigned long long)ds->sv.saved_iter[0], (unsigned long long)ds->sv.saved_iter[1]);
 		return -ESTALE;
 	}
 	/* back to the settings of the boundary: a change esdctl made after it
 	 * is gone with the PS's memory (the restarted shard knows none) */
-	if (ds->dc.method != ds->saved_method[g] || ds->dc.hybrid.alpha != ds->saved_alpha[g] ||
-	    ds->policy != ds->saved_policy[g])
+	if (ds->eng.dc.method != ds->sv.saved_method[g] ||
+	    ds->eng.dc.hybrid.alpha != ds->sv.saved_alpha[g] ||
+	    ds->eng.policy != ds->sv.saved_policy[g])
 		ESD_WARN("dispatch", "resuming at iteration %llu with its settings: method %s, "
 			 "alpha %g, policy %s (a later esdctl set is undone)",
-			 (unsigned long long)iter, esd_method_name(ds->saved_method[g]),
-			 ds->saved_alpha[g], esd_policy_name(ds->saved_policy[g]));
-	ds->dc.method = ds->saved_method[g];
-	ds->dc.hybrid.alpha = ds->saved_alpha[g];
-	ds->policy = ds->saved_policy[g];
-	memcpy(ds->batch, ds->saved_batch[g], sizeof(ds->batch));
+			 (unsigned long long)iter, esd_method_name(ds->sv.saved_method[g]),
+			 ds->sv.saved_alpha[g], esd_policy_name(ds->sv.saved_policy[g]));
+	ds->eng.dc.method = ds->sv.saved_method[g];
+	ds->eng.dc.hybrid.alpha = ds->sv.saved_alpha[g];
+	ds->eng.policy = ds->sv.saved_policy[g];
+	memcpy(ds->sz.batch, ds->sv.saved_batch[g], sizeof(ds->sz.batch));
 	pthread_mutex_lock(&nd->qmu);
-	memcpy(nd->job.rate_bps, ds->saved_rates[g], sizeof(nd->job.rate_bps));
-	memcpy(nd->job.batch, ds->batch, sizeof(nd->job.batch));
+	memcpy(nd->job.rate_bps, ds->sv.saved_rates[g], sizeof(nd->job.rate_bps));
+	memcpy(nd->job.batch, ds->sz.batch, sizeof(nd->job.batch));
 	for (uint32_t w = 0; w < nd->job.n; w++)
-		ds->T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
+		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
 	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)
 		if (nd->links.link[s])
 			esd_link_set_rate(nd->links.link[s], nd->job.rate_bps[nd->rank]);
-	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->dc.method));
-	nd->job.alpha = ds->dc.hybrid.alpha;
-	nd->job.policy = ds->policy;
+	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->eng.dc.method));
+	nd->job.alpha = ds->eng.dc.hybrid.alpha;
+	nd->job.policy = ds->eng.policy;
 	nd->live.set_at = 0; /* a change announced for later is dropped too */
 	pthread_mutex_unlock(&nd->qmu);
-	ds->restore_iter = iter;
+	ds->sv.restore_iter = iter;
 	int rc = make_engine(ds, true);
 	if (rc)
 		return rc;
-	uint64_t ns = esd_ds_reader_info(ds->rd)->nsamples;
-	rc = esd_ds_seek(ds->rd, ns ? iter * ds->k % ns : 0);
+	uint64_t ns = esd_ds_reader_info(ds->in.rd)->nsamples;
+	rc = esd_ds_seek(ds->in.rd, ns ? iter * ds->in.k % ns : 0);
 	if (rc)
 		return rc;
-	ds->start_iter = iter;
+	ds->sv.start_iter = iter;
 	pthread_mutex_lock(&nd->qmu);
 	nd->dq.produced = nd->dq.consumed = iter;
 	nd->dq.stop = false;
