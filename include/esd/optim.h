@@ -157,15 +157,7 @@ void esd_row_init(uint64_t seed, esd_key_t key, unsigned dim, float *out);
 void esd_uniform_fill(uint64_t seed, uint64_t stream, uint64_t first, float scale, size_t n,
                       float *out);
 
-/* The splitmix64 finaliser every draw above goes through (exposed for
- * tests and for hashing keys the same way). */
-static inline uint64_t esd_splitmix64(uint64_t x)
-{
-	x += UINT64_C(0x9e3779b97f4a7c15);
-	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
+/* Every draw above goes through esd_splitmix64 (esd/types.h). */
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,17 @@ extern "C" {
 
 typedef uint64_t esd_key_t;
 
+/* The splitmix64 finaliser: the hash of a key to its PS shard
+ * (esd_shard_of, esd/job.h) and the draws of the initial rows
+ * (esd/optim.h), the same on every process. */
+static inline uint64_t esd_splitmix64(uint64_t x)
+{
+	x += UINT64_C(0x9e3779b97f4a7c15);
+	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return x ^ (x >> 31);
+}
+
 #define ESD_KEY_ID_BITS 48
 #define ESD_KEY_ID_MASK ((UINT64_C(1) << ESD_KEY_ID_BITS) - 1)
 #define ESD_MAX_TABLES  65536
