@@ -14,6 +14,8 @@ const char *esd_strerror(int rc)
 		return "checksum mismatch";
 	case ESD_EDIVERGED:
 		return "dispatch decisions diverged between nodes";
+	case ESD_ESTREAM:
+		return "the data stream differs between processes";
 	default:
 		return strerror(rc < 0 ? -rc : rc);
 	}

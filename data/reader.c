@@ -480,6 +480,35 @@ void esd_ds_rewind(struct esd_ds_reader *r)
 	r->cursor = 0;
 }
 
+int esd_ds_digest(struct esd_ds_reader *r, uint64_t *out)
+{
+	XXH64_state_t st;
+	uint32_t hb = HDR_FIXED + r->info.ntables * TABLE_ENTRY + 8;
+	uint8_t buf[BLOCK_HDR];
+	int rc = 0;
+
+	/* the header's checksum stands for the header, each block's for
+	 * its header and payload (readers check them): hashing the
+	 * checksums hashes the content */
+	XXH64_reset(&st, 0);
+	rc = read_at(r, buf, 8, hb - 8);
+	if (!rc)
+		XXH64_update(&st, buf, 8);
+	for (uint64_t b = 0; b < r->nblocks && !rc; b++) {
+		rc = read_at(r, buf, BLOCK_HDR, r->index[b]);
+		if (!rc)
+			XXH64_update(&st, buf + BLK_SUM, 8);
+	}
+	if (!rc)
+		*out = XXH64_digest(&st);
+	return rc;
+}
+
+const char *esd_ds_path(const struct esd_ds_reader *r)
+{
+	return r->path;
+}
+
 void esd_ds_close(struct esd_ds_reader *r)
 {
 	if (!r)

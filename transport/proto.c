@@ -24,7 +24,7 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 
 #define ROWS_HDR_SIZE  40u
 #define ROW_FIXED_SIZE 16u
-#define HELLO_SIZE     32u
+#define HELLO_SIZE     40u
 #define PULL_HDR_SIZE  32u
 #define BARRIER_SIZE   24u
 #define ACK_SIZE       24u
@@ -330,6 +330,7 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.hello.dim = ld32(b + 20);
 		m->u.hello.state_dim = ld32(b + 24);
 		m->u.hello.nworkers = ld32(b + 28);
+		m->u.hello.stream_digest = ld64(b + 32);
 		if (m->u.hello.dim > l->max_dim || m->u.hello.state_dim > l->max_dim)
 			return fail(-E2BIG, err, errlen,
 			            "HELLO: dim %u / state_dim %u above maximum %u", m->u.hello.dim,
@@ -373,6 +374,8 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.barrier.worker = ld32(b + 16);
 		m->u.barrier.npushes = ld32(b + 20);
 		m->u.barrier.checkpoint = (h->flags & ESD_FLAG_CHECKPOINT) != 0;
+		m->u.barrier.stop = (h->flags & ESD_FLAG_STOP) != 0;
+		m->u.barrier.final = (h->flags & ESD_FLAG_FINAL) != 0;
 		return 0;
 	case ESD_OP_ACK:
 		if ((rc = want_len("ACK", h->length, ACK_SIZE, err, errlen)))
@@ -382,6 +385,7 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.ack.op = ld32(b + 16);
 		m->u.ack.status = (int32_t)ld32(b + 20);
 		m->u.ack.setting = (h->flags & ESD_FLAG_SETTING) != 0;
+		m->u.ack.stop = (h->flags & ESD_FLAG_STOP) != 0;
 		return 0;
 	case ESD_OP_SETTING:
 		return decode_setting(h, b, &m->u.setting, err, errlen);
@@ -550,6 +554,7 @@ int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags)
 	st32(p + 20, h->dim);
 	st32(p + 24, h->state_dim);
 	st32(p + 28, h->nworkers);
+	st64(p + 32, h->stream_digest);
 	return 0;
 }
 
@@ -581,8 +586,9 @@ int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, u
 
 int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
 {
-	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, br->checkpoint ? ESD_FLAG_CHECKPOINT : 0,
-				 BARRIER_SIZE);
+	uint16_t flags = (br->checkpoint ? ESD_FLAG_CHECKPOINT : 0) |
+			 (br->stop ? ESD_FLAG_STOP : 0) | (br->final ? ESD_FLAG_FINAL : 0);
+	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, flags, BARRIER_SIZE);
 	if (!p)
 		return -ENOMEM;
 	st64(p, br->iteration);
@@ -594,7 +600,8 @@ int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
 
 int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a)
 {
-	uint8_t *p = begin_frame(b, ESD_OP_ACK, a->setting ? ESD_FLAG_SETTING : 0, ACK_SIZE);
+	uint16_t flags = (a->setting ? ESD_FLAG_SETTING : 0) | (a->stop ? ESD_FLAG_STOP : 0);
+	uint8_t *p = begin_frame(b, ESD_OP_ACK, flags, ACK_SIZE);
 	if (!p)
 		return -ENOMEM;
 	st64(p, a->iteration);

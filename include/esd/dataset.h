@@ -199,6 +199,18 @@ int esd_ds_seek(struct esd_ds_reader *r, uint64_t cursor);
 /* esd_ds_seek(r, 0). */
 void esd_ds_rewind(struct esd_ds_reader *r);
 
+/*
+ * The stream's content digest: xxh64 of the header's checksum and every
+ * block's checksum in order (they cover every byte a reader returns, and
+ * readers verify them), so two files with the same samples and header
+ * have the same digest. Reads 40 bytes per block, not the payloads.
+ * Returns 0 and *out, or the -errno of pread(2) (message kept).
+ */
+int esd_ds_digest(struct esd_ds_reader *r, uint64_t *out);
+
+/* The path the reader was opened with. */
+const char *esd_ds_path(const struct esd_ds_reader *r);
+
 /* Close and free. Accepts NULL. */
 void esd_ds_close(struct esd_ds_reader *r);
 

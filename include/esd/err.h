@@ -28,6 +28,7 @@ enum {
 	ESD_EBADVERSION = 4098, /* a layout or protocol version we do not speak */
 	ESD_EBADSUM = 4099,     /* a checksum does not match */
 	ESD_EDIVERGED = 4100,   /* dispatch decisions of two nodes differ */
+	ESD_ESTREAM = 4101,     /* two processes of a job read different data streams */
 };
 
 /* -errno of the last libc call, never 0 (a failed call that left errno 0

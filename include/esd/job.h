@@ -122,9 +122,14 @@ struct esd_job {
 	char backend[16];
 	char checkpoint_dir[1024];
 	uint64_t checkpoint_every;
+	/* workers.checkpoint_dir: where each node writes its part of a
+	 * checkpoint (its dispatcher's state); "": its node directory */
+	char node_ckpt_dir[1024];
 	/* esd_job_digest as loaded, before a process resolves derived values
-	 * (cache rows from the ratio): what HELLO carries */
+	 * (cache rows from the ratio), with the stream's digest folded in by
+	 * esd_job_bind_stream: what HELLO carries */
 	uint64_t token;
+	uint64_t stream_digest; /* esd_ds_digest of data.stream, 0 until bound */
 };
 
 /* Fill job from cfg (defaults for unset keys; every error logged naming
@@ -149,6 +154,11 @@ uint32_t esd_shard_of(esd_key_t key, uint32_t nshards);
 
 /* 64-bit digest of every setting that must agree across the job. */
 uint64_t esd_job_digest(const struct esd_job *job);
+
+/* The data every process trains on is part of the job: record the digest
+ * of data.stream (esd_ds_digest) and fold it into the token. Every
+ * process that opens the stream calls it once, before HELLO. */
+void esd_job_bind_stream(struct esd_job *job, uint64_t stream_digest);
 
 /* workers.split = link-aware: batch[] again from rate_bps[] (same global
  * batch), as at load; a no-op for equal splits. Returns 0 or -EINVAL. */

@@ -80,6 +80,10 @@ struct esd_microbatch {
  * attached; logged with the daemon's reason), -EPROTO (version mismatch or
  * a corrupt region header), -ENOMEM, or -errno. */
 int esd_trainer_attach(const char *dir, struct esd_trainer **out);
+/* The same, waiting up to timeout_ms for a daemon that is not listening
+ * yet (starting, or started again after a crash left its socket): what a
+ * trainer started beside its daemon (torchrun, a launcher) calls. */
+int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out);
 void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
 
 /* Wait up to timeout_ms (-1: forever) for the next micro-batch. Returns 0
@@ -96,6 +100,12 @@ float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
  * the summed loss. Returns 0, -EINVAL (mb is not the current batch),
  * -ECONNRESET. */
 int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss);
+
+/* Ask the daemon to stop the whole job gracefully (what a trainer does on
+ * SIGTERM): training goes on to a checkpoint boundary a few iterations
+ * later, then esd_trainer_next returns 1. Async-signal-safe (one
+ * sendmsg). Returns 0 or -errno. */
+int esd_trainer_request_stop(struct esd_trainer *t);
 
 /* Unmap and close. Accepts NULL. */
 void esd_trainer_detach(struct esd_trainer *t);

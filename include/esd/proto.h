@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 #define ESD_PROTO_MAGIC    UINT32_C(0x46445345) /* "ESDF" on the wire */
-#define ESD_PROTO_VERSION  1u
+#define ESD_PROTO_VERSION  2u
 #define ESD_FRAME_HDR_SIZE 24u
 
 /* Defaults of struct esd_proto_limits (a frame of 64 rows of 512 floats with
@@ -92,7 +92,14 @@ enum esd_op {
 				     * writes a checkpoint at this barrier */
 #define ESD_FLAG_SETTING    0x0010u /* ACK of a BARRIER: a SETTING frame follows
 				     * on this link (esd_ack.setting) */
-#define ESD_FLAG_MASK       0x001fu
+#define ESD_FLAG_STOP       0x0020u /* BARRIER: a graceful stop of the job was asked
+				     * at this node (or relayed from a shard); ACK
+				     * of a BARRIER from shard 0: the job stops at
+				     * the checkpoint boundary in esd_ack.sequence;
+				     * from another shard: a stop was asked there */
+#define ESD_FLAG_FINAL      0x0040u /* BARRIER: the worker's last one (the end of
+				     * training or a stop): it leaves after the ACK */
+#define ESD_FLAG_MASK       0x007fu
 
 struct esd_frame_hdr {
 	uint32_t magic;
@@ -138,6 +145,7 @@ struct esd_hello {
 	uint32_t dim;           /* floats per row value */
 	uint32_t state_dim;     /* floats of optimizer state per row */
 	uint32_t nworkers;      /* workers in the job (0 = unknown) */
+	uint64_t stream_digest; /* esd_ds_digest of data.stream (0 = none) */
 };
 
 struct esd_pull {
@@ -181,6 +189,8 @@ struct esd_barrier {
 	uint32_t worker;
 	uint32_t npushes; /* reserved: esdd sends 0, esd-ps ignores it */
 	int checkpoint;   /* header flag ESD_FLAG_CHECKPOINT (not in the body) */
+	int stop;         /* header flag ESD_FLAG_STOP */
+	int final;        /* header flag ESD_FLAG_FINAL */
 };
 
 struct esd_ack {
@@ -189,6 +199,7 @@ struct esd_ack {
 	uint32_t op;       /* the op acknowledged */
 	int32_t status;    /* 0 or -errno / -ESD_E* */
 	int setting;       /* header flag ESD_FLAG_SETTING: a SETTING frame follows */
+	int stop;          /* header flag ESD_FLAG_STOP */
 };
 
 /* A live setting change (esdctl set): from iteration 'iteration' on, the

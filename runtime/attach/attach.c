@@ -152,8 +152,6 @@ int esd_attach_connect(const char *dir, int *fd)
 		return esd_neg_errno();
 	if (connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = esd_neg_errno();
-		ESD_ERR("attach", "cannot connect to %s: %s (is esdd running with --dir %s?)",
-			sa.sun_path, esd_strerror(rc), dir);
 		close(c);
 		return rc;
 	}

@@ -23,6 +23,7 @@ enum esd_attach_op {
 	ESD_AT_COMMIT = 4,  /* trainer -> daemon: gradients written */
 	ESD_AT_STOP = 5,    /* daemon -> trainer: training is over */
 	ESD_AT_REFUSE = 6,  /* daemon -> trainer: attach refused, text says why */
+	ESD_AT_STOP_REQ = 7, /* trainer -> daemon: stop the job gracefully (SIGTERM) */
 };
 
 /* Every message is this struct; unused fields are zero. */
@@ -55,8 +56,9 @@ int esd_attach_listen(const char *dir, int *listen_fd);
  * -EAGAIN if none is pending, or -errno. */
 int esd_attach_accept(int listen_fd, int *fd, uid_t *uid, pid_t *pid);
 
-/* Connect to DIR/esdd.sock. Returns 0, -ENOENT (no daemon: logged with the
- * path), -ECONNREFUSED, or -errno. */
+/* Connect to DIR/esdd.sock. Returns 0, -ENOENT (no daemon), -ECONNREFUSED
+ * (a socket left by a daemon that died, or one not listening yet), or
+ * -errno; nothing logged. */
 int esd_attach_connect(const char *dir, int *fd);
 
 /* Send a message with up to 4 fds. Returns 0 or -errno (-EPIPE when the

@@ -28,6 +28,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.gpu_min_rows", "dispatch.gpu_blocks",
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
+	"workers.checkpoint_dir",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -306,6 +307,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->backend, sizeof(j->backend), "%s", s);
 	esd_config_get_str(cfg, "ps", "checkpoint_dir", "", &s);
 	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
+	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);
+	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
 	if (!rc)
@@ -363,6 +366,12 @@ uint64_t esd_job_digest(const struct esd_job *j)
 		h = fnv(h, &j->local_search, sizeof(j->local_search));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
+}
+
+void esd_job_bind_stream(struct esd_job *j, uint64_t stream_digest)
+{
+	j->stream_digest = stream_digest;
+	j->token = fnv(j->token, &stream_digest, sizeof(stream_digest));
 }
 
 uint32_t esd_shard_of(esd_key_t key, uint32_t nshards)

@@ -5,12 +5,14 @@
  */
 #include <esd/libesd.h>
 #include <esd/cache.h>
+#include <esd/clock.h>
 #include <esd/err.h>
 #include <esd/log.h>
 
 #include "attach.h"
 #include "xchg.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -26,6 +28,54 @@ struct esd_trainer {
 	uint64_t cur_iter;
 };
 
+static bool no_daemon_yet(int rc)
+{
+	return rc == -ENOENT || rc == -ECONNREFUSED;
+}
+
+int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out)
+{
+	int64_t end = esd_now_ns() + (int64_t)timeout_ms * ESD_NS_PER_MS;
+	int fd = -1, rc;
+	/* connect quietly until the daemon listens, then attach for real */
+	while (no_daemon_yet(rc = esd_attach_connect(dir, &fd)) && timeout_ms > 0 &&
+	       esd_now_ns() < end)
+		esd_sleep_ns(50 * ESD_NS_PER_MS);
+	if (!rc) {
+		close(fd);
+		rc = esd_trainer_attach(dir, out);
+	} else {
+		ESD_ERR("libesd", "cannot connect to %s/esdd.sock%s: %s (is esdd running with "
+			"--dir %s?)", dir, timeout_ms > 0 ? " in time" : "", esd_strerror(rc), dir);
+	}
+	return rc;
+}
+
+/* The trainer's view of what it attached to: the WELCOME's identity, the
+ * region's and the exchange area's shapes, the rows' layout. */
+static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
+{
+	struct esd_cache_info ci;
+	esd_cache_get_info(t->cache, &ci);
+	struct esd_trainer_info *in = &t->info;
+	in->rank = w->rank;
+	in->workers = w->workers;
+	in->dim = ci.dim;
+	in->tables = t->xchg->tables;
+	in->dense = t->xchg->dense;
+	in->dense_params = t->xchg->dense_params;
+	in->max_batch = t->xchg->max_batch;
+	in->capacity = ci.rows;
+	in->values_base = esd_cache_vec(t->cache, 0);
+	in->grads_base = esd_cache_grad(t->cache, 0);
+	in->value_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_vec(t->cache, 1) -
+						  (char *)esd_cache_vec(t->cache, 0))
+				       : ci.dim * sizeof(float);
+	in->grad_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_grad(t->cache, 1) -
+						 (char *)esd_cache_grad(t->cache, 0))
+				      : ci.dim * sizeof(float);
+}
+
 int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 {
 	struct esd_trainer *t = calloc(1, sizeof(*t));
@@ -36,8 +86,11 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 		return -ENOMEM;
 	t->fd = -1;
 	rc = esd_attach_connect(dir, &t->fd);
-	if (rc)
+	if (rc) {
+		ESD_ERR("libesd", "cannot connect to %s/esdd.sock: %s (is esdd running with "
+			"--dir %s?)", dir, esd_strerror(rc), dir);
 		goto err;
+	}
 	m = esd_attach_msg_make(ESD_AT_HELLO);
 	m.pid = (uint32_t)getpid();
 	rc = esd_attach_send(t->fd, &m, NULL, 0);
@@ -80,25 +133,7 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 	close(fds[1]);
 	esd_cache_trainer_hello(t->cache);
 
-	struct esd_cache_info ci;
-	esd_cache_get_info(t->cache, &ci);
-	struct esd_trainer_info *in = &t->info;
-	in->rank = m.rank;
-	in->workers = m.workers;
-	in->dim = ci.dim;
-	in->tables = t->xchg->tables;
-	in->dense = t->xchg->dense;
-	in->dense_params = t->xchg->dense_params;
-	in->max_batch = t->xchg->max_batch;
-	in->capacity = ci.rows;
-	in->values_base = esd_cache_vec(t->cache, 0);
-	in->grads_base = esd_cache_grad(t->cache, 0);
-	in->value_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_vec(t->cache, 1) -
-						  (char *)esd_cache_vec(t->cache, 0))
-				       : ci.dim * sizeof(float);
-	in->grad_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_grad(t->cache, 1) -
-						 (char *)esd_cache_grad(t->cache, 0))
-				      : ci.dim * sizeof(float);
+	fill_info(t, &m);
 	*out = t;
 	return 0;
 err_fds:
@@ -159,6 +194,12 @@ int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, d
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_COMMIT);
 	m.iter = mb->iter;
 	m.loss = loss;
+	return esd_attach_send(t->fd, &m, NULL, 0);
+}
+
+int esd_trainer_request_stop(struct esd_trainer *t)
+{
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_STOP_REQ);
 	return esd_attach_send(t->fd, &m, NULL, 0);
 }
 

@@ -31,6 +31,9 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
 	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
 	json_object_set_new(*resp, "cache_rows", json_integer((json_int_t)nd->job.cache_rows));
+	/* a graceful stop: asked (here or relayed), and shard 0's boundary */
+	json_object_set_new(*resp, "stop_asked", json_boolean(nd->stop.asked));
+	json_object_set_new(*resp, "stop_at", json_integer((json_int_t)nd->stop.at));
 	node_batch_rates_json(nd, *resp);
 	if (nd->job.estimate_rates)
 		json_object_set_new(*resp, "rate_estimate", node_rate_est_json(nd));
@@ -305,12 +308,27 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 	return -ENOTSUP;
 }
 
+/* esdctl stop: a graceful stop of the whole job (struct node_stop). */
+static int cmd_stop(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct node *nd = arg;
+	(void)req;
+	(void)err;
+	node_ask_stop(nd, "esdctl stop");
+	pthread_mutex_lock(&nd->qmu);
+	*resp = json_pack("{s:b, s:I, s:I}", "requested", 1, "iteration",
+			  (json_int_t)nd->stats.iter_done, "stop_at", (json_int_t)nd->stop.at);
+	pthread_mutex_unlock(&nd->qmu);
+	return 0;
+}
+
 const struct esd_ctl_cmd node_ctl_cmds[] = {
 	{"status", cmd_status, "iteration, throughput, trainer, method"},
 	{"dispatch", cmd_dispatch, "decision times, costs, transfers, regret"},
 	{"links", cmd_links, "per-link rate, bytes and rows per transfer kind"},
 	{"cache", cmd_cache, "cache size, occupancy, policy, hit ratio, per-table counters"},
 	{"set", cmd_set, "set a live setting: {\"key\":\"link.rate\",\"value\":\"5G\"}"},
+	{"stop", cmd_stop, "stop the whole job gracefully at the next checkpoint boundary"},
 	{NULL, NULL, NULL},
 };
 

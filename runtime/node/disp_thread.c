@@ -18,8 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Checkpoint boundaries whose snapshots are kept (see struct disp). */
-#define SAVED_GENS 2
+/* Checkpoint boundaries whose state is kept (struct disp_saves): the
+ * thread runs up to ORDER_RING iterations ahead of the shards' checkpoints,
+ * so with checkpoints every iteration the boundary a restarted shard
+ * resumes from can be ORDER_RING + 1 boundaries back. */
+#define SAVED_GENS (ORDER_RING + 1)
 
 /* The dispatcher thread's state: its own (no lock), from
  * node_dispatcher_start until node_dispatcher_stop. */
@@ -58,29 +61,14 @@ struct disp_sizes {
 	uint32_t max_batch;              /* the exchange area's samples */
 };
 
-/* Restart support: the iteration the thread starts after, and the last
- * SAVED_GENS checkpoint boundaries: the dispatcher runs up to ORDER_RING
- * iterations ahead, so it can pass boundary c before the PS has written
- * checkpoint c, and a PS restart then resumes from the boundary before
- * it. */
+/* Restart support: the iteration the thread starts after, and its state
+ * at the last SAVED_GENS checkpoint boundaries (a PS restart rolls back to
+ * one; each is also written to disk for a whole-job resume). */
 struct disp_saves {
 	uint64_t start_iter;
-	void *saved[SAVED_GENS][ESD_MAX_WORKERS]; /* the snapshots */
-	size_t saved_len[SAVED_GENS][ESD_MAX_WORKERS];
-	uint64_t saved_iter[SAVED_GENS];
-	bool saved_ok[SAVED_GENS];
-	/* HET: the keys' versions at each saved boundary (esd_snapset_versions) */
-	esd_key_t *vkeys[SAVED_GENS];
-	uint64_t *vvals[SAVED_GENS];
-	size_t nvers[SAVED_GENS], capvers[SAVED_GENS];
+	struct node_state gen[SAVED_GENS];
+	bool ok[SAVED_GENS];
 	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
-	/* the live settings in effect at each saved boundary (esdctl set): a
-	 * resume there returns to them */
-	enum esd_method saved_method[SAVED_GENS];
-	double saved_alpha[SAVED_GENS];
-	enum esd_policy saved_policy[SAVED_GENS];
-	uint64_t saved_rates[SAVED_GENS][ESD_MAX_WORKERS];
-	uint32_t saved_batch[SAVED_GENS][ESD_MAX_WORKERS];
 };
 
 struct disp {
@@ -136,76 +124,97 @@ static void gpu_crossover(struct disp *ds, const struct esd_job *j)
 			 "answers from there", cal.min_rows, j->n);
 }
 
-/* Keep a copy of every snapshot as of checkpoint boundary iter. */
 /* Generation saved at boundary iter, or -1. */
 static int saved_gen(const struct disp *ds, uint64_t iter)
 {
 	for (int q = 0; q < SAVED_GENS; q++)
-		if (ds->sv.saved_ok[q] && ds->sv.saved_iter[q] == iter)
+		if (ds->sv.ok[q] && ds->sv.gen[q].iter == iter)
 			return q;
 	return -1;
 }
 
-static int save_snapshots(struct disp *ds, uint64_t iter)
+/* The generation to save boundary iter in: its own if saved before, else
+ * an unused one, else the oldest. */
+static int gen_for(const struct disp *ds, uint64_t iter)
 {
-	/* the generation of this boundary if saved before, else an unused
-	 * one, else the oldest */
 	int g = saved_gen(ds, iter);
 	for (int q = 0; g < 0 && q < SAVED_GENS; q++)
-		if (!ds->sv.saved_ok[q])
+		if (!ds->sv.ok[q])
 			g = q;
 	if (g < 0) {
 		g = 0;
 		for (int q = 1; q < SAVED_GENS; q++)
-			if (ds->sv.saved_iter[q] < ds->sv.saved_iter[g])
+			if (ds->sv.gen[q].iter < ds->sv.gen[g].iter)
 				g = q;
 	}
-	ds->sv.saved_ok[g] = false;
-	for (uint32_t j = 0; j < ds->nd->job.n; j++) {
+	return g;
+}
+
+/* Copy every snapshot into st (HET: and every key's version). */
+static int copy_snapshots(struct disp *ds, struct node_state *st)
+{
+	st->n = ds->nd->job.n;
+	for (uint32_t j = 0; j < st->n; j++) {
 		const struct esd_cmeta *cm = esd_snapset_view(ds->eng.ss, j);
 		if (!cm)
 			return -ENOMEM;
 		size_t len = esd_cmeta_block_bytes(cm);
 		struct esd_cmeta *out;
-		if (len > ds->sv.saved_len[g][j]) {
+		if (len > st->cm_cap[j]) {
 			void *m = NULL;
 			if (posix_memalign(&m, 64, len))
 				return -ENOMEM;
-			free(ds->sv.saved[g][j]);
-			ds->sv.saved[g][j] = m;
-			ds->sv.saved_len[g][j] = len;
+			free(st->cm[j]);
+			st->cm[j] = m;
+			st->cm_cap[j] = len;
 		}
-		int rc = esd_cmeta_copy(ds->sv.saved[g][j], ds->sv.saved_len[g][j], cm, &out);
+		int rc = esd_cmeta_copy(st->cm[j], st->cm_cap[j], cm, &out);
 		if (rc)
 			return rc;
 	}
+	st->nvers = 0;
 	if (ds->nd->job.het) {
 		size_t nv = esd_snapset_versions(ds->eng.ss, NULL, NULL, 0);
-		if (nv > ds->sv.capvers[g]) {
-			esd_key_t *k = realloc(ds->sv.vkeys[g], nv * sizeof(*k));
+		if (nv > st->capvers) {
+			esd_key_t *k = realloc(st->vkeys, nv * sizeof(*k));
 			if (k)
-				ds->sv.vkeys[g] = k;
-			uint64_t *v = realloc(ds->sv.vvals[g], nv * sizeof(*v));
+				st->vkeys = k;
+			uint64_t *v = realloc(st->vvals, nv * sizeof(*v));
 			if (v)
-				ds->sv.vvals[g] = v;
+				st->vvals = v;
 			if (!k || !v)
 				return -ENOMEM;
-			ds->sv.capvers[g] = nv;
+			st->capvers = nv;
 		}
-		ds->sv.nvers[g] = esd_snapset_versions(ds->eng.ss, ds->sv.vkeys[g], ds->sv.vvals[g], nv);
+		st->nvers = esd_snapset_versions(ds->eng.ss, st->vkeys, st->vvals, nv);
 	}
-	ds->sv.saved_method[g] = ds->eng.dc.method;
-	ds->sv.saved_alpha[g] = ds->eng.dc.hybrid.alpha;
-	ds->sv.saved_policy[g] = ds->eng.policy;
-	memcpy(ds->sv.saved_batch[g], ds->sz.batch, sizeof(ds->sz.batch));
-	pthread_mutex_lock(&ds->nd->qmu);
-	memcpy(ds->sv.saved_rates[g], ds->nd->job.rate_bps, sizeof(ds->sv.saved_rates[g]));
-	pthread_mutex_unlock(&ds->nd->qmu);
-	ds->sv.saved_iter[g] = iter;
-	ds->sv.saved_ok[g] = true;
 	return 0;
 }
 
+/* Keep the state as of checkpoint boundary iter; with ps.checkpoint_dir
+ * set, write it to disk too (before the boundary's iteration trains: the
+ * shards' checkpoint of it comes later). */
+static int save_snapshots(struct disp *ds, uint64_t iter)
+{
+	const int g = gen_for(ds, iter);
+	struct node_state *st = &ds->sv.gen[g];
+	ds->sv.ok[g] = false;
+	int rc = copy_snapshots(ds, st);
+	if (rc)
+		return rc;
+	st->method = ds->eng.dc.method;
+	st->alpha = ds->eng.dc.hybrid.alpha;
+	st->policy = ds->eng.policy;
+	memcpy(st->batch, ds->sz.batch, sizeof(ds->sz.batch));
+	pthread_mutex_lock(&ds->nd->qmu);
+	memcpy(st->rates, ds->nd->job.rate_bps, sizeof(st->rates));
+	pthread_mutex_unlock(&ds->nd->qmu);
+	st->iter = iter;
+	ds->sv.ok[g] = true;
+	if (iter > 0 && ds->nd->job.checkpoint_dir[0])
+		rc = node_state_write(ds->nd, st, "state");
+	return rc;
+}
 
 static int grow(void **p, size_t *cap, size_t want, size_t elem)
 {
@@ -344,14 +353,15 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 			esd_conseq_count(ds->eng.cq, (enum esd_cq_kind)kd, w);
 	o->iter = iter;
 	o->digest = digest_of(ds->in.assign, ds->in.k, iter);
-	/* the model is complete only with the DIRTY rows: flush at checkpoint
-	 * boundaries and at the end of training */
+	/* the model is complete only with the DIRTY rows: the checkpoint
+	 * boundaries push their values (they stay DIRTY: no decision
+	 * changes), the end of training flushes them (CLEAN) */
 	pthread_mutex_lock(&nd->qmu);
 	bool requested = nd->rec.ckpt_at == iter;
 	pthread_mutex_unlock(&nd->qmu);
 	o->checkpoint = (nd->job.checkpoint_every && iter % nd->job.checkpoint_every == 0) ||
 			requested;
-	o->flush = o->checkpoint || iter == nd->job.iterations;
+	o->flush = iter == nd->job.iterations;
 	return 0;
 }
 
@@ -605,12 +615,8 @@ static void disp_free(struct disp *ds)
 	free(ds->in.off);
 	free(ds->in.assign);
 	free(ds->in.nworkers);
-	for (int q = 0; q < SAVED_GENS; q++) {
-		for (uint32_t j = 0; j < ESD_MAX_WORKERS; j++)
-			free(ds->sv.saved[q][j]);
-		free(ds->sv.vkeys[q]);
-		free(ds->sv.vvals[q]);
-	}
+	for (int q = 0; q < SAVED_GENS; q++)
+		node_state_free(&ds->sv.gen[q]);
 	free(ds);
 }
 
@@ -629,22 +635,25 @@ static int make_engine(struct disp *ds, bool from_saved)
 	const int g = from_saved ? saved_gen(ds, ds->sv.restore_iter) : -1;
 	if (!rc && from_saved && g < 0)
 		rc = -ESTALE;
-	for (uint32_t w = 0; !rc && from_saved && w < j->n; w++) {
+	const struct node_state *st = g >= 0 ? &ds->sv.gen[g] : NULL;
+	for (uint32_t w = 0; !rc && st && w < j->n; w++) {
 		struct esd_cmeta *cm;
-		rc = esd_cmeta_attach(ds->sv.saved[g][w], ds->sv.saved_len[g][w], &cm);
+		rc = esd_cmeta_attach(st->cm[w], st->cm_cap[w], &cm);
 		if (!rc)
 			rc = esd_snapset_load(ds->eng.ss, w, cm);
 	}
-	if (!rc && from_saved && j->het) /* the keys' versions, cached or not */
-		rc = esd_snapset_set_versions(ds->eng.ss, ds->sv.vkeys[g], ds->sv.vvals[g], ds->sv.nvers[g]);
+	if (!rc && st && j->het) /* the keys' versions, cached or not */
+		rc = esd_snapset_set_versions(ds->eng.ss, st->vkeys, st->vvals, st->nvers);
 	if (!rc)
 		rc = esd_dispatcher_create(&ds->eng.dc, ds->eng.ss, &ds->eng.d);
 	return rc;
 }
 
+static int resume_at(struct disp *ds, uint64_t iter);
+
 /* Long: the dispatcher's settings made from the job (method, sync, matrix, GPU, snapshots)
  * before its thread starts. */
-int node_dispatcher_start(struct node *nd)
+int node_dispatcher_start(struct node *nd, struct node_state *resume)
 {
 	struct disp *ds = calloc(1, sizeof(*ds));
 	const struct esd_job *j = &nd->job;
@@ -727,9 +736,16 @@ int node_dispatcher_start(struct node *nd)
 				 esd_gpu_solver_describe(ds->eng.gpu),
 				 (unsigned long long)j->gpu_deadline_us);
 	}
-	rc = make_engine(ds, false);
-	if (!rc)
-		rc = save_snapshots(ds, 0);
+	if (resume) { /* a whole-job resume: the state read from disk */
+		ds->sv.gen[0] = *resume;
+		memset(resume, 0, sizeof(*resume));
+		ds->sv.ok[0] = true;
+		rc = resume_at(ds, ds->sv.gen[0].iter);
+	} else {
+		rc = make_engine(ds, false);
+		if (!rc)
+			rc = save_snapshots(ds, 0);
+	}
 	if (rc)
 		goto err;
 	nd->dq.state = ds;
@@ -755,32 +771,39 @@ static void stop_thread(struct node *nd)
 	pthread_join(nd->dq.thread, NULL);
 }
 
-int node_dispatcher_restart(struct node *nd, uint64_t iter)
+/* Go back to the state saved at boundary iter: its snapshots, its live
+ * settings (a change esdctl made after it is gone with the PS's memory:
+ * the restarted shard knows none) and the stream's cursor; the thread
+ * then decides iter + 1 next. */
+static int resume_at(struct disp *ds, uint64_t iter)
 {
-	struct disp *ds = nd->dq.state;
-	stop_thread(nd);
+	struct node *nd = ds->nd;
 	const int g = saved_gen(ds, iter);
 	if (g < 0) {
-		ESD_ERR("dispatch", "cannot resume at iteration %llu: snapshots were saved at "
-			"%llu and %llu only", (unsigned long long)iter,
-			(unsigned long long)ds->sv.saved_iter[0], (unsigned long long)ds->sv.saved_iter[1]);
+		char have[128] = "";
+		size_t off = 0;
+		for (int q = 0; q < SAVED_GENS && off < sizeof(have) - 24; q++)
+			if (ds->sv.ok[q])
+				off += (size_t)snprintf(have + off, sizeof(have) - off, "%s%llu",
+							off ? ", " : "",
+							(unsigned long long)ds->sv.gen[q].iter);
+		ESD_ERR("dispatch", "cannot resume at iteration %llu: the state of iterations %s "
+			"only is kept", (unsigned long long)iter, off ? have : "(none)");
 		return -ESTALE;
 	}
-	/* back to the settings of the boundary: a change esdctl made after it
-	 * is gone with the PS's memory (the restarted shard knows none) */
-	if (ds->eng.dc.method != ds->sv.saved_method[g] ||
-	    ds->eng.dc.hybrid.alpha != ds->sv.saved_alpha[g] ||
-	    ds->eng.policy != ds->sv.saved_policy[g])
+	const struct node_state *st = &ds->sv.gen[g];
+	if (ds->eng.dc.method != st->method || ds->eng.dc.hybrid.alpha != st->alpha ||
+	    ds->eng.policy != st->policy)
 		ESD_WARN("dispatch", "resuming at iteration %llu with its settings: method %s, "
 			 "alpha %g, policy %s (a later esdctl set is undone)",
-			 (unsigned long long)iter, esd_method_name(ds->sv.saved_method[g]),
-			 ds->sv.saved_alpha[g], esd_policy_name(ds->sv.saved_policy[g]));
-	ds->eng.dc.method = ds->sv.saved_method[g];
-	ds->eng.dc.hybrid.alpha = ds->sv.saved_alpha[g];
-	ds->eng.policy = ds->sv.saved_policy[g];
-	memcpy(ds->sz.batch, ds->sv.saved_batch[g], sizeof(ds->sz.batch));
+			 (unsigned long long)iter, esd_method_name(st->method), st->alpha,
+			 esd_policy_name(st->policy));
+	ds->eng.dc.method = st->method;
+	ds->eng.dc.hybrid.alpha = st->alpha;
+	ds->eng.policy = st->policy;
+	memcpy(ds->sz.batch, st->batch, sizeof(ds->sz.batch));
 	pthread_mutex_lock(&nd->qmu);
-	memcpy(nd->job.rate_bps, ds->sv.saved_rates[g], sizeof(nd->job.rate_bps));
+	memcpy(nd->job.rate_bps, st->rates, sizeof(nd->job.rate_bps));
 	memcpy(nd->job.batch, ds->sz.batch, sizeof(nd->job.batch));
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
@@ -806,7 +829,16 @@ int node_dispatcher_restart(struct node *nd, uint64_t iter)
 	nd->dq.stop = false;
 	nd->dq.rc = 0;
 	pthread_mutex_unlock(&nd->qmu);
-	rc = -pthread_create(&nd->dq.thread, NULL, disp_main, ds);
+	return 0;
+}
+
+int node_dispatcher_restart(struct node *nd, uint64_t iter)
+{
+	struct disp *ds = nd->dq.state;
+	stop_thread(nd);
+	int rc = resume_at(ds, iter);
+	if (!rc)
+		rc = -pthread_create(&nd->dq.thread, NULL, disp_main, ds);
 	if (!rc)
 		ESD_INFO("dispatch", "restarted from the snapshots of iteration %llu",
 			 (unsigned long long)iter);

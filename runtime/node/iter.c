@@ -147,10 +147,12 @@ static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank,
-				 .checkpoint = nd->rec.flag_next_barrier};
+				 .checkpoint = nd->rec.flag_next_barrier, .final = o->final};
 	nd->rec.flag_next_barrier = false;
 	/* a link rate set on this node goes to shard 0 ahead of the barrier */
 	pthread_mutex_lock(&nd->qmu);
+	/* a stop asked here goes to shard 0 until it names the boundary */
+	bool ask_stop = nd->stop.asked && !nd->stop.at;
 	bool report = nd->live.rate_report;
 	uint64_t rate = nd->live.rate_report_bps;
 	nd->live.rate_report = false;
@@ -163,6 +165,7 @@ static int barrier(struct exec *x, const struct order *o)
 			return rc;
 	}
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		br.stop = s == 0 && ask_stop;
 		int rc = esd_enc_barrier(&x->sb[s].b, &br);
 		if (rc)
 			return rc;
@@ -179,11 +182,22 @@ static int barrier(struct exec *x, const struct order *o)
 		} else if (!rc && m.u.ack.status) {
 			rc = m.u.ack.status;
 		} else if (!rc && s == 0 && m.u.ack.sequence > o->iter) {
-			/* shard 0 schedules a requested checkpoint at that boundary */
+			/* shard 0 schedules a requested checkpoint at that boundary
+			 * (and the job's stop, when so flagged) */
 			pthread_mutex_lock(&nd->qmu);
 			if (nd->rec.ckpt_at <= o->iter)
 				nd->rec.ckpt_at = m.u.ack.sequence;
+			bool first = m.u.ack.stop && !nd->stop.at;
+			if (m.u.ack.stop)
+				nd->stop.at = m.u.ack.sequence;
 			pthread_mutex_unlock(&nd->qmu);
+			if (first)
+				ESD_INFO("node", "the job stops after iteration %llu (shard 0)",
+					 (unsigned long long)m.u.ack.sequence);
+		} else if (!rc && s > 0 && m.u.ack.stop) {
+			char why[64];
+			snprintf(why, sizeof(why), "shard %u asks for a stop", s);
+			node_ask_stop(nd, why);
 		}
 		if (!rc && s == 0 && m.u.ack.setting)
 			rc = recv_setting(x, o->iter);
@@ -191,8 +205,11 @@ static int barrier(struct exec *x, const struct order *o)
 	return rc;
 }
 
-/* Pull keys (already grouped per shard in x->pull_keys) into their slots. */
-static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out)
+/* Pull keys (already grouped per shard in x->pull_keys) into their slots:
+ * values and optimizer state, and the slot becomes CLEAN with the shard's
+ * clock; values_only leaves the metadata as it is (a restored block). */
+static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out,
+		     bool values_only)
 {
 	struct node *nd = x->nd;
 	uint32_t sd = state_dim(nd);
@@ -251,7 +268,8 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 				memcpy(node_row_value(nd, slot), v.value, nd->job.dim * sizeof(float));
 				if (sd)
 					memcpy(node_row_state(nd, slot), v.state, sd * sizeof(float));
-				esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, v.clock);
+				if (!values_only)
+					esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, v.clock);
 			}
 			got += r->count;
 		}
@@ -295,10 +313,10 @@ static int timed_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, fl
 {
 	struct node *nd = x->nd;
 	if (!nd->job.estimate_rates)
-		return pull_rows(x, iter, kind, dense_out);
+		return pull_rows(x, iter, kind, dense_out, false);
 	const uint64_t b0 = links_rx_bytes(nd);
 	const int64_t t0 = esd_now_ns();
-	int rc = pull_rows(x, iter, kind, dense_out);
+	int rc = pull_rows(x, iter, kind, dense_out, false);
 	if (!rc)
 		esd_rate_est_add(&nd->rate.est, links_rx_bytes(nd) - b0, esd_now_ns() - t0);
 	return rc;
@@ -608,15 +626,32 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 	return rc;
 }
 
-/* At a checkpoint boundary, every DIRTY row pushed (kind other); then
- * everything sent, and the node's part of the checkpoint saved. */
+static int saved_gen(const struct node *nd, uint64_t iter);
+
+/* The real cache's metadata at boundary iter (just saved) to disk. */
+static int write_cache_state(struct node *nd, uint64_t iter)
+{
+	const int g = saved_gen(nd, iter);
+	if (g < 0)
+		return -ESTALE;
+	struct node_state st = {.iter = iter, .n = 1};
+	st.cm[0] = nd->rec.saved_cm[g];
+	return node_state_write(nd, &st, "cache");
+}
+
+/* At a checkpoint boundary every DIRTY row's value goes to its shard
+ * (kind other) for the checkpoint and stays DIRTY here, so a checkpoint
+ * changes no decision: a job stopped and resumed, or checkpointed every
+ * iteration, trains what an uninterrupted one does. At the end of
+ * training (flush) the rows become CLEAN. Then everything is sent, and
+ * the node's part of the checkpoint saved. */
 static int flush_and_checkpoint(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	uint32_t sd = state_dim(nd);
 	int rc = 0;
 
-	if (o->flush) {
+	if (o->flush || o->checkpoint) {
 		esd_cache_meta_write_begin(nd->cache);
 		uint32_t cap = esd_cmeta_capacity(nd->cm);
 		for (uint32_t s = 0; s < cap && !rc; s++) {
@@ -626,7 +661,8 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 			rc = rows_add(x, shard_of(nd, sl->key), ESD_OP_PUSH_VALUE, ESD_XFER_OTHER,
 				      o->iter, sl->key, sl->clock, node_row_value(nd, s),
 				      sd ? node_row_state(nd, s) : NULL);
-			esd_cmeta_set_state(nd->cm, s, ESD_ROW_CLEAN, sl->clock);
+			if (o->flush)
+				esd_cmeta_set_state(nd->cm, s, ESD_ROW_CLEAN, sl->clock);
 		}
 		esd_cache_meta_write_end(nd->cache);
 		rows_close_all(x);
@@ -635,6 +671,8 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 		rc = flush_all(x);
 	if (!rc && o->checkpoint) {
 		rc = node_save_boundary(nd, o->iter);
+		if (!rc && nd->job.checkpoint_dir[0]) /* for a whole-job resume */
+			rc = write_cache_state(nd, o->iter);
 		nd->rec.flag_next_barrier = true;
 	}
 	return rc;
@@ -705,6 +743,35 @@ static bool is_link_failure(int rc)
 	       rc == -ECONNABORTED;
 }
 
+/* Roll the cache metadata back to a saved block of boundary iter and pull
+ * the values of its CLEAN and DIRTY rows again (kind other): the shards'
+ * checkpoint of the boundary holds the DIRTY rows' values too (the
+ * checkpoint pushes). */
+static int restore_cache(struct exec *x, const void *block, uint64_t iter, uint32_t *nclean)
+{
+	struct node *nd = x->nd;
+	struct esd_cmeta *cm;
+	esd_cache_meta_write_begin(nd->cache);
+	int rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), block, &cm);
+	esd_cache_meta_write_end(nd->cache);
+	if (rc)
+		return rc;
+	nd->cm = cm;
+	uint32_t cap = esd_cmeta_capacity(nd->cm);
+	for (uint32_t s = 0; s < cap && !rc; s++) {
+		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
+		if (sl->state == ESD_ROW_CLEAN || sl->state == ESD_ROW_DIRTY) {
+			rc = add_pull(x, sl->key);
+			(*nclean)++;
+		}
+	}
+	esd_cache_meta_write_begin(nd->cache);
+	if (!rc)
+		rc = pull_rows(x, iter, ESD_XFER_OTHER, NULL, true);
+	esd_cache_meta_write_end(nd->cache);
+	return rc;
+}
+
 /* A shard went away: reconnect (it restarts from its last checkpoint), roll
  * the cache metadata and the dispatcher back to that boundary, re-pull the
  * values of every CLEAN row (kind other) and go on from there. */
@@ -741,25 +808,8 @@ static int recover(struct exec *x, uint64_t *resume)
 			(unsigned long long)nd->rec.saved_iter[1]);
 		return -ESTALE;
 	}
-	struct esd_cmeta *cm;
-	esd_cache_meta_write_begin(nd->cache);
-	rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), nd->rec.saved_cm[g], &cm);
-	esd_cache_meta_write_end(nd->cache);
-	if (rc)
-		return rc;
-	nd->cm = cm;
-	uint32_t cap = esd_cmeta_capacity(nd->cm), nclean = 0;
-	for (uint32_t s = 0; s < cap && !rc; s++) {
-		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
-		if (sl->state == ESD_ROW_CLEAN) {
-			rc = add_pull(x, sl->key);
-			nclean++;
-		}
-	}
-	esd_cache_meta_write_begin(nd->cache);
-	if (!rc)
-		rc = pull_rows(x, ps_iter, ESD_XFER_OTHER, NULL);
-	esd_cache_meta_write_end(nd->cache);
+	uint32_t nclean = 0;
+	rc = restore_cache(x, nd->rec.saved_cm[g], ps_iter, &nclean);
 	if (!rc)
 		rc = node_dispatcher_restart(nd, ps_iter);
 	if (!rc) {
@@ -770,7 +820,51 @@ static int recover(struct exec *x, uint64_t *resume)
 	return rc;
 }
 
-int node_run(struct node *nd)
+/* A whole-job resume at boundary start: the cache metadata from this
+ * node's file of the boundary, the rows' values from the shards. */
+static int resume_job(struct exec *x, uint64_t start)
+{
+	struct node *nd = x->nd;
+	struct node_state st;
+	int rc = node_state_read(nd, start, "cache", 1, &st);
+	if (rc)
+		return rc;
+	uint32_t nclean = 0;
+	rc = restore_cache(x, st.cm[0], start, &nclean);
+	node_state_free(&st);
+	if (!rc)
+		rc = node_save_boundary(nd, start);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&nd->qmu);
+	nd->stats.iter_done = start;
+	pthread_mutex_unlock(&nd->qmu);
+	ESD_INFO("node", "the job resumes after iteration %llu (%u clean rows pulled)",
+		 (unsigned long long)start, nclean);
+	return 0;
+}
+
+void node_ask_stop(struct node *nd, const char *why)
+{
+	pthread_mutex_lock(&nd->qmu);
+	bool first = !nd->stop.asked;
+	nd->stop.asked = true;
+	pthread_mutex_unlock(&nd->qmu);
+	if (first)
+		ESD_INFO("node", "%s: the job stops gracefully at the next checkpoint boundary "
+			 "(a second signal abandons it at once)", why);
+}
+
+uint64_t node_last_iter(struct node *nd)
+{
+	pthread_mutex_lock(&nd->qmu);
+	uint64_t end = nd->stop.at && nd->stop.at < nd->job.iterations ? nd->stop.at
+									: nd->job.iterations;
+	pthread_mutex_unlock(&nd->qmu);
+	return end;
+}
+
+int node_run(struct node *nd, uint64_t start)
 {
 	struct exec x = {.nd = nd};
 	int rc = 0;
@@ -783,7 +877,16 @@ int node_run(struct node *nd)
 	if (!x.dense_chunk)
 		return -ENOMEM;
 	nd->stats.t_start_ns = esd_now_ns();
-	while (!esd_node_signal && (o = node_order_next(nd))) {
+	if (start >= nd->job.iterations) {
+		ESD_INFO("node", "the shards' checkpoint is the job's last iteration %llu: "
+			 "nothing left to train", (unsigned long long)start);
+		nd->stats.iter_done = start;
+	} else if (start && (rc = resume_job(&x, start))) {
+		ESD_ERR("node", "cannot resume the job after iteration %llu: %s",
+			(unsigned long long)start, esd_strerror(rc));
+	}
+	while (!rc && !esd_node_signal && nd->stats.iter_done < node_last_iter(nd) &&
+	       (o = node_order_next(nd))) {
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
 		node_order_done(nd);
@@ -806,16 +909,17 @@ int node_run(struct node *nd)
 		nd->stats.iter_done = o->iter;
 		nd->stats.iter_ns_sum += esd_now_ns() - t0;
 		pthread_mutex_unlock(&nd->qmu);
-		if (o->iter == nd->job.iterations)
+		if (o->iter >= node_last_iter(nd))
 			break;
 	}
-	if (!rc && nd->stats.iter_done < nd->job.iterations)
+	const uint64_t last = node_last_iter(nd);
+	if (!rc && nd->stats.iter_done < last)
 		rc = esd_node_signal ? -EINTR
 		     : nd->dq.rc && nd->dq.rc != -ESHUTDOWN ? nd->dq.rc : -ECANCELED;
 	if (!rc) {
 		/* a last barrier makes the shards apply the last gradients (and
-		 * write the final checkpoint) */
-		struct order fin = {.iter = nd->job.iterations + 1};
+		 * write the final checkpoint, or the stop's) */
+		struct order fin = {.iter = last + 1, .final = true};
 		rc = barrier(&x, &fin);
 		if (rc)
 			ESD_ERR("node", "final barrier failed: %s", esd_strerror(rc));

@@ -32,7 +32,7 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
 		.shard = s, .dim = nd->job.dim,
 		.state_dim = (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim),
-		.nworkers = nd->job.n,
+		.nworkers = nd->job.n, .stream_digest = nd->job.stream_digest,
 	};
 	esd_buf_reset(b);
 	rc = esd_enc_hello(b, &h, 0);
@@ -46,6 +46,9 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 		if (m.hdr.op == ESD_OP_ERROR) {
 			ESD_ERR("node", "shard %u refused us: %.*s", s, (int)m.u.error.len,
 				m.u.error.text);
+			if (m.u.error.code == -ESD_ESTREAM)
+				ESD_ERR("node", "this node's data.stream %s has digest %016llx",
+					nd->job.stream, (unsigned long long)nd->job.stream_digest);
 			*refused = true;
 			rc = -ECONNREFUSED;
 		} else if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_HELLO) {
@@ -81,8 +84,12 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 			esd_sleep_ns(100 * ESD_NS_PER_MS);
 		}
 		if (rc) {
-			ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s, nd->job.addrs[s],
-				nd->job.backend, esd_strerror(rc));
+			if (refused)
+				ESD_ERR("node", "shard %u at %s refused this node", s,
+					nd->job.addrs[s]);
+			else
+				ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s,
+					nd->job.addrs[s], nd->job.backend, esd_strerror(rc));
 			break;
 		}
 		if (s > 0 && it != *ps_iter) {

@@ -6,7 +6,9 @@
  *
  * Hosts the worker's embedding cache in huge-page shared memory, runs the
  * dispatcher thread and the iterations of DESIGN §3 against the PS shards,
- * and serves one trainer through NODE_DIR/esdd.sock.
+ * and serves one trainer through NODE_DIR/esdd.sock. SIGINT/SIGTERM (or
+ * esdctl stop) stops the whole job gracefully at a checkpoint boundary;
+ * a second signal abandons it.
  */
 #include "node.h"
 #include "xchg.h"
@@ -17,6 +19,7 @@
 #include <esd/log.h>
 #include <esd/model.h>
 #include <esd/pin.h>
+#include <esd/signals.h>
 
 #include <getopt.h>
 #include <signal.h>
@@ -40,9 +43,21 @@ static void usage(FILE *f)
 
 volatile sig_atomic_t esd_node_signal;
 
-static void on_signal(int sig)
+/* SIGINT/SIGTERM, on the signal thread (esd/signals.h): the first asks
+ * for a graceful stop of the whole job (node_ask_stop); a second abandons
+ * it, and the daemon exits within a few seconds whatever it waits for. */
+static void on_signal(int sig, unsigned count, void *arg)
 {
+	struct node *nd = arg;
+	if (count == 1) {
+		node_ask_stop(nd, strsignal(sig));
+		return;
+	}
+	ESD_WARN("node", "%s again: abandoning the job", strsignal(sig));
 	esd_node_signal = sig;
+	esd_sleep_ns(5 * ESD_NS_PER_S);
+	ESD_ERR("node", "still running 5 s after abandoning: exiting");
+	_exit(1);
 }
 
 /* The command line. */
@@ -147,8 +162,8 @@ static uint64_t max_micro_batch(const struct node *nd)
 	return maxb;
 }
 
-/* The data stream gives the model's shape and the table sizes; the cache
- * is sized from them (raised to one micro-batch, checked against the
+/* The data stream gives the model's shape and the table sizes (and its
+ * digest, part of the job token); the cache is sized from them (raised to one micro-batch, checked against the
  * lookahead hints). 0 or the exit code. */
 static int size_from_stream(struct node *nd)
 {
@@ -164,6 +179,13 @@ static int size_from_stream(struct node *nd)
 	uint64_t total_rows = 0;
 	for (uint32_t t = 0; t < di->ntables; t++)
 		total_rows += di->rows[t];
+	uint64_t digest;
+	if (esd_ds_digest(dr, &digest)) {
+		ESD_ERR("node", "data.stream %s: %s", nd->job.stream, esd_ds_last_error());
+		esd_ds_close(dr);
+		return 1;
+	}
+	esd_job_bind_stream(&nd->job, digest);
 	esd_ds_close(dr);
 	if (!nd->job.cache_rows)
 		nd->job.cache_rows = (uint64_t)(nd->job.cache_ratio * (double)total_rows);
@@ -246,17 +268,18 @@ static int make_cache(struct node *nd, const char *tag)
 static int run_node(struct node *nd)
 {
 	uint64_t ps_iter = 0;
+	struct node_state resume = {0};
 	int rc = node_links_open(nd, &ps_iter);
-	if (!rc && ps_iter != 0) {
-		ESD_ERR("node", "the shards are at iteration %llu; a new daemon starts at 0 "
-			"(resuming a whole job from a checkpoint is not supported: restart it)",
-			(unsigned long long)ps_iter);
-		rc = -ESTALE;
-	}
-	if (!rc)
+	/* shards restored from a checkpoint: the whole job resumes there,
+	 * from this node's part of it (a finished job only ends again) */
+	bool finished = ps_iter >= nd->job.iterations;
+	if (!rc && ps_iter != 0 && !finished)
+		rc = node_state_read(nd, ps_iter, "state", nd->job.n, &resume);
+	if (!rc && ps_iter == 0)
 		rc = node_save_boundary(nd, 0);
-	if (!rc)
-		rc = node_dispatcher_start(nd);
+	if (!rc && !finished)
+		rc = node_dispatcher_start(nd, ps_iter ? &resume : NULL);
+	node_state_free(&resume);
 	if (!rc) {
 		ESD_INFO("node", "worker %u of %u: %s (alpha %.3g), %s sync, cache %llu rows (%s), "
 			 "%llu iterations of %llu samples", nd->rank, nd->job.n, nd->job.method,
@@ -264,7 +287,7 @@ static int run_node(struct node *nd)
 			 (unsigned long long)nd->job.cache_rows, esd_policy_name(nd->job.policy),
 			 (unsigned long long)nd->job.iterations,
 			 (unsigned long long)nd->job.global_batch);
-		rc = node_run(nd);
+		rc = node_run(nd, ps_iter);
 		node_dispatcher_stop(nd);
 	}
 	node_trainer_stop(nd);
@@ -273,6 +296,12 @@ static int run_node(struct node *nd)
 		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",
 			 (unsigned long long)nd->stats.iter_done, el, el > 0 ? nd->stats.iter_done / el : 0,
 			 nd->stats.last_loss);
+	if (!rc && nd->stats.iter_done < nd->job.iterations)
+		ESD_INFO("node", "stopped on request after iteration %llu of %llu%s",
+			 (unsigned long long)nd->stats.iter_done,
+			 (unsigned long long)nd->job.iterations,
+			 nd->job.checkpoint_dir[0] ? "; start the job again to resume from it"
+						   : " (no ps.checkpoint_dir: it cannot resume)");
 	node_write_summary(nd, rc);
 	return rc;
 }
@@ -294,16 +323,12 @@ int main(int argc, char **argv)
 	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = size_from_stream(&nd)) ||
 	    (rc = load_replicated(&nd)) || (rc = make_cache(&nd, tag)))
 		return rc;
-	if (node_trainer_init(&nd))
+	signal(SIGPIPE, SIG_IGN);
+	if (esd_signal_thread_start(on_signal, &nd) || node_trainer_init(&nd))
 		return 1;
 	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a.dir);
 	if (esd_ctl_server_start(a.control ? a.control : ctlpath, node_ctl_cmds, &nd, &ctl))
 		return 1;
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
 	rc = run_node(&nd);
 	esd_ctl_server_stop(ctl);
 	node_links_close(&nd);

@@ -57,8 +57,10 @@ struct order {
 	esd_key_t *ahead;    /* lookahead policy: keys of the next batch */
 	uint32_t nahead;
 	uint64_t digest;     /* of the whole decision */
-	bool flush;          /* push every DIRTY row after this iteration */
-	bool checkpoint;     /* ... because it is a checkpoint boundary */
+	bool final;          /* the last barrier (no iteration follows): flagged FINAL */
+	bool flush;          /* the end of training: every DIRTY row pushed, CLEAN */
+	bool checkpoint;     /* a checkpoint boundary: every DIRTY row's value
+			      * pushed for the checkpoint (it stays DIRTY) */
 	int set_policy;      /* esdctl set cache.policy: enum esd_policy from this
 			      * iteration on (after the lookahead hints), -1: none */
 	bool set_rate;       /* esdctl set workers.rates: this node's links shape at
@@ -86,6 +88,28 @@ struct node_queue {
 	struct disp *state;                   /* the thread's own (disp_thread.c) */
 };
 
+/* The dispatcher's state at a checkpoint boundary: every worker's
+ * snapshot, HET's versions of the keys and the live settings in effect.
+ * The dispatcher keeps the last SAVED_GENS in memory (a PS restart rolls
+ * back to one) and writes each to disk for a whole-job resume (state.c). */
+struct node_state {
+	uint64_t iter;
+	uint32_t n;
+	void *cm[ESD_MAX_WORKERS]; /* esd_cmeta blocks, 64-byte aligned */
+	size_t cm_cap[ESD_MAX_WORKERS];
+	esd_key_t *vkeys;          /* HET: every key's version */
+	uint64_t *vvals;
+	size_t nvers, capvers;
+	enum esd_method method;
+	double alpha;
+	enum esd_policy policy;
+	uint64_t rates[ESD_MAX_WORKERS];
+	uint32_t batch[ESD_MAX_WORKERS];
+};
+
+/* State files kept on disk per node (state.c). */
+#define NODE_STATE_KEEP 4
+
 /* Recovery: this node's cache metadata at the last two checkpoint
  * boundaries (after the flush), to roll back to when a PS shard restarts
  * from one: the PS writes checkpoint c at barrier c + 1, so a shard that
@@ -101,6 +125,15 @@ struct node_recovery {
 	 * snapshots there too */
 	uint64_t ckpt_at;
 	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
+};
+
+/* A graceful stop of the whole job (SIGTERM to this daemon or its
+ * trainer, esdctl stop, or relayed from a shard): asked here, it goes to
+ * shard 0 flagged on the next barriers; shard 0 answers with the
+ * checkpoint boundary the job stops at. Under qmu. */
+struct node_stop {
+	bool asked; /* a stop was asked at this node (or relayed) */
+	uint64_t at; /* shard 0's boundary: the last iteration (0: none yet) */
 };
 
 /* Live settings (esdctl set). Under qmu (settings.c, ctl.c). */
@@ -177,12 +210,35 @@ struct node {
 
 	struct node_queue dq;
 	struct node_recovery rec;
+	struct node_stop stop;
 	struct node_live live;
 	struct node_rate rate;
 	struct node_links links;
 	struct node_trainer tr;
 	struct node_stats stats;
 };
+
+/* Ask for a graceful stop of the job (struct node_stop); why is logged.
+ * Takes qmu. */
+void node_ask_stop(struct node *nd, const char *why);
+/* The last iteration this node trains: the stop boundary, else the job's
+ * last. Takes qmu. */
+uint64_t node_last_iter(struct node *nd);
+
+/* state.c: the node's part of a checkpoint on disk, two kinds of file per
+ * boundary: "state" (the dispatcher's, st->n = workers) and "cache" (the
+ * real cache's metadata, st->n = 1). */
+void node_state_path(const struct node *nd, uint64_t iter, const char *kind, char *buf,
+		     size_t len);
+/* Write st (temporary file, fsync, rename); keeps the NODE_STATE_KEEP
+ * newest of the kind. 0 or -errno (logged). */
+int node_state_write(const struct node *nd, const struct node_state *st, const char *kind);
+/* Read boundary iter's file of the kind into st (zeroed first); refuses a
+ * file of another job, worker, iteration or size, or a corrupt one,
+ * naming it and why. 0 or -errno (logged). */
+int node_state_read(const struct node *nd, uint64_t iter, const char *kind, uint32_t nblocks,
+		    struct node_state *st);
+void node_state_free(struct node_state *st);
 
 /* Control commands (ctl.c), NULL-terminated. */
 extern const struct esd_ctl_cmd node_ctl_cmds[];
@@ -217,10 +273,13 @@ static inline uint32_t node_max_batch(const struct node *nd)
 }
 
 struct disp;
-/* The signal that asked esdd to stop (SIGINT/SIGTERM), 0 while running. */
+/* A second SIGINT/SIGTERM: the job is abandoned (0 while running). */
 extern volatile sig_atomic_t esd_node_signal;
 
-int node_dispatcher_start(struct node *nd);
+/* Start the dispatcher thread: from iteration 1 with empty snapshots, or
+ * (a whole-job resume) from the state read from disk, which it takes over
+ * (*resume is zeroed). */
+int node_dispatcher_start(struct node *nd, struct node_state *resume);
 void node_dispatcher_stop(struct node *nd);
 /* Stop the dispatcher thread and start it again from the snapshots it saved
  * at the checkpoint boundary 'iter' (its decisions are then the ones the
@@ -245,7 +304,9 @@ void node_trainer_stop(struct node *nd);
  * be the same on every shard. */
 int node_links_open(struct node *nd, uint64_t *ps_iter);
 void node_links_close(struct node *nd);
-int node_run(struct node *nd);
+/* The iterations, from boundary start (0, or a whole-job resume: the
+ * dispatcher was started from the state of start). 0 or -errno. */
+int node_run(struct node *nd, uint64_t start);
 /* workers.estimate_rates: the estimator, before the first iteration (iter.c) */
 void node_rate_est_init(struct node *nd);
 

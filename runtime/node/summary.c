@@ -28,6 +28,8 @@ int node_write_summary(struct node *nd, int status)
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
+	/* the boundary a graceful stop ended the run at (0: none) */
+	json_object_set_new(o, "stopped_at", json_integer((json_int_t)nd->stop.at));
 	json_object_set_new(o, "predicted", pred);
 	json_object_set_new(o, "plan_all_workers", plan);
 	json_object_set_new(o, "plan_hits_all_workers", json_integer((json_int_t)dc->hits));

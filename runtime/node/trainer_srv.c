@@ -175,6 +175,10 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 			*loss = m.loss;
 			return 0;
 		}
+		if (rc == 0 && m.op == ESD_AT_STOP_REQ) {
+			node_ask_stop(nd, "the trainer asks for a stop");
+			continue;
+		}
 		if (rc == -ETIMEDOUT)
 			continue;
 		/* the trainer died or broke the protocol: discard its gradients and

@@ -2,12 +2,14 @@
  * esd-ps: one parameter-server shard.
  *
  *   esd-ps --config job.ini [--shard S] [--listen ADDR] [--control PATH]
- *          [--restore] [--set section.key=value ...]
+ *          [--restore | --resume] [--set section.key=value ...]
  *
  * Serves the node daemons of the job over the configured transport
  * backend, keeps the shard's rows and (shard 0) the dense table, runs the
- * per-iteration barrier and writes checkpoints. Stops on SIGINT/SIGTERM or
- * when every worker has said goodbye after the last iteration.
+ * per-iteration barrier and writes checkpoints. SIGINT/SIGTERM (or esdctl
+ * stop) stops the whole job gracefully at a checkpoint boundary; a second
+ * signal stops this shard at once. Exits when every worker has said
+ * goodbye after its last barrier: 0, or 1 when the job failed.
  */
 #include "ps.h"
 
@@ -19,6 +21,7 @@
 #include <esd/log.h>
 
 #include <esd/policy.h>
+#include <esd/signals.h>
 
 #include <getopt.h>
 #include <signal.h>
@@ -27,21 +30,35 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Stop this shard at once (a second signal, or one while no worker is
+ * attached). */
 static volatile sig_atomic_t stop_sig;
 
-static void on_signal(int sig)
+/* SIGINT/SIGTERM, on the signal thread (esd/signals.h): the first asks
+ * for a graceful stop of the whole job (ps_ask_stop_locked); a second, or
+ * one while no job runs, stops this shard at once. */
+static void on_signal(int sig, unsigned count, void *arg)
 {
-	stop_sig = sig;
+	struct ps *ps = arg;
+	pthread_mutex_lock(&ps->mu);
+	bool graceful = count == 1 && ps->bar.connected_mask && !ps->bar.failed && !ps->bar.ended;
+	if (graceful)
+		ps_ask_stop_locked(ps, strsignal(sig));
+	pthread_mutex_unlock(&ps->mu);
+	if (!graceful)
+		stop_sig = sig;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: esd-ps --config JOB.ini [--shard S] [--listen ADDR] [--control PATH]\n"
-		   "              [--restore] [--set section.key=value ...]\n"
+		   "              [--restore | --resume] [--set section.key=value ...]\n"
 		   "  --shard S        shard index (default 0)\n"
 		   "  --listen ADDR    address to listen on (default: ps.addrs[S] of the job)\n"
 		   "  --control PATH   control socket for esdctl (default: none)\n"
 		   "  --restore        resume from ps.checkpoint_dir/ps-shardS.ckpt\n"
+		   "  --resume         the same when that checkpoint exists, else start at 0\n"
+		   "                   (starting a stopped job again)\n"
 		   "  --set K=V        override a job setting\n");
 }
 
@@ -226,11 +243,31 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
+/* esdctl stop: a graceful stop of the whole job (struct ps_stop). */
+static int cmd_stop(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	(void)req;
+	pthread_mutex_lock(&ps->mu);
+	if (ps->bar.failed) {
+		pthread_mutex_unlock(&ps->mu);
+		*err = "the job has failed; nothing to stop gracefully";
+		return -ESHUTDOWN;
+	}
+	ps_ask_stop_locked(ps, "esdctl stop");
+	*resp = json_pack("{s:b, s:I, s:I, s:b}", "requested", 1, "iteration",
+			  (json_int_t)ps->bar.iter_done, "stop_at", (json_int_t)ps->stop.at,
+			  "checkpoint", ps->job.checkpoint_dir[0] != 0);
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
 static const struct esd_ctl_cmd ps_cmds[] = {
 	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
 	{"checkpoint", cmd_checkpoint, "request a checkpoint at the next flushed boundary"},
 	{"set", cmd_set, "change dispatch.method, dispatch.alpha or cache.policy at an "
 			 "iteration every node switches at"},
+	{"stop", cmd_stop, "stop the whole job gracefully at the next checkpoint boundary"},
 	{NULL, NULL, NULL},
 };
 
@@ -239,7 +276,7 @@ struct args {
 	struct esd_config *cfg;
 	const char *listen_addr, *control;
 	uint64_t shard;
-	bool restore;
+	bool restore, resume;
 };
 
 /* Parse the options; 0, -1 after --help, or the exit code. */
@@ -248,13 +285,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'}, {"shard", required_argument, NULL, 's'},
 		{"listen", required_argument, NULL, 'l'}, {"control", required_argument, NULL, 'C'},
-		{"restore", no_argument, NULL, 'r'},      {"set", required_argument, NULL, 'S'},
-		{"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+		{"restore", no_argument, NULL, 'r'},      {"resume", no_argument, NULL, 'R'},
+		{"set", required_argument, NULL, 'S'},    {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	bool have_cfg = false;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "c:s:l:C:rS:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:s:l:C:rRS:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (esd_config_load(a->cfg, optarg))
@@ -277,6 +315,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'r':
 			a->restore = true;
 			break;
+		case 'R':
+			a->resume = true;
+			break;
 		case 'S':
 			if (esd_config_set(a->cfg, optarg))
 				return 2;
@@ -296,8 +337,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return 0;
 }
 
-/* The model shape from the dataset stream (none without one). 0 or 1. */
-static int stream_shape(const struct esd_job *job, uint32_t *tables, uint32_t *dense,
+/* The model shape from the dataset stream (none without one), and its
+ * digest bound into the job token. 0 or 1. */
+static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *dense,
 			uint64_t *total_rows)
 {
 	*tables = *dense = 0;
@@ -313,8 +355,14 @@ static int stream_shape(const struct esd_job *job, uint32_t *tables, uint32_t *d
 	*dense = esd_ds_reader_info(dr)->ndense;
 	for (uint32_t t = 0; t < *tables; t++)
 		*total_rows += esd_ds_reader_info(dr)->rows[t];
+	uint64_t digest;
+	int rc = esd_ds_digest(dr, &digest);
+	if (rc)
+		ESD_ERR("ps", "data.stream %s: %s", job->stream, esd_ds_last_error());
+	else
+		esd_job_bind_stream(job, digest);
 	esd_ds_close(dr);
-	return 0;
+	return rc ? 1 : 0;
 }
 
 /* The nodes' cache size and hot rows, resolved as esdd does: a live
@@ -374,8 +422,8 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 		bool all_done = ps->bar.finished >= ps->job.n;
 		pthread_mutex_unlock(&ps->mu);
 		if (all_done) {
-			ESD_INFO("ps", "every worker finished after iteration %llu",
-				 (unsigned long long)ps->job.iterations);
+			ESD_INFO("ps", "every worker left after iteration %llu",
+				 (unsigned long long)ps->bar.iter_done - 1);
 			break;
 		}
 		struct esd_link *l;
@@ -388,8 +436,9 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 		}
 		ps_serve_link(ps, l);
 	}
-	ESD_INFO("ps", "stopping (signal %d) at iteration %llu", (int)stop_sig,
-		 (unsigned long long)ps->bar.iter_done);
+	if (stop_sig)
+		ESD_INFO("ps", "stopping at once (%s) at iteration %llu", strsignal(stop_sig),
+			 (unsigned long long)ps->bar.iter_done);
 }
 
 /* Stop the link threads and close their links. */
@@ -445,26 +494,29 @@ int main(int argc, char **argv)
 	}
 	if (node_cache_limits(&ps, tables, total_rows))
 		return 1;
-	if (a.restore) {
+	if (a.restore || a.resume) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));
-		if (ps_restore(&ps, path))
+		if (a.resume && (!job.checkpoint_dir[0] || access(path, F_OK)))
+			ESD_INFO("ps", "no checkpoint %s: the job starts at iteration 0",
+				 job.checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)");
+		else if (ps_restore(&ps, path))
 			return 1;
 	}
+	signal(SIGPIPE, SIG_IGN);
+	if (esd_signal_thread_start(on_signal, &ps))
+		return 1;
 	if (listen_for_nodes(&job, (uint32_t)a.shard, a.listen_addr, &lis))
 		return 1;
 	if (a.control && esd_ctl_server_start(a.control, ps_cmds, &ps, &ctl))
 		return 1;
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 
 	serve(&ps, lis);
 	stop_links(&ps);
 	esd_listener_close(lis);
 	esd_ctl_server_stop(ctl);
+	rc = ps.bar.failed ? 1 : 0;
 	ps_fini(&ps);
 	esd_config_free(a.cfg);
-	return 0;
+	return rc;
 }

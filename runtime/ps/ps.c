@@ -37,6 +37,18 @@ void ps_fail_locked(struct ps *ps, int code, const char *fmt, ...)
 	pthread_cond_broadcast(&ps->cv);
 }
 
+void ps_ask_stop_locked(struct ps *ps, const char *why)
+{
+	if (ps->stop.asked)
+		return;
+	ps->stop.asked = true;
+	if (ps->shard == 0)
+		ps->stop.requested = true;
+	ESD_INFO("ps", "%s: the job stops gracefully at the next checkpoint boundary%s", why,
+		 ps->job.checkpoint_dir[0] ? ""
+					   : " (no ps.checkpoint_dir: nothing to resume from)");
+}
+
 int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t tables,
 	    uint32_t dense)
 {
@@ -86,13 +98,22 @@ static int send_buf(struct ps_link *pl, struct esd_buf *b)
 static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_buf *out)
 {
 	struct ps *ps = pl->ps;
-	char why[160] = "";
+	char why[1400] = "";
+	int code = -EPROTO;
 	size_t sd = esd_optim_state_len(ps->job.optim.opt, ps->job.dim);
 
-	if (h->proto_version != ESD_PROTO_VERSION)
+	if (h->proto_version != ESD_PROTO_VERSION) {
 		snprintf(why, sizeof(why), "protocol version %u, shard speaks %u",
 			 h->proto_version, ESD_PROTO_VERSION);
-	else if (h->job_token != ps->job_token)
+	} else if (h->stream_digest != ps->job.stream_digest) {
+		/* the same data is part of the job: caught here, not as a
+		 * decision-digest mismatch later */
+		snprintf(why, sizeof(why), "worker %u's data.stream has digest %016llx, this "
+			 "shard's %s has %016llx: every process must train on the same file",
+			 h->worker, (unsigned long long)h->stream_digest, ps->job.stream,
+			 (unsigned long long)ps->job.stream_digest);
+		code = -ESD_ESTREAM;
+	} else if (h->job_token != ps->job_token)
 		snprintf(why, sizeof(why), "job settings differ (token %#llx, shard has %#llx)",
 			 (unsigned long long)h->job_token, (unsigned long long)ps->job_token);
 	else if (h->worker >= ps->job.n)
@@ -105,7 +126,7 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 			 h->state_dim, ps->job.dim, sd);
 	if (why[0]) {
 		ESD_ERR("ps", "refusing %s: %s", esd_link_peer(pl->link), why);
-		esd_link_send_error(pl->link, -EPROTO, why);
+		esd_link_send_error(pl->link, code, why);
 		return -EPROTO;
 	}
 	/* the worker's link is shaped both ways: its replies (miss pulls above
@@ -121,7 +142,8 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	pthread_mutex_unlock(&ps->mu);
 	struct esd_hello r = {.proto_version = ESD_PROTO_VERSION, .worker = ps->shard,
 			      .job_token = ps->job_token, .shard = ps->shard, .dim = ps->job.dim,
-			      .state_dim = (uint32_t)sd, .nworkers = ps->job.n};
+			      .state_dim = (uint32_t)sd, .nworkers = ps->job.n,
+			      .stream_digest = ps->job.stream_digest};
 	int rc = esd_enc_hello(out, &r, ESD_FLAG_REPLY);
 	if (!rc)
 		rc = esd_enc_ack(out, &ack);
@@ -153,6 +175,28 @@ static int wait_released(struct ps *ps, uint64_t t)
 		}
 	}
 	return ps->bar.failed ? ps->bar.failed : ps->bar.stopping ? -ESHUTDOWN : 0;
+}
+
+/* Shard 0, at the release of barrier t: a requested stop goes to the
+ * checkpoint boundary already scheduled, else to t + 3 (no dispatcher has
+ * decided it yet), unless the job ends before that anyway. */
+static void schedule_stop_locked(struct ps *ps, uint64_t t)
+{
+	if (!ps->stop.requested || ps->stop.at)
+		return;
+	if (ps->ckpt.at > t) {
+		ps->stop.at = ps->ckpt.at;
+	} else if (t + 3 < ps->job.iterations) {
+		ps->stop.at = ps->ckpt.at = t + 3;
+		ps->ckpt.requested = true;
+		ps->ckpt.requested_at = t;
+	} else {
+		ESD_INFO("ps", "the job ends at iteration %llu anyway; no earlier stop",
+			 (unsigned long long)ps->job.iterations);
+		ps->stop.requested = false;
+		return;
+	}
+	ESD_INFO("ps", "the job stops after iteration %llu", (unsigned long long)ps->stop.at);
 }
 
 /* Long: the barrier's release in its required order (apply gradients, checkpoint, advance,
@@ -203,6 +247,12 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	}
 	ps->bar.iter_done = t;
 	ps->bar.cursor = t * ps->job.global_batch;
+	if (ps->bar.final == ps->job.n) {
+		ps->bar.ended = true;
+		ESD_INFO("ps", "every worker's last barrier: the job ends after iteration %llu",
+			 (unsigned long long)t - 1);
+	}
+	schedule_stop_locked(ps, t);
 	/* esdctl checkpoint: schedule it at a boundary no dispatcher has
 	 * decided yet (they run at most two iterations ahead); the barrier
 	 * ACKs carry it to every node */
@@ -254,6 +304,7 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	}
 	ps->bar.arrived = 0;
 	ps->bar.arrived_mask = 0;
+	ps->bar.final = 0;
 	ps->stats.barriers++;
 	pthread_cond_broadcast(&ps->cv);
 }
@@ -338,6 +389,12 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 			ps->bar.arrived++;
 			ps->bar.digest[w] = b->digest;
 			ps->ckpt.flagged += b->checkpoint != 0;
+			ps->bar.final += b->final != 0;
+			if (b->stop && !ps->stop.asked) {
+				char why[64];
+				snprintf(why, sizeof(why), "worker %u asks for a stop", w);
+				ps_ask_stop_locked(ps, why);
+			}
 		}
 		if (ps->bar.arrived == ps->job.n)
 			complete_barrier_locked(ps, b->iteration);
@@ -345,6 +402,8 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	}
 	const char *msg = ps->bar.fail_msg;
 	uint64_t ckpt_at = ps->ckpt.at;
+	/* shard 0: the stop is at ckpt_at; another shard: relay the request */
+	bool stop = ps->shard == 0 ? ps->stop.at && ps->stop.at == ckpt_at : ps->stop.asked;
 	/* a setting change scheduled at this release follows the ACK */
 	bool setting = !rc && ps->live.pending && ps->live.at == b->iteration + 3;
 	char key[sizeof(ps->live.key)], value[sizeof(ps->live.value)];
@@ -358,7 +417,8 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 		return esd_link_send_error(pl->link, rc, msg) ? rc : rc;
 	/* sequence: a checkpoint boundary requested through esdctl (0: none) */
 	struct esd_ack ack = {.iteration = b->iteration, .sequence = ckpt_at,
-			      .op = ESD_OP_BARRIER, .status = rc, .setting = setting};
+			      .op = ESD_OP_BARRIER, .status = rc, .setting = setting,
+			      .stop = stop};
 	rc = esd_enc_ack(out, &ack);
 	if (!rc && setting)
 		rc = esd_enc_setting(out, set_at, key, value);
@@ -487,7 +547,8 @@ static void *link_main(void *arg)
 		}
 		if (rc) {
 			pthread_mutex_lock(&ps->mu);
-			if (pl->worker >= 0 && ps->bar.iter_done > ps->job.iterations) {
+			if (pl->worker >= 0 &&
+			    (ps->bar.iter_done > ps->job.iterations || ps->bar.ended)) {
 				ESD_INFO("ps", "worker %d finished", pl->worker);
 				ps->bar.finished++;
 			} else if (!ps->bar.stopping && pl->worker >= 0)

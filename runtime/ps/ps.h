@@ -43,6 +43,8 @@ struct ps_barrier {
 	char fail_msg[256];
 	bool stopping;
 	uint32_t finished; /* workers that left after the final barrier */
+	uint32_t final;    /* workers at the barrier of iter_done + 1 that flagged it FINAL */
+	bool ended;        /* a barrier every worker flagged FINAL was released */
 };
 
 /* The dense table (shard 0): values, optimizer state, per-worker staged
@@ -68,6 +70,19 @@ struct ps_ckpt_request {
 	uint32_t flagged;     /* barriers of this iteration flagged CHECKPOINT */
 	bool requested;
 	uint64_t requested_at; /* iter_done when it was requested */
+};
+
+/* A graceful stop of the whole job (SIGTERM, esdctl stop, or a worker's
+ * barrier flagged STOP): shard 0 schedules it at a checkpoint boundary no
+ * dispatcher has decided yet, like a requested checkpoint, and its barrier
+ * ACKs announce it; every worker flushes there, sends its last barrier
+ * and leaves, and each shard writes the checkpoint and exits 0. Another
+ * shard flags its ACKs so that the workers relay the request to shard 0.
+ * Under mu. */
+struct ps_stop {
+	bool asked;     /* a stop was asked at this shard */
+	bool requested; /* shard 0: a stop to schedule */
+	uint64_t at;    /* shard 0: the boundary the job stops at (0: none) */
 };
 
 /* esdctl set (shard 0): one live setting change at a time, scheduled by
@@ -104,6 +119,7 @@ struct ps {
 	struct ps_dense_table dtab;
 	struct ps_stats stats;
 	struct ps_ckpt_request ckpt;
+	struct ps_stop stop;
 	struct ps_live live;
 
 	struct ps_link links[ESD_MAX_WORKERS * 2]; /* one thread each (ps.c) */
@@ -121,6 +137,9 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 void ps_fini(struct ps *ps);
 /* Start a thread serving one accepted link (ownership passes to ps). */
 int ps_serve_link(struct ps *ps, struct esd_link *l);
+/* Ask for a graceful stop of the job (see struct ps_stop); why is logged.
+ * Caller holds mu. */
+void ps_ask_stop_locked(struct ps *ps, const char *why);
 /* Fail the job (first reason wins) and wake every waiter. Caller holds mu. */
 void ps_fail_locked(struct ps *ps, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -29,6 +29,32 @@ static void usage(FILE *f)
 		   "                   gradients written and nothing committed\n");
 }
 
+/* SIGINT/SIGTERM: the first asks the daemon for a graceful stop of the job
+ * (the trainer trains on until the daemon says STOP), a second exits. */
+static volatile sig_atomic_t stop_signals;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	if (stop_signals++)
+		_exit(1);
+}
+
+/* The next micro-batch, passing a stop request to the daemon once. */
+static int next_batch(struct esd_trainer *t, struct esd_microbatch *mb, int *asked)
+{
+	for (;;) {
+		if (stop_signals && !*asked) {
+			*asked = 1;
+			ESD_INFO("trainer", "stop requested: training on to the job's stop boundary");
+			esd_trainer_request_stop(t);
+		}
+		int rc = esd_trainer_next(t, 200, mb);
+		if (rc != -ETIMEDOUT)
+			return rc;
+	}
+}
+
 /* hidden units from the dense table's length: P = H*(T*d + D) + 2H + 1 + D */
 static unsigned hidden_of(const struct esd_trainer_info *in)
 {
@@ -90,7 +116,7 @@ int main(int argc, char **argv)
 	}
 	esd_log_init("esd-trainer");
 	struct esd_trainer *t;
-	rc = esd_trainer_attach(dir, &t);
+	rc = esd_trainer_attach_wait(dir, 30000, &t);
 	if (rc) {
 		ESD_ERR("trainer", "cannot attach to the daemon of %s: %s", dir, esd_strerror(rc));
 		return 1;
@@ -134,7 +160,11 @@ int main(int argc, char **argv)
 
 	struct esd_microbatch mb;
 	uint64_t iters = 0;
-	while ((rc = esd_trainer_next(t, -1, &mb)) == 0) {
+	int asked = 0;
+	struct sigaction sa = {.sa_handler = on_stop_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	while ((rc = next_batch(t, &mb, &asked)) == 0) {
 		double loss = 0;
 		if (model) {
 			size_t n = (size_t)mb.m * mb.tables;

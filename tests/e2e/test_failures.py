@@ -3,11 +3,13 @@
   the iteration is replayed to a new trainer, the final tables are
   bit-identical to an uninterrupted run;
 - a second daemon on a node directory in use is refused;
-- a trainer of another uid is refused by the daemon (SO_PEERCRED).
+- a trainer of another uid is refused by the daemon (SO_PEERCRED);
+- a node whose data.stream differs from the shard's is refused at HELLO.
 
 usage: test_failures.py BIN_DIR
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -204,6 +206,51 @@ def test_divergence(env):
     env.check("dispatch decisions differ" in log, "the PS names the divergence")
 
 
+def test_other_stream(env):
+    """A node whose data.stream differs from the shard's is refused at
+    HELLO, naming the file and both digests; a byte-identical copy under
+    another path is the same data and is accepted."""
+    from esdcluster import write_ini
+    work = os.path.join(env.root, "other-stream")
+    os.makedirs(work, exist_ok=True)
+    copy = os.path.join(work, "copy.esd")
+    other = os.path.join(work, "other.esd")
+    with open(env.stream, "rb") as f, open(copy, "wb") as g:
+        g.write(f.read())
+    subprocess.run([os.path.join(env.bin, "esd-data"), "gen", "-o", other, "--shape",
+                    "criteo-kaggle", "-n", "8000", "--scale", "1000", "--max-rows", "2000",
+                    "--seed", "8"], check=True, stdout=subprocess.DEVNULL)
+    s = env.settings(workers__n=2, job__iterations=3)
+    ini = os.path.join(work, "job.ini")
+    write_ini(ini, s)
+    ps = subprocess.Popen([os.path.join(env.bin, "esd-ps"), "--config", ini, "--listen",
+                           "127.0.0.1:0"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    addr = ps.stdout.readline().split()[-1]
+    same = None
+    try:
+        same = subprocess.Popen([os.path.join(env.bin, "esdd"), "--config", ini, "--rank",
+                                 "0", "--dir", os.path.join(work, "node0"), "--set",
+                                 "ps.addrs=" + addr, "--set", "data.stream=" + copy],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run([os.path.join(env.bin, "esdd"), "--config", ini, "--rank", "1",
+                            "--dir", os.path.join(work, "node1"), "--set",
+                            "ps.addrs=" + addr, "--set", "data.stream=" + other],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+        digests = re.findall(r"\b([0-9a-f]{16})\b", r.stdout)
+        env.check(r.returncode != 0 and other in r.stdout and env.stream in r.stdout and
+                  len(set(digests)) == 2,
+                  "a node with another stream is refused naming both files and digests: %s"
+                  % r.stdout.strip().splitlines()[-3:])
+        env.check(same.poll() is None, "a byte-identical copy of the stream is accepted")
+    finally:
+        for p in (same, ps):
+            if p:
+                p.kill()
+                p.wait()
+
+
 def test_bad_settings(env):
     """esdd refuses settings it cannot run, naming them, before it connects."""
     from esdcluster import write_ini
@@ -241,6 +288,7 @@ def main():
     try:
         test_corrupt_checkpoint(env)
         test_bad_settings(env)
+        test_other_stream(env)
         test_divergence(env)
         test_checkpoint_now(env)
         test_trainer_kill(env)

@@ -200,6 +200,46 @@ static void test_cursor_restart(void **state)
 	free(p);
 }
 
+static uint64_t digest_of(const char *p)
+{
+	struct esd_ds_reader *r;
+	uint64_t d = 0;
+	assert_int_equal(esd_ds_open(p, &r), 0);
+	assert_int_equal(esd_ds_digest(r, &d), 0);
+	assert_string_equal(esd_ds_path(r), p);
+	esd_ds_close(r);
+	return d;
+}
+
+/* The content digest: the same samples written twice give the same digest
+ * (whatever the path), one sample more or one label changed another. */
+static void test_digest(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct sample_set a, b, c, d;
+	char *pa = path_of("dig-a.esd"), *pb = path_of("dig-b.esd"), *pc = path_of("dig-c.esd"),
+	     *pd = path_of("dig-d.esd");
+	info_init(&in, 3, 2, 50);
+	write_set(pa, &in, 450, &a, 21);
+	write_set(pb, &in, 450, &b, 21);
+	write_set(pc, &in, 451, &c, 21);
+	write_set(pd, &in, 450, &d, 22);
+	uint64_t da = digest_of(pa);
+	assert_int_not_equal(da, 0);
+	assert_int_equal(digest_of(pb), da);
+	assert_int_not_equal(digest_of(pc), da);
+	assert_int_not_equal(digest_of(pd), da);
+	free_set(&a);
+	free_set(&b);
+	free_set(&c);
+	free_set(&d);
+	free(pa);
+	free(pb);
+	free(pc);
+	free(pd);
+}
+
 static void flip_byte(const char *p, off_t off)
 {
 	int fd = open(p, O_RDWR);
@@ -402,7 +442,7 @@ int main(void)
 	    cmocka_unit_test(test_cursor_restart), cmocka_unit_test(test_corrupt_block),
 	    cmocka_unit_test(test_truncated),      cmocka_unit_test(test_unfinished_writer),
 	    cmocka_unit_test(test_writer_ranges),  cmocka_unit_test(test_shapes),
-	    cmocka_unit_test(test_nsamples_overflow_header),
+	    cmocka_unit_test(test_nsamples_overflow_header), cmocka_unit_test(test_digest),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

@@ -51,6 +51,8 @@ int esdctl_cache(const struct esdctl *ctl);
 int esdctl_dispatch(const struct esdctl *ctl);
 int esdctl_set(const struct esdctl *ctl, const char *key, const char *value);
 int esdctl_checkpoint(const struct esdctl *ctl, double wait_s);
+/* A graceful stop of the whole job (esd-ps or esdd target). */
+int esdctl_stop(const struct esdctl *ctl);
 
 /* metrics.c: the Prometheus text of every target (a daemon that does not
  * answer shows as esd_up 0). Returns a malloc'd string. */

@@ -61,6 +61,9 @@ static void usage(FILE *f)
 	        "  checkpoint [--wait S]  ask esd-ps for a checkpoint: the next barrier\n"
 	        "                         schedules it 3 iterations ahead, where every daemon\n"
 	        "                         flushes (docs/esdctl.md); --wait: until it is written\n"
+	        "  stop                   stop the whole job gracefully (esd-ps or esdd): at\n"
+	        "                         a checkpoint boundary a few iterations on, every\n"
+	        "                         process exits 0; start the job again to resume\n"
 	        "  metrics                Prometheus text of every target\n"
 	        "  serve-metrics --port P serve the same on http://127.0.0.1:P/metrics (P 0:\n"
 	        "                         any free port, printed); polls the sockets per scrape\n"
@@ -155,6 +158,8 @@ int main(int argc, char **argv)
 		return esdctl_dispatch(&ctl);
 	if (!strcmp(cmd, "metrics") && ac == 0)
 		return esdctl_metrics(&ctl);
+	if (!strcmp(cmd, "stop") && ac == 0)
+		return esdctl_stop(&ctl);
 	if (!strcmp(cmd, "set") && ac == 2)
 		return esdctl_set(&ctl, av[0], av[1]);
 	if (!strcmp(cmd, "checkpoint")) {

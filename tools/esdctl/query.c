@@ -118,7 +118,7 @@ static const char *rate_str(double bps, char *buf, size_t len)
 /* Which daemons serve which command; "" for both. */
 static const char *role_of_cmd(const char *cmd)
 {
-	if (!strcmp(cmd, "status"))
+	if (!strcmp(cmd, "status") || !strcmp(cmd, "stop"))
 		return "";
 	if (!strcmp(cmd, "checkpoint"))
 		return "ps";
@@ -515,6 +515,31 @@ int esdctl_checkpoint(const struct esdctl *ctl, double wait_s)
 			       "next boundary every daemon flushes at (%s)\n",
 			       ctl->targets[i], esdctl_num(r, "requested_at"),
 			       esdctl_str(r, "path"));
+		json_decref(r);
+	}
+	return worst;
+}
+
+int esdctl_stop(const struct esdctl *ctl)
+{
+	int worst = 0;
+	for (int i = 0; i < ctl->ntargets; i++) {
+		json_t *r = NULL;
+		int rc = esdctl_cmd(ctl, i, "stop", false, &r);
+		if (rc) {
+			if (rc > worst)
+				worst = rc;
+			continue;
+		}
+		if (ctl->json)
+			esdctl_print_json(r);
+		else if (esdctl_num(r, "stop_at") > 0)
+			printf("%s: the job stops after iteration %.0f\n", ctl->targets[i],
+			       esdctl_num(r, "stop_at"));
+		else
+			printf("%s: stop requested at iteration %.0f: the job stops at the next "
+			       "checkpoint boundary, a few iterations on\n",
+			       ctl->targets[i], esdctl_num(r, "iteration"));
 		json_decref(r);
 	}
 	return worst;

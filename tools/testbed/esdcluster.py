@@ -75,7 +75,7 @@ class Cluster:
     def node_dir(self, rank):
         return os.path.join(self.work, "node%d" % rank)
 
-    def start_ps(self, shard=0, restore=False):
+    def start_ps(self, shard=0, restore=False, resume=False):
         argv = [os.path.join(self.bin, "esd-ps"), "--config", self.job, "--shard",
                 str(shard), "--control", os.path.join(self.work, "ps%d.sock" % shard)]
         if getattr(self, "ps_addr", None):
@@ -86,6 +86,8 @@ class Cluster:
             argv += ["--listen", "127.0.0.1:0"]
         if restore:
             argv.append("--restore")
+        if resume:
+            argv.append("--resume")
         p = self._spawn("ps%d" % shard, argv, stdout=subprocess.PIPE, text=True)
         line = p.stdout.readline()
         m = re.search(r"listening on (\S+) (\S+)", line)
@@ -94,12 +96,14 @@ class Cluster:
             raise ClusterError("esd-ps did not start: see %s/ps%d.log" % (self.work, shard))
         return m.group(2)
 
-    def start(self):
+    def start(self, resume=False):
+        """Start the job; resume: the shards resume from their checkpoints
+        when they exist (a job started again after a stop)."""
         if os.path.exists(self.job):
             os.unlink(self.job)
         self.settings["ps.shards"] = self.shards
         write_ini(self.job, self.settings)
-        self.ps_addr = [self.start_ps(s) for s in range(self.shards)]
+        self.ps_addr = [self.start_ps(s, resume=resume) for s in range(self.shards)]
         addrs = ",".join(self.ps_addr)
         for w in range(self.n):
             self.start_daemon(w, addrs)
