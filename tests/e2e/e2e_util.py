@@ -35,16 +35,19 @@ class Env:
         s.update({k.replace("__", "."): v for k, v in over.items()})
         return s
 
-    def run(self, name, settings, emulate_ns=None, during=None, timeout=120):
+    def run(self, name, settings, emulate_ns=None, during=None, timeout=120, shards=1):
+        """One cluster run to its end: (the final checkpoint, as esd-ref
+        compare takes it: the shards' files joined by commas; the
+        summaries)."""
         settings = dict(settings)
         work, ck = self.run_dirs(settings, name)
-        with Cluster(self.bin, work, settings, emulate_ns=emulate_ns) as c:
+        with Cluster(self.bin, work, settings, emulate_ns=emulate_ns, shards=shards) as c:
             c.start()
             if during:
                 during(c)
             c.wait(timeout=timeout)
             sums = c.summaries()
-        return os.path.join(ck, "ps-shard0.ckpt"), sums
+        return shard_files(ck, shards), sums
 
     def hot_rows(self, count):
         """FAE's hot set of this env's stream (esd-data hot): its path."""
@@ -136,6 +139,12 @@ class Env:
             return 1
         shutil.rmtree(self.root, ignore_errors=True)
         return 0
+
+
+def shard_files(ck, shards):
+    """The checkpoint of every shard in folder ck, as esd-ref compare takes
+    a model: comma-separated."""
+    return ",".join(os.path.join(ck, "ps-shard%d.ckpt" % s) for s in range(shards))
 
 
 def poll_status(socks, done, deadline, every=0.02):

@@ -1,6 +1,6 @@
-"""The correctness bar (DESIGN §3): one PS, 4 node daemons and 4 reference
-trainers, real processes and sockets, 50 iterations of a small Criteo-shaped
-stream, under every dispatch method: the final tables equal a single-process
+"""The correctness bar (DESIGN §3): one PS shard (and 2 and 4), 4 node
+daemons and 4 reference trainers, real processes and sockets, 50 iterations
+of a small Criteo-shaped stream, under every dispatch method: the final tables equal a single-process
 run within 1e-5 relative; two runs are bit-identical; the transfers counted
 on the links equal the dispatcher's plan.
 
@@ -23,6 +23,11 @@ CASES = [
     # the cache holds them beside one micro-batch's 32 x 26 keys
     ("fae", {"dispatch__method": "vanilla", "dispatch__sync": "full-set",
              "dispatch__replicate": "HOT", "cache__rows": 200 + 32 * 26}),
+    # several PS shards: keys hashed over them (esd_shard_of), the dense
+    # table on shard 0
+    ("hybrid-2-shards", {"dispatch__method": "hybrid", "SHARDS": 2}),
+    ("opt-4-shards", {"dispatch__method": "opt", "model__optimizer": "adam",
+                      "model__lr": 0.01, "SHARDS": 4}),
 ]
 HOT_ROWS = 200
 
@@ -35,9 +40,10 @@ def main():
         hot = env.hot_rows(HOT_ROWS)
         for name, over in CASES:
             s = env.settings(**over)
+            shards = s.pop("SHARDS", 1)
             if s.get("dispatch.replicate") == "HOT":
                 s["dispatch.replicate"] = hot
-            ck, sums = env.run(name, s)
+            ck, sums = env.run(name, s, shards=shards)
             env.check_transfers(name, sums)
             if name == "fae":
                 iters = int(s["job.iterations"])

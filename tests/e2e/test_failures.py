@@ -14,12 +14,12 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, ctl
+from e2e_util import Env, ClusterError, ctl, shard_files
 
 
-def test_trainer_kill(env):
+def test_trainer_kill(env, shards):
     s = env.settings(job__iterations=40)
-    base_ck, _ = env.run("uninterrupted", s)
+    base_ck, _ = env.run("uninterrupted-%d" % shards, s, shards=shards)
     state = {"killed": False}
 
     def trainer_cmd(w, node_dir):
@@ -50,20 +50,20 @@ def test_trainer_kill(env):
         c.start_trainer(1)  # a new trainer: the iteration is replayed
 
     from esdcluster import Cluster
-    work = os.path.join(env.root, "killed")
+    work = os.path.join(env.root, "killed-%d" % shards)
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
     s2 = dict(s)
     s2["ps.checkpoint_dir"] = ck
-    with Cluster(env.bin, work, s2, trainer_cmd=trainer_cmd) as c:
+    with Cluster(env.bin, work, s2, trainer_cmd=trainer_cmd, shards=shards) as c:
         c.start()
         during(c)
         c.wait(timeout=120)
         sums = c.summaries()
     env.check(sums[1]["trainer_deaths"] == 1, "daemon 1 counted one trainer death")
-    ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base_ck, exact=True)
-    env.check(ok, "after the replay the final tables are bit-identical to the "
-              "uninterrupted run")
+    ok, out = env.compare(shard_files(ck, shards), base_ck, exact=True)
+    env.check(ok, "%d shard(s): after the replay the final tables are bit-identical to "
+              "the uninterrupted run" % shards)
 
 
 def test_second_daemon_and_uid(env):
@@ -291,7 +291,8 @@ def main():
         test_other_stream(env)
         test_divergence(env)
         test_checkpoint_now(env)
-        test_trainer_kill(env)
+        test_trainer_kill(env, 1)
+        test_trainer_kill(env, 2)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)

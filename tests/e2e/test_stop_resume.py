@@ -4,7 +4,8 @@
   iterations later, at a checkpoint boundary, every process exits 0;
 - the same job started again resumes from that checkpoint (tables,
   optimizer state, data cursor, every node's dispatcher state and sizes),
-  and a run stopped three times ends bit-identical to one never stopped;
+  and a run stopped four times ends bit-identical to one never stopped,
+  with one shard and with two (a stop asked at shard 1 relayed to shard 0);
 - after kill -9 of every process, the same start resumes from the last
   complete checkpoint, again bit-identical;
 - a node whose state file of the boundary is corrupt is refused, naming it.
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, ctl
+from e2e_util import Env, ClusterError, ctl, shard_files
 from esdcluster import Cluster
 
 ITERS = 150
@@ -77,17 +78,17 @@ def check_ckpt_at(env, ck, it):
               % (it, info.stdout.strip().splitlines()[:2]))
 
 
-def test_stops(env, s, base):
-    """Three graceful stops (a daemon, a trainer, esdctl on shard 0), each
-    followed by the same start; then a fourth run by SIGTERM to the shard."""
-    work = os.path.join(env.root, "stops")
+def test_stops(env, s, base, shards, victims):
+    """Graceful stops by SIGTERM to each victim in turn (esdctl: esdctl stop
+    on shard 0), each followed by the same start, the last to the end."""
+    work = os.path.join(env.root, "stops-%d" % shards)
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
     s = dict(s)
     s["ps.checkpoint_dir"] = ck
     at = 10
-    for victim in ("esdd2", "trainer1", "esdctl", "ps0", None):
-        with Cluster(env.bin, work, s) as c:
+    for victim in victims + (None,):
+        with Cluster(env.bin, work, s, shards=shards) as c:
             c.start(resume=True)
             if victim:
                 stop = stop_run(env, c, work, victim, at)
@@ -102,12 +103,12 @@ def test_stops(env, s, base):
         log = f.read()
     env.check("the job resumes after iteration" in log, "the last start resumed: %s"
               % [ln for ln in log.splitlines() if "resumes" in ln][:1])
-    ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base, exact=True)
-    env.check(ok, "stopped four times, the final tables are bit-identical to the "
-              "uninterrupted run: %s" % out.splitlines()[-1:])
+    ok, out = env.compare(shard_files(ck, shards), base, exact=True)
+    env.check(ok, "%d shard(s), stopped %d times: the final tables are bit-identical to "
+              "the uninterrupted run: %s" % (shards, len(victims), out.splitlines()[-1:]))
 
 
-def test_kill_all(env, s, base):
+def test_kill_all(env, s, base, shards):
     """kill -9 of every process mid-run, then the same start: it resumes
     from the last complete checkpoint (every 20 iterations)."""
     work = os.path.join(env.root, "killall")
@@ -116,7 +117,7 @@ def test_kill_all(env, s, base):
     s = dict(s)
     s["ps.checkpoint_dir"] = ck
     s["ps.checkpoint_every"] = 20
-    with Cluster(env.bin, work, s) as c:
+    with Cluster(env.bin, work, s, shards=shards) as c:
         c.start()
         got = wait_iteration(os.path.join(work, "ps0.sock"), 50)
         for p in c.procs.values():
@@ -124,7 +125,7 @@ def test_kill_all(env, s, base):
         for p in c.procs.values():
             p.wait()
     env.check(got >= 50, "every process killed at iteration %d" % got)
-    with Cluster(env.bin, work, s) as c:
+    with Cluster(env.bin, work, s, shards=shards) as c:
         c.start(resume=True)
         c.wait(timeout=120)
         sums = c.summaries()
@@ -132,7 +133,7 @@ def test_kill_all(env, s, base):
         resumed = [ln for ln in f.read().splitlines() if "resumes after" in ln]
     env.check(len(resumed) == 1 and all(sm["iterations"] == ITERS for sm in sums),
               "the same start resumes and trains to the end: %s" % resumed)
-    ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base, exact=True)
+    ok, out = env.compare(shard_files(ck, shards), base, exact=True)
     env.check(ok, "after kill -9 of everything the final tables are bit-identical: %s"
               % out.splitlines()[-1:])
 
@@ -177,8 +178,11 @@ def main():
     s = env.settings(job__iterations=ITERS)
     try:
         base, _ = env.run("uninterrupted", s)
-        test_stops(env, s, base)
-        test_kill_all(env, s, base)
+        test_stops(env, s, base, 1, ("esdd2", "trainer1", "esdctl", "ps0"))
+        # two shards: a stop asked at shard 1 is relayed to shard 0
+        base2, _ = env.run("uninterrupted-2", s, shards=2)
+        test_stops(env, s, base2, 2, ("ps1", "esdd0"))
+        test_kill_all(env, s, base2, 2)
         test_corrupt_state(env, s)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)
