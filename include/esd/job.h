@@ -83,6 +83,9 @@ struct esd_job {
 	 * gives a worker more keys than its cache takes */
 	uint32_t max_batch;
 	uint64_t compute_ns_per_sample;
+	/* workers.trainers: training processes per node (one per GPU, say),
+	 * each given a share of the node's micro-batch */
+	uint32_t trainers;
 	/* [model] */
 	uint32_t dim;
 	uint32_t hidden;

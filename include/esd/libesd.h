@@ -27,6 +27,13 @@
  * runtime then trains exactly what one process would on the global batch,
  * however it is split over workers.
  *
+ * Several trainers per node (workers.trainers, e.g. one per GPU): each
+ * attaches to the same daemon, gets the lowest free index, and receives
+ * an equal contiguous share of the node's micro-batch each iteration (mb.m
+ * may be 0). They read the same cached rows; each writes its gradients
+ * into its own gradient slots (esd_trainer_grad), which the daemon sums in
+ * index order once every share is committed.
+ *
  * Threads: one thread uses a trainer handle at a time.
  */
 #ifndef ESD_LIBESD_H
@@ -44,6 +51,8 @@ struct esd_trainer;
 struct esd_trainer_info {
 	uint32_t rank;         /* worker rank of this node */
 	uint32_t workers;      /* workers in the job */
+	uint32_t index;        /* this trainer among the node's (0 .. trainers-1) */
+	uint32_t trainers;     /* the node's trainers (workers.trainers) */
 	uint32_t dim;          /* floats per embedding row */
 	uint32_t tables;       /* keys per sample */
 	uint32_t dense;        /* dense features per sample */
@@ -53,7 +62,8 @@ struct esd_trainer_info {
 	/* Row layout, for zero-copy views (numpy, torch.from_numpy): the
 	 * value of slot s is dim floats at values_base + s * value_stride
 	 * bytes (read-only mapping), its gradient slot dim floats at
-	 * grads_base + s * grad_stride (writable). */
+	 * grads_base + s * grad_stride (writable; this trainer's own: the
+	 * daemon adds the node's trainers' gradients in index order). */
 	const void *values_base;
 	void *grads_base;
 	size_t value_stride, grad_stride;

@@ -33,6 +33,7 @@ static inline uint64_t esd_splitmix64(uint64_t x)
 #define ESD_MAX_TABLES  65536
 /* Upper bound on workers in one job (decisions use small per-worker arrays). */
 #define ESD_MAX_WORKERS 64
+#define ESD_MAX_TRAINERS 16 /* training processes per node */
 
 static inline esd_key_t esd_key_make(uint32_t table, uint64_t id)
 {

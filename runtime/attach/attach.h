@@ -12,13 +12,14 @@
 #include <sys/types.h>
 
 #define ESD_ATTACH_MAGIC   0x45534441u /* "ESDA" */
-#define ESD_ATTACH_VERSION 1u
+#define ESD_ATTACH_VERSION 2u
 #define ESD_ATTACH_SOCK    "esdd.sock"
 #define ESD_ATTACH_LOCK    "lock"
 
 enum esd_attach_op {
 	ESD_AT_HELLO = 1,   /* trainer -> daemon */
-	ESD_AT_WELCOME = 2, /* daemon -> trainer, + 2 fds (cache region, exchange area) */
+	ESD_AT_WELCOME = 2, /* daemon -> trainer, + 2 fds (cache region, exchange area),
+			     * + a third for trainer index > 0 (its own gradient slots) */
 	ESD_AT_BATCH = 3,   /* daemon -> trainer: a micro-batch is ready */
 	ESD_AT_COMMIT = 4,  /* trainer -> daemon: gradients written */
 	ESD_AT_STOP = 5,    /* daemon -> trainer: training is over */
@@ -34,11 +35,13 @@ struct esd_attach_msg {
 	uint32_t pid;     /* HELLO: trainer pid */
 	uint32_t rank;    /* WELCOME */
 	uint32_t workers; /* WELCOME */
+	uint32_t index;   /* WELCOME: this trainer's place among the node's */
+	uint32_t trainers; /* WELCOME: the node's trainers */
 	uint32_t m;       /* BATCH: samples in this micro-batch */
 	uint64_t iter;    /* BATCH, COMMIT */
 	uint64_t global_k; /* BATCH: global batch size (loss normalisation) */
 	double loss;      /* COMMIT: summed loss of the micro-batch */
-	char text[88];    /* REFUSE: reason */
+	char text[80];    /* REFUSE: reason */
 };
 
 /* Create (mode 0700) or reuse the node directory and take its lock with

@@ -28,7 +28,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.gpu_min_rows", "dispatch.gpu_blocks",
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
 	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
-	"workers.checkpoint_dir",
+	"workers.checkpoint_dir", "workers.trainers",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	NULL,
@@ -216,6 +216,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	j->shape_follows_model = !lr && !j->estimate_rates;
 	TRY(esd_config_get_u64(cfg, "workers", "compute_ns_per_sample", 0, 0, UINT64_MAX / 2,
 			       &j->compute_ns_per_sample));
+	TRY(esd_config_get_u64(cfg, "workers", "trainers", 1, 1, ESD_MAX_TRAINERS, &u));
+	j->trainers = (uint32_t)u;
 	TRY(esd_config_get_u64(cfg, "model", "dim", 16, 1, 1u << 16, &u));
 	j->dim = (uint32_t)u;
 	TRY(esd_config_get_u64(cfg, "model", "hidden", 16, 1, 4096, &u));

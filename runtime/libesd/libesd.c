@@ -24,6 +24,8 @@ struct esd_trainer {
 	struct esd_cache *cache;
 	struct esd_xchg_hdr *xchg;
 	size_t xchg_len;
+	float *grads; /* trainer index > 0: its own gradient slots, else NULL */
+	size_t grads_len;
 	struct esd_trainer_info info;
 	uint64_t cur_iter;
 };
@@ -51,6 +53,28 @@ int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer 
 	return rc;
 }
 
+/* A trainer after the first writes its gradients into its own slots (the
+ * daemon adds them to the region's in trainer order). */
+static int map_grads(struct esd_trainer *t, int fd)
+{
+	struct stat st;
+	struct esd_cache_info ci;
+	if (fstat(fd, &st) < 0)
+		return esd_neg_errno();
+	esd_cache_get_info(t->cache, &ci);
+	if ((size_t)st.st_size < (size_t)ci.rows * ci.dim * sizeof(float)) {
+		ESD_ERR("libesd", "gradient area of %lld bytes is below %u rows of %u floats",
+			(long long)st.st_size, ci.rows, ci.dim);
+		return -EPROTO;
+	}
+	t->grads_len = (size_t)st.st_size;
+	void *m = mmap(NULL, t->grads_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return esd_neg_errno();
+	t->grads = m;
+	return 0;
+}
+
 /* The trainer's view of what it attached to: the WELCOME's identity, the
  * region's and the exchange area's shapes, the rows' layout. */
 static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
@@ -67,20 +91,23 @@ static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
 	in->max_batch = t->xchg->max_batch;
 	in->capacity = ci.rows;
 	in->values_base = esd_cache_vec(t->cache, 0);
-	in->grads_base = esd_cache_grad(t->cache, 0);
+	in->index = w->index;
+	in->trainers = w->trainers;
+	in->grads_base = t->grads ? (void *)t->grads : esd_cache_grad(t->cache, 0);
 	in->value_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_vec(t->cache, 1) -
 						  (char *)esd_cache_vec(t->cache, 0))
 				       : ci.dim * sizeof(float);
-	in->grad_stride = ci.rows > 1 ? (size_t)((char *)esd_cache_grad(t->cache, 1) -
-						 (char *)esd_cache_grad(t->cache, 0))
-				      : ci.dim * sizeof(float);
+	in->grad_stride = t->grads || ci.rows <= 1
+				  ? ci.dim * sizeof(float)
+				  : (size_t)((char *)esd_cache_grad(t->cache, 1) -
+					     (char *)esd_cache_grad(t->cache, 0));
 }
 
 int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 {
 	struct esd_trainer *t = calloc(1, sizeof(*t));
 	struct esd_attach_msg m;
-	int fds[2], nfds = 2, rc;
+	int fds[3], nfds = 3, rc;
 
 	if (!t)
 		return -ENOMEM;
@@ -104,7 +131,7 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 		rc = -EPERM;
 		goto err_fds;
 	}
-	if (m.op != ESD_AT_WELCOME || nfds != 2) {
+	if (m.op != ESD_AT_WELCOME || nfds != (m.index > 0 ? 3 : 2)) {
 		ESD_ERR("libesd", "unexpected answer to HELLO (op %u, %d fds)", m.op, nfds);
 		rc = -EPROTO;
 		goto err_fds;
@@ -129,9 +156,12 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 		rc = -EPROTO;
 		goto err_fds;
 	}
-	close(fds[0]);
-	close(fds[1]);
-	esd_cache_trainer_hello(t->cache);
+	if (nfds == 3 && (rc = map_grads(t, fds[2])))
+		goto err_fds;
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (m.index == 0) /* the region's gradient slots are trainer 0's */
+		esd_cache_trainer_hello(t->cache);
 
 	fill_info(t, &m);
 	*out = t;
@@ -181,6 +211,8 @@ const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot)
 
 float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot)
 {
+	if (t->grads)
+		return t->grads + (size_t)slot * t->info.dim;
 	return esd_cache_grad(t->cache, slot);
 }
 
@@ -209,6 +241,8 @@ void esd_trainer_detach(struct esd_trainer *t)
 		return;
 	if (t->xchg)
 		munmap(t->xchg, t->xchg_len);
+	if (t->grads)
+		munmap(t->grads, t->grads_len);
 	esd_cache_close(t->cache);
 	if (t->fd >= 0)
 		close(t->fd);

@@ -26,7 +26,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 			  "iterations", (json_int_t)nd->job.iterations,
 			  "iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0, "loss", nd->stats.last_loss,
 			  "trainer_deaths", (json_int_t)nd->stats.trainer_deaths,
-			  "trainer_attached", nd->tr.trainer_fd >= 0, "method", nd->job.method,
+			  "trainer_attached", nd->tr.attached == nd->tr.count, "method", nd->job.method,
 			  "sync", esd_job_sync_name(&nd->job), "alpha", nd->job.alpha);
 	json_object_set_new(*resp, "policy", json_string(esd_policy_name(nd->job.policy)));
 	json_object_set_new(*resp, "shards", json_integer(nd->job.shards));
@@ -34,11 +34,26 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	/* a graceful stop: asked (here or relayed), and shard 0's boundary */
 	json_object_set_new(*resp, "stop_asked", json_boolean(nd->stop.asked));
 	json_object_set_new(*resp, "stop_at", json_integer((json_int_t)nd->stop.at));
+	json_object_set_new(*resp, "trainers", node_trainers_json(nd));
 	node_batch_rates_json(nd, *resp);
 	if (nd->job.estimate_rates)
 		json_object_set_new(*resp, "rate_estimate", node_rate_est_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
+}
+
+json_t *node_trainers_json(const struct node *nd)
+{
+	/* caller holds qmu: the slots' fd, pid and counters change under it */
+	json_t *a = json_array();
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		const struct node_trainer_slot *ts = &nd->tr.t[i];
+		json_array_append_new(a, json_pack("{s:i, s:b, s:i, s:I, s:I}", "index", (int)i,
+						   "attached", ts->fd >= 0, "pid", ts->fd >= 0 ? ts->pid : 0,
+						   "commits", (json_int_t)ts->commits,
+						   "deaths", (json_int_t)ts->deaths));
+	}
+	return a;
 }
 
 json_t *node_batch_rates_json(const struct node *nd, json_t *o)

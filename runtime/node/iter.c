@@ -537,7 +537,7 @@ static int pull_rows_and_dense(struct exec *x, const struct order *o)
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_MISS_PULL, NULL);
 	esd_cache_meta_write_end(nd->cache);
-	float *params = esd_xchg_at(nd->tr.xchg, nd->tr.xchg->off_params);
+	float *params = node_dense_params(nd);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
 		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
 	if (!rc)
@@ -611,7 +611,7 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
 	uint32_t dim = nd->job.dim;
-	const float *dg = esd_xchg_at(nd->tr.xchg, nd->tr.xchg->off_dgrad);
+	const float *dg = node_dense_grads(nd);
 	int rc = 0;
 
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {

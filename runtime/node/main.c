@@ -145,7 +145,9 @@ static int setup_node(struct node *nd, const struct args *a, char *tag, size_t t
 	}
 	nd->rank = (uint32_t)a->rank;
 	node_rate_est_init(nd);
-	nd->tr.lock_fd = nd->tr.listen_fd = nd->tr.trainer_fd = nd->tr.xchg_fd = -1;
+	nd->tr.lock_fd = nd->tr.listen_fd = -1;
+	for (uint32_t i = 0; i < ESD_MAX_TRAINERS; i++)
+		nd->tr.t[i].fd = nd->tr.t[i].xchg_fd = nd->tr.t[i].grad_fd = -1;
 	snprintf(nd->dir, sizeof(nd->dir), "%s", a->dir);
 	nd->dispatcher_core = a->core == -2 ? esd_pin_ncores() - 1 : (int)a->core;
 	pthread_mutex_init(&nd->qmu, NULL);

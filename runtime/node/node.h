@@ -167,13 +167,36 @@ struct node_links {
 	uint64_t pull_req;
 };
 
-/* The trainer's attachment: the node directory's lock, the listening
- * socket, the trainer's connection and the exchange area. The main
- * thread's (trainer_srv.c). */
-struct node_trainer {
-	int lock_fd, listen_fd, trainer_fd, xchg_fd;
+/* One of the node's training processes (workers.trainers): its
+ * connection, its exchange area, its own gradient slots (trainer 0 writes
+ * the cache region's), and its share of the current micro-batch. The main
+ * thread's (trainer_srv.c); it changes fd, pid and the counters under qmu
+ * (esdctl reads them). */
+struct node_trainer_slot {
+	int fd; /* -1: none attached */
+	int pid;
+	int xchg_fd;
 	struct esd_xchg_hdr *xchg;
 	size_t xchg_len;
+	int grad_fd; /* index > 0: a memfd of capacity x dim floats; else -1 */
+	float *grads;
+	size_t grads_len;
+	uint32_t first, m; /* its samples of the micro-batch */
+	bool published, committed;
+	double loss;
+	uint64_t commits, deaths;
+};
+
+/* The trainers' attachment: the node directory's lock, the listening
+ * socket and the trainer slots. The main thread's; esdctl reads the
+ * counts under qmu. */
+struct node_trainer {
+	int lock_fd, listen_fd;
+	uint32_t count;      /* workers.trainers */
+	uint32_t attached;   /* slots with a trainer (under qmu) */
+	uint32_t *mark;      /* per cache slot: the share that last touched it */
+	uint32_t mark_gen;
+	struct node_trainer_slot t[ESD_MAX_TRAINERS];
 };
 
 /* Progress and figures; written by the main thread, read by esdctl and
@@ -247,6 +270,9 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 int node_write_summary(struct node *nd, int status);
 /* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */
 json_t *node_gpu_json(const struct node *nd);
+/* The node's trainers: index, attached, pid, commits, deaths. Caller
+ * holds qmu. */
+json_t *node_trainers_json(const struct node *nd);
 /* workers.estimate_rates figures (null without it); caller holds qmu. */
 json_t *node_rate_est_json(const struct node *nd);
 /* "batch" and "rates" (the decisions' sizes and model rates) into o;
@@ -293,8 +319,21 @@ void node_order_done(struct node *nd);
 
 int node_trainer_init(struct node *nd);
 void node_trainer_fini(struct node *nd);
-/* Publish the micro-batch of o and wait for its commit; handles a trainer
- * that dies (waits for the next one and replays). */
+/* Trainer 0's exchange area: the dense parameters are pulled into it and
+ * the summed dense gradients read from it. */
+static inline float *node_dense_params(struct node *nd)
+{
+	return esd_xchg_at(nd->tr.t[0].xchg, nd->tr.t[0].xchg->off_params);
+}
+static inline const float *node_dense_grads(struct node *nd)
+{
+	return esd_xchg_at(nd->tr.t[0].xchg, nd->tr.t[0].xchg->off_dgrad);
+}
+/* Give each trainer its share of the micro-batch of o and wait for every
+ * commit; then the shares' row and dense gradients are summed into the
+ * region's gradient slots and trainer 0's dgrad in trainer order, and the
+ * losses added. A trainer that dies has its share replayed to the next
+ * one that attaches. */
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss);
 void node_trainer_stop(struct node *nd);

@@ -87,10 +87,11 @@ static void *serialize(const struct node *nd, const struct node_state *st, size_
 		memcpy(p, st->cm[w], b);
 		p += pad8(b);
 	}
-	memcpy(p, st->vkeys, st->nvers * 8);
-	p += st->nvers * 8;
-	memcpy(p, st->vvals, st->nvers * 8);
-	p += st->nvers * 8;
+	if (st->nvers) { /* HET only */
+		memcpy(p, st->vkeys, st->nvers * 8);
+		memcpy(p + st->nvers * 8, st->vvals, st->nvers * 8);
+	}
+	p += st->nvers * 16;
 	uint64_t sum = XXH64(buf, (size_t)(p - buf), 0);
 	memcpy(p, &sum, 8);
 	*len = n;

@@ -1,8 +1,14 @@
 /*
- * The daemon's side of the attach protocol (docs/runtime.md): one trainer
- * at a time, checked by uid, handed the cache region and the exchange area
- * as fds; its death is seen at once on the socket, and the micro-batch is
- * replayed to the next trainer that attaches.
+ * The daemon's side of the attach protocol (docs/runtime.md): the node's
+ * workers.trainers training processes, each checked by uid and handed the
+ * cache region, its own exchange area and (all but the first) its own
+ * gradient slots as fds. Each iteration every trainer gets an equal
+ * contiguous share of the node's micro-batch; trainer 0 writes its row
+ * gradients into the region's gradient slots, the others into theirs, and
+ * once every share is committed the daemon adds them in trainer order, so
+ * the sum does not depend on which trainer finished first. A trainer's
+ * death is seen at once on its socket; its share is replayed to the next
+ * trainer that attaches.
  */
 #include "node.h"
 #include "attach.h"
@@ -14,44 +20,86 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-int node_trainer_init(struct node *nd)
+/* A shared memory file of len bytes, mapped read-write. */
+static int make_area(const char *name, size_t len, int *fd, void **map)
 {
-	struct esd_xchg_hdr h;
-	const uint32_t maxb = node_max_batch(nd);
-	int rc;
+	*fd = memfd_create(name, MFD_CLOEXEC);
+	if (*fd < 0)
+		return esd_neg_errno();
+	if (ftruncate(*fd, (off_t)len) < 0)
+		return esd_neg_errno();
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	if (m == MAP_FAILED)
+		return esd_neg_errno();
+	*map = m;
+	return 0;
+}
 
-	nd->tr.trainer_fd = -1;
-	rc = esd_nodedir_lock(nd->dir, &nd->tr.lock_fd);
+/* Trainer slot i's exchange area, and its gradient slots for i > 0. */
+static int make_slot(struct node *nd, uint32_t i)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	struct esd_xchg_hdr h;
+	esd_xchg_layout(&h, node_max_batch(nd), nd->tables, nd->dense, nd->dense_params);
+	void *m;
+	int rc = make_area("esd-xchg", h.total_size, &ts->xchg_fd, &m);
 	if (rc)
 		return rc;
-	esd_xchg_layout(&h, maxb, nd->tables, nd->dense, nd->dense_params);
-	nd->tr.xchg_fd = memfd_create("esd-xchg", MFD_CLOEXEC);
-	if (nd->tr.xchg_fd < 0)
-		return esd_neg_errno();
-	if (ftruncate(nd->tr.xchg_fd, (off_t)h.total_size) < 0)
-		return esd_neg_errno();
-	nd->tr.xchg = mmap(NULL, h.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, nd->tr.xchg_fd, 0);
-	if (nd->tr.xchg == MAP_FAILED) {
-		nd->tr.xchg = NULL;
-		return esd_neg_errno();
+	ts->xchg = m;
+	ts->xchg_len = h.total_size;
+	memcpy(ts->xchg, &h, sizeof(h));
+	if (i == 0)
+		return 0;
+	struct esd_cache_info ci;
+	esd_cache_get_info(nd->cache, &ci);
+	ts->grads_len = (size_t)ci.rows * ci.dim * sizeof(float);
+	rc = make_area("esd-grads", ts->grads_len, &ts->grad_fd, &m);
+	if (!rc)
+		ts->grads = m;
+	return rc;
+}
+
+int node_trainer_init(struct node *nd)
+{
+	struct esd_cache_info ci;
+	int rc = esd_nodedir_lock(nd->dir, &nd->tr.lock_fd);
+	if (rc)
+		return rc;
+	nd->tr.count = nd->job.trainers;
+	esd_cache_get_info(nd->cache, &ci);
+	nd->tr.mark = calloc(ci.rows ? ci.rows : 1, sizeof(uint32_t));
+	if (!nd->tr.mark)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nd->tr.count && !rc; i++)
+		rc = make_slot(nd, i);
+	if (rc) {
+		ESD_ERR("node", "cannot make the trainers' shared areas: %s", esd_strerror(rc));
+		return rc;
 	}
-	nd->tr.xchg_len = h.total_size;
-	memcpy(nd->tr.xchg, &h, sizeof(h));
 	return esd_attach_listen(nd->dir, &nd->tr.listen_fd);
 }
 
 void node_trainer_fini(struct node *nd)
 {
-	if (nd->tr.trainer_fd >= 0)
-		close(nd->tr.trainer_fd);
-	if (nd->tr.xchg)
-		munmap(nd->tr.xchg, nd->tr.xchg_len);
-	if (nd->tr.xchg_fd >= 0)
-		close(nd->tr.xchg_fd);
+	for (uint32_t i = 0; i < ESD_MAX_TRAINERS; i++) {
+		struct node_trainer_slot *ts = &nd->tr.t[i];
+		if (ts->fd >= 0)
+			close(ts->fd);
+		if (ts->xchg)
+			munmap(ts->xchg, ts->xchg_len);
+		if (ts->xchg_fd >= 0)
+			close(ts->xchg_fd);
+		if (ts->grads)
+			munmap(ts->grads, ts->grads_len);
+		if (ts->grad_fd >= 0)
+			close(ts->grad_fd);
+	}
+	free(nd->tr.mark);
 	if (nd->tr.listen_fd >= 0) {
 		char p[600];
 		snprintf(p, sizeof(p), "%s/%s", nd->dir, ESD_ATTACH_SOCK);
@@ -70,8 +118,41 @@ static void refuse(int fd, const char *why)
 	close(fd);
 }
 
-/* Accept pending connections: the first good one becomes the trainer
- * (if none is attached), every other one is refused with the reason. */
+/* The lowest trainer slot without a trainer, or -1. */
+static int free_slot(const struct node *nd)
+{
+	for (uint32_t i = 0; i < nd->tr.count; i++)
+		if (nd->tr.t[i].fd < 0)
+			return (int)i;
+	return -1;
+}
+
+/* Welcome a checked trainer into slot i: the region, its exchange area
+ * and (i > 0) its gradient slots. */
+static void welcome(struct node *nd, int fd, pid_t pid, int i)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_WELCOME);
+	m.rank = nd->rank;
+	m.workers = nd->job.n;
+	m.index = (uint32_t)i;
+	m.trainers = nd->tr.count;
+	int fds[3] = {esd_cache_fd(nd->cache), ts->xchg_fd, ts->grad_fd};
+	if (esd_attach_send(fd, &m, fds, i > 0 ? 3 : 2)) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&nd->qmu);
+	ts->fd = fd;
+	ts->pid = (int)pid;
+	nd->tr.attached++;
+	pthread_mutex_unlock(&nd->qmu);
+	ts->published = ts->committed = false;
+	ESD_INFO("node", "trainer pid %d attached (trainer %d of %u)", (int)pid, i, nd->tr.count);
+}
+
+/* Accept pending connections: each good one takes the lowest free trainer
+ * slot; every other one is refused with the reason. */
 static void accept_pending(struct node *nd)
 {
 	for (;;) {
@@ -94,112 +175,219 @@ static void accept_pending(struct node *nd)
 			refuse(fd, "attach refused: different user");
 			continue;
 		}
-		if (nd->tr.trainer_fd >= 0) {
-			refuse(fd, "attach refused: another trainer is attached");
+		int i = free_slot(nd);
+		if (i < 0) {
+			char why[80];
+			snprintf(why, sizeof(why), "attach refused: the node's %u trainer(s) are "
+				 "attached", nd->tr.count);
+			refuse(fd, why);
 			continue;
 		}
-		m = esd_attach_msg_make(ESD_AT_WELCOME);
-		m.rank = nd->rank;
-		m.workers = nd->job.n;
-		int fds[2] = {esd_cache_fd(nd->cache), nd->tr.xchg_fd};
-		if (esd_attach_send(fd, &m, fds, 2)) {
-			close(fd);
-			continue;
-		}
-		nd->tr.trainer_fd = fd;
-		ESD_INFO("node", "trainer pid %d attached", (int)pid);
+		welcome(nd, fd, pid, i);
 	}
 }
 
-static int publish(struct node *nd, const struct order *o, const uint32_t *slots)
+/* Trainer i's gradient slot of cache slot s. */
+static float *share_grad(struct node *nd, uint32_t i, uint32_t s)
 {
-	struct esd_xchg_hdr *h = nd->tr.xchg;
-	size_t n = (size_t)o->m * nd->tables;
-	memcpy(esd_xchg_at(h, h->off_slots), slots, n * sizeof(uint32_t));
-	memcpy(esd_xchg_at(h, h->off_keys), o->keys, n * sizeof(esd_key_t));
-	memcpy(esd_xchg_at(h, h->off_labels), o->labels, o->m * sizeof(float));
-	memcpy(esd_xchg_at(h, h->off_dense), o->dense, (size_t)o->m * nd->dense * sizeof(float));
+	return i == 0 ? node_row_grad(nd, s) : nd->tr.t[i].grads + (size_t)s * nd->job.dim;
+}
+
+/* Zero trainer i's gradient slots of the rows of its share. */
+static void zero_share(struct node *nd, uint32_t i, const uint32_t *slots)
+{
+	const struct node_trainer_slot *ts = &nd->tr.t[i];
+	const uint32_t *s = slots + (size_t)ts->first * nd->tables;
+	for (size_t k = 0; k < (size_t)ts->m * nd->tables; k++)
+		memset(share_grad(nd, i, s[k]), 0, nd->job.dim * sizeof(float));
+}
+
+/* Trainer i's share of the micro-batch into its exchange area, then BATCH. */
+static int publish(struct node *nd, uint32_t i, const struct order *o, const uint32_t *slots)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	struct esd_xchg_hdr *h = ts->xchg;
+	size_t T = nd->tables, D = nd->dense, n = (size_t)ts->m * T, f = ts->first;
+	memcpy(esd_xchg_at(h, h->off_slots), slots + f * T, n * sizeof(uint32_t));
+	memcpy(esd_xchg_at(h, h->off_keys), o->keys + f * T, n * sizeof(esd_key_t));
+	memcpy(esd_xchg_at(h, h->off_labels), o->labels + f, ts->m * sizeof(float));
+	memcpy(esd_xchg_at(h, h->off_dense), o->dense + f * D, ts->m * D * sizeof(float));
+	if (i > 0)
+		memcpy(esd_xchg_at(h, h->off_params), node_dense_params(nd),
+		       (size_t)nd->dense_params * sizeof(float));
 	memset(esd_xchg_at(h, h->off_dgrad), 0, (size_t)nd->dense_params * sizeof(float));
-	h->m = o->m;
+	h->m = ts->m;
 	h->global_k = nd->job.global_batch;
 	atomic_store_explicit(&h->batch_iter, o->iter, memory_order_release);
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_BATCH);
 	m.iter = o->iter;
-	m.m = o->m;
+	m.m = ts->m;
 	m.global_k = nd->job.global_batch;
-	return esd_attach_send(nd->tr.trainer_fd, &m, NULL, 0);
+	return esd_attach_send(ts->fd, &m, NULL, 0);
+}
+
+/* Trainer i is gone (died, or broke the protocol). A committed share
+ * counts; otherwise nothing of it does and the share waits for the next
+ * trainer that attaches. */
+static void lose_trainer(struct node *nd, uint32_t i, const struct order *o, const uint32_t *slots,
+			 const char *why)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	ESD_WARN("node", "iteration %llu: trainer %u (pid %d) lost (%s); discarding its "
+		 "gradients, waiting for a trainer to replay its share",
+		 (unsigned long long)o->iter, i, ts->pid, why);
+	close(ts->fd);
+	pthread_mutex_lock(&nd->qmu);
+	ts->fd = -1;
+	ts->deaths++;
+	nd->tr.attached--;
+	nd->stats.trainer_deaths++;
+	pthread_mutex_unlock(&nd->qmu);
+	if (ts->committed)
+		return;
+	if (ts->published)
+		zero_share(nd, i, slots);
+	ts->published = false;
+}
+
+/* Add the other trainers' row and dense gradients to trainer 0's, in
+ * trainer order, each row of a share once; the losses likewise. */
+static double sum_shares(struct node *nd, const uint32_t *slots)
+{
+	struct node_trainer *tr = &nd->tr;
+	const uint32_t dim = nd->job.dim;
+	float *dg0 = esd_xchg_at(tr->t[0].xchg, tr->t[0].xchg->off_dgrad);
+	double loss = tr->t[0].loss;
+	for (uint32_t i = 1; i < tr->count; i++) {
+		struct node_trainer_slot *ts = &tr->t[i];
+		const uint32_t *s = slots + (size_t)ts->first * nd->tables;
+		if (++tr->mark_gen == 0) { /* wrapped: no stale mark may match */
+			struct esd_cache_info ci;
+			esd_cache_get_info(nd->cache, &ci);
+			memset(tr->mark, 0, ci.rows * sizeof(uint32_t));
+			tr->mark_gen = 1;
+		}
+		for (size_t k = 0; k < (size_t)ts->m * nd->tables; k++) {
+			if (tr->mark[s[k]] == tr->mark_gen)
+				continue;
+			tr->mark[s[k]] = tr->mark_gen;
+			float *g = node_row_grad(nd, s[k]);
+			const float *gi = share_grad(nd, i, s[k]);
+			for (uint32_t d = 0; d < dim; d++)
+				g[d] += gi[d];
+		}
+		const float *dgi = esd_xchg_at(ts->xchg, ts->xchg->off_dgrad);
+		for (uint32_t p = 0; p < nd->dense_params; p++)
+			dg0[p] += dgi[p];
+		loss += ts->loss;
+	}
+	return loss;
+}
+
+/* Split the micro-batch of m samples into the trainers' shares and zero
+ * the gradient slots of trainers 1.. (trainer 0's are the region's, zeroed
+ * by the caller). */
+static void make_shares(struct node *nd, const struct order *o, const uint32_t *slots)
+{
+	const uint32_t T = nd->tr.count;
+	for (uint32_t i = 0; i < T; i++) {
+		struct node_trainer_slot *ts = &nd->tr.t[i];
+		ts->first = (uint32_t)((uint64_t)o->m * i / T);
+		ts->m = (uint32_t)((uint64_t)o->m * (i + 1) / T) - ts->first;
+		ts->published = ts->committed = false;
+		ts->loss = 0;
+		if (i > 0)
+			zero_share(nd, i, slots);
+	}
+}
+
+/* Publish every share that has a trainer and is not published yet. */
+static void publish_pending(struct node *nd, const struct order *o, const uint32_t *slots)
+{
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		struct node_trainer_slot *ts = &nd->tr.t[i];
+		if (ts->fd < 0 || ts->published)
+			continue;
+		if (publish(nd, i, o, slots) == 0)
+			ts->published = true;
+		else
+			lose_trainer(nd, i, o, slots, "cannot hand it its share");
+	}
+}
+
+/* Read what trainer i sent: its COMMIT, a stop request, or its end. */
+static void on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
+			   const uint32_t *slots)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	struct esd_attach_msg m;
+	int rc = esd_attach_recv(ts->fd, &m, NULL, NULL, 0);
+	if (rc == -ETIMEDOUT)
+		return;
+	if (rc == 0 && m.op == ESD_AT_STOP_REQ) {
+		node_ask_stop(nd, "a trainer asks for a stop");
+		return;
+	}
+	if (rc == 0 && m.op == ESD_AT_COMMIT && m.iter == o->iter && ts->published) {
+		ts->committed = true;
+		ts->loss = m.loss;
+		pthread_mutex_lock(&nd->qmu);
+		ts->commits++;
+		pthread_mutex_unlock(&nd->qmu);
+		return;
+	}
+	lose_trainer(nd, i, o, slots, rc ? esd_strerror(rc) : "unexpected message");
+}
+
+static bool all_committed(const struct node *nd)
+{
+	for (uint32_t i = 0; i < nd->tr.count; i++)
+		if (!nd->tr.t[i].committed)
+			return false;
+	return true;
 }
 
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss)
 {
-	bool published = false;
 	int64_t waiting_since = esd_now_ns(), last_note = 0;
 
-	for (;;) {
-		if (nd->tr.trainer_fd >= 0 && !published) {
-			if (publish(nd, o, slots) == 0) {
-				published = true;
-			} else {
-				close(nd->tr.trainer_fd);
-				nd->tr.trainer_fd = -1;
-			}
-		}
-		struct pollfd p[2] = {{.fd = nd->tr.listen_fd, .events = POLLIN},
-				      {.fd = nd->tr.trainer_fd, .events = POLLIN}};
-		int r = poll(p, 2, 200);
+	make_shares(nd, o, slots);
+	while (!all_committed(nd)) {
+		publish_pending(nd, o, slots);
+		struct pollfd p[1 + ESD_MAX_TRAINERS] = {{.fd = nd->tr.listen_fd, .events = POLLIN}};
+		for (uint32_t i = 0; i < nd->tr.count; i++)
+			p[1 + i] = (struct pollfd){.fd = nd->tr.t[i].fd, .events = POLLIN};
+		int r = poll(p, 1 + nd->tr.count, 200);
 		if (r < 0 && errno != EINTR)
 			return esd_neg_errno();
 		if (esd_node_signal) {
-			ESD_WARN("node", "iteration %llu: stopping on signal %d",
+			ESD_WARN("node", "iteration %llu: abandoned on signal %d",
 				 (unsigned long long)o->iter, (int)esd_node_signal);
 			return -EINTR;
 		}
 		if (p[0].revents & POLLIN)
 			accept_pending(nd);
-		if (nd->tr.trainer_fd < 0) {
-			int64_t now = esd_now_ns();
-			if (now - last_note > 10 * ESD_NS_PER_S) {
-				ESD_INFO("node", "iteration %llu: waiting for a trainer on %s/%s (%.0f s)",
-					 (unsigned long long)o->iter, nd->dir, ESD_ATTACH_SOCK,
-					 esd_ns_to_s(now - waiting_since));
-				last_note = now;
-			}
-			continue;
+		for (uint32_t i = 0; i < nd->tr.count; i++)
+			if (nd->tr.t[i].fd >= 0 && (p[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+				on_trainer_msg(nd, i, o, slots);
+		int missing = free_slot(nd);
+		int64_t now = esd_now_ns();
+		if (missing >= 0 && now - last_note > 10 * ESD_NS_PER_S) {
+			ESD_INFO("node", "iteration %llu: waiting for trainer %d of %u on %s/%s "
+				 "(%.0f s)", (unsigned long long)o->iter, missing, nd->tr.count,
+				 nd->dir, ESD_ATTACH_SOCK, esd_ns_to_s(now - waiting_since));
+			last_note = now;
 		}
-		if (!(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		struct esd_attach_msg m;
-		int rc = esd_attach_recv(nd->tr.trainer_fd, &m, NULL, NULL, 0);
-		if (rc == 0 && m.op == ESD_AT_COMMIT && m.iter == o->iter) {
-			*loss = m.loss;
-			return 0;
-		}
-		if (rc == 0 && m.op == ESD_AT_STOP_REQ) {
-			node_ask_stop(nd, "the trainer asks for a stop");
-			continue;
-		}
-		if (rc == -ETIMEDOUT)
-			continue;
-		/* the trainer died or broke the protocol: discard its gradients and
-		 * replay the micro-batch to the next trainer */
-		ESD_WARN("node", "iteration %llu: trainer lost (%s); discarding its gradients, "
-			 "waiting for a trainer to replay the micro-batch",
-			 (unsigned long long)o->iter, rc ? esd_strerror(rc) : "unexpected message");
-		close(nd->tr.trainer_fd);
-		nd->tr.trainer_fd = -1;
-		nd->stats.trainer_deaths++;
-		for (size_t i = 0; i < (size_t)o->m * nd->tables; i++)
-			memset(node_row_grad(nd, slots[i]), 0, nd->job.dim * sizeof(float));
-		published = false;
-		waiting_since = esd_now_ns();
 	}
+	*loss = sum_shares(nd, slots);
+	return 0;
 }
 
 void node_trainer_stop(struct node *nd)
 {
-	if (nd->tr.trainer_fd < 0)
-		return;
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_STOP);
-	esd_attach_send(nd->tr.trainer_fd, &m, NULL, 0);
+	for (uint32_t i = 0; i < nd->tr.count; i++)
+		if (nd->tr.t[i].fd >= 0)
+			esd_attach_send(nd->tr.t[i].fd, &m, NULL, 0);
 }

@@ -28,6 +28,11 @@ CASES = [
     ("hybrid-2-shards", {"dispatch__method": "hybrid", "SHARDS": 2}),
     ("opt-4-shards", {"dispatch__method": "opt", "model__optimizer": "adam",
                       "model__lr": 0.01, "SHARDS": 4}),
+    # several trainers per node: each a share of the micro-batch, their
+    # gradients summed by the daemon in trainer order
+    ("hybrid-2-trainers", {"dispatch__method": "hybrid", "workers__trainers": 2}),
+    ("laia-3-trainers-2-shards", {"dispatch__method": "laia", "workers__trainers": 3,
+                                  "SHARDS": 2}),
 ]
 HOT_ROWS = 200
 
@@ -64,6 +69,10 @@ def main():
             ok, out = env.compare(ck, refs[key], clocks=name != "fae")
             env.check(ok, "%s: final tables == single-process reference (rtol 1e-5, atol "
                       "2e-6): %s" % (name, out.splitlines()[-1] if out else ""))
+            if name == "hybrid-2-trainers":
+                ck2, _ = env.run(name + "-again", s)
+                ok, out = env.compare(ck, ck2, exact=True)
+                env.check(ok, "2 trainers per node: two runs are bit-identical")
             if name == "hybrid":
                 ck2, _ = env.run(name + "-again", s)
                 ok, out = env.compare(ck, ck2, exact=True)

@@ -17,9 +17,10 @@ import time
 from e2e_util import Env, ClusterError, ctl, shard_files
 
 
-def test_trainer_kill(env, shards):
-    s = env.settings(job__iterations=40)
-    base_ck, _ = env.run("uninterrupted-%d" % shards, s, shards=shards)
+def test_trainer_kill(env, shards, trainers=1):
+    s = env.settings(job__iterations=40, workers__trainers=trainers)
+    tag = "%d-%d" % (shards, trainers)
+    base_ck, _ = env.run("uninterrupted-" + tag, s, shards=shards)
     state = {"killed": False}
 
     def trainer_cmd(w, node_dir):
@@ -50,7 +51,7 @@ def test_trainer_kill(env, shards):
         c.start_trainer(1)  # a new trainer: the iteration is replayed
 
     from esdcluster import Cluster
-    work = os.path.join(env.root, "killed-%d" % shards)
+    work = os.path.join(env.root, "killed-" + tag)
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
     s2 = dict(s)
@@ -62,8 +63,8 @@ def test_trainer_kill(env, shards):
         sums = c.summaries()
     env.check(sums[1]["trainer_deaths"] == 1, "daemon 1 counted one trainer death")
     ok, out = env.compare(shard_files(ck, shards), base_ck, exact=True)
-    env.check(ok, "%d shard(s): after the replay the final tables are bit-identical to "
-              "the uninterrupted run" % shards)
+    env.check(ok, "%d shard(s), %d trainer(s) per node: after the replay the final tables "
+              "are bit-identical to the uninterrupted run" % (shards, trainers))
 
 
 def test_second_daemon_and_uid(env):
@@ -293,6 +294,7 @@ def main():
         test_checkpoint_now(env)
         test_trainer_kill(env, 1)
         test_trainer_kill(env, 2)
+        test_trainer_kill(env, 1, trainers=2)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)

@@ -54,6 +54,7 @@ class Cluster:
         self.work = work_dir
         self.settings = dict(settings)
         self.n = int(self.settings.get("workers.n", 8))
+        self.trainers = int(self.settings.get("workers.trainers", 1))
         self.shards = shards
         self.emulate_ns = emulate_ns
         self.trainer_cmd = trainer_cmd  # callable(rank, node_dir) -> argv
@@ -112,7 +113,8 @@ class Cluster:
                 self.wait_socket(w)
             self.after_daemons(self)
         for w in range(self.n):
-            self.start_trainer(w)
+            for i in range(self.trainers):
+                self.start_trainer(w, i)
 
     def settle_trainers(self, rounds=10, pause=0.1):
         """Restart a trainer that failed at once while its daemon runs. Not
@@ -159,7 +161,9 @@ class Cluster:
                 raise ClusterError("esdd%d did not open its socket" % w)
             time.sleep(0.02)
 
-    def start_trainer(self, w):
+    def start_trainer(self, w, i=0):
+        """Start trainer i of node w (workers.trainers per node), named
+        trainer<w> for i = 0 and trainer<w>.<i> after."""
         self.wait_socket(w)
         if self.trainer_cmd:
             argv = self.trainer_cmd(w, self.node_dir(w))
@@ -168,7 +172,7 @@ class Cluster:
                     "--quiet"]
             if self.emulate_ns is not None:
                 argv += ["--emulate", str(self.emulate_ns)]
-        self._spawn("trainer%d" % w, argv)
+        self._spawn("trainer%d" % w if i == 0 else "trainer%d.%d" % (w, i), argv)
 
     def wait(self, timeout=300):
         """Wait for every daemon; raise if one fails."""
@@ -183,9 +187,8 @@ class Cluster:
             if rc != 0:
                 raise ClusterError("esdd%d exited with %d: see %s/esdd%d.log"
                                    % (w, rc, self.work, w))
-        for w in range(self.n):
-            p = self.procs.get("trainer%d" % w)
-            if p:
+        for name, p in self.procs.items():
+            if name.startswith("trainer"):
                 try:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:

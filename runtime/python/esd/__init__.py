@@ -34,6 +34,7 @@ class EsdError(OSError):
 
 class _Info(ctypes.Structure):
     _fields_ = [("rank", ctypes.c_uint32), ("workers", ctypes.c_uint32),
+                ("index", ctypes.c_uint32), ("trainers", ctypes.c_uint32),
                 ("dim", ctypes.c_uint32), ("tables", ctypes.c_uint32),
                 ("dense", ctypes.c_uint32), ("dense_params", ctypes.c_uint32),
                 ("max_batch", ctypes.c_uint32), ("capacity", ctypes.c_uint32),
@@ -66,6 +67,9 @@ def _load():
     else:
         raise EsdError("libesd.so not found (set ESD_LIB); looked in: " + ", ".join(cands))
     lib.esd_trainer_attach.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.esd_trainer_attach_wait.argtypes = [ctypes.c_char_p, ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_void_p)]
+    lib.esd_trainer_request_stop.argtypes = [ctypes.c_void_p]
     lib.esd_trainer_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Info)]
     lib.esd_trainer_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_MB)]
     lib.esd_trainer_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MB), ctypes.c_double]
@@ -114,12 +118,15 @@ class MicroBatch:
 
 
 class Trainer:
-    def __init__(self, node_dir):
+    def __init__(self, node_dir, wait_s=30.0):
+        """Attach to the daemon of node_dir, waiting up to wait_s seconds
+        for it to listen (a trainer started beside its daemon)."""
         global _lib
         if _lib is None:
             _lib = _load()
         self._h = ctypes.c_void_p()
-        rc = _lib.esd_trainer_attach(node_dir.encode(), ctypes.byref(self._h))
+        rc = _lib.esd_trainer_attach_wait(node_dir.encode(), int(wait_s * 1000),
+                                          ctypes.byref(self._h))
         if rc:
             raise EsdError(-rc, "cannot attach to the daemon of %s: %s"
                            % (node_dir, os.strerror(-rc)))
@@ -151,6 +158,14 @@ class Trainer:
         rc = _lib.esd_trainer_commit(self._h, ctypes.byref(mb._raw), float(loss))
         if rc:
             raise EsdError(-rc, "commit: " + os.strerror(-rc))
+
+    def request_stop(self):
+        """Ask for a graceful stop of the whole job (what a trainer does on
+        SIGTERM): training goes on to a checkpoint boundary a few iterations
+        later, then next() returns None."""
+        rc = _lib.esd_trainer_request_stop(self._h)
+        if rc:
+            raise EsdError(-rc, "stop request: " + os.strerror(-rc))
 
     def close(self):
         if self._h:
