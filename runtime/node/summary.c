@@ -28,6 +28,9 @@ int node_write_summary(struct node *nd, int status)
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
+	/* wall time of the iterations themselves (no start-up, no waiting for
+	 * the first trainer): what per-sample throughput is measured on */
+	json_object_set_new(o, "iterations_seconds", json_real(esd_ns_to_s(nd->stats.iter_ns_sum)));
 	/* the boundary a graceful stop ended the run at (0: none) */
 	json_object_set_new(o, "stopped_at", json_integer((json_int_t)nd->stop.at));
 	json_object_set_new(o, "predicted", pred);
