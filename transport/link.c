@@ -307,12 +307,12 @@ void esd_link_close(struct esd_link *l)
 
 void esd_link_set_rate(struct esd_link *l, uint64_t rate_bps)
 {
-	atomic_store(&l->shaper.rate_bps, rate_bps);
+	atomic_store(&link_shaper(l)->rate_bps, rate_bps);
 }
 
 uint64_t esd_link_get_rate(const struct esd_link *l)
 {
-	return atomic_load(&((struct esd_link *)l)->shaper.rate_bps);
+	return atomic_load(&link_shaper((struct esd_link *)l)->rate_bps);
 }
 
 void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
@@ -334,7 +334,7 @@ void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
 	out->fault_dups = atomic_load(&l->fault_dups);
 	out->fault_reorders = atomic_load(&l->fault_reorders);
 	out->shaped_wait_ns = atomic_load(&l->shaped_wait_ns);
-	out->rate_bps = atomic_load(&l->shaper.rate_bps);
+	out->rate_bps = atomic_load(&link_shaper(l)->rate_bps);
 	out->reliable = l->rel != NULL;
 }
 

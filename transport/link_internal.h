@@ -120,6 +120,11 @@ void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes);
 /* Wait until bytes conform to the rate; returns ns waited. */
 int64_t shaper_take(struct shaper *s, size_t bytes);
 
+/* The bucket a link's sends draw from: its uplink's, else its own. */
+struct shaper *link_shaper(struct esd_link *l);
+/* shaper_take on the link's bucket (an uplink's under its lock). */
+int64_t link_shape(struct esd_link *l, size_t bytes);
+
 /* ---- fault injection (fault.c) ----------------------------------------- */
 
 struct fault {

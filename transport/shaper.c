@@ -5,11 +5,16 @@
  * depth (burst) lets a sender that slept too long catch up, so the long-run
  * rate equals the configured one instead of drifting below it by the sleep
  * overshoot. The rate is an atomic so another thread may change it at run
- * time; the virtual clock is restarted when it does.
+ * time; the virtual clock is restarted when it does. An uplink is one such
+ * bucket shared by several links, taken under a lock: their sends queue
+ * for it as they would for one network link.
  */
 #include "link_internal.h"
 
 #include <esd/clock.h>
+
+#include <pthread.h>
+#include <stdlib.h>
 
 #define MIN_BURST_BYTES (256u << 10)
 #define BURST_NS        (10 * ESD_NS_PER_MS)
@@ -46,4 +51,49 @@ int64_t shaper_take(struct shaper *s, size_t bytes)
 		return 0;
 	esd_sleep_until_ns(s->tat_ns);
 	return s->tat_ns - now;
+}
+
+struct esd_uplink {
+	pthread_mutex_t mu;
+	struct shaper s;
+};
+
+int esd_uplink_create(uint64_t rate_bps, uint64_t burst_bytes, struct esd_uplink **out)
+{
+	struct esd_uplink *u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	pthread_mutex_init(&u->mu, NULL);
+	shaper_init(&u->s, rate_bps, burst_bytes);
+	*out = u;
+	return 0;
+}
+
+void esd_uplink_set_rate(struct esd_uplink *u, uint64_t rate_bps)
+{
+	atomic_store(&u->s.rate_bps, rate_bps);
+}
+
+void esd_uplink_free(struct esd_uplink *u)
+{
+	if (!u)
+		return;
+	pthread_mutex_destroy(&u->mu);
+	free(u);
+}
+
+struct shaper *link_shaper(struct esd_link *l)
+{
+	return l->o.uplink ? &l->o.uplink->s : &l->shaper;
+}
+
+int64_t link_shape(struct esd_link *l, size_t bytes)
+{
+	struct esd_uplink *u = l->o.uplink;
+	if (!u)
+		return shaper_take(&l->shaper, bytes);
+	pthread_mutex_lock(&u->mu);
+	int64_t waited = shaper_take(&u->s, bytes);
+	pthread_mutex_unlock(&u->mu);
+	return waited;
 }

@@ -126,6 +126,11 @@ struct esd_link_opts {
 	struct esd_proto_limits limits; /* what the receiver accepts (0 = defaults) */
 	uint64_t rate_bps;              /* token bucket rate in bit/s; 0 = unshaped */
 	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 10 ms of rate) */
+	/* a bucket shared with other links (esd_uplink_create): when set, the
+	 * link's sends draw from it instead of a bucket of their own
+	 * (rate_bps and burst_bytes are the uplink's), and the rate functions
+	 * below act on it. It must outlive the link. */
+	struct esd_uplink *uplink;
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
@@ -214,6 +219,17 @@ const char *esd_link_peer(const struct esd_link *l);
 /* Close the link (orderly where the backend has an order, see Caveats),
  * free it. Accepts NULL. */
 void esd_link_close(struct esd_link *l);
+
+/*
+ * An uplink: one token bucket several links draw from, e.g. a node's links
+ * to every PS shard, which share the node's one network link (its rate is
+ * the node's, not each link's). Thread-safe.
+ */
+struct esd_uplink;
+int esd_uplink_create(uint64_t rate_bps, uint64_t burst_bytes, struct esd_uplink **out);
+void esd_uplink_set_rate(struct esd_uplink *u, uint64_t rate_bps);
+/* Accepts NULL. The links using it must be closed first. */
+void esd_uplink_free(struct esd_uplink *u);
 
 /* Set the shaping rate in bit/s (0 = unshaped). Thread-safe; takes effect
  * on the next frame sent. */

@@ -16,8 +16,7 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	esd_link_opts_init(&lo);
 	lo.backend = nd->job.backend;
 	lo.addr = nd->job.addrs[s];
-	lo.rate_bps = nd->job.shape_follows_model ? nd->job.rate_bps[nd->rank]
-						  : nd->job.link_bps[nd->rank];
+	lo.uplink = nd->links.uplink; /* the worker's rate, shared by its shard links */
 	lo.memif_id = nd->rank;
 	lo.timeout_ns = 30 * ESD_NS_PER_S;
 	struct esd_link *l;
@@ -71,6 +70,13 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 	struct esd_buf b;
 	int rc = 0;
 
+	if (!nd->links.uplink) {
+		rc = esd_uplink_create(nd->job.shape_follows_model ? nd->job.rate_bps[nd->rank]
+								   : nd->job.link_bps[nd->rank],
+				       0, &nd->links.uplink);
+		if (rc)
+			return rc;
+	}
 	esd_buf_init(&b);
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
 		/* the shard may still be starting (or restarting): retry a while */

@@ -331,9 +331,14 @@ int main(int argc, char **argv)
 	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a.dir);
 	if (esd_ctl_server_start(a.control ? a.control : ctlpath, node_ctl_cmds, &nd, &ctl))
 		return 1;
+	/* a launcher reads this line to know the node is up */
+	printf("esdd worker %u ready: %u trainer(s) attach on %s/esdd.sock\n", nd.rank,
+	       nd.tr.count, nd.dir);
+	fflush(stdout);
 	rc = run_node(&nd);
 	esd_ctl_server_stop(ctl);
 	node_links_close(&nd);
+	esd_uplink_free(nd.links.uplink);
 	node_trainer_fini(&nd);
 	free(nd.rec.saved_cm[0]);
 	free(nd.rec.saved_cm[1]);

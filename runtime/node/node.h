@@ -163,6 +163,10 @@ struct node_rate {
  * (recovery), which esdctl's readers take. */
 struct node_links {
 	struct esd_link *link[ESD_JOB_MAX_SHARDS];
+	/* the node's network link: one token bucket all its links to the
+	 * shards draw from, at the worker's rate (setting any link's rate
+	 * sets it) */
+	struct esd_uplink *uplink;
 	uint64_t push_seq; /* the last push frame's sequence (esd/dedup.h) */
 	uint64_t pull_req;
 };
@@ -337,6 +341,9 @@ static inline const float *node_dense_grads(struct node *nd)
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss);
 void node_trainer_stop(struct node *nd);
+/* Nothing to train (the job had ended): let the node's trainers attach
+ * for up to timeout_ns and tell them STOP, so they end as after a run. */
+void node_trainer_dismiss(struct node *nd, int64_t timeout_ns);
 
 /* Connect to every shard; *ps_iter receives the iteration the shards are at
  * (0 for a new job; a restarted shard reports its checkpoint), which must

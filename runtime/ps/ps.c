@@ -95,6 +95,14 @@ static int send_buf(struct ps_link *pl, struct esd_buf *b)
 	return rc;
 }
 
+/* A worker's downlink is one network link too, shared by the replies of
+ * every shard: each shard shapes its share, the rate over the shards
+ * (the key hash spreads rows evenly over them). */
+static uint64_t reply_rate(const struct ps *ps, uint64_t worker_bps)
+{
+	return ps->job.shards > 1 ? worker_bps / ps->job.shards : worker_bps;
+}
+
 static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_buf *out)
 {
 	struct ps *ps = pl->ps;
@@ -131,9 +139,11 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	}
 	/* the worker's link is shaped both ways: its replies (miss pulls above
 	 * all) at the worker's rate too (the model's, unless workers.link_rates
-	 * or workers.estimate_rates keep the links apart from it) */
-	esd_link_set_rate(pl->link, ps->job.shape_follows_model ? ps->job.rate_bps[h->worker]
-								  : ps->job.link_bps[h->worker]);
+	 * or workers.estimate_rates keep the links apart from it), shared
+	 * among the shards (reply_rate) */
+	esd_link_set_rate(pl->link, reply_rate(ps, ps->job.shape_follows_model
+							   ? ps->job.rate_bps[h->worker]
+							   : ps->job.link_bps[h->worker]));
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
 	ps->bar.connected_mask |= UINT64_C(1) << h->worker;
@@ -269,7 +279,7 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			for (int i = 0; i < ps->nlinks; i++)
 				if (ps->links[i].worker >= 0)
 					esd_link_set_rate(ps->links[i].link,
-							  ps->job.rate_bps[ps->links[i].worker]);
+							  reply_rate(ps, ps->job.rate_bps[ps->links[i].worker]));
 		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
 			 ps->live.value, (unsigned long long)ps->live.at);
 		ps->live.pending = false;

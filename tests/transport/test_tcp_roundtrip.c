@@ -248,6 +248,62 @@ static void test_rate_changes_while_sending(void **state)
 	esd_buf_free(&b);
 }
 
+/* Two links drawing from one uplink share its rate: their sends together
+ * take at least what the rate allows for all their bytes (a lower bound
+ * only: how much longer a busy machine takes is not asserted), and a rate
+ * set on one link is the other's. */
+static void test_shared_uplink(void **state)
+{
+	(void)state;
+	const uint64_t rate = 80000000; /* 10 MB/s */
+	struct esd_uplink *u;
+	assert_int_equal(esd_uplink_create(rate, 0, &u), 0);
+	struct peer p[2];
+	struct esd_link *l[2];
+	for (int i = 0; i < 2; i++) {
+		struct esd_link_opts o;
+		esd_link_opts_init(&o);
+		o.addr = "127.0.0.1:0";
+		assert_int_equal(peer_start(&p[i], &o), 0);
+		o.addr = p[i].addr;
+		o.tcp_engine = engine;
+		o.uplink = u;
+		assert_int_equal(esd_link_connect(&o, &l[i]), 0);
+	}
+	esd_key_t keys[64];
+	for (uint32_t i = 0; i < 64; i++)
+		keys[i] = i;
+	struct esd_buf b;
+	esd_buf_init(&b);
+	size_t frame = 0;
+	const int frames = 200; /* per link */
+	int64_t t0 = esd_now_ns();
+	for (int s = 1; s <= frames; s++) {
+		for (int i = 0; i < 2; i++) {
+			push(&b, ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH, 5, (uint64_t)s, keys, 64, 0.0f);
+			frame = b.len;
+			assert_int_equal(peer_send_buf(l[i], &b), 0);
+		}
+	}
+	int64_t took = esd_now_ns() - t0;
+	struct esd_msg m;
+	for (int i = 0; i < 2; i++)
+		for (int s = 1; s <= frames; s++)
+			assert_int_equal(peer_expect(l[i], &m, ESD_OP_ACK, 5 * ESD_NS_PER_S), 0);
+	/* the bucket's depth (256 KiB) may go out at once, the rest at the rate */
+	double total = 2.0 * frames * (double)frame, burst = 256.0 * 1024;
+	double least_ns = (total - burst) * 8e9 / (double)rate;
+	assert_true((double)took >= least_ns);
+	esd_link_set_rate(l[0], 1234);
+	assert_int_equal(esd_link_get_rate(l[1]), 1234);
+	for (int i = 0; i < 2; i++) {
+		esd_link_close(l[i]);
+		peer_stop(&p[i]);
+	}
+	esd_uplink_free(u);
+	esd_buf_free(&b);
+}
+
 static void test_peer_crash_detected(void **state)
 {
 	(void)state;
@@ -295,6 +351,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_big_batch),
 	    cmocka_unit_test(test_both_sides_sending),
 	    cmocka_unit_test(test_rate_changes_while_sending),
+	    cmocka_unit_test(test_shared_uplink),
 	    cmocka_unit_test(test_peer_crash_detected),
 	    cmocka_unit_test(test_refused_and_bad_options),
 	};
