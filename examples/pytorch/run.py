@@ -41,19 +41,25 @@ def job_settings(a, stream, ckpt_dir):
             "ps.checkpoint_dir": ckpt_dir}
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
     """Run one job in work/; returns (the path of the final PS checkpoint,
     the daemons' summaries). Streams rank 0's progress lines to out.
     c_trainer: the C reference trainer (esd-trainer) instead of PyTorch."""
     ckpt = os.path.join(work, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
-    init = os.path.join(work, "gloo.init")
-    if os.path.exists(init):
-        os.unlink(init)
+    # the trainers' rendezvous over TCP (rank 0 listens), as under torchrun
+    init = "tcp://127.0.0.1:%d" % free_port()
 
     def trainer_cmd(w, node_dir):
         argv = [PY, os.path.join(HERE, "train.py"), "--dir", node_dir, "--rank", str(w),
-                "--world", str(a.workers), "--init", "file://" + init, "--model", a.model,
+                "--world", str(a.workers), "--init", init, "--model", a.model,
                 "--seed", str(a.model_seed), "--dense-lr", str(a.dense_lr),
                 "--dense-opt", a.dense_opt]
         if record_dir:

@@ -1,8 +1,14 @@
 """One PyTorch trainer of an ESD job: attaches to its node daemon and trains
 WDL, DeepFM or DCN on the micro-batches the daemon hands it.
 
-    python3 train.py --dir NODE_DIR --rank W --world N --init file:///tmp/x \
+    python3 train.py --dir NODE_DIR --rank R --world N --init tcp://HOST:PORT \
                      --model deepfm [--seed 1] [--dense-lr 0.01] [--record OUT.npz]
+
+Under torchrun (esd-launch starts it so) every option but --model has its
+default from the environment: the node directory from ESD_NODE_DIR, the
+rank and world from RANK and WORLD_SIZE, the rendezvous env:// (torchrun's
+MASTER_ADDR and MASTER_PORT); GROUP_RANK must be the daemon's worker rank.
+SIGTERM asks the daemon for a graceful stop of the job.
 
 Per micro-batch:
   1. rows: t.values is a zero-copy view of the node's cache (torch.from_numpy
@@ -20,6 +26,7 @@ Rank 0 prints one line per iteration: iter, global loss, samples/s.
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 import warnings
@@ -37,10 +44,16 @@ import models  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", required=True, help="node directory of this rank's esdd")
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--world", type=int, required=True)
-    ap.add_argument("--init", required=True, help="torch.distributed init method (file://...)")
+    env = os.environ
+    ap.add_argument("--dir", default=env.get("ESD_NODE_DIR"),
+                    help="node directory of this trainer's esdd (default $ESD_NODE_DIR)")
+    ap.add_argument("--rank", type=int, default=int(env.get("RANK", -1)),
+                    help="this trainer among all trainers (default $RANK)")
+    ap.add_argument("--world", type=int, default=int(env.get("WORLD_SIZE", 0)),
+                    help="all trainers of the job (default $WORLD_SIZE)")
+    ap.add_argument("--init", default="env://",
+                    help="torch.distributed init method (default env://: torchrun's "
+                         "MASTER_ADDR, MASTER_PORT)")
     ap.add_argument("--model", choices=sorted(models.MODELS), default="deepfm")
     ap.add_argument("--seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--dense-lr", type=float, default=0.01)
@@ -49,6 +62,9 @@ def main():
                     help="seconds gloo waits for the other trainers")
     ap.add_argument("--record", help="write losses and the final dense weights here (.npz)")
     a = ap.parse_args()
+    if not a.dir or a.rank < 0 or a.world < 1:
+        ap.error("--dir, --rank and --world are needed (or ESD_NODE_DIR, RANK and "
+                 "WORLD_SIZE, as torchrun sets them)")
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -59,9 +75,12 @@ def main():
 
     t = esd.Trainer(a.dir)
     info = t.info
-    if info["rank"] != a.rank or info["workers"] != a.world:
-        sys.exit("train.py: node %s is rank %d of %d, not %d of %d"
-                 % (a.dir, info["rank"], info["workers"], a.rank, a.world))
+    node = int(os.environ.get("GROUP_RANK", a.rank))  # torchrun: the node's rank
+    if info["rank"] != node or info["workers"] * info["trainers"] != a.world:
+        sys.exit("train.py: node %s is worker %d of %d with %d trainer(s) each, not node %d "
+                 "of a world of %d trainers" % (a.dir, info["rank"], info["workers"],
+                                                info["trainers"], node, a.world))
+    signal.signal(signal.SIGTERM, lambda sig, frame: t.request_stop())
     model = models.build(a.model, info["tables"], info["dim"], info["dense"], a.seed)
     opt = models.dense_optimizer(model, a.dense_lr, a.dense_opt)
     params = list(model.parameters())

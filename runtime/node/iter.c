@@ -881,6 +881,7 @@ int node_run(struct node *nd, uint64_t start)
 		ESD_INFO("node", "the shards' checkpoint is the job's last iteration %llu: "
 			 "nothing left to train", (unsigned long long)start);
 		nd->stats.iter_done = start;
+		node_trainer_dismiss(nd, 30 * ESD_NS_PER_S);
 	} else if (start && (rc = resume_job(&x, start))) {
 		ESD_ERR("node", "cannot resume the job after iteration %llu: %s",
 			(unsigned long long)start, esd_strerror(rc));

@@ -384,6 +384,17 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 	return 0;
 }
 
+void node_trainer_dismiss(struct node *nd, int64_t timeout_ns)
+{
+	int64_t end = esd_now_ns() + timeout_ns;
+	while (nd->tr.attached < nd->tr.count && esd_now_ns() < end && !esd_node_signal) {
+		struct pollfd p = {.fd = nd->tr.listen_fd, .events = POLLIN};
+		if (poll(&p, 1, 200) > 0)
+			accept_pending(nd);
+	}
+	node_trainer_stop(nd);
+}
+
 void node_trainer_stop(struct node *nd)
 {
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_STOP);

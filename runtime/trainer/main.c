@@ -5,7 +5,10 @@
  * --emulate, touches the same rows and sleeps for the configured compute
  * time per sample (standing for a GPU) for throughput runs.
  *
- *   esd-trainer --dir NODE_DIR [--emulate NS_PER_SAMPLE] [--quiet]
+ *   esd-trainer [--dir NODE_DIR] [--emulate NS_PER_SAMPLE] [--quiet]
+ *
+ * Without --dir it attaches to $ESD_NODE_DIR (what esd-launch sets for
+ * the trainers torchrun starts).
  */
 #include <esd/clock.h>
 #include <esd/err.h>
@@ -21,8 +24,10 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: esd-trainer --dir NODE_DIR [--emulate NS_PER_SAMPLE] [--quiet]\n"
-		   "  --dir DIR        node directory of the esdd to attach to\n"
+	fprintf(f, "usage: esd-trainer [--dir NODE_DIR] [--emulate NS_PER_SAMPLE] [--quiet]\n"
+		   "  --dir DIR        node directory of the esdd to attach to (default:\n"
+		   "                   $ESD_NODE_DIR; under torchrun, GROUP_RANK and\n"
+		   "                   LOCAL_WORLD_SIZE are checked against the daemon)\n"
 		   "  --emulate NS     emulated compute: touch rows, sleep NS per sample\n"
 		   "  --quiet          no per-iteration loss lines\n"
 		   "  --die-at ITER    (tests) SIGKILL itself mid-iteration ITER, half of its\n"
@@ -53,6 +58,27 @@ static int next_batch(struct esd_trainer *t, struct esd_microbatch *mb, int *ask
 		if (rc != -ETIMEDOUT)
 			return rc;
 	}
+}
+
+/* Under torchrun the node's rank (GROUP_RANK) and its trainers
+ * (LOCAL_WORLD_SIZE) must be the daemon's worker rank and workers.trainers:
+ * a mismatch would leave a node waiting for a trainer that never comes. */
+static int check_torchrun(const struct esd_trainer_info *in, const char *dir)
+{
+	const char *g = getenv("GROUP_RANK"), *lws = getenv("LOCAL_WORLD_SIZE");
+	if (g && strtoul(g, NULL, 10) != in->rank) {
+		ESD_ERR("trainer", "torchrun's node rank (GROUP_RANK) is %s but the daemon of %s "
+			"is worker %u: give each node's torchrun --node_rank its worker rank", g,
+			dir, in->rank);
+		return -1;
+	}
+	if (lws && strtoul(lws, NULL, 10) != in->trainers) {
+		ESD_ERR("trainer", "torchrun starts %s trainers on this node (LOCAL_WORLD_SIZE) but "
+			"the job's workers.trainers is %u: make --nproc_per_node match it", lws,
+			in->trainers);
+		return -1;
+	}
+	return 0;
 }
 
 /* hidden units from the dense table's length: P = H*(T*d + D) + 2H + 1 + D */
@@ -110,6 +136,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (!dir)
+		dir = getenv("ESD_NODE_DIR");
 	if (!dir || optind != argc) {
 		usage(stderr);
 		return 2;
@@ -123,6 +151,10 @@ int main(int argc, char **argv)
 	}
 	struct esd_trainer_info in;
 	esd_trainer_get_info(t, &in);
+	if (check_torchrun(&in, dir)) {
+		esd_trainer_detach(t);
+		return 1;
+	}
 
 	struct esd_model *model = NULL;
 	const float **rows = NULL;

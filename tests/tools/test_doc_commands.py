@@ -26,6 +26,8 @@ SCRIPTS = {
     "scripts/build.sh": [],
     "bench/gpu/on-device.sh": [],
     "tools/testbed/esd-testbed": [],
+    "tools/launch/esd-launch": [],
+    "bench/runtime/bench_trainers.py": [],
 }
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>&1", "#", "&"}
 

@@ -59,7 +59,7 @@ int esdctl_stop(const struct esdctl *ctl);
 char *esdctl_metrics_text(const struct esdctl *ctl);
 int esdctl_metrics(const struct esdctl *ctl);
 /* serve.c */
-int esdctl_serve_metrics(const struct esdctl *ctl, unsigned port);
+int esdctl_serve_metrics(const struct esdctl *ctl, const char *bind, unsigned port);
 /* plan.c */
 int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const *sets, int nsets);
 

@@ -65,8 +65,10 @@ static void usage(FILE *f)
 	        "                         a checkpoint boundary a few iterations on, every\n"
 	        "                         process exits 0; start the job again to resume\n"
 	        "  metrics                Prometheus text of every target\n"
-	        "  serve-metrics --port P serve the same on http://127.0.0.1:P/metrics (P 0:\n"
-	        "                         any free port, printed); polls the sockets per scrape\n"
+	        "  serve-metrics --port P [--bind ADDR]\n"
+	        "                         serve the same on http://ADDR:P/metrics (ADDR\n"
+	        "                         default 127.0.0.1; P 0: any free port, printed);\n"
+	        "                         polls the sockets per scrape\n"
 	        "  plan [--set K=V] JOB.ini\n"
 	        "                         memory per process and in total before starting, and\n"
 	        "                         whether it fits this machine (no daemon needed)\n"
@@ -174,11 +176,21 @@ int main(int argc, char **argv)
 		return ESDCTL_EUSAGE;
 	}
 	if (!strcmp(cmd, "serve-metrics")) {
-		uint64_t port;
-		if (ac == 2 && !strcmp(av[0], "--port") && !esd_parse_u64(av[1], &port) &&
-		    port <= 65535)
-			return esdctl_serve_metrics(&ctl, (unsigned)port);
-		fprintf(stderr, "esdctl: usage: esdctl [targets] serve-metrics --port PORT\n");
+		uint64_t port = UINT64_MAX;
+		const char *bind = NULL;
+		bool ok = true;
+		for (int i = 0; i + 1 < ac && ok; i += 2) {
+			if (!strcmp(av[i], "--port"))
+				ok = !esd_parse_u64(av[i + 1], &port) && port <= 65535;
+			else if (!strcmp(av[i], "--bind"))
+				bind = av[i + 1];
+			else
+				ok = false;
+		}
+		if (ok && ac % 2 == 0 && port != UINT64_MAX)
+			return esdctl_serve_metrics(&ctl, bind, (unsigned)port);
+		fprintf(stderr, "esdctl: usage: esdctl [targets] serve-metrics --port PORT "
+		                "[--bind ADDR]\n");
 		return ESDCTL_EUSAGE;
 	}
 	if (!strcmp(cmd, "plan")) {

@@ -1,6 +1,7 @@
 /*
- * esdctl serve-metrics: the metrics text over HTTP on 127.0.0.1 (never
- * another interface), served by libmicrohttpd. Each scrape of /metrics
+ * esdctl serve-metrics: the metrics text over HTTP, on 127.0.0.1 unless
+ * --bind names another IPv4 address of the host (a node's metrics address
+ * in a deployment on several hosts), served by libmicrohttpd. Each scrape of /metrics
  * polls every target's control socket, so the numbers are as fresh as the
  * scrape; a daemon that went away shows as esd_up 0 instead of failing
  * the scrape. Runs until SIGINT or SIGTERM.
@@ -67,23 +68,29 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 	return ret;
 }
 
-int esdctl_serve_metrics(const struct esdctl *ctl, unsigned port)
+int esdctl_serve_metrics(const struct esdctl *ctl, const char *bind, unsigned port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (!bind)
+		bind = "127.0.0.1";
+	if (inet_pton(AF_INET, bind, &sa.sin_addr) != 1) {
+		fprintf(stderr, "esdctl: serve-metrics --bind '%s': not an IPv4 address\n", bind);
+		return ESDCTL_EUSAGE;
+	}
 	struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
 	                                        (uint16_t)port, NULL, NULL, answer, (void *)ctl,
 	                                        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 	                                        MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
 	if (!d) {
-		fprintf(stderr, "esdctl: cannot serve on 127.0.0.1:%u (port in use?)\n", port);
+		fprintf(stderr, "esdctl: cannot serve on %s:%u (port in use, or not an address "
+		        "of this host?)\n", bind, port);
 		return ESDCTL_EFAIL;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
 	unsigned bound = di ? di->port : port;
 	/* the testbed reads this line to learn a port picked by the kernel */
-	printf("esdctl: serving metrics of %d target%s on http://127.0.0.1:%u/metrics\n",
-	       ctl->ntargets, ctl->ntargets == 1 ? "" : "s", bound);
+	printf("esdctl: serving metrics of %d target%s on http://%s:%u/metrics\n",
+	       ctl->ntargets, ctl->ntargets == 1 ? "" : "s", bind, bound);
 	fflush(stdout);
 
 	struct sigaction act = {.sa_handler = on_signal};
