@@ -16,6 +16,8 @@ const char *esd_strerror(int rc)
 		return "dispatch decisions diverged between nodes";
 	case ESD_ESTREAM:
 		return "the data stream differs between processes";
+	case ESD_EJOBFAILED:
+		return "a PS shard failed the job";
 	default:
 		return strerror(rc < 0 ? -rc : rc);
 	}

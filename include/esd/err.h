@@ -29,6 +29,7 @@ enum {
 	ESD_EBADSUM = 4099,     /* a checksum does not match */
 	ESD_EDIVERGED = 4100,   /* dispatch decisions of two nodes differ */
 	ESD_ESTREAM = 4101,     /* two processes of a job read different data streams */
+	ESD_EJOBFAILED = 4102,  /* a PS shard failed the job (a worker went away, ...) */
 };
 
 /* -errno of the last libc call, never 0 (a failed call that left errno 0

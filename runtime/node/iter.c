@@ -121,7 +121,10 @@ static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 	}
 	if (m->hdr.op == ESD_OP_ERROR) {
 		ESD_ERR("node", "shard %u reports: %.*s", s, (int)m->u.error.len, m->u.error.text);
-		return m->u.error.code ? m->u.error.code : -EIO;
+		/* the shard failed the job: whatever its cause (a worker that went
+		 * away, a timeout), this link is fine and no reconnection helps */
+		int code = m->u.error.code;
+		return code == -ESD_EDIVERGED || code == -ESD_ESTREAM ? code : -ESD_EJOBFAILED;
 	}
 	return 0;
 }

@@ -292,7 +292,10 @@ static int run_node(struct node *nd)
 		rc = node_run(nd, ps_iter);
 		node_dispatcher_stop(nd);
 	}
-	node_trainer_stop(nd);
+	/* STOP only after a good end: after a failure the trainers see their
+	 * daemon go away and fail too, as a supervisor must see */
+	if (!rc)
+		node_trainer_stop(nd);
 	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
 	if (!rc)
 		ESD_INFO("node", "done: %llu iterations in %.2f s (%.2f it/s), last loss %.6f",

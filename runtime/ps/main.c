@@ -420,10 +420,16 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 	while (!stop_sig) {
 		pthread_mutex_lock(&ps->mu);
 		bool all_done = ps->bar.finished >= ps->job.n;
+		bool failed_and_left = ps->bar.failed && !ps->bar.connected_mask;
 		pthread_mutex_unlock(&ps->mu);
 		if (all_done) {
 			ESD_INFO("ps", "every worker left after iteration %llu",
 				 (unsigned long long)ps->bar.iter_done - 1);
+			break;
+		}
+		if (failed_and_left) {
+			ESD_ERR("ps", "the job failed (%s) and every worker left: exiting",
+				ps->bar.fail_msg);
 			break;
 		}
 		struct esd_link *l;

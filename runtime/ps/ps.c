@@ -562,9 +562,13 @@ static void *link_main(void *arg)
 				ESD_INFO("ps", "worker %d finished", pl->worker);
 				ps->bar.finished++;
 			} else if (!ps->bar.stopping && pl->worker >= 0)
-				ps_fail_locked(ps, -ECONNRESET, "worker %d: link %s: %s",
-					       pl->worker, esd_link_peer(pl->link),
-					       rc == -ECONNRESET ? "peer went away"
+				ps_fail_locked(ps, -ECONNRESET,
+					       "worker %d went away during iteration %llu (its link "
+					       "from %s: %s): stop the job and start it again to "
+					       "resume from the last checkpoint",
+					       pl->worker, (unsigned long long)ps->bar.iter_done + 1,
+					       esd_link_peer(pl->link),
+					       rc == -ECONNRESET ? "closed"
 								 : esd_link_last_error(pl->link));
 			pthread_mutex_unlock(&ps->mu);
 			break;

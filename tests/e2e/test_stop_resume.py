@@ -8,6 +8,8 @@
   with one shard and with two (a stop asked at shard 1 relayed to shard 0);
 - after kill -9 of every process, the same start resumes from the last
   complete checkpoint, again bit-identical;
+- kill -9 of one node daemon: shard 0 fails the job naming it within 1 s,
+  every process exits non-zero, and the same start resumes;
 - a node whose state file of the boundary is corrupt is refused, naming it.
 
 usage: test_stop_resume.py BIN_DIR
@@ -138,6 +140,55 @@ def test_kill_all(env, s, base, shards):
               % out.splitlines()[-1:])
 
 
+def test_node_killed(env, s, base):
+    """kill -9 of a node daemon mid-run: shard 0 fails the job naming the
+    worker within 1 s, every other process exits non-zero within seconds
+    (none waits forever), and the same start resumes from the last
+    complete checkpoint, bit-identical."""
+    work = os.path.join(env.root, "node-killed")
+    ck = os.path.join(work, "ckpt")
+    os.makedirs(ck, exist_ok=True)
+    s = dict(s)
+    s["ps.checkpoint_dir"] = ck
+    s["ps.checkpoint_every"] = 20
+    sock = os.path.join(work, "ps0.sock")
+    with Cluster(env.bin, work, s) as c:
+        c.start()
+        got = wait_iteration(sock, 30)
+        os.kill(c.procs["esdd2"].pid, signal.SIGKILL)
+        t0 = time.time()
+        seen = None
+        while time.time() - t0 < 5 and seen is None:
+            try:
+                if ctl(sock, "status").get("failed"):
+                    seen = time.time() - t0
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.002)
+        rcs = {}
+        for name, p in c.procs.items():
+            try:
+                rcs[name] = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rcs[name] = "still running"
+        took = time.time() - t0
+    env.check(seen is not None and seen < 1.0,
+              "esdd2 killed at iteration %d: shard 0 failed the job within 1 s (%.3f s)"
+              % (got, seen if seen is not None else -1))
+    env.check(all(rc not in (0, "still running") for rc in rcs.values()),
+              "every other process exits non-zero within %.1f s: %s" % (took, rcs))
+    with open(os.path.join(work, "esdd0.log")) as f:
+        log = f.read()
+    env.check("worker 2 went away" in log, "the other nodes name the worker that went "
+              "away: %s" % [ln for ln in log.splitlines() if "went away" in ln][:1])
+    with Cluster(env.bin, work, s) as c:
+        c.start(resume=True)
+        c.wait(timeout=120)
+    ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base, exact=True)
+    env.check(ok, "started again, the job resumes and ends bit-identical: %s"
+              % out.splitlines()[-1:])
+
+
 def test_corrupt_state(env, s):
     """A node's state file of the boundary is corrupt: that daemon refuses
     to resume, naming the file and what is wrong."""
@@ -183,6 +234,7 @@ def main():
         base2, _ = env.run("uninterrupted-2", s, shards=2)
         test_stops(env, s, base2, 2, ("ps1", "esdd0"))
         test_kill_all(env, s, base2, 2)
+        test_node_killed(env, s, base)
         test_corrupt_state(env, s)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)
