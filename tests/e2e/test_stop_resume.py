@@ -39,6 +39,17 @@ def wait_iteration(sock, it, limit_s=60):
     return got
 
 
+def wait_all(c, timeout):
+    """Every process's exit status ("still running" after timeout s)."""
+    rcs = {}
+    for name, p in c.procs.items():
+        try:
+            rcs[name] = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rcs[name] = "still running"
+    return rcs
+
+
 def stop_run(env, c, work, victim, at):
     """Stop the running job c once shard 0 passed iteration at, by SIGTERM to
     process victim (or esdctl stop on shard 0): every process exits 0, every
@@ -53,12 +64,7 @@ def stop_run(env, c, work, victim, at):
         env.check(r.returncode == 0, "esdctl stop: %s" % r.stdout.strip())
     else:
         os.kill(c.procs[victim].pid, signal.SIGTERM)
-    rcs = {}
-    for name, p in c.procs.items():
-        try:
-            rcs[name] = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            rcs[name] = "still running"
+    rcs = wait_all(c, 60)
     took = time.time() - t0
     env.check(all(rc == 0 for rc in rcs.values()),
               "stop by %s at iteration %d: every process exits 0 within %.2f s: %s"
@@ -165,12 +171,7 @@ def test_node_killed(env, s, base):
             except (OSError, ValueError):
                 pass
             time.sleep(0.002)
-        rcs = {}
-        for name, p in c.procs.items():
-            try:
-                rcs[name] = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                rcs[name] = "still running"
+        rcs = wait_all(c, 30)
         took = time.time() - t0
     env.check(seen is not None and seen < 1.0,
               "esdd2 killed at iteration %d: shard 0 failed the job within 1 s (%.3f s)"
