@@ -18,6 +18,8 @@ const char *esd_strerror(int rc)
 		return "the data stream differs between processes";
 	case ESD_EJOBFAILED:
 		return "a PS shard failed the job";
+	case ESD_EROLLBACK:
+		return "the shard went back to a checkpoint";
 	default:
 		return strerror(rc < 0 ? -rc : rc);
 	}

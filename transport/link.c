@@ -278,6 +278,11 @@ const char *esd_link_last_error(const struct esd_link *l)
 	return l ? l->err : "";
 }
 
+int esd_link_broken(const struct esd_link *l)
+{
+	return l && l->broken != 0;
+}
+
 const char *esd_link_backend(const struct esd_link *l)
 {
 	return l->w->ops->name;

@@ -27,6 +27,7 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 #define HELLO_SIZE     40u
 #define PULL_HDR_SIZE  32u
 #define BARRIER_SIZE   24u
+#define ROLLBACK_SIZE  16u
 #define ACK_SIZE       24u
 #define ERROR_HDR_SIZE 8u
 #define STATS_HDR_SIZE 8u
@@ -132,6 +133,8 @@ const char *esd_op_name(unsigned op)
 		return "STATS";
 	case ESD_OP_SETTING:
 		return "SETTING";
+	case ESD_OP_ROLLBACK:
+		return "ROLLBACK";
 	case ESD_OP_LINK_ACK:
 		return "LINK_ACK";
 	case ESD_OP_LINK_BYE:
@@ -389,6 +392,14 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		return 0;
 	case ESD_OP_SETTING:
 		return decode_setting(h, b, &m->u.setting, err, errlen);
+	case ESD_OP_ROLLBACK:
+		if ((rc = want_len("ROLLBACK", h->length, ROLLBACK_SIZE, err, errlen)))
+			return rc;
+		m->u.rollback.iteration = ld64(b);
+		m->u.rollback.worker = ld32(b + 8);
+		if (ld32(b + 12))
+			return fail(-EPROTO, err, errlen, "ROLLBACK: reserved field is not 0");
+		return 0;
 	case ESD_OP_ERROR: {
 		struct esd_error *e = &m->u.error;
 		if (h->length < ERROR_HDR_SIZE)
@@ -608,6 +619,17 @@ int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a)
 	st64(p + 8, a->sequence);
 	st32(p + 16, a->op);
 	st32(p + 20, (uint32_t)a->status);
+	return 0;
+}
+
+int esd_enc_rollback(struct esd_buf *b, uint64_t iteration, uint32_t worker)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_ROLLBACK, 0, ROLLBACK_SIZE);
+	if (!p)
+		return -ENOMEM;
+	st64(p, iteration);
+	st32(p + 8, worker);
+	st32(p + 12, 0);
 	return 0;
 }
 

@@ -30,6 +30,7 @@ enum {
 	ESD_EDIVERGED = 4100,   /* dispatch decisions of two nodes differ */
 	ESD_ESTREAM = 4101,     /* two processes of a job read different data streams */
 	ESD_EJOBFAILED = 4102,  /* a PS shard failed the job (a worker went away, ...) */
+	ESD_EROLLBACK = 4103,   /* the shard went back to a checkpoint: resume there */
 };
 
 /* -errno of the last libc call, never 0 (a failed call that left errno 0

@@ -77,7 +77,8 @@ enum esd_op {
 	ESD_OP_ERROR = 8,      /* both ways: code + text; a protocol error closes */
 	ESD_OP_STATS = 9,      /* empty = request; else per-kind counters */
 	ESD_OP_SETTING = 10,   /* PS shard 0 -> worker: a setting changes at an iteration */
-	ESD_OP_APP_MAX = 10,
+	ESD_OP_ROLLBACK = 11,  /* worker -> PS: go back to checkpoint c (another shard restarted) */
+	ESD_OP_APP_MAX = 11,
 	/* Link-internal ops (reliable layer, shutdown); never delivered. */
 	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
 	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
@@ -193,6 +194,14 @@ struct esd_barrier {
 	int final;        /* header flag ESD_FLAG_FINAL */
 };
 
+/* ROLLBACK: after another shard restarted from checkpoint c, every shard
+ * of the job reloads its own checkpoint c. ACK status 0, or -ESTALE with
+ * sequence = the shard's newest checkpoint when it has no checkpoint c. */
+struct esd_rollback {
+	uint64_t iteration;
+	uint32_t worker;
+};
+
 struct esd_ack {
 	uint64_t iteration;
 	uint64_t sequence; /* push sequence, or 0 for a barrier */
@@ -241,6 +250,7 @@ struct esd_msg {
 		struct esd_error error;
 		struct esd_stats_msg stats;
 		struct esd_setting setting;
+		struct esd_rollback rollback;
 		uint64_t link_ack; /* ESD_OP_LINK_ACK */
 		uint32_t link_bye; /* ESD_OP_LINK_BYE */
 	} u;
@@ -305,6 +315,7 @@ int esd_enc_pull(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32
 int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, uint32_t worker,
 		      enum esd_xfer_kind kind, const esd_key_t *keys, uint32_t count);
 int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br);
+int esd_enc_rollback(struct esd_buf *b, uint64_t iteration, uint32_t worker);
 int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a);
 /* text may be NULL; it is cut at ESD_PROTO_MAX_ERROR_TEXT bytes. */
 int esd_enc_error(struct esd_buf *b, int32_t code, const char *text);

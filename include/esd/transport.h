@@ -212,6 +212,9 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns);
 /* Text of the last error on the link (static storage of the link; "" if
  * none). */
 const char *esd_link_last_error(const struct esd_link *l);
+/* Whether the link failed for good (its peer is gone, or it lost sync):
+ * every later send or receive fails; close it and connect again. */
+int esd_link_broken(const struct esd_link *l);
 /* Backend name ("tcp", ...) and peer description; owned by the link. */
 const char *esd_link_backend(const struct esd_link *l);
 const char *esd_link_peer(const struct esd_link *l);

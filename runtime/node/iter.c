@@ -124,7 +124,9 @@ static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 		/* the shard failed the job: whatever its cause (a worker that went
 		 * away, a timeout), this link is fine and no reconnection helps */
 		int code = m->u.error.code;
-		return code == -ESD_EDIVERGED || code == -ESD_ESTREAM ? code : -ESD_EJOBFAILED;
+		return code == -ESD_EDIVERGED || code == -ESD_ESTREAM || code == -ESD_EROLLBACK
+			       ? code
+			       : -ESD_EJOBFAILED;
 	}
 	return 0;
 }
@@ -740,10 +742,12 @@ int node_save_boundary(struct node *nd, uint64_t iter)
 	return rc;
 }
 
+/* A shard went away (or another shard's restart sent it back to a
+ * checkpoint): what recover() resumes from. */
 static bool is_link_failure(int rc)
 {
 	return rc == -ECONNRESET || rc == -EPIPE || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
-	       rc == -ECONNABORTED;
+	       rc == -ECONNABORTED || rc == -ESD_EROLLBACK;
 }
 
 /* Roll the cache metadata back to a saved block of boundary iter and pull
@@ -794,13 +798,21 @@ static int recover(struct exec *x, uint64_t *resume)
 		return -ENOTSUP;
 	}
 	ESD_WARN("node", "lost a PS shard; reconnecting to resume from its checkpoint");
-	node_links_close(nd);
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
 		esd_buf_reset(&x->sb[s].b);
 		x->sb[s].open = false;
 		x->npull[s] = 0;
 	}
-	rc = node_links_open(nd, &ps_iter);
+	/* the shards that restarted are at their checkpoints; the others go
+	 * back to the same cut */
+	uint64_t iter[ESD_JOB_MAX_SHARDS] = {0}, restarted = 0;
+	rc = node_links_reconnect(nd, iter, &restarted);
+	if (!rc && !restarted) {
+		ESD_ERR("node", "no link to a shard broke: nothing to resume from");
+		return -ECANCELED;
+	}
+	if (!rc)
+		rc = node_links_rollback(nd, iter, restarted, &ps_iter);
 	if (rc)
 		return rc;
 	const int g = saved_gen(nd, ps_iter);

@@ -65,6 +65,27 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	return rc;
 }
 
+/* Connect to shard s and exchange HELLO, retrying a while (the shard may
+ * still be starting, or restarting); *it: the iteration it reports. */
+static int connect_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t *it)
+{
+	int64_t deadline = esd_now_ns() + 60 * ESD_NS_PER_S;
+	bool refused = false;
+	int rc;
+	for (;;) {
+		rc = hello_shard(nd, s, b, it, &refused);
+		if (!rc || refused || esd_now_ns() > deadline)
+			break;
+		esd_sleep_ns(100 * ESD_NS_PER_MS);
+	}
+	if (rc && refused)
+		ESD_ERR("node", "shard %u at %s refused this node", s, nd->job.addrs[s]);
+	else if (rc)
+		ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s, nd->job.addrs[s],
+			nd->job.backend, esd_strerror(rc));
+	return rc;
+}
+
 int node_links_open(struct node *nd, uint64_t *ps_iter)
 {
 	struct esd_buf b;
@@ -79,26 +100,9 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 	}
 	esd_buf_init(&b);
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
-		/* the shard may still be starting (or restarting): retry a while */
-		int64_t deadline = esd_now_ns() + 60 * ESD_NS_PER_S;
-		bool refused = false;
 		uint64_t it = 0;
-		for (;;) {
-			rc = hello_shard(nd, s, &b, &it, &refused);
-			if (!rc || refused || esd_now_ns() > deadline)
-				break;
-			esd_sleep_ns(100 * ESD_NS_PER_MS);
-		}
-		if (rc) {
-			if (refused)
-				ESD_ERR("node", "shard %u at %s refused this node", s,
-					nd->job.addrs[s]);
-			else
-				ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s,
-					nd->job.addrs[s], nd->job.backend, esd_strerror(rc));
-			break;
-		}
-		if (s > 0 && it != *ps_iter) {
+		rc = connect_shard(nd, s, &b, &it);
+		if (!rc && s > 0 && it != *ps_iter) {
 			ESD_ERR("node", "shard %u is at iteration %llu, shard 0 at %llu", s,
 				(unsigned long long)it, (unsigned long long)*ps_iter);
 			rc = -ESTALE;
@@ -107,6 +111,107 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 	}
 	esd_buf_free(&b);
 	return rc;
+}
+
+/* Read what a link holds now without waiting (what a shard still sent of
+ * the iteration that failed), so that a peer that went away shows: the
+ * link is then broken. */
+static void drain(struct esd_link *l)
+{
+	struct esd_msg m;
+	while (l && !esd_link_broken(l) && esd_link_recv(l, &m, 0) == 0)
+		;
+}
+
+int node_links_reconnect(struct node *nd, uint64_t *iter, uint64_t *restarted)
+{
+	struct esd_buf b;
+	int rc = 0;
+	*restarted = 0;
+	esd_buf_init(&b);
+	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
+		drain(nd->links.link[s]);
+		if (nd->links.link[s] && !esd_link_broken(nd->links.link[s]))
+			continue;
+		pthread_mutex_lock(&nd->qmu);
+		esd_link_close(nd->links.link[s]);
+		nd->links.link[s] = NULL;
+		pthread_mutex_unlock(&nd->qmu);
+		rc = connect_shard(nd, s, &b, &iter[s]);
+		*restarted |= UINT64_C(1) << s;
+	}
+	esd_buf_free(&b);
+	return rc;
+}
+
+/* Ask shard s back to checkpoint c and read its answer, dropping what it
+ * still sent of the iteration that failed (ACKs, rows, SETTING frames).
+ * 0, -ESTALE with *newest (it has no checkpoint c), or -errno. */
+static int rollback_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t c,
+			  uint64_t *newest)
+{
+	struct esd_link *l = nd->links.link[s];
+	esd_buf_reset(b);
+	int rc = esd_enc_rollback(b, c, nd->rank);
+	if (!rc)
+		rc = esd_link_send(l, b->data, b->len);
+	while (!rc) {
+		struct esd_msg m;
+		rc = esd_link_recv(l, &m, 60 * ESD_NS_PER_S);
+		if (rc)
+			break;
+		if (m.hdr.op == ESD_OP_ERROR && m.u.error.code == -ESD_EROLLBACK)
+			continue; /* an answer to a frame of the state that is gone */
+		if (m.hdr.op == ESD_OP_ERROR) {
+			ESD_ERR("node", "shard %u cannot go back to checkpoint %llu: %.*s", s,
+				(unsigned long long)c, (int)m.u.error.len, m.u.error.text);
+			return -ESD_EJOBFAILED;
+		}
+		if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_ROLLBACK &&
+		    m.u.ack.iteration == c) {
+			*newest = m.u.ack.sequence;
+			return m.u.ack.status;
+		}
+	}
+	ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(l), esd_strerror(rc),
+		esd_link_last_error(l));
+	return rc;
+}
+
+int node_links_rollback(struct node *nd, const uint64_t *iter, uint64_t restarted,
+			uint64_t *cut)
+{
+	struct esd_buf b;
+	int rc = 0;
+	uint64_t c = UINT64_MAX;
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		if (restarted >> s & 1 && iter[s] < c)
+			c = iter[s];
+	esd_buf_init(&b);
+	/* every shard to the restarted ones' checkpoint; one without it
+	 * names its newest, and the cut goes back to the older (each shard
+	 * keeps its two newest) */
+	for (int round = 0; round < 3; round++) {
+		uint64_t lower = c;
+		for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
+			if (restarted >> s & 1 && iter[s] == c)
+				continue;
+			uint64_t newest = 0;
+			rc = rollback_shard(nd, s, &b, c, &newest);
+			if (rc == -ESTALE && newest < c) {
+				lower = newest < lower ? newest : lower;
+				rc = 0;
+			}
+		}
+		if (rc || lower == c)
+			break;
+		c = lower;
+		restarted = 0; /* every shard goes back to the lower cut */
+	}
+	esd_buf_free(&b);
+	if (!rc)
+		*cut = c;
+	return rc == -ESTALE ? -ESTALE : rc;
 }
 
 void node_links_close(struct node *nd)

@@ -350,6 +350,16 @@ void node_trainer_dismiss(struct node *nd, int64_t timeout_ns);
  * be the same on every shard. */
 int node_links_open(struct node *nd, uint64_t *ps_iter);
 void node_links_close(struct node *nd);
+/* After a link failure: connect again to every shard whose link broke
+ * (the ones that restarted: *restarted has their bits, iter[s] the
+ * checkpoint each resumed from); the other links stay. 0 or -errno. */
+int node_links_reconnect(struct node *nd, uint64_t *iter, uint64_t *restarted);
+/* Every shard back to one checkpoint cut: the restarted shards' oldest,
+ * or older if a shard lacks it (ROLLBACK frames, docs/protocol.md). *cut:
+ * the boundary the job resumes from. 0, -ESTALE (no common checkpoint),
+ * or -errno. */
+int node_links_rollback(struct node *nd, const uint64_t *iter, uint64_t restarted,
+			uint64_t *cut);
 /* The iterations, from boundary start (0, or a whole-job resume: the
  * dispatcher was started from the state of start). 0 or -errno. */
 int node_run(struct node *nd, uint64_t start);

@@ -10,8 +10,24 @@
 #include <esd/clock.h>
 #include <esd/err.h>
 #include <esd/log.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The checkpoint about to be replaced stays as the previous one: when a
+ * shard that died restarts from the checkpoint before the newest the
+ * others wrote, they go back to it too. A hard link, so the newest file
+ * stays in place until its successor is renamed over it. */
+static void keep_previous(const struct ps *ps, const char *path)
+{
+	char prev[1100], tmp[1110];
+	ps_checkpoint_prev_path(ps, prev, sizeof(prev));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", prev);
+	unlink(tmp);
+	if (link(path, tmp) == 0 && rename(tmp, prev))
+		unlink(tmp);
+}
 
 int ps_checkpoint_locked(struct ps *ps)
 {
@@ -32,6 +48,7 @@ int ps_checkpoint_locked(struct ps *ps)
 	size_t sd = ps_store_state_len(ps->st);
 
 	ps_checkpoint_path(ps, path, sizeof(path));
+	keep_previous(ps, path);
 	int rc = esd_ckpt_writer_open(path, &meta, &w);
 	if (rc)
 		return rc;
@@ -91,9 +108,71 @@ int ps_restore(struct ps *ps, const char *path)
 		ps->dtab.clock = m->dense_clock;
 		ps->bar.iter_done = m->iteration;
 		ps->bar.cursor = m->data_cursor;
+		ps->bar.rolled_to = m->iteration; /* a rollback to it has nothing to do */
 		ESD_INFO("ps", "restored %llu rows of iteration %llu from %s",
 			 (unsigned long long)in->row_count, (unsigned long long)ps->bar.iter_done, path);
 	}
 	esd_ckpt_close(r);
+	return rc;
+}
+
+/* The iteration of a checkpoint file, or 0 when there is none (or it is
+ * refused). */
+static uint64_t checkpoint_iteration(const char *path)
+{
+	struct esd_ckpt_reader *r;
+	struct esd_ckpt_error err = {0};
+	if (access(path, F_OK) || esd_ckpt_open(path, &r, &err))
+		return 0;
+	uint64_t it = esd_ckpt_info(r)->meta.iteration;
+	esd_ckpt_close(r);
+	return it;
+}
+
+/* The barrier and every pending request back to a state of boundary c. */
+static void reset_progress_locked(struct ps *ps, uint64_t c)
+{
+	ps->bar.iter_done = c;
+	ps->bar.cursor = c * ps->job.global_batch;
+	ps->bar.arrived = ps->bar.final = 0;
+	ps->bar.arrived_mask = 0;
+	ps->bar.rolled_to = ps->bar.last_rollback = c;
+	ps->bar.epoch++;
+	ps->ckpt.flagged = 0;
+	ps->ckpt.at = 0;
+	ps->ckpt.requested = false;
+	ps->live.pending = false;
+	ps->live.at = 0;
+	ps->live.rate_req_mask = 0;
+	if (ps->dtab.stage)
+		memset(ps->dtab.stage, 0, ps->dtab.len * ps->job.n * sizeof(float));
+	ps->dtab.staged = false;
+}
+
+int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest)
+{
+	char path[1100], prev[1100];
+	ps_checkpoint_path(ps, path, sizeof(path));
+	ps_checkpoint_prev_path(ps, prev, sizeof(prev));
+	uint64_t it = checkpoint_iteration(path), ip = checkpoint_iteration(prev);
+	*newest = it;
+	const char *from = it == c ? path : ip == c ? prev : NULL;
+	if (!from) {
+		ESD_WARN("ps", "asked to go back to checkpoint %llu: this shard has %llu and %llu",
+			 (unsigned long long)c, (unsigned long long)it, (unsigned long long)ip);
+		return -ESTALE;
+	}
+	struct ps_store *fresh;
+	int rc = ps_store_create(ps->job.dim, &ps->job.optim, ps->job.seed, &fresh);
+	if (rc)
+		return rc;
+	ps_store_free(ps->st);
+	ps->st = fresh;
+	rc = ps_restore(ps, from);
+	if (!rc) {
+		reset_progress_locked(ps, c);
+		ESD_WARN("ps", "another shard restarted: back to checkpoint %llu (%s)",
+			 (unsigned long long)c, from);
+	}
 	return rc;
 }

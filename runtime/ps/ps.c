@@ -86,6 +86,11 @@ void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len)
 	snprintf(buf, len, "%s/ps-shard%u.ckpt", ps->job.checkpoint_dir, ps->shard);
 }
 
+void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/ps-shard%u.prev.ckpt", ps->job.checkpoint_dir, ps->shard);
+}
+
 /* ---- the link threads ------------------------------------------------- */
 
 static int send_buf(struct ps_link *pl, struct esd_buf *b)
@@ -146,6 +151,7 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 							   : ps->job.link_bps[h->worker]));
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
+	pl->epoch = ps->bar.epoch;
 	ps->bar.connected_mask |= UINT64_C(1) << h->worker;
 	struct esd_ack ack = {.iteration = ps->bar.iter_done, .sequence = ps->bar.cursor,
 			      .op = ESD_OP_HELLO, .status = ps->bar.failed};
@@ -169,7 +175,10 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 static int wait_released(struct ps *ps, uint64_t t)
 {
 	int64_t deadline = esd_now_ns() + (int64_t)ps->barrier_timeout_ns;
+	const uint64_t epoch = ps->bar.epoch;
 	while (ps->bar.iter_done < t && !ps->bar.failed && !ps->bar.stopping) {
+		if (ps->bar.epoch != epoch)
+			return -ESTALE; /* rolled back: the wait is of a state now gone */
 		struct timespec ts = esd_ns_to_timespec(deadline);
 		if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) == ETIMEDOUT) {
 			char missing[160] = "";
@@ -207,6 +216,17 @@ static void schedule_stop_locked(struct ps *ps, uint64_t t)
 		return;
 	}
 	ESD_INFO("ps", "the job stops after iteration %llu", (unsigned long long)ps->stop.at);
+}
+
+/* The worker still works on a state this shard went back from: tell it
+ * to resume from the checkpoint (it then asks back itself). */
+static int send_rolled_back(struct ps_link *pl)
+{
+	char why[96];
+	snprintf(why, sizeof(why), "the shard went back to checkpoint %llu: resume there",
+		 (unsigned long long)pl->ps->bar.last_rollback);
+	int rc = esd_link_send_error(pl->link, -ESD_EROLLBACK, why);
+	return rc == -EPIPE || rc == -ECONNRESET ? rc : 0;
 }
 
 /* Long: the barrier's release in its required order (apply gradients, checkpoint, advance,
@@ -315,6 +335,7 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	ps->bar.arrived = 0;
 	ps->bar.arrived_mask = 0;
 	ps->bar.final = 0;
+	ps->bar.rolled_to = 0;
 	ps->stats.barriers++;
 	pthread_cond_broadcast(&ps->cv);
 }
@@ -385,7 +406,9 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
-	if (ps->bar.failed) {
+	if (pl->epoch != ps->bar.epoch) {
+		rc = -ESTALE;
+	} else if (ps->bar.failed) {
 		rc = ps->bar.failed;
 	} else if (b->iteration != ps->bar.iter_done + 1 || b->worker != w) {
 		ps_fail_locked(ps, -EPROTO,
@@ -423,6 +446,8 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 		memcpy(value, ps->live.value, sizeof(value));
 	}
 	pthread_mutex_unlock(&ps->mu);
+	if (rc == -ESTALE) /* rolled back (meanwhile) */
+		return send_rolled_back(pl);
 	if (rc && rc != -ESHUTDOWN)
 		return esd_link_send_error(pl->link, rc, msg) ? rc : rc;
 	/* sequence: a checkpoint boundary requested through esdctl (0: none) */
@@ -445,9 +470,11 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
-	rc = wait_released(ps, p->iteration);
+	rc = pl->epoch != ps->bar.epoch ? -ESTALE : wait_released(ps, p->iteration);
 	if (rc) {
 		pthread_mutex_unlock(&ps->mu);
+		if (rc == -ESTALE)
+			return send_rolled_back(pl);
 		return rc == -ESHUTDOWN ? rc : esd_link_send_error(pl->link, rc, ps->bar.fail_msg);
 	}
 	for (uint32_t i = 0; i < p->count && !rc;) {
@@ -501,8 +528,9 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ps->mu);
-	/* exactly once: a re-sent push (after a reconnect) is not applied again */
-	if (!esd_dedup_fresh(&ps->bar.dedup, w, r->sequence)) {
+	/* exactly once: a re-sent push (after a reconnect) is not applied
+	 * again; a push of a state the shard went back from, not at all */
+	if (pl->epoch != ps->bar.epoch || !esd_dedup_fresh(&ps->bar.dedup, w, r->sequence)) {
 		pthread_mutex_unlock(&ps->mu);
 		return 0;
 	}
@@ -538,6 +566,33 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 out:
 	pthread_mutex_unlock(&ps->mu);
 	return rc;
+}
+
+/* A worker asks this shard back to checkpoint c because another shard
+ * restarted from it. Every worker asks; the first one's request reloads,
+ * the others find the shard there already (no barrier released since). */
+static int on_rollback(struct ps_link *pl, const struct esd_rollback *r, struct esd_buf *out)
+{
+	struct ps *ps = pl->ps;
+	uint64_t newest = 0;
+	int rc = 0;
+	pthread_mutex_lock(&ps->mu);
+	if (!ps->job.checkpoint_dir[0])
+		rc = -ENOTSUP;
+	else if (ps->bar.failed)
+		rc = ps->bar.failed;
+	else if (!(ps->bar.rolled_to == r->iteration && ps->bar.iter_done == r->iteration))
+		rc = ps_rollback_locked(ps, r->iteration, &newest);
+	if (!rc)
+		pl->epoch = ps->bar.epoch;
+	pthread_cond_broadcast(&ps->cv);
+	pthread_mutex_unlock(&ps->mu);
+	if (rc && rc != -ESTALE)
+		return esd_link_send_error(pl->link, rc, "cannot go back to the checkpoint") ? rc : rc;
+	struct esd_ack ack = {.iteration = r->iteration, .sequence = newest,
+			      .op = ESD_OP_ROLLBACK, .status = rc};
+	rc = esd_enc_ack(out, &ack);
+	return rc ? rc : send_buf(pl, out);
 }
 
 static void *link_main(void *arg)
@@ -593,6 +648,9 @@ static void *link_main(void *arg)
 			break;
 		case ESD_OP_SETTING:
 			rc = on_rate_report(pl, &m.u.setting);
+			break;
+		case ESD_OP_ROLLBACK:
+			rc = on_rollback(pl, &m.u.rollback, &out);
 			break;
 		case ESD_OP_ERROR:
 			ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m.u.error.len,

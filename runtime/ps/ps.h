@@ -27,6 +27,10 @@ struct ps_link {
 	pthread_t thread;
 	int worker; /* -1 until HELLO */
 	bool done;
+	/* the shard's rollbacks this worker knows of (under mu): after another
+	 * one, its frames of the state that is gone are dropped and its
+	 * barriers and pulls answered ESD_EROLLBACK until it asks back too */
+	uint64_t epoch;
 };
 
 /* The barrier and the job's progress and health. Under struct ps.mu (cv
@@ -45,6 +49,12 @@ struct ps_barrier {
 	uint32_t finished; /* workers that left after the final barrier */
 	uint32_t final;    /* workers at the barrier of iter_done + 1 that flagged it FINAL */
 	bool ended;        /* a barrier every worker flagged FINAL was released */
+	/* a rollback (another shard restarted): the shard went back to its
+	 * checkpoint rolled_to (no barrier released since), and epoch counts
+	 * rollbacks so that a wait of the old state gives up */
+	uint64_t rolled_to;
+	uint64_t epoch;
+	uint64_t last_rollback; /* the checkpoint of the last rollback */
 };
 
 /* The dense table (shard 0): values, optimizer state, per-worker staged
@@ -150,11 +160,19 @@ int ps_dense_read_locked(const struct ps *ps, uint64_t key, float *value, float 
 int ps_dense_stage_locked(struct ps *ps, uint32_t worker, uint64_t key, const float *grad);
 int ps_dense_apply_locked(struct ps *ps);
 
-/* Write a checkpoint of this shard now (caller holds mu). */
+/* Write a checkpoint of this shard now (caller holds mu); the one it
+ * replaces is kept as the previous one. */
 int ps_checkpoint_locked(struct ps *ps);
 /* Restore from the checkpoint file. */
 int ps_restore(struct ps *ps, const char *path);
-/* Path of this shard's checkpoint file in job.checkpoint_dir. */
+/* Go back to this shard's checkpoint of iteration c (its newest or the one
+ * before): a fresh store from the file, the barrier and every request
+ * reset. -ESTALE with *newest set when the shard has no checkpoint c.
+ * Caller holds mu. */
+int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest);
+/* Path of this shard's checkpoint file in job.checkpoint_dir (prev: the
+ * one before it). */
 void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len);
+void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len);
 
 #endif

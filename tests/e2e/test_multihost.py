@@ -9,6 +9,9 @@ exactly the hosts file docs/deploy.md shows (remote = ip netns exec):
   and the same command resumes it: bit-identical to the uninterrupted run;
 - kill -9 of the launcher and every process it started, then the same
   command: it resumes from the last complete checkpoint, bit-identical;
+- kill -9 of one shard of the two: the launcher starts it again with
+  --restore, the nodes and the other shard go back to its checkpoint, and
+  the job ends bit-identical;
 - a node whose data.stream differs is refused, naming both digests, and
   the launcher exits 1 naming that node.
 
@@ -88,8 +91,9 @@ class Hosts:
         return False
 
 
-def write_files(env, hosts, work, name, node_sets=None):
-    """The job and the hosts file of one deployment; their paths."""
+def write_files(env, hosts, work, name, node_sets=None, every=0):
+    """The job (checkpoints every 'every' iterations, 0: at the end) and
+    the hosts file of one deployment; their paths."""
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     job = os.path.join(d, "job.ini")
@@ -103,7 +107,8 @@ def write_files(env, hosts, work, name, node_sets=None):
         f.write("[cache]\nratio = 0.08\n[dispatch]\nmethod = hybrid\nalpha = 0.25\n")
         f.write("[data]\nstream = %s\n" % env.stream)
         f.write("[ps]\nshards = 2\naddrs = %s:7000,%s:7000\ncheckpoint_dir = %s\n"
-                % (hosts.addr(0), hosts.addr(1), os.path.join(d, "ckpt")))
+                "checkpoint_every = %d\n" % (hosts.addr(0), hosts.addr(1),
+                                             os.path.join(d, "ckpt"), every))
     hf = os.path.join(d, "hosts.ini")
     with open(hf, "w") as f:
         f.write("[launch]\nremote = ip netns exec {host} sh -c {cmd}\n")
@@ -225,9 +230,7 @@ def test_stop_and_resume(env, hosts, work, base):
 
 
 def test_kill_all(env, hosts, work, base):
-    d, job, hf, _ = write_files(env, hosts, work, "killall")
-    with open(job, "a") as f:
-        f.write("checkpoint_every = 10\n")
+    d, job, hf, _ = write_files(env, hosts, work, "killall", every=10)
     with open(os.path.join(d, "launch1.log"), "w") as log:
         p = launch(job, hf, log)
         got = wait_iteration(d, 35)
@@ -248,6 +251,44 @@ def test_kill_all(env, hosts, work, base):
     ok, cmp_out = env.compare(shard_files(os.path.join(d, "ckpt"), 2), base, exact=True)
     env.check(ok, "after kill -9 of everything: bit-identical to the uninterrupted run: %s"
               % cmp_out.splitlines()[-1:])
+
+
+def find_shard(launcher_pid, shard):
+    """The pid of esd-ps --shard shard among the launcher's descendants."""
+    for pid in descendants(launcher_pid):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"esd-ps") and b"--shard" in argv and \
+                argv[argv.index(b"--shard") + 1] == str(shard).encode():
+            return pid
+    return None
+
+
+def test_shard_killed(env, hosts, work, base):
+    """kill -9 of shard 1 mid-run: the launcher starts it again from its
+    checkpoint, the nodes and shard 0 go back to it, the job ends."""
+    d, job, hf, _ = write_files(env, hosts, work, "shardkill", every=10)
+    with open(os.path.join(d, "launch.log"), "w") as log:
+        p = launch(job, hf, log)
+        got = wait_iteration(d, 35)
+        victim = find_shard(p.pid, 1)
+        if victim:
+            os.kill(victim, signal.SIGKILL)
+        rc = p.wait(timeout=300)
+    with open(os.path.join(d, "launch.log")) as f:
+        out = f.read()
+    env.check(victim is not None and rc == 0 and "starting it again" in out,
+              "esd-ps1 killed at iteration %d: the launcher restarts it and the job ends: %s"
+              % (got, [ln for ln in out.splitlines() if "again" in ln][:1]))
+    back = [ln for ln in out.splitlines() if "[esd-ps0]" in ln and "back to checkpoint" in ln]
+    env.check(len(back) == 1, "shard 0 went back to the restarted shard's checkpoint: %s"
+              % back)
+    ok, cmp_out = env.compare(shard_files(os.path.join(d, "ckpt"), 2), base, exact=True)
+    env.check(ok, "after a shard's kill -9 and restart: bit-identical to the uninterrupted "
+              "run: %s" % cmp_out.splitlines()[-1:])
 
 
 def test_other_stream(env, hosts, work):
@@ -287,6 +328,7 @@ def main():
         base = test_uninterrupted(env, hosts, env.root)
         test_stop_and_resume(env, hosts, env.root, base)
         test_kill_all(env, hosts, env.root, base)
+        test_shard_killed(env, hosts, env.root, base)
         test_other_stream(env, hosts, env.root)
     finally:
         hosts.__exit__()

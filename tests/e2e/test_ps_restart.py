@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, ctl
+from e2e_util import Env, ClusterError, ctl, shard_files
 
 
 CASES = [
@@ -29,6 +29,9 @@ def main():
     env.gen_stream(samples=20000)
     for tag, over in CASES:
         restart_case(env, tag, over)
+    # several shards: the others go back to the restarted one's checkpoint
+    restart_case(env, "2-shards-kill-1-", {}, shards=2, victim=1)
+    restart_case(env, "3-shards-kill-0-", {}, shards=3, victim=0)
     het_stale_refused(env)
     setting_undone(env)
     return env.finish()
@@ -118,17 +121,20 @@ def het_stale_refused(env):
               "het staleness 2: a lost PS stops the daemons with the reason")
 
 
-def restart_case(env, tag, over):
+def restart_case(env, tag, over, shards=1, victim=0):
+    """kill -9 of shard 'victim' of 'shards' mid-run and its restart with
+    --restore: every node and every other shard go back to its checkpoint
+    and the job ends bit-identical to an uninterrupted run."""
     s = env.settings(job__iterations=300, ps__checkpoint_every=20, **over)
     try:
-        base_ck, _ = env.run(tag + "uninterrupted", s)
+        base_ck, _ = env.run(tag + "uninterrupted", s, shards=shards)
         from esdcluster import Cluster
         work = os.path.join(env.root, tag + "restarted")
         ck = os.path.join(work, "ckpt")
         os.makedirs(ck, exist_ok=True)
         s2 = dict(s)
         s2["ps.checkpoint_dir"] = ck
-        with Cluster(env.bin, work, s2) as c:
+        with Cluster(env.bin, work, s2, shards=shards) as c:
             c.start()
             sock = os.path.join(work, "ps0.sock")
             it = 0
@@ -139,11 +145,11 @@ def restart_case(env, tag, over):
                 except OSError:
                     pass
                 time.sleep(0.005)
-            env.check(50 <= it < 300, "%sthe PS is killed mid-run (at iteration %d)"
-                      % (tag, it))
-            c.kill("ps0", signal.SIGKILL)
+            env.check(50 <= it < 300, "%sshard %d of %d is killed mid-run (at iteration %d)"
+                      % (tag, victim, shards, it))
+            c.kill("ps%d" % victim, signal.SIGKILL)
             time.sleep(0.3)
-            c.start_ps(0, restore=True)
+            c.start_ps(victim, restore=True)
             c.wait(timeout=120)
             sums = c.summaries()
         env.check(all(sm["iterations"] == 300 for sm in sums),
@@ -151,7 +157,14 @@ def restart_case(env, tag, over):
         with open(os.path.join(work, "esdd0.log")) as f:
             log = f.read()
         env.check("resumed at iteration" in log, "%sdaemon 0 resumed from the checkpoint" % tag)
-        ok, out = env.compare(os.path.join(ck, "ps-shard0.ckpt"), base_ck, exact=True)
+        for other in range(shards):
+            if other == victim:
+                continue
+            with open(os.path.join(work, "ps%d.log" % other)) as f:
+                back = [ln for ln in f.read().splitlines() if "back to checkpoint" in ln]
+            env.check(len(back) == 1, "%sshard %d went back to the same checkpoint: %s"
+                      % (tag, other, back))
+        ok, out = env.compare(shard_files(ck, shards), base_ck, exact=True)
         env.check(ok, "%sfinal tables bit-identical to the uninterrupted run: %s" % (tag, out))
     except ClusterError as e:
         env.check(False, "%scluster: %s" % (tag, e))
