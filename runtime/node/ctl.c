@@ -42,6 +42,42 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
+int node_status_report(struct node *nd, char *buf, size_t len)
+{
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	uint64_t tx = 0, rx = 0;
+	pthread_mutex_lock(&nd->qmu);
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link_stats st;
+		if (!nd->links.link[s])
+			continue;
+		esd_link_stats(nd->links.link[s], &st);
+		tx += st.wire_tx_bytes;
+		for (int k = 0; k < ESD_XFER_NKINDS; k++)
+			rx += st.kind[k].rx_bytes;
+	}
+	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
+	json_t *o = json_pack("{s:s, s:i, s:I, s:f, s:f, s:i, s:i, s:I, s:s, s:I, s:I, s:I}",
+			      "host", host, "pid", (int)getpid(),
+			      "iteration", (json_int_t)nd->stats.iter_done,
+			      "iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0,
+			      "loss", nd->stats.last_loss, "trainers", (int)nd->tr.attached,
+			      "trainers_expected", (int)nd->tr.count,
+			      "trainer_deaths", (json_int_t)nd->stats.trainer_deaths,
+			      "method", nd->job.method,
+			      "rate_bps", (json_int_t)nd->job.rate_bps[nd->rank],
+			      "tx_bytes", (json_int_t)tx, "rx_bytes", (json_int_t)rx);
+	pthread_mutex_unlock(&nd->qmu);
+	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	int rc = txt && strlen(txt) < len ? 0 : -E2BIG;
+	if (!rc)
+		memcpy(buf, txt, strlen(txt) + 1);
+	free(txt);
+	return rc;
+}
+
 json_t *node_trainers_json(const struct node *nd)
 {
 	/* caller holds qmu: the slots' fd, pid and counters change under it */
@@ -282,15 +318,7 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 				      : "link.rate: not a bit rate (e.g. 500M, 5G)";
 			return -EINVAL;
 		}
-		pthread_mutex_lock(&nd->qmu);
-		for (uint32_t s = 0; s < nd->job.shards; s++)
-			if (nd->links.link[s])
-				esd_link_set_rate(nd->links.link[s], r);
-		if (report) { /* sent with the next barrier (iter.c) */
-			nd->live.rate_report = true;
-			nd->live.rate_report_bps = r;
-		}
-		pthread_mutex_unlock(&nd->qmu);
+		node_set_link_rate(nd, r, report);
 		*resp = json_pack("{s:s, s:I, s:b}", "key", key, "rate_bps", (json_int_t)r, "live",
 				  1);
 		return 0;

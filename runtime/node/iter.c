@@ -169,6 +169,18 @@ static int barrier(struct exec *x, const struct order *o)
 		if (rc)
 			return rc;
 	}
+	/* about once a second, this node's status to shard 0 (esdctl there
+	 * lists every node of the job) */
+	int64_t now = esd_now_ns();
+	if (now - nd->stats.last_report_ns >= ESD_NS_PER_S) {
+		char st[ESD_PROTO_MAX_SETTING + 1];
+		nd->stats.last_report_ns = now;
+		if (!node_status_report(nd, st, sizeof(st))) {
+			int rc = esd_enc_setting(&x->sb[0].b, o->iter, "node.status", st);
+			if (rc)
+				return rc;
+		}
+	}
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		br.stop = s == 0 && ask_stop;
 		int rc = esd_enc_barrier(&x->sb[s].b, &br);

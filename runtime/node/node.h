@@ -215,6 +215,7 @@ struct node_stats {
 	 * (esd_xfer_kind), summed over iterations: the link counters must
 	 * equal them */
 	uint64_t predicted[ESD_XFER_NKINDS];
+	int64_t last_report_ns; /* the last status report to shard 0 (main thread's) */
 };
 
 /* One esdd: what it was started with (read only after start), the lock
@@ -267,6 +268,11 @@ int node_state_read(const struct node *nd, uint64_t iter, const char *kind, uint
 		    struct node_state *st);
 void node_state_free(struct node_state *st);
 
+/* link.rate (report false) or worker.rate (true: also reported to shard
+ * 0 with the next barrier, into every node's decisions): this node's
+ * links at r bit/s from now. Takes qmu. */
+void node_set_link_rate(struct node *nd, uint64_t r, bool report);
+
 /* Control commands (ctl.c), NULL-terminated. */
 extern const struct esd_ctl_cmd node_ctl_cmds[];
 
@@ -274,6 +280,9 @@ extern const struct esd_ctl_cmd node_ctl_cmds[];
 int node_write_summary(struct node *nd, int status);
 /* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */
 json_t *node_gpu_json(const struct node *nd);
+/* This node's status for shard 0 (esdctl on shard 0 lists every node):
+ * compact JSON, at most len - 1 bytes; 0 or -E2BIG. Takes qmu. */
+int node_status_report(struct node *nd, char *buf, size_t len);
 /* The node's trainers: index, attached, pid, commits, deaths. Caller
  * holds qmu. */
 json_t *node_trainers_json(const struct node *nd);

@@ -47,6 +47,34 @@ static int check_value(const struct node *nd, const char *key, const char *val)
 	return -ENOENT;
 }
 
+void node_set_link_rate(struct node *nd, uint64_t r, bool report)
+{
+	pthread_mutex_lock(&nd->qmu);
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		if (nd->links.link[s])
+			esd_link_set_rate(nd->links.link[s], r);
+	if (report) { /* sent with the next barrier (iter.c) */
+		nd->live.rate_report = true;
+		nd->live.rate_report_bps = r;
+	}
+	pthread_mutex_unlock(&nd->qmu);
+}
+
+/* "node.link.rate" / "node.worker.rate": a command relayed by shard 0
+ * (esdctl --worker), applied now. */
+static int relayed(struct node *nd, const char *key, const char *val)
+{
+	uint64_t r;
+	bool report = !strcmp(key, "node.worker.rate");
+	if ((!report && strcmp(key, "node.link.rate")) || esd_parse_u64(val, &r)) {
+		ESD_ERR("node", "shard 0 relayed an unknown command %s = %s", key, val);
+		return -EPROTO;
+	}
+	node_set_link_rate(nd, r, report);
+	ESD_INFO("node", "%s = %llu bit/s (relayed by shard 0)", key + 5, (unsigned long long)r);
+	return 0;
+}
+
 int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setting *s)
 {
 	char key[ESD_PROTO_MAX_SETTING + 1], val[ESD_PROTO_MAX_SETTING + 1];
@@ -55,6 +83,8 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	key[s->key_len] = 0;
 	memcpy(val, s->value, s->value_len);
 	val[s->value_len] = 0;
+	if (!strncmp(key, "node.", 5))
+		return relayed(nd, key, val);
 	int rc = check_value(nd, key, val);
 	if (rc) {
 		ESD_ERR("node", "barrier %llu: shard 0 announced %s setting %s = %s",

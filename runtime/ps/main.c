@@ -62,6 +62,27 @@ static void usage(FILE *f)
 		   "  --set K=V        override a job setting\n");
 }
 
+/* Shard 0: every node's last report (docs/esdctl.md), with its age;
+ * caller holds mu. */
+static json_t *nodes_json(const struct ps *ps)
+{
+	json_t *a = json_array();
+	int64_t now = esd_now_ns();
+	for (uint32_t w = 0; w < ps->job.n && ps->shard == 0; w++) {
+		const struct ps_node_report *r = &ps->report[w];
+		json_t *st = r->json[0] ? json_loads(r->json, 0, NULL) : NULL;
+		json_t *o = json_pack("{s:i, s:b}", "rank", (int)w, "connected",
+				      (ps->bar.connected_mask >> w & 1) != 0);
+		if (st) {
+			json_object_set_new(o, "age_s", json_real(esd_ns_to_s(now - r->at_ns)));
+			json_object_update(o, st);
+			json_decref(st);
+		}
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
 static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct ps *ps = arg;
@@ -83,6 +104,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
 	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dtab.len));
+	json_object_set_new(*resp, "nodes", nodes_json(ps));
 	/* esdctl set: the pending change (effective_at 0: not scheduled yet) */
 	json_object_set_new(*resp, "setting",
 			    ps->live.pending ? json_pack("{s:s, s:s, s:I}", "key", ps->live.key,
@@ -262,12 +284,49 @@ static int cmd_stop(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
+/* esdctl --worker W set link.rate|worker.rate (shard 0): relayed to node
+ * W after its next barrier, wherever it runs. */
+static int cmd_relay(void *arg, json_t *req, json_t **resp, const char **err)
+{
+	struct ps *ps = arg;
+	json_int_t w = json_integer_value(json_object_get(req, "worker"));
+	const char *key = json_string_value(json_object_get(req, "key"));
+	const char *val = json_string_value(json_object_get(req, "value"));
+	uint64_t r;
+	if (ps->shard != 0) {
+		*err = "relay: ask PS shard 0";
+		return -EINVAL;
+	}
+	if (!key || !val || w < 0 || w >= (json_int_t)ps->job.n) {
+		*err = "relay needs \"worker\" (a rank of the job), \"key\" and \"value\"";
+		return -EINVAL;
+	}
+	if (strcmp(key, "link.rate") && strcmp(key, "worker.rate")) {
+		*err = "relay: only link.rate and worker.rate are set on a node";
+		return -ENOTSUP;
+	}
+	if (esd_parse_rate(val, &r)) {
+		*err = "relay: not a bit rate (e.g. 500M, 5G)";
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&ps->mu);
+	struct ps_node_report *rep = &ps->report[w];
+	snprintf(rep->relay_key, sizeof(rep->relay_key), "%s", key);
+	snprintf(rep->relay_value, sizeof(rep->relay_value), "%llu", (unsigned long long)r);
+	rep->relay = true;
+	*resp = json_pack("{s:b, s:i, s:s, s:I}", "relayed", 1, "worker", (int)w, "key", key,
+			  "rate_bps", (json_int_t)r);
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
 static const struct esd_ctl_cmd ps_cmds[] = {
 	{"status", cmd_status, "shard status: iteration, workers, rows, counters"},
 	{"checkpoint", cmd_checkpoint, "request a checkpoint at the next flushed boundary"},
 	{"set", cmd_set, "change dispatch.method, dispatch.alpha or cache.policy at an "
 			 "iteration every node switches at"},
 	{"stop", cmd_stop, "stop the whole job gracefully at the next checkpoint boundary"},
+	{"relay", cmd_relay, "set link.rate or worker.rate on one node, through shard 0"},
 	{NULL, NULL, NULL},
 };
 

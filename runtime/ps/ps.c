@@ -371,6 +371,21 @@ int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size
 	return off < len ? 0 : -E2BIG;
 }
 
+/* A node's status report (shard 0): kept for esdctl. */
+static int on_status_report(struct ps_link *pl, const struct esd_setting *s)
+{
+	struct ps *ps = pl->ps;
+	pthread_mutex_lock(&ps->mu);
+	if (ps->shard == 0) {
+		struct ps_node_report *r = &ps->report[pl->worker];
+		memcpy(r->json, s->value, s->value_len);
+		r->json[s->value_len] = 0;
+		r->at_ns = esd_now_ns();
+	}
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
 /* A daemon's link rate (its esdctl set link.rate), shard 0: kept for the
  * next barrier, which turns the reports into one workers.rates change. */
 static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
@@ -378,8 +393,11 @@ static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
 	struct ps *ps = pl->ps;
 	char v[32];
 	uint64_t r;
+	if (s->key_len == 11 && !memcmp(s->key, "node.status", 11))
+		return on_status_report(pl, s);
 	if (s->key_len != 9 || memcmp(s->key, "link.rate", 9) || s->value_len >= sizeof(v)) {
-		esd_link_send_error(pl->link, -EPROTO, "a worker may only report link.rate");
+		esd_link_send_error(pl->link, -EPROTO,
+				    "a worker may only report link.rate and node.status");
 		return -EPROTO;
 	}
 	memcpy(v, s->value, s->value_len);
@@ -437,13 +455,20 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	uint64_t ckpt_at = ps->ckpt.at;
 	/* shard 0: the stop is at ckpt_at; another shard: relay the request */
 	bool stop = ps->shard == 0 ? ps->stop.at && ps->stop.at == ckpt_at : ps->stop.asked;
-	/* a setting change scheduled at this release follows the ACK */
+	/* a setting change scheduled at this release follows the ACK; else a
+	 * command relayed to this worker (esdctl --worker) */
 	bool setting = !rc && ps->live.pending && ps->live.at == b->iteration + 3;
 	char key[sizeof(ps->live.key)], value[sizeof(ps->live.value)];
 	uint64_t set_at = ps->live.at;
 	if (setting) {
 		memcpy(key, ps->live.key, sizeof(key));
 		memcpy(value, ps->live.value, sizeof(value));
+	} else if (!rc && ps->report[w].relay) {
+		setting = true;
+		set_at = b->iteration;
+		snprintf(key, sizeof(key), "node.%s", ps->report[w].relay_key);
+		snprintf(value, sizeof(value), "%s", ps->report[w].relay_value);
+		ps->report[w].relay = false;
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc == -ESTALE) /* rolled back (meanwhile) */

@@ -110,6 +110,18 @@ struct ps_live {
 	uint64_t rate_req_mask;
 };
 
+/* Shard 0: each node's last status report (a SETTING "node.status" frame
+ * before a barrier, about once a second), so that esdctl on shard 0 sees
+ * every node of the job wherever it runs. Under mu. */
+struct ps_node_report {
+	char json[ESD_PROTO_MAX_SETTING + 1]; /* "" until the first */
+	int64_t at_ns;
+	/* esdctl --worker W set link.rate|worker.rate on shard 0: relayed to
+	 * the node after its next barrier ACK (a SETTING "node.KEY") */
+	bool relay;
+	char relay_key[32], relay_value[64];
+};
+
 /* One PS shard: what it was started with (read only after start), the
  * lock the parts below are under, and its parts by concern. */
 struct ps {
@@ -131,6 +143,7 @@ struct ps {
 	struct ps_ckpt_request ckpt;
 	struct ps_stop stop;
 	struct ps_live live;
+	struct ps_node_report report[ESD_MAX_WORKERS];
 
 	struct ps_link links[ESD_MAX_WORKERS * 2]; /* one thread each (ps.c) */
 	int nlinks;

@@ -187,10 +187,40 @@ def descendants(pid):
     return out
 
 
+def nodes_seen_by_shard0(env, d):
+    """esdctl on shard 0's socket: every node's last report."""
+    import json
+    r = subprocess.run([os.path.join(env.bin, "esdctl"), "--socket",
+                        os.path.join(d, "run", "ps0.sock"), "--json", "status"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    try:
+        return json.loads(r.stdout).get("nodes", [])
+    except ValueError:
+        return []
+
+
 def test_uninterrupted(env, hosts, work):
     d, job, hf, s = write_files(env, hosts, work, "base")
     t0 = time.time()
-    rc, out = run_to_end(job, hf, d, "launch")
+    with open(os.path.join(d, "launch.log"), "w") as log:
+        p = launch(job, hf, log)
+        wait_iteration(d, 1)
+        nodes = []
+        while p.poll() is None:  # a report a second from each node
+            seen = nodes_seen_by_shard0(env, d)
+            if seen:
+                nodes = seen
+            if len(nodes) == 4 and all(n.get("iteration", 0) > 0 and n.get("trainers") == 2
+                                       for n in nodes):
+                break
+            time.sleep(0.2)
+        rc = p.wait(timeout=300)
+    with open(os.path.join(d, "launch.log")) as f:
+        out = f.read()
+    env.check(len(nodes) == 4 and all(n.get("iteration", 0) > 0 and n.get("trainers") == 2
+                                      for n in nodes),
+              "esdctl status on shard 0 lists every node of the job with its trainers: %s"
+              % [(n.get("rank"), n.get("iteration"), n.get("trainers")) for n in nodes])
     env.check(rc == 0 and "every process exited 0" in out,
               "4 node hosts x 2 trainers, 2 shard hosts, %d iterations: the launcher exits 0 "
               "(%.1f s): %s" % (ITERS, time.time() - t0, out.strip().splitlines()[-1:]))

@@ -309,6 +309,25 @@ def run(work):
         st = esdctl_json("--node", n0, "status")
         check(st["policy"] == "emark" and st["method"] == "hybrid", "set: nothing changed")
 
+        # ---- every node through shard 0 ------------------------------
+        rc, out, err = esdctl("--socket", ps, "--worker", "1", "set", "link.rate", "123M")
+        check(rc == 0 and "relayed to worker 1" in out, "relay: %s%s" % (out, err))
+        t0, rate = time.time(), None
+        while time.time() - t0 < 10 and rate != 123000000:
+            rate = esdctl_json("--node", n1, "links")["links"][0]["rate_bps"]
+            time.sleep(0.05)
+        check(rate == 123000000, "relay: node 1's links shaped at 123M (%s)" % rate)
+        esdctl("--node", n1, "set", "link.rate", "0")
+        t0, nodes = time.time(), []
+        while time.time() - t0 < 10 and not (len(nodes) == 2 and  # a report a second
+                                            all(n.get("trainers") == 1 for n in nodes)):
+            nodes = esdctl_json("--socket", ps, "status").get("nodes", [])
+            time.sleep(0.1)
+        check(len(nodes) == 2 and all(n.get("trainers") == 1 and n.get("pid") for n in nodes),
+              "status on shard 0 lists both nodes: %s" % nodes)
+        rc, out, err = esdctl("--socket", ps, "status")
+        check("TRAINERS" in out and "HOST" in out, "status on shard 0: a table of the nodes")
+
         # ---- checkpoint ----------------------------------------------
         ck = esdctl_json("--socket", ps, "checkpoint")
         check(ck["requested"] is True and ck["path"].endswith("ps-shard0.ckpt"),

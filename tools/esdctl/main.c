@@ -27,7 +27,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: esdctl [--node DIR | --socket PATH]... [--json] [--timeout MS] COMMAND\n"
+	        "usage: esdctl [--node DIR | --socket PATH]... [--json] [--timeout MS]\n"
+	        "              [--worker W] COMMAND\n"
 	        "\n"
 	        "targets (repeat to address several daemons; default $ESDCTL_SOCKET or\n"
 	        "./control.sock):\n"
@@ -36,6 +37,9 @@ static void usage(FILE *f)
 	        "  --json          print the replies as JSON (one object, or an array for\n"
 	        "                  several targets) instead of tables\n"
 	        "  --timeout MS    per-request timeout (default 5000)\n"
+	        "  --worker W      with set link.rate / worker.rate on PS shard 0's socket:\n"
+	        "                  relay it to node W (on whatever host it runs); it\n"
+	        "                  applies at W's next barrier\n"
 	        "\n"
 	        "commands:\n"
 	        "  status                 iteration, throughput, trainer, method (esdd, esd-ps)\n"
@@ -82,15 +86,16 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"node", required_argument, NULL, 'n'}, {"socket", required_argument, NULL, 's'},
 	    {"json", no_argument, NULL, 'j'},       {"timeout", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},       {"worker", required_argument, NULL, 'w'},
+	    {NULL, 0, NULL, 0},
 	};
-	static struct esdctl ctl = {.timeout_ms = 5000};
+	static struct esdctl ctl = {.timeout_ms = 5000, .worker = -1};
 	static char paths[ESDCTL_MAX_TARGETS][PATH_MAX];
 	int c;
 
 	esd_log_init("esdctl");
 	esd_log_set_level(ESD_LOG_WARN);
-	while ((c = getopt_long(argc, argv, "+n:s:jt:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+n:s:jt:hw:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 		case 's':
@@ -116,6 +121,15 @@ int main(int argc, char **argv)
 				return ESDCTL_EUSAGE;
 			}
 			ctl.timeout_ms = (int)v;
+			break;
+		}
+		case 'w': {
+			uint64_t v;
+			if (esd_parse_u64(optarg, &v) || v >= 64) {
+				fprintf(stderr, "esdctl: --worker '%s': expected a rank 0..63\n", optarg);
+				return ESDCTL_EUSAGE;
+			}
+			ctl.worker = (int)v;
 			break;
 		}
 		case 'h':

@@ -204,6 +204,31 @@ static void label_of(const struct esdctl *ctl, int i, char *buf, size_t len)
 	json_decref(st);
 }
 
+/* Shard 0's view of every node of the job (their last reports). */
+static void print_nodes(json_t *nodes)
+{
+	size_t i;
+	json_t *n;
+	if (!json_array_size(nodes))
+		return;
+	printf("  %-5s %-16s %8s %10s %8s %10s %9s %12s %12s %6s\n", "NODE", "HOST", "PID",
+	       "ITERATION", "IT/S", "LOSS", "TRAINERS", "TX_BYTES", "RX_BYTES", "AGE_S");
+	json_array_foreach(nodes, i, n)
+	{
+		if (!json_object_get(n, "iteration")) {
+			printf("  %-5.0f %-16s (no report yet%s)\n", esdctl_num(n, "rank"), "-",
+			       json_is_true(json_object_get(n, "connected")) ? "" : ", not connected");
+			continue;
+		}
+		printf("  %-5.0f %-16s %8.0f %10.0f %8.2f %10.6f %5.0f/%-3.0f %12.0f %12.0f %6.1f\n",
+		       esdctl_num(n, "rank"), esdctl_str(n, "host"), esdctl_num(n, "pid"),
+		       esdctl_num(n, "iteration"), esdctl_num(n, "iters_per_s"),
+		       esdctl_num(n, "loss"), esdctl_num(n, "trainers"),
+		       esdctl_num(n, "trainers_expected"), esdctl_num(n, "tx_bytes"),
+		       esdctl_num(n, "rx_bytes"), esdctl_num(n, "age_s"));
+	}
+}
+
 int esdctl_status(const struct esdctl *ctl)
 {
 	json_t *rep[ESDCTL_MAX_TARGETS];
@@ -249,6 +274,7 @@ int esdctl_status(const struct esdctl *ctl)
 		    esdctl_num(r, "grad_rows"), esdctl_num(r, "checkpoints"),
 		    json_is_string(f) ? "FAILED: " : "running",
 		    json_is_string(f) ? json_string_value(f) : "");
+		print_nodes(json_object_get(r, "nodes"));
 	}
 	free_replies(ctl, rep);
 	return rc;
@@ -418,9 +444,35 @@ static bool is_ps_setting(const char *key)
 	return false;
 }
 
+/* esdctl --worker W set KEY VALUE: through shard 0 to node W. */
+static int relay_set(const struct esdctl *ctl, const char *key, const char *value)
+{
+	int worst = 0;
+	for (int i = 0; i < ctl->ntargets; i++) {
+		json_t *r = NULL;
+		json_t *req = json_pack("{s:s, s:i, s:s, s:s}", "cmd", "relay", "worker",
+					ctl->worker, "key", key, "value", value);
+		int rc = esdctl_call(ctl, i, req, false, &r);
+		json_decref(req);
+		if (rc > worst)
+			worst = rc;
+		if (!r)
+			continue;
+		if (ctl->json)
+			esdctl_print_json(r);
+		else
+			printf("%s: %s = %s relayed to worker %d (applied at its next barrier)\n",
+			       ctl->targets[i], key, value, ctl->worker);
+		json_decref(r);
+	}
+	return worst;
+}
+
 int esdctl_set(const struct esdctl *ctl, const char *key, const char *value)
 {
 	int worst = 0;
+	if (ctl->worker >= 0)
+		return relay_set(ctl, key, value);
 	bool ps_key = is_ps_setting(key);
 	json_t *all = json_array();
 	for (int i = 0; i < ctl->ntargets; i++) {
