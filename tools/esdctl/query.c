@@ -444,18 +444,27 @@ static bool is_ps_setting(const char *key)
 	return false;
 }
 
+/* Send req (taken) to target i; its reply or NULL, the worst exit code
+ * so far in *worst. */
+static json_t *call_taking(const struct esdctl *ctl, int i, json_t *req, int *worst)
+{
+	json_t *r = NULL;
+	int rc = esdctl_call(ctl, i, req, false, &r);
+	json_decref(req);
+	if (rc > *worst)
+		*worst = rc;
+	return r;
+}
+
 /* esdctl --worker W set KEY VALUE: through shard 0 to node W. */
 static int relay_set(const struct esdctl *ctl, const char *key, const char *value)
 {
 	int worst = 0;
 	for (int i = 0; i < ctl->ntargets; i++) {
-		json_t *r = NULL;
-		json_t *req = json_pack("{s:s, s:i, s:s, s:s}", "cmd", "relay", "worker",
-					ctl->worker, "key", key, "value", value);
-		int rc = esdctl_call(ctl, i, req, false, &r);
-		json_decref(req);
-		if (rc > worst)
-			worst = rc;
+		json_t *r = call_taking(ctl, i,
+					json_pack("{s:s, s:i, s:s, s:s}", "cmd", "relay", "worker",
+						  ctl->worker, "key", key, "value", value),
+					&worst);
 		if (!r)
 			continue;
 		if (ctl->json)
@@ -491,12 +500,9 @@ int esdctl_set(const struct esdctl *ctl, const char *key, const char *value)
 			if (is_ps != ps_key)
 				continue;
 		}
-		json_t *req =
-		    json_pack("{s:s, s:s, s:s}", "cmd", "set", "key", key, "value", value);
-		int rc = esdctl_call(ctl, i, req, false, &r);
-		json_decref(req);
-		if (rc > worst)
-			worst = rc;
+		r = call_taking(
+		    ctl, i, json_pack("{s:s, s:s, s:s}", "cmd", "set", "key", key, "value", value),
+		    &worst);
 		if (!r)
 			continue;
 		if (!ctl->json && json_object_get(r, "effective_at"))
