@@ -8,7 +8,7 @@ it is not available fails the test), and, from the daemons' own summaries of eve
 transfer kind equal the transfers the snapshots predicted; and that the
 reported costs are the link bytes divided by the link rates.
 
-usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns]   (exit 77: cannot run here)
+usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns] [--shards S]   (exit 77: cannot run here)
 
 --netns: the same with the links in network namespaces shaped by tc tbf
 (needs root and iproute2), over fewer mechanisms; also checks that every
@@ -57,6 +57,8 @@ def main():
                 "--mechanisms", MECHS_NS if netns else MECHS]
         if netns:
             argv.append("--netns")
+        if "--shards" in sys.argv[3:]:  # several PS shards: the same checks hold
+            argv += ["--shards", sys.argv[sys.argv.index("--shards") + 1]]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         r_pid[0] = p.pid
         try:
