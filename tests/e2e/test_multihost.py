@@ -2,7 +2,7 @@
 and 4 node hosts on one bridge, each node's veth shaped by tc tbf at its
 link rate both ways (its uplink, shared by its links to both shards), 2
 trainers per node under torchrun, launched by tools/launch/esd-launch with
-exactly the hosts file docs/deploy.md shows (remote = ip netns exec):
+the [launch] section docs/deploy.md shows for namespaces, read from it:
 - 100 iterations end with the tables of the single-process reference
   (rtol 1e-5) and every node's links carrying what it predicted;
 - SIGINT to the launcher stops the job gracefully (every process exits 0)
@@ -34,6 +34,25 @@ LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "launch", "esd
 PY = "/usr/bin/python3"
 RATES = [40000000, 40000000, 20000000, 20000000]
 ITERS = 100
+
+
+def doc_launch():
+    """The [launch] block of docs/deploy.md's section on namespaces."""
+    with open(os.path.join(HERE, "..", "..", "docs", "deploy.md")) as f:
+        text = f.read()
+    sec = text[text.index("## On one machine: hosts as network namespaces"):]
+    lines, started = [], False
+    for ln in sec.splitlines():
+        if ln.strip() == "[launch]":
+            started = True
+        if started:
+            if not ln.strip():
+                break
+            lines.append(ln.strip())
+    return lines
+
+
+DOC_LAUNCH = doc_launch()
 
 
 def sh(*a):
@@ -111,11 +130,16 @@ def write_files(env, hosts, work, name, node_sets=None, every=0):
                                              os.path.join(d, "ckpt"), every))
     hf = os.path.join(d, "hosts.ini")
     with open(hf, "w") as f:
-        f.write("[launch]\nremote = ip netns exec {host} sh -c {cmd}\n")
-        f.write("bin = %s\nworkdir = %s\n" % (env.bin, os.path.join(d, "run")))
-        f.write("torchrun = %s -m torch.distributed.run\n" % PY)
-        f.write("trainer = {bin}/esd-trainer --quiet\nmaster_port = %d\n"
-                % (29600 + os.getpid() % 300))
+        # docs/deploy.md's [launch] for namespaces, as written there; only
+        # its two paths are this machine's
+        for line in DOC_LAUNCH:
+            key = line.split("=", 1)[0].strip()
+            if key == "bin":
+                line = "bin = %s" % env.bin
+            elif key == "workdir":
+                line = "workdir = %s" % os.path.join(d, "run")
+            f.write(line + "\n")
+        f.write("master_port = %d\n" % (29600 + os.getpid() % 300))
         for sh_ in range(2):
             f.write("[shard%d]\nhost = %s\nlisten = 0.0.0.0:7000\n" % (sh_, hosts.names[sh_]))
         for w in range(4):

@@ -245,16 +245,21 @@ int esdctl_status(const struct esdctl *ctl)
 			continue;
 		if (!hdr_node)
 			printf("%-6s %5s %12s %12s %9s %10s %8s %7s %-8s %6s %-9s\n", "NODE",
-			       "RANK", "ITERATION", "OF", "IT/S", "LOSS", "TRAINER", "DEATHS",
+			       "RANK", "ITERATION", "OF", "IT/S", "LOSS", "TRAINERS", "DEATHS",
 			       "METHOD", "ALPHA", "SYNC");
 		hdr_node = true;
+		/* attached of expected (workers.trainers) */
+		json_t *tr = json_object_get(r, "trainers");
+		size_t k, att = 0;
+		json_t *t;
+		json_array_foreach(tr, k, t) att += json_is_true(json_object_get(t, "attached"));
+		char trs[24];
+		snprintf(trs, sizeof(trs), "%zu/%zu", att, json_array_size(tr));
 		printf("%-6s %5.0f %12.0f %12.0f %9.2f %10.6f %8s %7.0f %-8s %6.3g %-9s\n", "esdd",
 		       esdctl_num(r, "rank"), esdctl_num(r, "iteration"),
 		       esdctl_num(r, "iterations"), esdctl_num(r, "iters_per_s"),
-		       esdctl_num(r, "loss"),
-		       json_is_true(json_object_get(r, "trainer_attached")) ? "attached" : "none",
-		       esdctl_num(r, "trainer_deaths"), esdctl_str(r, "method"),
-		       esdctl_num(r, "alpha"), esdctl_str(r, "sync"));
+		       esdctl_num(r, "loss"), trs, esdctl_num(r, "trainer_deaths"),
+		       esdctl_str(r, "method"), esdctl_num(r, "alpha"), esdctl_str(r, "sync"));
 	}
 	for (int i = 0; i < ctl->ntargets; i++) {
 		json_t *r = rep[i];
