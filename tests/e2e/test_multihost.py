@@ -12,6 +12,8 @@ the [launch] section docs/deploy.md shows for namespaces, read from it:
 - kill -9 of one shard of the two: the launcher starts it again with
   --restore, the nodes and the other shard go back to its checkpoint, and
   the job ends bit-identical;
+- the PyTorch trainer (examples/pytorch/train.py, WDL) runs under torchrun
+  the same way, 20 iterations;
 - a node whose data.stream differs is refused, naming both digests, and
   the launcher exits 1 naming that node.
 
@@ -75,6 +77,9 @@ class Hosts:
     def addr(self, i):
         return "10.79.0.%d" % (i + 1)
 
+    def dev(self, i):
+        return "%sh%d" % (self.tag, i)
+
     def __enter__(self):
         try:
             for ns in [self.sw] + self.names:
@@ -84,7 +89,7 @@ class Hosts:
             sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
             sh("ip", "-n", self.sw, "link", "set", "br0", "up")
             for i, ns in enumerate(self.names):
-                h, s = "%sh%d" % (self.tag, i), "%ss%d" % (self.tag, i)
+                h, s = self.dev(i), "%ss%d" % (self.tag, i)
                 sh("ip", "link", "add", h, "netns", ns, "type", "veth", "peer", "name", s,
                    "netns", self.sw)
                 sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", h)
@@ -145,6 +150,9 @@ def write_files(env, hosts, work, name, node_sets=None, every=0):
         for w in range(4):
             f.write("[node%d]\nhost = %s\naddress = %s\n" % (w, hosts.names[2 + w],
                                                              hosts.addr(2 + w)))
+            # the trainers' gloo on the host's own interface (its hostname
+            # resolves to a loopback address no other host reaches)
+            f.write("env = GLOO_SOCKET_IFNAME=%s\n" % hosts.dev(2 + w))
             if node_sets and w in node_sets:
                 f.write("set = %s\n" % node_sets[w])
     os.makedirs(os.path.join(d, "ckpt"), exist_ok=True)
@@ -345,6 +353,30 @@ def test_shard_killed(env, hosts, work, base):
               "run: %s" % cmp_out.splitlines()[-1:])
 
 
+def test_pytorch(env, hosts, work):
+    """The PyTorch trainer (examples/pytorch/train.py) under torchrun: it
+    finds its daemon from ESD_NODE_DIR and its rank, world and rendezvous
+    from torchrun's variables (env://, no shared file)."""
+    d, job, hf, _ = write_files(env, hosts, work, "pytorch")
+    with open(hf) as f:
+        text = f.read()
+    train = os.path.normpath(os.path.join(HERE, "..", "..", "examples", "pytorch", "train.py"))
+    text = re.sub(r"(?m)^trainer = .*$", "trainer = %s %s --model wdl" % (PY, train), text)
+    with open(hf, "w") as f:
+        f.write(text)
+    with open(job) as f:
+        jt = f.read()
+    with open(job, "w") as f:
+        f.write(jt.replace("iterations = %d" % ITERS, "iterations = 20"))
+    rc, out = run_to_end(job, hf, d, "launch", timeout=400)
+    done = [ln for ln in out.splitlines()
+            if ln.startswith("[trainers0]") and "done: 20 iterations" in ln and "final loss" in ln]
+    env.check(rc == 0 and done, "PyTorch trainers under torchrun (4 nodes x 2): the job ends, "
+              "rank 0 reports: %s" % (done[:1] or out.strip().splitlines()[-3:]))
+    if rc == 0:
+        env.check_transfers("multihost-pytorch", summaries(d))
+
+
 def test_other_stream(env, hosts, work):
     other = os.path.join(work, "other.esd")
     subprocess.run([os.path.join(env.bin, "esd-data"), "gen", "-o", other, "--shape",
@@ -383,6 +415,7 @@ def main():
         test_stop_and_resume(env, hosts, env.root, base)
         test_kill_all(env, hosts, env.root, base)
         test_shard_killed(env, hosts, env.root, base)
+        test_pytorch(env, hosts, env.root)
         test_other_stream(env, hosts, env.root)
     finally:
         hosts.__exit__()
