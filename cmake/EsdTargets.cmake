@@ -46,3 +46,30 @@ function(esd_add_script_test)
 		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
 	endif()
 endfunction()
+
+# esd_python_trainer_env(OUT_VAR)
+# The environment under which /usr/bin/python3 loads this tree's libesd.so
+# (the Python binding, the PyTorch trainers): ESD_LIB, and in a sanitizer
+# build libasan (and libstdc++, which torch loads later: libasan's
+# exception interceptor must find its __cxa_throw at start) preloaded, leak
+# checks off (the interpreter's allocations are not ours). Without a
+# libasan.so to preload it sets ESD_PYTORCH_SKIP to the reason.
+function(esd_python_trainer_env out)
+	set(_env ESD_LIB=$<TARGET_FILE:esd>)
+	if(ESD_SANITIZE)
+		execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+			OUTPUT_VARIABLE _asan OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+		execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libstdc++.so.6
+			OUTPUT_VARIABLE _cxx OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+		if(_asan AND IS_ABSOLUTE "${_asan}" AND EXISTS "${_asan}")
+			set(_preload ${_asan})
+			if(_cxx AND IS_ABSOLUTE "${_cxx}" AND EXISTS "${_cxx}")
+				string(APPEND _preload ":${_cxx}")
+			endif()
+			list(APPEND _env LD_PRELOAD=${_preload} ASAN_OPTIONS=detect_leaks=0)
+		else()
+			list(APPEND _env "ESD_PYTORCH_SKIP=sanitizer build: no libasan.so to preload into /usr/bin/python3")
+		endif()
+	endif()
+	set(${out} ${_env} PARENT_SCOPE)
+endfunction()
