@@ -42,6 +42,11 @@ int esd_ctl_server_start(const char *path, const struct esd_ctl_cmd *cmds, void 
 /* Stop the thread, close and unlink the socket. Accepts NULL. */
 void esd_ctl_server_stop(struct esd_ctl_server *srv);
 
+/* Run request req against cmds as the server would (the built-in "help"
+ * included): a new reply object with "ok" and, on failure, "error". What
+ * relays a request to a daemon through another uses. */
+json_t *esd_ctl_run(const struct esd_ctl_cmd *cmds, void *arg, json_t *req);
+
 /* Client: send req to the server at path and return its reply (caller
  * owns it: json_decref). Returns 0, -ENOENT/-ECONNREFUSED (no server;
  * nothing logged, so tools can word their own message), -ETIMEDOUT,

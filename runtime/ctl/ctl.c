@@ -80,12 +80,48 @@ static void error_reply(int fd, const char *msg)
 	json_decref(o);
 }
 
+static json_t *error_obj(const char *msg)
+{
+	return json_pack("{s:b, s:s}", "ok", 0, "error", msg);
+}
+
+json_t *esd_ctl_run(const struct esd_ctl_cmd *cmds, void *arg, json_t *req)
+{
+	json_t *resp = NULL;
+	char msg[1024];
+	const char *err = NULL;
+	const char *cmd = json_string_value(json_object_get(req, "cmd"));
+	if (!cmd)
+		return error_obj("request has no \"cmd\" string");
+	if (!strcmp(cmd, "help")) {
+		json_t *all = json_object();
+		for (const struct esd_ctl_cmd *c = cmds; c->name; c++)
+			json_object_set_new(all, c->name, json_string(c->help ? c->help : ""));
+		return json_pack("{s:b, s:o}", "ok", 1, "commands", all);
+	}
+	for (const struct esd_ctl_cmd *c = cmds; c->name; c++) {
+		if (strcmp(c->name, cmd))
+			continue;
+		int rc = c->fn(arg, req, &resp, &err);
+		if (rc) {
+			json_decref(resp);
+			snprintf(msg, sizeof(msg), "%s: %s", cmd, err ? err : esd_strerror(rc));
+			return error_obj(msg);
+		}
+		if (!resp)
+			resp = json_object();
+		json_object_set_new(resp, "ok", json_true());
+		return resp;
+	}
+	snprintf(msg, sizeof(msg), "unknown command '%.64s' (try {\"cmd\":\"help\"})", cmd);
+	return error_obj(msg);
+}
+
 static void handle_line(struct esd_ctl_server *s, int fd, const char *line)
 {
 	json_error_t jerr;
-	json_t *req = json_loads(line, 0, &jerr), *resp = NULL;
+	json_t *req = json_loads(line, 0, &jerr);
 	char msg[1024];
-	const char *err = NULL;
 
 	if (!req || !json_is_object(req)) {
 		snprintf(msg, sizeof(msg), "request is not a JSON object: %s",
@@ -94,37 +130,9 @@ static void handle_line(struct esd_ctl_server *s, int fd, const char *line)
 		json_decref(req);
 		return;
 	}
-	const char *cmd = json_string_value(json_object_get(req, "cmd"));
-	if (!cmd) {
-		error_reply(fd, "request has no \"cmd\" string");
-		goto out;
-	}
-	if (!strcmp(cmd, "help")) {
-		json_t *cmds = json_object();
-		for (const struct esd_ctl_cmd *c = s->cmds; c->name; c++)
-			json_object_set_new(cmds, c->name, json_string(c->help ? c->help : ""));
-		resp = json_pack("{s:b, s:o}", "ok", 1, "commands", cmds);
+	json_t *resp = esd_ctl_run(s->cmds, s->arg, req);
+	if (resp)
 		reply(fd, resp);
-		goto out;
-	}
-	for (const struct esd_ctl_cmd *c = s->cmds; c->name; c++) {
-		if (strcmp(c->name, cmd))
-			continue;
-		int rc = c->fn(s->arg, req, &resp, &err);
-		if (rc) {
-			snprintf(msg, sizeof(msg), "%s: %s", cmd, err ? err : esd_strerror(rc));
-			error_reply(fd, msg);
-		} else {
-			if (!resp)
-				resp = json_object();
-			json_object_set_new(resp, "ok", json_true());
-			reply(fd, resp);
-		}
-		goto out;
-	}
-	snprintf(msg, sizeof(msg), "unknown command '%.64s' (try {\"cmd\":\"help\"})", cmd);
-	error_reply(fd, msg);
-out:
 	json_decref(resp);
 	json_decref(req);
 }

@@ -148,6 +148,24 @@ static int recv_setting(struct exec *x, uint64_t iter)
 	return node_setting_announce(x->nd, iter, &m.u.setting);
 }
 
+/* A relayed command's reply to shard 0: SETTING frames "node.reply" of at
+ * most ESD_PROTO_MAX_SETTING bytes, the last one "node.reply.end". */
+static int send_reply(struct exec *x, uint64_t iter, const char *reply)
+{
+	char chunk[ESD_PROTO_MAX_SETTING + 1];
+	size_t len = strlen(reply), off = 0;
+	int rc = 0;
+	do {
+		size_t n = len - off > ESD_PROTO_MAX_SETTING ? ESD_PROTO_MAX_SETTING : len - off;
+		memcpy(chunk, reply + off, n);
+		chunk[n] = 0;
+		off += n;
+		rc = esd_enc_setting(&x->sb[0].b, iter, off == len ? "node.reply.end" : "node.reply",
+				     chunk);
+	} while (!rc && off < len);
+	return rc;
+}
+
 static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
@@ -166,6 +184,14 @@ static int barrier(struct exec *x, const struct order *o)
 		char v[32];
 		snprintf(v, sizeof(v), "%llu", (unsigned long long)rate);
 		int rc = esd_enc_setting(&x->sb[0].b, o->iter, "link.rate", v);
+		if (rc)
+			return rc;
+	}
+	/* the reply to a command shard 0 relayed, in chunks */
+	if (nd->relay.reply) {
+		int rc = send_reply(x, o->iter, nd->relay.reply);
+		free(nd->relay.reply);
+		nd->relay.reply = NULL;
 		if (rc)
 			return rc;
 	}

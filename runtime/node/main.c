@@ -346,6 +346,7 @@ int main(int argc, char **argv)
 	free(nd.rec.saved_cm[0]);
 	free(nd.rec.saved_cm[1]);
 	free(nd.rep);
+	free(nd.relay.reply);
 	esd_cache_close(nd.cache);
 	esd_config_free(a.cfg);
 	return rc ? 1 : 0;

@@ -136,6 +136,12 @@ struct node_stop {
 	uint64_t at; /* shard 0's boundary: the last iteration (0: none yet) */
 };
 
+/* A command relayed by shard 0 (esdctl --worker): its reply, sent to
+ * shard 0 before the next barrier. The main thread's. */
+struct node_relay {
+	char *reply; /* JSON, NULL: none pending */
+};
+
 /* Live settings (esdctl set). Under qmu (settings.c, ctl.c). */
 struct node_live {
 	/* a change announced by shard 0 after a barrier ACK: the dispatcher
@@ -240,6 +246,7 @@ struct node {
 	struct node_recovery rec;
 	struct node_stop stop;
 	struct node_live live;
+	struct node_relay relay;
 	struct node_rate rate;
 	struct node_links links;
 	struct node_trainer tr;

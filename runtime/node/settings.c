@@ -16,6 +16,7 @@
  */
 #include "node.h"
 
+#include <esd/ctl.h>
 #include <esd/dispatch_solve.h>
 #include <esd/err.h>
 #include <esd/log.h>
@@ -60,18 +61,22 @@ void node_set_link_rate(struct node *nd, uint64_t r, bool report)
 	pthread_mutex_unlock(&nd->qmu);
 }
 
-/* "node.link.rate" / "node.worker.rate": a command relayed by shard 0
- * (esdctl --worker), applied now. */
-static int relayed(struct node *nd, const char *key, const char *val)
+/* "node.request": an esdctl command relayed by shard 0 (esdctl --worker):
+ * run it as the control socket would; its reply goes back with the next
+ * barrier (iter.c). */
+static int relayed(struct node *nd, const char *text)
 {
-	uint64_t r;
-	bool report = !strcmp(key, "node.worker.rate");
-	if ((!report && strcmp(key, "node.link.rate")) || esd_parse_u64(val, &r)) {
-		ESD_ERR("node", "shard 0 relayed an unknown command %s = %s", key, val);
-		return -EPROTO;
-	}
-	node_set_link_rate(nd, r, report);
-	ESD_INFO("node", "%s = %llu bit/s (relayed by shard 0)", key + 5, (unsigned long long)r);
+	json_t *req = json_loads(text, 0, NULL);
+	json_t *resp = json_is_object(req) ? esd_ctl_run(node_ctl_cmds, nd, req)
+					   : json_pack("{s:b, s:s}", "ok", 0, "error",
+						       "relayed request is not a JSON object");
+	json_decref(req);
+	char *out = resp ? json_dumps(resp, JSON_COMPACT) : NULL;
+	json_decref(resp);
+	if (!out)
+		return -ENOMEM;
+	free(nd->relay.reply);
+	nd->relay.reply = out;
 	return 0;
 }
 
@@ -83,8 +88,8 @@ int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setti
 	key[s->key_len] = 0;
 	memcpy(val, s->value, s->value_len);
 	val[s->value_len] = 0;
-	if (!strncmp(key, "node.", 5))
-		return relayed(nd, key, val);
+	if (!strcmp(key, "node.request"))
+		return relayed(nd, val);
 	int rc = check_value(nd, key, val);
 	if (rc) {
 		ESD_ERR("node", "barrier %llu: shard 0 announced %s setting %s = %s",

@@ -284,39 +284,65 @@ static int cmd_stop(void *arg, json_t *req, json_t **resp, const char **err)
 	return 0;
 }
 
-/* esdctl --worker W set link.rate|worker.rate (shard 0): relayed to node
- * W after its next barrier, wherever it runs. */
+/* Wait (mu held) until worker w's reply to a relayed request is in, the
+ * job failed, the worker left, or the time is up. */
+static int wait_reply_locked(struct ps *ps, uint32_t w, int64_t timeout_ns)
+{
+	int64_t deadline = esd_now_ns() + timeout_ns;
+	while (!ps->report[w].reply_done) {
+		if (ps->bar.failed || !(ps->bar.connected_mask >> w & 1))
+			return -ECONNRESET;
+		struct timespec ts = esd_ns_to_timespec(deadline);
+		if (pthread_cond_timedwait(&ps->cv, &ps->mu, &ts) == ETIMEDOUT)
+			return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+/* esdctl --worker W COMMAND (shard 0): the request goes to node W after
+ * its next barrier and its reply comes back before a later one, wherever
+ * the node runs; this handler waits for it (an iteration or two). */
 static int cmd_relay(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct ps *ps = arg;
 	json_int_t w = json_integer_value(json_object_get(req, "worker"));
-	const char *key = json_string_value(json_object_get(req, "key"));
-	const char *val = json_string_value(json_object_get(req, "value"));
-	uint64_t r;
+	json_t *inner = json_object_get(req, "request");
 	if (ps->shard != 0) {
 		*err = "relay: ask PS shard 0";
 		return -EINVAL;
 	}
-	if (!key || !val || w < 0 || w >= (json_int_t)ps->job.n) {
-		*err = "relay needs \"worker\" (a rank of the job), \"key\" and \"value\"";
-		return -EINVAL;
-	}
-	if (strcmp(key, "link.rate") && strcmp(key, "worker.rate")) {
-		*err = "relay: only link.rate and worker.rate are set on a node";
-		return -ENOTSUP;
-	}
-	if (esd_parse_rate(val, &r)) {
-		*err = "relay: not a bit rate (e.g. 500M, 5G)";
+	char *text = json_is_object(inner) ? json_dumps(inner, JSON_COMPACT) : NULL;
+	if (!text || w < 0 || w >= (json_int_t)ps->job.n || strlen(text) > ESD_PROTO_MAX_SETTING) {
+		free(text);
+		*err = "relay needs \"worker\" (a rank of the job) and a \"request\" object of at "
+		       "most 1024 bytes";
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&ps->mu);
-	struct ps_node_report *rep = &ps->report[w];
-	snprintf(rep->relay_key, sizeof(rep->relay_key), "%s", key);
-	snprintf(rep->relay_value, sizeof(rep->relay_value), "%llu", (unsigned long long)r);
-	rep->relay = true;
-	*resp = json_pack("{s:b, s:i, s:s, s:I}", "relayed", 1, "worker", (int)w, "key", key,
-			  "rate_bps", (json_int_t)r);
+	struct ps_node_report *r = &ps->report[w];
+	if (r->relay_busy) {
+		pthread_mutex_unlock(&ps->mu);
+		free(text);
+		*err = "relay: a request to that worker is in flight";
+		return -EBUSY;
+	}
+	snprintf(r->request, sizeof(r->request), "%s", text);
+	free(text);
+	r->relay_busy = r->relay_pending = true;
+	r->reply_done = false;
+	r->reply_len = 0;
+	int rc = wait_reply_locked(ps, (uint32_t)w, 30 * ESD_NS_PER_S);
+	json_t *reply = !rc && r->reply ? json_loads(r->reply, 0, NULL) : NULL;
+	r->relay_busy = r->relay_pending = false;
 	pthread_mutex_unlock(&ps->mu);
+	if (!reply) {
+		*err = rc == -ETIMEDOUT ? "relay: no reply from the node in 30 s (is the job "
+					  "iterating?)"
+		       : rc ? "relay: the node left or the job failed"
+			    : "relay: the node's reply is not JSON";
+		return rc ? rc : -EPROTO;
+	}
+	*resp = json_pack("{s:i, s:o}", "worker", (int)w, "reply", reply);
 	return 0;
 }
 
@@ -326,7 +352,7 @@ static const struct esd_ctl_cmd ps_cmds[] = {
 	{"set", cmd_set, "change dispatch.method, dispatch.alpha or cache.policy at an "
 			 "iteration every node switches at"},
 	{"stop", cmd_stop, "stop the whole job gracefully at the next checkpoint boundary"},
-	{"relay", cmd_relay, "set link.rate or worker.rate on one node, through shard 0"},
+	{"relay", cmd_relay, "run a command on one node of the job, through shard 0"},
 	{NULL, NULL, NULL},
 };
 

@@ -77,6 +77,8 @@ void ps_fini(struct ps *ps)
 {
 	ps_store_free(ps->st);
 	ps_dense_free(ps);
+	for (uint32_t w = 0; w < ESD_MAX_WORKERS; w++)
+		free(ps->report[w].reply);
 	pthread_mutex_destroy(&ps->mu);
 	pthread_cond_destroy(&ps->cv);
 }
@@ -371,19 +373,45 @@ int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size
 	return off < len ? 0 : -E2BIG;
 }
 
-/* A node's status report (shard 0): kept for esdctl. */
-static int on_status_report(struct ps_link *pl, const struct esd_setting *s)
+/* A chunk of a node's reply to a relayed request (shard 0). */
+static int append_reply(struct ps_node_report *r, const struct esd_setting *s)
+{
+	if (r->reply_len + s->value_len + 1 > r->reply_cap) {
+		size_t cap = (r->reply_len + s->value_len + 1) * 2;
+		char *p = realloc(r->reply, cap);
+		if (!p)
+			return -ENOMEM;
+		r->reply = p;
+		r->reply_cap = cap;
+	}
+	memcpy(r->reply + r->reply_len, s->value, s->value_len);
+	r->reply_len += s->value_len;
+	r->reply[r->reply_len] = 0;
+	return 0;
+}
+
+/* What a node reports to shard 0: its status (kept for esdctl), or a
+ * chunk of its reply to a relayed request. */
+static int on_node_report(struct ps_link *pl, const struct esd_setting *s)
 {
 	struct ps *ps = pl->ps;
+	int rc = 0;
 	pthread_mutex_lock(&ps->mu);
-	if (ps->shard == 0) {
-		struct ps_node_report *r = &ps->report[pl->worker];
+	struct ps_node_report *r = &ps->report[pl->worker];
+	if (ps->shard != 0) {
+	} else if (s->key_len == 11 && !memcmp(s->key, "node.status", 11)) {
 		memcpy(r->json, s->value, s->value_len);
 		r->json[s->value_len] = 0;
 		r->at_ns = esd_now_ns();
+	} else if (r->relay_busy) { /* node.reply, node.reply.end */
+		rc = append_reply(r, s);
+		if (s->key_len == 14) {
+			r->reply_done = true;
+			pthread_cond_broadcast(&ps->cv);
+		}
 	}
 	pthread_mutex_unlock(&ps->mu);
-	return 0;
+	return rc;
 }
 
 /* A daemon's link rate (its esdctl set link.rate), shard 0: kept for the
@@ -393,11 +421,13 @@ static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
 	struct ps *ps = pl->ps;
 	char v[32];
 	uint64_t r;
-	if (s->key_len == 11 && !memcmp(s->key, "node.status", 11))
-		return on_status_report(pl, s);
+	if ((s->key_len == 11 && !memcmp(s->key, "node.status", 11)) ||
+	    (s->key_len == 10 && !memcmp(s->key, "node.reply", 10)) ||
+	    (s->key_len == 14 && !memcmp(s->key, "node.reply.end", 14)))
+		return on_node_report(pl, s);
 	if (s->key_len != 9 || memcmp(s->key, "link.rate", 9) || s->value_len >= sizeof(v)) {
-		esd_link_send_error(pl->link, -EPROTO,
-				    "a worker may only report link.rate and node.status");
+		esd_link_send_error(pl->link, -EPROTO, "a worker may only send link.rate, "
+				    "node.status and node.reply settings");
 		return -EPROTO;
 	}
 	memcpy(v, s->value, s->value_len);
@@ -463,12 +493,12 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	if (setting) {
 		memcpy(key, ps->live.key, sizeof(key));
 		memcpy(value, ps->live.value, sizeof(value));
-	} else if (!rc && ps->report[w].relay) {
+	} else if (!rc && ps->report[w].relay_pending) {
 		setting = true;
 		set_at = b->iteration;
-		snprintf(key, sizeof(key), "node.%s", ps->report[w].relay_key);
-		snprintf(value, sizeof(value), "%s", ps->report[w].relay_value);
-		ps->report[w].relay = false;
+		snprintf(key, sizeof(key), "node.request");
+		memcpy(value, ps->report[w].request, sizeof(value));
+		ps->report[w].relay_pending = false;
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc == -ESTALE) /* rolled back (meanwhile) */

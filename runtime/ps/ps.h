@@ -116,10 +116,14 @@ struct ps_live {
 struct ps_node_report {
 	char json[ESD_PROTO_MAX_SETTING + 1]; /* "" until the first */
 	int64_t at_ns;
-	/* esdctl --worker W set link.rate|worker.rate on shard 0: relayed to
-	 * the node after its next barrier ACK (a SETTING "node.KEY") */
-	bool relay;
-	char relay_key[32], relay_value[64];
+	/* esdctl --worker W COMMAND on shard 0: the request goes to node W
+	 * after its next barrier ACK (a SETTING "node.request"), the reply
+	 * comes back in SETTING "node.reply" chunks ("node.reply.end" last)
+	 * before a later barrier */
+	bool relay_busy, relay_pending, reply_done;
+	char request[ESD_PROTO_MAX_SETTING + 1];
+	char *reply;
+	size_t reply_len, reply_cap;
 };
 
 /* One PS shard: what it was started with (read only after start), the

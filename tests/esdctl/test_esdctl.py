@@ -311,7 +311,15 @@ def run(work):
 
         # ---- every node through shard 0 ------------------------------
         rc, out, err = esdctl("--socket", ps, "--worker", "1", "set", "link.rate", "123M")
-        check(rc == 0 and "relayed to worker 1" in out, "relay: %s%s" % (out, err))
+        check(rc == 0 and "link.rate = 123M" in out, "relay set: %s%s" % (out, err))
+        r = esdctl_json("--socket", ps, "--worker", "1", "status")
+        check(r.get("role") == "esdd" and r.get("rank") == 1,
+              "relay status: node 1 answers through shard 0 (%s)"
+              % {k: r.get(k) for k in ("role", "rank")})
+        rc, out, err = esdctl("--socket", ps, "--worker", "0", "cache")
+        check(rc == 0 and "HIT" in out.upper(), "relay cache: node 0's table through shard 0")
+        rc, out, err = esdctl("--socket", ps, "--worker", "7", "status")
+        check(rc == 1 and "worker" in err, "relay to a rank the job lacks is refused: %r" % err)
         t0, rate = time.time(), None
         while time.time() - t0 < 10 and rate != 123000000:
             rate = esdctl_json("--node", n1, "links")["links"][0]["rate_bps"]

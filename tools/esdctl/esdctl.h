@@ -27,7 +27,7 @@ struct esdctl {
 	int ntargets;
 	bool json;
 	int timeout_ms;
-	int worker; /* --worker W: relay `set` to node W through PS shard 0 (-1: none) */
+	int worker; /* --worker W: every request to node W through PS shard 0 (-1: none) */
 };
 
 /* One request to target i. On success *reply is the daemon's reply (the

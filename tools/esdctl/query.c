@@ -18,11 +18,30 @@
 #include <time.h>
 #include <unistd.h>
 
+/* esdctl --worker W: req goes to node W through PS shard 0 (relay); the
+ * node's own reply, or an error reply, is what comes back. */
+static int relay_call(const struct esdctl *ctl, const char *path, json_t *req, json_t **out)
+{
+	json_t *wrap = json_pack("{s:s, s:i, s:O}", "cmd", "relay", "worker", ctl->worker,
+				 "request", req);
+	json_t *r = NULL;
+	/* the node answers after a barrier or two: a longer wait */
+	int rc = esd_ctl_call(path, wrap, ctl->timeout_ms + 30000, &r);
+	json_decref(wrap);
+	if (rc)
+		return rc;
+	json_t *inner = json_object_get(r, "reply");
+	*out = inner ? json_incref(inner) : json_incref(r);
+	json_decref(r);
+	return 0;
+}
+
 int esdctl_call(const struct esdctl *ctl, int i, json_t *req, bool quiet, json_t **reply)
 {
 	const char *path = ctl->targets[i];
 	json_t *r = NULL;
-	int rc = esd_ctl_call(path, req, ctl->timeout_ms, &r);
+	int rc = ctl->worker >= 0 ? relay_call(ctl, path, req, &r)
+				  : esd_ctl_call(path, req, ctl->timeout_ms, &r);
 	if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENOTSOCK) {
 		if (!quiet) {
 			char abs[PATH_MAX + 8], cwd[PATH_MAX];
@@ -461,32 +480,9 @@ static json_t *call_taking(const struct esdctl *ctl, int i, json_t *req, int *wo
 	return r;
 }
 
-/* esdctl --worker W set KEY VALUE: through shard 0 to node W. */
-static int relay_set(const struct esdctl *ctl, const char *key, const char *value)
-{
-	int worst = 0;
-	for (int i = 0; i < ctl->ntargets; i++) {
-		json_t *r = call_taking(ctl, i,
-					json_pack("{s:s, s:i, s:s, s:s}", "cmd", "relay", "worker",
-						  ctl->worker, "key", key, "value", value),
-					&worst);
-		if (!r)
-			continue;
-		if (ctl->json)
-			esdctl_print_json(r);
-		else
-			printf("%s: %s = %s relayed to worker %d (applied at its next barrier)\n",
-			       ctl->targets[i], key, value, ctl->worker);
-		json_decref(r);
-	}
-	return worst;
-}
-
 int esdctl_set(const struct esdctl *ctl, const char *key, const char *value)
 {
 	int worst = 0;
-	if (ctl->worker >= 0)
-		return relay_set(ctl, key, value);
 	bool ps_key = is_ps_setting(key);
 	json_t *all = json_array();
 	for (int i = 0; i < ctl->ntargets; i++) {
