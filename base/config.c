@@ -14,6 +14,7 @@
 #include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -154,6 +155,12 @@ int esd_config_load(struct esd_config *cfg, const char *path)
 		ESD_ERR("config", "cannot open %s: %s", path, esd_strerror(rc));
 		return rc;
 	}
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
+		ESD_ERR("config", "%s is not a file (a directory?): a job file is expected", path);
+		fclose(f);
+		return -EINVAL;
+	}
 	rc = esd_config_create(&lc.tmp);
 	if (rc)
 		goto out_close;
@@ -165,6 +172,11 @@ int esd_config_load(struct esd_config *cfg, const char *path)
 	if (line != 0) {
 		ESD_ERR("config", "%s:%d: syntax error (expected [section] or key = value)", path,
 			line);
+		rc = -EINVAL;
+		goto out_free;
+	}
+	if (!lc.tmp->n) { /* an empty file would run a job of defaults nobody asked for */
+		ESD_ERR("config", "%s sets nothing: a job file needs at least [data] stream", path);
 		rc = -EINVAL;
 		goto out_free;
 	}

@@ -235,6 +235,13 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		rc = ds_fail(-EINVAL, "%s:1: empty file, expected the Avazu header line", in);
 		goto out_writer;
 	}
+	if (!esd_ds_writer_count(w) && !o->allow_empty) {
+		rc = ds_fail(-ENODATA, "%s: no samples (%llu lines read, %llu bad lines skipped): "
+			     "%s not written (--allow-empty writes an empty stream)",
+			     in, (unsigned long long)r.lines, (unsigned long long)r.skipped,
+			     o->out_path);
+		goto out_writer;
+	}
 	if (o->progress)
 		progress(&l, total, r.lines, t0, 1);
 	/* the skipped count is provenance: patch it in before the header is final */

@@ -18,6 +18,7 @@ struct ds_convert_opts {
 	uint64_t max_rows;     /* per-table cap, 0 = none */
 	uint64_t limit;        /* stop after this many samples, 0 = all */
 	int skip_bad;          /* skip and count bad lines instead of failing */
+	int allow_empty;       /* write a stream of 0 samples (else -ENODATA) */
 	int progress;          /* 1: progress bar on stderr */
 	uint32_t dense_format; /* enum esd_ds_dense_format */
 	int zstd_level;
@@ -33,7 +34,8 @@ struct ds_convert_result {
 #define DS_MAX_LINE (1u << 20)
 
 /*
- * Convert o->in_path into o->out_path. Returns 0, or -EINVAL for a bad
+ * Convert o->in_path into o->out_path. Returns 0, -ENODATA when no sample
+ * came out (unless allow_empty; nothing written), or -EINVAL for a bad
  * line without skip_bad (the message, via esd_ds_last_error, names the
  * file and line), or an error of the writer or of reading the input. On
  * failure the output file is removed.

@@ -19,10 +19,12 @@
 #include <string.h>
 
 /* Checkpoint boundaries whose state is kept (struct disp_saves): the
- * thread runs up to ORDER_RING iterations ahead of the shards' checkpoints,
+ * thread saves boundary c when it decides c, up to ORDER_RING iterations
+ * ahead of the main thread, whose iteration t runs while the shards' last
+ * complete checkpoint is t - 2 (written at the release of barrier t - 1);
  * so with checkpoints every iteration the boundary a restarted shard
- * resumes from can be ORDER_RING + 1 boundaries back. */
-#define SAVED_GENS (ORDER_RING + 1)
+ * resumes from can be ORDER_RING + 2 boundaries back. */
+#define SAVED_GENS (ORDER_RING + 2)
 
 /* The dispatcher thread's state: its own (no lock), from
  * node_dispatcher_start until node_dispatcher_stop. */

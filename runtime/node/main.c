@@ -176,6 +176,12 @@ static int size_from_stream(struct node *nd)
 		return 1;
 	}
 	const struct esd_ds_info *di = esd_ds_reader_info(dr);
+	if (!di->nsamples) {
+		ESD_ERR("node", "data.stream %s has no samples: nothing to train on",
+			nd->job.stream);
+		esd_ds_close(dr);
+		return 1;
+	}
 	nd->tables = di->ntables;
 	nd->dense = di->ndense;
 	uint64_t total_rows = 0;
@@ -271,6 +277,7 @@ static int run_node(struct node *nd)
 {
 	uint64_t ps_iter = 0;
 	struct node_state resume = {0};
+	node_state_remove_temps(nd);
 	int rc = node_links_open(nd, &ps_iter);
 	/* shards restored from a checkpoint: the whole job resumes there,
 	 * from this node's part of it (a finished job only ends again) */

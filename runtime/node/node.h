@@ -107,8 +107,9 @@ struct node_state {
 	uint32_t batch[ESD_MAX_WORKERS];
 };
 
-/* State files kept on disk per node (state.c). */
-#define NODE_STATE_KEEP 4
+/* State files kept on disk per node and kind (state.c): the dispatcher's
+ * saved boundaries (ORDER_RING + 2) and one more. */
+#define NODE_STATE_KEEP (ORDER_RING + 3)
 
 /* Recovery: this node's cache metadata at the last two checkpoint
  * boundaries (after the flush), to roll back to when a PS shard restarts
@@ -274,6 +275,8 @@ int node_state_write(const struct node *nd, const struct node_state *st, const c
 int node_state_read(const struct node *nd, uint64_t iter, const char *kind, uint32_t nblocks,
 		    struct node_state *st);
 void node_state_free(struct node_state *st);
+/* Remove this node's temporary state files a write that died left. */
+void node_state_remove_temps(const struct node *nd);
 
 /* link.rate (report false) or worker.rate (true: also reported to shard
  * 0 with the next barrier, into every node's decisions): this node's

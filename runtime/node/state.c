@@ -343,3 +343,24 @@ void node_state_free(struct node_state *st)
 	st->vvals = NULL;
 	st->nvers = st->capvers = 0;
 }
+
+void node_state_remove_temps(const struct node *nd)
+{
+	const char *dir = nd->job.node_ckpt_dir[0] ? nd->job.node_ckpt_dir : nd->dir;
+	char prefix[32];
+	snprintf(prefix, sizeof(prefix), "node%u-", nd->rank);
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (!strncmp(e->d_name, prefix, strlen(prefix)) && l > 4 &&
+		    !strcmp(e->d_name + l - 4, ".tmp") && !unlinkat(dirfd(d), e->d_name, 0))
+			n++;
+	}
+	closedir(d);
+	if (n)
+		ESD_INFO("node", "removed %d unfinished checkpoint file(s) in %s", n, dir);
+}

@@ -13,6 +13,7 @@
  */
 #include "ps.h"
 
+#include <esd/ckpt.h>
 #include <esd/ctl.h>
 #include <esd/clock.h>
 #include <esd/dataset.h>
@@ -436,6 +437,11 @@ static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *dense,
 		ESD_ERR("ps", "cannot open data.stream %s: %s", job->stream, esd_ds_last_error());
 		return 1;
 	}
+	if (!esd_ds_reader_info(dr)->nsamples) {
+		ESD_ERR("ps", "data.stream %s has no samples: nothing to train on", job->stream);
+		esd_ds_close(dr);
+		return 1;
+	}
 	*tables = esd_ds_reader_info(dr)->ntables;
 	*dense = esd_ds_reader_info(dr)->ndense;
 	for (uint32_t t = 0; t < *tables; t++)
@@ -585,6 +591,13 @@ int main(int argc, char **argv)
 	}
 	if (node_cache_limits(&ps, tables, total_rows))
 		return 1;
+	if (job.checkpoint_dir[0]) { /* what a checkpoint write that died left */
+		char path[1100];
+		ps_checkpoint_path(&ps, path, sizeof(path));
+		int n = esd_ckpt_remove_temps(path);
+		if (n > 0)
+			ESD_INFO("ps", "removed %d unfinished checkpoint file(s) next to %s", n, path);
+	}
 	if (a.restore || a.resume) {
 		char path[1100];
 		ps_checkpoint_path(&ps, path, sizeof(path));

@@ -75,6 +75,14 @@ static void test_errors(void **state)
 	assert_int_equal(esd_config_get_u64(c, "cache", "big", 0, 0, 1 << 20, &u), 0);
 	assert_int_equal(u, 5000);
 	assert_int_equal(esd_config_load(c, "/nonexistent/x.ini"), -ENOENT);
+	/* a directory, an empty file, one of comments only: not a job */
+	assert_int_equal(esd_config_load(c, dir), -EINVAL);
+	char *e = write_ini("empty.ini", "");
+	char *k = write_ini("comments.ini", "# nothing\n; at all\n");
+	assert_int_equal(esd_config_load(c, e), -EINVAL);
+	assert_int_equal(esd_config_load(c, k), -EINVAL);
+	free(e);
+	free(k);
 	assert_int_equal(esd_config_set(c, "noequals"), -EINVAL);
 	assert_int_equal(esd_config_set(c, ".x=1"), -EINVAL);
 	assert_int_equal(esd_config_set(c, "=1"), -EINVAL);

@@ -135,6 +135,10 @@ def test_corrupt_checkpoint(env):
     ini = os.path.join(ckdir, "job.ini")
     s["ps.checkpoint_dir"] = ckdir
     write_ini(ini, s)
+    # what a checkpoint write that died leaves: removed when a shard starts
+    left = os.path.join(ckdir, ".ps-shard0.ckpt.tmp.AbC123")
+    with open(left, "wb") as f:
+        f.write(data[:100])
     for what, blob in (("truncated", data[:len(data) // 2]),
                        ("corrupt", data[:200] + bytes([data[200] ^ 1]) + data[201:])):
         with open(ck, "wb") as f:
@@ -145,6 +149,7 @@ def test_corrupt_checkpoint(env):
         last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
         env.check(r.returncode != 0 and "refusing checkpoint" in r.stdout,
                   "a %s checkpoint is refused: %s" % (what, last))
+        env.check(not os.path.exists(left), "a leftover temporary checkpoint is removed")
 
 
 def test_checkpoint_now(env):
@@ -268,6 +273,13 @@ def test_bad_settings(env):
         ("a missing hot-row file", {"dispatch.replicate": hot + ".missing"},
          "No such file"),
     ]
+    empty = os.path.join(work, "empty.esd")
+    tsv = os.path.join(work, "empty.tsv")
+    open(tsv, "w").close()
+    subprocess.run([os.path.join(env.bin, "esd-data"), "convert", "--format", "criteo-kaggle",
+                    "--no-progress", "--allow-empty", "-o", empty, tsv], check=True,
+                   stdout=subprocess.DEVNULL)
+    cases.append(("a stream of no samples", {"data.stream": empty}, "has no samples"))
     for what, over, want in cases:
         s = env.settings()
         s.update(over)

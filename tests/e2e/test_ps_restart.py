@@ -32,6 +32,10 @@ def main():
     # several shards: the others go back to the restarted one's checkpoint
     restart_case(env, "2-shards-kill-1-", {}, shards=2, victim=1)
     restart_case(env, "3-shards-kill-0-", {}, shards=3, victim=0)
+    # checkpoints every 1 and 3 iterations: the dispatchers run up to three
+    # iterations ahead of the shards' checkpoints and keep what it takes
+    restart_case(env, "every-1-", {"ps__checkpoint_every": 1})
+    restart_case(env, "every-3-2-shards-", {"ps__checkpoint_every": 3}, shards=2, victim=1)
     het_stale_refused(env)
     setting_undone(env)
     return env.finish()
@@ -125,7 +129,7 @@ def restart_case(env, tag, over, shards=1, victim=0):
     """kill -9 of shard 'victim' of 'shards' mid-run and its restart with
     --restore: every node and every other shard go back to its checkpoint
     and the job ends bit-identical to an uninterrupted run."""
-    s = env.settings(job__iterations=300, ps__checkpoint_every=20, **over)
+    s = env.settings(job__iterations=300, **dict({"ps__checkpoint_every": 20}, **over))
     try:
         base_ck, _ = env.run(tag + "uninterrupted", s, shards=shards)
         from esdcluster import Cluster

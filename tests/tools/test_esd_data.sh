@@ -73,6 +73,11 @@ check "convert criteo from stdin with --rows" bash -c \
 	"cat '$T/criteo.tsv' | '$ESD_DATA' convert --format criteo-kaggle --rows 100 -o '$T/cr2.esd' - >/dev/null"
 check "--rows applies to every table" json "$T/cr2.esd" "all(t['rows'] == 100 for t in j['tables'])"
 
+: > "$T/empty.tsv"
+check "convert of an empty input: refused, nothing written" bash -c \
+	"! '$ESD_DATA' convert --format criteo-kaggle --no-progress -o '$T/e.esd' '$T/empty.tsv' 2>'$T/e.err' && grep -q 'no samples' '$T/e.err' && test ! -e '$T/e.esd'"
+check "convert --allow-empty writes a stream of 0 samples" \
+	$ESD_DATA convert --format criteo-kaggle --no-progress --allow-empty -o "$T/e.esd" "$T/empty.tsv"
 check "--progress: a progress bar on stderr" bash -c \
 	"'$ESD_DATA' convert --format criteo-kaggle --progress -o '$T/cr3.esd' '$T/criteo.tsv' 2>&1 >/dev/null | grep -q '100.0% 3 lines'"
 check "--limit: stops after N samples" bash -c \

@@ -31,9 +31,10 @@ static const char usage_text[] =
     "      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
     "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded\n"
     "  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
-    "      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
+    "      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N] [--allow-empty]\n"
     "      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
-    "      real files into a stream; bad lines fail with file:line unless --skip-bad\n"
+    "      real files into a stream; bad lines fail with file:line unless --skip-bad;\n"
+    "      no sample out is an error (nothing written) unless --allow-empty\n"
     "  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
     "      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
     "      covers (default R 0.08)\n"
@@ -118,6 +119,7 @@ enum {
 	OPT_FORMAT,
 	OPT_ROWS,
 	OPT_SKIP_BAD,
+	OPT_ALLOW_EMPTY,
 	OPT_LIMIT,
 	OPT_PROGRESS,
 	OPT_NO_PROGRESS,
@@ -265,6 +267,7 @@ static int cmd_convert(int argc, char **argv)
 	    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
 	    {"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
 	    {"zstd", required_argument, NULL, OPT_ZSTD},
+	    {"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
 	    {0},
 	};
 	struct ds_convert_opts o;
@@ -298,6 +301,9 @@ static int cmd_convert(int argc, char **argv)
 			break;
 		case OPT_SKIP_BAD:
 			o.skip_bad = 1;
+			break;
+		case OPT_ALLOW_EMPTY:
+			o.allow_empty = 1;
 			break;
 		case OPT_LIMIT:
 			if (parse_u64(optarg, &o.limit))
