@@ -128,6 +128,10 @@ struct esd_job {
 	/* workers.checkpoint_dir: where each node writes its part of a
 	 * checkpoint (its dispatcher's state); "": its node directory */
 	char node_ckpt_dir[1024];
+	/* ps.barrier_timeout: seconds a shard waits for a worker's barrier
+	 * (a trainer that never comes back, a host gone) before it fails the
+	 * job naming the missing workers */
+	uint64_t barrier_timeout_s;
 	/* esd_job_digest as loaded, before a process resolves derived values
 	 * (cache rows from the ratio), with the stream's digest folded in by
 	 * esd_job_bind_stream: what HELLO carries */

@@ -31,6 +31,7 @@ const char *const esd_job_keys[] = {
 	"workers.checkpoint_dir", "workers.trainers",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
+	"ps.barrier_timeout",
 	NULL,
 };
 
@@ -311,6 +312,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
 	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);
 	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
+	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
 	if (!rc)

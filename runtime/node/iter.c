@@ -113,7 +113,9 @@ static int flush_all(struct exec *x)
 static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 {
 	struct node *nd = x->nd;
-	int rc = esd_link_recv(nd->links.link[s], m, 120 * ESD_NS_PER_S);
+	/* the shard answers within its barrier timeout, or fails the job */
+	int rc = esd_link_recv(nd->links.link[s], m,
+			       (int64_t)(nd->job.barrier_timeout_s + 60) * ESD_NS_PER_S);
 	if (rc) {
 		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->links.link[s]),
 			esd_strerror(rc), esd_link_last_error(nd->links.link[s]));

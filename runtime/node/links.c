@@ -223,3 +223,30 @@ void node_links_close(struct node *nd)
 	}
 	pthread_mutex_unlock(&nd->qmu);
 }
+
+int node_links_check(struct node *nd)
+{
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link *l = nd->links.link[s];
+		struct esd_msg m;
+		if (!l)
+			continue;
+		int rc = esd_link_recv(l, &m, 0);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc) {
+			ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(l), esd_strerror(rc),
+				esd_link_last_error(l));
+			return rc;
+		}
+		if (m.hdr.op == ESD_OP_ERROR) {
+			ESD_ERR("node", "shard %u reports: %.*s", s, (int)m.u.error.len,
+				m.u.error.text);
+			return m.u.error.code == -ESD_EROLLBACK ? -ESD_EROLLBACK : -ESD_EJOBFAILED;
+		}
+		ESD_ERR("node", "shard %u sent %s while this node trained", s,
+			esd_op_name(m.hdr.op));
+		return -EPROTO;
+	}
+	return 0;
+}

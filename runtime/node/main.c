@@ -240,6 +240,44 @@ static int load_replicated(struct node *nd)
 	return 0;
 }
 
+/* This machine's MemAvailable in bytes, 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+/* Refuse at start a cache this machine cannot hold (rather than be killed
+ * by the kernel once the rows fill it): the region, and the dispatcher's
+ * metadata of every worker's cache (the snapshots and the saved copies of
+ * checkpoint boundaries, which a checkpointed job fills). 0 or -ENOMEM. */
+static int check_memory(struct node *nd, const struct esd_cache_config *co)
+{
+	struct esd_cache_sizes sz;
+	uint64_t avail = mem_available();
+	if (!avail || esd_cache_size(co, &sz))
+		return 0;
+	uint64_t meta = esd_cmeta_bytes(co->rows);
+	uint64_t copies = nd->job.checkpoint_dir[0] ? 1 + ORDER_RING + 2 : 1;
+	uint64_t snaps = (uint64_t)nd->job.n * meta * copies;
+	if (sz.total + snaps <= avail)
+		return 0;
+	ESD_ERR("node", "a cache of %llu rows does not fit this machine: its region needs %.2f "
+		"GiB and the dispatcher's %u x %llu copies of the workers' cache metadata %.2f GiB, "
+		"MemAvailable is %.2f GiB; lower cache.rows / cache.ratio (esdctl plan JOB.ini "
+		"gives the whole job's figures)", (unsigned long long)co->rows,
+		(double)sz.total / (1u << 30), nd->job.n, (unsigned long long)copies,
+		(double)snaps / (1u << 30), (double)avail / (1u << 30));
+	return -ENOMEM;
+}
+
 /* The dense parameters' count (the reference model's shape) and the
  * cache region. 0 or the exit code. */
 static int make_cache(struct node *nd, const char *tag)
@@ -262,6 +300,8 @@ static int make_cache(struct node *nd, const char *tag)
 		.optimizer = nd->job.optim.opt, .ntables = nd->tables, .policy = nd->job.policy,
 		.pages = ESD_CACHE_PAGES_AUTO, .name = tag,
 	};
+	if (check_memory(nd, &co))
+		return 1;
 	rc = esd_cache_create(&co, &nd->cache);
 	if (rc) {
 		ESD_ERR("node", "cannot create the cache region: %s", esd_strerror(rc));

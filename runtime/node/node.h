@@ -373,6 +373,9 @@ void node_links_close(struct node *nd);
  * (the ones that restarted: *restarted has their bits, iter[s] the
  * checkpoint each resumed from); the other links stay. 0 or -errno. */
 int node_links_reconnect(struct node *nd, uint64_t *iter, uint64_t *restarted);
+/* While the node trains the shards send nothing, unless they failed the
+ * job (ERROR) or went away: 0, or what happened (logged). */
+int node_links_check(struct node *nd);
 /* Every shard back to one checkpoint cut: the restarted shards' oldest,
  * or older if a shard lacks it (ROLLBACK frames, docs/protocol.md). *cut:
  * the boundary the job resumes from. 0, -ESTALE (no common checkpoint),

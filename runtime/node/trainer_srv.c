@@ -366,6 +366,11 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 				 (unsigned long long)o->iter, (int)esd_node_signal);
 			return -EINTR;
 		}
+		/* a job that failed meanwhile (the barrier timed out waiting for
+		 * this node's missing trainer, a node died) is not waited on */
+		int lrc = node_links_check(nd);
+		if (lrc)
+			return lrc;
 		if (p[0].revents & POLLIN)
 			accept_pending(nd);
 		for (uint32_t i = 0; i < nd->tr.count; i++)

@@ -58,7 +58,7 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 	ps->tables = tables;
 	ps->dense = dense;
 	ps->job_token = job->token;
-	ps->barrier_timeout_ns = 60 * ESD_NS_PER_S;
+	ps->barrier_timeout_ns = job->barrier_timeout_s * ESD_NS_PER_S;
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -650,6 +650,25 @@ static int on_rollback(struct ps_link *pl, const struct esd_rollback *r, struct 
 	return rc ? rc : send_buf(pl, out);
 }
 
+/* The job failed: tell this link's worker even when it waits for nothing
+ * from the shard (a node whose trainer is gone, say), so that every
+ * process ends, naming the cause. */
+static void tell_failure(struct ps_link *pl)
+{
+	struct ps *ps = pl->ps;
+	char msg[sizeof(ps->bar.fail_msg)];
+	pthread_mutex_lock(&ps->mu);
+	int code = ps->bar.failed;
+	bool tell = code && pl->worker >= 0 && !pl->told_failure;
+	if (tell) {
+		memcpy(msg, ps->bar.fail_msg, sizeof(msg));
+		pl->told_failure = true;
+	}
+	pthread_mutex_unlock(&ps->mu);
+	if (tell)
+		esd_link_send_error(pl->link, code, msg);
+}
+
 static void *link_main(void *arg)
 {
 	struct ps_link *pl = arg;
@@ -663,6 +682,7 @@ static void *link_main(void *arg)
 		if (rc == -ETIMEDOUT) {
 			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED))
 				break;
+			tell_failure(pl);
 			continue;
 		}
 		if (rc) {

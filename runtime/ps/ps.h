@@ -31,6 +31,7 @@ struct ps_link {
 	 * one, its frames of the state that is gone are dropped and its
 	 * barriers and pulls answered ESD_EROLLBACK until it asks back too */
 	uint64_t epoch;
+	bool told_failure; /* the job's failure was sent to this worker */
 };
 
 /* The barrier and the job's progress and health. Under struct ps.mu (cv

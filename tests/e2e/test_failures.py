@@ -10,6 +10,7 @@ usage: test_failures.py BIN_DIR
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,47 @@ def test_trainer_kill(env, shards, trainers=1):
     ok, out = env.compare(shard_files(ck, shards), base_ck, exact=True)
     env.check(ok, "%d shard(s), %d trainer(s) per node: after the replay the final tables "
               "are bit-identical to the uninterrupted run" % (shards, trainers))
+
+
+def test_trainer_gone_for_good(env):
+    """A trainer killed and never replaced: the shards fail the job at
+    their barrier timeout naming the worker, and every process exits
+    non-zero within 2 s of that, the daemon that waited for its trainer
+    included (a failed job never ends in "training is over")."""
+    from esdcluster import Cluster
+    s = env.settings(job__iterations=100000, ps__barrier_timeout=3)
+    work = os.path.join(env.root, "gone")
+    with Cluster(env.bin, work, s, emulate_ns=200000) as c:
+        c.start()
+        sock = os.path.join(work, "ps0.sock")
+        t0 = time.time()
+        while time.time() - t0 < 30:
+            try:
+                if ctl(sock, "status")["iteration"] >= 5:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.01)
+        os.kill(c.procs["trainer1"].pid, signal.SIGKILL)
+        t_kill = time.time()
+        rcs = {}
+        for name, p in c.procs.items():
+            try:
+                rcs[name] = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rcs[name] = "still running"
+        took = time.time() - t_kill
+    env.check(all(rc not in (0, "still running") for rc in rcs.values()) and took < 3 + 2 + 1,
+              "trainer 1 killed, none replaces it: every process exits non-zero %.1f s later "
+              "(barrier timeout 3 s): %s" % (took, rcs))
+    with open(os.path.join(work, "esdd1.log")) as f:
+        log = f.read()
+    env.check("worker(s) 1 missing" in log,
+              "the daemon that waited for its trainer names the cause: %s"
+              % [ln for ln in log.splitlines() if "missing" in ln][:1])
+    with open(os.path.join(work, "trainer0.log")) as f:
+        tlog = f.read()
+    env.check("training is over" not in tlog, "no trainer says training is over")
 
 
 def test_second_daemon_and_uid(env):
@@ -280,6 +322,9 @@ def test_bad_settings(env):
                     "--no-progress", "--allow-empty", "-o", empty, tsv], check=True,
                    stdout=subprocess.DEVNULL)
     cases.append(("a stream of no samples", {"data.stream": empty}, "has no samples"))
+    # 200M rows: the region and the snapshots are far above this machine
+    cases.append(("a cache larger than the machine's memory", {"cache.rows": 200000000},
+                  "does not fit this machine"))
     for what, over, want in cases:
         s = env.settings()
         s.update(over)
@@ -307,6 +352,7 @@ def main():
         test_trainer_kill(env, 1)
         test_trainer_kill(env, 2)
         test_trainer_kill(env, 1, trainers=2)
+        test_trainer_gone_for_good(env)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)
