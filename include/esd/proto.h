@@ -188,7 +188,8 @@ struct esd_barrier {
 	uint64_t iteration;
 	uint64_t digest; /* digest of the dispatch decision (0 = none) */
 	uint32_t worker;
-	uint32_t npushes; /* reserved: esdd sends 0, esd-ps ignores it */
+	uint32_t npushes; /* push frames the worker sent this shard since its previous
+			   * barrier (or its HELLO or ROLLBACK); the shard checks it */
 	int checkpoint;   /* header flag ESD_FLAG_CHECKPOINT (not in the body) */
 	int stop;         /* header flag ESD_FLAG_STOP */
 	int final;        /* header flag ESD_FLAG_FINAL */

@@ -57,7 +57,8 @@ static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_
 		      uint64_t iter)
 {
 	struct node *nd = x->nd;
-	struct esd_rows r = {.iteration = iter, .sequence = ++nd->links.push_seq, .worker = nd->rank,
+	struct esd_rows r = {.iteration = iter, .sequence = ++nd->links.push_seq[s],
+			     .worker = nd->rank,
 			     .kind = kind, .dim = nd->job.dim,
 			     .state_dim = op == ESD_OP_PUSH_VALUE ? state_dim(nd) : 0};
 	x->sb[s].open = true;
@@ -100,6 +101,8 @@ static int flush_all(struct exec *x)
 			continue;
 		int rc = esd_link_send(x->nd->links.link[s], b->data, b->len);
 		esd_buf_reset(b);
+		if (!rc) /* every push frame encoded for s is on the wire */
+			x->nd->links.sent_seq[s] = x->nd->links.push_seq[s];
 		if (rc) {
 			ESD_ERR("node", "sending to shard %u: %s (%s)", s, esd_strerror(rc),
 				esd_link_last_error(x->nd->links.link[s]));
@@ -168,6 +171,8 @@ static int send_reply(struct exec *x, uint64_t iter, const char *reply)
 	return rc;
 }
 
+static int barrier_ack(struct exec *x, const struct order *o, uint32_t s);
+
 static int barrier(struct exec *x, const struct order *o)
 {
 	struct node *nd = x->nd;
@@ -211,43 +216,55 @@ static int barrier(struct exec *x, const struct order *o)
 	}
 	for (uint32_t s = 0; s < nd->job.shards; s++) {
 		br.stop = s == 0 && ask_stop;
+		/* the shard checks the count of pushes since the last barrier */
+		br.npushes = (uint32_t)(nd->links.push_seq[s] - nd->links.barrier_seq[s]);
+		nd->links.barrier_seq[s] = nd->links.push_seq[s];
 		int rc = esd_enc_barrier(&x->sb[s].b, &br);
 		if (rc)
 			return rc;
 	}
 	int rc = flush_all(x);
-	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
-		struct esd_msg m;
-		rc = recv_from(x, s, &m);
-		if (!rc && (m.hdr.op != ESD_OP_ACK || m.u.ack.op != ESD_OP_BARRIER ||
-			    m.u.ack.iteration != o->iter)) {
-			ESD_ERR("node", "shard %u answered barrier %llu with %s", s,
-				(unsigned long long)o->iter, esd_op_name(m.hdr.op));
-			rc = -EPROTO;
-		} else if (!rc && m.u.ack.status) {
-			rc = m.u.ack.status;
-		} else if (!rc && s == 0 && m.u.ack.sequence > o->iter) {
-			/* shard 0 schedules a requested checkpoint at that boundary
-			 * (and the job's stop, when so flagged) */
-			pthread_mutex_lock(&nd->qmu);
-			if (nd->rec.ckpt_at <= o->iter)
-				nd->rec.ckpt_at = m.u.ack.sequence;
-			bool first = m.u.ack.stop && !nd->stop.at;
-			if (m.u.ack.stop)
-				nd->stop.at = m.u.ack.sequence;
-			pthread_mutex_unlock(&nd->qmu);
-			if (first)
-				ESD_INFO("node", "the job stops after iteration %llu (shard 0)",
-					 (unsigned long long)m.u.ack.sequence);
-		} else if (!rc && s > 0 && m.u.ack.stop) {
-			char why[64];
-			snprintf(why, sizeof(why), "shard %u asks for a stop", s);
-			node_ask_stop(nd, why);
-		}
-		if (!rc && s == 0 && m.u.ack.setting)
-			rc = recv_setting(x, o->iter);
-	}
+	for (uint32_t s = 0; s < nd->job.shards && !rc; s++)
+		rc = barrier_ack(x, o, s);
 	return rc;
+}
+
+/* Shard s's answer to barrier o->iter: its ACK, what shard 0 announces
+ * with it (a checkpoint boundary, the job's stop, a setting) and a stop
+ * another shard asks for. */
+static int barrier_ack(struct exec *x, const struct order *o, uint32_t s)
+{
+	struct node *nd = x->nd;
+	struct esd_msg m;
+	int rc = recv_from(x, s, &m);
+	if (rc)
+		return rc;
+	if (m.hdr.op != ESD_OP_ACK || m.u.ack.op != ESD_OP_BARRIER || m.u.ack.iteration != o->iter) {
+		ESD_ERR("node", "shard %u answered barrier %llu with %s", s,
+			(unsigned long long)o->iter, esd_op_name(m.hdr.op));
+		return -EPROTO;
+	}
+	if (m.u.ack.status)
+		return m.u.ack.status;
+	if (s == 0 && m.u.ack.sequence > o->iter) {
+		/* shard 0 schedules a requested checkpoint at that boundary (and
+		 * the job's stop, when so flagged) */
+		pthread_mutex_lock(&nd->qmu);
+		if (nd->rec.ckpt_at <= o->iter)
+			nd->rec.ckpt_at = m.u.ack.sequence;
+		bool first = m.u.ack.stop && !nd->stop.at;
+		if (m.u.ack.stop)
+			nd->stop.at = m.u.ack.sequence;
+		pthread_mutex_unlock(&nd->qmu);
+		if (first)
+			ESD_INFO("node", "the job stops after iteration %llu (shard 0)",
+				 (unsigned long long)m.u.ack.sequence);
+	} else if (s > 0 && m.u.ack.stop) {
+		char why[64];
+		snprintf(why, sizeof(why), "shard %u asks for a stop", s);
+		node_ask_stop(nd, why);
+	}
+	return s == 0 && m.u.ack.setting ? recv_setting(x, o->iter) : 0;
 }
 
 /* Pull keys (already grouped per shard in x->pull_keys) into their slots:
@@ -842,6 +859,8 @@ static int recover(struct exec *x, uint64_t *resume)
 		esd_buf_reset(&x->sb[s].b);
 		x->sb[s].open = false;
 		x->npull[s] = 0;
+		/* frames encoded and never sent: their sequences are not used */
+		nd->links.push_seq[s] = nd->links.sent_seq[s];
 	}
 	/* the shards that restarted are at their checkpoints; the others go
 	 * back to the same cut */

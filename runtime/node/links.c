@@ -27,6 +27,8 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	pthread_mutex_lock(&nd->qmu);
 	nd->links.link[s] = l;
 	pthread_mutex_unlock(&nd->qmu);
+	/* a new link: its push sequences start again (esd/dedup.h) */
+	nd->links.push_seq[s] = nd->links.sent_seq[s] = nd->links.barrier_seq[s] = 0;
 	struct esd_hello h = {
 		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
 		.shard = s, .dim = nd->job.dim,
@@ -198,6 +200,7 @@ int node_links_rollback(struct node *nd, const uint64_t *iter, uint64_t restarte
 				continue;
 			uint64_t newest = 0;
 			rc = rollback_shard(nd, s, &b, c, &newest);
+			nd->links.barrier_seq[s] = nd->links.push_seq[s];
 			if (rc == -ESTALE && newest < c) {
 				lower = newest < lower ? newest : lower;
 				rc = 0;

@@ -174,7 +174,12 @@ struct node_links {
 	 * shards draw from, at the worker's rate (setting any link's rate
 	 * sets it) */
 	struct esd_uplink *uplink;
-	uint64_t push_seq; /* the last push frame's sequence (esd/dedup.h) */
+	/* per shard: the last push frame's sequence on the link (esd/dedup.h;
+	 * 0 on a new link), the last one sent, and the last one a BARRIER
+	 * counted */
+	uint64_t push_seq[ESD_JOB_MAX_SHARDS];
+	uint64_t sent_seq[ESD_JOB_MAX_SHARDS];
+	uint64_t barrier_seq[ESD_JOB_MAX_SHARDS];
 	uint64_t pull_req;
 };
 

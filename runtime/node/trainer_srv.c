@@ -339,6 +339,17 @@ static void on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
 	lose_trainer(nd, i, o, slots, rc ? esd_strerror(rc) : "unexpected message");
 }
 
+/* No attached trainer holds a share it has not committed. */
+static bool nobody_computes(const struct node *nd)
+{
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		const struct node_trainer_slot *ts = &nd->tr.t[i];
+		if (ts->fd >= 0 && ts->published && !ts->committed)
+			return false;
+	}
+	return true;
+}
+
 static bool all_committed(const struct node *nd)
 {
 	for (uint32_t i = 0; i < nd->tr.count; i++)
@@ -367,8 +378,10 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 			return -EINTR;
 		}
 		/* a job that failed meanwhile (the barrier timed out waiting for
-		 * this node's missing trainer, a node died) is not waited on */
-		int lrc = node_links_check(nd);
+		 * this node's missing trainer, a node died) is not waited on;
+		 * checked only while no trainer computes a share, whose gradient
+		 * writes must not run into the next iteration's */
+		int lrc = nobody_computes(nd) ? node_links_check(nd) : 0;
 		if (lrc)
 			return lrc;
 		if (p[0].revents & POLLIN)

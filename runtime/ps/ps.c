@@ -154,6 +154,8 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	pthread_mutex_lock(&ps->mu);
 	pl->worker = (int)h->worker;
 	pl->epoch = ps->bar.epoch;
+	pl->pushes = 0;
+	esd_dedup_forget(&ps->bar.dedup, h->worker); /* a new link numbers from 1 */
 	ps->bar.connected_mask |= UINT64_C(1) << h->worker;
 	struct esd_ack ack = {.iteration = ps->bar.iter_done, .sequence = ps->bar.cursor,
 			      .op = ESD_OP_HELLO, .status = ps->bar.failed};
@@ -458,6 +460,12 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 		rc = -ESTALE;
 	} else if (ps->bar.failed) {
 		rc = ps->bar.failed;
+	} else if (b->npushes != pl->pushes) {
+		ps_fail_locked(ps, -EPROTO,
+			       "worker %u: barrier %llu counts %u push frame(s) to this shard, it "
+			       "received %u", w, (unsigned long long)b->iteration, b->npushes,
+			       pl->pushes);
+		rc = ps->bar.failed;
 	} else if (b->iteration != ps->bar.iter_done + 1 || b->worker != w) {
 		ps_fail_locked(ps, -EPROTO,
 			       "worker %u sent barrier %llu as worker %u; shard expects %llu", w,
@@ -465,6 +473,7 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 			       (unsigned long long)ps->bar.iter_done + 1);
 		rc = ps->bar.failed;
 	} else {
+		pl->pushes = 0;
 		if (!(ps->bar.arrived_mask & (UINT64_C(1) << w))) {
 			ps->bar.arrived_mask |= UINT64_C(1) << w;
 			ps->bar.arrived++;
@@ -583,11 +592,22 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ps->mu);
-	/* exactly once: a re-sent push (after a reconnect) is not applied
-	 * again; a push of a state the shard went back from, not at all */
-	if (pl->epoch != ps->bar.epoch || !esd_dedup_fresh(&ps->bar.dedup, w, r->sequence)) {
+	/* a push of a state the shard went back from is not applied (its
+	 * sequence is used up all the same) */
+	if (pl->epoch != ps->bar.epoch) {
+		esd_dedup_applied(&ps->bar.dedup, w, r->sequence);
 		pthread_mutex_unlock(&ps->mu);
 		return 0;
+	}
+	/* the next sequence or an error: nothing is dropped silently */
+	int order = esd_dedup_check(&ps->bar.dedup, w, r->sequence);
+	if (order) {
+		ps_fail_locked(ps, -EPROTO, "worker %u: push sequence %llu after %llu (%s)", w,
+			       (unsigned long long)r->sequence,
+			       (unsigned long long)ps->bar.dedup.last[w],
+			       order > 0 ? "a push sent twice" : "pushes lost");
+		rc = ps->bar.failed;
+		goto out;
 	}
 	if (m->hdr.op == ESD_OP_PUSH_GRAD && r->iteration != ps->bar.iter_done) {
 		ps_fail_locked(ps, -EPROTO,
@@ -616,8 +636,10 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	if (rc)
 		ps_fail_locked(ps, rc, "worker %u: applying a %s frame failed: %s", w,
 			       esd_op_name(m->hdr.op), esd_strerror(rc));
-	else
+	else {
 		esd_dedup_applied(&ps->bar.dedup, w, r->sequence);
+		pl->pushes++;
+	}
 out:
 	pthread_mutex_unlock(&ps->mu);
 	return rc;
@@ -638,8 +660,10 @@ static int on_rollback(struct ps_link *pl, const struct esd_rollback *r, struct 
 		rc = ps->bar.failed;
 	else if (!(ps->bar.rolled_to == r->iteration && ps->bar.iter_done == r->iteration))
 		rc = ps_rollback_locked(ps, r->iteration, &newest);
-	if (!rc)
+	if (!rc) {
 		pl->epoch = ps->bar.epoch;
+		pl->pushes = 0;
+	}
 	pthread_cond_broadcast(&ps->cv);
 	pthread_mutex_unlock(&ps->mu);
 	if (rc && rc != -ESTALE)

@@ -32,6 +32,7 @@ struct ps_link {
 	 * barriers and pulls answered ESD_EROLLBACK until it asks back too */
 	uint64_t epoch;
 	bool told_failure; /* the job's failure was sent to this worker */
+	uint32_t pushes;   /* push frames applied since its barrier, HELLO or ROLLBACK */
 };
 
 /* The barrier and the job's progress and health. Under struct ps.mu (cv
