@@ -171,6 +171,11 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	memset(st, 0, sizeof(*st));
 	st->info = *esd_ds_reader_info(r);
 	const uint32_t nt = st->info.ntables;
+	rc = esd_ds_digest(r, &st->digest);
+	if (rc) {
+		esd_ds_close(r);
+		return rc;
+	}
 	for (uint32_t t = 0; t < nt; t++)
 		st->total_rows += st->info.rows[t];
 	uint32_t *cnt[ESD_DS_MAX_TABLES] = {0};

@@ -28,6 +28,7 @@ struct ds_stat {
 	double cache_ratio;
 	uint64_t cache_rows; /* floor(cache_ratio * total_rows) */
 	double cache_cover;  /* accesses covered by the cache_rows most frequent keys overall */
+	uint64_t digest;     /* esd_ds_digest: compare copies on several hosts */
 	struct ds_table_stat t[ESD_DS_MAX_TABLES];
 };
 

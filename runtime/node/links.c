@@ -44,7 +44,13 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 		rc = esd_link_recv(nd->links.link[s], &m, 30 * ESD_NS_PER_S);
 		if (rc)
 			break;
-		if (m.hdr.op == ESD_OP_ERROR) {
+		if (m.hdr.op == ESD_OP_ERROR && (m.u.error.code == -EAGAIN ||
+						 m.u.error.code == -EMFILE)) {
+			/* the shard is busy (too many links waiting): try again */
+			ESD_WARN("node", "shard %u: %.*s; trying again", s, (int)m.u.error.len,
+				 m.u.error.text);
+			rc = -EAGAIN;
+		} else if (m.hdr.op == ESD_OP_ERROR) {
 			ESD_ERR("node", "shard %u refused us: %.*s", s, (int)m.u.error.len,
 				m.u.error.text);
 			if (m.u.error.code == -ESD_ESTREAM)

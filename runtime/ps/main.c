@@ -508,6 +508,7 @@ static int listen_for_nodes(const struct esd_job *job, uint32_t shard, const cha
 /* Accept and serve links until every worker finished or a signal. */
 static void serve(struct ps *ps, struct esd_listener *lis)
 {
+	int64_t last_accept_err = 0;
 	while (!stop_sig) {
 		pthread_mutex_lock(&ps->mu);
 		bool all_done = ps->bar.finished >= ps->job.n;
@@ -527,9 +528,14 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 		int rc = esd_listener_accept(lis, 200 * ESD_NS_PER_MS, &l);
 		if (rc == -ETIMEDOUT)
 			continue;
-		if (rc) {
-			ESD_ERR("ps", "accept: %s", esd_strerror(rc));
-			break;
+		if (rc) { /* out of descriptors, a connection gone before accept: survived */
+			int64_t now = esd_now_ns();
+			if (now - last_accept_err > ESD_NS_PER_S) {
+				ESD_WARN("ps", "accept: %s (the shard goes on)", esd_strerror(rc));
+				last_accept_err = now;
+			}
+			esd_sleep_ns(50 * ESD_NS_PER_MS);
+			continue;
 		}
 		ps_serve_link(ps, l);
 	}
@@ -538,7 +544,7 @@ static void serve(struct ps *ps, struct esd_listener *lis)
 			 (unsigned long long)ps->bar.iter_done);
 }
 
-/* Stop the link threads and close their links. */
+/* Stop the link threads (each closes its link) and join them. */
 static void stop_links(struct ps *ps)
 {
 	pthread_mutex_lock(&ps->mu);
@@ -546,10 +552,10 @@ static void stop_links(struct ps *ps)
 	pthread_cond_broadcast(&ps->cv);
 	pthread_mutex_unlock(&ps->mu);
 	for (int i = 0; i < ps->nlinks; i++) {
-		if (!ps->links[i].link)
+		if (!ps->links[i].used)
 			continue;
 		pthread_join(ps->links[i].thread, NULL);
-		esd_link_close(ps->links[i].link);
+		ps->links[i].used = false;
 	}
 }
 

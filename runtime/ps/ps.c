@@ -18,6 +18,11 @@
 #include <string.h>
 
 #define RECV_POLL_NS (200 * ESD_NS_PER_MS)
+/* A link must say HELLO this soon after it was accepted, and at most this
+ * many links may be waiting to: a client that connects and says nothing
+ * takes neither a worker's slot nor a file descriptor for long. */
+#define HELLO_DEADLINE_NS (5 * ESD_NS_PER_S)
+#define MAX_NEW_LINKS     16
 
 static bool is_dense(uint64_t key)
 {
@@ -128,9 +133,14 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 			 h->worker, (unsigned long long)h->stream_digest, ps->job.stream,
 			 (unsigned long long)ps->job.stream_digest);
 		code = -ESD_ESTREAM;
-	} else if (h->job_token != ps->job_token)
-		snprintf(why, sizeof(why), "job settings differ (token %#llx, shard has %#llx)",
-			 (unsigned long long)h->job_token, (unsigned long long)ps->job_token);
+	} else if (h->job_token != ps->job_token) {
+		/* the shard's token stays here: told to a stranger it would be
+		 * the key to a second, accepted HELLO */
+		ESD_ERR("ps", "%s: job token %#llx, this shard's is %#llx", esd_link_peer(pl->link),
+			(unsigned long long)h->job_token, (unsigned long long)ps->job_token);
+		snprintf(why, sizeof(why), "job settings differ from this shard's (compare the "
+			 "job files: workers, batch, rates, model, cache, dispatch, shards)");
+	}
 	else if (h->worker >= ps->job.n)
 		snprintf(why, sizeof(why), "worker %u, job has %u workers", h->worker, ps->job.n);
 	else if (h->shard != ps->shard)
@@ -300,10 +310,12 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps) &&
 		    ps->job.shape_follows_model)
 			/* the replies of iteration set_at on at the new rates */
-			for (int i = 0; i < ps->nlinks; i++)
-				if (ps->links[i].worker >= 0)
-					esd_link_set_rate(ps->links[i].link,
-							  reply_rate(ps, ps->job.rate_bps[ps->links[i].worker]));
+			for (int i = 0; i < ps->nlinks; i++) {
+				struct ps_link *pl = &ps->links[i];
+				if (pl->worker >= 0 && pl->link) /* under mu, as its closing */
+					esd_link_set_rate(pl->link,
+							  reply_rate(ps, ps->job.rate_bps[pl->worker]));
+			}
 		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
 			 ps->live.value, (unsigned long long)ps->live.at);
 		ps->live.pending = false;
@@ -693,6 +705,78 @@ static void tell_failure(struct ps_link *pl)
 		esd_link_send_error(pl->link, code, msg);
 }
 
+/* A receive error that is the peer's malformed frame (not its going
+ * away): it gets an ERROR frame naming what was wrong. */
+static bool is_bad_frame(int rc)
+{
+	return rc != -ECONNRESET && rc != -EPIPE && rc != -ETIMEDOUT && rc != -ECONNABORTED &&
+	       rc != -ESHUTDOWN;
+}
+
+/* One frame of the link's worker, by op; 0, or why the link ends. */
+static int handle_frame(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *out)
+{
+	if (m->hdr.op != ESD_OP_HELLO && pl->worker < 0) {
+		esd_link_send_error(pl->link, -EPROTO, "first frame must be HELLO");
+		return -EPROTO;
+	}
+	switch (m->hdr.op) {
+	case ESD_OP_HELLO:
+		return on_hello(pl, &m->u.hello, out);
+	case ESD_OP_PULL:
+		return on_pull(pl, m, out);
+	case ESD_OP_PUSH_VALUE:
+	case ESD_OP_PUSH_GRAD:
+		return on_push(pl, m);
+	case ESD_OP_BARRIER:
+		return on_barrier(pl, &m->u.barrier, out);
+	case ESD_OP_SETTING:
+		return on_rate_report(pl, &m->u.setting);
+	case ESD_OP_ROLLBACK:
+		return on_rollback(pl, &m->u.rollback, out);
+	case ESD_OP_ERROR:
+		ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m->u.error.len,
+			m->u.error.text);
+		return -ECONNABORTED;
+	default:
+		esd_link_send_error(pl->link, -EPROTO, "unexpected op at a PS shard");
+		return -EPROTO;
+	}
+}
+
+/* The link's receive failed with rc: the worker finished, or went away
+ * (the job fails), or sent a bad frame (an ERROR first). */
+static void on_link_end(struct ps_link *pl, int rc)
+{
+	struct ps *ps = pl->ps;
+	if (is_bad_frame(rc)) /* the protocol: an ERROR, then the close */
+		esd_link_send_error(pl->link, rc, esd_link_last_error(pl->link));
+	pthread_mutex_lock(&ps->mu);
+	if (pl->worker >= 0 && (ps->bar.iter_done > ps->job.iterations || ps->bar.ended)) {
+		ESD_INFO("ps", "worker %d finished", pl->worker);
+		ps->bar.finished++;
+	} else if (!ps->bar.stopping && pl->worker >= 0) {
+		ps_fail_locked(ps, -ECONNRESET,
+			       "worker %d went away during iteration %llu (its link from %s: %s): "
+			       "stop the job and start it again to resume from the last checkpoint",
+			       pl->worker, (unsigned long long)ps->bar.iter_done + 1,
+			       esd_link_peer(pl->link),
+			       rc == -ECONNRESET ? "closed" : esd_link_last_error(pl->link));
+	}
+	pthread_mutex_unlock(&ps->mu);
+}
+
+/* Whether an idle link is past the HELLO deadline (then closed). */
+static bool hello_overdue(struct ps_link *pl)
+{
+	if (pl->worker >= 0 || esd_now_ns() - pl->since_ns <= HELLO_DEADLINE_NS)
+		return false;
+	ESD_WARN("ps", "%s said no HELLO within %d s: closed", esd_link_peer(pl->link),
+		 (int)(HELLO_DEADLINE_NS / ESD_NS_PER_S));
+	esd_link_send_error(pl->link, -ETIMEDOUT, "no HELLO in time");
+	return true;
+}
+
 static void *link_main(void *arg)
 {
 	struct ps_link *pl = arg;
@@ -704,69 +788,25 @@ static void *link_main(void *arg)
 	for (;;) {
 		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
 		if (rc == -ETIMEDOUT) {
-			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED))
+			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED) || hello_overdue(pl))
 				break;
 			tell_failure(pl);
 			continue;
 		}
 		if (rc) {
-			pthread_mutex_lock(&ps->mu);
-			if (pl->worker >= 0 &&
-			    (ps->bar.iter_done > ps->job.iterations || ps->bar.ended)) {
-				ESD_INFO("ps", "worker %d finished", pl->worker);
-				ps->bar.finished++;
-			} else if (!ps->bar.stopping && pl->worker >= 0)
-				ps_fail_locked(ps, -ECONNRESET,
-					       "worker %d went away during iteration %llu (its link "
-					       "from %s: %s): stop the job and start it again to "
-					       "resume from the last checkpoint",
-					       pl->worker, (unsigned long long)ps->bar.iter_done + 1,
-					       esd_link_peer(pl->link),
-					       rc == -ECONNRESET ? "closed"
-								 : esd_link_last_error(pl->link));
-			pthread_mutex_unlock(&ps->mu);
+			on_link_end(pl, rc);
 			break;
 		}
-		if (m.hdr.op != ESD_OP_HELLO && pl->worker < 0) {
-			esd_link_send_error(pl->link, -EPROTO, "first frame must be HELLO");
-			break;
-		}
-		switch (m.hdr.op) {
-		case ESD_OP_HELLO:
-			rc = on_hello(pl, &m.u.hello, &out);
-			break;
-		case ESD_OP_PULL:
-			rc = on_pull(pl, &m, &out);
-			break;
-		case ESD_OP_PUSH_VALUE:
-		case ESD_OP_PUSH_GRAD:
-			rc = on_push(pl, &m);
-			break;
-		case ESD_OP_BARRIER:
-			rc = on_barrier(pl, &m.u.barrier, &out);
-			break;
-		case ESD_OP_SETTING:
-			rc = on_rate_report(pl, &m.u.setting);
-			break;
-		case ESD_OP_ROLLBACK:
-			rc = on_rollback(pl, &m.u.rollback, &out);
-			break;
-		case ESD_OP_ERROR:
-			ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m.u.error.len,
-				m.u.error.text);
-			rc = -ECONNABORTED;
-			break;
-		default:
-			esd_link_send_error(pl->link, -EPROTO, "unexpected op at a PS shard");
-			rc = -EPROTO;
-		}
-		if (rc)
+		if (handle_frame(pl, &m, &out))
 			break;
 	}
 	esd_buf_free(&out);
 	pthread_mutex_lock(&ps->mu);
 	if (pl->worker >= 0)
 		ps->bar.connected_mask &= ~(UINT64_C(1) << pl->worker);
+	/* closed at once: the peer sees the end now, not at the next accept */
+	esd_link_close(pl->link);
+	pl->link = NULL;
 	pl->done = true;
 	pthread_mutex_unlock(&ps->mu);
 	return NULL;
@@ -775,33 +815,44 @@ static void *link_main(void *arg)
 int ps_serve_link(struct ps *ps, struct esd_link *l)
 {
 	pthread_mutex_lock(&ps->mu);
-	int slot = -1;
-	for (int i = 0; i < ps->nlinks; i++)
-		if (ps->links[i].done && ps->links[i].link) {
-			pthread_join(ps->links[i].thread, NULL);
-			esd_link_close(ps->links[i].link);
-			ps->links[i].link = NULL;
+	int slot = -1, waiting = 0;
+	for (int i = 0; i < ps->nlinks; i++) {
+		struct ps_link *pl = &ps->links[i];
+		if (pl->used && pl->done) { /* its thread closed its link and ended */
+			pthread_join(pl->thread, NULL);
+			pl->used = false;
 		}
+		waiting += pl->used && pl->worker < 0;
+	}
 	for (int i = 0; i < ps->nlinks && slot < 0; i++)
-		if (!ps->links[i].link)
+		if (!ps->links[i].used)
 			slot = i;
 	if (slot < 0 && ps->nlinks < (int)(sizeof(ps->links) / sizeof(ps->links[0])))
 		slot = ps->nlinks++;
+	if (slot >= 0 && waiting < MAX_NEW_LINKS) {
+		struct ps_link *pl = &ps->links[slot];
+		memset(pl, 0, sizeof(*pl));
+		pl->ps = ps;
+		pl->link = l;
+		pl->worker = -1;
+		pl->since_ns = esd_now_ns();
+		pl->used = true;
+	}
 	pthread_mutex_unlock(&ps->mu);
-	if (slot < 0) {
-		esd_link_send_error(l, -EMFILE, "too many links at this shard");
+	if (slot < 0 || waiting >= MAX_NEW_LINKS) {
+		esd_link_send_error(l, -EAGAIN, slot < 0 ? "too many links at this shard"
+							 : "too many links waiting to say HELLO");
 		esd_link_close(l);
 		return -EMFILE;
 	}
 	struct ps_link *pl = &ps->links[slot];
-	memset(pl, 0, sizeof(*pl));
-	pl->ps = ps;
-	pl->link = l;
-	pl->worker = -1;
 	int rc = -pthread_create(&pl->thread, NULL, link_main, pl);
 	if (rc) {
+		pthread_mutex_lock(&ps->mu);
 		esd_link_close(l);
 		pl->link = NULL;
+		pl->used = false;
+		pthread_mutex_unlock(&ps->mu);
 	}
 	return rc;
 }

@@ -23,10 +23,12 @@
 
 struct ps_link {
 	struct ps *ps;
-	struct esd_link *link;
+	struct esd_link *link; /* closed and NULL once its thread ended */
 	pthread_t thread;
+	bool used;  /* a thread was started and not joined yet (the slot is taken) */
 	int worker; /* -1 until HELLO */
-	bool done;
+	bool done;  /* the thread ended: join it, the slot is free then */
+	int64_t since_ns; /* accepted at */
 	/* the shard's rollbacks this worker knows of (under mu): after another
 	 * one, its frames of the state that is gone are dropped and its
 	 * barriers and pulls answered ESD_EROLLBACK until it asks back too */

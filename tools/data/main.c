@@ -363,6 +363,9 @@ static void print_json(const char *path, const struct ds_stat *st)
 	json_object_set_new(o, "drift", json_real(in->drift));
 	json_object_set_new(o, "scale", json_real(in->scale));
 	json_object_set_new(o, "skipped", json_integer((json_int_t)in->skipped));
+	char dg[24];
+	snprintf(dg, sizeof(dg), "%016llx", (unsigned long long)st->digest);
+	json_object_set_new(o, "digest", json_string(dg));
 	json_object_set_new(o, "samples", json_integer((json_int_t)st->samples));
 	json_object_set_new(o, "positives", json_integer((json_int_t)st->positives));
 	json_object_set_new(o, "ntables", json_integer(in->ntables));
@@ -399,6 +402,8 @@ static void print_human(const char *path, const struct ds_stat *st)
 {
 	const struct esd_ds_info *in = &st->info;
 	printf("stream    %s\n", path);
+	printf("digest    %016llx (the same on every host's copy: part of the job token)\n",
+	       (unsigned long long)st->digest);
 	printf("shape     %s (origin %s, source '%s')\n", in->shape, origin_name(in->origin),
 	       in->source);
 	if (in->origin == ESD_DS_ORIGIN_GEN)

@@ -1,0 +1,164 @@
+"""A shard under hostile or broken clients (real esd-ps, esdd and trainer
+processes, real sockets):
+- garbage, a header with an absurd length, a HELLO cut short: each gets an
+  ERROR frame naming what is wrong, then the close (the cut HELLO at the
+  HELLO deadline, 5 s);
+- a HELLO of another job is refused without the shard's job token in the
+  answer;
+- 200 idle connections held open neither stop a running job nor keep a
+  daemon out that must reconnect (the shard restarted meanwhile);
+- a shard with 64 file descriptors, held by 80 idle connections, goes on:
+  accept errors are survived.
+
+usage: test_hostile.py BIN_DIR
+"""
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+import time
+
+from e2e_util import Env, ClusterError, ctl
+from esdcluster import Cluster
+
+MAGIC, VERSION = 0x46445345, 2
+
+
+def frame(op, body, flags=0):
+    return struct.pack("<IBBHIIQ", MAGIC, VERSION, op, flags, len(body), 0, 0) + body
+
+
+def answer(addr, data, wait=8.0):
+    """Send data on a new connection; (seconds until the close or None,
+    the ERROR text the shard sent or "")."""
+    host, port = addr.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(wait)
+    if data:
+        s.sendall(data)
+    t0, got = time.time(), b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except socket.timeout:
+        return None, ""
+    finally:
+        s.close()
+    text = ""
+    if len(got) >= 32 and got[5] == 8:  # ERROR: code, text length, text
+        n = struct.unpack_from("<I", got, 28)[0]
+        text = got[32:32 + n].decode(errors="replace")
+    return time.time() - t0, text
+
+
+def idle_connections(addr, n):
+    host, port = addr.rsplit(":", 1)
+    out = []
+    for _ in range(n):
+        try:
+            out.append(socket.create_connection((host, int(port)), timeout=2))
+        except OSError:
+            break
+    return out
+
+
+def test_bad_frames(env, addr):
+    took, text = answer(addr, b"this is not a frame at all\n" * 4)
+    env.check(took is not None and took < 1 and "magic" in text,
+              "garbage: ERROR naming the bad magic, then the close (%s s): %r" % (took, text))
+    took, text = answer(addr, struct.pack("<IBBHIIQ", MAGIC, VERSION, 2, 0, 0xFFFFFFFC, 0, 0))
+    env.check(took is not None and took < 1 and "length" in text,
+              "header with length 0xFFFFFFFC: ERROR and close (%s s): %r" % (took, text))
+    cut = struct.pack("<IBBHIIQ", MAGIC, VERSION, 1, 0, 40, 0, 0) + b"\x02\0\0\0" + b"\0" * 10
+    took, text = answer(addr, cut)
+    env.check(took is not None and 4 < took < 7 and "HELLO" in text,
+              "a HELLO cut short: ERROR and close at the HELLO deadline (%s s): %r"
+              % (took, text))
+    import json
+    import subprocess
+    st = json.loads(subprocess.run([os.path.join(env.bin, "esd-data"), "stat", "--json",
+                                    env.stream], stdout=subprocess.PIPE, text=True,
+                                   check=True).stdout)
+    # the right data, a wrong token: the job settings differ
+    hello = struct.pack("<IIQIIIIQ", VERSION, 0, 0x1234, 0, 8, 8, 4, int(st["digest"], 16))
+    took, text = answer(addr, frame(1, hello))
+    env.check(took is not None and "differ" in text and not re.search(r"[0-9a-f]{12,}", text),
+              "a HELLO of another job is refused without the shard's token: %r" % text)
+
+
+def test_idle_flood(env, s, work):
+    """200 idle connections while a job runs, and while its daemons
+    reconnect to a restarted shard."""
+    with Cluster(env.bin, work, s, emulate_ns=20000) as c:
+        c.start()
+        sock = os.path.join(work, "ps0.sock")
+        addr = c.ps_addr[0]
+        t0 = time.time()
+        while ctl(sock, "status")["iteration"] < 20 and time.time() - t0 < 60:
+            time.sleep(0.02)
+        held = idle_connections(addr, 200)
+        c.kill("ps0", signal.SIGKILL)
+        time.sleep(0.3)
+        for h in held:
+            h.close()
+        c.start_ps(0, restore=True)
+        held = idle_connections(addr, 200)  # while the daemons reconnect
+        try:
+            c.wait(timeout=180)
+            ok = True
+        except ClusterError as e:
+            ok, err = False, str(e)
+        for h in held:
+            h.close()
+        sums = c.summaries()
+    env.check(ok and len(held) == 200 and all(sm["iterations"] == s["job.iterations"]
+                                              for sm in sums),
+              "200 idle connections: the daemons reconnected to the restarted shard and the "
+              "job ended (%d held)" % len(held))
+
+
+def test_fd_limit(env, s, work):
+    s = dict(s)
+    with Cluster(env.bin, work, s, emulate_ns=20000,
+                 wrap=lambda name: ["prlimit", "--nofile=64:64"] if name == "ps0" else []) as c:
+        c.start()
+        held = idle_connections(c.ps_addr[0], 80)
+        try:
+            c.wait(timeout=180)
+            ok, err = True, ""
+        except ClusterError as e:
+            ok, err = False, str(e)
+        for h in held:
+            h.close()
+    with open(os.path.join(work, "ps0.log")) as f:
+        log = f.read()
+    env.check(ok, "64 descriptors, 80 idle connections: the shard goes on, the job ends (%s; "
+              "%d accept error line(s))" % (err or "ok", log.count("accept:")))
+
+
+def main():
+    env = Env(sys.argv[1], "hostile")
+    env.gen_stream(samples=20000)
+    s = env.settings(job__iterations=150)
+    try:
+        work = os.path.join(env.root, "frames")
+        with Cluster(env.bin, work, env.settings(job__iterations=100000, workers__n=2)) as c:
+            c.start()
+            test_bad_frames(env, c.ps_addr[0])
+        s_ck = dict(s, **{"ps.checkpoint_dir": os.path.join(env.root, "ck"),
+                          "ps.checkpoint_every": 10})
+        os.makedirs(s_ck["ps.checkpoint_dir"])
+        test_idle_flood(env, s_ck, os.path.join(env.root, "flood"))
+        test_fd_limit(env, s, os.path.join(env.root, "fdlimit"))
+    except ClusterError as e:
+        env.check(False, "cluster: %s" % e)
+    return env.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
