@@ -73,3 +73,45 @@ function(esd_python_trainer_env out)
 	endif()
 	set(${out} ${_env} PARENT_SCOPE)
 endfunction()
+
+# esd_add_fuzz(NAME fuzz_x SOURCES a.c ... [LIBS lib ...] [CORPUS dir])
+# A libFuzzer target (only with -DESD_FUZZ=ON, which needs clang), with
+# ASan and UBSan, built as ${CMAKE_BINARY_DIR}/fuzz/<name>. CORPUS is the
+# committed corpus its runs start from and grow (scripts/fuzz.sh); the
+# same entry point replays it as a ctest test in every build, declared
+# beside the target. Sources to instrument are compiled into the target,
+# not taken from an uninstrumented library.
+function(esd_add_fuzz)
+	cmake_parse_arguments(F "" "NAME;CORPUS" "SOURCES;LIBS" ${ARGN})
+	if(NOT ESD_FUZZ)
+		return()
+	endif()
+	if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+		message(FATAL_ERROR "ESD_FUZZ=ON needs clang (CC=clang cmake ...)")
+	endif()
+	set(_san -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+	add_executable(${F_NAME} ${F_SOURCES})
+	target_link_libraries(${F_NAME} PRIVATE ${F_LIBS})
+	target_compile_options(${F_NAME} PRIVATE ${_san})
+	target_link_options(${F_NAME} PRIVATE ${_san})
+	set_target_properties(${F_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
+	set_property(GLOBAL APPEND PROPERTY ESD_FUZZ_TARGETS "${F_NAME}\t${F_CORPUS}")
+endfunction()
+
+# esd_fuzz_manifest(): after every folder, write fuzz/targets.tsv (one line
+# per esd_add_fuzz target: name, tab, corpus) for scripts/fuzz.sh, and the
+# target `fuzz` that builds them all.
+function(esd_fuzz_manifest)
+	if(NOT ESD_FUZZ)
+		return()
+	endif()
+	get_property(_list GLOBAL PROPERTY ESD_FUZZ_TARGETS)
+	set(_text "")
+	add_custom_target(fuzz)
+	foreach(_line ${_list})
+		string(APPEND _text "${_line}\n")
+		string(REGEX REPLACE "\t.*" "" _name "${_line}")
+		add_dependencies(fuzz ${_name})
+	endforeach()
+	file(WRITE ${CMAKE_BINARY_DIR}/fuzz/targets.tsv "${_text}")
+endfunction()

@@ -24,6 +24,7 @@ SCRIPTS = {
     "scripts/run.sh": ["tools/testbed/esd-testbed"],
     "scripts/test.sh": [],
     "scripts/build.sh": [],
+    "scripts/fuzz.sh": [],
     "bench/gpu/on-device.sh": [],
     "tools/testbed/esd-testbed": [],
     "tools/launch/esd-launch": [],
