@@ -14,6 +14,7 @@
 #include <esd/log.h>
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,7 +26,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SB_INITIAL (2u << 20)
+#define SB_MIN  (1u << 20)   /* smallest stream buffer */
+#define RX_ROOM (256u << 10) /* free room worth a receive call */
+
+static size_t sb_steady(const struct tcp_conn *c);
 
 struct tcp_listener {
 	struct wire_listener wl;
@@ -133,6 +137,7 @@ static int conn_wrap(const struct esd_link_opts *o, int fd, struct wire **out)
 	socklen_t sl = sizeof(ss);
 	if (!getpeername(fd, (struct sockaddr *)&ss, &sl))
 		name_of((struct sockaddr *)&ss, c->w.peer, sizeof(c->w.peer));
+	c->steady = sb_steady(c);
 	tune_socket(fd, c->w.timeout_ns);
 	int rc = eng->init(c);
 	if (rc) {
@@ -272,41 +277,121 @@ static void tcp_listener_close(struct wire_listener *wl)
 
 /* ---- stream buffer ------------------------------------------------------ */
 
+/* The most the buffer may hold: what arrives while a send waits (the
+ * backlog) and one frame. It grows that far only while the bytes are
+ * really there. */
+static size_t sb_limit(const struct tcp_conn *c)
+{
+	return c->w.rx_backlog_max + ESD_FRAME_HDR_SIZE + c->w.lim.max_body;
+}
+
+/* The buffer's steady size: room for two of the largest frames the link
+ * has received (the one lent out and the next, whole), at least SB_MIN,
+ * at most the limit. Memory figures: bench/results/soak.md. */
+static size_t sb_steady(const struct tcp_conn *c)
+{
+	size_t limit = sb_limit(c), cap = SB_MIN;
+	while (cap < 2 * c->max_frame && cap < limit)
+		cap *= 2;
+	return cap < limit ? cap : limit;
+}
+
+/* A buffer of cap bytes: the spare when it fits, else a new one. */
+static uint8_t *sb_alloc(struct tcp_conn *c, size_t cap)
+{
+	if (c->spare && cap == c->steady) {
+		uint8_t *b = c->spare;
+		c->spare = NULL;
+		return b;
+	}
+	return malloc(cap);
+}
+
+/* Done with a buffer: kept as the spare when it has the steady size and
+ * there is none, else freed. Accepts NULL. */
+static void sb_release(struct tcp_conn *c, uint8_t *b, size_t cap)
+{
+	if (b && cap == c->steady && !c->spare)
+		c->spare = b;
+	else
+		free(b);
+}
+
+/* The frame the last recv returned is lent out and stays where it is: the
+ * bytes after it go to a buffer of cap bytes, the old one is retired until
+ * the next recv. Only what is still unread is copied, so a lent frame never
+ * makes the buffer grow by itself. */
+static int sb_move_lent(struct tcp_conn *c, size_t cap)
+{
+	size_t from = c->head + c->consumed, live = c->tail - from;
+	uint8_t *nb = sb_alloc(c, cap);
+	if (!nb)
+		return -ENOMEM;
+	memcpy(nb, c->sb + from, live);
+	assert(!c->retired); /* recv released it before lending this frame */
+	c->retired = c->sb;
+	c->retired_cap = c->cap;
+	c->sb = nb;
+	c->cap = cap;
+	c->head = c->consumed = 0;
+	c->tail = live;
+	c->lent = 0;
+	return 0;
+}
+
+/* Nothing is lent: the unread bytes go to the front of a buffer of cap
+ * bytes, in place when it keeps its size. */
+static int sb_compact(struct tcp_conn *c, size_t cap)
+{
+	size_t live = c->tail - c->head;
+	if (cap == c->cap) {
+		memmove(c->sb, c->sb + c->head, live);
+	} else {
+		uint8_t *nb = sb_alloc(c, cap);
+		if (!nb)
+			return -ENOMEM;
+		if (live)
+			memcpy(nb, c->sb + c->head, live);
+		sb_release(c, c->sb, c->cap);
+		c->sb = nb;
+		c->cap = cap;
+	}
+	c->head = 0;
+	c->tail = live;
+	return 0;
+}
+
+/* A frame larger than any before: the steady size follows it (the spare,
+ * of the old size, goes). */
+static void note_frame(struct tcp_conn *c, size_t len)
+{
+	c->max_frame = len;
+	size_t steady = sb_steady(c);
+	if (steady != c->steady) {
+		c->steady = steady;
+		free(c->spare);
+		c->spare = NULL;
+	}
+}
+
 int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 {
-	if (c->cap - c->tail < want) {
-		size_t used = c->tail - c->head;
-		if (!c->lent && c->head && c->cap - used >= want) {
-			memmove(c->sb, c->sb + c->head, used);
-			c->head = 0;
-			c->tail = used;
-		} else {
-			size_t limit = c->w.rx_backlog_max + ESD_FRAME_HDR_SIZE + c->w.lim.max_body;
-			size_t cap = c->cap ? c->cap : SB_INITIAL;
-			while (cap < c->tail + want && cap < limit)
-				cap *= 2;
-			if (cap > limit)
-				cap = limit;
-			if (cap > c->cap) {
-				uint8_t *nb = malloc(cap);
-				if (!nb)
-					return -ENOMEM;
-				/* Keep a lent frame where it is until the next recv. */
-				size_t from = c->lent ? 0 : c->head;
-				if (c->tail > from)
-					memcpy(nb, c->sb + from, c->tail - from);
-				if (c->lent) {
-					free(c->retired);
-					c->retired = c->sb;
-				} else {
-					free(c->sb);
-					c->tail -= c->head;
-					c->head = 0;
-				}
-				c->sb = nb;
-				c->cap = cap;
-			}
-		}
+	/* Aim for RX_ROOM at least: a receive of a few bytes costs a call
+	 * each. */
+	size_t target = want > RX_ROOM ? want : RX_ROOM;
+	size_t from = c->head + (c->lent ? c->consumed : 0), live = c->tail - from;
+	int shrink = !c->lent && c->cap > c->steady && live + target <= c->steady;
+	if (c->cap - c->tail < target || shrink) {
+		size_t limit = sb_limit(c), cap = c->steady;
+		while (cap < live + target && cap < limit)
+			cap *= 2;
+		if (cap > limit)
+			cap = limit;
+		int rc = 0;
+		if (from || cap != c->cap) /* else full at the limit: wait */
+			rc = c->lent ? sb_move_lent(c, cap) : sb_compact(c, cap);
+		if (rc)
+			return rc;
 	}
 	*p = c->sb + c->tail;
 	*n = c->cap - c->tail;
@@ -344,7 +429,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 	c->head += c->consumed;
 	c->consumed = 0;
 	c->lent = 0;
-	free(c->retired);
+	sb_release(c, c->retired, c->retired_cap);
 	c->retired = NULL;
 	if (c->rx_dead)
 		return wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
@@ -360,6 +445,8 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 				return rc;
 			}
 			need += h.length;
+			if (need > c->max_frame)
+				note_frame(c, need);
 			if (avail >= need) {
 				*frame = c->sb + c->head;
 				*len = need;
@@ -420,6 +507,7 @@ static void tcp_close(struct wire *w, int64_t deadline)
 	close(c->fd);
 	free(c->sb);
 	free(c->retired);
+	free(c->spare);
 	bufcache_fini(&c->w.cache);
 	free(c);
 }

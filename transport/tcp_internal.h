@@ -33,19 +33,26 @@ struct tcp_conn {
 	const struct tcp_engine *eng;
 	void *es; /* engine state */
 	/* Receive stream buffer: bytes [head, tail) not yet consumed. A frame
-	 * handed out by recv stays in place until the next recv; growing the
-	 * buffer meanwhile keeps the old one in retired. */
+	 * handed out by recv (lent) stays in place until the next recv; moving
+	 * the bytes after it meanwhile keeps the old buffer in retired. The
+	 * buffer returns to its steady size (sized by the largest frame seen)
+	 * once what it holds fits again; spare is a steady-size buffer kept
+	 * for those moves (or NULL). */
 	uint8_t *sb;
 	size_t cap, head, tail, consumed;
-	uint8_t *retired;
+	uint8_t *retired, *spare;
+	size_t retired_cap;
+	size_t steady, max_frame;
 	int lent;
 };
 
 extern const struct tcp_engine esd_tcp_engine_poll;
 extern const struct tcp_engine esd_tcp_engine_uring; /* only with ESD_HAVE_URING */
 
-/* Free room at the tail of the stream buffer, at least want bytes when the
- * backlog limit allows (less is returned otherwise; 0 = full). */
+/* Free room at the tail of the stream buffer: at least want bytes (the
+ * rest of a frame; 1 = any) when the backlog limit allows, less otherwise
+ * (0 = full). The buffer may move or shrink: call it only while no receive
+ * is in flight. */
 int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n);
 void tcp_rx_commit(struct tcp_conn *c, size_t n);
 

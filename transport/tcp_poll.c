@@ -79,7 +79,7 @@ static int poll_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t deadl
 				return wire_fail(&c->w, rc, "tcp send to %s: %s", c->w.peer,
 				                 esd_strerror(rc));
 			if ((rev & POLLIN) && !c->eof) {
-				rc = read_some(c, 1u << 20);
+				rc = read_some(c, 1);
 				if (rc == -ECONNRESET)
 					c->eof = 1;
 				else if (rc < 0)

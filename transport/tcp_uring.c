@@ -16,9 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TAG_SEND   1u
-#define TAG_RECV   2u
-#define RECV_CHUNK (1u << 20)
+#define TAG_SEND 1u
+#define TAG_RECV 2u
 
 struct uring_state {
 	struct io_uring ring;
@@ -135,7 +134,7 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 		io_uring_prep_sendmsg(sqe, c->fd, &u->mh, MSG_NOSIGNAL | MSG_WAITALL);
 		io_uring_sqe_set_data64(sqe, TAG_SEND);
 		if (!u->recv_armed && !c->eof) {
-			rc = arm_recv(c, RECV_CHUNK);
+			rc = arm_recv(c, 1);
 			if (rc && rc != -ENOBUFS)
 				return wire_fail(&c->w, rc, "io_uring receive: %s",
 				                 esd_strerror(rc));
@@ -173,7 +172,7 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 					return wire_fail(&c->w, rc, "tcp receive from %s: %s",
 					                 c->w.peer, esd_strerror(rc));
 				if (!c->eof) {
-					rc = arm_recv(c, RECV_CHUNK);
+					rc = arm_recv(c, 1);
 					if (rc == -ENOBUFS)
 						continue; /* backlog full: just wait */
 					if (rc)
@@ -208,7 +207,7 @@ static int uring_fill(struct tcp_conn *c, size_t want, int64_t deadline)
 	int rc;
 	for (;;) {
 		if (!u->recv_armed) {
-			if ((rc = arm_recv(c, want > RECV_CHUNK ? want : RECV_CHUNK)))
+			if ((rc = arm_recv(c, want)))
 				return rc;
 			if ((rc = io_uring_submit(&u->ring)) < 0)
 				return rc;

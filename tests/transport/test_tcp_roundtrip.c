@@ -1,7 +1,8 @@
 /* tcp links on loopback between two processes (this test and a forked
  * peer): HELLO, PUSH_VALUE, PUSH_GRAD, PULL, BARRIER and STATS round
- * trips with both engines, per-kind accounting, the rate setter, and a
- * crashed peer detected within a second. */
+ * trips with both engines, per-kind accounting, the rate setter, memory
+ * that stays flat over many round trips, and a crashed peer detected
+ * within a second. */
 #include "testutil.h"
 #include "peer.h"
 
@@ -9,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <esd/err.h>
+#include <malloc.h>
 #include <string.h>
 
 static const char *engine;
@@ -45,6 +47,16 @@ static void push(struct esd_buf *b, enum esd_op op, uint32_t kind, uint64_t iter
 		assert_int_equal(esd_enc_row(&e, keys[i], 0, v, s), 0);
 	}
 	esd_enc_rows_end(&e);
+}
+
+/* Keys 0..n-1 (n at most 4096). */
+static const esd_key_t *key_range(uint32_t n)
+{
+	static esd_key_t keys[4096];
+	assert_true(n <= 4096);
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = i;
+	return keys;
 }
 
 static void test_round_trips(void **state)
@@ -148,9 +160,7 @@ static void test_big_batch(void **state)
 	open_pair(&p, &l);
 	/* Many pulls in flight at once: responses larger than socket buffers. */
 	enum { NREQ = 64, NKEYS = 1024 };
-	static esd_key_t keys[NKEYS];
-	for (uint32_t i = 0; i < NKEYS; i++)
-		keys[i] = i;
+	const esd_key_t *keys = key_range(NKEYS);
 	for (uint32_t r = 0; r < NREQ; r++)
 		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, NKEYS), 0);
 	assert_int_equal(peer_send_buf(l, &b), 0);
@@ -180,9 +190,7 @@ static void test_both_sides_sending(void **state)
 	 * while it is still being written: the peer blocks writing answers
 	 * unless this side reads them meanwhile (into the receive backlog). */
 	enum { NREQ = 320, NKEYS = 4096 };
-	static esd_key_t keys[NKEYS];
-	for (uint32_t i = 0; i < NKEYS; i++)
-		keys[i] = i;
+	const esd_key_t *keys = key_range(NKEYS);
 	for (uint32_t r = 0; r < NREQ; r++)
 		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, NKEYS), 0);
 	assert_int_equal(peer_send_buf(l, &b), 0);
@@ -194,6 +202,54 @@ static void test_both_sides_sending(void **state)
 	esd_link_close(l);
 	peer_stop(&p);
 	esd_buf_free(&b);
+}
+
+/* One PULL of nkeys rows at a time, sequence numbers from to to - 1, each
+ * sent while the previous answer is still lent out. */
+static void pull_one_by_one(struct esd_link *l, uint32_t nkeys, uint32_t from, uint32_t to)
+{
+	const esd_key_t *keys = key_range(nkeys);
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_buf_init(&b);
+	for (uint32_t r = from; r < to; r++) {
+		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, nkeys), 0);
+		assert_int_equal(peer_send_buf(l, &b), 0);
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.sequence, r);
+	}
+	esd_buf_free(&b);
+}
+
+static size_t heap_in_use(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* Regression (issue 25): each request went out while the previous answer
+ * was still lent out, and the stream buffer doubled instead of moving the
+ * unread bytes, up to the 256 MiB backlog limit on every link. 3,000 round
+ * trips of 80 KiB answers (240 MiB) must leave the heap where it was. */
+static void test_rx_buffer_stays_bounded(void **state)
+{
+	(void)state;
+#if defined(__SANITIZE_ADDRESS__)
+	skip(); /* the sanitizer's allocator keeps freed blocks: no figure */
+#endif
+	enum { ROUNDS = 3000, NKEYS = 1024, WARM = 100 };
+	struct peer p;
+	struct esd_link *l;
+	open_pair(&p, &l);
+	pull_one_by_one(l, NKEYS, 0, WARM);
+	size_t before = heap_in_use();
+	pull_one_by_one(l, NKEYS, WARM, ROUNDS);
+	size_t after = heap_in_use();
+	esd_link_close(l);
+	peer_stop(&p);
+	if (after > before + (4u << 20))
+		fail_msg("heap grew from %zu to %zu bytes over %d round trips", before, after,
+		         ROUNDS - WARM);
 }
 
 struct flipper {
@@ -350,6 +406,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_round_trips),
 	    cmocka_unit_test(test_big_batch),
 	    cmocka_unit_test(test_both_sides_sending),
+	    cmocka_unit_test(test_rx_buffer_stays_bounded),
 	    cmocka_unit_test(test_rate_changes_while_sending),
 	    cmocka_unit_test(test_shared_uplink),
 	    cmocka_unit_test(test_peer_crash_detected),
