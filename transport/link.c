@@ -77,7 +77,22 @@ static int opts_check(const struct esd_link_opts *o, const struct wire_ops **ops
 	return rc;
 }
 
-static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_link **out)
+/* A keyed link's handshake state; its frames may be a tag longer. */
+static int auth_attach(struct esd_link *l, const struct esd_key *key, int client)
+{
+	if (!key)
+		return 0;
+	if (!(l->auth = calloc(1, sizeof(*l->auth))))
+		return -ENOMEM;
+	memcpy(l->auth->key, key->b, sizeof(l->auth->key));
+	esd_buf_init(&l->auth->sealed);
+	l->auth->state = client ? AUTH_CLIENT_WAIT : AUTH_SERVER_WAIT;
+	l->w->lim.max_body += AUTH_TAG_BYTES;
+	return 0;
+}
+
+static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
+		     struct esd_link **out)
 {
 	struct esd_link *l = calloc(1, sizeof(*l));
 	int rc;
@@ -87,6 +102,10 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_l
 	}
 	l->w = w;
 	l->o = *o;
+	l->o.key = NULL; /* copied into l->auth: the caller's may go */
+	l->lim = w->lim;
+	if ((rc = auth_attach(l, o->key, client)))
+		goto err_free_link;
 	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
 	fault_init(&l->fault, &o->faults);
 	esd_buf_init(&l->scratch);
@@ -100,6 +119,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, struct esd_l
 err_free_link:
 	rel_destroy(l->rel);
 	fault_fini(&l->fault);
+	auth_fini(l->auth);
 	free(l);
 err_close_wire:
 	w->ops->close(w, esd_now_ns());
@@ -115,7 +135,13 @@ int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out)
 		return rc;
 	if ((rc = ops->connect(o, &w)))
 		return rc;
-	return link_wrap(o, w, out);
+	if ((rc = link_wrap(o, w, 1, out)))
+		return rc;
+	if ((*out)->auth && (rc = auth_client(*out, deadline_after((*out)->w->timeout_ns)))) {
+		esd_link_close(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 int esd_listener_open(const struct esd_link_opts *o, struct esd_listener **out)
@@ -149,7 +175,7 @@ int esd_listener_accept(struct esd_listener *l, int64_t timeout_ns, struct esd_l
 	int rc = l->wl->ops->accept(l->wl, &l->o, deadline_after(timeout_ns), &w);
 	if (rc)
 		return rc;
-	return link_wrap(&l->o, w, out);
+	return link_wrap(&l->o, w, 0, out);
 }
 
 void esd_listener_close(struct esd_listener *l)
@@ -170,10 +196,31 @@ static void count(struct esd_link *l, const void *frame, size_t len, int rx)
 	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 2], 1, memory_order_relaxed);
 }
 
+int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
+{
+	return l->rel ? rel_send(l, iov, n, deadline) : lower_send(l, iov, n, deadline);
+}
+
+/* A batch of whole application frames: tagged when the link has a key. */
+static int send_batch(struct esd_link *l, struct iovec *iov, int n, int64_t deadline)
+{
+	int rc = l->auth ? auth_seal(l, iov, n) : 0;
+	if (!rc)
+		rc = link_send_raw(l, iov, n, deadline);
+	if (rc) {
+		if (rc != -ETIMEDOUT)
+			l->broken = 2;
+		if (rc != -EACCES)
+			snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
+	}
+	return rc;
+}
+
 int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 {
 	struct iovec iov[MAX_BATCH_IOV];
 	const uint8_t *p = frames;
+	size_t batch_bytes = 0;
 	int n = 0, rc;
 	if (!l || (!frames && len))
 		return -EINVAL;
@@ -198,16 +245,13 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 		n++;
 		p += fl;
 		len -= fl;
-		if (n == MAX_BATCH_IOV || !len) {
-			rc = l->rel ? rel_send(l, iov, n, deadline)
-			            : lower_send(l, iov, n, deadline);
-			if (rc) {
-				if (rc != -ETIMEDOUT)
-					l->broken = 2;
-				snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
+		batch_bytes += fl;
+		if (n == MAX_BATCH_IOV || !len ||
+		    (l->auth && batch_bytes >= AUTH_SEAL_MAX_BYTES)) {
+			if ((rc = send_batch(l, iov, n, deadline)))
 				return rc;
-			}
 			n = 0;
+			batch_bytes = 0;
 		}
 	}
 	return 0;
@@ -224,6 +268,48 @@ int esd_link_send_error(struct esd_link *l, int code, const char *text)
 	return esd_link_send(l, l->scratch.data, l->scratch.len);
 }
 
+int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
+{
+	for (;;) {
+		int rc = l->rel ? rel_recv(l, frame, len, deadline) : lower_recv(l, frame, len, deadline);
+		if (rc)
+			return rc;
+		uint16_t flags;
+		memcpy(&flags, *frame + 6, 2);
+		if (l->rel || !(flags & ESD_FLAG_RELIABLE))
+			return 0;
+		/* The peer runs the reliable layer (faults on its side): run it
+		 * here too, starting with this frame. */
+		if ((rc = rel_create(l, &l->rel)) || (rc = rel_input(l, *frame, *len)))
+			return rc;
+	}
+}
+
+/* A keyless link that hears the handshake or a tag: the peer has a key. */
+static int refuse_keyed_peer(struct esd_link *l, const uint8_t *frame)
+{
+	uint16_t flags;
+	memcpy(&flags, frame + 6, 2);
+	if (frame[5] != ESD_OP_LINK_AUTH && !(flags & ESD_FLAG_TAGGED))
+		return 0;
+	snprintf(l->err, sizeof(l->err), "the peer uses a job key and this side has none (job.key)");
+	esd_link_send_error(l, -EACCES, "this side has no job key");
+	l->broken = 2; /* nothing more to say */
+	return -EACCES;
+}
+
+/* The receive side failed for good with rc: why, once, in the log. */
+static int recv_failed(struct esd_link *l, int rc, int own_text)
+{
+	if (!l->broken)
+		l->broken = 1;
+	if (!own_text)
+		snprintf(l->err, sizeof(l->err), "%s", l->w->err);
+	if (rc != -ECONNRESET && rc != -EPIPE)
+		ESD_WARN("transport", "link %s (%s): %s", l->w->peer, l->w->ops->name, l->err);
+	return rc;
+}
+
 int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 {
 	const uint8_t *frame;
@@ -231,42 +317,28 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 	int rc;
 	if (!l || !m)
 		return -EINVAL;
-	if (l->broken) {
+	if (l->broken)
 		return -EPIPE;
-	}
 	int64_t deadline = deadline_after(timeout_ns);
 	for (;;) {
-		rc = l->rel ? rel_recv(l, &frame, &len, deadline)
-		            : lower_recv(l, &frame, &len, deadline);
-		if (rc) {
-			if (rc != -ETIMEDOUT) {
-				l->broken = 1;
-				snprintf(l->err, sizeof(l->err), "%s", l->w->err);
-				if (rc != -ECONNRESET && rc != -EPIPE)
-					ESD_WARN("transport", "link %s (%s): %s", l->w->peer,
-					         l->w->ops->name, l->err);
-			}
-			return rc;
-		}
-		uint16_t flags;
-		memcpy(&flags, frame + 6, 2);
-		if (!l->rel && (flags & ESD_FLAG_RELIABLE)) {
-			/* The peer runs the reliable layer (faults on its side):
-			 * run it here too, starting with this frame. */
-			if ((rc = rel_create(l, &l->rel)) || (rc = rel_input(l, frame, len))) {
-				l->broken = 1;
-				return rc;
-			}
-			continue;
-		}
-		rc = esd_proto_decode(frame, len, &l->w->lim, m, l->err, sizeof(l->err));
+		if ((rc = link_next_frame(l, &frame, &len, deadline)))
+			return rc == -ETIMEDOUT ? rc : recv_failed(l, rc, 0);
+		/* a received frame is the link's own buffer: the tag is
+		 * checked and stripped in place */
+		rc = l->auth ? auth_rx(l, (uint8_t *)frame, &len) : refuse_keyed_peer(l, frame);
+		if (rc == 1)
+			continue; /* a handshake step */
+		if (rc)
+			return recv_failed(l, rc, 1);
+		rc = esd_proto_decode(frame, len, &l->lim, m, l->err, sizeof(l->err));
 		if (rc) {
 			l->broken = 1;
 			ESD_WARN("transport", "link %s (%s): bad frame: %s", l->w->peer,
 			         l->w->ops->name, l->err);
 			return rc;
 		}
-		if (m->hdr.op == ESD_OP_LINK_ACK || m->hdr.op == ESD_OP_LINK_BYE)
+		if (m->hdr.op == ESD_OP_LINK_ACK || m->hdr.op == ESD_OP_LINK_BYE ||
+		    m->hdr.op == ESD_OP_LINK_AUTH)
 			continue; /* stray link-internal frame (no reliable layer) */
 		count(l, frame, len, 1);
 		return 0;
@@ -306,6 +378,7 @@ void esd_link_close(struct esd_link *l)
 	rel_destroy(l->rel); /* its blocks go back to the wire's cache */
 	l->w->ops->close(l->w, deadline);
 	fault_fini(&l->fault);
+	auth_fini(l->auth);
 	esd_buf_free(&l->scratch);
 	free(l);
 }

@@ -139,6 +139,47 @@ struct fault {
 void fault_init(struct fault *f, const struct esd_fault_opts *o);
 void fault_fini(struct fault *f);
 
+/* ---- job key handshake and frame tags (auth.c) ------------------------- */
+
+#define AUTH_TAG_BYTES 16
+/* esd_link_send seals a batch in pieces of about this many bytes, so the
+ * sealed copy stays small. */
+#define AUTH_SEAL_MAX_BYTES (1u << 20)
+
+enum auth_state {
+	AUTH_CLIENT_WAIT, /* client: sent its hello, waits for the challenge */
+	AUTH_SERVER_WAIT, /* server: waits for the client's hello */
+	AUTH_SERVER_PROOF, /* server: sent the challenge, waits for the proof */
+	AUTH_OPEN,         /* both proved the key: every frame is tagged */
+};
+
+struct link_auth {
+	uint8_t key[32];
+	enum auth_state state;
+	uint8_t nc[32], ns[32];     /* client's and server's nonces */
+	uint8_t ktx[32], krx[32];   /* this link's keys, one per direction */
+	uint64_t tx_ctr, rx_ctr;    /* frames tagged / checked so far */
+	struct esd_buf sealed;      /* a batch of frames with their tags */
+};
+
+struct esd_link;
+/* The link's handshake as a client (from esd_link_connect), within deadline:
+ * 0, -EACCES (the peer refused, or does not hold the key), -EAGAIN (the
+ * peer is busy: its refusal said so), or the link's errors. */
+int auth_client(struct esd_link *l, int64_t deadline_ns);
+/*
+ * A received frame on a keyed link, before decoding: a handshake frame is
+ * handled (1: consumed); a tagged frame is checked and its tag stripped in
+ * place (*len shrinks; 0); an untagged ERROR passes (0); anything else is
+ * -EACCES with l->err set.
+ */
+int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len);
+/* The frames iov[0..n) with their tags appended, in l's buffer: iov is
+ * rewritten to point there (0, -ENOMEM). Before the handshake is done only
+ * ERROR frames may be sent (untagged); others are -EACCES. */
+int auth_seal(struct esd_link *l, struct iovec *iov, int n);
+void auth_fini(struct link_auth *a);
+
 /* ---- the link ----------------------------------------------------------- */
 
 struct rel;
@@ -149,14 +190,22 @@ struct esd_link {
 	struct shaper shaper;
 	struct fault fault;
 	struct rel *rel; /* NULL when the backend alone is relied on */
+	struct esd_proto_limits lim; /* what the application's frames may be */
 	int broken;      /* receive side lost sync, or the peer is gone */
 	char err[WIRE_ERR_LEN + 64];
 	struct esd_buf scratch;
+	struct link_auth *auth; /* NULL: the job has no key */
 	/* counters, written by the link's thread, read by any */
 	_Atomic uint64_t ks[ESD_XFER_NKINDS][6];
 	_Atomic uint64_t wire_tx_bytes, retx_frames, dup_rx_frames;
 	_Atomic uint64_t fault_drops, fault_dups, fault_reorders, shaped_wait_ns;
 };
+
+/* The next frame from below (the reliable layer, or what is under it),
+ * starting the reliable layer when the peer runs it. */
+int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+/* Send whole frames below the accounting (the reliable layer or under). */
+int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
 
 /* Everything below the reliable layer: shaping, faults, backend. */
 int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);

@@ -139,6 +139,8 @@ const char *esd_op_name(unsigned op)
 		return "LINK_ACK";
 	case ESD_OP_LINK_BYE:
 		return "LINK_BYE";
+	case ESD_OP_LINK_AUTH:
+		return "LINK_AUTH";
 	default:
 		return "op?";
 	}
@@ -147,7 +149,7 @@ const char *esd_op_name(unsigned op)
 static int known_op(unsigned op)
 {
 	return (op >= ESD_OP_HELLO && op <= ESD_OP_APP_MAX) || op == ESD_OP_LINK_ACK ||
-	       op == ESD_OP_LINK_BYE;
+	       op == ESD_OP_LINK_BYE || op == ESD_OP_LINK_AUTH;
 }
 
 __attribute__((format(printf, 4, 5))) static int fail(int rc, char *err, size_t errlen,
@@ -456,6 +458,19 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		if (m->u.link_bye > 1)
 			return fail(-EPROTO, err, errlen, "LINK_BYE: phase %u", m->u.link_bye);
 		return 0;
+	case ESD_OP_LINK_AUTH:
+		if ((rc = want_len("LINK_AUTH", h->length, 8 + 2 * ESD_LINK_AUTH_FIELD, err,
+				   errlen)))
+			return rc;
+		m->u.link_auth.step = ld32(b);
+		if (m->u.link_auth.step < 1 || m->u.link_auth.step > 3)
+			return fail(-EPROTO, err, errlen, "LINK_AUTH: step %u", m->u.link_auth.step);
+		if (ld32(b + 4) != ESD_LINK_AUTH_VERSION)
+			return fail(-EPROTO, err, errlen, "LINK_AUTH: version %u, this side speaks %u",
+				    ld32(b + 4), ESD_LINK_AUTH_VERSION);
+		m->u.link_auth.a = b + 8;
+		m->u.link_auth.b = b + 8 + ESD_LINK_AUTH_FIELD;
+		return 0;
 	}
 	return fail(-EPROTO, err, errlen, "unknown op %u", h->op);
 }
@@ -709,6 +724,21 @@ int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
 	if (!p)
 		return -ENOMEM;
 	st32(p, phase);
+	return 0;
+}
+
+int esd_enc_link_auth(struct esd_buf *b, uint32_t step, const uint8_t *a, const uint8_t *bb)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_LINK_AUTH, 0, 8 + 2 * ESD_LINK_AUTH_FIELD);
+	if (!p)
+		return -ENOMEM;
+	st32(p, step);
+	st32(p + 4, ESD_LINK_AUTH_VERSION);
+	memset(p + 8, 0, 2 * ESD_LINK_AUTH_FIELD);
+	if (a)
+		memcpy(p + 8, a, ESD_LINK_AUTH_FIELD);
+	if (bb)
+		memcpy(p + 8 + ESD_LINK_AUTH_FIELD, bb, ESD_LINK_AUTH_FIELD);
 	return 0;
 }
 

@@ -1,7 +1,10 @@
 /*
  * esd/ctl.h - the control socket of esdd and esd-ps, and its client.
  *
- * Protocol: a unix stream socket (mode 0600); the client sends one JSON
+ * Protocol: a unix stream socket (mode 0600) that serves only clients of
+ * the daemon's user and root (SO_PEERCRED; others get an error reply and
+ * the close), and whose client talks only to a daemon of its own user or
+ * root; the client sends one JSON
  * object on one line, e.g. {"cmd":"status"} or
  * {"cmd":"set","key":"link.rate","value":"5G"}, and reads one JSON object
  * on one line back: {"ok":true,...} or {"ok":false,"error":"..."}.
@@ -49,8 +52,9 @@ json_t *esd_ctl_run(const struct esd_ctl_cmd *cmds, void *arg, json_t *req);
 
 /* Client: send req to the server at path and return its reply (caller
  * owns it: json_decref). Returns 0, -ENOENT/-ECONNREFUSED (no server;
- * nothing logged, so tools can word their own message), -ETIMEDOUT,
- * -EPROTO (reply not JSON), or -errno. */
+ * nothing logged, so tools can word their own message), -EPERM (the
+ * daemon runs as another user; logged), -ETIMEDOUT, -EPROTO (reply not
+ * JSON), or -errno. */
 int esd_ctl_call(const char *path, json_t *req, int timeout_ms, json_t **reply);
 
 #ifdef __cplusplus

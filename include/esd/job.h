@@ -8,7 +8,7 @@
  * (esd_job_digest) is exchanged in HELLO so a node started with different
  * settings is refused at once instead of diverging later.
  *
- *   [job]      seed, iterations, warmup
+ *   [job]      seed, iterations, warmup, key (the job key file, esd/auth.h)
  *   [workers]  n, batch (m per worker, or a list m_0,m_1,..), rates
  *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
  *              for all), compute_ns_per_sample (emulated compute), split
@@ -56,6 +56,9 @@ struct esd_job {
 	uint64_t seed;
 	uint64_t iterations;
 	uint64_t warmup;
+	/* job.key: the job key file (esd/auth.h); "": links unauthenticated.
+	 * Not in the token: each host may keep it where it likes. */
+	char key_file[1024];
 	/* [workers] */
 	uint32_t n;
 	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */

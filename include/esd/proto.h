@@ -82,6 +82,7 @@ enum esd_op {
 	/* Link-internal ops (reliable layer, shutdown); never delivered. */
 	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
 	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
+	ESD_OP_LINK_AUTH = 34, /* job key handshake: u32 step, u32 version, 2 x 32 bytes */
 };
 
 /* Header flags. Unknown bits are a protocol error. */
@@ -100,7 +101,10 @@ enum esd_op {
 				     * from another shard: a stop was asked there */
 #define ESD_FLAG_FINAL      0x0040u /* BARRIER: the worker's last one (the end of
 				     * training or a stop): it leaves after the ACK */
-#define ESD_FLAG_MASK       0x007fu
+#define ESD_FLAG_TAGGED     0x0080u /* a link with a job key: the body ends in a
+				     * 16-byte tag (esd/auth.h); the link checks
+				     * and strips it before anyone decodes */
+#define ESD_FLAG_MASK       0x00ffu
 
 struct esd_frame_hdr {
 	uint32_t magic;
@@ -239,6 +243,16 @@ struct esd_stats_msg {
 	const uint8_t *data; /* entries; read with esd_stats_get() */
 };
 
+/* LINK_AUTH (transport/auth.c): step 1 client hello (a = client nonce),
+ * 2 challenge (a = server nonce, b = server's tag), 3 proof (b = client's
+ * tag); unused fields are zero. */
+#define ESD_LINK_AUTH_VERSION 1u
+#define ESD_LINK_AUTH_FIELD   32u
+struct esd_link_auth {
+	uint32_t step;
+	const uint8_t *a, *b; /* ESD_LINK_AUTH_FIELD bytes each, into the frame */
+};
+
 /* A decoded frame. Views point into the decoded buffer. */
 struct esd_msg {
 	struct esd_frame_hdr hdr;
@@ -254,6 +268,7 @@ struct esd_msg {
 		struct esd_rollback rollback;
 		uint64_t link_ack; /* ESD_OP_LINK_ACK */
 		uint32_t link_bye; /* ESD_OP_LINK_BYE */
+		struct esd_link_auth link_auth; /* ESD_OP_LINK_AUTH */
 	} u;
 };
 
@@ -329,6 +344,7 @@ int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, cons
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);
+int esd_enc_link_auth(struct esd_buf *b, uint32_t step, const uint8_t *a, const uint8_t *bb);
 
 /* Builder of a row op. Fill op and the header fields of r (count is kept by
  * the builder), call esd_enc_rows_begin(), then esd_enc_row() or

@@ -27,6 +27,8 @@
  *
  *   application frames
  *   accounting   bytes / rows / frames per transfer kind (esd_link_stats)
+ *   job key      with o->key: the handshake, then a tag on every frame,
+ *                checked and stripped on receipt (esd/auth.h)
  *   reliable     sequence numbers, cumulative LINK_ACK, retransmission after
  *                rto_ns, reorder buffer, duplicate suppression; on for dpdk,
  *                and for every backend while fault injection is on (or
@@ -100,6 +102,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <esd/auth.h>
 #include <esd/proto.h>
 #include <esd/types.h>
 
@@ -131,6 +134,10 @@ struct esd_link_opts {
 	 * (rate_bps and burst_bytes are the uplink's), and the rate functions
 	 * below act on it. It must outlive the link. */
 	struct esd_uplink *uplink;
+	/* the job key (esd/auth.h): links start with the mutual handshake
+	 * and tag every frame; NULL: no key (a peer with one is refused).
+	 * Copied when a link opens. */
+	const struct esd_key *key;
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
@@ -164,6 +171,9 @@ int esd_transport_backend_check(const char *name, const char **why);
  * -ENOENT / -ENOTSUP (see esd_transport_backend_check), -ECONNREFUSED,
  * -ETIMEDOUT (no peer within timeout_ns), -ENODEV (rdma: no RDMA device;
  * dpdk: EAL failed to start), -ENOMEM, or another -errno of the backend.
+ * With o->key, the job key handshake runs before it returns: -EACCES (the
+ * peer does not hold the key, has none, or refused this client), -EAGAIN
+ * (the peer has no room for another link now: try again later).
  * The error is logged with what and where.
  */
 int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out);

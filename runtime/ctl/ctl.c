@@ -180,6 +180,24 @@ static void client_read(struct esd_ctl_server *s, struct client *c)
 	}
 }
 
+/* A control socket's peer must run as this process's user or as root
+ * (who could read the process's memory anyway): file modes alone do not
+ * hold against a socket file made in a directory others may write. */
+static int peer_uid_ok(int fd, const char *who)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		ESD_WARN("ctl", "%s: cannot learn the peer's user: %s", who, strerror(errno));
+		return -EPERM;
+	}
+	if (cred.uid == geteuid() || cred.uid == 0)
+		return 0;
+	ESD_WARN("ctl", "%s: refused a peer of uid %u (pid %d): only uid %u and root may talk here",
+		 who, (unsigned)cred.uid, (int)cred.pid, (unsigned)geteuid());
+	return -EPERM;
+}
+
 static void *serve(void *arg)
 {
 	struct esd_ctl_server *s = arg;
@@ -200,7 +218,11 @@ static void *serve(void *arg)
 			break;
 		if (p[1].revents & POLLIN) {
 			int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-			if (fd >= 0) {
+			if (fd >= 0 && peer_uid_ok(fd, s->path)) {
+				error_reply(fd, "control socket: your user may not talk to this "
+					    "daemon");
+				close(fd);
+			} else if (fd >= 0) {
 				int i;
 				for (i = 0; i < MAX_CLIENTS && s->cl[i].fd >= 0; i++)
 					;
@@ -312,6 +334,8 @@ int esd_ctl_call(const char *path, json_t *req, int timeout_ms, json_t **out)
 		rc = esd_neg_errno();
 		goto out;
 	}
+	if ((rc = peer_uid_ok(fd, path))) /* a daemon of another user: not ours */
+		goto out;
 	s = json_dumps(req, JSON_COMPACT);
 	if (!s) {
 		rc = -ENOMEM;

@@ -14,7 +14,7 @@
 #include <strings.h>
 
 const char *const esd_job_keys[] = {
-	"job.seed", "job.iterations", "job.warmup",
+	"job.seed", "job.iterations", "job.warmup", "job.key",
 	"workers.n", "workers.batch", "workers.rates", "workers.compute_ns_per_sample",
 	"model.dim", "model.optimizer", "model.lr", "model.eps", "model.beta1", "model.beta2",
 	"model.hidden", "model.dense",
@@ -298,6 +298,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->replicate, sizeof(j->replicate), "%s", s);
 	esd_config_get_str(cfg, "data", "stream", "", &s);
 	snprintf(j->stream, sizeof(j->stream), "%s", s);
+	esd_config_get_str(cfg, "job", "key", "", &s);
+	snprintf(j->key_file, sizeof(j->key_file), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "shards", 1, 1, ESD_JOB_MAX_SHARDS, &u));
 	j->shards = (uint32_t)u;
 	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);

@@ -17,10 +17,13 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	lo.backend = nd->job.backend;
 	lo.addr = nd->job.addrs[s];
 	lo.uplink = nd->links.uplink; /* the worker's rate, shared by its shard links */
+	lo.key = nd->links.keyed ? &nd->links.key : NULL;
 	lo.memif_id = nd->rank;
 	lo.timeout_ns = 30 * ESD_NS_PER_S;
 	struct esd_link *l;
 	int rc = esd_link_connect(&lo, &l);
+	if (rc == -EACCES) /* the job key: retrying cannot help */
+		*refused = true;
 	if (rc)
 		return rc;
 	/* control-thread readers take qmu to use the link pointers */

@@ -164,6 +164,19 @@ static uint64_t max_micro_batch(const struct node *nd)
 	return maxb;
 }
 
+/* The job key (job.key) for the links to the shards; 0 or the exit code. */
+static int load_key(struct node *nd)
+{
+	if (!nd->job.key_file[0]) {
+		ESD_WARN("node", "the job has no key (job.key): its links are not authenticated");
+		return 0;
+	}
+	if (esd_key_load(nd->job.key_file, &nd->links.key))
+		return 2;
+	nd->links.keyed = true;
+	return 0;
+}
+
 /* The data stream gives the model's shape and the table sizes (and its
  * digest, part of the job token); the cache is sized from them (raised to one micro-batch, checked against the
  * lookahead hints). 0 or the exit code. */
@@ -372,7 +385,8 @@ int main(int argc, char **argv)
 		esd_config_free(a.cfg);
 		return rc < 0 ? 0 : rc;
 	}
-	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = size_from_stream(&nd)) ||
+	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = load_key(&nd)) ||
+	    (rc = size_from_stream(&nd)) ||
 	    (rc = load_replicated(&nd)) || (rc = make_cache(&nd, tag)))
 		return rc;
 	signal(SIGPIPE, SIG_IGN);

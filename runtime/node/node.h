@@ -174,6 +174,9 @@ struct node_links {
 	 * shards draw from, at the worker's rate (setting any link's rate
 	 * sets it) */
 	struct esd_uplink *uplink;
+	/* the job key (job.key); keyed false: links unauthenticated */
+	struct esd_key key;
+	bool keyed;
 	/* per shard: the last push frame's sequence on the link (esd/dedup.h;
 	 * 0 on a new link), the last one sent, and the last one a BARRIER
 	 * counted */

@@ -483,13 +483,25 @@ static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows
 	return 0;
 }
 
+/* The job key, when the job names one; without, a warning: anyone who
+ * reaches the port may join. */
+static int load_job_key(const struct esd_job *job, struct esd_key *key)
+{
+	if (job->key_file[0])
+		return esd_key_load(job->key_file, key) ? 1 : 0;
+	ESD_WARN("ps", "the job has no key (job.key): any client that reaches this shard's "
+		 "port can join the job; create one with esdctl keygen (docs/protocol.md)");
+	return 0;
+}
+
 /* Listen for the nodes' links; prints the address (the testbed reads the
  * line to learn a port the kernel picked). */
 static int listen_for_nodes(const struct esd_job *job, uint32_t shard, const char *addr,
-			    struct esd_listener **lis)
+			    const struct esd_key *key, struct esd_listener **lis)
 {
 	struct esd_link_opts lo;
 	esd_link_opts_init(&lo);
+	lo.key = key;
 	lo.backend = job->backend;
 	lo.addr = addr;
 	lo.max_links = job->n;
@@ -565,6 +577,7 @@ int main(int argc, char **argv)
 	struct args a = {0};
 	struct esd_job job;
 	struct esd_listener *lis;
+	struct esd_key key;
 	struct esd_ctl_server *ctl = NULL;
 	uint32_t tables, dense;
 	uint64_t total_rows;
@@ -586,6 +599,8 @@ int main(int argc, char **argv)
 			job.shards);
 		return 2;
 	}
+	if (load_job_key(&job, &key))
+		return 2;
 	if (!a.listen_addr)
 		a.listen_addr = job.addrs[a.shard][0] ? job.addrs[a.shard] : "127.0.0.1:0";
 	if (stream_shape(&job, &tables, &dense, &total_rows))
@@ -616,7 +631,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (esd_signal_thread_start(on_signal, &ps))
 		return 1;
-	if (listen_for_nodes(&job, (uint32_t)a.shard, a.listen_addr, &lis))
+	if (listen_for_nodes(&job, (uint32_t)a.shard, a.listen_addr, job.key_file[0] ? &key : NULL,
+			     &lis))
 		return 1;
 	if (a.control && esd_ctl_server_start(a.control, ps_cmds, &ps, &ctl))
 		return 1;

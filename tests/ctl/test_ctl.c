@@ -1,11 +1,15 @@
-/* Control socket: commands, errors for bad requests, stale and live sockets. */
+/* Control socket: commands, errors for bad requests, stale and live sockets,
+ * and a client of another user refused although the socket's mode lets it
+ * in (SO_PEERCRED). */
 #include "testutil.h"
 
 #include <esd/ctl.h>
 #include <esd/err.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int counter;
@@ -97,8 +101,54 @@ static void test_commands(void **state)
 	free(dir);
 }
 
+/* In a child of uid 65534: what the server answers (exit 0: refused). */
+static int other_user_asks(const char *path)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(77);
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		strcpy(sa.sun_path, path);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			_exit(3);
+		if (write(fd, "{\"cmd\":\"status\"}\n", 17) != 17)
+			_exit(4);
+		char buf[512] = {0};
+		if (read(fd, buf, sizeof(buf) - 1) <= 0)
+			_exit(5);
+		_exit(strstr(buf, "\"ok\":false") && strstr(buf, "your user") &&
+			      !strstr(buf, "count") ? 0 : 6);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 9;
+}
+
+static void test_other_user(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		ESD_TEST_SKIP("needs root to run a client as another user");
+	char *dir = esd_test_mkdtemp("esd-ctl"), path[256];
+	snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+	chmod(dir, 0755);
+	struct esd_ctl_server *s;
+	assert_int_equal(esd_ctl_server_start(path, cmds, &counter, &s), 0);
+	chmod(path, 0666); /* a careless mode: the uid check still holds */
+	int rc = other_user_asks(path);
+	if (rc == 77)
+		ESD_TEST_SKIP("cannot switch to uid 65534 here");
+	assert_int_equal(rc, 0);
+	esd_ctl_server_stop(s);
+	esd_test_rmtree(dir);
+	free(dir);
+}
+
 int main(void)
 {
-	const struct CMUnitTest tests[] = {cmocka_unit_test(test_commands)};
+	const struct CMUnitTest tests[] = {cmocka_unit_test(test_commands),
+					   cmocka_unit_test(test_other_user)};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

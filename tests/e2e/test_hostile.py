@@ -3,8 +3,9 @@ processes, real sockets):
 - garbage, a header with an absurd length, a HELLO cut short: each gets an
   ERROR frame naming what is wrong, then the close (the cut HELLO at the
   HELLO deadline, 5 s);
-- a HELLO of another job is refused without the shard's job token in the
-  answer;
+- a client without the job key gets "authentication failed" and nothing
+  else; in a job without a key, a HELLO of another job is refused without
+  the shard's job token in the answer;
 - 200 idle connections held open neither stop a running job nor keep a
   daemon out that must reconnect (the shard restarted meanwhile);
 - a shard with 64 file descriptors, held by 80 idle connections, goes on:
@@ -67,6 +68,17 @@ def idle_connections(addr, n):
     return out
 
 
+def hello_of_another_job(env):
+    import json
+    import subprocess
+    st = json.loads(subprocess.run([os.path.join(env.bin, "esd-data"), "stat", "--json",
+                                    env.stream], stdout=subprocess.PIPE, text=True,
+                                   check=True).stdout)
+    # the right data, a wrong token
+    hello = struct.pack("<IIQIIIIQ", VERSION, 0, 0x1234, 0, 8, 8, 4, int(st["digest"], 16))
+    return frame(1, hello)
+
+
 def test_bad_frames(env, addr):
     took, text = answer(addr, b"this is not a frame at all\n" * 4)
     env.check(took is not None and took < 1 and "magic" in text,
@@ -79,16 +91,23 @@ def test_bad_frames(env, addr):
     env.check(took is not None and 4 < took < 7 and "HELLO" in text,
               "a HELLO cut short: ERROR and close at the HELLO deadline (%s s): %r"
               % (took, text))
-    import json
-    import subprocess
-    st = json.loads(subprocess.run([os.path.join(env.bin, "esd-data"), "stat", "--json",
-                                    env.stream], stdout=subprocess.PIPE, text=True,
-                                   check=True).stdout)
-    # the right data, a wrong token: the job settings differ
-    hello = struct.pack("<IIQIIIIQ", VERSION, 0, 0x1234, 0, 8, 8, 4, int(st["digest"], 16))
-    took, text = answer(addr, frame(1, hello))
+    took, text = answer(addr, hello_of_another_job(env))
+    env.check(took is not None and text == "authentication failed",
+              "a client without the job key is refused, told nothing more: %r" % text)
+
+
+def test_keyless_job(env, work):
+    """A job without a key (a warning at start): a HELLO of another job is
+    refused without the shard's token."""
+    with Cluster(env.bin, work, env.settings(job__iterations=100000, workers__n=2,
+                                             **{"job.key": ""})) as c:
+        c.start()
+        took, text = answer(c.ps_addr[0], hello_of_another_job(env))
     env.check(took is not None and "differ" in text and not re.search(r"[0-9a-f]{12,}", text),
-              "a HELLO of another job is refused without the shard's token: %r" % text)
+              "keyless job: a HELLO of another job is refused without the shard's token: %r"
+              % text)
+    with open(os.path.join(work, "ps0.log")) as f:
+        env.check("has no key" in f.read(), "keyless job: the shard warns that anyone may join")
 
 
 def test_idle_flood(env, s, work):
@@ -150,6 +169,7 @@ def main():
         with Cluster(env.bin, work, env.settings(job__iterations=100000, workers__n=2)) as c:
             c.start()
             test_bad_frames(env, c.ps_addr[0])
+        test_keyless_job(env, os.path.join(env.root, "keyless"))
         s_ck = dict(s, **{"ps.checkpoint_dir": os.path.join(env.root, "ck"),
                           "ps.checkpoint_every": 10})
         os.makedirs(s_ck["ps.checkpoint_dir"])

@@ -123,7 +123,12 @@ def write_files(env, hosts, work, name, node_sets=None, every=0):
     job = os.path.join(d, "job.ini")
     s = env.settings(job__iterations=ITERS)
     with open(job, "w") as f:
-        f.write("[job]\nseed = %s\niterations = %d\n" % (s["job.seed"], ITERS))
+        # the job key, as docs/deploy.md makes it (esdctl keygen), shared
+        key = os.path.join(d, "job.key")
+        if not os.path.exists(key):
+            subprocess.run([os.path.join(env.bin, "esdctl"), "keygen", key], check=True,
+                           stdout=subprocess.DEVNULL)
+        f.write("[job]\nseed = %s\niterations = %d\nkey = %s\n" % (s["job.seed"], ITERS, key))
         f.write("[workers]\nn = 4\nbatch = 32\ntrainers = 2\n")
         f.write("rates = %s\n" % ",".join(str(r) for r in RATES))
         f.write("link_rates = 0,0,0,0\n")  # tc shapes the links, not the token buckets

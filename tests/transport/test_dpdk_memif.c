@@ -1,7 +1,8 @@
 /* dpdk memif between two processes (this test and a forked peer), each
  * with its own EAL (--no-pci --no-huge): HELLO, pushes, pulls larger than
  * a packet (fragmented, reassembled), the reliable layer on, accounting,
- * and the orderly LINK_BYE shutdown. Skips (77) when the backend is not
+ * the orderly LINK_BYE shutdown, and a link with a job key (the handshake
+ * and tagged frames over the reliable layer; another key refused). Skips (77) when the backend is not
  * built or the EAL cannot start here. */
 #include "testutil.h"
 #include "peer.h"
@@ -12,11 +13,20 @@
 #include <string.h>
 #include <unistd.h>
 
-static char sock[256], sock2[300];
+static char sock[256], sock2[300], sock3[300];
+static const struct esd_key job_key = {{7, 7, 7, 1}};
 /* Both peers are forked before this process starts its EAL (a child forked
  * after that could not use DPDK). */
-static struct peer peer_a, peer_b;
+static struct peer peer_a, peer_b, peer_c;
 static int peers_rc;
+
+static void memif_opts(struct esd_link_opts *o, const char *addr, uint32_t id)
+{
+	esd_link_opts_init(o);
+	o->backend = "dpdk";
+	o->addr = addr;
+	o->memif_id = id;
+}
 
 static void test_memif_round_trips(void **state)
 {
@@ -25,10 +35,7 @@ static void test_memif_round_trips(void **state)
 	struct esd_buf b;
 	struct esd_msg m;
 	struct esd_link_opts o;
-	esd_link_opts_init(&o);
-	o.backend = "dpdk";
-	o.addr = sock;
-	o.memif_id = 0;
+	memif_opts(&o, sock, 0);
 	int rc = esd_link_connect(&o, &l);
 	if (rc == -ENODEV) {
 		peer_kill(&peer_a);
@@ -155,6 +162,47 @@ static void test_memif_peer_crash(void **state)
 	esd_link_close(l);
 }
 
+/* A keyed memif link: pulls of many packets each, tagged and checked. */
+static void test_memif_keyed(void **state)
+{
+	struct esd_link_opts o;
+	memif_opts(&o, sock3, 0);
+	struct esd_key other = job_key;
+	other.b[31] = 1;
+	o.key = &other;
+	(void)state;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	o.timeout_ns = 2 * ESD_NS_PER_S;
+	assert_int_equal(esd_link_connect(&o, &l), -EACCES);
+	o.key = &job_key;
+	o.memif_id = 1;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	esd_buf_init(&b);
+	struct esd_hello h = {.proto_version = ESD_PROTO_VERSION, .worker = 1, .job_token = 9};
+	assert_int_equal(esd_enc_hello(&b, &h, 0), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_equal(peer_expect(l, &m, ESD_OP_HELLO, 5 * ESD_NS_PER_S), 0);
+	enum { NKEYS = 2048 };
+	static esd_key_t keys[NKEYS];
+	for (uint32_t i = 0; i < NKEYS; i++)
+		keys[i] = i;
+	for (uint64_t r = 0; r < 20; r++) {
+		assert_int_equal(esd_enc_pull(&b, 1, r, 1, keys, NKEYS), 0);
+		assert_int_equal(peer_send_buf(l, &b), 0);
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 5 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.count, NKEYS);
+	}
+	struct esd_link_stats st;
+	esd_link_stats(l, &st);
+	assert_true(st.reliable);
+	printf("# keyed memif: 20 pulls of %u rows, %llu wire bytes sent\n", NKEYS,
+	       (unsigned long long)st.wire_tx_bytes);
+	esd_link_close(l);
+	esd_buf_free(&b);
+}
+
 int main(void)
 {
 	const char *why;
@@ -162,8 +210,10 @@ int main(void)
 		ESD_TEST_SKIP("dpdk backend: %s", why);
 	snprintf(sock, sizeof(sock), "/tmp/esd-memif-test-%d.sock", (int)getpid());
 	snprintf(sock2, sizeof(sock2), "%s.crash", sock);
+	snprintf(sock3, sizeof(sock3), "%s.keyed", sock);
 	unlink(sock);
 	unlink(sock2);
+	unlink(sock3);
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
 	o.backend = "dpdk";
@@ -178,14 +228,25 @@ int main(void)
 		peer_kill(&peer_a);
 		ESD_TEST_SKIP("second dpdk peer could not start: %s", esd_strerror(peers_rc));
 	}
+	o.addr = sock3;
+	o.max_links = 2;
+	o.key = &job_key;
+	if ((peers_rc = peer_start(&peer_c, &o))) {
+		peer_kill(&peer_a);
+		peer_kill(&peer_b);
+		ESD_TEST_SKIP("third dpdk peer could not start: %s", esd_strerror(peers_rc));
+	}
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_memif_round_trips),
+	    cmocka_unit_test(test_memif_keyed),
 	    cmocka_unit_test(test_memif_peer_crash),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	peer_kill(&peer_a);
 	peer_kill(&peer_b);
+	peer_kill(&peer_c);
 	unlink(sock);
 	unlink(sock2);
+	unlink(sock3);
 	return rc ? 1 : 0;
 }

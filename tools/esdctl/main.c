@@ -12,6 +12,7 @@
  */
 #include "esdctl.h"
 
+#include <esd/auth.h>
 #include <esd/ctl.h>
 #include <esd/config.h>
 #include <esd/log.h>
@@ -76,6 +77,8 @@ static void usage(FILE *f)
 	        "  plan [--set K=V] JOB.ini\n"
 	        "                         memory per process and in total before starting, and\n"
 	        "                         whether it fits this machine (no daemon needed)\n"
+	        "  keygen FILE            write a new job key (job.key) to FILE, mode 0600;\n"
+	        "                         never replaces a file (no daemon needed)\n"
 	        "\n"
 	        "exit status: 0 done, 1 refused or failed, 2 usage, 3 no daemon answers\n");
 }
@@ -206,6 +209,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "esdctl: usage: esdctl [targets] serve-metrics --port PORT "
 		                "[--bind ADDR]\n");
 		return ESDCTL_EUSAGE;
+	}
+	if (!strcmp(cmd, "keygen")) {
+		if (ac != 1 || av[0][0] == '-') {
+			fprintf(stderr, "esdctl: usage: esdctl keygen FILE\n");
+			return ESDCTL_EUSAGE;
+		}
+		if (esd_key_create(av[0]))
+			return 1;
+		printf("wrote a new job key to %s (mode 0600): name it in the job as "
+		       "[job] key = %s, and copy it to every host of the job\n", av[0], av[0]);
+		return 0;
 	}
 	if (!strcmp(cmd, "plan")) {
 		const char *sets[64];

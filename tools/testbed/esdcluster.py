@@ -12,6 +12,7 @@ when the caller raises or is interrupted.
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -31,6 +32,16 @@ def write_ini(path, settings):
                     v = ",".join(str(x) for x in v)
                 f.write("%s = %s\n" % (key, v))
             f.write("\n")
+
+
+def make_key(path):
+    """A job key file (esd/auth.h: 64 hex digits, mode 0600), as esdctl
+    keygen writes one; an existing one is kept (a job started again)."""
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
 
 
 class ClusterError(RuntimeError):
@@ -103,6 +114,8 @@ class Cluster:
         if os.path.exists(self.job):
             os.unlink(self.job)
         self.settings["ps.shards"] = self.shards
+        if "job.key" not in self.settings:  # "" in settings: no key
+            self.settings["job.key"] = make_key(os.path.join(self.work, "job.key"))
         write_ini(self.job, self.settings)
         self.ps_addr = [self.start_ps(s, resume=resume) for s in range(self.shards)]
         addrs = ",".join(self.ps_addr)

@@ -1,0 +1,401 @@
+/*
+ * The job key (esd/auth.h) and what a link does with it: the mutual
+ * challenge-response that opens a keyed link, and the tag every frame
+ * carries after it. Every primitive is libsodium's:
+ *
+ *   nonces        randombytes_buf, 32 bytes per side per link
+ *   proofs, keys  keyed BLAKE2b (crypto_generichash) of a label and both
+ *                 nonces: the server's proof, the client's proof, and one
+ *                 key per direction of this link
+ *   frame tags    ChaCha20-Poly1305 (IETF) with an empty message and the
+ *                 whole frame as associated data, under the direction's key,
+ *                 with the count of frames sent so far as the nonce: a tag
+ *                 binds a frame to this link and to its place in it
+ *
+ * docs/protocol.md ("Job key handshake") is the protocol; this file
+ * follows it step by step.
+ */
+#include "link_internal.h"
+
+#include <esd/auth.h>
+#include <esd/clock.h>
+#include <esd/err.h>
+#include <esd/log.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEX_LEN (2 * ESD_KEY_BYTES)
+
+/* ---- the key file -------------------------------------------------------- */
+
+static int sodium_ready(void)
+{
+	if (sodium_init() < 0) {
+		ESD_ERR("auth", "libsodium failed to start");
+		return -EIO;
+	}
+	return 0;
+}
+
+int esd_key_create(const char *path)
+{
+	struct esd_key k;
+	char hex[HEX_LEN + 2];
+	int rc = sodium_ready();
+	if (rc)
+		return rc;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = esd_neg_errno();
+		ESD_ERR("auth", "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	randombytes_buf(k.b, sizeof(k.b));
+	sodium_bin2hex(hex, sizeof(hex), k.b, sizeof(k.b));
+	hex[HEX_LEN] = '\n';
+	ssize_t n = write(fd, hex, HEX_LEN + 1);
+	rc = n == HEX_LEN + 1 ? 0 : n < 0 ? esd_neg_errno() : -EIO;
+	if (!rc && fsync(fd))
+		rc = esd_neg_errno();
+	close(fd);
+	sodium_memzero(hex, sizeof(hex));
+	esd_key_wipe(&k);
+	if (rc) {
+		ESD_ERR("auth", "%s: writing the key: %s", path, strerror(-rc));
+		unlink(path);
+	}
+	return rc;
+}
+
+static int key_file_mode_ok(const char *path, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st)) {
+		int rc = esd_neg_errno();
+		ESD_ERR("auth", "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ESD_ERR("auth", "%s: the job key must be a regular file", path);
+		return -EINVAL;
+	}
+	if (st.st_mode & 077) {
+		ESD_ERR("auth", "%s: the job key is open to others (mode %03o): chmod 600 %s", path,
+			(unsigned)(st.st_mode & 0777), path);
+		return -EPERM;
+	}
+	return 0;
+}
+
+int esd_key_load(const char *path, struct esd_key *out)
+{
+	char text[HEX_LEN + 3];
+	int rc = sodium_ready();
+	if (rc)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = esd_neg_errno();
+		ESD_ERR("auth", "job key %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if ((rc = key_file_mode_ok(path, fd))) {
+		close(fd);
+		return rc;
+	}
+	ssize_t n = read(fd, text, sizeof(text));
+	rc = n < 0 ? esd_neg_errno() : 0;
+	close(fd);
+	if (rc) {
+		ESD_ERR("auth", "job key %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	size_t len = (size_t)n, used = 0;
+	while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+		len--;
+	if (len != HEX_LEN ||
+	    sodium_hex2bin(out->b, sizeof(out->b), text, len, NULL, &used, NULL) ||
+	    used != ESD_KEY_BYTES)
+		rc = -EINVAL;
+	sodium_memzero(text, sizeof(text));
+	if (rc)
+		ESD_ERR("auth", "job key %s: expected one line of %d hexadecimal digits "
+			"(esdctl keygen writes one)", path, HEX_LEN);
+	return rc;
+}
+
+void esd_key_wipe(struct esd_key *k)
+{
+	sodium_memzero(k, sizeof(*k));
+}
+
+/* ---- proofs and link keys ------------------------------------------------ */
+
+/* out = BLAKE2b-256 keyed by the job key, of label || nc || ns. */
+static void derive(const struct link_auth *a, const char *label, uint8_t out[32])
+{
+	crypto_generichash_state st;
+	crypto_generichash_init(&st, a->key, sizeof(a->key), 32);
+	crypto_generichash_update(&st, (const uint8_t *)label, strlen(label) + 1);
+	crypto_generichash_update(&st, a->nc, sizeof(a->nc));
+	crypto_generichash_update(&st, a->ns, sizeof(a->ns));
+	crypto_generichash_final(&st, out, 32);
+}
+
+static void derive_link_keys(struct link_auth *a, int client)
+{
+	derive(a, client ? "esd link v1 client to server" : "esd link v1 server to client",
+	       a->ktx);
+	derive(a, client ? "esd link v1 server to client" : "esd link v1 client to server",
+	       a->krx);
+	a->tx_ctr = a->rx_ctr = 0;
+	a->state = AUTH_OPEN;
+}
+
+static int send_auth(struct esd_link *l, uint32_t step, const uint8_t *x, const uint8_t *y,
+		     int64_t deadline)
+{
+	esd_buf_reset(&l->scratch);
+	int rc = esd_enc_link_auth(&l->scratch, step, x, y);
+	if (rc)
+		return rc;
+	struct iovec iov = {.iov_base = l->scratch.data, .iov_len = l->scratch.len};
+	return link_send_raw(l, &iov, 1, deadline);
+}
+
+/* The refusal a peer gets: no reason beyond this (it could help a guesser),
+ * and nothing after it (the link sends no more: the caller's own ERROR
+ * with the reason stays here). */
+static int refuse(struct esd_link *l, const char *why)
+{
+	snprintf(l->err, sizeof(l->err), "%s", why);
+	esd_buf_reset(&l->scratch);
+	if (!esd_enc_error(&l->scratch, -EACCES, "authentication failed")) {
+		struct iovec iov = {.iov_base = l->scratch.data, .iov_len = l->scratch.len};
+		link_send_raw(l, &iov, 1, deadline_after(l->w->timeout_ns));
+	}
+	l->broken = 2;
+	return -EACCES;
+}
+
+int auth_client(struct esd_link *l, int64_t deadline)
+{
+	struct link_auth *a = l->auth;
+	randombytes_buf(a->nc, sizeof(a->nc));
+	a->state = AUTH_CLIENT_WAIT;
+	int rc = send_auth(l, 1, a->nc, NULL, deadline);
+	while (!rc && a->state != AUTH_OPEN) {
+		const uint8_t *frame;
+		size_t len;
+		if ((rc = link_next_frame(l, &frame, &len, deadline)))
+			break;
+		struct esd_msg m;
+		if ((rc = esd_proto_decode(frame, len, &l->w->lim, &m, l->err, sizeof(l->err))))
+			break;
+		if (m.hdr.op == ESD_OP_ERROR) {
+			snprintf(l->err, sizeof(l->err), "the peer refused this link: %.*s",
+				 (int)m.u.error.len, m.u.error.text);
+			/* a busy peer (no room for another link yet) is not a refusal */
+			rc = m.u.error.code == -EAGAIN ? -EAGAIN : -EACCES;
+		} else if (m.hdr.op != ESD_OP_LINK_AUTH || m.u.link_auth.step != 2) {
+			snprintf(l->err, sizeof(l->err),
+				 "the peer did not answer the job key handshake (it sent %s): does it "
+				 "run without a key?", esd_op_name(m.hdr.op));
+			rc = -EACCES;
+		} else {
+			uint8_t want[32], proof[32];
+			memcpy(a->ns, m.u.link_auth.a, sizeof(a->ns));
+			derive(a, "esd link v1 server proof", want);
+			if (crypto_verify_32(want, m.u.link_auth.b)) {
+				snprintf(l->err, sizeof(l->err),
+					 "the peer does not hold this job's key");
+				rc = -EACCES;
+				break;
+			}
+			derive(a, "esd link v1 client proof", proof);
+			rc = send_auth(l, 3, NULL, proof, deadline);
+			derive_link_keys(a, 1);
+		}
+	}
+	if (rc && rc != -EACCES && !l->err[0])
+		snprintf(l->err, sizeof(l->err), "job key handshake: %s", l->w->err);
+	if (rc)
+		ESD_ERR("auth", "link to %s: %s", l->w->peer, l->err);
+	return rc;
+}
+
+/* A LINK_AUTH frame at the server (steps 1 and 3). */
+static int server_step(struct esd_link *l, const struct esd_link_auth *m)
+{
+	struct link_auth *a = l->auth;
+	if (a->state == AUTH_SERVER_WAIT && m->step == 1) {
+		uint8_t proof[32];
+		memcpy(a->nc, m->a, sizeof(a->nc));
+		randombytes_buf(a->ns, sizeof(a->ns));
+		derive(a, "esd link v1 server proof", proof);
+		a->state = AUTH_SERVER_PROOF;
+		return send_auth(l, 2, a->ns, proof, deadline_after(l->w->timeout_ns));
+	}
+	if (a->state == AUTH_SERVER_PROOF && m->step == 3) {
+		uint8_t want[32];
+		derive(a, "esd link v1 client proof", want);
+		if (crypto_verify_32(want, m->b))
+			return refuse(l, "job key handshake: the peer does not hold this job's key");
+		derive_link_keys(a, 0);
+		ESD_DBG("auth", "link from %s holds the job key", l->w->peer);
+		return 0;
+	}
+	return refuse(l, "job key handshake: a step out of order");
+}
+
+/* The 12-byte nonce of frame number ctr. */
+static void ctr_nonce(uint64_t ctr, uint8_t nonce[12])
+{
+	memset(nonce, 0, 12);
+	for (int i = 0; i < 8; i++)
+		nonce[i] = (uint8_t)(ctr >> (8 * i));
+}
+
+/* The header fields the layers below may change (the reliable layer's
+ * sequence number and flags) are zero while a tag is made or checked. */
+static void hdr_canonical(uint8_t *frame, uint16_t *flags, uint64_t *seq)
+{
+	uint16_t f;
+	memcpy(&f, frame + 6, 2);
+	memcpy(seq, frame + 16, 8);
+	*flags = f;
+	f &= (uint16_t) ~(ESD_FLAG_RELIABLE | ESD_FLAG_RETRANSMIT);
+	memcpy(frame + 6, &f, 2);
+	memset(frame + 16, 0, 8);
+}
+
+static int check_tag(struct esd_link *l, uint8_t *frame, size_t *len)
+{
+	struct link_auth *a = l->auth;
+	uint16_t flags;
+	uint64_t seq;
+	uint8_t nonce[12];
+	if (*len < ESD_FRAME_HDR_SIZE + AUTH_TAG_BYTES) {
+		snprintf(l->err, sizeof(l->err), "a tagged frame of %zu bytes has no room for a tag",
+			 *len);
+		return -EACCES;
+	}
+	size_t body = *len - AUTH_TAG_BYTES;
+	hdr_canonical(frame, &flags, &seq);
+	ctr_nonce(a->rx_ctr, nonce);
+	uint8_t none[1] = {0}; /* the empty message (the API wants a pointer) */
+	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, NULL, none, 0, frame + body,
+							       frame, body, nonce, a->krx)) {
+		snprintf(l->err, sizeof(l->err),
+			 "frame %llu of the link failed authentication (forged, altered, replayed "
+			 "or out of order)", (unsigned long long)a->rx_ctr);
+		return -EACCES;
+	}
+	a->rx_ctr++;
+	/* the frame as its sender's application made it */
+	uint32_t blen;
+	memcpy(&blen, frame + 8, 4);
+	blen -= AUTH_TAG_BYTES;
+	memcpy(frame + 8, &blen, 4);
+	flags &= (uint16_t)~ESD_FLAG_TAGGED;
+	memcpy(frame + 6, &flags, 2);
+	memcpy(frame + 16, &seq, 8);
+	*len = body;
+	return 0;
+}
+
+int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len)
+{
+	struct link_auth *a = l->auth;
+	uint16_t flags;
+	memcpy(&flags, frame + 6, 2);
+	uint8_t op = frame[5];
+	if (a->state == AUTH_OPEN) {
+		if (flags & ESD_FLAG_TAGGED)
+			return check_tag(l, frame, len);
+		if (op == ESD_OP_ERROR) /* the peer's refusal of our proof */
+			return 0;
+		snprintf(l->err, sizeof(l->err), "an untagged %s frame on a keyed link",
+			 esd_op_name(op));
+		return -EACCES;
+	}
+	if (op == ESD_OP_ERROR && !(flags & ESD_FLAG_TAGGED))
+		return 0; /* the peer refuses us: the application reads why */
+	if (op != ESD_OP_LINK_AUTH || a->state == AUTH_CLIENT_WAIT)
+		return refuse(l, "the peer did not start with the job key handshake (does it run "
+				 "without job.key?)");
+	struct esd_msg m;
+	int rc = esd_proto_decode(frame, *len, &l->w->lim, &m, l->err, sizeof(l->err));
+	if (rc)
+		return refuse(l, "job key handshake: a malformed frame");
+	if ((rc = server_step(l, &m.u.link_auth)))
+		return rc;
+	return 1;
+}
+
+/* Seal iov[i] into the buffer at off; returns the sealed length. */
+static size_t seal_one(struct link_auth *a, const struct iovec *v, size_t off)
+{
+	uint8_t *f = a->sealed.data + off, nonce[12], none[1] = {0};
+	memcpy(f, v->iov_base, v->iov_len);
+	uint16_t flags;
+	uint64_t seq;
+	hdr_canonical(f, &flags, &seq);
+	flags |= ESD_FLAG_TAGGED;
+	memcpy(f + 6, &flags, 2);
+	uint32_t blen;
+	memcpy(&blen, f + 8, 4);
+	blen += AUTH_TAG_BYTES;
+	memcpy(f + 8, &blen, 4);
+	ctr_nonce(a->tx_ctr++, nonce);
+	/* an empty message: the tag covers the frame as associated data */
+	crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, f + v->iov_len, NULL, none, 0, f,
+							   v->iov_len, NULL, nonce, a->ktx);
+	return v->iov_len + AUTH_TAG_BYTES;
+}
+
+int auth_seal(struct esd_link *l, struct iovec *iov, int n)
+{
+	struct link_auth *a = l->auth;
+	if (a->state != AUTH_OPEN) {
+		for (int i = 0; i < n; i++)
+			if (((const uint8_t *)iov[i].iov_base)[5] != ESD_OP_ERROR) {
+				snprintf(l->err, sizeof(l->err),
+					 "send: the link's job key handshake is not done");
+				return -EACCES;
+			}
+		return 0;
+	}
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len + AUTH_TAG_BYTES;
+	esd_buf_reset(&a->sealed);
+	if (esd_buf_reserve(&a->sealed, total))
+		return -ENOMEM;
+	size_t off = 0;
+	for (int i = 0; i < n; i++) {
+		size_t sl = seal_one(a, &iov[i], off);
+		iov[i].iov_base = a->sealed.data + off;
+		iov[i].iov_len = sl;
+		off += sl;
+	}
+	a->sealed.len = off;
+	return 0;
+}
+
+void auth_fini(struct link_auth *a)
+{
+	if (!a)
+		return;
+	esd_buf_free(&a->sealed);
+	sodium_memzero(a, sizeof(*a));
+	free(a);
+}
+
