@@ -6,6 +6,9 @@ processes, real sockets):
 - a client without the job key gets "authentication failed" and nothing
   else; in a job without a key, a HELLO of another job is refused without
   the shard's job token in the answer;
+- one bit of one frame altered on the path of a daemon's link (a relay
+  in this process) fails the job loudly: every process exits non-zero,
+  the shard naming the worker and the failed tag;
 - 200 idle connections held open neither stop a running job nor keep a
   daemon out that must reconnect (the shard restarted meanwhile);
 - a shard with 64 file descriptors, held by 80 idle connections, goes on:
@@ -18,7 +21,9 @@ import re
 import signal
 import socket
 import struct
+import subprocess
 import sys
+import threading
 import time
 
 from e2e_util import Env, ClusterError, ctl
@@ -110,6 +115,101 @@ def test_keyless_job(env, work):
         env.check("has no key" in f.read(), "keyless job: the shard warns that anyone may join")
 
 
+class Relay:
+    """An attacker on the path of one daemon's link: forwards both ways and
+    flips one bit of the body of the client's frame number 'at' (frames
+    counted from the first, the handshake's included)."""
+
+    def __init__(self, upstream, at):
+        self.upstream, self.at, self.altered = upstream, at, False
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)))
+            threading.Thread(target=self._pipe, args=(s, c, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, s, True), daemon=True).start()
+
+    def _pipe(self, src, dst, client):
+        buf, n = b"", 0
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if not client:
+                    dst.sendall(b)
+                    continue
+                buf += b
+                while len(buf) >= 24:
+                    flen = 24 + struct.unpack_from("<I", buf, 8)[0]
+                    if len(buf) < flen:
+                        break
+                    f, buf = bytearray(buf[:flen]), buf[flen:]
+                    if n == self.at and flen > 24 + 16:
+                        f[24] ^= 0x01
+                        self.altered = True
+                    n += 1
+                    dst.sendall(bytes(f))
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.lsock.close()
+
+
+def test_on_path(env, s, work):
+    """One bit of one frame of worker 1's link altered on the path, in the
+    middle of a job: the shard refuses it, and every process ends non-zero
+    within 2 s, the shard naming the worker and the failed tag."""
+    relays = []
+
+    def via_relay(rank, ps_addrs):
+        if rank != 1:
+            return ",".join(ps_addrs)
+        relays.append(Relay(ps_addrs[0], at=300))
+        return relays[-1].addr
+
+    with Cluster(env.bin, work, dict(s, **{"job.iterations": 100000}), emulate_ns=20000,
+                 daemon_ps=via_relay) as c:
+        c.start()
+        t0 = time.time()
+        while not relays[0].altered and time.time() - t0 < 60:
+            time.sleep(0.01)
+        t_alter = time.time()
+        rcs = {}
+        for name, p in c.procs.items():
+            try:
+                rcs[name] = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rcs[name] = "still running"
+        took = time.time() - t_alter
+    relays[0].close()
+    with open(os.path.join(work, "ps0.log")) as f:
+        ps_log = f.read()
+    env.check(relays[0].altered and all(rc not in (0, "still running") for rc in rcs.values())
+              and took < 2.5,
+              "a frame altered on the path: every process exits non-zero %.1f s later: %s"
+              % (took, rcs))
+    env.check("failed authentication" in ps_log and "worker 1" in ps_log,
+              "the shard names the worker and the failed tag: %s"
+              % [ln for ln in ps_log.splitlines() if "authentication" in ln][:1])
+
+
 def test_idle_flood(env, s, work):
     """200 idle connections while a job runs, and while its daemons
     reconnect to a restarted shard."""
@@ -170,6 +270,7 @@ def main():
             c.start()
             test_bad_frames(env, c.ps_addr[0])
         test_keyless_job(env, os.path.join(env.root, "keyless"))
+        test_on_path(env, s, os.path.join(env.root, "onpath"))
         s_ck = dict(s, **{"ps.checkpoint_dir": os.path.join(env.root, "ck"),
                           "ps.checkpoint_every": 10})
         os.makedirs(s_ck["ps.checkpoint_dir"])
