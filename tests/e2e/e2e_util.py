@@ -177,3 +177,15 @@ def ctl(path, cmd):
         buf += part
     s.close()
     return json.loads(buf)
+
+
+def exit_codes(procs, timeout=30):
+    """{name: exit code, or "still running" after timeout s} of a cluster's
+    processes, waiting for each."""
+    rcs = {}
+    for name, p in procs.items():
+        try:
+            rcs[name] = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rcs[name] = "still running"
+    return rcs

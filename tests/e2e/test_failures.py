@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, ctl, shard_files
+from e2e_util import Env, ClusterError, ctl, exit_codes, shard_files
 
 
 def test_trainer_kill(env, shards, trainers=1):
@@ -89,12 +89,7 @@ def test_trainer_gone_for_good(env):
             time.sleep(0.01)
         os.kill(c.procs["trainer1"].pid, signal.SIGKILL)
         t_kill = time.time()
-        rcs = {}
-        for name, p in c.procs.items():
-            try:
-                rcs[name] = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                rcs[name] = "still running"
+        rcs = exit_codes(c.procs)
         took = time.time() - t_kill
     env.check(all(rc not in (0, "still running") for rc in rcs.values()) and took < 3 + 2 + 1,
               "trainer 1 killed, none replaces it: every process exits non-zero %.1f s later "

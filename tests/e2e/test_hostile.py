@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from e2e_util import Env, ClusterError, ctl
+from e2e_util import Env, ClusterError, ctl, exit_codes
 from esdcluster import Cluster
 
 MAGIC, VERSION = 0x46445345, 2
@@ -75,7 +75,6 @@ def idle_connections(addr, n):
 
 def hello_of_another_job(env):
     import json
-    import subprocess
     st = json.loads(subprocess.run([os.path.join(env.bin, "esd-data"), "stat", "--json",
                                     env.stream], stdout=subprocess.PIPE, text=True,
                                    check=True).stdout)
@@ -191,12 +190,7 @@ def test_on_path(env, s, work):
         while not relays[0].altered and time.time() - t0 < 60:
             time.sleep(0.01)
         t_alter = time.time()
-        rcs = {}
-        for name, p in c.procs.items():
-            try:
-                rcs[name] = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                rcs[name] = "still running"
+        rcs = exit_codes(c.procs)
         took = time.time() - t_alter
     relays[0].close()
     with open(os.path.join(work, "ps0.log")) as f:
