@@ -7,10 +7,13 @@
  *   proofs, keys  keyed BLAKE2b (crypto_generichash) of a label and both
  *                 nonces: the server's proof, the client's proof, and one
  *                 key per direction of this link
- *   frame tags    ChaCha20-Poly1305 (IETF) with an empty message and the
- *                 whole frame as associated data, under the direction's key,
- *                 with the count of frames sent so far as the nonce: a tag
- *                 binds a frame to this link and to its place in it
+ *   frame tags    an AEAD with an empty message and the whole frame as
+ *                 associated data, under the direction's key, with the count
+ *                 of frames sent so far as the nonce: a tag binds a frame to
+ *                 this link and to its place in it. AES-256-GCM when both
+ *                 ends' CPUs run it in hardware, else ChaCha20-Poly1305
+ *                 (IETF); the client offers, the server chooses, and both
+ *                 proofs cover the offer and the choice
  *
  * docs/protocol.md ("Job key handshake") is the protocol; this file
  * follows it step by step.
@@ -138,15 +141,33 @@ void esd_key_wipe(struct esd_key *k)
 
 /* ---- proofs and link keys ------------------------------------------------ */
 
-/* out = BLAKE2b-256 keyed by the job key, of label || nc || ns. */
+/* out = BLAKE2b-256 keyed by the job key, of label || nc || ns || offer ||
+ * suite (the last two as u32 little-endian). */
 static void derive(const struct link_auth *a, const char *label, uint8_t out[32])
 {
 	crypto_generichash_state st;
+	uint8_t os[8];
+	for (int i = 0; i < 4; i++) {
+		os[i] = (uint8_t)(a->offer >> (8 * i));
+		os[4 + i] = (uint8_t)(a->suite >> (8 * i));
+	}
 	crypto_generichash_init(&st, a->key, sizeof(a->key), 32);
 	crypto_generichash_update(&st, (const uint8_t *)label, strlen(label) + 1);
 	crypto_generichash_update(&st, a->nc, sizeof(a->nc));
 	crypto_generichash_update(&st, a->ns, sizeof(a->ns));
+	crypto_generichash_update(&st, os, sizeof(os));
 	crypto_generichash_final(&st, out, 32);
+}
+
+/* The tag ciphers this process can run (ESD_AUTH_SUITES=chacha20-poly1305
+ * in the environment limits it to that one, e.g. to compare them). */
+static uint32_t local_suites(void)
+{
+	const char *only = getenv("ESD_AUTH_SUITES");
+	uint32_t s = ESD_SUITE_CHACHA20_POLY1305;
+	if (crypto_aead_aes256gcm_is_available() && !(only && !strcmp(only, "chacha20-poly1305")))
+		s |= ESD_SUITE_AES256_GCM;
+	return s;
 }
 
 static void derive_link_keys(struct link_auth *a, int client)
@@ -159,11 +180,11 @@ static void derive_link_keys(struct link_auth *a, int client)
 	a->state = AUTH_OPEN;
 }
 
-static int send_auth(struct esd_link *l, uint32_t step, const uint8_t *x, const uint8_t *y,
-		     int64_t deadline)
+static int send_auth(struct esd_link *l, uint32_t step, uint32_t suites, const uint8_t *x,
+		     const uint8_t *y, int64_t deadline)
 {
 	esd_buf_reset(&l->scratch);
-	int rc = esd_enc_link_auth(&l->scratch, step, x, y);
+	int rc = esd_enc_link_auth(&l->scratch, step, suites, x, y);
 	if (rc)
 		return rc;
 	struct iovec iov = {.iov_base = l->scratch.data, .iov_len = l->scratch.len};
@@ -190,7 +211,8 @@ int auth_client(struct esd_link *l, int64_t deadline)
 	struct link_auth *a = l->auth;
 	randombytes_buf(a->nc, sizeof(a->nc));
 	a->state = AUTH_CLIENT_WAIT;
-	int rc = send_auth(l, 1, a->nc, NULL, deadline);
+	a->offer = local_suites();
+	int rc = send_auth(l, 1, a->offer, a->nc, NULL, deadline);
 	while (!rc && a->state != AUTH_OPEN) {
 		const uint8_t *frame;
 		size_t len;
@@ -212,15 +234,17 @@ int auth_client(struct esd_link *l, int64_t deadline)
 		} else {
 			uint8_t want[32], proof[32];
 			memcpy(a->ns, m.u.link_auth.a, sizeof(a->ns));
+			a->suite = m.u.link_auth.suites;
 			derive(a, "esd link v1 server proof", want);
-			if (crypto_verify_32(want, m.u.link_auth.b)) {
+			if (crypto_verify_32(want, m.u.link_auth.b) ||
+			    (a->suite & (a->suite - 1)) || !(a->suite & a->offer)) {
 				snprintf(l->err, sizeof(l->err),
 					 "the peer does not hold this job's key");
 				rc = -EACCES;
 				break;
 			}
 			derive(a, "esd link v1 client proof", proof);
-			rc = send_auth(l, 3, NULL, proof, deadline);
+			rc = send_auth(l, 3, a->suite, NULL, proof, deadline);
 			derive_link_keys(a, 1);
 		}
 	}
@@ -237,11 +261,17 @@ static int server_step(struct esd_link *l, const struct esd_link_auth *m)
 	struct link_auth *a = l->auth;
 	if (a->state == AUTH_SERVER_WAIT && m->step == 1) {
 		uint8_t proof[32];
+		uint32_t both = m->suites & local_suites();
 		memcpy(a->nc, m->a, sizeof(a->nc));
+		a->offer = m->suites;
+		a->suite = both & ESD_SUITE_AES256_GCM ? ESD_SUITE_AES256_GCM
+			   : both & ESD_SUITE_CHACHA20_POLY1305 ? ESD_SUITE_CHACHA20_POLY1305 : 0;
+		if (!a->suite)
+			return refuse(l, "job key handshake: no tag cipher in common with the peer");
 		randombytes_buf(a->ns, sizeof(a->ns));
 		derive(a, "esd link v1 server proof", proof);
 		a->state = AUTH_SERVER_PROOF;
-		return send_auth(l, 2, a->ns, proof, deadline_after(l->w->timeout_ns));
+		return send_auth(l, 2, a->suite, a->ns, proof, deadline_after(l->w->timeout_ns));
 	}
 	if (a->state == AUTH_SERVER_PROOF && m->step == 3) {
 		uint8_t want[32];
@@ -253,6 +283,32 @@ static int server_step(struct esd_link *l, const struct esd_link_auth *m)
 		return 0;
 	}
 	return refuse(l, "job key handshake: a step out of order");
+}
+
+/* The tag of frame[0..len) under the sending direction's key: an AEAD of
+ * the empty message with the frame as associated data. */
+static void tag_make(const struct link_auth *a, const uint8_t *frame, size_t len,
+		     uint8_t tag[AUTH_TAG_BYTES], const uint8_t nonce[12])
+{
+	uint8_t none[1] = {0}; /* the empty message (the API wants a pointer) */
+	if (a->suite == ESD_SUITE_AES256_GCM)
+		crypto_aead_aes256gcm_encrypt_detached(none, tag, NULL, none, 0, frame, len, NULL,
+						       nonce, a->ktx);
+	else
+		crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, tag, NULL, none, 0, frame,
+								   len, NULL, nonce, a->ktx);
+}
+
+/* 0 when tag is frame[0..len)'s under the receiving direction's key. */
+static int tag_check(const struct link_auth *a, const uint8_t *frame, size_t len,
+		     const uint8_t tag[AUTH_TAG_BYTES], const uint8_t nonce[12])
+{
+	uint8_t none[1] = {0};
+	if (a->suite == ESD_SUITE_AES256_GCM)
+		return crypto_aead_aes256gcm_decrypt_detached(none, NULL, none, 0, tag, frame, len,
+							      nonce, a->krx);
+	return crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, NULL, none, 0, tag, frame,
+								  len, nonce, a->krx);
 }
 
 /* The 12-byte nonce of frame number ctr. */
@@ -290,9 +346,7 @@ static int check_tag(struct esd_link *l, uint8_t *frame, size_t *len)
 	size_t body = *len - AUTH_TAG_BYTES;
 	hdr_canonical(frame, &flags, &seq);
 	ctr_nonce(a->rx_ctr, nonce);
-	uint8_t none[1] = {0}; /* the empty message (the API wants a pointer) */
-	if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(none, NULL, none, 0, frame + body,
-							       frame, body, nonce, a->krx)) {
+	if (tag_check(a, frame, body, frame + body, nonce)) {
 		snprintf(l->err, sizeof(l->err),
 			 "frame %llu of the link failed authentication (forged, altered, replayed "
 			 "or out of order)", (unsigned long long)a->rx_ctr);
@@ -343,7 +397,7 @@ int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len)
 /* Seal iov[i] into the buffer at off; returns the sealed length. */
 static size_t seal_one(struct link_auth *a, const struct iovec *v, size_t off)
 {
-	uint8_t *f = a->sealed.data + off, nonce[12], none[1] = {0};
+	uint8_t *f = a->sealed.data + off, nonce[12];
 	memcpy(f, v->iov_base, v->iov_len);
 	uint16_t flags;
 	uint64_t seq;
@@ -355,9 +409,7 @@ static size_t seal_one(struct link_auth *a, const struct iovec *v, size_t off)
 	blen += AUTH_TAG_BYTES;
 	memcpy(f + 8, &blen, 4);
 	ctr_nonce(a->tx_ctr++, nonce);
-	/* an empty message: the tag covers the frame as associated data */
-	crypto_aead_chacha20poly1305_ietf_encrypt_detached(none, f + v->iov_len, NULL, none, 0, f,
-							   v->iov_len, NULL, nonce, a->ktx);
+	tag_make(a, f, v->iov_len, f + v->iov_len, nonce);
 	return v->iov_len + AUTH_TAG_BYTES;
 }
 

@@ -157,6 +157,7 @@ struct link_auth {
 	uint8_t key[32];
 	enum auth_state state;
 	uint8_t nc[32], ns[32];     /* client's and server's nonces */
+	uint32_t offer, suite;      /* the client's tag ciphers, the one chosen */
 	uint8_t ktx[32], krx[32];   /* this link's keys, one per direction */
 	uint64_t tx_ctr, rx_ctr;    /* frames tagged / checked so far */
 	struct esd_buf sealed;      /* a batch of frames with their tags */

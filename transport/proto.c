@@ -459,8 +459,7 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 			return fail(-EPROTO, err, errlen, "LINK_BYE: phase %u", m->u.link_bye);
 		return 0;
 	case ESD_OP_LINK_AUTH:
-		if ((rc = want_len("LINK_AUTH", h->length, 8 + 2 * ESD_LINK_AUTH_FIELD, err,
-				   errlen)))
+		if ((rc = want_len("LINK_AUTH", h->length, ESD_LINK_AUTH_BODY, err, errlen)))
 			return rc;
 		m->u.link_auth.step = ld32(b);
 		if (m->u.link_auth.step < 1 || m->u.link_auth.step > 3)
@@ -468,8 +467,12 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		if (ld32(b + 4) != ESD_LINK_AUTH_VERSION)
 			return fail(-EPROTO, err, errlen, "LINK_AUTH: version %u, this side speaks %u",
 				    ld32(b + 4), ESD_LINK_AUTH_VERSION);
-		m->u.link_auth.a = b + 8;
-		m->u.link_auth.b = b + 8 + ESD_LINK_AUTH_FIELD;
+		m->u.link_auth.suites = ld32(b + 8);
+		if (ld32(b + 12))
+			return fail(-EPROTO, err, errlen, "LINK_AUTH: reserved field 0x%08x is not 0",
+				    ld32(b + 12));
+		m->u.link_auth.a = b + 16;
+		m->u.link_auth.b = b + 16 + ESD_LINK_AUTH_FIELD;
 		return 0;
 	}
 	return fail(-EPROTO, err, errlen, "unknown op %u", h->op);
@@ -727,18 +730,20 @@ int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
 	return 0;
 }
 
-int esd_enc_link_auth(struct esd_buf *b, uint32_t step, const uint8_t *a, const uint8_t *bb)
+int esd_enc_link_auth(struct esd_buf *b, uint32_t step, uint32_t suites, const uint8_t *a,
+		      const uint8_t *bb)
 {
-	uint8_t *p = begin_frame(b, ESD_OP_LINK_AUTH, 0, 8 + 2 * ESD_LINK_AUTH_FIELD);
+	uint8_t *p = begin_frame(b, ESD_OP_LINK_AUTH, 0, ESD_LINK_AUTH_BODY);
 	if (!p)
 		return -ENOMEM;
+	memset(p, 0, ESD_LINK_AUTH_BODY);
 	st32(p, step);
 	st32(p + 4, ESD_LINK_AUTH_VERSION);
-	memset(p + 8, 0, 2 * ESD_LINK_AUTH_FIELD);
+	st32(p + 8, suites);
 	if (a)
-		memcpy(p + 8, a, ESD_LINK_AUTH_FIELD);
+		memcpy(p + 16, a, ESD_LINK_AUTH_FIELD);
 	if (bb)
-		memcpy(p + 8 + ESD_LINK_AUTH_FIELD, bb, ESD_LINK_AUTH_FIELD);
+		memcpy(p + 16 + ESD_LINK_AUTH_FIELD, bb, ESD_LINK_AUTH_FIELD);
 	return 0;
 }
 

@@ -23,6 +23,11 @@
  *     ...
  *     esd_key_wipe(&k);
  *
+ * The tag cipher is chosen per link: AES-256-GCM when both ends' CPUs run
+ * it in hardware, else ChaCha20-Poly1305. ESD_AUTH_SUITES=chacha20-poly1305
+ * in a process's environment makes it offer only the latter (to compare
+ * their cost).
+ *
  * Caveats
  * -------
  * - A link with a key refuses a peer without one and the other way round:

@@ -243,13 +243,18 @@ struct esd_stats_msg {
 	const uint8_t *data; /* entries; read with esd_stats_get() */
 };
 
-/* LINK_AUTH (transport/auth.c): step 1 client hello (a = client nonce),
- * 2 challenge (a = server nonce, b = server's tag), 3 proof (b = client's
- * tag); unused fields are zero. */
+/* LINK_AUTH (transport/auth.c): step 1 client hello (a = client nonce,
+ * suites = the tag ciphers it can run), 2 challenge (a = server nonce, b =
+ * server's proof, suites = the one chosen), 3 proof (b = client's proof);
+ * unused fields are zero. */
 #define ESD_LINK_AUTH_VERSION 1u
 #define ESD_LINK_AUTH_FIELD   32u
+#define ESD_LINK_AUTH_BODY    (16u + 2u * ESD_LINK_AUTH_FIELD)
+#define ESD_SUITE_CHACHA20_POLY1305 0x1u /* every build */
+#define ESD_SUITE_AES256_GCM        0x2u /* where the CPU has AES-NI and CLMUL */
 struct esd_link_auth {
 	uint32_t step;
+	uint32_t suites;
 	const uint8_t *a, *b; /* ESD_LINK_AUTH_FIELD bytes each, into the frame */
 };
 
@@ -344,7 +349,8 @@ int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, cons
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);
-int esd_enc_link_auth(struct esd_buf *b, uint32_t step, const uint8_t *a, const uint8_t *bb);
+int esd_enc_link_auth(struct esd_buf *b, uint32_t step, uint32_t suites, const uint8_t *a,
+		      const uint8_t *bb);
 
 /* Builder of a row op. Fill op and the header fields of r (count is kept by
  * the builder), call esd_enc_rows_begin(), then esd_enc_row() or

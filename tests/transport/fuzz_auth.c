@@ -8,7 +8,8 @@
  *      until the link fails; nothing but an untagged ERROR may pass;
  *   1  a client in its handshake: auth_client() reads the frames; without
  *      the key it must never finish;
- *   2  an open link whose keys are known here: each piece is either sealed
+ *   2  an open link whose keys are known here (its tag cipher from the
+ *      same byte): each piece is either sealed
  *      by a sender holding the same key (and maybe altered after) or
  *      passed raw; a frame passes iff it was sealed here and not altered
  *      (a forgery found by the fuzzer aborts), and what passes decodes.
@@ -164,12 +165,13 @@ static size_t seal(struct esd_link *tx, uint8_t op, const uint8_t *p, size_t n, 
 	return iov.iov_len;
 }
 
-static void open_link(void)
+static void open_link(uint32_t suite)
 {
 	struct esd_link tx, rx;
 	struct link_auth ta, ra;
 	link_init(&tx, &ta, AUTH_OPEN);
 	link_init(&rx, &ra, AUTH_OPEN);
+	ta.suite = ra.suite = suite;
 	uint8_t ctl;
 	const uint8_t *p;
 	size_t n;
@@ -221,8 +223,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 1:
 		client_side();
 		break;
-	default:
-		open_link();
+	default: /* the tag cipher from the same byte */
+		open_link(data[0] / 3 % 2 ? ESD_SUITE_AES256_GCM : ESD_SUITE_CHACHA20_POLY1305);
 	}
 	return 0;
 }

@@ -98,6 +98,13 @@ static void keyed_round_trips(void **state)
 	for (uint32_t w = 0; w < 50; w++)
 		hello_round_trip(l, w);
 	esd_link_close(l);
+	/* a client that offers ChaCha20-Poly1305 only: the server goes along */
+	setenv("ESD_AUTH_SUITES", "chacha20-poly1305", 1);
+	assert_int_equal(connect_to(p.addr, &key_a, &l), 0);
+	unsetenv("ESD_AUTH_SUITES");
+	for (uint32_t w = 0; w < 5; w++)
+		hello_round_trip(l, w);
+	esd_link_close(l);
 	peer_stop(&p);
 }
 
