@@ -178,7 +178,8 @@ def main():
         try:
             got, peak, secs = run(args, stream, os.path.join(root, "job"))
         except ClusterError as e:
-            print("soak: the job failed: %s" % e)
+            print("soak: the job failed: %s (its logs are kept in %s)" % (e, root))
+            args.keep = True
             return 2
         return report(args, got, peak, secs)
     finally:
