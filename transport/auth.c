@@ -206,6 +206,20 @@ static int refuse(struct esd_link *l, const char *why)
 	return -EACCES;
 }
 
+int auth_create(struct esd_link *l, const struct esd_key *key, int client)
+{
+	int rc = sodium_ready(); /* also picks the CPU's fastest code */
+	if (rc)
+		return rc;
+	if (!(l->auth = calloc(1, sizeof(*l->auth))))
+		return -ENOMEM;
+	memcpy(l->auth->key, key->b, sizeof(l->auth->key));
+	esd_buf_init(&l->auth->sealed);
+	l->auth->state = client ? AUTH_CLIENT_WAIT : AUTH_SERVER_WAIT;
+	l->w->lim.max_body += AUTH_TAG_BYTES; /* a frame may be a tag longer */
+	return 0;
+}
+
 int auth_client(struct esd_link *l, int64_t deadline)
 {
 	struct link_auth *a = l->auth;

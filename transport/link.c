@@ -77,20 +77,6 @@ static int opts_check(const struct esd_link_opts *o, const struct wire_ops **ops
 	return rc;
 }
 
-/* A keyed link's handshake state; its frames may be a tag longer. */
-static int auth_attach(struct esd_link *l, const struct esd_key *key, int client)
-{
-	if (!key)
-		return 0;
-	if (!(l->auth = calloc(1, sizeof(*l->auth))))
-		return -ENOMEM;
-	memcpy(l->auth->key, key->b, sizeof(l->auth->key));
-	esd_buf_init(&l->auth->sealed);
-	l->auth->state = client ? AUTH_CLIENT_WAIT : AUTH_SERVER_WAIT;
-	l->w->lim.max_body += AUTH_TAG_BYTES;
-	return 0;
-}
-
 static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 		     struct esd_link **out)
 {
@@ -104,7 +90,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 	l->o = *o;
 	l->o.key = NULL; /* copied into l->auth: the caller's may go */
 	l->lim = w->lim;
-	if ((rc = auth_attach(l, o->key, client)))
+	if (o->key && (rc = auth_create(l, o->key, client)))
 		goto err_free_link;
 	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
 	fault_init(&l->fault, &o->faults);

@@ -164,6 +164,9 @@ struct link_auth {
 };
 
 struct esd_link;
+/* Give l a copy of key and the handshake's state for its side (client or
+ * server); its frames may now be a tag longer. 0, -ENOMEM, -EIO. */
+int auth_create(struct esd_link *l, const struct esd_key *key, int client);
 /* The link's handshake as a client (from esd_link_connect), within deadline:
  * 0, -EACCES (the peer refused, or does not hold the key), -EAGAIN (the
  * peer is busy: its refusal said so), or the link's errors. */
