@@ -355,8 +355,8 @@ static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, 
 			*out = &d->w;
 			return 0;
 		}
-		if (!left)
-			return -EMFILE; /* every memif id is in use */
+		if (!left && deadline < 0)
+			return -EMFILE; /* every memif id is in use, for good */
 		if (deadline >= 0 && esd_now_ns() > deadline)
 			return -ETIMEDOUT;
 		esd_sleep_ns(2 * ESD_NS_PER_MS);

@@ -56,8 +56,9 @@ int node_write_summary(struct node *nd, int status)
 			continue;
 		struct esd_link_stats st;
 		esd_link_stats(nd->links.link[s], &st);
-		json_t *l = json_pack("{s:i, s:I, s:I}", "shard", s, "rate_bps",
-				      (json_int_t)st.rate_bps, "shaped_wait_ns",
+		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I}", "shard", s, "backend",
+				      esd_link_backend(nd->links.link[s]), "reliable", st.reliable,
+				      "rate_bps", (json_int_t)st.rate_bps, "shaped_wait_ns",
 				      (json_int_t)st.shaped_wait_ns);
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			json_object_set_new(
