@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The runtime's pull over DPDK memif against TCP loopback, side by side.
+
+For each round, for tcp then dpdk (and each with and without the job key):
+start one esd-ps shard of a one-worker job (512-float rows, SGD), run
+bench_pull against it (batch pulls of 1024 rows for --seconds, then
+--pings one-row pulls), stop the shard. Prints the medians over --rounds
+and the ratios dpdk / tcp: rows per second (goal at least 1.5x) and the
+one-row round trip (goal at most 0.5x).
+
+usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D]
+"""
+import argparse
+import os
+import re
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def write_job(path, stream, backend, addr, dim, key):
+    with open(path, "w") as f:
+        f.write("[job]\niterations = 1000\n")
+        if key:
+            f.write("key = %s\n" % key)
+        f.write("[workers]\nn = 1\nbatch = 1024\n[model]\ndim = %d\noptimizer = sgd\n"
+                "[data]\nstream = %s\n[ps]\nbackend = %s\naddrs = %s\n"
+                % (dim, stream, backend, addr))
+
+
+def one_run(bin_dir, work, stream, backend, keyed, args):
+    key = os.path.join(work, "job.key") if keyed else ""
+    if keyed and not os.path.exists(key):
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+        os.close(fd)
+    listen = "127.0.0.1:0" if backend == "tcp" else os.path.join(work, "memif.sock")
+    job = os.path.join(work, "job-%s.ini" % backend)
+    write_job(job, stream, backend, listen, args.dim, key)
+    ps = subprocess.Popen([os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen",
+                           listen], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True)
+    try:
+        m = re.search(r"listening on (\S+) (\S+)", ps.stdout.readline())
+        if not m:
+            raise RuntimeError("esd-ps (%s) did not start" % backend)
+        write_job(job, stream, backend, m.group(2), args.dim, key)
+        out = subprocess.run([os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
+                              m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
+                              "--pings", str(args.pings)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=120)
+        if out.returncode:
+            raise RuntimeError("bench_pull (%s): %s" % (backend, out.stderr.strip()[-2000:]))
+        return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", out.stdout)
+                if k not in ("backend",)}
+    finally:
+        ps.kill()
+        ps.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2)
+    ap.add_argument("--pings", type=int, default=2000)
+    ap.add_argument("--dim", type=int, default=512)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="esd-bench-pull-")
+    try:
+        stream = os.path.join(work, "stream.esd")
+        subprocess.run([os.path.join(args.bin, "esd-data"), "gen", "-o", stream, "--shape",
+                        "criteo-kaggle", "-n", "4096"], check=True, stdout=subprocess.DEVNULL)
+        res = {}
+        for r in range(args.rounds):  # backends alternate: noise hits them alike
+            for keyed in (False, True):
+                for backend in ("tcp", "dpdk"):
+                    res.setdefault((backend, keyed), []).append(
+                        one_run(args.bin, work, stream, backend, keyed, args))
+        med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
+               for k, v in res.items()}
+        print("# %d rounds, %d-row batches of %d-float rows (SGD), %.1f s each; %d one-row "
+              "pulls; medians" % (args.rounds, 1024, args.dim, args.seconds, args.pings))
+        print("| backend | job key | rows/s | batch ms | 1-row RTT p50 us | p99 us |")
+        print("|---|---|---:|---:|---:|---:|")
+        for (backend, keyed), m in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            print("| %s | %s | %.0f | %.3f | %.1f | %.1f |"
+                  % (backend, "yes" if keyed else "no", m["rows_per_s"], m["batch_ms"],
+                     m["rtt_us_p50"], m["rtt_us_p99"]))
+        for keyed in (False, True):
+            t, d = med[("tcp", keyed)], med[("dpdk", keyed)]
+            print("dpdk / tcp (%s key): rows/s %.2fx (goal >= 1.5), one-row RTT %.2fx "
+                  "(goal <= 0.5)" % ("with" if keyed else "no", d["rows_per_s"] / t["rows_per_s"],
+                                      d["rtt_us_p50"] / t["rtt_us_p50"]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
