@@ -26,7 +26,11 @@
  *              gpu (exact part on the GPU), gpu_deadline_us
  *   [data]     stream (path of the dataset stream)
  *   [ps]       shards, addrs (list, one per shard), backend, checkpoint_dir,
- *              checkpoint_every
+ *              checkpoint_every; the backend's own keys: dpdk_eal, dpdk_port,
+ *              dpdk_mtu, dpdk_queue, dpdk_shard_macs, dpdk_worker_macs
+ *              (ps.backend = dpdk), rdma_device, rdma_port, rdma_gid_index
+ *              (ps.backend = rdma). They may differ from host to host (each
+ *              host's NIC) and are not in the token.
  * See docs/configuration.md for every key with its default.
  */
 #ifndef ESD_JOB_H
@@ -50,6 +54,13 @@ extern "C" {
 #define ESD_JOB_GPU_MEASURE UINT64_MAX
 #define ESD_JOB_MAX_SHARDS 16
 #define ESD_JOB_ADDR_LEN   128
+
+/* ps.dpdk_port: what a dpdk link runs on */
+enum esd_job_port {
+	ESD_JOB_PORT_MEMIF,     /* net_memif: processes of one host (the default) */
+	ESD_JOB_PORT_AF_PACKET, /* net_af_packet on a Linux interface (dpdk_dev) */
+	ESD_JOB_PORT_PCI,       /* a NIC bound to a DPDK driver (dpdk_dev: DDDD:BB:DD.F) */
+};
 
 struct esd_job {
 	/* [job] */
@@ -126,6 +137,26 @@ struct esd_job {
 	uint32_t shards;
 	char addrs[ESD_JOB_MAX_SHARDS][ESD_JOB_ADDR_LEN];
 	char backend[16];
+	/* ps.backend = dpdk. dpdk_eal: the EAL arguments ("": the transport's
+	 * default for memif and af_packet; for a PCI port, when unset,
+	 * "--in-memory -a <dpdk_dev> ..."). dpdk_mtu: frame bytes per packet,
+	 * dpdk_queue: descriptors per ring (0: the transport's defaults).
+	 * shard_macs / worker_macs: the peers' MAC addresses of an af_packet
+	 * or PCI port (ps.dpdk_shard_macs, ps.dpdk_worker_macs), each list
+	 * all or nothing; without them the links learn them (docs/configuration.md). */
+	char dpdk_eal[512];
+	enum esd_job_port dpdk_port;
+	char dpdk_dev[ESD_JOB_ADDR_LEN];
+	uint32_t dpdk_mtu;
+	uint32_t dpdk_queue;
+	bool have_shard_macs, have_worker_macs;
+	uint8_t shard_macs[ESD_JOB_MAX_SHARDS][6];
+	uint8_t worker_macs[ESD_MAX_WORKERS][6];
+	/* ps.backend = rdma: the device ("": the first), its port (1..) and
+	 * the GID index (-1: none, InfiniBand LID routing) */
+	char rdma_device[64];
+	uint32_t rdma_port;
+	int32_t rdma_gid_index;
 	char checkpoint_dir[1024];
 	uint64_t checkpoint_every;
 	/* workers.checkpoint_dir: where each node writes its part of a

@@ -2,7 +2,8 @@
  * Job settings: one INI file shared by every process of a job. Lists
  * ("5G,5G,0.5G") give per-worker values; a single value applies to all.
  */
-#include <esd/job.h>
+#include "job_internal.h"
+
 #include <esd/dispatch_solve.h>
 #include <esd/err.h>
 #include <esd/log.h>
@@ -32,6 +33,9 @@ const char *const esd_job_keys[] = {
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	"ps.barrier_timeout",
+	/* the backend's own keys (backend.c) */
+	"ps.dpdk_eal", "ps.dpdk_port", "ps.dpdk_mtu", "ps.dpdk_queue", "ps.dpdk_shard_macs",
+	"ps.dpdk_worker_macs", "ps.rdma_device", "ps.rdma_port", "ps.rdma_gid_index",
 	NULL,
 };
 
@@ -40,8 +44,7 @@ const char *esd_job_sync_name(const struct esd_job *j)
 	return j->het ? "het" : j->sync == ESD_SYNC_FULL_SET ? "full-set" : "on-demand";
 }
 
-/* Split a comma list into at most max items; returns the count or -EINVAL. */
-static int split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
+int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
 {
 	int n = 0;
 	const char *p = s;
@@ -84,7 +87,7 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
 			out[i] = def;
 		return 0;
 	}
-	int cnt = split(s, items, ESD_MAX_WORKERS);
+	int cnt = job_split(s, items, ESD_MAX_WORKERS);
 	if (cnt != 1 && cnt != (int)n)
 		return bad_list(cfg, "workers", key, "expected one value or one per worker");
 	for (uint32_t i = 0; i < n; i++) {
@@ -116,7 +119,7 @@ static int link_aware_split(const struct esd_config *cfg, struct esd_job *j)
 	char items[2][ESD_JOB_ADDR_LEN];
 	double v[2];
 	esd_config_get_str(cfg, "workers", "size_model", "0,1", &s);
-	if (split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
+	if (job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
 	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
 		ESD_ERR("config", "workers.size_model = '%s': expected FIXED_ROWS,ROWS_PER_SAMPLE "
 			"(two numbers >= 0)", s);
@@ -160,7 +163,7 @@ int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)
 	char items[ESD_MAX_WORKERS][ESD_JOB_ADDR_LEN];
 	if (!s || !out || n == 0 || n > ESD_MAX_WORKERS)
 		return -EINVAL;
-	int cnt = split(s, items, ESD_MAX_WORKERS);
+	int cnt = job_split(s, items, ESD_MAX_WORKERS);
 	if (cnt != 1 && cnt != (int)n)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
@@ -304,12 +307,12 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	j->shards = (uint32_t)u;
 	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);
 	if (s) {
-		int cnt = split(s, j->addrs, ESD_JOB_MAX_SHARDS);
+		int cnt = job_split(s, j->addrs, ESD_JOB_MAX_SHARDS);
 		if (cnt != (int)j->shards)
 			rc = bad_list(cfg, "ps", "addrs", "expected one address per shard");
 	}
-	esd_config_get_str(cfg, "ps", "backend", "tcp", &s);
-	snprintf(j->backend, sizeof(j->backend), "%s", s);
+	if (job_backend_from_config(cfg, j))
+		rc = -EINVAL;
 	esd_config_get_str(cfg, "ps", "checkpoint_dir", "", &s);
 	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
 	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);

@@ -3,7 +3,9 @@
 
 #include <esd/job.h>
 #include <esd/err.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct esd_config *cfg_of(const char *const *sets)
 {
@@ -93,6 +95,128 @@ static void test_errors(void **state)
 	esd_config_free(c);
 }
 
+/* Load sets with stderr captured into log; returns esd_job_from_config's
+ * result. */
+static int load_logged(const char *const *sets, struct esd_job *j, char *log, size_t len)
+{
+	struct esd_config *c = cfg_of(sets);
+	assert_int_equal(esd_config_check_keys(c, esd_job_keys), 0);
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	fflush(stderr);
+	int saved = dup(2);
+	dup2(fileno(f), 2);
+	int rc = esd_job_from_config(c, j);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	size_t n = (size_t)pread(fileno(f), log, len - 1, 0);
+	log[n < len ? n : 0] = '\0';
+	fclose(f);
+	esd_config_free(c);
+	return rc;
+}
+
+static void test_backend_keys(void **state)
+{
+	(void)state;
+	struct esd_job j;
+	char log[4096];
+	static const char *const none[] = {NULL};
+	assert_int_equal(load_logged(none, &j, log, sizeof(log)), 0);
+	assert_string_equal(j.backend, "tcp");
+	assert_int_equal(j.dpdk_port, ESD_JOB_PORT_MEMIF);
+	assert_string_equal(j.dpdk_eal, "");
+	assert_int_equal(j.dpdk_mtu, 0);
+	assert_int_equal(j.dpdk_queue, 0);
+	assert_false(j.have_shard_macs || j.have_worker_macs);
+	assert_string_equal(j.rdma_device, "");
+	assert_int_equal(j.rdma_port, 1);
+	assert_int_equal(j.rdma_gid_index, 0);
+
+	static const char *const afp[] = {
+		"workers.n=2", "ps.backend=dpdk", "ps.dpdk_port=af_packet:veth0", "ps.dpdk_mtu=1400",
+		"ps.dpdk_queue=512", "ps.dpdk_shard_macs=02:00:00:00:00:1A",
+		"ps.dpdk_worker_macs=02:00:00:00:00:01, 02:00:00:00:00:02", NULL};
+	assert_int_equal(load_logged(afp, &j, log, sizeof(log)), 0);
+	assert_int_equal(j.dpdk_port, ESD_JOB_PORT_AF_PACKET);
+	assert_string_equal(j.dpdk_dev, "veth0");
+	assert_int_equal(j.dpdk_mtu, 1400);
+	assert_int_equal(j.dpdk_queue, 512);
+	assert_true(j.have_shard_macs && j.have_worker_macs);
+	assert_int_equal(j.shard_macs[0][5], 0x1a);
+	assert_int_equal(j.worker_macs[1][5], 2);
+
+	/* a PCI port: the default EAL arguments see only that device */
+	static const char *const pci[] = {"ps.backend=dpdk", "ps.dpdk_port=0000:3b:00.1", NULL};
+	assert_int_equal(load_logged(pci, &j, log, sizeof(log)), 0);
+	assert_int_equal(j.dpdk_port, ESD_JOB_PORT_PCI);
+	assert_string_equal(j.dpdk_dev, "0000:3b:00.1");
+	assert_non_null(strstr(j.dpdk_eal, "-a 0000:3b:00.1"));
+	assert_null(strstr(j.dpdk_eal, "--no-pci"));
+	static const char *const pci_eal[] = {"ps.dpdk_port=0000:AF:1f.7",
+					      "ps.dpdk_eal=-l 2-3 -a 0000:af:1f.7", NULL};
+	assert_int_equal(load_logged(pci_eal, &j, log, sizeof(log)), 0);
+	assert_string_equal(j.dpdk_eal, "-l 2-3 -a 0000:af:1f.7");
+
+	static const char *const rdma[] = {"ps.backend=rdma", "ps.rdma_device=mlx5_0",
+					   "ps.rdma_port=2", "ps.rdma_gid_index=-1", NULL};
+	assert_int_equal(load_logged(rdma, &j, log, sizeof(log)), 0);
+	assert_string_equal(j.rdma_device, "mlx5_0");
+	assert_int_equal(j.rdma_port, 2);
+	assert_int_equal(j.rdma_gid_index, -1);
+}
+
+/* A wrong transport value is refused at load, the error naming the key
+ * and the value (and why). */
+static void test_backend_key_errors(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *sets[3];
+		const char *says; /* the log holds this */
+		const char *why;  /* and this */
+	} bad[] = {
+		{{"ps.backend=infiniband"}, "ps.backend = 'infiniband'", "tcp, dpdk or rdma"},
+		{{"ps.dpdk_port=0000:3b:00"}, "ps.dpdk_port = '0000:3b:00'", "DDDD:BB:DD.F"},
+		{{"ps.dpdk_port=3b:00.0"}, "ps.dpdk_port = '3b:00.0'", "DDDD:BB:DD.F"},
+		{{"ps.dpdk_port=0000:3b:20.0"}, "ps.dpdk_port = '0000:3b:20.0'", "device <= 1f"},
+		{{"ps.dpdk_port=0000:3g:00.0"}, "ps.dpdk_port = '0000:3g:00.0'", "DDDD:BB:DD.F"},
+		{{"ps.dpdk_port=eth0"}, "ps.dpdk_port = 'eth0'", "memif, af_packet:IFACE"},
+		{{"ps.dpdk_port=af_packet:"}, "ps.dpdk_port = 'af_packet:'", "Linux interface"},
+		{{"ps.dpdk_port=af_packet:eth0,x=1"}, "ps.dpdk_port = 'af_packet:eth0,x=1'", "no blank"},
+		{{"ps.dpdk_port=0000:3b:00.0", "ps.dpdk_eal=--no-pci --no-huge"},
+		 "ps.dpdk_eal = '--no-pci --no-huge'", "remove --no-pci"},
+		{{"ps.dpdk_mtu=100"}, "ps.dpdk_mtu = '100'", "at least 256"},
+		{{"ps.dpdk_mtu=70000"}, "ps.dpdk_mtu = '70000'", "out of range"},
+		{{"ps.dpdk_queue=1000"}, "ps.dpdk_queue = '1000'", "power of two"},
+		{{"ps.dpdk_queue=8192"}, "ps.dpdk_queue = '8192'", "out of range"},
+		{{"workers.n=2", "ps.dpdk_worker_macs=02:00:00:00:00:01"},
+		 "ps.dpdk_worker_macs = '02:00:00:00:00:01'", "1 MAC addresses for 2 workers"},
+		{{"ps.shards=2", "ps.dpdk_shard_macs=02:00:00:00:00:01,02:00:00:00:00:0g"},
+		 "ps.dpdk_shard_macs = '02:00:00:00:00:01,02:00:00:00:00:0g'",
+		 "'02:00:00:00:00:0g' is not a unicast MAC"},
+		{{"ps.dpdk_shard_macs=01:00:5e:00:00:01"}, "ps.dpdk_shard_macs = '01:00:5e:00:00:01'",
+		 "not a unicast MAC"},
+		{{"ps.dpdk_shard_macs=0200:0000:0001"}, "ps.dpdk_shard_macs = '0200:0000:0001'",
+		 "not a unicast MAC"},
+		{{"ps.rdma_device=mlx5 0"}, "ps.rdma_device = 'mlx5 0'", "ibv_devices"},
+		{{"ps.rdma_port=0"}, "ps.rdma_port = '0'", "out of range"},
+		{{"ps.rdma_gid_index=256"}, "ps.rdma_gid_index = '256'", "out of range"},
+		{{"ps.rdma_gid_index=-2"}, "ps.rdma_gid_index = '-2'", "out of range"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct esd_job j;
+		char log[4096];
+		int rc = load_logged(bad[i].sets, &j, log, sizeof(log));
+		if (rc != -EINVAL || !strstr(log, bad[i].says) || !strstr(log, bad[i].why))
+			print_error("%s: rc %d, log: %s\n", bad[i].sets[0], rc, log);
+		assert_int_equal(rc, -EINVAL);
+		assert_non_null(strstr(log, bad[i].says));
+		assert_non_null(strstr(log, bad[i].why));
+	}
+}
+
 /* docs/configuration.md documents exactly the keys the parser accepts:
  * every `section.key` in the first column of its tables is in
  * esd_job_keys, and every key of esd_job_keys is there. */
@@ -178,6 +302,8 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),
 		cmocka_unit_test(test_keys_documented),
+		cmocka_unit_test(test_backend_keys),
+		cmocka_unit_test(test_backend_key_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
