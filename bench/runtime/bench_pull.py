@@ -2,8 +2,8 @@
 """The runtime's pull over DPDK memif against TCP loopback, side by side.
 
 For each round, for tcp then dpdk (and each with and without the job key):
-start one esd-ps shard of a one-worker job (512-float rows, SGD), run
-bench_pull against it (batch pulls of 1024 rows for --seconds, then
+start one esd-ps shard of a one-worker job (512-float rows, SGD) on one
+core, run bench_pull on another against it (batch pulls of 1024 rows for --seconds, then
 --pings one-row pulls), stop the shard. Prints the medians over --rounds
 and the ratios dpdk / tcp: rows per second (goal at least 1.5x) and the
 one-row round trip (goal at most 0.5x).
@@ -31,6 +31,14 @@ def write_job(path, stream, backend, addr, dim, key):
                 % (dim, stream, backend, addr))
 
 
+def pin(i):
+    """taskset prefix: the shard and the client each on a core of its own
+    (as a kernel-bypass deployment gives its polling threads), the same
+    for both backends; nothing on a single-core host."""
+    n = os.cpu_count() or 1
+    return ["taskset", "-c", str(n - 1 - i)] if n > 1 and shutil.which("taskset") else []
+
+
 def one_run(bin_dir, work, stream, backend, keyed, args):
     key = os.path.join(work, "job.key") if keyed else ""
     if keyed and not os.path.exists(key):
@@ -40,18 +48,18 @@ def one_run(bin_dir, work, stream, backend, keyed, args):
     listen = "127.0.0.1:0" if backend == "tcp" else os.path.join(work, "memif.sock")
     job = os.path.join(work, "job-%s.ini" % backend)
     write_job(job, stream, backend, listen, args.dim, key)
-    ps = subprocess.Popen([os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen",
-                           listen], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True)
+    argv = pin(1) + [os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen", listen]
+    ps = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         m = re.search(r"listening on (\S+) (\S+)", ps.stdout.readline())
         if not m:
             raise RuntimeError("esd-ps (%s) did not start" % backend)
         write_job(job, stream, backend, m.group(2), args.dim, key)
-        out = subprocess.run([os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
-                              m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
-                              "--pings", str(args.pings)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, timeout=120)
+        argv = pin(0) + [os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
+                         m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
+                         "--pings", str(args.pings)]
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=120)
         if out.returncode:
             raise RuntimeError("bench_pull (%s): %s" % (backend, out.stderr.strip()[-2000:]))
         return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", out.stdout)
