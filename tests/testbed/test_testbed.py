@@ -8,7 +8,11 @@ it is not available fails the test), and, from the daemons' own summaries of eve
 transfer kind equal the transfers the snapshots predicted; and that the
 reported costs are the link bytes divided by the link rates.
 
-usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns] [--shards S]   (exit 77: cannot run here)
+usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns] [--shards S] [--dpdk]
+(exit 77: cannot run here)
+
+--dpdk: esdd <-> esd-ps over DPDK net_memif (esd-testbed --backend dpdk),
+over fewer mechanisms.
 
 --netns: the same with the links in network namespaces shaped by tc tbf
 (needs root and iproute2), over fewer mechanisms; also checks that every
@@ -40,6 +44,7 @@ r_pid = [0]
 def main():
     testbed, bindir = sys.argv[1], sys.argv[2]
     netns = "--netns" in sys.argv[3:]
+    few = netns or "--dpdk" in sys.argv[3:]  # fewer mechanisms
     if netns and (os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")):
         print("SKIP: --netns needs root, ip and tc")
         sys.exit(77)
@@ -54,11 +59,13 @@ def main():
                 os.path.join(tmp, "data"), "--workers", "4", "--batch", "32", "--dim", "16",
                 "--max-rows", "2000", "--warmup", "2", "--iterations", "4", "--compute-ns",
                 "1000", "--mem-budget", "2", "--keep-runs", "--quiet", "--run-timeout", "60",
-                "--mechanisms", MECHS_NS if netns else MECHS]
+                "--mechanisms", MECHS_NS if few else MECHS]
         if netns:
             argv.append("--netns")
         if "--shards" in sys.argv[3:]:  # several PS shards: the same checks hold
             argv += ["--shards", sys.argv[sys.argv.index("--shards") + 1]]
+        if "--dpdk" in sys.argv[3:]:  # the rows over net_memif: the same checks hold
+            argv += ["--backend", "dpdk"]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         r_pid[0] = p.pid
         try:
@@ -74,6 +81,9 @@ def main():
             for lf in sorted(glob.glob(os.path.join(out, "runs", "*", "*.log"))):
                 with open(lf, errors="replace") as f:
                     tail = f.read()[-1500:]
+                if "--dpdk" in sys.argv[3:] and ("not built" in tail or "EAL" in tail):
+                    print("SKIP: dpdk cannot run here: %s" % tail.strip().splitlines()[-1])
+                    sys.exit(77)
                 if tail.strip():
                     print("---- %s (tail)\n%s" % (os.path.relpath(lf, out), tail))
             fail("esd-testbed exited with %d" % r.returncode)
@@ -87,7 +97,7 @@ def main():
         names = [x["mechanism"] for x in res["results"]]
         if names != [x["mechanism"] for x in rows]:
             fail("CSV and JSON list different mechanisms")
-        want = (MECHS_NS if netns else MECHS).split(",")
+        want = (MECHS_NS if few else MECHS).split(",")
         if names != want:
             fail("unexpected mechanisms %s" % names)
         measured = 0
@@ -118,7 +128,7 @@ def main():
             fail("only %d of %d mechanisms measured" % (measured, len(want)))
         # the daemons' own summaries, independently of the testbed's arithmetic
         sums = glob.glob(os.path.join(out, "runs", "*", "summary*.json"))
-        if len(sums) < 4 * 2 * (3 if netns else 6):
+        if len(sums) < 4 * 2 * (3 if few else 6):
             fail("expected the summaries of every run, found %d" % len(sums))
         for p in sums:
             with open(p) as f:
