@@ -58,6 +58,19 @@ int esd_transport_backend_check(const char *name, const char **why)
 	return find_backend(name, &ops, why);
 }
 
+int esd_transport_probe(const struct esd_link_opts *o)
+{
+	const struct wire_ops *ops;
+	const char *why;
+	const char *name = o && o->backend ? o->backend : "tcp";
+	int rc = find_backend(name, &ops, &why);
+	if (rc) {
+		ESD_ERR("transport", "backend '%s': %s", name, why);
+		return rc;
+	}
+	return ops->probe ? ops->probe(o) : 0;
+}
+
 static int opts_check(const struct esd_link_opts *o, const struct wire_ops **ops)
 {
 	const char *why;

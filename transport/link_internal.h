@@ -92,6 +92,8 @@ struct wire_ops {
 	 * (NULL if it is not in a block of its own); the caller then owns it
 	 * and gives it back with fbuf_put(&w->cache, ...). */
 	struct fbuf *(*take)(struct wire *w);
+	/* Optional: esd_transport_probe (NULL: nothing to check). */
+	int (*probe)(const struct esd_link_opts *o);
 };
 
 extern const struct wire_ops esd_wire_tcp;

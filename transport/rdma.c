@@ -43,7 +43,6 @@
 #define SLOTS     32u
 #define SLOT_SIZE (256u << 10)
 #define HUGE_2M   (2u << 20)
-#define PORT_NUM  1
 #define TAG_RECV  (1ull << 32)
 
 /* What the two sides swap over the bootstrap socket. */
@@ -60,6 +59,8 @@ struct rdma_wire {
 	struct wire w;
 	int sock; /* bootstrap TCP socket, kept to notice a dead peer */
 	struct ibv_context *ctx;
+	uint8_t port;
+	int gid_index; /* -1: routed by LID */
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
@@ -85,31 +86,136 @@ struct rdma_listener {
 
 /* ---- device ------------------------------------------------------------- */
 
-static int open_device(const char *what, struct ibv_context **out)
+/* The device, port and GID of a link's options, found and checked the way
+ * rdma-core's rc_pingpong does (device by name, else the first; port from
+ * 1; a LID where the port routes by LID; the GID at the index asked for). */
+struct rdma_where {
+	struct ibv_context *ctx;
+	uint8_t port;
+	int gid_index; /* -1: none */
+	struct ibv_port_attr pa;
+	union ibv_gid gid; /* zero without a GID index */
+};
+
+static const char *dev_want(const struct esd_link_opts *o)
+{
+	return o->rdma_device && o->rdma_device[0] ? o->rdma_device : NULL;
+}
+
+/* "mlx5_0, mlx5_1" of the list (or "none"). */
+static void dev_names(struct ibv_device **list, int n, char *buf, size_t len)
+{
+	size_t at = 0;
+	snprintf(buf, len, "none");
+	for (int i = 0; i < n && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "",
+		                       ibv_get_device_name(list[i]));
+}
+
+static int open_device(const struct esd_link_opts *o, const char *what, struct ibv_context **out)
 {
 	int n = 0;
+	const char *want = dev_want(o);
 	struct ibv_device **list = ibv_get_device_list(&n);
+	*out = NULL;
 	if (!list) {
 		int rc = esd_neg_errno();
-		ESD_ERR("transport", "rdma %s: no RDMA device: ibv_get_device_list() failed (%s)",
-		        what, esd_strerror(rc));
+		ESD_ERR("transport", "rdma %s: no RDMA device%s%s: ibv_get_device_list() failed (%s)",
+		        what, want ? " " : "", want ? want : "", esd_strerror(rc));
 		return -ENODEV;
 	}
 	if (n == 0) {
 		ibv_free_device_list(list);
-		ESD_ERR(
-		    "transport",
-		    "rdma %s: no RDMA device: ibv_get_device_list() found none (no "
-		    "/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
-		    what);
+		ESD_ERR("transport",
+		        "rdma %s: no RDMA device%s%s: ibv_get_device_list() found none (no "
+		        "/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
+		        what, want ? " " : "", want ? want : "");
 		return -ENODEV;
 	}
-	*out = ibv_open_device(list[0]);
+	int i = 0;
+	while (want && i < n && strcmp(ibv_get_device_name(list[i]), want))
+		i++;
+	if (i == n) {
+		char names[256];
+		dev_names(list, n, names, sizeof(names));
+		ESD_ERR("transport", "rdma %s: no RDMA device %s on this host (rdma_device; there "
+		        "are: %s)", what, want, names);
+		ibv_free_device_list(list);
+		return -ENODEV;
+	}
+	*out = ibv_open_device(list[i]);
 	if (!*out)
-		ESD_ERR("transport", "rdma %s: RDMA device %s does not open", what,
-		        ibv_get_device_name(list[0]));
+		ESD_ERR("transport", "rdma %s: RDMA device %s does not open: %s", what,
+		        ibv_get_device_name(list[i]), esd_strerror(esd_neg_errno()));
 	ibv_free_device_list(list);
 	return *out ? 0 : -ENODEV;
+}
+
+/* Port and GID: the port exists and is ACTIVE; a LID-routed port (not
+ * Ethernet) has a LID; the GID index is in the table and holds a GID. */
+static int check_port(struct rdma_where *at, const struct esd_link_opts *o, const char *what)
+{
+	const char *dev = ibv_get_device_name(at->ctx->device);
+	struct ibv_device_attr da;
+	at->port = (uint8_t)(o->rdma_port ? o->rdma_port : 1);
+	at->gid_index = o->rdma_gid_index < 0 ? -1 : o->rdma_gid_index;
+	memset(&at->gid, 0, sizeof(at->gid));
+	int rc = ibv_query_device(at->ctx, &da);
+	if (!rc && (o->rdma_port > 255 || at->port > da.phys_port_cnt)) {
+		ESD_ERR("transport", "rdma %s: RDMA device %s has no port %u (rdma_port; it has "
+		        "1 to %u)", what, dev, o->rdma_port, da.phys_port_cnt);
+		return -ENODEV;
+	}
+	if (rc || (rc = ibv_query_port(at->ctx, at->port, &at->pa))) {
+		ESD_ERR("transport", "rdma %s: RDMA device %s port %u cannot be queried: %s", what,
+		        dev, at->port, strerror(rc));
+		return -ENODEV;
+	}
+	if (at->pa.state != IBV_PORT_ACTIVE) {
+		ESD_ERR("transport", "rdma %s: RDMA device %s port %u is %s, not ACTIVE (link down, "
+		        "or no subnet manager)", what, dev, at->port, ibv_port_state_str(at->pa.state));
+		return -ENODEV;
+	}
+	int eth = at->pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+	if (at->gid_index < 0) {
+		if (eth || !at->pa.lid) {
+			ESD_ERR("transport", "rdma %s: RDMA device %s port %u %s: give a GID index "
+			        "(rdma_gid_index)", what, dev, at->port,
+			        eth ? "is RoCE (Ethernet), which routes by GID only" : "has no LID");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	static const uint8_t zero[16];
+	if (at->gid_index >= at->pa.gid_tbl_len ||
+	    ibv_query_gid(at->ctx, at->port, at->gid_index, &at->gid) ||
+	    !memcmp(at->gid.raw, zero, 16)) {
+		ESD_ERR("transport", "rdma %s: RDMA device %s port %u has no GID at index %d "
+		        "(rdma_gid_index; the table has %d entries: show_gids lists them)", what, dev,
+		        at->port, at->gid_index, at->pa.gid_tbl_len);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Open and check what the options name; *at holds the open device. */
+static int find_device(const struct esd_link_opts *o, const char *what, struct rdma_where *at)
+{
+	int rc = open_device(o, what, &at->ctx);
+	if (!rc && (rc = check_port(at, o, what))) {
+		ibv_close_device(at->ctx);
+		at->ctx = NULL;
+	}
+	return rc;
+}
+
+static int rdma_probe(const struct esd_link_opts *o)
+{
+	struct rdma_where at;
+	int rc = find_device(o, o->addr ? o->addr : "device check", &at);
+	if (!rc)
+		ibv_close_device(at.ctx);
+	return rc;
 }
 
 /* ---- bootstrap socket --------------------------------------------------- */
@@ -165,15 +271,16 @@ static int post_recv(struct rdma_wire *r, uint32_t slot)
 	return rc ? -rc : 0; /* verbs return a positive errno */
 }
 
-static int setup_verbs(struct rdma_wire *r, const char *what, struct qp_info *mine)
+static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const char *what,
+                       struct qp_info *mine)
 {
-	int rc = open_device(what, &r->ctx);
+	struct rdma_where at;
+	int rc = find_device(o, what, &at);
 	if (rc)
 		return rc;
-	struct ibv_port_attr pa;
-	if (ibv_query_port(r->ctx, PORT_NUM, &pa))
-		return wire_fail(&r->w, -ENODEV, "rdma: port %d of the device cannot be queried",
-		                 PORT_NUM);
+	r->ctx = at.ctx;
+	r->port = at.port;
+	r->gid_index = at.gid_index;
 	r->region_len = 2ull * SLOTS * SLOT_SIZE;
 	r->region = mmap(NULL, r->region_len, PROT_READ | PROT_WRITE,
 	                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
@@ -204,25 +311,22 @@ static int setup_verbs(struct rdma_wire *r, const char *what, struct qp_info *mi
 	        .max_send_wr = SLOTS, .max_recv_wr = SLOTS, .max_send_sge = 1, .max_recv_sge = 1}};
 	if (!(r->qp = ibv_create_qp(r->pd, &qa)))
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
-	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT,
+	struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT,
 	                         .pkey_index = 0,
-	                         .port_num = PORT_NUM,
+	                         .port_num = r->port,
 	                         .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
 	if ((rc = ibv_modify_qp(
-	         r->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
+	         r->qp, &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
 		return wire_fail(&r->w, -rc, "rdma: queue pair to INIT: %s", strerror(rc));
-	for (uint32_t s = 0; s < SLOTS; s++)
-		if ((rc = post_recv(r, s)))
+	for (uint32_t sl = 0; sl < SLOTS; sl++)
+		if ((rc = post_recv(r, sl)))
 			return wire_fail(&r->w, rc, "rdma: posting receives: %s", esd_strerror(rc));
-	union ibv_gid gid;
-	memset(&gid, 0, sizeof(gid));
-	ibv_query_gid(r->ctx, PORT_NUM, 0, &gid);
 	memset(mine, 0, sizeof(*mine));
 	mine->qpn = r->qp->qp_num;
 	mine->psn = (uint32_t)(esd_now_ns() & 0xffffff);
-	mine->lid = pa.lid;
-	memcpy(mine->gid, gid.raw, 16);
-	mine->mtu = (uint8_t)pa.active_mtu;
+	mine->lid = at.pa.lid;
+	memcpy(mine->gid, at.gid.raw, 16);
+	mine->mtu = (uint8_t)at.pa.active_mtu;
 	r->lent_slot = -1;
 	return 0;
 }
@@ -238,12 +342,15 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	    .rq_psn = peer->psn,
 	    .max_dest_rd_atomic = 1,
 	    .min_rnr_timer = 12,
-	    .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = PORT_NUM},
+	    .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = r->port},
 	};
-	if (memcmp(peer->gid, zero, 16)) { /* RoCE: route by GID */
+	if (memcmp(peer->gid, zero, 16)) { /* routed by GID (RoCE; IB with a GID index) */
+		if (r->gid_index < 0)
+			return wire_fail(&r->w, -EPROTO, "rdma: the peer routes by GID, this side "
+			                 "by LID (rdma_gid_index -1): set the same on both");
 		at.ah_attr.is_global = 1;
 		memcpy(at.ah_attr.grh.dgid.raw, peer->gid, 16);
-		at.ah_attr.grh.sgid_index = 0;
+		at.ah_attr.grh.sgid_index = (uint8_t)r->gid_index;
 		at.ah_attr.grh.hop_limit = 1;
 	}
 	if ((rc = ibv_modify_qp(r->qp, &at,
@@ -286,7 +393,30 @@ static void rdma_free(struct rdma_wire *r)
 	free(r);
 }
 
-/* Set up verbs on an open bootstrap socket and swap QP info. */
+/* Swap QP info on the bootstrap socket in rc_pingpong's order, plus a
+ * last byte: the server moves its QP to RTR before it answers, the client
+ * moves its own before it sends the byte, and the server returns only
+ * after that byte. So neither side sends to a QP that cannot receive yet. */
+static int exchange(struct rdma_wire *r, int client, const struct qp_info *mine,
+                    struct qp_info *peer, int64_t deadline)
+{
+	uint8_t ready = 1;
+	int rc;
+	if (client) {
+		if ((rc = io_all(r->sock, (void *)mine, sizeof(*mine), 1, deadline)) ||
+		    (rc = io_all(r->sock, peer, sizeof(*peer), 0, deadline)) ||
+		    (rc = connect_qp(r, mine, peer)))
+			return rc;
+		return io_all(r->sock, &ready, 1, 1, deadline);
+	}
+	if ((rc = io_all(r->sock, peer, sizeof(*peer), 0, deadline)) ||
+	    (rc = connect_qp(r, mine, peer)) ||
+	    (rc = io_all(r->sock, (void *)mine, sizeof(*mine), 1, deadline)))
+		return rc;
+	return io_all(r->sock, &ready, 1, 0, deadline);
+}
+
+/* Set up verbs on an open bootstrap socket and connect the QPs. */
 static int finish_link(const struct esd_link_opts *o, int sock, int client, struct wire **out)
 {
 	struct rdma_wire *r = calloc(1, sizeof(*r));
@@ -299,15 +429,9 @@ static int finish_link(const struct esd_link_opts *o, int sock, int client, stru
 	snprintf(r->w.peer, sizeof(r->w.peer), "%s", o->addr);
 	struct qp_info mine, peer;
 	int64_t deadline = esd_now_ns() + r->w.timeout_ns;
-	int rc = setup_verbs(r, o->addr, &mine);
+	int rc = setup_verbs(r, o, o->addr, &mine);
 	if (!rc)
-		rc = client ? io_all(sock, &mine, sizeof(mine), 1, deadline)
-		            : io_all(sock, &peer, sizeof(peer), 0, deadline);
-	if (!rc)
-		rc = client ? io_all(sock, &peer, sizeof(peer), 0, deadline)
-		            : io_all(sock, &mine, sizeof(mine), 1, deadline);
-	if (!rc)
-		rc = connect_qp(r, &mine, &peer);
+		rc = exchange(r, client, &mine, &peer, deadline);
 	if (rc) {
 		if (r->w.err[0])
 			ESD_ERR("transport", "rdma %s: %s", o->addr, r->w.err);
@@ -320,11 +444,9 @@ static int finish_link(const struct esd_link_opts *o, int sock, int client, stru
 
 static int rdma_connect(const struct esd_link_opts *o, struct wire **out)
 {
-	struct ibv_context *probe;
-	int rc = open_device(o->addr, &probe); /* fail fast, before any socket */
+	int rc = rdma_probe(o); /* fail fast, before any socket */
 	if (rc)
 		return rc;
-	ibv_close_device(probe);
 	struct addrinfo *res;
 	if ((rc = split_addr(o->addr, 0, &res))) {
 		ESD_ERR("transport", "rdma address '%s': expected host:port", o->addr);
@@ -345,11 +467,9 @@ static int rdma_connect(const struct esd_link_opts *o, struct wire **out)
 
 static int rdma_listen(const struct esd_link_opts *o, struct wire_listener **out)
 {
-	struct ibv_context *probe;
-	int rc = open_device(o->addr, &probe);
+	int rc = rdma_probe(o);
 	if (rc)
 		return rc;
-	ibv_close_device(probe);
 	struct addrinfo *res;
 	if ((rc = split_addr(o->addr, 1, &res))) {
 		ESD_ERR("transport", "rdma address '%s': expected host:port", o->addr);
@@ -573,4 +693,5 @@ const struct wire_ops esd_wire_rdma = {
     .send = rdma_send,
     .recv = rdma_recv,
     .close = rdma_close,
+    .probe = rdma_probe,
 };

@@ -92,9 +92,11 @@
  *   build allows 32 ports per process.
  * - tcp connect retries a refused connection until timeout_ns (a PS that
  *   is still starting), then fails with -ECONNREFUSED.
- * - rdma: the queue-pair data path is written against libibverbs but has
- *   never run (no RDMA device or soft-RoCE on the project's hosts); only the
- *   no-device path is tested.
+ * - rdma: the queue-pair data path is written against libibverbs and
+ *   checked against rdma-core's rc_pingpong (device by name, port, GID
+ *   index, LID check, the two sides' QPs both ready before either sends)
+ *   but has never run (no RDMA device or soft-RoCE on the project's
+ *   hosts); only the no-device path is tested.
  */
 #ifndef ESD_TRANSPORT_H
 #define ESD_TRANSPORT_H
@@ -148,11 +150,29 @@ struct esd_link_opts {
 	/* dpdk */
 	const char *dpdk_eal_args; /* NULL = "--no-pci --no-huge --no-shconf -m 512
 	                            * --no-telemetry --log-level=*:warning" */
-	const char *dpdk_vdev;     /* "memif" (NULL) or "af_packet" */
+	/* "memif" (NULL); "af_packet": addr is a Linux interface; "pci": addr
+	 * is the PCI address (DDDD:BB:DD.F) of a NIC bound to a DPDK driver,
+	 * which dpdk_eal_args must let the EAL see (no --no-pci) */
+	const char *dpdk_vdev;
 	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
 	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
-	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet:
-	                            * at most the interface MTU - 30 */
+	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet,
+	                            * pci: at most the interface's MTU - 16 */
+	uint32_t dpdk_queue;       /* descriptors per rx and tx ring (memif: its
+	                            * ring size), a power of two; 0 = 1024 */
+	/* af_packet, pci: the peers' MAC addresses. connect: the peer's, [0]:
+	 * packets go there and only packets from it are taken. listen: the
+	 * peers that may connect; packets from others are ignored. None (0
+	 * of them): the link learns its peer from the first packet it takes
+	 * (broadcast until then). Packets addressed to another station are
+	 * ignored either way. The array must outlive the link or listener. */
+	const uint8_t (*dpdk_peer_macs)[6];
+	uint32_t dpdk_npeer_macs;
+	/* rdma (the checks of rdma-core's rc_pingpong, see esd_transport_probe) */
+	const char *rdma_device;   /* NULL or "": the first device */
+	uint32_t rdma_port;        /* the device's port; 0 = 1 */
+	int32_t rdma_gid_index;    /* the port's GID index, routes by GID (RoCE
+	                            * needs one); -1: none, by LID (InfiniBand) */
 };
 
 /* Defaults (all zero / NULL, backend "tcp"). */
@@ -164,6 +184,20 @@ void esd_link_opts_init(struct esd_link_opts *o);
  * sentence, "not built: <reason>" for -ENOTSUP.
  */
 int esd_transport_backend_check(const char *name, const char **why);
+
+/*
+ * Check, before any link opens, that the device the options name is there
+ * (a program calls it at start, so that a wrong device stops it at once
+ * rather than at its first connect). rdma: the device (rdma_device, or any
+ * one), its port rdma_port (ACTIVE), the GID at rdma_gid_index, or a LID
+ * when rdma_gid_index is -1. The other backends have nothing to check
+ * before a link opens. Returns 0, -ENOENT / -ENOTSUP (see
+ * esd_transport_backend_check), -ENODEV (no RDMA device, none of that
+ * name, no such port or it is down; the log line says "no RDMA device" or
+ * names the device and lists those there are), -EINVAL (no such GID
+ * index, or a LID-routed port without a LID).
+ */
+int esd_transport_probe(const struct esd_link_opts *o);
 
 /*
  * Open a client link to o->addr and return it in *out (caller closes it

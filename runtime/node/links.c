@@ -4,6 +4,7 @@
 
 #include <esd/clock.h>
 #include <esd/err.h>
+#include <esd/job_link.h>
 #include <esd/log.h>
 #include <esd/optim.h>
 
@@ -14,15 +15,16 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 {
 	struct esd_link_opts lo;
 	esd_link_opts_init(&lo);
-	lo.backend = nd->job.backend;
 	lo.addr = nd->job.addrs[s];
 	lo.uplink = nd->links.uplink; /* the worker's rate, shared by its shard links */
 	lo.key = nd->links.keyed ? &nd->links.key : NULL;
 	lo.memif_id = nd->rank;
 	lo.timeout_ns = 30 * ESD_NS_PER_S;
+	esd_job_link_opts(&nd->job, s, &lo);
 	struct esd_link *l;
 	int rc = esd_link_connect(&lo, &l);
-	if (rc == -EACCES) /* the job key: retrying cannot help */
+	/* the job key, or this host's device or build: retrying cannot help */
+	if (rc == -EACCES || esd_job_link_fatal(rc))
 		*refused = true;
 	if (rc)
 		return rc;
@@ -89,11 +91,16 @@ static int connect_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_
 			break;
 		esd_sleep_ns(100 * ESD_NS_PER_MS);
 	}
-	if (rc && refused)
+	if (rc && esd_job_link_fatal(rc)) {
+		ESD_ERR("node", "no link to shard %u can open on this host (%s): %s", s,
+			nd->job.backend, esd_strerror(rc));
+		esd_job_link_explain(&nd->job, rc);
+	} else if (rc && refused) {
 		ESD_ERR("node", "shard %u at %s refused this node", s, nd->job.addrs[s]);
-	else if (rc)
+	} else if (rc) {
 		ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s, nd->job.addrs[s],
 			nd->job.backend, esd_strerror(rc));
+	}
 	return rc;
 }
 

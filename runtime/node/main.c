@@ -16,6 +16,7 @@
 #include <esd/ctl.h>
 #include <esd/clock.h>
 #include <esd/err.h>
+#include <esd/job_link.h>
 #include <esd/log.h>
 #include <esd/model.h>
 #include <esd/pin.h>
@@ -136,7 +137,8 @@ static int setup_node(struct node *nd, const struct args *a, char *tag, size_t t
 {
 	snprintf(tag, taglen, "esdd%u", (unsigned)a->rank);
 	esd_log_init(tag);
-	if (esd_config_check_keys(a->cfg, esd_job_keys) || esd_job_from_config(a->cfg, &nd->job))
+	if (esd_config_check_keys(a->cfg, esd_job_keys) || esd_job_from_config(a->cfg, &nd->job) ||
+	    esd_job_link_check(&nd->job))
 		return 2;
 	if (a->rank >= nd->job.n) {
 		ESD_ERR("node", "--rank %llu but the job has %u workers",

@@ -19,6 +19,7 @@
 #include <esd/dataset.h>
 #include <esd/dispatch_solve.h>
 #include <esd/err.h>
+#include <esd/job_link.h>
 #include <esd/log.h>
 
 #include <esd/policy.h>
@@ -502,12 +503,14 @@ static int listen_for_nodes(const struct esd_job *job, uint32_t shard, const cha
 	struct esd_link_opts lo;
 	esd_link_opts_init(&lo);
 	lo.key = key;
-	lo.backend = job->backend;
 	lo.addr = addr;
 	lo.max_links = job->n;
+	esd_job_link_opts(job, ESD_JOB_LINK_LISTEN, &lo);
 	int rc = esd_listener_open(&lo, lis);
 	if (rc) {
-		ESD_ERR("ps", "cannot listen on %s (%s): %s", addr, job->backend, esd_strerror(rc));
+		ESD_ERR("ps", "cannot listen on %s (%s): %s", lo.addr, job->backend,
+			esd_strerror(rc));
+		esd_job_link_explain(job, rc);
 		return 1;
 	}
 	char where[256];
@@ -592,7 +595,8 @@ int main(int argc, char **argv)
 	}
 	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)a.shard);
 	esd_log_init(tag);
-	if (esd_config_check_keys(a.cfg, esd_job_keys) || esd_job_from_config(a.cfg, &job))
+	if (esd_config_check_keys(a.cfg, esd_job_keys) || esd_job_from_config(a.cfg, &job) ||
+	    esd_job_link_check(&job))
 		return 2;
 	if (a.shard >= job.shards) {
 		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)a.shard,

@@ -1,7 +1,9 @@
 /* The rdma backend builds, and without an RDMA device fails at start with
- * -ENODEV and a clear "no RDMA device" error (never a crash or a hang). */
+ * -ENODEV and a clear "no RDMA device" error naming the device asked for
+ * (never a crash or a hang, and at once: no retry, no wait). */
 #include "testutil.h"
 
+#include <esd/clock.h>
 #include <esd/err.h>
 #include <esd/log.h>
 #include <esd/transport.h>
@@ -40,8 +42,16 @@ static void test_no_device(void **state)
 	esd_link_opts_init(&o);
 	o.backend = "rdma";
 	o.addr = "127.0.0.1:7471";
+	int64_t t0 = esd_now_ns();
 	int rc1 = esd_link_connect(&o, &l);
 	int rc2 = esd_listener_open(&o, &ls);
+	/* a device by name: the probe a program runs at start, and connect */
+	o.rdma_device = "mlx5_0";
+	o.rdma_port = 2;
+	o.rdma_gid_index = 3;
+	int rc3 = esd_transport_probe(&o);
+	int rc4 = esd_link_connect(&o, &l);
+	int64_t took = esd_now_ns() - t0;
 
 	fflush(stderr);
 	dup2(saved, 2);
@@ -52,15 +62,36 @@ static void test_no_device(void **state)
 	unlink(path);
 	assert_true(n > 0);
 	printf("# log: %s", buf);
+	printf("# 2 connects, 1 listen, 1 probe failed in %.3f ms\n", (double)took / 1e6);
 	assert_int_equal(rc1, -ENODEV);
 	assert_int_equal(rc2, -ENODEV);
+	assert_int_equal(rc3, -ENODEV);
+	assert_int_equal(rc4, -ENODEV);
 	assert_null(l);
 	assert_null(ls);
 	assert_non_null(strstr(buf, "no RDMA device"));
+	assert_non_null(strstr(buf, "no RDMA device mlx5_0"));
+	assert_true(took < ESD_NS_PER_S); /* at once, never a wait */
+}
+
+/* The probe of the backends that have nothing to check before a link,
+ * and of a backend that is not there. */
+static void test_probe_other_backends(void **state)
+{
+	(void)state;
+	struct esd_link_opts o;
+	esd_link_opts_init(&o);
+	assert_int_equal(esd_transport_probe(&o), 0); /* tcp */
+	o.backend = "dpdk";
+	const char *why;
+	assert_int_equal(esd_transport_probe(&o), esd_transport_backend_check("dpdk", &why));
+	o.backend = "carrier-pigeon";
+	assert_int_equal(esd_transport_probe(&o), -ENOENT);
 }
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
+	const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device),
+	                                   cmocka_unit_test(test_probe_other_backends)};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
