@@ -1,7 +1,9 @@
 /*
  * The dpdk backend: frames over a DPDK ethdev, kernel bypass. net_memif
  * connects two processes on one host through shared-memory rings (the
- * tested case); net_af_packet binds an interface by configuration.
+ * tested case); net_af_packet binds a Linux interface; a NIC bound to a
+ * DPDK driver is opened by its PCI address (dpdk_l2.c, which also
+ * addresses the peer of af_packet and PCI links by MAC).
  *
  * Packets: an Ethernet header (ethertype 0x88b5, local experimental), a
  * fragment header (message id, offset, total length) and up to dpdk_mtu
@@ -9,7 +11,8 @@
  * (no bounce copy): both vdevs used here copy them into their ring inside
  * rte_eth_tx_burst() and free the mbufs there, so the frame only has to
  * live for the duration of the send (a zero-copy PMD would need the frame
- * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs). Fragments of a frame travel in
+ * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs; a NIC
+ * DMAs after tx_burst returns, so its frames are always copied). Fragments of a frame travel in
  * order; the receiver reassembles into a buffer it allocates only after the frame header (first
  * fragment) passed esd_frame_hdr_parse() against the limits. A missing fragment loses the frame:
  * the reliable layer (rel.c, always on for this backend) retransmits it.
@@ -26,7 +29,7 @@
  * dpdk_eal_args plus a per-process --file-prefix; the calling thread's
  * CPU affinity is restored afterwards (EAL pins it to its main lcore).
  */
-#include "link_internal.h"
+#include "dpdk_internal.h"
 
 #include <esd/clock.h>
 #include <esd/err.h>
@@ -53,7 +56,6 @@
 #define DEFAULT_MTU   8192u
 #define BURST         32
 #define POOL_MBUFS    8191
-#define RING_DESC     1024
 #define LINK_POLL_NS  (10 * ESD_NS_PER_MS)
 /* An idle receiver spins this long, then sleeps IDLE_SLEEP_NS at a time
  * between polls (the test hosts have two cores for everybody): a reply
@@ -81,6 +83,8 @@ struct dpdk_wire {
 	int was_up, peer_bye, bye_acked, down;
 	int extbuf;   /* the PMD copies on tx (memif copy mode, af_packet) */
 	int drop_own; /* af_packet also sees what it sends: drop our source MAC */
+	int l2;       /* af_packet or PCI: packets addressed to and from the peer */
+	struct l2_peer peer;
 	uint8_t mac[6];
 	int64_t next_link_check;
 	uint64_t empty_polls;
@@ -100,6 +104,22 @@ static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
 static pid_t eal_pid; /* the process that started it */
 static struct rte_mempool *pool;
 static unsigned dev_seq;
+
+static int is_memif(const struct esd_link_opts *o)
+{
+	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
+}
+
+static int is_pci(const struct esd_link_opts *o)
+{
+	return o->dpdk_vdev && !strcmp(o->dpdk_vdev, "pci");
+}
+
+/* The port's kind, as vdev names and logs spell it. */
+static const char *kind_of(const struct esd_link_opts *o)
+{
+	return is_memif(o) ? "memif" : is_pci(o) ? "pci" : "af_packet";
+}
 
 static int eal_start(const struct esd_link_opts *o)
 {
@@ -147,10 +167,17 @@ static int eal_start(const struct esd_link_opts *o)
 		return -ENODEV;
 	}
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
-	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. */
+	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. A NIC
+	 * writes whole buffers of its own granularity: room for a VLAN tag and
+	 * the CRC, rounded up to 1 KiB, so that a packet fits one mbuf. */
 	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
+	if (is_pci(o))
+		room = (room + 8 + 1023) & ~1023u;
+	/* every ring full at once, rx and tx, and as much again in flight */
+	unsigned nmbufs =
+	    4u * dpdk_ring_size(o) - 1 > POOL_MBUFS ? 4u * dpdk_ring_size(o) - 1 : POOL_MBUFS;
 	pool =
-	    rte_pktmbuf_pool_create("esd_mbufs", POOL_MBUFS, 256, 0,
+	    rte_pktmbuf_pool_create("esd_mbufs", nmbufs, 256, 0,
 	                            (uint16_t)(RTE_PKTMBUF_HEADROOM + room), (int)rte_socket_id());
 	if (!pool) {
 		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
@@ -164,10 +191,16 @@ static int eal_start(const struct esd_link_opts *o)
 	return 0;
 }
 
-/* Create, configure and start one port from a vdev string. */
-static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t *port)
+/* Create (a vdev from its devargs) or find (a NIC by its PCI address,
+ * name), configure and start the port of a link. */
+static int port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
+                   uint16_t *port)
 {
 	char spec[512];
+	uint16_t ring = dpdk_ring_size(o);
+	if (is_pci(o))
+		return dpdk_pci_port_up(
+		    name, pool, FRAG_HDR + (o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU), ring, port);
 	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
 	int rc = rte_dev_probe(spec);
 	if (rc) {
@@ -180,13 +213,11 @@ static int port_up(const char *name, const char *devargs, uint32_t mtu, uint16_t
 	 * buffer size (memif chains buffers) whatever MTU ethdev reports. */
 	struct rte_eth_conf conf;
 	memset(&conf, 0, sizeof(conf));
-	(void)mtu;
 	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
 		goto err_remove;
-	if ((rc = rte_eth_rx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL,
-	                                 pool)) < 0 ||
-	    (rc = rte_eth_tx_queue_setup(*port, 0, RING_DESC, (unsigned)rte_socket_id(), NULL)) <
+	if ((rc = rte_eth_rx_queue_setup(*port, 0, ring, (unsigned)rte_socket_id(), NULL, pool)) <
 	        0 ||
+	    (rc = rte_eth_tx_queue_setup(*port, 0, ring, (unsigned)rte_socket_id(), NULL)) < 0 ||
 	    (rc = rte_eth_dev_start(*port)) < 0)
 		goto err_close;
 	return 0;
@@ -201,6 +232,10 @@ err_remove:
 
 static void port_down(uint16_t port, const char *name)
 {
+	if (strncmp(name, "net_", 4)) { /* a NIC (its PCI address): stopped, kept */
+		dpdk_pci_port_down(port);
+		return;
+	}
 	rte_eth_dev_stop(port);
 	rte_eth_dev_close(port);
 	rte_eal_hotplug_remove("vdev", name);
@@ -214,11 +249,17 @@ static int link_is_up(uint16_t port)
 	return l.link_status == RTE_ETH_LINK_UP;
 }
 
-static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, const char *dev)
+static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, const char *dev,
+                                  bool client)
 {
 	struct dpdk_wire *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
+	d->l2 = !is_memif(o);
+	if (d->l2 && l2_peer_init(&d->peer, o, client)) {
+		free(d);
+		return NULL;
+	}
 	wire_init(&d->w, &esd_wire_dpdk, o);
 	d->port = port;
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
@@ -228,6 +269,10 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	 * caller's frame can be sent without a bounce copy; ESD_DPDK_COPY=1
 	 * turns that off (e.g. to compare). */
 	d->extbuf = !getenv("ESD_DPDK_COPY");
+	/* A NIC reads the packet by DMA after tx_burst returns, from memory
+	 * it must be able to address: the frame is copied into mbufs. */
+	if (is_pci(o))
+		d->extbuf = 0;
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(port, &mac))
 		memcpy(d->mac, mac.addr_bytes, 6);
@@ -238,27 +283,29 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	return d;
 }
 
-static int is_memif(const struct esd_link_opts *o)
-{
-	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
-}
-
 static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf, size_t len)
 {
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	if (is_memif(o)) {
-		uint32_t bsize = 2048;
+		uint32_t bsize = 2048, rsize = 0;
 		while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
 			bsize *= 2;
-		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=10",
-		         server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize);
+		while ((1u << rsize) < dpdk_ring_size(o))
+			rsize++;
+		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=%u",
+		         server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize,
+		         rsize);
+		return 0;
+	}
+	if (is_pci(o)) {
+		buf[0] = '\0'; /* a NIC, no vdev */
 		return 0;
 	}
 	if (!strcmp(o->dpdk_vdev, "af_packet")) {
 		snprintf(buf, len, "iface=%s,qpairs=1", o->addr);
-		return 0;
+		return dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
 	}
-	ESD_ERR("transport", "dpdk: vdev '%s': expected memif or af_packet", o->dpdk_vdev);
+	ESD_ERR("transport", "dpdk: vdev '%s': expected memif, af_packet or pci", o->dpdk_vdev);
 	return -EINVAL;
 }
 
@@ -271,9 +318,12 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 		return rc;
 	if ((rc = vdev_args(o, 0, o->memif_id, args, sizeof(args))))
 		return rc;
-	snprintf(name, sizeof(name), "net_%s_esdc%u", is_memif(o) ? "memif" : "af_packet",
-	         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
-	if ((rc = port_up(name, args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU, &port)))
+	if (is_pci(o))
+		snprintf(name, sizeof(name), "%s", o->addr);
+	else
+		snprintf(name, sizeof(name), "net_%s_esdc%u", kind_of(o),
+		         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
+	if ((rc = port_up(o, name, args, &port)))
 		return rc;
 	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
 	while (!link_is_up(port)) {
@@ -285,7 +335,7 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 		}
 		esd_sleep_ns(5 * ESD_NS_PER_MS);
 	}
-	struct dpdk_wire *d = wire_new(o, port, name);
+	struct dpdk_wire *d = wire_new(o, port, name, true);
 	if (!d) {
 		port_down(port, name);
 		return -ENOMEM;
@@ -322,10 +372,12 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		char args[400];
 		if ((rc = vdev_args(o, 1, i, args, sizeof(args))))
 			break;
-		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u",
-		         is_memif(o) ? "memif" : "af_packet", seq, i);
-		if ((rc = port_up(dl->devs[i], args, o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU,
-		                  &dl->ports[i])))
+		if (is_pci(o))
+			snprintf(dl->devs[i], sizeof(dl->devs[i]), "%s", o->addr);
+		else
+			snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u", kind_of(o),
+			         seq, i);
+		if ((rc = port_up(o, dl->devs[i], args, &dl->ports[i])))
 			break;
 	}
 	if (rc) {
@@ -356,7 +408,7 @@ static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, 
 			left++;
 			if (!link_is_up(dl->ports[i]))
 				continue;
-			struct dpdk_wire *d = wire_new(o, dl->ports[i], dl->devs[i]);
+			struct dpdk_wire *d = wire_new(o, dl->ports[i], dl->devs[i], false);
 			if (!d)
 				return -ENOMEM;
 			dl->taken[i] = 1;
@@ -419,7 +471,8 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	if (!h)
 		return 0; /* runt: ignore */
 	uint16_t et = (uint16_t)(h[12] << 8 | h[13]);
-	if (et != ETHERTYPE_ESD || (d->drop_own && !memcmp(h + 6, d->mac, 6)))
+	if (et != ETHERTYPE_ESD || (d->drop_own && !memcmp(h + 6, d->mac, 6)) ||
+	    (d->l2 && !l2_peer_take(&d->peer, d->mac, h)))
 		return 0;
 	uint32_t id, off, total;
 	memcpy(&id, h + ETH_HDR, 4);
@@ -556,7 +609,10 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				rte_pktmbuf_free(m);
 				break;
 			}
-			memset(b, 0xff, 6);
+			if (d->l2)
+				l2_peer_dst(&d->peer, b);
+			else
+				memset(b, 0xff, 6);
 			memcpy(b + 6, d->mac, 6);
 			b[12] = ETHERTYPE_ESD >> 8;
 			b[13] = ETHERTYPE_ESD & 0xff;
@@ -732,6 +788,7 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 		ready_free(d, r);
 	}
 	bufcache_fini(&d->w.cache);
+	l2_peer_fini(&d->peer);
 	free(d);
 }
 

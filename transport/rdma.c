@@ -120,16 +120,18 @@ static int open_device(const struct esd_link_opts *o, const char *what, struct i
 	*out = NULL;
 	if (!list) {
 		int rc = esd_neg_errno();
-		ESD_ERR("transport", "rdma %s: no RDMA device%s%s: ibv_get_device_list() failed (%s)",
-		        what, want ? " " : "", want ? want : "", esd_strerror(rc));
+		ESD_ERR("transport",
+		        "rdma %s: no RDMA device%s%s: ibv_get_device_list() failed (%s)", what,
+		        want ? " " : "", want ? want : "", esd_strerror(rc));
 		return -ENODEV;
 	}
 	if (n == 0) {
 		ibv_free_device_list(list);
-		ESD_ERR("transport",
-		        "rdma %s: no RDMA device%s%s: ibv_get_device_list() found none (no "
-		        "/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
-		        what, want ? " " : "", want ? want : "");
+		ESD_ERR(
+		    "transport",
+		    "rdma %s: no RDMA device%s%s: ibv_get_device_list() found none (no "
+		    "/dev/infiniband/uverbs*; load an RDMA driver or use the tcp or dpdk backend)",
+		    what, want ? " " : "", want ? want : "");
 		return -ENODEV;
 	}
 	int i = 0;
@@ -138,8 +140,10 @@ static int open_device(const struct esd_link_opts *o, const char *what, struct i
 	if (i == n) {
 		char names[256];
 		dev_names(list, n, names, sizeof(names));
-		ESD_ERR("transport", "rdma %s: no RDMA device %s on this host (rdma_device; there "
-		        "are: %s)", what, want, names);
+		ESD_ERR("transport",
+		        "rdma %s: no RDMA device %s on this host (rdma_device; there "
+		        "are: %s)",
+		        what, want, names);
 		ibv_free_device_list(list);
 		return -ENODEV;
 	}
@@ -162,8 +166,10 @@ static int check_port(struct rdma_where *at, const struct esd_link_opts *o, cons
 	memset(&at->gid, 0, sizeof(at->gid));
 	int rc = ibv_query_device(at->ctx, &da);
 	if (!rc && (o->rdma_port > 255 || at->port > da.phys_port_cnt)) {
-		ESD_ERR("transport", "rdma %s: RDMA device %s has no port %u (rdma_port; it has "
-		        "1 to %u)", what, dev, o->rdma_port, da.phys_port_cnt);
+		ESD_ERR("transport",
+		        "rdma %s: RDMA device %s has no port %u (rdma_port; it has "
+		        "1 to %u)",
+		        what, dev, o->rdma_port, da.phys_port_cnt);
 		return -ENODEV;
 	}
 	if (rc || (rc = ibv_query_port(at->ctx, at->port, &at->pa))) {
@@ -172,16 +178,21 @@ static int check_port(struct rdma_where *at, const struct esd_link_opts *o, cons
 		return -ENODEV;
 	}
 	if (at->pa.state != IBV_PORT_ACTIVE) {
-		ESD_ERR("transport", "rdma %s: RDMA device %s port %u is %s, not ACTIVE (link down, "
-		        "or no subnet manager)", what, dev, at->port, ibv_port_state_str(at->pa.state));
+		ESD_ERR("transport",
+		        "rdma %s: RDMA device %s port %u is %s, not ACTIVE (link down, "
+		        "or no subnet manager)",
+		        what, dev, at->port, ibv_port_state_str(at->pa.state));
 		return -ENODEV;
 	}
 	int eth = at->pa.link_layer == IBV_LINK_LAYER_ETHERNET;
 	if (at->gid_index < 0) {
 		if (eth || !at->pa.lid) {
-			ESD_ERR("transport", "rdma %s: RDMA device %s port %u %s: give a GID index "
-			        "(rdma_gid_index)", what, dev, at->port,
-			        eth ? "is RoCE (Ethernet), which routes by GID only" : "has no LID");
+			ESD_ERR("transport",
+			        "rdma %s: RDMA device %s port %u %s: give a GID index "
+			        "(rdma_gid_index)",
+			        what, dev, at->port,
+			        eth ? "is RoCE (Ethernet), which routes by GID only"
+			            : "has no LID");
 			return -EINVAL;
 		}
 		return 0;
@@ -190,9 +201,10 @@ static int check_port(struct rdma_where *at, const struct esd_link_opts *o, cons
 	if (at->gid_index >= at->pa.gid_tbl_len ||
 	    ibv_query_gid(at->ctx, at->port, at->gid_index, &at->gid) ||
 	    !memcmp(at->gid.raw, zero, 16)) {
-		ESD_ERR("transport", "rdma %s: RDMA device %s port %u has no GID at index %d "
-		        "(rdma_gid_index; the table has %d entries: show_gids lists them)", what, dev,
-		        at->port, at->gid_index, at->pa.gid_tbl_len);
+		ESD_ERR("transport",
+		        "rdma %s: RDMA device %s port %u has no GID at index %d "
+		        "(rdma_gid_index; the table has %d entries: show_gids lists them)",
+		        what, dev, at->port, at->gid_index, at->pa.gid_tbl_len);
 		return -EINVAL;
 	}
 	return 0;
@@ -346,7 +358,8 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	};
 	if (memcmp(peer->gid, zero, 16)) { /* routed by GID (RoCE; IB with a GID index) */
 		if (r->gid_index < 0)
-			return wire_fail(&r->w, -EPROTO, "rdma: the peer routes by GID, this side "
+			return wire_fail(&r->w, -EPROTO,
+			                 "rdma: the peer routes by GID, this side "
 			                 "by LID (rdma_gid_index -1): set the same on both");
 		at.ah_attr.is_global = 1;
 		memcpy(at.ah_attr.grh.dgid.raw, peer->gid, 16);

@@ -13,8 +13,12 @@
  *           a batch of frames is one submission), or by poll(2) when the
  *           build has no liburing or tcp_engine = "poll".
  *   "dpdk"  DPDK ethdev: net_memif between processes on one host (kernel
- *           bypass), net_af_packet on an interface by configuration. Frames
- *           are cut into packets and carried by the reliable layer below.
+ *           bypass), net_af_packet on a Linux interface, or a NIC bound to
+ *           a DPDK driver by its PCI address (dpdk_vdev). Frames are cut
+ *           into packets and carried by the reliable layer below; over
+ *           af_packet and a NIC, packets go to the peer's MAC address (given,
+ *           or learned from its first packet) and a NIC port or af_packet
+ *           listener carries one link.
  *   "rdma"  libibverbs reliable-connected queue pairs. With no RDMA device
  *           (always the case on the test hosts) connect and listen fail with
  *           -ENODEV and the log line "no RDMA device".

@@ -1,19 +1,89 @@
 /* dpdk net_af_packet between two processes over a veth pair inside a
  * network namespace this test creates (no traffic leaves it): HELLO, a
- * push and pulls larger than a packet, the reliable layer on. Skips (77)
- * without DPDK, without the right to create a namespace, or without the
- * ip tool. */
+ * push and pulls larger than a packet, the reliable layer on, each side
+ * given the other's MAC address (the job's ps.dpdk_*_macs); a client that
+ * names another station is not answered; a dpdk_mtu above the interface's
+ * is refused at connect. Skips (77) without DPDK, without the right to
+ * create a namespace, or without the ip tool. */
 #include "testutil.h"
 #include "peer.h"
 
 #include <esd/clock.h>
 #include <esd/err.h>
+#include <net/if.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static struct peer peer_a;
+static uint8_t mac_v0[1][6], mac_v1[1][6]; /* esdv0 (the peer's), esdv1 */
+
+/* The MAC address of a Linux interface (of this network namespace: sysfs
+ * shows the one it was mounted in). */
+static int iface_mac(const char *iface, uint8_t mac[6])
+{
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", iface);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int rc = ioctl(fd, SIOCGIFHWADDR, &ifr) ? -errno : 0;
+	close(fd);
+	memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
+	return rc;
+}
+
+/* The client's options on esdv1, its peer's MAC given. */
+static void client_opts(struct esd_link_opts *o, const uint8_t (*peer_mac)[6])
+{
+	esd_link_opts_init(o);
+	o->backend = "dpdk";
+	o->dpdk_vdev = "af_packet";
+	o->dpdk_mtu = 1400; /* veth MTU 1500 */
+	o->addr = "esdv1";
+	o->dpdk_peer_macs = peer_mac;
+	o->dpdk_npeer_macs = 1;
+}
+
+static void test_mtu_above_interface(void **state)
+{
+	(void)state;
+	struct esd_link_opts o;
+	struct esd_link *l = NULL;
+	client_opts(&o, mac_v0);
+	o.dpdk_mtu = 1490; /* 1490 + 16 > 1500 */
+	int rc = esd_link_connect(&o, &l);
+	if (rc == -ENODEV)
+		ESD_TEST_SKIP("EAL could not start in the test process");
+	assert_int_equal(rc, -EINVAL);
+	assert_null(l);
+}
+
+/* A client whose packets go to another station: the peer never sees them. */
+static void test_other_station_ignored(void **state)
+{
+	(void)state;
+	static const uint8_t elsewhere[1][6] = {{0x02, 0, 0, 0, 0, 0x99}};
+	struct esd_link_opts o;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	client_opts(&o, elsewhere);
+	o.timeout_ns = ESD_NS_PER_S;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	esd_buf_init(&b);
+	struct esd_hello h = {.proto_version = ESD_PROTO_VERSION, .worker = 1, .job_token = 9};
+	assert_int_equal(esd_enc_hello(&b, &h, 0), 0);
+	assert_int_equal(peer_send_buf(l, &b), 0);
+	assert_int_not_equal(peer_expect(l, &m, ESD_OP_HELLO, ESD_NS_PER_S), 0);
+	esd_link_close(l);
+	esd_buf_free(&b);
+}
 
 static void test_af_packet_round_trips(void **state)
 {
@@ -22,11 +92,7 @@ static void test_af_packet_round_trips(void **state)
 	struct esd_buf b;
 	struct esd_msg m;
 	struct esd_link_opts o;
-	esd_link_opts_init(&o);
-	o.backend = "dpdk";
-	o.dpdk_vdev = "af_packet";
-	o.dpdk_mtu = 1400; /* veth MTU 1500 */
-	o.addr = "esdv1";
+	client_opts(&o, mac_v0);
 	int rc = esd_link_connect(&o, &l);
 	if (rc == -ENODEV) {
 		peer_kill(&peer_a);
@@ -90,16 +156,22 @@ int main(void)
 	if (system("ip link add esdv0 type veth peer name esdv1 && ip link set esdv0 up && "
 	           "ip link set esdv1 up") != 0)
 		ESD_TEST_SKIP("cannot create a veth pair (ip tool or veth missing)");
+	if (iface_mac("esdv0", mac_v0[0]) || iface_mac("esdv1", mac_v1[0]))
+		ESD_TEST_SKIP("cannot read the veth pair's MAC addresses");
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
 	o.backend = "dpdk";
 	o.dpdk_vdev = "af_packet";
 	o.dpdk_mtu = 1400;
 	o.addr = "esdv0";
+	o.dpdk_peer_macs = mac_v1; /* the only client it takes */
+	o.dpdk_npeer_macs = 1;
 	int rc = peer_start(&peer_a, &o);
 	if (rc)
 		ESD_TEST_SKIP("dpdk af_packet peer could not start: %s", esd_strerror(rc));
-	const struct CMUnitTest tests[] = {cmocka_unit_test(test_af_packet_round_trips)};
+	const struct CMUnitTest tests[] = {cmocka_unit_test(test_mtu_above_interface),
+	                                   cmocka_unit_test(test_other_station_ignored),
+	                                   cmocka_unit_test(test_af_packet_round_trips)};
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
 	peer_kill(&peer_a);
 	return rc ? 1 : 0;
