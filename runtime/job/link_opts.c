@@ -77,6 +77,11 @@ void esd_job_link_explain(const struct esd_job *job, int rc)
 
 int esd_job_link_check(const struct esd_job *job)
 {
+	if (!strcmp(job->backend, "dpdk") && job->dpdk_port != ESD_JOB_PORT_MEMIF && job->n > 1)
+		ESD_WARN("config", "ps.dpdk_port = %s%s: a shard serves one link over af_packet "
+			 "or a NIC for now, so workers beyond the first (workers.n = %u) are not "
+			 "served (docs/configuration.md)", job->dpdk_port == ESD_JOB_PORT_PCI ? "" :
+			 "af_packet:", job->dpdk_dev, job->n);
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
 	esd_job_link_opts(job, ESD_JOB_LINK_LISTEN, &o);
