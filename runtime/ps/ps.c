@@ -744,12 +744,14 @@ static int handle_frame(struct ps_link *pl, const struct esd_msg *m, struct esd_
 	}
 }
 
-/* The link's receive failed with rc: the worker finished, or went away
- * (the job fails), or sent a bad frame (an ERROR first). */
-static void on_link_end(struct ps_link *pl, int rc)
+/* The link ends with rc, from its receive (received) or from answering a
+ * frame: the worker finished, or went away (the job fails), or sent a bad
+ * frame (an ERROR first). A worker whose last ACK met its close (its
+ * goodbye can reach a dpdk link's send) has finished all the same. */
+static void on_link_end(struct ps_link *pl, int rc, bool received)
 {
 	struct ps *ps = pl->ps;
-	if (is_bad_frame(rc)) /* the protocol: an ERROR, then the close */
+	if (received && is_bad_frame(rc)) /* the protocol: an ERROR, then the close */
 		esd_link_send_error(pl->link, rc, esd_link_last_error(pl->link));
 	pthread_mutex_lock(&ps->mu);
 	if (pl->worker >= 0 && (ps->bar.iter_done > ps->job.iterations || ps->bar.ended)) {
@@ -794,11 +796,13 @@ static void *link_main(void *arg)
 			continue;
 		}
 		if (rc) {
-			on_link_end(pl, rc);
+			on_link_end(pl, rc, true);
 			break;
 		}
-		if (handle_frame(pl, &m, &out))
+		if ((rc = handle_frame(pl, &m, &out))) {
+			on_link_end(pl, rc, false);
 			break;
+		}
 	}
 	esd_buf_free(&out);
 	pthread_mutex_lock(&ps->mu);
