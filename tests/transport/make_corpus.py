@@ -7,11 +7,12 @@ import os
 import struct
 
 MAGIC = 0x46445345
+VERSION = 2  # ESD_PROTO_VERSION: a seed of another version stops at the header
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 os.makedirs(out, exist_ok=True)
 
 
-def frame(op, body, version=1, flags=0, length=None, seq=0):
+def frame(op, body, version=VERSION, flags=0, length=None, seq=0):
     if length is None:
         length = len(body)
     return struct.pack("<IBBHIIQ", MAGIC, version, op, flags, length, 0, seq) + body
@@ -25,8 +26,8 @@ def rows(op, kind, count, dim, sdim, it=1, seq=0, worker=0):
 
 
 seeds = {
-    "hello": frame(1, struct.pack("<IIQIIII", 1, 3, 42, 0, 16, 16, 4)),
-    "pull": frame(2, struct.pack("<QQII", 1, 1, 0, 3) + struct.pack("<3Q", 1, 2, 3)),
+    "hello": frame(1, struct.pack("<IIQIIIIQ", VERSION, 3, 42, 0, 16, 16, 4, 0)),
+    "pull": frame(2, struct.pack("<QQIIII", 1, 1, 0, 3, 0, 0) + struct.pack("<3Q", 1, 2, 3)),
     "pull_resp": rows(3, 0, 2, 4, 0),
     "push_value": rows(4, 1, 2, 4, 4),
     "push_value_evict": rows(4, 2, 1, 8, 8),
@@ -46,12 +47,12 @@ seeds = {
     "bad_len_max_plus1": frame(2, b"", length=(1 << 16) + 1),
     "bad_len_u32max": frame(5, b"", length=0xFFFFFFFF),
     "bad_count_overflow": frame(5, struct.pack("<QQIIIIII", 1, 0, 0, 1, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0)),
-    "bad_pull_count": frame(2, struct.pack("<QQII", 1, 1, 0, 0x20000000)),
+    "bad_pull_count": frame(2, struct.pack("<QQIIII", 1, 1, 0, 0x20000000, 0, 0)),
     "bad_version": frame(6, struct.pack("<QQII", 1, 0, 0, 0), version=9),
     "bad_op": frame(77, b""),
     "bad_flags": frame(6, struct.pack("<QQII", 1, 0, 0, 0), flags=0x8000),
     "bad_error_text": frame(8, struct.pack("<iI", -1, 4096)),
-    "truncated": frame(2, struct.pack("<QQII", 1, 1, 0, 3) + b"\1\2"),
+    "truncated": frame(2, struct.pack("<QQIIII", 1, 1, 0, 3, 0, 0) + b"\1\2"),
     "short": b"ESDF\x01",
 }
 for name, data in seeds.items():
