@@ -56,10 +56,11 @@ int node_write_summary(struct node *nd, int status)
 			continue;
 		struct esd_link_stats st;
 		esd_link_stats(nd->links.link[s], &st);
-		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I}", "shard", s, "backend",
+		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I, s:I}", "shard", s, "backend",
 				      esd_link_backend(nd->links.link[s]), "reliable", st.reliable,
 				      "rate_bps", (json_int_t)st.rate_bps, "shaped_wait_ns",
-				      (json_int_t)st.shaped_wait_ns);
+				      (json_int_t)st.shaped_wait_ns, "retx_frames",
+				      (json_int_t)st.retx_frames);
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			json_object_set_new(
 				l, esd_xfer_kind_name(k),
