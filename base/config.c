@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -113,17 +114,85 @@ struct load_ctx {
 	FILE *f;
 	int line; /* line the parser read last (Debian's inih reports none) */
 	int rc;
+	/* a line longer than inih's buffer (200 bytes in Debian's build) goes
+	 * to it in pieces, the later ones as continuation lines (indented),
+	 * which on_ini appends to the value they continue */
+	char *phys;       /* the physical line being handed over */
+	size_t off, len;  /* what of it is handed over already */
+	bool continuing;  /* the next value is the rest of the previous one */
+	char last_section[128], last_key[128];
 };
 
+/* Where to cut s (at most max bytes): between two non-blank bytes, as the
+ * parser strips blanks at both ends of each piece. */
+static size_t cut_at(const char *s, size_t len, size_t max)
+{
+	if (len <= max)
+		return len;
+	for (size_t c = max; c > max / 2; c--)
+		if (s[c - 1] != ' ' && s[c - 1] != '\t' && s[c] != ' ' && s[c] != '\t')
+			return c;
+	return max;
+}
+
+/* A line too long for inih loses what inih would drop anyway, so that no
+ * piece of it is mistaken for a value: a comment line is cut to its first
+ * piece, an inline comment (";" after a blank) is removed. */
+static void trim_long_line(struct load_ctx *lc, size_t room)
+{
+	char *p = lc->phys;
+	if (lc->len <= room)
+		return;
+	size_t i = 0;
+	while (i < lc->len && (p[i] == ' ' || p[i] == '\t'))
+		i++;
+	if (i < lc->len && (p[i] == ';' || p[i] == '#')) {
+		lc->len = room;
+		return;
+	}
+	for (size_t j = 1; j < lc->len; j++)
+		if (p[j] == ';' && (p[j - 1] == ' ' || p[j - 1] == '\t')) {
+			lc->len = j;
+			break;
+		}
+}
+
 /* inih reads line by line through this reader, so counting here gives the
- * line of the key the handler sees next. */
+ * line of the key the handler sees next. A long line is handed over as its
+ * first piece and continuation lines (" " + the next piece). */
 static char *read_line(char *str, int num, void *stream)
 {
 	struct load_ctx *lc = stream;
-	char *r = fgets(str, num, lc->f);
-	if (r)
+	size_t room = (size_t)num - 3; /* a leading blank, the newline, NUL */
+	if (!lc->phys || lc->off >= lc->len) {
+		size_t cap = 0;
+		ssize_t n;
+		free(lc->phys);
+		lc->phys = NULL;
+		if ((n = getline(&lc->phys, &cap, lc->f)) < 0)
+			return NULL;
 		lc->line++;
-	return r;
+		lc->len = (size_t)n;
+		while (lc->len && (lc->phys[lc->len - 1] == '\n' || lc->phys[lc->len - 1] == '\r'))
+			lc->len--;
+		lc->off = 0;
+		lc->continuing = false;
+		trim_long_line(lc, room);
+		size_t c = cut_at(lc->phys, lc->len, room);
+		memcpy(str, lc->phys, c);
+		str[c] = '\n';
+		str[c + 1] = 0;
+		lc->off = c;
+		return str;
+	}
+	size_t c = cut_at(lc->phys + lc->off, lc->len - lc->off, room);
+	str[0] = ' ';
+	memcpy(str + 1, lc->phys + lc->off, c);
+	str[c + 1] = '\n';
+	str[c + 2] = 0;
+	lc->off += c;
+	lc->continuing = true;
+	return str;
 }
 
 static int on_ini(void *user, const char *section, const char *name, const char *value)
@@ -134,6 +203,31 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 	snprintf(origin, sizeof(origin), "%s:%d", lc->path, lc->line);
 	if (!name) /* a section header with no keys yet */
 		return 1;
+	const char *sec = section && *section ? section : "global";
+	if (lc->continuing && !strcmp(sec, lc->last_section) && !strcmp(name, lc->last_key)) {
+		/* the rest of a long line: appended to its value */
+		const struct entry *e = find(lc->tmp, sec, name);
+		if (e) {
+			const char *prev = e->value;
+			size_t a = strlen(prev), b = strlen(value ? value : "");
+			char *joined = malloc(a + b + 1);
+			if (!joined) {
+				lc->rc = -ENOMEM;
+				return 0;
+			}
+			memcpy(joined, prev, a);
+			memcpy(joined + a, value ? value : "", b + 1);
+			int rc = esd_config_put(lc->tmp, sec, name, joined, origin);
+			free(joined);
+			if (rc) {
+				lc->rc = rc;
+				return 0;
+			}
+			return 1;
+		}
+	}
+	snprintf(lc->last_section, sizeof(lc->last_section), "%s", sec);
+	snprintf(lc->last_key, sizeof(lc->last_key), "%s", name);
 	int rc = esd_config_put(lc->tmp, section && *section ? section : "global", name,
 				value ? value : "", origin);
 	if (rc) {
@@ -165,6 +259,7 @@ int esd_config_load(struct esd_config *cfg, const char *path)
 	if (rc)
 		goto out_close;
 	int line = ini_parse_stream(read_line, &lc, on_ini, &lc);
+	free(lc.phys);
 	if (lc.rc) {
 		rc = lc.rc;
 		goto out_free;

@@ -44,6 +44,23 @@ const char *esd_job_sync_name(const struct esd_job *j)
 	return j->het ? "het" : j->sync == ESD_SYNC_FULL_SET ? "full-set" : "on-demand";
 }
 
+/* An item "X*N" of a list stands for N copies of X (N 1..max): its count,
+ * 1 for a plain item, or -EINVAL. */
+static int repeat_count(char *item, int max)
+{
+	char *star = strrchr(item, '*'), *end;
+	if (!star)
+		return 1;
+	errno = 0;
+	long k = strtol(star + 1, &end, 10);
+	if (errno || end == star + 1 || *end || k < 1 || k > max || star == item)
+		return -EINVAL;
+	*star = '\0';
+	while (star > item && (star[-1] == ' ' || star[-1] == '\t'))
+		*--star = '\0';
+	return (int)k;
+}
+
 int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
 {
 	int n = 0;
@@ -59,7 +76,12 @@ int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
 			return -EINVAL;
 		memcpy(items[n], p, len);
 		items[n][len] = '\0';
-		n++;
+		int k = repeat_count(items[n], max - n); /* "5G*48": 48 items */
+		if (k < 0)
+			return -EINVAL;
+		for (int i = 1; i < k; i++)
+			memcpy(items[n + i], items[n], ESD_JOB_ADDR_LEN);
+		n += k;
 		if (!c)
 			break;
 		p = c + 1;

@@ -4,8 +4,9 @@
 
 #include <esd/job.h>
 
-/* Split a comma list into at most max items (blanks around each trimmed);
- * returns the count, or -EINVAL for an empty or too long item or too many. */
+/* Split a comma list into at most max items (blanks around each trimmed;
+ * "X*N" stands for N copies of X); returns the count, or -EINVAL for an
+ * empty, too long or badly repeated item, or too many. */
 int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max);
 
 /* ps.backend and the backend's own keys (ps.dpdk_*, ps.rdma_*), each

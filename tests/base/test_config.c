@@ -56,6 +56,30 @@ static void test_load_and_get(void **state)
 	free(p);
 }
 
+/* Lines longer than the INI parser's buffer (200 bytes): a value of 64
+ * rates, an inline comment after it, a long comment line. */
+static void test_long_lines(void **state)
+{
+	(void)state;
+	char text[4096], list[2048] = "";
+	for (int i = 0; i < 64; i++)
+		strcat(list, i ? (i % 2 ? ",0.5G" : ",5G") : "5G");
+	snprintf(text, sizeof(text), "; %0400d\n[workers]\nrates = %s   ; per worker\nn = 64\n",
+		 0, list);
+	char *p = write_ini("long.ini", text);
+	struct esd_config *c;
+	const char *s;
+	uint64_t u;
+	assert_int_equal(esd_config_create(&c), 0);
+	assert_int_equal(esd_config_load(c, p), 0);
+	assert_int_equal(esd_config_get_str(c, "workers", "rates", "", &s), 0);
+	assert_string_equal(s, list);
+	assert_int_equal(esd_config_get_u64(c, "workers", "n", 0, 0, 100, &u), 0);
+	assert_int_equal(u, 64);
+	esd_config_free(c);
+	free(p);
+}
+
 static void test_errors(void **state)
 {
 	(void)state;
@@ -130,6 +154,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_load_and_get),
+		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_parsers),
 	};

@@ -46,6 +46,31 @@ static void test_defaults_and_lists(void **state)
 	esd_config_free(c);
 }
 
+/* "X*N" in a list: N copies of X. */
+static void test_repeated_items(void **state)
+{
+	(void)state;
+	static const char *const sets[] = {"workers.n=64", "workers.rates=5G*48, 0.5G*16",
+					   "workers.batch=128*32,64*32", NULL};
+	struct esd_config *c = cfg_of(sets);
+	struct esd_job j;
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_int_equal(j.rate_bps[47], 5000000000ull);
+	assert_int_equal(j.rate_bps[48], 500000000ull);
+	assert_int_equal(j.rate_bps[63], 500000000ull);
+	assert_int_equal(j.batch[31], 128);
+	assert_int_equal(j.global_batch, 128 * 32 + 64 * 32);
+	esd_config_free(c);
+	static const char *const bad[] = {"workers.n=4", "workers.rates=5G*5", NULL};
+	c = cfg_of(bad);
+	assert_int_equal(esd_job_from_config(c, &j), -EINVAL);
+	esd_config_free(c);
+	static const char *const bad2[] = {"workers.n=4", "workers.rates=5G*x", NULL};
+	c = cfg_of(bad2);
+	assert_int_equal(esd_job_from_config(c, &j), -EINVAL);
+	esd_config_free(c);
+}
+
 static void test_single_value_applies_to_all(void **state)
 {
 	(void)state;
@@ -298,6 +323,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_and_lists),
+		cmocka_unit_test(test_repeated_items),
 		cmocka_unit_test(test_single_value_applies_to_all),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),
