@@ -142,7 +142,8 @@ struct esd_link_opts {
 	struct esd_uplink *uplink;
 	/* the job key (esd/auth.h): links start with the mutual handshake
 	 * and tag every frame; NULL: no key (a peer with one is refused).
-	 * Copied when a link opens. */
+	 * A link copies it; a listener keeps the pointer, so the key must
+	 * outlive the listener. */
 	const struct esd_key *key;
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
