@@ -50,9 +50,6 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
-#define ETHERTYPE_ESD 0x88b5
-#define ETH_HDR       14u
-#define FRAG_HDR      16u
 #define DEFAULT_MTU   8192u
 #define BURST         32
 #define POOL_MBUFS    8191
@@ -84,10 +81,12 @@ struct dpdk_wire {
 	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
-	int extbuf;   /* the PMD copies on tx (memif copy mode, af_packet) */
-	int drop_own; /* af_packet also sees what it sends: drop our source MAC */
-	int l2;       /* af_packet or PCI: packets addressed to and from the peer */
-	struct l2_peer peer;
+	int extbuf; /* the PMD copies on tx (memif copy mode, af_packet) */
+	/* af_packet or PCI: the shared port and this link's entry in it */
+	struct l2port *sp;
+	struct l2slot *slot;
+	int heard; /* client: the peer answered (no more SYN) */
+	struct frag_hdr tag; /* link, channel, flags of every packet sent */
 	uint8_t mac[6];
 	int64_t next_link_check;
 	uint64_t empty_polls;
@@ -96,6 +95,8 @@ struct dpdk_wire {
 
 struct dpdk_listener {
 	struct wire_listener wl;
+	struct l2port *sp; /* af_packet or PCI: one shared port, no memif ports */
+	uint8_t channel;
 	uint32_t n;
 	uint16_t *ports;
 	char (*devs)[96];
@@ -118,10 +119,14 @@ static int is_pci(const struct esd_link_opts *o)
 	return o->dpdk_vdev && !strcmp(o->dpdk_vdev, "pci");
 }
 
-/* The port's kind, as vdev names and logs spell it. */
-static const char *kind_of(const struct esd_link_opts *o)
+/* af_packet's ring frame for packets of mtu frame bytes: the packet and
+ * the kernel's tpacket header before it (the PMD's data room is the frame
+ * less 32 bytes). The PMD finds frame i at i frames from the start, so a
+ * block holds whole frames: 2 KiB, or whole pages. */
+static uint32_t af_packet_frame(uint32_t mtu)
 {
-	return is_memif(o) ? "memif" : is_pci(o) ? "pci" : "af_packet";
+	uint32_t need = ETH_HDR + FRAG_HDR + mtu + 96;
+	return need <= 2048 ? 2048 : (need + 4095) & ~4095u;
 }
 
 static int eal_start(const struct esd_link_opts *o)
@@ -174,6 +179,8 @@ static int eal_start(const struct esd_link_opts *o)
 	 * writes whole buffers of its own granularity: room for a VLAN tag and
 	 * the CRC, rounded up to 1 KiB, so that a packet fits one mbuf. */
 	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
+	if (!is_memif(o) && !is_pci(o))
+		room = af_packet_frame(mtu); /* the PMD wants a ring frame to fit */
 	if (is_pci(o))
 		room = (room + 8 + 1023) & ~1023u;
 	/* every ring full at once, rx and tx, and as much again in flight */
@@ -196,8 +203,8 @@ static int eal_start(const struct esd_link_opts *o)
 
 /* Create (a vdev from its devargs) or find (a NIC by its PCI address,
  * name), configure and start the port of a link. */
-static int port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
-                   uint16_t *port)
+int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
+                 uint16_t *port)
 {
 	char spec[512];
 	uint16_t ring = dpdk_ring_size(o);
@@ -233,7 +240,7 @@ err_remove:
 	return rc < 0 ? rc : -rc;
 }
 
-static void port_down(uint16_t port, const char *name)
+void dpdk_port_down(uint16_t port, const char *name)
 {
 	if (strncmp(name, "net_", 4)) { /* a NIC (its PCI address): stopped, kept */
 		dpdk_pci_port_down(port);
@@ -252,19 +259,17 @@ static int link_is_up(uint16_t port)
 	return l.link_status == RTE_ETH_LINK_UP;
 }
 
+/* A link on port (memif: its own; l2: the shared port sp, entry slot). */
 static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, const char *dev,
-                                  bool client)
+                                  struct l2port *sp, struct l2slot *slot)
 {
 	struct dpdk_wire *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
-	d->l2 = !is_memif(o);
-	if (d->l2 && l2_peer_init(&d->peer, o, client)) {
-		free(d);
-		return NULL;
-	}
 	wire_init(&d->w, &esd_wire_dpdk, o);
 	d->port = port;
+	d->sp = sp;
+	d->slot = slot;
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
 	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	d->was_up = 1;
@@ -281,35 +286,85 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 		memcpy(d->mac, mac.addr_bytes, 6);
 	else
 		memset(d->mac, 0x02, 6);
-	d->drop_own = strstr(dev, "af_packet") != NULL;
+	if (slot) {
+		d->tag.link = slot->link;
+		d->tag.channel = slot->channel;
+		d->tag.flags = slot->server ? FRAG_FROM_SERVER : FRAG_SYN;
+	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
 	return d;
 }
 
-static int vdev_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf, size_t len)
+int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 {
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
-	if (is_memif(o)) {
-		uint32_t bsize = 2048, rsize = 0;
-		while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
-			bsize *= 2;
-		while ((1u << rsize) < dpdk_ring_size(o))
-			rsize++;
-		snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=%u",
-		         server ? "server" : "client", o->addr, id, bsize > 65535 ? 65535 : bsize,
-		         rsize);
-		return 0;
-	}
 	if (is_pci(o)) {
 		buf[0] = '\0'; /* a NIC, no vdev */
 		return 0;
 	}
 	if (!strcmp(o->dpdk_vdev, "af_packet")) {
-		snprintf(buf, len, "iface=%s,qpairs=1", o->addr);
+		/* ring frames that hold a whole packet (the defaults, 2 KiB,
+		 * would cut a larger one); a block of whole pages */
+		uint32_t frame = af_packet_frame(mtu), block = frame < 4096 ? 4096 : frame;
+		snprintf(buf, len, "iface=%s,qpairs=1,framesz=%u,blocksz=%u,framecnt=%u", o->addr,
+		         frame, block, (unsigned)dpdk_ring_size(o));
 		return dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
 	}
 	ESD_ERR("transport", "dpdk: vdev '%s': expected memif, af_packet or pci", o->dpdk_vdev);
 	return -EINVAL;
+}
+
+static void memif_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
+                       size_t len)
+{
+	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	uint32_t bsize = 2048, rsize = 0;
+	while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
+		bsize *= 2;
+	while ((1u << rsize) < dpdk_ring_size(o))
+		rsize++;
+	snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=%u", server ? "server" : "client",
+	         o->addr, id, bsize > 65535 ? 65535 : bsize, rsize);
+}
+
+/* Wait for the link of port to come up within the options' timeout. */
+static int wait_up(const struct esd_link_opts *o, uint16_t port)
+{
+	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
+	while (!link_is_up(port)) {
+		if (esd_now_ns() > deadline) {
+			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up",
+			        o->addr, o->memif_id);
+			return -ETIMEDOUT;
+		}
+		esd_sleep_ns(5 * ESD_NS_PER_MS);
+	}
+	return 0;
+}
+
+/* A client link over the shared port of an interface or NIC. */
+static int l2_connect(const struct esd_link_opts *o, struct wire **out)
+{
+	struct l2port *sp;
+	struct l2slot *slot;
+	int rc = l2port_get(o, &sp);
+	if (rc)
+		return rc;
+	const uint8_t *peer = o->dpdk_npeer_macs ? o->dpdk_peer_macs[0] : NULL;
+	if ((rc = l2port_client(sp, (uint8_t)o->dpdk_channel, (uint16_t)o->memif_id, peer, &slot))) {
+		l2port_put(sp);
+		return rc;
+	}
+	struct dpdk_wire *d = NULL;
+	if ((rc = wait_up(o, l2port_id(sp))) ||
+	    !(d = wire_new(o, l2port_id(sp), l2port_dev(sp), sp, slot))) {
+		l2port_release(sp, slot);
+		l2port_put(sp);
+		return rc ? rc : -ENOMEM;
+	}
+	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u/%u", o->addr, o->memif_id, o->dpdk_channel);
+	*out = &d->w;
+	return 0;
 }
 
 static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
@@ -319,33 +374,36 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 	int rc = eal_start(o);
 	if (rc)
 		return rc;
-	if ((rc = vdev_args(o, 0, o->memif_id, args, sizeof(args))))
+	if (!is_memif(o))
+		return l2_connect(o, out);
+	memif_args(o, 0, o->memif_id, args, sizeof(args));
+	snprintf(name, sizeof(name), "net_memif_esdc%u",
+	         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
+	if ((rc = dpdk_port_up(o, name, args, &port)))
 		return rc;
-	if (is_pci(o))
-		snprintf(name, sizeof(name), "%s", o->addr);
-	else
-		snprintf(name, sizeof(name), "net_%s_esdc%u", kind_of(o),
-		         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
-	if ((rc = port_up(o, name, args, &port)))
-		return rc;
-	int64_t deadline = esd_now_ns() + (o->timeout_ns > 0 ? o->timeout_ns : 5 * ESD_NS_PER_S);
-	while (!link_is_up(port)) {
-		if (esd_now_ns() > deadline) {
-			port_down(port, name);
-			ESD_ERR("transport", "dpdk connect %s (id %u): link did not come up",
-			        o->addr, o->memif_id);
-			return -ETIMEDOUT;
-		}
-		esd_sleep_ns(5 * ESD_NS_PER_MS);
-	}
-	struct dpdk_wire *d = wire_new(o, port, name, true);
-	if (!d) {
-		port_down(port, name);
-		return -ENOMEM;
+	struct dpdk_wire *d = NULL;
+	if ((rc = wait_up(o, port)) || !(d = wire_new(o, port, name, NULL, NULL))) {
+		dpdk_port_down(port, name);
+		return rc ? rc : -ENOMEM;
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", o->addr, o->memif_id);
 	*out = &d->w;
 	return 0;
+}
+
+/* A listener on the shared port of an interface or NIC: one channel. */
+static int l2_listen(const struct esd_link_opts *o, struct dpdk_listener *dl)
+{
+	int rc = l2port_get(o, &dl->sp);
+	if (rc)
+		return rc;
+	dl->channel = (uint8_t)o->dpdk_channel;
+	uint32_t max = o->max_links ? o->max_links : 1;
+	if ((rc = l2port_listen(dl->sp, dl->channel, max, o->dpdk_peer_macs, o->dpdk_npeer_macs))) {
+		l2port_put(dl->sp);
+		dl->sp = NULL;
+	}
+	return rc;
 }
 
 static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out)
@@ -353,14 +411,19 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 	int rc = eal_start(o);
 	if (rc)
 		return rc;
-	uint32_t n = o->max_links ? o->max_links : 1;
-	if (!is_memif(o))
-		n = 1;
 	struct dpdk_listener *dl = calloc(1, sizeof(*dl));
 	if (!dl)
 		return -ENOMEM;
 	dl->wl.ops = &esd_wire_dpdk;
 	snprintf(dl->wl.addr, sizeof(dl->wl.addr), "%s", o->addr);
+	if (!is_memif(o)) {
+		if ((rc = l2_listen(o, dl)))
+			free(dl);
+		else
+			*out = &dl->wl;
+		return rc;
+	}
+	uint32_t n = o->max_links ? o->max_links : 1;
 	dl->n = n;
 	dl->ports = calloc(n, sizeof(*dl->ports));
 	dl->devs = calloc(n, sizeof(*dl->devs));
@@ -373,19 +436,14 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 	uint32_t i;
 	for (i = 0; i < n; i++) {
 		char args[400];
-		if ((rc = vdev_args(o, 1, i, args, sizeof(args))))
-			break;
-		if (is_pci(o))
-			snprintf(dl->devs[i], sizeof(dl->devs[i]), "%s", o->addr);
-		else
-			snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_%s_esds%u_%u", kind_of(o),
-			         seq, i);
-		if ((rc = port_up(o, dl->devs[i], args, &dl->ports[i])))
+		memif_args(o, 1, i, args, sizeof(args));
+		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_memif_esds%u_%u", seq, i);
+		if ((rc = dpdk_port_up(o, dl->devs[i], args, &dl->ports[i])))
 			break;
 	}
 	if (rc) {
 		while (i--)
-			port_down(dl->ports[i], dl->devs[i]);
+			dpdk_port_down(dl->ports[i], dl->devs[i]);
 		goto err_free;
 	}
 	*out = &dl->wl;
@@ -399,10 +457,40 @@ err_free:
 	return rc;
 }
 
+/* The next link a node started on the listener's channel. */
+static int l2_accept(struct dpdk_listener *dl, const struct esd_link_opts *o, int64_t deadline,
+                     struct wire **out)
+{
+	for (;;) {
+		l2port_poll(dl->sp);
+		struct l2slot *s = l2port_take(dl->sp, dl->channel);
+		if (s) {
+			struct dpdk_wire *d =
+			    wire_new(o, l2port_id(dl->sp), l2port_dev(dl->sp), dl->sp, s);
+			if (!d) {
+				l2port_release(dl->sp, s);
+				return -ENOMEM;
+			}
+			l2port_ref(dl->sp); /* the link's own */
+			snprintf(d->w.peer, sizeof(d->w.peer),
+			         "%s#%u/%u (%02x:%02x:%02x:%02x:%02x:%02x)", dl->wl.addr,
+			         (unsigned)s->link, (unsigned)s->channel, s->mac[0], s->mac[1],
+			         s->mac[2], s->mac[3], s->mac[4], s->mac[5]);
+			*out = &d->w;
+			return 0;
+		}
+		if (deadline >= 0 && esd_now_ns() > deadline)
+			return -ETIMEDOUT;
+		esd_sleep_ns(200 * ESD_NS_PER_US);
+	}
+}
+
 static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, int64_t deadline,
                        struct wire **out)
 {
 	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
+	if (dl->sp)
+		return l2_accept(dl, o, deadline, out);
 	for (;;) {
 		int left = 0;
 		for (uint32_t i = 0; i < dl->n; i++) {
@@ -411,7 +499,7 @@ static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, 
 			left++;
 			if (!link_is_up(dl->ports[i]))
 				continue;
-			struct dpdk_wire *d = wire_new(o, dl->ports[i], dl->devs[i], false);
+			struct dpdk_wire *d = wire_new(o, dl->ports[i], dl->devs[i], NULL, NULL);
 			if (!d)
 				return -ENOMEM;
 			dl->taken[i] = 1;
@@ -430,9 +518,13 @@ static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, 
 static void dpdk_listener_close(struct wire_listener *wl)
 {
 	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
+	if (dl->sp) {
+		l2port_unlisten(dl->sp, dl->channel);
+		l2port_put(dl->sp);
+	}
 	for (uint32_t i = 0; i < dl->n; i++)
 		if (!dl->taken[i])
-			port_down(dl->ports[i], dl->devs[i]);
+			dpdk_port_down(dl->ports[i], dl->devs[i]);
 	free(dl->ports);
 	free(dl->devs);
 	free(dl->taken);
@@ -473,14 +565,12 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	const uint8_t *h = rte_pktmbuf_read(m, 0, sizeof(hdr), hdr);
 	if (!h)
 		return 0; /* runt: ignore */
-	uint16_t et = (uint16_t)(h[12] << 8 | h[13]);
-	if (et != ETHERTYPE_ESD || (d->drop_own && !memcmp(h + 6, d->mac, 6)) ||
-	    (d->l2 && !l2_peer_take(&d->peer, d->mac, h)))
+	/* (a shared port's poller checked the rest) */
+	if ((uint16_t)(h[12] << 8 | h[13]) != ETHERTYPE_ESD)
 		return 0;
-	uint32_t id, off, total;
-	memcpy(&id, h + ETH_HDR, 4);
-	memcpy(&off, h + ETH_HDR + 4, 4);
-	memcpy(&total, h + ETH_HDR + 8, 4);
+	struct frag_hdr f;
+	frag_hdr_get(h + ETH_HDR, &f);
+	uint32_t id = f.id, off = f.off, total = f.total;
 	size_t chunk = rte_pktmbuf_pkt_len(m) - sizeof(hdr);
 	if (off == 0) {
 		asm_drop(d);
@@ -551,12 +641,34 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	return 0;
 }
 
+/* A shared port's packets for this link: up to BURST of its queue, after
+ * a poll of the port. */
+static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
+{
+	l2port_poll(d->sp);
+	uint16_t n = 0;
+	while (n < BURST && (ms[n] = l2ring_get(&d->slot->rx)))
+		n++;
+	if (n && !d->heard && !d->slot->server) {
+		d->heard = 1;
+		d->tag.flags &= (uint8_t)~FRAG_SYN;
+	}
+	return n;
+}
+
 static int rx_poll(struct dpdk_wire *d)
 {
 	struct rte_mbuf *ms[BURST];
 	if (d->peer_bye)
 		return 0; /* the peer is tearing down: never touch its rings again */
-	uint16_t n = rte_eth_rx_burst(d->port, 0, ms, BURST);
+	if (d->slot && d->slot->state == L2_RESET) {
+		d->down = 1;
+		return wire_fail(&d->w, -ECONNRESET,
+		                 d->slot->server ? "dpdk: %s started a new link: this one is over"
+		                                 : "dpdk: %s does not know this link (it restarted)",
+		                 d->w.peer);
+	}
+	uint16_t n = d->sp ? l2_rx(d, ms) : rte_eth_rx_burst(d->port, 0, ms, BURST);
 	int rc = 0;
 	for (uint16_t i = 0; i < n; i++) {
 		if (!rc)
@@ -612,18 +724,18 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				rte_pktmbuf_free(m);
 				break;
 			}
-			if (d->l2)
-				l2_peer_dst(&d->peer, b);
+			if (d->slot && d->slot->mac_known)
+				memcpy(b, d->slot->mac, 6);
 			else
-				memset(b, 0xff, 6);
+				memset(b, 0xff, 6); /* memif, or a peer not known yet */
 			memcpy(b + 6, d->mac, 6);
 			b[12] = ETHERTYPE_ESD >> 8;
 			b[13] = ETHERTYPE_ESD & 0xff;
-			uint32_t off32 = (uint32_t)o2, tot32 = (uint32_t)len, z = 0;
-			memcpy(b + ETH_HDR, &id, 4);
-			memcpy(b + ETH_HDR + 4, &off32, 4);
-			memcpy(b + ETH_HDR + 8, &tot32, 4);
-			memcpy(b + ETH_HDR + 12, &z, 4);
+			struct frag_hdr f = d->tag;
+			f.id = id;
+			f.off = (uint32_t)o2;
+			f.total = (uint32_t)len;
+			frag_hdr_put(b + ETH_HDR, &f);
 			if (d->extbuf) {
 				/* The chunk rides as an external buffer in a second
 				 * segment: no copy here; the PMD copies it into its
@@ -651,7 +763,8 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		}
 		unsigned sent = 0;
 		while (sent < k) {
-			sent += rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
+			sent += d->sp ? l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
+			              : rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
 			if (sent < k) {
 				/* Ring full: read what the peer sends meanwhile, so two
 				 * senders never wait on each other; give up on a dead or
@@ -776,7 +889,7 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 				esd_sleep_ns(50 * ESD_NS_PER_US);
 			}
 		}
-		if (d->peer_bye) {
+		if (d->peer_bye && !d->sp) {
 			/* We answered; the peer removes its device first. */
 			while (link_is_up(d->port) && esd_now_ns() < deadline)
 				esd_sleep_ns(ESD_NS_PER_MS);
@@ -787,7 +900,12 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 			esd_sleep_ns(DISCONNECT_GRACE_NS);
 		}
 	}
-	port_down(d->port, d->dev);
+	if (d->sp) {
+		l2port_release(d->sp, d->slot);
+		l2port_put(d->sp);
+	} else {
+		dpdk_port_down(d->port, d->dev);
+	}
 	asm_drop(d);
 	ready_free(d, d->cur);
 	while (d->rq_head) {
@@ -796,7 +914,6 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 		ready_free(d, r);
 	}
 	bufcache_fini(&d->w.cache);
-	l2_peer_fini(&d->peer);
 	free(d);
 }
 

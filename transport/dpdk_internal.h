@@ -9,6 +9,7 @@
 #include "link_internal.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <rte_mempool.h>
@@ -35,23 +36,158 @@ void dpdk_pci_port_down(uint16_t port);
  * header (its MTU); -EINVAL (logged) if not, -ENODEV if there is none. */
 int dpdk_iface_mtu_check(const char *iface, uint32_t payload);
 
-/* The station at the other end of an af_packet or PCI link. */
-struct l2_peer {
-	uint8_t mac[6];
-	bool known;            /* mac is the peer's */
-	uint32_t n;            /* sources taken (0: any) */
-	uint8_t (*allowed)[6]; /* owned */
+/* ---- packets ----------------------------------------------------------- */
+
+#define ETH_HDR       14u
+#define FRAG_HDR      16u
+#define ETHERTYPE_ESD 0x88b5
+
+/* flags of a packet's fragment header */
+#define FRAG_FROM_SERVER 0x01u /* sent by the listener's side of the link */
+#define FRAG_SYN         0x02u /* the client has heard nothing back on this link yet */
+#define FRAG_RST         0x04u /* the listener knows no such link (it restarted) */
+
+/* The 16 bytes after the Ethernet header: the frame's message id, this
+ * fragment's offset in it and its total length; then the link's address on
+ * a shared port: the client's link id (memif_id), the listener's channel
+ * (dpdk_channel) and the flags. Little-endian, as every field of the wire
+ * protocol. */
+struct frag_hdr {
+	uint32_t id, off, total;
+	uint16_t link;
+	uint8_t channel, flags;
 };
 
-/* From the options (a copy of dpdk_peer_macs): a client with one MAC
- * knows its peer; a listener learns it. Returns 0 or -ENOMEM. */
-int l2_peer_init(struct l2_peer *p, const struct esd_link_opts *o, bool client);
-void l2_peer_fini(struct l2_peer *p);
-/* Whether the packet whose Ethernet header is h belongs to this link: it
- * is addressed to own (or broadcast) and comes from the peer, which the
- * first such packet from an allowed source names when it is not known. */
-bool l2_peer_take(struct l2_peer *p, const uint8_t own[6], const uint8_t *h);
-/* Where packets go: the peer, or broadcast until it is known. */
-void l2_peer_dst(const struct l2_peer *p, uint8_t dst[6]);
+void frag_hdr_put(uint8_t *p, const struct frag_hdr *h);
+void frag_hdr_get(const uint8_t *p, struct frag_hdr *h);
+
+/* ---- one port, many links (dpdk_port.c) -------------------------------- */
+
+/*
+ * Over af_packet and a NIC, every link of a process on one interface shares
+ * one ethdev port (an l2port): a PS shard serves every node over its one
+ * interface, a node reaches every shard over its own. The port's table
+ * (l2tab) says which link a packet belongs to:
+ *
+ * - a client link is (channel, link id): it takes packets FROM_SERVER with
+ *   its address from its peer's MAC (given, or learned from the first
+ *   answer; broadcast until then);
+ * - a listener serves one channel; its links are (peer MAC, link id). A
+ *   packet with SYN from a new (MAC, link id) of an allowed MAC starts a
+ *   link (NEW, until accept takes it); a SYN for a link that already heard
+ *   a packet without SYN means the peer started over: the old link is
+ *   RESET (its owner sees -ECONNRESET) and a new one starts. A client's
+ *   packet without SYN for no link of the channel (the listener restarted)
+ *   is answered with RST, which RESETs the client's link: a restarted shard
+ *   is noticed at once, as a TCP peer's reset is. Other packets of nobody's
+ *   link are dropped (the reliable layer sends them again).
+ *
+ * Whichever thread polls the port first (a trylock) receives a burst and
+ * files each packet in its link's queue; every link reads its own queue.
+ * Transmits take the port's tx lock.
+ */
+
+#define L2_MAX_SLOTS  256 /* links per port */
+#define L2_MAX_LISTEN 16  /* listeners (channels) per port */
+#define L2_RING       1024 /* packets queued for one link */
+
+enum l2_state { L2_NEW = 1, L2_TAKEN, L2_RESET };
+
+/* Packets waiting for one link: one producer at a time (the poller, under
+ * the port's rx lock), one consumer (the link's thread). */
+struct l2ring {
+	void *pkt[L2_RING];
+	_Atomic uint32_t head, tail;
+};
+
+struct l2slot {
+	bool server; /* a listener's link (else a client's) */
+	uint8_t channel;
+	uint16_t link;
+	uint8_t mac[6];  /* the peer's */
+	bool mac_known;  /* client: until then it sends to broadcast */
+	bool established; /* server: a packet without SYN came */
+	_Atomic int state;
+	struct l2ring rx;
+};
+
+struct l2listen {
+	bool on;
+	uint8_t channel;
+	uint32_t max;      /* links at once */
+	uint32_t nallowed; /* 0: any source */
+	uint8_t (*allowed)[6];
+};
+
+struct l2tab {
+	uint8_t own[6]; /* the port's MAC */
+	struct l2slot *slot[L2_MAX_SLOTS];
+	struct l2listen lis[L2_MAX_LISTEN];
+};
+
+/* The table's decisions (no EAL: unit-tested in test_dpdk_l2). The caller
+ * holds the port's rx lock. */
+/* The link the packet whose first ETH_HDR + FRAG_HDR bytes are h belongs
+ * to, starting a server link when h asks for one; NULL: drop it. *rst:
+ * answer it with RST (a client's packet of a link this side does not
+ * know); a client link that receives RST from its peer is RESET. */
+struct l2slot *l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst);
+/* A client link (channel, link id), its peer's MAC given (or NULL: learned).
+ * 0, -EADDRINUSE (that address is taken on this port), -ENOSPC, -ENOMEM. */
+int l2tab_client(struct l2tab *t, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                 struct l2slot **out);
+/* Serve channel: max links, from the allowed MACs (n 0: any; copied).
+ * 0, -EADDRINUSE (a listener of that channel exists), -ENOSPC, -ENOMEM. */
+int l2tab_listen(struct l2tab *t, uint8_t channel, uint32_t max, const uint8_t (*allowed)[6],
+                 uint32_t nallowed);
+/* Stop serving channel: its links not yet accepted are freed with free_pkt
+ * on each packet they hold. */
+void l2tab_unlisten(struct l2tab *t, uint8_t channel, void (*free_pkt)(void *));
+/* A NEW link of channel, now TAKEN; NULL if none. */
+struct l2slot *l2tab_take(struct l2tab *t, uint8_t channel);
+/* Forget a link and free what it holds. */
+void l2tab_release(struct l2tab *t, struct l2slot *s, void (*free_pkt)(void *));
+
+/* Queue a packet for s (the poller): false when its queue is full. */
+bool l2ring_put(struct l2ring *r, void *pkt);
+/* The next packet for s (its link's thread), or NULL. */
+void *l2ring_get(struct l2ring *r);
+
+/* A shared port: the table, the ethdev and its locks. */
+struct l2port;
+struct rte_mbuf;
+
+/* The port of interface or NIC o->addr (af_packet or pci), made on first
+ * use (that link's options set it up) and shared by later links; each
+ * holder calls l2port_put(). 0 or the port's -errno (logged). */
+int l2port_get(const struct esd_link_opts *o, struct l2port **out);
+void l2port_put(struct l2port *p);
+/* One more holder of p (a link accepted on a listener's port). */
+void l2port_ref(struct l2port *p);
+uint16_t l2port_id(const struct l2port *p);
+const char *l2port_dev(const struct l2port *p);
+void l2port_mac(const struct l2port *p, uint8_t mac[6]);
+/* l2tab_client / _listen / _unlisten / _take / _release under the lock. */
+int l2port_client(struct l2port *p, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                  struct l2slot **out);
+int l2port_listen(struct l2port *p, uint8_t channel, uint32_t max, const uint8_t (*allowed)[6],
+                  uint32_t nallowed);
+void l2port_unlisten(struct l2port *p, uint8_t channel);
+struct l2slot *l2port_take(struct l2port *p, uint8_t channel);
+void l2port_release(struct l2port *p, struct l2slot *s);
+/* Receive a burst, if no other thread is at it, and file it. */
+void l2port_poll(struct l2port *p);
+/* rte_eth_tx_burst under the port's tx lock. */
+uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
+
+/* ---- from dpdk.c, for dpdk_port.c -------------------------------------- */
+
+/* Create (a vdev) or find (a NIC by PCI address) the port of name, set it
+ * up and start it; and take it down again. */
+int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
+                 uint16_t *port);
+void dpdk_port_down(uint16_t port, const char *name);
+/* The devargs of the options' port for one process (af_packet). */
+int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len);
 
 #endif /* ESD_TRANSPORT_DPDK_INTERNAL_H */

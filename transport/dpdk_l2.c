@@ -1,20 +1,8 @@
 /*
  * The dpdk backend beyond one host: a NIC bound to a DPDK driver, found
- * by its PCI address, and the peer addressing of links over a real
- * Ethernet segment (af_packet or a NIC). memif needs neither: its rings
- * join exactly two processes.
- *
- * On a segment every station sees broadcast packets and a promiscuous
- * af_packet socket sees everything, so a link takes only packets addressed
- * to its port (or broadcast) from its peer, and sends to the peer's MAC.
- * The peer's MAC comes from the options (the job's ps.dpdk_*_macs) or is
- * learned from the first packet of an allowed source; until then packets
- * go to the broadcast address. A node speaks first on every link (the job
- * key handshake or HELLO), so the shard learns the node's MAC from it and
- * answers to it, and the node learns the shard's from the answer.
- *
- * A NIC port serves one link at a time: telling several links on one port
- * apart (by source MAC) is not done here.
+ * by its PCI address and set up within its limits, and the MTU check of a
+ * Linux interface for af_packet. Which link a packet on such a port
+ * belongs to is dpdk_port.c's.
  */
 #include "dpdk_internal.h"
 
@@ -78,8 +66,7 @@ static int find_pci(const char *pci, uint16_t *port)
 	pthread_mutex_unlock(&busy_lock);
 	if (taken) {
 		ESD_ERR("transport",
-		        "dpdk: the NIC at %s already carries a link (one link per "
-		        "NIC port)",
+		        "dpdk: the NIC at %s is already open in this process",
 		        pci);
 		return -EBUSY;
 	}
@@ -170,53 +157,4 @@ int dpdk_iface_mtu_check(const char *iface, uint32_t payload)
 		return -EINVAL;
 	}
 	return 0;
-}
-
-int l2_peer_init(struct l2_peer *p, const struct esd_link_opts *o, bool client)
-{
-	memset(p, 0, sizeof(*p));
-	if (!o->dpdk_npeer_macs)
-		return 0;
-	p->n = client ? 1 : o->dpdk_npeer_macs;
-	p->allowed = malloc((size_t)p->n * sizeof(*p->allowed));
-	if (!p->allowed)
-		return -ENOMEM;
-	memcpy(p->allowed, o->dpdk_peer_macs, (size_t)p->n * sizeof(*p->allowed));
-	if (client) {
-		memcpy(p->mac, p->allowed[0], 6);
-		p->known = true;
-	}
-	return 0;
-}
-
-void l2_peer_fini(struct l2_peer *p)
-{
-	free(p->allowed);
-	p->allowed = NULL;
-}
-
-bool l2_peer_take(struct l2_peer *p, const uint8_t own[6], const uint8_t *h)
-{
-	static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-	const uint8_t *dst = h, *src = h + 6;
-	if (memcmp(dst, own, 6) && memcmp(dst, bcast, 6))
-		return false;
-	if (p->known)
-		return !memcmp(src, p->mac, 6);
-	bool ok = !p->n;
-	for (uint32_t i = 0; i < p->n && !ok; i++)
-		ok = !memcmp(src, p->allowed[i], 6);
-	if (ok) {
-		memcpy(p->mac, src, 6);
-		p->known = true;
-	}
-	return ok;
-}
-
-void l2_peer_dst(const struct l2_peer *p, uint8_t dst[6])
-{
-	if (p->known)
-		memcpy(dst, p->mac, 6);
-	else
-		memset(dst, 0xff, 6);
 }

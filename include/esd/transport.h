@@ -17,8 +17,10 @@
  *           a DPDK driver by its PCI address (dpdk_vdev). Frames are cut
  *           into packets and carried by the reliable layer below; over
  *           af_packet and a NIC, packets go to the peer's MAC address (given,
- *           or learned from its first packet) and a NIC port or af_packet
- *           listener carries one link.
+ *           or learned from its first packet), and every link of a process
+ *           on one interface shares its port: a listener serves every node
+ *           over one interface, telling links apart by source MAC and link
+ *           id (memif_id), listeners by channel (dpdk_channel).
  *   "rdma"  libibverbs reliable-connected queue pairs. With no RDMA device
  *           (always the case on the test hosts) connect and listen fail with
  *           -ENODEV and the log line "no RDMA device".
@@ -159,8 +161,15 @@ struct esd_link_opts {
 	 * is the PCI address (DDDD:BB:DD.F) of a NIC bound to a DPDK driver,
 	 * which dpdk_eal_args must let the EAL see (no --no-pci) */
 	const char *dpdk_vdev;
-	uint32_t memif_id;         /* connect: memif interface id (e.g. worker rank) */
-	uint32_t max_links;        /* listen: memif ids 0..max_links-1 served; 0 = 1 */
+	/* connect: the link's id (e.g. the worker's rank): memif's interface
+	 * id; af_packet and pci: the id its packets carry, so that links from
+	 * one station stay apart (0..65535) */
+	uint32_t memif_id;
+	uint32_t max_links;        /* listen: links at once (memif: ids
+	                            * 0..max_links-1); 0 = 1 */
+	/* af_packet, pci: the listener a link belongs to among those of one
+	 * interface (the shard's index, 0..255); a client names its shard's */
+	uint32_t dpdk_channel;
 	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet,
 	                            * pci: at most the interface's MTU - 16 */
 	uint32_t dpdk_queue;       /* descriptors per rx and tx ring (memif: its

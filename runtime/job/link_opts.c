@@ -26,6 +26,8 @@ void esd_job_link_opts(const struct esd_job *job, uint32_t shard, struct esd_lin
 	o->dpdk_queue = job->dpdk_queue;
 	if (!strcmp(job->backend, "dpdk") && job->dpdk_port != ESD_JOB_PORT_MEMIF)
 		o->addr = job->dpdk_dev;
+	if (shard != ESD_JOB_LINK_LISTEN)
+		o->dpdk_channel = shard; /* the listener's: its caller sets it */
 	if (shard == ESD_JOB_LINK_LISTEN && job->have_worker_macs) {
 		o->dpdk_peer_macs = job->worker_macs;
 		o->dpdk_npeer_macs = job->n;
@@ -77,11 +79,6 @@ void esd_job_link_explain(const struct esd_job *job, int rc)
 
 int esd_job_link_check(const struct esd_job *job)
 {
-	if (!strcmp(job->backend, "dpdk") && job->dpdk_port != ESD_JOB_PORT_MEMIF && job->n > 1)
-		ESD_WARN("config", "ps.dpdk_port = %s%s: a shard serves one link over af_packet "
-			 "or a NIC for now, so workers beyond the first (workers.n = %u) are not "
-			 "served (docs/configuration.md)", job->dpdk_port == ESD_JOB_PORT_PCI ? "" :
-			 "af_packet:", job->dpdk_dev, job->n);
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
 	esd_job_link_opts(job, ESD_JOB_LINK_LISTEN, &o);

@@ -506,6 +506,7 @@ static int listen_for_nodes(const struct esd_job *job, uint32_t shard, const cha
 	lo.addr = addr;
 	lo.max_links = job->n;
 	esd_job_link_opts(job, ESD_JOB_LINK_LISTEN, &lo);
+	lo.dpdk_channel = shard;
 	int rc = esd_listener_open(&lo, lis);
 	if (rc) {
 		ESD_ERR("ps", "cannot listen on %s (%s): %s", lo.addr, job->backend,

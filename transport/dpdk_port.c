@@ -1,0 +1,485 @@
+/*
+ * One port, many links: every af_packet or NIC link of a process on one
+ * interface shares one ethdev port, and the port's table says which link a
+ * packet belongs to (dpdk_internal.h has the rules). A PS shard thus serves
+ * every node over one interface, and a node reaches every shard over its
+ * own, with the reliable layer per link as over memif.
+ *
+ * Locks: the registry's (ports by name), then a port's rx lock (its table
+ * and receiving) and its tx lock (transmitting), never the other way.
+ */
+#include "dpdk_internal.h"
+
+#include <esd/log.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#define POLL_BURST 32
+
+static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+void frag_hdr_put(uint8_t *p, const struct frag_hdr *h)
+{
+	memcpy(p, &h->id, 4);
+	memcpy(p + 4, &h->off, 4);
+	memcpy(p + 8, &h->total, 4);
+	memcpy(p + 12, &h->link, 2);
+	p[14] = h->channel;
+	p[15] = h->flags;
+}
+
+void frag_hdr_get(const uint8_t *p, struct frag_hdr *h)
+{
+	memcpy(&h->id, p, 4);
+	memcpy(&h->off, p + 4, 4);
+	memcpy(&h->total, p + 8, 4);
+	memcpy(&h->link, p + 12, 2);
+	h->channel = p[14];
+	h->flags = p[15];
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+bool l2ring_put(struct l2ring *r, void *pkt)
+{
+	uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	uint32_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+	if (head - tail >= L2_RING)
+		return false;
+	r->pkt[head % L2_RING] = pkt;
+	atomic_store_explicit(&r->head, head + 1, memory_order_release);
+	return true;
+}
+
+void *l2ring_get(struct l2ring *r)
+{
+	uint32_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (tail == head)
+		return NULL;
+	void *pkt = r->pkt[tail % L2_RING];
+	atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+	return pkt;
+}
+
+static struct l2listen *listener_of(struct l2tab *t, uint8_t channel)
+{
+	for (unsigned i = 0; i < L2_MAX_LISTEN; i++)
+		if (t->lis[i].on && t->lis[i].channel == channel)
+			return &t->lis[i];
+	return NULL;
+}
+
+static bool allowed(const struct l2listen *l, const uint8_t *mac)
+{
+	if (!l->nallowed)
+		return true;
+	for (uint32_t i = 0; i < l->nallowed; i++)
+		if (!memcmp(l->allowed[i], mac, 6))
+			return true;
+	return false;
+}
+
+/* A free entry of the table, or -1. */
+static int free_entry(const struct l2tab *t)
+{
+	for (int i = 0; i < L2_MAX_SLOTS; i++)
+		if (!t->slot[i])
+			return i;
+	return -1;
+}
+
+static struct l2slot *slot_new(struct l2tab *t, bool server, uint8_t channel, uint16_t link,
+                               const uint8_t *mac)
+{
+	int i = free_entry(t);
+	if (i < 0)
+		return NULL;
+	struct l2slot *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->server = server;
+	s->channel = channel;
+	s->link = link;
+	if (mac) {
+		memcpy(s->mac, mac, 6);
+		s->mac_known = true;
+	}
+	atomic_init(&s->state, server ? L2_NEW : L2_TAKEN);
+	t->slot[i] = s;
+	return s;
+}
+
+/* A packet from a client: its server link, or a new one on SYN. *rst:
+ * a packet of a link this side does not know (a restarted shard), which
+ * the poller answers with RST. */
+static struct l2slot *route_to_server(struct l2tab *t, const uint8_t *src,
+                                      const struct frag_hdr *f, bool *rst)
+{
+	struct l2listen *l = listener_of(t, f->channel);
+	if (!l)
+		return NULL;
+	struct l2slot *match = NULL;
+	uint32_t live = 0;
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = t->slot[i];
+		if (!s || !s->server || s->channel != f->channel || s->state == L2_RESET)
+			continue;
+		live++;
+		if (s->link == f->link && !memcmp(s->mac, src, 6))
+			match = s;
+	}
+	if (match) {
+		if (!(f->flags & FRAG_SYN)) {
+			match->established = true;
+			return match;
+		}
+		if (!match->established)
+			return match; /* the client is still starting this link */
+		/* the peer started a new link at the same address: the old one
+		 * is over */
+		atomic_store(&match->state, L2_RESET);
+		live--;
+	}
+	if (!allowed(l, src))
+		return NULL; /* a stranger */
+	if (!(f->flags & FRAG_SYN)) {
+		*rst = f->off == 0; /* once a frame */
+		return NULL;
+	}
+	if (live >= l->max)
+		return NULL; /* full: it retries */
+	return slot_new(t, true, f->channel, f->link, src);
+}
+
+/* A packet from a server: the client link at its address. RST ends it. */
+static struct l2slot *route_to_client(struct l2tab *t, const uint8_t *src,
+                                      const struct frag_hdr *f)
+{
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = t->slot[i];
+		if (!s || s->server || s->channel != f->channel || s->link != f->link)
+			continue;
+		if (s->mac_known && memcmp(s->mac, src, 6))
+			return NULL;
+		if (f->flags & FRAG_RST) {
+			if (s->mac_known)
+				atomic_store(&s->state, L2_RESET);
+			return NULL;
+		}
+		if (!s->mac_known) {
+			memcpy(s->mac, src, 6); /* the shard's first answer names it */
+			s->mac_known = true;
+		}
+		return s;
+	}
+	return NULL;
+}
+
+struct l2slot *l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst)
+{
+	const uint8_t *dst = h, *src = h + 6;
+	*rst = false;
+	if ((uint16_t)(h[12] << 8 | h[13]) != ETHERTYPE_ESD)
+		return NULL;
+	if (memcmp(dst, t->own, 6) && memcmp(dst, bcast, 6))
+		return NULL; /* for another station */
+	struct frag_hdr f;
+	frag_hdr_get(h + ETH_HDR, &f);
+	return f.flags & FRAG_FROM_SERVER ? route_to_client(t, src, &f)
+	                                  : route_to_server(t, src, &f, rst);
+}
+
+int l2tab_client(struct l2tab *t, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                 struct l2slot **out)
+{
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		const struct l2slot *s = t->slot[i];
+		if (s && !s->server && s->channel == channel && s->link == link)
+			return -EADDRINUSE;
+	}
+	if (free_entry(t) < 0)
+		return -ENOSPC;
+	*out = slot_new(t, false, channel, link, peer_mac);
+	return *out ? 0 : -ENOMEM;
+}
+
+int l2tab_listen(struct l2tab *t, uint8_t channel, uint32_t max, const uint8_t (*macs)[6],
+                 uint32_t nallowed)
+{
+	if (listener_of(t, channel))
+		return -EADDRINUSE;
+	for (unsigned i = 0; i < L2_MAX_LISTEN; i++) {
+		struct l2listen *l = &t->lis[i];
+		if (l->on)
+			continue;
+		memset(l, 0, sizeof(*l));
+		if (nallowed) {
+			l->allowed = malloc((size_t)nallowed * sizeof(*l->allowed));
+			if (!l->allowed)
+				return -ENOMEM;
+			memcpy(l->allowed, macs, (size_t)nallowed * sizeof(*l->allowed));
+		}
+		l->nallowed = nallowed;
+		l->channel = channel;
+		l->max = max ? max : 1;
+		l->on = true;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+void l2tab_release(struct l2tab *t, struct l2slot *s, void (*free_pkt)(void *))
+{
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
+		if (t->slot[i] == s)
+			t->slot[i] = NULL;
+	for (void *pkt; (pkt = l2ring_get(&s->rx));)
+		free_pkt(pkt);
+	free(s);
+}
+
+void l2tab_unlisten(struct l2tab *t, uint8_t channel, void (*free_pkt)(void *))
+{
+	struct l2listen *l = listener_of(t, channel);
+	if (!l)
+		return;
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = t->slot[i];
+		if (s && s->server && s->channel == channel && s->state == L2_NEW)
+			l2tab_release(t, s, free_pkt);
+	}
+	free(l->allowed);
+	memset(l, 0, sizeof(*l));
+}
+
+struct l2slot *l2tab_take(struct l2tab *t, uint8_t channel)
+{
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = t->slot[i];
+		if (s && s->server && s->channel == channel && s->state == L2_NEW) {
+			atomic_store(&s->state, L2_TAKEN);
+			return s;
+		}
+	}
+	return NULL;
+}
+
+/* ---- the port ----------------------------------------------------------- */
+
+struct l2port {
+	struct l2port *next;
+	char name[96]; /* the interface or PCI address */
+	char dev[96];  /* the ethdev's name */
+	uint16_t port;
+	int refs; /* under reg_lock */
+	pthread_mutex_t rx_lock, tx_lock;
+	struct l2tab tab; /* under rx_lock */
+};
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct l2port *ports;
+static unsigned port_seq;
+
+static void free_mbuf(void *pkt)
+{
+	rte_pktmbuf_free(pkt);
+}
+
+static int port_open(const struct esd_link_opts *o, struct l2port *p)
+{
+	char args[400];
+	bool pci = !strcmp(o->dpdk_vdev, "pci");
+	int rc = dpdk_l2_devargs(o, args, sizeof(args));
+	if (rc)
+		return rc;
+	if (pci)
+		snprintf(p->dev, sizeof(p->dev), "%s", o->addr);
+	else
+		snprintf(p->dev, sizeof(p->dev), "net_af_packet_esd%u", port_seq++);
+	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
+		return rc;
+	struct rte_ether_addr mac;
+	if (!rte_eth_macaddr_get(p->port, &mac))
+		memcpy(p->tab.own, mac.addr_bytes, 6);
+	return 0;
+}
+
+int l2port_get(const struct esd_link_opts *o, struct l2port **out)
+{
+	pthread_mutex_lock(&reg_lock);
+	struct l2port *p;
+	for (p = ports; p; p = p->next)
+		if (!strcmp(p->name, o->addr))
+			break;
+	int rc = 0;
+	if (p) {
+		p->refs++;
+	} else if (!(p = calloc(1, sizeof(*p)))) {
+		rc = -ENOMEM;
+	} else {
+		snprintf(p->name, sizeof(p->name), "%s", o->addr);
+		pthread_mutex_init(&p->rx_lock, NULL);
+		pthread_mutex_init(&p->tx_lock, NULL);
+		if ((rc = port_open(o, p))) {
+			free(p);
+			p = NULL;
+		} else {
+			p->refs = 1;
+			p->next = ports;
+			ports = p;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	*out = p;
+	return rc;
+}
+
+void l2port_put(struct l2port *p)
+{
+	pthread_mutex_lock(&reg_lock);
+	bool last = --p->refs == 0;
+	if (last)
+		for (struct l2port **pp = &ports; *pp; pp = &(*pp)->next)
+			if (*pp == p) {
+				*pp = p->next;
+				break;
+			}
+	pthread_mutex_unlock(&reg_lock);
+	if (!last)
+		return;
+	dpdk_port_down(p->port, p->dev);
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
+		if (p->tab.slot[i])
+			l2tab_release(&p->tab, p->tab.slot[i], free_mbuf);
+	for (unsigned i = 0; i < L2_MAX_LISTEN; i++)
+		free(p->tab.lis[i].allowed);
+	pthread_mutex_destroy(&p->rx_lock);
+	pthread_mutex_destroy(&p->tx_lock);
+	free(p);
+}
+
+void l2port_ref(struct l2port *p)
+{
+	pthread_mutex_lock(&reg_lock);
+	p->refs++;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+uint16_t l2port_id(const struct l2port *p)
+{
+	return p->port;
+}
+
+const char *l2port_dev(const struct l2port *p)
+{
+	return p->dev;
+}
+
+void l2port_mac(const struct l2port *p, uint8_t mac[6])
+{
+	memcpy(mac, p->tab.own, 6);
+}
+
+int l2port_client(struct l2port *p, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                  struct l2slot **out)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	int rc = l2tab_client(&p->tab, channel, link, peer_mac, out);
+	pthread_mutex_unlock(&p->rx_lock);
+	if (rc == -EADDRINUSE)
+		ESD_ERR("transport",
+		        "dpdk: %s already carries a link with id %u to channel %u in this "
+		        "process (one per memif_id and dpdk_channel)",
+		        p->name, (unsigned)link, (unsigned)channel);
+	return rc;
+}
+
+int l2port_listen(struct l2port *p, uint8_t channel, uint32_t max, const uint8_t (*allowed)[6],
+                  uint32_t nallowed)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	int rc = l2tab_listen(&p->tab, channel, max, allowed, nallowed);
+	pthread_mutex_unlock(&p->rx_lock);
+	if (rc == -EADDRINUSE)
+		ESD_ERR("transport", "dpdk: %s already has a listener on channel %u in this process",
+		        p->name, (unsigned)channel);
+	return rc;
+}
+
+void l2port_unlisten(struct l2port *p, uint8_t channel)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	l2tab_unlisten(&p->tab, channel, free_mbuf);
+	pthread_mutex_unlock(&p->rx_lock);
+}
+
+struct l2slot *l2port_take(struct l2port *p, uint8_t channel)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	struct l2slot *s = l2tab_take(&p->tab, channel);
+	pthread_mutex_unlock(&p->rx_lock);
+	return s;
+}
+
+void l2port_release(struct l2port *p, struct l2slot *s)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	l2tab_release(&p->tab, s, free_mbuf);
+	pthread_mutex_unlock(&p->rx_lock);
+}
+
+/* Answer a packet of an unknown link (h: its headers) with RST. */
+static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *pool)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+	uint8_t *b = m ? (uint8_t *)rte_pktmbuf_append(m, ETH_HDR + FRAG_HDR) : NULL;
+	if (!b) {
+		rte_pktmbuf_free(m);
+		return;
+	}
+	struct frag_hdr f;
+	frag_hdr_get(h + ETH_HDR, &f);
+	memcpy(b, h + 6, 6);
+	memcpy(b + 6, p->tab.own, 6);
+	b[12] = ETHERTYPE_ESD >> 8;
+	b[13] = ETHERTYPE_ESD & 0xff;
+	f.id = f.off = f.total = 0;
+	f.flags = FRAG_FROM_SERVER | FRAG_RST;
+	frag_hdr_put(b + ETH_HDR, &f);
+	if (!l2port_tx(p, &m, 1))
+		rte_pktmbuf_free(m);
+}
+
+void l2port_poll(struct l2port *p)
+{
+	if (pthread_mutex_trylock(&p->rx_lock))
+		return; /* another link's thread is filing packets */
+	struct rte_mbuf *ms[POLL_BURST];
+	uint16_t n = rte_eth_rx_burst(p->port, 0, ms, POLL_BURST);
+	for (uint16_t i = 0; i < n; i++) {
+		uint8_t buf[ETH_HDR + FRAG_HDR];
+		const uint8_t *h = rte_pktmbuf_read(ms[i], 0, sizeof(buf), buf);
+		bool rst = false;
+		struct l2slot *s = h ? l2tab_route(&p->tab, h, &rst) : NULL;
+		if (rst)
+			send_rst(p, h, ms[i]->pool);
+		if (!s || !l2ring_put(&s->rx, ms[i]))
+			rte_pktmbuf_free(ms[i]);
+	}
+	pthread_mutex_unlock(&p->rx_lock);
+}
+
+uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n)
+{
+	pthread_mutex_lock(&p->tx_lock);
+	uint16_t sent = rte_eth_tx_burst(p->port, 0, ms, n);
+	pthread_mutex_unlock(&p->tx_lock);
+	return sent;
+}
