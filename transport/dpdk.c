@@ -295,6 +295,11 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	return d;
 }
 
+struct rte_mempool *dpdk_pool(void)
+{
+	return pool;
+}
+
 int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 {
 	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
@@ -689,6 +694,17 @@ static int check_link(struct dpdk_wire *d)
 		return wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
 		                 d->w.peer);
 	}
+	int64_t quiet = d->slot && d->slot->established
+	                    ? now - atomic_load_explicit(&d->slot->last_rx_ns, memory_order_relaxed)
+	                    : 0;
+	if (quiet > d->w.timeout_ns) {
+		d->down = 1;
+		return wire_fail(&d->w, -ECONNRESET, /* not -ETIMEDOUT: that is "no frame yet" */
+		                 "dpdk: nothing from %s for %.1f s (keepalives every %lld ms): the "
+		                 "peer is gone",
+		                 d->w.peer, (double)quiet / 1e9,
+		                 (long long)(L2_KEEPALIVE_NS / ESD_NS_PER_MS));
+	}
 	return 0;
 }
 
@@ -709,6 +725,8 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 	rte_mbuf_ext_refcnt_set(&shinfo, 0);
 	uint32_t id = d->tx_msg++;
 	size_t off = 0;
+	if (d->slot)
+		atomic_store_explicit(&d->slot->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	int64_t stuck_since = 0;
 	while (off < len) {
 		unsigned k = 0;

@@ -46,6 +46,7 @@ int dpdk_iface_mtu_check(const char *iface, uint32_t payload);
 #define FRAG_FROM_SERVER 0x01u /* sent by the listener's side of the link */
 #define FRAG_SYN         0x02u /* the client has heard nothing back on this link yet */
 #define FRAG_RST         0x04u /* the listener knows no such link (it restarted) */
+#define FRAG_KEEPALIVE   0x08u /* no frame: the sender is alive (total 0) */
 
 /* The 16 bytes after the Ethernet header: the frame's message id, this
  * fragment's offset in it and its total length; then the link's address on
@@ -85,7 +86,17 @@ void frag_hdr_get(const uint8_t *p, struct frag_hdr *h);
  * Whichever thread polls the port first (a trylock) receives a burst and
  * files each packet in its link's queue; every link reads its own queue.
  * Transmits take the port's tx lock.
+ *
+ * No kernel tells a link that its peer died, so the port's keepalive
+ * thread polls the port every L2_TICK_NS and sends KEEPALIVE on every link
+ * that sent nothing for L2_KEEPALIVE_NS (whether or not its owner is
+ * polling: a node's trainers may compute for seconds); a link that heard
+ * nothing for its timeout_ns is gone. A KEEPALIVE to a restarted shard
+ * draws its RST.
  */
+
+#define L2_TICK_NS      (20 * 1000 * 1000LL)
+#define L2_KEEPALIVE_NS (100 * 1000 * 1000LL)
 
 #define L2_MAX_SLOTS  256 /* links per port */
 #define L2_MAX_LISTEN 16  /* listeners (channels) per port */
@@ -106,8 +117,9 @@ struct l2slot {
 	uint16_t link;
 	uint8_t mac[6];  /* the peer's */
 	bool mac_known;  /* client: until then it sends to broadcast */
-	bool established; /* server: a packet without SYN came */
+	bool established; /* server: a packet without SYN came; client: heard */
 	_Atomic int state;
+	_Atomic int64_t last_rx_ns, last_tx_ns; /* esd_now_ns() */
 	struct l2ring rx;
 };
 
@@ -177,6 +189,8 @@ struct l2slot *l2port_take(struct l2port *p, uint8_t channel);
 void l2port_release(struct l2port *p, struct l2slot *s);
 /* Receive a burst, if no other thread is at it, and file it. */
 void l2port_poll(struct l2port *p);
+/* The packet is a KEEPALIVE (h: its first ETH_HDR + FRAG_HDR bytes). */
+bool l2_is_keepalive(const uint8_t *h);
 /* rte_eth_tx_burst under the port's tx lock. */
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
 
@@ -187,6 +201,8 @@ uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
 int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
                  uint16_t *port);
 void dpdk_port_down(uint16_t port, const char *name);
+/* The process's mbuf pool (the EAL is up). */
+struct rte_mempool *dpdk_pool(void);
 /* The devargs of the options' port for one process (af_packet). */
 int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len);
 

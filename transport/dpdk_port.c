@@ -10,6 +10,7 @@
  */
 #include "dpdk_internal.h"
 
+#include <esd/clock.h>
 #include <esd/log.h>
 
 #include <errno.h>
@@ -112,6 +113,8 @@ static struct l2slot *slot_new(struct l2tab *t, bool server, uint8_t channel, ui
 		s->mac_known = true;
 	}
 	atomic_init(&s->state, server ? L2_NEW : L2_TAKEN);
+	atomic_init(&s->last_rx_ns, esd_now_ns());
+	atomic_init(&s->last_tx_ns, 0);
 	t->slot[i] = s;
 	return s;
 }
@@ -177,9 +180,15 @@ static struct l2slot *route_to_client(struct l2tab *t, const uint8_t *src,
 			memcpy(s->mac, src, 6); /* the shard's first answer names it */
 			s->mac_known = true;
 		}
+		s->established = true;
 		return s;
 	}
 	return NULL;
+}
+
+bool l2_is_keepalive(const uint8_t *h)
+{
+	return (h[ETH_HDR + 15] & FRAG_KEEPALIVE) != 0;
 }
 
 struct l2slot *l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst)
@@ -275,6 +284,8 @@ struct l2slot *l2tab_take(struct l2tab *t, uint8_t channel)
 
 struct l2port {
 	struct l2port *next;
+	pthread_t ticker; /* polls and sends keepalives */
+	_Atomic bool stop;
 	char name[96]; /* the interface or PCI address */
 	char dev[96];  /* the ethdev's name */
 	uint16_t port;
@@ -290,6 +301,39 @@ static unsigned port_seq;
 static void free_mbuf(void *pkt)
 {
 	rte_pktmbuf_free(pkt);
+}
+
+static void send_ctl(struct l2port *p, const uint8_t *dst, uint16_t link, uint8_t channel,
+                     uint8_t flags, struct rte_mempool *pool);
+
+/* KEEPALIVE on every live link that sent nothing for L2_KEEPALIVE_NS (a
+ * client once its peer answered: until then it is still connecting). */
+static void keepalives(struct l2port *p, struct rte_mempool *pool)
+{
+	int64_t now = esd_now_ns();
+	pthread_mutex_lock(&p->rx_lock);
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = p->tab.slot[i];
+		if (!s || s->state != L2_TAKEN || !s->established ||
+		    now - atomic_load(&s->last_tx_ns) < L2_KEEPALIVE_NS)
+			continue;
+		atomic_store(&s->last_tx_ns, now);
+		send_ctl(p, s->mac, s->link, s->channel,
+		         (uint8_t)(FRAG_KEEPALIVE | (s->server ? FRAG_FROM_SERVER : 0)), pool);
+	}
+	pthread_mutex_unlock(&p->rx_lock);
+}
+
+static void *ticker(void *arg)
+{
+	struct l2port *p = arg;
+	struct rte_mempool *pool = dpdk_pool();
+	while (!atomic_load(&p->stop)) {
+		l2port_poll(p);
+		keepalives(p, pool);
+		esd_sleep_ns(L2_TICK_NS);
+	}
+	return NULL;
 }
 
 static int port_open(const struct esd_link_opts *o, struct l2port *p)
@@ -330,6 +374,10 @@ int l2port_get(const struct esd_link_opts *o, struct l2port **out)
 		if ((rc = port_open(o, p))) {
 			free(p);
 			p = NULL;
+		} else if ((rc = -pthread_create(&p->ticker, NULL, ticker, p))) {
+			dpdk_port_down(p->port, p->dev);
+			free(p);
+			p = NULL;
 		} else {
 			p->refs = 1;
 			p->next = ports;
@@ -354,6 +402,8 @@ void l2port_put(struct l2port *p)
 	pthread_mutex_unlock(&reg_lock);
 	if (!last)
 		return;
+	atomic_store(&p->stop, true);
+	pthread_join(p->ticker, NULL);
 	dpdk_port_down(p->port, p->dev);
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (p->tab.slot[i])
@@ -435,8 +485,9 @@ void l2port_release(struct l2port *p, struct l2slot *s)
 	pthread_mutex_unlock(&p->rx_lock);
 }
 
-/* Answer a packet of an unknown link (h: its headers) with RST. */
-static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *pool)
+/* A packet of headers only to dst for link/channel, with flags. */
+static void send_ctl(struct l2port *p, const uint8_t *dst, uint16_t link, uint8_t channel,
+                     uint8_t flags, struct rte_mempool *pool)
 {
 	struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
 	uint8_t *b = m ? (uint8_t *)rte_pktmbuf_append(m, ETH_HDR + FRAG_HDR) : NULL;
@@ -444,17 +495,22 @@ static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *poo
 		rte_pktmbuf_free(m);
 		return;
 	}
-	struct frag_hdr f;
-	frag_hdr_get(h + ETH_HDR, &f);
-	memcpy(b, h + 6, 6);
+	memcpy(b, dst, 6);
 	memcpy(b + 6, p->tab.own, 6);
 	b[12] = ETHERTYPE_ESD >> 8;
 	b[13] = ETHERTYPE_ESD & 0xff;
-	f.id = f.off = f.total = 0;
-	f.flags = FRAG_FROM_SERVER | FRAG_RST;
+	struct frag_hdr f = {.link = link, .channel = channel, .flags = flags};
 	frag_hdr_put(b + ETH_HDR, &f);
 	if (!l2port_tx(p, &m, 1))
 		rte_pktmbuf_free(m);
+}
+
+/* Answer a packet of an unknown link (h: its headers) with RST. */
+static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *pool)
+{
+	struct frag_hdr f;
+	frag_hdr_get(h + ETH_HDR, &f);
+	send_ctl(p, h + 6, f.link, f.channel, FRAG_FROM_SERVER | FRAG_RST, pool);
 }
 
 void l2port_poll(struct l2port *p)
@@ -463,6 +519,7 @@ void l2port_poll(struct l2port *p)
 		return; /* another link's thread is filing packets */
 	struct rte_mbuf *ms[POLL_BURST];
 	uint16_t n = rte_eth_rx_burst(p->port, 0, ms, POLL_BURST);
+	int64_t now = n ? esd_now_ns() : 0;
 	for (uint16_t i = 0; i < n; i++) {
 		uint8_t buf[ETH_HDR + FRAG_HDR];
 		const uint8_t *h = rte_pktmbuf_read(ms[i], 0, sizeof(buf), buf);
@@ -470,7 +527,9 @@ void l2port_poll(struct l2port *p)
 		struct l2slot *s = h ? l2tab_route(&p->tab, h, &rst) : NULL;
 		if (rst)
 			send_rst(p, h, ms[i]->pool);
-		if (!s || !l2ring_put(&s->rx, ms[i]))
+		if (s)
+			atomic_store_explicit(&s->last_rx_ns, now, memory_order_relaxed);
+		if (!s || l2_is_keepalive(h) || !l2ring_put(&s->rx, ms[i]))
 			rte_pktmbuf_free(ms[i]);
 	}
 	pthread_mutex_unlock(&p->rx_lock);

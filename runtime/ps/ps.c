@@ -763,7 +763,9 @@ static void on_link_end(struct ps_link *pl, int rc, bool received)
 			       "stop the job and start it again to resume from the last checkpoint",
 			       pl->worker, (unsigned long long)ps->bar.iter_done + 1,
 			       esd_link_peer(pl->link),
-			       rc == -ECONNRESET ? "closed" : esd_link_last_error(pl->link));
+			       rc == -ECONNRESET && !*esd_link_last_error(pl->link)
+				       ? "closed"
+				       : esd_link_last_error(pl->link));
 	}
 	pthread_mutex_unlock(&ps->mu);
 }

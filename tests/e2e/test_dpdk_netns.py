@@ -1,0 +1,216 @@
+"""esdd <-> esd-ps over DPDK net_af_packet between hosts emulated by network
+namespaces (the shape of test_multihost.py): a switch namespace with a
+bridge, a PS host running both shards on its one interface, and four node
+hosts, each host's interface named esd0 (ps.dpdk_port = af_packet:esd0 on
+every host), MTU 9000 (ps.dpdk_mtu = 8192), each node's veth shaped by tc
+tbf at its rate both ways, MAC addresses learned, the job key on every link:
+- BSP exactness: the final tables equal the single-process reference, the
+  rows counted on every link equal the prediction, every link dpdk with its
+  reliable layer; one shard interface serves all four nodes, and the two
+  shards of one host are told apart on it;
+- a node daemon killed mid-iteration is detected: every process exits
+  non-zero, the shard naming the worker;
+- a shard killed and restarted with --restore: its RST tells the nodes at
+  once that their links are gone; they reconnect and the job ends equal to
+  the reference.
+Skips (77) when the dpdk backend is not built, its EAL cannot start, or
+namespaces cannot be made (not root, no ip/tc).
+
+usage: test_dpdk_netns.py BIN_DIR
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from e2e_util import Env, ClusterError, exit_codes, shard_files
+from esdcluster import Cluster
+
+RATES = [1000000000, 1000000000, 200000000, 200000000]  # tc tbf, bit/s
+
+
+def sh(*a):
+    r = subprocess.run(list(a), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode:
+        raise RuntimeError("'%s' failed: %s" % (" ".join(a), r.stdout.strip()))
+
+
+class Hosts:
+    """Namespaces <tag>ps, <tag>n0..n3 on a bridge in <tag>sw; every host's
+    interface is esd0."""
+
+    def __init__(self, n=4):
+        self.tag = "dn%d" % (os.getpid() % 10000)
+        self.ps = self.tag + "ps"
+        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
+        self.sw = self.tag + "sw"
+        self.made = []
+
+    def __enter__(self):
+        try:
+            for ns in [self.sw, self.ps] + self.nodes:
+                sh("ip", "netns", "add", ns)
+                self.made.append(ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
+            for i, ns in enumerate([self.ps] + self.nodes):
+                s = "%ss%d" % (self.tag, i)
+                sh("ip", "link", "add", "esd0", "netns", ns, "mtu", "9000", "type", "veth",
+                   "peer", "name", s, "netns", self.sw, "mtu", "9000")
+                sh("ip", "-n", ns, "link", "set", "esd0", "up")
+                sh("ip", "-n", self.sw, "link", "set", s, "master", "br0")
+                sh("ip", "-n", self.sw, "link", "set", s, "up")
+                if i >= 1:  # a node: its uplink and downlink at its rate
+                    rate = RATES[i - 1]
+                    for n2, dev in ((ns, "esd0"), (self.sw, s)):
+                        sh("tc", "-n", n2, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                           "%dbit" % rate, "burst", str(max(rate // 800, 1 << 20)), "latency",
+                           "1s")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        self.made = []
+        return False
+
+    def wrap(self, name):
+        if name.startswith("ps"):
+            return ["ip", "netns", "exec", self.ps]
+        if name.startswith("esdd"):
+            return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
+        return []  # trainers: unix sockets and shared memory only
+
+
+def settings(env, **over):
+    s = env.settings(**over)
+    s.update({"ps.backend": "dpdk", "ps.dpdk_port": "af_packet:esd0", "ps.dpdk_mtu": 8192,
+              "workers.rates": ",".join(str(r) for r in RATES),
+              "workers.link_rates": "0,0,0,0"})  # tc shapes the links
+    return s
+
+
+def cluster(env, hosts, work, s, shards, **kw):
+    return Cluster(env.bin, work, s, shards=shards, wrap=hosts.wrap,
+                   ps_listen=lambda sh_: "esd0", **kw)
+
+
+def usable(env, hosts):
+    """Whether a one-iteration af_packet job runs here; the reason if not."""
+    work = os.path.join(env.root, "probe")
+    try:
+        with cluster(env, hosts, work, settings(env, job__iterations=1), 1) as c:
+            c.start()
+            c.wait(timeout=60)
+        return True, ""
+    except ClusterError as e:
+        logs = ""
+        for name in ("ps0", "esdd0"):
+            p = os.path.join(work, name + ".log")
+            if os.path.exists(p):
+                with open(p) as f:
+                    logs += f.read()
+        if "not built" in logs or "EAL did not start" in logs:
+            return False, [ln for ln in logs.splitlines() if "EAL" in ln or "dpdk" in ln][:2]
+        raise e
+
+
+def test_exact(env, hosts):
+    name = "af_packet-2-shards"
+    s = settings(env)
+    work, ck = env.run_dirs(s, name)
+    with cluster(env, hosts, work, s, 2) as c:
+        c.start()
+        c.wait(timeout=240)
+        sums = c.summaries()
+    env.check(all(ln["backend"] == "dpdk" and ln["reliable"] for sm in sums
+                  for ln in sm["links"]) and all(len(sm["links"]) == 2 for sm in sums),
+              "%s: every node has a dpdk link to each shard, its reliable layer on" % name)
+    env.check_transfers(name, sums)
+    ok, out = env.compare(shard_files(ck, 2), env.reference(name, s))
+    env.check(ok, "%s over af_packet: final tables == single-process reference: %s"
+              % (name, out.splitlines()[-1] if out else ""))
+
+
+def test_node_killed(env, hosts):
+    s = settings(env, job__iterations=100000)
+    work = os.path.join(env.root, "killed")
+    with cluster(env, hosts, work, s, 1, emulate_ns=20000) as c:
+        c.start()
+        time.sleep(2)
+        os.kill(c.procs["esdd1"].pid, signal.SIGKILL)
+        t_kill = time.time()
+        rcs = exit_codes(c.procs)
+        took = time.time() - t_kill
+    with open(os.path.join(work, "ps0.log")) as f:
+        ps_log = f.read()
+    others = {n: rc for n, rc in rcs.items() if n != "esdd1"}
+    env.check(all(rc not in (0, "still running") for rc in others.values()) and took < 15,
+              "esdd 1 killed over af_packet: every other process exits non-zero %.1f s "
+              "later: %s" % (took, rcs))
+    env.check("worker 1 went away" in ps_log and "peer is gone" in ps_log,
+              "the shard names the worker and the silence: %s"
+              % [ln for ln in ps_log.splitlines() if "worker 1 went away" in ln][:1])
+
+
+def test_shard_restarted(env, hosts):
+    name = "af_packet-restart"
+    s = settings(env, job__iterations=60, ps__checkpoint_every=10)
+    work, ck = env.run_dirs(s, name)
+    with cluster(env, hosts, work, s, 1) as c:  # the reference trainers
+        c.start()
+        t0 = time.time()
+        while time.time() - t0 < 60 and not os.listdir(ck):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        c.kill("ps0", signal.SIGKILL)
+        time.sleep(0.3)
+        t_restart = time.time()
+        c.start_ps(0, restore=True)
+        c.wait(timeout=240)
+        took = time.time() - t_restart
+        sums = c.summaries()
+    logs = ""
+    for w in range(4):
+        with open(os.path.join(work, "esdd%d.log" % w)) as f:
+            logs += f.read()
+    env.check("does not know this link" in logs,
+              "%s: the restarted shard's RST ended the nodes' old links: %s" % (
+                  name, [ln.strip()[:160] for ln in logs.splitlines()
+                         if "does not know this link" in ln][:1]))
+    env.check(all(sm["iterations"] == 60 for sm in sums),
+              "%s: every node ended the job %.1f s after the restart" % (name, took))
+    ok, out = env.compare(shard_files(ck, 1), env.reference(name, s))
+    env.check(ok, "%s: final tables == single-process reference: %s"
+              % (name, out.splitlines()[-1] if out else ""))
+
+
+def main():
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        print("SKIP: network namespaces need root and iproute2 (ip, tc)")
+        return 77
+    env = Env(sys.argv[1], "dpdk-netns")
+    env.gen_stream()
+    try:
+        with Hosts() as hosts:
+            ok, why = usable(env, hosts)
+            if not ok:
+                print("SKIP: dpdk af_packet cannot run here: %s" % why)
+                return 77
+            test_exact(env, hosts)
+            test_node_killed(env, hosts)
+            test_shard_restarted(env, hosts)
+    except (ClusterError, RuntimeError) as e:
+        env.check(False, "cluster: %s" % e)
+    return env.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
