@@ -11,8 +11,9 @@ reported costs are the link bytes divided by the link rates.
 usage: test_testbed.py ESD_TESTBED BIN_DIR [--netns] [--shards S] [--dpdk]
 (exit 77: cannot run here)
 
---dpdk: esdd <-> esd-ps over DPDK net_memif (esd-testbed --backend dpdk),
-over fewer mechanisms.
+--dpdk: esdd <-> esd-ps over DPDK (esd-testbed --backend dpdk): net_memif,
+or with --netns net_af_packet between the namespaces on one bridge; over
+fewer mechanisms.
 
 --netns: the same with the links in network namespaces shaped by tc tbf
 (needs root and iproute2), over fewer mechanisms; also checks that every
@@ -64,7 +65,7 @@ def main():
             argv.append("--netns")
         if "--shards" in sys.argv[3:]:  # several PS shards: the same checks hold
             argv += ["--shards", sys.argv[sys.argv.index("--shards") + 1]]
-        if "--dpdk" in sys.argv[3:]:  # the rows over net_memif: the same checks hold
+        if "--dpdk" in sys.argv[3:]:  # the rows over memif or af_packet: the same checks
             argv += ["--backend", "dpdk"]
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         r_pid[0] = p.pid
