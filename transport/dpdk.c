@@ -60,6 +60,10 @@
  * sleep. */
 #define IDLE_SPIN_NS  (50 * ESD_NS_PER_US)
 #define IDLE_SLEEP_NS (10 * ESD_NS_PER_US)
+/* On a shared port (af_packet, a NIC) many link threads poll one port and
+ * the kernel's af_packet path is slow anyway: each idle sleep there doubles,
+ * up to this, so idle links leave the cores to the busy ones. */
+#define IDLE_SLEEP_MAX_L2_NS (200 * ESD_NS_PER_US)
 /* After a memif peer's device went away: time for the driver's interrupt
  * thread to finish its disconnect before this side removes its device. */
 #define DISCONNECT_GRACE_NS (20 * ESD_NS_PER_MS)
@@ -91,6 +95,7 @@ struct dpdk_wire {
 	int64_t next_link_check;
 	uint64_t empty_polls;
 	int64_t idle_since; /* first empty poll of this idle stretch; 0: busy */
+	int64_t idle_sleep_ns; /* the next idle sleep */
 };
 
 struct dpdk_listener {
@@ -273,6 +278,7 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
 	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	d->was_up = 1;
+	d->idle_sleep_ns = IDLE_SLEEP_NS;
 	/* Both vdevs this backend creates copy packets inside tx_burst, so the
 	 * caller's frame can be sent without a bounce copy; ESD_DPDK_COPY=1
 	 * turns that off (e.g. to compare). */
@@ -836,14 +842,14 @@ static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 
 /* Sleep IDLE_SLEEP_NS, with this thread's timer slack cut to 1 us first
  * (Linux's default 50 us would stretch every such sleep to 60 us). */
-static void idle_sleep(void)
+static void idle_sleep(int64_t ns)
 {
 	static __thread bool slack_set;
 	if (!slack_set) {
 		prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 		slack_set = true;
 	}
-	esd_sleep_ns(IDLE_SLEEP_NS);
+	esd_sleep_ns(ns);
 }
 
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
@@ -871,6 +877,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 		if (rc > 0) {
 			d->empty_polls = 0;
 			d->idle_since = 0;
+			d->idle_sleep_ns = IDLE_SLEEP_NS;
 			continue;
 		}
 		/* Busy-poll (kernel bypass); look at the clock only every few
@@ -885,8 +892,11 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return -ETIMEDOUT;
 		if (!d->idle_since)
 			d->idle_since = now;
-		if (now - d->idle_since > IDLE_SPIN_NS)
-			idle_sleep();
+		if (now - d->idle_since > IDLE_SPIN_NS) {
+			idle_sleep(d->idle_sleep_ns);
+			if (d->sp && d->idle_sleep_ns < IDLE_SLEEP_MAX_L2_NS)
+				d->idle_sleep_ns *= 2;
+		}
 	}
 }
 

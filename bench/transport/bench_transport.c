@@ -16,7 +16,7 @@
  * reliable layer's retransmissions over the repetitions. A "raw" entry in
  * --backends also prints the raw runs on their own.
  *
- * Usage: bench_transport [--backends raw,tcp,tcp-poll,dpdk,tcp-key,dpdk-key]
+ * Usage: bench_transport [--backends raw,tcp,tcp-poll,dpdk,tcp-key,dpdk-key,dpdk-afp]
  *                        [--rates 0.5,5,20,0] [--seconds S] [--reps N]
  * ("-key": with a job key, a tag on every frame; compare with the same
  * backend without, in the same invocation)
@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <stdbool.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -62,6 +63,26 @@ static bool is_dpdk(const char *backend)
 	return !strncmp(backend, "dpdk", 4);
 }
 
+/* "dpdk-afp": net_af_packet over a veth pair (esdbs, the receiver's end;
+ * esdbc, the sender's) in a network namespace of the benchmark's own. */
+static bool is_afp(const char *backend)
+{
+	return !strncmp(backend, "dpdk-afp", 8);
+}
+
+/* The namespace and its veth pair (MTU 9000), once; false if not root. */
+static bool afp_setup(void)
+{
+	static int state; /* 0 not tried, 1 up, -1 failed */
+	if (!state)
+		state = !unshare(CLONE_NEWNET) &&
+		                !system("ip link add esdbs mtu 9000 type veth peer name esdbc mtu 9000 "
+		                        "&& ip link set esdbs up && ip link set esdbc up")
+		            ? 1
+		            : -1;
+	return state > 0;
+}
+
 static void set_opts(struct esd_link_opts *o, const char *backend, const char *addr)
 {
 	esd_link_opts_init(o);
@@ -74,6 +95,8 @@ static void set_opts(struct esd_link_opts *o, const char *backend, const char *a
 		o->window = 512;
 		o->dpdk_mtu = getenv("BENCH_MTU") ? (uint32_t)atoi(getenv("BENCH_MTU")) : 0;
 		o->dpdk_eal_args = getenv("BENCH_EAL_ARGS");
+		if (is_afp(backend))
+			o->dpdk_vdev = "af_packet"; /* addr: the interface of the side */
 	} else {
 		o->backend = "tcp";
 		o->tcp_engine = !strcmp(backend, "tcp-poll") ? "poll" : "uring";
@@ -206,7 +229,14 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 {
 	char sock[128];
 	const char *addr = "127.0.0.1:0";
-	if (is_dpdk(backend)) {
+	if (is_afp(backend)) {
+		if (!afp_setup()) {
+			printf("| %-8s | needs root and the ip tool (a namespace with a veth pair) |\n",
+			       backend);
+			return -EPERM;
+		}
+		addr = "esdbs";
+	} else if (is_dpdk(backend)) {
 		snprintf(sock, sizeof(sock), "/tmp/esd-bench-memif-%d.sock", (int)getpid());
 		unlink(sock);
 		addr = sock;
@@ -256,7 +286,7 @@ static int run_backend(const char *backend, const double *rates, int nrates, int
 		int ri = r % nrates;
 		struct esd_link_opts o;
 		struct esd_link *l;
-		set_opts(&o, backend, raddr);
+		set_opts(&o, backend, is_afp(backend) ? "esdbc" : raddr);
 		o.memif_id = (uint32_t)r;
 		o.rate_bps = (uint64_t)(rates[ri] * 1e9);
 		if ((rc = esd_link_connect(&o, &l))) {
