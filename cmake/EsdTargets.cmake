@@ -7,6 +7,15 @@
 # root); every test runs under a timeout (default 60 s).
 # Labels in use: unit, integration, slow, needs-hugepages, needs-gpu,
 # needs-root, needs-dpdk.
+# Tests labelled needs-dpdk poll their ports and are timed by their peers'
+# keepalives and link timeouts: never two at once (ctest -j), so that one
+# does not starve another of the cores.
+function(esd_dpdk_lock name labels)
+	if("needs-dpdk" IN_LIST labels)
+		set_tests_properties(${name} PROPERTIES RESOURCE_LOCK dpdk)
+	endif()
+endfunction()
+
 function(esd_add_test)
 	cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;ENV" ${ARGN})
 	if(NOT CMOCKA_FOUND)
@@ -24,6 +33,7 @@ function(esd_add_test)
 	add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
 	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
 		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+	esd_dpdk_lock(${T_NAME} "${T_LABELS}")
 	if(T_ENV)
 		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
 	endif()
@@ -42,6 +52,7 @@ function(esd_add_script_test)
 	add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
 	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
 		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+	esd_dpdk_lock(${T_NAME} "${T_LABELS}")
 	if(T_ENV)
 		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
 	endif()
