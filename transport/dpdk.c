@@ -89,7 +89,6 @@ struct dpdk_wire {
 	/* af_packet or PCI: the shared port and this link's entry in it */
 	struct l2port *sp;
 	struct l2slot *slot;
-	int heard; /* client: the peer answered (no more SYN) */
 	struct frag_hdr tag; /* link, channel, flags of every packet sent */
 	uint8_t mac[6];
 	int64_t next_link_check;
@@ -295,7 +294,7 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	if (slot) {
 		d->tag.link = slot->link;
 		d->tag.channel = slot->channel;
-		d->tag.flags = slot->server ? FRAG_FROM_SERVER : FRAG_SYN;
+		d->tag.flags = slot->server ? FRAG_FROM_SERVER : 0; /* SYN: send_raw */
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
 	return d;
@@ -660,10 +659,6 @@ static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
 	uint16_t n = 0;
 	while (n < BURST && (ms[n] = l2ring_get(&d->slot->rx)))
 		n++;
-	if (n && !d->heard && !d->slot->server) {
-		d->heard = 1;
-		d->tag.flags &= (uint8_t)~FRAG_SYN;
-	}
 	return n;
 }
 
@@ -756,6 +751,8 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			b[12] = ETHERTYPE_ESD >> 8;
 			b[13] = ETHERTYPE_ESD & 0xff;
 			struct frag_hdr f = d->tag;
+			if (d->slot && !d->slot->server && !d->slot->established)
+				f.flags |= FRAG_SYN; /* nothing heard back yet */
 			f.id = id;
 			f.off = (uint32_t)o2;
 			f.total = (uint32_t)len;
@@ -840,7 +837,7 @@ static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 	return 0;
 }
 
-/* Sleep IDLE_SLEEP_NS, with this thread's timer slack cut to 1 us first
+/* Sleep ns, with this thread's timer slack cut to 1 us first
  * (Linux's default 50 us would stretch every such sleep to 60 us). */
 static void idle_sleep(int64_t ns)
 {

@@ -115,9 +115,12 @@ struct l2slot {
 	bool server; /* a listener's link (else a client's) */
 	uint8_t channel;
 	uint16_t link;
-	uint8_t mac[6];  /* the peer's */
-	bool mac_known;  /* client: until then it sends to broadcast */
-	bool established; /* server: a packet without SYN came; client: heard */
+	/* written by the poller under the rx lock; the link's thread reads
+	 * mac_known (then mac) and established without it */
+	uint8_t mac[6];          /* the peer's */
+	_Atomic bool mac_known;  /* client: until then it sends to broadcast */
+	_Atomic bool established; /* server: a packet without SYN came; client:
+	                           * the peer answered (it sends no more SYN) */
 	_Atomic int state;
 	_Atomic int64_t last_rx_ns, last_tx_ns; /* esd_now_ns() */
 	struct l2ring rx;
