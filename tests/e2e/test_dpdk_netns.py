@@ -162,14 +162,15 @@ def test_node_killed(env, hosts):
 
 def test_shard_restarted(env, hosts):
     name = "af_packet-restart"
-    s = settings(env, job__iterations=60, ps__checkpoint_every=10)
+    # the shard is killed as soon as the first checkpoint (iteration 5) is
+    # on disk, with most of the job still to run
+    s = settings(env, job__iterations=60, ps__checkpoint_every=5)
     work, ck = env.run_dirs(s, name)
     with cluster(env, hosts, work, s, 1) as c:  # the reference trainers
         c.start()
         t0 = time.time()
         while time.time() - t0 < 60 and not os.listdir(ck):
-            time.sleep(0.05)
-        time.sleep(0.5)
+            time.sleep(0.01)
         c.kill("ps0", signal.SIGKILL)
         time.sleep(0.3)
         t_restart = time.time()
