@@ -189,3 +189,49 @@ def exit_codes(procs, timeout=30):
         except subprocess.TimeoutExpired:
             rcs[name] = "still running"
     return rcs
+
+
+def dpdk_usable(work, cluster, markers=("not built", "EAL", "no such transport")):
+    """Whether a one-iteration dpdk job runs here: cluster(work) makes it.
+    (True, "") when it ends; (False, its dpdk lines) when the logs of ps0 or
+    esdd0 name one of markers (the backend is not built, the EAL did not
+    start); any other failure is raised."""
+    try:
+        with cluster(work) as c:
+            c.start()
+            c.wait(timeout=60)
+        return True, ""
+    except ClusterError:
+        logs = ""
+        for name in ("ps0", "esdd0"):
+            p = os.path.join(work, name + ".log")
+            if os.path.exists(p):
+                with open(p) as f:
+                    logs += f.read()
+        if any(m in logs for m in markers):
+            return False, [ln for ln in logs.splitlines() if "EAL" in ln or "dpdk" in ln][:2]
+        raise
+
+
+def sh(*argv):
+    """Run a set-up command (ip, tc); raise naming it and its output if it
+    fails."""
+    r = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode:
+        raise RuntimeError("'%s' failed: %s" % (" ".join(argv), r.stdout.strip()))
+
+
+def bridge_port(sw, ns, dev, port, rate=0, mtu=None):
+    """A veth from namespace ns (its end dev, up) to the bridge br0 of
+    namespace sw (its end port, up); with rate (bit/s), tc tbf shapes both
+    ends at it (burst 10 ms of traffic, at least 1 MiB; queue latency 1 s)."""
+    m = ["mtu", str(mtu)] if mtu else []
+    sh("ip", "link", "add", dev, "netns", ns, *m, "type", "veth", "peer", "name", port,
+       "netns", sw, *m)
+    sh("ip", "-n", ns, "link", "set", dev, "up")
+    sh("ip", "-n", sw, "link", "set", port, "master", "br0")
+    sh("ip", "-n", sw, "link", "set", port, "up")
+    if rate:
+        for n2, d in ((ns, dev), (sw, port)):
+            sh("tc", "-n", n2, "qdisc", "add", "dev", d, "root", "tbf", "rate", "%dbit" % rate,
+               "burst", str(max(rate // 800, 1 << 20)), "latency", "1s")

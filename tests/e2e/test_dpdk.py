@@ -14,12 +14,11 @@ usage: test_dpdk.py BIN_DIR
 """
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
-from e2e_util import Env, ClusterError, exit_codes, shard_files
+from e2e_util import Env, ClusterError, dpdk_usable, exit_codes, shard_files
 from esdcluster import Cluster
 
 
@@ -29,27 +28,6 @@ def memif_cluster(env, work, settings, shards=1, **kw):
     s = dict(settings, **{"ps.backend": "dpdk"})
     return Cluster(env.bin, work, s, shards=shards,
                    ps_listen=lambda sh: os.path.join(socks, "ps%d.sock" % sh), **kw)
-
-
-def dpdk_usable(env):
-    """Whether a one-iteration memif job runs here; the reason if not."""
-    work = os.path.join(env.root, "probe")
-    s = env.settings(job__iterations=1, workers__n=2)
-    try:
-        with memif_cluster(env, work, s) as c:
-            c.start()
-            c.wait(timeout=60)
-        return True, ""
-    except ClusterError as e:
-        logs = ""
-        for name in ("ps0", "esdd0"):
-            p = os.path.join(work, name + ".log")
-            if os.path.exists(p):
-                with open(p) as f:
-                    logs += f.read()
-        if "not built" in logs or "EAL" in logs or "no such transport" in logs:
-            return False, [ln for ln in logs.splitlines() if "EAL" in ln or "dpdk" in ln][:2]
-        raise e
 
 
 def test_exact(env, name, settings, shards):
@@ -121,7 +99,9 @@ def main():
     env = Env(sys.argv[1], "dpdk")
     env.gen_stream()
     try:
-        ok, why = dpdk_usable(env)
+        ok, why = dpdk_usable(
+            os.path.join(env.root, "probe"),
+            lambda work: memif_cluster(env, work, env.settings(job__iterations=1, workers__n=2)))
         if not ok:
             print("SKIP: dpdk memif cannot run here: %s" % why)
             return 77

@@ -25,16 +25,11 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, exit_codes, shard_files
+from e2e_util import (Env, ClusterError, bridge_port, dpdk_usable, exit_codes, sh,
+                      shard_files)
 from esdcluster import Cluster
 
 RATES = [1000000000, 1000000000, 200000000, 200000000]  # tc tbf, bit/s
-
-
-def sh(*a):
-    r = subprocess.run(list(a), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode:
-        raise RuntimeError("'%s' failed: %s" % (" ".join(a), r.stdout.strip()))
 
 
 class Hosts:
@@ -57,18 +52,9 @@ class Hosts:
             sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
             sh("ip", "-n", self.sw, "link", "set", "br0", "up")
             for i, ns in enumerate([self.ps] + self.nodes):
-                s = "%ss%d" % (self.tag, i)
-                sh("ip", "link", "add", "esd0", "netns", ns, "mtu", "9000", "type", "veth",
-                   "peer", "name", s, "netns", self.sw, "mtu", "9000")
-                sh("ip", "-n", ns, "link", "set", "esd0", "up")
-                sh("ip", "-n", self.sw, "link", "set", s, "master", "br0")
-                sh("ip", "-n", self.sw, "link", "set", s, "up")
-                if i >= 1:  # a node: its uplink and downlink at its rate
-                    rate = RATES[i - 1]
-                    for n2, dev in ((ns, "esd0"), (self.sw, s)):
-                        sh("tc", "-n", n2, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                           "%dbit" % rate, "burst", str(max(rate // 800, 1 << 20)), "latency",
-                           "1s")
+                # a node: its uplink and downlink at its rate
+                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i),
+                            RATES[i - 1] if i >= 1 else 0, mtu=9000)
         except BaseException:
             self.__exit__()
             raise
@@ -100,26 +86,6 @@ def settings(env, **over):
 def cluster(env, hosts, work, s, shards, **kw):
     return Cluster(env.bin, work, s, shards=shards, wrap=hosts.wrap,
                    ps_listen=lambda sh_: "esd0", **kw)
-
-
-def usable(env, hosts):
-    """Whether a one-iteration af_packet job runs here; the reason if not."""
-    work = os.path.join(env.root, "probe")
-    try:
-        with cluster(env, hosts, work, settings(env, job__iterations=1), 1) as c:
-            c.start()
-            c.wait(timeout=60)
-        return True, ""
-    except ClusterError as e:
-        logs = ""
-        for name in ("ps0", "esdd0"):
-            p = os.path.join(work, name + ".log")
-            if os.path.exists(p):
-                with open(p) as f:
-                    logs += f.read()
-        if "not built" in logs or "EAL did not start" in logs:
-            return False, [ln for ln in logs.splitlines() if "EAL" in ln or "dpdk" in ln][:2]
-        raise e
 
 
 def test_exact(env, hosts):
@@ -201,7 +167,10 @@ def main():
     env.gen_stream()
     try:
         with Hosts() as hosts:
-            ok, why = usable(env, hosts)
+            ok, why = dpdk_usable(
+                os.path.join(env.root, "probe"),
+                lambda work: cluster(env, hosts, work, settings(env, job__iterations=1), 1),
+                markers=("not built", "EAL did not start"))
             if not ok:
                 print("SKIP: dpdk af_packet cannot run here: %s" % why)
                 return 77

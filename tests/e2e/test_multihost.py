@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, shard_files
+from e2e_util import Env, bridge_port, sh, shard_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "launch", "esd-launch"))
@@ -55,12 +55,6 @@ def doc_launch():
 
 
 DOC_LAUNCH = doc_launch()
-
-
-def sh(*a):
-    r = subprocess.run(list(a), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode:
-        raise RuntimeError("'%s' failed: %s" % (" ".join(a), r.stdout.strip()))
 
 
 class Hosts:
@@ -89,19 +83,10 @@ class Hosts:
             sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
             sh("ip", "-n", self.sw, "link", "set", "br0", "up")
             for i, ns in enumerate(self.names):
-                h, s = self.dev(i), "%ss%d" % (self.tag, i)
-                sh("ip", "link", "add", h, "netns", ns, "type", "veth", "peer", "name", s,
-                   "netns", self.sw)
-                sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", h)
-                sh("ip", "-n", ns, "link", "set", h, "up")
-                sh("ip", "-n", self.sw, "link", "set", s, "master", "br0")
-                sh("ip", "-n", self.sw, "link", "set", s, "up")
-                if i >= 2:  # a node: its uplink and downlink at its rate
-                    rate = RATES[i - 2]
-                    for n2, dev in ((ns, h), (self.sw, s)):
-                        sh("tc", "-n", n2, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                           "%dbit" % rate, "burst", str(max(rate // 800, 1 << 20)), "latency",
-                           "1s")
+                # a node: its uplink and downlink at its rate
+                bridge_port(self.sw, ns, self.dev(i), "%ss%d" % (self.tag, i),
+                            RATES[i - 2] if i >= 2 else 0)
+                sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", self.dev(i))
         except BaseException:
             self.__exit__()
             raise

@@ -203,6 +203,15 @@ static void run_peer(const struct esd_link_opts *o, int fd)
 		pause();
 }
 
+void peer_af_packet_opts(struct esd_link_opts *o, const char *iface)
+{
+	esd_link_opts_init(o);
+	o->backend = "dpdk";
+	o->dpdk_vdev = "af_packet";
+	o->dpdk_mtu = 1400;
+	o->addr = iface;
+}
+
 int peer_start(struct peer *p, const struct esd_link_opts *o)
 {
 	int fds[2];

@@ -30,6 +30,9 @@ static inline float peer_init_value(uint64_t key, uint32_t i)
  * a memif socket path). Returns 0 with p filled, or -errno; 77-style skip
  * is reported as -ENODEV (the backend cannot start here). */
 int peer_start(struct peer *p, const struct esd_link_opts *o);
+/* Defaults for a dpdk af_packet link on iface, packets of 1400 frame bytes
+ * (a veth's 1500-byte MTU). */
+void peer_af_packet_opts(struct esd_link_opts *o, const char *iface);
 /* SIGKILL and reap the peer. */
 void peer_kill(struct peer *p);
 /* SIGTERM, wait up to 2 s, then SIGKILL. */

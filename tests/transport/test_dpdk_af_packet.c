@@ -41,11 +41,7 @@ static int iface_mac(const char *iface, uint8_t mac[6])
 /* The client's options on esdv1, its peer's MAC given. */
 static void client_opts(struct esd_link_opts *o, const uint8_t (*peer_mac)[6])
 {
-	esd_link_opts_init(o);
-	o->backend = "dpdk";
-	o->dpdk_vdev = "af_packet";
-	o->dpdk_mtu = 1400; /* veth MTU 1500 */
-	o->addr = "esdv1";
+	peer_af_packet_opts(o, "esdv1");
 	o->dpdk_peer_macs = peer_mac;
 	o->dpdk_npeer_macs = 1;
 }
@@ -159,11 +155,7 @@ int main(void)
 	if (iface_mac("esdv0", mac_v0[0]) || iface_mac("esdv1", mac_v1[0]))
 		ESD_TEST_SKIP("cannot read the veth pair's MAC addresses");
 	struct esd_link_opts o;
-	esd_link_opts_init(&o);
-	o.backend = "dpdk";
-	o.dpdk_vdev = "af_packet";
-	o.dpdk_mtu = 1400;
-	o.addr = "esdv0";
+	peer_af_packet_opts(&o, "esdv0");
 	o.dpdk_peer_macs = mac_v1; /* the only client it takes */
 	o.dpdk_npeer_macs = 1;
 	int rc = peer_start(&peer_a, &o);

@@ -24,11 +24,7 @@ static struct peer peer_a, peer_b; /* channel 0 and channel 1, both on esds */
 
 static void client_opts(struct esd_link_opts *o, const char *iface, uint32_t id, uint32_t chan)
 {
-	esd_link_opts_init(o);
-	o->backend = "dpdk";
-	o->dpdk_vdev = "af_packet";
-	o->dpdk_mtu = 1400; /* veth MTU 1500 */
-	o->addr = iface;
+	peer_af_packet_opts(o, iface);
 	o->memif_id = id;
 	o->dpdk_channel = chan;
 }
@@ -175,11 +171,7 @@ int main(void)
 			ESD_TEST_SKIP("cannot create a veth pair (ip tool or veth missing)");
 	}
 	struct esd_link_opts o;
-	esd_link_opts_init(&o);
-	o.backend = "dpdk";
-	o.dpdk_vdev = "af_packet";
-	o.dpdk_mtu = 1400;
-	o.addr = "esds";
+	peer_af_packet_opts(&o, "esds");
 	o.max_links = 8;
 	int rc = peer_start(&peer_a, &o);
 	if (rc)
