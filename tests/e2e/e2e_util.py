@@ -163,6 +163,20 @@ def poll_status(socks, done, deadline, every=0.02):
     return sts
 
 
+def wait_ps(sock, it, limit_s=60):
+    """Wait up to limit_s for the shard at control socket sock to reach
+    iteration it (every worker attached and past it); the last it read."""
+    import time
+    got, t0 = 0, time.time()
+    while got < it and time.time() - t0 < limit_s:
+        try:
+            got = ctl(sock, "status")["iteration"]
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return got
+
+
 def ctl(path, cmd):
     """One control-socket command (JSON line) and its parsed reply."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from e2e_util import Env, ClusterError, dpdk_usable, exit_codes, shard_files
+from e2e_util import Env, ClusterError, dpdk_usable, exit_codes, shard_files, wait_ps
 from esdcluster import Cluster
 
 
@@ -50,7 +50,7 @@ def test_node_killed(env):
     work = os.path.join(env.root, "killed")
     with memif_cluster(env, work, s, emulate_ns=20000) as c:
         c.start()
-        time.sleep(1.5)
+        wait_ps(os.path.join(work, "ps0.sock"), 3)  # every node attached and running
         os.kill(c.procs["esdd1"].pid, signal.SIGKILL)
         t_kill = time.time()
         rcs = exit_codes(c.procs)

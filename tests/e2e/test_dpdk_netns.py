@@ -26,7 +26,7 @@ import sys
 import time
 
 from e2e_util import (Env, ClusterError, bridge_port, dpdk_usable, exit_codes, sh,
-                      shard_files)
+                      shard_files, wait_ps)
 from esdcluster import Cluster
 
 RATES = [1000000000, 1000000000, 200000000, 200000000]  # tc tbf, bit/s
@@ -110,7 +110,7 @@ def test_node_killed(env, hosts):
     work = os.path.join(env.root, "killed")
     with cluster(env, hosts, work, s, 1, emulate_ns=20000) as c:
         c.start()
-        time.sleep(2)
+        wait_ps(os.path.join(work, "ps0.sock"), 3)  # every node attached and running
         os.kill(c.procs["esdd1"].pid, signal.SIGKILL)
         t_kill = time.time()
         rcs = exit_codes(c.procs)
@@ -135,7 +135,8 @@ def test_shard_restarted(env, hosts):
     with cluster(env, hosts, work, s, 1) as c:  # the reference trainers
         c.start()
         t0 = time.time()
-        while time.time() - t0 < 60 and not os.listdir(ck):
+        done = os.path.join(ck, "ps-shard0.ckpt")  # complete, not its .tmp
+        while time.time() - t0 < 60 and not os.path.exists(done):
             time.sleep(0.01)
         c.kill("ps0", signal.SIGKILL)
         time.sleep(0.3)

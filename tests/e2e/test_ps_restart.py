@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, ClusterError, ctl, shard_files
+from e2e_util import Env, ClusterError, ctl, shard_files, wait_ps
 
 
 CASES = [
@@ -39,17 +39,6 @@ def main():
     het_stale_refused(env)
     setting_undone(env)
     return env.finish()
-
-
-def wait_ps(sock, it, limit_s=60):
-    got, t0 = 0, time.time()
-    while got < it and time.time() - t0 < limit_s:
-        try:
-            got = ctl(sock, "status")["iteration"]
-        except OSError:
-            pass
-        time.sleep(0.005)
-    return got
 
 
 def setting_undone(env):
