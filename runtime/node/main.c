@@ -373,44 +373,54 @@ static int run_node(struct node *nd)
 	return rc;
 }
 
-int main(int argc, char **argv)
+/* Everything after the command line: set the node up, serve the job, tear
+ * it down. Returns the exit code. */
+static int serve_job(struct node *nd, struct args *a)
 {
-	static struct node nd;
-	struct args a = {.rank = UINT64_MAX, .core = -2};
 	struct esd_ctl_server *ctl = NULL;
 	char tag[32], ctlpath[600];
 	int rc;
 
-	if (esd_config_create(&a.cfg))
-		return 1;
-	if ((rc = parse_args(argc, argv, &nd, &a))) {
-		esd_config_free(a.cfg);
-		return rc < 0 ? 0 : rc;
-	}
-	if ((rc = setup_node(&nd, &a, tag, sizeof(tag))) || (rc = load_key(&nd)) ||
-	    (rc = size_from_stream(&nd)) ||
-	    (rc = load_replicated(&nd)) || (rc = make_cache(&nd, tag)))
+	if ((rc = setup_node(nd, a, tag, sizeof(tag))) || (rc = load_key(nd)) ||
+	    (rc = size_from_stream(nd)) ||
+	    (rc = load_replicated(nd)) || (rc = make_cache(nd, tag)))
 		return rc;
 	signal(SIGPIPE, SIG_IGN);
-	if (esd_signal_thread_start(on_signal, &nd) || node_trainer_init(&nd))
+	if (esd_signal_thread_start(on_signal, nd) || node_trainer_init(nd))
 		return 1;
-	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a.dir);
-	if (esd_ctl_server_start(a.control ? a.control : ctlpath, node_ctl_cmds, &nd, &ctl))
+	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a->dir);
+	if (esd_ctl_server_start(a->control ? a->control : ctlpath, node_ctl_cmds, nd, &ctl))
 		return 1;
 	/* a launcher reads this line to know the node is up */
-	printf("esdd worker %u ready: %u trainer(s) attach on %s/esdd.sock\n", nd.rank,
-	       nd.tr.count, nd.dir);
+	printf("esdd worker %u ready: %u trainer(s) attach on %s/esdd.sock\n", nd->rank,
+	       nd->tr.count, nd->dir);
 	fflush(stdout);
-	rc = run_node(&nd);
+	rc = run_node(nd);
 	esd_ctl_server_stop(ctl);
-	node_links_close(&nd);
-	esd_uplink_free(nd.links.uplink);
-	node_trainer_fini(&nd);
-	free(nd.rec.saved_cm[0]);
-	free(nd.rec.saved_cm[1]);
-	free(nd.rep);
-	free(nd.relay.reply);
-	esd_cache_close(nd.cache);
-	esd_config_free(a.cfg);
+	node_links_close(nd);
+	esd_uplink_free(nd->links.uplink);
+	node_trainer_fini(nd);
+	free(nd->rec.saved_cm[0]);
+	free(nd->rec.saved_cm[1]);
+	free(nd->rep);
+	free(nd->relay.reply);
+	esd_cache_close(nd->cache);
 	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct node nd;
+	struct args a = {.rank = UINT64_MAX, .core = -2};
+	int rc;
+
+	if (esd_config_create(&a.cfg))
+		return 1;
+	rc = parse_args(argc, argv, &nd, &a);
+	if (rc == 0)
+		rc = serve_job(&nd, &a);
+	else if (rc < 0) /* --help, --version */
+		rc = 0;
+	esd_config_free(a.cfg);
+	return rc;
 }

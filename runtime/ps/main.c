@@ -575,10 +575,32 @@ static void stop_links(struct ps *ps)
 	}
 }
 
-int main(int argc, char **argv)
+/* Clear what a checkpoint write that died left, then restore the shard
+ * from its checkpoint when asked (--restore, or --resume where one exists). */
+static int prepare_restore(struct ps *ps, const struct esd_job *job, const struct args *a)
 {
-	static struct ps ps;
-	struct args a = {0};
+	char path[1100];
+
+	ps_checkpoint_path(ps, path, sizeof(path));
+	if (job->checkpoint_dir[0]) {
+		int n = esd_ckpt_remove_temps(path);
+		if (n > 0)
+			ESD_INFO("ps", "removed %d unfinished checkpoint file(s) next to %s", n, path);
+	}
+	if (!a->restore && !a->resume)
+		return 0;
+	if (a->resume && (!job->checkpoint_dir[0] || access(path, F_OK))) {
+		ESD_INFO("ps", "no checkpoint %s: the job starts at iteration 0",
+			 job->checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)");
+		return 0;
+	}
+	return ps_restore(ps, path) ? 1 : 0;
+}
+
+/* Everything after the command line: the job, the shard's state, its
+ * listener; serve until the job ends. Returns the exit code. */
+static int serve_job(struct ps *ps, struct args *a)
+{
 	struct esd_job job;
 	struct esd_listener *lis;
 	struct esd_key key;
@@ -588,66 +610,63 @@ int main(int argc, char **argv)
 	char tag[32];
 	int rc;
 
-	if (esd_config_create(&a.cfg))
-		return 1;
-	if ((rc = parse_args(argc, argv, &a))) {
-		esd_config_free(a.cfg);
-		return rc < 0 ? 0 : rc;
-	}
-	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)a.shard);
+	snprintf(tag, sizeof(tag), "esd-ps%u", (unsigned)a->shard);
 	esd_log_init(tag);
-	if (esd_config_check_keys(a.cfg, esd_job_keys) || esd_job_from_config(a.cfg, &job) ||
+	if (esd_config_check_keys(a->cfg, esd_job_keys) || esd_job_from_config(a->cfg, &job) ||
 	    esd_job_link_check(&job))
 		return 2;
-	if (a.shard >= job.shards) {
-		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)a.shard,
+	if (a->shard >= job.shards) {
+		ESD_ERR("ps", "--shard %llu but the job has %u shards", (unsigned long long)a->shard,
 			job.shards);
 		return 2;
 	}
 	if (load_job_key(&job, &key))
 		return 2;
-	if (!a.listen_addr)
-		a.listen_addr = job.addrs[a.shard][0] ? job.addrs[a.shard] : "127.0.0.1:0";
+	if (!a->listen_addr)
+		a->listen_addr = job.addrs[a->shard][0] ? job.addrs[a->shard] : "127.0.0.1:0";
 	if (stream_shape(&job, &tables, &dense, &total_rows))
 		return 1;
-	rc = ps_init(&ps, &job, (uint32_t)a.shard, tables, dense);
+	rc = ps_init(ps, &job, (uint32_t)a->shard, tables, dense);
 	if (rc) {
 		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
 		return 1;
 	}
-	if (node_cache_limits(&ps, tables, total_rows))
-		return 1;
-	if (job.checkpoint_dir[0]) { /* what a checkpoint write that died left */
-		char path[1100];
-		ps_checkpoint_path(&ps, path, sizeof(path));
-		int n = esd_ckpt_remove_temps(path);
-		if (n > 0)
-			ESD_INFO("ps", "removed %d unfinished checkpoint file(s) next to %s", n, path);
-	}
-	if (a.restore || a.resume) {
-		char path[1100];
-		ps_checkpoint_path(&ps, path, sizeof(path));
-		if (a.resume && (!job.checkpoint_dir[0] || access(path, F_OK)))
-			ESD_INFO("ps", "no checkpoint %s: the job starts at iteration 0",
-				 job.checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)");
-		else if (ps_restore(&ps, path))
-			return 1;
-	}
+	rc = 1;
+	if (node_cache_limits(ps, tables, total_rows) || prepare_restore(ps, &job, a))
+		goto fini;
 	signal(SIGPIPE, SIG_IGN);
-	if (esd_signal_thread_start(on_signal, &ps))
-		return 1;
-	if (listen_for_nodes(&job, (uint32_t)a.shard, a.listen_addr, job.key_file[0] ? &key : NULL,
+	if (esd_signal_thread_start(on_signal, ps))
+		goto fini;
+	if (listen_for_nodes(&job, (uint32_t)a->shard, a->listen_addr, job.key_file[0] ? &key : NULL,
 			     &lis))
-		return 1;
-	if (a.control && esd_ctl_server_start(a.control, ps_cmds, &ps, &ctl))
-		return 1;
-
-	serve(&ps, lis);
-	stop_links(&ps);
+		goto fini;
+	if (a->control && esd_ctl_server_start(a->control, ps_cmds, ps, &ctl)) {
+		esd_listener_close(lis);
+		goto fini;
+	}
+	serve(ps, lis);
+	stop_links(ps);
 	esd_listener_close(lis);
 	esd_ctl_server_stop(ctl);
-	rc = ps.bar.failed ? 1 : 0;
-	ps_fini(&ps);
+	rc = ps->bar.failed ? 1 : 0;
+fini:
+	ps_fini(ps);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct ps ps;
+	struct args a = {0};
+	int rc;
+
+	if (esd_config_create(&a.cfg))
+		return 1;
+	rc = parse_args(argc, argv, &a);
+	if (rc == 0)
+		rc = serve_job(&ps, &a);
+	else if (rc < 0) /* --help, --version */
+		rc = 0;
 	esd_config_free(a.cfg);
 	return rc;
 }

@@ -137,7 +137,8 @@ class Env:
         if self.failures:
             print("%d check(s) failed; files kept in %s" % (len(self.failures), self.root))
             return 1
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not os.environ.get("ESD_TEST_KEEP"):
+            shutil.rmtree(self.root, ignore_errors=True)
         return 0
 
 
