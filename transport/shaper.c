@@ -4,7 +4,12 @@
  * whose tat runs ahead of the clock sleeps until it conforms. The bucket
  * depth (burst) lets a sender that slept too long catch up, so the long-run
  * rate equals the configured one instead of drifting below it by the sleep
- * overshoot. The rate is an atomic so another thread may change it at run
+ * overshoot. The depth is 10 ms of the rate, at least 16 KiB: a sender
+ * that lags the clock by less has overslept or was busy between frames,
+ * and catches up; one that lags by more left the link idle, and starts
+ * afresh with no credit, as on a real link (a bucket that refills while
+ * idle is a policer whose first bytes go free: a node timing its pulls
+ * would measure the credit instead of the link). The rate is an atomic so another thread may change it at run
  * time; the virtual clock is restarted when it does. An uplink is one such
  * bucket shared by several links, taken under a lock: their sends queue
  * for it as they would for one network link.
@@ -16,7 +21,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#define MIN_BURST_BYTES (256u << 10)
+#define MIN_BURST_BYTES (16u << 10)
 #define BURST_NS        (10 * ESD_NS_PER_MS)
 
 void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
@@ -44,8 +49,8 @@ int64_t shaper_take(struct shaper *s, size_t bytes)
 			burst = MIN_BURST_BYTES;
 	}
 	int64_t burst_ns = (int64_t)((double)burst * 8e9 / (double)rate);
-	if (s->tat_ns < now - burst_ns)
-		s->tat_ns = now - burst_ns;
+	if (s->tat_ns < now - burst_ns) /* idle: the link sat empty, no credit */
+		s->tat_ns = now;
 	s->tat_ns += (int64_t)((double)bytes * 8e9 / (double)rate);
 	if (s->tat_ns <= now)
 		return 0;

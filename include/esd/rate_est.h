@@ -10,7 +10,7 @@
  * that refills between phases) does not bias R. Where the sizes vary too
  * little to fit a slope, or the fit is poor, it falls back to the
  * throughput sum(bytes) / sum(ns), which counts the fixed cost as transfer
- * time (a lower bound). A phase below min_bytes or min_ns is left out: its
+ * time. A phase below min_bytes or min_ns is left out: its
  * time is mostly fixed cost, or it fitted in a burst allowance.
  *
  * Limits: a link that never carries more than its burst allowance per phase

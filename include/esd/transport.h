@@ -136,7 +136,7 @@ struct esd_link_opts {
 	const char *addr;
 	struct esd_proto_limits limits; /* what the receiver accepts (0 = defaults) */
 	uint64_t rate_bps;              /* token bucket rate in bit/s; 0 = unshaped */
-	uint64_t burst_bytes;           /* bucket depth; 0 = max(256 KiB, 10 ms of rate) */
+	uint64_t burst_bytes;           /* bucket depth; 0 = max(16 KiB, 10 ms of rate) */
 	/* a bucket shared with other links (esd_uplink_create): when set, the
 	 * link's sends draw from it instead of a bucket of their own
 	 * (rate_bps and burst_bytes are the uplink's), and the rate functions

@@ -72,12 +72,15 @@ uint64_t esd_rate_est_bps(const struct esd_rate_est *e, int *fitted)
 	}
 	if (sxy <= 0 || syy <= 0 || sxy * sxy < MIN_R2 * sxx * syy)
 		return (uint64_t)llround(thr);
-	/* slope in ns per byte; a line through a positive fixed cost is never
-	 * slower than the throughput, and a slope so flat that it claims more
-	 * than 4x the throughput is fixed cost in disguise */
+	/* slope in ns per byte. A fixed cost (round trips) puts the line above
+	 * the origin and the rate above the throughput; burst credit (the first
+	 * bytes after an idle spell go at once) puts it below the origin and
+	 * the rate below the throughput. A slope so flat or so steep that it
+	 * claims more than 4x, or less than a quarter of, the throughput is
+	 * noise in disguise. */
 	double rate = 8e9 * sxx / sxy;
-	if (rate < thr)
-		rate = thr;
+	if (rate < thr / 4)
+		rate = thr / 4;
 	if (rate > 4 * thr)
 		rate = 4 * thr;
 	if (fitted)

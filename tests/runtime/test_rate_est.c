@@ -1,5 +1,5 @@
 /* Link capacity from timed transfer phases (esd_rate_est): the fitted
- * slope ignores a fixed cost per phase, equal sizes fall back to the
+ * slope ignores a fixed cost per phase and burst credit, equal sizes fall back to the
  * throughput, small phases are left out, the window slides. */
 #include "testutil.h"
 
@@ -11,6 +11,15 @@
 static int64_t phase_ns(uint64_t bytes, double bps, int64_t fixed_ns)
 {
 	return fixed_ns + (int64_t)llround((double)bytes * 8e9 / bps);
+}
+
+/* what sum(bytes) / sum(ns) over the window says, in bit/s */
+static double throughput(const struct esd_rate_est *e)
+{
+	double sb = 0, st = 0;
+	for (uint32_t i = 0; i < e->n; i++)
+		sb += (double)e->bytes[i], st += (double)e->ns[i];
+	return sb * 8e9 / st;
 }
 
 static void assert_near(uint64_t got, double want, double rel)
@@ -39,10 +48,27 @@ static void test_slope_ignores_fixed_cost(void **state)
 	assert_int_equal(fitted, 1);
 	assert_near(r, 0.5e9, 0.01);
 	/* the throughput alone would have counted the 3 ms as transfer */
-	double sb = 0, st = 0;
-	for (uint32_t i = 0; i < e.n; i++)
-		sb += (double)e.bytes[i], st += (double)e.ns[i];
-	assert_true(sb * 8e9 / st < 0.9 * 0.5e9);
+	assert_true(throughput(&e) < 0.9 * 0.5e9);
+}
+
+/* A token bucket that refills between phases lets each phase's first
+ * `credit` bytes go at once: the line crosses below the origin, and the
+ * slope still gives the link's rate, not the faster throughput. */
+static void test_slope_sees_through_burst_credit(void **state)
+{
+	(void)state;
+	struct esd_rate_est e;
+	esd_rate_est_init(&e, 16 << 10, 1000000);
+	const uint64_t credit = 16 << 10;
+	for (int i = 0; i < 20; i++) {
+		uint64_t b = (uint64_t)(40 + 15 * (i % 7)) << 10;
+		esd_rate_est_add(&e, b, phase_ns(b - credit, 8e6, 200000));
+	}
+	int fitted = -1;
+	uint64_t r = esd_rate_est_bps(&e, &fitted);
+	assert_int_equal(fitted, 1);
+	assert_near(r, 8e6, 0.01);
+	assert_true(throughput(&e) > 1.15 * 8e6); /* what the throughput says */
 }
 
 static void test_equal_sizes_give_throughput(void **state)
@@ -112,19 +138,17 @@ static void test_flat_slope_is_capped(void **state)
 		uint64_t b = (uint64_t)(100 + 100 * (i % 8)) << 10;
 		esd_rate_est_add(&e, b, 10000000 + (int64_t)(b / 1024));
 	}
-	double sb = 0, st = 0;
-	for (uint32_t i = 0; i < e.n; i++)
-		sb += (double)e.bytes[i], st += (double)e.ns[i];
 	int fitted;
 	uint64_t r = esd_rate_est_bps(&e, &fitted);
 	assert_int_equal(fitted, 1);
-	assert_near(r, 4 * sb * 8e9 / st, 0.001);
+	assert_near(r, 4 * throughput(&e), 0.001);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_slope_ignores_fixed_cost),
+	    cmocka_unit_test(test_slope_sees_through_burst_credit),
 	    cmocka_unit_test(test_equal_sizes_give_throughput),
 	    cmocka_unit_test(test_small_phases_left_out),
 	    cmocka_unit_test(test_noise_and_window),
