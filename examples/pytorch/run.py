@@ -1,15 +1,18 @@
 #!/usr/bin/python3
-"""Train WDL, DeepFM or DCN in PyTorch on a local ESD testbed: one PS, n node
-daemons, n PyTorch trainers (examples/pytorch/train.py), a Criteo-shaped
-dataset stream. Prints rank 0's loss and throughput as it goes.
+"""Train DLRM, WDL, DeepFM or DCN in PyTorch on a local ESD testbed: one PS,
+n node daemons, on each a PyTorch trainer started by torchrun (the example
+script of the model: dlrm.py, wdl.py, deepfm.py, dcn.py), a Criteo-shaped
+dataset stream. Prints rank 0's loss, AUC and throughput as it goes.
 
-    /usr/bin/python3 examples/pytorch/run.py --model deepfm --workers 4 --iters 50
+    /usr/bin/python3 examples/pytorch/run.py --model dlrm --workers 4 --iters 50
 
 Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
 The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
-the dense part is trained by PyTorch (Adam, --dense-lr), kept in step over
-the trainers by gloo. The final tables are in WORK/ckpt/ps-shard0.ckpt.
+the dense part is trained by PyTorch (--dense-opt, --dense-lr) under
+DistributedDataParallel over gloo. The final tables are in
+WORK/ckpt/ps-shard0.ckpt, the dense model in WORK/node0/dense.pt.
 """
+import importlib
 import argparse
 import os
 import re
@@ -25,6 +28,15 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "testbed"))
 from esdcluster import Cluster  # noqa: E402
 
 PY = "/usr/bin/python3"
+# model name: (example script, its class)
+MODELS = {"dlrm": "DLRM", "wdl": "WDL", "deepfm": "DeepFM", "dcn": "DCN"}
+
+
+def model_class(name):
+    """The nn.Module class of example model name (imported from its script)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    return getattr(importlib.import_module(name), MODELS[name])
 
 
 def gen_stream(bin_dir, path, samples, seed):
@@ -48,23 +60,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
+def run_job(a, work, stream, out=sys.stdout, c_trainer=False):
     """Run one job in work/; returns (the path of the final PS checkpoint,
     the daemons' summaries). Streams rank 0's progress lines to out.
     c_trainer: the C reference trainer (esd-trainer) instead of PyTorch."""
     ckpt = os.path.join(work, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
-    # the trainers' rendezvous over TCP (rank 0 listens), as under torchrun
-    init = "tcp://127.0.0.1:%d" % free_port()
+    master_port = free_port()  # torchrun's rendezvous, on "node 0"
 
     def trainer_cmd(w, node_dir):
-        argv = [PY, os.path.join(HERE, "train.py"), "--dir", node_dir, "--rank", str(w),
-                "--world", str(a.workers), "--init", init, "--model", a.model,
-                "--seed", str(a.model_seed), "--dense-lr", str(a.dense_lr),
-                "--dense-opt", a.dense_opt]
-        if record_dir:
-            argv += ["--record", os.path.join(record_dir, "rank%d.npz" % w)]
-        return argv
+        # torch 1.13 on Python 3.11 fails on torchrun's default redirects
+        return ["env", "ESD_NODE_DIR=" + node_dir, "ESD_LOG_EVERY=%d" % a.log_every,
+                PY, "-m", "torch.distributed.run", "--nnodes", str(a.workers),
+                "--node_rank", str(w), "--nproc_per_node", "1", "--master_addr",
+                "127.0.0.1", "--master_port", str(master_port), "--redirects", "1",
+                "--tee", "1", os.path.join(HERE, a.model + ".py"), "--seed",
+                str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt]
 
     with Cluster(a.bin, work, job_settings(a, stream, ckpt),
                  trainer_cmd=None if c_trainer else trainer_cmd) as c:
@@ -86,6 +97,10 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
                                            % (w, rc, work, w))
                 if not done:
                     time.sleep(0.05)
+            for w in range(c.n):  # the trainers print their last lines after the daemons end
+                p = c.procs.get("trainer%d" % w)
+                if p:
+                    p.wait(timeout=60)
             out.write(f.read())
         c.wait(timeout=a.timeout)
         for w in range(c.n):
@@ -99,7 +114,7 @@ def run_job(a, work, stream, record_dir=None, out=sys.stdout, c_trainer=False):
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=("wdl", "deepfm", "dcn"), default="deepfm")
+    ap.add_argument("--model", choices=sorted(MODELS), default="dlrm")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64, help="samples per worker per iteration")
     ap.add_argument("--iters", type=int, default=50)
@@ -120,6 +135,8 @@ def parser():
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--log-every", type=int, default=10,
+                    help="iterations between rank 0's progress lines")
     ap.add_argument("--baseline", action="store_true",
                     help="then run the same job with the C reference trainer (esd-trainer) "
                          "and print both rates")

@@ -12,7 +12,7 @@ the [launch] section docs/deploy.md shows for namespaces, read from it:
 - kill -9 of one shard of the two: the launcher starts it again with
   --restore, the nodes and the other shard go back to its checkpoint, and
   the job ends bit-identical;
-- the PyTorch trainer (examples/pytorch/train.py, WDL) runs under torchrun
+- the PyTorch trainer (examples/pytorch/wdl.py) runs under torchrun
   the same way, 20 iterations;
 - a node whose data.stream differs is refused, naming both digests, and
   the launcher exits 1 naming that node.
@@ -344,14 +344,14 @@ def test_shard_killed(env, hosts, work, base):
 
 
 def test_pytorch(env, hosts, work):
-    """The PyTorch trainer (examples/pytorch/train.py) under torchrun: it
+    """The PyTorch trainer (examples/pytorch/wdl.py) under torchrun: it
     finds its daemon from ESD_NODE_DIR and its rank, world and rendezvous
     from torchrun's variables (env://, no shared file)."""
     d, job, hf, _ = write_files(env, hosts, work, "pytorch")
     with open(hf) as f:
         text = f.read()
-    train = os.path.normpath(os.path.join(HERE, "..", "..", "examples", "pytorch", "train.py"))
-    text = re.sub(r"(?m)^trainer = .*$", "trainer = %s %s --model wdl" % (PY, train), text)
+    train = os.path.normpath(os.path.join(HERE, "..", "..", "examples", "pytorch", "wdl.py"))
+    text = re.sub(r"(?m)^trainer = .*$", "trainer = %s %s" % (PY, train), text)
     with open(hf, "w") as f:
         f.write(text)
     with open(job) as f:

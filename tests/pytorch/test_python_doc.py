@@ -1,8 +1,8 @@
 """Runs the minimal example of docs/python.md as written: every ```python
 block whose first line is "# file: NAME" is written to NAME in a temporary
 directory, then launch.py runs there (a 1-worker job: esd-ps, esdd and the
-numpy trainer.py). Passes when it exits 0 having trained every iteration and
-printed a valid final checkpoint.
+esd.torch trainer.py under torchrun). Passes when it exits 0 having trained
+every iteration, printed the AUC and a valid final checkpoint.
 
 usage: test_python_doc.py SRC_DIR BIN_DIR     exit 0 pass, 1 fail, 77 skip
 """
@@ -18,10 +18,11 @@ if os.environ.get("ESD_PYTORCH_SKIP"):
     sys.exit(77)
 try:
     import numpy
+    import torch
 
-    del numpy  # only its presence matters: the example's trainer uses it
+    del numpy, torch  # only their presence matters: the example's trainer uses them
 except ImportError as e:
-    print("skip: %s has no numpy (%s)" % (sys.executable, e))
+    print("skip: %s has no numpy/torch (%s)" % (sys.executable, e))
     sys.exit(77)
 
 
@@ -49,10 +50,11 @@ def main():
     r = subprocess.run([sys.executable, "launch.py"], cwd=tmp, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=150)
     out = r.stdout
-    ok = r.returncode == 0 and "iter 20 loss" in out and "valid checkpoint" in out
+    ok = (r.returncode == 0 and "iter 20 loss" in out and " auc " in out and
+          "valid checkpoint" in out)
     print(out[-3000:])
     print(("ok   " if ok else "FAIL ") + "docs/python.md example: exit %d, 20 iterations, "
-          "valid checkpoint" % r.returncode)
+          "AUC, valid checkpoint" % r.returncode)
     if ok:
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -1,0 +1,395 @@
+"""PyTorch over an ESD node: embeddings as an nn.Module with autograd, the
+dense model under DistributedDataParallel, the commit as an optimizer step.
+
+    import torch
+    import esd.torch as et
+
+    s = et.Session()                          # under torchrun: attach, gloo
+    ebc = s.embeddings(pooling="sum")         # the job's tables
+    model = s.distributed(MyModel(s.tables, s.dim, s.ndense))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    rows = s.row_optimizer()                  # the commit
+    for batch in s.batches():
+        logits = model(ebc(batch), batch.dense)
+        loss = et.bce(logits, batch)          # summed, / the global batch
+        opt.zero_grad()
+        loss.backward()                       # row gradients go to the daemon
+        opt.step()
+        rows.step(loss)                       # commit: the runtime updates rows
+        s.progress(logits, batch, loss)       # rank 0: loss, AUC, samples/s
+    s.save(model, opt)
+    s.close()
+
+EmbeddingBagCollection.forward(batch) returns an (m, tables, dim) tensor:
+out[:, t] is feature t's pooled rows (sum or mean of its bag; a bag of one
+id, as every feature of a Criteo-shaped stream, is its row). The rows are
+gathered from the node's shared cache straight into that tensor; backward
+adds each id's gradient into the daemon's gradient slot of its row (ids
+repeated in a micro-batch accumulate). The dense part is the user's
+module: Session.distributed wraps it in DistributedDataParallel over gloo
+with a hook that sums the trainers' gradients instead of averaging them,
+so a loss divided by the global batch (bce) gives every parameter the
+gradient one process would compute on the whole batch.
+"""
+import datetime
+import faulthandler
+import os
+import signal
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+import esd
+
+__all__ = ["Session", "Batch", "EmbeddingBagCollection", "RowOptimizer", "bce", "auc",
+           "AucMeter", "mlp"]
+
+# The cache is mapped read-only into the trainer: torch warns that a tensor
+# over a read-only array could be written; the module never writes it.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
+class Batch:
+    """One micro-batch as tensors: `dense` (m, ndense) and `labels` (m,)
+    float32, `slots` (m, tables) int64 (the cache slot of each id), and
+    `iter`, `m`, `global_k` (the samples of the whole iteration: divide a
+    summed loss by it). Valid until the next batch."""
+
+    def __init__(self, mb, device=None):
+        self.mb = mb
+        self.iter, self.m, self.global_k = mb.iter, mb.m, mb.global_k
+        self.slots = torch.from_numpy(mb.slots.astype(np.int64))
+        self.dense = torch.from_numpy(np.array(mb.dense))
+        self.labels = torch.from_numpy(np.array(mb.labels))
+        if device is not None:
+            self.dense = self.dense.to(device)
+            self.labels = self.labels.to(device)
+
+
+class _Lookup(torch.autograd.Function):
+    """Pooled rows of bags of cache slots; backward adds into the daemon's
+    gradient slots and returns nothing to autograd (the rows are not torch
+    parameters: the runtime owns and updates them)."""
+
+    @staticmethod
+    def forward(ctx, anchor, ebc, slots, offsets):
+        ctx.ebc, ctx.slots, ctx.offsets = ebc, slots, offsets
+        out = ebc._out(slots.numel() if offsets is None else offsets.numel())
+        if offsets is None:  # one id per bag: a gather
+            torch.index_select(ebc.values, 0, slots, out=out)
+        else:
+            out.copy_(F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling))
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        ebc, slots, offsets = ctx.ebc, ctx.slots, ctx.offsets
+        g = g.to("cpu", torch.float32).contiguous()
+        if offsets is not None:  # each id gets its bag's gradient
+            lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
+            bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
+            g = g.index_select(0, bag)
+            if ebc.pooling == "mean":
+                g = g / lens.index_select(0, bag).clamp(min=1).unsqueeze(1).to(g.dtype)
+        # accumulate: ids repeated in the batch add up (index_put_ with
+        # accumulate is the fastest scatter-add of torch's CPU kernels)
+        ebc.grads.index_put_((slots,), g, accumulate=True)
+        return torch.zeros(0), None, None, None
+
+
+class EmbeddingBagCollection(nn.Module):
+    """The job's embedding tables (one feature per table), read from and
+    trained through the node's cache. pooling: "sum" or "mean" of a bag.
+    device: where the output goes (a CUDA device: gathered into pinned host
+    memory, copied without blocking; gradients come back to the host).
+
+    Not a holder of parameters: the rows live in the runtime, which applies
+    the job's embedding optimizer (model.optimizer) at the commit."""
+
+    def __init__(self, trainer, pooling="sum", device=None):
+        super().__init__()
+        if pooling not in ("sum", "mean"):
+            raise ValueError("pooling must be 'sum' or 'mean', not %r" % (pooling,))
+        info = trainer.info
+        self.tables, self.dim, self.pooling = info["tables"], info["dim"], pooling
+        self.features = ["f%d" % t for t in range(self.tables)]
+        self.device = torch.device(device) if device is not None else None
+        self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
+        self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
+        self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call backward
+        self._pinned = None
+
+    def _out(self, n):
+        if self.device is None or self.device.type != "cuda":
+            return torch.empty(n, self.dim)
+        if self._pinned is None or self._pinned.shape[0] < n:
+            self._pinned = torch.empty(max(n, 1), self.dim).pin_memory()
+        return self._pinned[:n]
+
+    def forward(self, batch, offsets=None):
+        """(m, tables, dim) pooled rows of batch. offsets: bag starts into
+        batch.slots flattened (m * tables of them, multi-hot); None: one id
+        per feature."""
+        out = _Lookup.apply(self._anchor, self, batch.slots.reshape(-1), offsets)
+        if self.device is not None and self.device.type == "cuda":
+            out = out.to(self.device, non_blocking=True)
+        return out.view(batch.m, self.tables, self.dim)
+
+    def to_dict(self, pooled):
+        """{feature name: (m, dim)} of forward's output."""
+        return {f: pooled[:, t] for t, f in enumerate(self.features)}
+
+
+class RowOptimizer:
+    """The embedding side's optimizer step: step(loss) commits the batch
+    the session handed out last (its row gradients, written by backward,
+    and the loss for the daemon's log). zero_grad is the daemon's: it
+    zeroes a batch's gradient slots before handing the batch out."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def zero_grad(self, set_to_none=False):
+        pass
+
+    def step(self, loss=None):
+        b = self.session.current
+        if b is None:
+            raise RuntimeError("RowOptimizer.step: no batch handed out")
+        self.session.trainer.commit(b.mb, 0.0 if loss is None else float(loss))
+        self.session.current = None
+
+
+def mlp(sizes, relu_last=True):
+    """Linear layers of the given widths with ReLU between (and after the
+    last unless relu_last is False), as TorchRec's MLP."""
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if relu_last or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def bce(logits, batch):
+    """Summed logistic loss of batch divided by the global batch: summed
+    over the trainers (as DistributedDataParallel's sum hook and the
+    runtime do), the loss and gradients of the whole iteration's batch."""
+    return F.binary_cross_entropy_with_logits(logits, batch.labels,
+                                              reduction="sum") / batch.global_k
+
+
+def auc(scores, labels):
+    """Area under the ROC curve of scores against 0/1 labels (ties count
+    half); nan when one class is absent."""
+    scores = np.asarray(scores, np.float64)
+    labels = np.asarray(labels) > 0.5
+    npos, nneg = int(labels.sum()), int((~labels).sum())
+    if npos == 0 or nneg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    s = scores[order]
+    ranks = np.empty(len(s))
+    i = 0
+    while i < len(s):  # average ranks over ties
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[i]:
+            j += 1
+        ranks[i:j + 1] = (i + j) / 2.0 + 1
+        i = j + 1
+    r = np.empty(len(s))
+    r[order] = ranks
+    return float((r[labels].sum() - npos * (npos + 1) / 2.0) / (npos * nneg))
+
+
+class AucMeter:
+    """AUC over every trainer's samples from histograms of the predicted
+    probabilities (bins equal-width in [0, 1]: an exact AUC up to ties
+    inside a bin), all-reduced so rank 0 sees the job's figure."""
+
+    def __init__(self, bins=10000):
+        self.bins = bins
+        self.reset()
+
+    def reset(self):
+        self.hist = torch.zeros(2, self.bins, dtype=torch.float64)
+
+    def add(self, logits, labels):
+        p = torch.sigmoid(logits.detach().to("cpu", torch.float64))
+        b = (p * self.bins).long().clamp_(0, self.bins - 1)
+        y = (labels.detach().to("cpu") > 0.5).long()
+        self.hist.view(-1).index_add_(0, y * self.bins + b, torch.ones(len(b), dtype=torch.float64))
+
+    def value(self, reduce=True):
+        h = self.hist.clone()
+        if reduce and dist.is_initialized():
+            dist.all_reduce(h)
+        neg, pos = h[0], h[1]
+        npos, nneg = float(pos.sum()), float(neg.sum())
+        if npos == 0 or nneg == 0:
+            return float("nan")
+        below = torch.cumsum(neg, 0) - neg  # negatives in lower bins
+        return float(((pos * (below + 0.5 * neg)).sum()) / (npos * nneg))
+
+
+def _sum_hook(state, bucket):
+    """DistributedDataParallel communication hook: the sum of the trainers'
+    gradients (the default divides by the world size)."""
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def _die_with_parent():
+    """A trainer ends with the torchrun agent that started it: an agent
+    that is killed leaves no trainer behind, blocked in a collective."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the parent is already gone
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+class Session:
+    """One trainer process of an ESD job, as torchrun starts it: attaches to
+    its node's daemon ($ESD_NODE_DIR), joins the trainers' gloo group
+    (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; GROUP_RANK must be
+    the daemon's worker rank), seeds torch (seed: every trainer builds the
+    same initial weights), and makes SIGTERM ask for a graceful stop of the
+    job. Arguments default to the environment; timeout_s bounds every wait
+    on the other trainers, so one that died fails the rest."""
+
+    def __init__(self, node_dir=None, rank=None, world=None, init="env://", seed=1,
+                 timeout_s=120, log_every=None, device=None):
+        env = os.environ
+        node_dir = node_dir or env.get("ESD_NODE_DIR")
+        self.rank = int(env.get("RANK", -1)) if rank is None else rank
+        self.world = int(env.get("WORLD_SIZE", 0)) if world is None else world
+        if not node_dir or self.rank < 0 or self.world < 1:
+            raise esd.EsdError(22, "esd.torch.Session: no node directory, rank or world "
+                                   "(ESD_NODE_DIR, RANK, WORLD_SIZE: torchrun sets the "
+                                   "last two)")
+        _die_with_parent()
+        faulthandler.register(signal.SIGUSR1)  # kill -USR1: every thread's stack
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        dist.init_process_group("gloo", init_method=init, rank=self.rank,
+                                world_size=self.world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        self.trainer = esd.Trainer(node_dir)
+        self.node_dir = node_dir
+        info = self.trainer.info
+        node = int(env.get("GROUP_RANK", info["rank"]))
+        if info["rank"] != node or info["workers"] * info["trainers"] != self.world:
+            raise esd.EsdError(22, "node %s is worker %d of %d with %d trainer(s) each, "
+                                   "not node %d of a world of %d trainers"
+                               % (node_dir, info["rank"], info["workers"],
+                                  info["trainers"], node, self.world))
+        signal.signal(signal.SIGTERM, lambda sig, frame: self.trainer.request_stop())
+        self.info = info
+        self.tables, self.dim, self.ndense = info["tables"], info["dim"], info["dense"]
+        self.device = device
+        self.current = None
+        self.log_every = int(env.get("ESD_LOG_EVERY", 10)) if log_every is None else log_every
+        self._meter = AucMeter()
+        self._loss = torch.zeros(2, dtype=torch.float64)  # loss sum, iterations
+        self._t0 = self._last = time.time()
+        self._samples = 0
+        self.iterations, self.last_iter = 0, -1
+        self.losses = []
+
+    def embeddings(self, pooling="sum"):
+        return EmbeddingBagCollection(self.trainer, pooling, self.device)
+
+    def distributed(self, model):
+        """model under DistributedDataParallel (gloo), gradients summed
+        over the trainers; rank 0's initial weights go to every trainer."""
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(None, _sum_hook)
+        return ddp
+
+    def row_optimizer(self):
+        return RowOptimizer(self)
+
+    def batches(self):
+        """The node's micro-batches for this trainer, as Batch, until the
+        job ends (or stops gracefully)."""
+        for mb in self.trainer:
+            self.current = Batch(mb, self.device)
+            yield self.current
+            if self.current is not None:
+                raise RuntimeError("batch %d was not committed (RowOptimizer.step)" % mb.iter)
+
+    def progress(self, logits, batch, loss):
+        """Count one step; every log_every iterations (and at the last)
+        rank 0 prints the iteration, the window's mean global loss, AUC of
+        the window's predictions (made before the step trained on them:
+        progressive validation) and samples/s. The window's loss is the
+        sum over trainers. Returns the global loss of this step."""
+        self._meter.add(logits, batch.labels)
+        step = torch.tensor([float(loss), 1.0], dtype=torch.float64)
+        dist.all_reduce(step)  # the iteration's loss, every trainer's share
+        gl = float(step[0])
+        self.losses.append(gl)
+        self._loss[0] += gl
+        self._loss[1] += 1
+        self._samples += batch.global_k
+        self.last_iter = batch.iter
+        self.iterations += 1
+        if self.log_every and self.iterations % self.log_every == 0:
+            self._report()
+        return gl
+
+    def _report(self):
+        a = self._meter.value()
+        now = time.time()
+        if self.rank == 0 and self._loss[1] > 0:
+            print("iter %d loss %.5f auc %.4f samples/s %.0f"
+                  % (self.last_iter, float(self._loss[0] / self._loss[1]), a,
+                     self._samples / max(now - self._last, 1e-9)), flush=True)
+        self._meter.reset()
+        self._loss.zero_()
+        self._samples, self._last = 0, now
+
+    def save(self, model, optimizer=None, path=None):
+        """Rank 0 writes the dense model's (and optimizer's) state with
+        torch.save to path (default: dense.pt in the node directory),
+        beside the runtime's checkpoint of the rows. Returns the path."""
+        if isinstance(model, DistributedDataParallel):
+            model = model.module
+        path = path or os.path.join(self.node_dir, "dense.pt")
+        if self.rank == 0:
+            state = {"model": model.state_dict(), "iterations": self.iterations,
+                     "losses": self.losses}
+            if optimizer is not None:
+                state["optimizer"] = optimizer.state_dict()
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        return path
+
+    def close(self):
+        # training is over: a SIGTERM from here on ends the process
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self._loss[1] > 0:
+            self._report()
+        el = time.time() - self._t0
+        if self.rank == 0:
+            print("done: %d iterations in %.2f s, final loss %.5f"
+                  % (self.iterations, el, self.losses[-1] if self.losses else float("nan")),
+                  flush=True)
+        self.trainer.close()
+        if dist.is_initialized():
+            # rank 0 holds the group's store: nobody leaves before all are done
+            dist.barrier()
+            dist.destroy_process_group()
+        sys.stdout.flush()

@@ -1,0 +1,152 @@
+"""esd.torch against a real node (1 PS, 1 esdd; this process is the
+trainer): the EmbeddingBagCollection's forward equals the cache's rows,
+its backward adds into the gradient slots what np.add.at would (ids
+repeated in a batch accumulate), bags of several ids pool by sum and mean
+with the matching gradients, a batch left uncommitted is an error, and
+the AUC helpers agree with a pairwise count. With --gpu the same through
+device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
+torch sees no CUDA device.
+
+usage: test_torch_module.py BIN_DIR [--gpu]     exit 0 pass, 1 fail, 77 skip
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+import torch_needed  # noqa: E402,F401 - exits 77 without torch
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+GPU = "--gpu" in sys.argv
+if GPU and not torch.cuda.is_available():
+    print("skip: torch sees no CUDA device (torch %s, built %s CUDA)"
+          % (torch.__version__, "with" if torch.version.cuda else "without"))
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(ROOT, "runtime", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "testbed"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+import esd  # noqa: E402
+import esd.torch as et  # noqa: E402
+from esdcluster import Cluster  # noqa: E402
+import run as launcher  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def one_batch(t, mb, dev):
+    """Every check on micro-batch mb; leaves its gradient slots as they were."""
+    ebc = et.EmbeddingBagCollection(t, "sum", dev)
+    b = et.Batch(mb, dev)
+    rows = np.array(t.values)[mb.slots]  # (m, T, dim)
+    out = ebc(b)
+    check(out.shape == (mb.m, mb.tables, t.info["dim"]) and
+          np.array_equal(out.detach().cpu().numpy(), rows),
+          "forward: the cache's rows of the batch, bit for bit (%s)" % (out.device,))
+    before = np.array(t.grads)
+    up = torch.randn(out.shape, device=out.device)
+    (out * up).sum().backward()
+    want = before.astype(np.float64)
+    np.add.at(want, mb.slots, up.cpu().numpy().astype(np.float64))
+    got = np.array(t.grads)
+    repeats = mb.slots.size - len(np.unique(mb.slots))
+    # float32 sums of up to hundreds of terms against float64: 1e-4 absolute
+    check(np.allclose(got, want, rtol=1e-5, atol=1e-4),
+          "backward: gradient slots += upstream gradient per id (%d ids repeated in the "
+          "batch, max abs diff %.2g)" % (repeats, float(np.abs(got - want).max())))
+    t.grads[:] = before
+    # bags: feature t of sample i is the bag slots[i, t:t+2] (ids of two features)
+    flat = mb.slots.astype(np.int64)
+    ids = np.stack([flat, np.roll(flat, -1, axis=1)], 2).reshape(-1)
+    offsets = torch.arange(0, len(ids), 2)
+    bag = et.Batch(mb, dev)
+    bag.slots = torch.from_numpy(ids)
+    vals = np.array(t.values)[ids].reshape(mb.m * mb.tables, 2, -1)
+    for mode in ("sum", "mean"):
+        e = et.EmbeddingBagCollection(t, mode, dev)
+        o = e(bag, offsets)
+        ref = vals.sum(1) if mode == "sum" else vals.mean(1)
+        check(np.allclose(o.detach().cpu().numpy().reshape(mb.m * mb.tables, -1), ref,
+                          rtol=1e-6, atol=1e-7), "bags of 2 ids, %s pooling: forward" % mode)
+        up = torch.randn(o.shape, device=o.device)
+        (o * up).sum().backward()
+        g = np.repeat(up.cpu().numpy().reshape(mb.m * mb.tables, 1, -1), 2, 1)
+        if mode == "mean":
+            g = g / 2
+        want = before.astype(np.float64)
+        np.add.at(want, ids, g.reshape(len(ids), -1).astype(np.float64))
+        check(np.allclose(np.array(t.grads), want, rtol=1e-5, atol=1e-4),
+              "bags of 2 ids, %s pooling: each id gets its bag's gradient" % mode)
+        t.grads[:] = before
+
+
+def test_auc():
+    rng = np.random.default_rng(3)
+    y = rng.random(400) < 0.3
+    s = rng.random(400) + 0.3 * y
+    pos, neg = s[y], s[~y]
+    pairs = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum())
+    want = pairs / (len(pos) * len(neg))
+    check(abs(et.auc(s, y) - want) < 1e-12, "auc == the pairwise count (%.6f)" % want)
+    ties = np.array([0.5, 0.5, 0.5, 0.5])
+    check(et.auc(ties, np.array([1, 0, 1, 0])) == 0.5, "auc: ties count half")
+    m = et.AucMeter()
+    logit = torch.from_numpy(np.log(s / 2 / (1 - s / 2)))  # sigmoid(logit) = s / 2
+    m.add(logit, torch.from_numpy(y.astype(np.float32)))
+    check(abs(m.value(reduce=False) - want) < 2e-3,
+          "AucMeter (histogram) within 2e-3 of the exact AUC: %.6f" % m.value(reduce=False))
+
+
+def main():
+    bin_dir = os.path.abspath(sys.argv[1])
+    dev = "cuda" if GPU else None
+    work = tempfile.mkdtemp(prefix="esd-torch-module.")
+    stream = os.path.join(work, "stream.esd")
+    launcher.gen_stream(bin_dir, stream, 2000, 5)
+    s = {"workers.n": 1, "workers.batch": 256, "model.dim": 16, "job.iterations": 3,
+         "data.stream": stream, "model.optimizer": "sgd", "model.lr": 0.1}
+    with Cluster(bin_dir, work, s) as c:
+        c.trainers = 0  # this process is the trainer
+        c.start()
+        c.wait_socket(0)
+        t = esd.Trainer(c.node_dir(0))
+        mb = t.next(timeout_ms=30000)
+        one_batch(t, mb, dev)
+        t.commit(mb, 0.0)
+
+        class S:  # what RowOptimizer and batches() need of a Session
+            trainer, current, device = t, None, None
+        sess = S()
+        rows = et.RowOptimizer(sess)
+        gen = et.Session.batches(sess)
+        next(gen)
+        try:
+            next(gen)
+            check(False, "a batch not committed before the next is an error")
+        except RuntimeError as e:
+            check("not committed" in str(e), "a batch not committed before the next is an "
+                  "error: %s" % e)
+        rows.step(0.0)  # the batch is committed after all; the job goes on
+        for mb in t:
+            t.commit(mb, 0.0)
+        t.close()
+        c.wait(timeout=60)
+    test_auc()
+    if failures:
+        print("%d check(s) failed; files kept in %s" % (len(failures), work))
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
