@@ -125,6 +125,7 @@ class EmbeddingBagCollection(nn.Module):
         self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
         self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call backward
         self._pinned = None
+        _keep_freed_memory()
 
     def _out(self, n):
         if self.device is None or self.device.type != "cuda":
@@ -244,6 +245,28 @@ def _sum_hook(state, bucket):
     gradients (the default divides by the world size)."""
     fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
+
+
+_malloc_tuned = False
+
+
+def _keep_freed_memory():
+    """Make glibc keep freed large blocks for reuse instead of returning
+    them to the kernel: every step allocates its pooled rows and their
+    gradient afresh (megabytes), and fresh mmap'd pages cost a fault each,
+    as much as the gather itself. Process-wide, once."""
+    global _malloc_tuned
+    if _malloc_tuned:
+        return
+    _malloc_tuned = True
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 256 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):
+        pass
 
 
 def _die_with_parent():
