@@ -137,6 +137,9 @@ def parser():
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--log-every", type=int, default=10,
                     help="iterations between rank 0's progress lines")
+    ap.add_argument("--eval", type=int, default=4000,
+                    help="held-out samples after the trained ones to evaluate on at the end "
+                         "(log loss, AUC; 0: none; evaluate.py)")
     ap.add_argument("--baseline", action="store_true",
                     help="then run the same job with the C reference trainer (esd-trainer) "
                          "and print both rates")
@@ -150,13 +153,21 @@ def main():
     stream = a.stream
     if not stream:
         stream = os.path.join(work, "stream.esd")
-        gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers, 7)
+        gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers + a.eval, 7)
     print("%s on %d workers x %d samples, %d iterations, embeddings %s lr %g; work %s"
           % (a.model, a.workers, a.batch, a.iters, a.opt, a.lr, work), flush=True)
     t0 = time.time()
     ck, sums = run_job(a, work, stream)
     print("job done in %.1f s (trainers' start included); final tables %s"
           % (time.time() - t0, ck))
+    if a.eval:
+        import evaluate
+        try:
+            r = evaluate.evaluate(a.model, work, stream, samples=a.eval, bin_dir=a.bin)
+            print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f"
+                  % (r["samples"], r["first"], r["log_loss"], r["auc"]), flush=True)
+        except ValueError as e:
+            print("eval: not run: %s" % e)
     if a.baseline:
         # PyTorch: rank 0's count from its first micro-batch (the daemons'
         # clock would include the trainers' start, seconds of torch import).

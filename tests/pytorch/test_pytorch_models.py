@@ -5,6 +5,9 @@ for the dense part), each against a plain single-process PyTorch run over
 the same global batches:
 
   - the loss decreases; rank 0 prints AUC;
+  - evaluate.py on the held-out samples after the trained ones (rows from
+    the PS checkpoint, the dense model from dense.pt) gives the log loss
+    and AUC of the reference on the same samples;
   - the final PS tables (rows, optimizer state, clocks) equal the
     reference's within 1e-4 relative (plus 1e-6 absolute for elements near
     zero), with the same set of rows and the same clocks;
@@ -44,8 +47,10 @@ import torch  # noqa: E402
 
 sys.path.insert(0, EX)
 import esdio  # noqa: E402
+import evaluate  # noqa: E402
 import run as launcher  # noqa: E402
 import train  # noqa: E402
+from train import et as esd_torch  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-6
 DENSE_ATOL = 1e-4
@@ -113,7 +118,30 @@ def reference(model_name, opt, lr, a, labels, dense, keys):
         values[rows], state[rows] = v, st
         clocks[rows] += 1
     dense_w = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
-    return uk, values, state, clocks, np.array(losses), dense_w
+    return uk, values, state, clocks, np.array(losses), dense_w, model
+
+
+def check_eval(model_name, a, work, data, rk, rv, rmodel):
+    """evaluate.py on the samples after the trained ones against the
+    reference model and rows on the same samples."""
+    stream = os.path.join(os.path.dirname(work), "stream.esd")
+    try:
+        got = evaluate.evaluate(model_name, work, stream, bin_dir=a.bin)
+    except ValueError as e:
+        check(False, "%s: evaluate.py ran (%s)" % (model_name, e))
+        return
+    labels, dense, keys = (x[ITERS * WORKERS * BATCH:] for x in data)
+    emb, _ = evaluate.rows_of(keys, a.seed, rk, rv)
+    with torch.no_grad():
+        logits = rmodel(torch.from_numpy(emb), torch.from_numpy(dense))
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, torch.from_numpy(labels)).item()
+    want_auc = esd_torch.auc(logits.numpy(), labels)
+    check(got["samples"] == len(labels) and abs(got["log_loss"] - loss) <= 1e-4 * loss and
+          abs(got["auc"] - want_auc) <= 1e-3,
+          "%s: held-out evaluation (%d samples from %d): log loss %.5f AUC %.4f, reference's "
+          "%.5f %.4f" % (model_name, got["samples"], got["first"], got["log_loss"], got["auc"],
+                         loss, want_auc))
 
 
 def one(bin_dir, root, stream, data, model_name, opt, lr):
@@ -146,7 +174,8 @@ def one(bin_dir, root, stream, data, model_name, opt, lr):
     check(" auc 0." in prog, "%s: rank 0 prints AUC: %s" % (model_name,
                                                           prog.strip().splitlines()[-2:]))
 
-    rk, rv, rs, rc, rl, rd = reference(model_name, opt, lr, a, *data)
+    rk, rv, rs, rc, rl, rd, rmodel = reference(model_name, opt, lr, a, *data)
+    check_eval(model_name, a, work, data, rk, rv, rmodel)
     check(len(losses) == ITERS, "%s: %d iterations trained" % (model_name, len(losses)))
     first, last = float(np.mean(losses[:8])), float(np.mean(losses[-8:]))
     check(last < first, "%s: loss decreases (mean of first 8 %.4f, last 8 %.4f)"

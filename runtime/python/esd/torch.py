@@ -269,6 +269,25 @@ def _keep_freed_memory():
         pass
 
 
+TEARDOWN_S = 30
+
+
+def _bounded_teardown(limit_s):
+    """destroy_process_group, at most limit_s seconds: gloo's teardown can
+    hang once in a while when the group's store (rank 0) has gone
+    (pytorch/pytorch#75097); the training is over and committed, so a
+    trainer caught in it says so and exits 0 rather than wait forever."""
+    import threading
+    th = threading.Thread(target=dist.destroy_process_group, daemon=True)
+    th.start()
+    th.join(limit_s)
+    if th.is_alive():
+        print("esd.torch: the gloo group did not tear down in %d s; exiting (the job's "
+              "work is committed)" % limit_s, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+
+
 def _die_with_parent():
     """A trainer ends with the torchrun agent that started it: an agent
     that is killed leaves no trainer behind, blocked in a collective."""
@@ -414,5 +433,5 @@ class Session:
         if dist.is_initialized():
             # rank 0 holds the group's store: nobody leaves before all are done
             dist.barrier()
-            dist.destroy_process_group()
+            _bounded_teardown(TEARDOWN_S)
         sys.stdout.flush()

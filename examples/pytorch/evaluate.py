@@ -1,0 +1,108 @@
+"""Evaluate a trained job on held-out samples: the final rows from the PS
+checkpoint (every shard's file), the dense model from rank 0's dense.pt,
+a forward without gradients, log loss and AUC.
+
+    /usr/bin/python3 examples/pytorch/evaluate.py --model dlrm --work DIR [--stream S]
+        [--skip N] [--samples N]
+
+DIR is a job's work directory as run.py leaves it (DIR/ckpt/ps-shard*.ckpt,
+DIR/node0/dense.pt, DIR/stream.esd). The held-out samples start, by
+default, at the checkpoint's data cursor: the first sample the job did
+not train on. The checkpoint is the job's state after its last
+iteration, when every node has flushed its DIRTY rows to the PS, so it
+holds the latest value of every trained row (a node's cache may hold
+OUTDATED copies; the PS never does at a checkpoint); a row the job never
+trained has its initial value (esd_row_init of the job's seed).
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import esdio  # noqa: E402
+import run  # noqa: E402
+from train import et  # noqa: E402
+
+
+def load_rows(ckpt_dir, bin_dir=None):
+    """(seed, cursor, sorted keys, their values) over every shard's file,
+    each checked with esd-ref info first when bin_dir is given."""
+    paths = sorted(glob.glob(os.path.join(ckpt_dir, "ps-shard*.ckpt")))
+    paths = [p for p in paths if ".prev." not in p]
+    if not paths:
+        raise ValueError("no ps-shard*.ckpt in %s" % ckpt_dir)
+    if bin_dir:
+        for p in paths:
+            r = subprocess.run([os.path.join(bin_dir, "esd-ref"), "info", p],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode:
+                raise ValueError("%s is not a valid checkpoint:\n%s" % (p, r.stdout))
+    cks = [esdio.read_ckpt(p) for p in paths]
+    keys = np.concatenate([c["keys"] for c in cks])
+    values = np.concatenate([c["values"] for c in cks])
+    o = np.argsort(keys)
+    return cks[0]["seed"], cks[0]["cursor"], keys[o], values[o]
+
+
+def rows_of(keys, seed, ck_keys, ck_values):
+    """The rows of keys [n, T]: the checkpoint's, else the initial value."""
+    flat = keys.reshape(-1)
+    at = np.searchsorted(ck_keys, flat).clip(0, max(len(ck_keys) - 1, 0))
+    found = ck_keys[at] == flat if len(ck_keys) else np.zeros(len(flat), bool)
+    dim = ck_values.shape[1]
+    out = np.empty((len(flat), dim), np.float32)
+    out[found] = ck_values[at[found]]
+    if (~found).any():
+        out[~found] = esdio.row_init(seed, flat[~found], dim)
+    return out.reshape(keys.shape + (dim,)), int((~found).sum())
+
+
+def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None):
+    """{'samples', 'log_loss', 'auc', 'untrained_ids'} on held-out samples."""
+    seed, cursor, ck_keys, ck_values = load_rows(os.path.join(work, "ckpt"), bin_dir)
+    skip = cursor if skip is None else skip
+    labels, dense, keys = esdio.read_stream(stream or os.path.join(work, "stream.esd"),
+                                            None if samples is None else skip + samples)
+    labels, dense, keys = labels[skip:], dense[skip:], keys[skip:]
+    if not len(labels):
+        raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
+                         % skip)
+    saved = torch.load(os.path.join(work, "node0", "dense.pt"))
+    model = run.model_class(model_name)(keys.shape[1], ck_values.shape[1], dense.shape[1])
+    model.load_state_dict(saved["model"])
+    model.eval()
+    emb, untrained = rows_of(keys, seed, ck_keys, ck_values)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(emb), torch.from_numpy(dense))
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, torch.from_numpy(labels)).item()
+    return {"samples": len(labels), "log_loss": loss, "auc": et.auc(logits.numpy(), labels),
+            "untrained_ids": untrained, "first": skip}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=sorted(run.MODELS), required=True)
+    ap.add_argument("--work", required=True, help="the job's work directory (run.py --work)")
+    ap.add_argument("--stream", help="held-out samples (default: WORK/stream.esd)")
+    ap.add_argument("--skip", type=int, help="first sample (default: the checkpoint's cursor)")
+    ap.add_argument("--samples", type=int, help="samples to evaluate (default: the rest)")
+    ap.add_argument("--bin", default=os.path.join(run.ROOT, "build", "bin"),
+                    help="where esd-ref is, to check the checkpoint first")
+    a = ap.parse_args()
+    try:
+        r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin)
+    except ValueError as e:
+        sys.exit("evaluate.py: %s" % e)
+    print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids the job never "
+          "trained)" % (r["samples"], r["first"], r["log_loss"], r["auc"], r["untrained_ids"]))
+
+
+if __name__ == "__main__":
+    main()
