@@ -12,8 +12,9 @@ the dense part is trained by PyTorch (--dense-opt, --dense-lr) under
 DistributedDataParallel over gloo. The final tables are in
 WORK/ckpt/ps-shard0.ckpt, the dense model in WORK/node0/dense.pt.
 """
-import importlib
 import argparse
+import importlib
+import json
 import os
 import re
 import shutil
@@ -60,15 +61,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(a, work, stream, out=sys.stdout, c_trainer=False):
-    """Run one job in work/; returns (the path of the final PS checkpoint,
-    the daemons' summaries). Streams rank 0's progress lines to out.
-    c_trainer: the C reference trainer (esd-trainer) instead of PyTorch."""
-    ckpt = os.path.join(work, "ckpt")
-    os.makedirs(ckpt, exist_ok=True)
-    master_port = free_port()  # torchrun's rendezvous, on "node 0"
-
-    def trainer_cmd(w, node_dir):
+def torchrun_cmd(a, master_port):
+    """trainer_cmd of a Cluster: torchrun on node w starting the model's
+    script (one trainer per node), rendezvous at 127.0.0.1:master_port."""
+    def cmd(w, node_dir):
         # torch 1.13 on Python 3.11 fails on torchrun's default redirects
         return ["env", "ESD_NODE_DIR=" + node_dir, "ESD_LOG_EVERY=%d" % a.log_every,
                 PY, "-m", "torch.distributed.run", "--nnodes", str(a.workers),
@@ -76,10 +72,32 @@ def run_job(a, work, stream, out=sys.stdout, c_trainer=False):
                 "127.0.0.1", "--master_port", str(master_port), "--redirects", "1",
                 "--tee", "1", os.path.join(HERE, a.model + ".py"), "--seed",
                 str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt]
+    return cmd
 
+
+def ps_iteration(a, work):
+    """Shard 0's iteration (esdctl status), or -1 while it does not answer."""
+    r = subprocess.run([os.path.join(a.bin, "esdctl"), "--socket", os.path.join(work, "ps0.sock"),
+                        "--json", "status"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                       text=True)
+    try:
+        return int(json.loads(r.stdout)["iteration"])
+    except (ValueError, KeyError, TypeError):
+        return -1
+
+
+def run_job(a, work, stream, out=sys.stdout, c_trainer=False, resume=False, stop_after=None):
+    """Run one job in work/; returns (the path of the final PS checkpoint,
+    the daemons' summaries). Streams rank 0's progress lines to out.
+    c_trainer: the C reference trainer (esd-trainer) instead of PyTorch.
+    resume: start from work/ckpt's checkpoint where there is one.
+    stop_after: once shard 0 is past that iteration, `esdctl stop`: the job
+    stops gracefully a few iterations on, every process exiting 0."""
+    ckpt = os.path.join(work, "ckpt")
+    os.makedirs(ckpt, exist_ok=True)
     with Cluster(a.bin, work, job_settings(a, stream, ckpt),
-                 trainer_cmd=None if c_trainer else trainer_cmd) as c:
-        c.start()
+                 trainer_cmd=None if c_trainer else torchrun_cmd(a, free_port())) as c:
+        c.start(resume=resume)
         log0 = os.path.join(work, "trainer0.log")
         done = False
         with open(log0) as f:
@@ -89,6 +107,11 @@ def run_job(a, work, stream, out=sys.stdout, c_trainer=False):
                     out.write(line)
                     out.flush()
                     continue
+                if stop_after is not None and ps_iteration(a, work) > stop_after:
+                    subprocess.run([os.path.join(a.bin, "esdctl"), "--socket",
+                                    os.path.join(work, "ps0.sock"), "stop"], check=True,
+                                   stdout=subprocess.DEVNULL)
+                    stop_after = None
                 done = all(c.procs["esdd%d" % w].poll() is not None for w in range(c.n))
                 for w in range(c.n):  # a dead trainer would leave its daemon waiting
                     rc = c.procs["trainer%d" % w].poll()

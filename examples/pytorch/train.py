@@ -2,8 +2,9 @@
 dcn.py): one trainer process of an ESD job, started by torchrun on every
 node with ESD_NODE_DIR naming its node daemon's directory. The embedding
 rows come from the node's cache (esd.torch), the dense model trains under
-DistributedDataParallel over gloo; rank 0 prints loss, AUC and samples/s
-and saves the dense model to NODE_DIR/dense.pt at the end."""
+DistributedDataParallel over gloo; rank 0 prints loss, AUC and samples/s;
+the dense model is saved to NODE_DIR/dense.pt where training ends (its
+end, or a graceful stop) and restored from it when the job resumes."""
 import argparse
 import os
 import sys
@@ -35,6 +36,7 @@ def main(make_model, argv=None):
     model = s.distributed(make_model(s.tables, s.dim, s.ndense))
     opt = dense_optimizer(model, a.dense_lr, a.dense_opt)
     rows = s.row_optimizer()
+    s.restore(model, opt)  # a resumed job: the dense model of its iteration
     for batch in s.batches():
         logits = model(ebc(batch), batch.dense)
         loss = et.bce(logits, batch)

@@ -12,6 +12,8 @@ the same global batches:
     reference's within 1e-4 relative (plus 1e-6 absolute for elements near
     zero), with the same set of rows and the same clocks;
   - the per-iteration losses match (1e-4 relative);
+  - DLRM stopped gracefully after iteration 5 and started again ends
+    bit-identical to its uninterrupted run (rows, dense weights, losses);
   - the dense weights rank 0 saves (NODE_DIR/dense.pt) are close to the
     reference's: within 1e-4 absolute on weights of order 0.1. The
     dense part is trained with Adam, which divides each gradient element
@@ -202,6 +204,48 @@ def one(bin_dir, root, stream, data, model_name, opt, lr):
           "beyond %g rel alone: %s)" % (model_name, opt, RTOL, ATOL, ab, re_, RTOL, bey))
 
 
+def resume_case(bin_dir, root, stream, model_name="dlrm", opt="adagrad", lr=0.05):
+    """The job stopped gracefully (esdctl stop after iteration 5) and
+    started again: the trainers restore the dense model of the stop's
+    iteration and the job ends where the uninterrupted run did, bit for
+    bit (rows, dense weights, losses)."""
+    a = launcher.parser().parse_args([])
+    a.bin, a.model, a.opt, a.lr = bin_dir, model_name, opt, lr
+    a.workers, a.batch, a.iters, a.dim = WORKERS, BATCH, ITERS, DIM
+    a.timeout = 100
+    work = os.path.join(root, model_name + "-resume")
+    os.makedirs(work, exist_ok=True)
+    log = open(os.path.join(work, "progress.log"), "w")
+    try:
+        launcher.run_job(a, work, stream, out=log, stop_after=5)
+        stopped = esdio.read_ckpt(os.path.join(work, "ckpt", "ps-shard0.ckpt"))["iter"]
+        saved = torch.load(os.path.join(work, "node0", "dense.pt"))
+        check(5 < stopped < ITERS and saved["iteration"] == stopped,
+              "%s: stopped gracefully after iteration %d, dense.pt of iteration %s"
+              % (model_name, stopped, saved["iteration"]))
+        launcher.run_job(a, work, stream, out=log, resume=True)
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check(False, "%s: stop and resume ran (%s)" % (model_name, e))
+        return
+    finally:
+        log.close()
+    with open(os.path.join(work, "progress.log")) as f:
+        check("resumed the dense model of iteration %d" % stopped in f.read(),
+              "%s: the second start restored the dense model" % model_name)
+    got = esdio.read_ckpt(os.path.join(work, "ckpt", "ps-shard0.ckpt"))
+    want = esdio.read_ckpt(os.path.join(root, model_name, "ckpt", "ps-shard0.ckpt"))
+    og, ow = np.argsort(got["keys"]), np.argsort(want["keys"])  # rows in key order
+    same = all(np.array_equal(got[f][og], want[f][ow])
+               for f in ("keys", "clocks", "values", "state"))
+    check(same and got["iter"] == ITERS, "%s: stopped and resumed, the final rows are "
+          "bit-identical to the uninterrupted run's" % model_name)
+    g = torch.load(os.path.join(work, "node0", "dense.pt"))
+    w = torch.load(os.path.join(root, model_name, "node0", "dense.pt"))
+    check(all(torch.equal(g["model"][k], w["model"][k]) for k in w["model"]) and
+          g["losses"] == w["losses"], "%s: and so are the dense weights and the %d losses"
+          % (model_name, len(w["losses"])))
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -215,6 +259,7 @@ def main():
     data = esdio.read_stream(stream)
     for model_name, opt, lr in CASES:
         one(bin_dir, root, stream, data, model_name, opt, lr)
+    resume_case(bin_dir, root, stream)
     if failures:
         print("%d check(s) failed; files kept in %s" % (len(failures), root))
         return 1
