@@ -124,7 +124,7 @@ def main():
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session
-            trainer, current, device = t, None, None
+            trainer, current, device, _restore = t, None, None, None
         sess = S()
         rows = et.RowOptimizer(sess)
         gen = et.Session.batches(sess)
