@@ -358,10 +358,17 @@ static bool all_committed(const struct node *nd)
 	return true;
 }
 
+/* Seconds past ps.barrier_timeout a node waits for a trainer to attach. */
+#define GIVE_UP_MARGIN_S 10
+
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss)
 {
-	int64_t waiting_since = esd_now_ns(), last_note = 0;
+	int64_t waiting_since = esd_now_ns(), last_note = 0, missing_since = -1;
+	/* later than a shard's barrier timeout, which names the missing worker
+	 * to every node whenever another node reached the barrier */
+	const int64_t give_up_ns = (int64_t)(nd->job.barrier_timeout_s + GIVE_UP_MARGIN_S) *
+				   ESD_NS_PER_S;
 
 	make_shares(nd, o, slots);
 	while (!all_committed(nd)) {
@@ -391,6 +398,19 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 				on_trainer_msg(nd, i, o, slots);
 		int missing = free_slot(nd);
 		int64_t now = esd_now_ns();
+		/* a trainer that never starts, or exits without attaching, is not
+		 * waited on for ever: nothing else notices when every node lacks
+		 * one (the PS times a barrier out only once a node reaches it) */
+		missing_since = missing < 0 ? -1 : missing_since < 0 ? now : missing_since;
+		if (missing_since >= 0 && now - missing_since > give_up_ns) {
+			ESD_ERR("node", "iteration %llu: no trainer %d of %u attached to %s/%s for "
+				"%llu s (ps.barrier_timeout + %d s): is the trainer command right, "
+				"and did it start?", (unsigned long long)o->iter, missing,
+				nd->tr.count, nd->dir, ESD_ATTACH_SOCK,
+				(unsigned long long)nd->job.barrier_timeout_s + GIVE_UP_MARGIN_S,
+				GIVE_UP_MARGIN_S);
+			return -ETIMEDOUT;
+		}
 		if (missing >= 0 && now - last_note > 10 * ESD_NS_PER_S) {
 			ESD_INFO("node", "iteration %llu: waiting for trainer %d of %u on %s/%s "
 				 "(%.0f s)", (unsigned long long)o->iter, missing, nd->tr.count,

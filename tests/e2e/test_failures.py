@@ -2,6 +2,8 @@
 - kill -9 of a trainer mid-iteration: detected within 1 s, nothing blocks,
   the iteration is replayed to a new trainer, the final tables are
   bit-identical to an uninterrupted run;
+- trainers that never attach: every daemon gives up after the barrier
+  timeout naming its trainer socket, every process exits non-zero;
 - a second daemon on a node directory in use is refused;
 - a trainer of another uid is refused by the daemon (SO_PEERCRED);
 - a node whose data.stream differs from the shard's is refused at HELLO.
@@ -102,6 +104,31 @@ def test_trainer_gone_for_good(env):
     with open(os.path.join(work, "trainer0.log")) as f:
         tlog = f.read()
     env.check("training is over" not in tlog, "no trainer says training is over")
+
+
+def test_no_trainer_ever(env):
+    """Trainers that exit at once without attaching (a wrong trainer
+    command): no node ever reaches a barrier, so no shard times one out;
+    each daemon gives up 10 s after the barrier timeout naming its trainer
+    socket, and every process exits non-zero (it used to wait for ever)."""
+    from esdcluster import Cluster
+    s = env.settings(job__iterations=50, ps__barrier_timeout=3)
+    work = os.path.join(env.root, "no-trainer")
+    with Cluster(env.bin, work, s, trainer_cmd=lambda w, node_dir: ["true"]) as c:
+        t0 = time.time()
+        c.start()
+        rcs = exit_codes(c.procs, timeout=60)
+        took = time.time() - t0
+    daemons = {k: v for k, v in rcs.items() if not k.startswith("trainer")}
+    env.check(all(rc not in (0, "still running") for rc in daemons.values()) and
+              took < 3 + 10 + 6,
+              "no trainer ever attaches: every daemon and shard exits non-zero %.1f s after "
+              "the start (barrier timeout 3 s, the daemons' 10 s more): %s" % (took, daemons))
+    with open(os.path.join(work, "esdd0.log")) as f:
+        log = f.read()
+    env.check("no trainer 0 of 1 attached" in log and "esdd.sock" in log,
+              "the daemon names its trainer socket: %s"
+              % [ln for ln in log.splitlines() if "no trainer" in ln][:1])
 
 
 def test_second_daemon_and_uid(env):
@@ -348,6 +375,7 @@ def main():
         test_trainer_kill(env, 2)
         test_trainer_kill(env, 1, trainers=2)
         test_trainer_gone_for_good(env)
+        test_no_trainer_ever(env)
         test_second_daemon_and_uid(env)
     except (ClusterError, subprocess.TimeoutExpired) as e:
         env.check(False, "cluster: %s" % e)
