@@ -30,6 +30,9 @@ and applies the embedding optimizer of esd/optim.h in float32 once per row
 per iteration with the row's summed gradient (summed in double, rounded
 once, as the runtime does).
 
+ESD_PYTORCH_MODELS=dlrm,... runs only those models (the sanitizer build,
+where every trainer process runs with libasan preloaded).
+
 usage: test_pytorch_models.py BIN_DIR     exit 0 pass, 1 fail, 77 skip
 """
 import os
@@ -257,7 +260,11 @@ def main():
     stream = os.path.join(root, "stream.esd")
     launcher.gen_stream(bin_dir, stream, (ITERS + 2) * WORKERS * BATCH, 7)
     data = esdio.read_stream(stream)
+    only = os.environ.get("ESD_PYTORCH_MODELS")  # the sanitizer build: fewer, same checks
     for model_name, opt, lr in CASES:
+        if only and model_name not in only.split(","):
+            print("not run: %s (ESD_PYTORCH_MODELS=%s)" % (model_name, only))
+            continue
         one(bin_dir, root, stream, data, model_name, opt, lr)
     resume_case(bin_dir, root, stream)
     if failures:
