@@ -213,6 +213,7 @@ struct node_trainer {
 	int lock_fd, listen_fd;
 	uint32_t count;      /* workers.trainers */
 	uint32_t attached;   /* slots with a trainer (under qmu) */
+	bool ever_attached;  /* a trainer attached since the daemon started */
 	uint32_t *mark;      /* per cache slot: the share that last touched it */
 	uint32_t mark_gen;
 	struct node_trainer_slot t[ESD_MAX_TRAINERS];

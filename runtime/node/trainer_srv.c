@@ -146,6 +146,7 @@ static void welcome(struct node *nd, int fd, pid_t pid, int i)
 	ts->fd = fd;
 	ts->pid = (int)pid;
 	nd->tr.attached++;
+	nd->tr.ever_attached = true;
 	pthread_mutex_unlock(&nd->qmu);
 	ts->published = ts->committed = false;
 	ESD_INFO("node", "trainer pid %d attached (trainer %d of %u)", (int)pid, i, nd->tr.count);
@@ -358,8 +359,12 @@ static bool all_committed(const struct node *nd)
 	return true;
 }
 
-/* Seconds past ps.barrier_timeout a node waits for a trainer to attach. */
-#define GIVE_UP_MARGIN_S 10
+/* How long a node waits for a trainer to take a free index: a replacement
+ * ps.barrier_timeout + GIVE_UP_MARGIN_S, the first trainers of the daemon
+ * FIRST_ATTACH_FACTOR times the barrier timeout more (trainers that import
+ * torch on a loaded host take a while to start). */
+#define GIVE_UP_MARGIN_S    10
+#define FIRST_ATTACH_FACTOR 5
 
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss)
@@ -367,8 +372,10 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 	int64_t waiting_since = esd_now_ns(), last_note = 0, missing_since = -1;
 	/* later than a shard's barrier timeout, which names the missing worker
 	 * to every node whenever another node reached the barrier */
-	const int64_t give_up_ns = (int64_t)(nd->job.barrier_timeout_s + GIVE_UP_MARGIN_S) *
-				   ESD_NS_PER_S;
+	const uint64_t give_up_s =
+	    nd->job.barrier_timeout_s * (nd->tr.ever_attached ? 1 : FIRST_ATTACH_FACTOR) +
+	    GIVE_UP_MARGIN_S;
+	const int64_t give_up_ns = (int64_t)give_up_s * ESD_NS_PER_S;
 
 	make_shares(nd, o, slots);
 	while (!all_committed(nd)) {
@@ -404,11 +411,11 @@ int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slo
 		missing_since = missing < 0 ? -1 : missing_since < 0 ? now : missing_since;
 		if (missing_since >= 0 && now - missing_since > give_up_ns) {
 			ESD_ERR("node", "iteration %llu: no trainer %d of %u attached to %s/%s for "
-				"%llu s (ps.barrier_timeout + %d s): is the trainer command right, "
-				"and did it start?", (unsigned long long)o->iter, missing,
-				nd->tr.count, nd->dir, ESD_ATTACH_SOCK,
-				(unsigned long long)nd->job.barrier_timeout_s + GIVE_UP_MARGIN_S,
-				GIVE_UP_MARGIN_S);
+				"%llu s (%s): is the trainer command right, and did it start?",
+				(unsigned long long)o->iter, missing, nd->tr.count, nd->dir,
+				ESD_ATTACH_SOCK, (unsigned long long)give_up_s,
+				nd->tr.ever_attached ? "ps.barrier_timeout + 10 s"
+						     : "5 x ps.barrier_timeout + 10 s, the first start");
 			return -ETIMEDOUT;
 		}
 		if (missing >= 0 && now - last_note > 10 * ESD_NS_PER_S) {
