@@ -25,7 +25,8 @@
 #endif
 
 #define DS_MAGIC       "ESDDATA\0"
-#define DS_VERSION     1u
+#define DS_VERSION     1u /* every table one ID per sample */
+#define DS_VERSION_BAGS 2u /* some table has bags (max_bag > 1) */
 #define DS_BLOCK_MAGIC 0x4b4c4245u /* "EBLK" */
 #define DS_INDEX_MAGIC 0x58444e49u /* "INDX" */
 #define DS_FLAG_ZSTD   1u
@@ -119,12 +120,41 @@ static inline unsigned dense_width(uint32_t fmt)
 	return fmt == ESD_DS_DENSE_BF16 ? 2u : 4u;
 }
 
-/* Bytes of one sample in a raw (uncompressed) payload. */
+/* Whether table t carries bags (docs/multihot.md). */
+static inline int is_bag(const struct esd_ds_info *in, uint32_t t)
+{
+	return in->max_bag[t] > 1;
+}
+
+static inline int has_bags(const struct esd_ds_info *in)
+{
+	for (uint32_t t = 0; t < in->ntables; t++)
+		if (is_bag(in, t))
+			return 1;
+	return 0;
+}
+
+/* Bytes of one stored bag length. */
+static inline unsigned len_width(uint32_t max_bag)
+{
+	return max_bag < 256 ? 1u : 2u;
+}
+
+/* Header bytes: version 2 adds a u32 max_bag per table after the entries. */
+static inline uint64_t header_bytes(uint32_t ntables, int bags)
+{
+	return HDR_FIXED + (uint64_t)ntables * (TABLE_ENTRY + (bags ? 4u : 0u)) + 8;
+}
+
+/* Bytes of one sample in a raw (uncompressed) payload; with bags, the
+ * most one can take (every bag full). */
 static inline uint64_t sample_bytes(const struct esd_ds_info *in)
 {
 	uint64_t b = 1 + (uint64_t)in->ndense * dense_width(in->dense_format);
 	for (uint32_t t = 0; t < in->ntables; t++)
-		b += id_width(in->rows[t]);
+		b += is_bag(in, t) ? len_width(in->max_bag[t]) +
+		                         (uint64_t)in->max_bag[t] * id_width(in->rows[t])
+		                   : id_width(in->rows[t]);
 	return b;
 }
 

@@ -84,6 +84,63 @@ int esd_ds_gen_defaults(struct esd_ds_gen_params *p, const char *shape)
 
 #define LOG1P_TAB 4096
 
+/* One ID of table g at sample i: a Zipf rank, the drift's swaps due by
+ * then, the rank's ID. */
+static uint64_t draw_id(struct table_gen *g, struct rng *r, uint64_t i)
+{
+	uint64_t rank = zipf_draw(&g->z, r);
+	if (!g->perm)
+		return (mulmod(g->mul, rank, g->rows) + g->add) % g->rows;
+	uint64_t due = (uint64_t)(g->swap_rate * (double)(i + 1));
+	for (; g->swaps < due; g->swaps++) {
+		uint64_t a = rng_next(r) % g->rows;
+		uint64_t b = rng_next(r) % g->rows;
+		uint32_t x = g->perm[a];
+		g->perm[a] = g->perm[b];
+		g->perm[b] = x;
+	}
+	return g->perm[rank];
+}
+
+/* A bag's length: Poisson(mean) (Knuth's product of uniforms; a rounded
+ * normal above 30), at most max. */
+static uint32_t bag_len(struct rng *r, double mean, uint32_t max)
+{
+	double k;
+	if (mean <= 30.0) {
+		double lim = exp(-mean), prod = rng_unit(r);
+		for (k = 0; prod > lim; k++)
+			prod *= rng_unit(r);
+	} else {
+		double u = 1.0 - rng_unit(r), v = rng_unit(r);
+		k = floor(mean + sqrt(mean) * sqrt(-2.0 * log(u)) * cos(2.0 * 3.14159265358979323846 * v) + 0.5);
+		k = k < 0 ? 0 : k;
+	}
+	return k > max ? max : (uint32_t)k;
+}
+
+/* The IDs of table t for sample i into ids (its bag, or its one ID);
+ * returns how many, and adds the label weight they carry to *logit. */
+static uint32_t draw_table(const struct esd_ds_gen_params *p, struct table_gen *g,
+                           struct rng *r, uint32_t t, uint64_t i, uint64_t *ids, double *logit)
+{
+	const struct esd_ds_info *in = &p->info;
+	if (!is_bag(in, t)) {
+		ids[0] = draw_id(g, r, i);
+		*logit += id_weight(in->seed, t, ids[0]) - g->wmean;
+		return 1;
+	}
+	uint32_t len = bag_len(r, p->bag_mean[t], in->max_bag[t]);
+	double w = 0;
+	for (uint32_t j = 0; j < len; j++) {
+		ids[j] = draw_id(g, r, i);
+		w += id_weight(in->seed, t, ids[j]) - g->wmean;
+	}
+	if (len)
+		*logit += w / len; /* a bag weighs what one ID does, on average */
+	return len;
+}
+
 /* Long: the generator's loop over samples and tables, whose per-table draws and block writes
  * share the loop's state. */
 int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
@@ -95,18 +152,26 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 		return ds_fail(rc, "gen: %s", why);
 	if (!(in->drift >= 0.0) || !isfinite(in->drift))
 		return ds_fail(-EINVAL, "gen: drift %g must be >= 0", in->drift);
-	for (uint32_t t = 0; t < in->ntables; t++)
+	for (uint32_t t = 0; t < in->ntables; t++) {
 		if (!(in->zipf[t] > 0.0 && in->zipf[t] <= 10.0))
 			return ds_fail(-EINVAL, "gen: table %u: zipf exponent %g not in (0, 10]", t,
 			               in->zipf[t]);
+		if (is_bag(in, t) && !(p->bag_mean[t] > 0.0 && p->bag_mean[t] <= in->max_bag[t]))
+			return ds_fail(-EINVAL, "gen: table %u: mean bag length %g not in (0, %u]", t,
+			               p->bag_mean[t], in->max_bag[t]);
+	}
 
 	struct table_gen *tg = calloc(in->ntables, sizeof(*tg));
 	float *dense = calloc(in->ndense + 1, sizeof(float));
-	uint64_t *ids = calloc(in->ntables, sizeof(uint64_t));
+	size_t nids = 0;
+	for (uint32_t t = 0; t < in->ntables; t++)
+		nids += is_bag(in, t) ? in->max_bag[t] : 1;
+	uint64_t *ids = calloc(nids, sizeof(uint64_t));
+	uint32_t *lens = calloc(in->ntables, sizeof(uint32_t));
 	double *dmean = calloc(in->ndense + 1, sizeof(double));
 	float *log1p_tab = malloc(LOG1P_TAB * sizeof(float));
 	rc = -ENOMEM;
-	if (!tg || !dense || !ids || !dmean || !log1p_tab)
+	if (!tg || !dense || !ids || !lens || !dmean || !log1p_tab)
 		goto out_alloc;
 
 	struct rng r;
@@ -169,23 +234,10 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 	double bias = base_logit(in->shape);
 	for (uint64_t i = 0; i < p->nsamples; i++) {
 		double logit = bias;
+		size_t k = 0;
 		for (uint32_t t = 0; t < in->ntables; t++) {
-			struct table_gen *g = &tg[t];
-			uint64_t rank = zipf_draw(&g->z, &r);
-			if (g->perm) {
-				uint64_t due = (uint64_t)(g->swap_rate * (double)(i + 1));
-				for (; g->swaps < due; g->swaps++) {
-					uint64_t a = rng_next(&r) % g->rows;
-					uint64_t b = rng_next(&r) % g->rows;
-					uint32_t x = g->perm[a];
-					g->perm[a] = g->perm[b];
-					g->perm[b] = x;
-				}
-				ids[t] = g->perm[rank];
-			} else {
-				ids[t] = (mulmod(g->mul, rank, g->rows) + g->add) % g->rows;
-			}
-			logit += id_weight(in->seed, t, ids[t]) - g->wmean;
+			lens[t] = draw_table(p, &tg[t], &r, t, i, ids + k, &logit);
+			k += lens[t];
 		}
 		for (uint32_t j = 0; j < in->ndense; j++) {
 			/* a geometric-like count, stored log-transformed like Criteo's */
@@ -197,7 +249,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 			logit += 0.3 * ((double)dense[0] - 0.7);
 		double pr = 1.0 / (1.0 + exp(-logit));
 		uint8_t label = rng_unit(&r) < pr;
-		rc = esd_ds_writer_append(w, label, dense, ids);
+		rc = esd_ds_writer_append_bags(w, label, dense, lens, ids);
 		if (rc) {
 			esd_ds_writer_discard(w);
 			goto out_alloc;
@@ -212,6 +264,7 @@ out_alloc:
 	free(tg);
 	free(dense);
 	free(ids);
+	free(lens);
 	free(dmean);
 	free(log1p_tab);
 	return rc;

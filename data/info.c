@@ -142,6 +142,11 @@ int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 			         (unsigned long long)in->rows[t]);
 			return -EINVAL;
 		}
+		if (in->max_bag[t] > ESD_DS_MAX_BAG) {
+			snprintf(why, whylen, "table %u: bags of up to %u IDs, above %u", t,
+			         in->max_bag[t], ESD_DS_MAX_BAG);
+			return -EINVAL;
+		}
 	}
 	if (in->dense_format > ESD_DS_DENSE_BF16) {
 		snprintf(why, whylen, "dense format %u unknown", in->dense_format);

@@ -30,7 +30,9 @@ struct esd_ds_reader {
 	uint64_t *index; /* block offsets, nblocks + 1 (last = index offset) */
 	uint64_t cursor;
 	uint32_t bs;
-	uint64_t sbytes; /* raw bytes per sample */
+	uint64_t sbytes; /* raw bytes per sample (with bags: at most) */
+	uint64_t hdr_bytes;
+	int bags;        /* some table has bags: version 2 */
 	/* the decoded block */
 	int64_t cur; /* block number, -1 none */
 	uint32_t cur_n;
@@ -42,6 +44,9 @@ struct esd_ds_reader {
 	const uint8_t *dense;
 	const uint8_t *ids[ESD_DS_MAX_TABLES];
 	unsigned idw[ESD_DS_MAX_TABLES];
+	/* bag tables: start of each sample's bag in ids[t], cur_n + 1 entries */
+	uint32_t *boff[ESD_DS_MAX_TABLES];
+	size_t boff_cap[ESD_DS_MAX_TABLES];
 };
 
 static int read_at(struct esd_ds_reader *r, void *buf, size_t len, uint64_t off)
@@ -88,14 +93,15 @@ static int parse_header(struct esd_ds_reader *r)
 		return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
 		               path);
 	uint32_t ver = get_u32(fixed + HDR_VERSION);
-	if (ver != DS_VERSION)
+	if (ver != DS_VERSION && ver != DS_VERSION_BAGS)
 		return ds_fail(-ESD_EBADVERSION,
 		               "%s: stream version %u at byte %u, this build "
-		               "reads version %u",
-		               path, ver, HDR_VERSION, DS_VERSION);
+		               "reads versions %u and %u",
+		               path, ver, HDR_VERSION, DS_VERSION, DS_VERSION_BAGS);
 	uint32_t nt = get_u32(fixed + HDR_NTABLES);
 	uint32_t hb = get_u32(fixed + HDR_BYTES);
-	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != HDR_FIXED + nt * TABLE_ENTRY + 8)
+	r->bags = ver == DS_VERSION_BAGS;
+	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags))
 		return ds_fail(-EPROTO,
 		               "%s: header at byte 0: %u tables / %u header bytes "
 		               "inconsistent",
@@ -136,7 +142,10 @@ static int parse_header(struct esd_ds_reader *r)
 		const uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
 		in->rows[t] = get_u64(e);
 		in->zipf[t] = get_f64(e + 8);
+		in->max_bag[t] = r->bags ? get_u32(h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t)
+		                         : 0;
 	}
+	r->hdr_bytes = hb;
 	char why[160];
 	if (ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
 	    (flags & ~DS_FLAG_ZSTD)) {
@@ -180,7 +189,7 @@ out:
 static int parse_index(struct esd_ds_reader *r)
 {
 	const char *path = r->path;
-	uint64_t hb = HDR_FIXED + (uint64_t)r->info.ntables * TABLE_ENTRY + 8;
+	uint64_t hb = r->hdr_bytes;
 	/* nblocks is bounded by the file size before anything is allocated */
 	if (r->nblocks > r->file_size / 8 || r->index_off < hb ||
 	    r->index_off + INDEX_HDR + r->nblocks * 8 + 8 != r->file_size) {
@@ -288,6 +297,78 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 	return 0;
 }
 
+static uint64_t get_id(const uint8_t *ids, unsigned width, uint32_t j)
+{
+	if (width == 4) {
+		uint32_t v;
+		memcpy(&v, ids + (size_t)j * 4, 4);
+		return v;
+	}
+	uint64_t v;
+	memcpy(&v, ids + (size_t)j * 8, 8);
+	return v;
+}
+
+/* Point the block's columns into payload p of raw bytes: labels, dense,
+ * then per table its IDs (a bag table: its n lengths first, each within
+ * max_bag, then their IDs); the columns must end exactly at raw. */
+static int decode_columns(struct esd_ds_reader *r, const uint8_t *p, uint64_t raw, uint32_t n,
+                          unsigned long long ob, unsigned long long oo)
+{
+	const struct esd_ds_info *in = &r->info;
+	const uint8_t *end = p + raw;
+	uint64_t head = (uint64_t)n * (1 + (uint64_t)in->ndense * dense_width(in->dense_format));
+	if (head > raw)
+		goto short_payload;
+	r->labels = p;
+	p += n;
+	r->dense = p;
+	p += (size_t)n * in->ndense * dense_width(in->dense_format);
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint64_t count = n;
+		if (is_bag(in, t)) {
+			unsigned lw = len_width(in->max_bag[t]);
+			if ((uint64_t)(end - p) < (uint64_t)n * lw)
+				goto short_payload;
+			if (r->boff_cap[t] < (size_t)n + 1) {
+				uint32_t *nb = realloc(r->boff[t], ((size_t)n + 1) * sizeof(uint32_t));
+				if (!nb)
+					return -ENOMEM;
+				r->boff[t] = nb;
+				r->boff_cap[t] = (size_t)n + 1;
+			}
+			uint32_t *bo = r->boff[t];
+			bo[0] = 0;
+			for (uint32_t i = 0; i < n; i++) {
+				uint32_t l = lw == 1 ? p[i] : (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8;
+				if (l > in->max_bag[t])
+					return ds_fail(-EPROTO,
+					               "%s: block %llu at byte %llu: sample %llu table %u: "
+					               "a bag of %u IDs, the table's are at most %u",
+					               r->path, ob, oo,
+					               (unsigned long long)(r->bs * (uint64_t)ob + i), t, l,
+					               in->max_bag[t]);
+				bo[i + 1] = bo[i] + l;
+			}
+			p += (size_t)n * lw;
+			count = bo[n];
+		} else {
+			free(r->boff[t]);
+			r->boff[t] = NULL;
+			r->boff_cap[t] = 0;
+		}
+		if ((uint64_t)(end - p) < count * r->idw[t])
+			goto short_payload;
+		r->ids[t] = p;
+		p += count * r->idw[t];
+	}
+	if (p == end)
+		return 0;
+short_payload:
+	return ds_fail(-EPROTO, "%s: block %llu at byte %llu: its %llu payload bytes do not hold "
+	               "its columns", r->path, ob, oo, (unsigned long long)raw);
+}
+
 /* Read, check and decode block b into the reader's block buffers.
  * Long: read, check, decompress and decode a block in sequence, with an error per stage
  * naming the block. */
@@ -298,7 +379,7 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	uint64_t len = r->index[b + 1] - off;
 	uint64_t first = b * r->bs;
 	uint32_t n = (uint32_t)(in->nsamples - first < r->bs ? in->nsamples - first : r->bs);
-	uint64_t raw = (uint64_t)n * r->sbytes;
+	uint64_t raw = (uint64_t)n * r->sbytes; /* with bags: the most it may be */
 	unsigned long long ob = (unsigned long long)b, oo = (unsigned long long)off;
 
 	r->cur = -1;
@@ -324,12 +405,15 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 		return ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
 		               r->path, ob, oo);
 	if (get_u32(bh + BLK_N) != n || get_u64(bh + BLK_FIRST) != first ||
-	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR || get_u32(bh + BLK_RAW) != raw ||
+	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR ||
+	    (r->bags ? get_u32(bh + BLK_RAW) > raw : get_u32(bh + BLK_RAW) != raw) ||
 	    (flags & ~DS_FLAG_ZSTD))
 		return ds_fail(-EPROTO,
 		               "%s: block %llu at byte %llu: header does not match the "
 		               "stream (%u samples from %llu expected)",
 		               r->path, ob, oo, n, (unsigned long long)first);
+	if (r->bags)
+		raw = get_u32(bh + BLK_RAW);
 	const uint8_t *p = bh + BLOCK_HDR;
 	if (flags & DS_FLAG_ZSTD) {
 #ifdef ESD_DATA_HAVE_ZSTD
@@ -351,14 +435,9 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 		               r->path, ob, oo, (unsigned long long)(len - BLOCK_HDR),
 		               (unsigned long long)raw);
 	}
-	r->labels = p;
-	p += n;
-	r->dense = p;
-	p += (size_t)n * in->ndense * dense_width(in->dense_format);
-	for (uint32_t t = 0; t < in->ntables; t++) {
-		r->ids[t] = p;
-		p += (size_t)n * r->idw[t];
-	}
+	rc = decode_columns(r, p, raw, n, ob, oo);
+	if (rc)
+		return rc;
 	for (uint32_t i = 0; i < n; i++)
 		if (r->labels[i] > 1)
 			return ds_fail(
@@ -366,21 +445,18 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 			    ob, oo, (unsigned long long)(first + i), r->labels[i]);
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		for (uint32_t i = 0; i < n; i++) {
-			uint64_t id;
-			if (r->idw[t] == 4) {
-				uint32_t v;
-				memcpy(&v, r->ids[t] + (size_t)i * 4, 4);
-				id = v;
-			} else {
-				memcpy(&id, r->ids[t] + (size_t)i * 8, 8);
+			uint32_t a = r->boff[t] ? r->boff[t][i] : i;
+			uint32_t z = r->boff[t] ? r->boff[t][i + 1] : i + 1;
+			for (uint32_t j = a; j < z; j++) {
+				uint64_t id = get_id(r->ids[t], r->idw[t], j);
+				if (id >= in->rows[t])
+					return ds_fail(-EPROTO,
+					               "%s: block %llu at byte %llu: sample %llu "
+					               "table %u: id %llu >= %llu rows",
+					               r->path, ob, oo, (unsigned long long)(first + i),
+					               t, (unsigned long long)id,
+					               (unsigned long long)in->rows[t]);
 			}
-			if (id >= in->rows[t])
-				return ds_fail(-EPROTO,
-				               "%s: block %llu at byte %llu: sample %llu "
-				               "table %u: id %llu >= %llu rows",
-				               r->path, ob, oo, (unsigned long long)(first + i), t,
-				               (unsigned long long)id,
-				               (unsigned long long)in->rows[t]);
 		}
 	}
 	r->cur = (int64_t)b;
@@ -431,23 +507,40 @@ static void copy_out(struct esd_ds_reader *r, uint32_t i, uint32_t m, float *lab
 	}
 }
 
+/* Decode the block holding the cursor unless it is the current one; *i:
+ * the cursor's sample within it. On a bad block the cursor goes back to
+ * start (the call's first sample), so nothing is returned twice. */
+static int enter_block(struct esd_ds_reader *r, uint64_t start, uint32_t *i)
+{
+	uint64_t b = r->cursor / r->bs;
+	if (r->cur != (int64_t)b) {
+		int rc = load_block(r, b);
+		if (rc) {
+			r->cursor = start;
+			return rc;
+		}
+	}
+	*i = (uint32_t)(r->cursor - b * r->bs);
+	return 0;
+}
+
 int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                     esd_key_t *keys)
 {
 	const struct esd_ds_info *in = &r->info;
 	uint64_t start = r->cursor, got = 0;
+	for (uint32_t t = 0; t < in->ntables && keys; t++)
+		if (is_bag(in, t))
+			return ds_fail(-ENOTSUP, "%s: table %u has bags of up to %u IDs (a multi-hot "
+			               "stream, docs/multihot.md): this reader takes one ID per "
+			               "table", r->path, t, in->max_bag[t]);
 	if (k > INT64_MAX)
 		k = INT64_MAX;
 	while (got < k && r->cursor < in->nsamples) {
-		uint64_t b = r->cursor / r->bs;
-		if (r->cur != (int64_t)b) {
-			int rc = load_block(r, b);
-			if (rc) {
-				r->cursor = start;
-				return rc;
-			}
-		}
-		uint32_t i = (uint32_t)(r->cursor - b * r->bs);
+		uint32_t i;
+		int rc = enter_block(r, start, &i);
+		if (rc)
+			return rc;
 		uint64_t m = r->cur_n - i;
 		if (m > k - got)
 			m = k - got;
@@ -457,6 +550,60 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
 		got += m;
 		r->cursor += m;
 	}
+	return (int64_t)got;
+}
+
+/* The keys of sample i of the current block into keys (at most cap), its
+ * bags' starts (relative to base) into bo[ntables]. Returns the keys, or
+ * UINT64_MAX when they do not fit. */
+static uint64_t copy_sample_bags(const struct esd_ds_reader *r, uint32_t i, esd_key_t *keys,
+                                 uint64_t cap, uint64_t base, uint32_t *bo)
+{
+	const struct esd_ds_info *in = &r->info;
+	uint64_t k = 0;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint32_t a = r->boff[t] ? r->boff[t][i] : i;
+		k += (r->boff[t] ? r->boff[t][i + 1] : i + 1) - a;
+	}
+	if (k > cap)
+		return UINT64_MAX;
+	k = 0;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint32_t a = r->boff[t] ? r->boff[t][i] : i;
+		uint32_t z = r->boff[t] ? r->boff[t][i + 1] : i + 1;
+		bo[t] = (uint32_t)(base + k);
+		for (uint32_t j = a; j < z; j++)
+			keys[k++] = esd_key_make(t, get_id(r->ids[t], r->idw[t], j));
+	}
+	return k;
+}
+
+int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                         esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off)
+{
+	const struct esd_ds_info *in = &r->info;
+	uint64_t start = r->cursor, got = 0, used = 0;
+	while (got < k && r->cursor < in->nsamples) {
+		uint32_t i;
+		int rc = enter_block(r, start, &i);
+		if (rc)
+			return rc;
+		uint64_t nk = copy_sample_bags(r, i, keys + used, keys_cap - used, used,
+		                               bag_off + got * in->ntables);
+		if (nk == UINT64_MAX) {
+			if (got)
+				break;
+			return ds_fail(-ENOSPC, "%s: sample %llu has more keys than the %llu of the "
+			               "caller's array", r->path, (unsigned long long)r->cursor,
+			               (unsigned long long)keys_cap);
+		}
+		copy_out(r, i, 1, labels ? labels + got : NULL,
+		         dense ? dense + got * in->ndense : NULL, NULL);
+		used += nk;
+		got++;
+		r->cursor++;
+	}
+	bag_off[got * in->ntables] = (uint32_t)used;
 	return (int64_t)got;
 }
 
@@ -483,7 +630,7 @@ void esd_ds_rewind(struct esd_ds_reader *r)
 int esd_ds_digest(struct esd_ds_reader *r, uint64_t *out)
 {
 	XXH64_state_t st;
-	uint32_t hb = HDR_FIXED + r->info.ntables * TABLE_ENTRY + 8;
+	uint64_t hb = r->hdr_bytes;
 	uint8_t buf[BLOCK_HDR];
 	int rc = 0;
 
@@ -517,6 +664,8 @@ void esd_ds_close(struct esd_ds_reader *r)
 	free(r->index);
 	free(r->buf);
 	free(r->zraw);
+	for (uint32_t t = 0; t < ESD_DS_MAX_TABLES; t++)
+		free(r->boff[t]);
 	free(r->path);
 	free(r);
 }

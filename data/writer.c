@@ -32,8 +32,10 @@ struct esd_ds_writer {
 	size_t hdr_bytes;
 	uint8_t *labels;                 /* [bs] */
 	uint8_t *dense;                  /* [bs * ndense * width] */
-	uint8_t *ids[ESD_DS_MAX_TABLES]; /* per table [bs * width] */
-	unsigned idw[ESD_DS_MAX_TABLES];
+	uint8_t *ids[ESD_DS_MAX_TABLES]; /* per table [bs * width]; a bag table's grows */
+	size_t ids_len[ESD_DS_MAX_TABLES], ids_cap[ESD_DS_MAX_TABLES]; /* bytes */
+	uint8_t *lens[ESD_DS_MAX_TABLES]; /* bag tables: [bs * len width] */
+	unsigned idw[ESD_DS_MAX_TABLES], lw[ESD_DS_MAX_TABLES];
 	uint8_t *raw;  /* assembled payload */
 	uint8_t *zbuf; /* compressed payload */
 	size_t raw_cap, zcap;
@@ -59,17 +61,12 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-static size_t header_size(uint32_t ntables)
-{
-	return HDR_FIXED + (size_t)ntables * TABLE_ENTRY + 8;
-}
-
 static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t index_off)
 {
 	const struct esd_ds_info *in = &w->info;
 	memset(h, 0, w->hdr_bytes);
 	memcpy(h + HDR_MAGIC, DS_MAGIC, 8);
-	put_u32(h + HDR_VERSION, DS_VERSION);
+	put_u32(h + HDR_VERSION, has_bags(in) ? DS_VERSION_BAGS : DS_VERSION);
 	put_u32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
 	memcpy(h + HDR_SHAPE, in->shape, strnlen(in->shape, ESD_DS_NAME_LEN - 1));
 	put_u32(h + HDR_NTABLES, in->ntables);
@@ -92,6 +89,9 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 		uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
 		put_u64(e, in->rows[t]);
 		put_f64(e + 8, in->zipf[t]);
+		if (has_bags(in))
+			put_u32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
+			        in->max_bag[t]);
 	}
 	size_t body = w->hdr_bytes - 8;
 	put_u64(h + body, XXH64(h, body, 0));
@@ -112,8 +112,10 @@ static void free_buffers(struct esd_ds_writer *w)
 {
 	free(w->labels);
 	free(w->dense);
-	for (uint32_t t = 0; t < ESD_DS_MAX_TABLES; t++)
+	for (uint32_t t = 0; t < ESD_DS_MAX_TABLES; t++) {
 		free(w->ids[t]);
+		free(w->lens[t]);
+	}
 	free(w->raw);
 	free(w->zbuf);
 	free(w->index);
@@ -138,28 +140,27 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct 
 	w->info.nsamples = 0;
 	w->bs = info->block_samples ? info->block_samples : ESD_DS_BLOCK_SAMPLES;
 	w->info.block_samples = w->bs;
-	w->hdr_bytes = header_size(info->ntables);
+	w->hdr_bytes = (size_t)header_bytes(info->ntables, has_bags(info));
 	w->path = strdup(path);
 	w->labels = malloc(w->bs);
 	w->dense = malloc((size_t)w->bs * info->ndense * dense_width(info->dense_format) + 1);
-	w->raw_cap = (size_t)w->bs * sample_bytes(info);
-	w->raw = malloc(w->raw_cap);
+	w->raw_cap = (size_t)w->bs * (1 + (size_t)info->ndense * 4 + 8u * info->ntables);
+	w->raw = malloc(w->raw_cap); /* grown at a flush when bags need more */
 	if (!w->path || !w->labels || !w->dense || !w->raw)
 		goto fail_alloc;
 	for (uint32_t t = 0; t < info->ntables; t++) {
 		w->idw[t] = id_width(info->rows[t]);
-		w->ids[t] = malloc((size_t)w->bs * w->idw[t]);
+		w->ids_cap[t] = (size_t)w->bs * w->idw[t];
+		w->ids[t] = malloc(w->ids_cap[t]);
 		if (!w->ids[t])
 			goto fail_alloc;
+		if (is_bag(info, t)) {
+			w->lw[t] = len_width(info->max_bag[t]);
+			w->lens[t] = malloc((size_t)w->bs * w->lw[t]);
+			if (!w->lens[t])
+				goto fail_alloc;
+		}
 	}
-#ifdef ESD_DATA_HAVE_ZSTD
-	if (info->zstd_level > 0) {
-		w->zcap = ZSTD_compressBound(w->raw_cap);
-		w->zbuf = malloc(w->zcap);
-		if (!w->zbuf)
-			goto fail_alloc;
-	}
-#endif
 	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		rc = esd_neg_errno();
@@ -187,10 +188,42 @@ fail_buffers:
 	return rc;
 }
 
+static int grow_buf(uint8_t **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	uint8_t *q = realloc(*p, need);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = need;
+	return 0;
+}
+
+/* The raw payload of the current block (and its compressed bound). */
+static int size_buffers(struct esd_ds_writer *w)
+{
+	const struct esd_ds_info *in = &w->info;
+	size_t need = (size_t)w->n * (1 + (size_t)in->ndense * dense_width(in->dense_format));
+	for (uint32_t t = 0; t < in->ntables; t++)
+		need += w->ids_len[t] + (w->lens[t] ? (size_t)w->n * w->lw[t] : 0);
+	int rc = grow_buf(&w->raw, &w->raw_cap, need ? need : 1);
+#ifdef ESD_DATA_HAVE_ZSTD
+	if (!rc && in->zstd_level > 0)
+		rc = grow_buf(&w->zbuf, &w->zcap, ZSTD_compressBound(w->raw_cap));
+#endif
+	return rc;
+}
+
+/* Long: the block assembled column by column, checksummed, maybe compressed, written and
+ * indexed, in that order. */
 static int flush_block(struct esd_ds_writer *w)
 {
 	const struct esd_ds_info *in = &w->info;
 	uint32_t n = w->n;
+	int rc = size_buffers(w);
+	if (rc)
+		return rc;
 	uint8_t *p = w->raw;
 	memcpy(p, w->labels, n);
 	p += n;
@@ -198,8 +231,13 @@ static int flush_block(struct esd_ds_writer *w)
 	memcpy(p, w->dense, db);
 	p += db;
 	for (uint32_t t = 0; t < in->ntables; t++) {
-		memcpy(p, w->ids[t], (size_t)n * w->idw[t]);
-		p += (size_t)n * w->idw[t];
+		if (w->lens[t]) {
+			memcpy(p, w->lens[t], (size_t)n * w->lw[t]);
+			p += (size_t)n * w->lw[t];
+		}
+		memcpy(p, w->ids[t], w->ids_len[t]);
+		p += w->ids_len[t];
+		w->ids_len[t] = 0;
 	}
 	size_t raw = (size_t)(p - w->raw);
 	const uint8_t *payload = w->raw;
@@ -239,7 +277,7 @@ static int flush_block(struct esd_ds_writer *w)
 		w->index = ni;
 		w->index_cap = cap;
 	}
-	int rc = write_all(w->fd, bh, sizeof(bh), w->off);
+	rc = write_all(w->fd, bh, sizeof(bh), w->off);
 	if (!rc)
 		rc = write_all(w->fd, payload, stored, w->off + sizeof(bh));
 	if (rc)
@@ -251,21 +289,56 @@ static int flush_block(struct esd_ds_writer *w)
 	return 0;
 }
 
-int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
-                         const uint64_t *ids)
+/* A sample's lengths and IDs against the stream's description. */
+static int check_sample(const struct esd_ds_writer *w, uint8_t label, const uint32_t *lens,
+                        const uint64_t *ids)
+{
+	const struct esd_ds_info *in = &w->info;
+	unsigned long long at = (unsigned long long)w->count;
+	if (label > 1)
+		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path, at,
+		               label);
+	size_t k = 0;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint32_t most = is_bag(in, t) ? in->max_bag[t] : 1;
+		if (lens[t] > most || (!is_bag(in, t) && lens[t] != 1))
+			return ds_fail(-ERANGE, "%s: sample %llu: table %u: %u IDs, the table takes "
+			               "%s%u", w->path, at, t, lens[t], is_bag(in, t) ? "0.." : "",
+			               most);
+		for (uint32_t j = 0; j < lens[t]; j++, k++)
+			if (ids[k] >= in->rows[t])
+				return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
+				               w->path, at, t, (unsigned long long)ids[k],
+				               (unsigned long long)in->rows[t]);
+	}
+	return 0;
+}
+
+static void put_id(uint8_t *p, unsigned width, uint64_t id)
+{
+	if (width == 4) {
+		uint32_t v = (uint32_t)id;
+		memcpy(p, &v, 4);
+	} else {
+		memcpy(p, &id, 8);
+	}
+}
+
+int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                              const uint32_t *lens, const uint64_t *ids)
 {
 	const struct esd_ds_info *in = &w->info;
 	if (w->err)
 		return w->err;
-	if (label > 1)
-		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path,
-		               (unsigned long long)w->count, label);
-	for (uint32_t t = 0; t < in->ntables; t++)
-		if (ids[t] >= in->rows[t])
-			return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
-			               w->path, (unsigned long long)w->count, t,
-			               (unsigned long long)ids[t], (unsigned long long)in->rows[t]);
+	int rc = check_sample(w, label, lens, ids);
+	if (rc)
+		return rc;
 	uint32_t i = w->n;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		size_t need = w->ids_len[t] + (size_t)lens[t] * w->idw[t];
+		if ((rc = grow_buf(&w->ids[t], &w->ids_cap[t], need)))
+			return rc;
+	}
 	w->labels[i] = label;
 	if (in->dense_format == ESD_DS_DENSE_BF16) {
 		uint8_t *d = w->dense + (size_t)i * in->ndense * 2;
@@ -277,23 +350,36 @@ int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *de
 		memcpy(w->dense + (size_t)i * in->ndense * 4, dense, (size_t)in->ndense * 4);
 	}
 	for (uint32_t t = 0; t < in->ntables; t++) {
-		if (w->idw[t] == 4) {
-			uint32_t v = (uint32_t)ids[t];
-			memcpy(w->ids[t] + (size_t)i * 4, &v, 4);
-		} else {
-			memcpy(w->ids[t] + (size_t)i * 8, &ids[t], 8);
+		if (w->lens[t]) {
+			if (w->lw[t] == 1) {
+				w->lens[t][i] = (uint8_t)lens[t];
+			} else {
+				uint16_t v = (uint16_t)lens[t];
+				memcpy(w->lens[t] + (size_t)i * 2, &v, 2);
+			}
+		}
+		for (uint32_t j = 0; j < lens[t]; j++) {
+			put_id(w->ids[t] + w->ids_len[t], w->idw[t], *ids++);
+			w->ids_len[t] += w->idw[t];
 		}
 	}
 	w->n++;
 	w->count++;
 	if (w->n == w->bs) {
-		int rc = flush_block(w);
+		rc = flush_block(w);
 		if (rc) {
 			w->err = rc;
 			return rc;
 		}
 	}
 	return 0;
+}
+
+int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                         const uint64_t *ids)
+{
+	static const uint32_t ones[ESD_DS_MAX_TABLES] = {[0 ... ESD_DS_MAX_TABLES - 1] = 1};
+	return esd_ds_writer_append_bags(w, label, dense, ones, ids);
 }
 
 uint64_t esd_ds_writer_count(const struct esd_ds_writer *w)

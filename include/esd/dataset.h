@@ -6,9 +6,11 @@
  * Model
  *   A stream is a sequence of samples. A sample is a label (0 or 1), ndense
  *   dense features (float) and one ID per embedding table (ntables IDs, the
- *   ID of table t is below the table's cardinality rows[t]). Readers hand
- *   the IDs out as 64-bit row keys, esd_key_make(t, id) (esd/types.h), in
- *   sample-major order: keys[s * ntables + t].
+ *   ID of table t is below the table's cardinality rows[t]), or for a
+ *   multi-hot table (max_bag[t] > 1) a bag of 0..max_bag[t] IDs. Readers
+ *   hand the IDs out as 64-bit row keys, esd_key_make(t, id) (esd/types.h),
+ *   in sample-major order: keys[s * ntables + t] (esd_ds_read), or bag by
+ *   bag with offsets (esd_ds_read_bags).
  *
  *   The file is a header (shape name, tables and their cardinalities, dense
  *   count, sample count, generator parameters for provenance), blocks of up
@@ -55,6 +57,7 @@ extern "C" {
 #define ESD_DS_NAME_LEN      32              /* shape name, NUL included */
 #define ESD_DS_SOURCE_LEN    64              /* provenance text, NUL included */
 #define ESD_DS_BLOCK_SAMPLES 4096            /* default samples per block */
+#define ESD_DS_MAX_BAG       65535           /* IDs in one bag (multi-hot table) */
 
 /* How dense features are stored (both read back as float). */
 enum esd_ds_dense_format {
@@ -88,6 +91,10 @@ struct esd_ds_info {
 	uint32_t origin;                /* enum esd_ds_origin */
 	uint64_t seed;                  /* generator seed */
 	double zipf[ESD_DS_MAX_TABLES]; /* generator Zipf exponent per table (0: n/a) */
+	/* IDs per sample of table t: 0 or 1, one ID (a stream of such tables
+	 * only is version 1); above 1, a bag of 0..max_bag[t] IDs (version 2,
+	 * docs/multihot.md), read with esd_ds_read_bags. */
+	uint32_t max_bag[ESD_DS_MAX_TABLES];
 	double drift;                   /* generator drift (ranks re-drawn per 1M samples) */
 	double scale;                   /* cardinality divisor applied (1: none) */
 	uint64_t max_rows;              /* per-table cap applied (0: none) */
@@ -141,6 +148,17 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info,
 int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,
                          const uint64_t *ids);
 
+/*
+ * Append one sample of a stream with bags: lens[ntables] IDs per table
+ * (exactly 1 for a table whose max_bag is 0 or 1, 0..max_bag[t] for a bag
+ * table), ids[] the tables' IDs concatenated in table order. Returns 0,
+ * -ERANGE (a length or ID out of range, a label not 0/1; nothing is
+ * written), or -errno of a failed write. esd_ds_writer_append is this
+ * with every length 1.
+ */
+int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                              const uint32_t *lens, const uint64_t *ids);
+
 /* Samples appended so far. */
 uint64_t esd_ds_writer_count(const struct esd_ds_writer *w);
 
@@ -185,6 +203,19 @@ const struct esd_ds_info *esd_ds_reader_info(const struct esd_ds_reader *r);
  */
 int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                     esd_key_t *keys);
+
+/*
+ * The same for any stream, bags included: keys of up to k samples, sample
+ * by sample, table by table, each bag's IDs in file order, into
+ * keys[keys_cap]; bag_off[k * ntables + 1] gets each (sample, table)
+ * bag's start in keys (bag_off[0] = 0, bag_off[got * ntables] = the keys
+ * written). Stops before a sample whose keys would not fit. Returns the
+ * samples read, or the errors of esd_ds_read, or -ENOSPC (not even the
+ * first sample's keys fit). esd_ds_read refuses a stream with bags
+ * (-ENOTSUP, naming the table): it hands out one key per table.
+ */
+int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                         esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off);
 
 /* The cursor: index of the next sample esd_ds_read returns. */
 uint64_t esd_ds_tell(const struct esd_ds_reader *r);
@@ -261,8 +292,13 @@ int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n);
  * needs tables below 2^32 rows.
  */
 struct esd_ds_gen_params {
-	struct esd_ds_info info; /* shape, rows (scaled), zipf[], drift, seed, formats */
+	struct esd_ds_info info; /* shape, rows (scaled), zipf[], drift, seed, formats;
+	                          * max_bag[t] > 1: table t has bags */
 	uint64_t nsamples;
+	/* bag tables: a sample's bag length is Poisson(bag_mean[t]) capped at
+	 * max_bag[t] (0 IDs: the feature is missing), its IDs drawn
+	 * independently from the table's Zipf */
+	double bag_mean[ESD_DS_MAX_TABLES];
 };
 
 /* Fill *p with the defaults for a built-in shape. Returns 0 or -ENOENT. */

@@ -1,7 +1,8 @@
 /*
  * The synthetic generator: determinism (same parameters, same bytes;
  * another seed, other bytes), the Zipf sampler against the exact
- * distribution, drift moving the popular set, and parameter checks.
+ * distribution, drift moving the popular set, bags (multi-hot tables) and
+ * parameter checks.
  */
 #include "testutil.h"
 
@@ -111,6 +112,62 @@ static void check_zipf(uint64_t rows, double s, uint64_t draws)
 	zipf_free(&z);
 }
 
+/* Generate p into a and b: the same bytes. */
+static void generate_twice(const struct esd_ds_gen_params *p, const char *a, const char *b)
+{
+	assert_int_equal(esd_ds_generate(p, a), 0);
+	assert_int_equal(esd_ds_generate(p, b), 0);
+	size_t la, lb;
+	uint8_t *ba = slurp(a, &la), *bb = slurp(b, &lb);
+	assert_int_equal(la, lb);
+	assert_memory_equal(ba, bb, la);
+	free(ba);
+	free(bb);
+}
+
+/* --bag: bags of Poisson(mean) IDs capped at max, deterministic, the
+ * single-ID tables' draws unchanged in kind. */
+static void test_bags(void **state)
+{
+	(void)state;
+	struct esd_ds_gen_params p;
+	char *a = path_of("bags-a.esd"), *b = path_of("bags-b.esd");
+	small_params(&p, "criteo-kaggle");
+	p.nsamples = 5000;
+	p.info.max_bag[2] = 12;
+	p.bag_mean[2] = 3.0;
+	p.info.max_bag[5] = 4;
+	p.bag_mean[5] = 3.5; /* often capped */
+	generate_twice(&p, a, b);
+	struct esd_ds_reader *r;
+	assert_int_equal(esd_ds_open(a, &r), 0);
+	uint32_t nt = esd_ds_reader_info(r)->ntables;
+	esd_key_t keys[64];
+	uint32_t off[27];
+	double sum2 = 0, sum5 = 0;
+	uint32_t max2 = 0, max5 = 0, empty2 = 0;
+	for (uint64_t i = 0; i < p.nsamples; i++) {
+		assert_int_equal(esd_ds_read_bags(r, 1, NULL, NULL, keys, 64, off), 1);
+		uint32_t l2 = off[3] - off[2], l5 = off[6] - off[5];
+		sum2 += l2;
+		sum5 += l5;
+		max2 = l2 > max2 ? l2 : max2;
+		max5 = l5 > max5 ? l5 : max5;
+		empty2 += l2 == 0;
+		assert_int_equal(off[nt] - off[0], nt - 2 + l2 + l5);
+	}
+	esd_ds_close(r);
+	double m2 = sum2 / (double)p.nsamples, m5 = sum5 / (double)p.nsamples;
+	assert_true(fabs(m2 - 3.0) < 0.1);          /* Poisson(3): mean 3 */
+	assert_true(m5 < 3.5 && m5 > 2.9);          /* capped at 4 */
+	assert_true(max2 <= 12 && max2 >= 8 && max5 == 4);
+	assert_true(empty2 > 150 && empty2 < 350);  /* P(0) = e^-3: ~249 of 5000 */
+	p.bag_mean[5] = 5.0;                        /* above its max */
+	assert_int_equal(esd_ds_generate(&p, b), -EINVAL);
+	free(a);
+	free(b);
+}
+
 static void test_zipf_sampler(void **state)
 {
 	(void)state;
@@ -192,6 +249,7 @@ int main(void)
 	dir = esd_test_mkdtemp("esd-dsgen");
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_deterministic),
+	    cmocka_unit_test(test_bags),
 	    cmocka_unit_test(test_zipf_sampler),
 	    cmocka_unit_test(test_drift),
 	    cmocka_unit_test(test_bad_params),

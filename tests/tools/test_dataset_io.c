@@ -407,6 +407,96 @@ static void test_nsamples_overflow_header(void **state)
 	free(p);
 }
 
+/* A stream with bags: table 0 one ID, table 1 bags of 0..5 IDs (u8
+ * lengths), table 2 bags of 0..300 (u16 lengths), over several blocks. */
+static void test_bags(void **state)
+{
+	(void)state;
+	struct esd_ds_info in;
+	struct esd_ds_writer *w;
+	struct esd_ds_reader *r;
+	char *p = path_of("bags.esd");
+	info_init(&in, 3, 2, 100);
+	in.block_samples = 64;
+	in.max_bag[1] = 5;
+	in.max_bag[2] = 300;
+	enum { N = 200, MAXK = 1 + 5 + 300 };
+	static uint32_t lens[N][3];
+	static uint64_t ids[N][MAXK];
+	static float dense[N][2];
+	uint8_t labels[N];
+	uint64_t seed = 11, total = 0;
+	assert_int_equal(esd_ds_writer_open(p, &in, &w), 0);
+	for (int i = 0; i < N; i++) {
+		labels[i] = esd_test_rand(&seed) & 1;
+		dense[i][0] = (float)i;
+		dense[i][1] = -(float)i / 3;
+		lens[i][0] = 1;
+		lens[i][1] = (uint32_t)(esd_test_rand(&seed) % 6);
+		lens[i][2] = i % 50 == 7 ? 300 : (uint32_t)(esd_test_rand(&seed) % 4);
+		uint32_t k = 0;
+		for (uint32_t t = 0; t < 3; t++)
+			for (uint32_t j = 0; j < lens[i][t]; j++)
+				ids[i][k++] = esd_test_rand(&seed) % in.rows[t];
+		total += k;
+		assert_int_equal(esd_ds_writer_append_bags(w, labels[i], dense[i], lens[i], ids[i]), 0);
+	}
+	/* out of range: a bag over its table's max, a second ID in a one-ID table */
+	uint32_t bad[3] = {1, 6, 0}, two[3] = {2, 0, 0};
+	assert_int_equal(esd_ds_writer_append_bags(w, 0, dense[0], bad, ids[0]), -ERANGE);
+	assert_non_null(strstr(esd_ds_last_error(), "table 1: 6 IDs"));
+	assert_int_equal(esd_ds_writer_append_bags(w, 0, dense[0], two, ids[0]), -ERANGE);
+	assert_int_equal(esd_ds_writer_close(w), 0);
+
+	assert_int_equal(esd_ds_open(p, &r), 0);
+	assert_int_equal(esd_ds_reader_info(r)->max_bag[2], 300);
+	esd_key_t one[3];
+	assert_int_equal(esd_ds_read(r, 1, NULL, NULL, one), -ENOTSUP);
+	assert_non_null(strstr(esd_ds_last_error(), "table 1 has bags"));
+	/* all of it, 37 samples a call */
+	esd_key_t *keys = malloc(sizeof(esd_key_t) * total);
+	uint32_t off[37 * 3 + 1];
+	float lab[37], den[37 * 2];
+	uint64_t at = 0;
+	while (at < N) {
+		int64_t got = esd_ds_read_bags(r, 37, lab, den, keys, total, off);
+		assert_true(got > 0);
+		for (int64_t s2 = 0; s2 < got; s2++) {
+			uint64_t i = at + (uint64_t)s2;
+			assert_true(lab[s2] == labels[i] && den[2 * s2 + 1] == dense[i][1]);
+			uint32_t k = 0;
+			for (uint32_t t = 0; t < 3; t++) {
+				const uint32_t *b = off + s2 * 3 + t;
+				assert_int_equal(b[1] - b[0], lens[i][t]);
+				for (uint32_t j = 0; j < lens[i][t]; j++, k++)
+					assert_true(keys[b[0] + j] == esd_key_make(t, ids[i][k]));
+			}
+		}
+		at += (uint64_t)got;
+	}
+	assert_int_equal(esd_ds_read_bags(r, 5, NULL, NULL, keys, total, off), 0);
+	/* a small key array: it stops before the sample that does not fit */
+	assert_int_equal(esd_ds_seek(r, 7), 0); /* sample 7 has a bag of 300 */
+	assert_int_equal(esd_ds_read_bags(r, 4, NULL, NULL, keys, 10, off), -ENOSPC);
+	assert_int_equal(esd_ds_tell(r), 7);
+	assert_int_equal(esd_ds_seek(r, 8), 0);
+	int64_t got = esd_ds_read_bags(r, 60, NULL, NULL, keys, 20, off);
+	assert_true(got >= 1 && got < 60 && off[got * 3] <= 20);
+	assert_int_equal(esd_ds_tell(r), 8 + (uint64_t)got);
+	/* labels only: esd_ds_read serves them */
+	esd_ds_rewind(r);
+	assert_int_equal(esd_ds_read(r, 10, lab, NULL, NULL), 10);
+	esd_ds_close(r);
+	/* the version: 2 with bags; a stream without stays version 1 (test_corrupt_block's offsets) */
+	int fd = open(p, O_RDONLY);
+	uint32_t ver = 0;
+	assert_int_equal(pread(fd, &ver, 4, 8), 4);
+	close(fd);
+	assert_int_equal(ver, 2);
+	free(keys);
+	free(p);
+}
+
 static void test_shapes(void **state)
 {
 	(void)state;
@@ -443,6 +533,7 @@ int main(void)
 	    cmocka_unit_test(test_truncated),      cmocka_unit_test(test_unfinished_writer),
 	    cmocka_unit_test(test_writer_ranges),  cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_nsamples_overflow_header), cmocka_unit_test(test_digest),
+	    cmocka_unit_test(test_bags),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	esd_test_rmtree(dir);

@@ -27,9 +27,11 @@ static const char usage_text[] =
     "\n"
     "  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
     "      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
-    "      [--dense-format f32|bf16] [--zstd LEVEL] [--block N]\n"
+    "      [--dense-format f32|bf16] [--zstd LEVEL] [--block N] [--bag T=MEAN[:MAX]]...\n"
     "      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
-    "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded\n"
+    "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded;\n"
+    "      --bag: table T (or all) multi-hot, Poisson(MEAN) IDs a sample, at most\n"
+    "      MAX (default 4 x MEAN)\n"
     "  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
     "      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N] [--allow-empty]\n"
     "      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
@@ -126,9 +128,48 @@ enum {
 	OPT_CACHE_RATIO,
 	OPT_JSON,
 	OPT_FROM,
+	OPT_BAG,
 };
 
 #define BAD(opt) return usage("bad value for " opt)
+
+/* --bag T=MEAN[:MAX] (T a table or "all"; MAX default 4 x MEAN, at least 2). */
+struct bag_opt {
+	uint32_t t; /* UINT32_MAX: every table */
+	double mean;
+	uint32_t max;
+};
+
+static int parse_bag(char *arg, struct bag_opt *b)
+{
+	char *eq = strchr(arg, '='), *colon;
+	uint64_t t, max = 0;
+	if (!eq)
+		return -EINVAL;
+	*eq = 0;
+	if (!strcmp(arg, "all"))
+		b->t = UINT32_MAX;
+	else if (parse_u64(arg, &t) || t >= ESD_DS_MAX_TABLES)
+		return -EINVAL;
+	else
+		b->t = (uint32_t)t;
+	colon = strchr(eq + 1, ':');
+	if (colon) {
+		*colon = 0;
+		if (parse_u64(colon + 1, &max))
+			return -EINVAL;
+	}
+	if (parse_double(eq + 1, &b->mean) || !(b->mean > 0) || b->mean > ESD_DS_MAX_BAG)
+		return -EINVAL;
+	if (!colon)
+		max = (uint64_t)ceil(4 * b->mean);
+	if (max < 2)
+		max = 2;
+	if (max > ESD_DS_MAX_BAG || (double)max < b->mean)
+		return -EINVAL;
+	b->max = (uint32_t)max;
+	return 0;
+}
 
 /* Long: esd-data gen's options, each checked with its own message, then one call. */
 static int cmd_gen(int argc, char **argv)
@@ -146,9 +187,12 @@ static int cmd_gen(int argc, char **argv)
 	    {"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
 	    {"zstd", required_argument, NULL, OPT_ZSTD},
 	    {"block", required_argument, NULL, OPT_BLOCK},
+	    {"bag", required_argument, NULL, OPT_BAG},
 	    {0},
 	};
 	const char *out = NULL, *shape = "criteo-kaggle";
+	struct bag_opt bags[ESD_DS_MAX_TABLES];
+	unsigned nbags = 0;
 	uint64_t n = 1000000, seed = 1, max_rows = 0, block = 0;
 	double zipf = 1.2, drift = 0.1, scale = 1.0;
 	uint32_t dfmt = ESD_DS_DENSE_F32;
@@ -215,6 +259,11 @@ static int cmd_gen(int argc, char **argv)
 			if (parse_u64(optarg, &block) || block < 1 || block > (1u << 20))
 				BAD("--block (1..1048576)");
 			break;
+		case OPT_BAG:
+			if (nbags == ESD_DS_MAX_TABLES || parse_bag(optarg, &bags[nbags]))
+				BAD("--bag (T=MEAN[:MAX] or all=MEAN[:MAX], MAX 2..65535)");
+			nbags++;
+			break;
 		default:
 			return usage(NULL);
 		}
@@ -242,6 +291,18 @@ static int cmd_gen(int argc, char **argv)
 			return 2;
 		}
 		p.info.zipf[per[i].t] = per[i].s;
+	}
+	for (unsigned i = 0; i < nbags; i++) {
+		if (bags[i].t != UINT32_MAX && bags[i].t >= p.info.ntables) {
+			fprintf(stderr, "esd-data: --bag %u: %s has %u tables\n", bags[i].t, shape,
+			        p.info.ntables);
+			return 2;
+		}
+		for (uint32_t t = 0; t < p.info.ntables; t++)
+			if (bags[i].t == UINT32_MAX || bags[i].t == t) {
+				p.info.max_bag[t] = bags[i].max;
+				p.bag_mean[t] = bags[i].mean;
+			}
 	}
 	if (esd_ds_scale_rows(&p.info, scale, max_rows))
 		return 1;
@@ -515,14 +576,18 @@ static int cmd_dump(int argc, char **argv)
 	if (esd_ds_open(argv[optind], &r))
 		return 1;
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
+	uint64_t cap = 0; /* the most keys a sample has */
+	for (uint32_t t = 0; t < in->ntables; t++)
+		cap += in->max_bag[t] > 1 ? in->max_bag[t] : 1;
 	float label, *dense = calloc(in->ndense + 1, sizeof(float));
-	esd_key_t *keys = calloc(in->ntables, sizeof(esd_key_t));
+	esd_key_t *keys = calloc(cap, sizeof(esd_key_t));
+	uint32_t *off = calloc(in->ntables + 1, sizeof(uint32_t));
 	int rc = 1;
-	if (!dense || !keys || esd_ds_seek(r, from))
+	if (!dense || !keys || !off || esd_ds_seek(r, from))
 		goto out;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t cur = esd_ds_tell(r);
-		int64_t got = esd_ds_read(r, 1, &label, dense, keys);
+		int64_t got = esd_ds_read_bags(r, 1, &label, dense, keys, cap, off);
 		if (got < 0)
 			goto out;
 		if (got == 0)
@@ -531,14 +596,18 @@ static int cmd_dump(int argc, char **argv)
 		for (uint32_t j = 0; j < in->ndense; j++)
 			printf(" %g", (double)dense[j]);
 		printf(" |");
-		for (uint32_t t = 0; t < in->ntables; t++)
-			printf(" %u:%" PRIu64, esd_key_table(keys[t]), esd_key_id(keys[t]));
+		for (uint32_t t = 0; t < in->ntables; t++) { /* a bag: t:id,id,... */
+			printf(" %u:", t);
+			for (uint32_t j = off[t]; j < off[t + 1]; j++)
+				printf("%s%" PRIu64, j > off[t] ? "," : "", esd_key_id(keys[j]));
+		}
 		printf("\n");
 	}
 	rc = 0;
 out:
 	free(dense);
 	free(keys);
+	free(off);
 	esd_ds_close(r);
 	return rc;
 }
