@@ -126,36 +126,43 @@ static uint64_t global_top(uint32_t *const *c, const uint64_t *d, uint32_t nt, u
 int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
                       uint64_t *samples, uint64_t *positives)
 {
-	const uint32_t nt = esd_ds_reader_info(r)->ntables;
-	esd_key_t *keys = malloc(sizeof(*keys) * BATCH * nt);
+	const struct esd_ds_info *in = esd_ds_reader_info(r);
+	const uint32_t nt = in->ntables;
+	uint64_t per = 0; /* the most keys a sample has: bags count every ID */
+	for (uint32_t t = 0; t < nt; t++)
+		per += in->max_bag[t] > 1 ? in->max_bag[t] : 1;
+	uint64_t cap = per * BATCH < (UINT64_C(1) << 20) ? per * BATCH : UINT64_C(1) << 20;
+	cap = cap < per ? per : cap;
+	esd_key_t *keys = malloc(sizeof(*keys) * cap);
+	uint32_t *off = malloc(sizeof(*off) * ((size_t)BATCH * nt + 1));
 	float *labels = malloc(sizeof(*labels) * BATCH);
 	int rc = -ENOMEM;
-	if (!keys || !labels)
+	if (!keys || !off || !labels)
 		goto out;
 	*samples = *positives = 0;
 	const uint64_t want = limit ? limit : UINT64_MAX;
 	while (*samples < want) {
 		uint64_t k = want - *samples < BATCH ? want - *samples : BATCH;
-		int64_t got = esd_ds_read(r, k, labels, NULL, keys);
+		int64_t got = esd_ds_read_bags(r, k, labels, NULL, keys, cap, off);
 		if (got < 0) {
 			rc = (int)got;
 			goto out;
 		}
 		if (got == 0)
 			break;
-		for (int64_t s = 0; s < got; s++) {
+		for (int64_t s = 0; s < got; s++)
 			*positives += labels[s] > 0.5f;
-			for (uint32_t t = 0; t < nt; t++) {
-				uint32_t *c = &cnt[t][esd_key_id(keys[s * nt + t])];
-				if (*c != UINT32_MAX)
-					(*c)++;
-			}
+		for (uint32_t j = 0; j < off[got * nt]; j++) {
+			uint32_t *c = &cnt[esd_key_table(keys[j])][esd_key_id(keys[j])];
+			if (*c != UINT32_MAX)
+				(*c)++;
 		}
 		*samples += (uint64_t)got;
 	}
 	rc = 0;
 out:
 	free(keys);
+	free(off);
 	free(labels);
 	return rc;
 }
@@ -195,6 +202,7 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	if ((rc = ds_count_accesses(r, limit, cnt, &st->samples, &st->positives)))
 		goto out;
 	/* compact each table's counts to its nonzero ones, sorted descending */
+	uint64_t accesses = 0;
 	for (uint32_t t = 0; t < nt; t++) {
 		uint64_t d = 0;
 		for (uint64_t i = 0; i < st->info.rows[t]; i++)
@@ -210,7 +218,13 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 		ts->top_count = d ? cnt[t][0] : 0;
 		uint64_t k1 = (uint64_t)ceil(0.01 * (double)ts->rows);
 		uint64_t kc = (uint64_t)floor(cache_ratio * (double)ts->rows);
-		double acc = (double)st->samples;
+		double acc = (double)st->samples; /* a bag table: every ID of its bags */
+		if (st->info.max_bag[t] > 1) {
+			acc = 0;
+			for (uint64_t i = 0; i < d; i++)
+				acc += cnt[t][i];
+		}
+		accesses += (uint64_t)acc;
 		ts->top1_share = acc > 0 ? (double)sum_top(cnt[t], d, k1 ? k1 : 1) / acc : 0;
 		ts->cache_cover = acc > 0 ? (double)sum_top(cnt[t], d, kc) / acc : 0;
 		ts->zipf_fit = fit_zipf(cnt[t], d);
@@ -218,7 +232,6 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	}
 	st->cache_ratio = cache_ratio;
 	st->cache_rows = (uint64_t)floor(cache_ratio * (double)st->total_rows);
-	uint64_t accesses = st->samples * nt;
 	st->cache_cover =
 	    accesses ? (double)global_top(cnt, dist, nt, st->cache_rows) / (double)accesses : 0;
 	rc = 0;

@@ -53,6 +53,17 @@ check "stat criteo-search (zstd, bf16): 17 tables" json "$T/cs.esd" \
 	"j['ntables'] == 17 and j['ndense'] == 2 and j['samples'] == 5000"
 check "human stat output" bash -c "'$ESD_DATA' stat '$T/a.esd' | grep -q 'covers'"
 
+# --- bags (multi-hot tables, stream version 2) ------------------------------------
+check "gen --bag: a multi-hot table" $ESD_DATA gen -o "$T/bag.esd" -n 3000 --scale 1000 \
+	--max-rows 2000 --seed 7 --bag 3=4
+check "stat counts every ID of a bag: table 3's top row seen over twice as often" bash -c "
+	'$ESD_DATA' gen -o '$T/nobag.esd' -n 3000 --scale 1000 --max-rows 2000 --seed 7 >/dev/null &&
+	'$ESD_DATA' stat --json '$T/bag.esd' >'$T/sb.json' &&
+	'$ESD_DATA' stat --json '$T/nobag.esd' >'$T/snb.json' &&
+	python3 -c \"import json; b=json.load(open('$T/sb.json')); n=json.load(open('$T/snb.json'));
+assert b['tables'][3]['top_count'] > 2 * n['tables'][3]['top_count'], (b['tables'][3], n['tables'][3])\""
+check "dump prints a bag as t:id,id,..." bash -c "'$ESD_DATA' dump -n 50 '$T/bag.esd' | grep -q ' 3:[0-9]*,[0-9]'"
+
 # --- convert: Criteo Kaggle -----------------------------------------------------
 C1=$'1\t1\t5\t\t-3\t100\t2\t3\t4\t5\t6\t7\t8\t9\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16'
 C0=$'0\t\t0\t\t\t\t\t\t\t\t\t\t\t\t05db9164\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t'
