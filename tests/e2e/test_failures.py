@@ -269,6 +269,7 @@ def test_divergence(env):
             env.check(False, "the job should have failed")
         except ClusterError:
             pass
+        exit_codes(c.procs)  # wait raises at the first failure: the others write theirs
         sums = c.summaries()
     env.check(all(sm["status"] != 0 and sm["iterations"] < 7 for sm in sums),
               "every daemon stopped before training iteration 7: %s"
