@@ -157,6 +157,108 @@ int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
                                       const struct esd_size_model *model, uint32_t min_m,
                                       uint32_t max_m, uint32_t *cap);
 
+/*
+ * Sizes fitted online (workers.split = fit)
+ * -----------------------------------------
+ * The size model is fitted to what the job itself does: over a window of
+ * iterations each worker's samples, the rows it moved (its transfers of
+ * every kind but dense) and the time its trainers took for its samples.
+ * The compute time per sample c is the pooled time over the pooled
+ * samples; a and r are the least-squares line of rows per iteration on
+ * samples per iteration over the workers (a local line: rows grow slower
+ * than linearly in the samples, as keys repeat). While the sizes are about
+ * equal (their spread cannot give a slope) half the rows are taken as
+ * fixed.
+ *
+ * struct esd_size_fitter decides, window after window, whether to switch.
+ * Every sizes it sees are kept with their observed transfer time per
+ * worker; an iteration's observed time is max_j of c * m_j plus that, with
+ * c the mean compute time per sample over every window so far (one
+ * window's is noisy). It switches to the fitted model's sizes when their
+ * predicted iteration is shorter than the best observed by more than a
+ * threshold, and back to the best sizes seen when the current ones are
+ * slower than those by more than it. Sizes seen are not tried again.
+ * Windows that started before the last change took effect are left out. The same code runs in PS shard 0 (from
+ * the nodes' reports) and in esd-replay (from its own consequences).
+ */
+/* Iterations per fit window, and the first ones left out (cold caches
+ * pull everything). A window ending at iteration e is reported with
+ * barrier e + 1 and a change it causes takes effect at e + 4. */
+#define ESD_SIZE_FIT_WINDOW 4u
+#define ESD_SIZE_FIT_SKIP   2u
+#define ESD_SIZE_FIT_LAG    4u
+#define ESD_SIZE_FIT_TRIED  8u
+
+/* One worker over one window. */
+struct esd_size_obs {
+	uint64_t iters;      /* iterations observed */
+	uint64_t samples;    /* samples trained, summed */
+	uint64_t rows;       /* rows moved (its transfers), summed */
+	uint64_t compute_ns; /* its trainers' time for those samples; 0: none measured */
+};
+
+/* Whether iteration e ends a fit window. */
+static inline int esd_size_fit_window_end(uint64_t e)
+{
+	return e >= ESD_SIZE_FIT_SKIP + ESD_SIZE_FIT_WINDOW &&
+	       (e - ESD_SIZE_FIT_SKIP) % ESD_SIZE_FIT_WINDOW == 0;
+}
+
+/* The size model from obs[n]: compute_ns from the measured times (or
+ * compute_prior when none was measured), fixed_rows and rows_per_sample
+ * from the rows. Returns 0 or -EINVAL (NULL, n out of range, a worker
+ * with no iteration, a negative or non-finite prior). */
+int esd_size_fit(uint32_t n, const struct esd_size_obs *obs, double compute_prior,
+                 struct esd_size_model *out);
+
+/* The predicted iteration time of sizes cap[n] under model m:
+ * max_j c * m_j + T_j * (a + r * m_j), in ns. */
+double esd_size_model_time(uint32_t n, const int64_t *T, const struct esd_size_model *m,
+                           const uint32_t *cap);
+
+/* The observed iteration time of a window: max_j of worker j's compute
+ * time plus T_j times its rows, per iteration, in ns. */
+double esd_size_obs_time(uint32_t n, const int64_t *T, const struct esd_size_obs *obs);
+
+/* Sizes the fitter has seen: their transfer time per worker and
+ * iteration, and the model they came from (to switch back to). */
+struct esd_size_tried {
+	uint32_t m[ESD_MAX_WORKERS];
+	double xfer_ns[ESD_MAX_WORKERS];
+	struct esd_size_model model;
+};
+
+struct esd_size_fitter {
+	/* set by the caller */
+	uint32_t n, k;
+	uint32_t max_m;   /* most samples a cache holds (0: no cap) */
+	double threshold; /* workers.refit_threshold */
+	/* state */
+	uint64_t valid_from; /* windows starting earlier are left out */
+	double samples, compute_ns; /* every window's, for the mean compute time */
+	uint32_t ntried;
+	struct esd_size_tried tried[ESD_SIZE_FIT_TRIED];
+	/* figures */
+	uint64_t windows, fits, refits;
+	struct esd_size_model last; /* the last model fitted */
+	double last_obs_ns, last_fit_ns, best_ns;
+};
+
+/* A fitter for n workers and a global batch of k. */
+void esd_size_fitter_init(struct esd_size_fitter *f, uint32_t n, uint32_t k, uint32_t max_m,
+                          double threshold);
+/* The window ending at e: obs[n] under the current sizes cur[n] and model
+ * cur_model, link costs T[n]. Returns 1 with the model to switch to in
+ * *next and its sizes in sizes[n] (in effect from e + ESD_SIZE_FIT_LAG),
+ * 0 to keep the sizes, or -EINVAL. */
+int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t *T,
+                           const uint32_t *cur, const struct esd_size_model *cur_model,
+                           const struct esd_size_obs *obs, struct esd_size_model *next,
+                           uint32_t *sizes);
+/* The sizes changed from iteration 'at' on (a switch, or new link rates:
+ * then forget=1 drops what was observed under the old rates). */
+void esd_size_fitter_changed(struct esd_size_fitter *f, uint64_t at, int forget);
+
 #ifdef __cplusplus
 }
 #endif

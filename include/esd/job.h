@@ -12,8 +12,9 @@
  *   [workers]  n, batch (m per worker, or a list m_0,m_1,..), rates
  *              (per-worker link rates, a list, "5G,5G,0.5G,.." or one value
  *              for all), compute_ns_per_sample (emulated compute), split
- *              (equal, or link-aware: the sum of batch re-split by
- *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE),
+ *              (equal, link-aware: the sum of batch re-split by
+ *              esd_batch_sizes_link_aware with size_model = FIXED,PER_SAMPLE,
+ *              or fit: the model fitted online), refit_threshold,
  *              link_rates (the links' shaping when not the model's rates),
  *              estimate_rates, estimate_tolerance (rates measured by the nodes)
  *   [model]    dim, optimizer, lr, eps, beta1, beta2, hidden, dense (dense
@@ -49,6 +50,14 @@
 extern "C" {
 #endif
 
+
+/* A job that names no dispatch.method runs the project's method: opt on
+ * the shared-charge matrix, ESD_JOB_DEFAULT_SWAPS local-search swaps per
+ * step and, with one workers.batch value, sizes fitted online
+ * (workers.split = fit). A method named runs as published: paper matrix,
+ * no local search, equal sizes, unless those keys say otherwise. */
+#define ESD_JOB_DEFAULT_METHOD "opt"
+#define ESD_JOB_DEFAULT_SWAPS  2048
 
 /* dispatch.gpu_min_rows = measure */
 #define ESD_JOB_GPU_MEASURE UINT64_MAX
@@ -91,6 +100,15 @@ struct esd_job {
 	 * batch[] is re-split from the rates (esd_job_resplit) */
 	bool split_link_aware;
 	double size_fixed_rows, size_rows_per_sample;
+	/* workers.split = fit (the default of the default method): a
+	 * link-aware split whose model shard 0 fits online from what the nodes
+	 * measure (esd_size_fit), switched in when the predicted iteration
+	 * shortens by more than workers.refit_threshold */
+	bool split_fit;
+	double refit_threshold;
+	/* the split's compute time per sample: compute_ns_per_sample, or
+	 * what the fit measured */
+	double size_compute_ns;
 	/* the most samples one cache holds beside the hot rows (0: no limit):
 	 * set by each process once it has resolved the cache size (the same
 	 * way everywhere), so that a live re-split (esd_job_resplit) never
@@ -200,6 +218,11 @@ uint64_t esd_job_digest(const struct esd_job *job);
  * of data.stream (esd_ds_digest) and fold it into the token. Every
  * process that opens the stream calls it once, before HELLO. */
 void esd_job_bind_stream(struct esd_job *job, uint64_t stream_digest);
+
+/* A live workers.size_model value "FIXED_ROWS,ROWS_PER_SAMPLE,COMPUTE_NS"
+ * (what shard 0 fits with workers.split = fit) into v[3]. Returns 0 or
+ * -EINVAL (not three finite numbers >= 0). */
+int esd_job_parse_size_model(const char *s, double v[3]);
 
 /* workers.split = link-aware: batch[] again from rate_bps[] (same global
  * batch), as at load; a no-op for equal splits. Returns 0 or -EINVAL. */

@@ -9,6 +9,7 @@
 #include <esd/log.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ const char *const esd_job_keys[] = {
 	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
 	"dispatch.gpu_min_rows", "dispatch.gpu_blocks",
 	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
+	"workers.refit_threshold", /* quality: workers.split = fit */
 	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
 	"workers.checkpoint_dir", "workers.trainers",
 	"data.stream",
@@ -127,20 +129,30 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
  * minimise the predicted iteration time for the links' row costs, the
  * compute time per sample and workers.size_model = FIXED_ROWS,ROWS_PER_SAMPLE
  * (what esd-replay's @auto fits). Deterministic: every process gets the
- * same sizes, and the digest covers them. */
-static int link_aware_split(const struct esd_config *cfg, struct esd_job *j)
+ * same sizes, and the digest covers them. workers.split = fit starts from
+ * equal sizes (or the size_model given) and takes the model shard 0 fits
+ * to the job's own iterations (live workers.size_model changes). Without
+ * a workers.split, a job of the project's default method whose
+ * workers.batch is one value fits its sizes. */
+static int link_aware_split(const struct esd_config *cfg, struct esd_job *j, bool preset)
 {
-	const char *s;
-	esd_config_get_str(cfg, "workers", "split", "equal", &s);
+	const char *s, *batch;
+	esd_config_get_str(cfg, "workers", "batch", NULL, &batch);
+	const bool one_size = !batch || !strchr(batch, ',');
+	esd_config_get_str(cfg, "workers", "split", preset && one_size ? "fit" : "equal", &s);
 	if (!strcasecmp(s, "equal"))
 		return 0;
-	if (strcasecmp(s, "link-aware")) {
-		ESD_ERR("config", "workers.split = '%s': expected equal or link-aware", s);
+	const bool fit = !strcasecmp(s, "fit");
+	if (!fit && strcasecmp(s, "link-aware")) {
+		ESD_ERR("config", "workers.split = '%s': expected equal, link-aware or fit", s);
 		return -EINVAL;
 	}
 	char items[2][ESD_JOB_ADDR_LEN];
 	double v[2];
-	esd_config_get_str(cfg, "workers", "size_model", "0,1", &s);
+	const char *given;
+	esd_config_get_str(cfg, "workers", "size_model", NULL, &given);
+	/* fit: equal sizes until the first fit, unless a model is given */
+	s = given ? given : fit ? "0,0" : "0,1";
 	if (job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
 	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
 		ESD_ERR("config", "workers.size_model = '%s': expected FIXED_ROWS,ROWS_PER_SAMPLE "
@@ -148,14 +160,27 @@ static int link_aware_split(const struct esd_config *cfg, struct esd_job *j)
 		return -EINVAL;
 	}
 	if (j->global_batch > UINT32_MAX || j->global_batch < j->n) {
-		ESD_ERR("config", "workers.split = link-aware: global batch %llu below one sample "
-			"per worker", (unsigned long long)j->global_batch);
+		ESD_ERR("config", "workers.split = %s: global batch %llu below one sample "
+			"per worker", fit ? "fit" : "link-aware", (unsigned long long)j->global_batch);
 		return -EINVAL;
 	}
 	j->split_link_aware = true;
+	j->split_fit = fit;
+	j->size_compute_ns = (double)j->compute_ns_per_sample;
 	j->size_fixed_rows = v[0];
 	j->size_rows_per_sample = v[1];
 	return esd_job_resplit(j);
+}
+
+int esd_job_parse_size_model(const char *s, double v[3])
+{
+	char items[3][ESD_JOB_ADDR_LEN];
+	if (!s || job_split(s, items, 3) != 3)
+		return -EINVAL;
+	for (int i = 0; i < 3; i++)
+		if (esd_parse_double(items[i], &v[i]) || !(v[i] >= 0) || !isfinite(v[i]))
+			return -EINVAL;
+	return 0;
 }
 
 int esd_job_resplit(struct esd_job *j)
@@ -165,7 +190,7 @@ int esd_job_resplit(struct esd_job *j)
 	int64_t T[ESD_MAX_WORKERS];
 	for (uint32_t w = 0; w < j->n; w++)
 		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
-	struct esd_size_model m = {.compute_ns = (double)j->compute_ns_per_sample,
+	struct esd_size_model m = {.compute_ns = j->size_compute_ns,
 				   .fixed_rows = j->size_fixed_rows,
 				   .rows_per_sample = j->size_rows_per_sample};
 	if (j->max_batch)
@@ -277,8 +302,13 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		ESD_ERR("config", "cache.policy = '%s': expected lru, lfu, emark or lookahead", s);
 		rc = -EINVAL;
 	}
-	esd_config_get_str(cfg, "dispatch", "method", "hybrid", &s);
-	snprintf(j->method, sizeof(j->method), "%s", s);
+	/* no dispatch.method: the project's default (docs/quality.md), the
+	 * shared-charge matrix solved exactly with local search and sizes
+	 * fitted online; a method named is that method as published */
+	const char *named;
+	esd_config_get_str(cfg, "dispatch", "method", NULL, &named);
+	const bool preset = !named;
+	snprintf(j->method, sizeof(j->method), "%s", named ? named : ESD_JOB_DEFAULT_METHOD);
 	TRY(esd_config_get_double(cfg, "dispatch", "alpha", 0.25, 0, 1, &j->alpha));
 	esd_config_get_str(cfg, "dispatch", "sync", "on-demand", &s);
 	if (!strcasecmp(s, "on-demand")) {
@@ -292,13 +322,13 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	}
 	TRY(esd_config_get_bool(cfg, "dispatch", "compare", false, &j->compare));
 	/* quality: the cost matrix of the cost-based methods */
-	esd_config_get_str(cfg, "dispatch", "matrix", "paper", &s);
+	esd_config_get_str(cfg, "dispatch", "matrix", preset ? "shared" : "paper", &s);
 	if (esd_matrix_parse(s, &j->matrix)) {
 		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
 		rc = -EINVAL;
 	}
-	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", 0, 0, UINT64_C(1) << 32,
-			       &j->local_search));
+	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", preset ? ESD_JOB_DEFAULT_SWAPS : 0,
+			       0, UINT64_C(1) << 32, &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
@@ -342,8 +372,10 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
+	TRY(esd_config_get_double(cfg, "workers", "refit_threshold", 0.05, 0, 1,
+				  &j->refit_threshold));
 	if (!rc)
-		rc = link_aware_split(cfg, j); /* quality: workers.split */
+		rc = link_aware_split(cfg, j, preset); /* quality: workers.split */
 #undef TRY
 	j->token = esd_job_digest(j);
 	return rc;
@@ -395,6 +427,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 		h = fnv(h, &j->matrix, sizeof(j->matrix));
 	if (j->local_search) /* quality */
 		h = fnv(h, &j->local_search, sizeof(j->local_search));
+	if (j->split_fit) /* every node reports what shard 0 fits */
+		h = fnv(h, &j->split_fit, sizeof(j->split_fit));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }

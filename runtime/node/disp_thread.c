@@ -210,6 +210,9 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	memcpy(st->batch, ds->sz.batch, sizeof(ds->sz.batch));
 	pthread_mutex_lock(&ds->nd->qmu);
 	memcpy(st->rates, ds->nd->job.rate_bps, sizeof(st->rates));
+	st->size_model[0] = ds->nd->job.size_fixed_rows;
+	st->size_model[1] = ds->nd->job.size_rows_per_sample;
+	st->size_model[2] = ds->nd->job.size_compute_ns;
 	pthread_mutex_unlock(&ds->nd->qmu);
 	st->iter = iter;
 	ds->sv.ok[g] = true;
@@ -397,31 +400,27 @@ static struct esd_dispatch_counters counters_of(const struct disp *ds)
  * but the counters, which restart). Policy: every snapshot switches here,
  * before the lookahead hints and the advance of iter; *set_policy tells
  * the main thread to switch the real cache at the same point. */
-/* workers.rates = val from iteration iter: every worker's row cost T_j
- * and, with a link-aware split, the batch sizes (esd_job_resplit, the same
- * on every node); the dispatcher is made again with them. */
-static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t *rate)
+/* Job j's rates and sizes from iteration iter on (a live workers.rates or
+ * workers.size_model change, after esd_job_resplit: the same on every
+ * node): every worker's row cost T_j and capacity; the dispatcher is made
+ * again with them. */
+static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, const char *what)
 {
 	struct node *nd = ds->nd;
-	pthread_mutex_lock(&nd->qmu);
-	struct esd_job j = nd->job;
-	pthread_mutex_unlock(&nd->qmu);
-	if (esd_job_parse_rates(val, j.n, j.rate_bps) || esd_job_resplit(&j))
-		return -EINVAL;
 	uint64_t maxb = 0;
-	for (uint32_t w = 0; w < j.n; w++)
-		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
-	if (maxb * nd->tables + nd->nrep > j.cache_rows || maxb > ds->sz.max_batch) {
-		ESD_ERR("dispatch", "iteration %llu: workers.rates = %s gives a worker %llu "
-			"samples: its %llu keys and %u hot rows exceed the cache's %llu rows, or "
-			"the exchange area's %u samples", (unsigned long long)iter, val,
-			(unsigned long long)maxb, (unsigned long long)(maxb * nd->tables), nd->nrep,
-			(unsigned long long)j.cache_rows, ds->sz.max_batch);
+	for (uint32_t w = 0; w < j->n; w++)
+		maxb = j->batch[w] > maxb ? j->batch[w] : maxb;
+	if (maxb * nd->tables + nd->nrep > j->cache_rows || maxb > ds->sz.max_batch) {
+		ESD_ERR("dispatch", "iteration %llu: %s gives a worker %llu samples: its %llu keys "
+			"and %u hot rows exceed the cache's %llu rows, or the exchange area's %u "
+			"samples", (unsigned long long)iter, what, (unsigned long long)maxb,
+			(unsigned long long)(maxb * nd->tables), nd->nrep,
+			(unsigned long long)j->cache_rows, ds->sz.max_batch);
 		return -ENOSPC;
 	}
-	for (uint32_t w = 0; w < j.n; w++)
-		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&j, w, esd_job_row_bytes(&j));
-	memcpy(ds->sz.batch, j.batch, sizeof(ds->sz.batch));
+	for (uint32_t w = 0; w < j->n; w++)
+		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+	memcpy(ds->sz.batch, j->batch, sizeof(ds->sz.batch));
 	struct esd_dispatcher_config dc = ds->eng.dc;
 	dc.T = ds->sz.T;
 	dc.cap = ds->sz.batch;
@@ -433,18 +432,59 @@ static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t
 		return rc;
 	ds->eng.dc = dc;
 	pthread_mutex_lock(&nd->qmu);
-	memcpy(nd->job.rate_bps, j.rate_bps, sizeof(j.rate_bps));
-	memcpy(nd->job.batch, j.batch, sizeof(j.batch));
+	memcpy(nd->job.rate_bps, j->rate_bps, sizeof(j->rate_bps));
+	memcpy(nd->job.batch, j->batch, sizeof(j->batch));
+	nd->job.size_fixed_rows = j->size_fixed_rows;
+	nd->job.size_rows_per_sample = j->size_rows_per_sample;
+	nd->job.size_compute_ns = j->size_compute_ns;
 	pthread_mutex_unlock(&nd->qmu);
-	*rate = j.rate_bps[nd->rank];
 	char sizes[ESD_MAX_WORKERS * 11 + 1];
 	size_t off = 0;
-	for (uint32_t w = 0; w < j.n; w++)
+	for (uint32_t w = 0; w < j->n; w++)
 		off += (size_t)snprintf(sizes + off, sizeof(sizes) - off, "%s%u", w ? "," : "",
-					j.batch[w]);
-	ESD_INFO("dispatch", "iteration %llu: workers.rates = %s, batch sizes %s",
-		 (unsigned long long)iter, val, sizes);
+					j->batch[w]);
+	ESD_INFO("dispatch", "iteration %llu: %s, batch sizes %s", (unsigned long long)iter, what,
+		 sizes);
 	return 0;
+}
+
+/* workers.rates = val: every worker's row cost T_j and, with a link-aware
+ * split, the batch sizes. */
+static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t *rate)
+{
+	struct node *nd = ds->nd;
+	pthread_mutex_lock(&nd->qmu);
+	struct esd_job j = nd->job;
+	pthread_mutex_unlock(&nd->qmu);
+	if (esd_job_parse_rates(val, j.n, j.rate_bps) || esd_job_resplit(&j))
+		return -EINVAL;
+	char what[ESD_PROTO_MAX_SETTING + 32];
+	snprintf(what, sizeof(what), "workers.rates = %s", val);
+	int rc = apply_split(ds, iter, &j, what);
+	if (!rc)
+		*rate = j.rate_bps[nd->rank];
+	return rc;
+}
+
+/* workers.size_model = FIXED,PER_SAMPLE,COMPUTE_NS (shard 0's fit): the
+ * link-aware split's model and the sizes it gives. */
+static int apply_size_model(struct disp *ds, uint64_t iter, const char *val)
+{
+	struct node *nd = ds->nd;
+	pthread_mutex_lock(&nd->qmu);
+	struct esd_job j = nd->job;
+	pthread_mutex_unlock(&nd->qmu);
+	double v[3];
+	if (!j.split_link_aware || esd_job_parse_size_model(val, v))
+		return -EINVAL;
+	j.size_fixed_rows = v[0];
+	j.size_rows_per_sample = v[1];
+	j.size_compute_ns = v[2];
+	if (esd_job_resplit(&j))
+		return -EINVAL;
+	char what[ESD_PROTO_MAX_SETTING + 32];
+	snprintf(what, sizeof(what), "workers.size_model = %s", val);
+	return apply_split(ds, iter, &j, what);
 }
 
 static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate)
@@ -465,6 +505,8 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64
 		return 0;
 	if (!strcmp(key, "workers.rates"))
 		return apply_rates(ds, iter, val, rate);
+	if (!strcmp(key, "workers.size_model"))
+		return apply_size_model(ds, iter, val);
 	if (!strcmp(key, "cache.policy")) {
 		enum esd_policy p;
 		rc = esd_policy_parse(val, &p);
@@ -807,6 +849,9 @@ static int resume_at(struct disp *ds, uint64_t iter)
 	pthread_mutex_lock(&nd->qmu);
 	memcpy(nd->job.rate_bps, st->rates, sizeof(nd->job.rate_bps));
 	memcpy(nd->job.batch, ds->sz.batch, sizeof(nd->job.batch));
+	nd->job.size_fixed_rows = st->size_model[0];
+	nd->job.size_rows_per_sample = st->size_model[1];
+	nd->job.size_compute_ns = st->size_model[2];
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
 	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)

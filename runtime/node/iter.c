@@ -194,6 +194,10 @@ static int barrier(struct exec *x, const struct order *o)
 		if (rc)
 			return rc;
 	}
+	/* workers.split = fit: the window that ended, for shard 0's fit */
+	int frc = node_fit_report(nd, &x->sb[0].b, o->iter);
+	if (frc)
+		return frc;
 	/* the reply to a command shard 0 relayed, in chunks */
 	if (nd->relay.reply) {
 		int rc = send_reply(x, o->iter, nd->relay.reply);
@@ -752,14 +756,19 @@ static int run_iteration(struct exec *x, const struct order *o)
 	    (rc = hints_and_settings(x, o)) ||
 	    (rc = fill_cache(x, o, &f)) ||        /* steps 3-4 */
 	    (rc = push_evictions(x, o, &f)) ||
-	    (rc = pull_rows_and_dense(x, o)) ||
-	    (rc = train(x, o, &loss)) ||          /* step 5 */
-	    (rc = apply_step6(x, o)))             /* step 6 */
+	    (rc = pull_rows_and_dense(x, o)))
+		return rc;
+	const int64_t t0 = esd_now_ns();
+	if ((rc = train(x, o, &loss)))            /* step 5 */
+		return rc;
+	const int64_t train_ns = esd_now_ns() - t0;
+	if ((rc = apply_step6(x, o)))             /* step 6 */
 		return rc;
 	x->nd->stats.last_loss = loss;
 	if ((rc = push_dense_grads(x, o)) || (rc = flush_and_checkpoint(x, o)))
 		return rc;
 	rate_est_check(x->nd, o->iter);
+	node_fit_observe(x->nd, o, train_ns);
 	return 0;
 }
 

@@ -105,6 +105,9 @@ struct node_state {
 	enum esd_policy policy;
 	uint64_t rates[ESD_MAX_WORKERS];
 	uint32_t batch[ESD_MAX_WORKERS];
+	/* the link-aware split's model: fixed rows, rows per sample, compute
+	 * ns per sample (workers.split = fit changes it live) */
+	double size_model[3];
 };
 
 /* State files kept on disk per node and kind (state.c): the dispatcher's
@@ -164,6 +167,19 @@ struct node_rate {
 	int fitted;        /* 1: the fitted slope, 0: the throughput */
 	uint64_t reports;  /* estimates reported to shard 0 */
 	uint64_t last;     /* iteration of the last report */
+};
+
+/* workers.split = fit: what this node's worker trained and moved over
+ * the current fit window (esd/dispatch_quality.h), reported to shard 0
+ * with the barrier after the window's end. The main thread's (fit.c);
+ * the last report is read under qmu. */
+struct node_fit {
+	struct esd_size_obs obs;
+	uint64_t last_iter;        /* the last iteration observed */
+	uint64_t report_end;       /* a window to report: its end (0: none) */
+	struct esd_size_obs report;
+	uint64_t reports;
+	double last_compute_ns;    /* per sample, in the last window reported */
 };
 
 /* The PS links, one per shard. The main thread's; replaced under qmu
@@ -258,6 +274,7 @@ struct node {
 	struct node_live live;
 	struct node_relay relay;
 	struct node_rate rate;
+	struct node_fit fit;
 	struct node_links links;
 	struct node_trainer tr;
 	struct node_stats stats;
@@ -396,5 +413,14 @@ int node_links_rollback(struct node *nd, const uint64_t *iter, uint64_t restarte
 int node_run(struct node *nd, uint64_t start);
 /* workers.estimate_rates: the estimator, before the first iteration (iter.c) */
 void node_rate_est_init(struct node *nd);
+
+/* fit.c (workers.split = fit): after iteration o->iter trained in
+ * train_ns, add it to the window; and, before a barrier, the window that
+ * ended as a SETTING "node.fit" for shard 0 into b (0 or -errno). */
+void node_fit_observe(struct node *nd, const struct order *o, int64_t train_ns);
+int node_fit_report(struct node *nd, struct esd_buf *b, uint64_t iter);
+/* The split's size model now and this node's fit figures (null without
+ * workers.split = fit) as JSON; caller holds qmu. */
+json_t *node_fit_json(const struct node *nd);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * Live setting changes of esdd (esdctl set dispatch.method | dispatch.alpha
- * | cache.policy | workers.rates): the main thread's half.
+ * | cache.policy | workers.rates, and shard 0's workers.size_model fits):
+ * the main thread's half.
  *
  * Every node must switch at the same iteration or their decisions differ
  * (the barrier compares digests). PS shard 0 schedules a change at an
@@ -31,6 +32,10 @@ static int check_value(const struct node *nd, const char *key, const char *val)
 	if (!strcmp(key, "workers.rates")) {
 		uint64_t r[ESD_MAX_WORKERS];
 		return esd_job_parse_rates(val, nd->job.n, r);
+	}
+	if (!strcmp(key, "workers.size_model")) {
+		double v[3];
+		return nd->job.split_link_aware ? esd_job_parse_size_model(val, v) : -EINVAL;
 	}
 	if (!strcmp(key, "dispatch.method")) {
 		enum esd_method m;

@@ -14,7 +14,8 @@
  * Layout (little-endian, docs/runtime.md):
  *   header  magic "ESDNSTAT" u64, version u32, rank u32, workers u32,
  *           method u32, policy u32, reserved u32, token u64, iteration u64,
- *           alpha f64, versions u64
+ *           alpha f64, versions u64, size model f64[3] (fixed rows, rows
+ *           per sample, compute ns per sample: the split's, workers.split)
  *   per worker: batch u32, reserved u32, rate u64, block bytes u64
  *   per worker: the esd_cmeta block (its snapshot), padded to 8
  *   HET versions: keys u64[versions], clocks u64[versions]
@@ -34,7 +35,7 @@
 #include <xxhash.h>
 
 #define STATE_MAGIC   UINT64_C(0x5441545344534545) /* "EESDSTAT" */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 
 struct state_hdr {
 	uint64_t magic;
@@ -42,6 +43,7 @@ struct state_hdr {
 	uint64_t token, iter;
 	double alpha;
 	uint64_t nvers;
+	double size_model[3];
 };
 
 struct state_worker {
@@ -74,7 +76,9 @@ static void *serialize(const struct node *nd, const struct node_state *st, size_
 	struct state_hdr h = {.magic = STATE_MAGIC, .version = STATE_VERSION, .rank = nd->rank,
 			      .workers = st->n, .method = (uint32_t)st->method,
 			      .policy = (uint32_t)st->policy, .token = nd->job.token,
-			      .iter = st->iter, .alpha = st->alpha, .nvers = st->nvers};
+			      .iter = st->iter, .alpha = st->alpha, .nvers = st->nvers,
+			      .size_model = {st->size_model[0], st->size_model[1],
+					     st->size_model[2]}};
 	memcpy(p, &h, sizeof(h));
 	p += sizeof(h);
 	for (uint32_t w = 0; w < st->n; w++, p += sizeof(struct state_worker)) {
@@ -319,6 +323,7 @@ int node_state_read(const struct node *nd, uint64_t iter, const char *kind, uint
 		st->method = (enum esd_method)h.method;
 		st->policy = (enum esd_policy)h.policy;
 		st->alpha = h.alpha;
+		memcpy(st->size_model, h.size_model, sizeof(st->size_model));
 		rc = take_blocks(buf, len, &h, st, why, sizeof(why));
 	}
 	free(buf);

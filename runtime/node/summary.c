@@ -48,6 +48,7 @@ int node_write_summary(struct node *nd, int status)
 	json_object_set_new(o, "gpu", node_gpu_json(nd));
 	node_batch_rates_json(nd, o);
 	json_object_set_new(o, "rate_estimate", node_rate_est_json(nd));
+	json_object_set_new(o, "size_model", node_fit_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 	json_t *links = json_array();
 	pthread_mutex_lock(&nd->qmu);

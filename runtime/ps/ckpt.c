@@ -144,6 +144,7 @@ static void reset_progress_locked(struct ps *ps, uint64_t c)
 	ps->live.pending = false;
 	ps->live.at = 0;
 	ps->live.rate_req_mask = 0;
+	memset(ps->fit.end, 0, sizeof(ps->fit.end)); /* windows of the undone iterations */
 	if (ps->dtab.stage)
 		memset(ps->dtab.stage, 0, ps->dtab.len * ps->job.n * sizeof(float));
 	ps->dtab.staged = false;

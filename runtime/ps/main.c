@@ -107,6 +107,18 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
 	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dtab.len));
 	json_object_set_new(*resp, "nodes", nodes_json(ps));
+	/* workers.split = fit: shard 0's last fit */
+	if (ps->shard == 0 && ps->job.split_fit)
+		json_object_set_new(
+		    *resp, "size_fit",
+		    json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "fits",
+			      (json_int_t)ps->fit.fitter.fits, "refits",
+			      (json_int_t)ps->fit.fitter.refits, "fixed_rows",
+			      ps->fit.fitter.last.fixed_rows, "rows_per_sample",
+			      ps->fit.fitter.last.rows_per_sample, "compute_ns_per_sample",
+			      ps->fit.fitter.last.compute_ns, "observed_ms",
+			      ps->fit.fitter.last_obs_ns / 1e6, "fitted_ms",
+			      ps->fit.fitter.last_fit_ns / 1e6));
 	/* esdctl set: the pending change (effective_at 0: not scheduled yet) */
 	json_object_set_new(*resp, "setting",
 			    ps->live.pending ? json_pack("{s:s, s:s, s:I}", "key", ps->live.key,
@@ -481,6 +493,8 @@ static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows
 		ps->hot_rows = nhot;
 	}
 	ps->job.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, tables);
+	esd_size_fitter_init(&ps->fit.fitter, ps->job.n, (uint32_t)ps->job.global_batch,
+			     ps->job.max_batch, ps->job.refit_threshold);
 	return 0;
 }
 

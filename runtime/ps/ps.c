@@ -243,6 +243,61 @@ static int send_rolled_back(struct ps_link *pl)
 	return rc == -EPIPE || rc == -ECONNRESET ? rc : 0;
 }
 
+/* workers.split = fit: whether every node reported the window that ended
+ * at t - 1 (their reports precede barrier t on each link). */
+static bool fit_due_locked(const struct ps *ps, uint64_t t)
+{
+	if (ps->shard != 0 || !ps->job.split_fit || t < 2 || !esd_size_fit_window_end(t - 1))
+		return false;
+	for (uint32_t w = 0; w < ps->job.n; w++)
+		if (ps->fit.end[w] != t - 1)
+			return false;
+	return true;
+}
+
+/* The fitter takes every node's window (released barrier t); a switch is
+ * scheduled at t + 3 like an esdctl set. */
+static void fit_sizes_locked(struct ps *ps, uint64_t t)
+{
+	struct esd_job *j = &ps->job;
+	const double *nm = ps->fit.model[0];
+	if (nm[0] != j->size_fixed_rows || nm[1] != j->size_rows_per_sample ||
+	    nm[2] != j->size_compute_ns) { /* a whole-job resume: the nodes' model */
+		j->size_fixed_rows = nm[0];
+		j->size_rows_per_sample = nm[1];
+		j->size_compute_ns = nm[2];
+		esd_job_resplit(j);
+	}
+	struct esd_size_model cur = {.compute_ns = j->size_compute_ns,
+				     .fixed_rows = j->size_fixed_rows,
+				     .rows_per_sample = j->size_rows_per_sample},
+			      m;
+	int64_t T[ESD_MAX_WORKERS];
+	uint32_t sizes[ESD_MAX_WORKERS];
+	for (uint32_t w = 0; w < j->n; w++)
+		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+	struct esd_size_fitter *f = &ps->fit.fitter;
+	if (esd_size_fitter_window(f, t - 1, T, j->batch, &cur, ps->fit.obs, &m, sizes) != 1 ||
+	    t + 3 > j->iterations)
+		return;
+	snprintf(ps->live.key, sizeof(ps->live.key), "workers.size_model");
+	snprintf(ps->live.value, sizeof(ps->live.value), "%.17g,%.17g,%.17g", m.fixed_rows,
+		 m.rows_per_sample, m.compute_ns);
+	ps->live.pending = true;
+	ps->live.at = t + 3;
+	ps->live.requested_at = t;
+	char txt[ESD_MAX_WORKERS * 11 + 1];
+	size_t off = 0;
+	for (uint32_t w = 0; w < j->n; w++)
+		off += (size_t)snprintf(txt + off, sizeof(txt) - off, "%s%u", w ? "," : "",
+					sizes[w]);
+	ESD_INFO("ps", "fit after iteration %llu: %.1f fixed rows, %.3f rows and %.0f ns per "
+		 "sample; sizes %s from iteration %llu (iteration %.2f ms observed, %.2f ms "
+		 "predicted)", (unsigned long long)t - 1, f->last.fixed_rows,
+		 f->last.rows_per_sample, f->last.compute_ns, txt, (unsigned long long)t + 3,
+		 f->last_obs_ns / 1e6, esd_size_model_time(j->n, T, &m, sizes) / 1e6);
+}
+
 /* Long: the barrier's release in its required order (apply gradients, checkpoint, advance,
  * schedule requests and settings) under one lock. */
 static void complete_barrier_locked(struct ps *ps, uint64_t t)
@@ -306,9 +361,20 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 	 * schedule it the same way (a change past the last iteration waits
 	 * for nothing and is dropped with a note) */
 	if (ps->live.pending && ps->live.at && t >= ps->live.at) {
+		double v[3];
+		if (!strcmp(ps->live.key, "workers.size_model") &&
+		    !esd_job_parse_size_model(ps->live.value, v)) {
+			ps->job.size_fixed_rows = v[0];
+			ps->job.size_rows_per_sample = v[1];
+			ps->job.size_compute_ns = v[2];
+			esd_job_resplit(&ps->job); /* the sizes every node now has */
+			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 0);
+		}
+		if (!strcmp(ps->live.key, "workers.rates")) /* what was seen is of other links */
+			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
 		if (!strcmp(ps->live.key, "workers.rates") &&
 		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps) &&
-		    ps->job.shape_follows_model)
+		    !esd_job_resplit(&ps->job) && ps->job.shape_follows_model)
 			/* the replies of iteration set_at on at the new rates */
 			for (int i = 0; i < ps->nlinks; i++) {
 				struct ps_link *pl = &ps->links[i];
@@ -339,6 +405,8 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			ps->live.at = 0;
 			ps->live.requested_at = t;
 		}
+	} else if (!ps->live.pending && fit_due_locked(ps, t)) {
+		fit_sizes_locked(ps, t);
 	} else if (ps->live.pending && !ps->live.at) {
 		if (t + 3 <= ps->job.iterations) {
 			ps->live.at = t + 3;
@@ -428,6 +496,40 @@ static int on_node_report(struct ps_link *pl, const struct esd_setting *s)
 	return rc;
 }
 
+/* workers.split = fit: a node's window
+ * "END,ITERS,SAMPLES,ROWS,COMPUTE_NS,A,R,C" (shard 0 keeps it for the
+ * barrier after END; A,R,C is the model the node's sizes come from). */
+static int on_fit_report(struct ps_link *pl, const struct esd_setting *s)
+{
+	struct ps *ps = pl->ps;
+	char v[256];
+	unsigned long long f[5];
+	double mdl[3];
+	int used = 0;
+	if (s->value_len >= sizeof(v)) {
+		esd_link_send_error(pl->link, -EPROTO, "node.fit report: value too long");
+		return -EPROTO;
+	}
+	memcpy(v, s->value, s->value_len);
+	v[s->value_len] = 0;
+	if (sscanf(v, "%llu,%llu,%llu,%llu,%llu,%n", &f[0], &f[1], &f[2], &f[3], &f[4], &used) !=
+		    5 ||
+	    !used || f[1] == 0 || esd_job_parse_size_model(v + used, mdl)) {
+		esd_link_send_error(pl->link, -EPROTO, "node.fit report: expected "
+				    "END,ITERS,SAMPLES,ROWS,COMPUTE_NS,A,R,C");
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&ps->mu);
+	if (ps->shard == 0 && ps->job.split_fit) {
+		ps->fit.end[pl->worker] = f[0];
+		ps->fit.obs[pl->worker] = (struct esd_size_obs){
+		    .iters = f[1], .samples = f[2], .rows = f[3], .compute_ns = f[4]};
+		memcpy(ps->fit.model[pl->worker], mdl, sizeof(mdl));
+	}
+	pthread_mutex_unlock(&ps->mu);
+	return 0;
+}
+
 /* A daemon's link rate (its esdctl set link.rate), shard 0: kept for the
  * next barrier, which turns the reports into one workers.rates change. */
 static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
@@ -439,9 +541,11 @@ static int on_rate_report(struct ps_link *pl, const struct esd_setting *s)
 	    (s->key_len == 10 && !memcmp(s->key, "node.reply", 10)) ||
 	    (s->key_len == 14 && !memcmp(s->key, "node.reply.end", 14)))
 		return on_node_report(pl, s);
+	if (s->key_len == 8 && !memcmp(s->key, "node.fit", 8))
+		return on_fit_report(pl, s);
 	if (s->key_len != 9 || memcmp(s->key, "link.rate", 9) || s->value_len >= sizeof(v)) {
 		esd_link_send_error(pl->link, -EPROTO, "a worker may only send link.rate, "
-				    "node.status and node.reply settings");
+				    "node.fit, node.status and node.reply settings");
 		return -EPROTO;
 	}
 	memcpy(v, s->value, s->value_len);

@@ -114,6 +114,17 @@ struct ps_live {
 	uint64_t rate_req_mask;
 };
 
+/* workers.split = fit (shard 0): every node's last fit window (SETTING
+ * "node.fit" frames before barrier END + 1); the barrier release that
+ * has all n gives them to the fitter (esd/dispatch_quality.h), whose
+ * switch becomes a live workers.size_model change. Under mu. */
+struct ps_fit {
+	uint64_t end[ESD_MAX_WORKERS]; /* the window each node last reported */
+	struct esd_size_obs obs[ESD_MAX_WORKERS];
+	double model[ESD_MAX_WORKERS][3]; /* the model each node's sizes come from */
+	struct esd_size_fitter fitter;
+};
+
 /* Shard 0: each node's last status report (a SETTING "node.status" frame
  * before a barrier, about once a second), so that esdctl on shard 0 sees
  * every node of the job wherever it runs. Under mu. */
@@ -151,6 +162,7 @@ struct ps {
 	struct ps_ckpt_request ckpt;
 	struct ps_stop stop;
 	struct ps_live live;
+	struct ps_fit fit;
 	struct ps_node_report report[ESD_MAX_WORKERS];
 
 	struct ps_link links[ESD_MAX_WORKERS * 2]; /* one thread each (ps.c) */

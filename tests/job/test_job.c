@@ -36,7 +36,12 @@ static void test_defaults_and_lists(void **state)
 	assert_true(j.het);
 	assert_string_equal(esd_job_sync_name(&j), "het");
 	assert_int_equal(j.optim.opt, ESD_OPT_ADAGRAD);
-	assert_string_equal(j.method, "hybrid");
+	/* no dispatch.method: the project's method; a batch list is pinned */
+	assert_string_equal(j.method, ESD_JOB_DEFAULT_METHOD);
+	assert_int_equal(j.matrix, ESD_MATRIX_SHARED);
+	assert_int_equal(j.local_search, ESD_JOB_DEFAULT_SWAPS);
+	assert_false(j.split_fit);
+	assert_false(j.split_link_aware);
 	assert_true(j.gpu_min_rows == ESD_JOB_GPU_MEASURE);
 	/* 512 floats + Adagrad state + key/clock: 16 + 4096 bytes */
 	assert_int_equal(esd_job_row_bytes(&j), 16 + 512 * 4 * 2);
@@ -44,6 +49,51 @@ static void test_defaults_and_lists(void **state)
 	assert_int_equal(esd_job_row_cost_ns(&j, 0, esd_job_row_bytes(&j)), 6580);
 	assert_int_equal(esd_job_row_cost_ns(&j, 1, esd_job_row_bytes(&j)), 65792);
 	esd_config_free(c);
+}
+
+/* The default method fits its sizes online; a method named runs as
+ * published; a size model is parsed strictly. */
+static void test_default_method_fits_sizes(void **state)
+{
+	(void)state;
+	static const char *const def[] = {"workers.n=4", "workers.batch=64",
+					  "workers.rates=5G,0.5G,5G,0.5G", NULL};
+	struct esd_config *c = cfg_of(def);
+	struct esd_job j;
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_true(j.split_fit && j.split_link_aware);
+	for (uint32_t w = 0; w < 4; w++) /* equal until the first fit */
+		assert_int_equal(j.batch[w], 64);
+	assert_true(j.refit_threshold == 0.05);
+	esd_config_free(c);
+	static const char *const named[] = {"workers.n=4", "workers.batch=64",
+					    "workers.rates=5G,0.5G,5G,0.5G", "dispatch.method=laia",
+					    NULL};
+	c = cfg_of(named);
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_string_equal(j.method, "laia");
+	assert_int_equal(j.matrix, ESD_MATRIX_PAPER);
+	assert_int_equal(j.local_search, 0);
+	assert_false(j.split_link_aware);
+	esd_config_free(c);
+	static const char *const pinned[] = {"workers.n=4", "workers.batch=64",
+					     "workers.split=equal", NULL};
+	c = cfg_of(pinned);
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_false(j.split_link_aware);
+	assert_string_equal(j.method, ESD_JOB_DEFAULT_METHOD);
+	esd_config_free(c);
+	static const char *const bad[] = {"workers.split=sometimes", NULL};
+	c = cfg_of(bad);
+	assert_int_equal(esd_job_from_config(c, &j), -EINVAL);
+	esd_config_free(c);
+	double v[3];
+	assert_int_equal(esd_job_parse_size_model("12.5,3,50000", v), 0);
+	assert_true(v[0] == 12.5 && v[1] == 3 && v[2] == 50000);
+	assert_int_equal(esd_job_parse_size_model("1,2", v), -EINVAL);
+	assert_int_equal(esd_job_parse_size_model("1,2,-3", v), -EINVAL);
+	assert_int_equal(esd_job_parse_size_model("1,2,nan", v), -EINVAL);
+	assert_int_equal(esd_job_parse_size_model("1,2,3,4", v), -EINVAL);
 }
 
 /* "X*N" in a list: N copies of X. */
@@ -324,6 +374,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_and_lists),
 		cmocka_unit_test(test_repeated_items),
+		cmocka_unit_test(test_default_method_fits_sizes),
 		cmocka_unit_test(test_single_value_applies_to_all),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),

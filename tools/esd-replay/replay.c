@@ -205,6 +205,46 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* workers.split = fit as the runtime does it (the job mechanism): each
+ * worker's window of samples, rows and compute (the job's
+ * compute_ns_per_sample: what the trainers emulate) goes to the same
+ * fitter shard 0 runs; a switch decided on the window ending at e is in
+ * effect from e + ESD_SIZE_FIT_LAG. */
+struct online_fit {
+	struct esd_size_fitter fitter;
+	struct esd_size_obs obs[ESD_MAX_WORKERS];
+	uint64_t at; /* iteration the pending sizes take effect (0: none) */
+	uint32_t next[ESD_MAX_WORKERS];
+	struct esd_size_model model, next_model;
+};
+
+static void fit_observe(const struct replay_env *env, struct online_fit *f, uint64_t it,
+                        const struct esd_conseq *cq, const struct esd_iter_time *t,
+                        const uint32_t *cur)
+{
+	const struct esd_job *j = &env->job;
+	const uint32_t n = j->n;
+	if (it <= ESD_SIZE_FIT_SKIP)
+		return;
+	for (uint32_t w = 0; w < n; w++) {
+		uint64_t rows = 0;
+		for (int q = 0; q < ESD_CQ_KINDS; q++)
+			rows += cq->off[q][w + 1] - cq->off[q][w];
+		f->obs[w].iters++;
+		f->obs[w].samples += t->m[w];
+		f->obs[w].rows += rows;
+		f->obs[w].compute_ns += j->compute_ns_per_sample * t->m[w];
+	}
+	if (!esd_size_fit_window_end(it))
+		return;
+	/* the runtime's schedule: fitted at barrier it + 1, in effect at it + 4 */
+	if (f->obs[0].iters == ESD_SIZE_FIT_WINDOW && !f->at && it + ESD_SIZE_FIT_LAG <= env->iters &&
+	    esd_size_fitter_window(&f->fitter, it, env->T, cur, &f->model, f->obs, &f->next_model,
+	                           f->next) == 1)
+		f->at = it + ESD_SIZE_FIT_LAG;
+	memset(f->obs, 0, sizeof(f->obs));
+}
+
 /* One replay of 'iters' iterations with capacities cap (NULL: equal).
  * Long: one replay's loop over iterations (batch, decision, consequence, costs, critical
  * path) sharing its accumulators. */
@@ -219,7 +259,11 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	struct esd_conseq *cq = NULL;
 	uint32_t *assign = NULL;
 	double *dec = NULL, *dcpu = NULL;
-	uint32_t ccap[ESD_MAX_WORKERS];
+	uint32_t ccap[ESD_MAX_WORKERS], caps[ESD_MAX_WORKERS];
+	struct online_fit fit = {.model = {.compute_ns = env->job.size_compute_ns,
+	                                   .fixed_rows = env->job.size_fixed_rows,
+	                                   .rows_per_sample = env->job.size_rows_per_sample}};
+	const int fitting = m->is_job && env->job.split_fit;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -246,6 +290,9 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 		return -ENOSPC;
 	}
 	r->cache_rows = rows;
+	memcpy(caps, cap, n * sizeof(uint32_t));
+	esd_size_fitter_init(&fit.fitter, n, (uint32_t)k, esd_job_max_batch(rows, nrep, env->tables),
+	                     j->refit_threshold);
 	for (uint32_t w = 0; w < n; w++)
 		ccap[w] = (uint32_t)rows;
 	s.k = k;
@@ -266,7 +313,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 		goto out;
 	struct esd_dispatcher_config dc = {
 	    .n = n,
-	    .cap = cap,
+	    .cap = caps,
 	    .T = env->T,
 	    .seed = j->seed,
 	    .sync = m->sync,
@@ -293,6 +340,16 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 				                              s.keys[cur ^ 1], k * s.tables,
 				                              it + 1)))
 					goto out;
+		if (fitting && fit.at == it) { /* every node re-splits here */
+			memcpy(caps, fit.next, n * sizeof(uint32_t));
+			fit.model = fit.next_model;
+			esd_size_fitter_changed(&fit.fitter, it, 0);
+			fit.at = 0;
+			esd_dispatcher_free(d);
+			d = NULL;
+			if ((rc = esd_dispatcher_create(&dc, ss, &d)))
+				goto out;
+		}
 		struct esd_batch b = {.k = (uint32_t)k, .off = s.off, .keys = s.keys[cur]};
 		const int64_t c0 = cpu_ns();
 		if ((rc = esd_dispatcher_step(d, &b, assign, cq)))
@@ -322,9 +379,17 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 		}
 		r->needs += cq->hits + cq->off[ESD_CQ_MISS_PULL][n];
 		dec[it - 1] = esd_ns_to_ms(esd_dispatcher_counters(d)->last.total);
+		if (fitting)
+			fit_observe(env, &fit, it, cq, &t, caps);
 		cur ^= 1;
 	}
 	r->iters = iters;
+	if (fitting) { /* the sizes and model the run ended with */
+		memcpy(r->cap, caps, n * sizeof(uint32_t));
+		r->size_model[0] = fit.model.fixed_rows;
+		r->size_model[1] = fit.model.rows_per_sample;
+		r->refits = fit.fitter.refits;
+	}
 	if (iters) {
 		double sum = 0;
 		for (uint64_t i = 0; i < iters; i++)
@@ -422,7 +487,18 @@ int replay_run(const struct replay_env *env, const struct replay_mech *m, struct
 		break;
 	}
 	rc = run_caps(env, m, cap, env->iters, r);
-	r->size_model[0] = model[0];
-	r->size_model[1] = model[1];
+	if (!(m->is_job && j->split_fit)) {
+		r->size_model[0] = model[0];
+		r->size_model[1] = model[1];
+	}
+	if (m->is_job) {
+		char ls[32] = "";
+		if (m->ls_evals)
+			snprintf(ls, sizeof(ls), "+ls:%llu", (unsigned long long)m->ls_evals);
+		snprintf(r->job, sizeof(r->job), "%s%s%s, %s sizes%s", esd_method_name(m->method),
+		         m->matrix == ESD_MATRIX_SHARED ? "+shared" : "", ls,
+		         j->split_fit ? "fitted online" : j->split_link_aware ? "link-aware" : "the job's",
+		         j->split_fit ? (r->refits ? "" : " (no refit)") : "");
+	}
 	return rc;
 }

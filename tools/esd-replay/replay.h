@@ -55,7 +55,9 @@ struct replay_result {
 	uint64_t hits, needs;
 	double decision_ms_mean, decision_ms_p50, decision_ms_max; /* wall clock */
 	double decision_cpu_ms_p50; /* thread CPU time of the whole step */
-	double size_model[2];       /* auto: fixed rows and rows per sample */
+	double size_model[2];       /* auto, fit: fixed rows and rows per sample */
+	uint64_t refits;            /* job with workers.split = fit: sizes switched */
+	char job[128];              /* the job mechanism: what the job file runs */
 	uint64_t ls_swaps;          /* local search: swaps taken, all steps */
 	int64_t ls_gain;            /* local search: true cost saved (its estimate) */
 };

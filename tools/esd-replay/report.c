@@ -66,12 +66,19 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 		        ms(r[i].class_cost[1]), r[i].decision_ms_p50, r[i].decision_ms_max,
 		        r[i].decision_cpu_ms_p50);
 	}
-	for (int i = 0; i < nr; i++)
-		if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
+	for (int i = 0; i < nr; i++) {
+		if (r[i].job[0])
+			fprintf(f, "# %s: %s\n", r[i].name, r[i].job);
+		if (r[i].job[0] && j->split_fit)
+			fprintf(f, "# %s: %llu refits; the last model %.9g,%.9g\n", r[i].name,
+			        (unsigned long long)r[i].refits, r[i].size_model[0],
+			        r[i].size_model[1]);
+		else if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
 			fprintf(f,
 			        "# %s: sizes from workers.split = link-aware, "
 			        "workers.size_model = %.9g,%.9g\n",
 			        r[i].name, r[i].size_model[0], r[i].size_model[1]);
+	}
 }
 
 void replay_print_csv(const struct replay_env *env, const struct replay_result *r, int nr, FILE *f)
@@ -135,6 +142,10 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 		json_object_set_new(m, "decision_cpu_ms_p50", json_real(r[i].decision_cpu_ms_p50));
 		json_object_set_new(m, "ls_swaps", json_integer((json_int_t)r[i].ls_swaps));
 		json_object_set_new(m, "ls_gain_ns", json_integer((json_int_t)r[i].ls_gain));
+		if (r[i].job[0]) {
+			json_object_set_new(m, "job", json_string(r[i].job));
+			json_object_set_new(m, "refits", json_integer((json_int_t)r[i].refits));
+		}
 		if (r[i].size_model[0] > 0 || r[i].size_model[1] > 0)
 			json_object_set_new(m, "size_model",
 			                    json_pack("{s:f, s:f}", "fixed_rows",

@@ -1,0 +1,221 @@
+/*
+ * Link-aware sizes fitted online (esd/dispatch_quality.h): the size model
+ * from a window of what every worker trained and moved, and whether its
+ * sizes are worth switching to.
+ */
+#include <esd/dispatch_quality.h>
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+/* Sizes whose spread (max / min) is below this cannot give a slope. */
+#define FIT_MIN_SPREAD 1.25
+/* Share of the rows taken as fixed while they cannot be told apart. */
+#define FIT_PRIOR_FIXED 0.5
+/* Rows per sample never fitted below this share of the mean rows per
+ * sample: a worker given more samples never moves fewer rows. */
+#define FIT_MIN_SLOPE 0.05
+
+/* Least squares y = a + r x over the n points, a >= 0 and r >= rmin. */
+static void fit_line(uint32_t n, const double *x, const double *y, double rmin, double *a,
+                     double *r)
+{
+	double mx = 0, my = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		mx += x[j];
+		my += y[j];
+	}
+	mx /= n;
+	my /= n;
+	double sxx = 0, sxy = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		sxx += (x[j] - mx) * (x[j] - mx);
+		sxy += (x[j] - mx) * (y[j] - my);
+	}
+	*r = sxx > 0 ? sxy / sxx : rmin;
+	if (*r < rmin)
+		*r = rmin;
+	*a = my - *r * mx;
+	if (*a < 0) { /* through the origin */
+		double s2 = 0, s1 = 0;
+		for (uint32_t j = 0; j < n; j++) {
+			s2 += x[j] * x[j];
+			s1 += x[j] * y[j];
+		}
+		*a = 0;
+		*r = s2 > 0 && s1 / s2 > rmin ? s1 / s2 : rmin;
+	}
+}
+
+int esd_size_fit(uint32_t n, const struct esd_size_obs *obs, double compute_prior,
+                 struct esd_size_model *out)
+{
+	if (!obs || !out || n == 0 || n > ESD_MAX_WORKERS || !(compute_prior >= 0) ||
+	    !isfinite(compute_prior))
+		return -EINVAL;
+	double x[ESD_MAX_WORKERS], y[ESD_MAX_WORKERS], xmin = INFINITY, xmax = 0;
+	double samples = 0, rows = 0, ns = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (!obs[j].iters)
+			return -EINVAL;
+		x[j] = (double)obs[j].samples / (double)obs[j].iters;
+		y[j] = (double)obs[j].rows / (double)obs[j].iters;
+		xmin = x[j] < xmin ? x[j] : xmin;
+		xmax = x[j] > xmax ? x[j] : xmax;
+		samples += (double)obs[j].samples;
+		rows += (double)obs[j].rows;
+		ns += (double)obs[j].compute_ns;
+	}
+	out->compute_ns = ns > 0 && samples > 0 ? ns / samples : compute_prior;
+	const double per_sample = samples > 0 ? rows / samples : 0; /* mean rows per sample */
+	if (xmax < FIT_MIN_SPREAD * xmin || samples == 0) {
+		double X = 0, mbar = 0; /* per worker and iteration */
+		for (uint32_t j = 0; j < n; j++) {
+			X += y[j] / n;
+			mbar += x[j] / n;
+		}
+		out->fixed_rows = FIT_PRIOR_FIXED * X;
+		out->rows_per_sample = mbar > 0 ? (1 - FIT_PRIOR_FIXED) * X / mbar : 0;
+		return 0;
+	}
+	fit_line(n, x, y, FIT_MIN_SLOPE * per_sample, &out->fixed_rows, &out->rows_per_sample);
+	return 0;
+}
+
+double esd_size_model_time(uint32_t n, const int64_t *T, const struct esd_size_model *m,
+                           const uint32_t *cap)
+{
+	double worst = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		const double t = m->compute_ns * cap[j] +
+		                 (double)T[j] * (m->fixed_rows + m->rows_per_sample * cap[j]);
+		worst = t > worst ? t : worst;
+	}
+	return worst;
+}
+
+double esd_size_obs_time(uint32_t n, const int64_t *T, const struct esd_size_obs *obs)
+{
+	double worst = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (!obs[j].iters)
+			continue;
+		const double t = ((double)obs[j].compute_ns + (double)T[j] * (double)obs[j].rows) /
+		                 (double)obs[j].iters;
+		worst = t > worst ? t : worst;
+	}
+	return worst;
+}
+
+void esd_size_fitter_init(struct esd_size_fitter *f, uint32_t n, uint32_t k, uint32_t max_m,
+                          double threshold)
+{
+	memset(f, 0, sizeof(*f));
+	f->n = n;
+	f->k = k;
+	f->max_m = max_m;
+	f->threshold = threshold;
+}
+
+void esd_size_fitter_changed(struct esd_size_fitter *f, uint64_t at, int forget)
+{
+	f->valid_from = at;
+	if (forget)
+		f->ntried = 0;
+}
+
+static int same_sizes(uint32_t n, const uint32_t *a, const uint32_t *b)
+{
+	return !memcmp(a, b, n * sizeof(*a));
+}
+
+static struct esd_size_tried *find_tried(struct esd_size_fitter *f, const uint32_t *s)
+{
+	for (uint32_t i = 0; i < f->ntried; i++)
+		if (same_sizes(f->n, f->tried[i].m, s))
+			return &f->tried[i];
+	return NULL;
+}
+
+/* Observed time of sizes seen, with compute c per sample. */
+static double tried_time(uint32_t n, const struct esd_size_tried *t, double c)
+{
+	double worst = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		const double x = c * t->m[j] + t->xfer_ns[j];
+		worst = x > worst ? x : worst;
+	}
+	return worst;
+}
+
+/* The entry of sizes s (made, the oldest going when full). */
+static struct esd_size_tried *remember(struct esd_size_fitter *f, const uint32_t *s)
+{
+	struct esd_size_tried *t = find_tried(f, s);
+	if (t)
+		return t;
+	if (f->ntried == ESD_SIZE_FIT_TRIED) {
+		memmove(&f->tried[0], &f->tried[1], sizeof(f->tried[0]) * (ESD_SIZE_FIT_TRIED - 1));
+		f->ntried--;
+	}
+	t = &f->tried[f->ntried++];
+	memcpy(t->m, s, f->n * sizeof(*s));
+	return t;
+}
+
+int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t *T,
+                           const uint32_t *cur, const struct esd_size_model *cur_model,
+                           const struct esd_size_obs *obs, struct esd_size_model *next,
+                           uint32_t *sizes)
+{
+	if (!f || !T || !cur || !cur_model || !obs || !next || !sizes)
+		return -EINVAL;
+	if (e + 1 < f->valid_from + ESD_SIZE_FIT_WINDOW) /* began before the last change */
+		return 0;
+	const uint32_t n = f->n;
+	struct esd_size_model m;
+	int rc = esd_size_fit(n, obs, cur_model->compute_ns, &m);
+	if (rc)
+		return rc;
+	f->windows++;
+	for (uint32_t j = 0; j < n; j++) {
+		f->samples += (double)obs[j].samples;
+		f->compute_ns += (double)obs[j].compute_ns;
+	}
+	if (f->compute_ns > 0 && f->samples > 0)
+		m.compute_ns = f->compute_ns / f->samples; /* the mean of every window */
+	struct esd_size_tried *now = remember(f, cur);
+	for (uint32_t j = 0; j < n; j++)
+		now->xfer_ns[j] = (double)T[j] * (double)obs[j].rows / (double)obs[j].iters;
+	now->model = *cur_model;
+	const double c = m.compute_ns;
+	f->last_obs_ns = tried_time(n, now, c);
+	const struct esd_size_tried *best = now;
+	for (uint32_t i = 0; i < f->ntried; i++)
+		if (tried_time(n, &f->tried[i], c) < tried_time(n, best, c))
+			best = &f->tried[i];
+	f->best_ns = tried_time(n, best, c);
+	f->fits++;
+	f->last = m;
+	rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &m, 1, f->max_m, sizes)
+	              : esd_batch_sizes_link_aware(n, f->k, T, &m, 1, sizes);
+	if (rc)
+		return rc;
+	f->last_fit_ns = esd_size_model_time(n, T, &m, sizes);
+	/* the fitted sizes when predicted to beat the best seen, unless seen
+	 * already (then they did not) */
+	if (f->last_fit_ns < (1 - f->threshold) * f->best_ns && !find_tried(f, sizes)) {
+		*next = m;
+		f->refits++;
+		return 1;
+	}
+	/* else back to the best sizes seen, when these are slower */
+	if (best != now && f->best_ns < (1 - f->threshold) * f->last_obs_ns) {
+		*next = best->model; /* gives these sizes again */
+		memcpy(sizes, best->m, n * sizeof(*sizes));
+		f->refits++;
+		return 1;
+	}
+	return 0;
+}
