@@ -58,6 +58,18 @@ def main():
     check(byname["heu@20/12/20/12"]["sizes"] == [20, 12, 20, 12], "explicit size list")
     check(byname["vanilla"]["transfers"]["update_value"] == 0 and byname["vanilla"]["hits"] == 0,
           "vanilla runs full-set sync")
+    # the job names no method: the job mechanism is the project's method,
+    # its sizes fitted online as the runtime fits them (in a cache with room
+    # for unequal sizes: this one holds 16 samples' keys)
+    fit = subprocess.run([exe, "--config", ini, "--set", "cache.ratio=0.5", "--mechanisms",
+                          "job", "--format", "json"], stdout=subprocess.PIPE, text=True,
+                         check=True)
+    job = json.loads(fit.stdout)["mechanisms"][0]
+    check(job.get("job", "").startswith("opt+shared+ls:2048, fitted online"),
+          "job with no dispatch keys: %s" % job.get("job"))
+    check(job.get("refits", 0) >= 1 and job["sizes"][0] > job["sizes"][2],
+          "job: the sizes were refitted towards the fast links: %s after %s refits"
+          % (job["sizes"], job.get("refits")))
     check(byname["laia+ls:300"]["ls_swaps"] > 0, "local search takes swaps")
     rows = list(csv.DictReader(io.StringIO(subprocess.run(
         base + ["--format", "csv"], stdout=subprocess.PIPE, text=True, check=True).stdout)))
