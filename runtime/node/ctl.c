@@ -195,15 +195,7 @@ static int cmd_links(void *arg, json_t *req, json_t **resp, const char **err)
 				      "rate_bps", (json_int_t)st.rate_bps,
 				      "wire_tx_bytes", (json_int_t)st.wire_tx_bytes,
 				      "shaped_wait_ns", (json_int_t)st.shaped_wait_ns);
-		for (int k = 0; k < ESD_XFER_NKINDS; k++)
-			json_object_set_new(
-				l, esd_xfer_kind_name(k),
-				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
-					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
-					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",
-					  (json_int_t)st.kind[k].rx_bytes, "rx_rows",
-					  (json_int_t)st.kind[k].rx_rows));
-		json_array_append_new(arr, l);
+		json_array_append_new(arr, node_link_kinds_json(&st, l));
 	}
 	pthread_mutex_unlock(&nd->qmu);
 	*resp = json_pack("{s:o}", "links", arr);

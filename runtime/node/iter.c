@@ -993,6 +993,8 @@ int node_run(struct node *nd, uint64_t start)
 		nd->stats.iter_done = o->iter;
 		nd->stats.iter_ns_sum += esd_now_ns() - t0;
 		pthread_mutex_unlock(&nd->qmu);
+		if (o->iter == nd->job.warmup && nd->summary_path)
+			node_mark_warmup(nd);
 		if (o->iter >= node_last_iter(nd))
 			break;
 	}

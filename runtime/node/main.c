@@ -404,6 +404,7 @@ static int serve_job(struct node *nd, struct args *a)
 	free(nd->rec.saved_cm[1]);
 	free(nd->rep);
 	free(nd->relay.reply);
+	json_decref(nd->stats.at_warmup);
 	esd_cache_close(nd->cache);
 	return rc ? 1 : 0;
 }

@@ -248,6 +248,7 @@ struct node_stats {
 	 * equal them */
 	uint64_t predicted[ESD_XFER_NKINDS];
 	int64_t last_report_ns; /* the last status report to shard 0 (main thread's) */
+	json_t *at_warmup;      /* the summary's counters after iteration job.warmup */
 };
 
 /* One esdd: what it was started with (read only after start), the lock
@@ -312,6 +313,12 @@ void node_set_link_rate(struct node *nd, uint64_t r, bool report);
 /* Control commands (ctl.c), NULL-terminated. */
 extern const struct esd_ctl_cmd node_ctl_cmds[];
 
+/* Link l's JSON object with st's rows and bytes per transfer kind added;
+ * returns l (summary.c). */
+json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l);
+/* Keep the summary's counters as they are now (after iteration
+ * job.warmup): the summary's "at_warmup". Takes qmu. */
+void node_mark_warmup(struct node *nd);
 /* Write the end-of-run summary (JSON) to nd->summary_path. */
 int node_write_summary(struct node *nd, int status);
 /* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */

@@ -7,6 +7,70 @@
 #include <jansson.h>
 
 
+json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l)
+{
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		json_object_set_new(l, esd_xfer_kind_name(k),
+				    json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
+					      (json_int_t)st->kind[k].tx_bytes, "tx_rows",
+					      (json_int_t)st->kind[k].tx_rows, "rx_bytes",
+					      (json_int_t)st->kind[k].rx_bytes, "rx_rows",
+					      (json_int_t)st->kind[k].rx_rows));
+	return l;
+}
+
+/* Every link's counters per transfer kind; caller holds qmu. */
+static json_t *links_json(const struct node *nd)
+{
+	json_t *links = json_array();
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!nd->links.link[s])
+			continue;
+		struct esd_link_stats st;
+		esd_link_stats(nd->links.link[s], &st);
+		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I, s:I}", "shard", s, "backend",
+				      esd_link_backend(nd->links.link[s]), "reliable", st.reliable,
+				      "rate_bps", (json_int_t)st.rate_bps, "shaped_wait_ns",
+				      (json_int_t)st.shaped_wait_ns, "retx_frames",
+				      (json_int_t)st.retx_frames);
+		json_array_append_new(links, node_link_kinds_json(&st, l));
+	}
+	return links;
+}
+
+static json_t *cache_json(const struct node *nd)
+{
+	struct esd_cache_counters cc;
+	esd_cache_counters_total(nd->cache, &cc);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)cc.hits, "miss_absent",
+			 (json_int_t)cc.miss_absent, "miss_outdated", (json_int_t)cc.miss_outdated,
+			 "evict_clean", (json_int_t)cc.evict_clean, "evict_dirty",
+			 (json_int_t)cc.evict_dirty);
+}
+
+static json_t *predicted_json(const struct node *nd)
+{
+	json_t *pred = json_object();
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		json_object_set_new(pred, esd_xfer_kind_name(k),
+				    json_integer((json_int_t)nd->stats.predicted[k]));
+	return pred;
+}
+
+void node_mark_warmup(struct node *nd)
+{
+	pthread_mutex_lock(&nd->qmu);
+	const struct esd_dispatch_counters *dc = &nd->dq.count;
+	json_decref(nd->stats.at_warmup);
+	nd->stats.at_warmup = json_pack(
+	    "{s:I, s:f, s:o, s:o, s:o, s:{s:I, s:f}}", "iterations",
+	    (json_int_t)nd->stats.iter_done, "seconds",
+	    esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns), "predicted", predicted_json(nd),
+	    "links", links_json(nd), "cache", cache_json(nd), "decision", "steps",
+	    (json_int_t)dc->steps, "ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.total) / dc->steps : 0.0);
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 int node_write_summary(struct node *nd, int status)
 {
 	if (!nd->summary_path)
@@ -21,10 +85,7 @@ int node_write_summary(struct node *nd, int status)
 		"iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0, "loss", nd->stats.last_loss,
 		"trainer_deaths", (json_int_t)nd->stats.trainer_deaths, "method", nd->job.method,
 		"alpha", nd->job.alpha, "sync", esd_job_sync_name(&nd->job));
-	json_t *pred = json_object(), *plan = json_object();
-	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		json_object_set_new(pred, esd_xfer_kind_name(k),
-				    json_integer((json_int_t)nd->stats.predicted[k]));
+	json_t *pred = predicted_json(nd), *plan = json_object();
 	for (int k = 0; k < ESD_CQ_KINDS; k++)
 		json_object_set_new(plan, esd_cq_kind_name((enum esd_cq_kind)k),
 				    json_integer((json_int_t)dc->xfers[k]));
@@ -50,38 +111,14 @@ int node_write_summary(struct node *nd, int status)
 	json_object_set_new(o, "rate_estimate", node_rate_est_json(nd));
 	json_object_set_new(o, "size_model", node_fit_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
-	json_t *links = json_array();
 	pthread_mutex_lock(&nd->qmu);
-	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		if (!nd->links.link[s])
-			continue;
-		struct esd_link_stats st;
-		esd_link_stats(nd->links.link[s], &st);
-		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I, s:I}", "shard", s, "backend",
-				      esd_link_backend(nd->links.link[s]), "reliable", st.reliable,
-				      "rate_bps", (json_int_t)st.rate_bps, "shaped_wait_ns",
-				      (json_int_t)st.shaped_wait_ns, "retx_frames",
-				      (json_int_t)st.retx_frames);
-		for (int k = 0; k < ESD_XFER_NKINDS; k++)
-			json_object_set_new(
-				l, esd_xfer_kind_name(k),
-				json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
-					  (json_int_t)st.kind[k].tx_bytes, "tx_rows",
-					  (json_int_t)st.kind[k].tx_rows, "rx_bytes",
-					  (json_int_t)st.kind[k].rx_bytes, "rx_rows",
-					  (json_int_t)st.kind[k].rx_rows));
-		json_array_append_new(links, l);
-	}
+	json_object_set_new(o, "links", links_json(nd));
+	json_object_set_new(o, "cache", cache_json(nd));
+	/* job.warmup: the same counters at the end of that iteration, so the
+	 * measured iterations are these minus those (esd-testbed) */
+	if (nd->stats.at_warmup)
+		json_object_set(o, "at_warmup", nd->stats.at_warmup);
 	pthread_mutex_unlock(&nd->qmu);
-	json_object_set_new(o, "links", links);
-	struct esd_cache_counters cc;
-	esd_cache_counters_total(nd->cache, &cc);
-	json_object_set_new(o, "cache",
-			    json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)cc.hits,
-				      "miss_absent", (json_int_t)cc.miss_absent, "miss_outdated",
-				      (json_int_t)cc.miss_outdated, "evict_clean",
-				      (json_int_t)cc.evict_clean, "evict_dirty",
-				      (json_int_t)cc.evict_dirty));
 	int rc = json_dump_file(o, nd->summary_path, JSON_INDENT(1)) ? -EIO : 0;
 	if (rc)
 		ESD_ERR("node", "cannot write the summary %s", nd->summary_path);

@@ -4,7 +4,7 @@
 Checks that the run succeeds, that results.csv, results.json and table.txt
 exist and parse, that every mechanism asked for is measured (one that says
 it is not available fails the test), and, from the daemons' own summaries of every run
-(the full and the warm-up-only one), that the rows counted on each link per
+(at the end and at the end of the warm-up), that the rows counted on each link per
 transfer kind equal the transfers the snapshots predicted; and that the
 reported costs are the link bytes divided by the link rates.
 
@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 KINDS = ("miss_pull", "update_push", "evict_push")
-MECHS = "vanilla,het,fae,laia,esd1,esd0.5,esd0,default"
+MECHS = "vanilla,het,fae,laia,esd1,esd0.5,esd0,default,laia-same"
 MECHS_NS = "vanilla,laia,esd1"
 DIRN = {"miss_pull": "rx", "update_push": "tx", "evict_push": "tx"}
 
@@ -129,18 +129,33 @@ def main():
             fail("only %d of %d mechanisms measured" % (measured, len(want)))
         # the daemons' own summaries, independently of the testbed's arithmetic
         sums = glob.glob(os.path.join(out, "runs", "*", "summary*.json"))
-        if len(sums) < 4 * 2 * (3 if few else 6):
+        if len(sums) != 4 * len(want):
             fail("expected the summaries of every run, found %d" % len(sums))
         for p in sums:
             with open(p) as f:
                 sm = json.load(f)
             if sm["status"] != 0:
                 fail("%s: status %d" % (p, sm["status"]))
-            for k in KINDS:
-                got = sum(l[k][DIRN[k] + "_rows"] for l in sm["links"])
-                if got != sm["predicted"][k]:
-                    fail("%s: %s counted %d on the links, %d predicted"
-                         % (p, k, got, sm["predicted"][k]))
+            if sm.get("at_warmup", {}).get("iterations") != 2:
+                fail("%s: no counters at the end of the warm-up: %s" % (p, sm.get("at_warmup")))
+            for part in (sm, sm["at_warmup"]):
+                for k in KINDS:
+                    got = sum(l[k][DIRN[k] + "_rows"] for l in part["links"])
+                    if got != part["predicted"][k]:
+                        fail("%s: %s counted %d on the links, %d predicted"
+                             % (p, k, got, part["predicted"][k]))
+        res_by = {x["mechanism"]: x for x in res["results"]}
+        if not few:
+            d, ls = res_by["default"], res_by["laia-same"]
+            if ls["final_batch"] != d["final_batch"] or ls["method"] != "laia":
+                fail("laia-same did not run LAIA on the default's sizes: %s, %s"
+                     % (ls["final_batch"], d["final_batch"]))
+            if d["method"] is not None:
+                fail("the default set a dispatch key: %s" % d["method"])
+        with open(os.path.join(out, "table.txt")) as f:
+            table = f.read()
+        if "x model" not in table or (not few and "default   = " not in table):
+            fail("the table lacks the modelled ratio or the default's line:\n" + table)
         if netns:
             left = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE,
                                   text=True).stdout
