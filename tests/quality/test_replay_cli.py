@@ -53,6 +53,11 @@ def main():
         check(m["true_cost_ns"] == m["fast_ns"] + m["slow_ns"],
               "%s: true cost is the sum of its link classes" % m["mechanism"])
         check(m["crit_ns"] >= m["crit_xfer_ns"] > 0, "%s: critical path" % m["mechanism"])
+    for m in ms:
+        ew = m["every_worker"]
+        check(all(ew[q]["rows"] * 4 <= m["transfers"][q] for q in ew) and
+              sum(ew[q]["cost_ns"] for q in ew) <= m["true_cost_ns"],
+              "%s: rows every worker moved are among its transfers" % m["mechanism"])
     byname = {m["mechanism"]: m for m in ms}
     check(byname["laia@same"]["sizes"] == byname["esd+"]["sizes"], "@same copies sizes")
     check(byname["heu@20/12/20/12"]["sizes"] == [20, 12, 20, 12], "explicit size list")

@@ -58,6 +58,10 @@ struct replay_result {
 	double size_model[2];       /* auto, fit: fixed rows and rows per sample */
 	uint64_t refits;            /* job with workers.split = fit: sizes switched */
 	char job[128];              /* the job mechanism: what the job file runs */
+	/* per consequence kind: rows that every worker moved in an iteration
+	 * (a key in all n workers' lists), summed, and their cost */
+	uint64_t alln_rows[ESD_CQ_KINDS];
+	int64_t alln_cost[ESD_CQ_KINDS];
 	uint64_t ls_swaps;          /* local search: swaps taken, all steps */
 	int64_t ls_gain;            /* local search: true cost saved (its estimate) */
 };

@@ -67,6 +67,16 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 		        r[i].decision_cpu_ms_p50);
 	}
 	for (int i = 0; i < nr; i++) {
+		int64_t c = 0;
+		for (int q = 0; q < ESD_CQ_KINDS; q++)
+			c += r[i].alln_cost[q];
+		fprintf(f, "# %s: rows every worker moved: %.1f pulls and %.1f gradient pushes per "
+		        "iteration, %.1f %% of the true cost\n", r[i].name,
+		        r[i].iters ? (double)r[i].alln_rows[ESD_CQ_MISS_PULL] / r[i].iters : 0.0,
+		        r[i].iters ? (double)r[i].alln_rows[ESD_CQ_UPDATE_GRAD] / r[i].iters : 0.0,
+		        r[i].true_cost ? 100.0 * (double)c / (double)r[i].true_cost : 0.0);
+	}
+	for (int i = 0; i < nr; i++) {
 		if (r[i].job[0])
 			fprintf(f, "# %s: %s\n", r[i].name, r[i].job);
 		if (r[i].job[0] && j->split_fit)
@@ -142,6 +152,13 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 		json_object_set_new(m, "decision_cpu_ms_p50", json_real(r[i].decision_cpu_ms_p50));
 		json_object_set_new(m, "ls_swaps", json_integer((json_int_t)r[i].ls_swaps));
 		json_object_set_new(m, "ls_gain_ns", json_integer((json_int_t)r[i].ls_gain));
+		json_t *alln = json_object();
+		for (int q = 0; q < ESD_CQ_KINDS; q++)
+			json_object_set_new(alln, esd_cq_kind_name((enum esd_cq_kind)q),
+			                    json_pack("{s:I, s:I}", "rows",
+			                              (json_int_t)r[i].alln_rows[q], "cost_ns",
+			                              (json_int_t)r[i].alln_cost[q]));
+		json_object_set_new(m, "every_worker", alln);
 		if (r[i].job[0]) {
 			json_object_set_new(m, "job", json_string(r[i].job));
 			json_object_set_new(m, "refits", json_integer((json_int_t)r[i].refits));
