@@ -52,9 +52,12 @@ def main():
         if fits:
             env.check(",".join(str(x) for x in b) == fits[-1][1],
                       "the sizes are shard 0's last fit: %s" % fits[-1][1])
-            first = int(fits[0][0])
-            env.check(first == 6 and int(fits[0][2]) == first + 4,
-                      "the first fit is of iterations 3-6, in effect at 10: %s" % (fits[0],))
+            # a window of 4 ends at 6, 10, 14, ...; its switch is in effect
+            # 4 iterations later (how soon one pays depends on the measured
+            # compute time: the sanitizer build's is several times longer)
+            bad = [f for f in fits if (int(f[0]) - 2) % 4 or int(f[2]) != int(f[0]) + 4]
+            env.check(not bad, "every switch follows a window's end by 4 iterations: %s"
+                      % fits)
         mdl = [sm.get("size_model") or {} for sm in sums]
         env.check(all(m.get("split") == "fit" and m.get("reports", 0) >= 5 for m in mdl),
                   "every node reported its windows: %s" % [m.get("reports") for m in mdl])
