@@ -47,11 +47,15 @@ def gen_stream(bin_dir, path, samples, seed):
 
 
 def job_settings(a, stream, ckpt_dir):
-    return {"workers.n": a.workers, "workers.batch": a.batch, "model.dim": a.dim,
-            "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
-            "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
-            "cache.ratio": a.cache_ratio, "dispatch.method": a.dispatch,
-            "ps.checkpoint_dir": ckpt_dir}
+    s = {"workers.n": a.workers, "workers.batch": a.batch, "model.dim": a.dim,
+         "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
+         "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
+         "cache.ratio": a.cache_ratio, "ps.checkpoint_dir": ckpt_dir}
+    if a.dispatch:  # else the runtime's default (sizes fitted online)
+        s["dispatch.method"] = a.dispatch
+    if a.rates:
+        s["workers.rates"] = a.rates
+    return s
 
 
 def free_port():
@@ -151,7 +155,12 @@ def parser():
     ap.add_argument("--seed", type=int, default=11, help="job seed (row initialisation)")
     ap.add_argument("--model-seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--cache-ratio", type=float, default=0.08)
-    ap.add_argument("--dispatch", default="hybrid")
+    ap.add_argument("--dispatch", default="",
+                    help="dispatch.method (default: none, the runtime's own method with "
+                         "sizes fitted online; laia, hybrid, ... run as published)")
+    ap.add_argument("--rates", default="",
+                    help="workers.rates, e.g. 5G,5G,0.5G,0.5G (the links, shaped; the "
+                         "default method fits the sizes to them)")
     ap.add_argument("--stream", help="dataset stream (default: generate a Criteo-shaped one)")
     ap.add_argument("--samples", type=int, default=0,
                     help="samples to generate (default: enough for --iters)")
