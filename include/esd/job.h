@@ -52,12 +52,18 @@ extern "C" {
 
 
 /* A job that names no dispatch.method runs the project's method: opt on
- * the shared-charge matrix, ESD_JOB_DEFAULT_SWAPS local-search swaps per
- * step and, with one workers.batch value, sizes fitted online
- * (workers.split = fit). A method named runs as published: paper matrix,
- * no local search, equal sizes, unless those keys say otherwise. */
-#define ESD_JOB_DEFAULT_METHOD "opt"
-#define ESD_JOB_DEFAULT_SWAPS  2048
+ * the shared-charge matrix with ESD_JOB_DEFAULT_SWAPS local-search swaps
+ * per step up to ESD_JOB_EXACT_MAX_WORKERS workers; above, where the
+ * exact solve alone takes several times the step's budget, laia with
+ * ESD_JOB_WIDE_SWAPS / n swaps; and, with one workers.batch value, sizes
+ * fitted online (workers.split = fit). A method named runs as published:
+ * paper matrix, no local search, equal sizes, unless those keys say
+ * otherwise (docs/quality.md). */
+#define ESD_JOB_DEFAULT_METHOD    "opt"
+#define ESD_JOB_DEFAULT_SWAPS     2048
+#define ESD_JOB_EXACT_MAX_WORKERS 16
+#define ESD_JOB_WIDE_METHOD       "laia"
+#define ESD_JOB_WIDE_SWAPS        32768
 
 /* dispatch.gpu_min_rows = measure */
 #define ESD_JOB_GPU_MEASURE UINT64_MAX

@@ -308,7 +308,9 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	const char *named;
 	esd_config_get_str(cfg, "dispatch", "method", NULL, &named);
 	const bool preset = !named;
-	snprintf(j->method, sizeof(j->method), "%s", named ? named : ESD_JOB_DEFAULT_METHOD);
+	const bool wide = j->n > ESD_JOB_EXACT_MAX_WORKERS;
+	snprintf(j->method, sizeof(j->method), "%s",
+		 named ? named : wide ? ESD_JOB_WIDE_METHOD : ESD_JOB_DEFAULT_METHOD);
 	TRY(esd_config_get_double(cfg, "dispatch", "alpha", 0.25, 0, 1, &j->alpha));
 	esd_config_get_str(cfg, "dispatch", "sync", "on-demand", &s);
 	if (!strcasecmp(s, "on-demand")) {
@@ -327,8 +329,9 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
 		rc = -EINVAL;
 	}
-	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", preset ? ESD_JOB_DEFAULT_SWAPS : 0,
-			       0, UINT64_C(1) << 32, &j->local_search));
+	const uint64_t swaps = !preset ? 0 : wide ? ESD_JOB_WIDE_SWAPS / j->n : ESD_JOB_DEFAULT_SWAPS;
+	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", swaps, 0, UINT64_C(1) << 32,
+			       &j->local_search));
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));

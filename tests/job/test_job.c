@@ -76,6 +76,14 @@ static void test_default_method_fits_sizes(void **state)
 	assert_int_equal(j.local_search, 0);
 	assert_false(j.split_link_aware);
 	esd_config_free(c);
+	/* many workers: laia with fewer swaps, the exact solve being too slow */
+	static const char *const wide[] = {"workers.n=64", "workers.batch=128", NULL};
+	c = cfg_of(wide);
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_string_equal(j.method, ESD_JOB_WIDE_METHOD);
+	assert_int_equal(j.local_search, ESD_JOB_WIDE_SWAPS / 64);
+	assert_true(j.split_fit);
+	esd_config_free(c);
 	static const char *const pinned[] = {"workers.n=4", "workers.batch=64",
 					     "workers.split=equal", NULL};
 	c = cfg_of(pinned);
