@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Sizes whose spread (max / min) is below this cannot give a slope. */
@@ -138,6 +139,48 @@ static struct esd_size_tried *find_tried(struct esd_size_fitter *f, const uint32
 	return NULL;
 }
 
+/* Sizes within FIT_NEAR samples of s on every worker were seen: those
+ * are no new sizes to try. */
+#define FIT_NEAR 2
+static int seen_near(const struct esd_size_fitter *f, const uint32_t *s)
+{
+	for (uint32_t i = 0; i < f->ntried; i++) {
+		uint32_t j = 0;
+		while (j < f->n && abs((int)f->tried[i].m[j] - (int)s[j]) <= FIT_NEAR)
+			j++;
+		if (j == f->n)
+			return 1;
+	}
+	return 0;
+}
+
+/* a and r again from every sizes seen (each worker's samples and rows per
+ * iteration under each), when they spread enough for a slope: a line
+ * over the range the sizes move in rather than around the current
+ * sizes alone (rows grow slower than samples). */
+static void refit_on_seen(const struct esd_size_fitter *f, const int64_t *T,
+                          struct esd_size_model *m)
+{
+	double x[ESD_SIZE_FIT_TRIED * ESD_MAX_WORKERS], y[ESD_SIZE_FIT_TRIED * ESD_MAX_WORKERS];
+	double xmin = INFINITY, xmax = 0, samples = 0, rows = 0;
+	uint32_t np = 0;
+	for (uint32_t i = 0; i < f->ntried; i++)
+		for (uint32_t j = 0; j < f->n; j++) {
+			if (T[j] <= 0)
+				continue;
+			x[np] = f->tried[i].m[j];
+			y[np] = f->tried[i].xfer_ns[j] / (double)T[j];
+			xmin = x[np] < xmin ? x[np] : xmin;
+			xmax = x[np] > xmax ? x[np] : xmax;
+			samples += x[np];
+			rows += y[np];
+			np++;
+		}
+	if (np < 2 || xmax < FIT_MIN_SPREAD * xmin || samples <= 0)
+		return;
+	fit_line(np, x, y, FIT_MIN_SLOPE * rows / samples, &m->fixed_rows, &m->rows_per_sample);
+}
+
 /* Observed time of sizes seen, with compute c per sample. */
 static double tried_time(uint32_t n, const struct esd_size_tried *t, double c)
 {
@@ -196,6 +239,7 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 		if (tried_time(n, &f->tried[i], c) < tried_time(n, best, c))
 			best = &f->tried[i];
 	f->best_ns = tried_time(n, best, c);
+	refit_on_seen(f, T, &m);
 	f->fits++;
 	f->last = m;
 	rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &m, 1, f->max_m, sizes)
@@ -205,7 +249,7 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 	f->last_fit_ns = esd_size_model_time(n, T, &m, sizes);
 	/* the fitted sizes when predicted to beat the best seen, unless seen
 	 * already (then they did not) */
-	if (f->last_fit_ns < (1 - f->threshold) * f->best_ns && !find_tried(f, sizes)) {
+	if (f->last_fit_ns < (1 - f->threshold) * f->best_ns && !seen_near(f, sizes)) {
 		*next = m;
 		f->refits++;
 		return 1;

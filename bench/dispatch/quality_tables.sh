@@ -2,11 +2,13 @@
 # Regenerate the streams of the held-out, scaling and paper-gap tables of
 # bench/results/quality.md and run every esd-replay command behind them.
 #
-#   bench/dispatch/quality_tables.sh [A] [B] [C]   (no argument: all three)
+#   bench/dispatch/quality_tables.sh [A] [B] [C] [D]   (no argument: all four)
 #
 # A: held-out streams (seeds 2-4, Zipf 1.05 / 1.5, drift 5), three shapes
 # B: scaling in workers, n = 8, 16, 32, 64
 # C: the paper's gap, one factor at a time from paper.ini
+# D: the runtime's default as a job file without dispatch keys (sizes
+#    fitted online) on A's streams, against LAIA fitting its own online
 #
 # Streams and CSV results go under build/quality/ (nothing is committed).
 # The runs whose decision times are quoted (A and B) are
@@ -20,7 +22,7 @@ BIN=build/bin
 Q=build/quality
 RUNS=${ESD_RUNS:-3}
 read -r -a PIN <<<"${ESD_TASKSET-taskset -c 1}"
-mkdir -p "$Q/streams" "$Q/out/A" "$Q/out/B" "$Q/out/C"
+mkdir -p "$Q/streams" "$Q/out/A" "$Q/out/B" "$Q/out/C" "$Q/out/D"
 
 # paper.ini of bench/results/quality.md (the stream is set per run)
 cat >"$Q/paper.ini" <<'EOF'
@@ -159,13 +161,30 @@ part_c() {
 	done
 }
 
+part_d() {
+	# paper.ini without its [dispatch] section: what a user's job file runs
+	grep -v -e '^\[dispatch\]' -e '^method' "$Q/paper.ini" >"$Q/nodisp.ini"
+	local st name
+	for st in "$Q"/streams/{ck,av,cs}_{s2,s3,s4,z1.05_s5,z1.5_s5,d5_s6}.esd; do
+		[ -s "$st" ] || part_a
+		name=$(basename "$st" .esd)
+		"$BIN/esd-replay" --config "$Q/nodisp.ini" --format csv --set data.stream="$st" \
+			--set workers.compute_ns_per_sample=50000 \
+			--mechanisms laia@equal,job,laia@same >"$Q/out/D/$name.csv"
+		"$BIN/esd-replay" --config "$Q/nodisp.ini" --format csv --set data.stream="$st" \
+			--set workers.compute_ns_per_sample=50000 --set dispatch.method=laia \
+			--set workers.split=fit --mechanisms job >"$Q/out/D/$name.laia-fit.csv"
+	done
+}
+
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(A B C)
+[ ${#parts[@]} -gt 0 ] || parts=(A B C D)
 for p in "${parts[@]}"; do
 	case $p in
 	A) part_a ;;
 	B) part_b ;;
 	C) part_c ;;
-	*) echo "usage: $0 [A] [B] [C]" >&2 && exit 2 ;;
+	D) part_d ;;
+	*) echo "usage: $0 [A] [B] [C] [D]" >&2 && exit 2 ;;
 	esac
 done
