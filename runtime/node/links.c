@@ -117,18 +117,37 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 			return rc;
 	}
 	esd_buf_init(&b);
+	uint64_t at[ESD_JOB_MAX_SHARDS] = {0}, low = UINT64_MAX;
+	bool differ = false;
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
-		uint64_t it = 0;
-		rc = connect_shard(nd, s, &b, &it);
-		if (!rc && s > 0 && it != *ps_iter) {
-			ESD_ERR("node", "shard %u is at iteration %llu, shard 0 at %llu", s,
-				(unsigned long long)it, (unsigned long long)*ps_iter);
-			rc = -ESTALE;
-		}
-		*ps_iter = it;
+		rc = connect_shard(nd, s, &b, &at[s]);
+		differ |= s > 0 && at[s] != at[0];
+		low = at[s] < low ? at[s] : low;
 	}
 	esd_buf_free(&b);
-	return rc;
+	*ps_iter = rc ? 0 : at[0];
+	if (rc || !differ)
+		return rc;
+	/* a job killed while its shards wrote a checkpoint: some have it,
+	 * some resumed from the one before; every shard goes back to the
+	 * newest one they all have (each keeps its two newest) */
+	uint64_t lowest = 0, cut = 0, high = 0;
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (at[s] == low)
+			lowest |= UINT64_C(1) << s;
+		high = at[s] > high ? at[s] : high;
+	}
+	ESD_WARN("node", "the shards resumed from different checkpoints (iterations %llu to "
+		 "%llu): every shard goes back to the newest one all of them have",
+		 (unsigned long long)low, (unsigned long long)high);
+	rc = node_links_rollback(nd, at, lowest, &cut);
+	if (rc) {
+		ESD_ERR("node", "the shards hold no common checkpoint (the oldest resumed from "
+			"%llu): %s", (unsigned long long)low, esd_strerror(rc));
+		return rc;
+	}
+	*ps_iter = cut;
+	return 0;
 }
 
 /* Read what a link holds now without waiting (what a shard still sent of

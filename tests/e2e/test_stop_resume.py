@@ -7,7 +7,8 @@
   and a run stopped four times ends bit-identical to one never stopped,
   with one shard and with two (a stop asked at shard 1 relayed to shard 0);
 - after kill -9 of every process, the same start resumes from the last
-  complete checkpoint, again bit-identical;
+  complete checkpoint, again bit-identical, also when the shards were
+  killed between writing one checkpoint (shard 1 has it, shard 0 not);
 - kill -9 of one node daemon: shard 0 fails the job naming it within 1 s,
   every process exits non-zero, and the same start resumes;
 - a node whose state file of the boundary is corrupt is refused, naming it.
@@ -116,10 +117,14 @@ def test_stops(env, s, base, shards, victims):
               "the uninterrupted run: %s" % (shards, len(victims), out.splitlines()[-1:]))
 
 
-def test_kill_all(env, s, base, shards):
+def test_kill_all(env, s, base, shards, mixed=False):
     """kill -9 of every process mid-run, then the same start: it resumes
-    from the last complete checkpoint (every 20 iterations)."""
-    work = os.path.join(env.root, "killall")
+    from the last complete checkpoint (every 20 iterations). mixed: as if
+    shard 0 died before writing its newest checkpoint and shard 1 after
+    (shard 0's previous one put in its place): the shards resume from
+    different checkpoints and every node takes them back to the one all
+    have."""
+    work = os.path.join(env.root, "killall-mixed" if mixed else "killall")
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
     s = dict(s)
@@ -133,14 +138,25 @@ def test_kill_all(env, s, base, shards):
         for p in c.procs.values():
             p.wait()
     env.check(got >= 50, "every process killed at iteration %d" % got)
+    if mixed:
+        os.replace(os.path.join(ck, "ps-shard0.prev.ckpt"), os.path.join(ck, "ps-shard0.ckpt"))
     with Cluster(env.bin, work, s, shards=shards) as c:
         c.start(resume=True)
         c.wait(timeout=120)
         sums = c.summaries()
     with open(os.path.join(work, "esdd0.log")) as f:
-        resumed = [ln for ln in f.read().splitlines() if "resumes after" in ln]
+        log = f.read().splitlines()
+    resumed = [ln for ln in log if "resumes after" in ln]
     env.check(len(resumed) == 1 and all(sm["iterations"] == ITERS for sm in sums),
               "the same start resumes and trains to the end: %s" % resumed)
+    if mixed:  # the first node to see both takes shard 1 back; the others see 20 twice
+        back = []
+        for lf in glob.glob(os.path.join(work, "esdd*.log")):
+            with open(lf) as f:
+                back += [ln for ln in f if "resumed from different checkpoints" in ln]
+        env.check(len(back) >= 1,
+                  "the nodes took the shards back to their common checkpoint: %s, %s"
+                  % (back[:1], resumed))
     ok, out = env.compare(shard_files(ck, shards), base, exact=True)
     env.check(ok, "after kill -9 of everything the final tables are bit-identical: %s"
               % out.splitlines()[-1:])
@@ -235,6 +251,7 @@ def main():
         base2, _ = env.run("uninterrupted-2", s, shards=2)
         test_stops(env, s, base2, 2, ("ps1", "esdd0"))
         test_kill_all(env, s, base2, 2)
+        test_kill_all(env, s, base2, 2, mixed=True)
         test_node_killed(env, s, base)
         test_corrupt_state(env, s)
     except (ClusterError, subprocess.TimeoutExpired) as e:
