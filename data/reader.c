@@ -529,7 +529,7 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
 {
 	const struct esd_ds_info *in = &r->info;
 	uint64_t start = r->cursor, got = 0;
-	for (uint32_t t = 0; t < in->ntables && keys; t++)
+	for (uint32_t t = 0; r->bags && keys && t < in->ntables; t++) /* only a version 2 has bags */
 		if (is_bag(in, t))
 			return ds_fail(-ENOTSUP, "%s: table %u has bags of up to %u IDs (a multi-hot "
 			               "stream, docs/multihot.md): this reader takes one ID per "
