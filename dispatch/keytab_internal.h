@@ -113,22 +113,4 @@ static inline int esd_cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Is key in worker w's list of kind q (ascending)? A DIRTY row its holder
- * pushes as an update (step 1) leaves clean if it is evicted after. */
-static inline int esd_conseq_has(const struct esd_conseq *cq, enum esd_cq_kind q, uint32_t w,
-                                 esd_key_t key)
-{
-	const esd_key_t *k = esd_conseq_keys(cq, q, w);
-	const uint32_t c = esd_conseq_count(cq, q, w);
-	uint32_t lo = 0, hi = c;
-	while (lo < hi) {
-		const uint32_t mid = lo + (hi - lo) / 2;
-		if (k[mid] < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < c && k[lo] == key;
-}
-
 #endif

@@ -96,19 +96,6 @@ double esd_size_model_time(uint32_t n, const int64_t *T, const struct esd_size_m
 	return worst;
 }
 
-double esd_size_obs_time(uint32_t n, const int64_t *T, const struct esd_size_obs *obs)
-{
-	double worst = 0;
-	for (uint32_t j = 0; j < n; j++) {
-		if (!obs[j].iters)
-			continue;
-		const double t = ((double)obs[j].compute_ns + (double)T[j] * (double)obs[j].rows) /
-		                 (double)obs[j].iters;
-		worst = t > worst ? t : worst;
-	}
-	return worst;
-}
-
 void esd_size_fitter_init(struct esd_size_fitter *f, uint32_t n, uint32_t k, uint32_t max_m,
                           double threshold)
 {
@@ -235,12 +222,15 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 	const double c = m.compute_ns;
 	f->last_obs_ns = tried_time(n, now, c);
 	const struct esd_size_tried *best = now;
-	for (uint32_t i = 0; i < f->ntried; i++)
-		if (tried_time(n, &f->tried[i], c) < tried_time(n, best, c))
+	f->best_ns = f->last_obs_ns;
+	for (uint32_t i = 0; i < f->ntried; i++) {
+		const double t = tried_time(n, &f->tried[i], c);
+		if (t < f->best_ns) {
 			best = &f->tried[i];
-	f->best_ns = tried_time(n, best, c);
+			f->best_ns = t;
+		}
+	}
 	refit_on_seen(f, T, &m);
-	f->fits++;
 	f->last = m;
 	rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &m, 1, f->max_m, sizes)
 	              : esd_batch_sizes_link_aware(n, f->k, T, &m, 1, sizes);

@@ -450,6 +450,8 @@ static int adv_evictions(struct esd_snapset *ss, struct esd_conseq *cq, uint32_t
 		e->latest &= ~wbit;
 		if (e->dirty == w)
 			e->dirty = ESD_NO_WORKER;
+		/* a DIRTY row its holder pushes as an update (step 1) leaves
+		 * clean if it is evicted after */
 		if (ss->evicts[q].dirty &&
 		    (ss->het || !esd_conseq_has(cq, ESD_CQ_UPDATE_VALUE, w, ss->evicts[q].key)))
 			cq->keys[ESD_CQ_EVICT_PUSH][(*eoff)++] = ss->evicts[q].key;

@@ -211,6 +211,23 @@ static inline const esd_key_t *esd_conseq_keys(const struct esd_conseq *cq, enum
 	return cq->keys[kind] + cq->off[kind][j];
 }
 
+/* Is key in worker w's list of kind q (ascending)? */
+static inline int esd_conseq_has(const struct esd_conseq *cq, enum esd_cq_kind q, uint32_t w,
+                                 esd_key_t key)
+{
+	const esd_key_t *k = esd_conseq_keys(cq, q, w);
+	const uint32_t c = esd_conseq_count(cq, q, w);
+	uint32_t lo = 0, hi = c;
+	while (lo < hi) {
+		const uint32_t mid = lo + (hi - lo) / 2;
+		if (k[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < c && k[lo] == key;
+}
+
 /* Steps 1, 3 and 6 of the decision 'assign' (k entries < n) from the
  * states in the key table (no evictions: they need the snapshots). The
  * key table is not changed. Returns 0, -EINVAL, -ENOMEM. */

@@ -163,23 +163,25 @@ int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
  * The size model is fitted to what the job itself does: over a window of
  * iterations each worker's samples, the rows it moved (its transfers of
  * every kind but dense) and the time its trainers took for its samples.
- * The compute time per sample c is the pooled time over the pooled
- * samples; a and r are the least-squares line of rows per iteration on
- * samples per iteration over the workers (a local line: rows grow slower
- * than linearly in the samples, as keys repeat). While the sizes are about
- * equal (their spread cannot give a slope) half the rows are taken as
- * fixed.
+ * esd_size_fit gives c, the pooled time over the pooled samples, and a
+ * and r, the least-squares line of rows per iteration on samples per
+ * iteration over the workers; while the sizes are about equal (their
+ * spread cannot give a slope) half the rows are taken as fixed.
  *
  * struct esd_size_fitter decides, window after window, whether to switch.
  * Every sizes it sees are kept with their observed transfer time per
  * worker; an iteration's observed time is max_j of c * m_j plus that, with
  * c the mean compute time per sample over every window so far (one
- * window's is noisy). It switches to the fitted model's sizes when their
- * predicted iteration is shorter than the best observed by more than a
- * threshold, and back to the best sizes seen when the current ones are
- * slower than those by more than it. Sizes seen are not tried again.
- * Windows that started before the last change took effect are left out. The same code runs in PS shard 0 (from
- * the nodes' reports) and in esd-replay (from its own consequences).
+ * window's is noisy). Once several sizes were seen, a and r are fitted on
+ * all of them (rows grow slower than samples, as keys repeat, so a line
+ * through the current sizes alone mispredicts the next). It switches to
+ * the fitted model's sizes when their predicted iteration is shorter than
+ * the best observed by more than a threshold and no sizes within 2 samples
+ * of them were seen, and back to the best sizes seen when the current
+ * ones are slower than those by more than it. Windows that started before
+ * the last change took effect are left out. The same code runs in PS
+ * shard 0 (from the nodes' reports) and in esd-replay (from its own
+ * consequences).
  */
 /* Iterations per fit window, and the first ones left out (cold caches
  * pull everything). A window ending at iteration e is reported with
@@ -216,10 +218,6 @@ int esd_size_fit(uint32_t n, const struct esd_size_obs *obs, double compute_prio
 double esd_size_model_time(uint32_t n, const int64_t *T, const struct esd_size_model *m,
                            const uint32_t *cap);
 
-/* The observed iteration time of a window: max_j of worker j's compute
- * time plus T_j times its rows, per iteration, in ns. */
-double esd_size_obs_time(uint32_t n, const int64_t *T, const struct esd_size_obs *obs);
-
 /* Sizes the fitter has seen: their transfer time per worker and
  * iteration, and the model they came from (to switch back to). */
 struct esd_size_tried {
@@ -239,7 +237,7 @@ struct esd_size_fitter {
 	uint32_t ntried;
 	struct esd_size_tried tried[ESD_SIZE_FIT_TRIED];
 	/* figures */
-	uint64_t windows, fits, refits;
+	uint64_t windows, refits; /* windows fitted, switches */
 	struct esd_size_model last; /* the last model fitted */
 	double last_obs_ns, last_fit_ns, best_ns;
 };

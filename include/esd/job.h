@@ -225,6 +225,10 @@ uint64_t esd_job_digest(const struct esd_job *job);
  * process that opens the stream calls it once, before HELLO. */
 void esd_job_bind_stream(struct esd_job *job, uint64_t stream_digest);
 
+/* Sizes m[n] as "m0,m1,..." into buf (len bytes, truncated to fit), for
+ * logs. */
+void esd_job_sizes_text(const uint32_t *m, uint32_t n, char *buf, size_t len);
+
 /* A live workers.size_model value "FIXED_ROWS,ROWS_PER_SAMPLE,COMPUTE_NS"
  * (what shard 0 fits with workers.split = fit) into v[3]. Returns 0 or
  * -EINVAL (not three finite numbers >= 0). */

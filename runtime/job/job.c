@@ -172,6 +172,15 @@ static int link_aware_split(const struct esd_config *cfg, struct esd_job *j, boo
 	return esd_job_resplit(j);
 }
 
+void esd_job_sizes_text(const uint32_t *m, uint32_t n, char *buf, size_t len)
+{
+	size_t off = 0;
+	if (len)
+		buf[0] = '\0';
+	for (uint32_t w = 0; w < n && off < len; w++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%u", w ? "," : "", m[w]);
+}
+
 int esd_job_parse_size_model(const char *s, double v[3])
 {
 	char items[3][ESD_JOB_ADDR_LEN];

@@ -439,10 +439,7 @@ static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, 
 	nd->job.size_compute_ns = j->size_compute_ns;
 	pthread_mutex_unlock(&nd->qmu);
 	char sizes[ESD_MAX_WORKERS * 11 + 1];
-	size_t off = 0;
-	for (uint32_t w = 0; w < j->n; w++)
-		off += (size_t)snprintf(sizes + off, sizeof(sizes) - off, "%s%u", w ? "," : "",
-					j->batch[w]);
+	esd_job_sizes_text(j->batch, j->n, sizes, sizeof(sizes));
 	ESD_INFO("dispatch", "iteration %llu: %s, batch sizes %s", (unsigned long long)iter, what,
 		 sizes);
 	return 0;

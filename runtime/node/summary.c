@@ -110,8 +110,6 @@ int node_write_summary(struct node *nd, int status)
 	node_batch_rates_json(nd, o);
 	json_object_set_new(o, "rate_estimate", node_rate_est_json(nd));
 	json_object_set_new(o, "size_model", node_fit_json(nd));
-	pthread_mutex_unlock(&nd->qmu);
-	pthread_mutex_lock(&nd->qmu);
 	json_object_set_new(o, "links", links_json(nd));
 	json_object_set_new(o, "cache", cache_json(nd));
 	/* job.warmup: the same counters at the end of that iteration, so the

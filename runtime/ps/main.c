@@ -112,7 +112,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 		json_object_set_new(
 		    *resp, "size_fit",
 		    json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "fits",
-			      (json_int_t)ps->fit.fitter.fits, "refits",
+			      (json_int_t)ps->fit.fitter.windows, "refits",
 			      (json_int_t)ps->fit.fitter.refits, "fixed_rows",
 			      ps->fit.fitter.last.fixed_rows, "rows_per_sample",
 			      ps->fit.fitter.last.rows_per_sample, "compute_ns_per_sample",

@@ -287,10 +287,7 @@ static void fit_sizes_locked(struct ps *ps, uint64_t t)
 	ps->live.at = t + 3;
 	ps->live.requested_at = t;
 	char txt[ESD_MAX_WORKERS * 11 + 1];
-	size_t off = 0;
-	for (uint32_t w = 0; w < j->n; w++)
-		off += (size_t)snprintf(txt + off, sizeof(txt) - off, "%s%u", w ? "," : "",
-					sizes[w]);
+	esd_job_sizes_text(sizes, j->n, txt, sizeof(txt));
 	ESD_INFO("ps", "fit after iteration %llu: %.1f fixed rows, %.3f rows and %.0f ns per "
 		 "sample; sizes %s from iteration %llu (iteration %.2f ms observed, %.2f ms "
 		 "predicted)", (unsigned long long)t - 1, f->last.fixed_rows,
@@ -370,18 +367,19 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			esd_job_resplit(&ps->job); /* the sizes every node now has */
 			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 0);
 		}
-		if (!strcmp(ps->live.key, "workers.rates")) /* what was seen is of other links */
-			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
 		if (!strcmp(ps->live.key, "workers.rates") &&
-		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps) &&
-		    !esd_job_resplit(&ps->job) && ps->job.shape_follows_model)
+		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps)) {
+			esd_job_resplit(&ps->job); /* the sizes every node now has */
+			/* what the fitter saw is of the old links */
+			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
 			/* the replies of iteration set_at on at the new rates */
-			for (int i = 0; i < ps->nlinks; i++) {
+			for (int i = 0; i < ps->nlinks && ps->job.shape_follows_model; i++) {
 				struct ps_link *pl = &ps->links[i];
 				if (pl->worker >= 0 && pl->link) /* under mu, as its closing */
 					esd_link_set_rate(pl->link,
 							  reply_rate(ps, ps->job.rate_bps[pl->worker]));
 			}
+		}
 		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
 			 ps->live.value, (unsigned long long)ps->live.at);
 		ps->live.pending = false;

@@ -245,37 +245,32 @@ static void fit_observe(const struct replay_env *env, struct online_fit *f, uint
 	memset(f->obs, 0, sizeof(f->obs));
 }
 
-static int cmp_key(const void *a, const void *b)
-{
-	esd_key_t x = *(const esd_key_t *)a, y = *(const esd_key_t *)b;
-	return (x > y) - (x < y);
-}
-
 /* Rows every worker moved in one iteration, per kind: the keys that are in
- * all n workers' lists of kind q (each list holds a key once), counted in
- * r->alln_rows[q] with their cost (the sum of T_j) in r->alln_cost[q].
- * tmp holds cq->off[q][n] keys. */
+ * all n workers' lists of kind q (each ascending, a key at most once),
+ * counted in r->alln_rows[q] with their cost (the sum of T_j) in
+ * r->alln_cost[q]. Such a key is in the shortest list: each of its keys is
+ * looked up in the others. */
 static void count_all_workers(const struct esd_conseq *cq, uint32_t n, const int64_t *T,
-                              esd_key_t *tmp, struct replay_result *r)
+                              struct replay_result *r)
 {
 	int64_t all_T = 0;
 	for (uint32_t w = 0; w < n; w++)
 		all_T += T[w];
 	for (int q = 0; q < ESD_CQ_KINDS; q++) {
-		const uint32_t len = cq->off[q][n];
-		if (len < n)
-			continue;
-		memcpy(tmp, cq->keys[q], len * sizeof(esd_key_t));
-		qsort(tmp, len, sizeof(esd_key_t), cmp_key);
-		for (uint32_t i = 0; i + n <= len;) {
-			uint32_t j = i + 1;
-			while (j < len && tmp[j] == tmp[i])
-				j++;
-			if (j - i == n) {
+		const enum esd_cq_kind kind = (enum esd_cq_kind)q;
+		uint32_t s = 0;
+		for (uint32_t w = 1; w < n; w++)
+			if (esd_conseq_count(cq, kind, w) < esd_conseq_count(cq, kind, s))
+				s = w;
+		const esd_key_t *keys = esd_conseq_keys(cq, kind, s);
+		for (uint32_t i = 0; i < esd_conseq_count(cq, kind, s); i++) {
+			uint32_t w = 0;
+			while (w < n && (w == s || esd_conseq_has(cq, kind, w, keys[i])))
+				w++;
+			if (w == n) {
 				r->alln_rows[q]++;
 				r->alln_cost[q] += all_T;
 			}
-			i = j;
 		}
 	}
 }
@@ -299,8 +294,6 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	                                   .fixed_rows = env->job.size_fixed_rows,
 	                                   .rows_per_sample = env->job.size_rows_per_sample}};
 	const int fitting = m->is_job && env->job.split_fit;
-	esd_key_t *all = NULL; /* count_all_workers' */
-	size_t cap_all = 0;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -418,19 +411,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 		dec[it - 1] = esd_ns_to_ms(esd_dispatcher_counters(d)->last.total);
 		if (fitting)
 			fit_observe(env, &fit, it, cq, &t, caps);
-		size_t most = 0;
-		for (int q = 0; q < ESD_CQ_KINDS; q++)
-			most = cq->off[q][n] > most ? cq->off[q][n] : most;
-		if (most > cap_all) {
-			esd_key_t *p = realloc(all, most * sizeof(esd_key_t));
-			if (!p) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			all = p;
-			cap_all = most;
-		}
-		count_all_workers(cq, n, env->T, all, r);
+		count_all_workers(cq, n, env->T, r);
 		cur ^= 1;
 	}
 	r->iters = iters;
@@ -463,7 +444,6 @@ out:
 	free(assign);
 	free(dec);
 	free(dcpu);
-	free(all);
 	return rc;
 }
 
