@@ -79,15 +79,24 @@ struct esd_model_shape {
 };
 
 /* One micro-batch, sample-major. Pointers into shared memory are fine:
- * rows are only read, gradient slots only accumulated into. */
+ * rows are only read, gradient slots only accumulated into.
+ *
+ * Bags (multi-hot features, docs/multihot.md): with bag_off set, feature
+ * (i, t) is the bag rows[bag_off[i*T + t] .. bag_off[i*T + t + 1]), pooled
+ * by sum in bag order (an empty bag is zeros) into the model's input e_t;
+ * backward adds e_t's gradient to every member's slot (a row twice in a
+ * bag gets it twice, as the sum's derivative says). bag_off NULL: one row
+ * per feature, bag_off[j] = j. */
 struct esd_model_batch {
 	unsigned m;               /* samples in this micro-batch */
-	const float *const *rows; /* m*T pointers: rows[i*T + t] = row of sample i, table t */
-	double *const *row_grads; /* m*T gradient slots (dim doubles each), accumulated with +=;
-	                           * the same pointer for a row in several samples. NULL: no
-	                           * row gradients; a NULL entry skips that one */
+	const float *const *rows; /* m*T pointers: rows[i*T + t] = row of sample i, table t
+	                           * (with bag_off: bag_off[m*T] pointers, bag by bag) */
+	double *const *row_grads; /* like rows, gradient slots (dim doubles each), accumulated
+	                           * with +=; the same pointer for a row in several samples.
+	                           * NULL: no row gradients; a NULL entry skips that one */
 	const float *labels;      /* m labels, 0 or 1 (any value in [0, 1] works) */
 	const float *dense;       /* m*D dense features, sample-major; NULL if D == 0 */
+	const uint32_t *bag_off;  /* m*T + 1 bag starts into rows, or NULL (one row each) */
 };
 
 struct esd_model;

@@ -27,6 +27,7 @@ struct esd_model {
 	float *hpre; /* H */
 	float *dh;   /* H */
 	float *dx;   /* T*dim */
+	uint32_t *bag; /* T + 1: the sample's bag starts, relative to its first */
 };
 
 int esd_model_create(const struct esd_model_shape *shape, struct esd_model **out)
@@ -56,7 +57,8 @@ int esd_model_create(const struct esd_model_shape *shape, struct esd_model **out
 	m->hpre = calloc(s.hidden, sizeof(float));
 	m->dh = calloc(s.hidden, sizeof(float));
 	m->dx = calloc((size_t)s.tables * s.dim, sizeof(float));
-	if (!m->x || !m->hpre || !m->dh || !m->dx) {
+	m->bag = calloc((size_t)s.tables + 1, sizeof(uint32_t));
+	if (!m->x || !m->hpre || !m->dh || !m->dx || !m->bag) {
 		esd_model_free(m);
 		return -ENOMEM;
 	}
@@ -72,6 +74,7 @@ void esd_model_free(struct esd_model *m)
 	free(m->hpre);
 	free(m->dh);
 	free(m->dx);
+	free(m->bag);
 	free(m);
 }
 
@@ -107,10 +110,25 @@ static float sigmoid(float z)
 	return 1.0f / (1.0f + expf(-z));
 }
 
-/* One sample: forward, loss, backward. */
+/* Feature t's input: its bag's rows summed in bag order (one row: a copy;
+ * empty: zeros). */
+static void pool_bag(float *x, const float *const *rows, uint32_t n, unsigned dim)
+{
+	if (n == 1) {
+		memcpy(x, rows[0], dim * sizeof(float));
+		return;
+	}
+	memset(x, 0, dim * sizeof(float));
+	for (uint32_t r = 0; r < n; r++)
+		for (unsigned c = 0; c < dim; c++)
+			x[c] = x[c] + rows[r][c];
+}
+
+/* One sample: forward, loss, backward. rows/row_grads start at its first
+ * feature's bag; bag[t] .. bag[t + 1] are feature t's, relative to it. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
-                          double *const *row_grads, float label, const float *dense, float inv_k,
-                          double *dense_grad, float *logit)
+                          double *const *row_grads, const uint32_t *bag, float label,
+                          const float *dense, float inv_k, double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
 	const size_t in = m->in, emb = (size_t)s->tables * s->dim;
@@ -120,7 +138,7 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 	float *x = m->x, *hpre = m->hpre, *dh = m->dh, *dx = m->dx;
 
 	for (unsigned t = 0; t < s->tables; t++)
-		memcpy(x + (size_t)t * s->dim, rows[t], s->dim * sizeof(float));
+		pool_bag(x + (size_t)t * s->dim, rows + bag[t], bag[t + 1] - bag[t], s->dim);
 	if (D)
 		memcpy(x + emb, dense, D * sizeof(float));
 
@@ -175,12 +193,14 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 				dx[i] = dx[i] + d * wj[i];
 		}
 		for (unsigned t = 0; t < s->tables; t++) {
-			double *g = row_grads[t];
-			if (!g)
-				continue;
 			const float *src = dx + (size_t)t * s->dim;
-			for (unsigned c = 0; c < s->dim; c++)
-				g[c] = g[c] + (double)src[c];
+			for (uint32_t r = bag[t]; r < bag[t + 1]; r++) {
+				double *g = row_grads[r];
+				if (!g)
+					continue;
+				for (unsigned c = 0; c < s->dim; c++)
+					g[c] = g[c] + (double)src[c];
+			}
 		}
 	}
 	return loss;
@@ -194,14 +214,24 @@ int esd_model_step(struct esd_model *m, const float *params, const struct esd_mo
 	if (b->m && (!b->rows || !b->labels || (m->shape.dense && !b->dense)))
 		return -EINVAL;
 	const unsigned T = m->shape.tables, D = m->shape.dense;
-	for (size_t i = 0; i < (size_t)b->m * T; i++)
+	const size_t nf = (size_t)b->m * T;
+	if (b->bag_off && b->bag_off[0] != 0)
+		return -EINVAL;
+	for (size_t j = 0; b->bag_off && j < nf; j++)
+		if (b->bag_off[j + 1] < b->bag_off[j])
+			return -EINVAL;
+	const size_t nrows = b->bag_off ? b->bag_off[nf] : nf;
+	for (size_t i = 0; i < nrows; i++)
 		if (!b->rows[i])
 			return -EINVAL;
 	const float inv_k = 1.0f / (float)k;
 	double sum = 0.0;
 	for (unsigned i = 0; i < b->m; i++) {
-		sum += sample_step(m, params, b->rows + (size_t)i * T,
-		                   b->row_grads ? b->row_grads + (size_t)i * T : NULL, b->labels[i],
+		size_t first = b->bag_off ? b->bag_off[(size_t)i * T] : (size_t)i * T;
+		for (unsigned t = 0; t <= T; t++)
+			m->bag[t] = b->bag_off ? (uint32_t)(b->bag_off[(size_t)i * T + t] - first) : t;
+		sum += sample_step(m, params, b->rows + first,
+		                   b->row_grads ? b->row_grads + first : NULL, m->bag, b->labels[i],
 		                   D ? b->dense + (size_t)i * D : NULL, inv_k, dense_grad,
 		                   logits ? &logits[i] : NULL);
 	}

@@ -320,6 +320,64 @@ static void test_training_decreases_loss(void **state)
 	esd_model_free(m);
 }
 
+/* Bags: sum pooling equals a single-ID batch of the pooled rows; every
+ * member of a bag gets its feature's gradient (twice when it is in the
+ * bag twice); an empty bag is zeros; the identity offsets are today's. */
+static void test_bags(void **state)
+{
+	(void)state;
+	struct fixture f;
+	fixture_init(&f, 11);
+	const float *r0 = f.rows[0], *r1 = f.rows[1], *r2 = f.rows[2];
+	/* sample 0: {r0, r1}, {r2}; sample 1: {}, {r1, r1} */
+	const float *bag_rows[] = {r0, r1, r2, r1, r1};
+	const uint32_t bag_off[] = {0, 2, 3, 3, 5};
+	float pooled[4][DIM];
+	for (int c = 0; c < DIM; c++) {
+		pooled[0][c] = 0.0f + r0[c] + r1[c];
+		pooled[1][c] = r2[c];
+		pooled[2][c] = 0.0f;
+		pooled[3][c] = 0.0f + r1[c] + r1[c];
+	}
+	const float *prow[] = {pooled[0], pooled[1], pooled[2], pooled[3]};
+	double pg[4][DIM] = {{0}}, bg[3][DIM] = {{0}};
+	double *pgp[] = {pg[0], pg[1], pg[2], pg[3]};
+	double *bgp[] = {bg[0], bg[1], bg[2], bg[1], bg[1]};
+	float zp[2], zb[2];
+	double lp, lb;
+	struct esd_model_batch p = {.m = 2, .rows = prow, .row_grads = pgp, .labels = f.labels,
+	                            .dense = f.dense};
+	struct esd_model_batch b = p;
+	b.rows = bag_rows;
+	b.row_grads = bgp;
+	b.bag_off = bag_off;
+	assert_int_equal(esd_model_step(f.m, f.params, &p, K, &lp, NULL, zp), 0);
+	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &lb, NULL, zb), 0);
+	assert_true(lp == lb && zp[0] == zb[0] && zp[1] == zb[1]);
+	for (int c = 0; c < DIM; c++) {
+		assert_true(bg[0][c] == pg[0][c]);
+		assert_true(bg[2][c] == pg[1][c]);
+		assert_true(fabs(bg[1][c] - (pg[0][c] + 2 * pg[3][c])) < 1e-12);
+	}
+	/* bags of one: bit for bit the batch without offsets */
+	const uint32_t ident[] = {0, 1, 2, 3, 4, 5, 6};
+	double la, li;
+	float za[M], zi[M];
+	struct esd_model_batch a = {.m = M, .rows = f.rowp, .labels = f.labels, .dense = f.dense};
+	struct esd_model_batch i1 = a;
+	i1.bag_off = ident;
+	assert_int_equal(esd_model_step(f.m, f.params, &a, K, &la, NULL, za), 0);
+	assert_int_equal(esd_model_step(f.m, f.params, &i1, K, &li, NULL, zi), 0);
+	assert_true(la == li && memcmp(za, zi, sizeof(za)) == 0);
+	/* offsets that go backwards, or do not start at 0 */
+	const uint32_t back[] = {0, 2, 1, 3, 5}, late[] = {1, 2, 3, 3, 5};
+	b.bag_off = back;
+	assert_int_equal(esd_model_step(f.m, f.params, &b, K, NULL, NULL, NULL), -EINVAL);
+	b.bag_off = late;
+	assert_int_equal(esd_model_step(f.m, f.params, &b, K, NULL, NULL, NULL), -EINVAL);
+	fixture_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +385,7 @@ int main(void)
 	    cmocka_unit_test(test_sign_and_scale_by_hand),
 	    cmocka_unit_test(test_split_and_determinism),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_bags),
 	    cmocka_unit_test(test_training_decreases_loss),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
