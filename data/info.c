@@ -176,6 +176,19 @@ int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 
 static _Thread_local char last_error[512];
 
+uint32_t esd_ds_keys_per_sample(const struct esd_ds_info *in)
+{
+	uint64_t w = 0;
+	for (uint32_t t = 0; t < in->ntables; t++)
+		w += is_bag(in, t) ? in->max_bag[t] : 1;
+	return w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+}
+
+int esd_ds_has_bags(const struct esd_ds_info *in)
+{
+	return has_bags(in);
+}
+
 const char *esd_ds_last_error(void)
 {
 	return last_error;

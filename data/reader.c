@@ -607,6 +607,33 @@ int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, flo
 	return (int64_t)got;
 }
 
+int esd_ds_read_wrap(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                     esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off)
+{
+	const uint32_t T = r->info.ntables, D = r->info.ndense;
+	uint64_t got = 0;
+	uint32_t nk = 0;
+	while (got < k) {
+		uint32_t *bo = bag_off + got * T;
+		int64_t n = esd_ds_read_bags(r, k - got, labels ? labels + got : NULL,
+		                             dense ? dense + got * D : NULL, keys + nk, keys_cap - nk,
+		                             bo);
+		if (n < 0)
+			return (int)n;
+		if (n == 0) {
+			if (r->cursor == 0)
+				return ds_fail(-ENODATA, "%s: no samples", r->path);
+			r->cursor = 0;
+			continue;
+		}
+		for (uint64_t j = 0; j <= (uint64_t)n * T; j++) /* relative to keys + nk */
+			bo[j] += nk;
+		nk = bo[(uint64_t)n * T];
+		got += (uint64_t)n;
+	}
+	return 0;
+}
+
 uint64_t esd_ds_tell(const struct esd_ds_reader *r)
 {
 	return r->cursor;

@@ -3,6 +3,10 @@ single-process references and checks (numpy only):
 
   read_stream(path)       a dataset stream (docs/dataset.md, version 1,
                           uncompressed blocks): labels, dense, keys
+  read_bags(path)         any stream, bags included (version 2): labels,
+                          dense, keys bag by bag, bag offsets, tables
+  pool(rows, off, T, how) bags of rows pooled (sum or mean) as the runtime's
+                          trainers pool them
   row_init(seed, keys, d) esd_row_init bit for bit (splitmix64 counter stream)
   EmbOptim                the embedding optimizers of esd/optim.h (float32
                           arithmetic in the C order: same bits for the same
@@ -28,21 +32,79 @@ def key_make(table, ids):
 # -- dataset stream --------------------------------------------------------
 def read_stream(path, limit=None):
     """(labels float32 [n], dense float32 [n, D], keys uint64 [n, T]) of the
-    first limit samples (all by default), in training order."""
-    with open(path, "rb") as f:
-        buf = f.read()
+    first limit samples (all by default), in training order; a stream
+    with bags is refused (read_bags reads it)."""
+    labels, dense, keys, off, T = read_bags(path, limit)
+    if len(keys) != len(labels) * T:
+        raise ValueError("%s: the stream has bags (multi-hot): read it with read_bags" % path)
+    return labels, dense, keys.reshape(len(labels), T)
+
+
+def _header(buf, path):
     if buf[:8] != b"ESDDATA\0":
         raise ValueError("%s: not a dataset stream (magic)" % path)
     version, hbytes = struct.unpack_from("<II", buf, 8)
-    if version != 1:
-        raise ValueError("%s: stream version %d, expected 1" % (path, version))
+    if version not in (1, 2):
+        raise ValueError("%s: stream version %d, expected 1 or 2" % (path, version))
     T, D, dfmt, _spb, _flags = struct.unpack_from("<5I", buf, 48)
-    total, nblocks = struct.unpack_from("<QQ", buf, 72)
+    total, _nblocks = struct.unpack_from("<QQ", buf, 72)
     rows = [struct.unpack_from("<Q", buf, 208 + 16 * t)[0] for t in range(T)]
+    max_bag = [struct.unpack_from("<I", buf, 208 + 16 * T + 4 * t)[0] if version == 2 else 1
+               for t in range(T)]
+    return hbytes, T, D, dfmt, total, rows, max_bag
+
+
+def _block(buf, p, bn, T, D, dfmt, rows, max_bag):
+    """One raw payload: labels [bn], dense [bn, D], per table its bag
+    lengths [bn] and IDs."""
+    labels = np.frombuffer(buf, np.uint8, bn, p).astype(np.float32)
+    p += bn
+    if dfmt == 0:
+        d = np.frombuffer(buf, np.float32, bn * D, p).reshape(bn, D)
+        p += 4 * bn * D
+    else:
+        h = np.frombuffer(buf, np.uint16, bn * D, p).astype(np.uint32) << np.uint32(16)
+        d = h.view(np.float32).reshape(bn, D)
+        p += 2 * bn * D
+    lens, ids = [], []
+    for t in range(T):
+        ln = np.ones(bn, np.int64)
+        if max_bag[t] > 1:
+            lw = np.uint8 if max_bag[t] < 256 else np.uint16
+            ln = np.frombuffer(buf, lw, bn, p).astype(np.int64)
+            p += np.dtype(lw).itemsize * bn
+        w = np.uint32 if rows[t] <= (1 << 32) else np.uint64
+        n = int(ln.sum())
+        ids.append(key_make(t, np.frombuffer(buf, w, n, p).astype(np.uint64)))
+        p += np.dtype(w).itemsize * n
+        lens.append(ln)
+    return labels, d, lens, ids
+
+
+def _sample_major(lens, ids, bn, T):
+    """Keys of one block sample by sample, table by table, and the bags'
+    lengths [bn * T] in that order."""
+    L = np.stack(lens, axis=1)  # [bn, T]
+    start = np.concatenate([[0], np.cumsum(L.reshape(-1))])[:-1].reshape(bn, T)
+    keys = np.empty(int(L.sum()), np.uint64)
+    for t in range(T):
+        ln = lens[t]
+        first = np.concatenate([[0], np.cumsum(ln)])[:-1]
+        within = np.arange(int(ln.sum())) - np.repeat(first, ln)
+        keys[np.repeat(start[:, t], ln) + within] = ids[t]
+    return keys, L.reshape(-1)
+
+
+def read_bags(path, limit=None):
+    """(labels float32 [n], dense float32 [n, D], keys uint64 [nkeys], bag
+    offsets int64 [n * T + 1], T) of the first limit samples (all by
+    default): bag (i, t) is keys[off[i*T + t]:off[i*T + t + 1]]; a stream
+    without bags has one key per bag."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    hbytes, T, D, dfmt, total, rows, max_bag = _header(buf, path)
     n = total if limit is None else min(total, limit)
-    labels = np.empty(n, np.float32)
-    dense = np.empty((n, D), np.float32)
-    keys = np.empty((n, T), np.uint64)
+    labels, dense, keys, lens = [], [], [], []
     at, got = hbytes, 0
     while got < n:
         magic, bn, first, stored, raw, bflags = struct.unpack_from("<IIQIII", buf, at)
@@ -51,26 +113,31 @@ def read_stream(path, limit=None):
         if bflags & 1:
             raise ValueError("%s: block at byte %d is zstd-compressed (not supported here)"
                              % (path, at))
-        p = at + 40
+        lab, d, ln, ids = _block(buf, at + 40, bn, T, D, dfmt, rows, max_bag)
+        k, L = _sample_major(ln, ids, bn, T)
         take = min(bn, n - got)
-        labels[got:got + take] = np.frombuffer(buf, np.uint8, bn, p)[:take]
-        p += bn
-        if dfmt == 0:
-            d = np.frombuffer(buf, np.float32, bn * D, p).reshape(bn, D)
-            p += 4 * bn * D
-        else:
-            h = np.frombuffer(buf, np.uint16, bn * D, p).astype(np.uint32) << np.uint32(16)
-            d = h.view(np.float32).reshape(bn, D)
-            p += 2 * bn * D
-        dense[got:got + take] = d[:take]
-        for t in range(T):
-            w = 4 if rows[t] <= (1 << 32) else 8
-            ids = np.frombuffer(buf, np.uint32 if w == 4 else np.uint64, bn, p)
-            p += w * bn
-            keys[got:got + take, t] = key_make(t, ids[:take].astype(np.uint64))
+        labels.append(lab[:take])
+        dense.append(d[:take])
+        keys.append(k[:int(L[:take * T].sum())])
+        lens.append(L[:take * T])
         got += take
         at += 40 + stored
-    return labels, dense, keys
+    off = np.concatenate([[0], np.cumsum(np.concatenate(lens) if lens else [])]).astype(np.int64)
+    return (np.concatenate(labels) if labels else np.empty(0, np.float32),
+            np.concatenate(dense) if dense else np.empty((0, D), np.float32),
+            np.concatenate(keys) if keys else np.empty(0, np.uint64), off, T)
+
+
+def pool(rows, off, T, how="sum"):
+    """[n, T, dim] float32 of rows [nkeys, dim] pooled bag by bag (off as
+    read_bags gives it, from 0): the sum in bag order, or the mean (an
+    empty bag: zeros), the arithmetic of the trainers' embedding_bag."""
+    import torch
+    from torch.nn import functional as F
+    r = torch.as_tensor(rows)
+    o = torch.as_tensor(np.asarray(off[:-1], np.int64))
+    out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode=how)
+    return out.view(-1, T, r.shape[1])
 
 
 # -- row initialisation (runtime/optim/optim.c) -----------------------------

@@ -3,7 +3,7 @@ checkpoint (every shard's file), the dense model from rank 0's dense.pt,
 a forward without gradients, log loss and AUC.
 
     /usr/bin/python3 examples/pytorch/evaluate.py --model dlrm --work DIR [--stream S]
-        [--skip N] [--samples N]
+        [--skip N] [--samples N] [--pooling sum|mean]
 
 DIR is a job's work directory as run.py leaves it (DIR/ckpt/ps-shard*.ckpt,
 DIR/node0/dense.pt, DIR/stream.esd). The held-out samples start, by
@@ -12,7 +12,9 @@ not train on. The checkpoint is the job's state after its last
 iteration, when every node has flushed its DIRTY rows to the PS, so it
 holds the latest value of every trained row (a node's cache may hold
 OUTDATED copies; the PS never does at a checkpoint); a row the job never
-trained has its initial value (esd_row_init of the job's seed).
+trained has its initial value (esd_row_init of the job's seed). A stream
+with bags (multi-hot) pools each bag as the trainers did (--pooling, the
+training's: sum by default).
 """
 import argparse
 import glob
@@ -51,7 +53,8 @@ def load_rows(ckpt_dir, bin_dir=None):
 
 
 def rows_of(keys, seed, ck_keys, ck_values):
-    """The rows of keys [n, T]: the checkpoint's, else the initial value."""
+    """The rows of keys (any shape): the checkpoint's, else the initial
+    value."""
     flat = keys.reshape(-1)
     at = np.searchsorted(ck_keys, flat).clip(0, max(len(ck_keys) - 1, 0))
     found = ck_keys[at] == flat if len(ck_keys) else np.zeros(len(flat), bool)
@@ -63,23 +66,33 @@ def rows_of(keys, seed, ck_keys, ck_values):
     return out.reshape(keys.shape + (dim,)), int((~found).sum())
 
 
-def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None):
+def held_out(path, skip, samples=None):
+    """(labels, dense, keys, bag offsets from 0, T) of the samples from skip
+    on (samples of them, or the rest)."""
+    labels, dense, keys, off, T = esdio.read_bags(path, None if samples is None
+                                                  else skip + samples)
+    off = off[skip * T:] if skip < len(labels) else off[-1:]
+    return labels[skip:], dense[skip:], keys[off[0]:], off - off[0], T
+
+
+def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None,
+             pooling="sum"):
     """{'samples', 'log_loss', 'auc', 'untrained_ids'} on held-out samples."""
     seed, cursor, ck_keys, ck_values = load_rows(os.path.join(work, "ckpt"), bin_dir)
     skip = cursor if skip is None else skip
-    labels, dense, keys = esdio.read_stream(stream or os.path.join(work, "stream.esd"),
-                                            None if samples is None else skip + samples)
-    labels, dense, keys = labels[skip:], dense[skip:], keys[skip:]
+    labels, dense, keys, off, T = held_out(stream or os.path.join(work, "stream.esd"), skip,
+                                           samples)
     if not len(labels):
         raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
                          % skip)
     saved = torch.load(os.path.join(work, "node0", "dense.pt"))
-    model = run.model_class(model_name)(keys.shape[1], ck_values.shape[1], dense.shape[1])
+    model = run.model_class(model_name)(T, ck_values.shape[1], dense.shape[1])
     model.load_state_dict(saved["model"])
     model.eval()
-    emb, untrained = rows_of(keys, seed, ck_keys, ck_values)
+    rows, untrained = rows_of(keys, seed, ck_keys, ck_values)
+    emb = esdio.pool(rows, off, T, pooling)
     with torch.no_grad():
-        logits = model(torch.from_numpy(emb), torch.from_numpy(dense))
+        logits = model(emb, torch.from_numpy(dense))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, torch.from_numpy(labels)).item()
     return {"samples": len(labels), "log_loss": loss, "auc": et.auc(logits.numpy(), labels),
@@ -95,9 +108,11 @@ def main():
     ap.add_argument("--samples", type=int, help="samples to evaluate (default: the rest)")
     ap.add_argument("--bin", default=os.path.join(run.ROOT, "build", "bin"),
                     help="where esd-ref is, to check the checkpoint first")
+    ap.add_argument("--pooling", choices=("sum", "mean"), default="sum",
+                    help="how the training pooled a bag (multi-hot streams)")
     a = ap.parse_args()
     try:
-        r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin)
+        r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin, a.pooling)
     except ValueError as e:
         sys.exit("evaluate.py: %s" % e)
     print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids the job never "

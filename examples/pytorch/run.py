@@ -5,6 +5,7 @@ script of the model: dlrm.py, wdl.py, deepfm.py, dcn.py), a Criteo-shaped
 dataset stream. Prints rank 0's loss, AUC and throughput as it goes.
 
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --workers 4 --iters 50
+    /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --bag 5=2:8   # multi-hot
 
 Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
 The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
@@ -40,10 +41,14 @@ def model_class(name):
     return getattr(importlib.import_module(name), MODELS[name])
 
 
-def gen_stream(bin_dir, path, samples, seed):
-    subprocess.run([os.path.join(bin_dir, "esd-data"), "gen", "-o", path, "--shape",
-                    "criteo-kaggle", "-n", str(samples), "--scale", "1000", "--max-rows", "2000",
-                    "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+def gen_stream(bin_dir, path, samples, seed, bags=()):
+    """A Criteo-shaped stream; bags: esd-data gen's --bag T=MEAN[:MAX] values
+    (multi-hot tables)."""
+    argv = [os.path.join(bin_dir, "esd-data"), "gen", "-o", path, "--shape", "criteo-kaggle",
+            "-n", str(samples), "--scale", "1000", "--max-rows", "2000", "--seed", str(seed)]
+    for b in bags:
+        argv += ["--bag", b]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
 def job_settings(a, stream, ckpt_dir):
@@ -75,7 +80,8 @@ def torchrun_cmd(a, master_port):
                 "--node_rank", str(w), "--nproc_per_node", "1", "--master_addr",
                 "127.0.0.1", "--master_port", str(master_port), "--redirects", "1",
                 "--tee", "1", os.path.join(HERE, a.model + ".py"), "--seed",
-                str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt]
+                str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt,
+                "--pooling", a.pooling]
     return cmd
 
 
@@ -162,6 +168,11 @@ def parser():
                     help="workers.rates, e.g. 5G,5G,0.5G,0.5G (the links, shaped; the "
                          "default method fits the sizes to them)")
     ap.add_argument("--stream", help="dataset stream (default: generate a Criteo-shaped one)")
+    ap.add_argument("--bag", action="append", default=[], metavar="T=MEAN[:MAX]",
+                    help="the generated stream's table T (or all) multi-hot: bags of "
+                         "Poisson(MEAN) IDs, at most MAX (esd-data gen --bag); repeatable")
+    ap.add_argument("--pooling", choices=("sum", "mean"), default="sum",
+                    help="how a bag's rows are pooled")
     ap.add_argument("--samples", type=int, default=0,
                     help="samples to generate (default: enough for --iters)")
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
@@ -185,7 +196,8 @@ def main():
     stream = a.stream
     if not stream:
         stream = os.path.join(work, "stream.esd")
-        gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers + a.eval, 7)
+        gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers + a.eval, 7,
+                   a.bag)
     print("%s on %d workers x %d samples, %d iterations, embeddings %s lr %g; work %s"
           % (a.model, a.workers, a.batch, a.iters, a.opt, a.lr, work), flush=True)
     t0 = time.time()
@@ -195,7 +207,8 @@ def main():
     if a.eval:
         import evaluate
         try:
-            r = evaluate.evaluate(a.model, work, stream, samples=a.eval, bin_dir=a.bin)
+            r = evaluate.evaluate(a.model, work, stream, samples=a.eval, bin_dir=a.bin,
+                                  pooling=a.pooling)
             print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f"
                   % (r["samples"], r["first"], r["log_loss"], r["auc"]), flush=True)
         except ValueError as e:

@@ -102,6 +102,13 @@ struct esd_ds_info {
 	char source[ESD_DS_SOURCE_LEN]; /* free text: input file name, tool version */
 };
 
+/* Most keys one sample of the stream can carry: the sum over tables of
+ * max(1, max_bag[t]) (ntables for a stream without bags). What a cache or
+ * an exchange area sized for m samples must hold m times. */
+uint32_t esd_ds_keys_per_sample(const struct esd_ds_info *info);
+/* 1 when some table has bags (max_bag[t] > 1), else 0. */
+int esd_ds_has_bags(const struct esd_ds_info *info);
+
 /* ---- built-in shapes ------------------------------------------------------ */
 
 /*
@@ -216,6 +223,16 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
  */
 int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                          esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off);
+
+/*
+ * Exactly k samples from the cursor, starting over at sample 0 at the end
+ * of the stream (epochs), bags included, as esd_ds_read_bags gives them
+ * (bag_off[k * ntables + 1] relative to keys[0]); labels and dense may be
+ * NULL. What a training job reads per global batch. Returns 0, -ENODATA
+ * (a stream without samples), or the errors of esd_ds_read_bags.
+ */
+int esd_ds_read_wrap(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                     esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off);
 
 /* The cursor: index of the next sample esd_ds_read returns. */
 uint64_t esd_ds_tell(const struct esd_ds_reader *r);

@@ -10,9 +10,10 @@
  *     esd_trainer_attach("/run/esd/node0", &t);
  *     struct esd_microbatch mb;
  *     while (esd_trainer_next(t, -1, &mb) == 0) {
- *             for each sample i < mb.m, table j < mb.tables:
- *                     const float *row = esd_trainer_row(t, mb.slots[i * mb.tables + j]);
- *                     float *grad     = esd_trainer_grad(t, mb.slots[i * mb.tables + j]);
+ *             for each sample i < mb.m, table j < mb.tables, and each key
+ *             r in [mb.bag_off[i * mb.tables + j], mb.bag_off[i * mb.tables + j + 1]):
+ *                     const float *row = esd_trainer_row(t, mb.slots[r]);
+ *                     float *grad     = esd_trainer_grad(t, mb.slots[r]);
  *                     ... forward / backward, grad[d] += ... (zeroed by the daemon) ...
  *             ... dense gradients into mb.dgrad (zeroed by the daemon) ...
  *             esd_trainer_commit(t, &mb, loss);
@@ -33,6 +34,13 @@
  * may be 0). They read the same cached rows; each writes its gradients
  * into its own gradient slots (esd_trainer_grad), which the daemon sums in
  * index order once every share is committed.
+ *
+ * Bags (multi-hot features, docs/multihot.md): a sample carries a bag of
+ * 0..max_bag keys per table; mb.slots holds the micro-batch's keys bag by
+ * bag and mb.bag_off where each (sample, table) bag starts. Without bags
+ * every bag has one key: bag_off[j] = j, slots[i * tables + j] as before.
+ * A row twice in a bag is one slot read twice (one gradient slot: add
+ * both contributions).
  *
  * Threads: one thread uses a trainer handle at a time.
  */
@@ -67,6 +75,8 @@ struct esd_trainer_info {
 	const void *values_base;
 	void *grads_base;
 	size_t value_stride, grad_stride;
+	uint32_t max_keys;     /* most keys in one micro-batch (max_batch * tables without bags) */
+	uint32_t bags;         /* 1: the job's stream has bags */
 };
 
 /* One micro-batch. Arrays live in the exchange area shared with the
@@ -76,12 +86,14 @@ struct esd_microbatch {
 	uint32_t m;          /* samples */
 	uint32_t tables;     /* keys per sample */
 	uint64_t global_k;   /* global batch size: normalise the loss by it */
-	const uint32_t *slots; /* [m][tables] cache slot of each key */
-	const uint64_t *keys;  /* [m][tables] the keys (for debugging) */
+	const uint32_t *slots; /* [nkeys] cache slot of each key, bag by bag */
+	const uint64_t *keys;  /* [nkeys] the keys (for debugging) */
 	const float *labels;   /* [m] */
 	const float *dense;    /* [m][dense] dense features */
 	const float *params;   /* [dense_params] dense table values */
 	float *dgrad;          /* [dense_params] dense gradients, zeroed */
+	uint32_t nkeys;        /* keys of the micro-batch: bag_off[m * tables] */
+	const uint32_t *bag_off; /* [m * tables + 1] bag (i, j) starts at slots[bag_off[i*tables + j]] */
 };
 
 /* Attach to the daemon of node directory 'dir'. Returns 0 and *out (free

@@ -32,6 +32,13 @@ struct esd_attach_msg esd_attach_msg_make(enum esd_attach_op op)
 	return m;
 }
 
+size_t esd_attach_msg_size(uint16_t version)
+{
+	if (version == 2)
+		return offsetof(struct esd_attach_msg, nkeys);
+	return version == ESD_ATTACH_VERSION ? sizeof(struct esd_attach_msg) : 0;
+}
+
 static int sock_path(const char *dir, const char *name, struct sockaddr_un *sa)
 {
 	memset(sa, 0, sizeof(*sa));
@@ -165,10 +172,11 @@ int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, in
 		char buf[CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
-	struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof(*msg)};
+	const size_t len = esd_attach_msg_size(msg->version);
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 
-	if (nfds < 0 || nfds > 4)
+	if (nfds < 0 || nfds > 4 || !len)
 		return -EINVAL;
 	if (nfds) {
 		memset(&ctl, 0, sizeof(ctl));
@@ -182,7 +190,7 @@ int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, in
 	}
 	for (;;) {
 		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-		if (n == (ssize_t)sizeof(*msg))
+		if (n == (ssize_t)len)
 			return 0;
 		if (n >= 0)
 			return -EIO;
@@ -244,8 +252,10 @@ int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int
 	}
 	if (nfds)
 		*nfds = got;
-	if ((size_t)n != sizeof(*msg) || (mh.msg_flags & MSG_TRUNC) ||
-	    msg->magic != ESD_ATTACH_MAGIC || msg->version != ESD_ATTACH_VERSION) {
+	size_t len = (size_t)n >= offsetof(struct esd_attach_msg, op)
+			     ? esd_attach_msg_size(msg->version) : 0;
+	if (!len || (size_t)n != len || (mh.msg_flags & MSG_TRUNC) ||
+	    msg->magic != ESD_ATTACH_MAGIC) {
 		ESD_ERR("attach", "bad control message (%zd bytes, magic %#x, version %u)", n,
 			(unsigned)msg->magic, (unsigned)msg->version);
 		for (int i = 0; i < got; i++)
@@ -254,6 +264,7 @@ int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int
 			*nfds = 0;
 		return -EPROTO;
 	}
+	memset((char *)msg + len, 0, sizeof(*msg) - len);
 	msg->text[sizeof(msg->text) - 1] = '\0';
 	return 0;
 }

@@ -12,7 +12,8 @@
 #include <sys/types.h>
 
 #define ESD_ATTACH_MAGIC   0x45534441u /* "ESDA" */
-#define ESD_ATTACH_VERSION 2u
+#define ESD_ATTACH_VERSION     3u /* BATCH carries nkeys (bags, docs/multihot.md) */
+#define ESD_ATTACH_VERSION_MIN 2u /* still served on jobs without bags */
 #define ESD_ATTACH_SOCK    "esdd.sock"
 #define ESD_ATTACH_LOCK    "lock"
 
@@ -42,7 +43,13 @@ struct esd_attach_msg {
 	uint64_t global_k; /* BATCH: global batch size (loss normalisation) */
 	double loss;      /* COMMIT: summed loss of the micro-batch */
 	char text[80];    /* REFUSE: reason */
+	/* version 3 on: a version-2 message is the struct up to here */
+	uint32_t nkeys;   /* BATCH: keys (slots) in this micro-batch */
+	uint32_t pad;
 };
+
+/* Bytes of a message of the given version on the wire (0: not spoken). */
+size_t esd_attach_msg_size(uint16_t version);
 
 /* Create (mode 0700) or reuse the node directory and take its lock with
  * flock(LOCK_EX|LOCK_NB). Returns 0 and the lock fd (keep it open for the
@@ -64,17 +71,19 @@ int esd_attach_accept(int listen_fd, int *fd, uid_t *uid, pid_t *pid);
  * -errno; nothing logged. */
 int esd_attach_connect(const char *dir, int *fd);
 
-/* Send a message with up to 4 fds. Returns 0 or -errno (-EPIPE when the
- * peer is gone). */
+/* Send a message with up to 4 fds, in msg->version's size. Returns 0 or
+ * -errno (-EPIPE when the peer is gone). */
 int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, int nfds);
 
-/* Receive one message, waiting at most timeout_ms (-1: forever). Received
- * fds go to fds[0..*nfds) (close-on-exec); surplus fds are closed.
- * Returns 0, -ETIMEDOUT, -ECONNRESET (peer closed), -EPROTO (bad magic,
- * version or size; logged), or -errno. */
+/* Receive one message, waiting at most timeout_ms (-1: forever), of any
+ * version from ESD_ATTACH_VERSION_MIN on (a shorter one's later fields
+ * read 0; msg->version says which). Received fds go to fds[0..*nfds)
+ * (close-on-exec); surplus fds are closed. Returns 0, -ETIMEDOUT,
+ * -ECONNRESET (peer closed), -EPROTO (bad magic, version or size;
+ * logged), or -errno. */
 int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int timeout_ms);
 
-/* A message with magic and version filled in. */
+/* A message with magic and version (ESD_ATTACH_VERSION) filled in. */
 struct esd_attach_msg esd_attach_msg_make(enum esd_attach_op op);
 
 #endif

@@ -28,6 +28,7 @@ struct esd_trainer {
 	size_t grads_len;
 	struct esd_trainer_info info;
 	uint64_t cur_iter;
+	uint32_t *ident; /* a version-1 area: bag_off[j] = j */
 };
 
 static bool no_daemon_yet(int rc)
@@ -89,6 +90,8 @@ static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
 	in->dense = t->xchg->dense;
 	in->dense_params = t->xchg->dense_params;
 	in->max_batch = t->xchg->max_batch;
+	in->max_keys = t->xchg->max_keys;
+	in->bags = t->xchg->version == ESD_XCHG_VERSION_BAGS;
 	in->capacity = ci.rows;
 	in->values_base = esd_cache_vec(t->cache, 0);
 	in->index = w->index;
@@ -101,6 +104,30 @@ static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
 				  ? ci.dim * sizeof(float)
 				  : (size_t)((char *)esd_cache_grad(t->cache, 1) -
 					     (char *)esd_cache_grad(t->cache, 0));
+}
+
+/* The offsets of a version-1 area, where every bag has one key. */
+static int make_ident(struct esd_trainer *t)
+{
+	size_t n = (size_t)t->xchg->max_batch * t->xchg->tables + 1;
+	t->ident = malloc(n * sizeof(*t->ident));
+	if (!t->ident)
+		return -ENOMEM;
+	for (size_t j = 0; j < n; j++)
+		t->ident[j] = (uint32_t)j;
+	return 0;
+}
+
+/* The bag offsets of a version-2 micro-batch of m samples and nkeys keys
+ * go forward from 0 to nkeys (a corrupt area is refused, not indexed). */
+static bool bags_ok(const uint32_t *bo, size_t nbags, uint32_t nkeys)
+{
+	if (bo[0] != 0 || bo[nbags] != nkeys)
+		return false;
+	for (size_t j = 0; j < nbags; j++)
+		if (bo[j + 1] < bo[j])
+			return false;
+	return true;
 }
 
 int esd_trainer_attach(const char *dir, struct esd_trainer **out)
@@ -158,6 +185,8 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 	}
 	if (nfds == 3 && (rc = map_grads(t, fds[2])))
 		goto err_fds;
+	if (t->xchg->version == ESD_XCHG_VERSION && (rc = make_ident(t)))
+		goto err_fds;
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (m.index == 0) /* the region's gradient slots are trainer 0's */
@@ -187,9 +216,23 @@ int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatc
 		return rc;
 	if (m.op == ESD_AT_STOP)
 		return 1;
-	if (m.op != ESD_AT_BATCH || m.m > t->xchg->max_batch)
-		return -EPROTO;
 	struct esd_xchg_hdr *h = t->xchg;
+	const size_t nbags = (size_t)m.m * h->tables;
+	if (m.op != ESD_AT_BATCH || m.m > h->max_batch || m.nkeys > h->max_keys)
+		return -EPROTO;
+	if (h->version == ESD_XCHG_VERSION_BAGS) {
+		mb->bag_off = esd_xchg_at(h, h->off_bag_off);
+		if (!bags_ok(mb->bag_off, nbags, m.nkeys)) {
+			ESD_ERR("libesd", "iteration %llu: the bag offsets of %u samples do not "
+				"run from 0 to %u keys", (unsigned long long)m.iter, m.m, m.nkeys);
+			return -EPROTO;
+		}
+	} else {
+		if (m.nkeys != nbags)
+			return -EPROTO;
+		mb->bag_off = t->ident;
+	}
+	mb->nkeys = m.nkeys;
 	t->cur_iter = m.iter;
 	mb->iter = m.iter;
 	mb->m = m.m;
@@ -246,5 +289,6 @@ void esd_trainer_detach(struct esd_trainer *t)
 	esd_cache_close(t->cache);
 	if (t->fd >= 0)
 		close(t->fd);
+	free(t->ident);
 	free(t);
 }

@@ -10,18 +10,19 @@ static uint64_t align64(uint64_t x)
 	return (x + 63) & ~UINT64_C(63);
 }
 
-void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables, uint32_t dense,
-		     uint32_t dense_params)
+void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables,
+		     uint32_t max_keys, uint32_t dense, uint32_t dense_params)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = ESD_XCHG_MAGIC;
-	h->version = ESD_XCHG_VERSION;
+	h->version = max_keys ? ESD_XCHG_VERSION_BAGS : ESD_XCHG_VERSION;
 	h->hdr_size = sizeof(*h);
 	h->max_batch = max_batch;
 	h->tables = tables;
 	h->dense = dense;
 	h->dense_params = dense_params;
-	uint64_t off = sizeof(*h), mt = (uint64_t)max_batch * tables;
+	uint64_t off = sizeof(*h), mt = max_keys ? max_keys : (uint64_t)max_batch * tables;
+	h->max_keys = (uint32_t)mt;
 	h->off_slots = off;
 	off = align64(off + mt * 4);
 	h->off_keys = off;
@@ -34,6 +35,10 @@ void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables
 	off = align64(off + (uint64_t)dense_params * 4);
 	h->off_dgrad = off;
 	off = align64(off + (uint64_t)dense_params * 4);
+	if (max_keys) {
+		h->off_bag_off = off;
+		off = align64(off + ((uint64_t)max_batch * tables + 1) * 4);
+	}
 	h->total_size = (off + 4095) & ~UINT64_C(4095);
 }
 
@@ -48,14 +53,16 @@ int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen)
 		ESD_ERR("xchg", "exchange area: bad magic %#llx", (unsigned long long)h->magic);
 		return -ESD_EBADMAGIC;
 	}
-	if (h->version != ESD_XCHG_VERSION) {
-		ESD_ERR("xchg", "exchange area: version %u, this library speaks %u", h->version,
-			ESD_XCHG_VERSION);
+	if (h->version != ESD_XCHG_VERSION && h->version != ESD_XCHG_VERSION_BAGS) {
+		ESD_ERR("xchg", "exchange area: version %u, this library speaks %u and %u",
+			h->version, ESD_XCHG_VERSION, ESD_XCHG_VERSION_BAGS);
 		return -ESD_EBADVERSION;
 	}
-	esd_xchg_layout(&want, h->max_batch, h->tables, h->dense, h->dense_params);
+	uint32_t max_keys = h->version == ESD_XCHG_VERSION_BAGS ? h->max_keys : 0;
+	esd_xchg_layout(&want, h->max_batch, h->tables, max_keys, h->dense, h->dense_params);
 	if (h->hdr_size != want.hdr_size || h->total_size != want.total_size ||
-	    h->off_dgrad != want.off_dgrad || h->total_size > maplen) {
+	    h->off_dgrad != want.off_dgrad || h->off_bag_off != want.off_bag_off ||
+	    h->total_size > maplen) {
 		ESD_ERR("xchg", "exchange area: sizes inconsistent (total %llu, mapped %zu)",
 			(unsigned long long)h->total_size, maplen);
 		return -EINVAL;

@@ -8,12 +8,20 @@
  * cache region and are addressed by slot.
  *
  *   header (this struct, 256 bytes)
- *   slots   u32 [max_batch][tables]   cache slot of each key    (daemon)
- *   keys    u64 [max_batch][tables]   the keys                  (daemon)
+ *   slots   u32 [max_keys]            cache slot of each key    (daemon)
+ *   keys    u64 [max_keys]            the keys                  (daemon)
  *   labels  f32 [max_batch]                                     (daemon)
  *   dense   f32 [max_batch][dense]    dense features            (daemon)
  *   params  f32 [dense_params]        dense table values        (daemon)
  *   dgrad   f32 [dense_params]        dense table gradients     (trainer)
+ *   bag_off u32 [max_batch*tables+1]  bag starts in slots       (daemon; version 2)
+ *
+ * Version 1 (a job without bags): max_keys = max_batch * tables, one key
+ * per (sample, table), slots[i * tables + t]; no bag_off. Version 2 (a
+ * stream with bags, docs/multihot.md): the keys of a micro-batch bag by
+ * bag, bag (i, t) is slots[bag_off[i*T + t] .. bag_off[i*T + t + 1]).
+ * A version-1 area is laid out exactly as before bags existed, so
+ * trainers of attach protocol 2 read it unchanged.
  *
  * Ordering: the daemon writes the arrays, then sends BATCH on the control
  * socket; the trainer writes gradients (rows' gradient slots, dgrad), then
@@ -29,7 +37,8 @@
 #include <stdint.h>
 
 #define ESD_XCHG_MAGIC   UINT64_C(0x4748435844534531) /* "1ESDXCHG" */
-#define ESD_XCHG_VERSION 1u
+#define ESD_XCHG_VERSION      1u /* one key per feature */
+#define ESD_XCHG_VERSION_BAGS 2u /* bags: bag_off */
 
 struct esd_xchg_hdr {
 	uint64_t magic;
@@ -38,11 +47,13 @@ struct esd_xchg_hdr {
 	uint64_t total_size;
 	uint32_t max_batch, tables, dense, dense_params;
 	uint64_t off_slots, off_keys, off_labels, off_dense, off_params, off_dgrad;
-	uint8_t pad0[40];
+	uint64_t off_bag_off; /* version 2; 0 in version 1 */
+	uint32_t max_keys;    /* entries of slots and keys */
+	uint8_t pad0[28];
 	/* cache line 2: written by the daemon */
 	_Atomic uint64_t batch_iter; /* iteration of the published micro-batch */
 	uint32_t m;                  /* samples in it */
-	uint32_t pad1;
+	uint32_t nkeys;              /* their keys (bag_off[m * tables]) */
 	uint64_t global_k;
 	uint8_t pad2[40];
 	/* cache line 3: written by the trainer */
@@ -52,11 +63,14 @@ struct esd_xchg_hdr {
 };
 _Static_assert(sizeof(struct esd_xchg_hdr) == 256, "exchange header is 256 bytes");
 
-/* Compute the layout for the given sizes into h (magic, offsets, total). */
-void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables, uint32_t dense,
-		     uint32_t dense_params);
-/* Check a mapped header against the mapping length. Returns 0 or
- * -ESD_EBADMAGIC / -ESD_EBADVERSION / -EINVAL (sizes), logged. */
+/* Compute the layout for the given sizes into h (magic, offsets, total):
+ * max_keys 0 is a version-1 area (max_batch * tables keys), else a
+ * version-2 area of max_keys keys with bag offsets. */
+void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables,
+		     uint32_t max_keys, uint32_t dense, uint32_t dense_params);
+/* Check a mapped header (version 1 or 2) against the mapping length.
+ * Returns 0 or -ESD_EBADMAGIC / -ESD_EBADVERSION / -EINVAL (sizes),
+ * logged. */
 int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen);
 
 static inline void *esd_xchg_at(const struct esd_xchg_hdr *h, uint64_t off)

@@ -49,8 +49,9 @@ struct disp_input {
 	struct esd_ds_reader *rd;
 	uint64_t k;
 	float *labels[2], *dense[2];
-	esd_key_t *keys[2];
-	uint32_t *off;
+	esd_key_t *keys[2];   /* [k * width]: the batch's keys, bag by bag */
+	uint32_t *bag_off[2]; /* [k * tables + 1]: bag (i, t) starts at keys[bag_off[i*T + t]] */
+	uint32_t *off[2];     /* [k + 1]: sample i's first key (bag_off[i * T]) */
 	uint32_t *assign;
 	uint32_t *nworkers; /* per unique key: trainers count */
 };
@@ -234,26 +235,55 @@ static int grow(void **p, size_t *cap, size_t want, size_t elem)
 }
 
 /* Read global batch into slot b (wrapping around at the end of the
- * stream: epochs). */
+ * stream: epochs): its keys bag by bag with their offsets. */
 static int read_batch(struct disp *ds, int b)
 {
-	uint64_t got = 0;
-	while (got < ds->in.k) {
-		int64_t r = esd_ds_read(ds->in.rd, ds->in.k - got, ds->in.labels[b] + got,
-					ds->in.dense[b] + got * ds->nd->dense,
-					ds->in.keys[b] + got * ds->nd->tables);
-		if (r < 0) {
-			ESD_ERR("dispatch", "reading the stream: %s", esd_ds_last_error());
-			return (int)r;
-		}
-		if (r == 0) {
-			if (esd_ds_tell(ds->in.rd) == 0)
-				return -ENODATA;
-			esd_ds_rewind(ds->in.rd);
-			continue;
-		}
-		got += (uint64_t)r;
+	struct disp_input *in = &ds->in;
+	const uint32_t T = ds->nd->tables;
+	int rc = esd_ds_read_wrap(in->rd, in->k, in->labels[b], ds->nd->dense ? in->dense[b] : NULL,
+				  in->keys[b], in->k * ds->nd->width, in->bag_off[b]);
+	if (rc) {
+		ESD_ERR("dispatch", "reading the stream: %s", esd_ds_last_error());
+		return rc;
 	}
+	for (uint64_t i = 0; i <= in->k; i++)
+		in->off[b][i] = in->bag_off[b][i * T];
+	return 0;
+}
+
+/* Our samples of batch b in global order into o: labels, dense features,
+ * keys and their bag offsets. */
+static int copy_samples(struct disp *ds, struct order *o, int b)
+{
+	const struct disp_input *in = &ds->in;
+	const uint32_t w = ds->nd->rank, T = ds->nd->tables, D = ds->nd->dense;
+	uint32_t m = 0;
+	size_t nk = 0;
+	for (uint64_t i = 0; i < in->k; i++)
+		if (in->assign[i] == w) {
+			m++;
+			nk += in->off[b][i + 1] - in->off[b][i];
+		}
+	o->labels = realloc(o->labels, (m + 1) * sizeof(float));
+	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
+	if (!o->labels || !o->dense ||
+	    grow((void **)&o->keys, &o->cap_keys, nk + 1, sizeof(esd_key_t)) ||
+	    grow((void **)&o->bag_off, &o->cap_bags, (size_t)m * T + 1, sizeof(uint32_t)))
+		return -ENOMEM;
+	o->m = o->nkeys = 0;
+	for (uint64_t i = 0; i < in->k; i++) {
+		if (in->assign[i] != w)
+			continue;
+		const uint32_t *bo = in->bag_off[b] + i * T;
+		o->labels[o->m] = in->labels[b][i];
+		memcpy(o->dense + (size_t)o->m * D, in->dense[b] + i * D, D * sizeof(float));
+		for (uint32_t t = 0; t < T; t++)
+			o->bag_off[(size_t)o->m * T + t] = o->nkeys + (bo[t] - bo[0]);
+		memcpy(o->keys + o->nkeys, in->keys[b] + bo[0], (bo[T] - bo[0]) * sizeof(esd_key_t));
+		o->nkeys += bo[T] - bo[0];
+		o->m++;
+	}
+	o->bag_off[(size_t)o->m * T] = o->nkeys;
 	return 0;
 }
 
@@ -277,19 +307,11 @@ static int cmp_key(const void *a, const void *b)
 static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 {
 	struct node *nd = ds->nd;
-	uint32_t w = nd->rank, T = nd->tables, D = nd->dense;
+	uint32_t w = nd->rank;
 	struct esd_keytab *kt = esd_dispatcher_keytab(ds->eng.d);
 	uint32_t nu = esd_keytab_count(kt);
 	const esd_key_t *ukeys = esd_keytab_keys(kt);
-	uint32_t m = 0;
 
-	for (uint64_t i = 0; i < ds->in.k; i++)
-		m += ds->in.assign[i] == w;
-	o->labels = realloc(o->labels, (m + 1) * sizeof(float));
-	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
-	o->keys = realloc(o->keys, ((size_t)m * T + 1) * sizeof(esd_key_t));
-	if (!o->labels || !o->dense || !o->keys)
-		return -ENOMEM;
 	/* per unique key: the workers that need it (S(x), replicated rows
 	 * included), how many, and whether we do */
 	const uint64_t *wmask = esd_keytab_need_masks(kt);
@@ -323,16 +345,9 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 		int64_t u = esd_keytab_find(kt, o->need[i]);
 		o->alone[i] = nd->job.sync == ESD_SYNC_ON_DEMAND && ds->in.nworkers[u] == 1;
 	}
-	/* our samples in global order */
-	o->m = 0;
-	for (uint64_t i = 0; i < ds->in.k; i++) {
-		if (ds->in.assign[i] != w)
-			continue;
-		o->labels[o->m] = ds->in.labels[b][i];
-		memcpy(o->dense + (size_t)o->m * D, ds->in.dense[b] + i * D, D * sizeof(float));
-		memcpy(o->keys + (size_t)o->m * T, ds->in.keys[b] + i * T, T * sizeof(esd_key_t));
-		o->m++;
-	}
+	int rc = copy_samples(ds, o, b);
+	if (rc)
+		return rc;
 	/* the consequence for us: step-1 pushes, predicted pulls and evictions */
 	struct {
 		esd_key_t **dst;
@@ -410,11 +425,11 @@ static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, 
 	uint64_t maxb = 0;
 	for (uint32_t w = 0; w < j->n; w++)
 		maxb = j->batch[w] > maxb ? j->batch[w] : maxb;
-	if (maxb * nd->tables + nd->nrep > j->cache_rows || maxb > ds->sz.max_batch) {
+	if (maxb * nd->width + nd->nrep > j->cache_rows || maxb > ds->sz.max_batch) {
 		ESD_ERR("dispatch", "iteration %llu: %s gives a worker %llu samples: its %llu keys "
 			"and %u hot rows exceed the cache's %llu rows, or the exchange area's %u "
 			"samples", (unsigned long long)iter, what, (unsigned long long)maxb,
-			(unsigned long long)(maxb * nd->tables), nd->nrep,
+			(unsigned long long)(maxb * nd->width), nd->nrep,
 			(unsigned long long)j->cache_rows, ds->sz.max_batch);
 		return -ENOSPC;
 	}
@@ -593,7 +608,7 @@ static void *disp_main(void *arg)
 		if (lookahead) {
 			/* hints from the next batch, on every snapshot and (in the
 			 * order) on the real cache at the same point */
-			uint32_t na = (uint32_t)(ds->in.k * nd->tables);
+			uint32_t na = ds->in.off[cur ^ 1][ds->in.k];
 			for (uint32_t j = 0; j < nd->job.n && !rc; j++)
 				rc = esd_cmeta_lookahead(esd_snapset_cmeta(ds->eng.ss, j),
 							 ds->in.keys[cur ^ 1], na, iter + 1);
@@ -604,7 +619,7 @@ static void *disp_main(void *arg)
 			memcpy(o->ahead, ds->in.keys[cur ^ 1], na * sizeof(esd_key_t));
 			o->nahead = na;
 		}
-		struct esd_batch b = {.k = (uint32_t)ds->in.k, .off = ds->in.off, .keys = ds->in.keys[cur]};
+		struct esd_batch b = {.k = (uint32_t)ds->in.k, .off = ds->in.off[cur], .keys = ds->in.keys[cur]};
 		rc = esd_dispatcher_step(ds->eng.d, &b, ds->in.assign, ds->eng.cq);
 		if (rc) {
 			ESD_ERR("dispatch", "iteration %llu: dispatch step failed: %s",
@@ -652,8 +667,9 @@ static void disp_free(struct disp *ds)
 		free(ds->in.labels[b]);
 		free(ds->in.dense[b]);
 		free(ds->in.keys[b]);
+		free(ds->in.bag_off[b]);
+		free(ds->in.off[b]);
 	}
-	free(ds->in.off);
 	free(ds->in.assign);
 	free(ds->in.nworkers);
 	for (int q = 0; q < SAVED_GENS; q++)
@@ -721,16 +737,16 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 	for (int b = 0; b < 2; b++) {
 		ds->in.labels[b] = calloc(ds->in.k, sizeof(float));
 		ds->in.dense[b] = calloc(ds->in.k * nd->dense + 1, sizeof(float));
-		ds->in.keys[b] = calloc(ds->in.k * nd->tables, sizeof(esd_key_t));
-		if (!ds->in.labels[b] || !ds->in.dense[b] || !ds->in.keys[b])
+		ds->in.keys[b] = calloc(ds->in.k * nd->width, sizeof(esd_key_t));
+		ds->in.bag_off[b] = calloc(ds->in.k * nd->tables + 1, sizeof(uint32_t));
+		ds->in.off[b] = calloc(ds->in.k + 1, sizeof(uint32_t));
+		if (!ds->in.labels[b] || !ds->in.dense[b] || !ds->in.keys[b] ||
+		    !ds->in.bag_off[b] || !ds->in.off[b])
 			goto err_nomem;
 	}
-	ds->in.off = calloc(ds->in.k + 1, sizeof(uint32_t));
 	ds->in.assign = calloc(ds->in.k, sizeof(uint32_t));
-	if (!ds->in.off || !ds->in.assign)
+	if (!ds->in.assign)
 		goto err_nomem;
-	for (uint64_t i = 0; i <= ds->in.k; i++)
-		ds->in.off[i] = (uint32_t)(i * nd->tables);
 	for (uint32_t w = 0; w < j->n; w++) {
 		ds->sz.cap[w] = (uint32_t)j->cache_rows;
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
@@ -901,6 +917,7 @@ void node_dispatcher_stop(struct node *nd)
 		free(o->labels);
 		free(o->dense);
 		free(o->keys);
+		free(o->bag_off);
 		free(o->need);
 		free(o->alone);
 		free(o->others);

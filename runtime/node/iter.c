@@ -615,7 +615,7 @@ static int pull_rows_and_dense(struct exec *x, const struct order *o)
 static int train(struct exec *x, const struct order *o, double *loss)
 {
 	struct node *nd = x->nd;
-	size_t nslots = (size_t)o->m * nd->tables;
+	size_t nslots = o->nkeys;
 
 	if (nslots > x->cap_samples) {
 		x->cap_samples = nslots;

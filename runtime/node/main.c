@@ -198,6 +198,8 @@ static int size_from_stream(struct node *nd)
 		return 1;
 	}
 	nd->tables = di->ntables;
+	nd->width = esd_ds_keys_per_sample(di);
+	nd->bags = esd_ds_has_bags(di);
 	nd->dense = di->ndense;
 	uint64_t total_rows = 0;
 	for (uint32_t t = 0; t < di->ntables; t++)
@@ -213,18 +215,19 @@ static int size_from_stream(struct node *nd)
 	if (!nd->job.cache_rows)
 		nd->job.cache_rows = (uint64_t)(nd->job.cache_ratio * (double)total_rows);
 	uint64_t maxb = max_micro_batch(nd);
-	if (nd->job.cache_rows < maxb * nd->tables) {
-		ESD_WARN("node", "cache of %llu rows is below one micro-batch's %llu keys; "
+	if (nd->job.cache_rows < maxb * nd->width) {
+		ESD_WARN("node", "cache of %llu rows is below one micro-batch's %llu keys%s; "
 			 "raised to that", (unsigned long long)nd->job.cache_rows,
-			 (unsigned long long)(maxb * nd->tables));
-		nd->job.cache_rows = maxb * nd->tables;
+			 (unsigned long long)(maxb * nd->width),
+			 nd->bags ? " (every bag at its max_bag)" : "");
+		nd->job.cache_rows = maxb * nd->width;
 	}
 	if (nd->job.policy == ESD_POLICY_LOOKAHEAD &&
-	    nd->job.global_batch * nd->tables > nd->job.cache_rows) {
+	    nd->job.global_batch * nd->width > nd->job.cache_rows) {
 		ESD_ERR("node", "cache.policy = lookahead: a cache of %llu rows cannot hold the "
 			"hints of a global batch (%llu keys); use a larger cache.rows/cache.ratio "
 			"or another policy", (unsigned long long)nd->job.cache_rows,
-			(unsigned long long)(nd->job.global_batch * nd->tables));
+			(unsigned long long)(nd->job.global_batch * nd->width));
 		return 1;
 	}
 	return 0;
@@ -242,11 +245,11 @@ static int load_replicated(struct node *nd)
 		return 1;
 	}
 	nd->nrep = (uint32_t)nrep;
-	if (nrep + maxb * nd->tables > nd->job.cache_rows) {
+	if (nrep + maxb * nd->width > nd->job.cache_rows) {
 		ESD_ERR("node", "dispatch.replicate: %llu hot rows plus one micro-batch's "
 			"%llu keys exceed the cache's %llu rows (fewer hot rows, or a "
 			"larger cache.rows/cache.ratio)", (unsigned long long)nrep,
-			(unsigned long long)(maxb * nd->tables),
+			(unsigned long long)(maxb * nd->width),
 			(unsigned long long)nd->job.cache_rows);
 		return 1;
 	}
@@ -298,7 +301,7 @@ static int check_memory(struct node *nd, const struct esd_cache_config *co)
 static int make_cache(struct node *nd, const char *tag)
 {
 	/* live re-splits stay within the cache (esd_job_resplit) */
-	nd->job.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->tables);
+	nd->job.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->width);
 	struct esd_model_shape sh = {.tables = nd->tables, .dim = nd->job.dim, .dense = nd->dense,
 				     .hidden = nd->job.hidden};
 	struct esd_model *mdl;

@@ -40,7 +40,9 @@ struct order {
 	uint32_t m;          /* samples of this worker */
 	float *labels;       /* [m] */
 	float *dense;        /* [m][dense] */
-	esd_key_t *keys;     /* [m][tables] */
+	esd_key_t *keys;     /* [nkeys]: sample by sample, table by table, bag by bag */
+	uint32_t *bag_off;   /* [m * tables + 1]: bag (i, t) is keys[bag_off[i*T + t] ..) */
+	uint32_t nkeys;      /* bag_off[m * tables]; m * tables without bags */
 	esd_key_t *need;     /* sorted unique keys this worker trains */
 	uint8_t *alone;      /* [nneed] 1: only this worker trains it */
 	uint32_t nneed;
@@ -67,7 +69,7 @@ struct order {
 			      * rate_bps from this iteration on */
 	uint64_t rate_bps;
 	int64_t decide_ns;
-	size_t cap_m, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
+	size_t cap_keys, cap_bags, cap_need, cap_others, cap_upd, cap_pull, cap_evict, cap_ahead;
 };
 
 #define ORDER_RING 3
@@ -217,6 +219,8 @@ struct node_trainer_slot {
 	float *grads;
 	size_t grads_len;
 	uint32_t first, m; /* its samples of the micro-batch */
+	uint32_t kfirst, nk; /* and their keys: bag_off[first * T] and how many */
+	uint16_t version;    /* the attach protocol version it speaks */
 	bool published, committed;
 	double loss;
 	uint64_t commits, deaths;
@@ -263,6 +267,8 @@ struct node {
 	const char *control_path;
 	const char *summary_path;
 	uint32_t tables, dense, dense_params; /* from the data stream */
+	uint32_t width;                       /* most keys one sample carries (bags) */
+	bool bags;                            /* some table has bags (docs/multihot.md) */
 	struct esd_cache *cache;              /* the cache region */
 	struct esd_cmeta *cm;
 

@@ -45,7 +45,10 @@ static int make_slot(struct node *nd, uint32_t i)
 {
 	struct node_trainer_slot *ts = &nd->tr.t[i];
 	struct esd_xchg_hdr h;
-	esd_xchg_layout(&h, node_max_batch(nd), nd->tables, nd->dense, nd->dense_params);
+	uint32_t mb = node_max_batch(nd);
+	uint64_t mk = (uint64_t)mb * nd->width;
+	esd_xchg_layout(&h, mb, nd->tables, !nd->bags ? 0 : mk > UINT32_MAX ? UINT32_MAX : (uint32_t)mk,
+			nd->dense, nd->dense_params);
 	void *m;
 	int rc = make_area("esd-xchg", h.total_size, &ts->xchg_fd, &m);
 	if (rc)
@@ -110,9 +113,17 @@ void node_trainer_fini(struct node *nd)
 		close(nd->tr.lock_fd);
 }
 
-static void refuse(int fd, const char *why)
+/* A message to a peer that speaks the given protocol version. */
+static struct esd_attach_msg msg_for(uint16_t version, enum esd_attach_op op)
 {
-	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_REFUSE);
+	struct esd_attach_msg m = esd_attach_msg_make(op);
+	m.version = version;
+	return m;
+}
+
+static void refuse(int fd, uint16_t version, const char *why)
+{
+	struct esd_attach_msg m = msg_for(version, ESD_AT_REFUSE);
 	snprintf(m.text, sizeof(m.text), "%s", why);
 	esd_attach_send(fd, &m, NULL, 0);
 	close(fd);
@@ -129,10 +140,10 @@ static int free_slot(const struct node *nd)
 
 /* Welcome a checked trainer into slot i: the region, its exchange area
  * and (i > 0) its gradient slots. */
-static void welcome(struct node *nd, int fd, pid_t pid, int i)
+static void welcome(struct node *nd, int fd, pid_t pid, uint16_t version, int i)
 {
 	struct node_trainer_slot *ts = &nd->tr.t[i];
-	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_WELCOME);
+	struct esd_attach_msg m = msg_for(version, ESD_AT_WELCOME);
 	m.rank = nd->rank;
 	m.workers = nd->job.n;
 	m.index = (uint32_t)i;
@@ -145,6 +156,7 @@ static void welcome(struct node *nd, int fd, pid_t pid, int i)
 	pthread_mutex_lock(&nd->qmu);
 	ts->fd = fd;
 	ts->pid = (int)pid;
+	ts->version = version;
 	nd->tr.attached++;
 	nd->tr.ever_attached = true;
 	pthread_mutex_unlock(&nd->qmu);
@@ -173,7 +185,18 @@ static void accept_pending(struct node *nd)
 		if (uid != geteuid()) {
 			ESD_WARN("node", "refused a trainer of uid %u (pid %d): this daemon runs as "
 				 "uid %u", (unsigned)uid, (int)pid, (unsigned)geteuid());
-			refuse(fd, "attach refused: different user");
+			refuse(fd, m.version, "attach refused: different user");
+			continue;
+		}
+		if (m.version < 3 && nd->bags) {
+			ESD_WARN("node", "refused a trainer of attach protocol %u (pid %d): "
+				 "data.stream %s has bags, which need protocol 3", m.version,
+				 (int)pid, nd->job.stream);
+			char why[80];
+			const char *base = strrchr(nd->job.stream, '/');
+			snprintf(why, sizeof(why), "%.40s has bags: needs a libesd of protocol 3",
+				 base ? base + 1 : nd->job.stream);
+			refuse(fd, m.version, why);
 			continue;
 		}
 		int i = free_slot(nd);
@@ -181,10 +204,10 @@ static void accept_pending(struct node *nd)
 			char why[80];
 			snprintf(why, sizeof(why), "attach refused: the node's %u trainer(s) are "
 				 "attached", nd->tr.count);
-			refuse(fd, why);
+			refuse(fd, m.version, why);
 			continue;
 		}
-		welcome(nd, fd, pid, i);
+		welcome(nd, fd, pid, m.version, i);
 	}
 }
 
@@ -198,8 +221,8 @@ static float *share_grad(struct node *nd, uint32_t i, uint32_t s)
 static void zero_share(struct node *nd, uint32_t i, const uint32_t *slots)
 {
 	const struct node_trainer_slot *ts = &nd->tr.t[i];
-	const uint32_t *s = slots + (size_t)ts->first * nd->tables;
-	for (size_t k = 0; k < (size_t)ts->m * nd->tables; k++)
+	const uint32_t *s = slots + ts->kfirst;
+	for (size_t k = 0; k < ts->nk; k++)
 		memset(share_grad(nd, i, s[k]), 0, nd->job.dim * sizeof(float));
 }
 
@@ -208,9 +231,14 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 {
 	struct node_trainer_slot *ts = &nd->tr.t[i];
 	struct esd_xchg_hdr *h = ts->xchg;
-	size_t T = nd->tables, D = nd->dense, n = (size_t)ts->m * T, f = ts->first;
-	memcpy(esd_xchg_at(h, h->off_slots), slots + f * T, n * sizeof(uint32_t));
-	memcpy(esd_xchg_at(h, h->off_keys), o->keys + f * T, n * sizeof(esd_key_t));
+	size_t T = nd->tables, D = nd->dense, f = ts->first;
+	memcpy(esd_xchg_at(h, h->off_slots), slots + ts->kfirst, ts->nk * sizeof(uint32_t));
+	memcpy(esd_xchg_at(h, h->off_keys), o->keys + ts->kfirst, ts->nk * sizeof(esd_key_t));
+	if (h->off_bag_off) {
+		uint32_t *bo = esd_xchg_at(h, h->off_bag_off);
+		for (size_t j = 0; j <= ts->m * T; j++)
+			bo[j] = o->bag_off[f * T + j] - ts->kfirst;
+	}
 	memcpy(esd_xchg_at(h, h->off_labels), o->labels + f, ts->m * sizeof(float));
 	memcpy(esd_xchg_at(h, h->off_dense), o->dense + f * D, ts->m * D * sizeof(float));
 	if (i > 0)
@@ -218,11 +246,13 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 		       (size_t)nd->dense_params * sizeof(float));
 	memset(esd_xchg_at(h, h->off_dgrad), 0, (size_t)nd->dense_params * sizeof(float));
 	h->m = ts->m;
+	h->nkeys = ts->nk;
 	h->global_k = nd->job.global_batch;
 	atomic_store_explicit(&h->batch_iter, o->iter, memory_order_release);
-	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_BATCH);
+	struct esd_attach_msg m = msg_for(ts->version, ESD_AT_BATCH);
 	m.iter = o->iter;
 	m.m = ts->m;
+	m.nkeys = ts->nk;
 	m.global_k = nd->job.global_batch;
 	return esd_attach_send(ts->fd, &m, NULL, 0);
 }
@@ -261,14 +291,14 @@ static double sum_shares(struct node *nd, const uint32_t *slots)
 	double loss = tr->t[0].loss;
 	for (uint32_t i = 1; i < tr->count; i++) {
 		struct node_trainer_slot *ts = &tr->t[i];
-		const uint32_t *s = slots + (size_t)ts->first * nd->tables;
+		const uint32_t *s = slots + ts->kfirst;
 		if (++tr->mark_gen == 0) { /* wrapped: no stale mark may match */
 			struct esd_cache_info ci;
 			esd_cache_get_info(nd->cache, &ci);
 			memset(tr->mark, 0, ci.rows * sizeof(uint32_t));
 			tr->mark_gen = 1;
 		}
-		for (size_t k = 0; k < (size_t)ts->m * nd->tables; k++) {
+		for (size_t k = 0; k < ts->nk; k++) {
 			if (tr->mark[s[k]] == tr->mark_gen)
 				continue;
 			tr->mark[s[k]] = tr->mark_gen;
@@ -295,6 +325,8 @@ static void make_shares(struct node *nd, const struct order *o, const uint32_t *
 		struct node_trainer_slot *ts = &nd->tr.t[i];
 		ts->first = (uint32_t)((uint64_t)o->m * i / T);
 		ts->m = (uint32_t)((uint64_t)o->m * (i + 1) / T) - ts->first;
+		ts->kfirst = o->bag_off[(size_t)ts->first * nd->tables];
+		ts->nk = o->bag_off[((size_t)ts->first + ts->m) * nd->tables] - ts->kfirst;
 		ts->published = ts->committed = false;
 		ts->loss = 0;
 		if (i > 0)
@@ -442,8 +474,9 @@ void node_trainer_dismiss(struct node *nd, int64_t timeout_ns)
 
 void node_trainer_stop(struct node *nd)
 {
-	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_STOP);
-	for (uint32_t i = 0; i < nd->tr.count; i++)
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		struct esd_attach_msg m = msg_for(nd->tr.t[i].version, ESD_AT_STOP);
 		if (nd->tr.t[i].fd >= 0)
 			esd_attach_send(nd->tr.t[i].fd, &m, NULL, 0);
+	}
 }

@@ -208,7 +208,7 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 			*err = "cache.policy: unknown policy (lru, lfu, emark, lookahead)";
 			return -EINVAL;
 		}
-		uint64_t hints = ps->job.global_batch * (uint64_t)ps->tables;
+		uint64_t hints = ps->job.global_batch * (uint64_t)ps->width;
 		if (p == ESD_POLICY_LOOKAHEAD && hints > ps->cache_rows) {
 			snprintf(msg, sizeof(msg), "cache.policy lookahead: a cache of %llu rows "
 				 "cannot hold the hints of a global batch (%llu keys)",
@@ -438,10 +438,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 /* The model shape from the dataset stream (none without one), and its
  * digest bound into the job token. 0 or 1. */
-static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *dense,
+static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *width, uint32_t *dense,
 			uint64_t *total_rows)
 {
-	*tables = *dense = 0;
+	*tables = *width = *dense = 0;
 	*total_rows = 0;
 	if (!job->stream[0])
 		return 0;
@@ -456,6 +456,7 @@ static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *dense,
 		return 1;
 	}
 	*tables = esd_ds_reader_info(dr)->ntables;
+	*width = esd_ds_keys_per_sample(esd_ds_reader_info(dr));
 	*dense = esd_ds_reader_info(dr)->ndense;
 	for (uint32_t t = 0; t < *tables; t++)
 		*total_rows += esd_ds_reader_info(dr)->rows[t];
@@ -472,7 +473,7 @@ static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *dense,
 /* The nodes' cache size and hot rows, resolved as esdd does: a live
  * workers.rates change must keep a micro-batch and the hot rows within
  * every cache (ps_rates_value), and lookahead needs the size. 0 or 1. */
-static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows)
+static int node_cache_limits(struct ps *ps, uint64_t total_rows)
 {
 	const struct esd_job *job = &ps->job;
 	ps->cache_rows = job->cache_rows ? job->cache_rows
@@ -480,8 +481,8 @@ static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows
 	uint64_t maxb = 0;
 	for (uint32_t w = 0; w < job->n; w++)
 		maxb = job->batch[w] > maxb ? job->batch[w] : maxb;
-	if (ps->cache_rows < maxb * tables)
-		ps->cache_rows = maxb * tables;
+	if (ps->cache_rows < maxb * ps->width)
+		ps->cache_rows = maxb * ps->width;
 	if (job->replicate[0]) {
 		esd_key_t *hot = NULL;
 		uint64_t nhot = 0;
@@ -492,7 +493,7 @@ static int node_cache_limits(struct ps *ps, uint32_t tables, uint64_t total_rows
 		free(hot);
 		ps->hot_rows = nhot;
 	}
-	ps->job.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, tables);
+	ps->job.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, ps->width);
 	esd_size_fitter_init(&ps->fit.fitter, ps->job.n, (uint32_t)ps->job.global_batch,
 			     ps->job.max_batch, ps->job.refit_threshold);
 	return 0;
@@ -619,7 +620,7 @@ static int serve_job(struct ps *ps, struct args *a)
 	struct esd_listener *lis;
 	struct esd_key key;
 	struct esd_ctl_server *ctl = NULL;
-	uint32_t tables, dense;
+	uint32_t tables, width, dense;
 	uint64_t total_rows;
 	char tag[32];
 	int rc;
@@ -638,15 +639,16 @@ static int serve_job(struct ps *ps, struct args *a)
 		return 2;
 	if (!a->listen_addr)
 		a->listen_addr = job.addrs[a->shard][0] ? job.addrs[a->shard] : "127.0.0.1:0";
-	if (stream_shape(&job, &tables, &dense, &total_rows))
+	if (stream_shape(&job, &tables, &width, &dense, &total_rows))
 		return 1;
 	rc = ps_init(ps, &job, (uint32_t)a->shard, tables, dense);
 	if (rc) {
 		ESD_ERR("ps", "cannot initialise the shard: %s", esd_strerror(rc));
 		return 1;
 	}
+	ps->width = width;
 	rc = 1;
-	if (node_cache_limits(ps, tables, total_rows) || prepare_restore(ps, &job, a))
+	if (node_cache_limits(ps, total_rows) || prepare_restore(ps, &job, a))
 		goto fini;
 	signal(SIGPIPE, SIG_IGN);
 	if (esd_signal_thread_start(on_signal, ps))

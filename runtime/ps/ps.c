@@ -438,10 +438,10 @@ int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size
 	uint64_t maxb = 0;
 	for (uint32_t w = 0; w < j.n; w++)
 		maxb = j.batch[w] > maxb ? j.batch[w] : maxb;
-	if (rc || maxb * ps->tables + ps->hot_rows > ps->cache_rows) {
+	if (rc || maxb * ps->width + ps->hot_rows > ps->cache_rows) {
 		snprintf(msg, mlen, "workers.rates: the link-aware sizes give a worker %llu "
 			 "samples, %llu keys (and %llu hot rows), above the caches' %llu rows",
-			 (unsigned long long)maxb, (unsigned long long)(maxb * ps->tables),
+			 (unsigned long long)maxb, (unsigned long long)(maxb * ps->width),
 			 (unsigned long long)ps->hot_rows, (unsigned long long)ps->cache_rows);
 		return -EINVAL;
 	}

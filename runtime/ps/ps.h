@@ -147,6 +147,7 @@ struct ps {
 	struct esd_job job;
 	uint32_t shard;
 	uint32_t tables, dense;      /* model shape (from the stream) */
+	uint32_t width;              /* most keys one sample carries (bags: esd_ds_keys_per_sample) */
 	uint64_t job_token;
 	uint64_t barrier_timeout_ns;
 	struct ps_store *st;

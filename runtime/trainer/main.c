@@ -176,7 +176,7 @@ int main(int argc, char **argv)
 			esd_trainer_detach(t);
 			return 1;
 		}
-		size_t mt = (size_t)in.max_batch * in.tables;
+		size_t mt = in.max_keys;
 		rows = calloc(mt, sizeof(*rows));
 		grads = calloc(mt, sizeof(*grads));
 		scratch_of = malloc((size_t)in.capacity * sizeof(*scratch_of));
@@ -199,7 +199,7 @@ int main(int argc, char **argv)
 	while ((rc = next_batch(t, &mb, &asked)) == 0) {
 		double loss = 0;
 		if (model) {
-			size_t n = (size_t)mb.m * mb.tables;
+			size_t n = mb.nkeys;
 			uint32_t nu = 0;
 			for (size_t i = 0; i < n; i++) {
 				uint32_t s = mb.slots[i];
@@ -213,7 +213,8 @@ int main(int argc, char **argv)
 			}
 			memset(dgrad, 0, in.dense_params * sizeof(double));
 			struct esd_model_batch b = {.m = mb.m, .rows = rows, .row_grads = grads,
-						    .labels = mb.labels, .dense = mb.dense};
+						    .labels = mb.labels, .dense = mb.dense,
+						    .bag_off = mb.bag_off};
 			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, dgrad, NULL);
 			for (uint32_t u = 0; u < nu; u++) {
 				if (die_at && mb.iter == die_at && u == nu / 2)
@@ -233,7 +234,7 @@ int main(int argc, char **argv)
 		} else {
 			int64_t t0 = esd_now_ns();
 			float sink = 0;
-			size_t n = (size_t)mb.m * mb.tables;
+			size_t n = mb.nkeys;
 			for (size_t i = 0; i < n; i++) { /* touch every row like a model would */
 				const float *r = esd_trainer_row(t, mb.slots[i]);
 				float *g = esd_trainer_grad(t, mb.slots[i]);

@@ -128,6 +128,41 @@ static void test_bad_message_and_timeout(void **state)
 	close(sv[0]);
 }
 
+/* Protocol 2 is still spoken: its message is protocol 3's up to nkeys, sent
+ * and received in its own size; a protocol-3 message is 8 bytes longer and
+ * a message of one version in the other's size is refused. */
+static void test_versions(void **state)
+{
+	(void)state;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	assert_int_equal(esd_attach_msg_size(2), offsetof(struct esd_attach_msg, nkeys));
+	assert_int_equal(esd_attach_msg_size(3), sizeof(struct esd_attach_msg));
+	assert_int_equal(esd_attach_msg_size(1), 0);
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_BATCH), r;
+	m.version = 2;
+	m.m = 7;
+	m.nkeys = 99; /* not on a protocol-2 wire */
+	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), 0);
+	memset(&r, 0xff, sizeof(r));
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
+	assert_int_equal(r.version, 2);
+	assert_int_equal(r.m, 7);
+	assert_int_equal(r.nkeys, 0);
+	m.version = ESD_ATTACH_VERSION;
+	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), 0);
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
+	assert_int_equal(r.version, 3);
+	assert_int_equal(r.nkeys, 99);
+	/* a version-3 header in a version-2 size */
+	assert_int_equal(write(sv[1], &m, esd_attach_msg_size(2)), (ssize_t)esd_attach_msg_size(2));
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), -EPROTO);
+	m.version = 1;
+	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), -EINVAL);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 static void test_other_uid_refused(void **state)
 {
 	(void)state;
@@ -158,6 +193,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lock_exclusive),
 		cmocka_unit_test(test_roundtrip_fds_and_death),
+		cmocka_unit_test(test_versions),
 		cmocka_unit_test(test_bad_message_and_timeout),
 		cmocka_unit_test(test_other_uid_refused),
 	};

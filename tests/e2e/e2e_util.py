@@ -93,11 +93,7 @@ class Env:
         and kind; and summed over workers == the plan every node computed."""
         total = {k: 0 for k in KINDS}
         for sm in sums:
-            link = {k: 0 for k in KINDS}
-            for ln in sm["links"]:
-                link["miss_pull"] += ln["miss_pull"]["rx_rows"]
-                link["update_push"] += ln["update_push"]["tx_rows"]
-                link["evict_push"] += ln["evict_push"]["tx_rows"]
+            link = link_rows([sm])
             for k in KINDS:
                 total[k] += link[k]
             self.check(all(link[k] == sm["predicted"][k] for k in KINDS),
@@ -140,6 +136,17 @@ class Env:
         if not os.environ.get("ESD_TEST_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
         return 0
+
+
+def link_rows(sums):
+    """Rows the links carried, per kind, summed over the summaries' workers."""
+    link = {k: 0 for k in KINDS}
+    for sm in sums:
+        for ln in sm["links"]:
+            link["miss_pull"] += ln["miss_pull"]["rx_rows"]
+            link["update_push"] += ln["update_push"]["tx_rows"]
+            link["evict_push"] += ln["evict_push"]["tx_rows"]
+    return link
 
 
 def shard_files(ck, shards):

@@ -14,6 +14,9 @@ the same global batches:
   - the per-iteration losses match (1e-4 relative);
   - DLRM stopped gracefully after iteration 5 and started again ends
     bit-identical to its uninterrupted run (rows, dense weights, losses);
+  - DLRM on a stream with bags (multi-hot tables 0, 5 and 12, empty bags
+    and repeated IDs included; sum pooling) passes the same checks
+    against a reference that pools each bag with embedding_bag;
   - the dense weights rank 0 saves (NODE_DIR/dense.pt) are close to the
     reference's: within 1e-4 absolute on weights of order 0.1. The
     dense part is trained with Adam, which divides each gradient element
@@ -63,6 +66,7 @@ WORKERS, BATCH, ITERS, DIM = 4, 32, 30, 8
 # One embedding optimizer per model: every rule of esd/optim.h is exercised.
 CASES = (("dlrm", "adagrad", 0.05), ("wdl", "adagrad", 0.05), ("deepfm", "adam", 0.01),
          ("dcn", "sgd", 0.5))
+BAGS = ("0=3", "5=1.5:6", "12=4:12")  # the multi-hot case's tables
 failures = []
 
 
@@ -88,26 +92,28 @@ def close(a, b, atol=ATOL):
     return bool(np.all(d <= atol + RTOL * m)), float(d.max()), float(rel.max()), beyond
 
 
-def reference(model_name, opt, lr, a, labels, dense, keys):
+def reference(model_name, opt, lr, a, labels, dense, keys, off, T):
     """Single-process PyTorch over the same global batches: rows from
     esd_row_init, the runtime's embedding optimizer, the same dense model
-    and optimizer. Returns (keys, values, state, clocks, losses, dense)."""
+    and optimizer, each bag pooled by sum. Returns (keys, values, state,
+    clocks, losses, dense)."""
     k = WORKERS * BATCH
     n = ITERS * k
-    uk, inv = np.unique(keys[:n], return_inverse=True)
-    inv = inv.reshape(n, -1)
+    uk, inv = np.unique(keys[:off[n * T]], return_inverse=True)
     values = esdio.row_init(a.seed, uk, DIM)
     eo = esdio.EmbOptim(opt, lr)
     state = eo.init_state(len(uk), DIM)
     clocks = np.zeros(len(uk), np.uint64)
     torch.manual_seed(a.model_seed)
-    model = launcher.model_class(model_name)(keys.shape[1], DIM, dense.shape[1])
+    model = launcher.model_class(model_name)(T, DIM, dense.shape[1])
     dopt = train.dense_optimizer(model, a.dense_lr, a.dense_opt)
     losses = []
     for it in range(ITERS):
         s = slice(it * k, (it + 1) * k)
-        idx = inv[s]
-        emb = torch.from_numpy(values[idx]).requires_grad_(True)
+        b0, b1 = off[it * k * T], off[(it + 1) * k * T]
+        idx = inv[b0:b1]
+        rows = torch.from_numpy(values[idx]).requires_grad_(True)
+        emb = esdio.pool(rows, off[it * k * T:(it + 1) * k * T + 1] - b0, T)
         dopt.zero_grad()
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             model(emb, torch.from_numpy(dense[s])), torch.from_numpy(labels[s]),
@@ -116,7 +122,7 @@ def reference(model_name, opt, lr, a, labels, dense, keys):
         dopt.step()
         losses.append(loss.item())
         g = np.zeros((len(uk), DIM), np.float64)
-        np.add.at(g, idx, emb.grad.numpy().astype(np.float64))
+        np.add.at(g, idx, rows.grad.numpy().astype(np.float64))
         rows = np.unique(idx)
         v, st = values[rows], state[rows]
         eo.apply(v, st, g[rows].astype(np.float32), clocks[rows] + 1)
@@ -135,10 +141,10 @@ def check_eval(model_name, a, work, data, rk, rv, rmodel):
     except ValueError as e:
         check(False, "%s: evaluate.py ran (%s)" % (model_name, e))
         return
-    labels, dense, keys = (x[ITERS * WORKERS * BATCH:] for x in data)
-    emb, _ = evaluate.rows_of(keys, a.seed, rk, rv)
+    labels, dense, keys, off, T = evaluate.held_out(stream, ITERS * WORKERS * BATCH)
+    rows, _ = evaluate.rows_of(keys, a.seed, rk, rv)
     with torch.no_grad():
-        logits = rmodel(torch.from_numpy(emb), torch.from_numpy(dense))
+        logits = rmodel(esdio.pool(rows, off, T), torch.from_numpy(dense))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, torch.from_numpy(labels)).item()
     want_auc = esd_torch.auc(logits.numpy(), labels)
@@ -149,12 +155,12 @@ def check_eval(model_name, a, work, data, rk, rv, rmodel):
                          loss, want_auc))
 
 
-def one(bin_dir, root, stream, data, model_name, opt, lr):
+def one(bin_dir, root, stream, data, model_name, opt, lr, tag=""):
     a = launcher.parser().parse_args([])
     a.bin, a.model, a.opt, a.lr = bin_dir, model_name, opt, lr
     a.workers, a.batch, a.iters, a.dim = WORKERS, BATCH, ITERS, DIM
     a.timeout = 100
-    work = os.path.join(root, model_name)
+    work = os.path.join(root, model_name + tag)
     os.makedirs(work, exist_ok=True)
     log = open(os.path.join(work, "progress.log"), "w")
     try:
@@ -259,7 +265,7 @@ def main():
     root = tempfile.mkdtemp(prefix="esd-pytorch-test.")
     stream = os.path.join(root, "stream.esd")
     launcher.gen_stream(bin_dir, stream, (ITERS + 2) * WORKERS * BATCH, 7)
-    data = esdio.read_stream(stream)
+    data = esdio.read_bags(stream)
     only = os.environ.get("ESD_PYTORCH_MODELS")  # the sanitizer build: fewer, same checks
     for model_name, opt, lr in CASES:
         if only and model_name not in only.split(","):
@@ -267,6 +273,12 @@ def main():
             continue
         one(bin_dir, root, stream, data, model_name, opt, lr)
     resume_case(bin_dir, root, stream)
+    print("-- dlrm on a stream with bags (%s)" % " ".join(BAGS), flush=True)
+    bags_dir = os.path.join(root, "bags")
+    os.makedirs(bags_dir)
+    bags = os.path.join(bags_dir, "stream.esd")
+    launcher.gen_stream(bin_dir, bags, (ITERS + 2) * WORKERS * BATCH, 7, BAGS)
+    one(bin_dir, bags_dir, bags, esdio.read_bags(bags), "dlrm", "adagrad", 0.05, "-bags")
     if failures:
         print("%d check(s) failed; files kept in %s" % (len(failures), root))
         return 1

@@ -13,7 +13,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from e2e_util import Env, ClusterError, KINDS  # noqa: E402
+from e2e_util import Env, ClusterError, link_rows  # noqa: E402
 
 CASES = [
     ("hybrid", {}),
@@ -60,12 +60,7 @@ def main():
             env.check(rp["hits"] == sums[0]["plan_hits_all_workers"],
                       "%s: replay hits %d == runtime %d"
                       % (name, rp["hits"], sums[0]["plan_hits_all_workers"]))
-            link = {k: 0 for k in KINDS}
-            for sm in sums:
-                for ln in sm["links"]:
-                    link["miss_pull"] += ln["miss_pull"]["rx_rows"]
-                    link["update_push"] += ln["update_push"]["tx_rows"]
-                    link["evict_push"] += ln["evict_push"]["tx_rows"]
+            link = link_rows(sums)
             want = {"miss_pull": got["miss_pull"],
                     "update_push": got["update_value"] + got["update_grad"],
                     "evict_push": got["evict_push"]}

@@ -84,6 +84,34 @@ static void test_together(void **state)
 	esd_keytab_free(kt);
 }
 
+/* Bags may repeat an ID (docs/multihot.md): the example with key 2 twice
+ * in sample 0 and key 3 twice in sample 1 moves every row once, at the
+ * same true cost. */
+static void test_repeated_key(void **state)
+{
+	(void)state;
+	static const uint32_t off[] = {0, 3, 6};
+	static const esd_key_t keys[] = {1, 2, 2, 2, 3, 3};
+	const struct esd_batch b = {.k = 2, .off = off, .keys = keys};
+	struct esd_keytab *kt;
+	struct esd_conseq *cq;
+	struct esd_iter_time t;
+	assert_int_equal(esd_keytab_create(&kt), 0);
+	assert_int_equal(esd_keytab_build(kt, &b, 2), 0);
+	assert_int_equal(esd_keytab_count(kt), 3);
+	assert_int_equal(esd_keytab_set(kt, (uint32_t)esd_keytab_find(kt, 1), 0, ESD_ROW_CLEAN), 0);
+	assert_int_equal(esd_keytab_set(kt, (uint32_t)esd_keytab_find(kt, 2), 1, ESD_ROW_DIRTY), 0);
+	assert_int_equal(esd_conseq_create(&cq), 0);
+	const uint32_t assign[] = {0, 1};
+	assert_int_equal(esd_true_cost(kt, &b, assign, ex_T, ESD_SYNC_ON_DEMAND, 5, cq, &t), 0);
+	assert_int_equal(cq->cost[ESD_CQ_MISS_PULL], 110);  /* key 2 to 0, key 3 to 1: once */
+	assert_int_equal(cq->cost[ESD_CQ_UPDATE_GRAD], 110); /* key 2 by both: once each */
+	assert_int_equal(t.total_cost, 320);
+	assert_int_equal(esd_conseq_count(cq, ESD_CQ_MISS_PULL, 1), 1);
+	esd_conseq_free(cq);
+	esd_keytab_free(kt);
+}
+
 static void test_shared_matrix(void **state)
 {
 	(void)state;
@@ -325,6 +353,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_spread),
 	    cmocka_unit_test(test_together),
+	    cmocka_unit_test(test_repeated_key),
 	    cmocka_unit_test(test_shared_matrix),
 	    cmocka_unit_test(test_sizes),
 	    cmocka_unit_test(test_unequal_caps_exact),

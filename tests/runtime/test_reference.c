@@ -144,10 +144,11 @@ static void test_resume_is_exact(void **state)
 	free(res);
 }
 
-static int64_t short_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-                            float *dense)
+static int64_t short_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+                            uint32_t *bag_off, float *labels, float *dense)
 {
 	(void)arg;
+	(void)bag_off;
 	if (cursor >= 3 * (uint64_t)k)
 		return 0;
 	for (uint32_t i = 0; i < k; i++) {
@@ -180,10 +181,11 @@ enum { NS = 256, ST = 3, SD = 2 };
 static esd_key_t mem_keys[NS * ST];
 static float mem_labels[NS], mem_dense[NS * SD];
 
-static int64_t mem_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-                          float *dense)
+static int64_t mem_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+                          uint32_t *bag_off, float *labels, float *dense)
 {
 	(void)arg;
+	(void)bag_off;
 	if (cursor + k > NS)
 		return cursor >= NS ? 0 : (int64_t)(NS - cursor);
 	memcpy(keys, mem_keys + cursor * ST, sizeof(esd_key_t) * k * ST);
@@ -294,7 +296,7 @@ static void emulate(const struct esd_ref_config *cfg, const struct esd_ref_gen *
 	float labels[K], dfeat[K * DENSE];
 	uint64_t rng = 99;
 	for (uint64_t it = 0; it < cfg->iterations; it++) {
-		assert_int_equal(src.next(src.arg, it * K, K, keys, labels, dfeat), K);
+		assert_int_equal(src.next(src.arg, it * K, K, keys, NULL, labels, dfeat), K);
 		/* a dispatch decision: a seeded random split into NW x K/NW */
 		uint32_t perm[K];
 		for (uint32_t i = 0; i < K; i++)

@@ -483,6 +483,26 @@ static void test_bags(void **state)
 	int64_t got = esd_ds_read_bags(r, 60, NULL, NULL, keys, 20, off);
 	assert_true(got >= 1 && got < 60 && off[got * 3] <= 20);
 	assert_int_equal(esd_ds_tell(r), 8 + (uint64_t)got);
+	/* a global batch over the end of the stream: samples 150..199 then 0..49 */
+	enum { WK = 100 };
+	esd_key_t *wk = malloc(sizeof(esd_key_t) * WK * MAXK);
+	static uint32_t woff[WK * 3 + 1];
+	float wlab[WK];
+	assert_int_equal(esd_ds_seek(r, 150), 0);
+	assert_int_equal(esd_ds_read_wrap(r, WK, wlab, NULL, wk, (uint64_t)WK * MAXK, woff), 0);
+	assert_int_equal(esd_ds_tell(r), 50);
+	assert_int_equal(woff[0], 0);
+	for (uint32_t s2 = 0; s2 < WK; s2++) {
+		uint32_t i = (150 + s2) % N, k = 0;
+		assert_true(wlab[s2] == labels[i]);
+		for (uint32_t t = 0; t < 3; t++) {
+			const uint32_t *b = woff + s2 * 3 + t;
+			assert_int_equal(b[1] - b[0], lens[i][t]);
+			for (uint32_t j = 0; j < lens[i][t]; j++, k++)
+				assert_true(wk[b[0] + j] == esd_key_make(t, ids[i][k]));
+		}
+	}
+	free(wk);
 	/* labels only: esd_ds_read serves them */
 	esd_ds_rewind(r);
 	assert_int_equal(esd_ds_read(r, 10, lab, NULL, NULL), 10);

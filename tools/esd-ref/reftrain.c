@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,7 +257,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	double *dgrad = NULL;
 	const float **rows = NULL;
 	double **grads = NULL;
-	uint32_t *touched = NULL;
+	uint32_t *touched = NULL, *bag_off = NULL;
 	size_t dense_len;
 	uint64_t cursor, start = 0, dense_clock = 0;
 	int rc;
@@ -273,9 +274,11 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	s.dim = cfg->dim;
 	s.sf = esd_optimizer_state_floats(cfg->optim.opt);
 	s.stride = (size_t)s.dim * (1 + s.sf);
-	const size_t kt = (size_t)k * src->tables;
+	const bool bags = src->width > src->tables;
+	const size_t kt = (size_t)k * (bags ? src->width : src->tables);
 	rc = -ENOMEM;
 	keys = malloc(kt * sizeof(*keys));
+	bag_off = malloc(((size_t)k * src->tables + 1) * sizeof(*bag_off));
 	labels = malloc(k * sizeof(*labels));
 	dfeat = malloc(((size_t)k * src->dense + 1) * sizeof(*dfeat));
 	rows = malloc(kt * sizeof(*rows));
@@ -284,9 +287,11 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	dense = malloc(dense_len * sizeof(float));
 	dstate = malloc((dense_len * s.sf + 1) * sizeof(float));
 	dgrad = malloc(dense_len * sizeof(double));
-	if (!keys || !labels || !dfeat || !rows || !grads || !touched || !dense || !dstate ||
-	    !dgrad)
+	if (!keys || !bag_off || !labels || !dfeat || !rows || !grads || !touched || !dense ||
+	    !dstate || !dgrad)
 		goto out;
+	for (size_t j = 0; j <= (size_t)k * src->tables; j++)
+		bag_off[j] = (uint32_t)j; /* a source without bags: one key per feature */
 	esd_model_dense_init(model, cfg->seed, dense);
 	esd_optim_state_init(&cfg->optim, (unsigned)dense_len, dstate);
 	if (stats)
@@ -299,7 +304,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 			goto out;
 	}
 	for (uint64_t it = start; it < cfg->iterations; it++) {
-		int64_t got = src->next(src->arg, cursor, k, keys, labels, dfeat);
+		int64_t got = src->next(src->arg, cursor, k, keys, bag_off, labels, dfeat);
 		if (got < 0) {
 			rc = (int)got;
 			goto out;
@@ -309,8 +314,8 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 			goto out;
 		}
 		/* resolve every key first (creating rows), then take pointers */
-		size_t nt = 0;
-		for (size_t j = 0; j < kt; j++) {
+		size_t nt = 0, nk = bag_off[(size_t)k * src->tables];
+		for (size_t j = 0; j < nk; j++) {
 			int64_t r = row_get(&s, cfg, keys[j]);
 			if (r < 0) {
 				rc = (int)r;
@@ -325,8 +330,8 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 			grads[j] = grad_at(&s, (size_t)r);
 		}
 		memset(dgrad, 0, dense_len * sizeof(double));
-		struct esd_model_batch b = {
-		    .m = k, .rows = rows, .row_grads = grads, .labels = labels, .dense = dfeat};
+		struct esd_model_batch b = {.m = k, .rows = rows, .row_grads = grads, .labels = labels,
+		                            .dense = dfeat, .bag_off = bag_off};
 		double loss;
 		rc = esd_model_step(model, dense, &b, k, &loss, dgrad, NULL);
 		if (rc)
@@ -356,6 +361,7 @@ out:
 	esd_model_free(model);
 	store_free(&s);
 	free(keys);
+	free(bag_off);
 	free(labels);
 	free(dfeat);
 	free(rows);
@@ -374,10 +380,11 @@ static double unit(uint64_t x)
 	return (double)(esd_splitmix64(x) >> 11) * 0x1.0p-53;
 }
 
-static int64_t gen_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-                        float *dense)
+static int64_t gen_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, uint32_t *bag_off,
+                        float *labels, float *dense)
 {
 	const struct esd_ref_gen *g = arg;
+	(void)bag_off;
 	const uint64_t base = esd_splitmix64(g->seed ^ UINT64_C(0x5eed5eed5eed5eed));
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t si = esd_splitmix64(base + (cursor + i) * UINT64_C(0x9e3779b97f4a7c15));
@@ -407,6 +414,7 @@ int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src)
 		return -EINVAL;
 	src->tables = gen->tables;
 	src->dense = gen->dense;
+	src->width = 0;
 	src->next = gen_next;
 	src->arg = gen;
 	return 0;

@@ -57,12 +57,19 @@ extern "C" {
  * index cursor: keys[k * tables] (sample-major, esd keys), labels[k],
  * dense[k * dense] (not touched when dense is 0). Returns the number of
  * samples filled (k, or fewer at the end of the data), or a -errno.
+ *
+ * A source with bags (width > tables: docs/multihot.md) fills keys[k *
+ * width] bag by bag and bag_off[k * tables + 1], bag (i, t) being
+ * keys[bag_off[i*T + t] .. bag_off[i*T + t + 1]); the model pools each
+ * bag by sum. A source without bags (width 0 or tables) leaves bag_off
+ * alone.
  */
 struct esd_ref_source {
 	uint32_t tables; /* T, categorical features per sample */
 	uint32_t dense;  /* D, dense features per sample */
-	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-	                float *dense);
+	uint32_t width;  /* most keys per sample; 0: tables (no bags) */
+	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, uint32_t *bag_off,
+	                float *labels, float *dense);
 	void *arg;
 };
 

@@ -11,8 +11,8 @@
 
 #include <esd/dataset.h>
 
-static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, float *labels,
-                           float *dense)
+static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+                           uint32_t *bag_off, float *labels, float *dense)
 {
 	struct esd_ds_reader *r = arg;
 	int rc;
@@ -21,7 +21,11 @@ static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *ke
 		if (rc)
 			return rc == -EINVAL ? 0 : rc; /* past the end: no samples */
 	}
-	return esd_ds_read(r, k, labels, esd_ds_reader_info(r)->ndense ? dense : NULL, keys);
+	const struct esd_ds_info *in = esd_ds_reader_info(r);
+	if (esd_ds_has_bags(in))
+		return esd_ds_read_bags(r, k, labels, in->ndense ? dense : NULL, keys,
+		                        (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
+	return esd_ds_read(r, k, labels, in->ndense ? dense : NULL, keys);
 }
 
 int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
@@ -36,6 +40,7 @@ int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
 	src->tables = in->ntables;
 	src->dense = in->ndense;
+	src->width = esd_ds_keys_per_sample(in);
 	src->next = stream_next;
 	src->arg = r;
 	return 0;

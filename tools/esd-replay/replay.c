@@ -55,6 +55,7 @@ int replay_env_load(struct replay_env *env, const char *config, const char *cons
 	}
 	const struct esd_ds_info *di = esd_ds_reader_info(dr);
 	env->tables = di->ntables;
+	env->width = esd_ds_keys_per_sample(di);
 	for (uint32_t t = 0; t < di->ntables; t++)
 		env->total_rows += di->rows[t];
 	env->iters = iters ? iters : env->job.iterations;
@@ -163,30 +164,21 @@ int replay_mech_parse(const struct replay_env *env, const char *spec, struct rep
 struct stream {
 	struct esd_ds_reader *rd;
 	uint64_t k;
-	uint32_t tables;
-	esd_key_t *keys[2];
-	uint32_t *off;
+	uint32_t tables, width; /* width: most keys per sample (bags) */
+	esd_key_t *keys[2];     /* [k * width], bag by bag */
+	uint32_t *bag_off;      /* [k * tables + 1] */
+	uint32_t *off[2];       /* [k + 1]: each sample's first key */
 };
 
 static int read_batch(struct stream *s, int b)
 {
-	uint64_t got = 0;
-	while (got < s->k) {
-		int64_t r =
-		    esd_ds_read(s->rd, s->k - got, NULL, NULL, s->keys[b] + got * s->tables);
-		if (r < 0) {
-			fprintf(stderr, "esd-replay: reading the stream: %s\n",
-			        esd_ds_last_error());
-			return (int)r;
-		}
-		if (r == 0) {
-			if (esd_ds_tell(s->rd) == 0)
-				return -ENODATA;
-			esd_ds_rewind(s->rd);
-			continue;
-		}
-		got += (uint64_t)r;
+	int rc = esd_ds_read_wrap(s->rd, s->k, NULL, NULL, s->keys[b], s->k * s->width, s->bag_off);
+	if (rc) {
+		fprintf(stderr, "esd-replay: reading the stream: %s\n", esd_ds_last_error());
+		return rc;
 	}
+	for (uint64_t i = 0; i <= s->k; i++)
+		s->off[b][i] = s->bag_off[i * s->tables];
 	return 0;
 }
 
@@ -283,7 +275,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 {
 	const struct esd_job *j = &env->job;
 	const uint32_t n = j->n;
-	struct stream s = {.tables = env->tables};
+	struct stream s = {.tables = env->tables, .width = env->width};
 	struct esd_snapset *ss = NULL;
 	struct esd_dispatcher *d = NULL;
 	struct esd_conseq *cq = NULL;
@@ -308,20 +300,20 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	/* cache rows exactly as esdd resolves them */
 	uint64_t rows =
 	    j->cache_rows ? j->cache_rows : (uint64_t)(j->cache_ratio * (double)env->total_rows);
-	if (rows < maxb * env->tables)
-		rows = maxb * env->tables;
+	if (rows < maxb * env->width)
+		rows = maxb * env->width;
 	const uint32_t nrep = m->is_job ? env->nrep : 0;
-	if (nrep + maxb * env->tables > rows) {
+	if (nrep + maxb * env->width > rows) {
 		fprintf(stderr,
 		        "esd-replay: %s: dispatch.replicate: %u hot rows plus one micro-batch's "
 		        "%llu keys exceed the cache's %llu rows\n",
-		        m->name, nrep, (unsigned long long)(maxb * env->tables),
+		        m->name, nrep, (unsigned long long)(maxb * env->width),
 		        (unsigned long long)rows);
 		return -ENOSPC;
 	}
 	r->cache_rows = rows;
 	memcpy(caps, cap, n * sizeof(uint32_t));
-	esd_size_fitter_init(&fit.fitter, n, (uint32_t)k, esd_job_max_batch(rows, nrep, env->tables),
+	esd_size_fitter_init(&fit.fitter, n, (uint32_t)k, esd_job_max_batch(rows, nrep, env->width),
 	                     j->refit_threshold);
 	for (uint32_t w = 0; w < n; w++)
 		ccap[w] = (uint32_t)rows;
@@ -329,16 +321,17 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	if ((rc = esd_ds_open(env->stream, &s.rd)))
 		goto out;
 	rc = -ENOMEM;
-	s.keys[0] = calloc(k * s.tables, sizeof(esd_key_t));
-	s.keys[1] = calloc(k * s.tables, sizeof(esd_key_t));
-	s.off = calloc(k + 1, sizeof(uint32_t));
+	for (int b = 0; b < 2; b++) {
+		s.keys[b] = calloc(k * s.width, sizeof(esd_key_t));
+		s.off[b] = calloc(k + 1, sizeof(uint32_t));
+	}
+	s.bag_off = calloc(k * s.tables + 1, sizeof(uint32_t));
 	assign = calloc(k, sizeof(uint32_t));
 	dec = calloc(iters ? iters : 1, sizeof(double));
 	dcpu = calloc(iters ? iters : 1, sizeof(double));
-	if (!s.keys[0] || !s.keys[1] || !s.off || !assign || !dec || !dcpu)
+	if (!s.keys[0] || !s.keys[1] || !s.off[0] || !s.off[1] || !s.bag_off || !assign || !dec ||
+	    !dcpu)
 		goto out;
-	for (uint64_t i = 0; i <= k; i++)
-		s.off[i] = (uint32_t)(i * s.tables);
 	if ((rc = esd_snapset_create(n, ccap, j->policy, &ss)) || (rc = esd_conseq_create(&cq)))
 		goto out;
 	struct esd_dispatcher_config dc = {
@@ -367,7 +360,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 		if (lookahead)
 			for (uint32_t w = 0; w < n; w++)
 				if ((rc = esd_cmeta_lookahead(esd_snapset_cmeta(ss, w),
-				                              s.keys[cur ^ 1], k * s.tables,
+				                              s.keys[cur ^ 1], s.off[cur ^ 1][k],
 				                              it + 1)))
 					goto out;
 		if (fitting && fit.at == it) { /* every node re-splits here */
@@ -380,7 +373,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 			if ((rc = esd_dispatcher_create(&dc, ss, &d)))
 				goto out;
 		}
-		struct esd_batch b = {.k = (uint32_t)k, .off = s.off, .keys = s.keys[cur]};
+		struct esd_batch b = {.k = (uint32_t)k, .off = s.off[cur], .keys = s.keys[cur]};
 		const int64_t c0 = cpu_ns();
 		if ((rc = esd_dispatcher_step(d, &b, assign, cq)))
 			goto out;
@@ -438,9 +431,11 @@ out:
 	esd_snapset_free(ss);
 	esd_conseq_free(cq);
 	esd_ds_close(s.rd);
-	free(s.keys[0]);
-	free(s.keys[1]);
-	free(s.off);
+	for (int b = 0; b < 2; b++) {
+		free(s.keys[b]);
+		free(s.off[b]);
+	}
+	free(s.bag_off);
 	free(assign);
 	free(dec);
 	free(dcpu);

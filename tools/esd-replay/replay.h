@@ -17,6 +17,7 @@ struct replay_env {
 	const char *config;
 	char stream[1024];
 	uint32_t tables;
+	uint32_t width; /* most keys per sample: tables, or more with bags */
 	uint64_t total_rows;
 	uint64_t iters;
 	int64_t T[ESD_MAX_WORKERS];

@@ -82,6 +82,8 @@ struct plan_in {
 	const char *config;
 	struct esd_job job;
 	uint32_t T, D, n, S, dim, hidden;
+	uint32_t W;  /* most keys per sample (bags at their max_bag) */
+	bool bags;
 	unsigned sf; /* optimizer state floats per float */
 	uint64_t total_rows, k, maxb, cache_rows, dense_len;
 	struct esd_cache_sizes cs;
@@ -129,6 +131,8 @@ static int plan_sizes(struct plan_in *in, const struct esd_ds_info *di)
 {
 	const struct esd_job *job = &in->job;
 	in->T = di->ntables;
+	in->W = esd_ds_keys_per_sample(di);
+	in->bags = esd_ds_has_bags(di);
 	in->D = di->ndense;
 	in->n = job->n;
 	in->S = job->shards;
@@ -141,8 +145,8 @@ static int plan_sizes(struct plan_in *in, const struct esd_ds_info *di)
 	in->cache_rows = job->cache_rows;
 	if (!in->cache_rows)
 		in->cache_rows = (uint64_t)(job->cache_ratio * (double)in->total_rows);
-	if (in->cache_rows < in->maxb * in->T)
-		in->cache_rows = in->maxb * in->T;
+	if (in->cache_rows < in->maxb * in->W)
+		in->cache_rows = in->maxb * in->W;
 	struct esd_model_shape sh = {.tables = in->T, .dim = in->dim, .dense = in->D,
 	                             .hidden = job->hidden};
 	struct esd_model *mdl;
@@ -171,12 +175,15 @@ static int plan_sizes(struct plan_in *in, const struct esd_ds_info *di)
 		return ESDCTL_EUSAGE;
 	}
 	in->snap = esd_cmeta_bytes((uint32_t)in->cache_rows);
-	esd_xchg_layout(&in->xh, (uint32_t)in->maxb, in->T, in->D, (uint32_t)in->dense_len);
-	in->kt = in->k * in->T;
+	esd_xchg_layout(&in->xh, (uint32_t)in->maxb, in->T,
+	                in->bags ? (uint32_t)(in->maxb * in->W) : 0, in->D,
+	                (uint32_t)in->dense_len);
+	in->kt = in->k * in->W;
 	/* dispatcher: two global batches, offsets, assignment, cost matrix,
 	 * key table and consequence (per key: key, occupancy, per-worker
 	 * state) */
-	in->disp = 2 * in->k * (4 + 4ull * in->D + 8ull * in->T) + (in->k + 1) * 4 + in->k * 4 +
+	in->disp = 2 * in->k * (4 + 4ull * in->D + 8ull * in->W + 4ull * in->T) +
+	           2 * (in->k + 1) * 4 + in->k * 4 +
 	           in->k * in->n * 8 + in->kt * (24 + 8ull * in->n);
 	in->rec = align64(PLAN_PS_ROW_HDR + (uint64_t)(in->dim + in->sf * in->dim) * 4);
 	return 0;
@@ -214,11 +221,11 @@ static void plan_ps(const struct plan_in *in, struct plan_out *out)
  * dispatcher; and its trainer. */
 static void plan_nodes(const struct plan_in *in, struct plan_out *out)
 {
-	const uint32_t T = in->T, D = in->D;
+	const uint32_t T = in->T, D = in->D, W = in->W;
 	for (uint32_t w = 0; w < in->n; w++) {
 		uint64_t m = in->job.batch[w];
-		uint64_t order =
-		    m * (4 + 4ull * D + 8ull * T) + m * T * (8 + 1 + 8 + 8 + 8) + in->kt * 8 * 2;
+		uint64_t order = m * (4 + 4ull * D + 8ull * W + 4ull * T) +
+		                 m * W * (8 + 1 + 8 + 8 + 8) + in->kt * 8 * 2;
 		json_t *o = json_pack("{s:i}", "rank", w);
 		json_t *ci = item(o, "cache_region", in->cs.total, true,
 		                  "huge-page shared memory (meta, rows, gradients), mapped by "

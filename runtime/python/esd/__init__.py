@@ -16,6 +16,12 @@ writes the rows' gradients in place, then commits.
 t.values and t.grads are views of every cache slot: (capacity, dim)
 float32; values are read-only. Normalise losses by mb.global_k.
 
+Bags (multi-hot features, docs/multihot.md): on a stream with bags
+(t.info["bags"] == 1) mb.slots and mb.keys are flat (nkeys,) arrays, bag
+by bag, and mb.bag_off (m * tables + 1,) says where bag (i, t) starts;
+without bags mb.slots keeps its (m, tables) shape and mb.bag_off is the
+identity.
+
 The shared library is found through $ESD_LIB, then next to this package
 in the build tree (build/lib/libesd.so), then the system's loader path.
 """
@@ -39,7 +45,8 @@ class _Info(ctypes.Structure):
                 ("dense", ctypes.c_uint32), ("dense_params", ctypes.c_uint32),
                 ("max_batch", ctypes.c_uint32), ("capacity", ctypes.c_uint32),
                 ("values_base", ctypes.c_void_p), ("grads_base", ctypes.c_void_p),
-                ("value_stride", ctypes.c_size_t), ("grad_stride", ctypes.c_size_t)]
+                ("value_stride", ctypes.c_size_t), ("grad_stride", ctypes.c_size_t),
+                ("max_keys", ctypes.c_uint32), ("bags", ctypes.c_uint32)]
 
 
 class _MB(ctypes.Structure):
@@ -47,7 +54,8 @@ class _MB(ctypes.Structure):
                 ("tables", ctypes.c_uint32), ("global_k", ctypes.c_uint64),
                 ("slots", ctypes.c_void_p), ("keys", ctypes.c_void_p),
                 ("labels", ctypes.c_void_p), ("dense", ctypes.c_void_p),
-                ("params", ctypes.c_void_p), ("dgrad", ctypes.c_void_p)]
+                ("params", ctypes.c_void_p), ("dgrad", ctypes.c_void_p),
+                ("nkeys", ctypes.c_uint32), ("bag_off", ctypes.c_void_p)]
 
 
 def _load():
@@ -106,9 +114,12 @@ class MicroBatch:
         self.m = raw.m
         self.global_k = raw.global_k
         self.tables = raw.tables
-        T, m = info.tables, raw.m
-        self.slots = _view(raw.slots, m * T, np.uint32, (m, T), False)
-        self.keys = _view(raw.keys, m * T, np.uint64, (m, T), False)
+        T, m, n = info.tables, raw.m, raw.nkeys
+        self.nkeys = n
+        shape = (n,) if info.bags else (m, T)
+        self.slots = _view(raw.slots, n, np.uint32, shape, False)
+        self.keys = _view(raw.keys, n, np.uint64, shape, False)
+        self.bag_off = _view(raw.bag_off, m * T + 1, np.uint32, (m * T + 1,), False)
         self.labels = _view(raw.labels, m, np.float32, (m,), False)
         self.dense = _view(raw.dense, m * info.dense, np.float32, (m, info.dense), False)
         self.params = _view(raw.params, info.dense_params, np.float32,

@@ -58,7 +58,9 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 class Batch:
     """One micro-batch as tensors: `dense` (m, ndense) and `labels` (m,)
-    float32, `slots` (m, tables) int64 (the cache slot of each id), and
+    float32, `slots` int64 (the cache slot of each id: (m, tables), or on a
+    stream with bags the flat (nkeys,) ids bag by bag), `offsets` (None, or
+    with bags the (m * tables,) int64 start of each bag in slots), and
     `iter`, `m`, `global_k` (the samples of the whole iteration: divide a
     summed loss by it). Valid until the next batch."""
 
@@ -66,6 +68,9 @@ class Batch:
         self.mb = mb
         self.iter, self.m, self.global_k = mb.iter, mb.m, mb.global_k
         self.slots = torch.from_numpy(mb.slots.astype(np.int64))
+        self.offsets = None
+        if mb.slots.ndim == 1:  # bags (docs/multihot.md)
+            self.offsets = torch.from_numpy(mb.bag_off[:-1].astype(np.int64))
         self.dense = torch.from_numpy(np.array(mb.dense))
         self.labels = torch.from_numpy(np.array(mb.labels))
         if device is not None:
@@ -136,8 +141,11 @@ class EmbeddingBagCollection(nn.Module):
 
     def forward(self, batch, offsets=None):
         """(m, tables, dim) pooled rows of batch. offsets: bag starts into
-        batch.slots flattened (m * tables of them, multi-hot); None: one id
-        per feature."""
+        batch.slots flattened (m * tables of them, multi-hot); None: the
+        batch's own (batch.offsets: a stream with bags), else one id per
+        feature."""
+        if offsets is None:
+            offsets = getattr(batch, "offsets", None)
         out = _Lookup.apply(self._anchor, self, batch.slots.reshape(-1), offsets)
         if self.device is not None and self.device.type == "cuda":
             out = out.to(self.device, non_blocking=True)
