@@ -1,8 +1,9 @@
 /*
- * convert.c - streams a Criteo Kaggle / Avazu / Criteo Sponsored Search file
- * through the line parsers into a dataset stream. Memory is one input
- * buffer (bounded by the longest accepted line) and one output block,
- * whatever the input size; a progress bar goes to stderr when asked.
+ * convert.c - streams a Criteo Kaggle / Avazu / Criteo Sponsored Search /
+ * tsv-multi-hot file through the line parsers into a dataset stream.
+ * Memory is one input buffer (bounded by the longest accepted line), one
+ * output block and for tsv-multi-hot one line's IDs, whatever the input
+ * size; a progress bar goes to stderr when asked.
  */
 #include "convert.h"
 #include "format.h"
@@ -108,12 +109,113 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p;
 }
 
+static const char *shape_name(enum ds_format fmt)
+{
+	return fmt == DS_FMT_AVAZU    ? "avazu"
+	       : fmt == DS_FMT_SEARCH ? "criteo-search"
+	                              : "criteo-kaggle";
+}
+
+/* --rows: one value for every table, or one per table. */
+static int apply_rows(const struct ds_convert_opts *o, struct esd_ds_info *info)
+{
+	if (!o->nrows)
+		return 0;
+	if (o->nrows != 1 && o->nrows != info->ntables)
+		return ds_fail(-EINVAL,
+		               "--rows: %u values for %u tables (one for all, or one a table)",
+		               o->nrows, info->ntables);
+	for (uint32_t t = 0; t < info->ntables; t++) {
+		uint64_t r = o->rows[o->nrows == 1 ? 0 : t];
+		if (r < 1 || r > ESD_DS_MAX_ROWS)
+			return ds_fail(-EINVAL, "--rows %llu not in 1..2^48-1",
+			               (unsigned long long)r);
+		info->rows[t] = r;
+	}
+	return 0;
+}
+
+/* tsv-multi-hot's shape: every table a bag table of its --max-bag bound. */
+static int multi_hot_info(const struct ds_convert_opts *o, struct esd_ds_info *info)
+{
+	if (o->ntables < 1 || o->ntables > ESD_DS_MAX_TABLES)
+		return ds_fail(-EINVAL, "tsv-multi-hot: --tables %u not in 1..%u", o->ntables,
+		               ESD_DS_MAX_TABLES);
+	if (o->ndense > ESD_DS_MAX_DENSE)
+		return ds_fail(-EINVAL, "tsv-multi-hot: --dense %u above %u", o->ndense,
+		               ESD_DS_MAX_DENSE);
+	if (!o->nrows)
+		return ds_fail(-EINVAL, "tsv-multi-hot needs --rows (the tables' cardinalities)");
+	snprintf(info->shape, sizeof(info->shape), "tsv-multi-hot");
+	info->ntables = o->ntables;
+	info->ndense = o->ndense;
+	for (uint32_t t = 0; t < o->ntables; t++) {
+		uint32_t m = o->max_bag[t] ? o->max_bag[t] : DS_DEFAULT_MAX_BAG;
+		if (m < 2 || m > ESD_DS_MAX_BAG)
+			return ds_fail(-EINVAL,
+			               "tsv-multi-hot: table %u: --max-bag %u not in 2..%u", t, m,
+			               ESD_DS_MAX_BAG);
+		info->max_bag[t] = m;
+	}
+	return 0;
+}
+
+/* The stream's description and the parser's context for o. */
+static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info,
+                       struct ds_parse_ctx *ctx)
+{
+	static const uint32_t origin[] = {ESD_DS_ORIGIN_CRITEO_KAGGLE, ESD_DS_ORIGIN_AVAZU,
+	                                  ESD_DS_ORIGIN_CRITEO_SEARCH, ESD_DS_ORIGIN_OTHER};
+	const int mh = o->fmt == DS_FMT_MULTI_HOT;
+	memset(info, 0, sizeof(*info));
+	int rc = mh ? multi_hot_info(o, info) : esd_ds_shape(shape_name(o->fmt), info);
+	if (!rc)
+		rc = apply_rows(o, info);
+	if (!rc)
+		rc = esd_ds_scale_rows(info, o->scale >= 1.0 ? o->scale : 1.0, o->max_rows);
+	if (rc)
+		return rc;
+	if (mh)
+		ds_parse_init_multi_hot(ctx, info->ntables, info->ndense, info->rows, info->max_bag,
+		                        o->sep ? o->sep : ',');
+	else
+		ds_parse_init(ctx, o->fmt, info->rows);
+	info->dense_format = o->dense_format;
+	info->zstd_level = o->zstd_level;
+	info->origin = origin[o->fmt];
+	snprintf(info->source, sizeof(info->source), "%s", base_name(o->in_path));
+	/* large bags: fewer samples a block, so a full block stays within 1 GiB */
+	uint64_t sb = sample_bytes(info);
+	if ((uint64_t)ESD_DS_BLOCK_SAMPLES * sb > (UINT64_C(1) << 30))
+		info->block_samples = (uint32_t)((UINT64_C(1) << 30) / sb);
+	return 0;
+}
+
+/* tsv-multi-hot: room for a line's IDs (at most one per two bytes of a
+ * line of up to longest bytes, at most every bag full). */
+static int alloc_bags(struct ds_sample *s, const struct esd_ds_info *info, size_t longest)
+{
+	uint64_t cap = 0;
+	for (uint32_t t = 0; t < info->ntables; t++)
+		cap += info->max_bag[t];
+	if (cap > longest / 2 + 1)
+		cap = longest / 2 + 1;
+	s->bag_ids = malloc((size_t)cap * sizeof(*s->bag_ids));
+	s->bag_cap = (size_t)cap;
+	return s->bag_ids ? 0 : -ENOMEM;
+}
+
+static int append(struct esd_ds_writer *w, enum ds_format fmt, const struct ds_sample *s)
+{
+	if (fmt == DS_FMT_MULTI_HOT)
+		return esd_ds_writer_append_bags(w, s->label, s->dense, s->lens, s->bag_ids);
+	return esd_ds_writer_append(w, s->label, s->dense, s->ids);
+}
+
 /* Long: the conversion loop (read a line, parse, map keys, append, write a full block, count
  * bad lines) keeps its state in the loop's locals. */
 int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 {
-	static const uint32_t origin[] = {ESD_DS_ORIGIN_CRITEO_KAGGLE, ESD_DS_ORIGIN_AVAZU,
-	                                  ESD_DS_ORIGIN_CRITEO_SEARCH};
 	struct ds_convert_result r = {0, 0, 0};
 	struct ds_parse_ctx ctx;
 	struct esd_ds_info info;
@@ -124,35 +226,13 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 	char why[256];
 	int rc;
 
-	ds_parse_init(&ctx, o->fmt, NULL);
-	memset(&info, 0, sizeof(info));
-	rc = esd_ds_shape(o->fmt == DS_FMT_AVAZU    ? "avazu"
-	                  : o->fmt == DS_FMT_SEARCH ? "criteo-search"
-	                                            : "criteo-kaggle",
-	                  &info);
+	rc = stream_info(o, &info, &ctx);
 	if (rc)
 		return rc;
-	if (o->rows) {
-		if (o->rows > ESD_DS_MAX_ROWS)
-			return ds_fail(-EINVAL, "--rows %llu above 2^48-1",
-			               (unsigned long long)o->rows);
-		for (uint32_t t = 0; t < info.ntables; t++)
-			info.rows[t] = o->rows;
-	}
-	rc = esd_ds_scale_rows(&info, o->scale >= 1.0 ? o->scale : 1.0, o->max_rows);
-	if (rc)
-		return rc;
-	for (uint32_t t = 0; t < info.ntables; t++)
-		ctx.rows[t] = info.rows[t];
-	info.dense_format = o->dense_format;
-	info.zstd_level = o->zstd_level;
-	info.origin = origin[o->fmt];
-	snprintf(info.source, sizeof(info.source), "%s", base_name(in));
-
 	s = calloc(1, sizeof(*s));
 	l.cap = DS_MAX_LINE + READ_CHUNK + 2;
 	l.buf = malloc(l.cap);
-	if (!s || !l.buf) {
+	if (!s || !l.buf || (o->fmt == DS_FMT_MULTI_HOT && alloc_bags(s, &info, l.cap))) {
 		rc = -ENOMEM;
 		goto out_alloc;
 	}
@@ -204,7 +284,7 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		}
 		if (ds_parse_line(&ctx, line, len, s, why, sizeof(why)))
 			goto bad_line;
-		rc = esd_ds_writer_append(w, s->label, s->dense, s->ids);
+		rc = append(w, o->fmt, s);
 		if (rc)
 			goto out_writer;
 		r.samples++;
@@ -259,6 +339,8 @@ out_file:
 		fclose(l.f);
 out_alloc:
 	free(l.buf);
+	if (s)
+		free(s->bag_ids);
 	free(s);
 	if (res)
 		*res = r;

@@ -71,7 +71,7 @@ int esd_ds_hot_profile(const char *path, uint64_t limit, uint64_t count, esd_key
 	for (uint32_t t = 0; t < nt; t++)
 		if (!(cnt[t] = calloc(in->rows[t] ? in->rows[t] : 1, sizeof(uint32_t))))
 			goto out;
-	if ((rc = ds_count_accesses(r, limit, cnt, &seen, &pos)))
+	if ((rc = ds_count_accesses(r, limit, cnt, NULL, &seen, &pos)))
 		goto out;
 	for (uint32_t t = 0; t < nt; t++)
 		for (uint64_t i = 0; i < in->rows[t]; i++)

@@ -1,6 +1,7 @@
 /*
- * parse.c - line parsers for Criteo Kaggle TSV, Avazu CSV and the Criteo
- * Sponsored Search conversion log. They see untrusted bytes (the fuzz
+ * parse.c - line parsers for Criteo Kaggle TSV, Avazu CSV, the Criteo
+ * Sponsored Search conversion log and tsv-multi-hot (label, dense values,
+ * one bag of hex IDs per table). They see untrusted bytes (the fuzz
  * targets call them directly): every field is bounded by the line length,
  * numbers are parsed by hand or from a bounded copy, and every failure
  * says which field and why.
@@ -18,6 +19,8 @@
 #define CRITEO_FIELDS 40 /* label, 13 integers, 26 categorical */
 #define SEARCH_FIELDS 23 /* Sale .. user_id */
 #define SEARCH_CAT0   6  /* first categorical column */
+#define MH_MAX_FIELDS (1 + ESD_DS_MAX_DENSE + ESD_DS_MAX_TABLES)
+#define MH_MAX_BAG    64 /* ds_parse_init's default bag bound */
 
 struct field {
 	const char *p;
@@ -32,6 +35,8 @@ int ds_format_parse(const char *name, enum ds_format *out)
 		*out = DS_FMT_AVAZU;
 	else if (!strcmp(name, "criteo-search") || !strcmp(name, "search"))
 		*out = DS_FMT_SEARCH;
+	else if (!strcmp(name, "tsv-multi-hot"))
+		*out = DS_FMT_MULTI_HOT;
 	else
 		return -ENOENT;
 	return 0;
@@ -44,9 +49,31 @@ static const char *shape_of(enum ds_format fmt)
 	                              : "criteo-kaggle";
 }
 
+void ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
+                             const uint64_t *rows, const uint32_t *max_bag, char sep)
+{
+	memset(c, 0, sizeof(*c));
+	c->fmt = DS_FMT_MULTI_HOT;
+	c->ntables = ntables < ESD_DS_MAX_TABLES ? ntables : ESD_DS_MAX_TABLES;
+	c->ndense = ndense < ESD_DS_MAX_DENSE ? ndense : ESD_DS_MAX_DENSE;
+	for (uint32_t t = 0; t < c->ntables; t++) {
+		c->rows[t] = rows[t];
+		c->max_bag[t] = max_bag[t];
+	}
+	c->ncols = (int)(1 + c->ndense + c->ntables);
+	c->click_col = 0;
+	c->sep = sep;
+}
+
 void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows)
 {
 	struct esd_ds_info in;
+	if (fmt == DS_FMT_MULTI_HOT) {
+		static const uint32_t max_bag = MH_MAX_BAG;
+		uint64_t one = rows ? rows[0] : 1;
+		ds_parse_init_multi_hot(c, 1, 0, &one, &max_bag, ',');
+		return;
+	}
 	memset(c, 0, sizeof(*c));
 	memset(&in, 0, sizeof(in));
 	esd_ds_shape(shape_of(fmt), &in);
@@ -308,6 +335,80 @@ static int parse_search(const struct ds_parse_ctx *c, const char *line, size_t l
 	return 0;
 }
 
+/* The IDs of a bag field, one more than its separators (0 when empty). */
+static uint32_t bag_count(const struct field *f, char sep)
+{
+	uint32_t n = f->n ? 1 : 0;
+	for (size_t i = 0; i < f->n; i++)
+		n += f->p[i] == sep;
+	return n;
+}
+
+/* Field fno (1-based), table t's bag: its hex IDs hashed into bag_ids from
+ * *k on. */
+static int parse_bag(const struct ds_parse_ctx *c, uint32_t t, const struct field *f, int fno,
+                     struct ds_sample *s, size_t *k, char *why, size_t whylen)
+{
+	char q[32], q2[32];
+	uint32_t n = bag_count(f, c->sep);
+	if (n > c->max_bag[t])
+		return bad(why, whylen, "field %d (table %u): a bag of %u IDs, above --max-bag %u",
+		           fno, t, n, c->max_bag[t]);
+	if (n > s->bag_cap - *k)
+		return bad(why, whylen, "field %d (table %u): more than %zu IDs in the line", fno,
+		           t, s->bag_cap);
+	size_t start = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		const char *e = memchr(f->p + start, c->sep, f->n - start);
+		struct field id = {f->p + start, e ? (size_t)(e - (f->p + start)) : f->n - start};
+		start += id.n + 1;
+		if (id.n == 0)
+			return bad(why, whylen,
+			           "field %d (table %u): '%s': ID %u of the bag is empty", fno, t,
+			           show(f, q, sizeof(q)), j + 1);
+		if (!is_hex(&id))
+			return bad(why, whylen,
+			           "field %d (table %u): '%s' (ID %u of the bag) is not "
+			           "a hex ID",
+			           fno, t, show(&id, q2, sizeof(q2)), j + 1);
+		s->bag_ids[(*k)++] = hash_id(c, t, &id);
+	}
+	s->lens[t] = n;
+	return 0;
+}
+
+static int parse_multi_hot(const struct ds_parse_ctx *c, const char *line, size_t len,
+                           struct ds_sample *s, char *why, size_t whylen)
+{
+	struct field f[MH_MAX_FIELDS];
+	char q[32];
+	const int want = c->ncols;
+	int n = split(line, len, '\t', f, want);
+	if (n != want)
+		return bad(why, whylen,
+		           "%s%d tab-separated fields, expected %d (label, %u dense, %u tables)",
+		           n > want ? "more than " : "", n > want ? want : n, want, c->ndense,
+		           c->ntables);
+	if (parse_label(&f[0], &s->label))
+		return bad(why, whylen, "field 1 (label): '%s' is not 0 or 1",
+		           show(&f[0], q, sizeof(q)));
+	for (uint32_t j = 0; j < c->ndense; j++) {
+		double v = 0;
+		if (f[1 + j].n && parse_num(&f[1 + j], &v))
+			return bad(why, whylen, "field %u (dense %u): '%s' is not a number", j + 2,
+			           j, show(&f[1 + j], q, sizeof(q)));
+		s->dense[j] = dense_of(v);
+	}
+	size_t k = 0;
+	for (uint32_t t = 0; t < c->ntables; t++) {
+		int fno = (int)(2 + c->ndense + t);
+		int rc = parse_bag(c, t, &f[fno - 1], fno, s, &k, why, whylen);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, struct ds_sample *out,
                   char *why, size_t whylen)
 {
@@ -318,6 +419,8 @@ int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, st
 		return parse_avazu(c, line, len, out, why, whylen);
 	case DS_FMT_SEARCH:
 		return parse_search(c, line, len, out, why, whylen);
+	case DS_FMT_MULTI_HOT:
+		return parse_multi_hot(c, line, len, out, why, whylen);
 	}
 	return bad(why, whylen, "unknown format");
 }

@@ -8,6 +8,8 @@
  * Categorical values become IDs by hashing: an empty value (or "-1" in the
  * Sponsored Search log) is ID 0; any other value v of table t is
  * 1 + xxh64(v, seed t + 1) mod (rows[t] - 1) (0 when the table has one row).
+ * tsv-multi-hot hashes each hex ID of a bag the same way (an empty field
+ * is an empty bag, not ID 0).
  */
 #ifndef ESD_DATA_PARSE_H
 #define ESD_DATA_PARSE_H
@@ -18,9 +20,10 @@
 #include <esd/dataset.h>
 
 enum ds_format {
-	DS_FMT_CRITEO = 0, /* Criteo Kaggle TSV: label, I1..I13, C1..C26 */
-	DS_FMT_AVAZU = 1,  /* Avazu CSV with its header line */
-	DS_FMT_SEARCH = 2, /* Criteo Sponsored Search conversion log TSV */
+	DS_FMT_CRITEO = 0,    /* Criteo Kaggle TSV: label, I1..I13, C1..C26 */
+	DS_FMT_AVAZU = 1,     /* Avazu CSV with its header line */
+	DS_FMT_SEARCH = 2,    /* Criteo Sponsored Search conversion log TSV */
+	DS_FMT_MULTI_HOT = 3, /* tsv-multi-hot: label, dense, one bag of hex IDs per table */
 };
 
 #define DS_AVAZU_MAX_COLS 64
@@ -34,24 +37,43 @@ struct ds_parse_ctx {
 	int ncols;                        /* columns per line */
 	int click_col;                    /* column of the label */
 	int table_col[ESD_DS_MAX_TABLES]; /* column of each table */
+	/* tsv-multi-hot: the separator of a bag's IDs, each table's bag bound */
+	char sep;
+	uint32_t max_bag[ESD_DS_MAX_TABLES];
 };
 
 struct ds_sample {
 	uint8_t label;
 	float dense[ESD_DS_MAX_DENSE];
 	uint64_t ids[ESD_DS_MAX_TABLES];
+	/* tsv-multi-hot: IDs per table, and the bags' IDs concatenated in table
+	 * order into bag_ids[bag_cap] (the caller's array; a line with more IDs
+	 * is refused) */
+	uint32_t lens[ESD_DS_MAX_TABLES];
+	uint64_t *bag_ids;
+	size_t bag_cap;
 };
 
-/* Name of a format ("criteo-kaggle", "avazu", "criteo-search") to enum;
- * returns 0 or -ENOENT. */
+/* Name of a format ("criteo-kaggle", "avazu", "criteo-search",
+ * "tsv-multi-hot") to enum; returns 0 or -ENOENT. */
 int ds_format_parse(const char *name, enum ds_format *out);
 
 /*
  * Set up a context for fmt with the built-in shape's tables; rows may be
  * NULL (the shape's cardinalities) or ntables entries. For Avazu the
  * header line must then go through ds_parse_header before any data line.
+ * tsv-multi-hot has no shape: this gives one table (rows[0] rows, or 1),
+ * no dense value, bags of up to 64 IDs and ','; see ds_parse_init_multi_hot.
  */
 void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows);
+
+/*
+ * tsv-multi-hot has no built-in shape: ntables tables (1..ESD_DS_MAX_TABLES)
+ * of rows[t] rows and bags of at most max_bag[t] IDs, ndense dense values
+ * (0..ESD_DS_MAX_DENSE), sep between a bag's IDs (not a tab nor a hex digit).
+ */
+void ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
+                             const uint64_t *rows, const uint32_t *max_bag, char sep);
 
 /*
  * Avazu: map the header line's column names. Returns 0, or -EINVAL with a

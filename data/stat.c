@@ -5,7 +5,9 @@
  * and a least-squares Zipf exponent over the head of the curve (ranks 1,
  * 2, 4, ... while the count is at least 8, so the flat tail of one-off IDs
  * does not bend the fit). Cache cover is that of a static oracle cache
- * holding the most frequent rows: an upper bound for any policy.
+ * holding the most frequent rows: an upper bound for any policy. A bag
+ * table's lengths are counted exactly (one counter per length up to its
+ * max_bag) for the min, mean, quantiles and power-of-two histogram.
  */
 #include "stat.h"
 #include "format.h"
@@ -123,8 +125,17 @@ static uint64_t global_top(uint32_t *const *c, const uint64_t *d, uint32_t nt, u
 	return total + (k - above) * lo;
 }
 
+/* Each bag of got samples into lens[t][its length] (tables with lens[t]). */
+static void count_lens(uint64_t *const *lens, const uint32_t *off, int64_t got, uint32_t nt)
+{
+	for (int64_t s = 0; s < got; s++)
+		for (uint32_t t = 0; t < nt; t++)
+			if (lens[t])
+				lens[t][off[s * nt + t + 1] - off[s * nt + t]]++;
+}
+
 int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
-                      uint64_t *samples, uint64_t *positives)
+                      uint64_t *const *lens, uint64_t *samples, uint64_t *positives)
 {
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
 	const uint32_t nt = in->ntables;
@@ -157,6 +168,8 @@ int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *
 			if (*c != UINT32_MAX)
 				(*c)++;
 		}
+		if (lens)
+			count_lens(lens, off, got, nt);
 		*samples += (uint64_t)got;
 	}
 	rc = 0;
@@ -165,6 +178,79 @@ out:
 	free(off);
 	free(labels);
 	return rc;
+}
+
+unsigned ds_bag_bucket(uint32_t len)
+{
+	unsigned b = 0;
+	for (; len; len >>= 1)
+		b++;
+	return b;
+}
+
+/* The nearest-rank pct % quantile of the n (>= 1) lengths counted in h[0..max]. */
+static uint32_t quantile(const uint64_t *h, uint32_t max, uint64_t n, unsigned pct)
+{
+	uint64_t want = (n * pct + 99) / 100, cum = 0;
+	for (uint32_t len = 0; len <= max; len++) {
+		cum += h[len];
+		if (cum >= want)
+			return len;
+	}
+	return max;
+}
+
+/* Table ts's bag-length summary from h[0..max] (bags counted by length). */
+static void bag_summary(struct ds_table_stat *ts, const uint64_t *h, uint32_t max)
+{
+	uint64_t n = 0;
+	double sum = 0;
+	for (uint32_t len = 0; len <= max; len++) {
+		if (!h[len])
+			continue;
+		if (!n)
+			ts->bag_min = len;
+		ts->bag_max = len;
+		n += h[len];
+		sum += (double)len * (double)h[len];
+		ts->bag_hist[ds_bag_bucket(len)] += h[len];
+	}
+	if (!n)
+		return;
+	ts->bag_mean = sum / (double)n;
+	ts->bag_p50 = quantile(h, max, n, 50);
+	ts->bag_p90 = quantile(h, max, n, 90);
+	ts->bag_p99 = quantile(h, max, n, 99);
+}
+
+/* Table t's figures from its counts c[rows] (compacted to its d nonzero
+ * ones, sorted descending, in place); returns its accesses, -1 on ENOMEM. */
+static int64_t table_stat(struct ds_stat *st, uint32_t t, uint32_t *c, uint64_t *d_out)
+{
+	uint64_t d = 0;
+	for (uint64_t i = 0; i < st->info.rows[t]; i++)
+		if (c[i])
+			c[d++] = c[i];
+	if (sort_desc(c, d))
+		return -1;
+	*d_out = d;
+	struct ds_table_stat *ts = &st->t[t];
+	ts->rows = st->info.rows[t];
+	ts->distinct = d;
+	ts->top_count = d ? c[0] : 0;
+	uint64_t k1 = (uint64_t)ceil(0.01 * (double)ts->rows);
+	uint64_t kc = (uint64_t)floor(st->cache_ratio * (double)ts->rows);
+	double acc = (double)st->samples; /* a bag table: every ID of its bags */
+	if (st->info.max_bag[t] > 1) {
+		acc = 0;
+		for (uint64_t i = 0; i < d; i++)
+			acc += c[i];
+	}
+	ts->top1_share = acc > 0 ? (double)sum_top(c, d, k1 ? k1 : 1) / acc : 0;
+	ts->cache_cover = acc > 0 ? (double)sum_top(c, d, kc) / acc : 0;
+	ts->zipf_fit = fit_zipf(c, d);
+	st->distinct += d;
+	return (int64_t)acc;
 }
 
 int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st)
@@ -186,6 +272,7 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	for (uint32_t t = 0; t < nt; t++)
 		st->total_rows += st->info.rows[t];
 	uint32_t *cnt[ESD_DS_MAX_TABLES] = {0};
+	uint64_t *lens[ESD_DS_MAX_TABLES] = {0};
 	uint64_t dist[ESD_DS_MAX_TABLES] = {0};
 	if (st->total_rows > DS_STAT_MAX_ROWS) {
 		rc = ds_fail(-ENOMEM,
@@ -196,48 +283,36 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 		goto out;
 	}
 	rc = -ENOMEM;
-	for (uint32_t t = 0; t < nt; t++)
+	for (uint32_t t = 0; t < nt; t++) {
 		if (!(cnt[t] = calloc(st->info.rows[t], sizeof(uint32_t))))
 			goto out;
-	if ((rc = ds_count_accesses(r, limit, cnt, &st->samples, &st->positives)))
+		if (st->info.max_bag[t] > 1 &&
+		    !(lens[t] = calloc((size_t)st->info.max_bag[t] + 1, sizeof(uint64_t))))
+			goto out;
+	}
+	if ((rc = ds_count_accesses(r, limit, cnt, lens, &st->samples, &st->positives)))
 		goto out;
-	/* compact each table's counts to its nonzero ones, sorted descending */
+	st->cache_ratio = cache_ratio;
 	uint64_t accesses = 0;
 	for (uint32_t t = 0; t < nt; t++) {
-		uint64_t d = 0;
-		for (uint64_t i = 0; i < st->info.rows[t]; i++)
-			if (cnt[t][i])
-				cnt[t][d++] = cnt[t][i];
-		rc = sort_desc(cnt[t], d);
-		if (rc)
+		int64_t acc = table_stat(st, t, cnt[t], &dist[t]);
+		if (acc < 0) {
+			rc = -ENOMEM;
 			goto out;
-		dist[t] = d;
-		struct ds_table_stat *ts = &st->t[t];
-		ts->rows = st->info.rows[t];
-		ts->distinct = d;
-		ts->top_count = d ? cnt[t][0] : 0;
-		uint64_t k1 = (uint64_t)ceil(0.01 * (double)ts->rows);
-		uint64_t kc = (uint64_t)floor(cache_ratio * (double)ts->rows);
-		double acc = (double)st->samples; /* a bag table: every ID of its bags */
-		if (st->info.max_bag[t] > 1) {
-			acc = 0;
-			for (uint64_t i = 0; i < d; i++)
-				acc += cnt[t][i];
 		}
 		accesses += (uint64_t)acc;
-		ts->top1_share = acc > 0 ? (double)sum_top(cnt[t], d, k1 ? k1 : 1) / acc : 0;
-		ts->cache_cover = acc > 0 ? (double)sum_top(cnt[t], d, kc) / acc : 0;
-		ts->zipf_fit = fit_zipf(cnt[t], d);
-		st->distinct += d;
+		if (lens[t])
+			bag_summary(&st->t[t], lens[t], st->info.max_bag[t]);
 	}
-	st->cache_ratio = cache_ratio;
 	st->cache_rows = (uint64_t)floor(cache_ratio * (double)st->total_rows);
 	st->cache_cover =
 	    accesses ? (double)global_top(cnt, dist, nt, st->cache_rows) / (double)accesses : 0;
 	rc = 0;
 out:
-	for (uint32_t t = 0; t < nt; t++)
+	for (uint32_t t = 0; t < nt; t++) {
 		free(cnt[t]);
+		free(lens[t]);
+	}
 	esd_ds_close(r);
 	return rc;
 }

@@ -1,7 +1,8 @@
 /*
  * stat.h - statistics of a dataset stream (private to esd_data; esd-data
- * stat prints them): samples, distinct keys and skew per table, and the
- * share of accesses a cache of a given ratio of all rows covers.
+ * stat prints them): samples, distinct keys and skew per table, the share
+ * of accesses a cache of a given ratio of all rows covers, and the bag
+ * lengths of each multi-hot table.
  */
 #ifndef ESD_DATA_STAT_H
 #define ESD_DATA_STAT_H
@@ -10,6 +11,9 @@
 
 #include <esd/dataset.h>
 
+/* Power-of-two buckets of bag lengths: 0, 1, 2-3, 4-7, ..., 32768-65535. */
+#define DS_BAG_BUCKETS 17
+
 struct ds_table_stat {
 	uint64_t rows;      /* cardinality from the header */
 	uint64_t distinct;  /* IDs seen at least once */
@@ -17,6 +21,12 @@ struct ds_table_stat {
 	double top1_share;  /* accesses covered by the top 1 % of rows (at least 1 row) */
 	double zipf_fit;    /* fitted exponent of the rank-frequency head; NAN if too few points */
 	double cache_cover; /* accesses covered by the top cache_ratio * rows IDs of this table */
+	/* bag tables (max_bag > 1): the bag lengths of the samples read; the
+	 * quantiles are nearest-rank (the smallest length that at least that
+	 * share of the bags does not exceed) */
+	uint32_t bag_min, bag_p50, bag_p90, bag_p99, bag_max;
+	double bag_mean;
+	uint64_t bag_hist[DS_BAG_BUCKETS]; /* [0] empty bags, [b] lengths 2^(b-1)..2^b-1 */
 };
 
 struct ds_stat {
@@ -44,9 +54,14 @@ struct ds_stat {
 int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st);
 
 /* Add the accesses of the first limit samples (0: all) from r's position
- * to cnt[t][id] (one array of rows[t] counters per table, saturating).
+ * to cnt[t][id] (one array of rows[t] counters per table, saturating) and,
+ * when lens is not NULL, each bag of table t to lens[t][length] (an array
+ * of max_bag[t] + 1 counters, or NULL for a table not counted).
  * Returns 0 or an error of esd_ds_read. */
 int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
-                      uint64_t *samples, uint64_t *positives);
+                      uint64_t *const *lens, uint64_t *samples, uint64_t *positives);
+
+/* Bucket of a bag length in ds_table_stat.bag_hist. */
+unsigned ds_bag_bucket(uint32_t len);
 
 #endif /* ESD_DATA_STAT_H */

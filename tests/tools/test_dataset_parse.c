@@ -1,7 +1,8 @@
 /*
- * Line parsers of the real formats: good lines map to the expected label,
- * dense values and IDs (missing values to ID 0, hashing within the rows),
- * bad lines are refused with the field that is wrong.
+ * Line parsers of the real formats and tsv-multi-hot: good lines map to
+ * the expected label, dense values and IDs (missing values to ID 0,
+ * hashing within the rows; bags of hashed IDs), bad lines are refused with
+ * the field that is wrong.
  */
 #include "testutil.h"
 
@@ -16,6 +17,11 @@ static const char criteo_ok[] =
     "25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t"
     "1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t"
     "3a171ecb\tc5c50484\te8b83407\t9727dd16";
+
+/* tsv-multi-hot with 2 dense values and 3 tables: C1's rows, 7, 1. */
+static const uint64_t mh_rows[3] = {1460, 7, 1};
+static const uint32_t mh_max_bag[3] = {64, 2, 300};
+static uint64_t mh_bags[512]; /* the bags' room of every sample here */
 
 static int parse(struct ds_parse_ctx *c, const char *line, struct ds_sample *s, char *why)
 {
@@ -55,10 +61,21 @@ static void test_criteo(void **state)
 		assert_true(s.ids[t] < 10);
 }
 
+static void expect_bad_in(struct ds_parse_ctx *c, const char *line, struct ds_sample *s,
+                          const char *needle)
+{
+	char why[256];
+	assert_int_equal(parse(c, line, s, why), -EINVAL);
+	if (!strstr(why, needle))
+		fail_msg("'%s' does not say '%s'", why, needle);
+}
+
 static void expect_bad(struct ds_parse_ctx *c, const char *line, const char *needle)
 {
 	struct ds_sample s;
 	char why[256];
+	s.bag_ids = mh_bags;
+	s.bag_cap = sizeof(mh_bags) / sizeof(mh_bags[0]);
 	assert_int_equal(parse(c, line, &s, why), -EINVAL);
 	if (!strstr(why, needle))
 		fail_msg("'%s' does not say '%s'", why, needle);
@@ -174,6 +191,87 @@ static void test_search(void **state)
 	expect_bad(&c, bad, "field 1 (Sale)");
 }
 
+static void mh_init(struct ds_parse_ctx *c, struct ds_sample *s, char sep)
+{
+	ds_parse_init_multi_hot(c, 3, 2, mh_rows, mh_max_bag, sep);
+	s->bag_ids = mh_bags;
+	s->bag_cap = sizeof(mh_bags) / sizeof(mh_bags[0]);
+}
+
+static void test_multi_hot(void **state)
+{
+	(void)state;
+	struct ds_parse_ctx c, cc;
+	struct ds_sample s, sc;
+	char why[256];
+	ds_parse_init(&cc, DS_FMT_CRITEO, NULL);
+	assert_int_equal(parse(&cc, criteo_ok, &sc, why), 0);
+	mh_init(&c, &s, ',');
+	assert_int_equal(c.ncols, 6);
+	assert_int_equal(parse(&c, "1\t0.5\t\t68fd1e64,a,ff\t3,3\t", &s, why), 0);
+	assert_int_equal(s.label, 1);
+	assert_true(fabsf(s.dense[0] - log1pf(0.5f)) < 1e-6f);
+	assert_true(s.dense[1] == 0.0f); /* empty: 0 */
+	assert_int_equal(s.lens[0], 3);
+	assert_int_equal(s.lens[1], 2);
+	assert_int_equal(s.lens[2], 0);            /* empty field: empty bag */
+	assert_int_equal(s.bag_ids[0], sc.ids[0]); /* hashed as criteo-kaggle's C1 */
+	assert_int_equal(s.bag_ids[3], s.bag_ids[4]);
+	for (int k = 0; k < 3; k++)
+		assert_true(s.bag_ids[k] >= 1 && s.bag_ids[k] < 1460);
+	assert_true(s.bag_ids[3] < 7);
+	/* a trailing '\r' is ignored; a one-row table takes any ID as row 0 */
+	assert_int_equal(parse(&c, "0\t1e2\t-4\t\t\t1,2,3\r", &s, why), 0);
+	assert_int_equal(s.label, 0);
+	assert_true(fabsf(s.dense[0] - logf(101.0f)) < 1e-5f);
+	assert_true(s.dense[1] == 0.0f); /* negative clamps to 0 */
+	assert_int_equal(s.lens[0], 0);
+	assert_int_equal(s.lens[2], 3);
+	assert_int_equal(s.bag_ids[0] | s.bag_ids[1] | s.bag_ids[2], 0);
+	/* another separator: ',' is then a bad ID */
+	mh_init(&c, &s, ';');
+	assert_int_equal(parse(&c, "1\t\t\t68fd1e64;a\t1;2\t5", &s, why), 0);
+	assert_int_equal(s.lens[0], 2);
+	assert_int_equal(s.lens[1], 2);
+	assert_int_equal(s.lens[2], 1);
+	assert_int_equal(s.bag_ids[0], sc.ids[0]);
+	expect_bad(&c, "1\t\t\t68fd1e64,a\t\t", "field 4 (table 0): '68fd1e64,a' (ID 1");
+	/* the defaults: one table, no dense value, ',' */
+	ds_parse_init(&c, DS_FMT_MULTI_HOT, NULL);
+	assert_int_equal(parse(&c, "1\ta,b", &s, why), 0);
+	assert_int_equal(s.lens[0], 2);
+	assert_int_equal(s.bag_ids[0] | s.bag_ids[1], 0); /* rows[0] 1 */
+	expect_bad(&c, "1\ta\tb", "more than 2 tab-separated fields, expected 2");
+}
+
+static void test_multi_hot_bad(void **state)
+{
+	(void)state;
+	struct ds_parse_ctx c;
+	struct ds_sample s;
+	char why[256];
+	mh_init(&c, &s, ',');
+	expect_bad(&c, "1\t2", "2 tab-separated fields, expected 6 (label, 2 dense, 3 tables)");
+	expect_bad(&c, "1\t\t\t1\t1\t1\t1", "more than 6 tab-separated fields");
+	expect_bad(&c, "2\t\t\t1\t1\t1", "field 1 (label): '2' is not 0 or 1");
+	expect_bad(&c, "1\tx\t\t1\t1\t1", "field 2 (dense 0): 'x' is not a number");
+	expect_bad(&c, "1\t0\t1.5.5\t1\t1\t1", "field 3 (dense 1): '1.5.5' is not a number");
+	expect_bad(&c, "1\t\t\t3,zz\t1\t1",
+	           "field 4 (table 0): 'zz' (ID 2 of the bag) is not a hex ID");
+	expect_bad(&c, "1\t\t\t12345678901234567\t\t",
+	           "field 4 (table 0): '12345678901234567' (ID 1");
+	expect_bad(&c, "1\t\t\t-1\t\t", "'-1' (ID 1 of the bag) is not a hex ID");
+	expect_bad(&c, "1\t\t\t3,,4\t\t", "field 4 (table 0): '3,,4': ID 2 of the bag is empty");
+	expect_bad(&c, "1\t\t\t3,4,\t\t", "'3,4,': ID 3 of the bag is empty");
+	expect_bad(&c, "1\t\t\t\t,\t", "field 5 (table 1): ',': ID 1 of the bag is empty");
+	expect_bad(&c, "1\t\t\t\t1,2,3\t", "field 5 (table 1): a bag of 3 IDs, above --max-bag 2");
+	assert_int_equal(parse(&c, "1\t\t\t\t1,2\t", &s, why), 0); /* the bound itself */
+	s.bag_cap = 3; /* the caller's room for the line's IDs */
+	expect_bad_in(&c, "1\t\t\t1,2\t\t3,4", &s,
+	              "field 6 (table 2): more than 3 IDs in the line");
+	assert_int_equal(parse(&c, "1\t\t\t1,2\t\t3", &s, why), 0);
+}
+
 static void test_formats(void **state)
 {
 	(void)state;
@@ -184,14 +282,17 @@ static void test_formats(void **state)
 	assert_int_equal(f, DS_FMT_AVAZU);
 	assert_int_equal(ds_format_parse("criteo-search", &f), 0);
 	assert_int_equal(f, DS_FMT_SEARCH);
+	assert_int_equal(ds_format_parse("tsv-multi-hot", &f), 0);
+	assert_int_equal(f, DS_FMT_MULTI_HOT);
 	assert_int_equal(ds_format_parse("csv", &f), -ENOENT);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_criteo),  cmocka_unit_test(test_criteo_bad),
-	    cmocka_unit_test(test_avazu),   cmocka_unit_test(test_search),
+	    cmocka_unit_test(test_criteo),    cmocka_unit_test(test_criteo_bad),
+	    cmocka_unit_test(test_avazu),     cmocka_unit_test(test_search),
+	    cmocka_unit_test(test_multi_hot), cmocka_unit_test(test_multi_hot_bad),
 	    cmocka_unit_test(test_formats),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

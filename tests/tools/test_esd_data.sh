@@ -1,8 +1,9 @@
 #!/bin/bash
 # esd-data end to end: gen -> stat round trips for the three shapes,
 # determinism (same seed, same bytes), convert of small files in each real
-# format, bad lines (file:line, exit 1; --skip-bad counts), corrupt and
-# truncated streams refused. Usage: test_esd_data.sh path/to/esd-data
+# format and tsv-multi-hot (bags: dump, stat's bag lengths, separators), bad
+# lines (file:line, exit 1; --skip-bad counts), corrupt and truncated
+# streams refused. Usage: test_esd_data.sh path/to/esd-data
 set -u
 ESD_DATA=${1:?usage: $0 path/to/esd-data [path/to/esd-replay]}
 ESD_REPLAY=${2:-$(dirname "$ESD_DATA")/esd-replay}
@@ -121,6 +122,54 @@ check "criteo-search: 2 samples, 17 tables, 2 dense" json "$T/s1.esd" \
 check "criteo-search: header or not, same samples" bash -c \
 	"cmp -s <('$ESD_DATA' dump '$T/s1.esd') <('$ESD_DATA' dump '$T/s2.esd')"
 
+# --- convert: tsv-multi-hot (bags) --------------------------------------------------
+MH="convert --format tsv-multi-hot --tables 3 --dense 2 --rows 1000,50,1 --no-progress"
+printf '1\t0.5\t\t68fd1e64,a,ff\t3,3\t\n0\t2\t1e2\t\t7\t1,2,3,ffff\n1\t\t\t68fd1e64\t\t5\n' >"$T/mh.tsv"
+check "convert tsv-multi-hot" $ESD_DATA $MH -o "$T/mh.esd" "$T/mh.tsv"
+check "tsv-multi-hot: 3 samples, 2 dense, 3 bag tables of --rows, max_bag 64" json "$T/mh.esd" \
+	"j['samples'] == 3 and j['positives'] == 2 and j['ntables'] == 3 and j['ndense'] == 2 and
+	 j['shape'] == 'tsv-multi-hot' and j['source'] == 'mh.tsv' and
+	 [t['rows'] for t in j['tables']] == [1000, 50, 1] and
+	 all(t['bags']['max_bag'] == 64 for t in j['tables'])"
+$ESD_DATA dump "$T/mh.esd" >"$T/mhdump.txt"
+$ESD_DATA convert --format criteo-kaggle --rows 1000 -o "$T/cr4.esd" "$T/criteo.tsv" >/dev/null
+$ESD_DATA dump -n 1 "$T/cr4.esd" >"$T/cr4dump.txt"
+check "dump shows the bags: lengths, repeats, empty bags, dense, IDs hashed as criteo-kaggle's" python3 -c "
+l = [x.split('|') for x in open('$T/mhdump.txt').read().splitlines()]
+b = [[kv.split(':')[1] for kv in x[1].split()] for x in l]
+assert len(l) == 3, l
+assert [len(v.split(',')) if v else 0 for v in b[0]] == [3, 2, 0], b
+assert b[2][0] == b[0][0].split(',')[0]            # the same value, the same ID
+r = b[0][1].split(','); assert r[0] == r[1], r      # a repeated ID stays in the bag
+assert b[1][0] == '' and b[1][2] == '0,0,0,0', b    # empty bag; one row: every ID is 0
+assert l[1][0].split()[1:] == ['0', '1.09861', '4.61512'], l[1]  # log(1 + x)
+assert l[2][0].split()[2:] == ['0', '0'], l[2]      # empty dense: 0
+c1 = open('$T/cr4dump.txt').read().split('|')[1].split()[0]
+assert c1 == '0:' + b[0][0].split(',')[0], (c1, b[0])"
+"$ESD_DATA" stat "$T/mh.esd" >"$T/mhstat.txt"
+check "stat: a bag-length line per multi-hot table (min mean p50 p90 p99 max, histogram)" \
+	grep -Eq '^ +2 +64 +0 +1\.67 +1 +4 +4 +4 +0:1 1:1 2-3:0 4-7:1$' "$T/mhstat.txt"
+check "stat: bag lengths of table 0" grep -Eq '^ +0 +64 +0 +1\.33 +1 +3 +3 +3 +0:1 1:1 2-3:1$' "$T/mhstat.txt"
+check "stat --json: bags of each table" json "$T/mh.esd" \
+	"j['tables'][1]['bags'] == {'max_bag': 64, 'min': 0, 'mean': 1.0, 'p50': 1, 'p90': 2,
+	 'p99': 2, 'max': 2, 'hist': [{'lo': 0, 'hi': 0, 'bags': 1}, {'lo': 1, 'hi': 1, 'bags': 1},
+	 {'lo': 2, 'hi': 3, 'bags': 1}]}"
+check "stat --json: no bags for single-ID tables, every bag counted for gen --bag" json "$T/bag.esd" \
+	"j['tables'][0]['bags'] is None and j['tables'][3]['bags']['max'] <= 16 and
+	 sum(h['bags'] for h in j['tables'][3]['bags']['hist']) == j['samples']"
+check "human stat: no bag lines without bags" bash -c "! '$ESD_DATA' stat '$T/a.esd' | grep -q 'bag lengths'"
+tr ',' ';' <"$T/mh.tsv" >"$T/mh-semi.tsv"
+check "--multi-hot-sep ';': the same samples" bash -c \
+	"'$ESD_DATA' $MH --multi-hot-sep ';' -o '$T/mh2.esd' '$T/mh-semi.tsv' >/dev/null &&
+	 cmp -s <('$ESD_DATA' dump '$T/mh.esd') <('$ESD_DATA' dump '$T/mh2.esd')"
+check "--max-bag M and T=M (either order), recorded per table" bash -c \
+	"'$ESD_DATA' $MH --max-bag 2=300 --max-bag 4 -o '$T/mh3.esd' '$T/mh.tsv' >/dev/null"
+check "--max-bag: the header's bounds" json "$T/mh3.esd" \
+	"[t['bags']['max_bag'] for t in j['tables']] == [4, 4, 300] and j['samples'] == 3"
+check "tsv-multi-hot from stdin, zstd" bash -c \
+	"'$ESD_DATA' $MH --zstd 3 -o '$T/mh4.esd' - <'$T/mh.tsv' >/dev/null &&
+	 cmp -s <('$ESD_DATA' dump '$T/mh.esd') <('$ESD_DATA' dump '$T/mh4.esd')"
+
 # --- bad lines ----------------------------------------------------------------------
 printf '%s\n%s\n%s\n%s\n' "$C1" "$C0" $'1\t2\t3' "$C1" >"$T/bad.tsv"
 if $ESD_DATA convert --format criteo-kaggle -o "$T/bad.esd" "$T/bad.tsv" 2>"$T/err" >/dev/null; then
@@ -139,6 +188,37 @@ $ESD_DATA convert --format criteo-kaggle -o "$T/hex.esd" "$T/hex.tsv" 2>"$T/err"
 check "bad hex: names field and line" grep -q "hex.tsv:1: field 15 (C1): '68fd1e6z' is not a hex ID" "$T/err"
 $ESD_DATA convert --format criteo-kaggle -o "$T/x.esd" "$T/missing.tsv" 2>"$T/err" && no "missing input fails"
 check "missing input: names the file" grep -q "missing.tsv: cannot open" "$T/err"
+
+# tsv-multi-hot: each kind of bad line names the file, the line and the field
+MB="$MH --max-bag 2 --max-bag 0=64"
+MG=$'1\t0.5\t\t3\t4\t5'
+mh_bad() { # mh_bad WHAT LINE MESSAGE
+	printf '%s\n%s\n%s\n' "$MG" "$2" "$MG" >"$T/mhbad.tsv"
+	rm -f "$T/mhbad.esd"
+	if $ESD_DATA $MB -o "$T/mhbad.esd" "$T/mhbad.tsv" >/dev/null 2>"$T/err"; then
+		no "tsv-multi-hot $1: refused"
+		return
+	fi
+	check "tsv-multi-hot $1: file, line and field named" grep -qF "mhbad.tsv:2: $3" "$T/err"
+	check "tsv-multi-hot $1: nothing written" test ! -e "$T/mhbad.esd"
+}
+mh_bad "field count" $'1\t0\t0\t1\t1' "5 tab-separated fields, expected 6 (label, 2 dense, 3 tables)"
+mh_bad "label" $'x\t0\t0\t1\t1\t1' "field 1 (label): 'x' is not 0 or 1"
+mh_bad "number" $'1\t0\tabc\t1\t1\t1' "field 3 (dense 1): 'abc' is not a number"
+mh_bad "non-hex ID" $'1\t0\t0\t1\t1,zz\t1' "field 5 (table 1): 'zz' (ID 2 of the bag) is not a hex ID"
+mh_bad "empty item" $'1\t0\t0\t3,,4\t1\t1' "field 4 (table 0): '3,,4': ID 2 of the bag is empty"
+mh_bad "bag over --max-bag" $'1\t0\t0\t1\t1\t1,2,3' "field 6 (table 2): a bag of 3 IDs, above --max-bag 2"
+{
+	echo "$MG"
+	printf '%s\n' $'1\t0\t0\t1\t1' $'x\t0\t0\t1\t1\t1' $'1\t0\tabc\t1\t1\t1' \
+		$'1\t0\t0\t1\t1,zz\t1' $'1\t0\t0\t3,,4\t1\t1' $'1\t0\t0\t1\t1\t1,2,3'
+	echo "$MG"
+} >"$T/mhbad.tsv"
+$ESD_DATA $MB --skip-bad -o "$T/mhbad.esd" "$T/mhbad.tsv" >"$T/out" 2>"$T/err" ||
+	no "tsv-multi-hot --skip-bad converts"
+check "tsv-multi-hot --skip-bad: counted in the summary" grep -q "2 samples from 8 lines.*6 bad lines skipped" "$T/out"
+check "tsv-multi-hot --skip-bad: warns with file:line" grep -q "mhbad.tsv:6: skipped: field 4 (table 0)" "$T/err"
+check "tsv-multi-hot --skip-bad: count recorded in the stream" json "$T/mhbad.esd" "j['skipped'] == 6 and j['samples'] == 2"
 
 # --- corrupt and truncated streams ------------------------------------------------------
 cp "$T/a.esd" "$T/corrupt.esd"
@@ -204,6 +284,25 @@ $ESD_DATA frobnicate >/dev/null 2>&1
 check "unknown command: exit 2" test $? -eq 2
 $ESD_DATA gen -n 10 >/dev/null 2>&1
 check "gen without -o: exit 2" test $? -eq 2
+check "convert's usage lists tsv-multi-hot and its options" bash -c \
+	"'$ESD_DATA' convert --help 2>&1 | grep -q 'tsv-multi-hot' &&
+	 '$ESD_DATA' --help | grep -q -- '--multi-hot-sep C' && '$ESD_DATA' --help | grep -q -- '--max-bag M|T=M'"
+mh_usage() { # mh_usage WHAT ARGS...: exit 2, nothing written
+	local what=$1
+	shift
+	rm -f "$T/u.esd"
+	$ESD_DATA convert --no-progress -o "$T/u.esd" "$@" "$T/mh.tsv" >/dev/null 2>&1
+	check "$what: exit 2" test $? -eq 2 -a ! -e "$T/u.esd"
+}
+mh_usage "--tables without tsv-multi-hot" --format criteo-kaggle --tables 3
+mh_usage "tsv-multi-hot without --rows" --format tsv-multi-hot --tables 3 --dense 2
+mh_usage "tsv-multi-hot without --tables" --format tsv-multi-hot --rows 10
+mh_usage "--max-bag 1" --format tsv-multi-hot --tables 3 --dense 2 --rows 10 --max-bag 1
+mh_usage "--max-bag past the tables" --format tsv-multi-hot --tables 3 --dense 2 --rows 10 --max-bag 3=8
+mh_usage "--multi-hot-sep tab" --format tsv-multi-hot --tables 3 --dense 2 --rows 10 --multi-hot-sep $'\t'
+mh_usage "--multi-hot-sep hex digit" --format tsv-multi-hot --tables 3 --dense 2 --rows 10 --multi-hot-sep a
+$ESD_DATA $MH --rows 10,20 -o "$T/u.esd" "$T/mh.tsv" >/dev/null 2>"$T/err"
+check "--rows: 2 values for 3 tables refused" grep -q -- "--rows: 2 values for 3 tables" "$T/err"
 
 echo "$fails failures"
 [ "$fails" -eq 0 ]

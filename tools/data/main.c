@@ -7,6 +7,7 @@
 #include "convert.h"
 #include "stat.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -32,14 +33,20 @@ static const char usage_text[] =
     "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded;\n"
     "      --bag: table T (or all) multi-hot, Poisson(MEAN) IDs a sample, at most\n"
     "      MAX (default 4 x MEAN)\n"
-    "  convert --format criteo-kaggle|avazu|criteo-search -o OUT [INPUT|-]\n"
-    "      [--rows N] [--scale F] [--max-rows N] [--skip-bad] [--limit N] [--allow-empty]\n"
-    "      [--progress|--no-progress] [--dense-format f32|bf16] [--zstd LEVEL]\n"
+    "  convert --format criteo-kaggle|avazu|criteo-search|tsv-multi-hot -o OUT [INPUT|-]\n"
+    "      [--rows N[,N...]] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
+    "      [--allow-empty] [--progress|--no-progress] [--dense-format f32|bf16]\n"
+    "      [--zstd LEVEL]\n"
     "      real files into a stream; bad lines fail with file:line unless --skip-bad;\n"
-    "      no sample out is an error (nothing written) unless --allow-empty\n"
+    "      no sample out is an error (nothing written) unless --allow-empty;\n"
+    "      --rows: one cardinality for every table, or one a table\n"
+    "      tsv-multi-hot: --tables N [--dense D] --rows ... [--max-bag M|T=M]...\n"
+    "      [--multi-hot-sep C]: label, D dense, N bags of hex IDs separated by C\n"
+    "      (default ','), tab-separated; bags of at most M IDs (default 64)\n"
     "  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
     "      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
-    "      covers (default R 0.08)\n"
+    "      covers (default R 0.08); bag lengths of each multi-hot table (min, mean,\n"
+    "      p50, p90, p99, max, power-of-two histogram)\n"
     "  dump FILE [--from N] [-n N]\n"
     "      samples as text: cursor label dense... | table:id ...\n"
     "  hot FILE -n ROWS -o OUT [--limit N]\n"
@@ -129,6 +136,10 @@ enum {
 	OPT_JSON,
 	OPT_FROM,
 	OPT_BAG,
+	OPT_TABLES,
+	OPT_DENSE,
+	OPT_MAX_BAG,
+	OPT_SEP,
 };
 
 #define BAD(opt) return usage("bad value for " opt)
@@ -311,6 +322,79 @@ static int cmd_gen(int argc, char **argv)
 	return 0;
 }
 
+/* --rows N[,N...]: one cardinality for every table, or one a table. */
+static int parse_rows(char *arg, struct ds_convert_opts *o)
+{
+	o->nrows = 0;
+	for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ",")) {
+		if (o->nrows == ESD_DS_MAX_TABLES || parse_u64(tok, &o->rows[o->nrows]) ||
+		    o->rows[o->nrows] < 1)
+			return -EINVAL;
+		o->nrows++;
+	}
+	return o->nrows ? 0 : -EINVAL;
+}
+
+/* --max-bag M (every table) or T=M (table T), M in 2..ESD_DS_MAX_BAG;
+ * per-table values win whatever the order. */
+struct max_bag_opt {
+	uint32_t all;                    /* 0: DS_DEFAULT_MAX_BAG */
+	uint32_t per[ESD_DS_MAX_TABLES]; /* 0: all */
+};
+
+static int parse_max_bag(char *arg, struct max_bag_opt *b)
+{
+	char *eq = strchr(arg, '=');
+	uint64_t t = UINT64_MAX, m;
+	if (eq) {
+		*eq = 0;
+		if (parse_u64(arg, &t) || t >= ESD_DS_MAX_TABLES)
+			return -EINVAL;
+	}
+	if (parse_u64(eq ? eq + 1 : arg, &m) || m < 2 || m > ESD_DS_MAX_BAG)
+		return -EINVAL;
+	if (!eq) {
+		b->all = (uint32_t)m;
+		return 0;
+	}
+	b->per[t] = (uint32_t)m;
+	return 0;
+}
+
+/* tsv-multi-hot's options into o (2: a usage error, already said). */
+static int multi_hot_opts(struct ds_convert_opts *o, const struct max_bag_opt *b, int have_mh)
+{
+	if (o->fmt != DS_FMT_MULTI_HOT) {
+		if (have_mh)
+			usage("--tables, --dense, --max-bag and --multi-hot-sep are for "
+			      "--format tsv-multi-hot");
+		return have_mh ? 2 : 0;
+	}
+	if (!o->ntables || !o->nrows) {
+		usage("tsv-multi-hot needs --tables N and --rows");
+		return 2;
+	}
+	for (uint32_t t = o->ntables; t < ESD_DS_MAX_TABLES; t++)
+		if (b->per[t]) {
+			fprintf(stderr, "esd-data: --max-bag %u=%u: the stream has %u tables\n", t,
+			        b->per[t], o->ntables);
+			return 2;
+		}
+	for (uint32_t t = 0; t < o->ntables; t++)
+		o->max_bag[t] = b->per[t] ? b->per[t] : b->all;
+	return 0;
+}
+
+/* --multi-hot-sep C: one character, neither a tab, a line end nor a hex digit. */
+static int parse_sep(const char *arg, char *out)
+{
+	if (strlen(arg) != 1 || arg[0] == '\t' || arg[0] == '\r' || arg[0] == '\n' ||
+	    isxdigit((unsigned char)arg[0]))
+		return -EINVAL;
+	*out = arg[0];
+	return 0;
+}
+
 /* Long: esd-data convert's options, each checked with its own message, then one call and its
  * report. */
 static int cmd_convert(int argc, char **argv)
@@ -329,11 +413,18 @@ static int cmd_convert(int argc, char **argv)
 	    {"dense-format", required_argument, NULL, OPT_DENSE_FORMAT},
 	    {"zstd", required_argument, NULL, OPT_ZSTD},
 	    {"allow-empty", no_argument, NULL, OPT_ALLOW_EMPTY},
+	    {"tables", required_argument, NULL, OPT_TABLES},
+	    {"dense", required_argument, NULL, OPT_DENSE},
+	    {"max-bag", required_argument, NULL, OPT_MAX_BAG},
+	    {"multi-hot-sep", required_argument, NULL, OPT_SEP},
 	    {0},
 	};
 	struct ds_convert_opts o;
+	struct max_bag_opt mb;
 	const char *fmt = NULL;
-	int c;
+	uint64_t v;
+	int c, have_mh = 0;
+	memset(&mb, 0, sizeof(mb));
 	memset(&o, 0, sizeof(o));
 	o.scale = 1.0;
 	o.progress = isatty(STDERR_FILENO);
@@ -349,8 +440,30 @@ static int cmd_convert(int argc, char **argv)
 			fmt = optarg;
 			break;
 		case OPT_ROWS:
-			if (parse_u64(optarg, &o.rows) || o.rows < 1)
-				BAD("--rows");
+			if (parse_rows(optarg, &o))
+				BAD("--rows (N or N,N,...: 1 or more)");
+			break;
+		case OPT_TABLES:
+			if (parse_u64(optarg, &v) || v < 1 || v > ESD_DS_MAX_TABLES)
+				BAD("--tables (1..256)");
+			o.ntables = (uint32_t)v;
+			have_mh = 1;
+			break;
+		case OPT_DENSE:
+			if (parse_u64(optarg, &v) || v > ESD_DS_MAX_DENSE)
+				BAD("--dense (0..256)");
+			o.ndense = (uint32_t)v;
+			have_mh = 1;
+			break;
+		case OPT_MAX_BAG:
+			if (parse_max_bag(optarg, &mb))
+				BAD("--max-bag (M or T=M, M 2..65535)");
+			have_mh = 1;
+			break;
+		case OPT_SEP:
+			if (parse_sep(optarg, &o.sep))
+				BAD("--multi-hot-sep (one character, not a tab nor a hex digit)");
+			have_mh = 1;
 			break;
 		case OPT_SCALE:
 			if (parse_double(optarg, &o.scale) || o.scale < 1.0)
@@ -393,9 +506,12 @@ static int cmd_convert(int argc, char **argv)
 	if (!fmt || !o.out_path || !o.in_path || optind != argc)
 		return usage("convert needs --format, -o OUT and one INPUT");
 	if (ds_format_parse(fmt, &o.fmt))
-		return usage("--format: criteo-kaggle, avazu or criteo-search");
+		return usage("--format: criteo-kaggle, avazu, criteo-search or tsv-multi-hot");
+	int rc = multi_hot_opts(&o, &mb, have_mh);
+	if (rc)
+		return rc;
 	struct ds_convert_result res;
-	int rc = ds_convert(&o, &res);
+	rc = ds_convert(&o, &res);
 	if (rc)
 		return 1;
 	printf("%s: %" PRIu64 " samples from %" PRIu64 " lines of %s", o.out_path, res.samples,
@@ -410,6 +526,37 @@ static const char *origin_name(uint32_t o)
 {
 	static const char *const n[] = {"gen", "criteo-kaggle", "avazu", "criteo-search", "other"};
 	return o < 5 ? n[o] : "?";
+}
+
+/* Lowest and highest length of bag_hist bucket b. */
+static void bucket_range(unsigned b, uint32_t *lo, uint32_t *hi)
+{
+	*lo = b ? UINT32_C(1) << (b - 1) : 0;
+	*hi = b ? (UINT32_C(1) << b) - 1 : 0;
+}
+
+/* A bag table's lengths: min, mean, quantiles, max and the histogram. */
+static json_t *bags_json(const struct ds_table_stat *ts, uint32_t max_bag)
+{
+	json_t *j = json_object(), *h = json_array();
+	json_object_set_new(j, "max_bag", json_integer(max_bag));
+	json_object_set_new(j, "min", json_integer(ts->bag_min));
+	json_object_set_new(j, "mean", json_real(ts->bag_mean));
+	json_object_set_new(j, "p50", json_integer(ts->bag_p50));
+	json_object_set_new(j, "p90", json_integer(ts->bag_p90));
+	json_object_set_new(j, "p99", json_integer(ts->bag_p99));
+	json_object_set_new(j, "max", json_integer(ts->bag_max));
+	for (unsigned b = 0; b <= ds_bag_bucket(ts->bag_max); b++) {
+		uint32_t lo, hi;
+		bucket_range(b, &lo, &hi);
+		json_t *e = json_object();
+		json_object_set_new(e, "lo", json_integer(lo));
+		json_object_set_new(e, "hi", json_integer(hi));
+		json_object_set_new(e, "bags", json_integer((json_int_t)ts->bag_hist[b]));
+		json_array_append_new(h, e);
+	}
+	json_object_set_new(j, "hist", h);
+	return j;
 }
 
 static void print_json(const char *path, const struct ds_stat *st)
@@ -451,12 +598,42 @@ static void print_json(const char *path, const struct ds_stat *st)
 		                    isnan(ts->zipf_fit) ? json_null() : json_real(ts->zipf_fit));
 		json_object_set_new(j, "zipf_gen", json_real(in->zipf[t]));
 		json_object_set_new(j, "cache_cover", json_real(ts->cache_cover));
+		json_object_set_new(
+		    j, "bags", in->max_bag[t] > 1 ? bags_json(ts, in->max_bag[t]) : json_null());
 		json_array_append_new(tabs, j);
 	}
 	json_object_set_new(o, "tables", tabs);
 	json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 	fputc('\n', stdout);
 	json_decref(o);
+}
+
+/* The bag lengths of each multi-hot table, one line a table. */
+static void print_bags(const struct ds_stat *st)
+{
+	const struct esd_ds_info *in = &st->info;
+	int head = 0;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		const struct ds_table_stat *ts = &st->t[t];
+		if (in->max_bag[t] <= 1)
+			continue;
+		if (!head++)
+			printf("\nbag lengths (IDs a sample) of the multi-hot tables; histogram "
+			       "LENGTHS:BAGS\n%5s %7s %6s %8s %6s %6s %6s %6s  %s\n",
+			       "table", "max_bag", "min", "mean", "p50", "p90", "p99", "max",
+			       "histogram");
+		printf("%5u %7u %6u %8.2f %6u %6u %6u %6u ", t, in->max_bag[t], ts->bag_min,
+		       ts->bag_mean, ts->bag_p50, ts->bag_p90, ts->bag_p99, ts->bag_max);
+		for (unsigned b = 0; b <= ds_bag_bucket(ts->bag_max); b++) {
+			uint32_t lo, hi;
+			bucket_range(b, &lo, &hi);
+			if (lo == hi)
+				printf(" %u:%" PRIu64, lo, ts->bag_hist[b]);
+			else
+				printf(" %u-%u:%" PRIu64, lo, hi, ts->bag_hist[b]);
+		}
+		printf("\n");
+	}
 }
 
 static void print_human(const char *path, const struct ds_stat *st)
@@ -501,6 +678,7 @@ static void print_human(const char *path, const struct ds_stat *st)
 		       100.0 * (double)ts->distinct / (double)ts->rows, 100.0 * ts->top1_share, gen,
 		       fit, 100.0 * ts->cache_cover);
 	}
+	print_bags(st);
 }
 
 static int cmd_stat(int argc, char **argv)
