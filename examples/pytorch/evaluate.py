@@ -8,11 +8,16 @@ a forward without gradients, log loss and AUC.
 DIR is a job's work directory as run.py leaves it (DIR/ckpt/ps-shard*.ckpt,
 DIR/node0/dense.pt, DIR/stream.esd). The held-out samples start, by
 default, at the checkpoint's data cursor: the first sample the job did
-not train on. The checkpoint is the job's state after its last
-iteration, when every node has flushed its DIRTY rows to the PS, so it
-holds the latest value of every trained row (a node's cache may hold
-OUTDATED copies; the PS never does at a checkpoint); a row the job never
-trained has its initial value (esd_row_init of the job's seed). A stream
+not train on. A checkpoint is the job's state after an iteration, when
+every node has pushed its DIRTY rows' values to the PS (at the end of
+training it has flushed them), so it holds the latest value of every
+trained row (a node's cache may hold OUTDATED copies; the PS never does
+at a checkpoint); a row the job never trained has its initial value
+(esd_row_init of the job's seed). The dense model is the one of the
+checkpoint's iteration: DIR/node0/dense@ITER.pt, which the trainers save
+at every checkpoint boundary (ps.checkpoint_every), or dense.pt when it is
+of that iteration. So a running job can be evaluated at its latest
+checkpoint while it trains on. A stream
 with bags (multi-hot) pools each bag as the trainers did (--pooling, the
 training's: sum by default).
 """
@@ -46,10 +51,27 @@ def load_rows(ckpt_dir, bin_dir=None):
             if r.returncode:
                 raise ValueError("%s is not a valid checkpoint:\n%s" % (p, r.stdout))
     cks = [esdio.read_ckpt(p) for p in paths]
+    if len({c["iter"] for c in cks}) != 1:
+        raise ValueError("the shards' checkpoints in %s are of different iterations (%s): "
+                         "one is being written; try again" % (ckpt_dir,
+                                                              [c["iter"] for c in cks]))
     keys = np.concatenate([c["keys"] for c in cks])
     values = np.concatenate([c["values"] for c in cks])
     o = np.argsort(keys)
-    return cks[0]["seed"], cks[0]["cursor"], keys[o], values[o]
+    return cks[0]["seed"], cks[0]["cursor"], keys[o], values[o], cks[0]["iter"]
+
+
+def dense_state(work, iteration):
+    """Rank 0's dense state of the checkpoint's iteration."""
+    tried = [os.path.join(work, "node0", "dense@%d.pt" % iteration),
+             os.path.join(work, "node0", "dense.pt")]
+    for p in tried:
+        if os.path.exists(p):
+            s = torch.load(p)
+            if s.get("iteration") == iteration:
+                return s
+    raise ValueError("no dense model of iteration %d, the checkpoint's (%s)"
+                     % (iteration, " or ".join(tried)))
 
 
 def rows_of(keys, seed, ck_keys, ck_values):
@@ -78,14 +100,14 @@ def held_out(path, skip, samples=None):
 def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None,
              pooling="sum"):
     """{'samples', 'log_loss', 'auc', 'untrained_ids'} on held-out samples."""
-    seed, cursor, ck_keys, ck_values = load_rows(os.path.join(work, "ckpt"), bin_dir)
+    seed, cursor, ck_keys, ck_values, it = load_rows(os.path.join(work, "ckpt"), bin_dir)
     skip = cursor if skip is None else skip
     labels, dense, keys, off, T = held_out(stream or os.path.join(work, "stream.esd"), skip,
                                            samples)
     if not len(labels):
         raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
                          % skip)
-    saved = torch.load(os.path.join(work, "node0", "dense.pt"))
+    saved = dense_state(work, it)
     model = run.model_class(model_name)(T, ck_values.shape[1], dense.shape[1])
     model.load_state_dict(saved["model"])
     model.eval()
@@ -96,7 +118,7 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, torch.from_numpy(labels)).item()
     return {"samples": len(labels), "log_loss": loss, "auc": et.auc(logits.numpy(), labels),
-            "untrained_ids": untrained, "first": skip}
+            "untrained_ids": untrained, "first": skip, "iteration": it}
 
 
 def main():
@@ -115,8 +137,9 @@ def main():
         r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin, a.pooling)
     except ValueError as e:
         sys.exit("evaluate.py: %s" % e)
-    print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids the job never "
-          "trained)" % (r["samples"], r["first"], r["log_loss"], r["auc"], r["untrained_ids"]))
+    print("eval of iteration %d: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids "
+          "the job never trained)" % (r["iteration"], r["samples"], r["first"], r["log_loss"],
+                                      r["auc"], r["untrained_ids"]))
 
 
 if __name__ == "__main__":

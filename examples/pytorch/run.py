@@ -56,6 +56,8 @@ def job_settings(a, stream, ckpt_dir):
          "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
          "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
          "cache.ratio": a.cache_ratio, "ps.checkpoint_dir": ckpt_dir}
+    if a.checkpoint_every:
+        s["ps.checkpoint_every"] = a.checkpoint_every
     if a.dispatch:  # else the runtime's default (sizes fitted online)
         s["dispatch.method"] = a.dispatch
     if a.rates:
@@ -96,13 +98,16 @@ def ps_iteration(a, work):
         return -1
 
 
-def run_job(a, work, stream, out=sys.stdout, c_trainer=False, resume=False, stop_after=None):
+def run_job(a, work, stream, out=sys.stdout, c_trainer=False, resume=False, stop_after=None,
+            crash_after=None):
     """Run one job in work/; returns (the path of the final PS checkpoint,
     the daemons' summaries). Streams rank 0's progress lines to out.
     c_trainer: the C reference trainer (esd-trainer) instead of PyTorch.
     resume: start from work/ckpt's checkpoint where there is one.
     stop_after: once shard 0 is past that iteration, `esdctl stop`: the job
-    stops gracefully a few iterations on, every process exiting 0."""
+    stops gracefully a few iterations on, every process exiting 0.
+    crash_after: once shard 0 is past that iteration, every process of the
+    job is killed (SIGKILL); returns (None, None)."""
     ckpt = os.path.join(work, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     with Cluster(a.bin, work, job_settings(a, stream, ckpt),
@@ -117,6 +122,11 @@ def run_job(a, work, stream, out=sys.stdout, c_trainer=False, resume=False, stop
                     out.write(line)
                     out.flush()
                     continue
+                if crash_after is not None and ps_iteration(a, work) > crash_after:
+                    for name, p in list(c.procs.items()):
+                        if p.poll() is None:
+                            c.kill(name)
+                    return None, None
                 if stop_after is not None and ps_iteration(a, work) > stop_after:
                     subprocess.run([os.path.join(a.bin, "esdctl"), "--socket",
                                     os.path.join(work, "ps0.sock"), "stop"], check=True,
@@ -168,6 +178,9 @@ def parser():
                     help="workers.rates, e.g. 5G,5G,0.5G,0.5G (the links, shaped; the "
                          "default method fits the sizes to them)")
     ap.add_argument("--stream", help="dataset stream (default: generate a Criteo-shaped one)")
+    ap.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                    help="a checkpoint every N iterations (ps.checkpoint_every); the trainers "
+                         "save the dense model with each")
     ap.add_argument("--bag", action="append", default=[], metavar="T=MEAN[:MAX]",
                     help="the generated stream's table T (or all) multi-hot: bags of "
                          "Poisson(MEAN) IDs, at most MAX (esd-data gen --bag); repeatable")

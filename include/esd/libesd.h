@@ -94,7 +94,15 @@ struct esd_microbatch {
 	float *dgrad;          /* [dense_params] dense gradients, zeroed */
 	uint32_t nkeys;        /* keys of the micro-batch: bag_off[m * tables] */
 	const uint32_t *bag_off; /* [m * tables + 1] bag (i, j) starts at slots[bag_off[i*tables + j]] */
+	uint32_t flags;        /* ESD_MB_CHECKPOINT */
 };
+
+/* mb.flags: the iteration is a checkpoint boundary (ps.checkpoint_every, or
+ * esdctl checkpoint): the job's checkpoint holds the rows as they are after
+ * it, and a job resumed from that checkpoint starts at the next iteration.
+ * A trainer with state of its own (a dense model) saves it after this
+ * batch's step to resume with the rows (esd.torch does). */
+#define ESD_MB_CHECKPOINT 1u
 
 /* Attach to the daemon of node directory 'dir'. Returns 0 and *out (free
  * with esd_trainer_detach), -ENOENT/-ECONNREFUSED (no daemon: logged with

@@ -45,8 +45,11 @@ struct esd_attach_msg {
 	char text[80];    /* REFUSE: reason */
 	/* version 3 on: a version-2 message is the struct up to here */
 	uint32_t nkeys;   /* BATCH: keys (slots) in this micro-batch */
-	uint32_t pad;
+	uint32_t flags;   /* BATCH: ESD_AT_CHECKPOINT */
 };
+
+/* BATCH flags */
+#define ESD_AT_CHECKPOINT 1u /* a checkpoint boundary: the rows' checkpoint is of this iteration */
 
 /* Bytes of a message of the given version on the wire (0: not spoken). */
 size_t esd_attach_msg_size(uint16_t version);

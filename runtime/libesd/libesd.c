@@ -233,6 +233,7 @@ int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatc
 		mb->bag_off = t->ident;
 	}
 	mb->nkeys = m.nkeys;
+	mb->flags = m.flags;
 	t->cur_iter = m.iter;
 	mb->iter = m.iter;
 	mb->m = m.m;

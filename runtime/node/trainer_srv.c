@@ -253,6 +253,7 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 	m.iter = o->iter;
 	m.m = ts->m;
 	m.nkeys = ts->nk;
+	m.flags = o->checkpoint ? ESD_AT_CHECKPOINT : 0;
 	m.global_k = nd->job.global_batch;
 	return esd_attach_send(ts->fd, &m, NULL, 0);
 }

@@ -31,16 +31,16 @@ def main():
               "import esd from the build tree: %s" % (r.stdout.strip() or r.stderr.strip()))
     try:
         from esdcluster import Cluster
-        s = env.settings(workers__n=2, job__iterations=20)
-        work = os.path.join(env.root, "job")
+        s = env.settings(workers__n=2, job__iterations=20, ps__checkpoint_every=5)
+        work, _ = env.run_dirs(s, "job")
         with Cluster(bin_dir, work, s, trainer_cmd=lambda w, d: [
-                PY, os.path.join(here, "py_trainer.py"), d]) as c:
+                PY, os.path.join(here, "py_trainer.py"), d, "5"]) as c:
             c.start()
             c.wait(timeout=120)
             sums = c.summaries()
             codes = [c.procs["trainer%d" % w].wait(timeout=30) for w in range(2)]
-        env.check(codes == [0, 0], "both Python trainers checked their views and ended "
-                  "cleanly (exit codes %s)" % codes)
+        env.check(codes == [0, 0], "both Python trainers checked their views, bag offsets "
+                  "and checkpoint flags and ended cleanly (exit codes %s)" % codes)
         env.check(all(sm["iterations"] == 20 for sm in sums), "the job ran to the end")
     except ClusterError as e:
         env.check(False, "cluster: %s" % e)

@@ -14,6 +14,11 @@ the same global batches:
   - the per-iteration losses match (1e-4 relative);
   - DLRM stopped gracefully after iteration 5 and started again ends
     bit-identical to its uninterrupted run (rows, dense weights, losses);
+    so does DLRM killed (SIGKILL, every process) after iteration 10 with a
+    checkpoint every 4 iterations: the trainers saved the dense model of
+    each boundary (the last two kept), evaluate.py evaluates the crashed
+    job's last checkpoint as it would a running job's, and the resumed job
+    restores the dense model of the checkpoint it resumes from;
   - DLRM on a stream with bags (multi-hot tables 0, 5 and 12, empty bags
     and repeated IDs included; sum pooling) passes the same checks
     against a reference that pools each bag with embedding_bag;
@@ -67,6 +72,7 @@ WORKERS, BATCH, ITERS, DIM = 4, 32, 30, 8
 CASES = (("dlrm", "adagrad", 0.05), ("wdl", "adagrad", 0.05), ("deepfm", "adam", 0.01),
          ("dcn", "sgd", 0.5))
 BAGS = ("0=3", "5=1.5:6", "12=4:12")  # the multi-hot case's tables
+CRASH_EVERY, CRASH_AFTER = 4, 10  # the crash case: checkpoint period, kill point
 failures = []
 
 
@@ -213,28 +219,58 @@ def one(bin_dir, root, stream, data, model_name, opt, lr, tag=""):
           "beyond %g rel alone: %s)" % (model_name, opt, RTOL, ATOL, ab, re_, RTOL, bey))
 
 
-def resume_case(bin_dir, root, stream, model_name="dlrm", opt="adagrad", lr=0.05):
-    """The job stopped gracefully (esdctl stop after iteration 5) and
-    started again: the trainers restore the dense model of the stop's
-    iteration and the job ends where the uninterrupted run did, bit for
-    bit (rows, dense weights, losses)."""
+def check_crashed(model_name, work, stopped):
+    """After the crash: the trainers' dense model of the last checkpoint,
+    and evaluate.py on that checkpoint as on a job still running."""
+    p = os.path.join(work, "node0", "dense@%d.pt" % stopped)
+    saved = torch.load(p) if os.path.exists(p) else {}
+    check(CRASH_EVERY <= stopped < ITERS and stopped % CRASH_EVERY == 0 and
+          saved.get("iteration") == stopped,
+          "%s: killed after iteration %d; the last checkpoint is of iteration %d, and so is "
+          "its dense model (%s)" % (model_name, CRASH_AFTER, stopped, os.path.basename(p)))
+    left = sorted(f for f in os.listdir(os.path.join(work, "node0")) if f.startswith("dense@"))
+    check(len(left) <= 2, "%s: the trainers keep the last two boundaries' dense models: %s"
+          % (model_name, left))
+    try:
+        got = evaluate.evaluate(model_name, work, os.path.join(os.path.dirname(work),
+                                                              "stream.esd"), samples=128)
+        check(got["iteration"] == stopped and got["samples"] == 128,
+              "%s: evaluate.py on the checkpoint of iteration %d mid-job: log loss %.5f, "
+              "AUC %.4f" % (model_name, got["iteration"], got["log_loss"], got["auc"]))
+    except ValueError as e:
+        check(False, "%s: evaluate.py on the crashed job's checkpoint (%s)" % (model_name, e))
+
+
+def resume_case(bin_dir, root, stream, model_name="dlrm", opt="adagrad", lr=0.05, crash=False):
+    """The job stopped gracefully (esdctl stop after iteration 5), or
+    killed after iteration CRASH_AFTER with a checkpoint every CRASH_EVERY,
+    and started again: the trainers restore the dense model of the
+    checkpoint's iteration and the job ends where the uninterrupted run
+    did, bit for bit (rows, dense weights, losses)."""
     a = launcher.parser().parse_args([])
     a.bin, a.model, a.opt, a.lr = bin_dir, model_name, opt, lr
     a.workers, a.batch, a.iters, a.dim = WORKERS, BATCH, ITERS, DIM
     a.timeout = 100
-    work = os.path.join(root, model_name + "-resume")
+    a.checkpoint_every = CRASH_EVERY if crash else 0
+    work = os.path.join(root, model_name + ("-crash" if crash else "-resume"))
     os.makedirs(work, exist_ok=True)
     log = open(os.path.join(work, "progress.log"), "w")
     try:
-        launcher.run_job(a, work, stream, out=log, stop_after=5)
-        stopped = esdio.read_ckpt(os.path.join(work, "ckpt", "ps-shard0.ckpt"))["iter"]
-        saved = torch.load(os.path.join(work, "node0", "dense.pt"))
-        check(5 < stopped < ITERS and saved["iteration"] == stopped,
-              "%s: stopped gracefully after iteration %d, dense.pt of iteration %s"
-              % (model_name, stopped, saved["iteration"]))
+        if crash:
+            launcher.run_job(a, work, stream, out=log, crash_after=CRASH_AFTER)
+            stopped = esdio.read_ckpt(os.path.join(work, "ckpt", "ps-shard0.ckpt"))["iter"]
+            check_crashed(model_name, work, stopped)
+        else:
+            launcher.run_job(a, work, stream, out=log, stop_after=5)
+            stopped = esdio.read_ckpt(os.path.join(work, "ckpt", "ps-shard0.ckpt"))["iter"]
+            saved = torch.load(os.path.join(work, "node0", "dense.pt"))
+            check(5 < stopped < ITERS and saved["iteration"] == stopped,
+                  "%s: stopped gracefully after iteration %d, dense.pt of iteration %s"
+                  % (model_name, stopped, saved["iteration"]))
         launcher.run_job(a, work, stream, out=log, resume=True)
     except Exception as e:  # noqa: BLE001 - reported as a failed check
-        check(False, "%s: stop and resume ran (%s)" % (model_name, e))
+        check(False, "%s: %s and resume ran (%s)" % (model_name, "crash" if crash else "stop",
+                                                    e))
         return
     finally:
         log.close()
@@ -246,8 +282,9 @@ def resume_case(bin_dir, root, stream, model_name="dlrm", opt="adagrad", lr=0.05
     og, ow = np.argsort(got["keys"]), np.argsort(want["keys"])  # rows in key order
     same = all(np.array_equal(got[f][og], want[f][ow])
                for f in ("keys", "clocks", "values", "state"))
-    check(same and got["iter"] == ITERS, "%s: stopped and resumed, the final rows are "
-          "bit-identical to the uninterrupted run's" % model_name)
+    check(same and got["iter"] == ITERS, "%s: %s and resumed, the final rows are "
+          "bit-identical to the uninterrupted run's" % (model_name,
+                                                         "crashed" if crash else "stopped"))
     g = torch.load(os.path.join(work, "node0", "dense.pt"))
     w = torch.load(os.path.join(root, model_name, "node0", "dense.pt"))
     check(all(torch.equal(g["model"][k], w["model"][k]) for k in w["model"]) and
@@ -273,6 +310,7 @@ def main():
             continue
         one(bin_dir, root, stream, data, model_name, opt, lr)
     resume_case(bin_dir, root, stream)
+    resume_case(bin_dir, root, stream, crash=True)
     print("-- dlrm on a stream with bags (%s)" % " ".join(BAGS), flush=True)
     bags_dir = os.path.join(root, "bags")
     os.makedirs(bags_dir)

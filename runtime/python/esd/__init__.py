@@ -55,7 +55,8 @@ class _MB(ctypes.Structure):
                 ("slots", ctypes.c_void_p), ("keys", ctypes.c_void_p),
                 ("labels", ctypes.c_void_p), ("dense", ctypes.c_void_p),
                 ("params", ctypes.c_void_p), ("dgrad", ctypes.c_void_p),
-                ("nkeys", ctypes.c_uint32), ("bag_off", ctypes.c_void_p)]
+                ("nkeys", ctypes.c_uint32), ("bag_off", ctypes.c_void_p),
+                ("flags", ctypes.c_uint32)]
 
 
 def _load():
@@ -113,6 +114,7 @@ class MicroBatch:
         self.iter = raw.iter
         self.m = raw.m
         self.global_k = raw.global_k
+        self.checkpoint = bool(raw.flags & 1)  # a checkpoint boundary (ESD_MB_CHECKPOINT)
         self.tables = raw.tables
         T, m, n = info.tables, raw.m, raw.nkeys
         self.nkeys = n

@@ -62,11 +62,13 @@ class Batch:
     stream with bags the flat (nkeys,) ids bag by bag), `offsets` (None, or
     with bags the (m * tables,) int64 start of each bag in slots), and
     `iter`, `m`, `global_k` (the samples of the whole iteration: divide a
-    summed loss by it). Valid until the next batch."""
+    summed loss by it), `checkpoint` (the iteration is a checkpoint
+    boundary). Valid until the next batch."""
 
     def __init__(self, mb, device=None):
         self.mb = mb
         self.iter, self.m, self.global_k = mb.iter, mb.m, mb.global_k
+        self.checkpoint = mb.checkpoint
         self.slots = torch.from_numpy(mb.slots.astype(np.int64))
         self.offsets = None
         if mb.slots.ndim == 1:  # bags (docs/multihot.md)
@@ -375,6 +377,7 @@ class Session:
         self._samples = 0
         self.iterations, self.last_iter = 0, -1
         self._restore = None
+        self._dense = None  # (model, optimizer) saved at checkpoint boundaries
         self.losses = []
 
     def embeddings(self, pooling="sum"):
@@ -404,6 +407,8 @@ class Session:
             yield self.current
             if self.current is not None:
                 raise RuntimeError("batch %d was not committed (RowOptimizer.step)" % mb.iter)
+            if mb.checkpoint and self._dense:  # the step of a boundary is done
+                self._save_boundary(mb.iter)
 
     def progress(self, logits, batch, loss):
         """Count one step; every log_every iterations (and at the last)
@@ -436,12 +441,29 @@ class Session:
         self._loss.zero_()
         self._samples, self._last = 0, now
 
-    def dense_path(self):
+    def dense_path(self, iteration=None):
         """Where this trainer keeps the dense model: dense.pt in its node
         directory (dense.I.pt for the node's trainer I > 0), local to its
-        host like the node's part of a checkpoint."""
+        host like the node's part of a checkpoint; that of checkpoint
+        boundary ITERATION: dense@ITERATION.pt (dense.I@ITERATION.pt)."""
         i = self.info["index"]
-        return os.path.join(self.node_dir, "dense.pt" if i == 0 else "dense.%d.pt" % i)
+        base = "dense" if i == 0 else "dense.%d" % i
+        at = "" if iteration is None else "@%d" % iteration
+        return os.path.join(self.node_dir, base + at + ".pt")
+
+    def _save_boundary(self, iteration, keep=2):
+        """The dense state of checkpoint boundary iteration, beside the
+        rows' checkpoint of it (a crashed job resumes from one of the last
+        two, as the PS keeps them); older boundaries' files are removed."""
+        model, optimizer = self._dense
+        self.save(model, optimizer, self.dense_path(iteration))
+        self._boundaries = getattr(self, "_boundaries", []) + [iteration]
+        for old in self._boundaries[:-keep]:
+            try:
+                os.remove(self.dense_path(old))
+            except OSError:
+                pass
+        self._boundaries = self._boundaries[-keep:]
 
     def save(self, model, optimizer=None, path=None):
         """Write the dense model's (and optimizer's) state, the iteration it
@@ -449,7 +471,8 @@ class Session:
         (default: dense_path()), atomically. Every trainer writes its own
         (the weights are the same on all): where the training stops, at
         its end or at a graceful stop, beside the runtime's checkpoint of
-        the rows there. Returns the path."""
+        the rows there (and, for the model restore() registered, at every
+        checkpoint boundary: dense_path(iteration)). Returns the path."""
         if isinstance(model, DistributedDataParallel):
             model = model.module
         path = path or self.dense_path()
@@ -462,35 +485,46 @@ class Session:
         return path
 
     def restore(self, model, optimizer=None, path=None):
-        """When the job resumes from a checkpoint (a stopped job started
-        again), load the dense state save() wrote at that iteration into
-        model (and optimizer) as the first batch arrives; a fresh job starts
-        from the weights it has. A resumed job without the dense model of
-        its iteration is an error naming the file and both iterations."""
+        """When the job resumes from a checkpoint (a job stopped, or
+        crashed, and started again), load the dense state of that iteration
+        into model (and optimizer) as the first batch arrives: the one
+        saved at that checkpoint boundary (dense_path(iteration)), else
+        save()'s file if it is of that iteration; a fresh job starts from
+        the weights it has. Registers model and optimizer to be saved at
+        every checkpoint boundary. A resumed job without the dense model
+        of its iteration is an error naming the files and both
+        iterations."""
         if isinstance(model, DistributedDataParallel):
             model = model.module
-        self._restore = (model, optimizer, path or self.dense_path())
+        self._dense = (model, optimizer)
+        self._restore = (model, optimizer, path)
 
     def _restore_at(self, first_iter):
         model, optimizer, path = self._restore
         self._restore = None
         if first_iter <= 1:
             return
-        if not os.path.exists(path):
-            raise esd.EsdError(2, "the job resumes after iteration %d but %s does not exist: "
-                                  "the dense model of that iteration is missing"
-                               % (first_iter - 1, path))
-        state = torch.load(path)
-        if state.get("iteration") != first_iter - 1:
-            raise esd.EsdError(22, "the job resumes after iteration %d but %s holds the dense "
-                                   "model of iteration %s" % (first_iter - 1, path,
-                                                              state.get("iteration")))
+        want = first_iter - 1
+        tried = [path] if path else [self.dense_path(want), self.dense_path()]
+        state, found = None, []
+        for p in tried:
+            if os.path.exists(p):
+                s = torch.load(p)
+                found.append("%s holds iteration %s" % (p, s.get("iteration")))
+                if s.get("iteration") == want:
+                    state, path = s, p
+                    break
+        if state is None:
+            raise esd.EsdError(2, "the job resumes after iteration %d but the dense model of "
+                                  "that iteration is missing: %s"
+                               % (want, "; ".join(found) or " and ".join(tried) +
+                                  " do not exist"))
         model.load_state_dict(state["model"])
         if optimizer is not None and "optimizer" in state:
             optimizer.load_state_dict(state["optimizer"])
         self.losses = list(state.get("losses", []))
         if self.rank == 0:
-            print("resumed the dense model of iteration %d from %s" % (first_iter - 1, path),
+            print("resumed the dense model of iteration %d from %s" % (want, path),
                   flush=True)
 
     def close(self):
