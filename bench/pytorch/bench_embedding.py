@@ -7,10 +7,11 @@ holding the same rows in the trainer (dense and sparse gradients), plus the
 binding's earlier path (a numpy-indexed copy, then np.add.at). One job of
 one node: this process is its trainer. Every micro-batch is timed REPS
 times per side after one untimed run, each side first in turn; prints
-medians and ratios.
+medians and ratios. --bag (esd-data gen's) makes tables multi-hot: both
+sides then pool the same bags by sum (the numpy path has no bags).
 
     /usr/bin/python3 bench/pytorch/bench_embedding.py [--bin build/bin]
-        [--batch 128] [--dim 128] [--iters 30] [--reps 5]
+        [--batch 128] [--dim 128] [--iters 30] [--reps 5] [--bag T=MEAN[:MAX]]...
 """
 import argparse
 import os
@@ -41,7 +42,7 @@ def timed(fn):
 def sides(t, ebc, batch, local_dense, local_sparse):
     """name -> a function doing one forward and backward of batch."""
     flat = batch.slots.reshape(-1)
-    offs = torch.arange(flat.numel())
+    offs = batch.offsets if batch.offsets is not None else torch.arange(flat.numel())
     values = torch.from_numpy(t.values)
 
     def module():
@@ -58,10 +59,12 @@ def sides(t, ebc, batch, local_dense, local_sparse):
         emb.sum().backward()
         np.add.at(t.grads, batch.mb.slots, emb.grad.numpy())
 
-    return {"esd.torch EmbeddingBagCollection": module,
-            "nn.EmbeddingBag, dense gradient": eb(local_dense),
-            "nn.EmbeddingBag, sparse gradient": eb(local_sparse),
-            "numpy gather + np.add.at (old path)": numpy_path}
+    out = {"esd.torch EmbeddingBagCollection": module,
+           "nn.EmbeddingBag, dense gradient": eb(local_dense),
+           "nn.EmbeddingBag, sparse gradient": eb(local_sparse)}
+    if batch.offsets is None:
+        out["numpy gather + np.add.at (old path)"] = numpy_path
+    return out
 
 
 def main():
@@ -71,15 +74,18 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--bag", action="append", default=[], metavar="T=MEAN[:MAX]",
+                    help="multi-hot table T (or all), esd-data gen --bag; repeatable")
     a = ap.parse_args()
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="esd-bench-emb.")
     stream = os.path.join(work, "stream.esd")
-    launcher.gen_stream(a.bin, stream, (a.iters + 2) * a.batch, 7)
+    launcher.gen_stream(a.bin, stream, (a.iters + 2) * a.batch, 7, a.bag)
     settings = {"workers.n": 1, "workers.batch": a.batch, "model.dim": a.dim,
                 "model.optimizer": "sgd", "model.lr": 1e-6, "job.iterations": a.iters,
                 "data.stream": stream, "cache.ratio": 0.5, "dispatch.method": "laia"}
     times = {}  # path -> ns of each timed run
+    keys = []   # keys per micro-batch
     with Cluster(a.bin, work, settings) as c:
         c.trainers = 0  # this process is the trainer
         c.start()
@@ -92,6 +98,7 @@ def main():
         local_sparse = nn.EmbeddingBag(cap, dim, mode="sum", sparse=True, _weight=w.clone())
         for mb in t:
             batch = et.Batch(mb)
+            keys.append(mb.nkeys)
             if mb.m:
                 fns = list(sides(t, ebc, batch, local_dense, local_sparse).items())
                 r = mb.iter % len(fns)  # each side first in turn
@@ -105,8 +112,10 @@ def main():
         c.wait(timeout=120)
     base = float(np.median(times["nn.EmbeddingBag, dense gradient"]))
     sparse = float(np.median(times["nn.EmbeddingBag, sparse gradient"]))
-    print("# forward + backward of %d samples x 26 features x dim %d, %d micro-batches x %d "
-          "reps, medians (one thread)" % (a.batch, a.dim, a.iters, a.reps))
+    print("# forward + backward of %d samples x 26 features x dim %d (%s: %.0f ids a "
+          "micro-batch), %d micro-batches x %d reps, medians (one thread)"
+          % (a.batch, a.dim, "bags " + " ".join(a.bag) if a.bag else "one id a feature",
+             float(np.mean(keys)), a.iters, a.reps))
     print("| path | median us | p90 us | / EmbeddingBag dense | / EmbeddingBag sparse |")
     print("|---|---:|---:|---:|---:|")
     for name, ts in times.items():
