@@ -48,18 +48,23 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
 
 #define DEFAULT_MTU   8192u
 #define BURST         32
 #define POOL_MBUFS    8191
 #define LINK_POLL_NS  (10 * ESD_NS_PER_MS)
-/* An idle receiver spins this long, then sleeps IDLE_SLEEP_NS at a time
- * between polls (the test hosts have two cores for everybody): a reply
+/* An idle receiver spins this long, then sleeps between polls, IDLE_SLEEP_NS
+ * first and each sleep twice the last, up to IDLE_SLEEP_MAX_NS: a reply
  * that comes within the spin is seen at once, a later one within one
- * sleep. */
-#define IDLE_SPIN_NS  (50 * ESD_NS_PER_US)
-#define IDLE_SLEEP_NS (10 * ESD_NS_PER_US)
+ * sleep. Every sleep is a pair of context switches, which on a small or
+ * virtual host costs more than the poll: with short sleeps only, the
+ * polling threads of a few idle links take whole cores
+ * (bench/results/transport.md). */
+#define IDLE_SPIN_NS      (50 * ESD_NS_PER_US)
+#define IDLE_SLEEP_NS     (10 * ESD_NS_PER_US)
+#define IDLE_SLEEP_MAX_NS (1000 * ESD_NS_PER_US)
 /* On a shared port (af_packet, a NIC) many link threads poll one port and
  * the kernel's af_packet path is slow anyway: each idle sleep there doubles,
  * up to this, so idle links leave the cores to the busy ones. */
@@ -303,6 +308,42 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 struct rte_mempool *dpdk_pool(void)
 {
 	return pool;
+}
+
+/* dpdk_thread_enter: 1 once this thread tried to register itself. */
+static __thread bool thread_entered;
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+
+/* At the exit of a registered thread: its cached mbufs back to the pool,
+ * its lcore back to the EAL. */
+static void thread_exit(void *arg)
+{
+	(void)arg;
+	struct rte_mempool_cache *c = pool ? rte_mempool_default_cache(pool, rte_lcore_id()) : NULL;
+	if (c)
+		rte_mempool_cache_flush(c, pool);
+	rte_thread_unregister();
+}
+
+static void thread_key_make(void)
+{
+	pthread_key_create(&thread_key, thread_exit);
+}
+
+void dpdk_thread_enter(void)
+{
+	if (thread_entered)
+		return;
+	thread_entered = true;
+	if (rte_lcore_id() != LCORE_ID_ANY)
+		return; /* an EAL thread */
+	pthread_once(&thread_key_once, thread_key_make);
+	if (rte_thread_register() == 0)
+		pthread_setspecific(thread_key, (void *)1);
+	else
+		ESD_DBG("transport", "dpdk: no lcore for this thread (%s): its mbufs go through "
+		        "the pool's ring", rte_strerror(rte_errno));
 }
 
 int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
@@ -665,6 +706,7 @@ static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
 static int rx_poll(struct dpdk_wire *d)
 {
 	struct rte_mbuf *ms[BURST];
+	dpdk_thread_enter();
 	if (d->peer_bye)
 		return 0; /* the peer is tearing down: never touch its rings again */
 	if (d->slot && d->slot->state == L2_RESET) {
@@ -726,6 +768,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 	rte_mbuf_ext_refcnt_set(&shinfo, 0);
 	uint32_t id = d->tx_msg++;
 	size_t off = 0;
+	dpdk_thread_enter();
 	if (d->slot)
 		atomic_store_explicit(&d->slot->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	int64_t stuck_since = 0;
@@ -891,7 +934,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->idle_since = now;
 		if (now - d->idle_since > IDLE_SPIN_NS) {
 			idle_sleep(d->idle_sleep_ns);
-			if (d->sp && d->idle_sleep_ns < IDLE_SLEEP_MAX_L2_NS)
+			if (d->idle_sleep_ns < (d->sp ? IDLE_SLEEP_MAX_L2_NS : IDLE_SLEEP_MAX_NS))
 				d->idle_sleep_ns *= 2;
 		}
 	}

@@ -206,6 +206,18 @@ int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *de
 void dpdk_port_down(uint16_t port, const char *name);
 /* The process's mbuf pool (the EAL is up). */
 struct rte_mempool *dpdk_pool(void);
+
+/*
+ * The calling thread is about to allocate or free mbufs: make it a
+ * registered (non-EAL) lcore, once, so that it gets its own mempool
+ * cache. An unregistered thread takes and returns every mbuf through the
+ * pool's shared ring, and when a thread is preempted inside a ring
+ * operation (two cores for a dozen polling threads) the others spin until
+ * it runs again. The lcore is given back (its cache flushed into the
+ * pool) when the thread exits: a process has at most RTE_MAX_LCORE. Cheap
+ * after the first call.
+ */
+void dpdk_thread_enter(void);
 /* The devargs of the options' port for one process (af_packet). */
 int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len);
 

@@ -515,6 +515,7 @@ static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *poo
 
 void l2port_poll(struct l2port *p)
 {
+	dpdk_thread_enter();
 	if (pthread_mutex_trylock(&p->rx_lock))
 		return; /* another link's thread is filing packets */
 	struct rte_mbuf *ms[POLL_BURST];
