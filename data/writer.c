@@ -36,6 +36,7 @@ struct esd_ds_writer {
 	size_t ids_len[ESD_DS_MAX_TABLES], ids_cap[ESD_DS_MAX_TABLES]; /* bytes */
 	uint8_t *lens[ESD_DS_MAX_TABLES]; /* bag tables: [bs * len width] */
 	unsigned idw[ESD_DS_MAX_TABLES], lw[ESD_DS_MAX_TABLES];
+	uint32_t longest[ESD_DS_MAX_TABLES]; /* bag tables: the longest bag appended */
 	uint8_t *raw;  /* assembled payload */
 	uint8_t *zbuf; /* compressed payload */
 	size_t raw_cap, zcap;
@@ -351,6 +352,8 @@ int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const floa
 	}
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		if (w->lens[t]) {
+			if (lens[t] > w->longest[t])
+				w->longest[t] = lens[t];
 			if (w->lw[t] == 1) {
 				w->lens[t][i] = (uint8_t)lens[t];
 			} else {
@@ -392,6 +395,19 @@ void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
 	w->info.skipped = skipped;
 }
 
+/* The header's bound of each bag table comes down to its longest bag (at
+ * least 2, and only where the lengths keep their width: the blocks are
+ * written), so that readers size what they hold by the bags the file has. */
+static void tighten_bags(struct esd_ds_writer *w)
+{
+	struct esd_ds_info *in = &w->info;
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		uint32_t m = w->longest[t] > 2 ? w->longest[t] : 2;
+		if (is_bag(in, t) && m < in->max_bag[t] && len_width(m) == len_width(in->max_bag[t]))
+			in->max_bag[t] = m;
+	}
+}
+
 static int finish(struct esd_ds_writer *w)
 {
 	int rc = w->err;
@@ -399,6 +415,7 @@ static int finish(struct esd_ds_writer *w)
 		rc = flush_block(w);
 	if (rc)
 		return rc;
+	tighten_bags(w);
 	size_t ib = INDEX_HDR + w->nindex * 8 + 8;
 	uint8_t *ix = malloc(ib);
 	if (!ix)

@@ -172,6 +172,11 @@ uint64_t esd_ds_writer_count(const struct esd_ds_writer *w);
 /*
  * Flush the last block, write the index, complete the header, fsync
  * nothing (callers that need durability fsync the file), close and free.
+ * The header's max_bag of a bag table comes down to the longest bag
+ * written (at least 2) where that keeps its lengths' width (u8 below 256,
+ * else u16): readers, and the runtime's caches sized by
+ * esd_ds_keys_per_sample, see the bags the file has, not the writer's
+ * bound (convert's --max-bag 64, gen's 4 x MEAN).
  * Returns 0 or -errno of a failed write (the file is then incomplete and
  * readers refuse it). Accepts NULL (returns 0).
  */

@@ -126,11 +126,11 @@ check "criteo-search: header or not, same samples" bash -c \
 MH="convert --format tsv-multi-hot --tables 3 --dense 2 --rows 1000,50,1 --no-progress"
 printf '1\t0.5\t\t68fd1e64,a,ff\t3,3\t\n0\t2\t1e2\t\t7\t1,2,3,ffff\n1\t\t\t68fd1e64\t\t5\n' >"$T/mh.tsv"
 check "convert tsv-multi-hot" $ESD_DATA $MH -o "$T/mh.esd" "$T/mh.tsv"
-check "tsv-multi-hot: 3 samples, 2 dense, 3 bag tables of --rows, max_bag 64" json "$T/mh.esd" \
+check "tsv-multi-hot: 3 samples, 2 dense, 3 bag tables of --rows, bounds down to the longest bags" json "$T/mh.esd" \
 	"j['samples'] == 3 and j['positives'] == 2 and j['ntables'] == 3 and j['ndense'] == 2 and
 	 j['shape'] == 'tsv-multi-hot' and j['source'] == 'mh.tsv' and
 	 [t['rows'] for t in j['tables']] == [1000, 50, 1] and
-	 all(t['bags']['max_bag'] == 64 for t in j['tables'])"
+	 [t['bags']['max_bag'] for t in j['tables']] == [3, 2, 4]"
 $ESD_DATA dump "$T/mh.esd" >"$T/mhdump.txt"
 $ESD_DATA convert --format criteo-kaggle --rows 1000 -o "$T/cr4.esd" "$T/criteo.tsv" >/dev/null
 $ESD_DATA dump -n 1 "$T/cr4.esd" >"$T/cr4dump.txt"
@@ -148,10 +148,10 @@ c1 = open('$T/cr4dump.txt').read().split('|')[1].split()[0]
 assert c1 == '0:' + b[0][0].split(',')[0], (c1, b[0])"
 "$ESD_DATA" stat "$T/mh.esd" >"$T/mhstat.txt"
 check "stat: a bag-length line per multi-hot table (min mean p50 p90 p99 max, histogram)" \
-	grep -Eq '^ +2 +64 +0 +1\.67 +1 +4 +4 +4 +0:1 1:1 2-3:0 4-7:1$' "$T/mhstat.txt"
-check "stat: bag lengths of table 0" grep -Eq '^ +0 +64 +0 +1\.33 +1 +3 +3 +3 +0:1 1:1 2-3:1$' "$T/mhstat.txt"
+	grep -Eq '^ +2 +4 +0 +1\.67 +1 +4 +4 +4 +0:1 1:1 2-3:0 4-7:1$' "$T/mhstat.txt"
+check "stat: bag lengths of table 0" grep -Eq '^ +0 +3 +0 +1\.33 +1 +3 +3 +3 +0:1 1:1 2-3:1$' "$T/mhstat.txt"
 check "stat --json: bags of each table" json "$T/mh.esd" \
-	"j['tables'][1]['bags'] == {'max_bag': 64, 'min': 0, 'mean': 1.0, 'p50': 1, 'p90': 2,
+	"j['tables'][1]['bags'] == {'max_bag': 2, 'min': 0, 'mean': 1.0, 'p50': 1, 'p90': 2,
 	 'p99': 2, 'max': 2, 'hist': [{'lo': 0, 'hi': 0, 'bags': 1}, {'lo': 1, 'hi': 1, 'bags': 1},
 	 {'lo': 2, 'hi': 3, 'bags': 1}]}"
 check "stat --json: no bags for single-ID tables, every bag counted for gen --bag" json "$T/bag.esd" \
@@ -164,8 +164,8 @@ check "--multi-hot-sep ';': the same samples" bash -c \
 	 cmp -s <('$ESD_DATA' dump '$T/mh.esd') <('$ESD_DATA' dump '$T/mh2.esd')"
 check "--max-bag M and T=M (either order), recorded per table" bash -c \
 	"'$ESD_DATA' $MH --max-bag 2=300 --max-bag 4 -o '$T/mh3.esd' '$T/mh.tsv' >/dev/null"
-check "--max-bag: the header's bounds" json "$T/mh3.esd" \
-	"[t['bags']['max_bag'] for t in j['tables']] == [4, 4, 300] and j['samples'] == 3"
+check "--max-bag: the header's bounds, down to the longest bags where the width allows (u16 stays)" json "$T/mh3.esd" \
+	"[t['bags']['max_bag'] for t in j['tables']] == [3, 2, 300] and j['samples'] == 3"
 check "tsv-multi-hot from stdin, zstd" bash -c \
 	"'$ESD_DATA' $MH --zstd 3 -o '$T/mh4.esd' - <'$T/mh.tsv' >/dev/null &&
 	 cmp -s <('$ESD_DATA' dump '$T/mh.esd') <('$ESD_DATA' dump '$T/mh4.esd')"
