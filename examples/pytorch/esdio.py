@@ -128,15 +128,33 @@ def read_bags(path, limit=None):
             np.concatenate(keys) if keys else np.empty(0, np.uint64), off, T)
 
 
+def pooling_modes(spec, T):
+    """A pooling argument: "sum", "mean", or "MODE,MODE,..." one per table
+    (then a list)."""
+    modes = spec.split(",")
+    if len(modes) == 1:
+        return modes[0]
+    if len(modes) != T or any(m not in ("sum", "mean") for m in modes):
+        raise ValueError("pooling %r: sum, mean, or one of them per table (%d)" % (spec, T))
+    return modes
+
+
 def pool(rows, off, T, how="sum"):
     """[n, T, dim] float32 of rows [nkeys, dim] pooled bag by bag (off as
     read_bags gives it, from 0): the sum in bag order, or the mean (an
-    empty bag: zeros), the arithmetic of the trainers' embedding_bag."""
+    empty bag: zeros), or a list of the two, one per table: the arithmetic
+    of the trainers' embedding_bag."""
     import torch
     from torch.nn import functional as F
     r = torch.as_tensor(rows)
     o = torch.as_tensor(np.asarray(off[:-1], np.int64))
-    out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode=how)
+    if isinstance(how, str):
+        out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode=how)
+    else:  # as esd.torch: sums, a mean table's divided by its bags' lengths
+        lens = torch.as_tensor(np.diff(np.asarray(off, np.int64))).clamp(min=1)
+        mean = torch.tensor([m == "mean" for m in how]).repeat(len(lens) // T)
+        div = torch.where(mean, lens, torch.ones_like(lens)).to(torch.float32)
+        out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode="sum") / div.unsqueeze(1)
     return out.view(-1, T, r.shape[1])
 
 

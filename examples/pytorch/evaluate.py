@@ -3,7 +3,7 @@ checkpoint (every shard's file), the dense model from rank 0's dense.pt,
 a forward without gradients, log loss and AUC.
 
     /usr/bin/python3 examples/pytorch/evaluate.py --model dlrm --work DIR [--stream S]
-        [--skip N] [--samples N] [--pooling sum|mean]
+        [--skip N] [--samples N] [--pooling sum|mean|MODE,MODE,...]
 
 DIR is a job's work directory as run.py leaves it (DIR/ckpt/ps-shard*.ckpt,
 DIR/node0/dense.pt, DIR/stream.esd). The held-out samples start, by
@@ -112,7 +112,7 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
     model.load_state_dict(saved["model"])
     model.eval()
     rows, untrained = rows_of(keys, seed, ck_keys, ck_values)
-    emb = esdio.pool(rows, off, T, pooling)
+    emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T))
     with torch.no_grad():
         logits = model(emb, torch.from_numpy(dense))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -130,7 +130,7 @@ def main():
     ap.add_argument("--samples", type=int, help="samples to evaluate (default: the rest)")
     ap.add_argument("--bin", default=os.path.join(run.ROOT, "build", "bin"),
                     help="where esd-ref is, to check the checkpoint first")
-    ap.add_argument("--pooling", choices=("sum", "mean"), default="sum",
+    ap.add_argument("--pooling", default="sum",
                     help="how the training pooled a bag (multi-hot streams)")
     a = ap.parse_args()
     try:

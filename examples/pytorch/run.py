@@ -184,8 +184,9 @@ def parser():
     ap.add_argument("--bag", action="append", default=[], metavar="T=MEAN[:MAX]",
                     help="the generated stream's table T (or all) multi-hot: bags of "
                          "Poisson(MEAN) IDs, at most MAX (esd-data gen --bag); repeatable")
-    ap.add_argument("--pooling", choices=("sum", "mean"), default="sum",
-                    help="how a bag's rows are pooled")
+    ap.add_argument("--pooling", default="sum",
+                    help="how a bag's rows are pooled: sum, mean, or MODE,MODE,... one per "
+                         "table")
     ap.add_argument("--samples", type=int, default=0,
                     help="samples to generate (default: enough for --iters)")
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")

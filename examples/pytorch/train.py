@@ -28,11 +28,12 @@ def main(make_model, argv=None):
     ap.add_argument("--dense-lr", type=float, default=0.01)
     ap.add_argument("--dense-opt", choices=("adam", "sgd"), default="adam")
     ap.add_argument("--seed", type=int, default=1, help="seed of the dense weights")
-    ap.add_argument("--pooling", choices=("sum", "mean"), default="sum")
+    ap.add_argument("--pooling", default="sum",
+                    help="sum, mean, or MODE,MODE,... one per table (bags)")
     a = ap.parse_args(argv)
 
     s = et.Session(seed=a.seed)
-    ebc = s.embeddings(a.pooling)
+    ebc = s.embeddings(a.pooling.split(",") if "," in a.pooling else a.pooling)
     model = s.distributed(make_model(s.tables, s.dim, s.ndense))
     opt = dense_optimizer(model, a.dense_lr, a.dense_opt)
     rows = s.row_optimizer()

@@ -1,8 +1,8 @@
 """esd.torch against a real node (1 PS, 1 esdd; this process is the
 trainer): the EmbeddingBagCollection's forward equals the cache's rows,
 its backward adds into the gradient slots what np.add.at would (ids
-repeated in a batch accumulate), bags of several ids pool by sum and mean
-with the matching gradients, a batch left uncommitted is an error, and
+repeated in a batch accumulate), bags of several ids pool by sum, mean
+or a mode per table with the matching gradients, a batch left uncommitted is an error, and
 the AUC helpers agree with a pairwise count. With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
 torch sees no CUDA device.
@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
 import esd  # noqa: E402
 import esd.torch as et  # noqa: E402
 from esdcluster import Cluster  # noqa: E402
+import esdio  # noqa: E402
 import run as launcher  # noqa: E402
 
 failures = []
@@ -71,17 +72,25 @@ def one_batch(t, mb, dev):
     bag = et.Batch(mb, dev)
     bag.slots = torch.from_numpy(ids)
     vals = np.array(t.values)[ids].reshape(mb.m * mb.tables, 2, -1)
-    for mode in ("sum", "mean"):
-        e = et.EmbeddingBagCollection(t, mode, dev)
+    # per table: even tables summed, odd ones averaged
+    per_table = ["sum" if j % 2 == 0 else "mean" for j in range(mb.tables)]
+    is_mean = np.tile([m == "mean" for m in per_table], mb.m)  # per bag
+    for mode in ("sum", "mean", "per-table"):
+        e = et.EmbeddingBagCollection(t, per_table if mode == "per-table" else mode, dev)
         o = e(bag, offsets)
-        ref = vals.sum(1) if mode == "sum" else vals.mean(1)
+        mean = is_mean if mode == "per-table" else np.full(len(is_mean), mode == "mean")
+        ref = np.where(mean[:, None], vals.mean(1), vals.sum(1))
         check(np.allclose(o.detach().cpu().numpy().reshape(mb.m * mb.tables, -1), ref,
                           rtol=1e-6, atol=1e-7), "bags of 2 ids, %s pooling: forward" % mode)
+        if mode == "per-table":  # evaluate.py's pooling of held-out bags is the module's
+            ev = esdio.pool(np.array(t.values)[ids], np.arange(0, len(ids) + 1, 2), mb.tables,
+                            per_table)
+            check(torch.equal(ev, o.detach().cpu()), "esdio.pool, per table: the module's "
+                  "forward bit for bit")
         up = torch.randn(o.shape, device=o.device)
         (o * up).sum().backward()
         g = np.repeat(up.cpu().numpy().reshape(mb.m * mb.tables, 1, -1), 2, 1)
-        if mode == "mean":
-            g = g / 2
+        g = np.where(mean[:, None, None], g / 2, g)
         want = before.astype(np.float64)
         np.add.at(want, ids, g.reshape(len(ids), -1).astype(np.float64))
         check(np.allclose(np.array(t.grads), want, rtol=1e-5, atol=1e-4),

@@ -91,8 +91,11 @@ class _Lookup(torch.autograd.Function):
         out = ebc._out(slots.numel() if offsets is None else offsets.numel())
         if offsets is None:  # one id per bag: a gather
             torch.index_select(ebc.values, 0, slots, out=out)
-        else:
+        elif ebc._mean is None:  # one pooling for every table
             out.copy_(F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling))
+        else:  # per table: sums, the mean tables' divided by their bags' lengths
+            torch.div(F.embedding_bag(slots, ebc.values, offsets, mode="sum"),
+                      ebc._divisors(offsets, slots.numel()).unsqueeze(1), out=out)
         return out
 
     @staticmethod
@@ -102,6 +105,8 @@ class _Lookup(torch.autograd.Function):
         if offsets is not None:  # each id gets its bag's gradient
             lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
             bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
+            if ebc._mean is not None:
+                g = g / ebc._divisors(offsets, slots.numel()).unsqueeze(1)
             g = g.index_select(0, bag)
             if ebc.pooling == "mean":
                 g = g / lens.index_select(0, bag).clamp(min=1).unsqueeze(1).to(g.dtype)
@@ -113,19 +118,27 @@ class _Lookup(torch.autograd.Function):
 
 class EmbeddingBagCollection(nn.Module):
     """The job's embedding tables (one feature per table), read from and
-    trained through the node's cache. pooling: "sum" or "mean" of a bag.
-    device: where the output goes (a CUDA device: gathered into pinned host
-    memory, copied without blocking; gradients come back to the host).
+    trained through the node's cache. pooling: "sum" or "mean" of a bag, or
+    one of them per table (a list of `tables` modes); a bag of one id is
+    its row either way. device: where the output goes (a CUDA device:
+    gathered into pinned host memory, copied without blocking; gradients
+    come back to the host).
 
     Not a holder of parameters: the rows live in the runtime, which applies
     the job's embedding optimizer (model.optimizer) at the commit."""
 
     def __init__(self, trainer, pooling="sum", device=None):
         super().__init__()
-        if pooling not in ("sum", "mean"):
-            raise ValueError("pooling must be 'sum' or 'mean', not %r" % (pooling,))
         info = trainer.info
-        self.tables, self.dim, self.pooling = info["tables"], info["dim"], pooling
+        self.tables, self.dim = info["tables"], info["dim"]
+        modes = [pooling] * self.tables if isinstance(pooling, str) else list(pooling)
+        bad = [m for m in modes if m not in ("sum", "mean")]
+        if bad or len(modes) != self.tables:
+            raise ValueError("pooling must be 'sum', 'mean' or a list of them, one per table "
+                             "(%d), not %r" % (self.tables, pooling))
+        # one mode for all: F.embedding_bag's; else sums and a divisor per bag
+        self.pooling = modes[0] if len(set(modes)) == 1 else "per-table"
+        self._mean = None if len(set(modes)) == 1 else torch.tensor([m == "mean" for m in modes])
         self.features = ["f%d" % t for t in range(self.tables)]
         self.device = torch.device(device) if device is not None else None
         self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
@@ -133,6 +146,13 @@ class EmbeddingBagCollection(nn.Module):
         self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call backward
         self._pinned = None
         _keep_freed_memory()
+
+    def _divisors(self, offsets, nkeys):
+        """Per bag (sample-major, table-minor): its length (at least 1) for a
+        mean table, 1 for a sum table."""
+        lens = torch.diff(offsets, append=torch.tensor([nkeys])).clamp(min=1)
+        mean = self._mean.repeat(offsets.numel() // self.tables)
+        return torch.where(mean, lens, torch.ones_like(lens)).to(torch.float32)
 
     def _out(self, n):
         if self.device is None or self.device.type != "cuda":
@@ -381,6 +401,8 @@ class Session:
         self.losses = []
 
     def embeddings(self, pooling="sum"):
+        """The job's tables as an EmbeddingBagCollection; pooling: "sum",
+        "mean", or one of them per table."""
         return EmbeddingBagCollection(self.trainer, pooling, self.device)
 
     def distributed(self, model, deterministic=True):
