@@ -140,6 +140,18 @@ static void add_phase(struct esd_dispatch_phase *s, const struct esd_dispatch_ph
 	s->profile += p->profile;
 }
 
+/* The step's local-search swaps: ls_evals, scaled down on a batch whose
+ * samples carry more than ls_ref_keys keys each (a swap's evaluation
+ * grows with its samples' keys). */
+static uint64_t ls_budget(const struct esd_dispatcher_config *c, const struct esd_batch *b)
+{
+	uint64_t occ = b->k ? b->off[b->k] : 0, ref = (uint64_t)c->ls_ref_keys * b->k;
+	if (!c->ls_ref_keys || occ <= ref)
+		return c->ls_evals;
+	uint64_t e = c->ls_evals * ref / occ;
+	return e ? e : 1;
+}
+
 /* Long: the step's phases (key table, fill, matrix, solve, advance) timed one after another
  * into the counters. */
 int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
@@ -229,7 +241,7 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	}
 	if (!rc && d->cfg.ls_evals) {
 		/* quality: local search on the true cost, seeded per iteration */
-		struct esd_ls_params lp = {.max_evals = d->cfg.ls_evals, .seed = seed ^ 0x15};
+		struct esd_ls_params lp = {.max_evals = ls_budget(&d->cfg, b), .seed = seed ^ 0x15};
 		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
 	}
 	if (rc)

@@ -157,8 +157,12 @@ struct esd_dispatcher_config {
 	 * ESD_MATRIX_PAPER (0) is ESD Alg. 1. */
 	enum esd_matrix matrix;
 	/* Local search on the true cost after the method (esd_local_search):
-	 * candidate swaps per step, 0: off. */
+	 * candidate swaps per step, 0: off. With ls_ref_keys > 0, a batch of
+	 * more keys per sample than that gets ls_evals * ls_ref_keys / (its
+	 * keys per sample) swaps (at least 1): the same on every node, as the
+	 * batch is. */
 	uint64_t ls_evals;
+	uint32_t ls_ref_keys;
 	/* Replicated rows (FAE's static hot set, esd_keytab_replicate): every
 	 * worker needs these keys in every step (copied). With vanilla and
 	 * full-set sync this is FAE: hot rows all-reduced through the PS each

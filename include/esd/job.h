@@ -56,14 +56,18 @@ extern "C" {
  * per step up to ESD_JOB_EXACT_MAX_WORKERS workers; above, where the
  * exact solve alone takes several times the step's budget, laia with
  * ESD_JOB_WIDE_SWAPS / n swaps; and, with one workers.batch value, sizes
- * fitted online (workers.split = fit). A method named runs as published:
- * paper matrix, no local search, equal sizes, unless those keys say
- * otherwise (docs/quality.md). */
+ * fitted online (workers.split = fit). The swaps are meant for samples of
+ * ESD_JOB_LS_REF_KEYS keys (Criteo's 26 features); on a batch whose
+ * samples carry more (bags) the step scales them down in proportion, as
+ * each swap's evaluation grows with its samples' keys. A method named
+ * runs as published: paper matrix, no local search, equal sizes, unless
+ * those keys say otherwise (docs/quality.md). */
 #define ESD_JOB_DEFAULT_METHOD    "opt"
 #define ESD_JOB_DEFAULT_SWAPS     2048
 #define ESD_JOB_EXACT_MAX_WORKERS 16
 #define ESD_JOB_WIDE_METHOD       "laia"
 #define ESD_JOB_WIDE_SWAPS        32768
+#define ESD_JOB_LS_REF_KEYS       26
 
 /* dispatch.gpu_min_rows = measure */
 #define ESD_JOB_GPU_MEASURE UINT64_MAX
@@ -142,6 +146,8 @@ struct esd_job {
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
 	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
 	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
+	uint32_t ls_ref_keys;   /* the default's: swaps scaled to samples of this many keys
+				 * (ESD_JOB_LS_REF_KEYS), 0: a fixed budget */
 	/* dispatch.replicate: a hot-row file (esd-data hot) whose rows every
 	 * worker holds and all-reduces each iteration (FAE); "" for none */
 	char replicate[1024];

@@ -341,6 +341,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	const uint64_t swaps = !preset ? 0 : wide ? ESD_JOB_WIDE_SWAPS / j->n : ESD_JOB_DEFAULT_SWAPS;
 	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", swaps, 0, UINT64_C(1) << 32,
 			       &j->local_search));
+	j->ls_ref_keys = preset && !esd_config_has(cfg, "dispatch", "local_search")
+				 ? ESD_JOB_LS_REF_KEYS : 0;
 	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
 	j->staleness = (uint32_t)u;
 	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
@@ -439,6 +441,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 		h = fnv(h, &j->matrix, sizeof(j->matrix));
 	if (j->local_search) /* quality */
 		h = fnv(h, &j->local_search, sizeof(j->local_search));
+	if (j->ls_ref_keys) /* the default's swaps scaled by keys per sample */
+		h = fnv(h, &j->ls_ref_keys, sizeof(j->ls_ref_keys));
 	if (j->split_fit) /* every node reports what shard 0 fits */
 		h = fnv(h, &j->split_fit, sizeof(j->split_fit));
 	h = fnv(h, &j->shards, sizeof(j->shards));

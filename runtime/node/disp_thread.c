@@ -761,6 +761,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
+		.ls_ref_keys = j->ls_ref_keys,
 		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};

@@ -65,6 +65,13 @@ static void test_default_method_fits_sizes(void **state)
 	for (uint32_t w = 0; w < 4; w++) /* equal until the first fit */
 		assert_int_equal(j.batch[w], 64);
 	assert_true(j.refit_threshold == 0.05);
+	assert_int_equal(j.ls_ref_keys, ESD_JOB_LS_REF_KEYS); /* swaps scaled on wide samples */
+	esd_config_free(c);
+	static const char *const fixed[] = {"workers.n=4", "dispatch.local_search=1000", NULL};
+	c = cfg_of(fixed); /* a budget given is kept whatever the samples */
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	assert_int_equal(j.local_search, 1000);
+	assert_int_equal(j.ls_ref_keys, 0);
 	esd_config_free(c);
 	static const char *const named[] = {"workers.n=4", "workers.batch=64",
 					    "workers.rates=5G,0.5G,5G,0.5G", "dispatch.method=laia",
@@ -74,6 +81,7 @@ static void test_default_method_fits_sizes(void **state)
 	assert_string_equal(j.method, "laia");
 	assert_int_equal(j.matrix, ESD_MATRIX_PAPER);
 	assert_int_equal(j.local_search, 0);
+	assert_int_equal(j.ls_ref_keys, 0);
 	assert_false(j.split_link_aware);
 	esd_config_free(c);
 	/* many workers: laia with fewer swaps, the exact solve being too slow */

@@ -344,6 +344,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .method = m->method,
 	    .matrix = m->matrix,
 	    .ls_evals = m->ls_evals,
+	    .ls_ref_keys = m->is_job ? j->ls_ref_keys : 0,
 	    .replicated = m->is_job ? env->rep : NULL,
 	    .nreplicated = nrep,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
