@@ -109,13 +109,6 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p;
 }
 
-static const char *shape_name(enum ds_format fmt)
-{
-	return fmt == DS_FMT_AVAZU    ? "avazu"
-	       : fmt == DS_FMT_SEARCH ? "criteo-search"
-	                              : "criteo-kaggle";
-}
-
 /* --rows: one value for every table, or one per table. */
 static int apply_rows(const struct ds_convert_opts *o, struct esd_ds_info *info)
 {
@@ -168,7 +161,7 @@ static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info
 	                                  ESD_DS_ORIGIN_CRITEO_SEARCH, ESD_DS_ORIGIN_OTHER};
 	const int mh = o->fmt == DS_FMT_MULTI_HOT;
 	memset(info, 0, sizeof(*info));
-	int rc = mh ? multi_hot_info(o, info) : esd_ds_shape(shape_name(o->fmt), info);
+	int rc = mh ? multi_hot_info(o, info) : esd_ds_shape(ds_format_shape(o->fmt), info);
 	if (!rc)
 		rc = apply_rows(o, info);
 	if (!rc)

@@ -42,7 +42,7 @@ int ds_format_parse(const char *name, enum ds_format *out)
 	return 0;
 }
 
-static const char *shape_of(enum ds_format fmt)
+const char *ds_format_shape(enum ds_format fmt)
 {
 	return fmt == DS_FMT_AVAZU    ? "avazu"
 	       : fmt == DS_FMT_SEARCH ? "criteo-search"
@@ -76,7 +76,7 @@ void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *r
 	}
 	memset(c, 0, sizeof(*c));
 	memset(&in, 0, sizeof(in));
-	esd_ds_shape(shape_of(fmt), &in);
+	esd_ds_shape(ds_format_shape(fmt), &in);
 	c->fmt = fmt;
 	c->ntables = in.ntables;
 	c->ndense = in.ndense;

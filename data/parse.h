@@ -57,6 +57,9 @@ struct ds_sample {
 /* Name of a format ("criteo-kaggle", "avazu", "criteo-search",
  * "tsv-multi-hot") to enum; returns 0 or -ENOENT. */
 int ds_format_parse(const char *name, enum ds_format *out);
+/* The built-in shape (esd_ds_shape) of a real-file format: criteo-kaggle,
+ * avazu or criteo-search (tsv-multi-hot has none: criteo-kaggle). */
+const char *ds_format_shape(enum ds_format fmt);
 
 /*
  * Set up a context for fmt with the built-in shape's tables; rows may be

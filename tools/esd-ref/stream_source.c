@@ -22,10 +22,8 @@ static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *ke
 			return rc == -EINVAL ? 0 : rc; /* past the end: no samples */
 	}
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
-	if (esd_ds_has_bags(in))
-		return esd_ds_read_bags(r, k, labels, in->ndense ? dense : NULL, keys,
-		                        (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
-	return esd_ds_read(r, k, labels, in->ndense ? dense : NULL, keys);
+	return esd_ds_read_bags(r, k, labels, in->ndense ? dense : NULL, keys,
+	                        (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
 }
 
 int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
