@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 struct sig_thread {
 	esd_signal_fn fn;
@@ -14,6 +15,7 @@ struct sig_thread {
 
 static void *signal_main(void *p)
 {
+	prctl(PR_SET_NAME, "esd-signals", 0, 0, 0);
 	struct sig_thread *st = p;
 	for (unsigned count = 1;; count++) {
 		int sig;

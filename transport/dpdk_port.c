@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -326,6 +327,7 @@ static void keepalives(struct l2port *p, struct rte_mempool *pool)
 
 static void *ticker(void *arg)
 {
+	prctl(PR_SET_NAME, "esd-l2-ticker", 0, 0, 0);
 	struct l2port *p = arg;
 	struct rte_mempool *pool = dpdk_pool();
 	while (!atomic_load(&p->stop)) {

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -200,6 +201,7 @@ static int peer_uid_ok(int fd, const char *who)
 
 static void *serve(void *arg)
 {
+	prctl(PR_SET_NAME, "esd-ctl", 0, 0, 0);
 	struct esd_ctl_server *s = arg;
 	struct pollfd p[MAX_CLIENTS + 2];
 

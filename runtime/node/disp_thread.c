@@ -17,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 /* Checkpoint boundaries whose state is kept (struct disp_saves): the
  * thread saves boundary c when it decides c, up to ORDER_RING iterations
@@ -562,6 +563,7 @@ static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64
  * settings, publish, with its exits. */
 static void *disp_main(void *arg)
 {
+	prctl(PR_SET_NAME, "esd-dispatch", 0, 0, 0);
 	struct disp *ds = arg;
 	struct node *nd = ds->nd;
 	int rc = 0, cur = 0;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #define RECV_POLL_NS (200 * ESD_NS_PER_MS)
 /* A link must say HELLO this soon after it was accepted, and at most this
@@ -885,6 +886,7 @@ static bool hello_overdue(struct ps_link *pl)
 
 static void *link_main(void *arg)
 {
+	prctl(PR_SET_NAME, "esd-ps-link", 0, 0, 0);
 	struct ps_link *pl = arg;
 	struct ps *ps = pl->ps;
 	struct esd_buf out;
