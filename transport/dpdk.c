@@ -14,8 +14,16 @@
  * kept until tx completion; set ESD_DPDK_COPY=1 to copy into mbufs; a NIC
  * DMAs after tx_burst returns, so its frames are always copied). Fragments of a frame travel in
  * order; the receiver reassembles into a buffer it allocates only after the frame header (first
- * fragment) passed esd_frame_hdr_parse() against the limits. A missing fragment loses the frame:
- * the reliable layer (rel.c, always on for this backend) retransmits it.
+ * fragment) passed esd_frame_hdr_parse() against the limits. On a shared port (af_packet, a
+ * NIC) a missing fragment loses the frame and the reliable layer (rel.c, always on there)
+ * retransmits it. memif is shared memory and loses nothing: no reliable layer (no copy kept
+ * for retransmission, no acknowledgements); a fragment out of place there fails the link, and
+ * a receiver over its backlog leaves packets in the ring (its sender waits) instead of dropping.
+ *
+ * Idle memif receivers sleep on a doorbell their peer rings (dpdk_bell.c) rather than polling:
+ * DPDK 22.11's memif has no rx interrupt, and on a host whose cores are shared the polls of
+ * idle links take time from the busy ones. Idle receivers on a shared port sleep between polls,
+ * each sleep twice the last.
  *
  * Shutdown order (a memif receiver can crash if the peer unmaps the shared
  * rings while it is inside rx_burst): the side that closes sends LINK_BYE 0
@@ -35,12 +43,14 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -100,6 +110,7 @@ struct dpdk_wire {
 	uint64_t empty_polls;
 	int64_t idle_since; /* first empty poll of this idle stretch; 0: busy */
 	int64_t idle_sleep_ns; /* the next idle sleep */
+	struct dpdk_bell *bell; /* memif: sleep until the peer sends (or NULL) */
 };
 
 struct dpdk_listener {
@@ -136,6 +147,18 @@ static uint32_t af_packet_frame(uint32_t mtu)
 {
 	uint32_t need = ETH_HDR + FRAG_HDR + mtu + 96;
 	return need <= 2048 ? 2048 : (need + 4095) & ~4095u;
+}
+
+static void prefault_mbuf(struct rte_mempool *mp, void *arg, void *obj, unsigned idx)
+{
+	(void)mp;
+	(void)arg;
+	(void)idx;
+	struct rte_mbuf *m = obj;
+	volatile uint8_t *p = m->buf_addr;
+	for (uint32_t off = 0; off < m->buf_len; off += 4096)
+		p[off] = 0;
+	p[m->buf_len - 1] = 0;
 }
 
 static int eal_start(const struct esd_link_opts *o)
@@ -204,6 +227,12 @@ static int eal_start(const struct esd_link_opts *o)
 		pthread_mutex_unlock(&eal_lock);
 		return -ENOMEM;
 	}
+	/* Every page of the pool now, before the job runs: without huge pages
+	 * the EAL's memory is faulted in 4 KiB at a time, and the pool's ring
+	 * hands out every mbuf in turn, so each buffer's first use would fault
+	 * during the first iterations (tens of thousands of faults a process;
+	 * bench/results/transport.md). */
+	rte_mempool_obj_iter(pool, prefault_mbuf, NULL);
 	eal_state = 1;
 	eal_pid = getpid();
 	pthread_mutex_unlock(&eal_lock);
@@ -283,6 +312,9 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 	d->was_up = 1;
 	d->idle_sleep_ns = IDLE_SLEEP_NS;
+	/* A shared port may drop packets (af_packet's ring, a NIC); memif is
+	 * shared memory between two processes and loses none. */
+	d->w.lossy = sp != NULL;
 	/* Both vdevs this backend creates copy packets inside tx_burst, so the
 	 * caller's frame can be sent without a bounce copy; ESD_DPDK_COPY=1
 	 * turns that off (e.g. to compare). */
@@ -418,6 +450,47 @@ static int l2_connect(const struct esd_link_opts *o, struct wire **out)
 	return 0;
 }
 
+/* Map every page of the process's memif regions now (the rings and
+ * packet buffers the PMD shares with each peer, memfds named
+ * memif_region_N), as the mbuf pool's at EAL start: otherwise the first
+ * pass of each ring through its buffers faults in every page in the
+ * middle of the job's first iterations. MADV_POPULATE_WRITE maps pages
+ * writable without touching their contents, so a ring in use is safe;
+ * pages mapped already cost nothing. Best effort: a kernel before 5.14
+ * says EINVAL and the pages fault on first use as before. */
+static void prefault_memif_regions(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return;
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (!strstr(line, "memif_region") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+			continue;
+		if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) && errno == EINVAL)
+			break;
+	}
+	fclose(f);
+}
+
+/* Doorbells on memif links unless ESD_DPDK_BELL=0 (to compare). */
+static bool bells_on(void)
+{
+	const char *e = getenv("ESD_DPDK_BELL");
+	return !e || strcmp(e, "0");
+}
+
+static void bell_open(struct dpdk_wire *d, const char *addr, uint32_t id, bool server)
+{
+	if (!bells_on())
+		return;
+	int rc = dpdk_bell_open(addr, id, server, &d->bell);
+	if (rc)
+		ESD_DBG("transport", "dpdk: memif %s#%u has no doorbell (%s): it polls when idle",
+		        addr, id, esd_strerror(rc));
+}
+
 static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 {
 	char name[96], args[400];
@@ -438,6 +511,8 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 		return rc ? rc : -ENOMEM;
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", o->addr, o->memif_id);
+	bell_open(d, o->addr, o->memif_id, false);
+	prefault_memif_regions();
 	*out = &d->w;
 	return 0;
 }
@@ -484,6 +559,10 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		goto err_free;
 	}
 	unsigned seq = __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED);
+	/* before any port is up: a client opens the bells once its link is */
+	if (bells_on() && (rc = dpdk_bell_publish(o->addr, n)))
+		ESD_WARN("transport", "dpdk: no doorbells for memif %s (%s): its idle links poll",
+		         o->addr, esd_strerror(rc));
 	uint32_t i;
 	for (i = 0; i < n; i++) {
 		char args[400];
@@ -495,6 +574,7 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 	if (rc) {
 		while (i--)
 			dpdk_port_down(dl->ports[i], dl->devs[i]);
+		dpdk_bell_unpublish(o->addr);
 		goto err_free;
 	}
 	*out = &dl->wl;
@@ -555,6 +635,8 @@ static int dpdk_accept(struct wire_listener *wl, const struct esd_link_opts *o, 
 				return -ENOMEM;
 			dl->taken[i] = 1;
 			snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", wl->addr, i);
+			bell_open(d, wl->addr, i, true);
+			prefault_memif_regions();
 			*out = &d->w;
 			return 0;
 		}
@@ -576,6 +658,8 @@ static void dpdk_listener_close(struct wire_listener *wl)
 	for (uint32_t i = 0; i < dl->n; i++)
 		if (!dl->taken[i])
 			dpdk_port_down(dl->ports[i], dl->devs[i]);
+	if (dl->n)
+		dpdk_bell_unpublish(dl->wl.addr);
 	free(dl->ports);
 	free(dl->devs);
 	free(dl->taken);
@@ -609,21 +693,37 @@ static void asm_drop(struct dpdk_wire *d)
 	d->asm_on = 0;
 }
 
+/* A packet that cannot be part of the frame being reassembled. On a
+ * shared port (lossy) it is dropped with that frame, which the reliable
+ * layer sends again; memif loses nothing, so there it is the peer's fault
+ * and the link fails. */
+static int bad_packet(struct dpdk_wire *d, const char *why)
+{
+	asm_drop(d);
+	if (d->w.lossy)
+		return 0;
+	d->down = 1;
+	return wire_fail(&d->w, -EPROTO, "dpdk: %s from %s (memif loses nothing: the peer is broken)",
+	                 why, d->w.peer);
+}
+
 /* One packet in: reassemble; a complete frame goes to the ready queue. */
 static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 {
 	uint8_t hdr[ETH_HDR + FRAG_HDR];
 	const uint8_t *h = rte_pktmbuf_read(m, 0, sizeof(hdr), hdr);
 	if (!h)
-		return 0; /* runt: ignore */
+		return bad_packet(d, "a runt packet");
 	/* (a shared port's poller checked the rest) */
 	if ((uint16_t)(h[12] << 8 | h[13]) != ETHERTYPE_ESD)
-		return 0;
+		return bad_packet(d, "a packet of another ethertype");
 	struct frag_hdr f;
 	frag_hdr_get(h + ETH_HDR, &f);
 	uint32_t id = f.id, off = f.off, total = f.total;
 	size_t chunk = rte_pktmbuf_pkt_len(m) - sizeof(hdr);
 	if (off == 0) {
+		if (d->asm_on && !d->w.lossy)
+			return bad_packet(d, "a new frame before the last one ended");
 		asm_drop(d);
 		struct esd_frame_hdr fh;
 		uint8_t first[ESD_FRAME_HDR_SIZE];
@@ -631,7 +731,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		                        ? rte_pktmbuf_read(m, sizeof(hdr), sizeof(first), first)
 		                        : NULL;
 		if (!fp)
-			return 0;
+			return bad_packet(d, "a first fragment shorter than a frame header");
 		int rc = esd_frame_hdr_parse(fp, ESD_FRAME_HDR_SIZE, &d->w.lim, &fh, d->w.err,
 		                             sizeof(d->w.err));
 		if (rc)
@@ -647,17 +747,12 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		d->asm_got = 0;
 		d->asm_on = 1;
 	} else if (!d->asm_on || id != d->asm_id || off != d->asm_got) {
-		asm_drop(d); /* a lost fragment: the frame is lost */
-		return 0;
+		return bad_packet(d, "a fragment out of order"); /* one was lost */
 	}
-	if (chunk > d->asm_buf->len - d->asm_got) {
-		asm_drop(d);
-		return 0;
-	}
-	if (!rte_pktmbuf_read(m, sizeof(hdr), chunk, d->asm_buf->data + d->asm_got)) {
-		asm_drop(d);
-		return 0;
-	}
+	if (chunk > d->asm_buf->len - d->asm_got)
+		return bad_packet(d, "a fragment past its frame's end");
+	if (!rte_pktmbuf_read(m, sizeof(hdr), chunk, d->asm_buf->data + d->asm_got))
+		return bad_packet(d, "an unreadable fragment");
 	/* rte_pktmbuf_read copies only for multi-segment mbufs. */
 	if (m->nb_segs == 1)
 		memcpy(d->asm_buf->data + d->asm_got,
@@ -684,7 +779,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		}
 		return 0;
 	}
-	if (d->rq_bytes + r->len > d->w.rx_backlog_max) {
+	if (d->w.lossy && d->rq_bytes + r->len > d->w.rx_backlog_max) {
 		ready_free(d, r);
 		return 0; /* over the backlog: dropped, the sender retransmits */
 	}
@@ -716,6 +811,10 @@ static int rx_poll(struct dpdk_wire *d)
 		                                 : "dpdk: %s does not know this link (it restarted)",
 		                 d->w.peer);
 	}
+	/* memif: over the backlog, leave the packets in the ring (its sender
+	 * waits for room) rather than drop what nothing would send again */
+	if (!d->w.lossy && d->rq_bytes >= d->w.rx_backlog_max)
+		return 0;
 	uint16_t n = d->sp ? l2_rx(d, ms) : rte_eth_rx_burst(d->port, 0, ms, BURST);
 	int rc = 0;
 	for (uint16_t i = 0; i < n; i++) {
@@ -827,8 +926,12 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		}
 		unsigned sent = 0;
 		while (sent < k) {
-			sent += d->sp ? l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
-			              : rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
+			uint16_t now_sent =
+			    d->sp ? l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
+			          : rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
+			sent += now_sent;
+			if (now_sent && d->bell)
+				dpdk_bell_ring(d->bell);
 			if (sent < k) {
 				/* Ring full: read what the peer sends meanwhile, so two
 				 * senders never wait on each other; give up on a dead or
@@ -892,6 +995,21 @@ static void idle_sleep(int64_t ns)
 	esd_sleep_ns(ns);
 }
 
+/* Idle with a doorbell: arm it and poll once more (a packet sent before
+ * the peer saw the bell armed is in the ring by then), then sleep until
+ * rung, the deadline or the next link check. */
+static void idle_wait(struct dpdk_wire *d, int64_t deadline, int64_t now)
+{
+	if (!dpdk_bell_armed(d->bell)) {
+		dpdk_bell_arm(d->bell);
+		return;
+	}
+	int64_t t = LINK_POLL_NS;
+	if (deadline >= 0 && deadline - now < t)
+		t = deadline - now;
+	dpdk_bell_wait(d->bell, t);
+}
+
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
@@ -918,6 +1036,8 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->empty_polls = 0;
 			d->idle_since = 0;
 			d->idle_sleep_ns = IDLE_SLEEP_NS;
+			if (d->bell)
+				dpdk_bell_disarm(d->bell);
 			continue;
 		}
 		/* Busy-poll (kernel bypass); look at the clock only every few
@@ -932,7 +1052,9 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return -ETIMEDOUT;
 		if (!d->idle_since)
 			d->idle_since = now;
-		if (now - d->idle_since > IDLE_SPIN_NS) {
+		if (now - d->idle_since > IDLE_SPIN_NS && d->bell) {
+			idle_wait(d, deadline, now);
+		} else if (now - d->idle_since > IDLE_SPIN_NS) {
 			idle_sleep(d->idle_sleep_ns);
 			if (d->idle_sleep_ns < (d->sp ? IDLE_SLEEP_MAX_L2_NS : IDLE_SLEEP_MAX_NS))
 				d->idle_sleep_ns *= 2;
@@ -974,6 +1096,7 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 	} else {
 		dpdk_port_down(d->port, d->dev);
 	}
+	dpdk_bell_close(d->bell);
 	asm_drop(d);
 	ready_free(d, d->cur);
 	while (d->rq_head) {

@@ -14,7 +14,8 @@
 
 #include <rte_mempool.h>
 
-/* Descriptors per rx and tx ring of the options (dpdk_queue, 0: 1024). */
+/* Descriptors per rx and tx ring of the options (dpdk_queue; 0: 256 for
+ * memif, 1024 for a shared port). */
 uint16_t dpdk_ring_size(const struct esd_link_opts *o);
 
 /*
@@ -196,6 +197,38 @@ void l2port_poll(struct l2port *p);
 bool l2_is_keepalive(const uint8_t *h);
 /* rte_eth_tx_burst under the port's tx lock. */
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
+
+/* ---- doorbells of memif links (dpdk_bell.c) ---------------------------- */
+
+/*
+ * An idle memif receiver sleeps on a futex in memory shared with its peer
+ * instead of polling; the peer, after putting packets in the ring, wakes it
+ * if it sleeps. The listener of a memif address publishes the region (one
+ * slot per link id); each link opens its own view of it.
+ */
+struct dpdk_bell;
+
+/* Make the region of the listener at addr, nslots links, anew (any older
+ * one is removed, and so are those of listeners that are gone: killed, they
+ * could not remove their own). 0 or -errno. */
+int dpdk_bell_publish(const char *addr, uint32_t nslots);
+/* Remove it (links that opened it keep their view). */
+void dpdk_bell_unpublish(const char *addr);
+/* The bells of link id at addr, on the listener's side (server) or the
+ * client's. 0; -ENOENT (nothing published), -EPROTO (another layout, or
+ * no such id), -errno. The caller owns *out: dpdk_bell_close(). */
+int dpdk_bell_open(const char *addr, uint32_t id, bool server, struct dpdk_bell **out);
+void dpdk_bell_close(struct dpdk_bell *b);
+/* Receiver: about to sleep. Poll the ring once more after this; sleep
+ * with dpdk_bell_wait(), or dpdk_bell_disarm() if packets came. */
+void dpdk_bell_arm(struct dpdk_bell *b);
+bool dpdk_bell_armed(const struct dpdk_bell *b);
+void dpdk_bell_disarm(struct dpdk_bell *b);
+/* Sleep until rung or timeout_ns passed (arms first if needed); disarmed
+ * on return. */
+void dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns);
+/* Sender: packets are in the peer's ring; wake it if it sleeps. */
+void dpdk_bell_ring(struct dpdk_bell *b);
 
 /* ---- from dpdk.c, for dpdk_port.c -------------------------------------- */
 

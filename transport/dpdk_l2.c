@@ -22,13 +22,21 @@
 #include <rte_ethdev.h>
 
 #define DEFAULT_RING 1024
+/* memif's ring holds the packet buffers themselves (a 16 KiB buffer per
+ * 8 KiB packet): 1024 of them per direction is 16 MiB that every packet
+ * cycles through cold in the caches, and copying into and out of it cost
+ * more than the transfers (bench/results/transport.md); 256 packets (2 MiB
+ * in flight) keep a link at full speed. */
+#define DEFAULT_RING_MEMIF 256
 
 static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool busy[RTE_MAX_ETHPORTS]; /* a link holds the PCI port */
 
 uint16_t dpdk_ring_size(const struct esd_link_opts *o)
 {
-	return (uint16_t)(o->dpdk_queue ? o->dpdk_queue : DEFAULT_RING);
+	if (o->dpdk_queue)
+		return (uint16_t)o->dpdk_queue;
+	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif") ? DEFAULT_RING_MEMIF : DEFAULT_RING;
 }
 
 /* The ethdev port whose device is at PCI address pci, or -1. */

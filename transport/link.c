@@ -108,7 +108,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
 	fault_init(&l->fault, &o->faults);
 	esd_buf_init(&l->scratch);
-	if (l->fault.on || o->reliable || !strcmp(w->ops->name, "dpdk")) {
+	if (l->fault.on || o->reliable || w->lossy) {
 		if ((rc = rel_create(l, &l->rel)))
 			goto err_free_link;
 	}

@@ -15,6 +15,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -62,6 +63,10 @@ struct wire {
 	struct esd_proto_limits lim;
 	int64_t timeout_ns;
 	size_t rx_backlog_max;
+	/* Packets may be lost, duplicated or reordered below the frames (dpdk
+	 * over af_packet or a NIC): the reliable layer is always on. Else the
+	 * backend delivers every frame once and in order or fails the link. */
+	bool lossy;
 	char err[WIRE_ERR_LEN];
 	char peer[300];
 	struct bufcache cache; /* frame blocks of this link (all layers) */

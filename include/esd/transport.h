@@ -15,8 +15,10 @@
  *   "dpdk"  DPDK ethdev: net_memif between processes on one host (kernel
  *           bypass), net_af_packet on a Linux interface, or a NIC bound to
  *           a DPDK driver by its PCI address (dpdk_vdev). Frames are cut
- *           into packets and carried by the reliable layer below; over
- *           af_packet and a NIC, packets go to the peer's MAC address (given,
+ *           into packets; memif loses none (an idle receiver sleeps on a
+ *           doorbell its peer rings), and over af_packet and a NIC, which
+ *           may drop packets, the reliable layer below carries them and
+ *           packets go to the peer's MAC address (given,
  *           or learned from its first packet), and every link of a process
  *           on one interface shares its port: a listener serves every node
  *           over one interface, telling links apart by source MAC and link
@@ -36,9 +38,10 @@
  *   job key      with o->key: the handshake, then a tag on every frame,
  *                checked and stripped on receipt (esd/auth.h)
  *   reliable     sequence numbers, cumulative LINK_ACK, retransmission after
- *                rto_ns, reorder buffer, duplicate suppression; on for dpdk,
- *                and for every backend while fault injection is on (or
- *                reliable = 1); tcp and rdma RC are reliable by themselves
+ *                rto_ns, reorder buffer, duplicate suppression; on for dpdk
+ *                over af_packet and a NIC, and for every backend while
+ *                fault injection is on (or reliable = 1); tcp, dpdk memif
+ *                and rdma RC are reliable by themselves
  *   shaping      a token bucket (bit/s), applied to every byte put on the
  *                wire, retransmissions included
  *   faults       drop / duplicate / reorder with probabilities and a seed
@@ -173,7 +176,8 @@ struct esd_link_opts {
 	uint32_t dpdk_mtu;         /* frame bytes per packet; 0 = 8192. af_packet,
 	                            * pci: at most the interface's MTU - 16 */
 	uint32_t dpdk_queue;       /* descriptors per rx and tx ring (memif: its
-	                            * ring size), a power of two; 0 = 1024 */
+	                            * ring size), a power of two; 0 = 256 for
+	                            * memif, 1024 for af_packet and pci */
 	/* af_packet, pci: the peers' MAC addresses. connect: the peer's, [0]:
 	 * packets go there and only packets from it are taken. listen: the
 	 * peers that may connect; packets from others are ignored. None (0

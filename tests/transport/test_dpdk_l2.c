@@ -211,9 +211,15 @@ static void test_iface_mtu(void **state)
 	(void)state;
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
+	assert_int_equal(dpdk_ring_size(&o), 256); /* memif */
+	o.dpdk_vdev = "af_packet";
 	assert_int_equal(dpdk_ring_size(&o), 1024);
-	o.dpdk_queue = 256;
-	assert_int_equal(dpdk_ring_size(&o), 256);
+	o.dpdk_vdev = "pci";
+	assert_int_equal(dpdk_ring_size(&o), 1024);
+	o.dpdk_queue = 512;
+	assert_int_equal(dpdk_ring_size(&o), 512);
+	o.dpdk_vdev = "memif";
+	assert_int_equal(dpdk_ring_size(&o), 512);
 	assert_int_equal(dpdk_iface_mtu_check("lo", 1416), 0);
 	assert_int_equal(dpdk_iface_mtu_check("esd-no-such", 1416), -ENODEV);
 	assert_int_equal(dpdk_iface_mtu_check("lo", 1u << 20), -EINVAL);
