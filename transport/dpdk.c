@@ -995,19 +995,30 @@ static void idle_sleep(int64_t ns)
 	esd_sleep_ns(ns);
 }
 
-/* Idle with a doorbell: arm it and poll once more (a packet sent before
- * the peer saw the bell armed is in the ring by then), then sleep until
- * rung, the deadline or the next link check. */
+/* Idle with a doorbell (memif): arm it and poll once more (a packet sent
+ * before the peer saw the bell armed is in the ring by then), then sleep
+ * until rung, the deadline or the next link check. On an af_packet port:
+ * sleep until the port has a packet for this link (dpdk_port.c). */
 static void idle_wait(struct dpdk_wire *d, int64_t deadline, int64_t now)
 {
-	if (!dpdk_bell_armed(d->bell)) {
+	if (d->bell && !dpdk_bell_armed(d->bell)) {
 		dpdk_bell_arm(d->bell);
 		return;
 	}
 	int64_t t = LINK_POLL_NS;
 	if (deadline >= 0 && deadline - now < t)
 		t = deadline - now;
-	dpdk_bell_wait(d->bell, t);
+	if (d->bell)
+		dpdk_bell_wait(d->bell, t);
+	else
+		l2port_idle_wait(d->sp, d->slot, t);
+}
+
+/* An af_packet link, idle, sleeps until its port files a packet for it
+ * (ESD_DPDK_BELL=0: it polls, as on a NIC). */
+static bool port_sleeps(struct dpdk_wire *d)
+{
+	return d->sp && bells_on() && l2port_can_sleep(d->sp);
 }
 
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
@@ -1052,7 +1063,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return -ETIMEDOUT;
 		if (!d->idle_since)
 			d->idle_since = now;
-		if (now - d->idle_since > IDLE_SPIN_NS && d->bell) {
+		if (now - d->idle_since > IDLE_SPIN_NS && (d->bell || port_sleeps(d))) {
 			idle_wait(d, deadline, now);
 		} else if (now - d->idle_since > IDLE_SPIN_NS) {
 			idle_sleep(d->idle_sleep_ns);

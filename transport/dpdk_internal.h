@@ -124,6 +124,10 @@ struct l2slot {
 	                           * the peer answered (it sends no more SYN) */
 	_Atomic int state;
 	_Atomic int64_t last_rx_ns, last_tx_ns; /* esd_now_ns() */
+	/* The link's thread, idle, sleeps on wake_seq (a futex of this
+	 * process) while waiting is set; whoever files a packet for it
+	 * clears waiting and moves wake_seq. */
+	_Atomic uint32_t wake_seq, waiting;
 	struct l2ring rx;
 };
 
@@ -197,6 +201,18 @@ void l2port_poll(struct l2port *p);
 bool l2_is_keepalive(const uint8_t *h);
 /* rte_eth_tx_burst under the port's tx lock. */
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
+/*
+ * Idle links sleep (af_packet): the port holds a packet socket of its own
+ * on the interface that the kernel gives one byte of every packet for this
+ * host's ESD ethertype. One idle link thread at a time (the port's
+ * sleeper) waits on it and polls the port when it wakes, which files each
+ * packet and wakes the link it is for; the other idle links sleep until
+ * then. l2port_can_sleep: the port has that socket (not a NIC: its links
+ * poll, as a NIC's cores should).
+ */
+bool l2port_can_sleep(const struct l2port *p);
+/* Sleep until a packet for s is in its queue or timeout_ns passed. */
+void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns);
 
 /* ---- doorbells of memif links (dpdk_bell.c) ---------------------------- */
 

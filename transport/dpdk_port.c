@@ -7,17 +7,37 @@
  *
  * Locks: the registry's (ports by name), then a port's rx lock (its table
  * and receiving) and its tx lock (transmitting), never the other way.
+ *
+ * Idle links of an af_packet port do not poll: the packets come through
+ * the kernel anyway, and on a host whose cores are shared polling takes
+ * them from the busy threads. The port opens a packet socket of its own on
+ * the interface (the wake socket: incoming packets of the ESD ethertype,
+ * cut to one byte by a filter); one idle link thread, the sleeper, waits
+ * in ppoll() on it and polls the port when a packet came, the others
+ * sleep on a futex of their link until a packet is filed for them. The
+ * sleeper keeps the role until a packet of its own link came (or its
+ * timeout), then hands it to another idle link.
  */
 #include "dpdk_internal.h"
 
 #include <esd/clock.h>
 #include <esd/log.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/futex.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -293,11 +313,24 @@ struct l2port {
 	int refs; /* under reg_lock */
 	pthread_mutex_t rx_lock, tx_lock;
 	struct l2tab tab; /* under rx_lock */
+	int wake_fd;          /* af_packet: the wake socket; -1: links poll */
+	_Atomic bool sleeper; /* a link thread waits on wake_fd */
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct l2port *ports;
 static unsigned port_seq;
+
+/* A packet was filed for s: wake its thread if it sleeps. */
+static void wake_link(struct l2slot *s)
+{
+	atomic_thread_fence(memory_order_seq_cst); /* the ring's head, then waiting */
+	if (!atomic_load_explicit(&s->waiting, memory_order_relaxed) ||
+	    !atomic_exchange(&s->waiting, 0))
+		return;
+	atomic_fetch_add(&s->wake_seq, 1);
+	syscall(SYS_futex, &s->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 static void free_mbuf(void *pkt)
 {
@@ -338,6 +371,34 @@ static void *ticker(void *arg)
 	return NULL;
 }
 
+/* The wake socket of interface iface: ESD packets coming in, one byte of
+ * each, a small buffer (only "something came" matters). -1 when the
+ * kernel refuses (then idle links poll). */
+static int wake_socket(const char *iface)
+{
+	unsigned idx = if_nametoindex(iface);
+	int fd = idx ? socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	                      htons(ETHERTYPE_ESD))
+	             : -1;
+	if (fd < 0)
+		return -1;
+	struct sockaddr_ll a = {.sll_family = AF_PACKET,
+	                        .sll_protocol = htons(ETHERTYPE_ESD),
+	                        .sll_ifindex = (int)idx};
+	struct sock_filter one_byte[] = {{BPF_RET | BPF_K, 0, 0, 1}};
+	struct sock_fprog prog = {.len = 1, .filter = one_byte};
+	int on = 1, buf = 4096;
+	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	/* best effort: without it this side's own packets wake it too */
+	(void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &on, sizeof(on));
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	return fd;
+}
+
 static int port_open(const struct esd_link_opts *o, struct l2port *p)
 {
 	char args[400];
@@ -351,6 +412,10 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 		snprintf(p->dev, sizeof(p->dev), "net_af_packet_esd%u", port_seq++);
 	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
 		return rc;
+	p->wake_fd = pci ? -1 : wake_socket(o->addr);
+	if (!pci && p->wake_fd < 0)
+		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): its idle links poll", o->addr,
+		        strerror(errno));
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(p->port, &mac))
 		memcpy(p->tab.own, mac.addr_bytes, 6);
@@ -407,6 +472,8 @@ void l2port_put(struct l2port *p)
 	atomic_store(&p->stop, true);
 	pthread_join(p->ticker, NULL);
 	dpdk_port_down(p->port, p->dev);
+	if (p->wake_fd >= 0)
+		close(p->wake_fd);
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (p->tab.slot[i])
 			l2tab_release(&p->tab, p->tab.slot[i], free_mbuf);
@@ -534,8 +601,82 @@ void l2port_poll(struct l2port *p)
 			atomic_store_explicit(&s->last_rx_ns, now, memory_order_relaxed);
 		if (!s || l2_is_keepalive(h) || !l2ring_put(&s->rx, ms[i]))
 			rte_pktmbuf_free(ms[i]);
+		else
+			wake_link(s);
 	}
 	pthread_mutex_unlock(&p->rx_lock);
+}
+
+bool l2port_can_sleep(const struct l2port *p)
+{
+	return p->wake_fd >= 0;
+}
+
+static bool ring_empty(struct l2ring *r)
+{
+	return atomic_load_explicit(&r->head, memory_order_acquire) ==
+	       atomic_load_explicit(&r->tail, memory_order_relaxed);
+}
+
+static struct timespec ts_of(int64_t ns)
+{
+	return (struct timespec){.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+}
+
+/* Another idle link takes over as the sleeper (called as one leaves). */
+static void hand_over(struct l2port *p, struct l2slot *self)
+{
+	pthread_mutex_lock(&p->rx_lock);
+	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
+		struct l2slot *s = p->tab.slot[i];
+		if (s && s != self && atomic_load(&s->waiting)) {
+			wake_link(s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->rx_lock);
+}
+
+/* As the port's sleeper: wait on the wake socket and poll the port until
+ * a packet of s's link came or timeout_ns passed. */
+static void sleep_on_port(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
+{
+	int64_t end = esd_now_ns() + timeout_ns;
+	for (;;) {
+		int64_t left = end - esd_now_ns();
+		if (left <= 0)
+			break;
+		struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
+		struct timespec ts = ts_of(left);
+		int n = ppoll(&pfd, 1, &ts, NULL);
+		uint8_t b;
+		while (recv(p->wake_fd, &b, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0)
+			;
+		if (n > 0)
+			l2port_poll(p);
+		if (!ring_empty(&s->rx) || n < 0)
+			break;
+	}
+	atomic_store(&p->sleeper, false);
+	hand_over(p, s);
+}
+
+void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
+{
+	uint32_t seq = atomic_load(&s->wake_seq);
+	atomic_store(&s->waiting, 1); /* seq_cst: before the looks below */
+	l2port_poll(p);
+	if (ring_empty(&s->rx)) {
+		bool no = false;
+		if (atomic_compare_exchange_strong(&p->sleeper, &no, true)) {
+			atomic_store(&s->waiting, 0);
+			sleep_on_port(p, s, timeout_ns);
+		} else {
+			struct timespec ts = ts_of(timeout_ns);
+			syscall(SYS_futex, &s->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+		}
+	}
+	atomic_store(&s->waiting, 0);
 }
 
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -287,4 +288,22 @@ int peer_expect(struct esd_link *l, struct esd_msg *m, unsigned op, int64_t time
 		return -EPROTO;
 	}
 	return 0;
+}
+
+long peer_idle_sleeps(struct esd_link *l, int64_t ns)
+{
+	struct rusage r0, r1;
+	struct esd_msg m;
+	getrusage(RUSAGE_THREAD, &r0);
+	int rc = esd_link_recv(l, &m, ns);
+	getrusage(RUSAGE_THREAD, &r1);
+	if (rc != -ETIMEDOUT)
+		return -EPROTO;
+	long sleeps = r1.ru_nvcsw - r0.ru_nvcsw;
+	double cpu_ms = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+	                         r0.ru_stime.tv_sec) * 1e3 +
+	                (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+	                         r0.ru_stime.tv_usec) / 1e3;
+	printf("# idle for %.0f ms: %ld sleeps, %.1f ms of CPU\n", (double)ns / 1e6, sleeps, cpu_ms);
+	return sleeps;
 }

@@ -41,5 +41,11 @@ void peer_stop(struct peer *p);
 /* Client helpers: send a buffer, receive one message of op (or fail). */
 int peer_send_buf(struct esd_link *l, struct esd_buf *b);
 int peer_expect(struct esd_link *l, struct esd_msg *m, unsigned op, int64_t timeout_ns);
+/* Receive on l for ns with nothing coming (-ETIMEDOUT, else -EPROTO):
+ * how many times this thread went to sleep meanwhile (voluntary context
+ * switches), printed with its CPU time. A link that sleeps until its peer
+ * sends wakes only for its link checks; one that polls between short
+ * sleeps wakes at every sleep. */
+long peer_idle_sleeps(struct esd_link *l, int64_t ns);
 
 #endif

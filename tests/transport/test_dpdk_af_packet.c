@@ -136,6 +136,11 @@ static void test_af_packet_round_trips(void **state)
 	esd_link_stats(l, &st);
 	printf("# af_packet: %llu retransmissions, %llu duplicates dropped\n",
 	       (unsigned long long)st.retx_frames, (unsigned long long)st.dup_rx_frames);
+	/* idle, it sleeps until the port files a packet for it: woken by its
+	 * link checks and the peer's keepalives (polling between sleeps of up
+	 * to 200 us: over a thousand times) */
+	long sleeps = peer_idle_sleeps(l, 300 * ESD_NS_PER_MS);
+	assert_true(sleeps >= 0 && sleeps < 100);
 	esd_link_close(l);
 	peer_stop(&peer_a);
 	esd_buf_free(&b);

@@ -92,6 +92,10 @@ static void test_memif_round_trips(void **state)
 	esd_link_stats(l, &st);
 	assert_false(st.reliable); /* memif loses nothing */
 	assert_int_equal(st.retx_frames, 0);
+	/* idle, it sleeps on its doorbell: woken by its 10 ms link checks
+	 * only (polling between sleeps of up to 1 ms, about 300 times) */
+	long sleeps = peer_idle_sleeps(l, 300 * ESD_NS_PER_MS);
+	assert_true(sleeps >= 0 && sleeps < 100);
 	assert_int_equal(st.kind[ESD_XFER_UPDATE_PUSH].tx_rows, NKEYS);
 	assert_int_equal(st.kind[ESD_XFER_MISS_PULL].rx_rows, 8 * NKEYS);
 	printf("# memif: %llu wire bytes sent, %llu retransmissions\n",
