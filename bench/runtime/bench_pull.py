@@ -8,7 +8,7 @@ core, run bench_pull on another against it (batch pulls of 1024 rows for --secon
 and the ratios dpdk / tcp: rows per second (goal at least 1.5x) and the
 one-row round trip (goal at most 0.5x).
 
-usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D]
+usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
 """
 import argparse
 import os
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 
-def write_job(path, stream, backend, addr, dim, key):
+def write_job(path, stream, backend, addr, dim, key, queue=0):
     with open(path, "w") as f:
         f.write("[job]\niterations = 1000\n")
         if key:
@@ -29,6 +29,8 @@ def write_job(path, stream, backend, addr, dim, key):
         f.write("[workers]\nn = 1\nbatch = 1024\n[model]\ndim = %d\noptimizer = sgd\n"
                 "[data]\nstream = %s\n[ps]\nbackend = %s\naddrs = %s\n"
                 % (dim, stream, backend, addr))
+        if queue and backend == "dpdk":
+            f.write("dpdk_queue = %d\n" % queue)
 
 
 def pin(i):
@@ -47,14 +49,14 @@ def one_run(bin_dir, work, stream, backend, keyed, args):
         os.close(fd)
     listen = "127.0.0.1:0" if backend == "tcp" else os.path.join(work, "memif.sock")
     job = os.path.join(work, "job-%s.ini" % backend)
-    write_job(job, stream, backend, listen, args.dim, key)
+    write_job(job, stream, backend, listen, args.dim, key, args.queue)
     argv = pin(1) + [os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen", listen]
     ps = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         m = re.search(r"listening on (\S+) (\S+)", ps.stdout.readline())
         if not m:
             raise RuntimeError("esd-ps (%s) did not start" % backend)
-        write_job(job, stream, backend, m.group(2), args.dim, key)
+        write_job(job, stream, backend, m.group(2), args.dim, key, args.queue)
         argv = pin(0) + [os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
                          m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
                          "--pings", str(args.pings)]
@@ -76,6 +78,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=2)
     ap.add_argument("--pings", type=int, default=2000)
     ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--queue", type=int, default=0,
+                    help="dpdk: ps.dpdk_queue (0: the job's default)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="esd-bench-pull-")
     try:
