@@ -61,19 +61,6 @@ def load_rows(ckpt_dir, bin_dir=None):
     return cks[0]["seed"], cks[0]["cursor"], keys[o], values[o], cks[0]["iter"]
 
 
-def dense_state(work, iteration):
-    """Rank 0's dense state of the checkpoint's iteration."""
-    tried = [os.path.join(work, "node0", "dense@%d.pt" % iteration),
-             os.path.join(work, "node0", "dense.pt")]
-    for p in tried:
-        if os.path.exists(p):
-            s = torch.load(p)
-            if s.get("iteration") == iteration:
-                return s
-    raise ValueError("no dense model of iteration %d, the checkpoint's (%s)"
-                     % (iteration, " or ".join(tried)))
-
-
 def rows_of(keys, seed, ck_keys, ck_values):
     """The rows of keys (any shape): the checkpoint's, else the initial
     value."""
@@ -107,7 +94,7 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
     if not len(labels):
         raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
                          % skip)
-    saved = dense_state(work, it)
+    saved, _ = et.load_dense(os.path.join(work, "node0"), it)  # rank 0's
     model = run.model_class(model_name)(T, ck_values.shape[1], dense.shape[1])
     model.load_state_dict(saved["model"])
     model.eval()
@@ -135,7 +122,7 @@ def main():
     a = ap.parse_args()
     try:
         r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin, a.pooling)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # a bad stream or checkpoint, no dense model
         sys.exit("evaluate.py: %s" % e)
     print("eval of iteration %d: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids "
           "the job never trained)" % (r["iteration"], r["samples"], r["first"], r["log_loss"],

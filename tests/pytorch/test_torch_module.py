@@ -2,8 +2,9 @@
 trainer): the EmbeddingBagCollection's forward equals the cache's rows,
 its backward adds into the gradient slots what np.add.at would (ids
 repeated in a batch accumulate), bags of several ids pool by sum, mean
-or a mode per table with the matching gradients, a batch left uncommitted is an error, and
-the AUC helpers agree with a pairwise count. With --gpu the same through
+or a mode per table with the matching gradients, a batch left uncommitted is an error,
+the AUC helpers agree with a pairwise count, and the dense files of checkpoint
+boundaries are found by iteration (load_dense). With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
 torch sees no CUDA device.
 
@@ -115,6 +116,25 @@ def test_auc():
           "AucMeter (histogram) within 2e-3 of the exact AUC: %.6f" % m.value(reduce=False))
 
 
+def test_load_dense(work):
+    d = os.path.join(work, "dense-files")
+    os.makedirs(d)
+    check(et.dense_path(d, 0, 8) == os.path.join(d, "dense@8.pt") and
+          et.dense_path(d, 2) == os.path.join(d, "dense.2.pt"), "dense_path names the files")
+    torch.save({"iteration": 8, "model": {"w": 1}}, et.dense_path(d, 0, 8))
+    torch.save({"iteration": 12, "model": {"w": 2}}, et.dense_path(d))
+    s, p = et.load_dense(d, 8)
+    check(s["model"]["w"] == 1 and p.endswith("dense@8.pt"), "load_dense: the boundary's file")
+    s, p = et.load_dense(d, 12)
+    check(s["model"]["w"] == 2 and p.endswith("dense.pt"), "load_dense: save()'s file of it")
+    try:
+        et.load_dense(d, 10)
+        check(False, "load_dense of an iteration nobody saved fails")
+    except esd.EsdError as e:
+        check("iteration 10 is missing" in str(e) and "holds iteration 12" in str(e),
+              "load_dense names what it found: %s" % e)
+
+
 def main():
     bin_dir = os.path.abspath(sys.argv[1])
     dev = "cuda" if GPU else None
@@ -150,6 +170,7 @@ def main():
         t.close()
         c.wait(timeout=60)
     test_auc()
+    test_load_dense(work)
     if failures:
         print("%d check(s) failed; files kept in %s" % (len(failures), work))
         return 1

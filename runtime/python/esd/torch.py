@@ -350,6 +350,35 @@ def _die_with_parent():
         pass
 
 
+def dense_path(node_dir, index=0, iteration=None):
+    """Where trainer index of a node keeps the dense model: dense.pt in
+    the node's directory (dense.I.pt for I > 0); that of checkpoint
+    boundary ITERATION: dense@ITERATION.pt (dense.I@ITERATION.pt)."""
+    base = "dense" if index == 0 else "dense.%d" % index
+    at = "" if iteration is None else "@%d" % iteration
+    return os.path.join(node_dir, base + at + ".pt")
+
+
+def load_dense(node_dir, iteration, index=0, path=None, why=None):
+    """(state, path): the dense model trainer index saved of iteration,
+    from that checkpoint boundary's file, else from Session.save()'s file
+    if it is of that iteration (only path, if given). Raises esd.EsdError
+    naming the files and the iterations they hold; why opens the message
+    (default: "no dense model of iteration N")."""
+    tried = [path] if path else [dense_path(node_dir, index, iteration),
+                                 dense_path(node_dir, index)]
+    found = []
+    for p in tried:
+        if os.path.exists(p):
+            s = torch.load(p)
+            found.append("%s holds iteration %s" % (p, s.get("iteration")))
+            if s.get("iteration") == iteration:
+                return s, p
+    raise esd.EsdError(2, "%s but the dense model of iteration %d is missing: %s"
+                       % (why or "a checkpoint is of iteration %d" % iteration, iteration,
+                          "; ".join(found) or " and ".join(tried) + " do not exist"))
+
+
 class Session:
     """One trainer process of an ESD job, as torchrun starts it: attaches to
     its node's daemon ($ESD_NODE_DIR), joins the trainers' gloo group
@@ -398,6 +427,7 @@ class Session:
         self.iterations, self.last_iter = 0, -1
         self._restore = None
         self._dense = None  # (model, optimizer) saved at checkpoint boundaries
+        self._boundaries = []  # the boundaries whose dense files are kept
         self.losses = []
 
     def embeddings(self, pooling="sum"):
@@ -468,10 +498,7 @@ class Session:
         directory (dense.I.pt for the node's trainer I > 0), local to its
         host like the node's part of a checkpoint; that of checkpoint
         boundary ITERATION: dense@ITERATION.pt (dense.I@ITERATION.pt)."""
-        i = self.info["index"]
-        base = "dense" if i == 0 else "dense.%d" % i
-        at = "" if iteration is None else "@%d" % iteration
-        return os.path.join(self.node_dir, base + at + ".pt")
+        return dense_path(self.node_dir, self.info["index"], iteration)
 
     def _save_boundary(self, iteration, keep=2):
         """The dense state of checkpoint boundary iteration, beside the
@@ -479,7 +506,7 @@ class Session:
         two, as the PS keeps them); older boundaries' files are removed."""
         model, optimizer = self._dense
         self.save(model, optimizer, self.dense_path(iteration))
-        self._boundaries = getattr(self, "_boundaries", []) + [iteration]
+        self._boundaries.append(iteration)
         for old in self._boundaries[:-keep]:
             try:
                 os.remove(self.dense_path(old))
@@ -527,20 +554,8 @@ class Session:
         if first_iter <= 1:
             return
         want = first_iter - 1
-        tried = [path] if path else [self.dense_path(want), self.dense_path()]
-        state, found = None, []
-        for p in tried:
-            if os.path.exists(p):
-                s = torch.load(p)
-                found.append("%s holds iteration %s" % (p, s.get("iteration")))
-                if s.get("iteration") == want:
-                    state, path = s, p
-                    break
-        if state is None:
-            raise esd.EsdError(2, "the job resumes after iteration %d but the dense model of "
-                                  "that iteration is missing: %s"
-                               % (want, "; ".join(found) or " and ".join(tried) +
-                                  " do not exist"))
+        state, path = load_dense(self.node_dir, want, self.info["index"], path,
+                                 "the job resumes after iteration %d" % want)
         model.load_state_dict(state["model"])
         if optimizer is not None and "optimizer" in state:
             optimizer.load_state_dict(state["optimizer"])
