@@ -582,11 +582,16 @@ static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *poo
 	send_ctl(p, h + 6, f.link, f.channel, FRAG_FROM_SERVER | FRAG_RST, pool);
 }
 
-void l2port_poll(struct l2port *p)
+/* Receive a burst and file it; wait: take the rx lock even if another
+ * thread holds it (else leave the port to that thread). The packets
+ * received. */
+static uint16_t poll_port(struct l2port *p, bool wait)
 {
 	dpdk_thread_enter();
-	if (pthread_mutex_trylock(&p->rx_lock))
-		return; /* another link's thread is filing packets */
+	if (wait)
+		pthread_mutex_lock(&p->rx_lock);
+	else if (pthread_mutex_trylock(&p->rx_lock))
+		return 0; /* another link's thread is filing packets */
 	struct rte_mbuf *ms[POLL_BURST];
 	uint16_t n = rte_eth_rx_burst(p->port, 0, ms, POLL_BURST);
 	int64_t now = n ? esd_now_ns() : 0;
@@ -605,6 +610,12 @@ void l2port_poll(struct l2port *p)
 			wake_link(s);
 	}
 	pthread_mutex_unlock(&p->rx_lock);
+	return n;
+}
+
+void l2port_poll(struct l2port *p)
+{
+	poll_port(p, false);
 }
 
 bool l2port_can_sleep(const struct l2port *p)
@@ -652,8 +663,12 @@ static void sleep_on_port(struct l2port *p, struct l2slot *s, int64_t timeout_ns
 		uint8_t b;
 		while (recv(p->wake_fd, &b, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0)
 			;
+		/* the wake socket is drained: every packet that came must be
+		 * filed now (another thread's poll may just have missed it), or
+		 * it would wait for the next one */
 		if (n > 0)
-			l2port_poll(p);
+			while (poll_port(p, true) == POLL_BURST)
+				;
 		if (!ring_empty(&s->rx) || n < 0)
 			break;
 	}
