@@ -22,7 +22,8 @@
  *
  * Idle memif receivers sleep on a doorbell their peer rings (dpdk_bell.c) rather than polling:
  * DPDK 22.11's memif has no rx interrupt, and on a host whose cores are shared the polls of
- * idle links take time from the busy ones. Idle receivers on a shared port sleep between polls,
+ * idle links take time from the busy ones. Idle receivers on an af_packet port sleep until
+ * the port files a packet for them (dpdk_port.c); on a NIC they poll, sleeping between polls,
  * each sleep twice the last.
  *
  * Shutdown order (a memif receiver can crash if the peer unmaps the shared
@@ -474,11 +475,16 @@ static void prefault_memif_regions(void)
 	fclose(f);
 }
 
-/* Doorbells on memif links unless ESD_DPDK_BELL=0 (to compare). */
+/* Idle links sleep (doorbells on memif, the wake socket on af_packet)
+ * unless ESD_DPDK_BELL=0 (to compare); read once. */
 static bool bells_on(void)
 {
-	const char *e = getenv("ESD_DPDK_BELL");
-	return !e || strcmp(e, "0");
+	static _Atomic int on = -1;
+	if (on < 0) {
+		const char *e = getenv("ESD_DPDK_BELL");
+		on = !e || strcmp(e, "0");
+	}
+	return on;
 }
 
 static void bell_open(struct dpdk_wire *d, const char *addr, uint32_t id, bool server)
@@ -1063,9 +1069,11 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return -ETIMEDOUT;
 		if (!d->idle_since)
 			d->idle_since = now;
-		if (now - d->idle_since > IDLE_SPIN_NS && (d->bell || port_sleeps(d))) {
+		if (now - d->idle_since <= IDLE_SPIN_NS)
+			continue;
+		if (d->bell || port_sleeps(d)) {
 			idle_wait(d, deadline, now);
-		} else if (now - d->idle_since > IDLE_SPIN_NS) {
+		} else {
 			idle_sleep(d->idle_sleep_ns);
 			if (d->idle_sleep_ns < (d->sp ? IDLE_SLEEP_MAX_L2_NS : IDLE_SLEEP_MAX_NS))
 				d->idle_sleep_ns *= 2;

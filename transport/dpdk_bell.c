@@ -234,24 +234,33 @@ void dpdk_bell_disarm(struct dpdk_bell *b)
 	b->armed = false;
 }
 
+void dpdk_futex_wait(_Atomic uint32_t *seq, uint32_t seen, int64_t timeout_ns, bool shared)
+{
+	struct timespec ts = {.tv_sec = timeout_ns / 1000000000,
+	                      .tv_nsec = timeout_ns % 1000000000};
+	/* EAGAIN: woken already; EINTR, ETIMEDOUT: look again either way */
+	syscall(SYS_futex, seq, shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+}
+
+void dpdk_wake(_Atomic uint32_t *waiting, _Atomic uint32_t *seq, bool shared)
+{
+	/* the work (a ring's new head) is visible before waiting is read */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(waiting, memory_order_relaxed) || !atomic_exchange(waiting, 0))
+		return;
+	atomic_fetch_add(seq, 1);
+	syscall(SYS_futex, seq, shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 void dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns)
 {
 	if (!b->armed)
 		dpdk_bell_arm(b);
-	struct timespec ts = {.tv_sec = timeout_ns / 1000000000,
-	                      .tv_nsec = timeout_ns % 1000000000};
-	/* EAGAIN: rung already; EINTR, ETIMEDOUT: poll again either way */
-	syscall(SYS_futex, &b->mine->seq, FUTEX_WAIT, b->armed_seq, &ts, NULL, 0);
+	dpdk_futex_wait(&b->mine->seq, b->armed_seq, timeout_ns, true);
 	dpdk_bell_disarm(b);
 }
 
 void dpdk_bell_ring(struct dpdk_bell *b)
 {
-	/* the ring's new head is visible before waiting is read */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(&b->peer->waiting, memory_order_relaxed) ||
-	    !atomic_exchange(&b->peer->waiting, 0))
-		return;
-	atomic_fetch_add(&b->peer->seq, 1);
-	syscall(SYS_futex, &b->peer->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+	dpdk_wake(&b->peer->waiting, &b->peer->seq, true);
 }

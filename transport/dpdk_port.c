@@ -26,7 +26,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/filter.h>
-#include <linux/futex.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <poll.h>
@@ -35,7 +34,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -324,12 +322,7 @@ static unsigned port_seq;
 /* A packet was filed for s: wake its thread if it sleeps. */
 static void wake_link(struct l2slot *s)
 {
-	atomic_thread_fence(memory_order_seq_cst); /* the ring's head, then waiting */
-	if (!atomic_load_explicit(&s->waiting, memory_order_relaxed) ||
-	    !atomic_exchange(&s->waiting, 0))
-		return;
-	atomic_fetch_add(&s->wake_seq, 1);
-	syscall(SYS_futex, &s->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	dpdk_wake(&s->waiting, &s->wake_seq, false);
 }
 
 static void free_mbuf(void *pkt)
@@ -629,11 +622,6 @@ static bool ring_empty(struct l2ring *r)
 	       atomic_load_explicit(&r->tail, memory_order_relaxed);
 }
 
-static struct timespec ts_of(int64_t ns)
-{
-	return (struct timespec){.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-}
-
 /* Another idle link takes over as the sleeper (called as one leaves). */
 static void hand_over(struct l2port *p, struct l2slot *self)
 {
@@ -658,7 +646,7 @@ static void sleep_on_port(struct l2port *p, struct l2slot *s, int64_t timeout_ns
 		if (left <= 0)
 			break;
 		struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
-		struct timespec ts = ts_of(left);
+		struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
 		int n = ppoll(&pfd, 1, &ts, NULL);
 		uint8_t b;
 		while (recv(p->wake_fd, &b, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0)
@@ -687,8 +675,7 @@ void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 			atomic_store(&s->waiting, 0);
 			sleep_on_port(p, s, timeout_ns);
 		} else {
-			struct timespec ts = ts_of(timeout_ns);
-			syscall(SYS_futex, &s->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+			dpdk_futex_wait(&s->wake_seq, seq, timeout_ns, false);
 		}
 	}
 	atomic_store(&s->waiting, 0);
