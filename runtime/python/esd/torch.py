@@ -364,7 +364,8 @@ def load_dense(node_dir, iteration, index=0, path=None, why=None):
     from that checkpoint boundary's file, else from Session.save()'s file
     if it is of that iteration (only path, if given). Raises esd.EsdError
     naming the files and the iterations they hold; why opens the message
-    (default: "no dense model of iteration N")."""
+    (default: "a checkpoint is of iteration N"), which goes on "but the
+    dense model of iteration N is missing: ..."."""
     tried = [path] if path else [dense_path(node_dir, index, iteration),
                                  dense_path(node_dir, index)]
     found = []
