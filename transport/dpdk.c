@@ -388,10 +388,14 @@ int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 	}
 	if (!strcmp(o->dpdk_vdev, "af_packet")) {
 		/* ring frames that hold a whole packet (the defaults, 2 KiB,
-		 * would cut a larger one); a block of whole pages */
+		 * would cut a larger one); a block of whole pages. The packets
+		 * go through the interface's qdisc, as a socket's would: the
+		 * PMD bypasses it unless told, and tc's shaping, queueing and
+		 * drops of the interface would not apply to them. */
 		uint32_t frame = af_packet_frame(mtu), block = frame < 4096 ? 4096 : frame;
-		snprintf(buf, len, "iface=%s,qpairs=1,framesz=%u,blocksz=%u,framecnt=%u", o->addr,
-		         frame, block, (unsigned)dpdk_ring_size(o));
+		snprintf(buf, len,
+		         "iface=%s,qpairs=1,qdisc_bypass=0,framesz=%u,blocksz=%u,framecnt=%u",
+		         o->addr, frame, block, (unsigned)dpdk_ring_size(o));
 		return dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
 	}
 	ESD_ERR("transport", "dpdk: vdev '%s': expected memif, af_packet or pci", o->dpdk_vdev);

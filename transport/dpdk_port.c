@@ -24,12 +24,15 @@
 #include <esd/log.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <linux/filter.h>
+#include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -392,6 +395,57 @@ static int wake_socket(const char *iface)
 	return fd;
 }
 
+/* The af_packet PMD's own socket on iface (ETH_P_ALL, not the wake
+ * socket): found among this process's descriptors, -1 if none. */
+static int pmd_socket(const char *iface, int wake_fd)
+{
+	int idx = (int)if_nametoindex(iface), found = -1;
+	DIR *d = idx ? opendir("/proc/self/fd") : NULL;
+	if (!d)
+		return -1;
+	for (struct dirent *e; found < 0 && (e = readdir(d));) {
+		int fd = atoi(e->d_name), domain = 0;
+		struct sockaddr_ll a;
+		socklen_t dl = sizeof(domain), al = sizeof(a);
+		if (fd <= 2 || fd == wake_fd || fd == dirfd(d) ||
+		    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) || domain != AF_PACKET ||
+		    getsockname(fd, (struct sockaddr *)&a, &al) || a.sll_ifindex != idx ||
+		    a.sll_protocol != htons(ETH_P_ALL))
+			continue;
+		found = fd;
+	}
+	closedir(d);
+	return found;
+}
+
+/* Room in the send buffer of the PMD's socket for every frame of its tx
+ * ring. The PMD fills ring frames and kicks the kernel once a burst; the
+ * kernel takes frames only while the socket's send buffer has room, and a
+ * frame it left is sent at the next kick. Where the interface's qdisc
+ * holds packets (tc shaping) the default buffer (wmem_default) fills after
+ * a few dozen packets and the rest of a frame would wait for whatever
+ * burst comes next; with room for the whole ring every kick sends all. */
+static void widen_send_buffer(const struct esd_link_opts *o, int wake_fd)
+{
+	int fd = pmd_socket(o->addr, wake_fd);
+	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : 8192u;
+	long want = (long)dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + mtu + 2048);
+	int v = want > INT32_MAX / 2 ? INT32_MAX / 2 : (int)want, got = 0;
+	socklen_t gl = sizeof(got);
+	if (fd < 0) {
+		ESD_WARN("transport", "dpdk: the af_packet socket on %s was not found: its send "
+		         "buffer stays at wmem_default, and a frame may wait in the ring where "
+		         "the interface queues packets (tc)", o->addr);
+		return;
+	}
+	/* FORCE needs CAP_NET_ADMIN; without it wmem_max caps the size */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)))
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+	if (!getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &got, &gl) && got < v)
+		ESD_DBG("transport", "dpdk: af_packet send buffer on %s: %d bytes of %d (raise "
+		        "net.core.wmem_max)", o->addr, got, v);
+}
+
 static int port_open(const struct esd_link_opts *o, struct l2port *p)
 {
 	char args[400];
@@ -406,6 +460,8 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
 		return rc;
 	p->wake_fd = pci ? -1 : wake_socket(o->addr);
+	if (!pci)
+		widen_send_buffer(o, p->wake_fd);
 	if (!pci && p->wake_fd < 0)
 		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): its idle links poll", o->addr,
 		        strerror(errno));

@@ -3,7 +3,8 @@
  * push and pulls larger than a packet, the reliable layer on, each side
  * given the other's MAC address (the job's ps.dpdk_*_macs); a client that
  * names another station is not answered; a dpdk_mtu above the interface's
- * is refused at connect. Skips (77) without DPDK, without the right to
+ * is refused at connect; the packets go through each interface's qdisc
+ * (tc shapes them, as any socket's). Skips (77) without DPDK, without the right to
  * create a namespace, or without the ip tool. */
 #include "testutil.h"
 #include "peer.h"
@@ -36,6 +37,21 @@ static int iface_mac(const char *iface, uint8_t mac[6])
 	close(fd);
 	memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
 	return rc;
+}
+
+/* Bytes the root qdisc of iface sent (tc -s), or -1. */
+static long long qdisc_sent(const char *iface)
+{
+	char cmd[96], line[256];
+	snprintf(cmd, sizeof(cmd), "tc -s qdisc show dev %s 2>/dev/null", iface);
+	FILE *f = popen(cmd, "r");
+	long long sent = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sent < 0 && sscanf(line, " Sent %lld bytes", &sent) != 1)
+			sent = -1;
+	if (f)
+		pclose(f);
+	return sent;
 }
 
 /* The client's options on esdv1, its peer's MAC given. */
@@ -136,6 +152,13 @@ static void test_af_packet_round_trips(void **state)
 	esd_link_stats(l, &st);
 	printf("# af_packet: %llu retransmissions, %llu duplicates dropped\n",
 	       (unsigned long long)st.retx_frames, (unsigned long long)st.dup_rx_frames);
+	/* both ways through the qdiscs main() put on the pair: the pulls'
+	 * answers alone are 4 x 20 KiB (the PMD bypasses the qdisc unless
+	 * told, and tc's shaping would not apply) */
+	long long up = qdisc_sent("esdv1"), down = qdisc_sent("esdv0");
+	printf("# qdisc sent: %lld bytes from the client, %lld from the peer\n", up, down);
+	assert_true(up >= 20 * 1024);
+	assert_true(down >= 4 * 20 * 1024);
 	/* idle, it sleeps until the port files a packet for it: woken by its
 	 * link checks and the peer's keepalives (polling between sleeps of up
 	 * to 200 us: over a thousand times) */
@@ -157,6 +180,12 @@ int main(void)
 	if (system("ip link add esdv0 type veth peer name esdv1 && ip link set esdv0 up && "
 	           "ip link set esdv1 up") != 0)
 		ESD_TEST_SKIP("cannot create a veth pair (ip tool or veth missing)");
+	if (system("tc qdisc add dev esdv0 root tbf rate 1gbit burst 1mb latency 1s && "
+	           "tc qdisc add dev esdv1 root tbf rate 1gbit burst 1mb latency 1s") != 0) {
+		fprintf(stderr, "test_dpdk_af_packet: tc cannot add a tbf qdisc (iproute2's tc, "
+		        "sch_tbf)\n");
+		return 1;
+	}
 	if (iface_mac("esdv0", mac_v0[0]) || iface_mac("esdv1", mac_v1[0]))
 		ESD_TEST_SKIP("cannot read the veth pair's MAC addresses");
 	struct esd_link_opts o;
