@@ -5,8 +5,14 @@
  *
  * Sender: every frame gets the next sequence number (header seq, flag
  * RELIABLE) and a copy stays in the window until a cumulative LINK_ACK
- * covers it; a copy older than rto_ns is sent again. With no progress of
- * acknowledgements for timeout_ns the peer is declared dead (-ETIMEDOUT).
+ * covers it; a copy older than the retransmission timeout is sent again.
+ * The timeout follows the round trips measured (RFC 6298: smoothed round
+ * trip plus four deviations, from frames sent once only, Karn's rule),
+ * never below the link's rto_ns, where it starts, and doubles at each
+ * expiry until an acknowledgement gives a new measure: a frame that takes
+ * longer on the wire than rto_ns (a large one over a slow, queued link)
+ * is not sent twice. With no progress of acknowledgements for timeout_ns
+ * the peer is declared dead (-ETIMEDOUT).
  * Receiver: frames arrive at rx_next (delivered, then any buffered
  * successors), ahead of it within the window (buffered), or behind it
  * (duplicates, dropped). Every arrival is answered with a cumulative
@@ -23,13 +29,17 @@
 #include <string.h>
 
 #define DEFAULT_RTO_NS (20 * ESD_NS_PER_MS)
+#define MAX_RTO_NS     (60 * ESD_NS_PER_S)
 #define DEFAULT_WINDOW 256u
 #define ACK_EVERY      16u
 
 
 struct rel {
 	uint32_t window;
-	int64_t rto_ns;
+	int64_t rto_min_ns; /* the link's rto_ns: the first timeout and the least */
+	int64_t rto_ns;     /* the timeout now */
+	int64_t srtt_ns, rttvar_ns;
+	bool measured; /* srtt_ns and rttvar_ns hold a measure */
 	/* sender */
 	uint64_t tx_next;  /* next sequence number to assign (from 1) */
 	uint64_t tx_acked; /* every seq <= tx_acked is acknowledged */
@@ -53,7 +63,8 @@ int rel_create(struct esd_link *l, struct rel **out)
 	if (!r)
 		return -ENOMEM;
 	r->window = l->o.window ? l->o.window : DEFAULT_WINDOW;
-	r->rto_ns = l->o.rto_ns > 0 ? l->o.rto_ns : DEFAULT_RTO_NS;
+	r->rto_min_ns = l->o.rto_ns > 0 ? l->o.rto_ns : DEFAULT_RTO_NS;
+	r->rto_ns = r->rto_min_ns;
 	r->tx_next = 1;
 	r->rx_next = 1;
 	r->txq = calloc(r->window, sizeof(*r->txq));
@@ -160,18 +171,50 @@ static int ack_flush(struct esd_link *l)
 	return lower_send(l, &iov, 1, deadline_after(l->w->timeout_ns));
 }
 
+static bool retransmitted(const struct fbuf *n)
+{
+	uint16_t flags;
+	memcpy(&flags, n->data + 6, 2);
+	return (flags & ESD_FLAG_RETRANSMIT) != 0;
+}
+
+static int64_t clamp_rto(const struct rel *r, int64_t rto)
+{
+	return rto < r->rto_min_ns ? r->rto_min_ns : rto > MAX_RTO_NS ? MAX_RTO_NS : rto;
+}
+
+/* One round trip measured: RFC 6298's estimator and timeout. */
+static void rtt_sample(struct rel *r, int64_t rtt)
+{
+	if (!r->measured) {
+		r->srtt_ns = rtt;
+		r->rttvar_ns = rtt / 2;
+		r->measured = true;
+	} else {
+		int64_t err = rtt - r->srtt_ns;
+		r->rttvar_ns += ((err < 0 ? -err : err) - r->rttvar_ns) / 4;
+		r->srtt_ns += err / 8;
+	}
+	r->rto_ns = clamp_rto(r, r->srtt_ns + 4 * r->rttvar_ns);
+}
+
 static void on_ack(struct esd_link *l, uint64_t ack)
 {
 	struct rel *r = l->rel;
 	if (ack >= r->tx_next)
 		return; /* acknowledges what we never sent: ignore */
+	int64_t now = esd_now_ns(), rtt = -1;
 	while (r->tx_acked < ack) {
 		r->tx_acked++;
 		struct fbuf **slot = &r->txq[r->tx_acked % r->window];
+		if (*slot && r->tx_acked == ack && !retransmitted(*slot))
+			rtt = now - (*slot)->sent_ns; /* the newest, sent once */
 		node_free(r, *slot);
 		*slot = NULL;
-		r->progress_ns = esd_now_ns();
+		r->progress_ns = now;
 	}
+	if (rtt >= 0)
+		rtt_sample(r, rtt);
 }
 
 /* Take one frame from below (the reliable-layer bookkeeping of it). */
@@ -243,16 +286,18 @@ static int retransmit(struct esd_link *l, int64_t *due)
 		                 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
 		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
 		                 (unsigned long long)(r->tx_acked + 1));
+	int64_t rto = r->rto_ns;
 	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
 		struct fbuf *n = r->txq[s % r->window];
 		if (!n)
 			continue;
-		if (now - n->sent_ns >= r->rto_ns) {
+		if (now - n->sent_ns >= rto) {
 			uint16_t flags;
 			memcpy(&flags, n->data + 6, 2);
 			flags |= ESD_FLAG_RETRANSMIT;
 			memcpy(n->data + 6, &flags, 2);
 			atomic_fetch_add(&l->retx_frames, 1);
+			r->rto_ns = clamp_rto(r, 2 * rto); /* once a round: back off */
 			int rc = send_node(l, n, deadline_after(l->w->timeout_ns));
 			if (rc)
 				return rc;

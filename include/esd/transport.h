@@ -38,7 +38,8 @@
  *   job key      with o->key: the handshake, then a tag on every frame,
  *                checked and stripped on receipt (esd/auth.h)
  *   reliable     sequence numbers, cumulative LINK_ACK, retransmission after
- *                rto_ns, reorder buffer, duplicate suppression; on for dpdk
+ *                a timeout that follows the round trip (at least rto_ns),
+ *                reorder buffer, duplicate suppression; on for dpdk
  *                over af_packet and a NIC, and for every backend while
  *                fault injection is on (or reliable = 1); tcp, dpdk memif
  *                and rdma RC are reliable by themselves
@@ -153,7 +154,8 @@ struct esd_link_opts {
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
-	int64_t rto_ns;         /* retransmission timeout; 0 = 20 ms */
+	int64_t rto_ns;         /* first and least retransmission timeout; 0 = 20 ms
+	                         * (it follows the measured round trip) */
 	uint32_t window;        /* reliable layer: most unacked frames; 0 = 256 */
 	size_t rx_backlog_max;  /* bytes buffered while a send waits; 0 = 256 MiB */
 	const char *tcp_engine; /* "uring" or "poll"; NULL = uring when built */
