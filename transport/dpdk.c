@@ -598,10 +598,15 @@ err_free:
 	return rc;
 }
 
-/* The next link a node started on the listener's channel. */
+/* The next link a node started on the listener's channel. The links'
+ * threads and the port's ticker poll the port too, so a waiting accept
+ * looks at it less and less often (200 us, doubling to 10 ms): a shard
+ * that serves its nodes has no thread waking thousands of times a second
+ * to take the port's lock from them. */
 static int l2_accept(struct dpdk_listener *dl, const struct esd_link_opts *o, int64_t deadline,
                      struct wire **out)
 {
+	int64_t nap = 200 * ESD_NS_PER_US;
 	for (;;) {
 		l2port_poll(dl->sp);
 		struct l2slot *s = l2port_take(dl->sp, dl->channel);
@@ -622,7 +627,9 @@ static int l2_accept(struct dpdk_listener *dl, const struct esd_link_opts *o, in
 		}
 		if (deadline >= 0 && esd_now_ns() > deadline)
 			return -ETIMEDOUT;
-		esd_sleep_ns(200 * ESD_NS_PER_US);
+		esd_sleep_ns(nap);
+		if (nap < 10 * ESD_NS_PER_MS)
+			nap *= 2;
 	}
 }
 
