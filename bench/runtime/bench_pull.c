@@ -18,6 +18,7 @@
 #include <esd/dataset.h>
 #include <esd/err.h>
 #include <esd/job.h>
+#include <esd/job_link.h>
 #include <esd/log.h>
 #include <esd/optim.h>
 #include <esd/transport.h>
@@ -78,8 +79,9 @@ static int join(const struct esd_job *job, const struct esd_key *key, const char
 	struct esd_buf b;
 	struct esd_msg m;
 	esd_link_opts_init(&o);
-	o.backend = job->backend;
-	o.addr = addr;
+	esd_job_link_opts(job, 0, &o); /* the job's port, MTU and rings */
+	if (!o.addr || strcmp(o.backend, "dpdk"))
+		o.addr = addr;
 	o.key = job->key_file[0] ? key : NULL;
 	o.timeout_ns = 10 * ESD_NS_PER_S;
 	int rc = esd_link_connect(&o, l);
@@ -174,10 +176,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	qsort(rtt, a.pings, sizeof(*rtt), cmp_i64);
+	struct esd_link_stats st;
+	esd_link_stats(l, &st);
 	printf("backend=%s keyed=%d rows_per_s=%.0f batch_ms=%.3f rtt_us_p50=%.1f "
-	       "rtt_us_p99=%.1f\n",
+	       "rtt_us_p99=%.1f retx=%llu\n",
 	       job.backend, job.key_file[0] != 0, (double)rows / secs, secs * 1e3 / (double)batches,
-	       (double)rtt[a.pings / 2] / 1e3, (double)rtt[a.pings * 99 / 100] / 1e3);
+	       (double)rtt[a.pings / 2] / 1e3, (double)rtt[a.pings * 99 / 100] / 1e3,
+	       (unsigned long long)st.retx_frames);
 	esd_link_close(l);
 	esd_buf_free(&b);
 	free(keys);

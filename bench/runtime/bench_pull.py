@@ -8,7 +8,12 @@ core, run bench_pull on another against it (batch pulls of 1024 rows for --secon
 and the ratios dpdk / tcp: rows per second (goal at least 1.5x) and the
 one-row round trip (goal at most 0.5x).
 
+--netns (root): the shard and the client in two network namespaces joined
+by a veth pair (MTU 9000), dpdk over net_af_packet on it against tcp on
+the same pair; --rate shapes both ends with tc tbf (e.g. 500M).
+
 usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
+                     [--netns [--rate R]]
 """
 import argparse
 import os
@@ -21,7 +26,52 @@ import sys
 import tempfile
 
 
-def write_job(path, stream, backend, addr, dim, key, queue=0):
+class VethPair:
+    """Two namespaces, the shard's (A, 10.214.0.1) and the client's (B),
+    joined by a veth pair named esd0 on both sides; deleted on exit."""
+
+    def __init__(self, rate):
+        tag = "esdbp%d" % (os.getpid() % 100000)
+        self.ns = [tag + "a", tag + "b"]
+        self.rate = rate
+
+    @staticmethod
+    def _run(*argv):
+        r = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        if r.returncode:
+            raise RuntimeError("--netns: '%s' failed: %s" % (" ".join(argv), r.stdout.strip()))
+
+    def __enter__(self):
+        try:
+            for ns in self.ns:
+                self._run("ip", "netns", "add", ns)
+            self._run("ip", "link", "add", "esd0", "netns", self.ns[0], "mtu", "9000", "type",
+                      "veth", "peer", "name", "esd0", "netns", self.ns[1], "mtu", "9000")
+            for i, ns in enumerate(self.ns):
+                self._run("ip", "-n", ns, "addr", "add", "10.214.0.%d/30" % (i + 1), "dev",
+                          "esd0")
+                self._run("ip", "-n", ns, "link", "set", "esd0", "up")
+                self._run("ip", "-n", ns, "link", "set", "lo", "up")
+                if self.rate:
+                    self._run("tc", "-n", ns, "qdisc", "add", "dev", "esd0", "root", "tbf",
+                              "rate", self.rate, "burst", "1mb", "latency", "1s")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        return False
+
+    def wrap(self, side):
+        return ["ip", "netns", "exec", self.ns[side]]
+
+
+def write_job(path, stream, backend, addr, dim, key, queue=0, af_packet=False):
     with open(path, "w") as f:
         f.write("[job]\niterations = 1000\n")
         if key:
@@ -31,6 +81,8 @@ def write_job(path, stream, backend, addr, dim, key, queue=0):
                 % (dim, stream, backend, addr))
         if queue and backend == "dpdk":
             f.write("dpdk_queue = %d\n" % queue)
+        if af_packet and backend == "dpdk":
+            f.write("dpdk_port = af_packet:esd0\ndpdk_mtu = 8192\n")
 
 
 def pin(i):
@@ -47,17 +99,23 @@ def one_run(bin_dir, work, stream, backend, keyed, args):
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, (secrets.token_hex(32) + "\n").encode())
         os.close(fd)
-    listen = "127.0.0.1:0" if backend == "tcp" else os.path.join(work, "memif.sock")
+    net = args.net
+    if net:
+        listen = "10.214.0.1:0" if backend == "tcp" else "esd0"
+    else:
+        listen = "127.0.0.1:0" if backend == "tcp" else os.path.join(work, "memif.sock")
     job = os.path.join(work, "job-%s.ini" % backend)
-    write_job(job, stream, backend, listen, args.dim, key, args.queue)
-    argv = pin(1) + [os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen", listen]
+    write_job(job, stream, backend, listen, args.dim, key, args.queue, bool(net))
+    argv = (net.wrap(0) if net else []) + pin(1) + [
+        os.path.join(bin_dir, "esd-ps"), "--config", job, "--listen", listen]
     ps = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         m = re.search(r"listening on (\S+) (\S+)", ps.stdout.readline())
         if not m:
             raise RuntimeError("esd-ps (%s) did not start" % backend)
-        write_job(job, stream, backend, m.group(2), args.dim, key, args.queue)
-        argv = pin(0) + [os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
+        write_job(job, stream, backend, m.group(2), args.dim, key, args.queue, bool(net))
+        argv = (net.wrap(1) if net else []) + pin(0) + [
+            os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
                          m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
                          "--pings", str(args.pings)]
         out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -80,9 +138,18 @@ def main():
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--queue", type=int, default=0,
                     help="dpdk: ps.dpdk_queue (0: the job's default)")
+    ap.add_argument("--netns", action="store_true",
+                    help="af_packet against tcp on a veth pair between two namespaces (root)")
+    ap.add_argument("--rate", default="",
+                    help="--netns: tc tbf rate on both ends of the pair (e.g. 500M)")
     args = ap.parse_args()
+    if args.rate and not args.netns:
+        ap.error("--rate: only with --netns")
     work = tempfile.mkdtemp(prefix="esd-bench-pull-")
+    args.net = None
     try:
+        if args.netns:
+            args.net = VethPair(args.rate.replace("M", "mbit").replace("G", "gbit")).__enter__()
         stream = os.path.join(work, "stream.esd")
         subprocess.run([os.path.join(args.bin, "esd-data"), "gen", "-o", stream, "--shape",
                         "criteo-kaggle", "-n", "4096"], check=True, stdout=subprocess.DEVNULL)
@@ -95,19 +162,26 @@ def main():
         med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
                for k, v in res.items()}
         print("# %d rounds, %d-row batches of %d-float rows (SGD), %.1f s each; %d one-row "
-              "pulls; medians" % (args.rounds, 1024, args.dim, args.seconds, args.pings))
-        print("| backend | job key | rows/s | batch ms | 1-row RTT p50 us | p99 us |")
-        print("|---|---|---:|---:|---:|---:|")
+              "pulls; medians; %s" % (args.rounds, 1024, args.dim, args.seconds, args.pings,
+                                      "dpdk af_packet and tcp on a veth pair%s" % (
+                                          ", tbf " + args.rate if args.rate else "")
+                                      if args.netns else "dpdk memif, tcp loopback"))
+        print("| backend | job key | rows/s | batch ms | 1-row RTT p50 us | p99 us | "
+              "retransmissions |")
+        print("|---|---|---:|---:|---:|---:|---:|")
         for (backend, keyed), m in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            print("| %s | %s | %.0f | %.3f | %.1f | %.1f |"
+            print("| %s | %s | %.0f | %.3f | %.1f | %.1f | %.0f |"
                   % (backend, "yes" if keyed else "no", m["rows_per_s"], m["batch_ms"],
-                     m["rtt_us_p50"], m["rtt_us_p99"]))
+                     m["rtt_us_p50"], m["rtt_us_p99"], m.get("retx", 0)))
         for keyed in (False, True):
             t, d = med[("tcp", keyed)], med[("dpdk", keyed)]
-            print("dpdk / tcp (%s key): rows/s %.2fx (goal >= 1.5), one-row RTT %.2fx "
-                  "(goal <= 0.5)" % ("with" if keyed else "no", d["rows_per_s"] / t["rows_per_s"],
-                                      d["rtt_us_p50"] / t["rtt_us_p50"]))
+            goals = (" (goal >= 1.5)", " (goal <= 0.5)") if not args.netns else ("", "")
+            print("dpdk / tcp (%s key): rows/s %.2fx%s, one-row RTT %.2fx%s"
+                  % ("with" if keyed else "no", d["rows_per_s"] / t["rows_per_s"], goals[0],
+                     d["rtt_us_p50"] / t["rtt_us_p50"], goals[1]))
     finally:
+        if args.net:
+            args.net.__exit__()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
