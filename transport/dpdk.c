@@ -144,6 +144,11 @@ static int is_pci(const struct esd_link_opts *o)
  * the kernel's tpacket header before it (the PMD's data room is the frame
  * less 32 bytes). The PMD finds frame i at i frames from the start, so a
  * block holds whole frames: 2 KiB, or whole pages. */
+uint32_t dpdk_mtu(const struct esd_link_opts *o)
+{
+	return o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+}
+
 static uint32_t af_packet_frame(uint32_t mtu)
 {
 	uint32_t need = ETH_HDR + FRAG_HDR + mtu + 96;
@@ -207,7 +212,7 @@ static int eal_start(const struct esd_link_opts *o)
 		pthread_mutex_unlock(&eal_lock);
 		return -ENODEV;
 	}
-	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	uint32_t mtu = dpdk_mtu(o);
 	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. A NIC
 	 * writes whole buffers of its own granularity: room for a VLAN tag and
 	 * the CRC, rounded up to 1 KiB, so that a packet fits one mbuf. */
@@ -249,7 +254,7 @@ int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *de
 	uint16_t ring = dpdk_ring_size(o);
 	if (is_pci(o))
 		return dpdk_pci_port_up(
-		    name, pool, FRAG_HDR + (o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU), ring, port);
+		    name, pool, FRAG_HDR + dpdk_mtu(o), ring, port);
 	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
 	int rc = rte_dev_probe(spec);
 	if (rc) {
@@ -310,7 +315,7 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	d->sp = sp;
 	d->slot = slot;
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
-	d->mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	d->mtu = dpdk_mtu(o);
 	d->was_up = 1;
 	d->idle_sleep_ns = IDLE_SLEEP_NS;
 	/* A shared port may drop packets (af_packet's ring, a NIC); memif is
@@ -381,7 +386,7 @@ void dpdk_thread_enter(void)
 
 int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 {
-	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	uint32_t mtu = dpdk_mtu(o);
 	if (is_pci(o)) {
 		buf[0] = '\0'; /* a NIC, no vdev */
 		return 0;
@@ -405,7 +410,7 @@ int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 static void memif_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
                        size_t len)
 {
-	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
+	uint32_t mtu = dpdk_mtu(o);
 	uint32_t bsize = 2048, rsize = 0;
 	while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
 		bsize *= 2;

@@ -17,6 +17,8 @@
 /* Descriptors per rx and tx ring of the options (dpdk_queue; 0: 256 for
  * memif, 1024 for a shared port). */
 uint16_t dpdk_ring_size(const struct esd_link_opts *o);
+/* Frame bytes per packet: o->dpdk_mtu, else the default (8192). */
+uint32_t dpdk_mtu(const struct esd_link_opts *o);
 
 /*
  * The NIC at PCI address pci (DDDD:BB:DD.F), probed by the EAL or now:

@@ -428,8 +428,7 @@ static int pmd_socket(const char *iface, int wake_fd)
 static void widen_send_buffer(const struct esd_link_opts *o, int wake_fd)
 {
 	int fd = pmd_socket(o->addr, wake_fd);
-	uint32_t mtu = o->dpdk_mtu ? o->dpdk_mtu : 8192u;
-	long want = (long)dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + mtu + 2048);
+	long want = (long)dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + dpdk_mtu(o) + 2048);
 	int v = want > INT32_MAX / 2 ? INT32_MAX / 2 : (int)want, got = 0;
 	socklen_t gl = sizeof(got);
 	if (fd < 0) {
@@ -460,11 +459,11 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
 		return rc;
 	p->wake_fd = pci ? -1 : wake_socket(o->addr);
-	if (!pci)
-		widen_send_buffer(o, p->wake_fd);
 	if (!pci && p->wake_fd < 0)
 		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): its idle links poll", o->addr,
 		        strerror(errno));
+	if (!pci)
+		widen_send_buffer(o, p->wake_fd);
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(p->port, &mac))
 		memcpy(p->tab.own, mac.addr_bytes, 6);

@@ -80,7 +80,7 @@ static int join(const struct esd_job *job, const struct esd_key *key, const char
 	struct esd_msg m;
 	esd_link_opts_init(&o);
 	esd_job_link_opts(job, 0, &o); /* the job's port, MTU and rings */
-	if (!o.addr || strcmp(o.backend, "dpdk"))
+	if (!o.addr) /* set for af_packet and PCI ports only */
 		o.addr = addr;
 	o.key = job->key_file[0] ? key : NULL;
 	o.timeout_ns = 10 * ESD_NS_PER_S;
