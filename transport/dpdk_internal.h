@@ -126,10 +126,9 @@ struct l2slot {
 	                           * the peer answered (it sends no more SYN) */
 	_Atomic int state;
 	_Atomic int64_t last_rx_ns, last_tx_ns; /* esd_now_ns() */
-	/* The link's thread, idle, sleeps on wake_seq (a futex of this
-	 * process) while waiting is set; whoever files a packet for it
-	 * clears waiting and moves wake_seq. */
-	_Atomic uint32_t wake_seq, waiting;
+	/* af_packet: the link's own wake socket, made and used by its
+	 * thread (l2port_idle_wait); -1 none yet, -2 the kernel refused */
+	int wake_fd;
 	struct l2ring rx;
 };
 
@@ -204,16 +203,23 @@ bool l2_is_keepalive(const uint8_t *h);
 /* rte_eth_tx_burst under the port's tx lock. */
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n);
 /*
- * Idle links sleep (af_packet): the port holds a packet socket of its own
- * on the interface that the kernel gives one byte of every packet for this
- * host's ESD ethertype. One idle link thread at a time (the port's
- * sleeper) waits on it and polls the port when it wakes, which files each
- * packet and wakes the link it is for; the other idle links sleep until
- * then. l2port_can_sleep: the port has that socket (not a NIC: its links
- * poll, as a NIC's cores should).
+ * Idle links sleep (af_packet): each link's thread, idle, waits on a
+ * packet socket of its own on the interface, which the kernel gives one
+ * byte of every packet for that link (a filter matches the link's
+ * address as l2tab_route does; keepalives do not wake). A packet thus
+ * wakes the one thread it is for, which polls the port and finds it
+ * filed, by itself or by whoever polled first. l2port_can_sleep: the
+ * port is af_packet's (a NIC's links poll, as a NIC's cores should).
  */
 bool l2port_can_sleep(const struct l2port *p);
-/* Sleep until a packet for s is in its queue or timeout_ns passed. */
+/* The classic BPF program of s's wake socket in f: one byte of each
+ * packet of s's link but keepalives (l2tab_route's rules: a client link
+ * by channel and link id from the server's side, a server link by those
+ * and its client's MAC from the client's side). Returns its length. */
+#define L2_WAKE_FILTER_MAX 16
+struct sock_filter;
+unsigned l2_wake_filter(const struct l2slot *s, struct sock_filter *f);
+/* Sleep until a packet for s came or timeout_ns passed (s's thread). */
 void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns);
 
 /* ---- doorbells of memif links (dpdk_bell.c) ---------------------------- */

@@ -10,13 +10,11 @@
  *
  * Idle links of an af_packet port do not poll: the packets come through
  * the kernel anyway, and on a host whose cores are shared polling takes
- * them from the busy threads. The port opens a packet socket of its own on
- * the interface (the wake socket: incoming packets of the ESD ethertype,
- * cut to one byte by a filter); one idle link thread, the sleeper, waits
- * in ppoll() on it and polls the port when a packet came, the others
- * sleep on a futex of their link until a packet is filed for them. The
- * sleeper keeps the role until a packet of its own link came (or its
- * timeout), then hands it to another idle link.
+ * them from the busy threads. Each link's thread opens a packet socket of
+ * its own on the interface (its wake socket) with a filter that passes
+ * one byte of each packet of its link and nothing else, and waits in
+ * ppoll() on it: the kernel wakes the one thread a packet is for, as it
+ * wakes a TCP socket's reader, and no thread wakes another.
  */
 #include "dpdk_internal.h"
 
@@ -44,6 +42,8 @@
 #include <rte_mbuf.h>
 
 #define POLL_BURST 32
+/* a link without a wake socket, idle, polls this often */
+#define L2_NOWAKE_NS (200 * 1000LL)
 
 static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
@@ -134,6 +134,7 @@ static struct l2slot *slot_new(struct l2tab *t, bool server, uint8_t channel, ui
 		memcpy(s->mac, mac, 6);
 		s->mac_known = true;
 	}
+	s->wake_fd = -1;
 	atomic_init(&s->state, server ? L2_NEW : L2_TAKEN);
 	atomic_init(&s->last_rx_ns, esd_now_ns());
 	atomic_init(&s->last_tx_ns, 0);
@@ -273,6 +274,8 @@ void l2tab_release(struct l2tab *t, struct l2slot *s, void (*free_pkt)(void *))
 			t->slot[i] = NULL;
 	for (void *pkt; (pkt = l2ring_get(&s->rx));)
 		free_pkt(pkt);
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
 	free(s);
 }
 
@@ -314,19 +317,12 @@ struct l2port {
 	int refs; /* under reg_lock */
 	pthread_mutex_t rx_lock, tx_lock;
 	struct l2tab tab; /* under rx_lock */
-	int wake_fd;          /* af_packet: the wake socket; -1: links poll */
-	_Atomic bool sleeper; /* a link thread waits on wake_fd */
+	bool sleeps; /* af_packet: idle links wait on their wake sockets */
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct l2port *ports;
 static unsigned port_seq;
-
-/* A packet was filed for s: wake its thread if it sleeps. */
-static void wake_link(struct l2slot *s)
-{
-	dpdk_wake(&s->waiting, &s->wake_seq, false);
-}
 
 static void free_mbuf(void *pkt)
 {
@@ -367,10 +363,46 @@ static void *ticker(void *arg)
 	return NULL;
 }
 
-/* The wake socket of interface iface: ESD packets coming in, one byte of
- * each, a small buffer (only "something came" matters). -1 when the
- * kernel refuses (then idle links poll). */
-static int wake_socket(const char *iface)
+unsigned l2_wake_filter(const struct l2slot *s, struct sock_filter *f)
+{
+	const unsigned flags = ETH_HDR + 15, link = ETH_HDR + 12, chan = ETH_HDR + 14;
+	/* the fragment header is little-endian, BPF loads are big-endian */
+	uint32_t link_be = (uint32_t)((s->link & 0xff) << 8 | s->link >> 8);
+	unsigned n = 0;
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, flags);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, FRAG_KEEPALIVE, 0xff, 0);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, FRAG_FROM_SERVER);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+	                                      s->server ? 0 : FRAG_FROM_SERVER, 0, 0xff);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, chan);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, s->channel, 0, 0xff);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_H | BPF_ABS, link);
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, link_be, 0, 0xff);
+	if (s->server) {
+		const uint8_t *m = s->mac;
+		uint32_t hi = (uint32_t)m[0] << 24 | m[1] << 16 | m[2] << 8 | m[3];
+		f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 6);
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, hi, 0, 0xff);
+		f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 10);
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+		                                      (uint32_t)(m[4] << 8 | m[5]), 0, 0xff);
+	}
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 1);
+	f[n] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+	/* every 0xff above jumps to the last instruction: drop */
+	for (unsigned i = 0; i < n; i++) {
+		if (f[i].jt == 0xff)
+			f[i].jt = (uint8_t)(n - i - 1);
+		if (f[i].jf == 0xff)
+			f[i].jf = (uint8_t)(n - i - 1);
+	}
+	return n + 1;
+}
+
+/* The wake socket of link s on interface iface: its packets coming in,
+ * one byte of each, a small buffer (only "something came" matters). -1
+ * when the kernel refuses (then the link polls). */
+static int wake_socket(const char *iface, const struct l2slot *s)
 {
 	unsigned idx = if_nametoindex(iface);
 	int fd = idx ? socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
@@ -381,10 +413,10 @@ static int wake_socket(const char *iface)
 	struct sockaddr_ll a = {.sll_family = AF_PACKET,
 	                        .sll_protocol = htons(ETHERTYPE_ESD),
 	                        .sll_ifindex = (int)idx};
-	struct sock_filter one_byte[] = {{BPF_RET | BPF_K, 0, 0, 1}};
-	struct sock_fprog prog = {.len = 1, .filter = one_byte};
+	struct sock_filter prog[L2_WAKE_FILTER_MAX];
+	struct sock_fprog fp = {.len = (unsigned short)l2_wake_filter(s, prog), .filter = prog};
 	int on = 1, buf = 4096;
-	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) ||
+	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) ||
 	    bind(fd, (struct sockaddr *)&a, sizeof(a))) {
 		close(fd);
 		return -1;
@@ -397,7 +429,7 @@ static int wake_socket(const char *iface)
 
 /* The af_packet PMD's own socket on iface (ETH_P_ALL, not the wake
  * socket): found among this process's descriptors, -1 if none. */
-static int pmd_socket(const char *iface, int wake_fd)
+static int pmd_socket(const char *iface)
 {
 	int idx = (int)if_nametoindex(iface), found = -1;
 	DIR *d = idx ? opendir("/proc/self/fd") : NULL;
@@ -407,7 +439,7 @@ static int pmd_socket(const char *iface, int wake_fd)
 		int fd = atoi(e->d_name), domain = 0;
 		struct sockaddr_ll a;
 		socklen_t dl = sizeof(domain), al = sizeof(a);
-		if (fd <= 2 || fd == wake_fd || fd == dirfd(d) ||
+		if (fd <= 2 || fd == dirfd(d) ||
 		    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) || domain != AF_PACKET ||
 		    getsockname(fd, (struct sockaddr *)&a, &al) || a.sll_ifindex != idx ||
 		    a.sll_protocol != htons(ETH_P_ALL))
@@ -425,9 +457,9 @@ static int pmd_socket(const char *iface, int wake_fd)
  * holds packets (tc shaping) the default buffer (wmem_default) fills after
  * a few dozen packets and the rest of a frame would wait for whatever
  * burst comes next; with room for the whole ring every kick sends all. */
-static void widen_send_buffer(const struct esd_link_opts *o, int wake_fd)
+static void widen_send_buffer(const struct esd_link_opts *o)
 {
-	int fd = pmd_socket(o->addr, wake_fd);
+	int fd = pmd_socket(o->addr);
 	long want = (long)dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + dpdk_mtu(o) + 2048);
 	int v = want > INT32_MAX / 2 ? INT32_MAX / 2 : (int)want, got = 0;
 	socklen_t gl = sizeof(got);
@@ -458,12 +490,9 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 		snprintf(p->dev, sizeof(p->dev), "net_af_packet_esd%u", port_seq++);
 	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
 		return rc;
-	p->wake_fd = pci ? -1 : wake_socket(o->addr);
-	if (!pci && p->wake_fd < 0)
-		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): its idle links poll", o->addr,
-		        strerror(errno));
+	p->sleeps = !pci;
 	if (!pci)
-		widen_send_buffer(o, p->wake_fd);
+		widen_send_buffer(o);
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(p->port, &mac))
 		memcpy(p->tab.own, mac.addr_bytes, 6);
@@ -520,8 +549,6 @@ void l2port_put(struct l2port *p)
 	atomic_store(&p->stop, true);
 	pthread_join(p->ticker, NULL);
 	dpdk_port_down(p->port, p->dev);
-	if (p->wake_fd >= 0)
-		close(p->wake_fd);
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (p->tab.slot[i])
 			l2tab_release(&p->tab, p->tab.slot[i], free_mbuf);
@@ -654,8 +681,6 @@ static uint16_t poll_port(struct l2port *p, bool wait)
 			atomic_store_explicit(&s->last_rx_ns, now, memory_order_relaxed);
 		if (!s || l2_is_keepalive(h) || !l2ring_put(&s->rx, ms[i]))
 			rte_pktmbuf_free(ms[i]);
-		else
-			wake_link(s);
 	}
 	pthread_mutex_unlock(&p->rx_lock);
 	return n;
@@ -668,7 +693,7 @@ void l2port_poll(struct l2port *p)
 
 bool l2port_can_sleep(const struct l2port *p)
 {
-	return p->wake_fd >= 0;
+	return p->sleeps;
 }
 
 static bool ring_empty(struct l2ring *r)
@@ -677,63 +702,46 @@ static bool ring_empty(struct l2ring *r)
 	       atomic_load_explicit(&r->tail, memory_order_relaxed);
 }
 
-/* Another idle link takes over as the sleeper (called as one leaves). */
-static void hand_over(struct l2port *p, struct l2slot *self)
+/* Take every byte the wake socket holds, in one call. */
+static void drain(int fd)
 {
-	pthread_mutex_lock(&p->rx_lock);
-	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
-		struct l2slot *s = p->tab.slot[i];
-		if (s && s != self && atomic_load(&s->waiting)) {
-			wake_link(s);
-			break;
-		}
+	uint8_t b[16];
+	struct iovec iov[16];
+	struct mmsghdr mm[16];
+	memset(mm, 0, sizeof(mm));
+	for (unsigned i = 0; i < 16; i++) {
+		iov[i] = (struct iovec){.iov_base = &b[i], .iov_len = 1};
+		mm[i].msg_hdr.msg_iov = &iov[i];
+		mm[i].msg_hdr.msg_iovlen = 1;
 	}
-	pthread_mutex_unlock(&p->rx_lock);
+	while (recvmmsg(fd, mm, 16, MSG_DONTWAIT, NULL) == 16)
+		;
 }
 
-/* As the port's sleeper: wait on the wake socket and poll the port until
- * a packet of s's link came or timeout_ns passed. */
-static void sleep_on_port(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
-{
-	int64_t end = esd_now_ns() + timeout_ns;
-	for (;;) {
-		int64_t left = end - esd_now_ns();
-		if (left <= 0)
-			break;
-		struct pollfd pfd = {.fd = p->wake_fd, .events = POLLIN};
-		struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
-		int n = ppoll(&pfd, 1, &ts, NULL);
-		uint8_t b;
-		while (recv(p->wake_fd, &b, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0)
-			;
-		/* the wake socket is drained: every packet that came must be
-		 * filed now (another thread's poll may just have missed it), or
-		 * it would wait for the next one */
-		if (n > 0)
-			while (poll_port(p, true) == POLL_BURST)
-				;
-		if (!ring_empty(&s->rx) || n < 0)
-			break;
-	}
-	atomic_store(&p->sleeper, false);
-	hand_over(p, s);
-}
-
+/* The link's wake socket is drained first, then the port polled with the
+ * lock waited for: a packet whose byte was taken is by then in the port's
+ * ring (the kernel fills the PMD's ring frame before it queues the byte)
+ * or filed by whoever holds the lock. A packet after that leaves a byte,
+ * and ppoll() returns at once. */
 void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 {
-	uint32_t seq = atomic_load(&s->wake_seq);
-	atomic_store(&s->waiting, 1); /* seq_cst: before the looks below */
-	l2port_poll(p);
-	if (ring_empty(&s->rx)) {
-		bool no = false;
-		if (atomic_compare_exchange_strong(&p->sleeper, &no, true)) {
-			atomic_store(&s->waiting, 0);
-			sleep_on_port(p, s, timeout_ns);
-		} else {
-			dpdk_futex_wait(&s->wake_seq, seq, timeout_ns, false);
-		}
+	if (s->wake_fd == -1 && (s->wake_fd = wake_socket(p->name, s)) < 0) {
+		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): link %u polls", p->name,
+		        strerror(errno), (unsigned)s->link);
+		s->wake_fd = -2;
 	}
-	atomic_store(&s->waiting, 0);
+	if (s->wake_fd < 0) {
+		l2port_poll(p);
+		esd_sleep_ns(timeout_ns < L2_NOWAKE_NS ? timeout_ns : L2_NOWAKE_NS);
+		return;
+	}
+	drain(s->wake_fd);
+	poll_port(p, true);
+	if (!ring_empty(&s->rx))
+		return;
+	struct pollfd pfd = {.fd = s->wake_fd, .events = POLLIN};
+	struct timespec ts = {.tv_sec = timeout_ns / 1000000000, .tv_nsec = timeout_ns % 1000000000};
+	(void)ppoll(&pfd, 1, &ts, NULL);
 }
 
 uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n)

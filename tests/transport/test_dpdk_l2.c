@@ -7,7 +7,10 @@
 #include "dpdk_internal.h"
 
 #include <errno.h>
+#include <linux/filter.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static const uint8_t own[6] = {0x02, 0, 0, 0, 0, 0x01};
 static const uint8_t peer_a[6] = {0x02, 0, 0, 0, 0, 0x0a};
@@ -225,6 +228,55 @@ static void test_iface_mtu(void **state)
 	assert_int_equal(dpdk_iface_mtu_check("lo", 1u << 20), -EINVAL);
 }
 
+/* Whether the kernel, running s's wake filter on the packet with
+ * headers h (a datagram socket runs it as a packet socket would, from
+ * the first byte), passes it: one byte, or nothing. */
+static bool wakes(const struct l2slot *s, const uint8_t *h)
+{
+	struct sock_filter prog[L2_WAKE_FILTER_MAX];
+	struct sock_fprog fp = {.len = (unsigned short)l2_wake_filter(s, prog), .filter = prog};
+	assert_true(fp.len <= L2_WAKE_FILTER_MAX);
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);
+	assert_int_equal(setsockopt(sv[1], SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)), 0);
+	uint8_t p[ETH_HDR + FRAG_HDR + 40] = {0}, b[sizeof(p)];
+	memcpy(p, h, ETH_HDR + FRAG_HDR);
+	assert_int_equal(send(sv[0], p, sizeof(p), 0), (ssize_t)sizeof(p));
+	ssize_t n = recv(sv[1], b, sizeof(b), MSG_DONTWAIT);
+	close(sv[0]);
+	close(sv[1]);
+	assert_true(n == 1 || (n < 0 && errno == EAGAIN));
+	return n == 1;
+}
+
+/* A link's wake filter passes its own packets, keepalives excepted, and
+ * no other link's: the other link id (0x0201: the byte order), channel,
+ * direction, or (a server link) client. */
+static void test_wake_filter(void **state)
+{
+	(void)state;
+	struct l2slot client = {.server = false, .channel = 3, .link = 0x0102};
+	assert_true(wakes(&client, pkt(own, peer_a, 0x0102, 3, FRAG_FROM_SERVER)));
+	assert_true(wakes(&client, pkt(own, peer_b, 0x0102, 3, FRAG_FROM_SERVER | FRAG_RST)));
+	assert_false(wakes(&client, pkt(own, peer_a, 0x0102, 3, FRAG_FROM_SERVER | FRAG_KEEPALIVE)));
+	assert_false(wakes(&client, pkt(own, peer_a, 0x0201, 3, FRAG_FROM_SERVER)));
+	assert_false(wakes(&client, pkt(own, peer_a, 0x0103, 3, FRAG_FROM_SERVER)));
+	assert_false(wakes(&client, pkt(own, peer_a, 0x0102, 4, FRAG_FROM_SERVER)));
+	assert_false(wakes(&client, pkt(own, peer_a, 0x0102, 3, 0)));
+
+	struct l2slot server = {.server = true, .channel = 3, .link = 0x0102};
+	memcpy(server.mac, peer_a, 6);
+	assert_true(wakes(&server, pkt(own, peer_a, 0x0102, 3, 0)));
+	assert_true(wakes(&server, pkt(bcast, peer_a, 0x0102, 3, FRAG_SYN)));
+	assert_false(wakes(&server, pkt(own, peer_a, 0x0102, 3, FRAG_KEEPALIVE)));
+	assert_false(wakes(&server, pkt(own, peer_b, 0x0102, 3, 0)));
+	assert_false(wakes(&server, pkt(own, peer_a, 0x0201, 3, 0)));
+	assert_false(wakes(&server, pkt(own, peer_a, 0x0102, 2, 0)));
+	assert_false(wakes(&server, pkt(own, peer_a, 0x0102, 3, FRAG_FROM_SERVER)));
+	uint8_t other[6] = {0x02, 0, 0, 0, 1, 0x0a}; /* the MAC's last two bytes match */
+	assert_false(wakes(&server, pkt(own, other, 0x0102, 3, 0)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -235,6 +287,7 @@ int main(void)
 		cmocka_unit_test(test_allowed_macs),
 		cmocka_unit_test(test_ring),
 		cmocka_unit_test(test_iface_mtu),
+		cmocka_unit_test(test_wake_filter),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
