@@ -5,14 +5,24 @@
  *
  * Sender: every frame gets the next sequence number (header seq, flag
  * RELIABLE) and a copy stays in the window until a cumulative LINK_ACK
- * covers it; a copy older than the retransmission timeout is sent again.
- * The timeout follows the round trips measured (RFC 6298: smoothed round
- * trip plus four deviations, from frames sent once only, Karn's rule),
- * never below the link's rto_ns, where it starts, and doubles at each
- * expiry until an acknowledgement gives a new measure: a frame that takes
- * longer on the wire than rto_ns (a large one over a slow, queued link)
- * is not sent twice. With no progress of acknowledgements for timeout_ns
- * the peer is declared dead (-ETIMEDOUT).
+ * covers it. One retransmission timer runs while frames are unacknowledged
+ * (RFC 6298): it restarts when the oldest is first sent and whenever an
+ * acknowledgement covers more, so frames waiting in a queue behind others
+ * whose acknowledgements keep coming are not sent twice, however long the
+ * queue. When it expires, the oldest frame is sent again, the timeout
+ * doubles and the timer restarts. Then an acknowledgement of just that
+ * frame which its copy earned (the receiver's LINK_ACK says so with
+ * RETRANSMIT: the next one is missing too) has the next one sent at once,
+ * so a burst of losses costs a round trip a frame, not a timeout each; one
+ * that covers more, or that the first sending earned (the expiry was a
+ * late ack, not a loss, as when the peer stalled), ends the recovery.
+ * Frames that arrived are taken before the timer is looked at. The
+ * timeout follows the round trips measured (smoothed round trip plus four
+ * deviations, from frames sent once only, Karn's rule), never below the
+ * link's rto_ns, where it starts: a frame that takes longer on the wire
+ * than rto_ns (a large one over a slow link) is not sent twice. With no
+ * progress of acknowledgements for timeout_ns the peer is declared dead
+ * (-ETIMEDOUT).
  * Receiver: frames arrive at rx_next (delivered, then any buffered
  * successors), ahead of it within the window (buffered), or behind it
  * (duplicates, dropped). Every arrival is answered with a cumulative
@@ -44,7 +54,10 @@ struct rel {
 	uint64_t tx_next;  /* next sequence number to assign (from 1) */
 	uint64_t tx_acked; /* every seq <= tx_acked is acknowledged */
 	struct fbuf **txq; /* window slots, by seq % window */
-	int64_t progress_ns;
+	int64_t progress_ns; /* the oldest frame's first send, or the last ack progress */
+	int64_t timer_ns;    /* the retransmission timer's start */
+	uint64_t recover;    /* after an expiry: the last seq sent then (0: none) */
+	uint64_t resent;     /* the last seq sent again since */
 	/* receiver */
 	uint64_t rx_next;  /* next in-order seq expected */
 	struct fbuf **ooo; /* frames ahead of rx_next, by seq % window */
@@ -53,6 +66,7 @@ struct rel {
 	struct fbuf *cur; /* lent to the application */
 	int err;          /* sticky error from below, reported once dq is empty */
 	uint32_t ack_pending;
+	bool rx_last_retx; /* the frame at rx_next - 1 came as a retransmission */
 	struct esd_buf ackbuf;
 	struct bufcache *cache; /* the wire's */
 };
@@ -167,6 +181,14 @@ static int ack_flush(struct esd_link *l)
 	int rc = esd_enc_link_ack(&r->ackbuf, r->rx_next - 1);
 	if (rc)
 		return rc;
+	if (r->rx_last_retx) {
+		/* tells the sender its copy, not the first sending, filled the
+		 * gap (the next one may be missing too) */
+		uint16_t flags;
+		memcpy(&flags, r->ackbuf.data + 6, 2);
+		flags |= ESD_FLAG_RETRANSMIT;
+		memcpy(r->ackbuf.data + 6, &flags, 2);
+	}
 	struct iovec iov = {.iov_base = r->ackbuf.data, .iov_len = r->ackbuf.len};
 	return lower_send(l, &iov, 1, deadline_after(l->w->timeout_ns));
 }
@@ -198,12 +220,15 @@ static void rtt_sample(struct rel *r, int64_t rtt)
 	r->rto_ns = clamp_rto(r, r->srtt_ns + 4 * r->rttvar_ns);
 }
 
-static void on_ack(struct esd_link *l, uint64_t ack)
+/* ack: the peer's cumulative ack; of_copy: the frame at ack reached it as
+ * a retransmission (LINK_ACK with RETRANSMIT). */
+static void on_ack(struct esd_link *l, uint64_t ack, bool of_copy)
 {
 	struct rel *r = l->rel;
 	if (ack >= r->tx_next)
 		return; /* acknowledges what we never sent: ignore */
 	int64_t now = esd_now_ns(), rtt = -1;
+	bool advanced = r->tx_acked < ack;
 	while (r->tx_acked < ack) {
 		r->tx_acked++;
 		struct fbuf **slot = &r->txq[r->tx_acked % r->window];
@@ -211,8 +236,15 @@ static void on_ack(struct esd_link *l, uint64_t ack)
 			rtt = now - (*slot)->sent_ns; /* the newest, sent once */
 		node_free(r, *slot);
 		*slot = NULL;
-		r->progress_ns = now;
+		r->progress_ns = r->timer_ns = now;
 	}
+	/* After an expiry: an ack of just the frame sent again, filled by the
+	 * copy, says the next one is missing too (retransmit() sends it); one
+	 * beyond, or filled by the first sending (the expiry was a late ack,
+	 * not a loss), ends the recovery. */
+	if (r->recover && advanced &&
+	    (r->tx_acked >= r->recover || r->tx_acked > r->resent || !of_copy))
+		r->recover = 0;
 	if (rtt >= 0)
 		rtt_sample(r, rtt);
 }
@@ -230,7 +262,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		if (len != ESD_FRAME_HDR_SIZE + 8)
 			return wire_fail(l->w, -EPROTO, "LINK_ACK of %zu bytes", len);
 		memcpy(&ack, p + ESD_FRAME_HDR_SIZE, 8);
-		on_ack(l, ack);
+		on_ack(l, ack, (flags & ESD_FLAG_RETRANSMIT) != 0);
 		return 0;
 	}
 	if (!(flags & ESD_FLAG_RELIABLE)) {
@@ -259,8 +291,10 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	}
 	deliver(r, n);
 	r->rx_next++;
+	r->rx_last_retx = (flags & ESD_FLAG_RETRANSMIT) != 0;
 	struct fbuf **slot;
 	while (*(slot = &r->ooo[r->rx_next % r->window])) {
+		r->rx_last_retx = retransmitted(*slot);
 		deliver(r, *slot);
 		*slot = NULL;
 		r->rx_next++;
@@ -273,7 +307,19 @@ int rel_input(struct esd_link *l, const uint8_t *p, size_t len)
 	return on_frame(l, p, len);
 }
 
-/* Retransmit what is overdue; returns the next instant something is due. */
+static int resend(struct esd_link *l, struct fbuf *n)
+{
+	uint16_t flags;
+	memcpy(&flags, n->data + 6, 2);
+	flags |= ESD_FLAG_RETRANSMIT;
+	memcpy(n->data + 6, &flags, 2);
+	atomic_fetch_add(&l->retx_frames, 1);
+	return send_node(l, n, deadline_after(l->w->timeout_ns));
+}
+
+/* Send the oldest frame again if the timer expired (then the timeout
+ * doubles) or a partial ack left it the next of the expired flight;
+ * returns the instant the timer expires next. */
 static int retransmit(struct esd_link *l, int64_t *due)
 {
 	struct rel *r = l->rel;
@@ -286,26 +332,22 @@ static int retransmit(struct esd_link *l, int64_t *due)
 		                 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
 		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
 		                 (unsigned long long)(r->tx_acked + 1));
-	int64_t rto = r->rto_ns;
-	for (uint64_t s = r->tx_acked + 1; s < r->tx_next; s++) {
-		struct fbuf *n = r->txq[s % r->window];
-		if (!n)
-			continue;
-		if (now - n->sent_ns >= rto) {
-			uint16_t flags;
-			memcpy(&flags, n->data + 6, 2);
-			flags |= ESD_FLAG_RETRANSMIT;
-			memcpy(n->data + 6, &flags, 2);
-			atomic_fetch_add(&l->retx_frames, 1);
-			r->rto_ns = clamp_rto(r, 2 * rto); /* once a round: back off */
-			int rc = send_node(l, n, deadline_after(l->w->timeout_ns));
-			if (rc)
-				return rc;
+	uint64_t head = r->tx_acked + 1;
+	struct fbuf *n = r->txq[head % r->window];
+	bool expired = now - r->timer_ns >= r->rto_ns;
+	bool partial = r->recover && head > r->resent;
+	if (n && (expired || partial)) {
+		if (expired) {
+			r->rto_ns = clamp_rto(r, 2 * r->rto_ns);
+			r->recover = r->tx_next - 1;
 		}
-		int64_t d = n->sent_ns + r->rto_ns;
-		if (*due < 0 || d < *due)
-			*due = d;
+		r->resent = head;
+		r->timer_ns = now;
+		int rc = resend(l, n);
+		if (rc)
+			return rc;
 	}
+	*due = r->timer_ns + r->rto_ns;
 	return 0;
 }
 
@@ -318,15 +360,42 @@ static int64_t min_deadline(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
-/* One round: retransmit what is due, wait for one frame until deadline. */
+/* Take whatever has already arrived, without waiting: the frames taken
+ * (up to 16), or an error. */
+static int pump_ready(struct esd_link *l)
+{
+	const uint8_t *p;
+	size_t len;
+	int i;
+	for (i = 0; i < 16; i++) {
+		int rc = lower_recv(l, &p, &len, 0);
+		if (rc == -ETIMEDOUT)
+			return i;
+		if (rc)
+			return rc;
+		if ((rc = on_frame(l, p, len)))
+			return rc;
+		if (l->rel->ack_pending >= ACK_EVERY && (rc = ack_flush(l)))
+			return rc;
+	}
+	return i;
+}
+
+/* One round: take what came, retransmit what is due, wait for one frame
+ * until deadline. */
 static int pump(struct esd_link *l, int64_t deadline)
 {
 	const uint8_t *p;
 	size_t len;
 	int64_t due;
-	int rc = retransmit(l, &due);
-	if (rc)
+	int rc = pump_ready(l); /* acks that came while this side was away */
+	if (rc < 0)
 		return rc;
+	bool took = rc > 0;
+	if ((rc = retransmit(l, &due)))
+		return rc;
+	if (took)
+		return 0; /* the caller looks at what came before waiting */
 	if (l->rel->ack_pending && (rc = ack_flush(l)))
 		return rc;
 	rc = lower_recv(l, &p, &len, min_deadline(deadline, due));
@@ -335,25 +404,6 @@ static int pump(struct esd_link *l, int64_t deadline)
 	if (rc)
 		return rc;
 	return on_frame(l, p, len);
-}
-
-/* Take whatever has already arrived, without waiting. */
-static int pump_ready(struct esd_link *l)
-{
-	const uint8_t *p;
-	size_t len;
-	for (int i = 0; i < 16; i++) {
-		int rc = lower_recv(l, &p, &len, 0);
-		if (rc == -ETIMEDOUT)
-			return 0;
-		if (rc)
-			return rc;
-		if ((rc = on_frame(l, p, len)))
-			return rc;
-		if (l->rel->ack_pending >= ACK_EVERY && (rc = ack_flush(l)))
-			return rc;
-	}
-	return 0;
 }
 
 int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
@@ -375,13 +425,17 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 		memcpy(nd->data + 6, &flags, 2);
 		memcpy(nd->data + 16, &nd->seq, 8);
 		nd->first_ns = esd_now_ns();
-		if (r->tx_acked + 1 == nd->seq)
+		bool oldest = r->tx_acked + 1 == nd->seq;
+		if (oldest)
 			r->progress_ns = nd->first_ns;
 		r->txq[nd->seq % r->window] = nd;
 		if ((rc = send_node(l, nd, deadline)))
 			return rc;
+		if (oldest)
+			r->timer_ns = nd->sent_ns; /* after the shaper let it go */
 	}
-	return pump_ready(l);
+	rc = pump_ready(l);
+	return rc < 0 ? rc : 0;
 }
 
 int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
@@ -391,7 +445,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 	node_free(r, r->cur);
 	r->cur = NULL;
 	/* Frames that arrived before the peer left are delivered first. */
-	if (!r->dq_head && !r->err && (rc = pump_ready(l)) && rc != -ETIMEDOUT)
+	if (!r->dq_head && !r->err && (rc = pump_ready(l)) < 0 && rc != -ETIMEDOUT)
 		r->err = rc;
 	while (!r->dq_head) {
 		if (r->err)

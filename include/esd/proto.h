@@ -87,7 +87,8 @@ enum esd_op {
 
 /* Header flags. Unknown bits are a protocol error. */
 #define ESD_FLAG_RELIABLE   0x0001u /* seq is a reliable-layer sequence number */
-#define ESD_FLAG_RETRANSMIT 0x0002u /* a retransmission (diagnostic only) */
+#define ESD_FLAG_RETRANSMIT 0x0002u /* a retransmission (diagnostic); on a LINK_ACK:
+				     * the frame acknowledged up to came as one */
 #define ESD_FLAG_REPLY      0x0004u /* STATS / HELLO: this is the answer */
 #define ESD_FLAG_CHECKPOINT 0x0008u /* BARRIER: the worker flushed its DIRTY rows
 				     * after the previous iteration: the shard

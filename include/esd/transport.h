@@ -37,8 +37,10 @@
  *   accounting   bytes / rows / frames per transfer kind (esd_link_stats)
  *   job key      with o->key: the handshake, then a tag on every frame,
  *                checked and stripped on receipt (esd/auth.h)
- *   reliable     sequence numbers, cumulative LINK_ACK, retransmission after
- *                a timeout that follows the round trip (at least rto_ns),
+ *   reliable     sequence numbers, cumulative LINK_ACK, retransmission of
+ *                the oldest frame when no ack came for a timeout that
+ *                follows the round trip (at least rto_ns), then of each
+ *                next one a copy's ack shows missing,
  *                reorder buffer, duplicate suppression; on for dpdk
  *                over af_packet and a NIC, and for every backend while
  *                fault injection is on (or reliable = 1); tcp, dpdk memif
