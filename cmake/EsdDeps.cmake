@@ -47,6 +47,11 @@ esd_dep_result(DPDK _dpdk_found "libdpdk ${DPDK_VERSION}"
 set(_rdma_found OFF)
 if(NOT ESD_WITH_RDMA STREQUAL "OFF")
 	find_library(IBVERBS_LIBRARY ibverbs)
+	# a failed check is cached too: look again (libibverbs-dev installed
+	# after the first configure)
+	if(NOT HAVE_INFINIBAND_VERBS_H)
+		unset(HAVE_INFINIBAND_VERBS_H CACHE)
+	endif()
 	check_include_file(infiniband/verbs.h HAVE_INFINIBAND_VERBS_H)
 	if(IBVERBS_LIBRARY AND HAVE_INFINIBAND_VERBS_H)
 		set(_rdma_found ON)

@@ -719,10 +719,10 @@ static void drain(int fd)
 }
 
 /* The link's wake socket is drained first, then the port polled with the
- * lock waited for: a packet whose byte was taken is by then in the port's
- * ring (the kernel fills the PMD's ring frame before it queues the byte)
- * or filed by whoever holds the lock. A packet after that leaves a byte,
- * and ppoll() returns at once. */
+ * lock waited for until it is empty: a packet whose byte was taken is by
+ * then in the port's ring (the kernel fills the PMD's ring frame before it
+ * queues the byte) or filed by whoever holds the lock. A packet after that
+ * leaves a byte, and ppoll() returns at once. */
 void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 {
 	if (s->wake_fd == -1 && (s->wake_fd = wake_socket(p->name, s)) < 0) {
@@ -736,7 +736,8 @@ void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 		return;
 	}
 	drain(s->wake_fd);
-	poll_port(p, true);
+	while (poll_port(p, true) == POLL_BURST)
+		; /* every packet that came: this link's may be behind others' */
 	if (!ring_empty(&s->rx))
 		return;
 	struct pollfd pfd = {.fd = s->wake_fd, .events = POLLIN};
