@@ -75,10 +75,9 @@
  * (bench/results/transport.md). An af_packet link spins only
  * IDLE_SPIN_L2_NS: its packets come through the kernel, which wakes the
  * one thread a packet is for as it wakes a socket's reader, and on shared
- * cores a long spin takes the core from the peer that is to answer (the
- * testbed over af_packet ran 10 % faster without the 50 us spin); the
- * short one still catches a quick answer (a one-row pull's round trip:
- * 21 us, against 64 without any spin). */
+ * cores a long spin takes the core from the peer that is to answer; the
+ * short one still catches a quick answer without a wake-up (both
+ * measured in bench/results/transport.md, "DPDK af_packet"). */
 #define IDLE_SPIN_NS      (50 * ESD_NS_PER_US)
 #define IDLE_SPIN_L2_NS   (15 * ESD_NS_PER_US)
 #define IDLE_SLEEP_NS     (10 * ESD_NS_PER_US)

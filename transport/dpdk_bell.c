@@ -234,7 +234,13 @@ void dpdk_bell_disarm(struct dpdk_bell *b)
 	b->armed = false;
 }
 
-void dpdk_futex_wait(_Atomic uint32_t *seq, uint32_t seen, int64_t timeout_ns, bool shared)
+/* The wait and wake under the doorbells: a sleeper reads *seq, sets
+ * *waiting, looks for work once more and waits until *seq moves (or
+ * timeout_ns); whoever made work for it calls dpdk_wake(), which clears
+ * *waiting and moves *seq if it was set. shared: the words are in memory
+ * shared between processes. */
+static void dpdk_futex_wait(_Atomic uint32_t *seq, uint32_t seen, int64_t timeout_ns,
+                            bool shared)
 {
 	struct timespec ts = {.tv_sec = timeout_ns / 1000000000,
 	                      .tv_nsec = timeout_ns % 1000000000};
@@ -242,7 +248,7 @@ void dpdk_futex_wait(_Atomic uint32_t *seq, uint32_t seen, int64_t timeout_ns, b
 	syscall(SYS_futex, seq, shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 }
 
-void dpdk_wake(_Atomic uint32_t *waiting, _Atomic uint32_t *seq, bool shared)
+static void dpdk_wake(_Atomic uint32_t *waiting, _Atomic uint32_t *seq, bool shared)
 {
 	/* the work (a ring's new head) is visible before waiting is read */
 	atomic_thread_fence(memory_order_seq_cst);

@@ -254,14 +254,6 @@ void dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns);
 /* Sender: packets are in the peer's ring; wake it if it sleeps. */
 void dpdk_bell_ring(struct dpdk_bell *b);
 
-/* The wait and wake under the doorbells and a shared port's sleeping
- * links: a sleeper reads *seq, sets *waiting, looks for work once more
- * and waits until *seq moves (or timeout_ns); whoever made work for it
- * calls dpdk_wake(), which clears *waiting and moves *seq if it was set.
- * shared: the words are in memory shared between processes. */
-void dpdk_futex_wait(_Atomic uint32_t *seq, uint32_t seen, int64_t timeout_ns, bool shared);
-void dpdk_wake(_Atomic uint32_t *waiting, _Atomic uint32_t *seq, bool shared);
-
 /* ---- from dpdk.c, for dpdk_port.c -------------------------------------- */
 
 /* Create (a vdev) or find (a NIC by PCI address) the port of name, set it
