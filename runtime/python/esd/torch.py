@@ -320,17 +320,26 @@ def _keep_freed_memory():
 TEARDOWN_S = 30
 
 
+def _leave_group():
+    """Every trainer leaves together (rank 0 holds the group's store:
+    nobody goes before all are done), then the group is torn down."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _bounded_teardown(limit_s):
-    """destroy_process_group, at most limit_s seconds: gloo's teardown can
-    hang once in a while when the group's store (rank 0) has gone
-    (pytorch/pytorch#75097); the training is over and committed, so a
-    trainer caught in it says so and exits 0 rather than wait forever."""
+    """The last barrier and destroy_process_group, at most limit_s seconds
+    together: gloo's teardown can hang once in a while when the group's
+    store (rank 0) has gone (pytorch/pytorch#75097), and rank 0 was seen
+    held in that barrier after the others had left; the training is over
+    and committed, so a trainer caught in either says so and exits 0
+    rather than wait forever."""
     import threading
-    th = threading.Thread(target=dist.destroy_process_group, daemon=True)
+    th = threading.Thread(target=_leave_group, daemon=True)
     th.start()
     th.join(limit_s)
     if th.is_alive():
-        print("esd.torch: the gloo group did not tear down in %d s; exiting (the job's "
+        print("esd.torch: the gloo group did not end in %d s; exiting (the job's "
               "work is committed)" % limit_s, file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(0)
@@ -577,7 +586,5 @@ class Session:
                   flush=True)
         self.trainer.close()
         if dist.is_initialized():
-            # rank 0 holds the group's store: nobody leaves before all are done
-            dist.barrier()
             _bounded_teardown(TEARDOWN_S)
         sys.stdout.flush()
