@@ -171,6 +171,15 @@ static int send_node(struct esd_link *l, struct fbuf *n, int64_t deadline)
 	return rc;
 }
 
+/* Set bits of the flags of the frame header at h (bytes 6-7). */
+static void add_flags(uint8_t *h, uint16_t bits)
+{
+	uint16_t flags;
+	memcpy(&flags, h + 6, 2);
+	flags |= bits;
+	memcpy(h + 6, &flags, 2);
+}
+
 static int ack_flush(struct esd_link *l)
 {
 	struct rel *r = l->rel;
@@ -181,14 +190,10 @@ static int ack_flush(struct esd_link *l)
 	int rc = esd_enc_link_ack(&r->ackbuf, r->rx_next - 1);
 	if (rc)
 		return rc;
-	if (r->rx_last_retx) {
-		/* tells the sender its copy, not the first sending, filled the
-		 * gap (the next one may be missing too) */
-		uint16_t flags;
-		memcpy(&flags, r->ackbuf.data + 6, 2);
-		flags |= ESD_FLAG_RETRANSMIT;
-		memcpy(r->ackbuf.data + 6, &flags, 2);
-	}
+	/* tells the sender its copy, not the first sending, filled the gap
+	 * (the next one may be missing too) */
+	if (r->rx_last_retx)
+		add_flags(r->ackbuf.data, ESD_FLAG_RETRANSMIT);
 	struct iovec iov = {.iov_base = r->ackbuf.data, .iov_len = r->ackbuf.len};
 	return lower_send(l, &iov, 1, deadline_after(l->w->timeout_ns));
 }
@@ -309,10 +314,7 @@ int rel_input(struct esd_link *l, const uint8_t *p, size_t len)
 
 static int resend(struct esd_link *l, struct fbuf *n)
 {
-	uint16_t flags;
-	memcpy(&flags, n->data + 6, 2);
-	flags |= ESD_FLAG_RETRANSMIT;
-	memcpy(n->data + 6, &flags, 2);
+	add_flags(n->data, ESD_FLAG_RETRANSMIT);
 	atomic_fetch_add(&l->retx_frames, 1);
 	return send_node(l, n, deadline_after(l->w->timeout_ns));
 }
@@ -419,10 +421,7 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 		if (!nd)
 			return -ENOMEM;
 		nd->seq = r->tx_next++;
-		uint16_t flags;
-		memcpy(&flags, nd->data + 6, 2);
-		flags |= ESD_FLAG_RELIABLE;
-		memcpy(nd->data + 6, &flags, 2);
+		add_flags(nd->data, ESD_FLAG_RELIABLE);
 		memcpy(nd->data + 16, &nd->seq, 8);
 		nd->first_ns = esd_now_ns();
 		bool oldest = r->tx_acked + 1 == nd->seq;
