@@ -64,7 +64,8 @@ struct rel {
 	struct fbuf *dq_head, *dq_tail;
 	size_t dq_bytes;
 	struct fbuf *cur; /* lent to the application */
-	int err;          /* sticky error from below, reported once dq is empty */
+	int err;          /* sticky error from below: sends report it at once,
+	                   * receives once dq is empty */
 	uint32_t ack_pending;
 	bool rx_last_retx; /* the frame at rx_next - 1 came as a retransmission */
 	struct esd_buf ackbuf;
@@ -412,6 +413,8 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 {
 	struct rel *r = l->rel;
 	int rc;
+	if (r->err)
+		return r->err;
 	for (int i = 0; i < n; i++) {
 		while (r->tx_next - r->tx_acked > r->window) {
 			if ((rc = pump(l, deadline)))
@@ -433,8 +436,11 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 		if (oldest)
 			r->timer_ns = nd->sent_ns; /* after the shaper let it go */
 	}
-	rc = pump_ready(l);
-	return rc < 0 ? rc : 0;
+	/* The frames are on their way: an error the input shows now (the peer
+	 * closed once it had them, say) is the next receive's to report. */
+	if ((rc = pump_ready(l)) < 0 && !r->err)
+		r->err = rc;
+	return 0;
 }
 
 int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)

@@ -3,7 +3,8 @@
  * came (so acknowledges it that late) gets it once, not every 10 ms (the
  * link's rto_ns, where the timeout starts): at most the first exchanges see
  * a retransmission. Then the peer answers at once again and a frame that is
- * lost (fault injection) is still sent again and delivered. */
+ * lost (fault injection) is still sent again and delivered. A send that
+ * finds the peer's close in the input after its frame went succeeds. */
 #include "testutil.h"
 
 #include <esd/clock.h>
@@ -141,9 +142,52 @@ static void test_losses_repaired(void **state)
 	stop(&s, t, l);
 }
 
+/* Send one HELLO and close: the peer that had what it waited for leaves. */
+static void *say_and_leave(void *arg)
+{
+	struct server *s = arg;
+	struct esd_link *l;
+	if ((s->rc = esd_listener_accept(s->ls, 5 * ESD_NS_PER_S, &l)))
+		return NULL;
+	s->rc = hello(l, 7, 0);
+	esd_link_close(l);
+	return NULL;
+}
+
+/* A frame sent while the peer's close is already in the input is sent: the
+ * send succeeds and the close is the next receive's to report. */
+static void test_send_as_peer_leaves(void **state)
+{
+	(void)state;
+	struct server s = {0};
+	struct esd_link_opts o;
+	struct esd_link *l;
+	struct esd_msg m;
+	pthread_t t;
+	char addr[64];
+	opts(&o);
+	o.addr = "127.0.0.1:0";
+	assert_int_equal(esd_listener_open(&o, &s.ls), 0);
+	esd_listener_addr(s.ls, addr, sizeof(addr));
+	assert_int_equal(pthread_create(&t, NULL, say_and_leave, &s), 0);
+	o.addr = addr;
+	assert_int_equal(esd_link_connect(&o, &l), 0);
+	assert_int_equal(esd_link_recv(l, &m, 5 * ESD_NS_PER_S), 0); /* acknowledged */
+	assert_int_equal(m.u.hello.job_token, 7);
+	pthread_join(t, NULL);
+	assert_int_equal(s.rc, 0);
+	esd_sleep_ns(20 * ESD_NS_PER_MS); /* the close reaches this side */
+	assert_int_equal(hello(l, 8, ESD_FLAG_REPLY), 0);
+	assert_int_equal(esd_link_recv(l, &m, 5 * ESD_NS_PER_S), -ECONNRESET);
+	assert_int_equal(hello(l, 9, ESD_FLAG_REPLY), -ECONNRESET);
+	esd_link_close(l);
+	esd_listener_close(s.ls);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {cmocka_unit_test(test_timeout_follows_round_trip),
-	                                   cmocka_unit_test(test_losses_repaired)};
+	                                   cmocka_unit_test(test_losses_repaired),
+	                                   cmocka_unit_test(test_send_as_peer_leaves)};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
