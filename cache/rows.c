@@ -35,6 +35,12 @@ float *esd_cache_state(const struct esd_cache *c, uint32_t slot)
 	return (float *)(c->state + (uint64_t)slot * c->state_stride);
 }
 
+void *esd_cache_map(const struct esd_cache *c, size_t *len)
+{
+	*len = c->len;
+	return c->base;
+}
+
 float *esd_cache_grad(const struct esd_cache *c, uint32_t slot)
 {
 	if (!c || slot >= c->rows)

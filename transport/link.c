@@ -108,6 +108,7 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
 	fault_init(&l->fault, &o->faults);
 	esd_buf_init(&l->scratch);
+	esd_buf_init(&l->flat);
 	if (l->fault.on || o->reliable || w->lossy) {
 		if ((rc = rel_create(l, &l->rel)))
 			goto err_free_link;
@@ -185,14 +186,20 @@ void esd_listener_close(struct esd_listener *l)
 	free(l);
 }
 
-static void count(struct esd_link *l, const void *frame, size_t len, int rx)
+/* Account a len-byte frame whose first avail bytes are at frame. */
+static void count_part(struct esd_link *l, const void *frame, size_t avail, size_t len, int rx)
 {
 	enum esd_xfer_kind kind;
 	uint32_t rows;
-	esd_proto_classify(frame, len, &kind, &rows);
+	esd_proto_classify(frame, avail < len ? avail : len, &kind, &rows);
 	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 0], len, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 1], rows, memory_order_relaxed);
 	atomic_fetch_add_explicit(&l->ks[kind][rx * 3 + 2], 1, memory_order_relaxed);
+}
+
+static void count(struct esd_link *l, const void *frame, size_t len, int rx)
+{
+	count_part(l, frame, len, len, rx);
 }
 
 int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
@@ -253,6 +260,91 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 			batch_bytes = 0;
 		}
 	}
+	return 0;
+}
+
+/* ---- frames in pieces (zero copy) ---------------------------------------- */
+
+int esd_link_zero_copy(const struct esd_link *l)
+{
+	return l && l->w->ops->sendv && !l->auth && !l->rel && !l->fault.on;
+}
+
+/* Check that the pieces are whole frames, each header within one piece,
+ * and account each frame. */
+static int count_pieces(struct esd_link *l, const struct iovec *iov, int n, size_t *total)
+{
+	size_t left = 0; /* bytes of the current frame still to come */
+	*total = 0;
+	for (int i = 0; i < n; i++) {
+		const uint8_t *p = iov[i].iov_base;
+		size_t len = iov[i].iov_len;
+		*total += len;
+		while (len) {
+			if (left) {
+				size_t k = left < len ? left : len;
+				left -= k;
+				p += k;
+				len -= k;
+				continue;
+			}
+			struct esd_frame_hdr h;
+			char why[160];
+			int rc = esd_frame_hdr_parse(p, len, NULL, &h, why, sizeof(why));
+			if (rc) {
+				snprintf(l->err, sizeof(l->err),
+				         "sendv: no whole frame header at piece %d: %s", i,
+				         rc == -EAGAIN ? "split across pieces" : why);
+				return -EINVAL;
+			}
+			left = ESD_FRAME_HDR_SIZE + (size_t)h.length;
+			count_part(l, p, len, left, 0);
+		}
+	}
+	if (left) {
+		snprintf(l->err, sizeof(l->err), "sendv: the pieces end %zu bytes short of a frame",
+		         left);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The pieces copied into one buffer, sent as esd_link_send() sends. */
+static int send_flat(struct esd_link *l, const struct iovec *iov, int n)
+{
+	esd_buf_reset(&l->flat);
+	for (int i = 0; i < n; i++) {
+		if (esd_buf_reserve(&l->flat, iov[i].iov_len))
+			return -ENOMEM;
+		memcpy(l->flat.data + l->flat.len, iov[i].iov_base, iov[i].iov_len);
+		l->flat.len += iov[i].iov_len;
+	}
+	return esd_link_send(l, l->flat.data, l->flat.len);
+}
+
+int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n)
+{
+	size_t total;
+	if (!l || n < 0 || (n && !iov))
+		return -EINVAL;
+	if (l->broken == 2)
+		return -EPIPE;
+	if (!esd_link_zero_copy(l))
+		return send_flat(l, iov, n);
+	int rc = count_pieces(l, iov, n, &total);
+	if (rc)
+		return rc;
+	int64_t waited = link_shape(l, total);
+	if (waited)
+		atomic_fetch_add(&l->shaped_wait_ns, (uint64_t)waited);
+	atomic_fetch_add(&l->wire_tx_bytes, total);
+	if ((rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns)))) {
+		if (rc != -ETIMEDOUT)
+			l->broken = 2;
+		snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
+		return rc;
+	}
+	atomic_fetch_add(&l->in_place_bytes, total);
 	return 0;
 }
 
@@ -379,6 +471,7 @@ void esd_link_close(struct esd_link *l)
 	fault_fini(&l->fault);
 	auth_fini(l->auth);
 	esd_buf_free(&l->scratch);
+	esd_buf_free(&l->flat);
 	free(l);
 }
 
@@ -411,6 +504,7 @@ void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
 	out->fault_dups = atomic_load(&l->fault_dups);
 	out->fault_reorders = atomic_load(&l->fault_reorders);
 	out->shaped_wait_ns = atomic_load(&l->shaped_wait_ns);
+	out->in_place_bytes = atomic_load(&l->in_place_bytes);
 	out->rate_bps = atomic_load(&link_shaper(l)->rate_bps);
 	out->reliable = l->rel != NULL;
 }
@@ -422,6 +516,7 @@ void esd_link_stats_reset(struct esd_link *l)
 			atomic_store(&l->ks[k][j], 0);
 	atomic_store(&l->wire_tx_bytes, 0);
 	atomic_store(&l->retx_frames, 0);
+	atomic_store(&l->in_place_bytes, 0);
 	atomic_store(&l->dup_rx_frames, 0);
 	atomic_store(&l->fault_drops, 0);
 	atomic_store(&l->fault_dups, 0);

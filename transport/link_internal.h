@@ -57,6 +57,77 @@ struct fbuf *fbuf_get(struct bufcache *c, size_t len);
 void fbuf_put(struct bufcache *c, struct fbuf *b);
 
 
+/* ---- memory to send from in place (memreg.c) ---------------------------- */
+
+struct memreg_region {
+	const void *base;
+	size_t len;
+};
+
+/* Changes whenever a region comes or goes. */
+uint64_t memreg_generation(void);
+/* The regions now (at most ESD_TRANSPORT_MAX_REGIONS) and the generation
+ * they are of. */
+unsigned memreg_snapshot(struct memreg_region *out, uint64_t *gen);
+
+/* ---- SEND lists from frames in pieces (gather_plan.c) ------------------- */
+
+#define PLAN_MAX_ENTRIES 16
+
+struct plan_region {
+	const void *base;
+	size_t len;
+	uint32_t key; /* the device's key of its registration */
+};
+
+struct plan_entry {
+	uint64_t addr;
+	uint32_t len, key;
+	bool staged; /* a copy in the chunk's staging area */
+};
+
+/* One SEND: entries in order, len bytes, staged of them copied. */
+struct plan_chunk {
+	struct plan_entry e[PLAN_MAX_ENTRIES];
+	int n;
+	size_t len, staged;
+	unsigned in_place; /* entries sent in place */
+};
+
+struct plan_rules {
+	const struct plan_region *reg; /* memory sent from in place */
+	unsigned nreg;
+	int max_entries;     /* 1 to PLAN_MAX_ENTRIES */
+	size_t min_in_place; /* shorter pieces are copied */
+	size_t chunk_max;    /* a chunk's bytes at most (the receive slot) */
+	uint32_t stage_key;  /* key of the staging areas' registration */
+};
+
+/* Where a send is in its pieces. */
+struct plan_cursor {
+	const struct iovec *iov;
+	int n, i;
+	size_t off;
+};
+
+/* The cursor's bytes from here to the end of its piece (past empty
+ * pieces), or NULL at the end. */
+const uint8_t *plan_at(struct plan_cursor *c, size_t *avail);
+/* Fill c with up to max bytes of the cursor's (copies into stage, which
+ * holds max bytes). */
+void plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *stage,
+                size_t max, struct plan_chunk *c);
+
+struct plan_ops {
+	int (*stage)(void *ctx, uint8_t **stage); /* a free staging area */
+	int (*emit)(void *ctx, struct plan_chunk *c); /* send c (staged in it) */
+};
+/* Cut the whole frames of iov[0..n) (each header within one piece) into
+ * chunks, each frame's its own; *in_place counts the entries sent in place.
+ * 0, -EINVAL (not whole frames), or the ops' errors. */
+int plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
+              const struct plan_ops *ops, void *ctx, size_t *in_place);
+
 /* Common head of every backend's link object. */
 struct wire {
 	const struct wire_ops *ops;
@@ -89,6 +160,10 @@ struct wire_ops {
 	void (*listener_close)(struct wire_listener *l);
 	/* n whole frames; all of them written (or queued in order) on return. */
 	int (*send)(struct wire *w, const struct iovec *iov, int n, int64_t deadline_ns);
+	/* Optional: n pieces that in order are whole frames (each frame's
+	 * header within one piece), sent from where they lie; the memory may
+	 * change once it returns. */
+	int (*sendv)(struct wire *w, const struct iovec *iov, int n, int64_t deadline_ns);
 	/* Next whole frame, or -ETIMEDOUT at deadline_ns (< 0: none). */
 	int (*recv)(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline_ns);
 	/* Orderly shutdown within deadline_ns, then free (w->cache too). */
@@ -205,11 +280,13 @@ struct esd_link {
 	int broken;      /* receive side lost sync, or the peer is gone */
 	char err[WIRE_ERR_LEN + 64];
 	struct esd_buf scratch;
+	struct esd_buf flat; /* esd_link_sendv's pieces, where they are copied */
 	struct link_auth *auth; /* NULL: the job has no key */
 	/* counters, written by the link's thread, read by any */
 	_Atomic uint64_t ks[ESD_XFER_NKINDS][6];
 	_Atomic uint64_t wire_tx_bytes, retx_frames, dup_rx_frames;
 	_Atomic uint64_t fault_drops, fault_dups, fault_reorders, shaped_wait_ns;
+	_Atomic uint64_t in_place_bytes;
 };
 
 /* The next frame from below (the reliable layer, or what is under it),

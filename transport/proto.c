@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the codec copies little-endian fields directly; add byte swaps for this host");
@@ -764,6 +765,7 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 		return -EINVAL;
 	e->b = b;
 	e->start = b->len;
+	e->ext = 0;
 	e->op = (uint8_t)op;
 	e->r = *r;
 	e->r.count = 0;
@@ -785,7 +787,7 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
                         float **state)
 {
-	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE;
+	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
 	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
 	    body + e->r.stride > ESD_PROTO_DEFAULT_MAX_BODY)
 		return -E2BIG;
@@ -823,7 +825,115 @@ int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const flo
 int esd_enc_rows_end(struct esd_rows_enc *e)
 {
 	uint8_t *h = e->b->data + e->start;
-	st32(h + 8, (uint32_t)(e->b->len - e->start - ESD_FRAME_HDR_SIZE));
+	st32(h + 8, (uint32_t)(e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext));
 	st32(h + ESD_FRAME_HDR_SIZE + 24, e->r.count);
+	return 0;
+}
+
+/* ---- gather lists (zero copy) ------------------------------------------ */
+
+void esd_gather_init(struct esd_gather *g)
+{
+	memset(g, 0, sizeof(*g));
+}
+
+void esd_gather_reset(struct esd_gather *g)
+{
+	g->n = 0;
+	g->mark = 0;
+	g->ext = 0;
+}
+
+void esd_gather_free(struct esd_gather *g)
+{
+	free(g->v);
+	free(g->iov);
+	esd_gather_init(g);
+}
+
+/* Room for k more spans. */
+static int gather_room(struct esd_gather *g, size_t k)
+{
+	if (g->cap - g->n >= k)
+		return 0;
+	size_t cap = g->cap ? 2 * g->cap : 64;
+	while (cap - g->n < k)
+		cap *= 2;
+	struct esd_gather_span *v = realloc(g->v, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	g->v = v;
+	g->cap = cap;
+	return 0;
+}
+
+static int gather_push(struct esd_gather *g, const void *ext, size_t off, size_t len)
+{
+	if (!len)
+		return 0;
+	int rc = gather_room(g, 1);
+	if (!rc)
+		g->v[g->n++] = (struct esd_gather_span){.ext = ext, .off = off, .len = len};
+	return rc;
+}
+
+/* b's bytes from the mark to its end become a span. */
+static int gather_take_buf(struct esd_gather *g, const struct esd_buf *b)
+{
+	int rc = gather_push(g, NULL, g->mark, b->len - g->mark);
+	if (!rc)
+		g->mark = b->len;
+	return rc;
+}
+
+int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
+                    uint64_t clock, const float *value, const float *state)
+{
+	if (e->r.state_dim && !state)
+		return esd_enc_row(e, key, clock, value, NULL);
+	size_t floats = 4u * ((size_t)e->r.dim + e->r.state_dim);
+	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
+	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
+	    body + e->r.stride > ESD_PROTO_DEFAULT_MAX_BODY)
+		return -E2BIG;
+	/* room first, so a failure leaves b and g as they were */
+	int rc = gather_room(g, 3);
+	if (!rc)
+		rc = esd_buf_reserve(e->b, ROW_FIXED_SIZE);
+	if (rc)
+		return rc;
+	uint8_t *p = e->b->data + e->b->len;
+	st64(p, key);
+	st64(p + 8, clock);
+	e->b->len += ROW_FIXED_SIZE;
+	gather_take_buf(g, e->b);
+	gather_push(g, value, 0, 4u * e->r.dim);
+	gather_push(g, state, 0, 4u * e->r.state_dim);
+	e->ext += floats;
+	g->ext += floats;
+	e->r.count++;
+	return 0;
+}
+
+int esd_gather_iov(struct esd_gather *g, const struct esd_buf *b, void **iov, int *n)
+{
+	int rc = gather_take_buf(g, b);
+	if (rc)
+		return rc;
+	if (g->iov_cap < g->n) {
+		void *v = realloc(g->iov, g->n * sizeof(struct iovec));
+		if (!v)
+			return -ENOMEM;
+		g->iov = v;
+		g->iov_cap = g->n;
+	}
+	struct iovec *v = g->iov;
+	for (size_t i = 0; i < g->n; i++) {
+		const struct esd_gather_span *s = &g->v[i];
+		v[i].iov_base = (void *)(s->ext ? (const uint8_t *)s->ext + s->off : b->data + s->off);
+		v[i].iov_len = s->len;
+	}
+	*iov = g->iov;
+	*n = (int)g->n;
 	return 0;
 }

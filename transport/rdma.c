@@ -12,14 +12,22 @@
  * completion queue, an RC queue pair and one registered region, in 2 MiB
  * huge pages when the host has them (4 KiB pages otherwise, logged), cut
  * into SLOTS send slots and SLOTS receive slots of SLOT_SIZE bytes. A frame
- * is copied into send slots and posted as one SEND per slot (RC keeps them
- * reliable and in order); the receiver hands a frame that fits one slot up
- * in place and reassembles larger ones into a buffer allocated only after
- * the first chunk's header passed the limits. Receives are posted ahead;
- * a sender that outruns them is held by RNR retries (rnr_retry = 7).
+ * goes as one or more SENDs, chunks of at most SLOT_SIZE bytes (RC keeps
+ * them reliable and in order), each a scatter-gather list: pieces that lie
+ * in memory the application registered (esd_transport_register_memory: the
+ * node's cache rows) and are at least GATHER_MIN bytes are sent in place
+ * through the link's registration of that memory, made once; the rest
+ * (headers, small rows, memory not registered) is copied into the send
+ * slot. A chunk ends early when its list is full. A send that used the
+ * caller's memory returns once its SENDs completed. The receiver hands a
+ * frame that came in one chunk up in place and reassembles others into a
+ * buffer allocated only after the first chunk's header passed the limits.
+ * Receives are posted ahead; a sender that outruns them is held by RNR
+ * retries (rnr_retry = 7).
  *
  * This data path needs an RDMA device (or soft-RoCE) to run; none exists on
- * the project's hosts, so only the no-device path is exercised by tests.
+ * the project's hosts, so the tests cover the no-device path and, over tcp,
+ * the frames in pieces (esd_link_sendv) this backend sends.
  */
 #include "link_internal.h"
 
@@ -40,10 +48,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SLOTS     32u
-#define SLOT_SIZE (256u << 10)
-#define HUGE_2M   (2u << 20)
-#define TAG_RECV  (1ull << 32)
+#define SLOTS      32u
+#define SLOT_SIZE  (256u << 10)
+#define HUGE_2M    (2u << 20)
+#define TAG_RECV   (1ull << 32)
+#define GATHER_MIN 256u /* smaller pieces are copied: cheaper than an entry */
 
 /* What the two sides swap over the bootstrap socket. */
 struct qp_info {
@@ -77,6 +86,12 @@ struct rdma_wire {
 	uint8_t *asm_buf;
 	size_t asm_cap, asm_got, asm_total;
 	struct bufcache cache;
+	/* the application's memory, registered with this link's device */
+	int max_sge;
+	unsigned n_ext;
+	struct memreg_region ext[ESD_TRANSPORT_MAX_REGIONS];
+	struct ibv_mr *ext_mr[ESD_TRANSPORT_MAX_REGIONS]; /* NULL: refused */
+	uint64_t ext_gen;
 };
 
 struct rdma_listener {
@@ -315,14 +330,22 @@ static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const
 	if (!r->mr)
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: registering %zu bytes failed",
 		                 r->region_len);
+	struct ibv_device_attr da;
+	int sge = ibv_query_device(r->ctx, &da) ? 1 : da.max_sge;
 	struct ibv_qp_init_attr qa = {
 	    .send_cq = r->cq,
 	    .recv_cq = r->cq,
 	    .qp_type = IBV_QPT_RC,
-	    .cap = {
-	        .max_send_wr = SLOTS, .max_recv_wr = SLOTS, .max_send_sge = 1, .max_recv_sge = 1}};
+	    .cap = {.max_send_wr = SLOTS,
+	            .max_recv_wr = SLOTS,
+	            .max_send_sge = (uint32_t)(sge < 1 ? 1 : sge < PLAN_MAX_ENTRIES ? sge : PLAN_MAX_ENTRIES),
+	            .max_recv_sge = 1}};
 	if (!(r->qp = ibv_create_qp(r->pd, &qa)))
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
+	r->max_sge = qa.cap.max_send_sge < PLAN_MAX_ENTRIES ? (int)qa.cap.max_send_sge
+	                                                     : PLAN_MAX_ENTRIES;
+	if (r->max_sge < 1)
+		r->max_sge = 1;
 	struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT,
 	                         .pkey_index = 0,
 	                         .port_num = r->port,
@@ -385,10 +408,19 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	return 0;
 }
 
+static void drop_regions(struct rdma_wire *r)
+{
+	for (unsigned i = 0; i < r->n_ext; i++)
+		if (r->ext_mr[i])
+			ibv_dereg_mr(r->ext_mr[i]);
+	r->n_ext = 0;
+}
+
 static void rdma_free(struct rdma_wire *r)
 {
 	if (r->qp)
 		ibv_destroy_qp(r->qp);
+	drop_regions(r);
 	if (r->mr)
 		ibv_dereg_mr(r->mr);
 	if (r->cq)
@@ -571,45 +603,104 @@ static int peer_alive(struct rdma_wire *r)
 	return 0;
 }
 
-static int rdma_send(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
+/* Register the application's regions with this link's protection domain
+ * when the table changed since the last look (no send of this link is in
+ * flight from them then: a send that used them waited for completion). */
+static void sync_regions(struct rdma_wire *r)
 {
-	struct rdma_wire *r = (struct rdma_wire *)w;
-	for (int i = 0; i < n; i++) {
-		const uint8_t *p = iov[i].iov_base;
-		size_t len = iov[i].iov_len;
-		while (len) {
-			unsigned s = r->next_send;
-			while (r->send_busy & (1ull << s)) {
-				int rc = reap(r);
-				if (rc < 0)
-					return rc;
-				if (rc == 0 && deadline >= 0 && esd_now_ns() > deadline)
-					return wire_fail(w, -ETIMEDOUT,
-					                 "rdma: sends to %s do not complete",
-					                 w->peer);
-			}
-			size_t chunk = len < SLOT_SIZE ? len : SLOT_SIZE;
-			uint8_t *slot = r->region + (size_t)s * SLOT_SIZE;
-			memcpy(slot, p, chunk);
-			struct ibv_sge sge = {.addr = (uintptr_t)slot,
-			                      .length = (uint32_t)chunk,
-			                      .lkey = r->mr->lkey};
-			struct ibv_send_wr wr = {.wr_id = s,
-			                         .sg_list = &sge,
-			                         .num_sge = 1,
-			                         .opcode = IBV_WR_SEND,
-			                         .send_flags = IBV_SEND_SIGNALED},
-			                   *bad;
-			int rc = ibv_post_send(r->qp, &wr, &bad);
-			if (rc)
-				return wire_fail(w, -rc, "rdma: post send: %s", strerror(rc));
-			r->send_busy |= 1ull << s;
-			r->next_send = (s + 1) % SLOTS;
-			p += chunk;
-			len -= chunk;
-		}
+	if (memreg_generation() == r->ext_gen)
+		return;
+	drop_regions(r);
+	r->n_ext = memreg_snapshot(r->ext, &r->ext_gen);
+	for (unsigned i = 0; i < r->n_ext; i++) {
+		/* local read, all a SEND's source needs, comes with every MR */
+		r->ext_mr[i] = ibv_reg_mr(r->pd, (void *)r->ext[i].base, r->ext[i].len, 0);
+		if (!r->ext_mr[i])
+			ESD_WARN("transport",
+			         "rdma link to %s: registering %zu bytes at %p to send from "
+			         "failed (%s; RLIMIT_MEMLOCK?): rows there are copied",
+			         r->w.peer, r->ext[i].len, r->ext[i].base,
+			         esd_strerror(esd_neg_errno()));
+	}
+}
+
+/* Reap completions until the send slots in mask are free. */
+static int reap_until(struct rdma_wire *r, uint64_t mask, int64_t deadline)
+{
+	while (r->send_busy & mask) {
+		int rc = reap(r);
+		if (rc < 0)
+			return rc;
+		if (rc == 0 && deadline >= 0 && esd_now_ns() > deadline)
+			return wire_fail(&r->w, -ETIMEDOUT, "rdma: sends to %s do not complete",
+			                 r->w.peer);
 	}
 	return 0;
+}
+
+/* plan_send's ops: the next send slot as the staging area, a chunk posted
+ * as one SEND from that slot. */
+struct send_ctx {
+	struct rdma_wire *r;
+	int64_t deadline;
+};
+
+static int stage_slot(void *arg, uint8_t **stage)
+{
+	struct send_ctx *c = arg;
+	unsigned s = c->r->next_send;
+	int rc = reap_until(c->r, 1ull << s, c->deadline);
+	*stage = c->r->region + (size_t)s * SLOT_SIZE;
+	return rc;
+}
+
+static int post_chunk(void *arg, struct plan_chunk *c)
+{
+	struct rdma_wire *r = ((struct send_ctx *)arg)->r;
+	unsigned s = r->next_send;
+	struct ibv_sge sge[PLAN_MAX_ENTRIES];
+	for (int i = 0; i < c->n; i++)
+		sge[i] = (struct ibv_sge){.addr = c->e[i].addr, .length = c->e[i].len, .lkey = c->e[i].key};
+	struct ibv_send_wr wr = {.wr_id = s,
+	                         .sg_list = sge,
+	                         .num_sge = c->n,
+	                         .opcode = IBV_WR_SEND,
+	                         .send_flags = IBV_SEND_SIGNALED},
+	                   *bad;
+	int rc = ibv_post_send(r->qp, &wr, &bad);
+	if (rc)
+		return wire_fail(&r->w, -rc, "rdma: post send: %s", strerror(rc));
+	r->send_busy |= 1ull << s;
+	r->next_send = (s + 1) % SLOTS;
+	return 0;
+}
+
+/* Frames (send) or pieces of frames (sendv), chunk by chunk (gather_plan.c):
+ * rows in registered memory in place, the rest through the send slots. */
+static int rdma_sendv(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
+{
+	static const struct plan_ops ops = {.stage = stage_slot, .emit = post_chunk};
+	struct rdma_wire *r = (struct rdma_wire *)w;
+	struct plan_region reg[ESD_TRANSPORT_MAX_REGIONS];
+	struct plan_rules rules = {.reg = reg,
+	                           .max_entries = r->max_sge,
+	                           .min_in_place = GATHER_MIN,
+	                           .chunk_max = SLOT_SIZE,
+	                           .stage_key = r->mr->lkey};
+	struct send_ctx ctx = {.r = r, .deadline = deadline};
+	size_t in_place;
+	sync_regions(r);
+	for (unsigned i = 0; i < r->n_ext; i++)
+		if (r->ext_mr[i])
+			reg[rules.nreg++] = (struct plan_region){
+			    .base = r->ext[i].base, .len = r->ext[i].len, .key = r->ext_mr[i]->lkey};
+	int rc = plan_send(&rules, iov, n, &ops, &ctx, &in_place);
+	if (rc == -EINVAL)
+		return wire_fail(w, rc, "rdma: the pieces are not whole frames");
+	if (rc)
+		return rc;
+	/* the caller may change its memory once this returns */
+	return in_place ? reap_until(r, ~0ull, deadline) : 0;
 }
 
 static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
@@ -642,7 +733,7 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 					*len = total;
 					return 0;
 				}
-				if (blen > total || blen < SLOT_SIZE)
+				if (blen > total) /* a chunk may end early: its list was full */
 					return wire_fail(w, -EPROTO,
 					                 "rdma: chunk of %u bytes for a "
 					                 "%zu-byte frame",
@@ -703,7 +794,8 @@ const struct wire_ops esd_wire_rdma = {
     .listen = rdma_listen,
     .accept = rdma_accept,
     .listener_close = rdma_listener_close,
-    .send = rdma_send,
+    .send = rdma_sendv,
+    .sendv = rdma_sendv,
     .recv = rdma_recv,
     .close = rdma_close,
     .probe = rdma_probe,

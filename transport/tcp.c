@@ -406,11 +406,11 @@ void tcp_rx_commit(struct tcp_conn *c, size_t n)
 static int tcp_send(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
 {
 	struct tcp_conn *c = (struct tcp_conn *)w;
-	struct iovec v[64];
+	struct iovec v[256]; /* a sendv gives a piece or two a row */
 	if (c->dead)
 		return wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
 	while (n > 0) {
-		int k = n < 64 ? n : 64;
+		int k = n < 256 ? n : 256;
 		memcpy(v, iov, sizeof(*v) * (size_t)k);
 		int rc = c->eng->send(c, v, k, deadline);
 		if (rc) {
@@ -520,6 +520,7 @@ const struct wire_ops esd_wire_tcp = {
     .accept = tcp_accept,
     .listener_close = tcp_listener_close,
     .send = tcp_send,
+    .sendv = tcp_send, /* a byte stream: pieces are frames too */
     .recv = tcp_recv,
     .close = tcp_close,
 };

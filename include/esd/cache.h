@@ -158,6 +158,9 @@ const struct esd_cmeta *esd_cache_meta_ro(const struct esd_cache *c);
 float *esd_cache_vec(const struct esd_cache *c, uint32_t slot);
 float *esd_cache_state(const struct esd_cache *c, uint32_t slot);
 float *esd_cache_grad(const struct esd_cache *c, uint32_t slot);
+/* The whole mapping and its length in *len (rows included), e.g. to let
+ * links send rows from it in place (esd_transport_register_memory). */
+void *esd_cache_map(const struct esd_cache *c, size_t *len);
 
 /* Parts of a row for gather/scatter; a gathered row is the selected parts
  * back to back in this order, packed (no padding). */

@@ -187,6 +187,10 @@ struct esd_job {
 	char rdma_device[64];
 	uint32_t rdma_port;
 	int32_t rdma_gid_index;
+	/* ps.zero_copy: a node sends its cache's rows from the cache's pages
+	 * (esd_link_sendv) instead of copying them into frames: auto (rdma
+	 * only), on (every backend that can), off */
+	enum esd_job_zero_copy { ESD_JOB_ZC_AUTO, ESD_JOB_ZC_ON, ESD_JOB_ZC_OFF } zero_copy;
 	char checkpoint_dir[1024];
 	uint64_t checkpoint_every;
 	/* workers.checkpoint_dir: where each node writes its part of a

@@ -360,6 +360,7 @@ int esd_enc_link_auth(struct esd_buf *b, uint32_t step, uint32_t suites, const u
 struct esd_rows_enc {
 	struct esd_buf *b;
 	size_t start; /* offset of the frame header in b */
+	size_t ext;   /* body bytes that stay outside b (esd_enc_row_ref) */
 	uint8_t op;
 	struct esd_rows r;
 };
@@ -379,6 +380,40 @@ int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, f
                         float **state);
 /* Patch count and length into the frame. Returns 0. */
 int esd_enc_rows_end(struct esd_rows_enc *e);
+
+/*
+ * Frames whose row floats stay where they lie (zero copy): a gather list
+ * over a buffer b and the caller's memory. esd_enc_row_ref() writes a
+ * row's key and clock into b and records value and state in place; every
+ * other byte (headers, other encoders' frames appended to b meanwhile) is
+ * b's. esd_gather_iov() then gives the pieces in order, for
+ * esd_link_sendv(). The referenced floats must stay unchanged until that
+ * send returns. Reset g together with b.
+ */
+struct esd_gather_span {
+	const void *ext; /* NULL: bytes [off, off + len) of b */
+	size_t off, len;
+};
+struct esd_gather {
+	struct esd_gather_span *v;
+	size_t n, cap;
+	size_t mark;     /* b's bytes before mark are covered by spans */
+	size_t ext;      /* bytes in ext spans */
+	void *iov;       /* esd_gather_iov()'s array (struct iovec) */
+	size_t iov_cap;
+};
+
+void esd_gather_init(struct esd_gather *g);
+void esd_gather_reset(struct esd_gather *g);
+void esd_gather_free(struct esd_gather *g);
+/* As esd_enc_row(), the floats sent from value and state in place (state
+ * NULL with a state_dim: zeros, copied). Returns as esd_enc_row(). */
+int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
+                    uint64_t clock, const float *value, const float *state);
+/* The pieces of b and g in order as an array of struct iovec in *iov (g's
+ * storage, valid until the next call or reset) and their count in *n.
+ * Returns 0 or -ENOMEM. */
+int esd_gather_iov(struct esd_gather *g, const struct esd_buf *b, void **iov, int *n);
 
 /* Bytes of a row op frame with count rows (for sizing batches). */
 static inline size_t esd_rows_frame_size(uint32_t count, uint32_t dim, uint32_t state_dim)

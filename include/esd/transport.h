@@ -115,6 +115,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <esd/auth.h>
 #include <esd/proto.h>
@@ -260,6 +261,37 @@ void esd_listener_close(struct esd_listener *l);
  */
 int esd_link_send(struct esd_link *l, const void *frames, size_t len);
 
+/*
+ * Send frames given in pieces (esd_gather_iov() of esd/proto.h): the bytes
+ * of iov[0..n) in order are one or more whole frames, each frame's header
+ * within one piece. Where the link can (esd_link_zero_copy()), the pieces
+ * go from where they lie: tcp writes them with one writev, rdma posts them
+ * as scatter-gather entries over memory registered with
+ * esd_transport_register_memory() (other and small pieces through its own
+ * registered buffers). Otherwise they are copied into one buffer and sent
+ * as esd_link_send() sends. The memory may change once this returns.
+ * Returns as esd_link_send(); -EINVAL names the piece that breaks a frame.
+ */
+int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n);
+/* 1 when esd_link_sendv() sends pieces in place on l: the backend can, and
+ * no job key (tags), reliable layer (copies kept for retransmission) or
+ * fault injection is in the way; else 0. */
+int esd_link_zero_copy(const struct esd_link *l);
+
+/*
+ * Memory that links may send from in place, e.g. a node's cache region in
+ * huge pages: each rdma link registers it with its device once (at its
+ * next send; not per frame) and sends rows lying in it without a copy.
+ * Regions do not overlap; at most ESD_TRANSPORT_MAX_REGIONS. Returns 0,
+ * -EINVAL, -EEXIST (overlaps one registered), -ENOSPC. Unregister only
+ * after the links that sent from it are closed (they hold the device's
+ * registration until then). Thread-safe.
+ */
+#define ESD_TRANSPORT_MAX_REGIONS 8
+int esd_transport_register_memory(const void *base, size_t len);
+/* Returns 0 or -ENOENT. */
+int esd_transport_unregister_memory(const void *base);
+
 /* Encode and send an ERROR frame (best effort: the link may be broken).
  * Returns as esd_link_send(). */
 int esd_link_send_error(struct esd_link *l, int code, const char *text);
@@ -320,6 +352,7 @@ struct esd_link_stats {
 	uint64_t dup_rx_frames; /* duplicates the reliable layer dropped */
 	uint64_t fault_drops, fault_dups, fault_reorders;
 	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
+	uint64_t in_place_bytes; /* esd_link_sendv() bytes sent in pieces, not copied */
 	uint64_t rate_bps;
 	int reliable; /* the reliable layer is on */
 };

@@ -241,6 +241,17 @@ int job_backend_from_config(const struct esd_config *cfg, struct esd_job *j)
 		rc = -EINVAL;
 	}
 	snprintf(j->backend, sizeof(j->backend), "%s", s);
+	esd_config_get_str(cfg, "ps", "zero_copy", "auto", &s);
+	if (!strcmp(s, "auto"))
+		j->zero_copy = ESD_JOB_ZC_AUTO;
+	else if (!strcmp(s, "on"))
+		j->zero_copy = ESD_JOB_ZC_ON;
+	else if (!strcmp(s, "off"))
+		j->zero_copy = ESD_JOB_ZC_OFF;
+	else {
+		ESD_ERR("config", "ps.zero_copy = '%s': expected auto, on or off", s);
+		rc = -EINVAL;
+	}
 	if (dpdk_keys(cfg, j))
 		rc = -EINVAL;
 	if (rdma_keys(cfg, j))

@@ -38,6 +38,7 @@ const char *const esd_job_keys[] = {
 	/* the backend's own keys (backend.c) */
 	"ps.dpdk_eal", "ps.dpdk_port", "ps.dpdk_mtu", "ps.dpdk_queue", "ps.dpdk_shard_macs",
 	"ps.dpdk_worker_macs", "ps.rdma_device", "ps.rdma_port", "ps.rdma_gid_index",
+	"ps.zero_copy",
 	NULL,
 };
 

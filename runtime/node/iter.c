@@ -21,6 +21,7 @@
 
 struct shard_buf {
 	struct esd_buf b;
+	struct esd_gather g; /* rows sent from the cache in place (x->zero_copy) */
 	struct esd_rows_enc e;
 	bool open;
 };
@@ -39,6 +40,7 @@ struct exec {
 	size_t cap_fill, cap_samples;
 	uint32_t dense_rows;
 	float *dense_chunk; /* one dense row's gradient (dim floats) */
+	bool zero_copy;     /* ps.zero_copy: cache rows go in place */
 };
 
 static uint32_t shard_of(const struct node *nd, esd_key_t key)
@@ -65,22 +67,56 @@ static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_
 	return esd_enc_rows_begin(&x->sb[s].e, &x->sb[s].b, op, &r);
 }
 
-/* Append a row to shard s's open frame, starting a new frame when full. */
+/* One row into shard s's open frame: floats that lie in the cache go in
+ * place when the job sends zero copy (they stay unchanged until the flush:
+ * each step flushes before it writes rows it pushed). */
+static int row_put(struct exec *x, uint32_t s, bool in_cache, esd_key_t key, uint64_t clock,
+		   const float *v, const float *st)
+{
+	struct shard_buf *sb = &x->sb[s];
+	return in_cache && x->zero_copy ? esd_enc_row_ref(&sb->e, &sb->g, key, clock, v, st)
+					: esd_enc_row(&sb->e, key, clock, v, st);
+}
+
+/* Append a row to shard s's open frame, starting a new frame when full;
+ * in_cache: v and st are the cache's rows. */
 static int rows_add(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_kind kind,
-		    uint64_t iter, esd_key_t key, uint64_t clock, const float *v, const float *st)
+		    uint64_t iter, esd_key_t key, uint64_t clock, const float *v, const float *st,
+		    bool in_cache)
 {
 	int rc = 0;
 	if (!x->sb[s].open)
 		rc = rows_begin(x, s, op, kind, iter);
 	if (!rc)
-		rc = esd_enc_row(&x->sb[s].e, key, clock, v, st);
+		rc = row_put(x, s, in_cache, key, clock, v, st);
 	if (rc == -E2BIG) { /* frame full: close it, open the next */
 		esd_enc_rows_end(&x->sb[s].e);
 		rc = rows_begin(x, s, op, kind, iter);
 		if (!rc)
-			rc = esd_enc_row(&x->sb[s].e, key, clock, v, st);
+			rc = row_put(x, s, in_cache, key, clock, v, st);
 	}
 	return rc;
+}
+
+/* Drop what shard s's buffer holds. */
+static void sb_reset(struct shard_buf *sb)
+{
+	esd_buf_reset(&sb->b);
+	esd_gather_reset(&sb->g);
+	sb->open = false;
+}
+
+/* Shard s's frames onto its link: in pieces when rows are referenced. */
+static int send_shard(struct exec *x, uint32_t s)
+{
+	struct shard_buf *sb = &x->sb[s];
+	struct esd_link *l = x->nd->links.link[s];
+	if (!sb->g.ext)
+		return esd_link_send(l, sb->b.data, sb->b.len);
+	void *iov;
+	int n;
+	int rc = esd_gather_iov(&sb->g, &sb->b, &iov, &n);
+	return rc ? rc : esd_link_sendv(l, iov, n);
 }
 
 static void rows_close_all(struct exec *x)
@@ -96,11 +132,10 @@ static int flush_all(struct exec *x)
 {
 	rows_close_all(x);
 	for (uint32_t s = 0; s < x->nd->job.shards; s++) {
-		struct esd_buf *b = &x->sb[s].b;
-		if (!b->len)
+		if (!x->sb[s].b.len)
 			continue;
-		int rc = esd_link_send(x->nd->links.link[s], b->data, b->len);
-		esd_buf_reset(b);
+		int rc = send_shard(x, s);
+		sb_reset(&x->sb[s]);
 		if (!rc) /* every push frame encoded for s is on the wire */
 			x->nd->links.sent_seq[s] = x->nd->links.push_seq[s];
 		if (rc) {
@@ -475,7 +510,7 @@ static int push_updates(struct exec *x, const struct order *o)
 		}
 		rc = rows_add(x, shard_of(nd, o->upd[i]), ESD_OP_PUSH_VALUE, ESD_XFER_UPDATE_PUSH,
 			      o->iter, o->upd[i], sl->clock, node_row_value(nd, slot),
-			      sd ? node_row_state(nd, slot) : NULL);
+			      sd ? node_row_state(nd, slot) : NULL, true);
 		if (rc)
 			break;
 		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, sl->clock);
@@ -582,7 +617,7 @@ static int push_evictions(struct exec *x, const struct order *o, const struct es
 			continue;
 		int rc = rows_add(x, shard_of(nd, e->key), ESD_OP_PUSH_VALUE, ESD_XFER_EVICT_PUSH,
 				  o->iter, e->key, e->clock, node_row_value(nd, e->slot),
-				  sd ? node_row_state(nd, e->slot) : NULL);
+				  sd ? node_row_state(nd, e->slot) : NULL, true);
 		if (rc)
 			return rc;
 	}
@@ -653,7 +688,8 @@ static int apply_step6(struct exec *x, const struct order *o)
 			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_DIRTY, clock + 1);
 		} else {
 			rc = rows_add(x, shard_of(nd, o->need[i]), ESD_OP_PUSH_GRAD,
-				      ESD_XFER_UPDATE_PUSH, o->iter, o->need[i], sl->clock, g, NULL);
+				      ESD_XFER_UPDATE_PUSH, o->iter, o->need[i], sl->clock, g, NULL,
+				      true);
 			if (rc)
 				break;
 			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_OUTDATED, sl->clock);
@@ -686,7 +722,7 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 		memset(x->dense_chunk, 0, dim * sizeof(float));
 		memcpy(x->dense_chunk, dg + off, n * sizeof(float));
 		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
-			      esd_key_make(DENSE_TABLE, i), 0, x->dense_chunk, NULL);
+			      esd_key_make(DENSE_TABLE, i), 0, x->dense_chunk, NULL, false);
 	}
 	rows_close_all(x);
 	return rc;
@@ -726,7 +762,7 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 				continue;
 			rc = rows_add(x, shard_of(nd, sl->key), ESD_OP_PUSH_VALUE, ESD_XFER_OTHER,
 				      o->iter, sl->key, sl->clock, node_row_value(nd, s),
-				      sd ? node_row_state(nd, s) : NULL);
+				      sd ? node_row_state(nd, s) : NULL, true);
 			if (o->flush)
 				esd_cmeta_set_state(nd->cm, s, ESD_ROW_CLEAN, sl->clock);
 		}
@@ -865,8 +901,7 @@ static int recover(struct exec *x, uint64_t *resume)
 	}
 	ESD_WARN("node", "lost a PS shard; reconnecting to resume from its checkpoint");
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
-		esd_buf_reset(&x->sb[s].b);
-		x->sb[s].open = false;
+		sb_reset(&x->sb[s]);
 		x->npull[s] = 0;
 		/* frames encoded and never sent: their sequences are not used */
 		nd->links.push_seq[s] = nd->links.sent_seq[s];
@@ -947,14 +982,44 @@ uint64_t node_last_iter(struct node *nd)
 	return end;
 }
 
+/* ps.zero_copy: whether rows go from the cache in place, and the cache's
+ * pages registered for the links that send from them (once per process:
+ * the cache outlives the links). */
+static int zero_copy_setup(struct exec *x)
+{
+	struct node *nd = x->nd;
+	enum esd_job_zero_copy z = nd->job.zero_copy;
+	x->zero_copy = z == ESD_JOB_ZC_ON || (z == ESD_JOB_ZC_AUTO && !strcmp(nd->job.backend, "rdma"));
+	if (!x->zero_copy)
+		return 0;
+	size_t len;
+	void *base = esd_cache_map(nd->cache, &len);
+	int rc = esd_transport_register_memory(base, len);
+	if (rc && rc != -EEXIST) {
+		ESD_ERR("node", "ps.zero_copy: the cache's %zu bytes cannot be registered: %s",
+			len, esd_strerror(rc));
+		return rc;
+	}
+	ESD_INFO("node", "ps.zero_copy: rows go from the cache's pages in place (%s links%s)",
+		 nd->job.backend,
+		 nd->links.link[0] && !esd_link_zero_copy(nd->links.link[0])
+			 ? ": this link copies them (job key, reliable layer or faults)"
+			 : "");
+	return 0;
+}
+
 int node_run(struct node *nd, uint64_t start)
 {
 	struct exec x = {.nd = nd};
 	int rc = 0;
 	struct order *o;
 
-	for (uint32_t s = 0; s < nd->job.shards; s++)
+	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
 		esd_buf_init(&x.sb[s].b);
+		esd_gather_init(&x.sb[s].g);
+	}
+	if ((rc = zero_copy_setup(&x)))
+		return rc;
 	x.dense_rows = (uint32_t)((nd->dense_params + nd->job.dim - 1) / nd->job.dim);
 	x.dense_chunk = calloc(nd->job.dim, sizeof(float));
 	if (!x.dense_chunk)
@@ -1012,6 +1077,7 @@ int node_run(struct node *nd, uint64_t start)
 	}
 	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
 		esd_buf_free(&x.sb[s].b);
+		esd_gather_free(&x.sb[s].g);
 		free(x.pull_keys[s]);
 	}
 	free(x.pulls);

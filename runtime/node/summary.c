@@ -28,11 +28,12 @@ static json_t *links_json(const struct node *nd)
 			continue;
 		struct esd_link_stats st;
 		esd_link_stats(nd->links.link[s], &st);
-		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I, s:I}", "shard", s, "backend",
+		json_t *l = json_pack("{s:i, s:s, s:b, s:I, s:I, s:I, s:I}", "shard", s, "backend",
 				      esd_link_backend(nd->links.link[s]), "reliable", st.reliable,
 				      "rate_bps", (json_int_t)st.rate_bps, "shaped_wait_ns",
 				      (json_int_t)st.shaped_wait_ns, "retx_frames",
-				      (json_int_t)st.retx_frames);
+				      (json_int_t)st.retx_frames, "in_place_bytes",
+				      (json_int_t)st.in_place_bytes);
 		json_array_append_new(links, node_link_kinds_json(&st, l));
 	}
 	return links;
