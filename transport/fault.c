@@ -2,7 +2,8 @@
  * Fault injection for tests: below the reliable layer and the shaper's
  * caller, whole frames are dropped, duplicated or held back and sent after
  * the next frame (reordered), each with its probability, from a seeded
- * PRNG so a failing run can be replayed. Link-internal frames (LINK_ACK)
+ * PRNG so a failing run can be replayed, and one chosen frame of the
+ * reliable layer can be lost (drop_seq). Link-internal frames (LINK_ACK)
  * are subject to faults too: the reliable layer must survive losing them.
  */
 #include "link_internal.h"
@@ -32,7 +33,7 @@ void fault_init(struct fault *f, const struct esd_fault_opts *o)
 	memset(f, 0, sizeof(*f));
 	f->o = *o;
 	f->rng = o->seed ? o->seed : 1;
-	f->on = o->drop > 0 || o->dup > 0 || o->reorder > 0;
+	f->on = o->drop > 0 || o->dup > 0 || o->reorder > 0 || o->drop_seq;
 }
 
 void fault_fini(struct fault *f)
@@ -63,6 +64,19 @@ int fault_flush(struct esd_link *l, int force)
 	return rc;
 }
 
+/* The first sending of the frame drop_seq names. */
+static bool is_drop_seq(const struct fault *f, const uint8_t *p, size_t len)
+{
+	uint16_t flags;
+	uint64_t seq;
+	if (!f->o.drop_seq || len < ESD_FRAME_HDR_SIZE || p[5] == ESD_OP_LINK_ACK)
+		return false;
+	memcpy(&flags, p + 6, 2);
+	memcpy(&seq, p + 16, 8);
+	return (flags & ESD_FLAG_RELIABLE) && !(flags & ESD_FLAG_RETRANSMIT) &&
+	       seq == f->o.drop_seq;
+}
+
 int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns)
 {
 	struct fault *f = &l->fault;
@@ -80,7 +94,7 @@ int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadl
 	for (int i = 0; i < n; i++) {
 		const void *p = iov[i].iov_base;
 		size_t len = iov[i].iov_len;
-		if (uniform(&f->rng) < f->o.drop) {
+		if (is_drop_seq(f, p, len) || uniform(&f->rng) < f->o.drop) {
 			atomic_fetch_add(&l->fault_drops, 1);
 			continue;
 		}

@@ -16,7 +16,11 @@
  * so a burst of losses costs a round trip a frame, not a timeout each; one
  * that covers more, or that the first sending earned (the expiry was a
  * late ack, not a loss, as when the peer stalled), ends the recovery.
- * Frames that arrived are taken before the timer is looked at. The
+ * Three acknowledgements in a row that repeat the last one while frames
+ * are out (the receiver answers arrivals past a hole) start the same
+ * recovery at once, without the timer (fast retransmit; a loss at the tail
+ * of a burst still waits for it). Frames that arrived are taken before the
+ * timer is looked at. The
  * timeout follows the round trips measured (smoothed round trip plus four
  * deviations, from frames sent once only, Karn's rule), never below the
  * link's rto_ns, where it starts: a frame that takes longer on the wire
@@ -42,6 +46,7 @@
 #define MAX_RTO_NS     (60 * ESD_NS_PER_S)
 #define DEFAULT_WINDOW 256u
 #define ACK_EVERY      16u
+#define DUPACKS        3u /* repeated acks that say a frame is lost */
 
 
 struct rel {
@@ -56,8 +61,9 @@ struct rel {
 	struct fbuf **txq; /* window slots, by seq % window */
 	int64_t progress_ns; /* the oldest frame's first send, or the last ack progress */
 	int64_t timer_ns;    /* the retransmission timer's start */
-	uint64_t recover;    /* after an expiry: the last seq sent then (0: none) */
+	uint64_t recover;    /* after an expiry or DUPACKS: the last seq sent then (0: none) */
 	uint64_t resent;     /* the last seq sent again since */
+	uint32_t dupacks;    /* acks in a row that repeated tx_acked */
 	/* receiver */
 	uint64_t rx_next;  /* next in-order seq expected */
 	struct fbuf **ooo; /* frames ahead of rx_next, by seq % window */
@@ -251,6 +257,16 @@ static void on_ack(struct esd_link *l, uint64_t ack, bool of_copy)
 	if (r->recover && advanced &&
 	    (r->tx_acked >= r->recover || r->tx_acked > r->resent || !of_copy))
 		r->recover = 0;
+	/* The receiver acks arrivals: the same ack again and again while
+	 * frames are out means frames after a hole arrive (fast retransmit:
+	 * the recovery starts without waiting for the timer, and without
+	 * doubling it). */
+	if (advanced || ack != r->tx_acked || r->tx_acked + 1 == r->tx_next)
+		r->dupacks = 0;
+	else if (++r->dupacks == DUPACKS && !r->recover) {
+		r->recover = r->tx_next - 1;
+		r->resent = r->tx_acked; /* the oldest is due: retransmit() sends it */
+	}
 	if (rtt >= 0)
 		rtt_sample(r, rtt);
 }

@@ -39,8 +39,9 @@
  *                checked and stripped on receipt (esd/auth.h)
  *   reliable     sequence numbers, cumulative LINK_ACK, retransmission of
  *                the oldest frame when no ack came for a timeout that
- *                follows the round trip (at least rto_ns), then of each
- *                next one a copy's ack shows missing,
+ *                follows the round trip (at least rto_ns) or at once
+ *                after three acks that repeat the last one, then of
+ *                each next one a copy's ack shows missing,
  *                reorder buffer, duplicate suppression; on for dpdk
  *                over af_packet and a NIC, and for every backend while
  *                fault injection is on (or reliable = 1); tcp, dpdk memif
@@ -134,6 +135,8 @@ struct esd_fault_opts {
 	double dup;     /* the frame is sent twice */
 	double reorder; /* the frame is held back and sent after the next one */
 	uint64_t seed;  /* PRNG seed; the same seed gives the same decisions */
+	uint64_t drop_seq; /* the reliable layer's frame of this sequence number
+	                    * is lost at its first sending (0: none) */
 };
 
 struct esd_link_opts {

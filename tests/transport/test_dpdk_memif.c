@@ -105,9 +105,12 @@ static void test_memif_round_trips(void **state)
 	printf("# close took %.1f ms\n", esd_ns_to_ms(esd_now_ns() - t0));
 
 	/* Second link (memif id 1) with drop 2 %, dup 5 %, reorder 25 %: every
-	 * push applied once, every pull answered, in order. */
+	 * push applied once, every pull answered, in order. The random drops
+	 * may all hit acknowledgements (which frames are acks depends on
+	 * timing): the 7th data frame is lost for sure. */
 	o.memif_id = 1;
-	o.faults = (struct esd_fault_opts){.drop = 0.02, .dup = 0.05, .reorder = 0.25, .seed = 5};
+	o.faults = (struct esd_fault_opts){
+	    .drop = 0.02, .dup = 0.05, .reorder = 0.25, .seed = 5, .drop_seq = 7};
 	o.rto_ns = 5 * ESD_NS_PER_MS;
 	assert_int_equal(esd_link_connect(&o, &l), 0);
 	float sum = 0;

@@ -3,7 +3,8 @@
  * came (so acknowledges it that late) gets it once, not every 10 ms (the
  * link's rto_ns, where the timeout starts): at most the first exchanges see
  * a retransmission. Then the peer answers at once again and a frame that is
- * lost (fault injection) is still sent again and delivered. A send that
+ * lost (fault injection) is still sent again and delivered, and one lost
+ * inside a burst without waiting for the timeout. A send that
  * finds the peer's close in the input after its frame went succeeds. */
 #include "testutil.h"
 
@@ -15,6 +16,9 @@
 #include <string.h>
 
 enum { EXCHANGES = 16, LATE_MS = 25 };
+#define RTO_NS      (10 * ESD_NS_PER_MS)
+#define RTO_LONG_NS (2 * ESD_NS_PER_S)
+static int64_t rto_ns = RTO_NS; /* the links' least timeout */
 
 struct server {
 	struct esd_listener *ls;
@@ -26,7 +30,7 @@ static void opts(struct esd_link_opts *o)
 {
 	esd_link_opts_init(o);
 	o->reliable = 1;
-	o->rto_ns = 10 * ESD_NS_PER_MS;
+	o->rto_ns = rto_ns;
 	o->timeout_ns = 5 * ESD_NS_PER_S;
 }
 
@@ -142,6 +146,45 @@ static void test_losses_repaired(void **state)
 	stop(&s, t, l);
 }
 
+/* A burst of n HELLOs, then their n echoes. */
+static void burst(struct esd_link *l, int n)
+{
+	for (int i = 0; i < n; i++)
+		assert_int_equal(hello(l, 1000 + (uint64_t)i, 0), 0);
+	for (int i = 0; i < n; i++) {
+		struct esd_msg m;
+		assert_int_equal(esd_link_recv(l, &m, 10 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.hello.job_token, 1000 + (uint64_t)i);
+	}
+}
+
+/* A frame lost inside a burst is sent again once the peer's repeated
+ * acknowledgements (for the frames after the hole) say so, not after the
+ * timeout (2 s here). */
+static void test_fast_retransmit(void **state)
+{
+	(void)state;
+	struct server s;
+	struct esd_link *l;
+	struct esd_link_stats st;
+	pthread_t t;
+	rto_ns = RTO_LONG_NS;
+	start(&s, &t, 0, (struct esd_fault_opts){.drop_seq = 5}, &l);
+	int64_t t0 = esd_now_ns();
+	burst(l, 64);
+	double ms = esd_ns_to_ms(esd_now_ns() - t0);
+	esd_link_stats(l, &st);
+	printf("# 64 frames, the 5th lost: %llu dropped, %llu retransmissions, %.0f ms "
+	       "(timeout %d ms)\n",
+	       (unsigned long long)st.fault_drops, (unsigned long long)st.retx_frames, ms,
+	       (int)(RTO_LONG_NS / ESD_NS_PER_MS));
+	assert_int_equal(st.fault_drops, 1);
+	assert_int_equal(st.retx_frames, 1);
+	assert_true(ms < esd_ns_to_ms(RTO_LONG_NS) / 2);
+	stop(&s, t, l);
+	rto_ns = RTO_NS;
+}
+
 /* Send one HELLO and close: the peer that had what it waited for leaves. */
 static void *say_and_leave(void *arg)
 {
@@ -188,6 +231,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {cmocka_unit_test(test_timeout_follows_round_trip),
 	                                   cmocka_unit_test(test_losses_repaired),
+	                                   cmocka_unit_test(test_fast_retransmit),
 	                                   cmocka_unit_test(test_send_as_peer_leaves)};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
