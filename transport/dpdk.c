@@ -72,14 +72,12 @@
  * sleep. Every sleep is a pair of context switches, which on a small or
  * virtual host costs more than the poll: with short sleeps only, the
  * polling threads of a few idle links take whole cores
- * (bench/results/transport.md). An af_packet link spins only
- * IDLE_SPIN_L2_NS: its packets come through the kernel, which wakes the
- * one thread a packet is for as it wakes a socket's reader, and on shared
- * cores a long spin takes the core from the peer that is to answer; the
- * short one still catches a quick answer without a wake-up (both
- * measured in bench/results/transport.md, "DPDK af_packet"). */
-#define IDLE_SPIN_NS      (50 * ESD_NS_PER_US)
-#define IDLE_SPIN_L2_NS   (15 * ESD_NS_PER_US)
+ * (bench/results/transport.md). Memif and af_packet links sleep on a
+ * doorbell or a wake socket after the spin; the spin is short because on
+ * shared cores a long one takes the core from the peer that is to answer,
+ * and it still catches a quick answer without a wake-up (both measured in
+ * bench/results/transport.md). */
+#define IDLE_SPIN_NS      (15 * ESD_NS_PER_US)
 #define IDLE_SLEEP_NS     (10 * ESD_NS_PER_US)
 #define IDLE_SLEEP_MAX_NS (1000 * ESD_NS_PER_US)
 /* On a shared port (af_packet, a NIC) many link threads poll one port and
@@ -1091,7 +1089,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return -ETIMEDOUT;
 		if (!d->idle_since)
 			d->idle_since = now;
-		if (now - d->idle_since <= (port_sleeps(d) ? IDLE_SPIN_L2_NS : IDLE_SPIN_NS))
+		if (now - d->idle_since <= IDLE_SPIN_NS)
 			continue;
 		if (d->bell || port_sleeps(d)) {
 			idle_wait(d, deadline, now);
