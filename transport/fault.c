@@ -45,10 +45,7 @@ void fault_fini(struct fault *f)
 static int send_one(struct esd_link *l, const void *p, size_t len, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
-	int64_t waited = link_shape(l, len);
-	if (waited)
-		atomic_fetch_add(&l->shaped_wait_ns, (uint64_t)waited);
-	atomic_fetch_add(&l->wire_tx_bytes, len);
+	link_shape_tx(l, len);
 	return l->w->ops->send(l->w, &iov, 1, deadline);
 }
 
@@ -85,10 +82,7 @@ int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadl
 		size_t total = 0;
 		for (int i = 0; i < n; i++)
 			total += iov[i].iov_len;
-		int64_t waited = link_shape(l, total);
-		if (waited)
-			atomic_fetch_add(&l->shaped_wait_ns, (uint64_t)waited);
-		atomic_fetch_add(&l->wire_tx_bytes, total);
+		link_shape_tx(l, total);
 		return l->w->ops->send(l->w, iov, n, deadline_ns);
 	}
 	for (int i = 0; i < n; i++) {

@@ -207,19 +207,24 @@ int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t de
 	return l->rel ? rel_send(l, iov, n, deadline) : lower_send(l, iov, n, deadline);
 }
 
+/* A send failed with rc (not 0): the link is broken but for a timeout,
+ * and the wire's reason is kept (a refused tag has its own). */
+static int send_failed(struct esd_link *l, int rc)
+{
+	if (rc != -ETIMEDOUT)
+		l->broken = 2;
+	if (rc != -EACCES)
+		snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
+	return rc;
+}
+
 /* A batch of whole application frames: tagged when the link has a key. */
 static int send_batch(struct esd_link *l, struct iovec *iov, int n, int64_t deadline)
 {
 	int rc = l->auth ? auth_seal(l, iov, n) : 0;
 	if (!rc)
 		rc = link_send_raw(l, iov, n, deadline);
-	if (rc) {
-		if (rc != -ETIMEDOUT)
-			l->broken = 2;
-		if (rc != -EACCES)
-			snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
-	}
-	return rc;
+	return rc ? send_failed(l, rc) : 0;
 }
 
 int esd_link_send(struct esd_link *l, const void *frames, size_t len)
@@ -334,16 +339,9 @@ int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n)
 	int rc = count_pieces(l, iov, n, &total);
 	if (rc)
 		return rc;
-	int64_t waited = link_shape(l, total);
-	if (waited)
-		atomic_fetch_add(&l->shaped_wait_ns, (uint64_t)waited);
-	atomic_fetch_add(&l->wire_tx_bytes, total);
-	if ((rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns)))) {
-		if (rc != -ETIMEDOUT)
-			l->broken = 2;
-		snprintf(l->err, sizeof(l->err), "send: %s", l->w->err);
-		return rc;
-	}
+	link_shape_tx(l, total);
+	if ((rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns))))
+		return send_failed(l, rc);
 	atomic_fetch_add(&l->in_place_bytes, total);
 	return 0;
 }

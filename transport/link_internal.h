@@ -206,6 +206,9 @@ int64_t shaper_take(struct shaper *s, size_t bytes);
 struct shaper *link_shaper(struct esd_link *l);
 /* shaper_take on the link's bucket (an uplink's under its lock). */
 int64_t link_shape(struct esd_link *l, size_t bytes);
+/* link_shape for bytes about to go on the wire, the wait and the bytes
+ * counted in the link's stats. */
+void link_shape_tx(struct esd_link *l, size_t bytes);
 
 /* ---- fault injection (fault.c) ----------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -784,12 +785,18 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 	return 0;
 }
 
+/* One more row fits the frame's row and body maxima. */
+static bool row_fits(const struct esd_rows_enc *e)
+{
+	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
+	return e->r.count < ESD_PROTO_DEFAULT_MAX_ROWS &&
+	       body + e->r.stride <= ESD_PROTO_DEFAULT_MAX_BODY;
+}
+
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
                         float **state)
 {
-	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
-	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
-	    body + e->r.stride > ESD_PROTO_DEFAULT_MAX_BODY)
+	if (!row_fits(e))
 		return -E2BIG;
 	int rc = esd_buf_reserve(e->b, e->r.stride);
 	if (rc)
@@ -892,9 +899,7 @@ int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
 	if (e->r.state_dim && !state)
 		return esd_enc_row(e, key, clock, value, NULL);
 	size_t floats = 4u * ((size_t)e->r.dim + e->r.state_dim);
-	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
-	if (e->r.count >= ESD_PROTO_DEFAULT_MAX_ROWS ||
-	    body + e->r.stride > ESD_PROTO_DEFAULT_MAX_BODY)
+	if (!row_fits(e))
 		return -E2BIG;
 	/* room first, so a failure leaves b and g as they were */
 	int rc = gather_room(g, 3);

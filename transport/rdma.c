@@ -89,8 +89,8 @@ struct rdma_wire {
 	/* the application's memory, registered with this link's device */
 	int max_sge;
 	unsigned n_ext;
-	struct memreg_region ext[ESD_TRANSPORT_MAX_REGIONS];
-	struct ibv_mr *ext_mr[ESD_TRANSPORT_MAX_REGIONS]; /* NULL: refused */
+	struct ibv_mr *ext_mr[ESD_TRANSPORT_MAX_REGIONS];
+	struct plan_region ext[ESD_TRANSPORT_MAX_REGIONS]; /* ext_mr's, for the planner */
 	uint64_t ext_gen;
 };
 
@@ -298,6 +298,12 @@ static int post_recv(struct rdma_wire *r, uint32_t slot)
 	return rc ? -rc : 0; /* verbs return a positive errno */
 }
 
+/* Scatter-gather entries a SEND may have: 1 to PLAN_MAX_ENTRIES. */
+static int clamp_sge(int n)
+{
+	return n < 1 ? 1 : n < PLAN_MAX_ENTRIES ? n : PLAN_MAX_ENTRIES;
+}
+
 static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const char *what,
                        struct qp_info *mine)
 {
@@ -331,21 +337,18 @@ static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: registering %zu bytes failed",
 		                 r->region_len);
 	struct ibv_device_attr da;
-	int sge = ibv_query_device(r->ctx, &da) ? 1 : da.max_sge;
+	int sge = ibv_query_device(r->ctx, &da) ? 1 : clamp_sge(da.max_sge);
 	struct ibv_qp_init_attr qa = {
 	    .send_cq = r->cq,
 	    .recv_cq = r->cq,
 	    .qp_type = IBV_QPT_RC,
 	    .cap = {.max_send_wr = SLOTS,
 	            .max_recv_wr = SLOTS,
-	            .max_send_sge = (uint32_t)(sge < 1 ? 1 : sge < PLAN_MAX_ENTRIES ? sge : PLAN_MAX_ENTRIES),
+	            .max_send_sge = (uint32_t)sge,
 	            .max_recv_sge = 1}};
 	if (!(r->qp = ibv_create_qp(r->pd, &qa)))
 		return wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
-	r->max_sge = qa.cap.max_send_sge < PLAN_MAX_ENTRIES ? (int)qa.cap.max_send_sge
-	                                                     : PLAN_MAX_ENTRIES;
-	if (r->max_sge < 1)
-		r->max_sge = 1;
+	r->max_sge = clamp_sge((int)qa.cap.max_send_sge); /* what the QP got */
 	struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT,
 	                         .pkey_index = 0,
 	                         .port_num = r->port,
@@ -411,8 +414,7 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 static void drop_regions(struct rdma_wire *r)
 {
 	for (unsigned i = 0; i < r->n_ext; i++)
-		if (r->ext_mr[i])
-			ibv_dereg_mr(r->ext_mr[i]);
+		ibv_dereg_mr(r->ext_mr[i]);
 	r->n_ext = 0;
 }
 
@@ -610,17 +612,22 @@ static void sync_regions(struct rdma_wire *r)
 {
 	if (memreg_generation() == r->ext_gen)
 		return;
+	struct memreg_region reg[ESD_TRANSPORT_MAX_REGIONS];
 	drop_regions(r);
-	r->n_ext = memreg_snapshot(r->ext, &r->ext_gen);
-	for (unsigned i = 0; i < r->n_ext; i++) {
+	unsigned n = memreg_snapshot(reg, &r->ext_gen);
+	for (unsigned i = 0; i < n; i++) {
 		/* local read, all a SEND's source needs, comes with every MR */
-		r->ext_mr[i] = ibv_reg_mr(r->pd, (void *)r->ext[i].base, r->ext[i].len, 0);
-		if (!r->ext_mr[i])
+		struct ibv_mr *mr = ibv_reg_mr(r->pd, (void *)reg[i].base, reg[i].len, 0);
+		if (!mr) {
 			ESD_WARN("transport",
 			         "rdma link to %s: registering %zu bytes at %p to send from "
 			         "failed (%s; RLIMIT_MEMLOCK?): rows there are copied",
-			         r->w.peer, r->ext[i].len, r->ext[i].base,
-			         esd_strerror(esd_neg_errno()));
+			         r->w.peer, reg[i].len, reg[i].base, esd_strerror(esd_neg_errno()));
+			continue;
+		}
+		r->ext_mr[r->n_ext] = mr;
+		r->ext[r->n_ext++] =
+		    (struct plan_region){.base = reg[i].base, .len = reg[i].len, .key = mr->lkey};
 	}
 }
 
@@ -681,19 +688,15 @@ static int rdma_sendv(struct wire *w, const struct iovec *iov, int n, int64_t de
 {
 	static const struct plan_ops ops = {.stage = stage_slot, .emit = post_chunk};
 	struct rdma_wire *r = (struct rdma_wire *)w;
-	struct plan_region reg[ESD_TRANSPORT_MAX_REGIONS];
-	struct plan_rules rules = {.reg = reg,
+	sync_regions(r);
+	struct plan_rules rules = {.reg = r->ext,
+	                           .nreg = r->n_ext,
 	                           .max_entries = r->max_sge,
 	                           .min_in_place = GATHER_MIN,
 	                           .chunk_max = SLOT_SIZE,
 	                           .stage_key = r->mr->lkey};
 	struct send_ctx ctx = {.r = r, .deadline = deadline};
 	size_t in_place;
-	sync_regions(r);
-	for (unsigned i = 0; i < r->n_ext; i++)
-		if (r->ext_mr[i])
-			reg[rules.nreg++] = (struct plan_region){
-			    .base = r->ext[i].base, .len = r->ext[i].len, .key = r->ext_mr[i]->lkey};
 	int rc = plan_send(&rules, iov, n, &ops, &ctx, &in_place);
 	if (rc == -EINVAL)
 		return wire_fail(w, rc, "rdma: the pieces are not whole frames");

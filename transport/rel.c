@@ -20,13 +20,12 @@
  * are out (the receiver answers arrivals past a hole) start the same
  * recovery at once, without the timer (fast retransmit; a loss at the tail
  * of a burst still waits for it). Frames that arrived are taken before the
- * timer is looked at. The
- * timeout follows the round trips measured (smoothed round trip plus four
- * deviations, from frames sent once only, Karn's rule), never below the
- * link's rto_ns, where it starts: a frame that takes longer on the wire
- * than rto_ns (a large one over a slow link) is not sent twice. With no
- * progress of acknowledgements for timeout_ns the peer is declared dead
- * (-ETIMEDOUT).
+ * timer is looked at. The timeout follows the round trips measured
+ * (smoothed round trip plus four deviations, from frames sent once only,
+ * Karn's rule), never below the link's rto_ns, where it starts: a frame
+ * that takes longer on the wire than rto_ns (a large one over a slow link)
+ * is not sent twice. With no progress of acknowledgements for timeout_ns
+ * the peer is declared dead (-ETIMEDOUT).
  * Receiver: frames arrive at rx_next (delivered, then any buffered
  * successors), ahead of it within the window (buffered), or behind it
  * (duplicates, dropped). Every arrival is answered with a cumulative
@@ -466,7 +465,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 	node_free(r, r->cur);
 	r->cur = NULL;
 	/* Frames that arrived before the peer left are delivered first. */
-	if (!r->dq_head && !r->err && (rc = pump_ready(l)) < 0 && rc != -ETIMEDOUT)
+	if (!r->dq_head && !r->err && (rc = pump_ready(l)) < 0)
 		r->err = rc;
 	while (!r->dq_head) {
 		if (r->err)

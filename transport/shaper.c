@@ -102,3 +102,11 @@ int64_t link_shape(struct esd_link *l, size_t bytes)
 	pthread_mutex_unlock(&u->mu);
 	return waited;
 }
+
+void link_shape_tx(struct esd_link *l, size_t bytes)
+{
+	int64_t waited = link_shape(l, bytes);
+	if (waited)
+		atomic_fetch_add(&l->shaped_wait_ns, (uint64_t)waited);
+	atomic_fetch_add(&l->wire_tx_bytes, bytes);
+}
