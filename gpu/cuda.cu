@@ -71,6 +71,11 @@
 #define ABORT_EVERY 32u
 #define GO_STOP   0xffffffffu
 #define PIX(a, b, n) ((a) * ((n) + 1) + (b))
+/* a spinning thread's pause: nothing on a GPU; the CPU emulation
+ * (gpu/emu/) lets the other threads run */
+#ifndef ESD_SPIN_HINT
+#define ESD_SPIN_HINT() ((void)0)
+#endif
 
 enum { ST_OK = 0, ST_ABORTED = 1, ST_NOPATH = 2, ST_BADJOB = 3 };
 enum { VF_BAD = 1, VF_LOWER = 2 }; /* verification flags */
@@ -244,7 +249,7 @@ __device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_qu
 				atomicExch(&c->bar_gen, gen + 1);
 			} else {
 				while (vload(&c->bar_gen) == gen)
-					;
+					ESD_SPIN_HINT();
 			}
 			__threadfence();
 			s->abortv = vload(&c->abort);
@@ -994,7 +999,7 @@ extern "C" int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct 
 		                  d->dcost,  d->dassign, d->dpart, d->dpload, d->dctl, max_k,
 		                  (uint32_t)(smem - sizeof(struct blk))};
 		void *args[] = {&A};
-		e = cudaLaunchCooperativeKernel((void *)solver_kernel, dim3(d->blocks), dim3(THREADS),
+		e = cudaLaunchCooperativeKernel(solver_kernel, dim3(d->blocks), dim3(THREADS),
 		                                args, smem, d->stream);
 	}
 	if (e != cudaSuccess)

@@ -7,7 +7,12 @@
  *
  * Needs a CUDA device. Without one it exits 77 ("no CUDA device"), but
  * where the machine has an NVIDIA device node and the solver still cannot
- * start its kernel, that is a failure, not a skip. */
+ * start its kernel, that is a failure, not a skip.
+ *
+ * Built a second time as test_gpu_emu against the CPU emulation of the
+ * kernel (gpu/emu/, ESD_GPU_EMU): the same checks on smaller sizes (the
+ * emulation runs a step in about a millisecond), and a kernel that does
+ * not start there is a failure. */
 #include "gtest.h"
 
 #include <esd/clock.h>
@@ -15,12 +20,21 @@
 
 #include <sys/stat.h>
 
+#if defined(ESD_GPU_EMU) && defined(ESD_GPU_EMU_QUICK)
+/* the sanitizer tree: about 40 times slower again */
+#define KMAX(gpu, emu) ((emu) / 4 < 512 ? 512 : (emu) / 4)
+#elif defined(ESD_GPU_EMU)
+#define KMAX(gpu, emu) (emu)
+#else
+#define KMAX(gpu, emu) (gpu)
+#endif
+
 static struct esd_gpu_solver *g;
 
 static int setup(void **state)
 {
 	(void)state;
-	struct esd_gpu_params p = {.max_k = 16384, .deadline_ns = 10 * ESD_NS_PER_S};
+	struct esd_gpu_params p = {.max_k = 16384, .deadline_ns = KMAX(10, 60) * ESD_NS_PER_S};
 	if (esd_gpu_solver_create(&p, &g) < 0)
 		return -1;
 	return 0;
@@ -76,20 +90,22 @@ static void sweep(uint32_t n, uint32_t kmin, uint32_t kmax)
 static void test_n8(void **state)
 {
 	(void)state;
-	sweep(8, 256, 8192);
+	sweep(8, 256, KMAX(8192, 2048));
 }
 
 static void test_n16_n32(void **state)
 {
 	(void)state;
-	sweep(16, 512, 8192);
-	sweep(32, 1024, 8192);
+	sweep(16, 512, KMAX(8192, 1024));
+	sweep(32, 1024, KMAX(8192, 1024));
 }
 
 static void test_n64(void **state)
 {
 	(void)state;
-	sweep(64, 1024, 16384);
+#ifndef ESD_GPU_EMU_QUICK
+	sweep(64, 1024, KMAX(16384, 1024));
+#endif
 }
 
 /* Shapes at the edges: n = 3 and 2, m = 1, k not a power of two, uneven
@@ -99,11 +115,15 @@ static void test_edges(void **state)
 {
 	(void)state;
 	struct esd_solver *s;
+#ifdef ESD_GPU_EMU_QUICK
+	static const uint32_t ns[] = {2, 3, 5, 8, 17};
+#else
 	static const uint32_t ns[] = {2, 3, 5, 8, 17, 64};
+#endif
 	assert_int_equal(esd_solver_create(&s), 0);
 	for (size_t t = 0; t < sizeof(ns) / sizeof(ns[0]); t++) {
 		uint32_t n = ns[t], cap[ESD_GPU_MAX_N];
-		uint32_t ks[] = {n, 3 * n + 1, 1000, 4099};
+		uint32_t ks[] = {n, 3 * n + 1, KMAX(1000, 1000), KMAX(4099, 1500)};
 		for (size_t q = 0; q < 4; q++) {
 			uint32_t k = ks[q];
 			int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
@@ -131,7 +151,7 @@ static void test_late_falls_back(void **state)
 {
 	(void)state;
 	struct esd_solver *s;
-	const uint32_t k = 16384, n = 8;
+	const uint32_t k = KMAX(16384, 2048), n = 8;
 	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 	assert_non_null(c);
 	assert_int_equal(esd_solver_create(&s), 0);
@@ -158,7 +178,7 @@ static void test_submit_collect(void **state)
 {
 	(void)state;
 	struct esd_solver *s;
-	const uint32_t k = 4096, n = 16;
+	const uint32_t k = KMAX(4096, 1024), n = 16;
 	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 	uint32_t *a = malloc(k * sizeof(uint32_t)), *b = malloc(k * sizeof(uint32_t));
 	assert_true(c && a && b);
@@ -189,7 +209,7 @@ static void test_calibrate(void **state)
 	struct esd_solver *s;
 	assert_int_equal(esd_solver_create(&s), 0);
 	assert_int_equal(esd_gpu_calibrate(g, 0, 1024, 3, NULL), -EINVAL);
-	assert_int_equal(esd_gpu_calibrate(g, 8, 16384, 3, &cal), 0);
+	assert_int_equal(esd_gpu_calibrate(g, 8, KMAX(16384, 2048), 3, &cal), 0);
 	int found = cal.min_rows == ESD_GPU_NEVER;
 	for (uint32_t i = 0; i < cal.sizes; i++) {
 		print_message("n 8 k %5u: cpu %8.3f ms gpu %8.3f ms\n", cal.k[i],
@@ -231,6 +251,10 @@ int main(void)
 	if (esd_gpu_solver_device(probe) < 0) {
 		fprintf(stderr, "%s\n", esd_gpu_solver_describe(probe));
 		esd_gpu_solver_free(probe);
+#ifdef ESD_GPU_EMU
+		fprintf(stderr, "test_gpu_emu: the emulated kernel did not start\n");
+		return 1;
+#endif
 		if (nvidia_node()) {
 			fprintf(stderr, "test_gpu_exact: this machine has an NVIDIA device "
 			                "(/dev/nvidia*) but the solver kernel did not start\n");
