@@ -10,8 +10,8 @@
  * start its kernel, that is a failure, not a skip.
  *
  * Built a second time as test_gpu_emu against the CPU emulation of the
- * kernel (gpu/emu/, ESD_GPU_EMU): the same checks on smaller sizes (the
- * emulation runs a step in about a millisecond), and a kernel that does
+ * kernel (gpu/emu/, ESD_GPU_EMU): the same checks on smaller sizes (an
+ * emulated step runs thousands of fiber switches), and a kernel that does
  * not start there is a failure. */
 #include "gtest.h"
 
@@ -21,7 +21,8 @@
 #include <sys/stat.h>
 
 #if defined(ESD_GPU_EMU) && defined(ESD_GPU_EMU_QUICK)
-/* the sanitizer tree: about 40 times slower again */
+/* the sanitizer tree: its fiber switches are swapcontext calls, and
+ * every access is checked */
 #define KMAX(gpu, emu) ((emu) / 4 < 512 ? 512 : (emu) / 4)
 #elif defined(ESD_GPU_EMU)
 #define KMAX(gpu, emu) (emu)
