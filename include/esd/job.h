@@ -200,6 +200,18 @@ struct esd_job {
 	 * (a trainer that never comes back, a host gone) before it fails the
 	 * job naming the missing workers */
 	uint64_t barrier_timeout_s;
+	/* Who replaces a process that dies (docs/runtime.md, "Failures").
+	 * job.restart_trainers: something restarts a dead trainer (torchrun
+	 * --max-restarts; esd-launch sets it); job.restart_shards: something
+	 * restarts a dead shard from its checkpoint (esd-launch). Without it a
+	 * death fails the job at once; with it the wait for the replacement
+	 * is bounded by job.restart_wait seconds and logged with its end. */
+	bool restart_trainers, restart_shards;
+	uint64_t restart_wait_s;
+	/* job.heartbeat_ms: a silent link or attach socket sends a heartbeat
+	 * this often; job.peer_timeout_ms: a peer heard from not at all for
+	 * this long is dead (a stopped process, a host gone). */
+	uint64_t heartbeat_ms, peer_timeout_ms;
 	/* esd_job_digest as loaded, before a process resolves derived values
 	 * (cache rows from the ratio), with the stream's digest folded in by
 	 * esd_job_bind_stream: what HELLO carries */

@@ -35,6 +35,8 @@ const char *const esd_job_keys[] = {
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
 	"ps.barrier_timeout",
+	"job.restart_trainers", "job.restart_shards", "job.restart_wait",
+	"job.heartbeat_ms", "job.peer_timeout_ms",
 	/* the backend's own keys (backend.c) */
 	"ps.dpdk_eal", "ps.dpdk_port", "ps.dpdk_mtu", "ps.dpdk_queue", "ps.dpdk_shard_macs",
 	"ps.dpdk_worker_macs", "ps.rdma_device", "ps.rdma_port", "ps.rdma_gid_index",
@@ -385,6 +387,18 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);
 	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
+	TRY(esd_config_get_bool(cfg, "job", "restart_trainers", false, &j->restart_trainers));
+	TRY(esd_config_get_bool(cfg, "job", "restart_shards", false, &j->restart_shards));
+	TRY(esd_config_get_u64(cfg, "job", "restart_wait", 60, 1, 86400, &j->restart_wait_s));
+	TRY(esd_config_get_u64(cfg, "job", "heartbeat_ms", 500, 10, 60000, &j->heartbeat_ms));
+	TRY(esd_config_get_u64(cfg, "job", "peer_timeout_ms", 3000, 100, 600000,
+			       &j->peer_timeout_ms));
+	if (j->peer_timeout_ms < 2 * j->heartbeat_ms) {
+		ESD_ERR("job", "job.peer_timeout_ms (%llu) must be at least twice job.heartbeat_ms "
+			       "(%llu): a peer would be declared dead between two heartbeats",
+			(unsigned long long)j->peer_timeout_ms, (unsigned long long)j->heartbeat_ms);
+		rc = -EINVAL;
+	}
 	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
 			       &j->checkpoint_every));
 	TRY(esd_config_get_double(cfg, "workers", "refit_threshold", 0.05, 0, 1,
