@@ -208,6 +208,9 @@ struct esd_job {
 	 * is bounded by job.restart_wait seconds and logged with its end. */
 	bool restart_trainers, restart_shards;
 	uint64_t restart_wait_s;
+	/* job.force_plan: start even where this process's part of the job's
+	 * memory plan (esd/plan.h) does not fit the machine */
+	bool force_plan;
 	/* job.heartbeat_ms: a silent link or attach socket sends a heartbeat
 	 * this often; job.peer_timeout_ms: a peer heard from not at all for
 	 * this long is dead (a stopped process, a host gone). */

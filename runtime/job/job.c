@@ -37,6 +37,7 @@ const char *const esd_job_keys[] = {
 	"ps.barrier_timeout",
 	"job.restart_trainers", "job.restart_shards", "job.restart_wait",
 	"job.heartbeat_ms", "job.peer_timeout_ms",
+	"job.force_plan", /* start where esdctl plan says DOES NOT FIT */
 	/* the backend's own keys (backend.c) */
 	"ps.dpdk_eal", "ps.dpdk_port", "ps.dpdk_mtu", "ps.dpdk_queue", "ps.dpdk_shard_macs",
 	"ps.dpdk_worker_macs", "ps.rdma_device", "ps.rdma_port", "ps.rdma_gid_index",
@@ -388,6 +389,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
 	TRY(esd_config_get_bool(cfg, "job", "restart_trainers", false, &j->restart_trainers));
+	TRY(esd_config_get_bool(cfg, "job", "force_plan", false, &j->force_plan));
 	TRY(esd_config_get_bool(cfg, "job", "restart_shards", false, &j->restart_shards));
 	TRY(esd_config_get_u64(cfg, "job", "restart_wait", 60, 1, 86400, &j->restart_wait_s));
 	TRY(esd_config_get_u64(cfg, "job", "heartbeat_ms", 500, 10, 60000, &j->heartbeat_ms));

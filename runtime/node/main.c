@@ -20,6 +20,7 @@
 #include <esd/log.h>
 #include <esd/model.h>
 #include <esd/pin.h>
+#include <esd/plan.h>
 #include <esd/signals.h>
 
 #include <getopt.h>
@@ -166,6 +167,17 @@ static uint64_t max_micro_batch(const struct node *nd)
 	return maxb;
 }
 
+/* workers.checkpoint_dir, where the job checkpoints and names one: it
+ * exists and this process can write it (the node directory, the default,
+ * is made and locked by node_trainer_init). 0 or the exit code. */
+static int check_checkpoint_dir(const struct node *nd)
+{
+	if (!nd->job.checkpoint_dir[0] || !nd->job.node_ckpt_dir[0])
+		return 0;
+	return esd_plan_check_dir(nd->job.node_ckpt_dir, "workers.checkpoint_dir", "node") ? 1
+											      : 0;
+}
+
 /* The job key (job.key) for the links to the shards; 0 or the exit code. */
 static int load_key(struct node *nd)
 {
@@ -197,6 +209,13 @@ static int size_from_stream(struct node *nd)
 		esd_ds_close(dr);
 		return 1;
 	}
+	/* this node's memory (daemon and trainer) against the machine, and
+	 * the passes over the stream, said before anything is allocated */
+	if (esd_plan_start_check(&nd->job, di, -1, (int)nd->rank, "node")) {
+		esd_ds_close(dr);
+		return 1;
+	}
+	esd_plan_log_passes(&nd->job, di->nsamples, "node");
 	nd->tables = di->ntables;
 	nd->width = esd_ds_keys_per_sample(di);
 	nd->bags = esd_ds_has_bags(di);
@@ -384,12 +403,19 @@ static int serve_job(struct node *nd, struct args *a)
 	char tag[32], ctlpath[600];
 	int rc;
 
-	if ((rc = setup_node(nd, a, tag, sizeof(tag))) || (rc = load_key(nd)) ||
+	if ((rc = setup_node(nd, a, tag, sizeof(tag))) || (rc = check_checkpoint_dir(nd)) ||
+	    (rc = load_key(nd)) ||
 	    (rc = size_from_stream(nd)) ||
 	    (rc = load_replicated(nd)) || (rc = make_cache(nd, tag)))
 		return rc;
 	signal(SIGPIPE, SIG_IGN);
 	if (esd_signal_thread_start(on_signal, nd) || node_trainer_init(nd))
+		return 1;
+	/* the node directory holds this node's part of each checkpoint unless
+	 * workers.checkpoint_dir names another (checked at setup) */
+	if (nd->job.checkpoint_dir[0] && !nd->job.node_ckpt_dir[0] &&
+	    esd_plan_check_dir(nd->dir, "the node directory (--dir, where workers.checkpoint_dir "
+			       "is unset)", "node"))
 		return 1;
 	snprintf(ctlpath, sizeof(ctlpath), "%s/control.sock", a->dir);
 	if (esd_ctl_server_start(a->control ? a->control : ctlpath, node_ctl_cmds, nd, &ctl))

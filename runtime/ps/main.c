@@ -21,7 +21,7 @@
 #include <esd/err.h>
 #include <esd/job_link.h>
 #include <esd/log.h>
-
+#include <esd/plan.h>
 #include <esd/policy.h>
 #include <esd/signals.h>
 
@@ -437,9 +437,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 }
 
 /* The model shape from the dataset stream (none without one), and its
- * digest bound into the job token. 0 or 1. */
-static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *width, uint32_t *dense,
-			uint64_t *total_rows)
+ * digest bound into the job token; shard's part of the memory plan
+ * checked against this machine. 0 or 1. */
+static int stream_shape(struct esd_job *job, uint32_t shard, uint32_t *tables, uint32_t *width,
+			uint32_t *dense, uint64_t *total_rows)
 {
 	*tables = *width = *dense = 0;
 	*total_rows = 0;
@@ -455,6 +456,13 @@ static int stream_shape(struct esd_job *job, uint32_t *tables, uint32_t *width, 
 		esd_ds_close(dr);
 		return 1;
 	}
+	/* this shard's memory against the machine, and the passes over the
+	 * stream, said before anything is allocated */
+	if (esd_plan_start_check(job, esd_ds_reader_info(dr), (int)shard, -1, "ps")) {
+		esd_ds_close(dr);
+		return 1;
+	}
+	esd_plan_log_passes(job, esd_ds_reader_info(dr)->nsamples, "ps");
 	*tables = esd_ds_reader_info(dr)->ntables;
 	*width = esd_ds_keys_per_sample(esd_ds_reader_info(dr));
 	*dense = esd_ds_reader_info(dr)->ndense;
@@ -639,7 +647,10 @@ static int serve_job(struct ps *ps, struct args *a)
 		return 2;
 	if (!a->listen_addr)
 		a->listen_addr = job.addrs[a->shard][0] ? job.addrs[a->shard] : "127.0.0.1:0";
-	if (stream_shape(&job, &tables, &width, &dense, &total_rows))
+	if (job.checkpoint_dir[0] &&
+	    esd_plan_check_dir(job.checkpoint_dir, "ps.checkpoint_dir", "ps"))
+		return 1;
+	if (stream_shape(&job, (uint32_t)a->shard, &tables, &width, &dense, &total_rows))
 		return 1;
 	rc = ps_init(ps, &job, (uint32_t)a->shard, tables, dense);
 	if (rc) {

@@ -175,8 +175,9 @@ static void test_source_ends(void **state)
 }
 
 /* A dataset stream as the source: the batches are the file's samples in
- * order, the same as an in-memory source of the same samples; running past
- * the end is -ENODATA. */
+ * order, the same as an in-memory source of the same samples; past the
+ * end it wraps around to the first sample, mid-batch too, as the node
+ * daemons read it. */
 enum { NS = 256, ST = 3, SD = 2 };
 static esd_key_t mem_keys[NS * ST];
 static float mem_labels[NS], mem_dense[NS * SD];
@@ -186,11 +187,12 @@ static int64_t mem_source(void *arg, uint64_t cursor, uint32_t k, esd_key_t *key
 {
 	(void)arg;
 	(void)bag_off;
-	if (cursor + k > NS)
-		return cursor >= NS ? 0 : (int64_t)(NS - cursor);
-	memcpy(keys, mem_keys + cursor * ST, sizeof(esd_key_t) * k * ST);
-	memcpy(labels, mem_labels + cursor, sizeof(float) * k);
-	memcpy(dense, mem_dense + cursor * SD, sizeof(float) * k * SD);
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t at = (cursor + i) % NS;
+		memcpy(keys + (size_t)i * ST, mem_keys + at * ST, sizeof(esd_key_t) * ST);
+		labels[i] = mem_labels[at];
+		memcpy(dense + (size_t)i * SD, mem_dense + at * SD, sizeof(float) * SD);
+	}
 	return k;
 }
 
@@ -234,8 +236,11 @@ static void test_stream_source(void **state)
 	struct esd_ckpt_cmp_result res;
 	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, NULL), 0);
 	assert_true(res.equal);
-	cfg.iterations = 4; /* 32 + 4 * 64 > 256 */
-	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), -ENODATA);
+	cfg.iterations = 10; /* 32 + 10 * 64 = 2.6 passes over 256, wrapping mid-batch */
+	assert_int_equal(esd_ref_train(&cfg, &src, a, NULL), 0);
+	assert_int_equal(esd_ref_train(&cfg, &mem, b, NULL), 0);
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, NULL), 0);
+	assert_true(res.equal);
 	esd_ref_stream_close(&src);
 	esd_ref_stream_close(&src); /* twice is harmless */
 	char *missing = path_in("missing.esd");

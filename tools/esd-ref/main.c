@@ -233,11 +233,12 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct esd_ref_source src;
+	struct esd_ref_source src = {0};
 	if (stream) {
 		rc = esd_ref_stream_source(stream, &src);
 		if (rc) {
-			fprintf(stderr, "esd-ref: %s: %s\n", stream, esd_strerror(rc));
+			fprintf(stderr, "esd-ref: %s: %s\n", stream,
+			        rc == -ENODATA ? "the stream has no samples" : esd_strerror(rc));
 			return 1;
 		}
 	} else {
@@ -247,6 +248,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	uint64_t need = cfg.iterations * cfg.batch;
+	if (src.samples && need > src.samples) /* as esd-ps and esdd say it */
+		printf("esd-ref: the stream holds %" PRIu64 " samples; %" PRIu64 " iterations x %u "
+		       "= %" PRIu64 " samples: %.1f passes, wrapping around\n",
+		       src.samples, cfg.iterations, cfg.batch, need,
+		       (double)need / (double)src.samples);
 	struct esd_ref_stats st;
 	rc = esd_ref_train(&cfg, &src, out, &st);
 	esd_ref_stream_close(&src);

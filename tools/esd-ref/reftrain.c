@@ -417,5 +417,6 @@ int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src)
 	src->width = 0;
 	src->next = gen_next;
 	src->arg = gen;
+	src->samples = 0; /* endless */
 	return 0;
 }

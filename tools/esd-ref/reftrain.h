@@ -71,6 +71,7 @@ struct esd_ref_source {
 	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, uint32_t *bag_off,
 	                float *labels, float *dense);
 	void *arg;
+	uint64_t samples; /* a stream's sample count, after which it wraps; 0: endless */
 };
 
 /*
@@ -95,10 +96,12 @@ int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src);
 
 /*
  * A source over a dataset stream (esd/dataset.h): the batch at cursor c
- * is samples [c, c + k) of the file (fewer at its end). Returns 0 and
- * fills *src (close with esd_ref_stream_close), or esd_ds_open's error
- * (-ENOENT, -ESD_EBADMAGIC, -ESD_EBADSUM, -EPROTO, ...; the reason is
- * logged by the dataset library). A corrupt block met later is the
+ * is samples c .. c + k - 1 of the file, each modulo its sample count: it
+ * wraps around at its end, as the node daemons read it, and never runs
+ * out. Returns 0 and fills *src (close with esd_ref_stream_close),
+ * -ENODATA for a stream without samples, or esd_ds_open's error (-ENOENT,
+ * -ESD_EBADMAGIC, -ESD_EBADSUM, -EPROTO, ...; the reason is logged by the
+ * dataset library). A corrupt block met later is the
  * source's error, returned by esd_ref_train.
  */
 int esd_ref_stream_source(const char *path, struct esd_ref_source *src);

@@ -1,8 +1,9 @@
 /*
  * A sample source over a dataset stream (esd/dataset.h): the global batch
- * at cursor c is samples [c, c + k) of the file, the same samples every
- * node daemon reads for that iteration, so the reference and the runtime
- * train on identical batches.
+ * at cursor c is samples c, c + 1, ..., c + k - 1 of the file, each taken
+ * modulo the file's sample count (past its end the stream wraps around to
+ * its first sample, as every node daemon reads it), so the reference and
+ * the runtime train on identical batches whatever the number of passes.
  */
 #include "reftrain.h"
 
@@ -15,15 +16,17 @@ static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *ke
                            uint32_t *bag_off, float *labels, float *dense)
 {
 	struct esd_ds_reader *r = arg;
-	int rc;
-	if (esd_ds_tell(r) != cursor) {
-		rc = esd_ds_seek(r, cursor);
-		if (rc)
-			return rc == -EINVAL ? 0 : rc; /* past the end: no samples */
-	}
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
-	return esd_ds_read_bags(r, k, labels, in->ndense ? dense : NULL, keys,
-	                        (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
+	uint64_t at = cursor % in->nsamples; /* nsamples > 0: checked at open */
+	int rc;
+	if (esd_ds_tell(r) != at) {
+		rc = esd_ds_seek(r, at);
+		if (rc)
+			return rc;
+	}
+	rc = esd_ds_read_wrap(r, k, labels, in->ndense ? dense : NULL, keys,
+	                      (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
+	return rc ? rc : (int64_t)k;
 }
 
 int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
@@ -36,11 +39,16 @@ int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
 	if (rc)
 		return rc;
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
+	if (!in->nsamples) {
+		esd_ds_close(r);
+		return -ENODATA;
+	}
 	src->tables = in->ntables;
 	src->dense = in->ndense;
 	src->width = esd_ds_keys_per_sample(in);
 	src->next = stream_next;
 	src->arg = r;
+	src->samples = in->nsamples;
 	return 0;
 }
 
