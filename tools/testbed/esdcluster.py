@@ -8,6 +8,17 @@ when the caller raises or is interrupted.
         c.start()
         c.wait()           # daemons done
         summaries = c.summaries()
+
+Every process writes WORK/NAME.log (ps0, esdd0, trainer0, trainer0.1, ...).
+Nothing here restarts a process by itself: the job is told so
+(job.restart_trainers and job.restart_shards false) unless the caller says
+it will (restart_trainers=True: it starts a new trainer after one dies;
+restart_shards=True: it starts a dead shard again with start_ps(restore=True)).
+When the job fails, wait() raises a ClusterError (also printed on stderr)
+naming the process whose failure started it (the trainer a daemon names in
+its failure, else the first process to exit non-zero), with the last lines
+of its log and the log's path. Every wait is bounded and says what it waits
+for.
 """
 import json
 import os
@@ -15,7 +26,11 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
+import threading
 import time
+
+TAIL_LINES = 20  # lines of a failed process's log shown in the error
 
 
 def write_ini(path, settings):
@@ -48,11 +63,36 @@ class ClusterError(RuntimeError):
     pass
 
 
+def log_tail(path, n=TAIL_LINES):
+    """The last n lines of the file at path ([] when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return data.splitlines()[-n:]
+
+
+# how a daemon names the trainer whose failure fails the job:
+# "trainer I (pid P) failed: TEXT" or "... died: TEXT"
+TRAINER_FAILURE = re.compile(r"(?:node (\d+): )?trainer (\d+) \(pid (\d+)\) (?:failed|died)\b")
+
+
+def exit_text(rc):
+    return "was killed by signal %d" % -rc if rc < 0 else "exited with status %d" % rc
+
+
 class Cluster:
     def __init__(self, bin_dir, work_dir, settings, emulate_ns=None, shards=1,
                  log=None, trainer_cmd=None, wrap=None, ps_listen=None, daemon_ps=None,
-                 after_daemons=None):
-        """Optional hooks (the testbed's network-namespace mode uses them):
+                 after_daemons=None, restart_trainers=False, restart_shards=False):
+        """restart_trainers / restart_shards: the caller replaces a trainer
+        that dies (start_trainer) / restarts a shard that dies
+        (start_ps(restore=True)); the job's daemons then wait for it
+        (job.restart_trainers, job.restart_shards; a value in settings wins).
+        Optional hooks (the testbed's network-namespace mode uses them):
         wrap(name) -> argv prefix for process 'name' (e.g. ip netns exec NS);
         ps_listen(shard) -> the address esd-ps listens on (default 127.0.0.1:0);
         daemon_ps(rank, ps_addrs) -> the ps.addrs value daemon 'rank' uses;
@@ -64,12 +104,16 @@ class Cluster:
         self.bin = bin_dir
         self.work = work_dir
         self.settings = dict(settings)
+        self.settings.setdefault("job.restart_trainers",
+                                 "true" if restart_trainers else "false")
+        self.settings.setdefault("job.restart_shards", "true" if restart_shards else "false")
         self.n = int(self.settings.get("workers.n", 8))
         self.trainers = int(self.settings.get("workers.trainers", 1))
         self.shards = shards
         self.emulate_ns = emulate_ns
         self.trainer_cmd = trainer_cmd  # callable(rank, node_dir) -> argv
         self.procs = {}  # name -> Popen
+        self.exits = {}  # name -> (time first seen exited, status)
         self.logf = log
         os.makedirs(work_dir, exist_ok=True)
         self.job = os.path.join(work_dir, "job.ini")
@@ -101,12 +145,29 @@ class Cluster:
         if resume:
             argv.append("--resume")
         p = self._spawn("ps%d" % shard, argv, stdout=subprocess.PIPE, text=True)
-        line = p.stdout.readline()
+        self.exits.pop("ps%d" % shard, None)
+        line = self._first_line(p, "esd-ps shard %d to say it listens" % shard, 30)
         m = re.search(r"listening on (\S+) (\S+)", line)
         if not m:
-            p.wait(timeout=5)
-            raise ClusterError("esd-ps did not start: see %s/ps%d.log" % (self.work, shard))
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            raise ClusterError(self.describe("ps%d" % shard, "did not start listening"))
         return m.group(2)
+
+    def _first_line(self, p, what, timeout):
+        """p's first stdout line, waiting at most timeout seconds ("" when
+        none came: p exited or the time ran out, said on stderr)."""
+        got = []
+        t = threading.Thread(target=lambda: got.append(p.stdout.readline()), daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            print("esdcluster: waited %d s for %s; giving up" % (timeout, what),
+                  file=sys.stderr, flush=True)
+            return ""
+        return got[0] if got else ""
 
     def start(self, resume=False):
         """Start the job; resume: the shards resume from their checkpoints
@@ -168,10 +229,11 @@ class Cluster:
         while not os.path.exists(sock):
             p = self.procs.get("esdd%d" % w)
             if p and p.poll() is not None:
-                raise ClusterError("esdd%d exited with %d: see %s/esdd%d.log"
-                                   % (w, p.returncode, self.work, w))
+                raise ClusterError(self.describe("esdd%d" % w, "%s before it opened %s"
+                                                 % (exit_text(p.returncode), sock)))
             if time.time() - t0 > timeout:
-                raise ClusterError("esdd%d did not open its socket" % w)
+                raise ClusterError(self.describe("esdd%d" % w, "did not open %s within %d s"
+                                                 % (sock, timeout)))
             time.sleep(0.02)
 
     def start_trainer(self, w, i=0):
@@ -185,27 +247,101 @@ class Cluster:
                     "--quiet"]
             if self.emulate_ns is not None:
                 argv += ["--emulate", str(self.emulate_ns)]
-        self._spawn("trainer%d" % w if i == 0 else "trainer%d.%d" % (w, i), argv)
+        name = "trainer%d" % w if i == 0 else "trainer%d.%d" % (w, i)
+        self.exits.pop(name, None)
+        self._spawn(name, argv)
+
+    # -- failures -----------------------------------------------------------
+    def note_exits(self):
+        """Record when each process was first seen exited (the order in
+        which a failure spread)."""
+        now = time.time()
+        for name, p in self.procs.items():
+            if name not in self.exits and p.poll() is not None:
+                self.exits[name] = (now, p.returncode)
+
+    def log_path(self, name):
+        return os.path.join(self.work, name + ".log")
+
+    def describe(self, name, what):
+        """'NAME WHAT; its last lines (LOG): ...' for an error message."""
+        path = self.log_path(name)
+        tail = log_tail(path)
+        return "%s %s; %s (%s):\n%s" % (
+            name, what, "its last %d lines" % len(tail) if tail else "nothing in its log",
+            path, "\n".join("    " + ln for ln in tail))
+
+    def _trainer_named(self, name):
+        """The trainer a daemon's failure text names (its own or one it
+        relays from another node), as (its process name, the text), else
+        None."""
+        for ln in reversed(log_tail(self.log_path(name), 200)):
+            m = TRAINER_FAILURE.search(ln)
+            if not m:
+                continue
+            text = ln[m.start():].strip()
+            pid = int(m.group(3))
+            for tname, p in self.procs.items():
+                if tname.startswith("trainer") and p.pid == pid:
+                    return tname, text
+            w = int(m.group(1) if m.group(1) else name[len("esdd"):])
+            i = int(m.group(2))
+            return ("trainer%d" % w if i == 0 else "trainer%d.%d" % (w, i)), text
+        return None
+
+    def origin(self):
+        """Name, and how it failed, of the process whose failure started a
+        failed job: the trainer a daemon names in its failure, else the
+        first process seen to exit non-zero."""
+        self.note_exits()
+        bad = sorted((t, name) for name, (t, rc) in self.exits.items() if rc != 0)
+        for _, name in bad:
+            if name.startswith("esdd"):
+                named = self._trainer_named(name)
+                if named and named[0] in self.procs:
+                    return named[0], "(%s says: %s)" % (name, named[1])
+        if not bad:
+            return None, ""
+        name = bad[0][1]
+        return name, exit_text(self.exits[name][1]) + ", the first process to fail"
+
+    def failure(self, what):
+        """A ClusterError for a failed job, naming the process that
+        started the failure with its last lines; printed on stderr too."""
+        name, how = self.origin()
+        msg = what
+        if name:
+            msg += "; the failure started with " + self.describe(name, how)
+        print("esdcluster: " + msg, file=sys.stderr, flush=True)
+        return ClusterError(msg)
 
     def wait(self, timeout=300):
-        """Wait for every daemon; raise if one fails."""
+        """Wait for every daemon; raise if one fails (naming the process
+        whose failure started it) or one is still running after timeout
+        seconds."""
         t0 = time.time()
-        for w in range(self.n):
-            p = self.procs["esdd%d" % w]
-            left = max(1, timeout - (time.time() - t0))
-            try:
-                rc = p.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                raise ClusterError("esdd%d still running after %d s" % (w, timeout))
-            if rc != 0:
-                raise ClusterError("esdd%d exited with %d: see %s/esdd%d.log"
-                                   % (w, rc, self.work, w))
+        daemons = ["esdd%d" % w for w in range(self.n)]
+        while True:
+            self.note_exits()
+            for name in daemons:
+                rc = self.procs[name].poll()
+                if rc not in (None, 0):
+                    raise self.failure("%s %s (%s)" % (name, exit_text(rc),
+                                                       self.log_path(name)))
+            if all(self.procs[d].poll() == 0 for d in daemons):
+                break
+            if time.time() - t0 > timeout:
+                left = [d for d in daemons if self.procs[d].poll() is None]
+                raise ClusterError("waited %d s for the node daemons to end; still running: %s"
+                                   % (timeout, ", ".join(left)))
+            time.sleep(0.02)
         for name, p in self.procs.items():
             if name.startswith("trainer"):
                 try:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    pass
+                    print("esdcluster: %s still running 10 s after its daemon ended; "
+                          "stop() ends it" % name, file=sys.stderr, flush=True)
 
     def summaries(self):
         out = []
@@ -214,10 +350,15 @@ class Cluster:
                 out.append(json.load(f))
         return out
 
-    def kill(self, name, sig=signal.SIGKILL):
+    def kill(self, name, sig=signal.SIGKILL, timeout=30):
+        """Send sig to process name and wait (at most timeout s) for it."""
         p = self.procs[name]
         os.kill(p.pid, sig)
-        p.wait()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ClusterError("%s did not exit within %d s of signal %d"
+                               % (name, timeout, sig))
 
     def stop(self, grace=3.0):
         """Stop every process started here, by PID: trainers, then daemons,
@@ -247,7 +388,11 @@ class Cluster:
                         os.kill(p.pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-                    p.wait()
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:  # in the kernel (D state)
+                        print("esdcluster: pid %d still there 10 s after SIGKILL; left "
+                              "behind" % p.pid, file=sys.stderr, flush=True)
         for p in self.procs.values():
             if p.stdout:
                 p.stdout.close()
