@@ -798,10 +798,13 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		} else if (!d->peer_bye) {
 			struct esd_buf b;
 			esd_buf_init(&b);
+			/* the heartbeat thread sends too, and stops at peer_bye */
+			pthread_mutex_lock(&d->w.tx_mu);
 			if (!esd_enc_link_bye(&b, 1))
 				send_raw(d, b.data, b.len);
-			esd_buf_free(&b);
 			d->peer_bye = 1;
+			pthread_mutex_unlock(&d->w.tx_mu);
+			esd_buf_free(&b);
 		}
 		return 0;
 	}
@@ -843,6 +846,8 @@ static int rx_poll(struct dpdk_wire *d)
 		return 0;
 	uint16_t n = d->sp ? l2_rx(d, ms) : rte_eth_rx_burst(d->port, 0, ms, BURST);
 	int rc = 0;
+	if (n)
+		wire_heard(&d->w);
 	for (uint16_t i = 0; i < n; i++) {
 		if (!rc)
 			rc = on_packet(d, ms[i]);
@@ -992,6 +997,54 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
 		}
 	}
+	return 0;
+}
+
+/* A heartbeat (one packet) from the heartbeat thread, under the wire's
+ * send lock while the link's thread may be receiving: one try of the tx
+ * queue (the port's lock on a shared port), -EAGAIN when the ring or the
+ * pool has no room. Never receives. */
+static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
+{
+	struct dpdk_wire *d = (struct dpdk_wire *)w;
+	if (d->peer_bye || d->down)
+		return -EPIPE;
+	if (len > d->mtu)
+		return -EMSGSIZE;
+	dpdk_thread_enter();
+	struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+	if (!m)
+		return -EAGAIN;
+	uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR + len));
+	if (!b) {
+		rte_pktmbuf_free(m);
+		return -EAGAIN;
+	}
+	if (d->slot && d->slot->mac_known)
+		memcpy(b, d->slot->mac, 6);
+	else
+		memset(b, 0xff, 6);
+	memcpy(b + 6, d->mac, 6);
+	b[12] = ETHERTYPE_ESD >> 8;
+	b[13] = ETHERTYPE_ESD & 0xff;
+	struct frag_hdr f = d->tag;
+	if (d->slot && !d->slot->server && !d->slot->established)
+		f.flags |= FRAG_SYN;
+	f.id = d->tx_msg;
+	f.off = 0;
+	f.total = (uint32_t)len;
+	frag_hdr_put(b + ETH_HDR, &f);
+	memcpy(b + ETH_HDR + FRAG_HDR, p, len);
+	uint16_t sent = d->sp ? l2port_tx(d->sp, &m, 1) : rte_eth_tx_burst(d->port, 0, &m, 1);
+	if (!sent) {
+		rte_pktmbuf_free(m);
+		return -EAGAIN;
+	}
+	d->tx_msg++;
+	if (d->bell)
+		dpdk_bell_ring(d->bell);
+	if (d->slot)
+		atomic_store_explicit(&d->slot->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	return 0;
 }
 
@@ -1166,4 +1219,5 @@ const struct wire_ops esd_wire_dpdk = {
     .recv = dpdk_recv,
     .close = dpdk_close,
     .take = dpdk_take,
+    .beat = dpdk_beat,
 };

@@ -46,7 +46,10 @@ static int send_one(struct esd_link *l, const void *p, size_t len, int64_t deadl
 {
 	struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
 	link_shape_tx(l, len);
-	return l->w->ops->send(l->w, &iov, 1, deadline);
+	pthread_mutex_lock(&l->w->tx_mu); /* also from a receive (a held frame due) */
+	int rc = l->w->ops->send(l->w, &iov, 1, deadline);
+	pthread_mutex_unlock(&l->w->tx_mu);
+	return rc;
 }
 
 int fault_flush(struct esd_link *l, int force)
@@ -74,7 +77,21 @@ static bool is_drop_seq(const struct fault *f, const uint8_t *p, size_t len)
 	       seq == f->o.drop_seq;
 }
 
+static int lower_send_locked(struct esd_link *l, const struct iovec *iov, int n,
+			     int64_t deadline_ns);
+
 int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns)
+{
+	pthread_mutex_lock(&l->w->tx_mu);
+	int rc = lower_send_locked(l, iov, n, deadline_ns);
+	if (!rc)
+		atomic_store_explicit(&l->tx_ns, esd_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&l->w->tx_mu);
+	return rc;
+}
+
+static int lower_send_locked(struct esd_link *l, const struct iovec *iov, int n,
+			     int64_t deadline_ns)
 {
 	struct fault *f = &l->fault;
 	int rc;

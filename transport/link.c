@@ -113,6 +113,12 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 		if ((rc = rel_create(l, &l->rel)))
 			goto err_free_link;
 	}
+	int64_t now = esd_now_ns();
+	atomic_store(&l->tx_ns, now);
+	l->heard_ns = l->recv_end_ns = now;
+	/* a client beats once its key handshake is done (esd_link_connect) */
+	if (!client && (rc = hb_add(l)))
+		goto err_free_link;
 	*out = l;
 	return 0;
 
@@ -137,7 +143,11 @@ int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out)
 		return rc;
 	if ((rc = link_wrap(o, w, 1, out)))
 		return rc;
-	if ((*out)->auth && (rc = auth_client(*out, deadline_after((*out)->w->timeout_ns)))) {
+	if ((*out)->auth)
+		rc = auth_client(*out, deadline_after((*out)->w->timeout_ns));
+	if (!rc)
+		rc = hb_add(*out);
+	if (rc) {
 		esd_link_close(*out);
 		*out = NULL;
 	}
@@ -221,9 +231,11 @@ static int send_failed(struct esd_link *l, int rc)
 /* A batch of whole application frames: tagged when the link has a key. */
 static int send_batch(struct esd_link *l, struct iovec *iov, int n, int64_t deadline)
 {
+	pthread_mutex_lock(&l->w->tx_mu);
 	int rc = l->auth ? auth_seal(l, iov, n) : 0;
 	if (!rc)
 		rc = link_send_raw(l, iov, n, deadline);
+	pthread_mutex_unlock(&l->w->tx_mu);
 	return rc ? send_failed(l, rc) : 0;
 }
 
@@ -340,7 +352,12 @@ int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n)
 	if (rc)
 		return rc;
 	link_shape_tx(l, total);
-	if ((rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns))))
+	pthread_mutex_lock(&l->w->tx_mu);
+	rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns));
+	if (!rc)
+		atomic_store_explicit(&l->tx_ns, esd_now_ns(), memory_order_relaxed);
+	pthread_mutex_unlock(&l->w->tx_mu);
+	if (rc)
 		return send_failed(l, rc);
 	atomic_fetch_add(&l->in_place_bytes, total);
 	return 0;
@@ -368,8 +385,12 @@ int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int6
 		if (l->rel || !(flags & ESD_FLAG_RELIABLE))
 			return 0;
 		/* The peer runs the reliable layer (faults on its side): run it
-		 * here too, starting with this frame. */
-		if ((rc = rel_create(l, &l->rel)) || (rc = rel_input(l, *frame, *len)))
+		 * here too, starting with this frame (under the send lock: the
+		 * heartbeat thread looks at l->rel). */
+		pthread_mutex_lock(&l->w->tx_mu);
+		rc = rel_create(l, &l->rel);
+		pthread_mutex_unlock(&l->w->tx_mu);
+		if (rc || (rc = rel_input(l, *frame, *len)))
 			return rc;
 	}
 }
@@ -399,22 +420,51 @@ static int recv_failed(struct esd_link *l, int rc, int own_text)
 	return rc;
 }
 
-int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
+/* The next frame from below until deadline, or until the peer has been
+ * silent for its timeout (then the link is broken). */
+static int next_frame_heard(struct esd_link *l, const uint8_t **frame, size_t *len,
+			    int64_t deadline)
+{
+	for (;;) {
+		int rc = link_next_frame(l, frame, len, hb_recv_deadline(l, deadline));
+		if (!rc) {
+			l->heard_ns = esd_now_ns();
+			return 0;
+		}
+		if (rc != -ETIMEDOUT)
+			return recv_failed(l, rc, 0);
+		if ((rc = hb_peer_silent(l)))
+			return rc;
+		if (deadline >= 0 && esd_now_ns() >= deadline)
+			return -ETIMEDOUT;
+	}
+}
+
+/* A keyed link's frame: checked, and the tag stripped, in place. During
+ * the handshake under the send lock (the heartbeat thread reads whether
+ * it is done). */
+static int auth_rx_locked(struct esd_link *l, uint8_t *frame, size_t *len)
+{
+	if (l->auth->state == AUTH_OPEN)
+		return auth_rx(l, frame, len);
+	pthread_mutex_lock(&l->w->tx_mu);
+	int rc = auth_rx(l, frame, len);
+	pthread_mutex_unlock(&l->w->tx_mu);
+	return rc;
+}
+
+static int recv_app_frame(struct esd_link *l, struct esd_msg *m, int64_t deadline)
 {
 	const uint8_t *frame;
 	size_t len;
 	int rc;
-	if (!l || !m)
-		return -EINVAL;
-	if (l->broken)
-		return -EPIPE;
-	int64_t deadline = deadline_after(timeout_ns);
 	for (;;) {
-		if ((rc = link_next_frame(l, &frame, &len, deadline)))
-			return rc == -ETIMEDOUT ? rc : recv_failed(l, rc, 0);
+		if ((rc = next_frame_heard(l, &frame, &len, deadline)))
+			return rc;
 		/* a received frame is the link's own buffer: the tag is
 		 * checked and stripped in place */
-		rc = l->auth ? auth_rx(l, (uint8_t *)frame, &len) : refuse_keyed_peer(l, frame);
+		rc = l->auth ? auth_rx_locked(l, (uint8_t *)frame, &len)
+			     : refuse_keyed_peer(l, frame);
 		if (rc == 1)
 			continue; /* a handshake step */
 		if (rc)
@@ -426,12 +476,25 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 			         l->w->ops->name, l->err);
 			return rc;
 		}
+		if (m->hdr.op == ESD_OP_LINK_HEARTBEAT)
+			continue; /* the peer is alive: nothing for the application */
 		if (m->hdr.op == ESD_OP_LINK_ACK || m->hdr.op == ESD_OP_LINK_BYE ||
 		    m->hdr.op == ESD_OP_LINK_AUTH)
 			continue; /* stray link-internal frame (no reliable layer) */
 		count(l, frame, len, 1);
 		return 0;
 	}
+}
+
+int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
+{
+	if (!l || !m)
+		return -EINVAL;
+	if (l->broken)
+		return -EPIPE;
+	int rc = recv_app_frame(l, m, deadline_after(timeout_ns));
+	l->recv_end_ns = esd_now_ns();
+	return rc;
 }
 
 const char *esd_link_last_error(const struct esd_link *l)
@@ -458,6 +521,7 @@ void esd_link_close(struct esd_link *l)
 {
 	if (!l)
 		return;
+	hb_remove(l); /* before anything of it goes */
 	int64_t deadline =
 	    esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns : ESD_NS_PER_S);
 	if (l->rel && !l->broken) {

@@ -13,6 +13,7 @@
 
 #include <esd/transport.h>
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -141,6 +142,13 @@ struct wire {
 	char err[WIRE_ERR_LEN];
 	char peer[300];
 	struct bufcache cache; /* frame blocks of this link (all layers) */
+	/* Held (recursively) by whatever puts bytes on the wire: the
+	 * application's sends, the layers' own frames (acks, a LINK_BYE
+	 * answer) and the heartbeat thread, which only tries it. */
+	pthread_mutex_t tx_mu;
+	/* esd_now_ns() of the last bytes the backend took from the peer
+	 * (part of a frame counts), for the peer timeout. */
+	_Atomic int64_t rx_ns;
 };
 
 struct wire_listener {
@@ -174,6 +182,12 @@ struct wire_ops {
 	struct fbuf *(*take)(struct wire *w);
 	/* Optional: esd_transport_probe (NULL: nothing to check). */
 	int (*probe)(const struct esd_link_opts *o);
+	/* A heartbeat frame, from the heartbeat thread while the link's own
+	 * thread may be receiving (tx_mu held): sent whole without waiting,
+	 * or -EAGAIN with nothing sent (no room now), or another -errno. */
+	int (*beat)(struct wire *w, const uint8_t *frame, size_t len);
+	/* beat() sends beside the stream of frames (not in their order). */
+	bool beat_aside;
 };
 
 extern const struct wire_ops esd_wire_tcp;
@@ -186,6 +200,8 @@ extern const struct wire_ops esd_wire_rdma;
 __attribute__((format(printf, 3, 4))) int wire_fail(struct wire *w, int rc, const char *fmt, ...);
 /* Fill a wire head from options. */
 void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o);
+/* Note bytes taken from the peer now (w->rx_ns). */
+void wire_heard(struct wire *w);
 /* Absolute deadline from a relative timeout (< 0: none, -1). */
 int64_t deadline_after(int64_t timeout_ns);
 
@@ -245,6 +261,7 @@ struct link_auth {
 	uint32_t offer, suite;      /* the client's tag ciphers, the one chosen */
 	uint8_t ktx[32], krx[32];   /* this link's keys, one per direction */
 	uint64_t tx_ctr, rx_ctr;    /* frames tagged / checked so far */
+	uint64_t rx_beat;           /* the last heartbeat sent aside, checked */
 	struct esd_buf sealed;      /* a batch of frames with their tags */
 };
 
@@ -267,6 +284,14 @@ int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len);
  * rewritten to point there (0, -ENOMEM). Before the handshake is done only
  * ERROR frames may be sent (untagged); others are -EACCES. */
 int auth_seal(struct esd_link *l, struct iovec *iov, int n);
+/* Tag a heartbeat frame (cap bytes of room at frame, *len in and out):
+ * in the link's frame order (aside 0: the frame counter, which
+ * auth_unseal_beat() takes back when the beat could not be sent) or beside
+ * it (aside 1: under the heartbeat counter beat). 0, -EACCES (the
+ * handshake is not done), -ENOSPC. */
+int auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, int aside,
+                   uint64_t beat);
+void auth_unseal_beat(struct esd_link *l);
 void auth_fini(struct link_auth *a);
 
 /* ---- the link ----------------------------------------------------------- */
@@ -290,7 +315,27 @@ struct esd_link {
 	_Atomic uint64_t wire_tx_bytes, retx_frames, dup_rx_frames;
 	_Atomic uint64_t fault_drops, fault_dups, fault_reorders, shaped_wait_ns;
 	_Atomic uint64_t in_place_bytes;
+	/* heartbeats (heartbeat.c) */
+	_Atomic int64_t tx_ns; /* the last bytes sent (any thread) */
+	int64_t heard_ns;      /* the link's thread: the last frame taken */
+	int64_t recv_end_ns;   /* the link's thread: when the last receive ended */
+	uint64_t beats;        /* heartbeats sent (under tx_mu) */
+	struct esd_link *hb_next; /* the heartbeat thread's list */
+	bool hb_on;
 };
+
+/* ---- heartbeats (heartbeat.c) ------------------------------------------ */
+
+/* Beat on l while it is open (heartbeat_ns > 0). 0 or -errno. */
+int hb_add(struct esd_link *l);
+/* Stop beating on l (before it closes); accepts a link never added. */
+void hb_remove(struct esd_link *l);
+/* A receive on l timed out at deadline: -ETIMEDOUT with the link broken
+ * when the peer was heard from not at all for peer_timeout_ns, else 0. */
+int hb_peer_silent(struct esd_link *l);
+/* The deadline a receive on l waits until: deadline, or sooner when the
+ * peer timeout falls before it. */
+int64_t hb_recv_deadline(struct esd_link *l, int64_t deadline);
 
 /* The next frame from below (the reliable layer, or what is under it),
  * starting the reliable layer when the peer runs it. */

@@ -143,6 +143,8 @@ const char *esd_op_name(unsigned op)
 		return "LINK_BYE";
 	case ESD_OP_LINK_AUTH:
 		return "LINK_AUTH";
+	case ESD_OP_LINK_HEARTBEAT:
+		return "LINK_HEARTBEAT";
 	default:
 		return "op?";
 	}
@@ -151,7 +153,7 @@ const char *esd_op_name(unsigned op)
 static int known_op(unsigned op)
 {
 	return (op >= ESD_OP_HELLO && op <= ESD_OP_APP_MAX) || op == ESD_OP_LINK_ACK ||
-	       op == ESD_OP_LINK_BYE || op == ESD_OP_LINK_AUTH;
+	       op == ESD_OP_LINK_BYE || op == ESD_OP_LINK_AUTH || op == ESD_OP_LINK_HEARTBEAT;
 }
 
 __attribute__((format(printf, 4, 5))) static int fail(int rc, char *err, size_t errlen,
@@ -476,6 +478,21 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		m->u.link_auth.a = b + 16;
 		m->u.link_auth.b = b + 16 + ESD_LINK_AUTH_FIELD;
 		return 0;
+	case ESD_OP_LINK_HEARTBEAT:
+		if ((rc = want_len("LINK_HEARTBEAT", h->length, ESD_LINK_HEARTBEAT_BODY, err,
+				   errlen)))
+			return rc;
+		m->u.link_heartbeat.beat = ld64(b);
+		m->u.link_heartbeat.flags = ld32(b + 8);
+		if (!m->u.link_heartbeat.beat)
+			return fail(-EPROTO, err, errlen, "LINK_HEARTBEAT: beat 0 (they count from 1)");
+		if (m->u.link_heartbeat.flags & ~ESD_BEAT_ASIDE)
+			return fail(-EPROTO, err, errlen, "LINK_HEARTBEAT: unknown flags 0x%08x",
+				    m->u.link_heartbeat.flags);
+		if (ld32(b + 12))
+			return fail(-EPROTO, err, errlen,
+				    "LINK_HEARTBEAT: reserved field 0x%08x is not 0", ld32(b + 12));
+		return 0;
 	}
 	return fail(-EPROTO, err, errlen, "unknown op %u", h->op);
 }
@@ -729,6 +746,17 @@ int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
 	if (!p)
 		return -ENOMEM;
 	st32(p, phase);
+	return 0;
+}
+
+int esd_enc_link_heartbeat(struct esd_buf *b, uint64_t beat, uint32_t flags)
+{
+	uint8_t *p = begin_frame(b, ESD_OP_LINK_HEARTBEAT, 0, ESD_LINK_HEARTBEAT_BODY);
+	if (!p)
+		return -ENOMEM;
+	st64(p, beat);
+	st32(p + 8, flags);
+	st32(p + 12, 0);
 	return 0;
 }
 

@@ -584,6 +584,7 @@ static int reap(struct rdma_wire *r)
 			return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s: %s", r->w.peer,
 			                 ibv_wc_status_str(wc[i].status));
 		if (wc[i].wr_id & TAG_RECV) {
+			wire_heard(&r->w);
 			unsigned at = (r->rx_head + r->rx_count) % SLOTS;
 			r->rx_slot[at] = (uint32_t)(wc[i].wr_id & 0xffffffffu);
 			r->rx_len[at] = wc[i].byte_len;
@@ -595,14 +596,34 @@ static int reap(struct rdma_wire *r)
 	return n;
 }
 
-/* The bootstrap socket says whether the peer is still there. */
+/* The bootstrap socket says whether the peer is still there: closed, or
+ * its heartbeats (rdma_beat), which prove it alive and are dropped. */
 static int peer_alive(struct rdma_wire *r)
 {
-	char c;
-	ssize_t n = recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-		return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s closed the link", r->w.peer);
-	return 0;
+	char buf[512];
+	for (;;) {
+		ssize_t n = recv(r->sock, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			wire_heard(&r->w);
+			continue;
+		}
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s closed the link",
+			                 r->w.peer);
+		return 0;
+	}
+}
+
+/* A heartbeat over the bootstrap socket, beside the queue pair (whose
+ * receive slots are the application's: a busy peer that takes none would
+ * run out of them). Bytes there only prove the sender alive. */
+static int rdma_beat(struct wire *w, const uint8_t *frame, size_t len)
+{
+	struct rdma_wire *r = (struct rdma_wire *)w;
+	ssize_t n = send(r->sock, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n >= 0)
+		return 0;
+	return errno == EAGAIN || errno == EINTR ? -EAGAIN : esd_neg_errno();
 }
 
 /* Register the application's regions with this link's protection domain
@@ -802,4 +823,6 @@ const struct wire_ops esd_wire_rdma = {
     .recv = rdma_recv,
     .close = rdma_close,
     .probe = rdma_probe,
+    .beat = rdma_beat,
+    .beat_aside = true,
 };

@@ -401,6 +401,7 @@ int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 void tcp_rx_commit(struct tcp_conn *c, size_t n)
 {
 	c->tail += n;
+	wire_heard(&c->w);
 }
 
 static int tcp_send(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
@@ -480,6 +481,43 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 	}
 }
 
+/* A heartbeat from the heartbeat thread: written at once, or -EAGAIN with
+ * nothing written (the socket is full). A write cut short (the buffer
+ * had a few bytes of room) is finished before the lock goes: the stream
+ * must stay whole frames. The link's own thread may be receiving; nothing
+ * of the receive side is touched. */
+static int tcp_beat(struct wire *w, const uint8_t *frame, size_t len)
+{
+	struct tcp_conn *c = (struct tcp_conn *)w;
+	int64_t deadline = esd_now_ns() + w->timeout_ns;
+	size_t off = 0;
+	if (c->dead)
+		return -EPIPE;
+	while (off < len) {
+		ssize_t r = send(c->fd, frame + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r > 0) {
+			off += (size_t)r;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno != EAGAIN) {
+			c->dead = 1;
+			return esd_neg_errno();
+		}
+		if (!off)
+			return -EAGAIN;
+		int64_t left = deadline - esd_now_ns();
+		if (left <= 0) {
+			c->dead = 1; /* half a frame out: nothing may follow */
+			return -ETIMEDOUT;
+		}
+		struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+		poll(&pfd, 1, (int)(left / ESD_NS_PER_MS) + 1);
+	}
+	return 0;
+}
+
 static void tcp_close(struct wire *w, int64_t deadline)
 {
 	struct tcp_conn *c = (struct tcp_conn *)w;
@@ -523,4 +561,5 @@ const struct wire_ops esd_wire_tcp = {
     .sendv = tcp_send, /* a byte stream: pieces are frames too */
     .recv = tcp_recv,
     .close = tcp_close,
+    .beat = tcp_beat,
 };

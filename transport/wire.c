@@ -42,4 +42,15 @@ void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link
 	w->rx_backlog_max = o->rx_backlog_max ? o->rx_backlog_max : DEFAULT_BACKLOG;
 	w->err[0] = 0;
 	w->peer[0] = 0;
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&w->tx_mu, &ma);
+	pthread_mutexattr_destroy(&ma);
+	atomic_store(&w->rx_ns, esd_now_ns());
+}
+
+void wire_heard(struct wire *w)
+{
+	atomic_store_explicit(&w->rx_ns, esd_now_ns(), memory_order_relaxed);
 }

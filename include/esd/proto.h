@@ -83,6 +83,7 @@ enum esd_op {
 	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
 	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
 	ESD_OP_LINK_AUTH = 34, /* job key handshake: u32 step, u32 version, 2 x 32 bytes */
+	ESD_OP_LINK_HEARTBEAT = 35, /* a link idle for heartbeat_ns: u64 beat, u32 flags, u32 0 */
 };
 
 /* Header flags. Unknown bits are a protocol error. */
@@ -253,6 +254,18 @@ struct esd_stats_msg {
 #define ESD_LINK_AUTH_BODY    (16u + 2u * ESD_LINK_AUTH_FIELD)
 #define ESD_SUITE_CHACHA20_POLY1305 0x1u /* every build */
 #define ESD_SUITE_AES256_GCM        0x2u /* where the CPU has AES-NI and CLMUL */
+/* LINK_HEARTBEAT (transport/heartbeat.c): beat counts the heartbeats this
+ * side sent on the link (from 1). With ESD_BEAT_ASIDE the heartbeat travels
+ * beside the link's ordered stream of frames (below the reliable layer, or
+ * over rdma's bootstrap socket): on a keyed link its tag is made under the
+ * heartbeat's own counter (beat), not the link's frame counter. */
+#define ESD_LINK_HEARTBEAT_BODY 16u
+#define ESD_BEAT_ASIDE          0x1u
+struct esd_link_heartbeat {
+	uint64_t beat;
+	uint32_t flags;
+};
+
 struct esd_link_auth {
 	uint32_t step;
 	uint32_t suites;
@@ -275,6 +288,7 @@ struct esd_msg {
 		uint64_t link_ack; /* ESD_OP_LINK_ACK */
 		uint32_t link_bye; /* ESD_OP_LINK_BYE */
 		struct esd_link_auth link_auth; /* ESD_OP_LINK_AUTH */
+		struct esd_link_heartbeat link_heartbeat; /* ESD_OP_LINK_HEARTBEAT */
 	} u;
 };
 
@@ -350,6 +364,7 @@ int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, cons
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);
+int esd_enc_link_heartbeat(struct esd_buf *b, uint64_t beat, uint32_t flags);
 int esd_enc_link_auth(struct esd_buf *b, uint32_t step, uint32_t suites, const uint8_t *a,
 		      const uint8_t *bb);
 

@@ -93,7 +93,15 @@
  *   with esd_link_send_error() if you like, then close it.
  * - A crashed peer is detected: a closed socket, a memif link that went
  *   down, or no acknowledgement for timeout_ns, ends in -ECONNRESET or
- *   -ETIMEDOUT; nothing waits on a dead peer forever.
+ *   -ETIMEDOUT; nothing waits on a dead peer forever. A peer that vanishes
+ *   without closing (a stopped process, a host gone, a frame held back on
+ *   the path) is found by heartbeats (heartbeat_ns, peer_timeout_ns): a
+ *   receive that heard nothing for peer_timeout_ns fails with -ETIMEDOUT
+ *   and the link is broken (esd_link_broken()), the error saying "heard
+ *   nothing from <peer> for ...". Heartbeats are link-internal frames
+ *   (never returned by esd_link_recv()); on a keyed link they are tagged
+ *   like every frame, under the link's frame counter, so a frame held back
+ *   shows as a failed tag at the next heartbeat.
  * - DPDK: one EAL per process, started by the first dpdk link with
  *   dpdk_eal_args, never stopped before exit. A child forked after that
  *   cannot use dpdk links (-ENODEV): fork first, then open links.
@@ -160,6 +168,15 @@ struct esd_link_opts {
 	struct esd_fault_opts faults;
 	int reliable;           /* 1: reliable layer even without faults */
 	int64_t timeout_ns;     /* dead-peer timeout (connect, acks); 0 = 5 s */
+	/* Heartbeats: a link that sent nothing for heartbeat_ns sends a
+	 * LINK_HEARTBEAT, from a thread of the transport's own, which nothing
+	 * else blocks (so a peer whose application is busy writing a
+	 * checkpoint or solving still beats); a link that heard nothing from
+	 * its peer (not a byte) for peer_timeout_ns while receiving is dead:
+	 * esd_link_recv() fails with -ETIMEDOUT, the link is broken and its
+	 * error names the peer. 0: off (each). */
+	int64_t heartbeat_ns;
+	int64_t peer_timeout_ns;
 	int64_t rto_ns;         /* first and least retransmission timeout; 0 = 20 ms
 	                         * (it follows the measured round trip) */
 	uint32_t window;        /* reliable layer: most unacked frames; 0 = 256 */

@@ -5,6 +5,7 @@
  */
 #include <esd/job_link.h>
 
+#include <esd/clock.h>
 #include <esd/log.h>
 
 #include <errno.h>
@@ -19,6 +20,9 @@ static const char *const vdev_of[] = {
 void esd_job_link_opts(const struct esd_job *job, uint32_t shard, struct esd_link_opts *o)
 {
 	o->backend = job->backend;
+	/* a silent link beats; a peer silent for the timeout is dead */
+	o->heartbeat_ns = (int64_t)job->heartbeat_ms * ESD_NS_PER_MS;
+	o->peer_timeout_ns = (int64_t)job->peer_timeout_ms * ESD_NS_PER_MS;
 	/* dpdk */
 	o->dpdk_eal_args = job->dpdk_eal[0] ? job->dpdk_eal : NULL;
 	o->dpdk_vdev = vdev_of[job->dpdk_port];
