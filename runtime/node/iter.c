@@ -881,6 +881,17 @@ static int restore_cache(struct exec *x, const void *block, uint64_t iter, uint3
 	return rc;
 }
 
+/* Whether a shard whose link broke will come back: something restarts
+ * shards (job.restart_shards) and they resume from checkpoints. Else the
+ * job fails at once. */
+static bool shards_restart(const struct node *nd)
+{
+	if (nd->job.restart_shards && !nd->job.checkpoint_dir[0])
+		ESD_ERR("node", "job.restart_shards is on but ps.checkpoint_dir is unset: a "
+			"restarted shard has nothing to resume from");
+	return nd->job.restart_shards && nd->job.checkpoint_dir[0];
+}
+
 /* A shard went away: reconnect (it restarts from its last checkpoint), roll
  * the cache metadata and the dispatcher back to that boundary, re-pull the
  * values of every CLEAN row (kind other) and go on from there. */
@@ -1039,7 +1050,9 @@ int node_run(struct node *nd, uint64_t start)
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
 		node_order_done(nd);
-		if (is_link_failure(rc) && nd->job.checkpoint_dir[0]) {
+		if (is_link_failure(rc) && !shards_restart(nd))
+			node_links_name_broken(nd);
+		else if (is_link_failure(rc)) {
 			uint64_t resume = 0;
 			rc = recover(&x, &resume);
 			if (!rc) {

@@ -8,6 +8,12 @@
 #include <esd/log.h>
 #include <esd/optim.h>
 
+#include <time.h>
+
+/* How long a node tries to reach a shard at the job's start (it may
+ * still be starting). */
+#define SHARD_START_WAIT_S 60
+
 /* One attempt: connect to shard s and exchange HELLO. *refused is set
  * when the shard answered with an ERROR (retrying cannot help then). */
 static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t *iter,
@@ -78,11 +84,13 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	return rc;
 }
 
-/* Connect to shard s and exchange HELLO, retrying a while (the shard may
- * still be starting, or restarting); *it: the iteration it reports. */
-static int connect_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t *it)
+/* Connect to shard s and exchange HELLO, retrying for wait_s seconds (the
+ * shard may still be starting, or restarting); *it: the iteration it
+ * reports. */
+static int connect_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t *it,
+			 uint64_t wait_s)
 {
-	int64_t deadline = esd_now_ns() + 60 * ESD_NS_PER_S;
+	int64_t deadline = esd_now_ns() + (int64_t)wait_s * ESD_NS_PER_S;
 	bool refused = false;
 	int rc;
 	for (;;) {
@@ -98,10 +106,25 @@ static int connect_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_
 	} else if (rc && refused) {
 		ESD_ERR("node", "shard %u at %s refused this node", s, nd->job.addrs[s]);
 	} else if (rc) {
-		ESD_ERR("node", "cannot reach shard %u at %s (%s): %s", s, nd->job.addrs[s],
-			nd->job.backend, esd_strerror(rc));
+		ESD_ERR("node", "cannot reach shard %u at %s (%s) within %llu s: %s", s,
+			nd->job.addrs[s], nd->job.backend, (unsigned long long)wait_s,
+			esd_strerror(rc));
 	}
 	return rc;
+}
+
+/* The link to shard s broke and something restarts shards: say what this
+ * node waits for and until when (wall clock). */
+static void log_restart_wait(struct node *nd, uint32_t s, const char *why)
+{
+	char until[32];
+	time_t end = time(NULL) + (time_t)nd->job.restart_wait_s;
+	struct tm tm;
+	strftime(until, sizeof(until), "%Y-%m-%d %H:%M:%S", localtime_r(&end, &tm));
+	ESD_WARN("node", "the link to shard %u at %s broke (%s); waiting until %s "
+		 "(job.restart_wait = %llu s) for the shard to restart and answer", s,
+		 nd->job.addrs[s], why && *why ? why : "closed", until,
+		 (unsigned long long)nd->job.restart_wait_s);
 }
 
 int node_links_open(struct node *nd, uint64_t *ps_iter)
@@ -120,7 +143,7 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 	uint64_t at[ESD_JOB_MAX_SHARDS] = {0}, low = UINT64_MAX;
 	bool differ = false;
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
-		rc = connect_shard(nd, s, &b, &at[s]);
+		rc = connect_shard(nd, s, &b, &at[s], SHARD_START_WAIT_S);
 		differ |= s > 0 && at[s] != at[0];
 		low = at[s] < low ? at[s] : low;
 	}
@@ -170,11 +193,13 @@ int node_links_reconnect(struct node *nd, uint64_t *iter, uint64_t *restarted)
 		drain(nd->links.link[s]);
 		if (nd->links.link[s] && !esd_link_broken(nd->links.link[s]))
 			continue;
+		log_restart_wait(nd, s, nd->links.link[s] ? esd_link_last_error(nd->links.link[s])
+							  : NULL);
 		pthread_mutex_lock(&nd->qmu);
 		esd_link_close(nd->links.link[s]);
 		nd->links.link[s] = NULL;
 		pthread_mutex_unlock(&nd->qmu);
-		rc = connect_shard(nd, s, &b, &iter[s]);
+		rc = connect_shard(nd, s, &b, &iter[s], nd->job.restart_wait_s);
 		*restarted |= UINT64_C(1) << s;
 	}
 	esd_buf_free(&b);
@@ -260,6 +285,19 @@ void node_links_close(struct node *nd)
 		nd->links.link[s] = NULL;
 	}
 	pthread_mutex_unlock(&nd->qmu);
+}
+
+void node_links_name_broken(struct node *nd)
+{
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link *l = nd->links.link[s];
+		drain(l);
+		if (!l || !esd_link_broken(l))
+			continue;
+		ESD_ERR("node", "shard %u at %s (%s): its link broke: %s; nothing restarts shards "
+			"(job.restart_shards is off): the job fails", s, nd->job.addrs[s],
+			esd_link_peer(l), *esd_link_last_error(l) ? esd_link_last_error(l) : "closed");
+	}
 }
 
 int node_links_check(struct node *nd)

@@ -415,6 +415,9 @@ int node_links_reconnect(struct node *nd, uint64_t *iter, uint64_t *restarted);
 /* While the node trains the shards send nothing, unless they failed the
  * job (ERROR) or went away: 0, or what happened (logged). */
 int node_links_check(struct node *nd);
+/* Log each shard whose link broke (address, the link's error), for a job
+ * that nothing restarts shards in (job.restart_shards off). */
+void node_links_name_broken(struct node *nd);
 /* Every shard back to one checkpoint cut: the restarted shards' oldest,
  * or older if a shard lacks it (ROLLBACK frames, docs/protocol.md). *cut:
  * the boundary the job resumes from. 0, -ESTALE (no common checkpoint),

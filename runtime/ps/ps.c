@@ -895,7 +895,8 @@ static void *link_main(void *arg)
 	esd_buf_init(&out);
 	for (;;) {
 		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
-		if (rc == -ETIMEDOUT) {
+		/* (a timeout that broke the link: the worker fell silent) */
+		if (rc == -ETIMEDOUT && !esd_link_broken(pl->link)) {
 			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED) || hello_overdue(pl))
 				break;
 			tell_failure(pl);

@@ -132,7 +132,8 @@ def test_shard_restarted(env, hosts):
     # on disk, with most of the job still to run
     s = settings(env, job__iterations=60, ps__checkpoint_every=5)
     work, ck = env.run_dirs(s, name)
-    with cluster(env, hosts, work, s, 1) as c:  # the reference trainers
+    # the reference trainers; this test restarts the shard
+    with cluster(env, hosts, work, s, 1, restart_shards=True) as c:
         c.start()
         t0 = time.time()
         done = os.path.join(ck, "ps-shard0.ckpt")  # complete, not its .tmp

@@ -207,7 +207,7 @@ def test_on_path(env, s, work):
 def test_idle_flood(env, s, work):
     """200 idle connections while a job runs, and while its daemons
     reconnect to a restarted shard."""
-    with Cluster(env.bin, work, s, emulate_ns=20000) as c:
+    with Cluster(env.bin, work, s, emulate_ns=20000, restart_shards=True) as c:
         c.start()
         sock = os.path.join(work, "ps0.sock")
         addr = c.ps_addr[0]

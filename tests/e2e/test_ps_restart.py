@@ -54,7 +54,7 @@ def setting_undone(env):
     os.makedirs(ck, exist_ok=True)
     s["ps.checkpoint_dir"] = ck
     try:
-        with Cluster(env.bin, work, s, emulate_ns=1000000) as c:
+        with Cluster(env.bin, work, s, emulate_ns=1000000, restart_shards=True) as c:
             c.start()
             sock = os.path.join(work, "ps0.sock")
             wait_ps(sock, 44)
@@ -91,7 +91,8 @@ def het_stale_refused(env):
     s["ps.checkpoint_dir"] = os.path.join(work, "ckpt")
     os.makedirs(s["ps.checkpoint_dir"], exist_ok=True)
     try:
-        with Cluster(env.bin, work, s) as c:
+        # (a restarter would bring the shard back: the daemons try to resume)
+        with Cluster(env.bin, work, s, restart_shards=True) as c:
             c.start()
             sock = os.path.join(work, "ps0.sock")
             it, t0 = 0, time.time()
@@ -127,7 +128,7 @@ def restart_case(env, tag, over, shards=1, victim=0):
         os.makedirs(ck, exist_ok=True)
         s2 = dict(s)
         s2["ps.checkpoint_dir"] = ck
-        with Cluster(env.bin, work, s2, shards=shards) as c:
+        with Cluster(env.bin, work, s2, shards=shards, restart_shards=True) as c:
             c.start()
             sock = os.path.join(work, "ps0.sock")
             it = 0

@@ -1,0 +1,318 @@
+"""A peer that dies or falls silent ends the job in seconds (real esd-ps,
+esdd and trainer processes, real sockets; job.heartbeat_ms 500,
+job.peer_timeout_ms 3000, the defaults):
+- kill -9 of the shard, nothing restarting it (job.restart_shards off):
+  every process exits non-zero, the daemons naming the shard and its
+  address;
+- SIGSTOP of an esdd: the shard hears nothing from it for the peer
+  timeout and fails the job naming the worker and its address; every
+  other process exits non-zero;
+- SIGSTOP of the esd-ps: the daemons hear nothing from it and fail the
+  job naming the shard; every other process exits non-zero;
+- one frame of a daemon's link held back on the path (a relay in this
+  process), on a keyed link (the relay forwards what follows: the next
+  frame, a heartbeat at the latest, fails its tag) and on an unkeyed one
+  (the relay holds what follows too, as a stalled path does: the shard
+  hears nothing);
+- a host's veth taken down (network namespaces made here; skipped
+  without root or iproute2): its peers hear nothing and the job fails
+  naming the host's address.
+Each case prints its measured time and asserts at most 5 s from the
+event to the last process's exit.
+
+usage: test_peer_silence.py BIN_DIR
+"""
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from e2e_util import Env, ClusterError, bridge_port, sh, wait_ps
+from esdcluster import Cluster
+
+BOUND_S = 5.0
+
+
+def wait_exits(c, names, limit=30.0):
+    """Wait for processes names of cluster c: (the time the last one
+    exited, or None if one still runs after limit s; their exit codes)."""
+    t0, rcs, last = time.time(), {}, None
+    while time.time() - t0 < limit and len(rcs) < len(names):
+        for n in names:
+            if n not in rcs and c.procs[n].poll() is not None:
+                rcs[n] = c.procs[n].returncode
+                last = time.time()
+        time.sleep(0.01)
+    for n in names:
+        rcs.setdefault(n, "still running")
+    return (last if "still running" not in rcs.values() else None), rcs
+
+
+def log_of(work, name):
+    p = os.path.join(work, name + ".log")
+    if not os.path.exists(p):
+        return ""
+    with open(p) as f:
+        return f.read()
+
+
+def lines_with(text, *words):
+    return [ln for ln in text.splitlines() if all(w in ln for w in words)][:2]
+
+
+def started(env, work, s, **kw):
+    c = Cluster(env.bin, work, s, emulate_ns=20000, **kw)
+    c.__enter__()
+    c.start()
+    wait_ps(os.path.join(work, "ps0.sock"), 10)
+    return c
+
+
+def check_bound(env, what, t_event, t_last, rcs):
+    took = t_last - t_event if t_last is not None else None
+    print("# %s -> every process exited: %s s" % (what, "%.1f" % took if took is not None
+                                                  else "not within 30"))
+    env.check(took is not None and took <= BOUND_S and
+              all(rc not in (0, "still running") for rc in rcs.values()),
+              "%s: every process exits non-zero within %.0f s: %s s, %s"
+              % (what, BOUND_S, took, rcs))
+
+
+def test_kill_shard(env, s):
+    work = os.path.join(env.root, "kill-shard")
+    c = started(env, work, s)
+    try:
+        others = [n for n in c.procs if n != "ps0"]
+        t0 = time.time()
+        os.kill(c.procs["ps0"].pid, signal.SIGKILL)
+        last, rcs = wait_exits(c, others)
+    finally:
+        c.__exit__(None, None, None)
+    check_bound(env, "kill -9 shard", t0, last, rcs)
+    log = log_of(work, "esdd0")
+    env.check(lines_with(log, "shard 0", c.ps_addr[0], "restart_shards"),
+              "kill -9 shard: the daemon names the shard, its address and why nothing "
+              "waits: %s" % lines_with(log, "shard 0"))
+
+
+def test_stop_daemon(env, s):
+    work = os.path.join(env.root, "stop-esdd")
+    c = started(env, work, s)
+    try:
+        stopped = [n for n in c.procs if n == "esdd1" or n.startswith("trainer1")]
+        others = [n for n in c.procs if n not in stopped]
+        t0 = time.time()
+        os.kill(c.procs["esdd1"].pid, signal.SIGSTOP)
+        last, rcs = wait_exits(c, others)
+        os.kill(c.procs["esdd1"].pid, signal.SIGKILL)
+        os.kill(c.procs["esdd1"].pid, signal.SIGCONT)
+    finally:
+        c.__exit__(None, None, None)
+    check_bound(env, "SIGSTOP esdd", t0, last, rcs)
+    log = log_of(work, "ps0")
+    env.check(lines_with(log, "worker 1", "heard nothing from"),
+              "SIGSTOP esdd: the shard names the worker, its address and the silence: %s"
+              % lines_with(log, "worker 1"))
+
+
+def test_stop_shard(env, s):
+    work = os.path.join(env.root, "stop-ps")
+    c = started(env, work, s)
+    try:
+        others = [n for n in c.procs if n != "ps0"]
+        t0 = time.time()
+        os.kill(c.procs["ps0"].pid, signal.SIGSTOP)
+        last, rcs = wait_exits(c, others)
+        os.kill(c.procs["ps0"].pid, signal.SIGKILL)
+        os.kill(c.procs["ps0"].pid, signal.SIGCONT)
+    finally:
+        c.__exit__(None, None, None)
+    check_bound(env, "SIGSTOP esd-ps", t0, last, rcs)
+    log = log_of(work, "esdd0")
+    env.check(lines_with(log, "shard 0", "heard nothing from"),
+              "SIGSTOP esd-ps: the daemon names the shard, its address and the silence: %s"
+              % lines_with(log, "shard 0"))
+
+
+class HoldRelay:
+    """On the path of one daemon's link: forwards both ways, and holds back
+    the client's frame number 'at' (frames counted from the first, the
+    handshake's included); stall: what follows it is held back too (a path
+    that delivers in order), else forwarded."""
+
+    def __init__(self, upstream, at, stall):
+        self.upstream, self.at, self.stall = upstream, at, stall
+        self.held_at = None
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.socks = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)))
+            self.socks += [c, s]
+            threading.Thread(target=self._pipe, args=(s, c, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, s, True), daemon=True).start()
+
+    def _pipe(self, src, dst, client):
+        buf, n = b"", 0
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if not client:
+                    dst.sendall(b)
+                    continue
+                buf += b
+                while len(buf) >= 24:
+                    flen = 24 + struct.unpack_from("<I", buf, 8)[0]
+                    if len(buf) < flen:
+                        break
+                    f, buf = buf[:flen], buf[flen:]
+                    if n == self.at and self.held_at is None:
+                        self.held_at = time.time()
+                    elif self.held_at is None or not self.stall:
+                        dst.sendall(f)
+                    n += 1
+        except OSError:
+            pass
+        # an end is passed on, as the path passes the peer's FIN
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.lsock.close()
+        for x in self.socks:
+            try:
+                x.close()
+            except OSError:
+                pass
+
+
+def test_withheld(env, s, keyed):
+    what = "one frame held back, %s link" % ("keyed" if keyed else "unkeyed tcp")
+    work = os.path.join(env.root, "withheld-" + ("keyed" if keyed else "plain"))
+    relays = []
+
+    def via_relay(rank, ps_addrs):
+        if rank != 1:
+            return ",".join(ps_addrs)
+        relays.append(HoldRelay(ps_addrs[0], at=300, stall=not keyed))
+        return relays[-1].addr
+
+    s = dict(s) if keyed else dict(s, **{"job.key": ""})
+    with Cluster(env.bin, work, s, emulate_ns=20000, daemon_ps=via_relay) as c:
+        c.start()
+        t0 = time.time()
+        while relays[0].held_at is None and time.time() - t0 < 60:
+            time.sleep(0.01)
+        last, rcs = wait_exits(c, list(c.procs))
+    relays[0].close()
+    check_bound(env, what, relays[0].held_at or time.time(), last, rcs)
+    log = log_of(work, "ps0")
+    words = ("worker 1", "authentication") if keyed else ("worker 1", "heard nothing from")
+    env.check(lines_with(log, *words), "%s: the shard names %s: %s"
+              % (what, " and ".join(words), lines_with(log, "worker 1")))
+
+
+class Hosts:
+    """Namespaces <tag>ps, <tag>n0, <tag>n1 on a bridge in <tag>sw, the
+    shard at 10.79.0.1, node w at 10.79.0.(2 + w), each on its veth esd0."""
+
+    def __init__(self, n=2):
+        self.tag = "hs%d" % (os.getpid() % 10000)
+        self.ps = self.tag + "ps"
+        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
+        self.sw = self.tag + "sw"
+        self.made = []
+
+    def __enter__(self):
+        try:
+            for ns in [self.sw, self.ps] + self.nodes:
+                sh("ip", "netns", "add", ns)
+                self.made.append(ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
+            for i, ns in enumerate([self.ps] + self.nodes):
+                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i))
+                sh("ip", "-n", ns, "addr", "add", "10.79.0.%d/24" % (i + 1), "dev", "esd0")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        self.made = []
+        return False
+
+    def wrap(self, name):
+        if name.startswith("ps"):
+            return ["ip", "netns", "exec", self.ps]
+        if name.startswith("esdd"):
+            return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
+        return []  # trainers: unix sockets and shared memory only
+
+
+def test_veth_down(env, s):
+    """Node 1's host vanishes: its veth goes down (no FIN, no RST)."""
+    what = "veth of node 1 down"
+    work = os.path.join(env.root, "veth")
+    with Hosts() as hosts:
+        with Cluster(env.bin, work, dict(s, **{"workers.n": 2}), emulate_ns=20000,
+                     wrap=hosts.wrap, ps_listen=lambda sh_: "10.79.0.1:0") as c:
+            c.start()
+            wait_ps(os.path.join(work, "ps0.sock"), 10)
+            gone = [n for n in c.procs if n == "esdd1" or n.startswith("trainer1")]
+            others = [n for n in c.procs if n not in gone]
+            t0 = time.time()
+            sh("ip", "-n", hosts.nodes[1], "link", "set", "esd0", "down")
+            last, rcs = wait_exits(c, others)
+    check_bound(env, what, t0, last, rcs)
+    log = log_of(work, "ps0")
+    env.check(lines_with(log, "worker 1", "10.79.0.3", "heard nothing from"),
+              "%s: the shard names the worker, the host's address and the silence: %s"
+              % (what, lines_with(log, "worker 1")))
+
+
+def main():
+    env = Env(sys.argv[1], "peer-silence")
+    env.gen_stream(samples=20000)
+    s = env.settings(job__iterations=100000, workers__n=2)
+    try:
+        test_kill_shard(env, s)
+        test_stop_daemon(env, s)
+        test_stop_shard(env, s)
+        test_withheld(env, s, keyed=True)
+        test_withheld(env, s, keyed=False)
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            print("# skipped: a host's veth down (network namespaces need root and ip)")
+        else:
+            test_veth_down(env, s)
+    except (ClusterError, RuntimeError) as e:
+        env.check(False, "cluster: %s" % e)
+    return env.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
