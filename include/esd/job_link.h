@@ -38,8 +38,9 @@ int esd_job_link_check(const struct esd_job *job);
 
 /*
  * Fill the backend's fields of o (initialised by the caller, whose addr,
- * key, rates and timeouts stay) from the job: backend, the dpdk options
- * (EAL arguments, port, MTU, rings, the peers' MAC addresses) and the rdma
+ * key, rates and timeout_ns stay) from the job: backend, the heartbeats
+ * (job.heartbeat_ms, job.peer_timeout_ms), the dpdk options (EAL
+ * arguments, port, MTU, rings, the peers' MAC addresses) and the rdma
  * ones (device, port, GID index). shard: the shard a node's link goes to,
  * or ESD_JOB_LINK_LISTEN for a shard's listener. For a dpdk af_packet or
  * PCI port o->addr becomes the interface or the PCI address. o then points
