@@ -42,7 +42,25 @@
  * A row twice in a bag is one slot read twice (one gradient slot: add
  * both contributions).
  *
- * Threads: one thread uses a trainer handle at a time.
+ * Failing: a trainer that cannot go on says why before it ends,
+ * esd_trainer_fail(t, "what went wrong"), and the daemon fails the whole
+ * job at once with that text (every process exits non-zero, the text in
+ * the daemon's and the shards' failure messages). libesd sends the same
+ * by itself on SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT ("killed by
+ * signal SIGSEGV (Segmentation fault)"), then lets the signal take its
+ * course under the action it had before the attach. A trainer that dies
+ * without a word (kill -9) fails the job too, unless the job says that
+ * something replaces it (job.restart_trainers).
+ *
+ * Heartbeats: after the attach a small thread of libesd sends the daemon
+ * a heartbeat whenever the trainer sent nothing for job.heartbeat_ms (the
+ * WELCOME says the interval), so a trainer busy in a long step is not
+ * taken for a dead one; the daemon fails the job when its trainer is
+ * silent for job.peer_timeout_ms (a stopped process), and
+ * esd_trainer_next returns -EHOSTDOWN when the daemon is.
+ *
+ * Threads: one thread uses a trainer handle at a time (libesd's heartbeat
+ * thread aside).
  */
 #ifndef ESD_LIBESD_H
 #define ESD_LIBESD_H
@@ -104,11 +122,12 @@ struct esd_microbatch {
  * batch's step to resume with the rows (esd.torch does). */
 #define ESD_MB_CHECKPOINT 1u
 
-/* Attach to the daemon of node directory 'dir'. Returns 0 and *out (free
- * with esd_trainer_detach), -ENOENT/-ECONNREFUSED (no daemon: logged with
- * the socket path), -EPERM (refused: another uid, or another trainer is
- * attached; logged with the daemon's reason), -EPROTO (version mismatch or
- * a corrupt region header), -ENOMEM, or -errno. */
+/* Attach to the daemon of node directory 'dir' (it answers within 30 s).
+ * Returns 0 and *out (free with esd_trainer_detach), -ENOENT/-ECONNREFUSED
+ * (no daemon: logged with the socket path), -EPERM (refused: another uid,
+ * or another trainer is attached; logged with the daemon's reason),
+ * -EPROTO (version mismatch or a corrupt region header), -ETIMEDOUT (no
+ * answer to the HELLO: logged), -ENOMEM, or -errno. */
 int esd_trainer_attach(const char *dir, struct esd_trainer **out);
 /* The same, waiting up to timeout_ms for a daemon that is not listening
  * yet (starting, or started again after a crash left its socket): what a
@@ -116,9 +135,11 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out);
 int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out);
 void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
 
-/* Wait up to timeout_ms (-1: forever) for the next micro-batch. Returns 0
- * with *mb filled, 1 when training is over (the daemon said STOP),
- * -ETIMEDOUT, -ECONNRESET (the daemon went away), -EPROTO. */
+/* Wait up to timeout_ms (-1: no bound but the daemon's heartbeats) for
+ * the next micro-batch. Returns 0 with *mb filled, 1 when training is over
+ * (the daemon said STOP), -ETIMEDOUT, -ECONNRESET (the daemon went away),
+ * -EHOSTDOWN (the daemon sent nothing, not even a heartbeat, for
+ * job.peer_timeout_ms: logged naming its socket), -EPROTO. */
 int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb);
 
 /* Row value and gradient slot of a cache slot (no bounds check beyond
@@ -136,6 +157,13 @@ int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, d
  * later, then esd_trainer_next returns 1. Async-signal-safe (one
  * sendmsg). Returns 0 or -errno. */
 int esd_trainer_request_stop(struct esd_trainer *t);
+
+/* Tell the daemon that this trainer fails, and why (text, up to 511
+ * bytes, e.g. an exception's type, message and place): the daemon logs it
+ * and fails the job at once, whatever job.restart_trainers says. Call it
+ * before the process ends; the handle stays usable for
+ * esd_trainer_detach. Returns 0, -EINVAL (no handle) or -errno. */
+int esd_trainer_fail(struct esd_trainer *t, const char *text);
 
 /* Unmap and close. Accepts NULL. */
 void esd_trainer_detach(struct esd_trainer *t);

@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <stdbool.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,9 +37,25 @@ struct esd_attach_msg esd_attach_msg_make(enum esd_attach_op op)
 
 size_t esd_attach_msg_size(uint16_t version)
 {
-	if (version == 2)
+	switch (version) {
+	case 2:
 		return offsetof(struct esd_attach_msg, nkeys);
-	return version == ESD_ATTACH_VERSION ? sizeof(struct esd_attach_msg) : 0;
+	case 3:
+		return offsetof(struct esd_attach_msg, heartbeat_ms);
+	case 4:
+		return offsetof(struct esd_attach_msg, detail);
+	default:
+		return 0;
+	}
+}
+
+/* Bytes of msg on the wire: its version's, and a FAILED's detail. */
+static size_t wire_size(const struct esd_attach_msg *msg)
+{
+	size_t len = esd_attach_msg_size(msg->version);
+	if (len && msg->version >= 4 && msg->op == ESD_AT_FAILED)
+		len += strnlen(msg->detail, ESD_ATTACH_DETAIL - 1) + 1;
+	return len;
 }
 
 static int sock_path(const char *dir, const char *name, struct sockaddr_un *sa)
@@ -172,7 +191,7 @@ int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, in
 		char buf[CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
-	const size_t len = esd_attach_msg_size(msg->version);
+	const size_t len = wire_size(msg);
 	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 
@@ -204,6 +223,32 @@ int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, in
 		}
 		return esd_neg_errno();
 	}
+}
+
+int esd_attach_send_nowait(int fd, const struct esd_attach_msg *msg)
+{
+	const size_t len = wire_size(msg);
+	int unread = 0;
+	if (!len)
+		return -EINVAL;
+	if (ioctl(fd, SIOCOUTQ, &unread) == 0 && unread > 0)
+		return -EBUSY;
+	ssize_t n = send(fd, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n == (ssize_t)len)
+		return 0;
+	return n >= 0 ? -EIO : errno == EWOULDBLOCK ? -EAGAIN : esd_neg_errno();
+}
+
+/* A received message of n bytes is whole: its version's size, or a
+ * version-4 FAILED with a detail. */
+static bool whole(const struct esd_attach_msg *msg, size_t n)
+{
+	if (n < offsetof(struct esd_attach_msg, pid) || msg->magic != ESD_ATTACH_MAGIC)
+		return false;
+	size_t len = esd_attach_msg_size(msg->version);
+	if (len && n > len && msg->version >= 4 && msg->op == ESD_AT_FAILED)
+		return n <= sizeof(*msg);
+	return len && n == len;
 }
 
 int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int timeout_ms)
@@ -252,10 +297,7 @@ int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int
 	}
 	if (nfds)
 		*nfds = got;
-	size_t len = (size_t)n >= offsetof(struct esd_attach_msg, op)
-			     ? esd_attach_msg_size(msg->version) : 0;
-	if (!len || (size_t)n != len || (mh.msg_flags & MSG_TRUNC) ||
-	    msg->magic != ESD_ATTACH_MAGIC) {
+	if (!whole(msg, (size_t)n) || (mh.msg_flags & MSG_TRUNC)) {
 		ESD_ERR("attach", "bad control message (%zd bytes, magic %#x, version %u)", n,
 			(unsigned)msg->magic, (unsigned)msg->version);
 		for (int i = 0; i < got; i++)
@@ -264,7 +306,8 @@ int esd_attach_recv(int fd, struct esd_attach_msg *msg, int *fds, int *nfds, int
 			*nfds = 0;
 		return -EPROTO;
 	}
-	memset((char *)msg + len, 0, sizeof(*msg) - len);
+	memset((char *)msg + n, 0, sizeof(*msg) - (size_t)n);
 	msg->text[sizeof(msg->text) - 1] = '\0';
+	msg->detail[sizeof(msg->detail) - 1] = '\0';
 	return 0;
 }

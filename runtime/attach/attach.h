@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #define ESD_ATTACH_MAGIC   0x45534441u /* "ESDA" */
-#define ESD_ATTACH_VERSION     3u /* BATCH carries nkeys (bags, docs/multihot.md) */
+#define ESD_ATTACH_VERSION     4u /* heartbeats, FAILED; WELCOME carries their timing */
 #define ESD_ATTACH_VERSION_MIN 2u /* still served on jobs without bags */
 #define ESD_ATTACH_SOCK    "esdd.sock"
 #define ESD_ATTACH_LOCK    "lock"
@@ -26,7 +26,13 @@ enum esd_attach_op {
 	ESD_AT_STOP = 5,    /* daemon -> trainer: training is over */
 	ESD_AT_REFUSE = 6,  /* daemon -> trainer: attach refused, text says why */
 	ESD_AT_STOP_REQ = 7, /* trainer -> daemon: stop the job gracefully (SIGTERM) */
+	/* version 4 on */
+	ESD_AT_FAILED = 8,    /* trainer -> daemon: it fails; detail says why (the job fails) */
+	ESD_AT_HEARTBEAT = 9, /* both ways: sent by a side that sent nothing for heartbeat_ms */
 };
+
+/* Most bytes of FAILED's text, its NUL included. */
+#define ESD_ATTACH_DETAIL 512
 
 /* Every message is this struct; unused fields are zero. */
 struct esd_attach_msg {
@@ -46,12 +52,19 @@ struct esd_attach_msg {
 	/* version 3 on: a version-2 message is the struct up to here */
 	uint32_t nkeys;   /* BATCH: keys (slots) in this micro-batch */
 	uint32_t flags;   /* BATCH: ESD_AT_CHECKPOINT */
+	/* version 4 on: a version-3 message is the struct up to here */
+	uint32_t heartbeat_ms;    /* WELCOME: each side sends at least this often */
+	uint32_t peer_timeout_ms; /* WELCOME: a side heard from not at all this long is dead */
+	/* FAILED: what failed, NUL-terminated; only its bytes travel (a
+	 * message without it ends before it) */
+	char detail[ESD_ATTACH_DETAIL];
 };
 
 /* BATCH flags */
 #define ESD_AT_CHECKPOINT 1u /* a checkpoint boundary: the rows' checkpoint is of this iteration */
 
-/* Bytes of a message of the given version on the wire (0: not spoken). */
+/* Bytes of a message of the given version on the wire, detail not
+ * counted (0: not spoken). */
 size_t esd_attach_msg_size(uint16_t version);
 
 /* Create (mode 0700) or reuse the node directory and take its lock with
@@ -74,13 +87,19 @@ int esd_attach_accept(int listen_fd, int *fd, uid_t *uid, pid_t *pid);
  * -errno; nothing logged. */
 int esd_attach_connect(const char *dir, int *fd);
 
-/* Send a message with up to 4 fds, in msg->version's size. Returns 0 or
- * -errno (-EPIPE when the peer is gone). */
+/* Send a message with up to 4 fds, in msg->version's size (a version-4
+ * FAILED with its detail). Returns 0 or -errno (-EPIPE when the peer is
+ * gone). */
 int esd_attach_send(int fd, const struct esd_attach_msg *msg, const int *fds, int nfds);
+
+/* Send without waiting (a heartbeat): -EAGAIN when the socket is full,
+ * -EBUSY when the peer has not read all we sent before (it has something
+ * to read, so it hears from us anyway). Async-signal-safe. */
+int esd_attach_send_nowait(int fd, const struct esd_attach_msg *msg);
 
 /* Receive one message, waiting at most timeout_ms (-1: forever), of any
  * version from ESD_ATTACH_VERSION_MIN on (a shorter one's later fields
- * read 0; msg->version says which). Received fds go to fds[0..*nfds)
+ * read 0; msg->version says which; detail is NUL-terminated). Received fds go to fds[0..*nfds)
  * (close-on-exec); surplus fds are closed. Returns 0, -ETIMEDOUT,
  * -ECONNRESET (peer closed), -EPROTO (bad magic, version or size;
  * logged), or -errno. */

@@ -1,7 +1,10 @@
 /*
  * libesd: the trainer's side of the attach protocol (esd/libesd.h). The
  * cache region is mapped with gradient slots writable and everything else
- * read-only, so a trainer bug cannot corrupt rows or metadata.
+ * read-only, so a trainer bug cannot corrupt rows or metadata. A small
+ * thread sends the heartbeats, so that a trainer busy in a long step (a
+ * PyTorch one holding the GIL) is not taken for a dead one; a fatal
+ * signal tells the daemon which before the process dies.
  */
 #include <esd/libesd.h>
 #include <esd/cache.h>
@@ -12,15 +15,29 @@
 #include "attach.h"
 #include "xchg.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 struct esd_trainer {
 	int fd;
+	char sock[600];           /* DIR/esdd.sock, for messages */
+	uint32_t heartbeat_ms;    /* 0: the daemon speaks no heartbeats */
+	uint32_t peer_timeout_ms;
+	int64_t last_rx_ns;       /* the daemon's last message */
+	_Atomic int64_t last_tx_ns; /* ours */
+	pthread_t hb_thread;
+	int hb_stop_fd;           /* eventfd: the heartbeat thread ends; -1: none runs */
 	struct esd_cache *cache;
 	struct esd_xchg_hdr *xchg;
 	size_t xchg_len;
@@ -36,22 +53,141 @@ static bool no_daemon_yet(int rc)
 	return rc == -ENOENT || rc == -ECONNREFUSED;
 }
 
+static int attach_on(const char *dir, int fd, struct esd_trainer **out);
+
 int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out)
 {
-	int64_t end = esd_now_ns() + (int64_t)timeout_ms * ESD_NS_PER_MS;
+	const int64_t t0 = esd_now_ns(), end = t0 + (int64_t)timeout_ms * ESD_NS_PER_MS;
 	int fd = -1, rc;
-	/* connect quietly until the daemon listens, then attach for real */
+	bool told = false;
+	/* connect quietly until the daemon listens; the connection made is
+	 * the one the trainer attaches on (a probe closed without a HELLO
+	 * would be logged by the daemon as a stranger) */
 	while (no_daemon_yet(rc = esd_attach_connect(dir, &fd)) && timeout_ms > 0 &&
-	       esd_now_ns() < end)
+	       esd_now_ns() < end) {
+		if (!told)
+			ESD_INFO("libesd", "no daemon listens on %s/%s yet: waiting up to %.1f s",
+				 dir, ESD_ATTACH_SOCK, timeout_ms / 1e3);
+		told = true;
 		esd_sleep_ns(50 * ESD_NS_PER_MS);
-	if (!rc) {
-		close(fd);
-		rc = esd_trainer_attach(dir, out);
-	} else {
-		ESD_ERR("libesd", "cannot connect to %s/esdd.sock%s: %s (is esdd running with "
-			"--dir %s?)", dir, timeout_ms > 0 ? " in time" : "", esd_strerror(rc), dir);
 	}
+	if (rc) {
+		ESD_ERR("libesd", "cannot connect to %s/%s after %.1f s (waited up to %.1f s): %s "
+			"(is esdd running with --dir %s?)", dir, ESD_ATTACH_SOCK,
+			esd_ns_to_s(esd_now_ns() - t0), timeout_ms > 0 ? timeout_ms / 1e3 : 0.0,
+			esd_strerror(rc), dir);
+		return rc;
+	}
+	return attach_on(dir, fd, out);
+}
+
+/* ---- heartbeats --------------------------------------------------------- */
+
+/* Send m on t's socket, noting when (the heartbeat thread sends only
+ * after a quiet interval). */
+static int send_msg(struct esd_trainer *t, const struct esd_attach_msg *m)
+{
+	int rc = esd_attach_send(t->fd, m, NULL, 0);
+	if (!rc)
+		atomic_store_explicit(&t->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	return rc;
+}
+
+/* The heartbeat thread: a HEARTBEAT whenever the trainer sent nothing for
+ * heartbeat_ms (not while the daemon has not read our last message: it
+ * hears from us then anyway). Nothing else runs on it, so a trainer busy
+ * in a step still answers. */
+static void *heartbeat_main(void *arg)
+{
+	struct esd_trainer *t = arg;
+	const int64_t every = (int64_t)t->heartbeat_ms * ESD_NS_PER_MS;
+	struct esd_attach_msg hb = esd_attach_msg_make(ESD_AT_HEARTBEAT);
+	struct pollfd p = {.fd = t->hb_stop_fd, .events = POLLIN};
+	int64_t due = 0;
+	for (;;) {
+		int64_t now = esd_now_ns();
+		due = atomic_load_explicit(&t->last_tx_ns, memory_order_relaxed) + every;
+		if (now >= due) {
+			if (esd_attach_send_nowait(t->fd, &hb) == 0) {
+				atomic_store_explicit(&t->last_tx_ns, now, memory_order_relaxed);
+				due = now + every;
+			} else {
+				due = now + every / 4; /* unread or full: look again soon */
+			}
+		}
+		int wait_ms = (int)((due - now + ESD_NS_PER_MS - 1) / ESD_NS_PER_MS);
+		if (poll(&p, 1, wait_ms > 0 ? wait_ms : 1) != 0 && (p.revents & POLLIN))
+			return NULL;
+	}
+}
+
+static int heartbeat_start(struct esd_trainer *t)
+{
+	t->hb_stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (t->hb_stop_fd < 0)
+		return esd_neg_errno();
+	atomic_store(&t->last_tx_ns, esd_now_ns());
+	int rc = pthread_create(&t->hb_thread, NULL, heartbeat_main, t);
+	if (rc) {
+		close(t->hb_stop_fd);
+		t->hb_stop_fd = -1;
+		return -rc;
+	}
+	pthread_setname_np(t->hb_thread, "esd-heartbeat");
+	return 0;
+}
+
+static void heartbeat_stop(struct esd_trainer *t)
+{
+	if (t->hb_stop_fd < 0)
+		return;
+	uint64_t one = 1;
+	if (write(t->hb_stop_fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
+		pthread_join(t->hb_thread, NULL);
+	close(t->hb_stop_fd);
+	t->hb_stop_fd = -1;
+}
+
+/* ---- fatal signals ------------------------------------------------------ */
+
+/* A fatal signal sends the daemon a FAILED naming it (formatted at attach:
+ * the handler only sends), then takes its course under the action it had
+ * before. The last trainer attached in the process is the one told. */
+static const int fatal_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define NFATAL (sizeof(fatal_sigs) / sizeof(fatal_sigs[0]))
+static struct sigaction fatal_prev[NFATAL];
+static struct esd_attach_msg fatal_msg[NFATAL];
+static size_t fatal_len[NFATAL];
+static volatile sig_atomic_t fatal_fd = -1;
+static pthread_once_t fatal_once = PTHREAD_ONCE_INIT;
+
+static void on_fatal(int sig)
+{
+	for (size_t i = 0; i < NFATAL; i++) {
+		if (fatal_sigs[i] != sig)
+			continue;
+		int fd = fatal_fd;
+		if (fd >= 0)
+			(void)!send(fd, &fatal_msg[i], fatal_len[i], MSG_NOSIGNAL | MSG_DONTWAIT);
+		sigaction(sig, &fatal_prev[i], NULL);
+		raise(sig);
+		return;
+	}
+}
+
+static void fatal_install(void)
+{
+	struct sigaction sa = {.sa_handler = on_fatal, .sa_flags = SA_ONSTACK};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < NFATAL; i++) {
+		struct esd_attach_msg *m = &fatal_msg[i];
+		*m = esd_attach_msg_make(ESD_AT_FAILED);
+		snprintf(m->detail, sizeof(m->detail), "killed by signal SIG%s (%s)",
+			 sigabbrev_np(fatal_sigs[i]) ? sigabbrev_np(fatal_sigs[i]) : "?",
+			 strsignal(fatal_sigs[i]));
+		fatal_len[i] = esd_attach_msg_size(m->version) + strlen(m->detail) + 1;
+		sigaction(fatal_sigs[i], &sa, &fatal_prev[i]);
+	}
 }
 
 /* A trainer after the first writes its gradients into its own slots (the
@@ -132,27 +268,59 @@ static bool bags_ok(const uint32_t *bo, size_t nbags, uint32_t nkeys)
 
 int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 {
+	int fd, rc = esd_attach_connect(dir, &fd);
+	if (rc) {
+		ESD_ERR("libesd", "cannot connect to %s/%s: %s (is esdd running with --dir %s?)",
+			dir, ESD_ATTACH_SOCK, esd_strerror(rc), dir);
+		return rc;
+	}
+	return attach_on(dir, fd, out);
+}
+
+/* The WELCOME's part after the fds: heartbeats (a version-4 daemon) and
+ * the fatal signals' FAILED. */
+static int start_watch(struct esd_trainer *t, const struct esd_attach_msg *w)
+{
+	t->last_rx_ns = esd_now_ns();
+	if (w->version >= 4 && w->heartbeat_ms) {
+		t->heartbeat_ms = w->heartbeat_ms;
+		t->peer_timeout_ms = w->peer_timeout_ms;
+		int rc = heartbeat_start(t);
+		if (rc)
+			return rc;
+	}
+	pthread_once(&fatal_once, fatal_install);
+	fatal_fd = t->fd;
+	return 0;
+}
+
+/* Attach on fd, connected to dir's daemon: HELLO, then the WELCOME's fds
+ * mapped. Takes fd. */
+static int attach_on(const char *dir, int fd, struct esd_trainer **out)
+{
 	struct esd_trainer *t = calloc(1, sizeof(*t));
 	struct esd_attach_msg m;
 	int fds[3], nfds = 3, rc;
+	const int welcome_ms = 30000;
 
-	if (!t)
+	if (!t) {
+		close(fd);
 		return -ENOMEM;
-	t->fd = -1;
-	rc = esd_attach_connect(dir, &t->fd);
-	if (rc) {
-		ESD_ERR("libesd", "cannot connect to %s/esdd.sock: %s (is esdd running with "
-			"--dir %s?)", dir, esd_strerror(rc), dir);
-		goto err;
 	}
+	t->fd = fd;
+	t->hb_stop_fd = -1;
+	snprintf(t->sock, sizeof(t->sock), "%s/%s", dir, ESD_ATTACH_SOCK);
 	m = esd_attach_msg_make(ESD_AT_HELLO);
 	m.pid = (uint32_t)getpid();
 	rc = esd_attach_send(t->fd, &m, NULL, 0);
 	if (rc)
 		goto err;
-	rc = esd_attach_recv(t->fd, &m, fds, &nfds, 30000);
-	if (rc)
+	rc = esd_attach_recv(t->fd, &m, fds, &nfds, welcome_ms);
+	if (rc) {
+		ESD_ERR("libesd", "no answer to our HELLO on %s within %d s: %s", t->sock,
+			welcome_ms / 1000, esd_strerror(rc));
 		goto err;
+	}
 	if (m.op == ESD_AT_REFUSE) {
 		ESD_ERR("libesd", "the daemon of %s refused us: %s", dir, m.text);
 		rc = -EPERM;
@@ -193,6 +361,9 @@ int esd_trainer_attach(const char *dir, struct esd_trainer **out)
 		esd_cache_trainer_hello(t->cache);
 
 	fill_info(t, &m);
+	rc = start_watch(t, &m);
+	if (rc)
+		goto err;
 	*out = t;
 	return 0;
 err_fds:
@@ -208,10 +379,51 @@ void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *
 	*info = t->info;
 }
 
+/* Milliseconds from now to deadline (-1: none), rounded up. */
+static int ms_until(int64_t deadline, int64_t now)
+{
+	if (deadline == INT64_MAX)
+		return -1;
+	return deadline <= now ? 0 : (int)((deadline - now + ESD_NS_PER_MS - 1) / ESD_NS_PER_MS);
+}
+
+/* The daemon's next message other than a heartbeat, waiting at most
+ * timeout_ms (-1: no bound of the caller's). With heartbeats a daemon
+ * silent for peer_timeout_ms is given up on: -EHOSTDOWN, logged. */
+static int recv_work(struct esd_trainer *t, struct esd_attach_msg *m, int timeout_ms)
+{
+	const int64_t end = timeout_ms < 0 ? INT64_MAX
+					   : esd_now_ns() + (int64_t)timeout_ms * ESD_NS_PER_MS;
+	const int64_t silence = (int64_t)t->peer_timeout_ms * ESD_NS_PER_MS;
+	for (;;) {
+		int64_t now = esd_now_ns(), until = end;
+		if (t->heartbeat_ms && t->last_rx_ns + silence < until)
+			until = t->last_rx_ns + silence;
+		int rc = esd_attach_recv(t->fd, m, NULL, NULL, ms_until(until, now));
+		now = esd_now_ns();
+		if (rc == 0) {
+			t->last_rx_ns = now;
+			if (m->op == ESD_AT_HEARTBEAT)
+				continue;
+			return 0;
+		}
+		if (rc != -ETIMEDOUT)
+			return rc;
+		if (t->heartbeat_ms && now - t->last_rx_ns >= silence) {
+			ESD_ERR("libesd", "the daemon on %s sent nothing, not even a heartbeat, for "
+				"%.1f s (job.peer_timeout_ms %u): it is stopped or hung; giving up",
+				t->sock, esd_ns_to_s(now - t->last_rx_ns), t->peer_timeout_ms);
+			return -EHOSTDOWN;
+		}
+		if (now >= end)
+			return -ETIMEDOUT;
+	}
+}
+
 int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb)
 {
 	struct esd_attach_msg m;
-	int rc = esd_attach_recv(t->fd, &m, NULL, NULL, timeout_ms);
+	int rc = recv_work(t, &m, timeout_ms);
 	if (rc)
 		return rc;
 	if (m.op == ESD_AT_STOP)
@@ -270,7 +482,7 @@ int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, d
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_COMMIT);
 	m.iter = mb->iter;
 	m.loss = loss;
-	return esd_attach_send(t->fd, &m, NULL, 0);
+	return send_msg(t, &m);
 }
 
 int esd_trainer_request_stop(struct esd_trainer *t)
@@ -279,10 +491,22 @@ int esd_trainer_request_stop(struct esd_trainer *t)
 	return esd_attach_send(t->fd, &m, NULL, 0);
 }
 
+int esd_trainer_fail(struct esd_trainer *t, const char *text)
+{
+	if (!t || t->fd < 0)
+		return -EINVAL;
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_FAILED);
+	snprintf(m.detail, sizeof(m.detail), "%s", text && *text ? text : "(no reason given)");
+	return send_msg(t, &m);
+}
+
 void esd_trainer_detach(struct esd_trainer *t)
 {
 	if (!t)
 		return;
+	heartbeat_stop(t);
+	if (fatal_fd == t->fd)
+		fatal_fd = -1;
 	if (t->xchg)
 		munmap(t->xchg, t->xchg_len);
 	if (t->grads)

@@ -31,6 +31,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -222,8 +223,11 @@ struct node_trainer_slot {
 	uint32_t kfirst, nk; /* and their keys: bag_off[first * T] and how many */
 	uint16_t version;    /* the attach protocol version it speaks */
 	bool published, committed;
+	bool stop_asked;     /* it sent STOP_REQ: its end is a departure, not a death */
 	double loss;
 	uint64_t commits, deaths;
+	int64_t last_rx_ns;  /* its last message read (version 4: heartbeats) */
+	_Atomic int64_t last_tx_ns; /* our last message to it */
 };
 
 /* The trainers' attachment: the node directory's lock, the listening
@@ -237,6 +241,10 @@ struct node_trainer {
 	uint32_t *mark;      /* per cache slot: the share that last touched it */
 	uint32_t mark_gen;
 	struct node_trainer_slot t[ESD_MAX_TRAINERS];
+	/* the heartbeat thread (version-4 trainers), which sends under qmu;
+	 * hb_stop_fd: an eventfd that ends it, -1: none runs */
+	pthread_t hb_thread;
+	int hb_stop_fd;
 };
 
 /* Progress and figures; written by the main thread, read by esdctl and
@@ -394,8 +402,10 @@ static inline const float *node_dense_grads(struct node *nd)
 /* Give each trainer its share of the micro-batch of o and wait for every
  * commit; then the shares' row and dense gradients are summed into the
  * region's gradient slots and trainer 0's dgrad in trainer order, and the
- * losses added. A trainer that dies has its share replayed to the next
- * one that attaches. */
+ * losses added. A trainer that fails (FAILED), dies or falls silent fails
+ * the job (-ESD_EJOBFAILED, the shards told why), unless
+ * job.restart_trainers: then its share is replayed to the next one that
+ * attaches within job.restart_wait. */
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss);
 void node_trainer_stop(struct node *nd);

@@ -7,8 +7,12 @@
  * gradients into the region's gradient slots, the others into theirs, and
  * once every share is committed the daemon adds them in trainer order, so
  * the sum does not depend on which trainer finished first. A trainer's
- * death is seen at once on its socket; its share is replayed to the next
- * trainer that attaches.
+ * death is seen at once on its socket, its silence (a stopped process)
+ * within job.peer_timeout_ms: without job.restart_trainers either fails
+ * the job at once, as a trainer's FAILED always does; with it the share
+ * is replayed to the next trainer that attaches within job.restart_wait.
+ * A thread of its own sends the trainers heartbeats, so that a daemon
+ * busy in a barrier is not taken for a dead one.
  */
 #include "node.h"
 #include "attach.h"
@@ -18,11 +22,16 @@
 #include <esd/err.h>
 #include <esd/log.h>
 
+#include <esd/transport.h>
+
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A shared memory file of len bytes, mapped read-write. */
@@ -67,9 +76,83 @@ static int make_slot(struct node *nd, uint32_t i)
 	return rc;
 }
 
+/* Send m to trainer slot ts, noting when (the heartbeat thread sends only
+ * after a quiet interval). */
+static int send_to(struct node_trainer_slot *ts, int fd, const struct esd_attach_msg *m,
+		   const int *fds, int nfds)
+{
+	int rc = esd_attach_send(fd, m, fds, nfds);
+	if (!rc)
+		atomic_store_explicit(&ts->last_tx_ns, esd_now_ns(), memory_order_relaxed);
+	return rc;
+}
+
+/* One round of the heartbeat thread: a HEARTBEAT to every version-4
+ * trainer we sent nothing for job.heartbeat_ms (not while it has not read
+ * our last message: it hears from us then anyway). Under qmu, which
+ * guards the slots' fds. */
+static void heartbeat_round(struct node *nd)
+{
+	const int64_t every = (int64_t)nd->job.heartbeat_ms * ESD_NS_PER_MS;
+	pthread_mutex_lock(&nd->qmu);
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		struct node_trainer_slot *ts = &nd->tr.t[i];
+		int64_t now = esd_now_ns();
+		if (ts->fd < 0 || ts->version < 4 ||
+		    now - atomic_load_explicit(&ts->last_tx_ns, memory_order_relaxed) < every)
+			continue;
+		struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_HEARTBEAT);
+		m.version = ts->version;
+		if (esd_attach_send_nowait(ts->fd, &m) == 0)
+			atomic_store_explicit(&ts->last_tx_ns, now, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&nd->qmu);
+}
+
+/* The heartbeat thread: nothing else runs on it, so the trainers hear
+ * from a daemon that waits at a barrier or pulls rows for long. */
+static void *heartbeat_main(void *arg)
+{
+	struct node *nd = arg;
+	int every_ms = (int)nd->job.heartbeat_ms;
+	struct pollfd p = {.fd = nd->tr.hb_stop_fd, .events = POLLIN};
+	for (;;) {
+		heartbeat_round(nd);
+		if (poll(&p, 1, every_ms / 4 > 0 ? every_ms / 4 : 1) != 0 && (p.revents & POLLIN))
+			return NULL;
+	}
+}
+
+static int heartbeat_start(struct node *nd)
+{
+	nd->tr.hb_stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (nd->tr.hb_stop_fd < 0)
+		return esd_neg_errno();
+	int rc = pthread_create(&nd->tr.hb_thread, NULL, heartbeat_main, nd);
+	if (rc) {
+		close(nd->tr.hb_stop_fd);
+		nd->tr.hb_stop_fd = -1;
+		return -rc;
+	}
+	pthread_setname_np(nd->tr.hb_thread, "esdd-heartbeat");
+	return 0;
+}
+
+static void heartbeat_stop(struct node *nd)
+{
+	uint64_t one = 1;
+	if (nd->tr.hb_stop_fd < 0)
+		return;
+	if (write(nd->tr.hb_stop_fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
+		pthread_join(nd->tr.hb_thread, NULL);
+	close(nd->tr.hb_stop_fd);
+	nd->tr.hb_stop_fd = -1;
+}
+
 int node_trainer_init(struct node *nd)
 {
 	struct esd_cache_info ci;
+	nd->tr.hb_stop_fd = -1;
 	int rc = esd_nodedir_lock(nd->dir, &nd->tr.lock_fd);
 	if (rc)
 		return rc;
@@ -84,11 +167,13 @@ int node_trainer_init(struct node *nd)
 		ESD_ERR("node", "cannot make the trainers' shared areas: %s", esd_strerror(rc));
 		return rc;
 	}
-	return esd_attach_listen(nd->dir, &nd->tr.listen_fd);
+	rc = esd_attach_listen(nd->dir, &nd->tr.listen_fd);
+	return rc ? rc : heartbeat_start(nd);
 }
 
 void node_trainer_fini(struct node *nd)
 {
+	heartbeat_stop(nd);
 	for (uint32_t i = 0; i < ESD_MAX_TRAINERS; i++) {
 		struct node_trainer_slot *ts = &nd->tr.t[i];
 		if (ts->fd >= 0)
@@ -148,8 +233,10 @@ static void welcome(struct node *nd, int fd, pid_t pid, uint16_t version, int i)
 	m.workers = nd->job.n;
 	m.index = (uint32_t)i;
 	m.trainers = nd->tr.count;
+	m.heartbeat_ms = (uint32_t)nd->job.heartbeat_ms;
+	m.peer_timeout_ms = (uint32_t)nd->job.peer_timeout_ms;
 	int fds[3] = {esd_cache_fd(nd->cache), ts->xchg_fd, ts->grad_fd};
-	if (esd_attach_send(fd, &m, fds, i > 0 ? 3 : 2)) {
+	if (send_to(ts, fd, &m, fds, i > 0 ? 3 : 2)) {
 		close(fd);
 		return;
 	}
@@ -157,11 +244,14 @@ static void welcome(struct node *nd, int fd, pid_t pid, uint16_t version, int i)
 	ts->fd = fd;
 	ts->pid = (int)pid;
 	ts->version = version;
+	ts->stop_asked = false;
+	ts->last_rx_ns = esd_now_ns();
 	nd->tr.attached++;
 	nd->tr.ever_attached = true;
 	pthread_mutex_unlock(&nd->qmu);
 	ts->published = ts->committed = false;
-	ESD_INFO("node", "trainer pid %d attached (trainer %d of %u)", (int)pid, i, nd->tr.count);
+	ESD_INFO("node", "trainer pid %d attached (trainer %d of %u, attach protocol %u%s)",
+		 (int)pid, i, nd->tr.count, version, version >= 4 ? ", heartbeats" : "");
 }
 
 /* Accept pending connections: each good one takes the lowest free trainer
@@ -255,26 +345,54 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 	m.nkeys = ts->nk;
 	m.flags = o->checkpoint ? ESD_AT_CHECKPOINT : 0;
 	m.global_k = nd->job.global_batch;
-	return esd_attach_send(ts->fd, &m, NULL, 0);
+	return send_to(ts, ts->fd, &m, NULL, 0);
 }
 
-/* Trainer i is gone (died, or broke the protocol). A committed share
- * counts; otherwise nothing of it does and the share waits for the next
- * trainer that attaches. */
+/* The wall-clock time s seconds from now, HH:MM:SS, into buf. */
+static void wall_clock_in(uint64_t s, char *buf, size_t len)
+{
+	time_t t = time(NULL) + (time_t)s;
+	struct tm tm;
+	if (!localtime_r(&t, &tm) || !strftime(buf, len, "%H:%M:%S", &tm))
+		snprintf(buf, len, "?");
+}
+
+/* Fail the job: the reason logged and sent to every shard (an ERROR frame:
+ * the shard fails the job with it, the other nodes get it at their next
+ * barrier or while they wait for their trainers), then this daemon ends
+ * non-zero. Returns -ESD_EJOBFAILED. */
+static int fail_job(struct node *nd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail_job(struct node *nd, const char *fmt, ...)
+{
+	char why[ESD_ATTACH_DETAIL + 128];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	ESD_ERR("node", "job failed: %s", why);
+	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++)
+		if (nd->links.link[s])
+			esd_link_send_error(nd->links.link[s], -ESD_EJOBFAILED, why);
+	return -ESD_EJOBFAILED;
+}
+
+/* Trainer i is gone (died, failed, or broke the protocol): its slot is
+ * free. A committed share counts; otherwise nothing of it does and the
+ * share waits for the next trainer that attaches. */
 static void lose_trainer(struct node *nd, uint32_t i, const struct order *o, const uint32_t *slots,
 			 const char *why)
 {
 	struct node_trainer_slot *ts = &nd->tr.t[i];
-	ESD_WARN("node", "iteration %llu: trainer %u (pid %d) lost (%s); discarding its "
-		 "gradients, waiting for a trainer to replay its share",
-		 (unsigned long long)o->iter, i, ts->pid, why);
-	close(ts->fd);
-	pthread_mutex_lock(&nd->qmu);
+	(void)o;
+	ESD_DBG("node", "trainer %u (pid %d) closed: %s", i, ts->pid, why);
+	pthread_mutex_lock(&nd->qmu); /* the heartbeat thread sends under it */
+	int fd = ts->fd;
 	ts->fd = -1;
 	ts->deaths++;
 	nd->tr.attached--;
 	nd->stats.trainer_deaths++;
 	pthread_mutex_unlock(&nd->qmu);
+	close(fd);
 	if (ts->committed)
 		return;
 	if (ts->published)
@@ -335,32 +453,77 @@ static void make_shares(struct node *nd, const struct order *o, const uint32_t *
 	}
 }
 
-/* Publish every share that has a trainer and is not published yet. */
-static void publish_pending(struct node *nd, const struct order *o, const uint32_t *slots)
+static int trainer_gone(struct node *nd, uint32_t i, const struct order *o,
+			const uint32_t *slots, const char *why);
+
+/* Publish every share that has a trainer and is not published yet. 0 or
+ * -ESD_EJOBFAILED. */
+static int publish_pending(struct node *nd, const struct order *o, const uint32_t *slots)
 {
 	for (uint32_t i = 0; i < nd->tr.count; i++) {
 		struct node_trainer_slot *ts = &nd->tr.t[i];
 		if (ts->fd < 0 || ts->published)
 			continue;
-		if (publish(nd, i, o, slots) == 0)
+		int rc = publish(nd, i, o, slots);
+		if (rc == 0)
 			ts->published = true;
-		else
-			lose_trainer(nd, i, o, slots, "cannot hand it its share");
+		else if ((rc = trainer_gone(nd, i, o, slots, "cannot hand it its share")))
+			return rc;
 	}
+	return 0;
 }
 
-/* Read what trainer i sent: its COMMIT, a stop request, or its end. */
-static void on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
-			   const uint32_t *slots)
+/* Trainer i died, broke the protocol or fell silent (why): the job fails
+ * at once, unless something replaces a dead trainer (job.restart_trainers)
+ * or this one asked for a stop first (its end is a departure): then its
+ * share waits for the next trainer that attaches. 0 or -ESD_EJOBFAILED. */
+static int trainer_gone(struct node *nd, uint32_t i, const struct order *o,
+			const uint32_t *slots, const char *why)
+{
+	struct node_trainer_slot *ts = &nd->tr.t[i];
+	if (nd->job.restart_trainers || ts->stop_asked) {
+		char until[16];
+		wall_clock_in(nd->job.restart_wait_s, until, sizeof(until));
+		ESD_WARN("node", "iteration %llu: trainer %u (pid %d) lost (%s); discarding its "
+			 "gradients, waiting until %s (job.restart_wait %llu s) for a trainer to "
+			 "attach to %s/%s and replay its share", (unsigned long long)o->iter, i,
+			 ts->pid, why, until, (unsigned long long)nd->job.restart_wait_s, nd->dir,
+			 ESD_ATTACH_SOCK);
+		lose_trainer(nd, i, o, slots, why);
+		return 0;
+	}
+	int rc = fail_job(nd, "node %u: trainer %u (pid %d) died: %s (iteration %llu; nothing "
+			  "replaces a trainer without job.restart_trainers)", nd->rank, i, ts->pid,
+			  why, (unsigned long long)o->iter);
+	lose_trainer(nd, i, o, slots, why);
+	return rc;
+}
+
+/* Read what trainer i sent: its COMMIT, a heartbeat, a stop request, its
+ * failure, or its end. 0 or -ESD_EJOBFAILED. */
+static int on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
+			  const uint32_t *slots)
 {
 	struct node_trainer_slot *ts = &nd->tr.t[i];
 	struct esd_attach_msg m;
 	int rc = esd_attach_recv(ts->fd, &m, NULL, NULL, 0);
 	if (rc == -ETIMEDOUT)
-		return;
+		return 0;
+	if (rc == 0)
+		ts->last_rx_ns = esd_now_ns();
+	if (rc == 0 && m.op == ESD_AT_HEARTBEAT)
+		return 0;
+	if (rc == 0 && m.op == ESD_AT_FAILED) {
+		ESD_ERR("node", "trainer %u (pid %d) failed: %s", i, ts->pid, m.detail);
+		int frc = fail_job(nd, "node %u: trainer %u (pid %d) failed: %s", nd->rank, i,
+				   ts->pid, m.detail);
+		lose_trainer(nd, i, o, slots, "it failed");
+		return frc;
+	}
 	if (rc == 0 && m.op == ESD_AT_STOP_REQ) {
+		ts->stop_asked = true;
 		node_ask_stop(nd, "a trainer asks for a stop");
-		return;
+		return 0;
 	}
 	if (rc == 0 && m.op == ESD_AT_COMMIT && m.iter == o->iter && ts->published) {
 		ts->committed = true;
@@ -368,9 +531,37 @@ static void on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
 		pthread_mutex_lock(&nd->qmu);
 		ts->commits++;
 		pthread_mutex_unlock(&nd->qmu);
-		return;
+		return 0;
 	}
-	lose_trainer(nd, i, o, slots, rc ? esd_strerror(rc) : "unexpected message");
+	char why[96];
+	if (rc == -ECONNRESET)
+		snprintf(why, sizeof(why), "its socket closed without a word");
+	else if (rc)
+		snprintf(why, sizeof(why), "%s", esd_strerror(rc));
+	else
+		snprintf(why, sizeof(why), "unexpected message (op %u, iteration %llu)", m.op,
+			 (unsigned long long)m.iter);
+	return trainer_gone(nd, i, o, slots, why);
+}
+
+/* Version-4 trainers heard from not at all for job.peer_timeout_ms (a
+ * stopped or hung process) are gone. 0 or -ESD_EJOBFAILED. */
+static int check_silence(struct node *nd, const struct order *o, const uint32_t *slots)
+{
+	const int64_t now = esd_now_ns(), limit = (int64_t)nd->job.peer_timeout_ms * ESD_NS_PER_MS;
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		struct node_trainer_slot *ts = &nd->tr.t[i];
+		if (ts->fd < 0 || ts->version < 4 || now - ts->last_rx_ns < limit)
+			continue;
+		char why[96];
+		snprintf(why, sizeof(why), "silent for %.1f s (job.peer_timeout_ms %llu: stopped "
+			 "or hung)", esd_ns_to_s(now - ts->last_rx_ns),
+			 (unsigned long long)nd->job.peer_timeout_ms);
+		int rc = trainer_gone(nd, i, o, slots, why);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 /* No attached trainer holds a share it has not committed. */
@@ -393,70 +584,109 @@ static bool all_committed(const struct node *nd)
 }
 
 /* How long a node waits for a trainer to take a free index: a replacement
- * ps.barrier_timeout + GIVE_UP_MARGIN_S, the first trainers of the daemon
- * FIRST_ATTACH_FACTOR times the barrier timeout more (trainers that import
- * torch on a loaded host take a while to start). */
+ * job.restart_wait (only with job.restart_trainers, or after the trainer
+ * asked for a stop), the first trainers of the daemon FIRST_ATTACH_FACTOR
+ * times ps.barrier_timeout + GIVE_UP_MARGIN_S (trainers that import torch
+ * on a loaded host take a while to start). */
 #define GIVE_UP_MARGIN_S    10
 #define FIRST_ATTACH_FACTOR 5
+
+/* The bound of the wait for a trainer to attach, in seconds, and what it
+ * is in words. */
+static uint64_t attach_bound(const struct node *nd, int missing, const char **what)
+{
+	if (nd->tr.t[missing].deaths) {
+		*what = "job.restart_wait";
+		return nd->job.restart_wait_s;
+	}
+	*what = "5 x ps.barrier_timeout + 10 s, the first start";
+	return nd->job.barrier_timeout_s * FIRST_ATTACH_FACTOR + GIVE_UP_MARGIN_S;
+}
+
+/* The wait for trainer index 'missing' to be taken (since *since; -1: none
+ * missing) within its bound: logged with the socket and until when at its
+ * start and every 10 s, -ETIMEDOUT (logged) past it. */
+static int attach_wait_check(struct node *nd, const struct order *o, int missing,
+			     int64_t *since, int64_t *last_note)
+{
+	const char *what;
+	const int64_t now = esd_now_ns();
+	if (missing < 0) {
+		*since = -1;
+		return 0;
+	}
+	const uint64_t bound_s = attach_bound(nd, missing, &what);
+	if (*since < 0) {
+		char until[16];
+		*since = now;
+		*last_note = now;
+		wall_clock_in(bound_s, until, sizeof(until));
+		ESD_INFO("node", "iteration %llu: waiting until %s (%llu s: %s) for trainer %d of %u "
+			 "to attach to %s/%s", (unsigned long long)o->iter, until,
+			 (unsigned long long)bound_s, what, missing, nd->tr.count, nd->dir,
+			 ESD_ATTACH_SOCK);
+	}
+	if (now - *since > (int64_t)bound_s * ESD_NS_PER_S) {
+		ESD_ERR("node", "iteration %llu: no trainer %d of %u attached to %s/%s for %llu s "
+			"(%s): is the trainer command right, and did it start?",
+			(unsigned long long)o->iter, missing, nd->tr.count, nd->dir, ESD_ATTACH_SOCK,
+			(unsigned long long)bound_s, what);
+		return -ETIMEDOUT;
+	}
+	if (now - *last_note > 10 * ESD_NS_PER_S) {
+		ESD_INFO("node", "iteration %llu: still waiting for trainer %d of %u on %s/%s "
+			 "(%.0f s of %llu s)", (unsigned long long)o->iter, missing, nd->tr.count,
+			 nd->dir, ESD_ATTACH_SOCK, esd_ns_to_s(now - *since),
+			 (unsigned long long)bound_s);
+		*last_note = now;
+	}
+	return 0;
+}
+
+/* One pass of the wait for the shares: publish, poll the sockets, serve
+ * what came. 0, or why the iteration ends. */
+static int serve_once(struct node *nd, const struct order *o, const uint32_t *slots)
+{
+	int rc = publish_pending(nd, o, slots);
+	if (rc)
+		return rc;
+	struct pollfd p[1 + ESD_MAX_TRAINERS] = {{.fd = nd->tr.listen_fd, .events = POLLIN}};
+	for (uint32_t i = 0; i < nd->tr.count; i++)
+		p[1 + i] = (struct pollfd){.fd = nd->tr.t[i].fd, .events = POLLIN};
+	int r = poll(p, 1 + nd->tr.count, 200);
+	if (r < 0 && errno != EINTR)
+		return esd_neg_errno();
+	if (esd_node_signal) {
+		ESD_WARN("node", "iteration %llu: abandoned on signal %d",
+			 (unsigned long long)o->iter, (int)esd_node_signal);
+		return -EINTR;
+	}
+	/* a job that failed meanwhile (the barrier timed out waiting for
+	 * this node's missing trainer, a node died) is not waited on;
+	 * checked only while no trainer computes a share, whose gradient
+	 * writes must not run into the next iteration's */
+	rc = nobody_computes(nd) ? node_links_check(nd) : 0;
+	if (rc)
+		return rc;
+	if (p[0].revents & POLLIN)
+		accept_pending(nd);
+	for (uint32_t i = 0; i < nd->tr.count && !rc; i++)
+		if (nd->tr.t[i].fd >= 0 && (p[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+			rc = on_trainer_msg(nd, i, o, slots);
+	return rc ? rc : check_silence(nd, o, slots);
+}
 
 int node_trainer_run(struct node *nd, const struct order *o, const uint32_t *slots,
 		     double *loss)
 {
-	int64_t waiting_since = esd_now_ns(), last_note = 0, missing_since = -1;
-	/* later than a shard's barrier timeout, which names the missing worker
-	 * to every node whenever another node reached the barrier */
-	const uint64_t give_up_s =
-	    nd->job.barrier_timeout_s * (nd->tr.ever_attached ? 1 : FIRST_ATTACH_FACTOR) +
-	    GIVE_UP_MARGIN_S;
-	const int64_t give_up_ns = (int64_t)give_up_s * ESD_NS_PER_S;
-
+	int64_t missing_since = -1, last_note = 0;
 	make_shares(nd, o, slots);
 	while (!all_committed(nd)) {
-		publish_pending(nd, o, slots);
-		struct pollfd p[1 + ESD_MAX_TRAINERS] = {{.fd = nd->tr.listen_fd, .events = POLLIN}};
-		for (uint32_t i = 0; i < nd->tr.count; i++)
-			p[1 + i] = (struct pollfd){.fd = nd->tr.t[i].fd, .events = POLLIN};
-		int r = poll(p, 1 + nd->tr.count, 200);
-		if (r < 0 && errno != EINTR)
-			return esd_neg_errno();
-		if (esd_node_signal) {
-			ESD_WARN("node", "iteration %llu: abandoned on signal %d",
-				 (unsigned long long)o->iter, (int)esd_node_signal);
-			return -EINTR;
-		}
-		/* a job that failed meanwhile (the barrier timed out waiting for
-		 * this node's missing trainer, a node died) is not waited on;
-		 * checked only while no trainer computes a share, whose gradient
-		 * writes must not run into the next iteration's */
-		int lrc = nobody_computes(nd) ? node_links_check(nd) : 0;
-		if (lrc)
-			return lrc;
-		if (p[0].revents & POLLIN)
-			accept_pending(nd);
-		for (uint32_t i = 0; i < nd->tr.count; i++)
-			if (nd->tr.t[i].fd >= 0 && (p[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
-				on_trainer_msg(nd, i, o, slots);
-		int missing = free_slot(nd);
-		int64_t now = esd_now_ns();
-		/* a trainer that never starts, or exits without attaching, is not
-		 * waited on for ever: nothing else notices when every node lacks
-		 * one (the PS times a barrier out only once a node reaches it) */
-		missing_since = missing < 0 ? -1 : missing_since < 0 ? now : missing_since;
-		if (missing_since >= 0 && now - missing_since > give_up_ns) {
-			ESD_ERR("node", "iteration %llu: no trainer %d of %u attached to %s/%s for "
-				"%llu s (%s): is the trainer command right, and did it start?",
-				(unsigned long long)o->iter, missing, nd->tr.count, nd->dir,
-				ESD_ATTACH_SOCK, (unsigned long long)give_up_s,
-				nd->tr.ever_attached ? "ps.barrier_timeout + 10 s"
-						     : "5 x ps.barrier_timeout + 10 s, the first start");
-			return -ETIMEDOUT;
-		}
-		if (missing >= 0 && now - last_note > 10 * ESD_NS_PER_S) {
-			ESD_INFO("node", "iteration %llu: waiting for trainer %d of %u on %s/%s "
-				 "(%.0f s)", (unsigned long long)o->iter, missing, nd->tr.count,
-				 nd->dir, ESD_ATTACH_SOCK, esd_ns_to_s(now - waiting_since));
-			last_note = now;
-		}
+		int rc = serve_once(nd, o, slots);
+		if (!rc)
+			rc = attach_wait_check(nd, o, free_slot(nd), &missing_since, &last_note);
+		if (rc)
+			return rc;
 	}
 	*loss = sum_shares(nd, slots);
 	return 0;
@@ -478,6 +708,6 @@ void node_trainer_stop(struct node *nd)
 	for (uint32_t i = 0; i < nd->tr.count; i++) {
 		struct esd_attach_msg m = msg_for(nd->tr.t[i].version, ESD_AT_STOP);
 		if (nd->tr.t[i].fd >= 0)
-			esd_attach_send(nd->tr.t[i].fd, &m, NULL, 0);
+			send_to(&nd->tr.t[i], nd->tr.t[i].fd, &m, NULL, 0);
 	}
 }

@@ -837,9 +837,13 @@ static int handle_frame(struct ps_link *pl, const struct esd_msg *m, struct esd_
 		return on_rate_report(pl, &m->u.setting);
 	case ESD_OP_ROLLBACK:
 		return on_rollback(pl, &m->u.rollback, out);
-	case ESD_OP_ERROR:
+	case ESD_OP_ERROR: /* the worker fails the job (its trainer failed, say): its words */
 		ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m->u.error.len,
 			m->u.error.text);
+		pthread_mutex_lock(&pl->ps->mu);
+		ps_fail_locked(pl->ps, -ESD_EJOBFAILED, "worker %d failed the job: %.*s", pl->worker,
+			       (int)m->u.error.len, m->u.error.text);
+		pthread_mutex_unlock(&pl->ps->mu);
 		return -ECONNABORTED;
 	default:
 		esd_link_send_error(pl->link, -EPROTO, "unexpected op at a PS shard");

@@ -18,6 +18,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,24 @@ static void usage(FILE *f)
 		   "  --emulate NS     emulated compute: touch rows, sleep NS per sample\n"
 		   "  --quiet          no per-iteration loss lines\n"
 		   "  --die-at ITER    (tests) SIGKILL itself mid-iteration ITER, half of its\n"
-		   "                   gradients written and nothing committed\n");
+		   "                   gradients written and nothing committed\n"
+		   "  --fail-at ITER   (tests) fail at iteration ITER, telling the daemon why\n"
+		   "  --abort-at ITER  (tests) abort() at iteration ITER (SIGABRT)\n");
+}
+
+/* An error of this trainer: logged, and sent to the daemon, which fails
+ * the job with it (esd_trainer_fail). */
+static void give_up(struct esd_trainer *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void give_up(struct esd_trainer *t, const char *fmt, ...)
+{
+	char text[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	ESD_ERR("trainer", "%s", text);
+	esd_trainer_fail(t, text);
 }
 
 /* SIGINT/SIGTERM: the first asks the daemon for a graceful stop of the job
@@ -63,17 +81,18 @@ static int next_batch(struct esd_trainer *t, struct esd_microbatch *mb, int *ask
 /* Under torchrun the node's rank (GROUP_RANK) and its trainers
  * (LOCAL_WORLD_SIZE) must be the daemon's worker rank and workers.trainers:
  * a mismatch would leave a node waiting for a trainer that never comes. */
-static int check_torchrun(const struct esd_trainer_info *in, const char *dir)
+static int check_torchrun(struct esd_trainer *t, const struct esd_trainer_info *in,
+			  const char *dir)
 {
 	const char *g = getenv("GROUP_RANK"), *lws = getenv("LOCAL_WORLD_SIZE");
 	if (g && strtoul(g, NULL, 10) != in->rank) {
-		ESD_ERR("trainer", "torchrun's node rank (GROUP_RANK) is %s but the daemon of %s "
+		give_up(t, "torchrun's node rank (GROUP_RANK) is %s but the daemon of %s "
 			"is worker %u: give each node's torchrun --node_rank its worker rank", g,
 			dir, in->rank);
 		return -1;
 	}
 	if (lws && strtoul(lws, NULL, 10) != in->trainers) {
-		ESD_ERR("trainer", "torchrun starts %s trainers on this node (LOCAL_WORLD_SIZE) but "
+		give_up(t, "torchrun starts %s trainers on this node (LOCAL_WORLD_SIZE) but "
 			"the job's workers.trainers is %u: make --nproc_per_node match it", lws,
 			in->trainers);
 		return -1;
@@ -100,17 +119,24 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"dir", required_argument, NULL, 'd'}, {"emulate", required_argument, NULL, 'e'},
 		{"quiet", no_argument, NULL, 'q'},     {"help", no_argument, NULL, 'h'},
-		{"die-at", required_argument, NULL, 'D'}, {NULL, 0, NULL, 0},
+		{"die-at", required_argument, NULL, 'D'}, {"fail-at", required_argument, NULL, 'F'},
+		{"abort-at", required_argument, NULL, 'A'}, {NULL, 0, NULL, 0},
 	};
 	const char *dir = NULL;
 	long long emulate_ns = -1;
 	int quiet = 0, c, rc;
-	unsigned long long die_at = 0;
+	unsigned long long die_at = 0, fail_at = 0, abort_at = 0;
 
-	while ((c = getopt_long(argc, argv, "d:e:qhD:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:e:qhD:F:A:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'D':
 			die_at = strtoull(optarg, NULL, 10);
+			break;
+		case 'F':
+			fail_at = strtoull(optarg, NULL, 10);
+			break;
+		case 'A':
+			abort_at = strtoull(optarg, NULL, 10);
 			break;
 		case 'd':
 			dir = optarg;
@@ -151,7 +177,7 @@ int main(int argc, char **argv)
 	}
 	struct esd_trainer_info in;
 	esd_trainer_get_info(t, &in);
-	if (check_torchrun(&in, dir)) {
+	if (check_torchrun(t, &in, dir)) {
 		esd_trainer_detach(t);
 		return 1;
 	}
@@ -170,7 +196,7 @@ int main(int argc, char **argv)
 					     .hidden = hidden_of(&in)};
 		if (!sh.hidden || esd_model_create(&sh, &model) ||
 		    esd_model_dense_len(model) != in.dense_params) {
-			ESD_ERR("trainer", "dense table of %u floats does not fit the reference "
+			give_up(t, "dense table of %u floats does not fit the reference "
 				"model (%u tables x %u + %u dense)", in.dense_params, in.tables,
 				in.dim, in.dense);
 			esd_trainer_detach(t);
@@ -198,6 +224,13 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	while ((rc = next_batch(t, &mb, &asked)) == 0) {
 		double loss = 0;
+		if (fail_at && mb.iter == fail_at) {
+			give_up(t, "--fail-at %llu: failing as asked", fail_at);
+			rc = -ECANCELED;
+			break;
+		}
+		if (abort_at && mb.iter == abort_at)
+			abort();
 		if (model) {
 			size_t n = mb.nkeys;
 			uint32_t nu = 0;
@@ -228,7 +261,8 @@ int main(int argc, char **argv)
 			for (uint32_t i = 0; i < in.dense_params; i++)
 				mb.dgrad[i] = (float)dgrad[i];
 			if (rc) {
-				ESD_ERR("trainer", "model step failed: %s", esd_strerror(rc));
+				give_up(t, "iteration %llu: model step failed: %s",
+					(unsigned long long)mb.iter, esd_strerror(rc));
 				break;
 			}
 		} else {
@@ -253,6 +287,8 @@ int main(int argc, char **argv)
 	}
 	ESD_INFO("trainer", "%llu iterations trained; %s", (unsigned long long)iters,
 		 rc == 1 ? "training is over" : esd_strerror(rc));
+	if (rc == -EPROTO) /* the daemon is there but spoke nonsense: say so */
+		give_up(t, "the daemon of %s broke the attach protocol", dir);
 	free(rows);
 	free(grads);
 	free(scratch_of);

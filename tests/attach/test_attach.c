@@ -128,16 +128,20 @@ static void test_bad_message_and_timeout(void **state)
 	close(sv[0]);
 }
 
-/* Protocol 2 is still spoken: its message is protocol 3's up to nkeys, sent
- * and received in its own size; a protocol-3 message is 8 bytes longer and
- * a message of one version in the other's size is refused. */
+/* Protocols 2 and 3 are still spoken: a protocol-2 message is protocol
+ * 3's up to nkeys, protocol 3's protocol 4's up to heartbeat_ms, each
+ * sent and received in its own size; a message of one version in
+ * another's size is refused. */
 static void test_versions(void **state)
 {
 	(void)state;
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
 	assert_int_equal(esd_attach_msg_size(2), offsetof(struct esd_attach_msg, nkeys));
-	assert_int_equal(esd_attach_msg_size(3), sizeof(struct esd_attach_msg));
+	assert_int_equal(esd_attach_msg_size(3), offsetof(struct esd_attach_msg, heartbeat_ms));
+	assert_int_equal(esd_attach_msg_size(4), offsetof(struct esd_attach_msg, detail));
+	assert_int_equal(esd_attach_msg_size(3), 144);
+	assert_int_equal(esd_attach_msg_size(4), 152);
 	assert_int_equal(esd_attach_msg_size(1), 0);
 	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_BATCH), r;
 	m.version = 2;
@@ -149,7 +153,7 @@ static void test_versions(void **state)
 	assert_int_equal(r.version, 2);
 	assert_int_equal(r.m, 7);
 	assert_int_equal(r.nkeys, 0);
-	m.version = ESD_ATTACH_VERSION;
+	m.version = 3;
 	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), 0);
 	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
 	assert_int_equal(r.version, 3);
@@ -159,6 +163,47 @@ static void test_versions(void **state)
 	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), -EPROTO);
 	m.version = 1;
 	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), -EINVAL);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/* Protocol 4: WELCOME carries the heartbeat timing; a FAILED travels with
+ * its detail's bytes only; a heartbeat is not sent while the peer has not
+ * read our last message. */
+static void test_v4_failed_and_heartbeat(void **state)
+{
+	(void)state;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	struct esd_attach_msg m = esd_attach_msg_make(ESD_AT_WELCOME), r;
+	m.heartbeat_ms = 500;
+	m.peer_timeout_ms = 3000;
+	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), 0);
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
+	assert_int_equal(r.version, 4);
+	assert_int_equal(r.heartbeat_ms, 500);
+	assert_int_equal(r.peer_timeout_ms, 3000);
+	m = esd_attach_msg_make(ESD_AT_FAILED);
+	snprintf(m.detail, sizeof(m.detail), "ValueError: boom");
+	assert_int_equal(esd_attach_send(sv[1], &m, NULL, 0), 0);
+	char raw[1024];
+	ssize_t n = recv(sv[0], raw, sizeof(raw), MSG_PEEK);
+	assert_int_equal(n, (ssize_t)(esd_attach_msg_size(4) + strlen("ValueError: boom") + 1));
+	memset(&r, 0xff, sizeof(r));
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
+	assert_int_equal(r.op, ESD_AT_FAILED);
+	assert_string_equal(r.detail, "ValueError: boom");
+	/* a detail on another message is refused */
+	m.op = ESD_AT_COMMIT;
+	assert_int_equal(write(sv[1], &m, (size_t)n), n);
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), -EPROTO);
+	/* heartbeats: the second waits until the first is read */
+	struct esd_attach_msg hb = esd_attach_msg_make(ESD_AT_HEARTBEAT);
+	assert_int_equal(esd_attach_send_nowait(sv[1], &hb), 0);
+	assert_int_equal(esd_attach_send_nowait(sv[1], &hb), -EBUSY);
+	assert_int_equal(esd_attach_recv(sv[0], &r, NULL, NULL, 1000), 0);
+	assert_int_equal(r.op, ESD_AT_HEARTBEAT);
+	assert_int_equal(esd_attach_send_nowait(sv[1], &hb), 0);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -194,6 +239,7 @@ int main(void)
 		cmocka_unit_test(test_lock_exclusive),
 		cmocka_unit_test(test_roundtrip_fds_and_death),
 		cmocka_unit_test(test_versions),
+		cmocka_unit_test(test_v4_failed_and_heartbeat),
 		cmocka_unit_test(test_bad_message_and_timeout),
 		cmocka_unit_test(test_other_uid_refused),
 	};
