@@ -22,16 +22,29 @@ by bag, and mb.bag_off (m * tables + 1,) says where bag (i, t) starts;
 without bags mb.slots keeps its (m, tables) shape and mb.bag_off is the
 identity.
 
+A trainer that fails tells its daemon why, and the daemon fails the job
+at once with that text: an uncaught exception (sys.excepthook, chained:
+the exception's type, message and where it was raised), a non-zero
+sys.exit(n), an exception leaving a `with Trainer(...)` block, or
+t.fail(text) called by the script itself. libesd does the same for a
+fatal signal (SIGSEGV, SIGABRT, ...) and keeps sending heartbeats from a
+thread of its own, so a step that holds the GIL for long is not taken for
+a hung trainer.
+
 The shared library is found through $ESD_LIB, then next to this package
 in the build tree (build/lib/libesd.so), then the system's loader path.
 """
 import ctypes
 import ctypes.util
+import errno
 import os
+import sys
+import traceback
+import weakref
 
 import numpy as np
 
-__all__ = ["Trainer", "MicroBatch", "EsdError"]
+__all__ = ["Trainer", "MicroBatch", "EsdError", "describe"]
 
 
 class EsdError(OSError):
@@ -83,7 +96,61 @@ def _load():
     lib.esd_trainer_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_MB)]
     lib.esd_trainer_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MB), ctypes.c_double]
     lib.esd_trainer_detach.argtypes = [ctypes.c_void_p]
+    lib.esd_trainer_fail.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     return lib
+
+
+# The trainers of this process that an uncaught exception or a non-zero
+# exit reports to (weak: a closed or collected trainer is not told).
+_attached = weakref.WeakSet()
+_hooks_installed = False
+FAIL_TEXT_MAX = 200  # the daemon and the shards quote it in one line
+
+
+def describe(exc_type, exc, tb):
+    """One line for the daemon: the exception's type and message, and where
+    it was raised (the innermost frame: file, line, function, code)."""
+    text = "%s: %s" % (exc_type.__name__, exc) if str(exc) else exc_type.__name__
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    if frames:
+        f = frames[-1]
+        text += " (at %s:%d in %s%s)" % (os.path.basename(f.filename), f.lineno, f.name,
+                                          ": " + f.line.strip() if f.line else "")
+    text = " ".join(text.split())
+    return text if len(text) <= FAIL_TEXT_MAX else text[:FAIL_TEXT_MAX - 3] + "..."
+
+
+def _tell_all(text):
+    for t in list(_attached):
+        try:
+            t.fail(text)
+        except Exception:  # noqa: BLE001 - the process ends anyway
+            pass
+
+
+def _excepthook(exc_type, exc, tb, _prev=[None]):  # noqa: B006 - the chained hook
+    if not issubclass(exc_type, SystemExit):
+        _tell_all(describe(exc_type, exc, tb))
+    (_prev[0] or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _install_hooks():
+    """sys.excepthook (chained) and sys.exit report to the attached
+    trainers; once per process."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    _excepthook.__defaults__[0][0] = sys.excepthook
+    sys.excepthook = _excepthook
+    real_exit = sys.exit
+
+    def exit_and_tell(status=None):
+        if status not in (None, 0):
+            _tell_all("exited with status %s" % (status,) if isinstance(status, int)
+                      else "exited: %s" % (status,))
+        real_exit(status)
+    sys.exit = exit_and_tell
 
 
 _lib = None
@@ -133,16 +200,20 @@ class MicroBatch:
 class Trainer:
     def __init__(self, node_dir, wait_s=30.0):
         """Attach to the daemon of node_dir, waiting up to wait_s seconds
-        for it to listen (a trainer started beside its daemon)."""
+        for it to listen on node_dir/esdd.sock (a trainer started beside
+        its daemon)."""
         global _lib
         if _lib is None:
             _lib = _load()
         self._h = ctypes.c_void_p()
+        sock = os.path.join(node_dir, "esdd.sock")
         rc = _lib.esd_trainer_attach_wait(node_dir.encode(), int(wait_s * 1000),
                                           ctypes.byref(self._h))
         if rc:
-            raise EsdError(-rc, "cannot attach to the daemon of %s: %s"
-                           % (node_dir, os.strerror(-rc)))
+            raise EsdError(-rc, "cannot attach to the daemon on %s (waited up to %.0f s): %s"
+                           % (sock, wait_s, os.strerror(-rc)))
+        _install_hooks()
+        _attached.add(self)
         self._info = _Info()
         _lib.esd_trainer_get_info(self._h, ctypes.byref(self._info))
         i = self._info
@@ -156,6 +227,9 @@ class Trainer:
         rc = _lib.esd_trainer_next(self._h, timeout_ms, ctypes.byref(raw))
         if rc == 1:
             return None
+        if rc == -errno.EHOSTDOWN:
+            raise EsdError(-rc, "waiting for a micro-batch: the daemon sent nothing, not even "
+                           "a heartbeat, for job.peer_timeout_ms (stopped or hung)")
         if rc:
             raise EsdError(-rc, "waiting for a micro-batch: " + os.strerror(-rc))
         return MicroBatch(raw, self._info)
@@ -180,7 +254,15 @@ class Trainer:
         if rc:
             raise EsdError(-rc, "stop request: " + os.strerror(-rc))
 
+    def fail(self, text):
+        """Tell the daemon that this trainer fails, and why: it fails the
+        whole job at once with text (what the excepthook sends for an
+        uncaught exception)."""
+        if self._h:
+            _lib.esd_trainer_fail(self._h, str(text).encode("utf-8", "replace")[:511])
+
     def close(self):
+        _attached.discard(self)
         if self._h:
             _lib.esd_trainer_detach(self._h)
             self._h = None
@@ -188,7 +270,9 @@ class Trainer:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, (SystemExit, GeneratorExit)):
+            self.fail(describe(exc_type, exc, tb))
         self.close()
         return False
 

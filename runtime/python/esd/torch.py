@@ -198,9 +198,11 @@ class RowOptimizer:
         self.session.current = None
 
 
-def mlp(sizes, relu_last=True):
-    """Linear layers of the given widths with ReLU between (and after the
-    last unless relu_last is False), as TorchRec's MLP."""
+def mlp(sizes, relu_last=False):
+    """Linear layers of the given widths with a ReLU between two, and after
+    the last too with relu_last=True (a hidden stack whose output feeds
+    another layer, as TorchRec's MLP). The default ends in the last Linear:
+    a 1-unit output layer gives logits of either sign."""
     layers = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(a, b))
@@ -458,6 +460,12 @@ class Session:
 
     def row_optimizer(self):
         return RowOptimizer(self)
+
+    def fail(self, text):
+        """Tell the daemon that this trainer fails, and why: it fails the
+        whole job at once with text. An uncaught exception and a non-zero
+        sys.exit are told without it (esd.Trainer's hooks)."""
+        self.trainer.fail(text)
 
     def batches(self):
         """The node's micro-batches for this trainer, as Batch, until the
