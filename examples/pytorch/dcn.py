@@ -19,7 +19,7 @@ class DCN(nn.Module):
         self.cw = nn.ParameterList([nn.Parameter(torch.empty(n_in).uniform_(-0.05, 0.05))
                                     for _ in range(cross)])
         self.cb = nn.ParameterList([nn.Parameter(torch.zeros(n_in)) for _ in range(cross)])
-        self.deep = et.mlp((n_in,) + hidden)
+        self.deep = et.mlp((n_in,) + hidden, relu_last=True)
         self.out = nn.Linear(n_in + hidden[-1], 1)
 
     def forward(self, emb, dense):

@@ -15,10 +15,10 @@ from train import et
 class DLRM(nn.Module):
     def __init__(self, tables, dim, ndense, bottom=(32,), top=(32, 16)):
         super().__init__()
-        self.bottom = et.mlp((ndense,) + bottom + (dim,))
+        self.bottom = et.mlp((ndense,) + bottom + (dim,), relu_last=True)
         n = tables + 1
         self.pairs = torch.triu_indices(n, n, 1)
-        self.top = nn.Sequential(et.mlp((dim + n * (n - 1) // 2,) + top),
+        self.top = nn.Sequential(et.mlp((dim + n * (n - 1) // 2,) + top, relu_last=True),
                                  nn.Linear(top[-1], 1))
 
     def forward(self, emb, dense):

@@ -16,7 +16,8 @@ class WDL(nn.Module):
         super().__init__()
         n_in = tables * dim + ndense
         self.wide = nn.Linear(n_in, 1)
-        self.deep = nn.Sequential(et.mlp((n_in,) + hidden), nn.Linear(hidden[-1], 1))
+        self.deep = nn.Sequential(et.mlp((n_in,) + hidden, relu_last=True),
+                                  nn.Linear(hidden[-1], 1))
 
     def forward(self, emb, dense):
         x = torch.cat([emb.flatten(1), dense], 1)
