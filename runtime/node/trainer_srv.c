@@ -465,9 +465,14 @@ static int publish_pending(struct node *nd, const struct order *o, const uint32_
 		if (ts->fd < 0 || ts->published)
 			continue;
 		int rc = publish(nd, i, o, slots);
+		char why[96];
+		snprintf(why, sizeof(why), "%s", rc == -EPIPE || rc == -ECONNRESET
+			 ? "its socket closed without a word" : "cannot hand it its share: ");
+		if (rc && rc != -EPIPE && rc != -ECONNRESET)
+			snprintf(why + strlen(why), sizeof(why) - strlen(why), "%s", esd_strerror(rc));
 		if (rc == 0)
 			ts->published = true;
-		else if ((rc = trainer_gone(nd, i, o, slots, "cannot hand it its share")))
+		else if ((rc = trainer_gone(nd, i, o, slots, why)))
 			return rc;
 	}
 	return 0;
