@@ -8,6 +8,7 @@
 - kill -9 of a C trainer: every process non-zero within 5 s of the kill;
 - SIGSTOP of a C trainer: its daemon finds it silent within
   job.peer_timeout_ms (3 s), the job fails naming it within 5 s;
+- SIGSTOP of a daemon: its trainer gives up within 5 s naming the socket;
 - the heartbeats' cost on the attach socket, counted with strace where
   there is one.
 Each case prints its measured time ("# ... : 1.23 s").
@@ -185,6 +186,34 @@ def test_sigstop(env):
                  names=("esdd1", "ps0"))
 
 
+def test_daemon_stopped(env):
+    """SIGSTOP of a daemon: its trainer hears nothing, not even a
+    heartbeat, for job.peer_timeout_ms and fails naming the socket."""
+    from esdcluster import Cluster
+    work = os.path.join(env.root, "daemon-stop")
+    s = env.settings(workers__n=2, job__iterations=100000)
+    with Cluster(env.bin, work, s, emulate_ns=100000) as c:
+        c.start()
+        wait_iteration(c, 5)
+        d, t = c.procs["esdd1"], c.procs["trainer1"]
+        os.kill(d.pid, signal.SIGSTOP)
+        t_stop = time.time()
+        try:
+            t.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.time() - t_stop
+        os.kill(d.pid, signal.SIGKILL)
+    print("# SIGSTOP of a daemon -> its trainer gives up: %.2f s" % took, flush=True)
+    env.check(t.returncode not in (0, None) and took <= BOUND_S,
+              "a stopped daemon's trainer exits non-zero %.2f s later (bound %.0f s): %s"
+              % (took, BOUND_S, t.returncode))
+    sock = os.path.join(c.node_dir(1), "esdd.sock")
+    lines = [ln for ln in log_of(work, "trainer1").splitlines() if "not even a heartbeat" in ln]
+    env.check(any(sock in ln for ln in lines), "the trainer names the daemon's socket: %s"
+              % lines[:1])
+
+
 def heartbeat_cost(env):
     """Bytes per second the heartbeats put on an attach socket: a trainer
     whose steps take 2 s each (it sends only heartbeats meanwhile, the
@@ -219,6 +248,7 @@ def main():
     try:
         test_kill(env)
         test_sigstop(env)
+        test_daemon_stopped(env)
         c_trainer_case(env, "esd_trainer_fail", ["--fail-at", "10"],
                        "failed: --fail-at 10: failing as asked")
         c_trainer_case(env, "abort", ["--abort-at", "10"],
