@@ -34,6 +34,16 @@
  * side removes its own once the link went down (or a deadline passed).
  * So neither side polls while the other tears down.
  *
+ * Devices are made, started, stopped and removed in the EAL's interrupt
+ * thread (intr_call), never in the caller's: DPDK 22.11's memif tears a
+ * connection down there when its peer leaves (memif_disconnect: the link
+ * marked down, the regions unmapped and freed), with no lock against a
+ * stop or close of the same device in another thread, which then frees
+ * the same regions a second time ("EAL: Error: Invalid memory", then
+ * SIGSEGV). Run in that thread, a close and a peer's leaving take turns,
+ * whatever the peer does and whenever. A closing link's last polls for
+ * the peer's answer run there too, for the same reason.
+ *
  * EAL: started once per process by the first dpdk link, with
  * dpdk_eal_args plus a per-process --file-prefix; the calling thread's
  * CPU affinity is restored afterwards (EAL pins it to its main lcore).
@@ -47,6 +57,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +66,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
+#include <rte_interrupts.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -84,9 +97,9 @@
  * the kernel's af_packet path is slow anyway: each idle sleep there doubles,
  * up to this, so idle links leave the cores to the busy ones. */
 #define IDLE_SLEEP_MAX_L2_NS (200 * ESD_NS_PER_US)
-/* After a memif peer's device went away: time for the driver's interrupt
- * thread to finish its disconnect before this side removes its device. */
-#define DISCONNECT_GRACE_NS (20 * ESD_NS_PER_MS)
+/* The longest wait for the EAL's interrupt thread to run a device's
+ * bring-up or teardown (intr_call). */
+#define INTR_CALL_NS (10 * ESD_NS_PER_S)
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
@@ -105,6 +118,8 @@ struct dpdk_wire {
 	struct fbuf *rq_head, *rq_tail, *cur;
 	size_t rq_bytes;
 	int was_up, peer_bye, bye_acked, down;
+	int closing; /* in dpdk_close: a send that finds no room gives up at once */
+	int both_closing; /* the peer's bye came while closing: it polls no more */
 	int extbuf; /* the PMD copies on tx (memif copy mode, af_packet) */
 	/* af_packet or PCI: the shared port and this link's entry in it */
 	struct l2port *sp;
@@ -249,6 +264,111 @@ static int eal_start(const struct esd_link_opts *o)
 	return 0;
 }
 
+/* ---- device bring-up and teardown, in the EAL's interrupt thread -------- */
+
+struct intr_call {
+	void (*fn)(void *);
+	void *arg;
+	atomic_int done;
+};
+
+static void intr_call_run(void *p)
+{
+	struct intr_call *c = p;
+	c->fn(c->arg);
+	atomic_store_explicit(&c->done, 1, memory_order_release);
+}
+
+/* Run fn(arg) in the EAL's interrupt thread (an alarm due at once) and
+ * wait for it, at most INTR_CALL_NS; in that thread already, run it. 0, or
+ * -errno when it did not run and never will (what names the work). */
+static int intr_call(void (*fn)(void *), void *arg, const char *what)
+{
+	if (rte_thread_is_intr()) {
+		fn(arg);
+		return 0;
+	}
+	struct intr_call c = {.fn = fn, .arg = arg};
+	int rc = rte_eal_alarm_set(1, intr_call_run, &c);
+	if (rc) {
+		ESD_ERR("transport", "dpdk: %s: cannot reach the EAL's interrupt thread (%s)", what,
+		        rte_strerror(rc < 0 ? -rc : rc));
+		return rc < 0 ? rc : -rc;
+	}
+	int64_t deadline = esd_now_ns() + INTR_CALL_NS, nap = 20 * ESD_NS_PER_US;
+	while (!atomic_load_explicit(&c.done, memory_order_acquire)) {
+		if (esd_now_ns() > deadline) {
+			/* Cancelled: it never ran. Else it runs now, and the
+			 * cancel returns once it has. */
+			if (rte_eal_alarm_cancel(intr_call_run, &c) > 0) {
+				ESD_ERR("transport",
+				        "dpdk: %s: the EAL's interrupt thread did not take it "
+				        "within %lld s",
+				        what, (long long)(INTR_CALL_NS / ESD_NS_PER_S));
+				return -ETIMEDOUT;
+			}
+			break;
+		}
+		esd_sleep_ns(nap);
+		if (nap < ESD_NS_PER_MS)
+			nap *= 2;
+	}
+	return 0;
+}
+
+struct port_op {
+	const char *name, *spec;
+	uint16_t ring, port;
+	int socket;
+	int rc;
+};
+
+/* The vdev of op->spec made, configured and started (op->port), or
+ * op->rc < 0 and nothing left. In the interrupt thread. */
+static void vdev_up(void *arg)
+{
+	struct port_op *op = arg;
+	int rc = rte_dev_probe(op->spec);
+	if (rc) {
+		ESD_ERR("transport", "dpdk: probe of %s failed: %s", op->spec, rte_strerror(-rc));
+		op->rc = rc;
+		return;
+	}
+	uint16_t port;
+	if ((rc = rte_eth_dev_get_port_by_name(op->name, &port)))
+		goto err_remove;
+	/* Default rx mode: memif and af_packet carry packets up to their
+	 * buffer size (memif chains buffers) whatever MTU ethdev reports. */
+	struct rte_eth_conf conf;
+	memset(&conf, 0, sizeof(conf));
+	if ((rc = rte_eth_dev_configure(port, 1, 1, &conf)) < 0)
+		goto err_remove;
+	if ((rc = rte_eth_rx_queue_setup(port, 0, op->ring, (unsigned)op->socket, NULL, pool)) <
+	        0 ||
+	    (rc = rte_eth_tx_queue_setup(port, 0, op->ring, (unsigned)op->socket, NULL)) < 0 ||
+	    (rc = rte_eth_dev_start(port)) < 0)
+		goto err_close;
+	op->port = port;
+	op->rc = 0;
+	return;
+
+err_close:
+	rte_eth_dev_close(port);
+err_remove:
+	ESD_ERR("transport", "dpdk: port %s: %s", op->name, rte_strerror(rc < 0 ? -rc : rc));
+	rte_eal_hotplug_remove("vdev", op->name);
+	op->rc = rc < 0 ? rc : -rc;
+}
+
+/* The vdev stopped, closed and removed. In the interrupt thread. */
+static void vdev_down(void *arg)
+{
+	struct port_op *op = arg;
+	rte_eth_dev_stop(op->port);
+	rte_eth_dev_close(op->port);
+	rte_eal_hotplug_remove("vdev", op->name);
+}
+
 /* Create (a vdev from its devargs) or find (a NIC by its PCI address,
  * name), configure and start the port of a link. */
 int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
@@ -260,43 +380,28 @@ int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *de
 		return dpdk_pci_port_up(
 		    name, pool, FRAG_HDR + dpdk_mtu(o), ring, port);
 	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
-	int rc = rte_dev_probe(spec);
-	if (rc) {
-		ESD_ERR("transport", "dpdk: probe of %s failed: %s", spec, rte_strerror(-rc));
+	struct port_op op = {
+	    .name = name, .spec = spec, .ring = ring, .socket = (int)rte_socket_id(), .rc = -EIO};
+	int rc = intr_call(vdev_up, &op, name);
+	if (rc)
 		return rc;
-	}
-	if ((rc = rte_eth_dev_get_port_by_name(name, port)))
-		goto err_remove;
-	/* Default rx mode: memif and af_packet carry packets up to their
-	 * buffer size (memif chains buffers) whatever MTU ethdev reports. */
-	struct rte_eth_conf conf;
-	memset(&conf, 0, sizeof(conf));
-	if ((rc = rte_eth_dev_configure(*port, 1, 1, &conf)) < 0)
-		goto err_remove;
-	if ((rc = rte_eth_rx_queue_setup(*port, 0, ring, (unsigned)rte_socket_id(), NULL, pool)) <
-	        0 ||
-	    (rc = rte_eth_tx_queue_setup(*port, 0, ring, (unsigned)rte_socket_id(), NULL)) < 0 ||
-	    (rc = rte_eth_dev_start(*port)) < 0)
-		goto err_close;
-	return 0;
-
-err_close:
-	rte_eth_dev_close(*port);
-err_remove:
-	ESD_ERR("transport", "dpdk: port %s: %s", name, rte_strerror(rc < 0 ? -rc : rc));
-	rte_eal_hotplug_remove("vdev", name);
-	return rc < 0 ? rc : -rc;
+	if (!op.rc)
+		*port = op.port;
+	return op.rc;
 }
 
+/* Whatever its peer is doing: the peer's leaving is handled in the same
+ * thread as this teardown. A device the interrupt thread does not reach
+ * in time is left as it is (logged): a leak, not a crash. */
 void dpdk_port_down(uint16_t port, const char *name)
 {
 	if (strncmp(name, "net_", 4)) { /* a NIC (its PCI address): stopped, kept */
 		dpdk_pci_port_down(port);
 		return;
 	}
-	rte_eth_dev_stop(port);
-	rte_eth_dev_close(port);
-	rte_eal_hotplug_remove("vdev", name);
+	struct port_op op = {.name = name, .port = port};
+	if (intr_call(vdev_down, &op, name))
+		ESD_ERR("transport", "dpdk: device %s left in place", name);
 }
 
 static int link_is_up(uint16_t port)
@@ -798,6 +903,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		} else if (!d->peer_bye) {
 			struct esd_buf b;
 			esd_buf_init(&b);
+			d->both_closing = d->closing;
 			/* the heartbeat thread sends too, and stops at peer_bye */
 			pthread_mutex_lock(&d->w.tx_mu);
 			if (!esd_enc_link_bye(&b, 1))
@@ -963,6 +1069,10 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			sent += now_sent;
 			if (now_sent && d->bell)
 				dpdk_bell_ring(d->bell);
+			if (sent < k && d->closing) {
+				rte_pktmbuf_free_bulk(ms + sent, k - sent);
+				return -EAGAIN;
+			}
 			if (sent < k) {
 				/* Ring full: read what the peer sends meanwhile, so two
 				 * senders never wait on each other; give up on a dead or
@@ -1154,32 +1264,65 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 	}
 }
 
+struct bye_step {
+	struct dpdk_wire *d;
+	int send, sent, over;
+};
+
+/* Try once to send LINK_BYE 0 (send: not sent yet), then poll once for
+ * the answer; over: the link failed or went down. On memif, in the
+ * interrupt thread (see above), where nothing may wait for the peer: a
+ * peer that leaves takes nothing, and its leaving is handled in that same
+ * thread. */
+static void bye_step_run(void *arg)
+{
+	struct bye_step *b = arg;
+	struct dpdk_wire *d = b->d;
+	if (b->send) {
+		struct esd_buf f;
+		esd_buf_init(&f);
+		pthread_mutex_lock(&d->w.tx_mu);
+		b->sent = !esd_enc_link_bye(&f, 0) && !send_raw(d, f.data, f.len);
+		pthread_mutex_unlock(&d->w.tx_mu);
+		esd_buf_free(&f);
+	}
+	b->over = rx_poll(d) < 0 || check_link(d);
+}
+
+/* The closing side: LINK_BYE 0, then poll only for the answer (or the
+ * peer's own bye) until deadline. Sends no longer wait for room in the
+ * peer's ring (closing): the bye is tried again at each step. */
+static void say_bye(struct dpdk_wire *d, int64_t deadline)
+{
+	int sent = 0;
+	d->closing = 1;
+	while (!d->bye_acked && !d->peer_bye && esd_now_ns() < deadline) {
+		struct bye_step b = {.d = d, .send = !sent};
+		if (d->sp)
+			bye_step_run(&b);
+		else if (intr_call(bye_step_run, &b, d->dev))
+			break;
+		if (b.over)
+			break;
+		sent |= b.sent;
+		esd_sleep_ns(50 * ESD_NS_PER_US);
+	}
+}
+
 static void dpdk_close(struct wire *w, int64_t deadline)
 {
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
 	if (!d->down) {
-		if (!d->peer_bye) {
-			struct esd_buf b;
-			esd_buf_init(&b);
-			if (!esd_enc_link_bye(&b, 0))
-				send_raw(d, b.data, b.len);
-			esd_buf_free(&b);
-			/* Poll only for the answer (or the peer's own bye). */
-			while (!d->bye_acked && !d->peer_bye && esd_now_ns() < deadline) {
-				if (rx_poll(d) < 0 || check_link(d))
-					break;
-				esd_sleep_ns(50 * ESD_NS_PER_US);
-			}
-		}
-		if (d->peer_bye && !d->sp) {
-			/* We answered; the peer removes its device first. */
+		if (!d->peer_bye)
+			say_bye(d, deadline);
+		if (d->peer_bye && !d->sp && !d->both_closing) {
+			/* We answered; the peer removes its device first. Ours
+			 * goes in the interrupt thread, after the peer's leaving
+			 * (handled there) whenever it comes. A peer that closes
+			 * too polls only in its own interrupt thread, which takes
+			 * our leaving in turn: no wait then. */
 			while (link_is_up(d->port) && esd_now_ns() < deadline)
 				esd_sleep_ns(ESD_NS_PER_MS);
-			/* memif marks the link down first and then, in the EAL's
-			 * interrupt thread, tears the connection down; removing
-			 * our device meanwhile crashed that thread (1 orderly end
-			 * in 20 under a sanitizer): let it finish */
-			esd_sleep_ns(DISCONNECT_GRACE_NS);
 		}
 	}
 	if (d->sp) {

@@ -44,11 +44,11 @@ static int raw_port(uint32_t id, uint16_t *port, char *name, size_t len)
 	return 0;
 }
 
+/* Down in the EAL's interrupt thread, as the backend's own devices go:
+ * there it cannot race memif's handling of the listener side's leaving. */
 static void raw_port_down(uint16_t port, const char *name)
 {
-	rte_eth_dev_stop(port);
-	rte_eth_dev_close(port);
-	rte_eal_hotplug_remove("vdev", name);
+	dpdk_port_down(port, name);
 }
 
 /* Send len bytes as one packet. */
