@@ -858,7 +858,9 @@ static int handle_frame(struct ps_link *pl, const struct esd_msg *m, struct esd_
 static void on_link_end(struct ps_link *pl, int rc, bool received)
 {
 	struct ps *ps = pl->ps;
-	if (received && is_bad_frame(rc)) /* the protocol: an ERROR, then the close */
+	/* the protocol: an ERROR, then the close (a silent peer is told why
+	 * too, in case only its frames to us are lost) */
+	if (received && (is_bad_frame(rc) || rc == -ETIMEDOUT))
 		esd_link_send_error(pl->link, rc, esd_link_last_error(pl->link));
 	pthread_mutex_lock(&ps->mu);
 	if (pl->worker >= 0 && (ps->bar.iter_done > ps->job.iterations || ps->bar.ended)) {
