@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -258,6 +259,7 @@ static int eal_start(const struct esd_link_opts *o)
 	 * during the first iterations (tens of thousands of faults a process;
 	 * bench/results/transport.md). */
 	rte_mempool_obj_iter(pool, prefault_mbuf, NULL);
+	dpdk_guard_init();
 	eal_state = 1;
 	eal_pid = getpid();
 	pthread_mutex_unlock(&eal_lock);
@@ -933,6 +935,17 @@ static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
 	return n;
 }
 
+/* A burst on the memif port faulted (dpdk_guard.c): the peer's memory
+ * went away under it. The link is down; only its port's removal is left. */
+static int ring_gone(struct dpdk_wire *d, int sig)
+{
+	d->down = 1;
+	return wire_fail(&d->w, -ECONNRESET,
+	                 "dpdk: the shared memory of %s went away under this side (%s): the "
+	                 "peer is gone",
+	                 d->w.peer, sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
+}
+
 static int rx_poll(struct dpdk_wire *d)
 {
 	struct rte_mbuf *ms[BURST];
@@ -950,7 +963,10 @@ static int rx_poll(struct dpdk_wire *d)
 	 * waits for room) rather than drop what nothing would send again */
 	if (!d->w.lossy && d->rq_bytes >= d->w.rx_backlog_max)
 		return 0;
-	uint16_t n = d->sp ? l2_rx(d, ms) : rte_eth_rx_burst(d->port, 0, ms, BURST);
+	int fault = 0;
+	uint16_t n = d->sp ? l2_rx(d, ms) : dpdk_guarded_rx(d->port, ms, BURST, &fault);
+	if (fault)
+		return ring_gone(d, fault);
 	int rc = 0;
 	if (n)
 		wire_heard(&d->w);
@@ -1063,9 +1079,12 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		}
 		unsigned sent = 0;
 		while (sent < k) {
+			int fault = 0;
 			uint16_t now_sent =
 			    d->sp ? l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
-			          : rte_eth_tx_burst(d->port, 0, ms + sent, (uint16_t)(k - sent));
+			          : dpdk_guarded_tx(d->port, ms + sent, (uint16_t)(k - sent), &fault);
+			if (fault)
+				return ring_gone(d, fault); /* the mbufs given are lost */
 			sent += now_sent;
 			if (now_sent && d->bell)
 				dpdk_bell_ring(d->bell);
@@ -1145,7 +1164,10 @@ static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
 	f.total = (uint32_t)len;
 	frag_hdr_put(b + ETH_HDR, &f);
 	memcpy(b + ETH_HDR + FRAG_HDR, p, len);
-	uint16_t sent = d->sp ? l2port_tx(d->sp, &m, 1) : rte_eth_tx_burst(d->port, 0, &m, 1);
+	int fault = 0;
+	uint16_t sent = d->sp ? l2port_tx(d->sp, &m, 1) : dpdk_guarded_tx(d->port, &m, 1, &fault);
+	if (fault)
+		return ring_gone(d, fault);
 	if (!sent) {
 		rte_pktmbuf_free(m);
 		return -EAGAIN;

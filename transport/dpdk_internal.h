@@ -254,6 +254,17 @@ void dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns);
 /* Sender: packets are in the peer's ring; wake it if it sleeps. */
 void dpdk_bell_ring(struct dpdk_bell *b);
 
+/* ---- dpdk_guard.c: bursts on memif ports ------------------------------- */
+
+/* Install the fault handler of guarded bursts (once per process). */
+void dpdk_guard_init(void);
+/* rte_eth_rx_burst / rte_eth_tx_burst on queue 0 of a memif port; *fault:
+ * 0, or the signal (SIGSEGV, SIGBUS) with which the port's shared memory
+ * went away during the burst (its peer left): the burst's mbufs are lost
+ * and the port must only be taken down. */
+uint16_t dpdk_guarded_rx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault);
+uint16_t dpdk_guarded_tx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault);
+
 /* ---- from dpdk.c, for dpdk_port.c -------------------------------------- */
 
 /* Create (a vdev) or find (a NIC by PCI address) the port of name, set it
