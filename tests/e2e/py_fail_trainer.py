@@ -1,7 +1,7 @@
 """A PyTorch trainer (esd.torch, under torchrun) with a bug on purpose, for
 the launcher's failure tests: the trainer of rank ESD_TEST_RAISE_RANK (if
 set) raises ValueError at iteration ESD_TEST_RAISE_AT (default 5),
-printing "ESD_TEST_RAISED <time>" just before; with ESD_TEST_HANG set it
+printing "ESD_TEST_RAISED <CLOCK_MONOTONIC seconds>" just before; with ESD_TEST_HANG set it
 never attaches (it sleeps before joining the other trainers), as one whose
 rendezvous hangs."""
 import os
@@ -29,7 +29,7 @@ def main():
     raise_at = int(os.environ.get("ESD_TEST_RAISE_AT", "5"))
     for batch in s.batches():
         if batch.iter == raise_at and s.rank == raise_rank:
-            print("ESD_TEST_RAISED %.6f" % time.time(), flush=True)
+            print("ESD_TEST_RAISED %.6f" % time.monotonic(), flush=True)
             raise ValueError("deliberate bug at iteration %d of trainer rank %d"
                              % (raise_at, s.rank))
         x = torch.cat([ebc(batch).flatten(1), batch.dense], 1)

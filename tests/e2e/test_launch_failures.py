@@ -84,7 +84,7 @@ def write_files(env, name, node_env=None, launch=None, ckpt=True):
 def launch(job, hosts, *extra, timeout=180):
     """Run the launcher to its end: (status, output, seconds, time it
     exited)."""
-    t0 = time.time()
+    t0 = time.monotonic()
     p = subprocess.Popen([PY, LAUNCH, "--job", job, "--hosts", hosts] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -93,7 +93,7 @@ def launch(job, hosts, *extra, timeout=180):
         p.send_signal(2)
         p.send_signal(2)
         out, _ = p.communicate(timeout=60)
-    t1 = time.time()
+    t1 = time.monotonic()
     with open(os.path.join(os.path.dirname(job), "launch%s.log" % "".join(extra)), "w") as f:
         f.write(out)
     return p.returncode, out, t1 - t0, t1
@@ -121,9 +121,9 @@ def leftovers(d):
 def all_stopped(env, d, what):
     """Every process of the job in d is gone (within 2 s of the launcher's
     exit)."""
-    end = time.time() + 2
+    end = time.monotonic() + 2
     left = leftovers(d)
-    while left and time.time() < end:
+    while left and time.monotonic() < end:
         time.sleep(0.1)
         left = leftovers(d)
     env.check(not left, "%s: no process of the job left running: %s" % (what, left))

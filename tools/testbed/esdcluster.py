@@ -225,13 +225,13 @@ class Cluster:
 
     def wait_socket(self, w, timeout=30):
         sock = os.path.join(self.node_dir(w), "esdd.sock")
-        t0 = time.time()
+        t0 = time.monotonic()
         while not os.path.exists(sock):
             p = self.procs.get("esdd%d" % w)
             if p and p.poll() is not None:
                 raise ClusterError(self.describe("esdd%d" % w, "%s before it opened %s"
                                                  % (exit_text(p.returncode), sock)))
-            if time.time() - t0 > timeout:
+            if time.monotonic() - t0 > timeout:
                 raise ClusterError(self.describe("esdd%d" % w, "did not open %s within %d s"
                                                  % (sock, timeout)))
             time.sleep(0.02)
@@ -255,7 +255,7 @@ class Cluster:
     def note_exits(self):
         """Record when each process was first seen exited (the order in
         which a failure spread)."""
-        now = time.time()
+        now = time.monotonic()
         for name, p in self.procs.items():
             if name not in self.exits and p.poll() is not None:
                 self.exits[name] = (now, p.returncode)
@@ -319,7 +319,7 @@ class Cluster:
         """Wait for every daemon; raise if one fails (naming the process
         whose failure started it) or one is still running after timeout
         seconds."""
-        t0 = time.time()
+        t0 = time.monotonic()
         daemons = ["esdd%d" % w for w in range(self.n)]
         while True:
             self.note_exits()
@@ -330,7 +330,7 @@ class Cluster:
                                                        self.log_path(name)))
             if all(self.procs[d].poll() == 0 for d in daemons):
                 break
-            if time.time() - t0 > timeout:
+            if time.monotonic() - t0 > timeout:
                 left = [d for d in daemons if self.procs[d].poll() is None]
                 raise ClusterError("waited %d s for the node daemons to end; still running: %s"
                                    % (timeout, ", ".join(left)))
@@ -376,10 +376,10 @@ class Cluster:
                     os.kill(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            deadline = time.time() + grace
+            deadline = time.monotonic() + grace
             for p in live:
                 try:
-                    p.wait(timeout=max(0.01, deadline - time.time()))
+                    p.wait(timeout=max(0.01, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
             for p in live:
