@@ -16,7 +16,9 @@ under torchrun, gloo on lo):
   start on a loaded machine comes first) plus a margin;
 - node 1's trainer never attaches (its rendezvous hangs): at the
   rendezvous timeout (20 s here) the launcher names node 1 with its
-  trainer's last lines and stops every process.
+  trainer's last lines and stops every process;
+- esdcluster (the tests' Cluster) the same way: a C trainer killed
+  mid-run, its wait() raises naming trainer1, its log and last lines.
 Measured times are printed as "# EVENT -> launcher exit: S s".
 
 Needs /usr/bin/python3 with torch (torchrun): exits 77 otherwise.
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env
+from e2e_util import Cluster, ClusterError, Env, ctl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "launch", "esd-launch"))
@@ -235,6 +237,35 @@ def test_rendezvous_hangs(env):
     all_stopped(env, d, "rendezvous hang")
 
 
+def test_cluster_names_trainer(env):
+    s = env.settings(job__iterations=100000, workers__n=2)
+    work = os.path.join(env.root, "cluster")
+    err, took = None, None
+    with Cluster(env.bin, work, s, emulate_ns=200000) as c:
+        c.start()
+        end = time.monotonic() + 60
+        it = 0
+        while it < 5 and time.monotonic() < end:
+            try:
+                it = ctl(os.path.join(c.node_dir(1), "control.sock"), "status")["iteration"]
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        c.kill("trainer1")
+        try:
+            c.wait(timeout=60)
+        except ClusterError as e:
+            err, took = str(e), time.monotonic() - t0
+    log = os.path.join(work, "trainer1.log")
+    env.check(err is not None and "started with trainer1" in err and log in err and
+              "attached" in err,
+              "esdcluster: a trainer killed at iteration %d: wait() names trainer1, its log "
+              "and its last lines: %s" % (it, (err or "no error").splitlines()[:1]))
+    if took is not None:
+        print("# C trainer killed (esdcluster) -> ClusterError: %.1f s" % took)
+
+
 def main():
     if subprocess.run([PY, "-c", "import torch.distributed.run"], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode:
@@ -246,6 +277,7 @@ def main():
     env = Env(sys.argv[1], "launchfail")
     env.gen_stream()
     test_check(env)
+    test_cluster_names_trainer(env)
     test_trainer_raises(env)
     test_bad_interface(env)
     test_rendezvous_hangs(env)
