@@ -118,10 +118,11 @@ def test_node_killed(env, hosts):
     with open(os.path.join(work, "ps0.log")) as f:
         ps_log = f.read()
     others = {n: rc for n, rc in rcs.items() if n != "esdd1"}
-    env.check(all(rc not in (0, "still running") for rc in others.values()) and took < 15,
+    env.check(all(rc not in (0, "still running") for rc in others.values()) and took < 5,
               "esdd 1 killed over af_packet: every other process exits non-zero %.1f s "
               "later: %s" % (took, rcs))
-    env.check("worker 1 went away" in ps_log and "peer is gone" in ps_log,
+    # the link's heartbeats stop with the process: the peer timeout names the silence
+    env.check("worker 1 went away" in ps_log and "heard nothing from" in ps_log,
               "the shard names the worker and the silence: %s"
               % [ln for ln in ps_log.splitlines() if "worker 1 went away" in ln][:1])
 

@@ -361,7 +361,7 @@ def test_bad_settings(env):
     cases.append(("a stream of no samples", {"data.stream": empty}, "has no samples"))
     # 200M rows: the region and the snapshots are far above this machine
     cases.append(("a cache larger than the machine's memory", {"cache.rows": 200000000},
-                  "does not fit this machine"))
+                  "DOES NOT FIT"))
     for what, over, want in cases:
         s = env.settings()
         s.update(over)

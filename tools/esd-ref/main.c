@@ -42,6 +42,8 @@ static void usage(FILE *f)
 	       "  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
 	       "                    optimizer hyper-parameters (defaults per optimizer)\n"
 	       "  --verbose         print the loss of every iteration\n"
+	       "  --stream FILE     the job's dataset stream (data.stream), read from its start\n"
+	       "                    and wrapped around as the runtime does; else:\n"
 	       "built-in generator (sample i depends on (gen seed, i) only):\n"
 	       "  --tables T        categorical features per sample (8)\n"
 	       "  --dense N         dense features per sample (4)\n"
