@@ -2,7 +2,8 @@
 sockets on loopback):
 - a shard or a daemon of a job without job.key refuses to start, naming
   job.insecure; with job.insecure = yes every process warns at start, the
-  trainers included (their daemon tells them);
+  trainers included (their daemon tells them; the C trainer and the
+  Python binding's);
 - a stranger who computed the job token (the same job file, no key) is
   refused by a keyed job; in an insecure job, a HELLO with a wrong token or
   another stream is told "refused: not this job", no path, digest or
@@ -12,7 +13,7 @@ sockets on loopback):
 - a FIFO as the key path is refused within a second, naming it a FIFO; a
   0600 key owned by another uid is refused, naming the owner (as root).
 
-usage: test_secure_default.py BIN_DIR
+usage: test_secure_default.py BIN_DIR [PYTHON_DIR]
 """
 import os
 import re
@@ -165,9 +166,31 @@ def test_key_files(env, work):
               % (rc, out.strip().splitlines()[-1:]))
 
 
+def test_python_trainer_warns(env, work, py_dir):
+    """The Python binding's trainer of an insecure job warns too."""
+    os.environ["PYTHONPATH"] = py_dir
+    here = os.path.dirname(os.path.abspath(__file__))
+    s = env.settings(workers__n=1, job__iterations=10, ps__checkpoint_every=5,
+                     **{"job.insecure": "yes"})
+    work, _ = env.run_dirs(s, work)
+    with Cluster(env.bin, work, s, trainer_cmd=lambda w, d: [
+            "/usr/bin/python3", os.path.join(here, "py_trainer.py"), d, "5"]) as c:
+        c.start()
+        c.wait(timeout=120)
+    with open(os.path.join(work, "trainer0.log")) as f:
+        log = f.read()
+    env.check("INSECURE" in log and "job.insecure" in log,
+              "insecure job: the Python trainer warns: %s"
+              % [ln for ln in log.splitlines() if "INSECURE" in ln][:1])
+
+
 def main():
     env = Env(sys.argv[1], "secure")
     env.gen_stream(samples=2000)
+    if len(sys.argv) > 2 and os.path.exists(os.path.join(sys.argv[2], "esd")):
+        test_python_trainer_warns(env, "python", sys.argv[2])
+    else:
+        print("skip: no Python binding given (the build's python directory)")
     test_keyless_refused(env, os.path.join(env.root, "keyless"))
     test_key_files(env, os.path.join(env.root, "keys"))
     test_insecure_warns(env, os.path.join(env.root, "warns"))
