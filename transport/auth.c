@@ -77,6 +77,19 @@ int esd_key_create(const char *path)
 	return rc;
 }
 
+/* What a file of mode m is, for a refusal. */
+static const char *file_kind(mode_t m)
+{
+	return S_ISFIFO(m)  ? "a FIFO"
+	       : S_ISDIR(m) ? "a directory"
+	       : S_ISSOCK(m) ? "a socket"
+	       : S_ISCHR(m) ? "a character device"
+	       : S_ISBLK(m) ? "a block device"
+			    : "not a regular file";
+}
+
+/* The key file must be a regular file of this process's user (or root's)
+ * that no one else may read or write. */
 static int key_file_mode_ok(const char *path, int fd)
 {
 	struct stat st;
@@ -86,8 +99,15 @@ static int key_file_mode_ok(const char *path, int fd)
 		return rc;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		ESD_ERR("auth", "%s: the job key must be a regular file", path);
+		ESD_ERR("auth", "%s: the job key must be a regular file; this is %s", path,
+			file_kind(st.st_mode));
 		return -EINVAL;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		ESD_ERR("auth", "%s: the job key is owned by uid %u, not by this process's uid %u "
+			"or root: chown it, or give this process a key of its own", path,
+			(unsigned)st.st_uid, (unsigned)geteuid());
+		return -EPERM;
 	}
 	if (st.st_mode & 077) {
 		ESD_ERR("auth", "%s: the job key is open to others (mode %03o): chmod 600 %s", path,
@@ -103,10 +123,17 @@ int esd_key_load(const char *path, struct esd_key *out)
 	int rc = sodium_ready();
 	if (rc)
 		return rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO opens at once (and is refused below) rather
+	 * than waiting for a writer */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		rc = esd_neg_errno();
-		ESD_ERR("auth", "job key %s: %s", path, strerror(-rc));
+		struct stat st;
+		if (rc == -ENXIO && !stat(path, &st)) /* a socket, or a device without its driver */
+			ESD_ERR("auth", "job key %s: the job key must be a regular file; this is %s",
+				path, file_kind(st.st_mode));
+		else
+			ESD_ERR("auth", "job key %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	if ((rc = key_file_mode_ok(path, fd))) {

@@ -74,8 +74,8 @@ class VethPair:
 def write_job(path, stream, backend, addr, dim, key, queue=0, af_packet=False):
     with open(path, "w") as f:
         f.write("[job]\niterations = 1000\n")
-        if key:
-            f.write("key = %s\n" % key)
+        # the keyless baseline says so (a shard refuses to start without)
+        f.write("key = %s\n" % key if key else "insecure = yes\n")
         f.write("[workers]\nn = 1\nbatch = 1024\n[model]\ndim = %d\noptimizer = sgd\n"
                 "[data]\nstream = %s\n[ps]\nbackend = %s\naddrs = %s\n"
                 % (dim, stream, backend, addr))

@@ -9,9 +9,12 @@
  * handshake" and "Threat model"). The key never leaves the file: what
  * travels are fresh nonces and one-way tags over them.
  *
- * The key file is one line of 64 hexadecimal digits, mode 0600 (a file that
- * its group or others may read is refused, as ssh refuses such a private
- * key). Create one with `esdctl keygen FILE`.
+ * The key file is one line of 64 hexadecimal digits, mode 0600, a regular
+ * file owned by the process's user or root (a file that its group or
+ * others may read, another user's file, or a FIFO, socket, device or
+ * directory is refused, as ssh refuses such a private key). Create one
+ * with `esdctl keygen FILE`. A job without a key must say job.insecure =
+ * yes (esd_job_key_check).
  *
  * Example
  * -------
@@ -59,9 +62,11 @@ int esd_key_create(const char *path);
 
 /*
  * Read the key of path into *out. Refuses (logging the path and why) a
- * file that group or others may read or write (-EPERM), that is not one
- * line of 64 hexadecimal digits (-EINVAL), or that cannot be read
- * (-errno).
+ * file that group or others may read or write, or that another user than
+ * this process's (or root) owns, naming the owner (-EPERM); anything but
+ * a regular file, naming what it is (-EINVAL; a FIFO is refused at once,
+ * never waited on); a file that is not one line of 64 hexadecimal digits
+ * (-EINVAL), or that cannot be read (-errno).
  */
 int esd_key_load(const char *path, struct esd_key *out);
 

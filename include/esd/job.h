@@ -89,6 +89,10 @@ struct esd_job {
 	/* job.key: the job key file (esd/auth.h); "": links unauthenticated.
 	 * Not in the token: each host may keep it where it likes. */
 	char key_file[1024];
+	/* job.insecure: the job runs without a key, said in so many words;
+	 * a shard or daemon without job.key refuses to start unless it is
+	 * set, and every process of such a job warns at start */
+	bool insecure;
 	/* [workers] */
 	uint32_t n;
 	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */
@@ -249,6 +253,13 @@ uint64_t esd_job_digest(const struct esd_job *job);
  * of data.stream (esd_ds_digest) and fold it into the token. Every
  * process that opens the stream calls it once, before HELLO. */
 void esd_job_bind_stream(struct esd_job *job, uint64_t stream_digest);
+
+/* Whether a process (who: "esd-ps shard 0", "esdd rank 1") may start
+ * with the job's key settings: a job without job.key must say
+ * job.insecure = yes (then a warning is logged, naming what a keyless
+ * job exposes). Returns 0, or -EPERM with the refusal logged naming
+ * job.key and job.insecure. */
+int esd_job_key_check(const struct esd_job *job, const char *who);
 
 /* Sizes m[n] as "m0,m1,..." into buf (len bytes, truncated to fit), for
  * logs. */

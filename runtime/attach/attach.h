@@ -62,6 +62,8 @@ struct esd_attach_msg {
 
 /* BATCH flags */
 #define ESD_AT_CHECKPOINT 1u /* a checkpoint boundary: the rows' checkpoint is of this iteration */
+/* WELCOME flags (version 3 on) */
+#define ESD_AT_INSECURE 2u /* the job runs without a key (job.insecure): the trainer warns */
 
 /* Bytes of a message of the given version on the wire, detail not
  * counted (0: not spoken). */

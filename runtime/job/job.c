@@ -16,7 +16,7 @@
 #include <strings.h>
 
 const char *const esd_job_keys[] = {
-	"job.seed", "job.iterations", "job.warmup", "job.key",
+	"job.seed", "job.iterations", "job.warmup", "job.key", "job.insecure",
 	"workers.n", "workers.batch", "workers.rates", "workers.compute_ns_per_sample",
 	"model.dim", "model.optimizer", "model.lr", "model.eps", "model.beta1", "model.beta2",
 	"model.hidden", "model.dense",
@@ -373,6 +373,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	snprintf(j->stream, sizeof(j->stream), "%s", s);
 	esd_config_get_str(cfg, "job", "key", "", &s);
 	snprintf(j->key_file, sizeof(j->key_file), "%s", s);
+	TRY(esd_config_get_bool(cfg, "job", "insecure", false, &j->insecure));
 	TRY(esd_config_get_u64(cfg, "ps", "shards", 1, 1, ESD_JOB_MAX_SHARDS, &u));
 	j->shards = (uint32_t)u;
 	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);
@@ -464,6 +465,26 @@ uint64_t esd_job_digest(const struct esd_job *j)
 		h = fnv(h, &j->split_fit, sizeof(j->split_fit));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
+}
+
+int esd_job_key_check(const struct esd_job *j, const char *who)
+{
+	if (j->key_file[0]) {
+		if (j->insecure)
+			ESD_WARN("job", "%s: job.insecure = yes is moot: the job has a key (job.key "
+				 "= %s) and its links use it", who, j->key_file);
+		return 0;
+	}
+	if (!j->insecure) {
+		ESD_ERR("job", "%s: the job has no key: set job.key to a key file (esdctl keygen "
+			"FILE, copied to every host), or job.insecure = yes to run it "
+			"without one (anyone who reaches its ports can join it)", who);
+		return -EPERM;
+	}
+	ESD_WARN("job", "%s: INSECURE job (job.insecure = yes): no job key; its links are not "
+		 "authenticated and anyone who reaches its ports can join it, read and "
+		 "overwrite rows", who);
+	return 0;
 }
 
 void esd_job_bind_stream(struct esd_job *j, uint64_t stream_digest)

@@ -360,6 +360,10 @@ static int attach_on(const char *dir, int fd, struct esd_trainer **out)
 	if (m.index == 0) /* the region's gradient slots are trainer 0's */
 		esd_cache_trainer_hello(t->cache);
 
+	if (m.flags & ESD_AT_INSECURE)
+		ESD_WARN("libesd", "INSECURE job (job.insecure = yes): it has no job key, so "
+			 "anyone who reaches its shards' ports can join it, read and overwrite "
+			 "rows (docs/protocol.md, Threat model)");
 	fill_info(t, &m);
 	rc = start_watch(t, &m);
 	if (rc)

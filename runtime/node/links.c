@@ -62,8 +62,10 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 				 m.u.error.text);
 			rc = -EAGAIN;
 		} else if (m.hdr.op == ESD_OP_ERROR) {
-			ESD_ERR("node", "shard %u refused us: %.*s", s, (int)m.u.error.len,
-				m.u.error.text);
+			ESD_ERR("node", "shard %u refused us: %.*s%s", s, (int)m.u.error.len,
+				m.u.error.text,
+				nd->links.keyed ? "" : " (a keyless job's shard tells why only "
+						       "in its own log)");
 			if (m.u.error.code == -ESD_ESTREAM)
 				ESD_ERR("node", "this node's data.stream %s has digest %016llx",
 					nd->job.stream, (unsigned long long)nd->job.stream_digest);

@@ -178,13 +178,16 @@ static int check_checkpoint_dir(const struct node *nd)
 											      : 0;
 }
 
-/* The job key (job.key) for the links to the shards; 0 or the exit code. */
+/* The job key (job.key) for the links to the shards, or job.insecure;
+ * 0 or the exit code. */
 static int load_key(struct node *nd)
 {
-	if (!nd->job.key_file[0]) {
-		ESD_WARN("node", "the job has no key (job.key): its links are not authenticated");
+	char who[32];
+	snprintf(who, sizeof(who), "esdd rank %u", nd->rank);
+	if (esd_job_key_check(&nd->job, who))
+		return 2;
+	if (!nd->job.key_file[0])
 		return 0;
-	}
 	if (esd_key_load(nd->job.key_file, &nd->links.key))
 		return 2;
 	nd->links.keyed = true;

@@ -235,6 +235,8 @@ static void welcome(struct node *nd, int fd, pid_t pid, uint16_t version, int i)
 	m.trainers = nd->tr.count;
 	m.heartbeat_ms = (uint32_t)nd->job.heartbeat_ms;
 	m.peer_timeout_ms = (uint32_t)nd->job.peer_timeout_ms;
+	if (!nd->job.key_file[0]) /* it started: the job says job.insecure */
+		m.flags |= ESD_AT_INSECURE;
 	int fds[3] = {esd_cache_fd(nd->cache), ts->xchg_fd, ts->grad_fd};
 	if (send_to(ts, fd, &m, fds, i > 0 ? 3 : 2)) {
 		close(fd);

@@ -507,14 +507,17 @@ static int node_cache_limits(struct ps *ps, uint64_t total_rows)
 	return 0;
 }
 
-/* The job key, when the job names one; without, a warning: anyone who
- * reaches the port may join. */
-static int load_job_key(const struct esd_job *job, struct esd_key *key)
+/* The job key, when the job names one; without, the shard starts only
+ * when the job says job.insecure = yes (warned: anyone who reaches the
+ * port may join). */
+static int load_job_key(const struct esd_job *job, uint32_t shard, struct esd_key *key)
 {
+	char who[32];
+	snprintf(who, sizeof(who), "esd-ps shard %u", shard);
+	if (esd_job_key_check(job, who))
+		return 1;
 	if (job->key_file[0])
 		return esd_key_load(job->key_file, key) ? 1 : 0;
-	ESD_WARN("ps", "the job has no key (job.key): any client that reaches this shard's "
-		 "port can join the job; create one with esdctl keygen (docs/protocol.md)");
 	return 0;
 }
 
@@ -643,7 +646,7 @@ static int serve_job(struct ps *ps, struct args *a)
 			job.shards);
 		return 2;
 	}
-	if (load_job_key(&job, &key))
+	if (load_job_key(&job, (uint32_t)a->shard, &key))
 		return 2;
 	if (!a->listen_addr)
 		a->listen_addr = job.addrs[a->shard][0] ? job.addrs[a->shard] : "127.0.0.1:0";

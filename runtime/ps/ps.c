@@ -116,43 +116,96 @@ static uint64_t reply_rate(const struct ps *ps, uint64_t worker_bps)
 	return ps->job.shards > 1 ? worker_bps / ps->job.shards : worker_bps;
 }
 
+/* Why the HELLO h cannot attach (for this shard's log only), or "". The
+ * token comes first: a HELLO without it is told nothing of this job, and
+ * its other fields are not looked at (but a wrong token caused by another
+ * data.stream is named as such, here). */
+static int hello_problem(struct ps *ps, const struct esd_hello *h, char *why, size_t len)
+{
+	size_t sd = esd_optim_state_len(ps->job.optim.opt, ps->job.dim);
+	why[0] = 0;
+	if (h->job_token != ps->job_token) {
+		if (h->proto_version != ESD_PROTO_VERSION)
+			snprintf(why, len, "protocol version %u, shard speaks %u",
+				 h->proto_version, ESD_PROTO_VERSION);
+		else if (h->stream_digest != ps->job.stream_digest)
+			snprintf(why, len, "worker %u's data.stream has digest %016llx, this "
+				 "shard's %s has %016llx: every process must train on the same "
+				 "file", h->worker, (unsigned long long)h->stream_digest,
+				 ps->job.stream, (unsigned long long)ps->job.stream_digest);
+		else
+			snprintf(why, len, "job token %#llx, this shard's is %#llx: job settings "
+				 "differ from this shard's (compare the job files: workers, batch, "
+				 "rates, model, cache, dispatch, shards)",
+				 (unsigned long long)h->job_token, (unsigned long long)ps->job_token);
+		return h->stream_digest != ps->job.stream_digest ? -ESD_ESTREAM : -EPROTO;
+	}
+	if (h->proto_version != ESD_PROTO_VERSION)
+		snprintf(why, len, "protocol version %u, shard speaks %u", h->proto_version,
+			 ESD_PROTO_VERSION);
+	else if (h->worker >= ps->job.n)
+		snprintf(why, len, "worker %u, job has %u workers", h->worker, ps->job.n);
+	else if (h->shard != ps->shard)
+		snprintf(why, len, "client wants shard %u, this is shard %u", h->shard, ps->shard);
+	else if (h->dim != ps->job.dim || h->state_dim != sd)
+		snprintf(why, len, "row shape %u+%u, shard has %u+%zu", h->dim, h->state_dim,
+			 ps->job.dim, sd);
+	return -EPROTO;
+}
+
+/* What a refused HELLO is told: a member's link (it proved the job key)
+ * the reason, minus the token; a keyless job's peer, who may be anyone,
+ * nothing of the job (no path, digest or setting). */
+static void refuse_hello(struct ps_link *pl, int code, const char *why)
+{
+	struct ps *ps = pl->ps;
+	ESD_ERR("ps", "refusing %s: %s", esd_link_peer(pl->link), why);
+	if (ps->job.key_file[0] && !strstr(why, "job token"))
+		esd_link_send_error(pl->link, code, why);
+	else if (ps->job.key_file[0])
+		esd_link_send_error(pl->link, code, "job settings differ from this shard's "
+						    "(compare the job files: workers, batch, rates, "
+						    "model, cache, dispatch, shards)");
+	else
+		esd_link_send_error(pl->link, -EACCES, "refused: not this job");
+}
+
+/* Claim worker w's place for pl, unless a link of w is attached already
+ * (a second HELLO for a rank: refused, naming both sources). */
+static bool claim_worker(struct ps_link *pl, uint32_t w)
+{
+	struct ps *ps = pl->ps;
+	pthread_mutex_lock(&ps->mu);
+	bool taken = ps->bar.connected_mask >> w & 1;
+	const char *holder = "";
+	for (int i = 0; taken && i < ps->nlinks; i++)
+		if (&ps->links[i] != pl && ps->links[i].used && ps->links[i].worker == (int)w &&
+		    ps->links[i].link)
+			holder = esd_link_peer(ps->links[i].link);
+	if (taken)
+		ESD_ERR("ps", "refusing %s: it says HELLO as worker %u, which is attached already "
+			"(from %s)", esd_link_peer(pl->link), w, holder);
+	else
+		ps->bar.connected_mask |= UINT64_C(1) << w;
+	pthread_mutex_unlock(&ps->mu);
+	return !taken;
+}
+
 static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_buf *out)
 {
 	struct ps *ps = pl->ps;
-	char why[1400] = "";
-	int code = -EPROTO;
+	char why[1400];
 	size_t sd = esd_optim_state_len(ps->job.optim.opt, ps->job.dim);
 
-	if (h->proto_version != ESD_PROTO_VERSION) {
-		snprintf(why, sizeof(why), "protocol version %u, shard speaks %u",
-			 h->proto_version, ESD_PROTO_VERSION);
-	} else if (h->stream_digest != ps->job.stream_digest) {
-		/* the same data is part of the job: caught here, not as a
-		 * decision-digest mismatch later */
-		snprintf(why, sizeof(why), "worker %u's data.stream has digest %016llx, this "
-			 "shard's %s has %016llx: every process must train on the same file",
-			 h->worker, (unsigned long long)h->stream_digest, ps->job.stream,
-			 (unsigned long long)ps->job.stream_digest);
-		code = -ESD_ESTREAM;
-	} else if (h->job_token != ps->job_token) {
-		/* the shard's token stays here: told to a stranger it would be
-		 * the key to a second, accepted HELLO */
-		ESD_ERR("ps", "%s: job token %#llx, this shard's is %#llx", esd_link_peer(pl->link),
-			(unsigned long long)h->job_token, (unsigned long long)ps->job_token);
-		snprintf(why, sizeof(why), "job settings differ from this shard's (compare the "
-			 "job files: workers, batch, rates, model, cache, dispatch, shards)");
-	}
-	else if (h->worker >= ps->job.n)
-		snprintf(why, sizeof(why), "worker %u, job has %u workers", h->worker, ps->job.n);
-	else if (h->shard != ps->shard)
-		snprintf(why, sizeof(why), "client wants shard %u, this is shard %u", h->shard,
-			 ps->shard);
-	else if (h->dim != ps->job.dim || h->state_dim != sd)
-		snprintf(why, sizeof(why), "row shape %u+%u, shard has %u+%zu", h->dim,
-			 h->state_dim, ps->job.dim, sd);
+	int code = hello_problem(ps, h, why, sizeof(why));
 	if (why[0]) {
-		ESD_ERR("ps", "refusing %s: %s", esd_link_peer(pl->link), why);
-		esd_link_send_error(pl->link, code, why);
+		refuse_hello(pl, code, why);
+		return -EPROTO;
+	}
+	if (pl->worker >= 0 || !claim_worker(pl, h->worker)) {
+		esd_link_send_error(pl->link, -EACCES, ps->job.key_file[0]
+							   ? "refused: this worker is attached already"
+							   : "refused: not this job");
 		return -EPROTO;
 	}
 	/* the worker's link is shaped both ways: its replies (miss pulls above
@@ -167,7 +220,6 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	pl->epoch = ps->bar.epoch;
 	pl->pushes = 0;
 	esd_dedup_forget(&ps->bar.dedup, h->worker); /* a new link numbers from 1 */
-	ps->bar.connected_mask |= UINT64_C(1) << h->worker;
 	struct esd_ack ack = {.iteration = ps->bar.iter_done, .sequence = ps->bar.cursor,
 			      .op = ESD_OP_HELLO, .status = ps->bar.failed};
 	pthread_mutex_unlock(&ps->mu);

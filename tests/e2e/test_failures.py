@@ -168,6 +168,9 @@ def test_second_daemon_and_uid(env):
     os.chmod(env.root, 0o755)
     os.chmod(work, 0o777)
     s["job.iterations"] = 3
+    # nobody cannot read root's key: this job runs without one
+    s.pop("job.key", None)
+    s["job.insecure"] = "yes"
     s["workers.n"] = 1
 
     def as_nobody():
@@ -212,6 +215,7 @@ def test_corrupt_checkpoint(env):
     from esdcluster import write_ini
     ini = os.path.join(ckdir, "job.ini")
     s["ps.checkpoint_dir"] = ckdir
+    s["job.insecure"] = "yes"  # only esd-ps --restore runs
     write_ini(ini, s)
     # what a checkpoint write that died leaves: removed when a shard starts
     left = os.path.join(ckdir, ".ps-shard0.ckpt.tmp.AbC123")
@@ -306,6 +310,10 @@ def test_other_stream(env):
                     "criteo-kaggle", "-n", "8000", "--scale", "1000", "--max-rows", "2000",
                     "--seed", "8"], check=True, stdout=subprocess.DEVNULL)
     s = env.settings(workers__n=2, job__iterations=3)
+    # a keyed job: its members are told why (a keyless job's shard says
+    # nothing of its stream to anyone)
+    from esdcluster import make_key
+    s["job.key"] = make_key(os.path.join(work, "job.key"))
     ini = os.path.join(work, "job.ini")
     write_ini(ini, s)
     ps = subprocess.Popen([os.path.join(env.bin, "esd-ps"), "--config", ini, "--listen",
@@ -363,7 +371,7 @@ def test_bad_settings(env):
     cases.append(("a cache larger than the machine's memory", {"cache.rows": 200000000},
                   "DOES NOT FIT"))
     for what, over, want in cases:
-        s = env.settings()
+        s = env.settings(job__insecure="yes")
         s.update(over)
         ini = os.path.join(work, "job.ini")
         write_ini(ini, s)

@@ -217,7 +217,7 @@ def test_withheld(env, s, keyed):
         relays.append(HoldRelay(ps_addrs[0], at=300, stall=not keyed))
         return relays[-1].addr
 
-    s = dict(s) if keyed else dict(s, **{"job.key": ""})
+    s = dict(s) if keyed else dict(s, **{"job.insecure": "yes"})
     with Cluster(env.bin, work, s, emulate_ns=20000, daemon_ps=via_relay) as c:
         c.start()
         t0 = time.time()

@@ -79,7 +79,7 @@ def test_rdma(env):
               ["no RDMA device", "ps.rdma_device"] if built else ["ps.backend", "not built"])]
     for i, (what, over, wants) in enumerate(cases):
         s = env.settings(workers__n=1)
-        s.update({"ps.backend": "rdma", "job.key": ""})
+        s.update({"ps.backend": "rdma", "job.insecure": "yes"})
         s.update(over)
         with Cluster(env.bin, os.path.join(env.root, "rdma%d" % i), s) as c:
             start_both(env, c, s, 1.0, what, wants)
@@ -89,7 +89,7 @@ def test_dpdk_bad_eal(env):
     """The EAL refuses an unknown option: esdd's connect fails with -ENODEV,
     for good, so it exits instead of retrying for a minute."""
     s = env.settings(workers__n=1)
-    s.update({"ps.backend": "dpdk", "ps.dpdk_eal": "--no-such-eal-option", "job.key": ""})
+    s.update({"ps.backend": "dpdk", "ps.dpdk_eal": "--no-such-eal-option", "job.insecure": "yes"})
     with Cluster(env.bin, os.path.join(env.root, "dpdk"), s) as c:
         os.makedirs(c.node_dir(0), mode=0o700, exist_ok=True)
         write_ini(c.job, s)

@@ -246,7 +246,8 @@ def test_passes(env, base):
 def main():
     env = Env(sys.argv[1], "start-checks")
     env.gen_stream(samples=500)
-    base = env.settings()
+    # keyless (said so): the checks before any link are under test
+    base = env.settings(job__insecure="yes")
     test_checkpoint_dirs(env, base)
     test_plan(env, base)
     test_passes(env, base)

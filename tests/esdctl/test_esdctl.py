@@ -22,7 +22,7 @@ import urllib.request
 
 BIN, SRC = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(SRC, "tools", "testbed"))
-from esdcluster import Cluster, write_ini  # noqa: E402
+from esdcluster import Cluster, make_key, write_ini  # noqa: E402
 
 ESDCTL = os.path.join(BIN, "esdctl")
 failures = []
@@ -130,6 +130,9 @@ def start(c):
     connects between bind and listen is refused and exits (seen under the
     sanitizers)."""
     c.settings["ps.shards"] = c.shards
+    # a key, as Cluster.start() makes one
+    os.makedirs(c.work, exist_ok=True)
+    c.settings.setdefault("job.key", make_key(os.path.join(c.work, "job.key")))
     write_ini(c.job, c.settings)
     c.ps_addr = [c.start_ps(s) for s in range(c.shards)]
     for w in range(c.n):

@@ -19,6 +19,11 @@ naming the process whose failure started it (the trainer a daemon names in
 its failure, else the first process to exit non-zero), with the last lines
 of its log and the log's path. Every wait is bounded and says what it waits
 for.
+
+Every job gets a key (WORK/job.key, mode 0600, as esdctl keygen makes it)
+unless its settings name one (job.key) or say "job.insecure": "yes" (a
+keyless job: every process warns; shards and daemons refuse to start
+without a key otherwise).
 """
 import json
 import os
@@ -57,6 +62,11 @@ def make_key(path):
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32) + "\n")
     return path
+
+
+def insecure(settings):
+    """Whether the job settings say job.insecure (a job without a key)."""
+    return str(settings.get("job.insecure", "no")).strip().lower() in ("1", "true", "yes", "on")
 
 
 class ClusterError(RuntimeError):
@@ -175,7 +185,9 @@ class Cluster:
         if os.path.exists(self.job):
             os.unlink(self.job)
         self.settings["ps.shards"] = self.shards
-        if "job.key" not in self.settings:  # "" in settings: no key
+        # secure by default: a key unless the job says job.insecure (then
+        # none, unless it names one)
+        if "job.key" not in self.settings and not insecure(self.settings):
             self.settings["job.key"] = make_key(os.path.join(self.work, "job.key"))
         write_ini(self.job, self.settings)
         self.ps_addr = [self.start_ps(s, resume=resume) for s in range(self.shards)]
