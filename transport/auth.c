@@ -457,8 +457,15 @@ int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len)
 			 esd_op_name(op));
 		return -EACCES;
 	}
-	if (op == ESD_OP_ERROR && !(flags & ESD_FLAG_TAGGED))
-		return 0; /* the peer refuses us: the application reads why */
+	/* Nothing of an unproven peer reaches the application, its words
+	 * included: an ERROR now (no member sends one before the handshake)
+	 * ends the link, its text unread. */
+	if (op == ESD_OP_ERROR) {
+		snprintf(l->err, sizeof(l->err), "the peer sent an ERROR before the job key "
+			 "handshake (it has no key, or is no member of the job)");
+		l->broken = 2;
+		return -EACCES;
+	}
 	if (op != ESD_OP_LINK_AUTH || a->state == AUTH_CLIENT_WAIT)
 		return refuse(l, "the peer did not start with the job key handshake (does it run "
 				 "without job.key?)");

@@ -90,6 +90,48 @@ static int opts_check(const struct esd_link_opts *o, const struct wire_ops **ops
 	return rc;
 }
 
+/* Keyed links of this process accepted and not through the handshake. */
+static _Atomic int pre_auth_links;
+
+/* A keyed link until its handshake is done: its wire takes a handshake's
+ * frames only, buffers next to nothing, and the layers that would take
+ * the peer's frames before the key check (the reliable layer, faults)
+ * wait. On a lossy wire the reliable layer carries the handshake itself
+ * (rel.c keeps it to one frame in order). */
+static void pre_auth_enter(struct esd_link *l)
+{
+	struct wire *w = l->w;
+	l->open_max_body = w->lim.max_body;
+	l->open_backlog = w->rx_backlog_max;
+	if (w->lim.max_body > PRE_AUTH_MAX_BODY)
+		w->lim.max_body = PRE_AUTH_MAX_BODY;
+	if (w->rx_backlog_max > PRE_AUTH_BACKLOG)
+		w->rx_backlog_max = PRE_AUTH_BACKLOG;
+	l->rel_deferred = !w->lossy && (l->fault.on || l->o.reliable);
+	l->faults_deferred = !w->lossy && l->fault.on;
+	if (l->faults_deferred)
+		l->fault.on = 0;
+}
+
+/* The handshake is done (under the send lock): the wire's own limits and
+ * the deferred layers. */
+static int pre_auth_leave(struct esd_link *l)
+{
+	l->w->lim.max_body = l->open_max_body;
+	l->w->rx_backlog_max = l->open_backlog;
+	if (l->pre_auth_counted) {
+		atomic_fetch_sub(&pre_auth_links, 1);
+		l->pre_auth_counted = false;
+	}
+	if (l->faults_deferred)
+		l->fault.on = 1;
+	l->faults_deferred = false;
+	if (!l->rel_deferred)
+		return 0;
+	l->rel_deferred = false;
+	return l->rel ? 0 : rel_create(l, &l->rel);
+}
+
 static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 		     struct esd_link **out)
 {
@@ -109,7 +151,9 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 	fault_init(&l->fault, &o->faults);
 	esd_buf_init(&l->scratch);
 	esd_buf_init(&l->flat);
-	if (l->fault.on || o->reliable || w->lossy) {
+	if (l->auth)
+		pre_auth_enter(l);
+	if (!l->rel_deferred && (l->fault.on || o->reliable || w->lossy)) {
 		if ((rc = rel_create(l, &l->rel)))
 			goto err_free_link;
 	}
@@ -143,8 +187,11 @@ int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out)
 		return rc;
 	if ((rc = link_wrap(o, w, 1, out)))
 		return rc;
-	if ((*out)->auth)
-		rc = auth_client(*out, deadline_after((*out)->w->timeout_ns));
+	if ((*out)->auth && !(rc = auth_client(*out, deadline_after((*out)->w->timeout_ns)))) {
+		pthread_mutex_lock(&(*out)->w->tx_mu);
+		rc = pre_auth_leave(*out);
+		pthread_mutex_unlock(&(*out)->w->tx_mu);
+	}
 	if (!rc)
 		rc = hb_add(*out);
 	if (rc) {
@@ -179,13 +226,33 @@ int esd_listener_addr(const struct esd_listener *l, char *buf, size_t len)
 	return 0;
 }
 
+/* A keyed link just accepted: counted among those before the handshake,
+ * or refused (closed, 0) when the process holds its most of them. */
+static bool pre_auth_admit(struct esd_link *l)
+{
+	if (atomic_fetch_add(&pre_auth_links, 1) >= PRE_AUTH_MAX_LINKS) {
+		atomic_fetch_sub(&pre_auth_links, 1);
+		ESD_DBG("transport", "%s: %d connections before the job key handshake already: "
+			"closed", l->w->peer, PRE_AUTH_MAX_LINKS);
+		esd_link_close(l);
+		return false;
+	}
+	l->pre_auth_counted = true;
+	return true;
+}
+
 int esd_listener_accept(struct esd_listener *l, int64_t timeout_ns, struct esd_link **out)
 {
-	struct wire *w;
-	int rc = l->wl->ops->accept(l->wl, &l->o, deadline_after(timeout_ns), &w);
-	if (rc)
-		return rc;
-	return link_wrap(&l->o, w, 0, out);
+	int64_t deadline = deadline_after(timeout_ns);
+	for (;;) {
+		struct wire *w;
+		int rc = l->wl->ops->accept(l->wl, &l->o, deadline, &w);
+		if (rc || (rc = link_wrap(&l->o, w, 0, out)))
+			return rc;
+		if (!(*out)->auth || pre_auth_admit(*out))
+			return 0;
+		*out = NULL;
+	}
 }
 
 void esd_listener_close(struct esd_listener *l)
@@ -382,7 +449,8 @@ int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int6
 			return rc;
 		uint16_t flags;
 		memcpy(&flags, *frame + 6, 2);
-		if (l->rel || !(flags & ESD_FLAG_RELIABLE))
+		/* before the handshake the frame goes to its parser alone */
+		if (l->rel || !(flags & ESD_FLAG_RELIABLE) || link_pre_auth(l))
 			return 0;
 		/* The peer runs the reliable layer (faults on its side): run it
 		 * here too, starting with this frame (under the send lock: the
@@ -426,6 +494,10 @@ static int next_frame_heard(struct esd_link *l, const uint8_t **frame, size_t *l
 			    int64_t deadline)
 {
 	for (;;) {
+		if (atomic_load(&l->aborted)) {
+			snprintf(l->err, sizeof(l->err), "the link was ended on this side");
+			return recv_failed(l, -ECONNABORTED, 1);
+		}
 		int rc = link_next_frame(l, frame, len, hb_recv_deadline(l, deadline));
 		if (!rc) {
 			l->heard_ns = esd_now_ns();
@@ -449,6 +521,8 @@ static int auth_rx_locked(struct esd_link *l, uint8_t *frame, size_t *len)
 		return auth_rx(l, frame, len);
 	pthread_mutex_lock(&l->w->tx_mu);
 	int rc = auth_rx(l, frame, len);
+	if (rc == 1 && l->auth->state == AUTH_OPEN && (rc = pre_auth_leave(l)) == 0)
+		rc = 1;
 	pthread_mutex_unlock(&l->w->tx_mu);
 	return rc;
 }
@@ -507,6 +581,20 @@ int esd_link_broken(const struct esd_link *l)
 	return l && l->broken != 0;
 }
 
+int esd_link_proven(const struct esd_link *l)
+{
+	return l && l->auth && !link_pre_auth(l);
+}
+
+void esd_link_abort(struct esd_link *l)
+{
+	if (!l)
+		return;
+	atomic_store(&l->aborted, true);
+	if (l->w->ops->abort)
+		l->w->ops->abort(l->w);
+}
+
 const char *esd_link_backend(const struct esd_link *l)
 {
 	return l->w->ops->name;
@@ -522,6 +610,8 @@ void esd_link_close(struct esd_link *l)
 	if (!l)
 		return;
 	hb_remove(l); /* before anything of it goes */
+	if (l->pre_auth_counted)
+		atomic_fetch_sub(&pre_auth_links, 1);
 	int64_t deadline =
 	    esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns : ESD_NS_PER_S);
 	if (l->rel && !l->broken) {

@@ -188,6 +188,10 @@ struct wire_ops {
 	int (*beat)(struct wire *w, const uint8_t *frame, size_t len);
 	/* beat() sends beside the stream of frames (not in their order). */
 	bool beat_aside;
+	/* Optional: end the link from any thread, its socket shut both ways
+	 * (a receive in progress returns soon); NULL: link.c's receive
+	 * notices at its next deadline. */
+	void (*abort)(struct wire *w);
 };
 
 extern const struct wire_ops esd_wire_tcp;
@@ -276,7 +280,8 @@ int auth_client(struct esd_link *l, int64_t deadline_ns);
 /*
  * A received frame on a keyed link, before decoding: a handshake frame is
  * handled (1: consumed); a tagged frame is checked and its tag stripped in
- * place (*len shrinks; 0); an untagged ERROR passes (0); anything else is
+ * place (*len shrinks; 0); an untagged ERROR passes (0) once the link is
+ * open (the refusal of our proof), and ends it before; anything else is
  * -EACCES with l->err set.
  */
 int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len);
@@ -293,6 +298,18 @@ int auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, 
                    uint64_t beat);
 void auth_unseal_beat(struct esd_link *l);
 void auth_fini(struct link_auth *a);
+
+/* ---- before the handshake ------------------------------------------------ */
+
+/* Until a keyed link's handshake is done, its wire takes frames of at most
+ * this body (a LINK_AUTH, or an ERROR with its reason) and buffers at most
+ * PRE_AUTH_BACKLOG bytes beyond the frame it is reading: a peer without
+ * the key makes the process hold no more for it. */
+#define PRE_AUTH_MAX_BODY 1024u
+#define PRE_AUTH_BACKLOG  (4u << 10)
+/* Keyed links accepted and not yet through the handshake, in the whole
+ * process: a connection over it is closed at accept. */
+#define PRE_AUTH_MAX_LINKS 64
 
 /* ---- the link ----------------------------------------------------------- */
 
@@ -322,7 +339,21 @@ struct esd_link {
 	uint64_t beats;        /* heartbeats sent (under tx_mu) */
 	struct esd_link *hb_next; /* the heartbeat thread's list */
 	bool hb_on;
+	/* before the handshake (keyed links): the wire's limits and the
+	 * layers that start once it is done */
+	uint32_t open_max_body;
+	size_t open_backlog;
+	bool rel_deferred, faults_deferred;
+	bool pre_auth_counted; /* in the process's count of such links */
+	_Atomic bool aborted;  /* esd_link_abort() was called */
 };
+
+/* Whether l is a keyed link whose handshake is not done: then nothing but
+ * the handshake runs for it (link.c, rel.c). */
+static inline bool link_pre_auth(const struct esd_link *l)
+{
+	return l->auth && l->auth->state != AUTH_OPEN;
+}
 
 /* ---- heartbeats (heartbeat.c) ------------------------------------------ */
 

@@ -28,7 +28,8 @@
  * the peer is declared dead (-ETIMEDOUT).
  * Receiver: frames arrive at rx_next (delivered, then any buffered
  * successors), ahead of it within the window (buffered), or behind it
- * (duplicates, dropped). Every arrival is answered with a cumulative
+ * (duplicates, dropped). Before a keyed link's handshake is done, frames
+ * ahead are dropped too and one frame at a time is taken from below. Every arrival is answered with a cumulative
  * LINK_ACK, sent when the receiver returns to the application or is about
  * to block, so one ack covers a burst.
  */
@@ -294,8 +295,10 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		return 0;
 	}
 	r->ack_pending++;
+	/* before a keyed link's handshake: in order only, nothing held ahead
+	 * (the sender sends again what is dropped) */
 	if (seq < r->rx_next || seq - r->rx_next >= r->window ||
-	    (seq > r->rx_next && r->ooo[seq % r->window])) {
+	    (seq > r->rx_next && (r->ooo[seq % r->window] || link_pre_auth(l)))) {
 		atomic_fetch_add(&l->dup_rx_frames, 1);
 		return 0;
 	}
@@ -386,6 +389,10 @@ static int pump_ready(struct esd_link *l)
 	size_t len;
 	int i;
 	for (i = 0; i < 16; i++) {
+		/* before the handshake one frame at a time: the next is read
+		 * under the limits the handshake leaves */
+		if (link_pre_auth(l) && l->rel->dq_head)
+			return i;
 		int rc = lower_recv(l, &p, &len, 0);
 		if (rc == -ETIMEDOUT)
 			return i;

@@ -363,9 +363,12 @@ static int sb_compact(struct tcp_conn *c, size_t cap)
 
 /* A frame larger than any before: the steady size follows it (the spare,
  * of the old size, goes). */
-static void note_frame(struct tcp_conn *c, size_t len)
+
+/* The steady size follows the largest frame and the limits (a keyed
+ * link's grow when its handshake is done); the spare of the old size
+ * goes. */
+static void limits_follow(struct tcp_conn *c)
 {
-	c->max_frame = len;
 	size_t steady = sb_steady(c);
 	if (steady != c->steady) {
 		c->steady = steady;
@@ -374,8 +377,16 @@ static void note_frame(struct tcp_conn *c, size_t len)
 	}
 }
 
+/* A frame larger than any before. */
+static void note_frame(struct tcp_conn *c, size_t len)
+{
+	c->max_frame = len;
+	limits_follow(c);
+}
+
 int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 {
+	limits_follow(c);
 	/* Aim for RX_ROOM at least: a receive of a few bytes costs a call
 	 * each. */
 	size_t target = want > RX_ROOM ? want : RX_ROOM;
@@ -518,6 +529,13 @@ static int tcp_beat(struct wire *w, const uint8_t *frame, size_t len)
 	return 0;
 }
 
+/* From any thread: the socket shut both ways, so a receive in progress
+ * (poll or io_uring) sees the end at once. */
+static void tcp_abort(struct wire *w)
+{
+	shutdown(((struct tcp_conn *)w)->fd, SHUT_RDWR);
+}
+
 static void tcp_close(struct wire *w, int64_t deadline)
 {
 	struct tcp_conn *c = (struct tcp_conn *)w;
@@ -562,4 +580,5 @@ const struct wire_ops esd_wire_tcp = {
     .recv = tcp_recv,
     .close = tcp_close,
     .beat = tcp_beat,
+    .abort = tcp_abort,
 };

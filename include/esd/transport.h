@@ -333,6 +333,13 @@ const char *esd_link_last_error(const struct esd_link *l);
 /* Whether the link failed for good (its peer is gone, or it lost sync):
  * every later send or receive fails; close it and connect again. */
 int esd_link_broken(const struct esd_link *l);
+/* Whether the peer proved it holds the job key (the link's handshake is
+ * done); 0 on a link without a key. */
+int esd_link_proven(const struct esd_link *l);
+/* End a link from any thread while its own thread may be receiving: that
+ * receive returns an error soon (at once on tcp) and the link is broken;
+ * its own thread still closes it. */
+void esd_link_abort(struct esd_link *l);
 /* Backend name ("tcp", ...) and peer description; owned by the link. */
 const char *esd_link_backend(const struct esd_link *l);
 const char *esd_link_peer(const struct esd_link *l);

@@ -21,9 +21,14 @@
 #define RECV_POLL_NS (200 * ESD_NS_PER_MS)
 /* A link must say HELLO this soon after it was accepted, and at most this
  * many links may be waiting to: a client that connects and says nothing
- * takes neither a worker's slot nor a file descriptor for long. */
-#define HELLO_DEADLINE_NS (5 * ESD_NS_PER_S)
-#define MAX_NEW_LINKS     16
+ * takes neither a worker's slot nor a file descriptor for long. Of those,
+ * a source address may hold at most MAX_NEW_PER_SOURCE whose peer has not
+ * proved the job key; a newer link from it ends its oldest, and a link
+ * that finds every place taken ends the oldest unproven one of the source
+ * holding the most: a stranger cannot keep a member out. */
+#define HELLO_DEADLINE_NS  (5 * ESD_NS_PER_S)
+#define MAX_NEW_LINKS      16
+#define MAX_NEW_PER_SOURCE 4
 
 static bool is_dense(uint64_t key)
 {
@@ -981,34 +986,129 @@ static void *link_main(void *arg)
 	return NULL;
 }
 
-int ps_serve_link(struct ps *ps, struct esd_link *l)
+/* The source address of a link's peer: its description without the port. */
+static void source_of(struct esd_link *l, char *out, size_t len)
 {
-	pthread_mutex_lock(&ps->mu);
-	int slot = -1, waiting = 0;
+	const char *peer = esd_link_peer(l);
+	const char *colon = strrchr(peer, ':');
+	size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+	snprintf(out, len, "%.*s", (int)n, peer);
+}
+
+/* A link still waiting for HELLO whose peer has not proved the job key
+ * (under mu). */
+static bool unproven(const struct ps_link *pl)
+{
+	return pl->used && !pl->done && !pl->evicted && pl->worker < 0 && pl->link &&
+	       !esd_link_proven(pl->link);
+}
+
+/* Unproven links of source (under mu). */
+static int source_count(const struct ps *ps, const char *source)
+{
+	int n = 0;
+	for (int i = 0; i < ps->nlinks; i++)
+		n += unproven(&ps->links[i]) && !strcmp(ps->links[i].source, source);
+	return n;
+}
+
+/* The oldest unproven link of source, or of the source holding the most
+ * of them (source NULL); NULL when there is none. Under mu. */
+static struct ps_link *eviction_victim(struct ps *ps, const char *source)
+{
+	struct ps_link *v = NULL;
+	int most = 0;
+	for (int i = 0; i < ps->nlinks; i++) {
+		struct ps_link *pl = &ps->links[i];
+		if (!unproven(pl) || (source && strcmp(pl->source, source)))
+			continue;
+		int n = source ? 1 : source_count(ps, pl->source);
+		if (n > most || (n == most && v && pl->since_ns < v->since_ns)) {
+			v = pl;
+			most = n;
+		}
+	}
+	return v;
+}
+
+/* End an unproven link to make room (under mu): its thread sees the end
+ * at once and frees the slot. */
+static void evict(struct ps *ps, struct ps_link *v, const char *why)
+{
+	static int64_t last_log;
+	static unsigned quiet;
+	int64_t now = esd_now_ns();
+	v->evicted = true;
+	esd_link_abort(v->link);
+	if (now - last_log < ESD_NS_PER_S) {
+		quiet++;
+		return;
+	}
+	ESD_WARN("ps", "shard %u: ended a link from %s that had not proved the job key (%s; "
+		 "%u more since the last such line)", (unsigned)ps->shard, v->source, why, quiet);
+	last_log = now;
+	quiet = 0;
+}
+
+/* Join the threads that ended; the links waiting for HELLO (under mu). */
+static int reap_links(struct ps *ps)
+{
+	int waiting = 0;
 	for (int i = 0; i < ps->nlinks; i++) {
 		struct ps_link *pl = &ps->links[i];
 		if (pl->used && pl->done) { /* its thread closed its link and ended */
 			pthread_join(pl->thread, NULL);
 			pl->used = false;
 		}
-		waiting += pl->used && pl->worker < 0;
+		waiting += pl->used && !pl->done && !pl->evicted && pl->worker < 0;
 	}
+	return waiting;
+}
+
+/* Room for a new link from source among those waiting for HELLO (under
+ * mu): the per-source and the total limit, each making room by ending the
+ * oldest unproven link where it must. Whether there is room. */
+static bool make_room(struct ps *ps, const char *source, int waiting)
+{
+	struct ps_link *v;
+	if (source_count(ps, source) >= MAX_NEW_PER_SOURCE) {
+		if (!(v = eviction_victim(ps, source)))
+			return false;
+		evict(ps, v, "too many from one address");
+		waiting--;
+	}
+	if (waiting < MAX_NEW_LINKS)
+		return true;
+	if (!(v = eviction_victim(ps, NULL)))
+		return false;
+	evict(ps, v, "every place for a new link taken");
+	return true;
+}
+
+int ps_serve_link(struct ps *ps, struct esd_link *l)
+{
+	char source[64];
+	source_of(l, source, sizeof(source));
+	pthread_mutex_lock(&ps->mu);
+	int slot = -1;
+	bool room = make_room(ps, source, reap_links(ps));
 	for (int i = 0; i < ps->nlinks && slot < 0; i++)
 		if (!ps->links[i].used)
 			slot = i;
 	if (slot < 0 && ps->nlinks < (int)(sizeof(ps->links) / sizeof(ps->links[0])))
 		slot = ps->nlinks++;
-	if (slot >= 0 && waiting < MAX_NEW_LINKS) {
+	if (slot >= 0 && room) {
 		struct ps_link *pl = &ps->links[slot];
 		memset(pl, 0, sizeof(*pl));
 		pl->ps = ps;
 		pl->link = l;
 		pl->worker = -1;
 		pl->since_ns = esd_now_ns();
+		memcpy(pl->source, source, sizeof(pl->source));
 		pl->used = true;
 	}
 	pthread_mutex_unlock(&ps->mu);
-	if (slot < 0 || waiting >= MAX_NEW_LINKS) {
+	if (slot < 0 || !room) {
 		esd_link_send_error(l, -EAGAIN, slot < 0 ? "too many links at this shard"
 							 : "too many links waiting to say HELLO");
 		esd_link_close(l);

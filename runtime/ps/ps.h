@@ -29,6 +29,8 @@ struct ps_link {
 	int worker; /* -1 until HELLO */
 	bool done;  /* the thread ended: join it, the slot is free then */
 	int64_t since_ns; /* accepted at */
+	bool evicted;     /* unproven, ended to make room for a newer link */
+	char source[64];  /* the peer's address without its port */
 	/* the shard's rollbacks this worker knows of (under mu): after another
 	 * one, its frames of the state that is gone are dropped and its
 	 * barriers and pulls answered ESD_EROLLBACK until it asks back too */
