@@ -109,6 +109,7 @@ GMAC_TARGET static __m128i absorb_wide(const struct gmac *g, __m128i y, const ui
 		hk[j] = _mm256_xor_si256(hp[j], _mm256_shuffle_epi32(hp[j], 0x4e));
 	for (size_t s = 0; s < steps; s++, p += 16 * GMAC_POWERS) {
 		__m256i lo = _mm256_setzero_si256(), mid = lo, hi = lo;
+#pragma GCC unroll 8
 		for (int j = 0; j < GMAC_POWERS / 2; j++) {
 			__m256i raw = _mm256_loadu_si256((const __m256i *)(p + 32 * j));
 			if (copy)
