@@ -98,6 +98,8 @@ GMAC_TARGET static __m128i absorb_few(const struct gmac *g, __m128i y, const __m
 GMAC_TARGET static __m128i absorb_wide(const struct gmac *g, __m128i y, const uint8_t *p,
 				       size_t steps, uint8_t *copy)
 {
+	if (!steps)
+		return y;
 	const __m256i rev = _mm256_broadcastsi128_si256(
 		_mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
 	__m256i hp[GMAC_POWERS / 2];
