@@ -32,6 +32,20 @@ endif()
 esd_dep_result(URING _uring_found "liburing ${URING_VERSION}"
 	"liburing not found (apt-get install liburing-dev); TCP uses the poll(2) engine")
 
+# OpenSSL's libcrypto: bench_transport's rows of OpenSSL's AES-256-GCM and
+# ChaCha20-Poly1305 tags, measured beside the links' own (the links' tags
+# are transport/gmac.c's and libsodium's).
+set(ESD_WITH_CRYPTO AUTO CACHE STRING "OpenSSL tag rows in bench_transport: AUTO, ON or OFF")
+set(_crypto_found OFF)
+if(PKG_CONFIG_FOUND AND NOT ESD_WITH_CRYPTO STREQUAL "OFF")
+	pkg_check_modules(CRYPTO IMPORTED_TARGET libcrypto)
+	if(CRYPTO_FOUND)
+		set(_crypto_found ON)
+	endif()
+endif()
+esd_dep_result(CRYPTO _crypto_found "libcrypto ${CRYPTO_VERSION} (bench_transport's OpenSSL tag rows)"
+	"libcrypto not found (apt-get install libssl-dev); bench_transport has no OpenSSL tag rows")
+
 # DPDK: pkg-config libdpdk.
 set(_dpdk_found OFF)
 if(PKG_CONFIG_FOUND AND NOT ESD_WITH_DPDK STREQUAL "OFF")
@@ -118,7 +132,7 @@ function(esd_print_summary)
 	message(STATUS "")
 	message(STATUS "ESD configure summary (${CMAKE_BUILD_TYPE}, werror=${ESD_WERROR}, sanitize=${ESD_SANITIZE})")
 	message(STATUS "  core      ON   cache, dispatch (CPU solvers), transport tcp, runtime, tools")
-	foreach(dep URING DPDK RDMA HWLOC CUDA)
+	foreach(dep URING DPDK RDMA HWLOC CUDA CRYPTO)
 		if(ESD_HAVE_${dep})
 			set(_s "ON ")
 		else()

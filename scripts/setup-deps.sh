@@ -10,7 +10,7 @@ PKGS=(
 	libdpdk-dev librte-net-memif23 librte-net-af-packet23 librte-net-tap23
 	librte-net-null23 librte-net-ring23
 	libcmocka-dev libinih-dev libjansson-dev libmicrohttpd-dev libxxhash-dev libzstd-dev
-	libseccomp-dev libsodium-dev
+	libseccomp-dev libsodium-dev libssl-dev
 	python3 python3-numpy python3-scipy python3-matplotlib python3-torch
 	gnuplot-nox iproute2 procps
 )

@@ -13,6 +13,8 @@
 
 #include <esd/transport.h>
 
+#include "gmac.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -267,6 +269,8 @@ struct link_auth {
 	uint64_t tx_ctr, rx_ctr;    /* frames tagged / checked so far */
 	uint64_t rx_beat;           /* the last heartbeat sent aside, checked */
 	struct esd_buf sealed;      /* a batch of frames with their tags */
+	bool wide;                  /* AES-256-GCM tags by gmac.c, not libsodium */
+	struct gmac gtx, grx;       /* ktx's and krx's expanded keys (wide) */
 };
 
 struct esd_link;

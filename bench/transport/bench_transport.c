@@ -25,9 +25,12 @@
  * array taken in turn: copied into the frame (esd_enc_row, esd_link_send)
  * or referenced in place (esd_enc_row_ref, esd_link_sendv: one writev);
  * the others send one frame built once)
- * (rates in Gbit/s; 0 = unshaped). Environment: BENCH_MTU (dpdk packet
+ * (rates in Gbit/s; 0 = unshaped). --tags [--reps N] prints instead the
+ * frame tag constructions' speeds by frame size (bench_tags.c). Environment: BENCH_MTU (dpdk packet
  * payload bytes), BENCH_EAL_ARGS (EAL arguments instead of the default).
  */
+#include "bench_tags.h"
+
 #include <esd/clock.h>
 #include <esd/err.h>
 #include <esd/log.h>
@@ -482,8 +485,11 @@ int main(int argc, char **argv)
 	double rates[16] = {0.5, 5, 20, 0};
 	int nrates = 4, reps = 3;
 	double seconds = 1.0;
+	bool tags = false;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--backends") && i + 1 < argc) {
+		if (!strcmp(argv[i], "--tags")) {
+			tags = true;
+		} else if (!strcmp(argv[i], "--backends") && i + 1 < argc) {
 			backends = argv[++i];
 		} else if (!strcmp(argv[i], "--rates") && i + 1 < argc) {
 			nrates = 0;
@@ -496,11 +502,13 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 			        "usage: %s [--backends tcp,tcp-poll,dpdk] [--rates 0.5,5,20,0] "
-			        "[--seconds S] [--reps N]\n",
+			        "[--seconds S] [--reps N] | --tags [--reps N]\n",
 			        argv[0]);
 			return 2;
 		}
 	}
+	if (tags)
+		return bench_tags(reps) ? 1 : 0;
 	if (reps < 1 || nrates * reps > MAX_RUNS) {
 		fprintf(stderr, "at most %d runs (rates x reps)\n", MAX_RUNS);
 		return 2;

@@ -1,0 +1,36 @@
+/*
+ * GMAC: the AES-256-GCM tag of an empty message with the data as associated
+ * data, computed with AES-NI and a GHASH that takes two blocks per carry-less
+ * multiply (VPCLMULQDQ on 256-bit registers, with AVX2). Its tags are
+ * bit-identical to any AES-256-GCM implementation's (auth.c's libsodium
+ * path): only the speed differs. Where the CPU lacks these units
+ * gmac_init() says so and auth.c keeps libsodium's code.
+ */
+#ifndef ESD_TRANSPORT_GMAC_H
+#define ESD_TRANSPORT_GMAC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GMAC_POWERS 16 /* blocks per step of the wide loop */
+
+struct gmac {
+	uint8_t rk[15][16];          /* the AES-256 round keys */
+	uint8_t h[GMAC_POWERS][16];  /* H^1..H^16, byte-reversed */
+};
+
+/* 1 when this CPU runs the fast body (ESD_NO_VPCLMUL=1 in the environment
+ * says no, so the tests can run the other path on any CPU). */
+int gmac_available(void);
+/* Expand key into g: 0, or -ENOTSUP without the CPU's units. */
+int gmac_init(struct gmac *g, const uint8_t key[32]);
+/*
+ * The tag of head[0..head_len) followed by body[0..body_len) (head_len a
+ * multiple of 16), under the 12-byte nonce. With copy, body's bytes are
+ * also written to copy as they are read (one pass over them).
+ */
+void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
+	      size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
+	      uint8_t tag[16]);
+
+#endif
