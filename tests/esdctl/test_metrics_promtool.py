@@ -124,6 +124,7 @@ def run(work):
         check(rc == 0 and not out,
               "promtool check metrics on a live scrape: exit %d\n%s" % (rc, out))
         got, want = families_in(text), families_in_source()
+        check(len(want) >= 30, "metrics.c's families found: %d" % len(want))
         missing = sorted(set(want) - set(got))
         check(not missing, "families the scrape lacks (unchecked): %s" % missing)
         wrong = sorted(n for n in want if n in got and got[n] != want[n])
