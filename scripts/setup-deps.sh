@@ -13,6 +13,7 @@ PKGS=(
 	libseccomp-dev libsodium-dev libssl-dev
 	python3 python3-numpy python3-scipy python3-matplotlib python3-torch
 	gnuplot-nox iproute2 procps
+	prometheus # promtool, which checks esdctl's metrics
 )
 
 missing=()

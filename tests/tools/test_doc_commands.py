@@ -1,8 +1,8 @@
-"""Every command line that README.md and docs/*.md show for a project
-program uses options the program has: each `--option` after the program's
-name must appear in what the program prints for --help (its usage). A dry
-check: nothing is run but `--help`. Fails naming the file, the line and
-the option.
+"""Every command line that README.md, docs/*.md and bench/results/*.md
+show for a project program uses options the program has: each `--option`
+after the program's name must appear in what the program prints for
+--help (its usage). A dry check: nothing is run but `--help`. Fails
+naming the file, the line and the option.
 
     test_doc_commands.py SRC_DIR BIN_DIR
 """
@@ -92,6 +92,7 @@ def options_after(tokens, i):
 
 def main():
     files = [os.path.join(SRC, "README.md")] + sorted(glob.glob(os.path.join(SRC, "docs", "*.md")))
+    files += sorted(glob.glob(os.path.join(SRC, "bench", "results", "*.md")))
     helps, bad, checked = {}, [], 0
     for path in files:
         for no, text in command_lines(path):

@@ -4,7 +4,10 @@
  * family once with its HELP and TYPE lines, as the format requires; a
  * target that does not answer is reported by esd_up 0 and nothing else.
  * Counters are the daemons' cumulative counters (they restart at 0 with
- * the daemon); gauges are instantaneous values.
+ * the daemon); gauges are instantaneous values. Names follow Prometheus'
+ * naming rules, which `promtool check metrics` enforces: a base unit
+ * (seconds, bytes) or a counted thing (rows) as the last word, then _total
+ * on counters and on nothing else; values are converted to that unit.
  */
 #include "esdctl.h"
 
@@ -73,8 +76,8 @@ static const struct fam fams[F_N] = {
     [F_NODE_TRAINER] = {"esd_node_trainer_attached", "gauge", "1 if a trainer is attached"},
     [F_NODE_DEATHS] = {"esd_node_trainer_deaths_total", "counter",
                        "Trainers that died during an iteration"},
-    [F_LINK_RATE] = {"esd_link_rate_bits_per_second", "gauge",
-                     "Shaping rate of the link (0: unshaped)"},
+    [F_LINK_RATE] = {"esd_link_rate_bytes_per_second", "gauge",
+                     "Shaping rate of the link in bytes per second (0: unshaped)"},
     [F_LINK_TX_BYTES] = {"esd_link_tx_bytes_total", "counter",
                          "Row bytes sent on the link, by transfer kind"},
     [F_LINK_TX_ROWS] = {"esd_link_tx_rows_total", "counter",
@@ -89,7 +92,7 @@ static const struct fam fams[F_N] = {
                      "Time spent waiting for the link's token bucket"},
     [F_CACHE_BYTES] = {"esd_cache_bytes", "gauge", "Bytes of the node's cache region"},
     [F_CACHE_CAP] = {"esd_cache_capacity_rows", "gauge", "Rows the cache holds at most"},
-    [F_CACHE_USED] = {"esd_cache_rows_used", "gauge", "Occupied cache slots"},
+    [F_CACHE_USED] = {"esd_cache_used_rows", "gauge", "Occupied cache slots"},
     [F_CACHE_RATIO] = {"esd_cache_hit_ratio", "gauge",
                        "Hits over needed rows since the node started"},
     [F_CACHE_HITS] = {"esd_cache_hits_total", "counter",
@@ -99,22 +102,22 @@ static const struct fam fams[F_N] = {
     [F_CACHE_EVICT] = {"esd_cache_evictions_total", "counter",
                        "Rows evicted, by table and state (clean, dirty: evict-pushed)"},
     [F_DISP_STEPS] = {"esd_dispatch_steps_total", "counter", "Dispatch decisions made"},
-    [F_DISP_MEAN] = {"esd_dispatch_decision_seconds_mean", "gauge",
+    [F_DISP_MEAN] = {"esd_dispatch_decision_mean_seconds", "gauge",
                      "Mean time of a whole dispatch step"},
-    [F_DISP_LAST] = {"esd_dispatch_decision_seconds_last", "gauge",
+    [F_DISP_LAST] = {"esd_dispatch_decision_last_seconds", "gauge",
                      "Time of the last dispatch step"},
-    [F_DISP_SOLVE] = {"esd_dispatch_solve_seconds_mean", "gauge",
+    [F_DISP_SOLVE] = {"esd_dispatch_solve_mean_seconds", "gauge",
                       "Mean time of the solver within a step"},
     [F_DISP_REGRET_MED] = {"esd_dispatch_regret_median", "gauge",
-                           "Median regret of the last decision (ns of transfer cost)"},
+                           "Median regret of the last decision, in cost-matrix units"},
     [F_DISP_REGRET_MAX] = {"esd_dispatch_regret_max", "gauge",
-                           "Largest regret of the last decision (ns of transfer cost)"},
+                           "Largest regret of the last decision, in cost-matrix units"},
     [F_DISP_XFERS] = {"esd_dispatch_transfers_total", "counter",
                       "Row transfers the decisions implied, by kind"},
     [F_DISP_EST] = {"esd_dispatch_estimated_cost_total", "counter",
-                    "Sum of the decisions' costs on the ESD matrix (ns)"},
-    [F_DISP_TRUE] = {"esd_dispatch_true_cost_total", "counter",
-                     "Sum of the decisions' true consequence costs (ns)"},
+                    "Sum of the decisions' costs on the cost matrix, in its units"},
+    [F_DISP_TRUE] = {"esd_dispatch_true_cost_seconds_total", "counter",
+                     "Sum of the decisions' true consequence costs (row transfer time)"},
     [F_DISP_GAP] = {"esd_dispatch_heu_opt_gap", "gauge",
                     "heu cost over opt cost minus 1, summed over steps (compare mode only)"},
     [F_PS_ITER] = {"esd_ps_iteration", "gauge", "Last iteration whose barrier was released"},
@@ -203,7 +206,7 @@ static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char
 		{
 			char LS[1500];
 			snprintf(LS, sizeof(LS), "%s,shard=\"%d\"", L, (int)esdctl_num(l, "shard"));
-			sample(F_LINK_RATE, LS, esdctl_num(l, "rate_bps"));
+			sample(F_LINK_RATE, LS, esdctl_num(l, "rate_bps") / 8);
 			sample(F_LINK_WIRE, LS, esdctl_num(l, "wire_tx_bytes"));
 			sample(F_LINK_WAIT, LS, esdctl_num(l, "shaped_wait_ns") / 1e9);
 			for (int k = 0; k < ESD_XFER_NKINDS; k++) {
@@ -260,7 +263,7 @@ static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char
 		sample(F_DISP_REGRET_MED, L2, esdctl_num(r, "regret_median"));
 		sample(F_DISP_REGRET_MAX, L2, esdctl_num(r, "regret_max"));
 		sample(F_DISP_EST, L2, esdctl_num(r, "est_cost_sum"));
-		sample(F_DISP_TRUE, L2, esdctl_num(r, "true_cost_sum"));
+		sample(F_DISP_TRUE, L2, esdctl_num(r, "true_cost_sum") / 1e9);
 		if (json_is_number(json_object_get(r, "heu_opt_gap")))
 			sample(F_DISP_GAP, L2, esdctl_num(r, "heu_opt_gap"));
 		static const char *const xk[][2] = {{"miss_pulls", "miss_pull"},
