@@ -1,9 +1,9 @@
 /*
- * The consequence of a decision (DESIGN §3 steps 1, 3 and 6) and Herald's
- * communication plan (Alg. 2: per worker, the DIRTY rows other workers
- * need next iteration, which is exactly step 1). Keys are walked in
- * ascending order so every per-worker list comes out sorted, as the cache
- * snapshots want them.
+ * The consequence of a decision (steps 1, 3 and 6 of docs/design.md §3)
+ * and Herald's communication plan (Alg. 2: per worker, the DIRTY rows
+ * other workers need next iteration, which is exactly step 1). Keys are
+ * walked in ascending order so every per-worker list comes out sorted, as
+ * the cache snapshots want them.
  */
 #include "keytab_internal.h"
 

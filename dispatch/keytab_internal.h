@@ -90,9 +90,9 @@ int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec);
  * (realloc'd). */
 struct esd_wlists {
 	esd_key_t *keys;
-	uint8_t *state; /* the state the worker's copy takes (DESIGN §3 step 6):
-	                 * DIRTY when it trains the key alone under on-demand
-	                 * sync, else OUTDATED */
+	uint8_t *state; /* the state the worker's copy takes (step 6 of
+	                 * docs/design.md §3): DIRTY when it trains the key
+	                 * alone under on-demand sync, else OUTDATED */
 	esd_key_t *pack;
 	size_t cap, cap_state, cap_pack; /* entries of keys, state and pack */
 	uint32_t start[ESD_MAX_WORKERS], len[ESD_MAX_WORKERS];

@@ -2,9 +2,10 @@
  * Local search on the true cost (esd/dispatch_quality.h): improves any
  * method's assignment by swapping samples between workers (capacities stay
  * exact), accepting a swap only when the exact change of the true cost of
- * DESIGN §3 steps 1, 3 and 6 is negative. The change is exact because the
- * true cost is a sum over unique keys of a function of the set of workers
- * that need the key: a swap only changes the sets of the two samples' keys.
+ * the protocol steps 1, 3 and 6 (docs/design.md §3) is negative. The
+ * change is exact because the true cost is a sum over unique keys of a
+ * function of the set of workers that need the key: a swap only changes
+ * the sets of the two samples' keys.
  * Candidates come from a seeded generator and the budget counts
  * evaluations, so every node makes the same moves; an optional time budget
  * (not reproducible) serves offline tools.

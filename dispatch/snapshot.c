@@ -2,7 +2,7 @@
  * The dispatcher's cache snapshots: one esd_cmeta per worker in private
  * memory, advanced with the cache's own policy code (esd_policy) so the
  * snapshot and the real cache cannot diverge. The order of the calls per
- * iteration follows DESIGN §3 and is documented in esd/dispatch_snap.h;
+ * iteration follows docs/design.md §3 and is documented in esd/dispatch_snap.h;
  * a node daemon must make the same calls on its cache. One layout for
  * every policy, sync mode and number of workers: the blocks by worker,
  * beside a directory of where each key is cached (keydir.h).

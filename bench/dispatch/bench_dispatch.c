@@ -3,7 +3,7 @@
  * n = 8 workers, m = 32..1024 samples per worker (k = 256..8192), beside
  * the ESD paper's Table 2.
  *
- * Batches: 26 tables with Criteo Kaggle's cardinalities (DESIGN §7), one
+ * Batches: 26 tables with Criteo Kaggle's cardinalities (docs/dataset.md), one
  * key per table per sample, ids drawn from a power law (exponent --skew)
  * with a seeded generator. Snapshots of 8 LRU caches (--cache-rows each)
  * are warmed up by --warmup dispatch steps (hybrid 0.25, on-demand sync),

@@ -3,9 +3,9 @@
  * repeated, with per-phase medians - the driver for instruction counts
  * (valgrind --tool=callgrind --collect-atstart=no
  * --toggle-collect=measured_steps) and for quick timings of one
- * configuration, e.g. the issue-3 step (hybrid 0.25 on the ESD matrix,
- * LRU) or issue 10's default (opt on the shared-charge matrix with local
- * search, unequal sizes, emark).
+ * configuration, e.g. the paper's step (hybrid 0.25 on the ESD matrix,
+ * LRU) or the project's default (opt on the shared-charge matrix with
+ * local search, unequal sizes, emark; docs/quality.md).
  *
  * Batches are Criteo-shaped as in bench_dispatch (criteo_batch.h: 26 tables with Criteo
  * Kaggle's cardinalities, power-law ids, seeded) and generated before the

@@ -135,10 +135,10 @@ def findings(runs):
            "mechanism with equal batch sizes" % (", ".join(slow_rates(runs)), slow)
            if slow else ""),
         "the paper's cost matrix charges a key once per sample and ignores the gradient "
-        "pushes a decision causes by spreading a key over workers%s. The "
-        "dispatch-quality issue measured the same with an independent simulator "
-        "(bench/results/quality.md); its shared-charge matrix and link-aware batch "
-        "sizes are where the gains are: the \"default\" rows."
+        "pushes a decision causes by spreading a key over workers%s. The replay "
+        "tool, esd-replay, measured the same without a network "
+        "(bench/results/quality.md); the shared-charge matrix of docs/quality.md and "
+        "link-aware batch sizes are where the gains are: the \"default\" rows."
         % ("; against LAIA's cost in these runs, ESD with alpha = 1 (the matrix solved "
            "exactly) lands at %s %% and with alpha < 1 (the greedy part) at %s %%"
            % (pct_range(e1, "%+.1f"), pct_range(e0, "%+.1f")) if e1 and e0 else
@@ -465,7 +465,7 @@ def fig10(extra, full, cache):
     dims = [64, 128, 256, 512]
     sweep("fig10", "ESD Fig. 10: row size (S2)", """
 ESD Fig. 10 (S2, embedding sizes 128, 256, 512, 1024 floats in the paper;
-%s here as the issue asks): the speedup over LAIA grows with the row
+%s here): the speedup over LAIA grows with the row
 size, up to 1.59x, since each transfer costs more; the cost reduction
 relative to LAIA does not change with the row size.
 """ % ", ".join(str(d) for d in dims), "--dim", dims, "floats", extra, full)

@@ -25,8 +25,8 @@
  * 4. A solver (esd/dispatch_solve.h) turns the matrix into an assignment.
  * 5. The consequence of the assignment (esd_conseq_compute, or
  *    esd_snapset_advance which also advances the snapshots and adds the
- *    evictions), by DESIGN §3, for every key x needed by the set S(x) of
- *    workers that got samples containing x:
+ *    evictions), by the protocol of docs/design.md §3, for every key x
+ *    needed by the set S(x) of workers that got samples containing x:
  *      step 1  x DIRTY on w and S(x) != {w}: w update-pushes the value
  *              (UPDATE_VALUE; this is Herald Alg. 2's communication plan),
  *              x becomes CLEAN on w;
@@ -78,7 +78,7 @@ struct esd_keystate {
 };
 
 enum esd_sync {
-	ESD_SYNC_ON_DEMAND = 0, /* DESIGN §3 (default) */
+	ESD_SYNC_ON_DEMAND = 0, /* docs/design.md §3 (default) */
 	ESD_SYNC_FULL_SET = 1,  /* every trained row pushed every iteration */
 };
 

@@ -7,8 +7,9 @@
  * A struct esd_snapset holds one metadata-only snapshot (struct esd_cmeta,
  * esd/policy.h) of every worker's cache, in private memory. The snapshots
  * are advanced by the same policy code as the real caches: for iteration
- * t, esd_snapset_advance() applies DESIGN §3 steps 1-6 to them in the
- * same order as a node daemon does to its cache (step-1 pushes make the
+ * t, esd_snapset_advance() applies the protocol steps 1-6 of
+ * docs/design.md §3 to them in the same order as a node daemon does to
+ * its cache (step-1 pushes make the
  * pushed rows CLEAN; esd_cmeta_begin_iter with the sorted keys the worker
  * needs pins, touches, evicts and inserts; pulled rows become CLEAN; rows
  * trained alone become DIRTY on their trainer (on-demand sync); rows

@@ -50,7 +50,7 @@ static inline uint64_t esd_key_id(esd_key_t key)
 	return key & ESD_KEY_ID_MASK;
 }
 
-/* State of a row in one worker's cache (DESIGN §3). */
+/* State of a row in one worker's cache (docs/design.md §3). */
 enum esd_row_state {
 	ESD_ROW_ABSENT = 0,   /* not cached */
 	ESD_ROW_OUTDATED = 1, /* cached, but not the latest value */

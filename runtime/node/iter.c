@@ -1,9 +1,10 @@
 /*
- * The iteration executor of esdd (main thread): DESIGN §3 steps 1-6 for
- * this node's worker, on the real cache, over the PS links. Every policy
- * call on the real cache mirrors the one the dispatcher made on this
- * worker's snapshot, and the resulting pulls and evictions are checked
- * against the snapshot's prediction: a divergence stops the job.
+ * The iteration executor of esdd (main thread): the protocol steps 1-6 of
+ * docs/design.md §3 for this node's worker, on the real cache, over the PS
+ * links. Every policy call on the real cache mirrors the one the
+ * dispatcher made on this worker's snapshot, and the resulting pulls and
+ * evictions are checked against the snapshot's prediction: a divergence
+ * stops the job.
  */
 #include "node.h"
 #include "rows.h"
@@ -780,7 +781,9 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 	return rc;
 }
 
-/* One iteration t of this node's worker (DESIGN §3), step by step. */
+/* One iteration t of this node's worker, step by step: the protocol of
+ * docs/design.md §3, whose code walk (docs/design.md §10) follows these
+ * functions. */
 static int run_iteration(struct exec *x, const struct order *o)
 {
 	struct esd_cmeta_fill f;

@@ -5,10 +5,10 @@
  *        [--dispatcher-core C] [--set section.key=value ...]
  *
  * Hosts the worker's embedding cache in huge-page shared memory, runs the
- * dispatcher thread and the iterations of DESIGN §3 against the PS shards,
- * and serves one trainer through NODE_DIR/esdd.sock. SIGINT/SIGTERM (or
- * esdctl stop) stops the whole job gracefully at a checkpoint boundary;
- * a second signal abandons it.
+ * dispatcher thread and the iterations of docs/design.md §3 against the PS
+ * shards, and serves the node's trainers through NODE_DIR/esdd.sock.
+ * SIGINT/SIGTERM (or esdctl stop) stops the whole job gracefully at a
+ * checkpoint boundary; a second signal abandons it.
  */
 #include "node.h"
 #include "xchg.h"

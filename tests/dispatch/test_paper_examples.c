@@ -341,14 +341,14 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The advance against the protocol done by hand on separate blocks, the
- * way a node does it (DESIGN §3): step 1 (the plan's value pushes, DIRTY
- * -> CLEAN on the holder), begin_iter with the worker's needed keys, the
- * pulled rows CLEAN, step 6 (trainers: DIRTY alone under on-demand sync,
- * else OUTDATED; other holders of a latest copy: OUTDATED). Every slot's
- * key and state agree after every iteration and so do the evict pushes
- * (the DIRTY victims), under every policy and both syncs, with caches
- * small enough that holders evict rows they have just pushed. */
+/* The advance against the protocol done by hand on separate blocks, the way
+ * a node does it (docs/design.md §3): step 1 (the plan's value pushes,
+ * DIRTY -> CLEAN on the holder), begin_iter with the worker's needed keys,
+ * the pulled rows CLEAN, step 6 (trainers: DIRTY alone under on-demand
+ * sync, else OUTDATED; other holders of a latest copy: OUTDATED). Every
+ * slot's key and state agree after every iteration and so do the evict
+ * pushes (the DIRTY victims), under every policy and both syncs, with
+ * caches small enough that holders evict rows they have just pushed. */
 static void test_advance_follows_protocol(void **state)
 {
 	(void)state;

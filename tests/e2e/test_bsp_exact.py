@@ -1,8 +1,9 @@
-"""The correctness bar (DESIGN §3): one PS shard (and 2 and 4), 4 node
-daemons and 4 reference trainers, real processes and sockets, 50 iterations
-of a small Criteo-shaped stream, under every dispatch method: the final tables equal a single-process
-run within 1e-5 relative; two runs are bit-identical; the transfers counted
-on the links equal the dispatcher's plan.
+"""The correctness bar (docs/design.md §4): one PS shard (and 2 and 4), 4
+node daemons and 4 reference trainers, real processes and sockets, 50
+iterations of a small Criteo-shaped stream, under every dispatch method: the
+final tables equal a single-process run within 1e-5 relative; two runs are
+bit-identical; the transfers counted on the links equal the dispatcher's
+plan.
 
 usage: test_bsp_exact.py BIN_DIR
 """

@@ -1,4 +1,4 @@
-"""Failures the runtime must survive or refuse (issue: runtime):
+"""Failures the runtime must survive or refuse:
 - kill -9 of a trainer mid-iteration where something replaces it
   (job.restart_trainers): detected within 1 s, nothing blocks, the
   iteration is replayed to a new trainer, the final tables are

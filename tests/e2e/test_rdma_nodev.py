@@ -1,5 +1,5 @@
 """A job whose links cannot open on this host stops at once, naming why
-(issue 23: without a device esdd retried for 60 s while esd-ps failed):
+(esdd used to retry for 60 s without a device while esd-ps failed):
 - ps.backend = rdma with no RDMA device here: esd-ps and esdd each exit
   non-zero within 1 s, naming the device (ps.rdma_device = mlx5_0, or "no
   RDMA device" when the key is unset) and the key; in a build without

@@ -227,8 +227,8 @@ static size_t heap_in_use(void)
 	return mi.uordblks + mi.hblkhd;
 }
 
-/* Regression (issue 25): each request went out while the previous answer
- * was still lent out, and the stream buffer doubled instead of moving the
+/* Regression: each request went out while the previous answer was still
+ * lent out, and the stream buffer doubled instead of moving the
  * unread bytes, up to the 256 MiB backlog limit on every link. 3,000 round
  * trips of 80 KiB answers (240 MiB) must leave the heap where it was. */
 static void test_rx_buffer_stays_bounded(void **state)

@@ -1,6 +1,6 @@
 /*
  * reftrain.h - the single-process reference trainer (library esd_reftrain,
- * tool esd-ref): the correctness bar of DESIGN §3 in one process.
+ * tool esd-ref): the correctness bar of docs/design.md §4 in one process.
  *
  * Model
  * -----
