@@ -92,14 +92,14 @@ static int parse_header(struct esd_ds_reader *r)
 	if (memcmp(fixed + HDR_MAGIC, DS_MAGIC, 8))
 		return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
 		               path);
-	uint32_t ver = get_u32(fixed + HDR_VERSION);
+	uint32_t ver = esd_get_le32(fixed + HDR_VERSION);
 	if (ver != DS_VERSION && ver != DS_VERSION_BAGS)
 		return ds_fail(-ESD_EBADVERSION,
 		               "%s: stream version %u at byte %u, this build "
 		               "reads versions %u and %u",
 		               path, ver, HDR_VERSION, DS_VERSION, DS_VERSION_BAGS);
-	uint32_t nt = get_u32(fixed + HDR_NTABLES);
-	uint32_t hb = get_u32(fixed + HDR_BYTES);
+	uint32_t nt = esd_get_le32(fixed + HDR_NTABLES);
+	uint32_t hb = esd_get_le32(fixed + HDR_BYTES);
 	r->bags = ver == DS_VERSION_BAGS;
 	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags))
 		return ds_fail(-EPROTO,
@@ -115,7 +115,7 @@ static int parse_header(struct esd_ds_reader *r)
 	rc = read_at(r, h, hb, 0);
 	if (rc)
 		goto out;
-	if (XXH64(h, hb - 8, 0) != get_u64(h + hb - 8)) {
+	if (XXH64(h, hb - 8, 0) != esd_get_le64(h + hb - 8)) {
 		rc = ds_fail(-ESD_EBADSUM, "%s: header checksum mismatch (bytes 0..%u)", path,
 		             hb - 1);
 		goto out;
@@ -123,27 +123,27 @@ static int parse_header(struct esd_ds_reader *r)
 	struct esd_ds_info *in = &r->info;
 	memcpy(in->shape, h + HDR_SHAPE, ESD_DS_NAME_LEN - 1);
 	in->ntables = nt;
-	in->ndense = get_u32(h + HDR_NDENSE);
-	in->dense_format = get_u32(h + HDR_DENSE_FORMAT);
-	in->block_samples = get_u32(h + HDR_BLOCK_SAMPLES);
-	uint32_t flags = get_u32(h + HDR_FLAGS);
-	in->origin = get_u32(h + HDR_ORIGIN);
-	in->nsamples = get_u64(h + HDR_NSAMPLES);
-	r->nblocks = get_u64(h + HDR_NBLOCKS);
-	r->index_off = get_u64(h + HDR_INDEX_OFFSET);
-	in->seed = get_u64(h + HDR_SEED);
-	in->drift = get_f64(h + HDR_DRIFT);
-	in->scale = get_f64(h + HDR_SCALE);
-	in->max_rows = get_u64(h + HDR_MAX_ROWS);
-	in->skipped = get_u64(h + HDR_SKIPPED);
-	in->zstd_level = (int32_t)get_u32(h + HDR_ZSTD_LEVEL);
+	in->ndense = esd_get_le32(h + HDR_NDENSE);
+	in->dense_format = esd_get_le32(h + HDR_DENSE_FORMAT);
+	in->block_samples = esd_get_le32(h + HDR_BLOCK_SAMPLES);
+	uint32_t flags = esd_get_le32(h + HDR_FLAGS);
+	in->origin = esd_get_le32(h + HDR_ORIGIN);
+	in->nsamples = esd_get_le64(h + HDR_NSAMPLES);
+	r->nblocks = esd_get_le64(h + HDR_NBLOCKS);
+	r->index_off = esd_get_le64(h + HDR_INDEX_OFFSET);
+	in->seed = esd_get_le64(h + HDR_SEED);
+	in->drift = esd_get_lef64(h + HDR_DRIFT);
+	in->scale = esd_get_lef64(h + HDR_SCALE);
+	in->max_rows = esd_get_le64(h + HDR_MAX_ROWS);
+	in->skipped = esd_get_le64(h + HDR_SKIPPED);
+	in->zstd_level = (int32_t)esd_get_le32(h + HDR_ZSTD_LEVEL);
 	memcpy(in->source, h + HDR_SOURCE, ESD_DS_SOURCE_LEN - 1);
 	for (uint32_t t = 0; t < nt; t++) {
 		const uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
-		in->rows[t] = get_u64(e);
-		in->zipf[t] = get_f64(e + 8);
-		in->max_bag[t] = r->bags ? get_u32(h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t)
-		                         : 0;
+		in->rows[t] = esd_get_le64(e);
+		in->zipf[t] = esd_get_lef64(e + 8);
+		const uint8_t *bag = h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t;
+		in->max_bag[t] = r->bags ? esd_get_le32(bag) : 0;
 	}
 	r->hdr_bytes = hb;
 	char why[160];
@@ -209,19 +209,19 @@ static int parse_index(struct esd_ds_reader *r)
 	rc = read_at(r, ix, ib, r->index_off);
 	if (rc)
 		goto out;
-	if (get_u32(ix) != DS_INDEX_MAGIC || get_u64(ix + 8) != r->nblocks) {
+	if (esd_get_le32(ix) != DS_INDEX_MAGIC || esd_get_le64(ix + 8) != r->nblocks) {
 		rc = ds_fail(-EPROTO, "%s: block index at byte %llu: bad magic or count", path,
 		             (unsigned long long)r->index_off);
 		goto out;
 	}
-	if (XXH64(ix, ib - 8, 0) != get_u64(ix + ib - 8)) {
+	if (XXH64(ix, ib - 8, 0) != esd_get_le64(ix + ib - 8)) {
 		rc = ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch", path,
 		             (unsigned long long)r->index_off);
 		goto out;
 	}
 	uint64_t prev = hb;
 	for (uint64_t b = 0; b < r->nblocks; b++) {
-		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
+		uint64_t o = esd_get_le64(ix + INDEX_HDR + b * 8);
 		if ((b == 0 && o != hb) || o < prev || o > r->index_off - BLOCK_HDR ||
 		    (b > 0 && o - prev < BLOCK_HDR)) {
 			rc = ds_fail(-EPROTO,
@@ -393,27 +393,27 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	if (rc)
 		return rc;
 	const uint8_t *bh = r->buf;
-	uint32_t flags = get_u32(bh + BLK_FLAGS);
-	if (get_u32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
+	uint32_t flags = esd_get_le32(bh + BLK_FLAGS);
+	if (esd_get_le32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
 		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path, ob,
 		               oo);
 	XXH64_state_t st;
 	XXH64_reset(&st, 0);
 	XXH64_update(&st, bh, BLK_SUM);
 	XXH64_update(&st, bh + BLOCK_HDR, len - BLOCK_HDR);
-	if (XXH64_digest(&st) != get_u64(bh + BLK_SUM))
+	if (XXH64_digest(&st) != esd_get_le64(bh + BLK_SUM))
 		return ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
 		               r->path, ob, oo);
-	if (get_u32(bh + BLK_N) != n || get_u64(bh + BLK_FIRST) != first ||
-	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR ||
-	    (r->bags ? get_u32(bh + BLK_RAW) > raw : get_u32(bh + BLK_RAW) != raw) ||
+	if (esd_get_le32(bh + BLK_N) != n || esd_get_le64(bh + BLK_FIRST) != first ||
+	    esd_get_le32(bh + BLK_STORED) != len - BLOCK_HDR ||
+	    (r->bags ? esd_get_le32(bh + BLK_RAW) > raw : esd_get_le32(bh + BLK_RAW) != raw) ||
 	    (flags & ~DS_FLAG_ZSTD))
 		return ds_fail(-EPROTO,
 		               "%s: block %llu at byte %llu: header does not match the "
 		               "stream (%u samples from %llu expected)",
 		               r->path, ob, oo, n, (unsigned long long)first);
 	if (r->bags)
-		raw = get_u32(bh + BLK_RAW);
+		raw = esd_get_le32(bh + BLK_RAW);
 	const uint8_t *p = bh + BLOCK_HDR;
 	if (flags & DS_FLAG_ZSTD) {
 #ifdef ESD_DATA_HAVE_ZSTD

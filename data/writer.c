@@ -67,35 +67,35 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 	const struct esd_ds_info *in = &w->info;
 	memset(h, 0, w->hdr_bytes);
 	memcpy(h + HDR_MAGIC, DS_MAGIC, 8);
-	put_u32(h + HDR_VERSION, has_bags(in) ? DS_VERSION_BAGS : DS_VERSION);
-	put_u32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
+	esd_put_le32(h + HDR_VERSION, has_bags(in) ? DS_VERSION_BAGS : DS_VERSION);
+	esd_put_le32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
 	memcpy(h + HDR_SHAPE, in->shape, strnlen(in->shape, ESD_DS_NAME_LEN - 1));
-	put_u32(h + HDR_NTABLES, in->ntables);
-	put_u32(h + HDR_NDENSE, in->ndense);
-	put_u32(h + HDR_DENSE_FORMAT, in->dense_format);
-	put_u32(h + HDR_BLOCK_SAMPLES, w->bs);
-	put_u32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
-	put_u32(h + HDR_ORIGIN, in->origin);
-	put_u64(h + HDR_NSAMPLES, w->count);
-	put_u64(h + HDR_NBLOCKS, w->nindex);
-	put_u64(h + HDR_INDEX_OFFSET, index_off);
-	put_u64(h + HDR_SEED, in->seed);
-	put_f64(h + HDR_DRIFT, in->drift);
-	put_f64(h + HDR_SCALE, in->scale);
-	put_u64(h + HDR_MAX_ROWS, in->max_rows);
-	put_u64(h + HDR_SKIPPED, in->skipped);
-	put_u32(h + HDR_ZSTD_LEVEL, (uint32_t)in->zstd_level);
+	esd_put_le32(h + HDR_NTABLES, in->ntables);
+	esd_put_le32(h + HDR_NDENSE, in->ndense);
+	esd_put_le32(h + HDR_DENSE_FORMAT, in->dense_format);
+	esd_put_le32(h + HDR_BLOCK_SAMPLES, w->bs);
+	esd_put_le32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
+	esd_put_le32(h + HDR_ORIGIN, in->origin);
+	esd_put_le64(h + HDR_NSAMPLES, w->count);
+	esd_put_le64(h + HDR_NBLOCKS, w->nindex);
+	esd_put_le64(h + HDR_INDEX_OFFSET, index_off);
+	esd_put_le64(h + HDR_SEED, in->seed);
+	esd_put_lef64(h + HDR_DRIFT, in->drift);
+	esd_put_lef64(h + HDR_SCALE, in->scale);
+	esd_put_le64(h + HDR_MAX_ROWS, in->max_rows);
+	esd_put_le64(h + HDR_SKIPPED, in->skipped);
+	esd_put_le32(h + HDR_ZSTD_LEVEL, (uint32_t)in->zstd_level);
 	memcpy(h + HDR_SOURCE, in->source, strnlen(in->source, ESD_DS_SOURCE_LEN - 1));
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
-		put_u64(e, in->rows[t]);
-		put_f64(e + 8, in->zipf[t]);
+		esd_put_le64(e, in->rows[t]);
+		esd_put_lef64(e + 8, in->zipf[t]);
 		if (has_bags(in))
-			put_u32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
+			esd_put_le32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
 			        in->max_bag[t]);
 	}
 	size_t body = w->hdr_bytes - 8;
-	put_u64(h + body, XXH64(h, body, 0));
+	esd_put_le64(h + body, XXH64(h, body, 0));
 }
 
 static int write_header(struct esd_ds_writer *w, uint64_t index_off)
@@ -258,17 +258,17 @@ static int flush_block(struct esd_ds_writer *w)
 #endif
 	uint8_t bh[BLOCK_HDR];
 	memset(bh, 0, sizeof(bh));
-	put_u32(bh + BLK_MAGIC, DS_BLOCK_MAGIC);
-	put_u32(bh + BLK_N, n);
-	put_u64(bh + BLK_FIRST, w->count - n);
-	put_u32(bh + BLK_STORED, (uint32_t)stored);
-	put_u32(bh + BLK_RAW, (uint32_t)raw);
-	put_u32(bh + BLK_FLAGS, flags);
+	esd_put_le32(bh + BLK_MAGIC, DS_BLOCK_MAGIC);
+	esd_put_le32(bh + BLK_N, n);
+	esd_put_le64(bh + BLK_FIRST, w->count - n);
+	esd_put_le32(bh + BLK_STORED, (uint32_t)stored);
+	esd_put_le32(bh + BLK_RAW, (uint32_t)raw);
+	esd_put_le32(bh + BLK_FLAGS, flags);
 	XXH64_state_t st;
 	XXH64_reset(&st, 0);
 	XXH64_update(&st, bh, BLK_SUM);
 	XXH64_update(&st, payload, stored);
-	put_u64(bh + BLK_SUM, XXH64_digest(&st));
+	esd_put_le64(bh + BLK_SUM, XXH64_digest(&st));
 
 	if (w->nindex == w->index_cap) {
 		size_t cap = w->index_cap ? w->index_cap * 2 : 64;
@@ -420,12 +420,12 @@ static int finish(struct esd_ds_writer *w)
 	uint8_t *ix = malloc(ib);
 	if (!ix)
 		return -ENOMEM;
-	put_u32(ix, DS_INDEX_MAGIC);
-	put_u32(ix + 4, 0);
-	put_u64(ix + 8, w->nindex);
+	esd_put_le32(ix, DS_INDEX_MAGIC);
+	esd_put_le32(ix + 4, 0);
+	esd_put_le64(ix + 8, w->nindex);
 	for (size_t b = 0; b < w->nindex; b++)
-		put_u64(ix + INDEX_HDR + b * 8, w->index[b]);
-	put_u64(ix + ib - 8, XXH64(ix, ib - 8, 0));
+		esd_put_le64(ix + INDEX_HDR + b * 8, w->index[b]);
+	esd_put_le64(ix + ib - 8, XXH64(ix, ib - 8, 0));
 	rc = write_all(w->fd, ix, ib, w->off);
 	free(ix);
 	if (!rc)
