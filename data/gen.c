@@ -52,7 +52,7 @@ static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
 static double id_weight(uint64_t seed, uint32_t t, uint64_t id)
 {
 	uint64_t x = seed ^ ((uint64_t)t << 48) ^ id;
-	return ((double)(splitmix64(&x) >> 11) * 0x1.0p-53 - 0.5) * 0.8;
+	return ((double)(esd_splitmix64_next(&x) >> 11) * 0x1.0p-53 - 0.5) * 0.8;
 }
 
 /* Base log-odds giving roughly each dataset's positive rate. */

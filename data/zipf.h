@@ -12,22 +12,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <esd/types.h>
+
 struct rng {
 	uint64_t s[4];
 };
 
-static inline uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
 static inline void rng_seed(struct rng *r, uint64_t seed)
 {
 	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix64(&seed);
+		r->s[i] = esd_splitmix64_next(&seed);
 }
 
 static inline uint64_t rotl64(uint64_t x, int k)
