@@ -147,12 +147,12 @@ static inline float bf16_to_f32(uint16_t h)
 }
 
 /* Record the converter's skipped-line count in the header written at close. */
-void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped);
+void esd_ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped);
 
 /* Keep the message for esd_ds_last_error() and log it; returns rc. */
-int ds_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int esd_ds_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Validate the ranges of an info (writer side). Returns 0 or -EINVAL. */
-int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen);
+int esd_ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen);
 
 #endif /* ESD_DATA_FORMAT_H */

@@ -126,12 +126,13 @@ static void free_buffers(struct esd_ds_writer *w)
 int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct esd_ds_writer **out)
 {
 	char why[160];
-	int rc = ds_info_check(info, why, sizeof(why));
+	int rc = esd_ds_info_check(info, why, sizeof(why));
 	if (rc)
-		return ds_fail(rc, "%s: bad stream description: %s", path, why);
+		return esd_ds_fail(rc, "%s: bad stream description: %s", path, why);
 #ifndef ESD_DATA_HAVE_ZSTD
 	if (info->zstd_level > 0)
-		return ds_fail(-ENOTSUP, "%s: zstd compression asked, built without zstd", path);
+		return esd_ds_fail(-ENOTSUP, "%s: zstd compression asked, built without zstd",
+		                   path);
 #endif
 	struct esd_ds_writer *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -165,12 +166,12 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct 
 	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		rc = esd_neg_errno();
-		ds_fail(rc, "%s: cannot create: %s", path, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: cannot create: %s", path, esd_strerror(rc));
 		goto fail_buffers;
 	}
 	rc = write_header(w, 0);
 	if (rc) {
-		ds_fail(rc, "%s: writing the header: %s", path, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: writing the header: %s", path, esd_strerror(rc));
 		goto fail_open;
 	}
 	w->off = w->hdr_bytes;
@@ -248,7 +249,7 @@ static int flush_block(struct esd_ds_writer *w)
 	if (in->zstd_level > 0) {
 		size_t z = ZSTD_compress(w->zbuf, w->zcap, w->raw, raw, in->zstd_level);
 		if (ZSTD_isError(z))
-			return ds_fail(-EIO, "%s: zstd: %s", w->path, ZSTD_getErrorName(z));
+			return esd_ds_fail(-EIO, "%s: zstd: %s", w->path, ZSTD_getErrorName(z));
 		if (z < raw) { /* else keep the block raw */
 			payload = w->zbuf;
 			stored = z;
@@ -282,8 +283,8 @@ static int flush_block(struct esd_ds_writer *w)
 	if (!rc)
 		rc = write_all(w->fd, payload, stored, w->off + sizeof(bh));
 	if (rc)
-		return ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
-		               (unsigned long long)w->off, esd_strerror(rc));
+		return esd_ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
+		                   (unsigned long long)w->off, esd_strerror(rc));
 	w->index[w->nindex++] = w->off;
 	w->off += sizeof(bh) + stored;
 	w->n = 0;
@@ -297,20 +298,23 @@ static int check_sample(const struct esd_ds_writer *w, uint8_t label, const uint
 	const struct esd_ds_info *in = &w->info;
 	unsigned long long at = (unsigned long long)w->count;
 	if (label > 1)
-		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path, at,
-		               label);
+		return esd_ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path, at,
+		                   label);
 	size_t k = 0;
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		uint32_t most = is_bag(in, t) ? in->max_bag[t] : 1;
 		if (lens[t] > most || (!is_bag(in, t) && lens[t] != 1))
-			return ds_fail(-ERANGE, "%s: sample %llu: table %u: %u IDs, the table takes "
-			               "%s%u", w->path, at, t, lens[t], is_bag(in, t) ? "0.." : "",
-			               most);
+			return esd_ds_fail(-ERANGE,
+			                   "%s: sample %llu: table %u: %u IDs, the table takes "
+			                   "%s%u",
+			                   w->path, at, t, lens[t], is_bag(in, t) ? "0.." : "",
+			                   most);
 		for (uint32_t j = 0; j < lens[t]; j++, k++)
 			if (ids[k] >= in->rows[t])
-				return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
-				               w->path, at, t, (unsigned long long)ids[k],
-				               (unsigned long long)in->rows[t]);
+				return esd_ds_fail(-ERANGE,
+				                   "%s: sample %llu: table %u id %llu >= %llu rows",
+				                   w->path, at, t, (unsigned long long)ids[k],
+				                   (unsigned long long)in->rows[t]);
 	}
 	return 0;
 }
@@ -390,7 +394,7 @@ uint64_t esd_ds_writer_count(const struct esd_ds_writer *w)
 	return w->count;
 }
 
-void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
+void esd_ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
 {
 	w->info.skipped = skipped;
 }
@@ -431,7 +435,7 @@ static int finish(struct esd_ds_writer *w)
 	if (!rc)
 		rc = write_header(w, w->off);
 	if (rc)
-		return ds_fail(rc, "%s: writing the index: %s", w->path, esd_strerror(rc));
+		return esd_ds_fail(rc, "%s: writing the index: %s", w->path, esd_strerror(rc));
 	return 0;
 }
 

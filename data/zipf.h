@@ -71,9 +71,9 @@ struct zipf {
 };
 
 /* Returns 0 or -ENOMEM. */
-int zipf_init(struct zipf *z, uint64_t rows, double s);
-void zipf_free(struct zipf *z);
+int esd_zipf_init(struct zipf *z, uint64_t rows, double s);
+void esd_zipf_free(struct zipf *z);
 /* A rank in 0..rows-1 (0 is the most popular). */
-uint64_t zipf_draw(const struct zipf *z, struct rng *r);
+uint64_t esd_zipf_draw(const struct zipf *z, struct rng *r);
 
 #endif /* ESD_DATA_ZIPF_H */

@@ -54,6 +54,6 @@ static inline uint64_t ckpt_record_size(uint32_t dim, uint32_t sf)
 }
 
 /* Checksums: XXH64 with seed 0 (see ckpt_*.c). */
-uint64_t ckpt_hash(const void *p, size_t n);
+uint64_t esd_ckpt_hash(const void *p, size_t n);
 
 #endif

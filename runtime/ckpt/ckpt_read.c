@@ -84,7 +84,7 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	if (esd_get_le32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
 		return fail(err, -EBADMSG, H_HSIZE, "header size %u, expected %u",
 		            esd_get_le32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
-	if (esd_get_le64(h + H_SUM) != ckpt_hash(h, H_SUM))
+	if (esd_get_le64(h + H_SUM) != esd_ckpt_hash(h, H_SUM))
 		return fail(err, -ESD_EBADSUM, 0, "header checksum mismatch over bytes [0, %u)",
 		            (unsigned)H_SUM);
 	m->seed = esd_get_le64(h + H_SEED);
@@ -147,7 +147,7 @@ static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, cons
 	const uint64_t o = r->trailer_off;
 	if (memcmp(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8))
 		return fail(err, -ESD_EBADMAGIC, o, "bad trailer magic at %" PRIu64, o);
-	if (esd_get_le64(t + T_SUM) != ckpt_hash(t, T_SUM))
+	if (esd_get_le64(t + T_SUM) != esd_ckpt_hash(t, T_SUM))
 		return fail(err, -ESD_EBADSUM, o,
 		            "trailer checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")", o,
 		            o + T_SUM);

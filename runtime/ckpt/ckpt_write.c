@@ -39,7 +39,7 @@ struct esd_ckpt_writer {
 	unsigned char header[ESD_CKPT_HEADER_SIZE];
 };
 
-uint64_t ckpt_hash(const void *p, size_t n)
+uint64_t esd_ckpt_hash(const void *p, size_t n)
 {
 	return XXH64(p, n, 0);
 }
@@ -126,7 +126,7 @@ static void encode_header(struct esd_ckpt_writer *w)
 	esd_put_le32(h + H_SHARD, w->meta.shard);
 	esd_put_le32(h + H_NSHARDS, w->meta.nshards);
 	esd_put_le32(h + H_FLAGS, w->sorted ? ESD_CKPT_FLAG_SORTED : 0);
-	esd_put_le64(h + H_SUM, ckpt_hash(h, H_SUM));
+	esd_put_le64(h + H_SUM, esd_ckpt_hash(h, H_SUM));
 }
 
 static int split_path(const char *path, char **dir, char **base)
@@ -309,7 +309,7 @@ int esd_ckpt_writer_commit(struct esd_ckpt_writer *w)
 	esd_put_le64(t + T_DENSE, w->meta.dense_len);
 	esd_put_le64(t + T_BODYSUM, XXH64_digest(w->body));
 	esd_put_le64(t + T_HDRSUM, esd_get_le64(w->header + H_SUM));
-	esd_put_le64(t + T_SUM, ckpt_hash(t, T_SUM));
+	esd_put_le64(t + T_SUM, esd_ckpt_hash(t, T_SUM));
 	rc = write_all(w->fd, t, sizeof(t));
 	if (!rc)
 		rc = pwrite_all(w->fd, w->header, ESD_CKPT_HEADER_SIZE, 0);
