@@ -282,8 +282,8 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		bool occ = s[i].state != ESD_ROW_ABSENT;
 		CHECK(s[i].state <= ESD_ROW_DIRTY, "slot %u state %u", i, s[i].state);
-		CHECK(occ != cm_free_test(cm, i), "slot %u occupied %d but free bit disagrees", i,
-		      occ);
+		CHECK(occ != esd_cm_free_test(cm, i), "slot %u occupied %d but free bit disagrees",
+		      i, occ);
 		if (!occ) {
 			CHECK(hp[i] == 0, "free slot %u in the heap", i);
 			continue;
@@ -308,7 +308,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 			in_heap++;
 			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
 			struct cm_hent e;
-			cm_hent_of(cm, i, &e);
+			esd_cm_hent_of(cm, i, &e);
 			CHECK(pinned || (e.a == h[p].a && e.b == h[p].b && e.c == h[p].c),
 			      "slot %u heap entry stale", i);
 		}
@@ -331,7 +331,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 			const uint32_t x = ring[p];
 			CHECK(x < cm->capacity && s[x].state != ESD_ROW_ABSENT && s[x].lru_pos == p,
 			      "LRU ring entry %u (slot %u) dangles", p, x);
-			cm_hent_of(cm, x, &e);
+			esd_cm_hent_of(cm, x, &e);
 			CHECK(!live || cm_hless(&last, &e), "LRU order broken at ring entry %u", p);
 			last = e;
 			live++;
@@ -422,8 +422,8 @@ int esd_cmeta_from_rows(void *mem, size_t len, uint32_t capacity, enum esd_polic
 		s->freq = r->freq;
 		s->mark = r->mark;
 		at += r->mark == emark_target;
-		cm_free_clear(cm, (uint32_t)q);
-		cm_index_insert(cm, r->key, (uint32_t)q);
+		esd_cm_free_clear(cm, (uint32_t)q);
+		esd_cm_index_insert(cm, r->key, (uint32_t)q);
 		if (r->last_use == iter)
 			pk[np++] = r->key;
 	}
@@ -437,7 +437,7 @@ int esd_cmeta_from_rows(void *mem, size_t len, uint32_t capacity, enum esd_polic
 		pinned[i] = esd_cmeta_find(cm, pk[i]);
 	memset(pk, 0, (size_t)np * sizeof(*pk));
 	cm->npinned = np;
-	cm_heap_build(cm);
+	esd_cm_heap_build(cm);
 	*out = cm;
 	return 0;
 }

@@ -202,16 +202,16 @@ static inline __attribute__((always_inline)) void cm_index_prefetch(const struct
 	__builtin_prefetch((const char *)cm + cm->off_index +
 	                   (size_t)cm_home((uint32_t)cm_hash(key), cm->index_size) * 16u);
 }
-void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
-void cm_index_remove(struct esd_cmeta *cm, uint64_t key);
+void esd_cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot);
+void esd_cm_index_remove(struct esd_cmeta *cm, uint64_t key);
 
 /* heap.c: victim heap and free-slot bitmap */
-void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot);
-void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot);
-void cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
-uint32_t cm_heap_pop(struct esd_cmeta *cm);
-void cm_heap_build(struct esd_cmeta *cm);
-void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
+void esd_cm_heap_insert(struct esd_cmeta *cm, uint32_t slot);
+void esd_cm_heap_remove(struct esd_cmeta *cm, uint32_t slot);
+void esd_cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
+uint32_t esd_cm_heap_pop(struct esd_cmeta *cm);
+void esd_cm_heap_build(struct esd_cmeta *cm);
+void esd_cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
 /* LRU: is ring entry p live? */
 static inline bool cm_lru_live(const struct esd_cmeta *cm, uint32_t p)
 {
@@ -227,14 +227,14 @@ static inline void cm_lru_drop(struct esd_cmeta *cm, uint32_t slot)
 	cm->heap_n--;
 }
 /* LRU: append slots[0..n) (in this order) as the newest entries. */
-void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n);
+void esd_cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n);
 /* LRU, the same in two halves: room for n entries at [tail, tail + n)
  * (compacting first if need be; returns tail), which the caller writes
  * (ring entry and slot lru_pos) while nothing pops; then commit them. */
-uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n);
-void cm_lru_commit(struct esd_cmeta *cm, uint32_t n);
+uint32_t esd_cm_lru_reserve(struct esd_cmeta *cm, uint32_t n);
+void esd_cm_lru_commit(struct esd_cmeta *cm, uint32_t n);
 /* LRU: is slot's recorded entry live (the slot is in the order)? */
-bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot);
+bool esd_cm_lru_has(const struct esd_cmeta *cm, uint32_t slot);
 static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)
 {
 	/* Branch-free: which child is smaller is a coin toss the predictor
@@ -244,10 +244,10 @@ static inline bool cm_hless(const struct cm_hent *x, const struct cm_hent *y)
 	return (xa < ya) | ((xa == ya) & (x->c < y->c));
 }
 
-void cm_free_set(struct esd_cmeta *cm, uint32_t slot);
-void cm_free_clear(struct esd_cmeta *cm, uint32_t slot);
+void esd_cm_free_set(struct esd_cmeta *cm, uint32_t slot);
+void esd_cm_free_clear(struct esd_cmeta *cm, uint32_t slot);
 /* Lowest free slot, or ESD_SLOT_NONE. */
-uint32_t cm_free_first(const struct esd_cmeta *cm);
-bool cm_free_test(const struct esd_cmeta *cm, uint32_t slot);
+uint32_t esd_cm_free_first(const struct esd_cmeta *cm);
+bool esd_cm_free_test(const struct esd_cmeta *cm, uint32_t slot);
 
 #endif /* ESD_CACHE_CMETA_IMPL_H */

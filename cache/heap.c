@@ -3,7 +3,7 @@
  *
  * Victims: an indexed 4-ary min-heap over the occupied, unpinned slots,
  * each entry carrying its slot's position in the policy's order as three
- * 64-bit words (see cm_hent_of), so comparisons stay inside the heap's own
+ * 64-bit words (see esd_cm_hent_of), so comparisons stay inside the heap's own
  * cache lines instead of chasing slot records. Insert, remove, update and
  * pop are O(log C); since every order ends with the (unique) key, the
  * minimum is unique and the victim sequence does not depend on how the
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
+void esd_cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e)
 {
 	const struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
 
@@ -128,7 +128,7 @@ static void heap_insert(struct esd_cmeta *cm, uint32_t slot)
 
 	if (cm->heap_n >= cm->capacity) /* damaged: more entries than slots */
 		return;
-	cm_hent_of(cm, slot, &e);
+	esd_cm_hent_of(cm, slot, &e);
 	sift_up(cm, cm->heap_n++, &e);
 }
 
@@ -159,7 +159,7 @@ static void heap_update(struct esd_cmeta *cm, uint32_t slot)
 
 	if (!pos || pos > cm->heap_n) /* (past the heap: damaged) */
 		return;
-	cm_hent_of(cm, slot, &e);
+	esd_cm_hent_of(cm, slot, &e);
 	resettle(cm, pos - 1, &e);
 }
 
@@ -207,7 +207,7 @@ static void heap_build(struct esd_cmeta *cm)
 		hp[i] = 0;
 		if (s[i].state == ESD_ROW_ABSENT || cm_pinned_now(cm, &s[i]))
 			continue;
-		cm_hent_of(cm, i, &h[n]);
+		esd_cm_hent_of(cm, i, &h[n]);
 		hp[i] = ++n;
 	}
 	cm->heap_n = n;
@@ -222,7 +222,7 @@ static void heap_build(struct esd_cmeta *cm)
 
 /* ---- LRU ring (see cmeta_impl.h) ----------------------------------------- */
 
-bool cm_lru_has(const struct esd_cmeta *cm, uint32_t slot)
+bool esd_cm_lru_has(const struct esd_cmeta *cm, uint32_t slot)
 {
 	if (slot >= cm->capacity)
 		return false;
@@ -282,30 +282,30 @@ int esd_cmeta_lru_compact(struct esd_cmeta *cm)
 	return 0;
 }
 
-uint32_t cm_lru_reserve(struct esd_cmeta *cm, uint32_t n)
+uint32_t esd_cm_lru_reserve(struct esd_cmeta *cm, uint32_t n)
 {
 	if (n > cm_lru_size_of(cm->capacity) - cm->lru_tail)
 		lru_compact(cm);
 	return cm->lru_tail;
 }
 
-void cm_lru_commit(struct esd_cmeta *cm, uint32_t n)
+void esd_cm_lru_commit(struct esd_cmeta *cm, uint32_t n)
 {
 	esd_ring_clear(cm_lru_stale(cm), cm->lru_tail, cm->lru_tail + n);
 	cm->lru_tail += n;
 	cm->heap_n += n;
 }
 
-void cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+void esd_cm_lru_append_group(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
 {
-	const uint32_t t = cm_lru_reserve(cm, n);
+	const uint32_t t = esd_cm_lru_reserve(cm, n);
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *ring = cm_lru_ring(cm);
 	for (uint32_t i = 0; i < n; i++) {
 		ring[t + i] = slots[i];
 		sl[slots[i]].lru_pos = t + i;
 	}
-	cm_lru_commit(cm, n);
+	esd_cm_lru_commit(cm, n);
 }
 
 static void lru_clear(struct esd_cmeta *cm)
@@ -334,7 +334,7 @@ static void lru_build(struct esd_cmeta *cm)
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		cm_heappos(cm)[i] = 0;
 		if (s[i].state != ESD_ROW_ABSENT)
-			cm_hent_of(cm, i, &h[n++]);
+			esd_cm_hent_of(cm, i, &h[n++]);
 	}
 	qsort(h, n, sizeof(*h), cmp_lru);
 	uint32_t *ring = cm_lru_ring(cm);
@@ -355,18 +355,18 @@ static inline bool is_lru(const struct esd_cmeta *cm)
 	return cm->policy == ESD_POLICY_LRU;
 }
 
-void cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
+void esd_cm_heap_insert(struct esd_cmeta *cm, uint32_t slot)
 {
 	if (is_lru(cm))
-		cm_lru_append_group(cm, &slot, 1);
+		esd_cm_lru_append_group(cm, &slot, 1);
 	else
 		heap_insert(cm, slot);
 }
 
-void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
+void esd_cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
 {
 	if (is_lru(cm)) {
-		if (cm_lru_has(cm, slot))
+		if (esd_cm_lru_has(cm, slot))
 			cm_lru_drop(cm, slot);
 	} else if (cm_heappos(cm)[slot]) {
 		heap_remove(cm, slot);
@@ -375,13 +375,13 @@ void cm_heap_remove(struct esd_cmeta *cm, uint32_t slot)
 
 /* Under LRU the only order change there is, is a use: the slot becomes
  * the newest, i.e. goes to the tail. */
-void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
+void esd_cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
 {
 	if (is_lru(cm)) {
-		if (!cm_lru_has(cm, slot))
+		if (!esd_cm_lru_has(cm, slot))
 			return;
 		cm_lru_drop(cm, slot);
-		cm_lru_append_group(cm, &slot, 1);
+		esd_cm_lru_append_group(cm, &slot, 1);
 	} else if (cm_heappos(cm)[slot]) {
 		heap_update(cm, slot);
 	}
@@ -389,7 +389,7 @@ void cm_heap_update(struct esd_cmeta *cm, uint32_t slot)
 
 /* Under LRU: the oldest live entry, skipping stale ones; slots pinned in
  * this iteration have no live entry (begin_iter dropped it). */
-uint32_t cm_heap_pop(struct esd_cmeta *cm)
+uint32_t esd_cm_heap_pop(struct esd_cmeta *cm)
 {
 	if (!is_lru(cm))
 		return heap_pop(cm);
@@ -404,7 +404,7 @@ uint32_t cm_heap_pop(struct esd_cmeta *cm)
 	return ESD_SLOT_NONE;
 }
 
-void cm_heap_build(struct esd_cmeta *cm)
+void esd_cm_heap_build(struct esd_cmeta *cm)
 {
 	if (is_lru(cm)) {
 		lru_build(cm);
@@ -414,7 +414,7 @@ void cm_heap_build(struct esd_cmeta *cm)
 	}
 }
 
-void cm_free_set(struct esd_cmeta *cm, uint32_t slot)
+void esd_cm_free_set(struct esd_cmeta *cm, uint32_t slot)
 {
 	uint64_t idx = slot;
 
@@ -428,7 +428,7 @@ void cm_free_set(struct esd_cmeta *cm, uint32_t slot)
 	}
 }
 
-void cm_free_clear(struct esd_cmeta *cm, uint32_t slot)
+void esd_cm_free_clear(struct esd_cmeta *cm, uint32_t slot)
 {
 	uint64_t idx = slot;
 
@@ -441,12 +441,12 @@ void cm_free_clear(struct esd_cmeta *cm, uint32_t slot)
 	}
 }
 
-bool cm_free_test(const struct esd_cmeta *cm, uint32_t slot)
+bool esd_cm_free_test(const struct esd_cmeta *cm, uint32_t slot)
 {
 	return (cm_free(cm, 0)[slot / 64] >> (slot % 64)) & 1;
 }
 
-uint32_t cm_free_first(const struct esd_cmeta *cm)
+uint32_t esd_cm_free_first(const struct esd_cmeta *cm)
 {
 	const uint64_t *top = cm_free(cm, CM_FREE_LEVELS - 1);
 	uint64_t idx = 0;

@@ -20,7 +20,7 @@ static inline uint32_t next(uint32_t i, uint32_t size)
 	return i + 1 == size ? 0 : i + 1;
 }
 
-void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
+void esd_cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
 {
 	struct cm_ient *t = cm_index(cm);
 	uint32_t size = cm->index_size;
@@ -36,7 +36,7 @@ void cm_index_insert(struct esd_cmeta *cm, uint64_t key, uint32_t slot)
 	t[i].hash = h;
 }
 
-void cm_index_remove(struct esd_cmeta *cm, uint64_t key)
+void esd_cm_index_remove(struct esd_cmeta *cm, uint64_t key)
 {
 	struct cm_ient *t = cm_index(cm);
 	uint32_t size = cm->index_size;

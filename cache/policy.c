@@ -53,8 +53,8 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 {
 	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
 
-	cm_index_remove(cm, s->key);
-	cm_heap_remove(cm, slot);
+	esd_cm_index_remove(cm, s->key);
+	esd_cm_heap_remove(cm, slot);
 	esd_rule_leave(s->mark, cm->emark_target, &cm->emark_at_target);
 	cm_store8(&s->state, ESD_ROW_ABSENT);
 	cm_store64(&s->key, 0);
@@ -65,7 +65,7 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 	s->freq = 0;
 	s->mark = 0;
 	cm->count--;
-	cm_free_set(cm, slot);
+	esd_cm_free_set(cm, slot);
 }
 
 /* Keys strictly ascending, states (when given) OUTDATED, CLEAN or DIRTY.
@@ -201,9 +201,9 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
 		if (hp[s])
-			cm_heap_update(cm, s);
+			esd_cm_heap_update(cm, s);
 		else
-			cm_heap_insert(cm, s);
+			esd_cm_heap_insert(cm, s);
 	}
 }
 
@@ -218,7 +218,7 @@ static uint32_t bi_victim(struct bi *b, uint32_t *nskipped)
 	uint32_t *pinned = cm_pinned(cm), s;
 	/* Full: Emark's target may move on (ESD §8.1). */
 	esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
-	while ((s = cm_heap_pop(cm)) != ESD_SLOT_NONE && b->sl[s].pin_iter == b->iter)
+	while ((s = esd_cm_heap_pop(cm)) != ESD_SLOT_NONE && b->sl[s].pin_iter == b->iter)
 		pinned[(*nskipped)++] = s;
 	if (s == ESD_SLOT_NONE)
 		return s;
@@ -255,12 +255,12 @@ static int bi_place_absent(struct bi *b)
 			continue;
 		}
 		/* a full cache has no free bit: skip the bitmap scan */
-		s = cm->count < cm->capacity ? cm_free_first(cm) : ESD_SLOT_NONE;
+		s = cm->count < cm->capacity ? esd_cm_free_first(cm) : ESD_SLOT_NONE;
 		if (s == ESD_SLOT_NONE) {
 			if ((s = bi_victim(b, &nskipped)) == ESD_SLOT_NONE)
 				return -EUCLEAN;
 		} else {
-			cm_free_clear(cm, s);
+			esd_cm_free_clear(cm, s);
 		}
 		struct esd_cmeta_slot *e = &b->sl[s];
 		const esd_key_t key = b->keys[i];
@@ -283,7 +283,7 @@ static int bi_place_absent(struct bi *b)
 	}
 	uint32_t *pinned = cm_pinned(cm);
 	for (uint32_t j = 0; j < nskipped; j++)
-		cm_heap_insert(cm, pinned[j]);
+		esd_cm_heap_insert(cm, pinned[j]);
 	return 0;
 }
 
@@ -298,12 +298,12 @@ static void bi_index_and_pins(struct bi *b)
 	struct esd_cmeta *cm = b->cm;
 	const struct esd_cmeta_fill *fill = b->fill;
 	for (size_t j = 0; j < fill->n_evicts; j++)
-		cm_index_remove(cm, fill->evicts[j].key);
+		esd_cm_index_remove(cm, fill->evicts[j].key);
 	for (size_t j = 0; j < fill->n_pulls; j++)
 		if (!fill->pulls[j].outdated)
-			cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
+			esd_cm_index_insert(cm, fill->pulls[j].key, fill->pulls[j].slot);
 	if (b->lru)
-		cm_lru_commit(cm, (uint32_t)b->n);
+		esd_cm_lru_commit(cm, (uint32_t)b->n);
 	uint32_t *pinned = cm_pinned(cm);
 	if (b->n)
 		memcpy(pinned, b->slots, b->n * sizeof(*pinned));
@@ -328,7 +328,7 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 	fill->n_evict_clean = fill->n_evict_dirty = 0;
 	esd_cmeta_find_batch(cm, keys, n, fill->slots); /* 1. */
 	b.ring = cm_lru_ring(cm);
-	b.lru_at = lru ? cm_lru_reserve(cm, (uint32_t)n) : 0;
+	b.lru_at = lru ? esd_cm_lru_reserve(cm, (uint32_t)n) : 0;
 	bi_pin_present(&b); /* 2. */
 	cm->last_iter = iter;
 	if (!lru)
@@ -370,7 +370,7 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	cm_store8(&s->state, (uint8_t)state);
 	if (cm->policy == ESD_POLICY_EMARK &&
 	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED) && !cm_pinned_now(cm, s))
-		cm_heap_update(cm, slot);
+		esd_cm_heap_update(cm, slot);
 	return 0;
 }
 
@@ -401,7 +401,7 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 		cm_store8(&s->state, (uint8_t)st);
 		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED) &&
 		    !cm_pinned_now(cm, s))
-			cm_heap_update(cm, slot);
+			esd_cm_heap_update(cm, slot);
 	}
 	return 0;
 }
@@ -416,7 +416,7 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	if (s->state != ESD_ROW_OUTDATED) {
 		cm_store8(&s->state, ESD_ROW_OUTDATED);
 		if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-			cm_heap_update(cm, slot);
+			esd_cm_heap_update(cm, slot);
 	}
 	return 1;
 }
@@ -441,7 +441,7 @@ size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys
 			if (s->state != ESD_ROW_OUTDATED) {
 				cm_store8(&s->state, ESD_ROW_OUTDATED);
 				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-					cm_heap_update(cm, slot);
+					esd_cm_heap_update(cm, slot);
 			}
 		}
 	}
@@ -457,7 +457,7 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 	if (!cm_counters_ok(cm))
 		return -EUCLEAN;
 	cm->policy = policy;
-	cm_heap_build(cm);
+	esd_cm_heap_build(cm);
 	return 0;
 }
 
@@ -477,7 +477,7 @@ static void set_next_use(struct esd_cmeta *cm, const uint64_t *keys, size_t n, u
 				continue;
 			sl[s].next_use = value;
 			if (cm->policy == ESD_POLICY_LOOKAHEAD)
-				cm_heap_update(cm, s);
+				esd_cm_heap_update(cm, s);
 		}
 	}
 }

@@ -35,7 +35,7 @@ static uint64_t align_up(uint64_t x, uint64_t a)
 	return (x + a - 1) / a * a;
 }
 
-uint64_t region_checksum(const struct region_hdr *h)
+uint64_t esd_region_checksum(const struct region_hdr *h)
 {
 	const uint8_t *p = (const uint8_t *)h;
 	uint64_t x = UINT64_C(0xcbf29ce484222325);
@@ -47,8 +47,8 @@ uint64_t region_checksum(const struct region_hdr *h)
 	return x;
 }
 
-int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
-                  struct esd_cache_sizes *sz)
+int esd_region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
+                      struct esd_cache_sizes *sz)
 {
 	if (!cfg)
 		return -EINVAL;
@@ -120,7 +120,7 @@ int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
 
 int esd_cache_size(const struct esd_cache_config *cfg, struct esd_cache_sizes *out)
 {
-	return region_layout(cfg, NULL, out);
+	return esd_region_layout(cfg, NULL, out);
 }
 
 /* Fill the process-local view from a validated header. */
@@ -179,7 +179,7 @@ int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 
 	if (!out)
 		return -EINVAL;
-	rc = region_layout(cfg, &h, &sz);
+	rc = esd_region_layout(cfg, &h, &sz);
 	if (rc)
 		return rc;
 	if ((unsigned)cfg->policy > ESD_POLICY_LOOKAHEAD || (unsigned)cfg->pages > 2) {
@@ -249,7 +249,7 @@ int esd_cache_create(const struct esd_cache_config *cfg, struct esd_cache **out)
 	rc = esd_cmeta_init(c->base + h.cmeta_off, h.cmeta_bytes, cfg->rows, cfg->policy, &cm);
 	if (rc)
 		goto unmap;
-	h.checksum = region_checksum(&h);
+	h.checksum = esd_region_checksum(&h);
 	memcpy(c->base, &h, sizeof(h));
 	bind(c);
 	atomic_store_explicit(&c->daemon->daemon_pid, (uint64_t)getpid(), memory_order_relaxed);
@@ -285,7 +285,7 @@ static int check_header(int fd, const struct region_hdr *h, uint64_t file_size)
 		        fd, h->version, REGION_VERSION);
 		return -ESD_EBADVERSION;
 	}
-	uint64_t sum = region_checksum(h);
+	uint64_t sum = esd_region_checksum(h);
 	if (h->checksum != sum) {
 		ESD_ERR("cache",
 		        "region fd %d: header field checksum is %#llx, header hashes to "
@@ -305,7 +305,7 @@ static int check_header(int fd, const struct region_hdr *h, uint64_t file_size)
 	    .ntables = h->ntables,
 	};
 	struct region_hdr l;
-	if (region_layout(&cfg, &l, NULL)) {
+	if (esd_region_layout(&cfg, &l, NULL)) {
 		ESD_ERR("cache",
 		        "region fd %d: header configuration invalid (rows %u, dim %u, "
 		        "optimizer %u, ntables %u)",

@@ -90,8 +90,8 @@ struct esd_cache {
 };
 
 /* region.c */
-int region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
-                  struct esd_cache_sizes *sz);
-uint64_t region_checksum(const struct region_hdr *h);
+int esd_region_layout(const struct esd_cache_config *cfg, struct region_hdr *h,
+                      struct esd_cache_sizes *sz);
+uint64_t esd_region_checksum(const struct region_hdr *h);
 
 #endif /* ESD_CACHE_REGION_IMPL_H */

@@ -115,14 +115,14 @@ static int apply_rows(const struct ds_convert_opts *o, struct esd_ds_info *info)
 	if (!o->nrows)
 		return 0;
 	if (o->nrows != 1 && o->nrows != info->ntables)
-		return ds_fail(-EINVAL,
-		               "--rows: %u values for %u tables (one for all, or one a table)",
-		               o->nrows, info->ntables);
+		return esd_ds_fail(-EINVAL,
+		                   "--rows: %u values for %u tables (one for all, or one a table)",
+		                   o->nrows, info->ntables);
 	for (uint32_t t = 0; t < info->ntables; t++) {
 		uint64_t r = o->rows[o->nrows == 1 ? 0 : t];
 		if (r < 1 || r > ESD_DS_MAX_ROWS)
-			return ds_fail(-EINVAL, "--rows %llu not in 1..2^48-1",
-			               (unsigned long long)r);
+			return esd_ds_fail(-EINVAL, "--rows %llu not in 1..2^48-1",
+			                   (unsigned long long)r);
 		info->rows[t] = r;
 	}
 	return 0;
@@ -132,22 +132,23 @@ static int apply_rows(const struct ds_convert_opts *o, struct esd_ds_info *info)
 static int multi_hot_info(const struct ds_convert_opts *o, struct esd_ds_info *info)
 {
 	if (o->ntables < 1 || o->ntables > ESD_DS_MAX_TABLES)
-		return ds_fail(-EINVAL, "tsv-multi-hot: --tables %u not in 1..%u", o->ntables,
-		               ESD_DS_MAX_TABLES);
+		return esd_ds_fail(-EINVAL, "tsv-multi-hot: --tables %u not in 1..%u", o->ntables,
+		                   ESD_DS_MAX_TABLES);
 	if (o->ndense > ESD_DS_MAX_DENSE)
-		return ds_fail(-EINVAL, "tsv-multi-hot: --dense %u above %u", o->ndense,
-		               ESD_DS_MAX_DENSE);
+		return esd_ds_fail(-EINVAL, "tsv-multi-hot: --dense %u above %u", o->ndense,
+		                   ESD_DS_MAX_DENSE);
 	if (!o->nrows)
-		return ds_fail(-EINVAL, "tsv-multi-hot needs --rows (the tables' cardinalities)");
+		return esd_ds_fail(-EINVAL,
+		                   "tsv-multi-hot needs --rows (the tables' cardinalities)");
 	snprintf(info->shape, sizeof(info->shape), "tsv-multi-hot");
 	info->ntables = o->ntables;
 	info->ndense = o->ndense;
 	for (uint32_t t = 0; t < o->ntables; t++) {
 		uint32_t m = o->max_bag[t] ? o->max_bag[t] : DS_DEFAULT_MAX_BAG;
 		if (m < 2 || m > ESD_DS_MAX_BAG)
-			return ds_fail(-EINVAL,
-			               "tsv-multi-hot: table %u: --max-bag %u not in 2..%u", t, m,
-			               ESD_DS_MAX_BAG);
+			return esd_ds_fail(-EINVAL,
+			                   "tsv-multi-hot: table %u: --max-bag %u not in 2..%u", t,
+			                   m, ESD_DS_MAX_BAG);
 		info->max_bag[t] = m;
 	}
 	return 0;
@@ -161,7 +162,7 @@ static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info
 	                                  ESD_DS_ORIGIN_CRITEO_SEARCH, ESD_DS_ORIGIN_OTHER};
 	const int mh = o->fmt == DS_FMT_MULTI_HOT;
 	memset(info, 0, sizeof(*info));
-	int rc = mh ? multi_hot_info(o, info) : esd_ds_shape(ds_format_shape(o->fmt), info);
+	int rc = mh ? multi_hot_info(o, info) : esd_ds_shape(esd_ds_format_shape(o->fmt), info);
 	if (!rc)
 		rc = apply_rows(o, info);
 	if (!rc)
@@ -169,10 +170,10 @@ static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info
 	if (rc)
 		return rc;
 	if (mh)
-		ds_parse_init_multi_hot(ctx, info->ntables, info->ndense, info->rows, info->max_bag,
-		                        o->sep ? o->sep : ',');
+		esd_ds_parse_init_multi_hot(ctx, info->ntables, info->ndense, info->rows,
+		                            info->max_bag, o->sep ? o->sep : ',');
 	else
-		ds_parse_init(ctx, o->fmt, info->rows);
+		esd_ds_parse_init(ctx, o->fmt, info->rows);
 	info->dense_format = o->dense_format;
 	info->zstd_level = o->zstd_level;
 	info->origin = origin[o->fmt];
@@ -207,7 +208,7 @@ static int append(struct esd_ds_writer *w, enum ds_format fmt, const struct ds_s
 
 /* Long: the conversion loop (read a line, parse, map keys, append, write a full block, count
  * bad lines) keeps its state in the loop's locals. */
-int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
+int esd_ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 {
 	struct ds_convert_result r = {0, 0, 0};
 	struct ds_parse_ctx ctx;
@@ -232,7 +233,7 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 	l.f = strcmp(in, "-") ? fopen(in, "rb") : stdin;
 	if (!l.f) {
 		rc = esd_neg_errno();
-		ds_fail(rc, "%s: cannot open: %s", in, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: cannot open: %s", in, esd_strerror(rc));
 		goto out_alloc;
 	}
 	uint64_t total = 0;
@@ -253,8 +254,8 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		if (got == 0)
 			break;
 		if (got < 0) {
-			rc = ds_fail(got, "%s: read error after line %llu", in,
-			             (unsigned long long)r.lines);
+			rc = esd_ds_fail(got, "%s: read error after line %llu", in,
+			                 (unsigned long long)r.lines);
 			goto out_writer;
 		}
 		r.lines++;
@@ -263,19 +264,19 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 			goto bad_line;
 		}
 		if (r.lines == 1 && o->fmt == DS_FMT_AVAZU) {
-			if (ds_parse_header(&ctx, line, len, why, sizeof(why))) {
-				rc = ds_fail(-EINVAL, "%s:1: %s", in, why);
+			if (esd_ds_parse_header(&ctx, line, len, why, sizeof(why))) {
+				rc = esd_ds_fail(-EINVAL, "%s:1: %s", in, why);
 				goto out_writer;
 			}
 			continue;
 		}
-		if (r.lines == 1 && o->fmt == DS_FMT_SEARCH && ds_is_search_header(line, len))
+		if (r.lines == 1 && o->fmt == DS_FMT_SEARCH && esd_ds_is_search_header(line, len))
 			continue;
 		if (len == 0 || (len == 1 && line[0] == '\r')) {
 			snprintf(why, sizeof(why), "empty line");
 			goto bad_line;
 		}
-		if (ds_parse_line(&ctx, line, len, s, why, sizeof(why)))
+		if (esd_ds_parse_line(&ctx, line, len, s, why, sizeof(why)))
 			goto bad_line;
 		rc = append(w, o->fmt, s);
 		if (rc)
@@ -288,7 +289,8 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		if (!o->skip_bad) {
 			if (o->progress)
 				fputc('\n', stderr);
-			rc = ds_fail(-EINVAL, "%s:%llu: %s", in, (unsigned long long)r.lines, why);
+			rc = esd_ds_fail(-EINVAL, "%s:%llu: %s", in, (unsigned long long)r.lines,
+			                 why);
 			goto out_writer;
 		}
 		r.skipped++;
@@ -305,20 +307,21 @@ int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res)
 		}
 	}
 	if (o->fmt == DS_FMT_AVAZU && r.lines == 0) {
-		rc = ds_fail(-EINVAL, "%s:1: empty file, expected the Avazu header line", in);
+		rc = esd_ds_fail(-EINVAL, "%s:1: empty file, expected the Avazu header line", in);
 		goto out_writer;
 	}
 	if (!esd_ds_writer_count(w) && !o->allow_empty) {
-		rc = ds_fail(-ENODATA, "%s: no samples (%llu lines read, %llu bad lines skipped): "
-			     "%s not written (--allow-empty writes an empty stream)",
-			     in, (unsigned long long)r.lines, (unsigned long long)r.skipped,
-			     o->out_path);
+		rc = esd_ds_fail(-ENODATA,
+		                 "%s: no samples (%llu lines read, %llu bad lines skipped): "
+		                 "%s not written (--allow-empty writes an empty stream)",
+		                 in, (unsigned long long)r.lines, (unsigned long long)r.skipped,
+		                 o->out_path);
 		goto out_writer;
 	}
 	if (o->progress)
 		progress(&l, total, r.lines, t0, 1);
 	/* the skipped count is provenance: patch it in before the header is final */
-	ds_writer_set_skipped(w, r.skipped);
+	esd_ds_writer_set_skipped(w, r.skipped);
 	rc = esd_ds_writer_close(w);
 	w = NULL;
 	if (rc)

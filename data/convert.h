@@ -53,6 +53,6 @@ struct ds_convert_result {
  * error of the writer or of reading the input. On failure the output file
  * is removed.
  */
-int ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res);
+int esd_ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *res);
 
 #endif /* ESD_DATA_CONVERT_H */

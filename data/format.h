@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <esd/dataset.h>
+#include <esd/le.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "esd_data writes little-endian streams and only builds on little-endian hosts"
@@ -77,37 +78,6 @@ enum {
 
 /* Index header: magic u32, reserved u32, nblocks u64; then offsets, xxh64. */
 #define INDEX_HDR 16
-
-static inline void put_u32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-static inline void put_u64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
-static inline void put_f64(uint8_t *p, double v)
-{
-	memcpy(p, &v, 8);
-}
-static inline uint32_t get_u32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-static inline uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-static inline double get_f64(const uint8_t *p)
-{
-	double v;
-	memcpy(&v, p, 8);
-	return v;
-}
 
 /* Bytes of one stored ID of a table of this cardinality. */
 static inline unsigned id_width(uint64_t rows)
@@ -177,12 +147,12 @@ static inline float bf16_to_f32(uint16_t h)
 }
 
 /* Record the converter's skipped-line count in the header written at close. */
-void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped);
+void esd_ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped);
 
 /* Keep the message for esd_ds_last_error() and log it; returns rc. */
-int ds_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int esd_ds_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Validate the ranges of an info (writer side). Returns 0 or -EINVAL. */
-int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen);
+int esd_ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen);
 
 #endif /* ESD_DATA_FORMAT_H */

@@ -52,7 +52,7 @@ static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
 static double id_weight(uint64_t seed, uint32_t t, uint64_t id)
 {
 	uint64_t x = seed ^ ((uint64_t)t << 48) ^ id;
-	return ((double)(splitmix64(&x) >> 11) * 0x1.0p-53 - 0.5) * 0.8;
+	return ((double)(esd_splitmix64_next(&x) >> 11) * 0x1.0p-53 - 0.5) * 0.8;
 }
 
 /* Base log-odds giving roughly each dataset's positive rate. */
@@ -88,7 +88,7 @@ int esd_ds_gen_defaults(struct esd_ds_gen_params *p, const char *shape)
  * then, the rank's ID. */
 static uint64_t draw_id(struct table_gen *g, struct rng *r, uint64_t i)
 {
-	uint64_t rank = zipf_draw(&g->z, r);
+	uint64_t rank = esd_zipf_draw(&g->z, r);
 	if (!g->perm)
 		return (mulmod(g->mul, rank, g->rows) + g->add) % g->rows;
 	uint64_t due = (uint64_t)(g->swap_rate * (double)(i + 1));
@@ -147,18 +147,20 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 {
 	const struct esd_ds_info *in = &p->info;
 	char why[160];
-	int rc = ds_info_check(in, why, sizeof(why));
+	int rc = esd_ds_info_check(in, why, sizeof(why));
 	if (rc)
-		return ds_fail(rc, "gen: %s", why);
+		return esd_ds_fail(rc, "gen: %s", why);
 	if (!(in->drift >= 0.0) || !isfinite(in->drift))
-		return ds_fail(-EINVAL, "gen: drift %g must be >= 0", in->drift);
+		return esd_ds_fail(-EINVAL, "gen: drift %g must be >= 0", in->drift);
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		if (!(in->zipf[t] > 0.0 && in->zipf[t] <= 10.0))
-			return ds_fail(-EINVAL, "gen: table %u: zipf exponent %g not in (0, 10]", t,
-			               in->zipf[t]);
+			return esd_ds_fail(-EINVAL,
+			                   "gen: table %u: zipf exponent %g not in (0, 10]", t,
+			                   in->zipf[t]);
 		if (is_bag(in, t) && !(p->bag_mean[t] > 0.0 && p->bag_mean[t] <= in->max_bag[t]))
-			return ds_fail(-EINVAL, "gen: table %u: mean bag length %g not in (0, %u]", t,
-			               p->bag_mean[t], in->max_bag[t]);
+			return esd_ds_fail(-EINVAL,
+			                   "gen: table %u: mean bag length %g not in (0, %u]", t,
+			                   p->bag_mean[t], in->max_bag[t]);
 	}
 
 	struct table_gen *tg = calloc(in->ntables, sizeof(*tg));
@@ -179,7 +181,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		struct table_gen *g = &tg[t];
 		g->rows = in->rows[t];
-		if (zipf_init(&g->z, g->rows, in->zipf[t]))
+		if (esd_zipf_init(&g->z, g->rows, in->zipf[t]))
 			goto out_alloc;
 		g->add = g->rows > 1 ? rng_next(&r) % g->rows : 0;
 		g->mul = 1;
@@ -204,10 +206,10 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 		g->swap_rate = in->drift * (double)g->rows / 2e6;
 		if (g->swap_rate > 0.0 && g->rows > 1) {
 			if (g->rows > UINT32_MAX) {
-				rc = ds_fail(-EINVAL,
-				             "gen: table %u: drift needs tables below 2^32 "
-				             "rows",
-				             t);
+				rc = esd_ds_fail(-EINVAL,
+				                 "gen: table %u: drift needs tables below 2^32 "
+				                 "rows",
+				                 t);
 				goto out_alloc;
 			}
 			g->perm = malloc(g->rows * sizeof(uint32_t));
@@ -259,7 +261,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 out_alloc:
 	for (uint32_t t = 0; tg && t < in->ntables; t++) {
 		free(tg[t].perm);
-		zipf_free(&tg[t].z);
+		esd_zipf_free(&tg[t].z);
 	}
 	free(tg);
 	free(dense);

@@ -49,7 +49,7 @@ int esd_ds_hot_profile(const char *path, uint64_t limit, uint64_t count, esd_key
                        uint64_t *n, uint64_t *samples)
 {
 	if (!path || !keys || !n)
-		return ds_fail(-EINVAL, "hot profile: NULL argument");
+		return esd_ds_fail(-EINVAL, "hot profile: NULL argument");
 	struct esd_ds_reader *r;
 	int rc = esd_ds_open(path, &r);
 	if (rc)
@@ -62,16 +62,16 @@ int esd_ds_hot_profile(const char *path, uint64_t limit, uint64_t count, esd_key
 	uint32_t *cnt[ESD_DS_MAX_TABLES] = {0};
 	struct kc *all = NULL;
 	if (total > DS_STAT_MAX_ROWS) {
-		rc = ds_fail(-ENOMEM,
-		             "%s: %" PRIu64 " rows in all, the profile counts at most %" PRIu64,
-		             path, total, (uint64_t)DS_STAT_MAX_ROWS);
+		rc = esd_ds_fail(-ENOMEM,
+		                 "%s: %" PRIu64 " rows in all, the profile counts at most %" PRIu64,
+		                 path, total, (uint64_t)DS_STAT_MAX_ROWS);
 		goto out;
 	}
 	rc = -ENOMEM;
 	for (uint32_t t = 0; t < nt; t++)
 		if (!(cnt[t] = calloc(in->rows[t] ? in->rows[t] : 1, sizeof(uint32_t))))
 			goto out;
-	if ((rc = ds_count_accesses(r, limit, cnt, NULL, &seen, &pos)))
+	if ((rc = esd_ds_count_accesses(r, limit, cnt, NULL, &seen, &pos)))
 		goto out;
 	for (uint32_t t = 0; t < nt; t++)
 		for (uint64_t i = 0; i < in->rows[t]; i++)
@@ -110,10 +110,10 @@ int esd_ds_hot_write(const char *path, const esd_key_t *keys, uint64_t n, const 
 {
 	char tmp[4096];
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-		return ds_fail(-ENAMETOOLONG, "%s: path too long", path);
+		return esd_ds_fail(-ENAMETOOLONG, "%s: path too long", path);
 	FILE *f = fopen(tmp, "w");
 	if (!f)
-		return ds_fail(-errno, "%s: %s", tmp, strerror(errno));
+		return esd_ds_fail(-errno, "%s: %s", tmp, strerror(errno));
 	fprintf(f, "%s\n", HOT_MAGIC);
 	if (comment && *comment)
 		fprintf(f, "# %s\n", comment);
@@ -122,12 +122,12 @@ int esd_ds_hot_write(const char *path, const esd_key_t *keys, uint64_t n, const 
 	int err = ferror(f);
 	if (fclose(f) || err) {
 		unlink(tmp);
-		return ds_fail(-EIO, "%s: write failed", tmp);
+		return esd_ds_fail(-EIO, "%s: write failed", tmp);
 	}
 	if (rename(tmp, path)) {
 		int e = errno;
 		unlink(tmp);
-		return ds_fail(-e, "%s: %s", path, strerror(e));
+		return esd_ds_fail(-e, "%s: %s", path, strerror(e));
 	}
 	return 0;
 }
@@ -135,10 +135,10 @@ int esd_ds_hot_write(const char *path, const esd_key_t *keys, uint64_t n, const 
 int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n)
 {
 	if (!path || !keys || !n)
-		return ds_fail(-EINVAL, "hot rows: NULL argument");
+		return esd_ds_fail(-EINVAL, "hot rows: NULL argument");
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return ds_fail(-errno, "%s: %s", path, strerror(errno));
+		return esd_ds_fail(-errno, "%s: %s", path, strerror(errno));
 	char line[256];
 	uint64_t lineno = 0, cnt = 0, cap = 0;
 	esd_key_t *k = NULL;
@@ -147,12 +147,12 @@ int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n)
 		lineno++;
 		size_t len = strlen(line);
 		if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
-			rc = ds_fail(-EINVAL, "%s:%" PRIu64 ": line too long", path, lineno);
+			rc = esd_ds_fail(-EINVAL, "%s:%" PRIu64 ": line too long", path, lineno);
 			goto out;
 		}
 		if (lineno == 1 && strncmp(line, HOT_MAGIC, strlen(HOT_MAGIC))) {
-			rc = ds_fail(-EINVAL, "%s:1: not a hot-row file (expected '%s')", path,
-			             HOT_MAGIC);
+			rc = esd_ds_fail(-EINVAL, "%s:1: not a hot-row file (expected '%s')", path,
+			                 HOT_MAGIC);
 			goto out;
 		}
 		char *p = line;
@@ -164,8 +164,9 @@ int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n)
 		errno = 0;
 		unsigned long long t = strtoull(p, &end, 10);
 		if (end == p || *end != ':' || errno || t >= ESD_MAX_TABLES) {
-			rc = ds_fail(-EINVAL, "%s:%" PRIu64 ": expected TABLE:ID with TABLE < %u",
-			             path, lineno, ESD_MAX_TABLES);
+			rc = esd_ds_fail(-EINVAL,
+			                 "%s:%" PRIu64 ": expected TABLE:ID with TABLE < %u", path,
+			                 lineno, ESD_MAX_TABLES);
 			goto out;
 		}
 		p = end + 1;
@@ -174,15 +175,16 @@ int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n)
 		while (*end == ' ' || *end == '\t' || *end == '\r')
 			end++;
 		if (end == p || (*end != '\n' && *end) || errno || id > ESD_KEY_ID_MASK) {
-			rc = ds_fail(-EINVAL, "%s:%" PRIu64 ": expected TABLE:ID with ID < 2^%d",
-			             path, lineno, ESD_KEY_ID_BITS);
+			rc =
+			    esd_ds_fail(-EINVAL, "%s:%" PRIu64 ": expected TABLE:ID with ID < 2^%d",
+			                path, lineno, ESD_KEY_ID_BITS);
 			goto out;
 		}
 		esd_key_t key = esd_key_make((uint32_t)t, id);
 		if (cnt && key <= k[cnt - 1]) {
-			rc = ds_fail(-EINVAL, "%s:%" PRIu64 ": key %llu:%llu %s", path, lineno, t,
-			             id,
-			             key == k[cnt - 1] ? "repeated" : "out of order (keys ascend)");
+			rc = esd_ds_fail(
+			    -EINVAL, "%s:%" PRIu64 ": key %llu:%llu %s", path, lineno, t, id,
+			    key == k[cnt - 1] ? "repeated" : "out of order (keys ascend)");
 			goto out;
 		}
 		if (cnt == cap) {
@@ -197,11 +199,11 @@ int esd_ds_hot_load(const char *path, esd_key_t **keys, uint64_t *n)
 		k[cnt++] = key;
 	}
 	if (ferror(f)) {
-		rc = ds_fail(-EIO, "%s: read error", path);
+		rc = esd_ds_fail(-EIO, "%s: read error", path);
 		goto out;
 	}
 	if (lineno == 0) {
-		rc = ds_fail(-EINVAL, "%s: empty file (not a hot-row file)", path);
+		rc = esd_ds_fail(-EINVAL, "%s: empty file (not a hot-row file)", path);
 		goto out;
 	}
 	*keys = k;

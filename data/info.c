@@ -87,10 +87,10 @@ int esd_ds_shape(const char *name, struct esd_ds_info *info)
 {
 	const struct shape *s = find_shape(name);
 	if (!s)
-		return ds_fail(-ENOENT,
-		               "unknown dataset shape '%s' (criteo-kaggle, avazu, "
-		               "criteo-search)",
-		               name ? name : "(null)");
+		return esd_ds_fail(-ENOENT,
+		                   "unknown dataset shape '%s' (criteo-kaggle, avazu, "
+		                   "criteo-search)",
+		                   name ? name : "(null)");
 	snprintf(info->shape, sizeof(info->shape), "%s", s->name);
 	info->ntables = s->ntables;
 	info->ndense = s->ndense;
@@ -113,7 +113,7 @@ const char *esd_ds_shape_table_name(const char *shape, uint32_t t)
 int esd_ds_scale_rows(struct esd_ds_info *info, double scale, uint64_t max_rows)
 {
 	if (!isfinite(scale) || scale < 1.0)
-		return ds_fail(-EINVAL, "scale %g: must be a number >= 1", scale);
+		return esd_ds_fail(-EINVAL, "scale %g: must be a number >= 1", scale);
 	for (uint32_t t = 0; t < info->ntables; t++) {
 		double r = ceil((double)info->rows[t] / scale);
 		uint64_t n = r < 1.0 ? 1 : (uint64_t)r;
@@ -126,7 +126,7 @@ int esd_ds_scale_rows(struct esd_ds_info *info, double scale, uint64_t max_rows)
 	return 0;
 }
 
-int ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
+int esd_ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 {
 	if (in->ntables < 1 || in->ntables > ESD_DS_MAX_TABLES) {
 		snprintf(why, whylen, "ntables %u not in 1..%u", in->ntables, ESD_DS_MAX_TABLES);
@@ -194,7 +194,7 @@ const char *esd_ds_last_error(void)
 	return last_error;
 }
 
-int ds_fail(int rc, const char *fmt, ...)
+int esd_ds_fail(int rc, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

@@ -20,14 +20,14 @@
 #define SEARCH_FIELDS 23 /* Sale .. user_id */
 #define SEARCH_CAT0   6  /* first categorical column */
 #define MH_MAX_FIELDS (1 + ESD_DS_MAX_DENSE + ESD_DS_MAX_TABLES)
-#define MH_MAX_BAG    64 /* ds_parse_init's default bag bound */
+#define MH_MAX_BAG    64 /* esd_ds_parse_init's default bag bound */
 
 struct field {
 	const char *p;
 	size_t n;
 };
 
-int ds_format_parse(const char *name, enum ds_format *out)
+int esd_ds_format_parse(const char *name, enum ds_format *out)
 {
 	if (!strcmp(name, "criteo-kaggle") || !strcmp(name, "criteo"))
 		*out = DS_FMT_CRITEO;
@@ -42,15 +42,15 @@ int ds_format_parse(const char *name, enum ds_format *out)
 	return 0;
 }
 
-const char *ds_format_shape(enum ds_format fmt)
+const char *esd_ds_format_shape(enum ds_format fmt)
 {
 	return fmt == DS_FMT_AVAZU    ? "avazu"
 	       : fmt == DS_FMT_SEARCH ? "criteo-search"
 	                              : "criteo-kaggle";
 }
 
-void ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
-                             const uint64_t *rows, const uint32_t *max_bag, char sep)
+void esd_ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
+                                 const uint64_t *rows, const uint32_t *max_bag, char sep)
 {
 	memset(c, 0, sizeof(*c));
 	c->fmt = DS_FMT_MULTI_HOT;
@@ -65,18 +65,18 @@ void ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t 
 	c->sep = sep;
 }
 
-void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows)
+void esd_ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows)
 {
 	struct esd_ds_info in;
 	if (fmt == DS_FMT_MULTI_HOT) {
 		static const uint32_t max_bag = MH_MAX_BAG;
 		uint64_t one = rows ? rows[0] : 1;
-		ds_parse_init_multi_hot(c, 1, 0, &one, &max_bag, ',');
+		esd_ds_parse_init_multi_hot(c, 1, 0, &one, &max_bag, ',');
 		return;
 	}
 	memset(c, 0, sizeof(*c));
 	memset(&in, 0, sizeof(in));
-	esd_ds_shape(ds_format_shape(fmt), &in);
+	esd_ds_shape(esd_ds_format_shape(fmt), &in);
 	c->fmt = fmt;
 	c->ntables = in.ntables;
 	c->ndense = in.ndense;
@@ -266,7 +266,8 @@ static int parse_avazu(const struct ds_parse_ctx *c, const char *line, size_t le
 	return 0;
 }
 
-int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why, size_t whylen)
+int esd_ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why,
+                        size_t whylen)
 {
 	struct field f[DS_AVAZU_MAX_COLS];
 	c->ncols = 0; /* no data line parses until a header did */
@@ -295,7 +296,7 @@ int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *
 	return 0;
 }
 
-int ds_is_search_header(const char *line, size_t len)
+int esd_ds_is_search_header(const char *line, size_t len)
 {
 	return len >= 5 && !memcmp(line, "Sale\t", 5);
 }
@@ -409,8 +410,8 @@ static int parse_multi_hot(const struct ds_parse_ctx *c, const char *line, size_
 	return 0;
 }
 
-int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, struct ds_sample *out,
-                  char *why, size_t whylen)
+int esd_ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len,
+                      struct ds_sample *out, char *why, size_t whylen)
 {
 	switch (c->fmt) {
 	case DS_FMT_CRITEO:

@@ -56,39 +56,40 @@ struct ds_sample {
 
 /* Name of a format ("criteo-kaggle", "avazu", "criteo-search",
  * "tsv-multi-hot") to enum; returns 0 or -ENOENT. */
-int ds_format_parse(const char *name, enum ds_format *out);
+int esd_ds_format_parse(const char *name, enum ds_format *out);
 /* The built-in shape (esd_ds_shape) of a real-file format: criteo-kaggle,
  * avazu or criteo-search (tsv-multi-hot has none: criteo-kaggle). */
-const char *ds_format_shape(enum ds_format fmt);
+const char *esd_ds_format_shape(enum ds_format fmt);
 
 /*
  * Set up a context for fmt with the built-in shape's tables; rows may be
  * NULL (the shape's cardinalities) or ntables entries. For Avazu the
- * header line must then go through ds_parse_header before any data line.
+ * header line must then go through esd_ds_parse_header before any data line.
  * tsv-multi-hot has no shape: this gives one table (rows[0] rows, or 1),
- * no dense value, bags of up to 64 IDs and ','; see ds_parse_init_multi_hot.
+ * no dense value, bags of up to 64 IDs and ','; see esd_ds_parse_init_multi_hot.
  */
-void ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows);
+void esd_ds_parse_init(struct ds_parse_ctx *c, enum ds_format fmt, const uint64_t *rows);
 
 /*
  * tsv-multi-hot has no built-in shape: ntables tables (1..ESD_DS_MAX_TABLES)
  * of rows[t] rows and bags of at most max_bag[t] IDs, ndense dense values
  * (0..ESD_DS_MAX_DENSE), sep between a bag's IDs (not a tab nor a hex digit).
  */
-void ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
-                             const uint64_t *rows, const uint32_t *max_bag, char sep);
+void esd_ds_parse_init_multi_hot(struct ds_parse_ctx *c, uint32_t ntables, uint32_t ndense,
+                                 const uint64_t *rows, const uint32_t *max_bag, char sep);
 
 /*
  * Avazu: map the header line's column names. Returns 0, or -EINVAL with a
  * reason (a column we need is missing, too many columns).
  */
-int ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why, size_t whylen);
+int esd_ds_parse_header(struct ds_parse_ctx *c, const char *line, size_t len, char *why,
+                        size_t whylen);
 
 /* True when the line is the header of a Sponsored Search file ("Sale\t..."). */
-int ds_is_search_header(const char *line, size_t len);
+int esd_ds_is_search_header(const char *line, size_t len);
 
 /* Parse one data line. Returns 0 or -EINVAL with why filled. */
-int ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len, struct ds_sample *out,
-                  char *why, size_t whylen);
+int esd_ds_parse_line(const struct ds_parse_ctx *c, const char *line, size_t len,
+                      struct ds_sample *out, char *why, size_t whylen);
 
 #endif /* ESD_DATA_PARSE_H */

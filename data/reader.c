@@ -58,12 +58,12 @@ static int read_at(struct esd_ds_reader *r, void *buf, size_t len, uint64_t off)
 			if (errno == EINTR)
 				continue;
 			int rc = esd_neg_errno();
-			return ds_fail(rc, "%s: read at byte %llu: %s", r->path,
-			               (unsigned long long)off, esd_strerror(rc));
+			return esd_ds_fail(rc, "%s: read at byte %llu: %s", r->path,
+			                   (unsigned long long)off, esd_strerror(rc));
 		}
 		if (g == 0)
-			return ds_fail(-EPROTO, "%s: truncated at byte %llu", r->path,
-			               (unsigned long long)off);
+			return esd_ds_fail(-EPROTO, "%s: truncated at byte %llu", r->path,
+			                   (unsigned long long)off);
 		p += g;
 		len -= (size_t)g;
 		off += (uint64_t)g;
@@ -79,101 +79,101 @@ static int parse_header(struct esd_ds_reader *r)
 	const char *path = r->path;
 	if (r->file_size < HDR_FIXED) {
 		if (r->file_size >= 8 && read_at(r, fixed, 8, 0) == 0 && memcmp(fixed, DS_MAGIC, 8))
-			return ds_fail(-ESD_EBADMAGIC,
-			               "%s: not a dataset stream (bad magic at "
-			               "byte 0)",
-			               path);
-		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header alone needs %u",
-		               path, (unsigned long long)r->file_size, HDR_FIXED);
+			return esd_ds_fail(-ESD_EBADMAGIC,
+			                   "%s: not a dataset stream (bad magic at "
+			                   "byte 0)",
+			                   path);
+		return esd_ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header alone needs %u",
+		                   path, (unsigned long long)r->file_size, HDR_FIXED);
 	}
 	int rc = read_at(r, fixed, HDR_FIXED, 0);
 	if (rc)
 		return rc;
 	if (memcmp(fixed + HDR_MAGIC, DS_MAGIC, 8))
-		return ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
-		               path);
-	uint32_t ver = get_u32(fixed + HDR_VERSION);
+		return esd_ds_fail(-ESD_EBADMAGIC, "%s: not a dataset stream (bad magic at byte 0)",
+		                   path);
+	uint32_t ver = esd_get_le32(fixed + HDR_VERSION);
 	if (ver != DS_VERSION && ver != DS_VERSION_BAGS)
-		return ds_fail(-ESD_EBADVERSION,
-		               "%s: stream version %u at byte %u, this build "
-		               "reads versions %u and %u",
-		               path, ver, HDR_VERSION, DS_VERSION, DS_VERSION_BAGS);
-	uint32_t nt = get_u32(fixed + HDR_NTABLES);
-	uint32_t hb = get_u32(fixed + HDR_BYTES);
+		return esd_ds_fail(-ESD_EBADVERSION,
+		                   "%s: stream version %u at byte %u, this build "
+		                   "reads versions %u and %u",
+		                   path, ver, HDR_VERSION, DS_VERSION, DS_VERSION_BAGS);
+	uint32_t nt = esd_get_le32(fixed + HDR_NTABLES);
+	uint32_t hb = esd_get_le32(fixed + HDR_BYTES);
 	r->bags = ver == DS_VERSION_BAGS;
 	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags))
-		return ds_fail(-EPROTO,
-		               "%s: header at byte 0: %u tables / %u header bytes "
-		               "inconsistent",
-		               path, nt, hb);
+		return esd_ds_fail(-EPROTO,
+		                   "%s: header at byte 0: %u tables / %u header bytes "
+		                   "inconsistent",
+		                   path, nt, hb);
 	if (r->file_size < hb)
-		return ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header needs %u", path,
-		               (unsigned long long)r->file_size, hb);
+		return esd_ds_fail(-EPROTO, "%s: truncated: %llu bytes, the header needs %u", path,
+		                   (unsigned long long)r->file_size, hb);
 	uint8_t *h = malloc(hb);
 	if (!h)
 		return -ENOMEM;
 	rc = read_at(r, h, hb, 0);
 	if (rc)
 		goto out;
-	if (XXH64(h, hb - 8, 0) != get_u64(h + hb - 8)) {
-		rc = ds_fail(-ESD_EBADSUM, "%s: header checksum mismatch (bytes 0..%u)", path,
-		             hb - 1);
+	if (XXH64(h, hb - 8, 0) != esd_get_le64(h + hb - 8)) {
+		rc = esd_ds_fail(-ESD_EBADSUM, "%s: header checksum mismatch (bytes 0..%u)", path,
+		                 hb - 1);
 		goto out;
 	}
 	struct esd_ds_info *in = &r->info;
 	memcpy(in->shape, h + HDR_SHAPE, ESD_DS_NAME_LEN - 1);
 	in->ntables = nt;
-	in->ndense = get_u32(h + HDR_NDENSE);
-	in->dense_format = get_u32(h + HDR_DENSE_FORMAT);
-	in->block_samples = get_u32(h + HDR_BLOCK_SAMPLES);
-	uint32_t flags = get_u32(h + HDR_FLAGS);
-	in->origin = get_u32(h + HDR_ORIGIN);
-	in->nsamples = get_u64(h + HDR_NSAMPLES);
-	r->nblocks = get_u64(h + HDR_NBLOCKS);
-	r->index_off = get_u64(h + HDR_INDEX_OFFSET);
-	in->seed = get_u64(h + HDR_SEED);
-	in->drift = get_f64(h + HDR_DRIFT);
-	in->scale = get_f64(h + HDR_SCALE);
-	in->max_rows = get_u64(h + HDR_MAX_ROWS);
-	in->skipped = get_u64(h + HDR_SKIPPED);
-	in->zstd_level = (int32_t)get_u32(h + HDR_ZSTD_LEVEL);
+	in->ndense = esd_get_le32(h + HDR_NDENSE);
+	in->dense_format = esd_get_le32(h + HDR_DENSE_FORMAT);
+	in->block_samples = esd_get_le32(h + HDR_BLOCK_SAMPLES);
+	uint32_t flags = esd_get_le32(h + HDR_FLAGS);
+	in->origin = esd_get_le32(h + HDR_ORIGIN);
+	in->nsamples = esd_get_le64(h + HDR_NSAMPLES);
+	r->nblocks = esd_get_le64(h + HDR_NBLOCKS);
+	r->index_off = esd_get_le64(h + HDR_INDEX_OFFSET);
+	in->seed = esd_get_le64(h + HDR_SEED);
+	in->drift = esd_get_lef64(h + HDR_DRIFT);
+	in->scale = esd_get_lef64(h + HDR_SCALE);
+	in->max_rows = esd_get_le64(h + HDR_MAX_ROWS);
+	in->skipped = esd_get_le64(h + HDR_SKIPPED);
+	in->zstd_level = (int32_t)esd_get_le32(h + HDR_ZSTD_LEVEL);
 	memcpy(in->source, h + HDR_SOURCE, ESD_DS_SOURCE_LEN - 1);
 	for (uint32_t t = 0; t < nt; t++) {
 		const uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
-		in->rows[t] = get_u64(e);
-		in->zipf[t] = get_f64(e + 8);
-		in->max_bag[t] = r->bags ? get_u32(h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t)
-		                         : 0;
+		in->rows[t] = esd_get_le64(e);
+		in->zipf[t] = esd_get_lef64(e + 8);
+		const uint8_t *bag = h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t;
+		in->max_bag[t] = r->bags ? esd_get_le32(bag) : 0;
 	}
 	r->hdr_bytes = hb;
 	char why[160];
-	if (ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
+	if (esd_ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
 	    (flags & ~DS_FLAG_ZSTD)) {
-		if (!ds_info_check(in, why, sizeof(why)))
+		if (!esd_ds_info_check(in, why, sizeof(why)))
 			snprintf(why, sizeof(why), "block size %u / flags %#x invalid",
 			         in->block_samples, flags);
-		rc = ds_fail(-EPROTO, "%s: header: %s", path, why);
+		rc = esd_ds_fail(-EPROTO, "%s: header: %s", path, why);
 		goto out;
 	}
 #ifndef ESD_DATA_HAVE_ZSTD
 	if (flags & DS_FLAG_ZSTD) {
-		rc = ds_fail(-ENOTSUP, "%s: zstd-compressed stream, built without zstd", path);
+		rc = esd_ds_fail(-ENOTSUP, "%s: zstd-compressed stream, built without zstd", path);
 		goto out;
 	}
 #endif
 	if (r->index_off == 0) {
-		rc = ds_fail(-EPROTO,
-		             "%s: incomplete stream: the writer never closed it (no "
-		             "block index; header at byte 0)",
-		             path);
+		rc = esd_ds_fail(-EPROTO,
+		                 "%s: incomplete stream: the writer never closed it (no "
+		                 "block index; header at byte 0)",
+		                 path);
 		goto out;
 	}
 	uint64_t want = in->nsamples / in->block_samples +
 			(in->nsamples % in->block_samples != 0); /* no overflow */
 	if (r->nblocks != want) {
-		rc = ds_fail(-EPROTO, "%s: header: %llu blocks for %llu samples of %u", path,
-		             (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
-		             in->block_samples);
+		rc = esd_ds_fail(-EPROTO, "%s: header: %llu blocks for %llu samples of %u", path,
+		                 (unsigned long long)r->nblocks, (unsigned long long)in->nsamples,
+		                 in->block_samples);
 		goto out;
 	}
 	r->bs = in->block_samples;
@@ -193,12 +193,13 @@ static int parse_index(struct esd_ds_reader *r)
 	/* nblocks is bounded by the file size before anything is allocated */
 	if (r->nblocks > r->file_size / 8 || r->index_off < hb ||
 	    r->index_off + INDEX_HDR + r->nblocks * 8 + 8 != r->file_size) {
-		return ds_fail(-EPROTO,
-		               "%s: truncated or damaged: file has %llu bytes, the "
-		               "index at byte %llu with %llu blocks needs %llu",
-		               path, (unsigned long long)r->file_size,
-		               (unsigned long long)r->index_off, (unsigned long long)r->nblocks,
-		               (unsigned long long)(r->index_off + INDEX_HDR + r->nblocks * 8 + 8));
+		return esd_ds_fail(
+		    -EPROTO,
+		    "%s: truncated or damaged: file has %llu bytes, the "
+		    "index at byte %llu with %llu blocks needs %llu",
+		    path, (unsigned long long)r->file_size, (unsigned long long)r->index_off,
+		    (unsigned long long)r->nblocks,
+		    (unsigned long long)(r->index_off + INDEX_HDR + r->nblocks * 8 + 8));
 	}
 	size_t ib = INDEX_HDR + r->nblocks * 8 + 8;
 	uint8_t *ix = malloc(ib);
@@ -209,25 +210,25 @@ static int parse_index(struct esd_ds_reader *r)
 	rc = read_at(r, ix, ib, r->index_off);
 	if (rc)
 		goto out;
-	if (get_u32(ix) != DS_INDEX_MAGIC || get_u64(ix + 8) != r->nblocks) {
-		rc = ds_fail(-EPROTO, "%s: block index at byte %llu: bad magic or count", path,
-		             (unsigned long long)r->index_off);
+	if (esd_get_le32(ix) != DS_INDEX_MAGIC || esd_get_le64(ix + 8) != r->nblocks) {
+		rc = esd_ds_fail(-EPROTO, "%s: block index at byte %llu: bad magic or count", path,
+		                 (unsigned long long)r->index_off);
 		goto out;
 	}
-	if (XXH64(ix, ib - 8, 0) != get_u64(ix + ib - 8)) {
-		rc = ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch", path,
-		             (unsigned long long)r->index_off);
+	if (XXH64(ix, ib - 8, 0) != esd_get_le64(ix + ib - 8)) {
+		rc = esd_ds_fail(-ESD_EBADSUM, "%s: block index at byte %llu: checksum mismatch",
+		                 path, (unsigned long long)r->index_off);
 		goto out;
 	}
 	uint64_t prev = hb;
 	for (uint64_t b = 0; b < r->nblocks; b++) {
-		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
+		uint64_t o = esd_get_le64(ix + INDEX_HDR + b * 8);
 		if ((b == 0 && o != hb) || o < prev || o > r->index_off - BLOCK_HDR ||
 		    (b > 0 && o - prev < BLOCK_HDR)) {
-			rc = ds_fail(-EPROTO,
-			             "%s: block index: block %llu at byte %llu out of "
-			             "order",
-			             path, (unsigned long long)b, (unsigned long long)o);
+			rc = esd_ds_fail(-EPROTO,
+			                 "%s: block index: block %llu at byte %llu out of "
+			                 "order",
+			                 path, (unsigned long long)b, (unsigned long long)o);
 			goto out;
 		}
 		r->index[b] = o;
@@ -253,7 +254,7 @@ int esd_ds_open(const char *path, struct esd_ds_reader **out)
 	r->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (r->fd < 0) {
 		rc = esd_neg_errno();
-		ds_fail(rc, "%s: cannot open: %s", path, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: cannot open: %s", path, esd_strerror(rc));
 		goto fail_alloc;
 	}
 	struct stat st;
@@ -342,12 +343,13 @@ static int decode_columns(struct esd_ds_reader *r, const uint8_t *p, uint64_t ra
 			for (uint32_t i = 0; i < n; i++) {
 				uint32_t l = lw == 1 ? p[i] : (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8;
 				if (l > in->max_bag[t])
-					return ds_fail(-EPROTO,
-					               "%s: block %llu at byte %llu: sample %llu table %u: "
-					               "a bag of %u IDs, the table's are at most %u",
-					               r->path, ob, oo,
-					               (unsigned long long)(r->bs * (uint64_t)ob + i), t, l,
-					               in->max_bag[t]);
+					return esd_ds_fail(
+					    -EPROTO,
+					    "%s: block %llu at byte %llu: sample %llu table %u: "
+					    "a bag of %u IDs, the table's are at most %u",
+					    r->path, ob, oo,
+					    (unsigned long long)(r->bs * (uint64_t)ob + i), t, l,
+					    in->max_bag[t]);
 				bo[i + 1] = bo[i] + l;
 			}
 			p += (size_t)n * lw;
@@ -365,8 +367,10 @@ static int decode_columns(struct esd_ds_reader *r, const uint8_t *p, uint64_t ra
 	if (p == end)
 		return 0;
 short_payload:
-	return ds_fail(-EPROTO, "%s: block %llu at byte %llu: its %llu payload bytes do not hold "
-	               "its columns", r->path, ob, oo, (unsigned long long)raw);
+	return esd_ds_fail(-EPROTO,
+	                   "%s: block %llu at byte %llu: its %llu payload bytes do not hold "
+	                   "its columns",
+	                   r->path, ob, oo, (unsigned long long)raw);
 }
 
 /* Read, check and decode block b into the reader's block buffers.
@@ -384,8 +388,9 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 
 	r->cur = -1;
 	if (len - BLOCK_HDR > raw + raw / 8 + 4096) /* far above any zstd bound */
-		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: %llu bytes for %u samples",
-		               r->path, ob, oo, (unsigned long long)len, n);
+		return esd_ds_fail(-EPROTO,
+		                   "%s: block %llu at byte %llu: %llu bytes for %u samples",
+		                   r->path, ob, oo, (unsigned long long)len, n);
 	int rc = grow(&r->buf, &r->buf_cap, len);
 	if (rc)
 		return rc;
@@ -393,27 +398,27 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 	if (rc)
 		return rc;
 	const uint8_t *bh = r->buf;
-	uint32_t flags = get_u32(bh + BLK_FLAGS);
-	if (get_u32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
-		return ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path, ob,
-		               oo);
+	uint32_t flags = esd_get_le32(bh + BLK_FLAGS);
+	if (esd_get_le32(bh + BLK_MAGIC) != DS_BLOCK_MAGIC)
+		return esd_ds_fail(-EPROTO, "%s: block %llu at byte %llu: bad block magic", r->path,
+		                   ob, oo);
 	XXH64_state_t st;
 	XXH64_reset(&st, 0);
 	XXH64_update(&st, bh, BLK_SUM);
 	XXH64_update(&st, bh + BLOCK_HDR, len - BLOCK_HDR);
-	if (XXH64_digest(&st) != get_u64(bh + BLK_SUM))
-		return ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
-		               r->path, ob, oo);
-	if (get_u32(bh + BLK_N) != n || get_u64(bh + BLK_FIRST) != first ||
-	    get_u32(bh + BLK_STORED) != len - BLOCK_HDR ||
-	    (r->bags ? get_u32(bh + BLK_RAW) > raw : get_u32(bh + BLK_RAW) != raw) ||
+	if (XXH64_digest(&st) != esd_get_le64(bh + BLK_SUM))
+		return esd_ds_fail(-ESD_EBADSUM, "%s: block %llu at byte %llu: checksum mismatch",
+		                   r->path, ob, oo);
+	if (esd_get_le32(bh + BLK_N) != n || esd_get_le64(bh + BLK_FIRST) != first ||
+	    esd_get_le32(bh + BLK_STORED) != len - BLOCK_HDR ||
+	    (r->bags ? esd_get_le32(bh + BLK_RAW) > raw : esd_get_le32(bh + BLK_RAW) != raw) ||
 	    (flags & ~DS_FLAG_ZSTD))
-		return ds_fail(-EPROTO,
-		               "%s: block %llu at byte %llu: header does not match the "
-		               "stream (%u samples from %llu expected)",
-		               r->path, ob, oo, n, (unsigned long long)first);
+		return esd_ds_fail(-EPROTO,
+		                   "%s: block %llu at byte %llu: header does not match the "
+		                   "stream (%u samples from %llu expected)",
+		                   r->path, ob, oo, n, (unsigned long long)first);
 	if (r->bags)
-		raw = get_u32(bh + BLK_RAW);
+		raw = esd_get_le32(bh + BLK_RAW);
 	const uint8_t *p = bh + BLOCK_HDR;
 	if (flags & DS_FLAG_ZSTD) {
 #ifdef ESD_DATA_HAVE_ZSTD
@@ -422,25 +427,27 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 			return rc;
 		size_t z = ZSTD_decompress(r->zraw, raw, p, len - BLOCK_HDR);
 		if (ZSTD_isError(z) || z != raw)
-			return ds_fail(-EPROTO, "%s: block %llu at byte %llu: zstd: %s", r->path,
-			               ob, oo, ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
+			return esd_ds_fail(-EPROTO, "%s: block %llu at byte %llu: zstd: %s",
+			                   r->path, ob, oo,
+			                   ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short");
 		p = r->zraw;
 #else
-		return ds_fail(-ENOTSUP, "%s: block %llu: zstd, built without zstd", r->path, ob);
+		return esd_ds_fail(-ENOTSUP, "%s: block %llu: zstd, built without zstd", r->path,
+		                   ob);
 #endif
 	} else if (len - BLOCK_HDR != raw) {
-		return ds_fail(-EPROTO,
-		               "%s: block %llu at byte %llu: %llu payload bytes, %llu "
-		               "expected",
-		               r->path, ob, oo, (unsigned long long)(len - BLOCK_HDR),
-		               (unsigned long long)raw);
+		return esd_ds_fail(-EPROTO,
+		                   "%s: block %llu at byte %llu: %llu payload bytes, %llu "
+		                   "expected",
+		                   r->path, ob, oo, (unsigned long long)(len - BLOCK_HDR),
+		                   (unsigned long long)raw);
 	}
 	rc = decode_columns(r, p, raw, n, ob, oo);
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < n; i++)
 		if (r->labels[i] > 1)
-			return ds_fail(
+			return esd_ds_fail(
 			    -EPROTO, "%s: block %llu at byte %llu: sample %llu: label %u", r->path,
 			    ob, oo, (unsigned long long)(first + i), r->labels[i]);
 	for (uint32_t t = 0; t < in->ntables; t++) {
@@ -450,12 +457,13 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 			for (uint32_t j = a; j < z; j++) {
 				uint64_t id = get_id(r->ids[t], r->idw[t], j);
 				if (id >= in->rows[t])
-					return ds_fail(-EPROTO,
-					               "%s: block %llu at byte %llu: sample %llu "
-					               "table %u: id %llu >= %llu rows",
-					               r->path, ob, oo, (unsigned long long)(first + i),
-					               t, (unsigned long long)id,
-					               (unsigned long long)in->rows[t]);
+					return esd_ds_fail(
+					    -EPROTO,
+					    "%s: block %llu at byte %llu: sample %llu "
+					    "table %u: id %llu >= %llu rows",
+					    r->path, ob, oo, (unsigned long long)(first + i), t,
+					    (unsigned long long)id,
+					    (unsigned long long)in->rows[t]);
 			}
 		}
 	}
@@ -531,9 +539,12 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
 	uint64_t start = r->cursor, got = 0;
 	for (uint32_t t = 0; r->bags && keys && t < in->ntables; t++) /* only a version 2 has bags */
 		if (is_bag(in, t))
-			return ds_fail(-ENOTSUP, "%s: table %u has bags of up to %u IDs (a multi-hot "
-			               "stream, docs/multihot.md): this reader takes one ID per "
-			               "table", r->path, t, in->max_bag[t]);
+			return esd_ds_fail(
+			    -ENOTSUP,
+			    "%s: table %u has bags of up to %u IDs (a multi-hot "
+			    "stream, docs/multihot.md): this reader takes one ID per "
+			    "table",
+			    r->path, t, in->max_bag[t]);
 	if (k > INT64_MAX)
 		k = INT64_MAX;
 	while (got < k && r->cursor < in->nsamples) {
@@ -593,9 +604,11 @@ int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, flo
 		if (nk == UINT64_MAX) {
 			if (got)
 				break;
-			return ds_fail(-ENOSPC, "%s: sample %llu has more keys than the %llu of the "
-			               "caller's array", r->path, (unsigned long long)r->cursor,
-			               (unsigned long long)keys_cap);
+			return esd_ds_fail(-ENOSPC,
+			                   "%s: sample %llu has more keys than the %llu of the "
+			                   "caller's array",
+			                   r->path, (unsigned long long)r->cursor,
+			                   (unsigned long long)keys_cap);
 		}
 		copy_out(r, i, 1, labels ? labels + got : NULL,
 		         dense ? dense + got * in->ndense : NULL, NULL);
@@ -622,7 +635,7 @@ int esd_ds_read_wrap(struct esd_ds_reader *r, uint64_t k, float *labels, float *
 			return (int)n;
 		if (n == 0) {
 			if (r->cursor == 0)
-				return ds_fail(-ENODATA, "%s: no samples", r->path);
+				return esd_ds_fail(-ENODATA, "%s: no samples", r->path);
 			r->cursor = 0;
 			continue;
 		}
@@ -642,9 +655,9 @@ uint64_t esd_ds_tell(const struct esd_ds_reader *r)
 int esd_ds_seek(struct esd_ds_reader *r, uint64_t cursor)
 {
 	if (cursor > r->info.nsamples)
-		return ds_fail(-EINVAL, "%s: seek to sample %llu past the end (%llu samples)",
-		               r->path, (unsigned long long)cursor,
-		               (unsigned long long)r->info.nsamples);
+		return esd_ds_fail(-EINVAL, "%s: seek to sample %llu past the end (%llu samples)",
+		                   r->path, (unsigned long long)cursor,
+		                   (unsigned long long)r->info.nsamples);
 	r->cursor = cursor;
 	return 0;
 }

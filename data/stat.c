@@ -134,8 +134,8 @@ static void count_lens(uint64_t *const *lens, const uint32_t *off, int64_t got, 
 				lens[t][off[s * nt + t + 1] - off[s * nt + t]]++;
 }
 
-int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
-                      uint64_t *const *lens, uint64_t *samples, uint64_t *positives)
+int esd_ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                          uint64_t *const *lens, uint64_t *samples, uint64_t *positives)
 {
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
 	const uint32_t nt = in->ntables;
@@ -180,7 +180,7 @@ out:
 	return rc;
 }
 
-unsigned ds_bag_bucket(uint32_t len)
+unsigned esd_ds_bag_bucket(uint32_t len)
 {
 	unsigned b = 0;
 	for (; len; len >>= 1)
@@ -213,7 +213,7 @@ static void bag_summary(struct ds_table_stat *ts, const uint64_t *h, uint32_t ma
 		ts->bag_max = len;
 		n += h[len];
 		sum += (double)len * (double)h[len];
-		ts->bag_hist[ds_bag_bucket(len)] += h[len];
+		ts->bag_hist[esd_ds_bag_bucket(len)] += h[len];
 	}
 	if (!n)
 		return;
@@ -253,10 +253,10 @@ static int64_t table_stat(struct ds_stat *st, uint32_t t, uint32_t *c, uint64_t 
 	return (int64_t)acc;
 }
 
-int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st)
+int esd_ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st)
 {
 	if (!(cache_ratio >= 0.0 && cache_ratio <= 1.0))
-		return ds_fail(-EINVAL, "cache ratio %g not in [0, 1]", cache_ratio);
+		return esd_ds_fail(-EINVAL, "cache ratio %g not in [0, 1]", cache_ratio);
 	struct esd_ds_reader *r;
 	int rc = esd_ds_open(path, &r);
 	if (rc)
@@ -275,11 +275,11 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 	uint64_t *lens[ESD_DS_MAX_TABLES] = {0};
 	uint64_t dist[ESD_DS_MAX_TABLES] = {0};
 	if (st->total_rows > DS_STAT_MAX_ROWS) {
-		rc = ds_fail(-ENOMEM,
-		             "%s: %llu rows in all, stat counts at most %llu: convert or "
-		             "generate with --scale/--max-rows",
-		             path, (unsigned long long)st->total_rows,
-		             (unsigned long long)DS_STAT_MAX_ROWS);
+		rc = esd_ds_fail(-ENOMEM,
+		                 "%s: %llu rows in all, stat counts at most %llu: convert or "
+		                 "generate with --scale/--max-rows",
+		                 path, (unsigned long long)st->total_rows,
+		                 (unsigned long long)DS_STAT_MAX_ROWS);
 		goto out;
 	}
 	rc = -ENOMEM;
@@ -290,7 +290,7 @@ int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct
 		    !(lens[t] = calloc((size_t)st->info.max_bag[t] + 1, sizeof(uint64_t))))
 			goto out;
 	}
-	if ((rc = ds_count_accesses(r, limit, cnt, lens, &st->samples, &st->positives)))
+	if ((rc = esd_ds_count_accesses(r, limit, cnt, lens, &st->samples, &st->positives)))
 		goto out;
 	st->cache_ratio = cache_ratio;
 	uint64_t accesses = 0;

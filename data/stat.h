@@ -51,17 +51,17 @@ struct ds_stat {
  * not in [0, 1]), -ENOMEM (more than DS_STAT_MAX_ROWS rows: scale the
  * stream), or an error of esd_ds_open/esd_ds_read.
  */
-int ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st);
+int esd_ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, struct ds_stat *st);
 
 /* Add the accesses of the first limit samples (0: all) from r's position
  * to cnt[t][id] (one array of rows[t] counters per table, saturating) and,
  * when lens is not NULL, each bag of table t to lens[t][length] (an array
  * of max_bag[t] + 1 counters, or NULL for a table not counted).
  * Returns 0 or an error of esd_ds_read. */
-int ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
-                      uint64_t *const *lens, uint64_t *samples, uint64_t *positives);
+int esd_ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                          uint64_t *const *lens, uint64_t *samples, uint64_t *positives);
 
 /* Bucket of a bag length in ds_table_stat.bag_hist. */
-unsigned ds_bag_bucket(uint32_t len);
+unsigned esd_ds_bag_bucket(uint32_t len);
 
 #endif /* ESD_DATA_STAT_H */

@@ -67,35 +67,35 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 	const struct esd_ds_info *in = &w->info;
 	memset(h, 0, w->hdr_bytes);
 	memcpy(h + HDR_MAGIC, DS_MAGIC, 8);
-	put_u32(h + HDR_VERSION, has_bags(in) ? DS_VERSION_BAGS : DS_VERSION);
-	put_u32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
+	esd_put_le32(h + HDR_VERSION, has_bags(in) ? DS_VERSION_BAGS : DS_VERSION);
+	esd_put_le32(h + HDR_BYTES, (uint32_t)w->hdr_bytes);
 	memcpy(h + HDR_SHAPE, in->shape, strnlen(in->shape, ESD_DS_NAME_LEN - 1));
-	put_u32(h + HDR_NTABLES, in->ntables);
-	put_u32(h + HDR_NDENSE, in->ndense);
-	put_u32(h + HDR_DENSE_FORMAT, in->dense_format);
-	put_u32(h + HDR_BLOCK_SAMPLES, w->bs);
-	put_u32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
-	put_u32(h + HDR_ORIGIN, in->origin);
-	put_u64(h + HDR_NSAMPLES, w->count);
-	put_u64(h + HDR_NBLOCKS, w->nindex);
-	put_u64(h + HDR_INDEX_OFFSET, index_off);
-	put_u64(h + HDR_SEED, in->seed);
-	put_f64(h + HDR_DRIFT, in->drift);
-	put_f64(h + HDR_SCALE, in->scale);
-	put_u64(h + HDR_MAX_ROWS, in->max_rows);
-	put_u64(h + HDR_SKIPPED, in->skipped);
-	put_u32(h + HDR_ZSTD_LEVEL, (uint32_t)in->zstd_level);
+	esd_put_le32(h + HDR_NTABLES, in->ntables);
+	esd_put_le32(h + HDR_NDENSE, in->ndense);
+	esd_put_le32(h + HDR_DENSE_FORMAT, in->dense_format);
+	esd_put_le32(h + HDR_BLOCK_SAMPLES, w->bs);
+	esd_put_le32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
+	esd_put_le32(h + HDR_ORIGIN, in->origin);
+	esd_put_le64(h + HDR_NSAMPLES, w->count);
+	esd_put_le64(h + HDR_NBLOCKS, w->nindex);
+	esd_put_le64(h + HDR_INDEX_OFFSET, index_off);
+	esd_put_le64(h + HDR_SEED, in->seed);
+	esd_put_lef64(h + HDR_DRIFT, in->drift);
+	esd_put_lef64(h + HDR_SCALE, in->scale);
+	esd_put_le64(h + HDR_MAX_ROWS, in->max_rows);
+	esd_put_le64(h + HDR_SKIPPED, in->skipped);
+	esd_put_le32(h + HDR_ZSTD_LEVEL, (uint32_t)in->zstd_level);
 	memcpy(h + HDR_SOURCE, in->source, strnlen(in->source, ESD_DS_SOURCE_LEN - 1));
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		uint8_t *e = h + HDR_FIXED + (size_t)t * TABLE_ENTRY;
-		put_u64(e, in->rows[t]);
-		put_f64(e + 8, in->zipf[t]);
+		esd_put_le64(e, in->rows[t]);
+		esd_put_lef64(e + 8, in->zipf[t]);
 		if (has_bags(in))
-			put_u32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
+			esd_put_le32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
 			        in->max_bag[t]);
 	}
 	size_t body = w->hdr_bytes - 8;
-	put_u64(h + body, XXH64(h, body, 0));
+	esd_put_le64(h + body, XXH64(h, body, 0));
 }
 
 static int write_header(struct esd_ds_writer *w, uint64_t index_off)
@@ -126,12 +126,13 @@ static void free_buffers(struct esd_ds_writer *w)
 int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct esd_ds_writer **out)
 {
 	char why[160];
-	int rc = ds_info_check(info, why, sizeof(why));
+	int rc = esd_ds_info_check(info, why, sizeof(why));
 	if (rc)
-		return ds_fail(rc, "%s: bad stream description: %s", path, why);
+		return esd_ds_fail(rc, "%s: bad stream description: %s", path, why);
 #ifndef ESD_DATA_HAVE_ZSTD
 	if (info->zstd_level > 0)
-		return ds_fail(-ENOTSUP, "%s: zstd compression asked, built without zstd", path);
+		return esd_ds_fail(-ENOTSUP, "%s: zstd compression asked, built without zstd",
+		                   path);
 #endif
 	struct esd_ds_writer *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -165,12 +166,12 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct 
 	w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0) {
 		rc = esd_neg_errno();
-		ds_fail(rc, "%s: cannot create: %s", path, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: cannot create: %s", path, esd_strerror(rc));
 		goto fail_buffers;
 	}
 	rc = write_header(w, 0);
 	if (rc) {
-		ds_fail(rc, "%s: writing the header: %s", path, esd_strerror(rc));
+		esd_ds_fail(rc, "%s: writing the header: %s", path, esd_strerror(rc));
 		goto fail_open;
 	}
 	w->off = w->hdr_bytes;
@@ -248,7 +249,7 @@ static int flush_block(struct esd_ds_writer *w)
 	if (in->zstd_level > 0) {
 		size_t z = ZSTD_compress(w->zbuf, w->zcap, w->raw, raw, in->zstd_level);
 		if (ZSTD_isError(z))
-			return ds_fail(-EIO, "%s: zstd: %s", w->path, ZSTD_getErrorName(z));
+			return esd_ds_fail(-EIO, "%s: zstd: %s", w->path, ZSTD_getErrorName(z));
 		if (z < raw) { /* else keep the block raw */
 			payload = w->zbuf;
 			stored = z;
@@ -258,17 +259,17 @@ static int flush_block(struct esd_ds_writer *w)
 #endif
 	uint8_t bh[BLOCK_HDR];
 	memset(bh, 0, sizeof(bh));
-	put_u32(bh + BLK_MAGIC, DS_BLOCK_MAGIC);
-	put_u32(bh + BLK_N, n);
-	put_u64(bh + BLK_FIRST, w->count - n);
-	put_u32(bh + BLK_STORED, (uint32_t)stored);
-	put_u32(bh + BLK_RAW, (uint32_t)raw);
-	put_u32(bh + BLK_FLAGS, flags);
+	esd_put_le32(bh + BLK_MAGIC, DS_BLOCK_MAGIC);
+	esd_put_le32(bh + BLK_N, n);
+	esd_put_le64(bh + BLK_FIRST, w->count - n);
+	esd_put_le32(bh + BLK_STORED, (uint32_t)stored);
+	esd_put_le32(bh + BLK_RAW, (uint32_t)raw);
+	esd_put_le32(bh + BLK_FLAGS, flags);
 	XXH64_state_t st;
 	XXH64_reset(&st, 0);
 	XXH64_update(&st, bh, BLK_SUM);
 	XXH64_update(&st, payload, stored);
-	put_u64(bh + BLK_SUM, XXH64_digest(&st));
+	esd_put_le64(bh + BLK_SUM, XXH64_digest(&st));
 
 	if (w->nindex == w->index_cap) {
 		size_t cap = w->index_cap ? w->index_cap * 2 : 64;
@@ -282,8 +283,8 @@ static int flush_block(struct esd_ds_writer *w)
 	if (!rc)
 		rc = write_all(w->fd, payload, stored, w->off + sizeof(bh));
 	if (rc)
-		return ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
-		               (unsigned long long)w->off, esd_strerror(rc));
+		return esd_ds_fail(rc, "%s: writing block %zu at byte %llu: %s", w->path, w->nindex,
+		                   (unsigned long long)w->off, esd_strerror(rc));
 	w->index[w->nindex++] = w->off;
 	w->off += sizeof(bh) + stored;
 	w->n = 0;
@@ -297,20 +298,23 @@ static int check_sample(const struct esd_ds_writer *w, uint8_t label, const uint
 	const struct esd_ds_info *in = &w->info;
 	unsigned long long at = (unsigned long long)w->count;
 	if (label > 1)
-		return ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path, at,
-		               label);
+		return esd_ds_fail(-ERANGE, "%s: sample %llu: label %u is not 0 or 1", w->path, at,
+		                   label);
 	size_t k = 0;
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		uint32_t most = is_bag(in, t) ? in->max_bag[t] : 1;
 		if (lens[t] > most || (!is_bag(in, t) && lens[t] != 1))
-			return ds_fail(-ERANGE, "%s: sample %llu: table %u: %u IDs, the table takes "
-			               "%s%u", w->path, at, t, lens[t], is_bag(in, t) ? "0.." : "",
-			               most);
+			return esd_ds_fail(-ERANGE,
+			                   "%s: sample %llu: table %u: %u IDs, the table takes "
+			                   "%s%u",
+			                   w->path, at, t, lens[t], is_bag(in, t) ? "0.." : "",
+			                   most);
 		for (uint32_t j = 0; j < lens[t]; j++, k++)
 			if (ids[k] >= in->rows[t])
-				return ds_fail(-ERANGE, "%s: sample %llu: table %u id %llu >= %llu rows",
-				               w->path, at, t, (unsigned long long)ids[k],
-				               (unsigned long long)in->rows[t]);
+				return esd_ds_fail(-ERANGE,
+				                   "%s: sample %llu: table %u id %llu >= %llu rows",
+				                   w->path, at, t, (unsigned long long)ids[k],
+				                   (unsigned long long)in->rows[t]);
 	}
 	return 0;
 }
@@ -390,7 +394,7 @@ uint64_t esd_ds_writer_count(const struct esd_ds_writer *w)
 	return w->count;
 }
 
-void ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
+void esd_ds_writer_set_skipped(struct esd_ds_writer *w, uint64_t skipped)
 {
 	w->info.skipped = skipped;
 }
@@ -420,18 +424,18 @@ static int finish(struct esd_ds_writer *w)
 	uint8_t *ix = malloc(ib);
 	if (!ix)
 		return -ENOMEM;
-	put_u32(ix, DS_INDEX_MAGIC);
-	put_u32(ix + 4, 0);
-	put_u64(ix + 8, w->nindex);
+	esd_put_le32(ix, DS_INDEX_MAGIC);
+	esd_put_le32(ix + 4, 0);
+	esd_put_le64(ix + 8, w->nindex);
 	for (size_t b = 0; b < w->nindex; b++)
-		put_u64(ix + INDEX_HDR + b * 8, w->index[b]);
-	put_u64(ix + ib - 8, XXH64(ix, ib - 8, 0));
+		esd_put_le64(ix + INDEX_HDR + b * 8, w->index[b]);
+	esd_put_le64(ix + ib - 8, XXH64(ix, ib - 8, 0));
 	rc = write_all(w->fd, ix, ib, w->off);
 	free(ix);
 	if (!rc)
 		rc = write_header(w, w->off);
 	if (rc)
-		return ds_fail(rc, "%s: writing the index: %s", w->path, esd_strerror(rc));
+		return esd_ds_fail(rc, "%s: writing the index: %s", w->path, esd_strerror(rc));
 	return 0;
 }
 

@@ -97,7 +97,7 @@ out:
 	return rc;
 }
 
-int zipf_init(struct zipf *z, uint64_t rows, double s)
+int esd_zipf_init(struct zipf *z, uint64_t rows, double s)
 {
 	memset(z, 0, sizeof(*z));
 	z->s = s;
@@ -127,11 +127,11 @@ int zipf_init(struct zipf *z, uint64_t rows, double s)
 	int rc = build_alias(z, w, nb);
 	free(w);
 	if (rc)
-		zipf_free(z);
+		esd_zipf_free(z);
 	return rc;
 }
 
-void zipf_free(struct zipf *z)
+void esd_zipf_free(struct zipf *z)
 {
 	free(z->thr);
 	free(z->alias);
@@ -154,7 +154,7 @@ static uint64_t draw_tail(const struct zipf *z, struct rng *r)
 	}
 }
 
-uint64_t zipf_draw(const struct zipf *z, struct rng *r)
+uint64_t esd_zipf_draw(const struct zipf *z, struct rng *r)
 {
 	if (z->rows <= 1)
 		return 0;

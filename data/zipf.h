@@ -12,22 +12,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <esd/types.h>
+
 struct rng {
 	uint64_t s[4];
 };
 
-static inline uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
 static inline void rng_seed(struct rng *r, uint64_t seed)
 {
 	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix64(&seed);
+		r->s[i] = esd_splitmix64_next(&seed);
 }
 
 static inline uint64_t rotl64(uint64_t x, int k)
@@ -77,9 +71,9 @@ struct zipf {
 };
 
 /* Returns 0 or -ENOMEM. */
-int zipf_init(struct zipf *z, uint64_t rows, double s);
-void zipf_free(struct zipf *z);
+int esd_zipf_init(struct zipf *z, uint64_t rows, double s);
+void esd_zipf_free(struct zipf *z);
 /* A rank in 0..rows-1 (0 is the most popular). */
-uint64_t zipf_draw(const struct zipf *z, struct rng *r);
+uint64_t esd_zipf_draw(const struct zipf *z, struct rng *r);
 
 #endif /* ESD_DATA_ZIPF_H */

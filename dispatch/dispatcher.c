@@ -217,7 +217,7 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	/* a fresh seed per iteration from the configured one: reproducible runs,
 	 * also when a dispatcher restarts from snapshots saved at a checkpoint
 	 * (the snapshots know their iteration) */
-	uint64_t seed = d->rng + esd_snapset_iter(d->ss) * UINT64_C(0x9E3779B97F4A7C15);
+	uint64_t seed = d->rng + esd_snapset_iter(d->ss) * ESD_SPLITMIX64_GAMMA;
 	switch (m) {
 	case ESD_METHOD_HEU:
 		rc = esd_solve_heu(d->solver, d->cost, k, n, cap, d->cfg.hybrid.heu_order, assign);

@@ -22,7 +22,7 @@ static int alloc_table(struct keydir *kd, uint32_t bits)
 	return 0;
 }
 
-int keydir_init(struct keydir *kd, size_t live_hint)
+int esd_keydir_init(struct keydir *kd, size_t live_hint)
 {
 	kd->shift = 5;
 	uint32_t bits = 10;
@@ -31,20 +31,20 @@ int keydir_init(struct keydir *kd, size_t live_hint)
 	return alloc_table(kd, bits);
 }
 
-void keydir_free(struct keydir *kd)
+void esd_keydir_free(struct keydir *kd)
 {
 	esd_big_free(kd->t, kd->size << kd->shift);
 	kd->t = NULL;
 }
 
-void keydir_clear(struct keydir *kd)
+void esd_keydir_clear(struct keydir *kd)
 {
 	memset(kd->t, 0, kd->size << kd->shift);
 	kd->used = 0;
 	kd->gen++;
 }
 
-int keydir_reserve(struct keydir *kd, size_t more)
+int esd_keydir_reserve(struct keydir *kd, size_t more)
 {
 	if ((kd->used + more) * 4 <= kd->size * 3)
 		return 0;
@@ -75,7 +75,7 @@ int keydir_reserve(struct keydir *kd, size_t more)
 	return 0;
 }
 
-uint32_t keydir_find(const struct keydir *kd, esd_key_t key)
+uint32_t esd_keydir_find(const struct keydir *kd, esd_key_t key)
 {
 	return keydir_probe(kd, key);
 }

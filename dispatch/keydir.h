@@ -53,7 +53,7 @@ static inline struct keydir_ent *keydir_at(const struct keydir *kd, size_t h)
 	return (struct keydir_ent *)(kd->t + (h << kd->shift));
 }
 
-/* keydir_find, inline: for loops that use each entry as they find it. */
+/* esd_keydir_find, inline: for loops that use each entry as they find it. */
 static inline uint32_t keydir_probe(const struct keydir *kd, esd_key_t key)
 {
 	const uint32_t mask = (uint32_t)kd->size - 1;
@@ -83,14 +83,14 @@ keydir_prefetch_ahead(const struct keydir *kd, const esd_key_t *keys, size_t n, 
 		__builtin_prefetch(keydir_at(kd, kd_hash(keys[i + KEYDIR_AHEAD], kd->bits)));
 }
 
-int keydir_init(struct keydir *kd, size_t live_hint);
-void keydir_free(struct keydir *kd);
-void keydir_clear(struct keydir *kd);
+int esd_keydir_init(struct keydir *kd, size_t live_hint);
+void esd_keydir_free(struct keydir *kd);
+void esd_keydir_clear(struct keydir *kd);
 /* Make room for 'more' insertions without a rehash during them. */
-int keydir_reserve(struct keydir *kd, size_t more);
-uint32_t keydir_find(const struct keydir *kd, esd_key_t key);
+int esd_keydir_reserve(struct keydir *kd, size_t more);
+uint32_t esd_keydir_find(const struct keydir *kd, esd_key_t key);
 /* Index of key, inserting an empty entry (cached nowhere: the same meaning
- * as none) if it has none; call keydir_reserve first. Inline: the fill
+ * as none) if it has none; call esd_keydir_reserve first. Inline: the fill
  * calls it for every key of a batch. */
 static inline uint32_t keydir_insert(struct keydir *kd, esd_key_t key)
 {

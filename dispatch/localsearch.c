@@ -12,19 +12,12 @@
  */
 #include "keytab_internal.h"
 
+#include <esd/types.h>
 #include <esd/clock.h>
 #include <esd/dispatch_quality.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t next(uint64_t *s)
-{
-	uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
 
 /* Sum of T_j over the workers of a mask: a table for small n (8 bits at a
  * time), so the cost of a key is a few lookups. */
@@ -522,16 +515,16 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	uint32_t ring[4 * AHEAD][2];
 	uint64_t rng = p->seed, drawn = 0;
 	for (; k >= 2 && n >= 2 && drawn < p->max_evals && drawn < 2 * AHEAD; drawn++) {
-		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(next(&rng) % k);
-		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(next(&rng) % k);
+		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
 	}
 	for (uint64_t e = 0; k >= 2 && n >= 2 && e < p->max_evals; e++) {
 		if (p->budget_ns && (e & 63) == 0 && esd_now_ns() - t0 > p->budget_ns)
 			break;
 		if (drawn < p->max_evals) {
 			uint32_t *r = ring[drawn % (4 * AHEAD)];
-			r[0] = (uint32_t)(next(&rng) % k);
-			r[1] = (uint32_t)(next(&rng) % k);
+			r[0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+			r[1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
 			__builtin_prefetch(L->occ + L->off[r[0]]);
 			__builtin_prefetch(L->occ + L->off[r[1]]);
 			drawn++;

@@ -103,7 +103,7 @@ int esd_snapset_create(uint32_t n, const uint32_t *capacity, enum esd_policy pol
 	size_t total = 0;
 	for (uint32_t j = 0; j < n; j++)
 		total += capacity[j];
-	if ((rc = keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25))))
+	if ((rc = esd_keydir_init(&ss->dir, total < (1u << 25) ? total : (1u << 25))))
 		goto fail_blocks;
 	for (uint32_t j = 0; j < n; j++) {
 		size_t len = esd_cmeta_bytes(capacity[j]);
@@ -137,7 +137,7 @@ void esd_snapset_free(struct esd_snapset *ss)
 	free(ss->slots);
 	free(ss->found);
 	free(ss->others);
-	keydir_free(&ss->dir);
+	esd_keydir_free(&ss->dir);
 	free(ss);
 }
 
@@ -154,7 +154,7 @@ static int room_found(struct esd_snapset *ss, const struct esd_keytab *kt)
 	if (esd_grow((void **)&ss->found, &cap, kt->count, sizeof(uint32_t)))
 		return -ENOMEM;
 	ss->cap_found = cap;
-	if (keydir_reserve(&ss->dir, kt->count))
+	if (esd_keydir_reserve(&ss->dir, kt->count))
 		return -ENOMEM;
 	ss->fill_kt = kt;
 	ss->fill_gen = kt->gen;
@@ -200,8 +200,8 @@ static int rebuild_dir(struct esd_snapset *ss)
 	size_t total = 0;
 	for (uint32_t j = 0; j < ss->n; j++)
 		total += esd_cmeta_count(ss->cm[j]);
-	keydir_clear(&ss->dir);
-	if (keydir_reserve(&ss->dir, total))
+	esd_keydir_clear(&ss->dir);
+	if (esd_keydir_reserve(&ss->dir, total))
 		return -ENOMEM;
 	for (uint32_t j = 0; j < ss->n; j++) {
 		const uint32_t cap = esd_cmeta_capacity(ss->cm[j]);
@@ -242,7 +242,7 @@ int esd_snapset_flush(struct esd_snapset *ss)
 			int rc = esd_cmeta_set_state(ss->cm[j], i, ESD_ROW_CLEAN, sl->clock);
 			if (rc)
 				return rc;
-			uint32_t x = keydir_find(&ss->dir, sl->key);
+			uint32_t x = esd_keydir_find(&ss->dir, sl->key);
 			if (x != KEYDIR_NONE)
 				keydir_at(&ss->dir, x)->dirty =
 				    ESD_NO_WORKER; /* still latest: CLEAN */
@@ -266,7 +266,7 @@ int esd_snapset_verify(struct esd_snapset *ss)
 			if (sl->state == ESD_ROW_ABSENT)
 				continue;
 			occupied++;
-			uint32_t x = keydir_find(&ss->dir, sl->key);
+			uint32_t x = esd_keydir_find(&ss->dir, sl->key);
 			if (x == KEYDIR_NONE)
 				return -ESD_EDIVERGED;
 			const struct keydir_ent *e = keydir_at(&ss->dir, x);
@@ -371,7 +371,7 @@ static int adv_reserve(struct esd_snapset *ss, const struct esd_conseq *cq)
  * every such copy takes its step-6 state later in the advance anyway
  * (begin_iter_states where the holder trains the key, the others'
  * OUTDATED pass where it does not), and no victim order tells CLEAN from
- * DIRTY (cm_hent_of), so the step's one visible effect is that a pushed
+ * DIRTY (esd_cm_hent_of), so the step's one visible effect is that a pushed
  * row the holder's begin_iter evicts leaves clean: the eviction pass
  * looks the victim up in the holder's push list instead. */
 static int adv_het_pushes(struct esd_snapset *ss, const struct esd_conseq *cq)
@@ -415,7 +415,7 @@ static void adv_het_fresh_pulls(struct esd_snapset *ss, uint32_t w, struct esd_c
 {
 	size_t k2 = 0;
 	for (size_t q = 0; q < fill->n_pulls; q++) {
-		uint32_t x = keydir_find(&ss->dir, ss->pulls[q].key);
+		uint32_t x = esd_keydir_find(&ss->dir, ss->pulls[q].key);
 		const struct keydir_ent *e = x == KEYDIR_NONE ? NULL : keydir_at(&ss->dir, x);
 		uint64_t v = e ? e->version : 0;
 		const struct esd_cmeta_slot *sl = esd_cmeta_slot(ss->cm[w], ss->pulls[q].slot);
@@ -442,7 +442,7 @@ static int adv_evictions(struct esd_snapset *ss, struct esd_conseq *cq, uint32_t
 	const uint32_t e0 = *eoff;
 	const uint64_t wbit = UINT64_C(1) << w;
 	for (size_t q = 0; q < fill->n_evicts; q++) {
-		uint32_t x = keydir_find(&ss->dir, ss->evicts[q].key);
+		uint32_t x = esd_keydir_find(&ss->dir, ss->evicts[q].key);
 		if (x == KEYDIR_NONE)
 			return -ESD_EDIVERGED;
 		struct keydir_ent *e = keydir_at(&ss->dir, x);
@@ -562,7 +562,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	 * rebuilt or the directory rehashed since: then adv_directory looks
 	 * them up (and inserts) itself */
 	const int found_ok = have_found(ss, kt);
-	if (!found_ok && (rc = keydir_reserve(&ss->dir, kt->count)))
+	if (!found_ok && (rc = esd_keydir_reserve(&ss->dir, kt->count)))
 		return rc;
 	if ((rc = adv_reserve(ss, cq)) || (rc = adv_het_pushes(ss, cq)) ||
 	    (rc = adv_compact_ahead(ss)))
@@ -618,7 +618,7 @@ int esd_snapset_set_versions(struct esd_snapset *ss, const esd_key_t *keys,
 {
 	if (!ss || (n && (!keys || !versions)))
 		return -EINVAL;
-	if (keydir_reserve(&ss->dir, n))
+	if (esd_keydir_reserve(&ss->dir, n))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		keydir_at(&ss->dir, keydir_insert(&ss->dir, keys[i]))->version = versions[i];

@@ -336,7 +336,7 @@ void esd_solver_set_exact_split(struct esd_solver *s, esd_exact_submit_fn submit
 	s->exact_ctx = ctx;
 }
 
-static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int64_t *cost,
+static int opt_dispatch(struct esd_solver *s, enum esd_exact_backend b, const int64_t *cost,
                         uint32_t k, uint32_t n, const uint32_t *capv, uint32_t *assign)
 {
 	if (s->exact_submit) {
@@ -345,13 +345,13 @@ static int opt_dispatch(struct esd_solver *s, enum esd_opt_backend b, const int6
 	}
 	if (s->exact)
 		return s->exact(s->exact_ctx, cost, k, n, capv, assign);
-	if (b == ESD_OPT_HUNGARIAN)
+	if (b == ESD_EXACT_HUNGARIAN)
 		return esd_opt_hungarian(s, cost, k, n, capv, assign);
 	return esd_opt_ssp(s, cost, k, n, capv, assign);
 }
 
 /* opt or hungarian on the whole matrix; offload: through s->exact if set */
-static int solve_whole(struct esd_solver *s, enum esd_opt_backend b, bool offload,
+static int solve_whole(struct esd_solver *s, enum esd_exact_backend b, bool offload,
                        const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *cap,
                        uint32_t *assign)
 {
@@ -366,7 +366,7 @@ static int solve_whole(struct esd_solver *s, enum esd_opt_backend b, bool offloa
 	int64_t t0 = esd_now_ns();
 	if (offload)
 		rc = opt_dispatch(s, b, cost, k, n, capv, assign);
-	else if (b == ESD_OPT_HUNGARIAN)
+	else if (b == ESD_EXACT_HUNGARIAN)
 		rc = esd_opt_hungarian(s, cost, k, n, capv, assign);
 	else
 		rc = esd_opt_ssp(s, cost, k, n, capv, assign);
@@ -381,14 +381,14 @@ static int solve_whole(struct esd_solver *s, enum esd_opt_backend b, bool offloa
 int esd_solve_opt(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                   const uint32_t *cap, uint32_t *assign)
 {
-	return solve_whole(s, ESD_OPT_SSP, true, cost, k, n, cap, assign);
+	return solve_whole(s, ESD_EXACT_SSP, true, cost, k, n, cap, assign);
 }
 
 /* the reference: never offloaded */
 int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, uint32_t n,
                         const uint32_t *cap, uint32_t *assign)
 {
-	return solve_whole(s, ESD_OPT_HUNGARIAN, false, cost, k, n, cap, assign);
+	return solve_whole(s, ESD_EXACT_HUNGARIAN, false, cost, k, n, cap, assign);
 }
 
 /* hybrid: sel[i] = 1 for the S rows handed to opt (order's first S). */

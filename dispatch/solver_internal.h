@@ -4,6 +4,7 @@
 #ifndef ESD_DISPATCH_SOLVER_INTERNAL_H
 #define ESD_DISPATCH_SOLVER_INTERNAL_H
 
+#include <esd/types.h>
 #include <esd/dispatch_solve.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -81,24 +82,17 @@ void esd_heu_core(const int64_t *cost, uint32_t k, uint32_t n, const uint32_t *c
 /* Sort row indices by regret descending, then index ascending. */
 int esd_regret_order(struct esd_solver *s, const int64_t *regret, uint32_t k, uint32_t *order);
 
-/* splitmix64 and an unbiased bounded draw (Lemire), for laia and vanilla. */
-static inline uint64_t esd_rng_next(uint64_t *st)
-{
-	uint64_t z = (*st += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
+/* An unbiased draw below bound (Lemire) from the splitmix64 stream *st
+ * (esd_splitmix64_next), for laia and vanilla. */
 static inline uint32_t esd_rng_below(uint64_t *st, uint32_t bound)
 {
-	uint64_t x = esd_rng_next(st) >> 32;
+	uint64_t x = esd_splitmix64_next(st) >> 32;
 	uint64_t m = x * bound;
 	uint32_t l = (uint32_t)m;
 	if (l < bound) {
 		uint32_t t = (uint32_t)(-bound) % bound;
 		while (l < t) {
-			x = esd_rng_next(st) >> 32;
+			x = esd_splitmix64_next(st) >> 32;
 			m = x * bound;
 			l = (uint32_t)m;
 		}

@@ -9,6 +9,7 @@
  */
 #include "gpu_internal.h"
 
+#include <esd/types.h>
 #include <esd/clock.h>
 #include <esd/dispatch_solve.h>
 #include <esd/gpu.h>
@@ -252,14 +253,6 @@ int esd_gpu_solve(struct esd_gpu_solver *s, const int64_t *cost, uint32_t k, uin
 
 /* --- cross-over ------------------------------------------------------- */
 
-static uint64_t cal_rand(uint64_t *st)
-{
-	uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -289,7 +282,7 @@ static int cal_measure(struct esd_gpu_solver *s, uint32_t k, uint32_t n, int rep
 
 	for (int r = 0; r < reps; r++) {
 		for (size_t i = 0; i < (size_t)k * n; i++)
-			cost[i] = (int64_t)(cal_rand(&seed) % 100000);
+			cost[i] = (int64_t)(esd_splitmix64_next(&seed) % 100000);
 		int64_t t = esd_now_ns();
 		int rc = esd_solve_opt(s->cpu, cost, k, n, NULL, assign);
 		tc[r] = esd_now_ns() - t;

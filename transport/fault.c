@@ -8,6 +8,7 @@
  */
 #include "link_internal.h"
 
+#include <esd/types.h>
 #include <esd/clock.h>
 
 #include <stdlib.h>
@@ -15,17 +16,9 @@
 
 #define HOLD_MAX_NS (2 * ESD_NS_PER_MS)
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static double uniform(uint64_t *s)
 {
-	return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+	return (double)(esd_splitmix64_next(s) >> 11) * 0x1.0p-53;
 }
 
 void fault_init(struct fault *f, const struct esd_fault_opts *o)

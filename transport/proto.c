@@ -11,6 +11,7 @@
  */
 #include <esd/proto.h>
 #include <esd/err.h>
+#include <esd/le.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -35,37 +36,6 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 #define STATS_HDR_SIZE 8u
 #define STATS_ENT_SIZE 40u
 #define SETTING_HDR_SIZE 12u
-
-/* ---- little-endian field access ---------------------------------------- */
-
-static inline uint32_t ld32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static inline uint64_t ld64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
-static inline void st16(uint8_t *p, uint16_t v)
-{
-	memcpy(p, &v, 2);
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-
-static inline void st64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
 
 /* ---- buffer ------------------------------------------------------------- */
 
@@ -186,13 +156,13 @@ int esd_frame_hdr_parse(const void *p, size_t avail, const struct esd_proto_limi
 	if (avail < ESD_FRAME_HDR_SIZE)
 		return fail(-EAGAIN, err, errlen, "frame header: %zu of %u bytes", avail,
 		            ESD_FRAME_HDR_SIZE);
-	h->magic = ld32(b);
+	h->magic = esd_get_le32(b);
 	h->version = b[4];
 	h->op = b[5];
 	memcpy(&h->flags, b + 6, 2);
-	h->length = ld32(b + 8);
-	h->rsvd = ld32(b + 12);
-	h->seq = ld64(b + 16);
+	h->length = esd_get_le32(b + 8);
+	h->rsvd = esd_get_le32(b + 12);
+	h->seq = esd_get_le64(b + 16);
 	if (h->magic != ESD_PROTO_MAGIC)
 		return fail(-ESD_EBADMAGIC, err, errlen,
 		            "frame header: magic 0x%08x, expected 0x%08x", h->magic,
@@ -235,14 +205,14 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 	if (h->length < ROWS_HDR_SIZE)
 		return fail(-EPROTO, err, errlen, "%s: body length %u below its %u-byte header",
 		            what, h->length, ROWS_HDR_SIZE);
-	r->iteration = ld64(b);
-	r->sequence = ld64(b + 8);
-	r->worker = ld32(b + 16);
-	r->kind = ld32(b + 20);
-	r->count = ld32(b + 24);
-	r->dim = ld32(b + 28);
-	r->state_dim = ld32(b + 32);
-	uint32_t rsvd = ld32(b + 36);
+	r->iteration = esd_get_le64(b);
+	r->sequence = esd_get_le64(b + 8);
+	r->worker = esd_get_le32(b + 16);
+	r->kind = esd_get_le32(b + 20);
+	r->count = esd_get_le32(b + 24);
+	r->dim = esd_get_le32(b + 28);
+	r->state_dim = esd_get_le32(b + 32);
+	uint32_t rsvd = esd_get_le32(b + 36);
 	if (rsvd)
 		return fail(-EPROTO, err, errlen, "%s: reserved field 0x%08x is not 0", what, rsvd);
 	switch (h->op) {
@@ -295,7 +265,7 @@ static int decode_setting(const struct esd_frame_hdr *h, const uint8_t *b, struc
 	if (h->length < SETTING_HDR_SIZE)
 		return fail(-EPROTO, err, errlen, "SETTING: body length %u below its %u-byte header",
 			    h->length, SETTING_HDR_SIZE);
-	s->iteration = ld64(b);
+	s->iteration = esd_get_le64(b);
 	s->key_len = (uint32_t)b[8] | (uint32_t)b[9] << 8;
 	s->value_len = (uint32_t)b[10] | (uint32_t)b[11] << 8;
 	if (!s->key_len || !s->value_len || s->key_len > ESD_PROTO_MAX_SETTING ||
@@ -332,14 +302,14 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 	case ESD_OP_HELLO:
 		if ((rc = want_len("HELLO", h->length, HELLO_SIZE, err, errlen)))
 			return rc;
-		m->u.hello.proto_version = ld32(b);
-		m->u.hello.worker = ld32(b + 4);
-		m->u.hello.job_token = ld64(b + 8);
-		m->u.hello.shard = ld32(b + 16);
-		m->u.hello.dim = ld32(b + 20);
-		m->u.hello.state_dim = ld32(b + 24);
-		m->u.hello.nworkers = ld32(b + 28);
-		m->u.hello.stream_digest = ld64(b + 32);
+		m->u.hello.proto_version = esd_get_le32(b);
+		m->u.hello.worker = esd_get_le32(b + 4);
+		m->u.hello.job_token = esd_get_le64(b + 8);
+		m->u.hello.shard = esd_get_le32(b + 16);
+		m->u.hello.dim = esd_get_le32(b + 20);
+		m->u.hello.state_dim = esd_get_le32(b + 24);
+		m->u.hello.nworkers = esd_get_le32(b + 28);
+		m->u.hello.stream_digest = esd_get_le64(b + 32);
 		if (m->u.hello.dim > l->max_dim || m->u.hello.state_dim > l->max_dim)
 			return fail(-E2BIG, err, errlen,
 			            "HELLO: dim %u / state_dim %u above maximum %u", m->u.hello.dim,
@@ -351,17 +321,17 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 			return fail(-EPROTO, err, errlen,
 			            "PULL: body length %u below its %u-byte header", h->length,
 			            PULL_HDR_SIZE);
-		p->iteration = ld64(b);
-		p->request = ld64(b + 8);
-		p->worker = ld32(b + 16);
-		p->count = ld32(b + 20);
-		p->kind = ld32(b + 24);
+		p->iteration = esd_get_le64(b);
+		p->request = esd_get_le64(b + 8);
+		p->worker = esd_get_le32(b + 16);
+		p->count = esd_get_le32(b + 20);
+		p->kind = esd_get_le32(b + 24);
 		if (p->kind != ESD_XFER_MISS_PULL && p->kind != ESD_XFER_OTHER)
 			return fail(-EPROTO, err, errlen, "PULL: kind %u, must be miss pull (%u) or "
 				    "other (%u)", p->kind, ESD_XFER_MISS_PULL, ESD_XFER_OTHER);
-		if (ld32(b + 28))
+		if (esd_get_le32(b + 28))
 			return fail(-EPROTO, err, errlen, "PULL: reserved field 0x%08x is not 0",
-				    ld32(b + 28));
+				    esd_get_le32(b + 28));
 		if (p->count > l->max_rows)
 			return fail(-E2BIG, err, errlen, "PULL: %u keys above maximum %u", p->count,
 			            l->max_rows);
@@ -378,10 +348,10 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 	case ESD_OP_BARRIER:
 		if ((rc = want_len("BARRIER", h->length, BARRIER_SIZE, err, errlen)))
 			return rc;
-		m->u.barrier.iteration = ld64(b);
-		m->u.barrier.digest = ld64(b + 8);
-		m->u.barrier.worker = ld32(b + 16);
-		m->u.barrier.npushes = ld32(b + 20);
+		m->u.barrier.iteration = esd_get_le64(b);
+		m->u.barrier.digest = esd_get_le64(b + 8);
+		m->u.barrier.worker = esd_get_le32(b + 16);
+		m->u.barrier.npushes = esd_get_le32(b + 20);
 		m->u.barrier.checkpoint = (h->flags & ESD_FLAG_CHECKPOINT) != 0;
 		m->u.barrier.stop = (h->flags & ESD_FLAG_STOP) != 0;
 		m->u.barrier.final = (h->flags & ESD_FLAG_FINAL) != 0;
@@ -389,10 +359,10 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 	case ESD_OP_ACK:
 		if ((rc = want_len("ACK", h->length, ACK_SIZE, err, errlen)))
 			return rc;
-		m->u.ack.iteration = ld64(b);
-		m->u.ack.sequence = ld64(b + 8);
-		m->u.ack.op = ld32(b + 16);
-		m->u.ack.status = (int32_t)ld32(b + 20);
+		m->u.ack.iteration = esd_get_le64(b);
+		m->u.ack.sequence = esd_get_le64(b + 8);
+		m->u.ack.op = esd_get_le32(b + 16);
+		m->u.ack.status = (int32_t)esd_get_le32(b + 20);
 		m->u.ack.setting = (h->flags & ESD_FLAG_SETTING) != 0;
 		m->u.ack.stop = (h->flags & ESD_FLAG_STOP) != 0;
 		return 0;
@@ -401,9 +371,9 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 	case ESD_OP_ROLLBACK:
 		if ((rc = want_len("ROLLBACK", h->length, ROLLBACK_SIZE, err, errlen)))
 			return rc;
-		m->u.rollback.iteration = ld64(b);
-		m->u.rollback.worker = ld32(b + 8);
-		if (ld32(b + 12))
+		m->u.rollback.iteration = esd_get_le64(b);
+		m->u.rollback.worker = esd_get_le32(b + 8);
+		if (esd_get_le32(b + 12))
 			return fail(-EPROTO, err, errlen, "ROLLBACK: reserved field is not 0");
 		return 0;
 	case ESD_OP_ERROR: {
@@ -412,8 +382,8 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 			return fail(-EPROTO, err, errlen,
 			            "ERROR: body length %u below its %u-byte header", h->length,
 			            ERROR_HDR_SIZE);
-		e->code = (int32_t)ld32(b);
-		e->len = ld32(b + 4);
+		e->code = (int32_t)esd_get_le32(b);
+		e->len = esd_get_le32(b + 4);
 		if (e->len > ESD_PROTO_MAX_ERROR_TEXT)
 			return fail(-E2BIG, err, errlen, "ERROR: text of %u bytes above maximum %u",
 			            e->len, ESD_PROTO_MAX_ERROR_TEXT);
@@ -433,8 +403,8 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 			return fail(-EPROTO, err, errlen,
 			            "STATS: body length %u below its %u-byte header", h->length,
 			            STATS_HDR_SIZE);
-		m->u.stats.count = ld32(b);
-		if (ld32(b + 4))
+		m->u.stats.count = esd_get_le32(b);
+		if (esd_get_le32(b + 4))
 			return fail(-EPROTO, err, errlen, "STATS: reserved field is not 0");
 		if (m->u.stats.count > ESD_PROTO_MAX_STATS)
 			return fail(-E2BIG, err, errlen, "STATS: %u entries above maximum %u",
@@ -445,36 +415,36 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 			return rc;
 		m->u.stats.data = b + STATS_HDR_SIZE;
 		for (uint32_t i = 0; i < m->u.stats.count; i++)
-			if (ld32(m->u.stats.data + i * STATS_ENT_SIZE) >= ESD_XFER_NKINDS)
+			if (esd_get_le32(m->u.stats.data + i * STATS_ENT_SIZE) >= ESD_XFER_NKINDS)
 				return fail(-EPROTO, err, errlen, "STATS: entry %u has kind %u", i,
-				            ld32(m->u.stats.data + i * STATS_ENT_SIZE));
+				            esd_get_le32(m->u.stats.data + i * STATS_ENT_SIZE));
 		return 0;
 	}
 	case ESD_OP_LINK_ACK:
 		if ((rc = want_len("LINK_ACK", h->length, 8, err, errlen)))
 			return rc;
-		m->u.link_ack = ld64(b);
+		m->u.link_ack = esd_get_le64(b);
 		return 0;
 	case ESD_OP_LINK_BYE:
 		if ((rc = want_len("LINK_BYE", h->length, 4, err, errlen)))
 			return rc;
-		m->u.link_bye = ld32(b);
+		m->u.link_bye = esd_get_le32(b);
 		if (m->u.link_bye > 1)
 			return fail(-EPROTO, err, errlen, "LINK_BYE: phase %u", m->u.link_bye);
 		return 0;
 	case ESD_OP_LINK_AUTH:
 		if ((rc = want_len("LINK_AUTH", h->length, ESD_LINK_AUTH_BODY, err, errlen)))
 			return rc;
-		m->u.link_auth.step = ld32(b);
+		m->u.link_auth.step = esd_get_le32(b);
 		if (m->u.link_auth.step < 1 || m->u.link_auth.step > 3)
 			return fail(-EPROTO, err, errlen, "LINK_AUTH: step %u", m->u.link_auth.step);
-		if (ld32(b + 4) != ESD_LINK_AUTH_VERSION)
+		if (esd_get_le32(b + 4) != ESD_LINK_AUTH_VERSION)
 			return fail(-EPROTO, err, errlen, "LINK_AUTH: version %u, this side speaks %u",
-				    ld32(b + 4), ESD_LINK_AUTH_VERSION);
-		m->u.link_auth.suites = ld32(b + 8);
-		if (ld32(b + 12))
+				    esd_get_le32(b + 4), ESD_LINK_AUTH_VERSION);
+		m->u.link_auth.suites = esd_get_le32(b + 8);
+		if (esd_get_le32(b + 12))
 			return fail(-EPROTO, err, errlen, "LINK_AUTH: reserved field 0x%08x is not 0",
-				    ld32(b + 12));
+				    esd_get_le32(b + 12));
 		m->u.link_auth.a = b + 16;
 		m->u.link_auth.b = b + 16 + ESD_LINK_AUTH_FIELD;
 		return 0;
@@ -482,16 +452,17 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		if ((rc = want_len("LINK_HEARTBEAT", h->length, ESD_LINK_HEARTBEAT_BODY, err,
 				   errlen)))
 			return rc;
-		m->u.link_heartbeat.beat = ld64(b);
-		m->u.link_heartbeat.flags = ld32(b + 8);
+		m->u.link_heartbeat.beat = esd_get_le64(b);
+		m->u.link_heartbeat.flags = esd_get_le32(b + 8);
 		if (!m->u.link_heartbeat.beat)
 			return fail(-EPROTO, err, errlen, "LINK_HEARTBEAT: beat 0 (they count from 1)");
 		if (m->u.link_heartbeat.flags & ~ESD_BEAT_ASIDE)
 			return fail(-EPROTO, err, errlen, "LINK_HEARTBEAT: unknown flags 0x%08x",
 				    m->u.link_heartbeat.flags);
-		if (ld32(b + 12))
+		if (esd_get_le32(b + 12))
 			return fail(-EPROTO, err, errlen,
-				    "LINK_HEARTBEAT: reserved field 0x%08x is not 0", ld32(b + 12));
+				    "LINK_HEARTBEAT: reserved field 0x%08x is not 0",
+				    esd_get_le32(b + 12));
 		return 0;
 	}
 	return fail(-EPROTO, err, errlen, "unknown op %u", h->op);
@@ -520,14 +491,14 @@ int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limit
 
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i)
 {
-	return ld64(m->u.pull.keys + 8ull * i);
+	return esd_get_le64(m->u.pull.keys + 8ull * i);
 }
 
 void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out)
 {
 	const uint8_t *p = r->data + r->stride * i;
-	out->key = ld64(p);
-	out->clock = ld64(p + 8);
+	out->key = esd_get_le64(p);
+	out->clock = esd_get_le64(p + 8);
 	out->value = (const float *)(const void *)(p + ROW_FIXED_SIZE);
 	out->state = r->state_dim ? out->value + r->dim : NULL;
 }
@@ -535,11 +506,11 @@ void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out
 void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_entry *out)
 {
 	const uint8_t *p = s->data + (size_t)i * STATS_ENT_SIZE;
-	out->kind = ld32(p);
-	out->tx_bytes = ld64(p + 8);
-	out->tx_rows = ld64(p + 16);
-	out->rx_bytes = ld64(p + 24);
-	out->rx_rows = ld64(p + 32);
+	out->kind = esd_get_le32(p);
+	out->tx_bytes = esd_get_le64(p + 8);
+	out->tx_rows = esd_get_le64(p + 16);
+	out->rx_bytes = esd_get_le64(p + 24);
+	out->rx_rows = esd_get_le64(p + 32);
 }
 
 void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind, uint32_t *rows)
@@ -554,17 +525,19 @@ void esd_proto_classify(const void *frame, size_t len, enum esd_xfer_kind *kind,
 	len -= ESD_FRAME_HDR_SIZE;
 	switch (op) {
 	case ESD_OP_PULL:
-		*kind = len >= PULL_HDR_SIZE && ld32(b + 24) == ESD_XFER_OTHER ? ESD_XFER_OTHER
-									    : ESD_XFER_MISS_PULL;
+		*kind = len >= PULL_HDR_SIZE && esd_get_le32(b + 24) == ESD_XFER_OTHER
+		                ? ESD_XFER_OTHER
+		                : ESD_XFER_MISS_PULL;
 		return;
 	case ESD_OP_PULL_RESP:
 	case ESD_OP_PUSH_VALUE:
 	case ESD_OP_PUSH_GRAD:
 		if (len < ROWS_HDR_SIZE)
 			return;
-		*rows = ld32(b + 24);
-		*kind = ld32(b + 20) < ESD_XFER_NKINDS ? (enum esd_xfer_kind)ld32(b + 20)
-						       : ESD_XFER_OTHER;
+		*rows = esd_get_le32(b + 24);
+		*kind = esd_get_le32(b + 20) < ESD_XFER_NKINDS
+		                ? (enum esd_xfer_kind)esd_get_le32(b + 20)
+		                : ESD_XFER_OTHER;
 		return;
 	default:
 		return;
@@ -579,13 +552,13 @@ static uint8_t *begin_frame(struct esd_buf *b, uint8_t op, uint16_t flags, uint3
 	if (esd_buf_reserve(b, ESD_FRAME_HDR_SIZE + (size_t)body))
 		return NULL;
 	uint8_t *p = b->data + b->len;
-	st32(p, ESD_PROTO_MAGIC);
+	esd_put_le32(p, ESD_PROTO_MAGIC);
 	p[4] = ESD_PROTO_VERSION;
 	p[5] = op;
-	st16(p + 6, flags);
-	st32(p + 8, body);
-	st32(p + 12, 0);
-	st64(p + 16, 0);
+	esd_put_le16(p + 6, flags);
+	esd_put_le32(p + 8, body);
+	esd_put_le32(p + 12, 0);
+	esd_put_le64(p + 16, 0);
 	b->len += ESD_FRAME_HDR_SIZE + body;
 	return p + ESD_FRAME_HDR_SIZE;
 }
@@ -595,14 +568,14 @@ int esd_enc_hello(struct esd_buf *b, const struct esd_hello *h, uint16_t flags)
 	uint8_t *p = begin_frame(b, ESD_OP_HELLO, flags & ESD_FLAG_REPLY, HELLO_SIZE);
 	if (!p)
 		return -ENOMEM;
-	st32(p, h->proto_version);
-	st32(p + 4, h->worker);
-	st64(p + 8, h->job_token);
-	st32(p + 16, h->shard);
-	st32(p + 20, h->dim);
-	st32(p + 24, h->state_dim);
-	st32(p + 28, h->nworkers);
-	st64(p + 32, h->stream_digest);
+	esd_put_le32(p, h->proto_version);
+	esd_put_le32(p + 4, h->worker);
+	esd_put_le64(p + 8, h->job_token);
+	esd_put_le32(p + 16, h->shard);
+	esd_put_le32(p + 20, h->dim);
+	esd_put_le32(p + 24, h->state_dim);
+	esd_put_le32(p + 28, h->nworkers);
+	esd_put_le64(p + 32, h->stream_digest);
 	return 0;
 }
 
@@ -621,12 +594,12 @@ int esd_enc_pull_kind(struct esd_buf *b, uint64_t iteration, uint64_t request, u
 	uint8_t *p = begin_frame(b, ESD_OP_PULL, 0, PULL_HDR_SIZE + 8u * count);
 	if (!p)
 		return -ENOMEM;
-	st64(p, iteration);
-	st64(p + 8, request);
-	st32(p + 16, worker);
-	st32(p + 20, count);
-	st32(p + 24, kind);
-	st32(p + 28, 0);
+	esd_put_le64(p, iteration);
+	esd_put_le64(p + 8, request);
+	esd_put_le32(p + 16, worker);
+	esd_put_le32(p + 20, count);
+	esd_put_le32(p + 24, kind);
+	esd_put_le32(p + 28, 0);
 	if (count)
 		memcpy(p + PULL_HDR_SIZE, keys, 8u * count);
 	return 0;
@@ -639,10 +612,10 @@ int esd_enc_barrier(struct esd_buf *b, const struct esd_barrier *br)
 	uint8_t *p = begin_frame(b, ESD_OP_BARRIER, flags, BARRIER_SIZE);
 	if (!p)
 		return -ENOMEM;
-	st64(p, br->iteration);
-	st64(p + 8, br->digest);
-	st32(p + 16, br->worker);
-	st32(p + 20, br->npushes);
+	esd_put_le64(p, br->iteration);
+	esd_put_le64(p + 8, br->digest);
+	esd_put_le32(p + 16, br->worker);
+	esd_put_le32(p + 20, br->npushes);
 	return 0;
 }
 
@@ -652,10 +625,10 @@ int esd_enc_ack(struct esd_buf *b, const struct esd_ack *a)
 	uint8_t *p = begin_frame(b, ESD_OP_ACK, flags, ACK_SIZE);
 	if (!p)
 		return -ENOMEM;
-	st64(p, a->iteration);
-	st64(p + 8, a->sequence);
-	st32(p + 16, a->op);
-	st32(p + 20, (uint32_t)a->status);
+	esd_put_le64(p, a->iteration);
+	esd_put_le64(p + 8, a->sequence);
+	esd_put_le32(p + 16, a->op);
+	esd_put_le32(p + 20, (uint32_t)a->status);
 	return 0;
 }
 
@@ -664,9 +637,9 @@ int esd_enc_rollback(struct esd_buf *b, uint64_t iteration, uint32_t worker)
 	uint8_t *p = begin_frame(b, ESD_OP_ROLLBACK, 0, ROLLBACK_SIZE);
 	if (!p)
 		return -ENOMEM;
-	st64(p, iteration);
-	st32(p + 8, worker);
-	st32(p + 12, 0);
+	esd_put_le64(p, iteration);
+	esd_put_le32(p + 8, worker);
+	esd_put_le32(p + 12, 0);
 	return 0;
 }
 
@@ -681,9 +654,9 @@ int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, cons
 	uint8_t *p = begin_frame(b, ESD_OP_SETTING, 0, padded);
 	if (!p)
 		return -ENOMEM;
-	st64(p, iteration);
-	st16(p + 8, (uint16_t)kl);
-	st16(p + 10, (uint16_t)vl);
+	esd_put_le64(p, iteration);
+	esd_put_le16(p + 8, (uint16_t)kl);
+	esd_put_le16(p + 10, (uint16_t)vl);
 	memcpy(p + SETTING_HDR_SIZE, key, kl);
 	memcpy(p + SETTING_HDR_SIZE + kl, value, vl);
 	memset(p + used, 0, padded - used);
@@ -697,8 +670,8 @@ int esd_enc_error(struct esd_buf *b, int32_t code, const char *text)
 	uint8_t *p = begin_frame(b, ESD_OP_ERROR, 0, ERROR_HDR_SIZE + padded);
 	if (!p)
 		return -ENOMEM;
-	st32(p, (uint32_t)code);
-	st32(p + 4, (uint32_t)len);
+	esd_put_le32(p, (uint32_t)code);
+	esd_put_le32(p + 4, (uint32_t)len);
 	memset(p + ERROR_HDR_SIZE, 0, padded);
 	if (len)
 		memcpy(p + ERROR_HDR_SIZE, text, len);
@@ -717,16 +690,16 @@ int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t c
 	                         STATS_HDR_SIZE + STATS_ENT_SIZE * count);
 	if (!p)
 		return -ENOMEM;
-	st32(p, count);
-	st32(p + 4, 0);
+	esd_put_le32(p, count);
+	esd_put_le32(p + 4, 0);
 	for (uint32_t i = 0; i < count; i++) {
 		uint8_t *q = p + STATS_HDR_SIZE + STATS_ENT_SIZE * i;
-		st32(q, e[i].kind);
-		st32(q + 4, 0);
-		st64(q + 8, e[i].tx_bytes);
-		st64(q + 16, e[i].tx_rows);
-		st64(q + 24, e[i].rx_bytes);
-		st64(q + 32, e[i].rx_rows);
+		esd_put_le32(q, e[i].kind);
+		esd_put_le32(q + 4, 0);
+		esd_put_le64(q + 8, e[i].tx_bytes);
+		esd_put_le64(q + 16, e[i].tx_rows);
+		esd_put_le64(q + 24, e[i].rx_bytes);
+		esd_put_le64(q + 32, e[i].rx_rows);
 	}
 	return 0;
 }
@@ -736,7 +709,7 @@ int esd_enc_link_ack(struct esd_buf *b, uint64_t seq)
 	uint8_t *p = begin_frame(b, ESD_OP_LINK_ACK, 0, 8);
 	if (!p)
 		return -ENOMEM;
-	st64(p, seq);
+	esd_put_le64(p, seq);
 	return 0;
 }
 
@@ -745,7 +718,7 @@ int esd_enc_link_bye(struct esd_buf *b, uint32_t phase)
 	uint8_t *p = begin_frame(b, ESD_OP_LINK_BYE, 0, 4);
 	if (!p)
 		return -ENOMEM;
-	st32(p, phase);
+	esd_put_le32(p, phase);
 	return 0;
 }
 
@@ -754,9 +727,9 @@ int esd_enc_link_heartbeat(struct esd_buf *b, uint64_t beat, uint32_t flags)
 	uint8_t *p = begin_frame(b, ESD_OP_LINK_HEARTBEAT, 0, ESD_LINK_HEARTBEAT_BODY);
 	if (!p)
 		return -ENOMEM;
-	st64(p, beat);
-	st32(p + 8, flags);
-	st32(p + 12, 0);
+	esd_put_le64(p, beat);
+	esd_put_le32(p + 8, flags);
+	esd_put_le32(p + 12, 0);
 	return 0;
 }
 
@@ -767,9 +740,9 @@ int esd_enc_link_auth(struct esd_buf *b, uint32_t step, uint32_t suites, const u
 	if (!p)
 		return -ENOMEM;
 	memset(p, 0, ESD_LINK_AUTH_BODY);
-	st32(p, step);
-	st32(p + 4, ESD_LINK_AUTH_VERSION);
-	st32(p + 8, suites);
+	esd_put_le32(p, step);
+	esd_put_le32(p + 4, ESD_LINK_AUTH_VERSION);
+	esd_put_le32(p + 8, suites);
 	if (a)
 		memcpy(p + 16, a, ESD_LINK_AUTH_FIELD);
 	if (bb)
@@ -802,14 +775,14 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 	uint8_t *p = begin_frame(b, e->op, 0, ROWS_HDR_SIZE);
 	if (!p)
 		return -ENOMEM;
-	st64(p, r->iteration);
-	st64(p + 8, r->sequence);
-	st32(p + 16, r->worker);
-	st32(p + 20, r->kind);
-	st32(p + 24, 0);
-	st32(p + 28, r->dim);
-	st32(p + 32, r->state_dim);
-	st32(p + 36, 0);
+	esd_put_le64(p, r->iteration);
+	esd_put_le64(p + 8, r->sequence);
+	esd_put_le32(p + 16, r->worker);
+	esd_put_le32(p + 20, r->kind);
+	esd_put_le32(p + 24, 0);
+	esd_put_le32(p + 28, r->dim);
+	esd_put_le32(p + 32, r->state_dim);
+	esd_put_le32(p + 36, 0);
 	return 0;
 }
 
@@ -830,8 +803,8 @@ int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, f
 	if (rc)
 		return rc;
 	uint8_t *p = e->b->data + e->b->len;
-	st64(p, key);
-	st64(p + 8, clock);
+	esd_put_le64(p, key);
+	esd_put_le64(p + 8, clock);
 	*value = (float *)(void *)(p + ROW_FIXED_SIZE);
 	if (state)
 		*state = e->r.state_dim ? *value + e->r.dim : NULL;
@@ -860,8 +833,8 @@ int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const flo
 int esd_enc_rows_end(struct esd_rows_enc *e)
 {
 	uint8_t *h = e->b->data + e->start;
-	st32(h + 8, (uint32_t)(e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext));
-	st32(h + ESD_FRAME_HDR_SIZE + 24, e->r.count);
+	esd_put_le32(h + 8, (uint32_t)(e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext));
+	esd_put_le32(h + ESD_FRAME_HDR_SIZE + 24, e->r.count);
 	return 0;
 }
 
@@ -936,8 +909,8 @@ int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
 	if (rc)
 		return rc;
 	uint8_t *p = e->b->data + e->b->len;
-	st64(p, key);
-	st64(p + 8, clock);
+	esd_put_le64(p, key);
+	esd_put_le64(p + 8, clock);
 	e->b->len += ROW_FIXED_SIZE;
 	gather_take_buf(g, e->b);
 	gather_push(g, value, 0, 4u * e->r.dim);

@@ -20,6 +20,7 @@
  *
  *   bench_cache [--big] [--reps N] [--core C]
  */
+#include <esd/types.h>
 #include <esd/cache.h>
 #include <esd/clock.h>
 #include <esd/log.h>
@@ -88,14 +89,6 @@ static bool reserve_huge(long pages)
 		atexit(restore_nr);
 	}
 	return read_meminfo("HugePages_Free:") >= pages;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -171,7 +164,7 @@ static void bench_lookups(uint32_t rows, bool huge, int reps, double batched[2],
 		c[h] = make_full(rows, 64, h == 0, &keys[h]);
 	}
 	for (size_t i = 0; i < n; i++)
-		q[i] = keys[1][rng_next(&rng) % rows]; /* same keys in both */
+		q[i] = keys[1][esd_splitmix64_next(&rng) % rows]; /* same keys in both */
 	for (int r = -1; r < reps; r++) {              /* r = -1: warm-up, not counted */
 		for (int h = 0; h < 2; h++) {
 			if (!c[h])
@@ -232,7 +225,7 @@ static void bench_gather(uint32_t dim, bool huge, int reps, double gather[2], do
 		free(keys);
 	}
 	for (size_t i = 0; i < batch * rounds; i++)
-		slots[i] = (uint32_t)(rng_next(&rng) % rows);
+		slots[i] = (uint32_t)(esd_splitmix64_next(&rng) % rows);
 	memset(dst, 1, bytes);
 	memset(src, 2, bytes);
 	for (int r = -1; r < reps; r++) {

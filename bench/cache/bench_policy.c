@@ -11,6 +11,7 @@
  *
  *   bench_policy [--iters N] [--cap C]
  */
+#include <esd/types.h>
 #include <esd/clock.h>
 #include <esd/policy.h>
 
@@ -22,14 +23,6 @@
 
 #define SAMPLES 128
 #define TABLES  26
-
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -45,7 +38,7 @@ static size_t draw_batch(uint64_t *rng, uint64_t rows_per_table, uint64_t *keys)
 		for (uint32_t t = 0; t < TABLES; t++) {
 			/* log-uniform IDs (Zipf with s = 1): the top 8 % of a
 			 * table's rows draw about 3/4 of its accesses */
-			double u = (double)(rng_next(rng) >> 11) / 9007199254740992.0;
+			double u = (double)(esd_splitmix64_next(rng) >> 11) / 9007199254740992.0;
 			uint64_t id = (uint64_t)exp(u * log((double)rows_per_table + 1)) - 1;
 			keys[n++] = esd_key_make(t, id);
 		}

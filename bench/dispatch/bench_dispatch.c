@@ -165,7 +165,7 @@ int main(int argc, char **argv)
 		    .n = n,
 		    .T = T,
 		    .method = ESD_METHOD_HYBRID,
-		    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+		    .hybrid = {0.25, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER},
 		    .seed = 1,
 		    .sync = ESD_SYNC_ON_DEMAND};
 		struct esd_dispatcher *d;
@@ -256,7 +256,7 @@ int main(int argc, char **argv)
 			int64_t opt_cost = esd_assign_cost(c, k, n, assign);
 			heu_gap +=
 			    opt_cost ? 100.0 * (double)(heu_cost - opt_cost) / (double)opt_cost : 0;
-			struct esd_hybrid_params hp = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			struct esd_hybrid_params hp = {0.25, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 			esd_solve_hybrid(s, c, k, n, NULL, &hp, assign);
 			int64_t hc = esd_assign_cost(c, k, n, assign);
 			hyb_gap +=
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
 		esd_solver_set_warm(s, 1);
 		double hyb[5];
 		for (int a = 0; a < 5; a++) {
-			struct esd_hybrid_params hp = {alphas[a], ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			struct esd_hybrid_params hp = {alphas[a], ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 			for (int r = 0; r < reps; r++) {
 				const int64_t *c = mats + (size_t)r * k * n;
 				int64_t t0 = esd_now_ns();

@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 	                                    .cap = capf + caps ? cap : NULL,
 	                                    .T = T,
 	                                    .method = method,
-	                                    .hybrid = {alpha, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+	                                    .hybrid = {alpha, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER},
 	                                    .seed = 1,
 	                                    .sync = ESD_SYNC_ON_DEMAND,
 	                                    .matrix = shared ? ESD_MATRIX_SHARED : ESD_MATRIX_PAPER,

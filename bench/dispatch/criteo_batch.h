@@ -17,18 +17,10 @@ static const uint64_t criteo_rows[26] = {
     1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
     27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 
-static inline uint64_t rng_next(uint64_t *st)
-{
-	uint64_t z = (*st += UINT64_C(0x9E3779B97F4A7C15));
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
 /* Power-law rank in [0, N): inverse CDF of the continuous law on [1, N+1). */
 static inline uint64_t zipf(uint64_t *rng, double skew, uint64_t N)
 {
-	double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53;
+	double u = (double)(esd_splitmix64_next(rng) >> 11) * 0x1.0p-53;
 	double e = 1.0 - skew;
 	double x = pow(1.0 + u * (pow((double)N + 1.0, e) - 1.0), 1.0 / e);
 	uint64_t r = (uint64_t)x - 1;

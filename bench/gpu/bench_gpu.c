@@ -13,6 +13,7 @@
  *   bench_gpu [--n N]... [--min-k K] [--max-k K] [--reps R] [--alpha A]
  *             [--blocks B]
  */
+#include <esd/types.h>
 #include <esd/clock.h>
 #include <esd/dispatch_solve.h>
 #include <esd/gpu.h>
@@ -44,18 +45,10 @@ static double median_ms(int64_t *ns, int n)
 	return esd_ns_to_ms(n % 2 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2);
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 static void fill(int64_t *c, size_t len, uint64_t seed)
 {
 	for (size_t i = 0; i < len; i++)
-		c[i] = (int64_t)(rnd(&seed) % 100000);
+		c[i] = (int64_t)(esd_splitmix64_next(&seed) % 100000);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -175,7 +168,7 @@ static int hybrid_step(struct esd_gpu_solver *g, struct bufs *b, uint32_t k, uin
                        int reps, double alpha)
 {
 	struct esd_solver *cpu, *ser, *ovl;
-	struct esd_hybrid_params p = {alpha, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	struct esd_hybrid_params p = {alpha, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 	int64_t tc[MAX_REPS], ts[MAX_REPS], to[MAX_REPS], heu[MAX_REPS], opt[MAX_REPS];
 	uint32_t *a3 = malloc(k * sizeof(uint32_t));
 

@@ -5,7 +5,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct ds_parse_ctx c;
-	ds_parse_init(&c, DS_FMT_AVAZU, NULL);
+	esd_ds_parse_init(&c, DS_FMT_AVAZU, NULL);
 	fuzz_lines(&c, data, size, 1);
 	return 0;
 }

@@ -5,9 +5,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const uint64_t small[ESD_DS_MAX_TABLES] = {[0 ... ESD_DS_MAX_TABLES - 1] = 7};
 	struct ds_parse_ctx c;
-	ds_parse_init(&c, DS_FMT_CRITEO, NULL);
+	esd_ds_parse_init(&c, DS_FMT_CRITEO, NULL);
 	fuzz_lines(&c, data, size, 0);
-	ds_parse_init(&c, DS_FMT_CRITEO, small); /* tiny tables: hashing bounds */
+	esd_ds_parse_init(&c, DS_FMT_CRITEO, small); /* tiny tables: hashing bounds */
 	fuzz_lines(&c, data, size, 0);
 	return 0;
 }

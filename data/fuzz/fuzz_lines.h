@@ -59,9 +59,9 @@ static void fuzz_lines(struct ds_parse_ctx *c, const uint8_t *data, size_t size,
 		const char *line = (const char *)data + start;
 		size_t len = end - start;
 		if (first && header) {
-			if (ds_parse_header(c, line, len, why, sizeof(why)))
+			if (esd_ds_parse_header(c, line, len, why, sizeof(why)))
 				return;
-		} else if (ds_parse_line(c, line, len, &s, why, sizeof(why)) == 0) {
+		} else if (esd_ds_parse_line(c, line, len, &s, why, sizeof(why)) == 0) {
 			check_sample(c, &s);
 		} else if (!memchr(why, 0, sizeof(why))) {
 			abort(); /* the reason must be a terminated string */

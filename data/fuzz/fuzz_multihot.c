@@ -7,9 +7,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const uint64_t rows[3] = {1000, 7, 1};
 	static const uint32_t max_bag[3] = {64, 2, 300};
 	struct ds_parse_ctx c;
-	ds_parse_init_multi_hot(&c, 3, 2, rows, max_bag, ',');
+	esd_ds_parse_init_multi_hot(&c, 3, 2, rows, max_bag, ',');
 	fuzz_lines(&c, data, size, 0);
-	ds_parse_init_multi_hot(&c, 3, 2, rows, max_bag, ';');
+	esd_ds_parse_init_multi_hot(&c, 3, 2, rows, max_bag, ';');
 	fuzz_lines(&c, data, size, 0);
 	return 0;
 }

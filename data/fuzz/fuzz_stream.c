@@ -66,28 +66,28 @@ static void repair(uint8_t *d, size_t size)
 {
 	if (size < HDR_FIXED || memcmp(d, DS_MAGIC, 8))
 		return;
-	uint64_t nt = get_u32(d + HDR_NTABLES);
+	uint64_t nt = esd_get_le32(d + HDR_NTABLES);
 	uint64_t hb = HDR_FIXED + nt * TABLE_ENTRY + 8;
 	if (nt > ESD_DS_MAX_TABLES || hb > size)
 		return;
-	put_u64(d + hb - 8, XXH64(d, hb - 8, 0));
-	uint64_t io = get_u64(d + HDR_INDEX_OFFSET), nb = get_u64(d + HDR_NBLOCKS);
+	esd_put_le64(d + hb - 8, XXH64(d, hb - 8, 0));
+	uint64_t io = esd_get_le64(d + HDR_INDEX_OFFSET), nb = esd_get_le64(d + HDR_NBLOCKS);
 	if (io < hb || io > size || nb > (size - io) / 8 || io + INDEX_HDR + nb * 8 + 8 > size)
 		return;
 	uint8_t *ix = d + io;
 	size_t ib = INDEX_HDR + nb * 8 + 8;
 	for (uint64_t b = 0; b < nb; b++) {
-		uint64_t o = get_u64(ix + INDEX_HDR + b * 8);
-		uint64_t end = b + 1 < nb ? get_u64(ix + INDEX_HDR + (b + 1) * 8) : io;
+		uint64_t o = esd_get_le64(ix + INDEX_HDR + b * 8);
+		uint64_t end = b + 1 < nb ? esd_get_le64(ix + INDEX_HDR + (b + 1) * 8) : io;
 		if (o < hb || end > io || end < o || end - o < BLOCK_HDR)
 			continue;
 		XXH64_state_t st;
 		XXH64_reset(&st, 0);
 		XXH64_update(&st, d + o, BLK_SUM);
 		XXH64_update(&st, d + o + BLOCK_HDR, end - o - BLOCK_HDR);
-		put_u64(d + o + BLK_SUM, XXH64_digest(&st));
+		esd_put_le64(d + o + BLK_SUM, XXH64_digest(&st));
 	}
-	put_u64(ix + ib - 8, XXH64(ix, ib - 8, 0));
+	esd_put_le64(ix + ib - 8, XXH64(ix, ib - 8, 0));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -110,9 +110,9 @@ enum esd_heu_order {
 };
 
 /* The exact solver behind opt and hybrid. */
-enum esd_opt_backend {
-	ESD_OPT_SSP = 0,       /* transportation solver on k x n (default) */
-	ESD_OPT_HUNGARIAN = 1, /* dense Hungarian on the expanded matrix */
+enum esd_exact_backend {
+	ESD_EXACT_SSP = 0,       /* transportation solver on k x n (default) */
+	ESD_EXACT_HUNGARIAN = 1, /* dense Hungarian on the expanded matrix */
 };
 
 /* Counters of the last solve (times in ns of CLOCK_MONOTONIC). */
@@ -188,7 +188,7 @@ int esd_solve_hungarian(struct esd_solver *s, const int64_t *cost, uint32_t k, u
 
 struct esd_hybrid_params {
 	double alpha;                 /* in [0, 1] */
-	enum esd_opt_backend backend; /* exact part */
+	enum esd_exact_backend backend; /* exact part */
 	enum esd_heu_order heu_order; /* order of the heu part */
 };
 

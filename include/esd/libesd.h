@@ -72,6 +72,15 @@
 extern "C" {
 #endif
 
+/* ESD_API marks the functions libesd.so exports: the library is built
+ * with hidden visibility and a version script (runtime/libesd/libesd.map,
+ * node ESD_0.1) that lists exactly these. */
+#if defined(__GNUC__)
+#define ESD_API __attribute__((visibility("default")))
+#else
+#define ESD_API
+#endif
+
 struct esd_trainer;
 
 struct esd_trainer_info {
@@ -128,45 +137,45 @@ struct esd_microbatch {
  * or another trainer is attached; logged with the daemon's reason),
  * -EPROTO (version mismatch or a corrupt region header), -ETIMEDOUT (no
  * answer to the HELLO: logged), -ENOMEM, or -errno. */
-int esd_trainer_attach(const char *dir, struct esd_trainer **out);
+ESD_API int esd_trainer_attach(const char *dir, struct esd_trainer **out);
 /* The same, waiting up to timeout_ms for a daemon that is not listening
  * yet (starting, or started again after a crash left its socket): what a
  * trainer started beside its daemon (torchrun, a launcher) calls. */
-int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out);
-void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
+ESD_API int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out);
+ESD_API void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
 
 /* Wait up to timeout_ms (-1: no bound but the daemon's heartbeats) for
  * the next micro-batch. Returns 0 with *mb filled, 1 when training is over
  * (the daemon said STOP), -ETIMEDOUT, -ECONNRESET (the daemon went away),
  * -EHOSTDOWN (the daemon sent nothing, not even a heartbeat, for
  * job.peer_timeout_ms: logged naming its socket), -EPROTO. */
-int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb);
+ESD_API int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatch *mb);
 
 /* Row value and gradient slot of a cache slot (no bounds check beyond
  * an assert-free mask: slots come from the micro-batch). */
-const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot);
-float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
+ESD_API const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot);
+ESD_API float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
 
 /* Publish the gradients of mb (rows' gradient slots and mb->dgrad) and
  * the summed loss. Returns 0, -EINVAL (mb is not the current batch),
  * -ECONNRESET. */
-int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss);
+ESD_API int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss);
 
 /* Ask the daemon to stop the whole job gracefully (what a trainer does on
  * SIGTERM): training goes on to a checkpoint boundary a few iterations
  * later, then esd_trainer_next returns 1. Async-signal-safe (one
  * sendmsg). Returns 0 or -errno. */
-int esd_trainer_request_stop(struct esd_trainer *t);
+ESD_API int esd_trainer_request_stop(struct esd_trainer *t);
 
 /* Tell the daemon that this trainer fails, and why (text, up to 511
  * bytes, e.g. an exception's type, message and place): the daemon logs it
  * and fails the job at once, whatever job.restart_trainers says. Call it
  * before the process ends; the handle stays usable for
  * esd_trainer_detach. Returns 0, -EINVAL (no handle) or -errno. */
-int esd_trainer_fail(struct esd_trainer *t, const char *text);
+ESD_API int esd_trainer_fail(struct esd_trainer *t, const char *text);
 
 /* Unmap and close. Accepts NULL. */
-void esd_trainer_detach(struct esd_trainer *t);
+ESD_API void esd_trainer_detach(struct esd_trainer *t);
 
 #ifdef __cplusplus
 }

@@ -119,8 +119,8 @@ size_t esd_model_dense_len(const struct esd_model *m);
  * Deterministic initial dense table from seed: W1 uniform in
  * [-1/sqrt(In), 1/sqrt(In)), w2 uniform in [-1/sqrt(H), 1/sqrt(H)), b1, b2
  * and wd zero; drawn with esd_uniform_fill on streams ESD_MODEL_STREAM_W1
- * and ESD_MODEL_STREAM_W2 (reserved: no row key has table id 0xffff with
- * those IDs in practice). dense: esd_model_dense_len floats.
+ * and ESD_MODEL_STREAM_W2 (reserved: no row key of the dense table
+ * ESD_DENSE_TABLE, esd/proto.h, has those IDs in practice). dense: esd_model_dense_len floats.
  */
 #define ESD_MODEL_STREAM_W1 UINT64_C(0xffffffffffffff01)
 #define ESD_MODEL_STREAM_W2 UINT64_C(0xffffffffffffff02)

@@ -65,6 +65,11 @@ extern "C" {
 /* Longest key and value of a SETTING (bytes, no NUL): room for
  * workers.rates, one decimal bit rate per worker. */
 #define ESD_PROTO_MAX_SETTING 1024u
+/* The reserved table id of the dense parameters (the reference model's
+ * MLP): rows ESD_DENSE_TABLE:i, i < ceil(P / dim), live on shard 0 and
+ * travel in full every iteration as transfer kind other. No embedding
+ * table has this id. */
+#define ESD_DENSE_TABLE 0xffffu
 
 enum esd_op {
 	ESD_OP_HELLO = 1,      /* both ways: version, worker id, job token */

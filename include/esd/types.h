@@ -17,15 +17,29 @@ extern "C" {
 
 typedef uint64_t esd_key_t;
 
+/* splitmix64's increment (2^64 over the golden ratio): the stream from
+ * state s draws esd_splitmix64(s + i * ESD_SPLITMIX64_GAMMA), i = 0, 1, ... */
+#define ESD_SPLITMIX64_GAMMA UINT64_C(0x9e3779b97f4a7c15)
+
 /* The splitmix64 finaliser: the hash of a key to its PS shard
  * (esd_shard_of, esd/job.h) and the draws of the initial rows
  * (esd/optim.h), the same on every process. */
 static inline uint64_t esd_splitmix64(uint64_t x)
 {
-	x += UINT64_C(0x9e3779b97f4a7c15);
+	x += ESD_SPLITMIX64_GAMMA;
 	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
 	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
 	return x ^ (x >> 31);
+}
+
+/* The splitmix64 generator: the next draw of the stream whose state is
+ * *state, which advances by one step. The one small PRNG of the project
+ * (seeds, fault injection, the randomised solvers, tests). */
+static inline uint64_t esd_splitmix64_next(uint64_t *state)
+{
+	uint64_t x = esd_splitmix64(*state);
+	*state += ESD_SPLITMIX64_GAMMA;
+	return x;
 }
 
 #define ESD_KEY_ID_BITS 48

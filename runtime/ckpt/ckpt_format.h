@@ -1,12 +1,14 @@
 /*
  * Private: the byte layout of a checkpoint file (esd/ckpt.h documents it)
- * and its encoding. Fields are little-endian at fixed offsets; the host
- * must be little-endian (checked at compile time), so encoding is memcpy.
+ * and its encoding. Fields are little-endian at fixed offsets (esd/le.h);
+ * row values are copied as they are, so the host must be little-endian
+ * (checked at compile time).
  */
 #ifndef ESD_CKPT_FORMAT_H
 #define ESD_CKPT_FORMAT_H
 
 #include <esd/ckpt.h>
+#include <esd/le.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -45,27 +47,6 @@ enum {
 	T_SUM = 40,
 };
 
-static inline void put_u32(unsigned char *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-static inline void put_u64(unsigned char *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
-static inline uint32_t get_u32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-static inline uint64_t get_u64(const unsigned char *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
 /* Bytes of one row record. */
 static inline uint64_t ckpt_record_size(uint32_t dim, uint32_t sf)
 {
@@ -73,6 +54,6 @@ static inline uint64_t ckpt_record_size(uint32_t dim, uint32_t sf)
 }
 
 /* Checksums: XXH64 with seed 0 (see ckpt_*.c). */
-uint64_t ckpt_hash(const void *p, size_t n);
+uint64_t esd_ckpt_hash(const void *p, size_t n);
 
 #endif

@@ -76,29 +76,29 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	uint32_t v, opt, flags;
 	if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
 		return fail(err, -ESD_EBADMAGIC, H_MAGIC, "not a checkpoint: bad header magic");
-	v = get_u32(h + H_VERSION);
+	v = esd_get_le32(h + H_VERSION);
 	if (v != ESD_CKPT_VERSION)
 		return fail(err, -ESD_EBADVERSION, H_VERSION,
 		            "checkpoint version %u, this code reads version %u", v,
 		            ESD_CKPT_VERSION);
-	if (get_u32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
+	if (esd_get_le32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
 		return fail(err, -EBADMSG, H_HSIZE, "header size %u, expected %u",
-		            get_u32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
-	if (get_u64(h + H_SUM) != ckpt_hash(h, H_SUM))
+		            esd_get_le32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
+	if (esd_get_le64(h + H_SUM) != esd_ckpt_hash(h, H_SUM))
 		return fail(err, -ESD_EBADSUM, 0, "header checksum mismatch over bytes [0, %u)",
 		            (unsigned)H_SUM);
-	m->seed = get_u64(h + H_SEED);
-	m->iteration = get_u64(h + H_ITER);
-	m->data_cursor = get_u64(h + H_CURSOR);
-	m->dense_len = get_u64(h + H_DENSE);
-	m->dense_clock = get_u64(h + H_DCLOCK);
-	m->dim = get_u32(h + H_DIM);
-	m->shard = get_u32(h + H_SHARD);
-	m->nshards = get_u32(h + H_NSHARDS);
-	r->info.row_count = get_u64(h + H_ROWS);
-	opt = get_u32(h + H_OPT);
-	flags = get_u32(h + H_FLAGS);
-	r->sf = get_u32(h + H_SF);
+	m->seed = esd_get_le64(h + H_SEED);
+	m->iteration = esd_get_le64(h + H_ITER);
+	m->data_cursor = esd_get_le64(h + H_CURSOR);
+	m->dense_len = esd_get_le64(h + H_DENSE);
+	m->dense_clock = esd_get_le64(h + H_DCLOCK);
+	m->dim = esd_get_le32(h + H_DIM);
+	m->shard = esd_get_le32(h + H_SHARD);
+	m->nshards = esd_get_le32(h + H_NSHARDS);
+	r->info.row_count = esd_get_le64(h + H_ROWS);
+	opt = esd_get_le32(h + H_OPT);
+	flags = esd_get_le32(h + H_FLAGS);
+	r->sf = esd_get_le32(h + H_SF);
 	if (m->dim < 1 || m->dim > ESD_CKPT_MAX_DIM)
 		return fail(err, -EBADMSG, H_DIM, "row dim %u out of range [1, %u]", m->dim,
 		            ESD_CKPT_MAX_DIM);
@@ -147,22 +147,22 @@ static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, cons
 	const uint64_t o = r->trailer_off;
 	if (memcmp(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8))
 		return fail(err, -ESD_EBADMAGIC, o, "bad trailer magic at %" PRIu64, o);
-	if (get_u64(t + T_SUM) != ckpt_hash(t, T_SUM))
+	if (esd_get_le64(t + T_SUM) != esd_ckpt_hash(t, T_SUM))
 		return fail(err, -ESD_EBADSUM, o,
 		            "trailer checksum mismatch over bytes [%" PRIu64 ", %" PRIu64 ")", o,
 		            o + T_SUM);
-	if (get_u64(t + T_ROWS) != r->info.row_count)
+	if (esd_get_le64(t + T_ROWS) != r->info.row_count)
 		return fail(err, -EBADMSG, o + T_ROWS,
-		            "trailer says %" PRIu64 " rows, header %" PRIu64, get_u64(t + T_ROWS),
-		            r->info.row_count);
-	if (get_u64(t + T_DENSE) != r->info.meta.dense_len)
+		            "trailer says %" PRIu64 " rows, header %" PRIu64,
+		            esd_get_le64(t + T_ROWS), r->info.row_count);
+	if (esd_get_le64(t + T_DENSE) != r->info.meta.dense_len)
 		return fail(err, -EBADMSG, o + T_DENSE,
 		            "trailer says %" PRIu64 " dense floats, header %" PRIu64,
-		            get_u64(t + T_DENSE), r->info.meta.dense_len);
-	if (get_u64(t + T_HDRSUM) != get_u64(h + H_SUM))
+		            esd_get_le64(t + T_DENSE), r->info.meta.dense_len);
+	if (esd_get_le64(t + T_HDRSUM) != esd_get_le64(h + H_SUM))
 		return fail(err, -EBADMSG, o + T_HDRSUM,
 		            "trailer belongs to another header (header checksum differs)");
-	r->body_sum = get_u64(t + T_BODYSUM);
+	r->body_sum = esd_get_le64(t + T_BODYSUM);
 	return 0;
 }
 
@@ -194,7 +194,7 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 		XXH64_update(st, r->buf, bytes);
 		for (uint64_t i = 0; i < n; i++) {
 			const unsigned char *p = r->buf + i * r->rec;
-			uint64_t key = get_u64(p);
+			uint64_t key = esd_get_le64(p);
 			uint64_t ro = off + i * r->rec;
 			if (r->info.sorted && ro != r->rows_off && key <= prev) {
 				rc = fail(err, -EBADMSG, ro,
@@ -206,7 +206,7 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 			prev = key;
 			if (fn) {
 				const float *v = (const float *)(const void *)(p + 16);
-				rc = fn(arg, key, get_u64(p + 8), v, r->sf ? v + dim : NULL);
+				rc = fn(arg, key, esd_get_le64(p + 8), v, r->sf ? v + dim : NULL);
 				if (rc)
 					goto out;
 			}

@@ -39,7 +39,7 @@ struct esd_ckpt_writer {
 	unsigned char header[ESD_CKPT_HEADER_SIZE];
 };
 
-uint64_t ckpt_hash(const void *p, size_t n)
+uint64_t esd_ckpt_hash(const void *p, size_t n)
 {
 	return XXH64(p, n, 0);
 }
@@ -112,21 +112,21 @@ static void encode_header(struct esd_ckpt_writer *w)
 	unsigned char *h = w->header;
 	memset(h, 0, ESD_CKPT_HEADER_SIZE);
 	memcpy(h + H_MAGIC, CKPT_MAGIC, 8);
-	put_u32(h + H_VERSION, ESD_CKPT_VERSION);
-	put_u32(h + H_HSIZE, ESD_CKPT_HEADER_SIZE);
-	put_u64(h + H_SEED, w->meta.seed);
-	put_u64(h + H_ITER, w->meta.iteration);
-	put_u64(h + H_CURSOR, w->meta.data_cursor);
-	put_u64(h + H_ROWS, w->rows);
-	put_u64(h + H_DENSE, w->meta.dense_len);
-	put_u64(h + H_DCLOCK, w->meta.dense_clock);
-	put_u32(h + H_DIM, w->meta.dim);
-	put_u32(h + H_OPT, (uint32_t)w->meta.optimizer);
-	put_u32(h + H_SF, w->sf);
-	put_u32(h + H_SHARD, w->meta.shard);
-	put_u32(h + H_NSHARDS, w->meta.nshards);
-	put_u32(h + H_FLAGS, w->sorted ? ESD_CKPT_FLAG_SORTED : 0);
-	put_u64(h + H_SUM, ckpt_hash(h, H_SUM));
+	esd_put_le32(h + H_VERSION, ESD_CKPT_VERSION);
+	esd_put_le32(h + H_HSIZE, ESD_CKPT_HEADER_SIZE);
+	esd_put_le64(h + H_SEED, w->meta.seed);
+	esd_put_le64(h + H_ITER, w->meta.iteration);
+	esd_put_le64(h + H_CURSOR, w->meta.data_cursor);
+	esd_put_le64(h + H_ROWS, w->rows);
+	esd_put_le64(h + H_DENSE, w->meta.dense_len);
+	esd_put_le64(h + H_DCLOCK, w->meta.dense_clock);
+	esd_put_le32(h + H_DIM, w->meta.dim);
+	esd_put_le32(h + H_OPT, (uint32_t)w->meta.optimizer);
+	esd_put_le32(h + H_SF, w->sf);
+	esd_put_le32(h + H_SHARD, w->meta.shard);
+	esd_put_le32(h + H_NSHARDS, w->meta.nshards);
+	esd_put_le32(h + H_FLAGS, w->sorted ? ESD_CKPT_FLAG_SORTED : 0);
+	esd_put_le64(h + H_SUM, esd_ckpt_hash(h, H_SUM));
 }
 
 static int split_path(const char *path, char **dir, char **base)
@@ -219,8 +219,8 @@ int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
 		return -EINVAL;
 	if (w->have_prev && key < w->prev_key)
 		w->sorted = 0;
-	put_u64(kc, key);
-	put_u64(kc + 8, clock);
+	esd_put_le64(kc, key);
+	esd_put_le64(kc + 8, clock);
 	rc = emit(w, kc, sizeof(kc));
 	if (!rc)
 		rc = emit(w, value, (size_t)w->meta.dim * sizeof(float));
@@ -305,11 +305,11 @@ int esd_ckpt_writer_commit(struct esd_ckpt_writer *w)
 	encode_header(w);
 	memset(t, 0, sizeof(t));
 	memcpy(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8);
-	put_u64(t + T_ROWS, w->rows);
-	put_u64(t + T_DENSE, w->meta.dense_len);
-	put_u64(t + T_BODYSUM, XXH64_digest(w->body));
-	put_u64(t + T_HDRSUM, get_u64(w->header + H_SUM));
-	put_u64(t + T_SUM, ckpt_hash(t, T_SUM));
+	esd_put_le64(t + T_ROWS, w->rows);
+	esd_put_le64(t + T_DENSE, w->meta.dense_len);
+	esd_put_le64(t + T_BODYSUM, XXH64_digest(w->body));
+	esd_put_le64(t + T_HDRSUM, esd_get_le64(w->header + H_SUM));
+	esd_put_le64(t + T_SUM, esd_ckpt_hash(t, T_SUM));
 	rc = write_all(w->fd, t, sizeof(t));
 	if (!rc)
 		rc = pwrite_all(w->fd, w->header, ESD_CKPT_HEADER_SIZE, 0);

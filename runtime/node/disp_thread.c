@@ -765,7 +765,8 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
 		.ls_ref_keys = j->ls_ref_keys,
 		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
-		.hybrid = {.alpha = j->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+		.hybrid = {.alpha = j->alpha, .backend = ESD_EXACT_SSP,
+		           .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	rc = esd_method_parse(j->method, &ds->eng.dc.method);
 	if (rc) {

@@ -13,12 +13,11 @@
 #include <esd/err.h>
 #include <esd/log.h>
 #include <esd/optim.h>
+#include <esd/proto.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define DENSE_TABLE 0xffffu
 
 struct shard_buf {
 	struct esd_buf b;
@@ -46,7 +45,7 @@ struct exec {
 
 static uint32_t shard_of(const struct node *nd, esd_key_t key)
 {
-	return esd_key_table(key) == DENSE_TABLE ? 0 : esd_shard_of(key, nd->job.shards);
+	return esd_key_table(key) == ESD_DENSE_TABLE ? 0 : esd_shard_of(key, nd->job.shards);
 }
 
 static uint32_t state_dim(const struct node *nd)
@@ -354,7 +353,7 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 					rc = -EPROTO;
 					break;
 				}
-				if (esd_key_table(v.key) == DENSE_TABLE) {
+				if (esd_key_table(v.key) == ESD_DENSE_TABLE) {
 					uint64_t off = esd_key_id(v.key) * nd->job.dim;
 					uint64_t n = nd->dense_params - off < nd->job.dim
 							     ? nd->dense_params - off
@@ -641,7 +640,7 @@ static int pull_rows_and_dense(struct exec *x, const struct order *o)
 	esd_cache_meta_write_end(nd->cache);
 	float *params = node_dense_params(nd);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
-		rc = add_pull(x, esd_key_make(DENSE_TABLE, i));
+		rc = add_pull(x, esd_key_make(ESD_DENSE_TABLE, i));
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_OTHER, params);
 	return rc;
@@ -723,7 +722,7 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 		memset(x->dense_chunk, 0, dim * sizeof(float));
 		memcpy(x->dense_chunk, dg + off, n * sizeof(float));
 		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
-			      esd_key_make(DENSE_TABLE, i), 0, x->dense_chunk, NULL, false);
+			      esd_key_make(ESD_DENSE_TABLE, i), 0, x->dense_chunk, NULL, false);
 	}
 	rows_close_all(x);
 	return rc;

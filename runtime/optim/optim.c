@@ -192,7 +192,7 @@ void esd_optim_grad_add(unsigned dim, double *restrict acc, const double *restri
  * is computed directly, independent of how many were drawn before. */
 static inline float draw_unit(uint64_t base, uint64_t i)
 {
-	uint64_t x = esd_splitmix64(base + i * UINT64_C(0x9e3779b97f4a7c15));
+	uint64_t x = esd_splitmix64(base + i * ESD_SPLITMIX64_GAMMA);
 	/* top 24 bits -> integer in [-2^23, 2^23) -> exact float in [-1, 1) */
 	int32_t u = (int32_t)(x >> 40) - (1 << 23);
 	return (float)u * (1.0f / 8388608.0f);

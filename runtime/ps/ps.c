@@ -11,6 +11,7 @@
 #include <esd/err.h>
 #include <esd/log.h>
 #include <esd/model.h>
+#include <esd/proto.h>
 
 #include <stdarg.h>
 #include <stdio.h>

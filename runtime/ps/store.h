@@ -20,9 +20,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Reserved table of the dense parameters (the reference model's MLP). */
-#define ESD_DENSE_TABLE 0xffffu
-
 struct ps_row {
 	uint64_t key;
 	uint64_t clock;

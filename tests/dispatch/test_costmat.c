@@ -222,7 +222,7 @@ static uint64_t run_steps(enum esd_method m, enum esd_sync sync, int unequal)
 	                                    .cap = unequal ? cap : NULL,
 	                                    .T = T,
 	                                    .method = m,
-	                                    .hybrid = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER},
+	                                    .hybrid = {0.25, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER},
 	                                    .seed = 5,
 	                                    .sync = sync,
 	                                    .compare = 1,

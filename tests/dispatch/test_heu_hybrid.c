@@ -86,7 +86,7 @@ static void test_hybrid0_is_heu_and_caps(void **state)
 			for (size_t x = 0; x < (size_t)k * n; x++)
 				sc[x] = (int32_t)(c[x] % 27);
 			for (int ord = 0; ord < 2; ord++) {
-				struct esd_hybrid_params hp = {0.0, ESD_OPT_SSP,
+				struct esd_hybrid_params hp = {0.0, ESD_EXACT_SSP,
 				                               (enum esd_heu_order)ord};
 				assert_int_equal(
 				    esd_solve_heu(s, c, k, n, cap, (enum esd_heu_order)ord, a), 0);
@@ -98,7 +98,7 @@ static void test_hybrid0_is_heu_and_caps(void **state)
 			int64_t prev = INT64_MAX;
 			(void)prev;
 			for (size_t x = 0; x < 5; x++) {
-				struct esd_hybrid_params hp = {alphas[x], ESD_OPT_SSP,
+				struct esd_hybrid_params hp = {alphas[x], ESD_EXACT_SSP,
 				                               ESD_HEU_ROW_ORDER};
 				assert_int_equal(esd_solve_hybrid(s, c, k, n, cap, &hp, a), 0);
 				check_caps(a, k, n, cap);
@@ -185,7 +185,7 @@ static void test_regret_stats(void **state)
 	assert_int_equal(r[2], 6);
 	assert_int_equal(r[3], 1);
 	uint32_t a[4];
-	struct esd_hybrid_params hp = {0.5, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	struct esd_hybrid_params hp = {0.5, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 	assert_int_equal(esd_solve_hybrid(s, c, 4, 2, NULL, &hp, a), 0);
 	const struct esd_solve_stats *st = esd_solver_stats(s);
 	assert_int_equal(st->regret_max, 10);
@@ -235,7 +235,7 @@ static void test_exact_offload(void **state)
 		assert_memory_equal(a, b, sizeof(a));
 		const double alphas[] = {1, 0.5, 0.125, 0};
 		for (int q = 0; q < 4; q++) {
-			struct esd_hybrid_params p = {alphas[q], ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			struct esd_hybrid_params p = {alphas[q], ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 			uint32_t before = o.rows;
 			assert_int_equal(esd_solve_hybrid(s, c, k, n, NULL, &p, a), 0);
 			assert_int_equal(esd_solve_hybrid(plain, c, k, n, NULL, &p, b), 0);
@@ -311,7 +311,7 @@ static void test_exact_split(void **state)
 		assert_memory_equal(a, b, sizeof(a));
 		const double alphas[] = {1, 0.5, 0.125};
 		for (int q = 0; q < 3; q++) {
-			struct esd_hybrid_params p = {alphas[q], ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+			struct esd_hybrid_params p = {alphas[q], ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 			uint32_t before = o.heu_done;
 			memset(a, 0xff, sizeof(a));
 			assert_int_equal(esd_solve_hybrid(s, c, k, n, NULL, &p, a), 0);

@@ -29,14 +29,14 @@ static void check_all_exact(struct esd_solver *s, const int64_t *c, uint32_t k, 
 		assert_memory_equal(a, want, k * sizeof(uint32_t));
 	uint32_t *b = malloc(k * sizeof(uint32_t));
 	assert_non_null(b);
-	struct esd_hybrid_params hp = {1.0, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	struct esd_hybrid_params hp = {1.0, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 	assert_int_equal(esd_solve_hybrid(s, c, k, n, cap, &hp, b), 0);
 	assert_memory_equal(a, b, k * sizeof(uint32_t));
 	if (with_hungarian) {
 		assert_int_equal(esd_solve_hungarian(s, c, k, n, cap, b), 0);
 		assert_int_equal(esd_assign_cost(c, k, n, b), want_cost);
 		assert_memory_equal(a, b, k * sizeof(uint32_t));
-		hp.backend = ESD_OPT_HUNGARIAN;
+		hp.backend = ESD_EXACT_HUNGARIAN;
 		assert_int_equal(esd_solve_hybrid(s, c, k, n, cap, &hp, b), 0);
 		assert_memory_equal(a, b, k * sizeof(uint32_t));
 	}
@@ -228,7 +228,7 @@ static void test_bad_input(void **state)
 	c[1] = ESD_COST_MAX + 1;
 	assert_int_equal(esd_solve_hungarian(s, c, 2, 2, NULL, a), -EINVAL);
 	c[1] = 2;
-	struct esd_hybrid_params hp = {1.5, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	struct esd_hybrid_params hp = {1.5, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 	assert_int_equal(esd_solve_hybrid(s, c, 2, 2, NULL, &hp, a), -EINVAL);
 	esd_solver_free(s);
 }

@@ -6,19 +6,11 @@
  */
 #include "testutil.h"
 
+#include <esd/types.h>
 #include <esd/dispatch_quality.h>
 #include <esd/dispatch_snap.h>
 #include <errno.h>
 #include <string.h>
-
-static uint64_t rng_next(uint64_t *s)
-{
-	*s += UINT64_C(0x9E3779B97F4A7C15);
-	uint64_t z = *s;
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
 
 enum { N = 4, K = 32, F = 8 };
 
@@ -51,7 +43,7 @@ static void test_never_worse_and_exact(void **state)
 			uint64_t seed = 99 + mi;
 			for (int st = 0; st < 10; st++) {
 				for (uint32_t p = 0; p < K * F; p++)
-					keys[p] = esd_key_make(p % F, rng_next(&seed) %
+					keys[p] = esd_key_make(p % F, esd_splitmix64_next(&seed) %
 					                                  (3 + 20 * (p % F)));
 				struct esd_batch b = {.k = K, .off = off, .keys = keys};
 				/* the method's answer (this advances the snapshots); then
@@ -114,7 +106,8 @@ static void test_in_dispatcher(void **state)
 	uint64_t seed = 1;
 	for (int st = 0; st < 10; st++) {
 		for (uint32_t p = 0; p < K * F; p++)
-			keys[p] = esd_key_make(p % F, rng_next(&seed) % (3 + 20 * (p % F)));
+			keys[p] = esd_key_make(p % F,
+			                       esd_splitmix64_next(&seed) % (3 + 20 * (p % F)));
 		struct esd_batch b = {.k = K, .off = off, .keys = keys};
 		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
 		assert_int_equal(esd_assign_check(K, N, cap, assign), 0);
@@ -155,7 +148,8 @@ static void test_many_workers_exact(void **state)
 	uint64_t seed = 7;
 	for (int st = 0; st < 6; st++) {
 		for (uint32_t p = 0; p < KK * FF; p++)
-			keys[p] = esd_key_make(p % FF, rng_next(&seed) % (2 + 15 * (p % FF)));
+			keys[p] = esd_key_make(p % FF,
+			                       esd_splitmix64_next(&seed) % (2 + 15 * (p % FF)));
 		struct esd_batch b = {.k = KK, .off = off, .keys = keys};
 		struct esd_keytab *kt;
 		assert_int_equal(esd_keytab_create(&kt), 0);

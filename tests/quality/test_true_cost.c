@@ -5,6 +5,7 @@
  */
 #include "testutil.h"
 
+#include <esd/types.h>
 #include <esd/dispatch_quality.h>
 #include <esd/dispatch_snap.h>
 #include <errno.h>
@@ -232,15 +233,6 @@ static void test_sizes(void **state)
 	assert_int_equal(esd_batch_sizes_link_aware(4, 8, NULL, &lin, 1, cap), -EINVAL);
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-	*s += UINT64_C(0x9E3779B97F4A7C15);
-	uint64_t z = *s;
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
 /* Every method, on both matrices, gives worker j exactly cap[j] samples,
  * step after step (the snapshots advance in between). */
 static void test_unequal_caps_exact(void **state)
@@ -274,7 +266,7 @@ static void test_unequal_caps_exact(void **state)
 			uint64_t seed = 42 + mi;
 			for (int st = 0; st < STEPS; st++) {
 				for (uint32_t p = 0; p < K * F; p++)
-					keys[p] = esd_key_make(p % F, rng_next(&seed) %
+					keys[p] = esd_key_make(p % F, esd_splitmix64_next(&seed) %
 					                                  (5 + 10 * (p % F)));
 				struct esd_batch b = {.k = K, .off = off, .keys = keys};
 				assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
@@ -315,7 +307,8 @@ static void test_shared_matrix_n8(void **state)
 	uint64_t seed = 17;
 	for (int st = 0; st < 6; st++) {
 		for (uint32_t p = 0; p < K * F; p++)
-			keys[p] = esd_key_make(p % F, rng_next(&seed) % (2 + 12 * (p % F)));
+			keys[p] = esd_key_make(p % F,
+			                       esd_splitmix64_next(&seed) % (2 + 12 * (p % F)));
 		struct esd_batch b = {.k = K, .off = off, .keys = keys};
 		struct esd_keytab *kt;
 		assert_int_equal(esd_keytab_create(&kt), 0);

@@ -82,11 +82,11 @@ static void check_zipf(uint64_t rows, double s, uint64_t draws)
 	struct zipf z;
 	struct rng r;
 	rng_seed(&r, 11);
-	assert_int_equal(zipf_init(&z, rows, s), 0);
+	assert_int_equal(esd_zipf_init(&z, rows, s), 0);
 	uint64_t cnt[8] = {0}, tail = 0, beyond = 0;
 	uint64_t cut = rows > 2 * ZIPF_HEAD ? 2 * ZIPF_HEAD : rows / 2;
 	for (uint64_t i = 0; i < draws; i++) {
-		uint64_t k = zipf_draw(&z, &r);
+		uint64_t k = esd_zipf_draw(&z, &r);
 		assert_true(k < rows);
 		if (k < 8)
 			cnt[k]++;
@@ -109,7 +109,7 @@ static void check_zipf(uint64_t rows, double s, uint64_t draws)
 	assert_true(fabs((double)tail - et) < 5 * sqrt(et) + 1);
 	if (rows > ZIPF_HEAD)
 		assert_true(beyond > 0);
-	zipf_free(&z);
+	esd_zipf_free(&z);
 }
 
 /* Generate p into a and b: the same bytes. */

@@ -25,7 +25,7 @@ static uint64_t mh_bags[512]; /* the bags' room of every sample here */
 
 static int parse(struct ds_parse_ctx *c, const char *line, struct ds_sample *s, char *why)
 {
-	return ds_parse_line(c, line, strlen(line), s, why, 256);
+	return esd_ds_parse_line(c, line, strlen(line), s, why, 256);
 }
 
 static void test_criteo(void **state)
@@ -34,7 +34,7 @@ static void test_criteo(void **state)
 	struct ds_parse_ctx c;
 	struct ds_sample s;
 	char why[256];
-	ds_parse_init(&c, DS_FMT_CRITEO, NULL);
+	esd_ds_parse_init(&c, DS_FMT_CRITEO, NULL);
 	assert_int_equal(parse(&c, criteo_ok, &s, why), 0);
 	assert_int_equal(s.label, 1);
 	assert_true(fabsf(s.dense[0] - logf(2.0f)) < 1e-6f);
@@ -55,7 +55,7 @@ static void test_criteo(void **state)
 	uint64_t rows[26];
 	for (int t = 0; t < 26; t++)
 		rows[t] = 10;
-	ds_parse_init(&c, DS_FMT_CRITEO, rows);
+	esd_ds_parse_init(&c, DS_FMT_CRITEO, rows);
 	assert_int_equal(parse(&c, criteo_ok, &s, why), 0);
 	for (int t = 0; t < 26; t++)
 		assert_true(s.ids[t] < 10);
@@ -85,7 +85,7 @@ static void test_criteo_bad(void **state)
 {
 	(void)state;
 	struct ds_parse_ctx c;
-	ds_parse_init(&c, DS_FMT_CRITEO, NULL);
+	esd_ds_parse_init(&c, DS_FMT_CRITEO, NULL);
 	char line[sizeof(criteo_ok) + 16];
 	expect_bad(&c, "", "1 tab-separated fields");
 	expect_bad(&c, "1\t2\t3", "3 tab-separated fields");
@@ -120,9 +120,10 @@ static void test_avazu(void **state)
 	struct ds_parse_ctx c;
 	struct ds_sample s, s2;
 	char why[256];
-	ds_parse_init(&c, DS_FMT_AVAZU, NULL);
+	esd_ds_parse_init(&c, DS_FMT_AVAZU, NULL);
 	assert_int_equal(parse(&c, avazu_line, &s, why), -EINVAL); /* header first */
-	assert_int_equal(ds_parse_header(&c, avazu_hdr, strlen(avazu_hdr), why, sizeof(why)), 0);
+	assert_int_equal(esd_ds_parse_header(&c, avazu_hdr, strlen(avazu_hdr), why, sizeof(why)),
+	                 0);
 	assert_int_equal(c.ncols, 24);
 	assert_int_equal(parse(&c, avazu_line, &s, why), 0);
 	assert_int_equal(s.label, 0);
@@ -139,8 +140,8 @@ static void test_avazu(void **state)
 	                            "28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
 	                            "44956a24,1,2,15706,320,50,1722,0,35,-1,79\r";
 	struct ds_parse_ctx c2;
-	ds_parse_init(&c2, DS_FMT_AVAZU, NULL);
-	assert_int_equal(ds_parse_header(&c2, hdr2, strlen(hdr2), why, sizeof(why)), 0);
+	esd_ds_parse_init(&c2, DS_FMT_AVAZU, NULL);
+	assert_int_equal(esd_ds_parse_header(&c2, hdr2, strlen(hdr2), why, sizeof(why)), 0);
 	assert_int_equal(parse(&c2, line2, &s2, why), 0);
 	assert_memory_equal(s.ids, s2.ids, 18 * sizeof(uint64_t));
 	expect_bad(&c, "1,2,3", "3 comma-separated fields, the header has 24");
@@ -148,12 +149,12 @@ static void test_avazu(void **state)
 	snprintf(bad, sizeof(bad), "%s", avazu_line);
 	bad[20] = 'x'; /* click */
 	expect_bad(&c, bad, "field 2 (click)");
-	assert_int_equal(ds_parse_header(&c2, "id,hour,C1", 10, why, sizeof(why)), -EINVAL);
+	assert_int_equal(esd_ds_parse_header(&c2, "id,hour,C1", 10, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "click"));
 	/* regression: after a failed header, data lines must not use the old
 	 * column map (it indexed column -1) */
 	expect_bad(&c2, line2, "no header line seen");
-	assert_int_equal(ds_parse_header(&c2, "id,click,hour", 13, why, sizeof(why)), -EINVAL);
+	assert_int_equal(esd_ds_parse_header(&c2, "id,click,hour", 13, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "banner_pos"));
 }
 
@@ -170,7 +171,7 @@ static void test_search(void **state)
 	struct ds_parse_ctx c;
 	struct ds_sample s;
 	char why[256];
-	ds_parse_init(&c, DS_FMT_SEARCH, NULL);
+	esd_ds_parse_init(&c, DS_FMT_SEARCH, NULL);
 	assert_int_equal(parse(&c, search_line, &s, why), 0);
 	assert_int_equal(s.label, 0);
 	assert_true(fabsf(s.dense[0] - logf(2.0f)) < 1e-6f); /* nb_clicks_1week 1 */
@@ -179,8 +180,8 @@ static void test_search(void **state)
 	assert_true(s.ids[1] != 0);                          /* device_type */
 	for (int t = 0; t < 17; t++)
 		assert_true(s.ids[t] < c.rows[t]);
-	assert_true(ds_is_search_header("Sale\tSalesAmountInEuro", 21));
-	assert_false(ds_is_search_header(search_line, strlen(search_line)));
+	assert_true(esd_ds_is_search_header("Sale\tSalesAmountInEuro", 21));
+	assert_false(esd_ds_is_search_header(search_line, strlen(search_line)));
 	expect_bad(&c, "0\t1\t2", "3 tab-separated fields, expected 23");
 	char bad[sizeof(search_line)];
 	snprintf(bad, sizeof(bad), "%s", search_line);
@@ -193,7 +194,7 @@ static void test_search(void **state)
 
 static void mh_init(struct ds_parse_ctx *c, struct ds_sample *s, char sep)
 {
-	ds_parse_init_multi_hot(c, 3, 2, mh_rows, mh_max_bag, sep);
+	esd_ds_parse_init_multi_hot(c, 3, 2, mh_rows, mh_max_bag, sep);
 	s->bag_ids = mh_bags;
 	s->bag_cap = sizeof(mh_bags) / sizeof(mh_bags[0]);
 }
@@ -204,7 +205,7 @@ static void test_multi_hot(void **state)
 	struct ds_parse_ctx c, cc;
 	struct ds_sample s, sc;
 	char why[256];
-	ds_parse_init(&cc, DS_FMT_CRITEO, NULL);
+	esd_ds_parse_init(&cc, DS_FMT_CRITEO, NULL);
 	assert_int_equal(parse(&cc, criteo_ok, &sc, why), 0);
 	mh_init(&c, &s, ',');
 	assert_int_equal(c.ncols, 6);
@@ -237,7 +238,7 @@ static void test_multi_hot(void **state)
 	assert_int_equal(s.bag_ids[0], sc.ids[0]);
 	expect_bad(&c, "1\t\t\t68fd1e64,a\t\t", "field 4 (table 0): '68fd1e64,a' (ID 1");
 	/* the defaults: one table, no dense value, ',' */
-	ds_parse_init(&c, DS_FMT_MULTI_HOT, NULL);
+	esd_ds_parse_init(&c, DS_FMT_MULTI_HOT, NULL);
 	assert_int_equal(parse(&c, "1\ta,b", &s, why), 0);
 	assert_int_equal(s.lens[0], 2);
 	assert_int_equal(s.bag_ids[0] | s.bag_ids[1], 0); /* rows[0] 1 */
@@ -276,15 +277,15 @@ static void test_formats(void **state)
 {
 	(void)state;
 	enum ds_format f;
-	assert_int_equal(ds_format_parse("criteo-kaggle", &f), 0);
+	assert_int_equal(esd_ds_format_parse("criteo-kaggle", &f), 0);
 	assert_int_equal(f, DS_FMT_CRITEO);
-	assert_int_equal(ds_format_parse("avazu", &f), 0);
+	assert_int_equal(esd_ds_format_parse("avazu", &f), 0);
 	assert_int_equal(f, DS_FMT_AVAZU);
-	assert_int_equal(ds_format_parse("criteo-search", &f), 0);
+	assert_int_equal(esd_ds_format_parse("criteo-search", &f), 0);
 	assert_int_equal(f, DS_FMT_SEARCH);
-	assert_int_equal(ds_format_parse("tsv-multi-hot", &f), 0);
+	assert_int_equal(esd_ds_format_parse("tsv-multi-hot", &f), 0);
 	assert_int_equal(f, DS_FMT_MULTI_HOT);
-	assert_int_equal(ds_format_parse("csv", &f), -ENOENT);
+	assert_int_equal(esd_ds_format_parse("csv", &f), -ENOENT);
 }
 
 int main(void)

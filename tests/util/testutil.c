@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <esd/types.h>
+
 char *esd_test_mkdtemp(const char *prefix)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -72,8 +74,5 @@ char *esd_test_src(const char *rel)
 
 uint64_t esd_test_rand(uint64_t *state)
 {
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
+	return esd_splitmix64_next(state);
 }

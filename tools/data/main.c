@@ -505,13 +505,13 @@ static int cmd_convert(int argc, char **argv)
 		o.in_path = argv[optind++];
 	if (!fmt || !o.out_path || !o.in_path || optind != argc)
 		return usage("convert needs --format, -o OUT and one INPUT");
-	if (ds_format_parse(fmt, &o.fmt))
+	if (esd_ds_format_parse(fmt, &o.fmt))
 		return usage("--format: criteo-kaggle, avazu, criteo-search or tsv-multi-hot");
 	int rc = multi_hot_opts(&o, &mb, have_mh);
 	if (rc)
 		return rc;
 	struct ds_convert_result res;
-	rc = ds_convert(&o, &res);
+	rc = esd_ds_convert(&o, &res);
 	if (rc)
 		return 1;
 	printf("%s: %" PRIu64 " samples from %" PRIu64 " lines of %s", o.out_path, res.samples,
@@ -546,7 +546,7 @@ static json_t *bags_json(const struct ds_table_stat *ts, uint32_t max_bag)
 	json_object_set_new(j, "p90", json_integer(ts->bag_p90));
 	json_object_set_new(j, "p99", json_integer(ts->bag_p99));
 	json_object_set_new(j, "max", json_integer(ts->bag_max));
-	for (unsigned b = 0; b <= ds_bag_bucket(ts->bag_max); b++) {
+	for (unsigned b = 0; b <= esd_ds_bag_bucket(ts->bag_max); b++) {
 		uint32_t lo, hi;
 		bucket_range(b, &lo, &hi);
 		json_t *e = json_object();
@@ -624,7 +624,7 @@ static void print_bags(const struct ds_stat *st)
 			       "histogram");
 		printf("%5u %7u %6u %8.2f %6u %6u %6u %6u ", t, in->max_bag[t], ts->bag_min,
 		       ts->bag_mean, ts->bag_p50, ts->bag_p90, ts->bag_p99, ts->bag_max);
-		for (unsigned b = 0; b <= ds_bag_bucket(ts->bag_max); b++) {
+		for (unsigned b = 0; b <= esd_ds_bag_bucket(ts->bag_max); b++) {
 			uint32_t lo, hi;
 			bucket_range(b, &lo, &hi);
 			if (lo == hi)
@@ -714,7 +714,7 @@ static int cmd_stat(int argc, char **argv)
 	struct ds_stat *st = malloc(sizeof(*st));
 	if (!st)
 		return 1;
-	int rc = ds_stat_compute(argv[optind], ratio, limit, st);
+	int rc = esd_ds_stat_compute(argv[optind], ratio, limit, st);
 	if (!rc) {
 		if (json)
 			print_json(argv[optind], st);

@@ -387,7 +387,7 @@ static int64_t gen_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
 	(void)bag_off;
 	const uint64_t base = esd_splitmix64(g->seed ^ UINT64_C(0x5eed5eed5eed5eed));
 	for (uint32_t i = 0; i < k; i++) {
-		uint64_t si = esd_splitmix64(base + (cursor + i) * UINT64_C(0x9e3779b97f4a7c15));
+		uint64_t si = esd_splitmix64(base + (cursor + i) * ESD_SPLITMIX64_GAMMA);
 		double score = 0;
 		for (uint32_t t = 0; t < g->tables; t++) {
 			double u = unit(si + t);

@@ -347,7 +347,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .ls_ref_keys = m->is_job ? j->ls_ref_keys : 0,
 	    .replicated = m->is_job ? env->rep : NULL,
 	    .nreplicated = nrep,
-	    .hybrid = {.alpha = m->alpha, .backend = ESD_OPT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+	    .hybrid = {.alpha = m->alpha, .backend = ESD_EXACT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
 	};
 	if ((rc = esd_dispatcher_create(&dc, ss, &d)))
 		goto out;

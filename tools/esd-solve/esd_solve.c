@@ -84,7 +84,7 @@ int main(int argc, char **argv)
 	                                     {"help", no_argument, 0, 'h'},
 	                                     {0, 0, 0, 0}};
 	enum esd_method method = ESD_METHOD_OPT;
-	struct esd_hybrid_params hp = {0.25, ESD_OPT_SSP, ESD_HEU_ROW_ORDER};
+	struct esd_hybrid_params hp = {0.25, ESD_EXACT_SSP, ESD_HEU_ROW_ORDER};
 	long repeat = 1;
 	int repeat_given = 0;
 	int c;
@@ -133,9 +133,9 @@ int main(int argc, char **argv)
 			break;
 		case 'b':
 			if (!strcmp(optarg, "ssp"))
-				hp.backend = ESD_OPT_SSP;
+				hp.backend = ESD_EXACT_SSP;
 			else if (!strcmp(optarg, "hungarian"))
-				hp.backend = ESD_OPT_HUNGARIAN;
+				hp.backend = ESD_EXACT_HUNGARIAN;
 			else {
 				fprintf(stderr, "esd-solve: --backend is ssp or hungarian\n");
 				return 2;
