@@ -24,7 +24,9 @@
 
 #include <esd/transport.h>
 
+#include <dirent.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -551,14 +553,49 @@ static int on_trainer_msg(struct node *nd, uint32_t i, const struct order *o,
 	return trainer_gone(nd, i, o, slots, why);
 }
 
+/* A silent trainer that still wants the CPU: one of its threads is
+ * running or waits for a core (state R in /proc/PID/task/TID/stat). Its
+ * heartbeat thread is starved on a host whose cores are all taken, not
+ * stopped (state T) or hung (every thread asleep past its beat). */
+static bool trainer_runnable(int pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	bool runnable = false;
+	struct dirent *e;
+	while (!runnable && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char stat[64 + 256 + 8], line[512];
+		snprintf(stat, sizeof(stat), "%s/%.255s/stat", path, e->d_name);
+		FILE *f = fopen(stat, "r");
+		if (!f)
+			continue;
+		/* "TID (comm) S ...": the state follows the last ')' */
+		const char *rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		runnable = rp && rp[1] == ' ' && rp[2] == 'R';
+		fclose(f);
+	}
+	closedir(d);
+	return runnable;
+}
+
 /* Version-4 trainers heard from not at all for job.peer_timeout_ms (a
- * stopped or hung process) are gone. 0 or -ESD_EJOBFAILED. */
+ * stopped or hung process) are gone; one that is only starved of CPU
+ * (trainer_runnable) gets up to STARVED_FACTOR timeouts. 0 or
+ * -ESD_EJOBFAILED. */
+#define STARVED_FACTOR 10
 static int check_silence(struct node *nd, const struct order *o, const uint32_t *slots)
 {
 	const int64_t now = esd_now_ns(), limit = (int64_t)nd->job.peer_timeout_ms * ESD_NS_PER_MS;
 	for (uint32_t i = 0; i < nd->tr.count; i++) {
 		struct node_trainer_slot *ts = &nd->tr.t[i];
 		if (ts->fd < 0 || ts->version < 4 || now - ts->last_rx_ns < limit)
+			continue;
+		if (now - ts->last_rx_ns < STARVED_FACTOR * limit && trainer_runnable(ts->pid))
 			continue;
 		char why[96];
 		snprintf(why, sizeof(why), "silent for %.1f s (job.peer_timeout_ms %llu: stopped "
