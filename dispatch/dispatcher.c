@@ -152,73 +152,74 @@ static uint64_t ls_budget(const struct esd_dispatcher_config *c, const struct es
 	return e ? e : 1;
 }
 
-/* Long: the step's phases (key table, fill, matrix, solve, advance) timed one after another
- * into the counters. */
-int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
-                        struct esd_conseq *cq)
+/* The step's buffers (cost and score matrices, scratch) for k samples. */
+static int grow_buffers(struct esd_dispatcher *d, uint32_t k)
 {
-	if (!d || !b || !assign)
-		return -EINVAL;
-	const uint32_t n = d->cfg.n, k = b->k;
-	const uint32_t *cap = d->has_cap ? d->cap : NULL;
-	struct esd_dispatch_phase ph = {0};
-	int rc;
-	if (!cq)
-		cq = d->cq;
-	if (d->cap_k < k || !d->cost) {
-		size_t nc = k ? k : 1;
-		int64_t *c = realloc(d->cost, nc * n * sizeof(int64_t));
-		if (!c)
-			return -ENOMEM;
-		d->cost = c;
-		int32_t *s = realloc(d->score, nc * n * sizeof(int32_t));
-		if (!s)
-			return -ENOMEM;
-		d->score = s;
-		uint32_t *t = realloc(d->tmp, nc * sizeof(uint32_t));
-		if (!t)
-			return -ENOMEM;
-		d->tmp = t;
-		d->cap_k = nc;
-	}
-	d->cost_valid = 0;
-	int64_t t0 = esd_now_ns(), t = t0;
-	if ((rc = esd_keytab_build(d->kt, b, n)) ||
-	    (d->cfg.nreplicated && (rc = esd_keytab_replicate(d->kt, d->rep, d->cfg.nreplicated))))
+	if (d->cap_k >= k && d->cost)
+		return 0;
+	const uint32_t n = d->cfg.n;
+	size_t nc = k ? k : 1;
+	int64_t *c = realloc(d->cost, nc * n * sizeof(int64_t));
+	if (!c)
+		return -ENOMEM;
+	d->cost = c;
+	int32_t *s = realloc(d->score, nc * n * sizeof(int32_t));
+	if (!s)
+		return -ENOMEM;
+	d->score = s;
+	uint32_t *t = realloc(d->tmp, nc * sizeof(uint32_t));
+	if (!t)
+		return -ENOMEM;
+	d->tmp = t;
+	d->cap_k = nc;
+	return 0;
+}
+
+/* laia's DoI profile: the batch added, the top tables refreshed every
+ * laia_refresh steps. Its time goes to ph->profile, not the matrix's. */
+static int profile_batch(struct esd_dispatcher *d, const struct esd_batch *b,
+                         struct esd_dispatch_phase *ph, int64_t *t)
+{
+	if (!d->doi)
+		return 0;
+	int64_t tp = esd_now_ns();
+	int rc = esd_doi_add_batch(d->doi, b);
+	if (rc)
 		return rc;
-	ph.keytab = esd_lap_ns(&t);
-	if ((rc = esd_snapset_fill(d->ss, d->kt)))
-		return rc;
-	ph.fill = esd_lap_ns(&t);
-	const enum esd_method m = d->cfg.method;
-	if (d->doi) {
-		int64_t tp = esd_now_ns();
-		if ((rc = esd_doi_add_batch(d->doi, b)))
+	if (d->ct.steps % d->cfg.laia_refresh == 0) {
+		if ((rc = esd_doi_top_tables(d->doi, d->cfg.laia_top, d->tables)) < 0)
 			return rc;
-		if (d->ct.steps % d->cfg.laia_refresh == 0) {
-			if ((rc = esd_doi_top_tables(d->doi, d->cfg.laia_top, d->tables)) < 0)
-				return rc;
-			d->has_tables = 1;
-		}
-		ph.profile = esd_now_ns() - tp;
-		t += ph.profile;
+		d->has_tables = 1;
 	}
-	if (m == ESD_METHOD_LAIA) {
+	ph->profile = esd_now_ns() - tp;
+	*t += ph->profile;
+	return 0;
+}
+
+/* The method's matrix: laia's scores, or the cost matrix (paper or
+ * shared) for the cost-based methods and for compare mode. */
+static int build_matrix(struct esd_dispatcher *d, const struct esd_batch *b)
+{
+	int rc = 0;
+	if (d->cfg.method == ESD_METHOD_LAIA) {
 		rc = esd_scoremat_build(d->kt, b, d->has_tables ? d->tables : NULL, d->score);
-	} else if (m != ESD_METHOD_VANILLA || d->cfg.compare) {
+	} else if (d->cfg.method != ESD_METHOD_VANILLA || d->cfg.compare) {
 		rc = d->cfg.matrix == ESD_MATRIX_SHARED
 		             ? esd_costmat_build_shared(d->kt, b, d->T, d->cost)
 		             : esd_costmat_build(d->kt, b, d->T, d->cost);
 		d->cost_valid = !rc;
 	}
-	if (rc)
-		return rc;
-	ph.matrix = esd_lap_ns(&t);
-	/* a fresh seed per iteration from the configured one: reproducible runs,
-	 * also when a dispatcher restarts from snapshots saved at a checkpoint
-	 * (the snapshots know their iteration) */
-	uint64_t seed = d->rng + esd_snapset_iter(d->ss) * ESD_SPLITMIX64_GAMMA;
-	switch (m) {
+	return rc;
+}
+
+/* The configured method's answer into assign, then the local search on
+ * the true cost when it is on. seed: this iteration's. */
+static int solve(struct esd_dispatcher *d, const struct esd_batch *b, const uint32_t *cap,
+                 uint64_t seed, uint32_t *assign)
+{
+	const uint32_t n = d->cfg.n, k = b->k;
+	int rc = 0;
+	switch (d->cfg.method) {
 	case ESD_METHOD_HEU:
 		rc = esd_solve_heu(d->solver, d->cost, k, n, cap, d->cfg.hybrid.heu_order, assign);
 		break;
@@ -244,30 +245,38 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 		struct esd_ls_params lp = {.max_evals = ls_budget(&d->cfg, b), .seed = seed ^ 0x15};
 		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
 	}
-	if (rc)
+	return rc;
+}
+
+/* Compare mode: heu and opt also solve the same matrix (the heu-vs-opt
+ * gap of esdctl dispatch), outside the timed phases. */
+static int compare_solvers(struct esd_dispatcher *d, uint32_t k, const uint32_t *cap, int64_t *t)
+{
+	if (!d->cfg.compare || !d->cost_valid)
+		return 0;
+	const uint32_t n = d->cfg.n;
+	int64_t tc = esd_now_ns();
+	int rc;
+	if ((rc = esd_solve_heu(d->aux, d->cost, k, n, cap, d->cfg.hybrid.heu_order, d->tmp)))
 		return rc;
-	ph.solve = esd_lap_ns(&t);
-	d->ct.solve = *esd_solver_stats(d->solver);
-	if (d->cfg.compare && d->cost_valid) {
-		/* outside the timed phases */
-		int64_t tc = esd_now_ns();
-		if ((rc = esd_solve_heu(d->aux, d->cost, k, n, cap, d->cfg.hybrid.heu_order,
-		                        d->tmp)))
-			return rc;
-		d->ct.heu_cost = esd_assign_cost(d->cost, k, n, d->tmp);
-		if ((rc = esd_solve_opt(d->aux, d->cost, k, n, cap, d->tmp)))
-			return rc;
-		d->ct.opt_cost = esd_assign_cost(d->cost, k, n, d->tmp);
-		d->ct.sum_heu_cost += d->ct.heu_cost;
-		d->ct.sum_opt_cost += d->ct.opt_cost;
-		t += esd_now_ns() - tc;
-	}
-	if ((rc = esd_snapset_advance(d->ss, d->kt, b, assign, d->T, d->cfg.sync, cq)))
+	d->ct.heu_cost = esd_assign_cost(d->cost, k, n, d->tmp);
+	if ((rc = esd_solve_opt(d->aux, d->cost, k, n, cap, d->tmp)))
 		return rc;
-	ph.advance = esd_lap_ns(&t);
-	ph.total = ph.keytab + ph.fill + ph.matrix + ph.solve + ph.advance;
-	d->ct.last = ph;
-	add_phase(&d->ct.sum, &ph);
+	d->ct.opt_cost = esd_assign_cost(d->cost, k, n, d->tmp);
+	d->ct.sum_heu_cost += d->ct.heu_cost;
+	d->ct.sum_opt_cost += d->ct.opt_cost;
+	*t += esd_now_ns() - tc;
+	return 0;
+}
+
+/* The step's counters: its phases, costs, transfers and hits. */
+static void count_step(struct esd_dispatcher *d, struct esd_dispatch_phase *ph, uint32_t k,
+                       const uint32_t *assign, const struct esd_conseq *cq)
+{
+	const uint32_t n = d->cfg.n;
+	ph->total = ph->keytab + ph->fill + ph->matrix + ph->solve + ph->advance;
+	d->ct.last = *ph;
+	add_phase(&d->ct.sum, ph);
 	d->ct.steps++;
 	d->ct.unique_keys = esd_keytab_count(d->kt);
 	d->ct.est_cost = d->cost_valid ? esd_assign_cost(d->cost, k, n, assign) : 0;
@@ -277,5 +286,48 @@ int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uin
 	for (int q = 0; q < ESD_CQ_KINDS; q++)
 		d->ct.xfers[q] += cq->off[q][n];
 	d->ct.hits += cq->hits;
+}
+
+/* The step's phases one after another, each timed into ph: key table
+ * (replicated rows added), fill from the snapshots, the matrix, the
+ * solve, the snapshots advanced by the decision. */
+int esd_dispatcher_step(struct esd_dispatcher *d, const struct esd_batch *b, uint32_t *assign,
+                        struct esd_conseq *cq)
+{
+	if (!d || !b || !assign)
+		return -EINVAL;
+	const uint32_t *cap = d->has_cap ? d->cap : NULL;
+	struct esd_dispatch_phase ph = {0};
+	int rc;
+	if (!cq)
+		cq = d->cq;
+	if ((rc = grow_buffers(d, b->k)))
+		return rc;
+	d->cost_valid = 0;
+	int64_t t = esd_now_ns();
+	if ((rc = esd_keytab_build(d->kt, b, d->cfg.n)) ||
+	    (d->cfg.nreplicated && (rc = esd_keytab_replicate(d->kt, d->rep, d->cfg.nreplicated))))
+		return rc;
+	ph.keytab = esd_lap_ns(&t);
+	if ((rc = esd_snapset_fill(d->ss, d->kt)))
+		return rc;
+	ph.fill = esd_lap_ns(&t);
+	if ((rc = profile_batch(d, b, &ph, &t)) || (rc = build_matrix(d, b)))
+		return rc;
+	ph.matrix = esd_lap_ns(&t);
+	/* a fresh seed per iteration from the configured one: reproducible runs,
+	 * also when a dispatcher restarts from snapshots saved at a checkpoint
+	 * (the snapshots know their iteration) */
+	uint64_t seed = d->rng + esd_snapset_iter(d->ss) * ESD_SPLITMIX64_GAMMA;
+	if ((rc = solve(d, b, cap, seed, assign)))
+		return rc;
+	ph.solve = esd_lap_ns(&t);
+	d->ct.solve = *esd_solver_stats(d->solver);
+	if ((rc = compare_solvers(d, b->k, cap, &t)))
+		return rc;
+	if ((rc = esd_snapset_advance(d->ss, d->kt, b, assign, d->T, d->cfg.sync, cq)))
+		return rc;
+	ph.advance = esd_lap_ns(&t);
+	count_step(d, &ph, b->k, assign, cq);
 	return 0;
 }

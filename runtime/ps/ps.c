@@ -354,9 +354,9 @@ static void fit_sizes_locked(struct ps *ps, uint64_t t)
 		 f->last_obs_ns / 1e6, esd_size_model_time(j->n, T, &m, sizes) / 1e6);
 }
 
-/* Long: the barrier's release in its required order (apply gradients, checkpoint, advance,
- * schedule requests and settings) under one lock. */
-static void complete_barrier_locked(struct ps *ps, uint64_t t)
+/* Every worker's barrier of t carries the same decision digest; else the
+ * job fails (ESD_EDIVERGED). */
+static bool digests_agree_locked(struct ps *ps, uint64_t t)
 {
 	for (uint32_t w = 1; w < ps->job.n; w++) {
 		if (ps->bar.digest[w] != ps->bar.digest[0]) {
@@ -365,23 +365,33 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 				       "%016llx, worker %u digest %016llx)",
 				       (unsigned long long)t, (unsigned long long)ps->bar.digest[0], w,
 				       (unsigned long long)ps->bar.digest[w]);
-			return;
+			return false;
 		}
 	}
+	return true;
+}
+
+/* The summed gradients of iteration t-1, rows and dense table, applied. */
+static int apply_iteration_locked(struct ps *ps, uint64_t t)
+{
 	long n = ps_store_apply_staged(ps->st);
 	if (n < 0) {
 		ps_fail_locked(ps, (int)n, "applying gradients of iteration %llu: %s",
 			       (unsigned long long)t - 1, esd_strerror((int)n));
-		return;
+		return (int)n;
 	}
 	int rc = ps_dense_apply_locked(ps);
-	if (rc) {
+	if (rc)
 		ps_fail_locked(ps, rc, "dense update of iteration %llu: %s",
 			       (unsigned long long)t - 1, esd_strerror(rc));
-		return;
-	}
-	/* The state is now "iteration t-1 complete". Checkpoint if due: the
-	 * daemons flushed their DIRTY rows before this barrier. */
+	return rc;
+}
+
+/* The state is now "iteration t-1 complete": write checkpoint t-1 if it
+ * is due (every checkpoint_every, the last iteration, or flagged by every
+ * worker; the daemons flushed their DIRTY rows before this barrier). */
+static int checkpoint_if_due_locked(struct ps *ps, uint64_t t)
+{
 	uint64_t c = t - 1;
 	bool flagged = ps->ckpt.flagged == ps->job.n;
 	ps->ckpt.flagged = 0;
@@ -389,17 +399,26 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			     c == ps->job.iterations || flagged);
 	if (due && ps->job.checkpoint_dir[0]) {
 		ps->bar.iter_done = c; /* checkpoint records the boundary c */
-		rc = ps_checkpoint_locked(ps);
+		int rc = ps_checkpoint_locked(ps);
 		if (rc) {
 			ps_fail_locked(ps, rc, "checkpoint at iteration %llu failed: %s",
 				       (unsigned long long)c, esd_strerror(rc));
-			return;
+			return rc;
 		}
 	}
 	if (due && c == ps->ckpt.at) { /* the requested checkpoint is written */
 		ps->ckpt.requested = false;
 		ps->ckpt.at = 0;
 	}
+	return 0;
+}
+
+/* The boundary moves to t: the data cursor, the end of the job, a stop
+ * or a requested checkpoint scheduled (esdctl checkpoint: at a boundary
+ * no dispatcher has decided yet, as they run at most two iterations
+ * ahead; the barrier ACKs carry it to every node). */
+static void advance_boundary_locked(struct ps *ps, uint64_t t)
+{
 	ps->bar.iter_done = t;
 	ps->bar.cursor = t * ps->job.global_batch;
 	if (ps->bar.final == ps->job.n) {
@@ -408,60 +427,73 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			 (unsigned long long)t - 1);
 	}
 	schedule_stop_locked(ps, t);
-	/* esdctl checkpoint: schedule it at a boundary no dispatcher has
-	 * decided yet (they run at most two iterations ahead); the barrier
-	 * ACKs carry it to every node */
 	if (ps->ckpt.requested && !ps->ckpt.at && t + 3 < ps->job.iterations)
 		ps->ckpt.at = t + 3;
-	/* esdctl set: done once iteration set_at started everywhere; else
-	 * schedule it the same way (a change past the last iteration waits
-	 * for nothing and is dropped with a note) */
+}
+
+/* A pending live setting (esdctl set), in effect now everywhere: the
+ * shard's copy of the job follows it. */
+static void live_setting_done_locked(struct ps *ps)
+{
+	double v[3];
+	if (!strcmp(ps->live.key, "workers.size_model") &&
+	    !esd_job_parse_size_model(ps->live.value, v)) {
+		ps->job.size_fixed_rows = v[0];
+		ps->job.size_rows_per_sample = v[1];
+		ps->job.size_compute_ns = v[2];
+		esd_job_resplit(&ps->job); /* the sizes every node now has */
+		esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 0);
+	}
+	if (!strcmp(ps->live.key, "workers.rates") &&
+	    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps)) {
+		esd_job_resplit(&ps->job); /* the sizes every node now has */
+		/* what the fitter saw is of the old links */
+		esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
+		/* the replies of iteration set_at on at the new rates */
+		for (int i = 0; i < ps->nlinks && ps->job.shape_follows_model; i++) {
+			struct ps_link *pl = &ps->links[i];
+			if (pl->worker >= 0 && pl->link) /* under mu, as its closing */
+				esd_link_set_rate(pl->link,
+						  reply_rate(ps, ps->job.rate_bps[pl->worker]));
+		}
+	}
+	ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
+		 ps->live.value, (unsigned long long)ps->live.at);
+	ps->live.pending = false;
+	ps->live.at = 0;
+}
+
+/* The daemons' reported link rates become one workers.rates change,
+ * scheduled by the next barrier. */
+static void rates_reported_locked(struct ps *ps, uint64_t t)
+{
+	uint64_t rates[ESD_MAX_WORKERS];
+	memcpy(rates, ps->job.rate_bps, sizeof(rates));
+	for (uint32_t w = 0; w < ps->job.n; w++)
+		if (ps->live.rate_req_mask >> w & 1)
+			rates[w] = ps->live.rate_req[w];
+	ps->live.rate_req_mask = 0;
+	char msg[256];
+	if (ps_rates_value(ps, rates, ps->live.value, sizeof(ps->live.value), msg, sizeof(msg))) {
+		ESD_ERR("ps", "reported link rates not applied: %s", msg);
+		return;
+	}
+	snprintf(ps->live.key, sizeof(ps->live.key), "workers.rates");
+	ps->live.pending = true;
+	ps->live.at = 0;
+	ps->live.requested_at = t;
+}
+
+/* One step of the live settings at boundary t: a setting in effect
+ * everywhere is done; else reported rates or a size fit become one; else
+ * a pending one is scheduled at t + 3 (a change past the last iteration
+ * waits for nothing and is dropped with a note). */
+static void live_settings_locked(struct ps *ps, uint64_t t)
+{
 	if (ps->live.pending && ps->live.at && t >= ps->live.at) {
-		double v[3];
-		if (!strcmp(ps->live.key, "workers.size_model") &&
-		    !esd_job_parse_size_model(ps->live.value, v)) {
-			ps->job.size_fixed_rows = v[0];
-			ps->job.size_rows_per_sample = v[1];
-			ps->job.size_compute_ns = v[2];
-			esd_job_resplit(&ps->job); /* the sizes every node now has */
-			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 0);
-		}
-		if (!strcmp(ps->live.key, "workers.rates") &&
-		    !esd_job_parse_rates(ps->live.value, ps->job.n, ps->job.rate_bps)) {
-			esd_job_resplit(&ps->job); /* the sizes every node now has */
-			/* what the fitter saw is of the old links */
-			esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
-			/* the replies of iteration set_at on at the new rates */
-			for (int i = 0; i < ps->nlinks && ps->job.shape_follows_model; i++) {
-				struct ps_link *pl = &ps->links[i];
-				if (pl->worker >= 0 && pl->link) /* under mu, as its closing */
-					esd_link_set_rate(pl->link,
-							  reply_rate(ps, ps->job.rate_bps[pl->worker]));
-			}
-		}
-		ESD_INFO("ps", "setting %s = %s in effect since iteration %llu", ps->live.key,
-			 ps->live.value, (unsigned long long)ps->live.at);
-		ps->live.pending = false;
-		ps->live.at = 0;
+		live_setting_done_locked(ps);
 	} else if (!ps->live.pending && ps->live.rate_req_mask) {
-		/* the daemons' reported link rates become one workers.rates
-		 * change, scheduled below by the next barrier */
-		uint64_t rates[ESD_MAX_WORKERS];
-		memcpy(rates, ps->job.rate_bps, sizeof(rates));
-		for (uint32_t w = 0; w < ps->job.n; w++)
-			if (ps->live.rate_req_mask >> w & 1)
-				rates[w] = ps->live.rate_req[w];
-		ps->live.rate_req_mask = 0;
-		char msg[256];
-		if (ps_rates_value(ps, rates, ps->live.value, sizeof(ps->live.value), msg,
-				   sizeof(msg))) {
-			ESD_ERR("ps", "reported link rates not applied: %s", msg);
-		} else {
-			snprintf(ps->live.key, sizeof(ps->live.key), "workers.rates");
-			ps->live.pending = true;
-			ps->live.at = 0;
-			ps->live.requested_at = t;
-		}
+		rates_reported_locked(ps, t);
 	} else if (!ps->live.pending && fit_due_locked(ps, t)) {
 		fit_sizes_locked(ps, t);
 	} else if (ps->live.pending && !ps->live.at) {
@@ -473,6 +505,19 @@ static void complete_barrier_locked(struct ps *ps, uint64_t t)
 			ps->live.pending = false;
 		}
 	}
+}
+
+/* Every worker's barrier of t arrived: release it, in the order the
+ * protocol requires (docs/runtime.md): check the decisions agree, apply
+ * t-1's gradients, checkpoint t-1 if due, advance to t, step the live
+ * settings, open the next barrier. Under ps->mu. */
+static void complete_barrier_locked(struct ps *ps, uint64_t t)
+{
+	if (!digests_agree_locked(ps, t) || apply_iteration_locked(ps, t) ||
+	    checkpoint_if_due_locked(ps, t))
+		return;
+	advance_boundary_locked(ps, t);
+	live_settings_locked(ps, t);
 	ps->bar.arrived = 0;
 	ps->bar.arrived_mask = 0;
 	ps->bar.final = 0;
