@@ -257,3 +257,52 @@ def bridge_port(sw, ns, dev, port, rate=0, mtu=None):
         for n2, d in ((ns, dev), (sw, port)):
             sh("tc", "-n", n2, "qdisc", "add", "dev", d, "root", "tbf", "rate", "%dbit" % rate,
                "burst", str(max(rate // 800, 1 << 20)), "latency", "1s")
+
+
+class BridgedHosts:
+    """Hosts as network namespaces: <tag>ps (the shard) and <tag>n0.. (the
+    nodes), each with a veth esd0 on a bridge in <tag>sw. With addr, the
+    shard is 10.79.0.1 and node w 10.79.0.(2 + w); rates[w] (bit/s, tc
+    tbf) shapes node w's veth both ways, mtu sets every veth's. A Cluster's
+    wrap: the shard and the daemons run in their namespaces, trainers
+    beside their daemon (unix sockets and shared memory only)."""
+
+    def __init__(self, prefix, n, addr=True, rates=None, mtu=None):
+        self.tag = "%s%d" % (prefix, os.getpid() % 10000)
+        self.ps = self.tag + "ps"
+        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
+        self.sw = self.tag + "sw"
+        self.addr, self.rates, self.mtu = addr, rates, mtu
+        self.made = []
+
+    def __enter__(self):
+        try:
+            for ns in [self.sw, self.ps] + self.nodes:
+                sh("ip", "netns", "add", ns)
+                self.made.append(ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
+            for i, ns in enumerate([self.ps] + self.nodes):
+                rate = self.rates[i - 1] if self.rates and i >= 1 else 0
+                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i), rate, mtu=self.mtu)
+                if self.addr:
+                    sh("ip", "-n", ns, "addr", "add", "10.79.0.%d/24" % (i + 1), "dev", "esd0")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        self.made = []
+        return False
+
+    def wrap(self, name):
+        if name.startswith("ps"):
+            return ["ip", "netns", "exec", self.ps]
+        if name.startswith("esdd"):
+            return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
+        return []

@@ -1,9 +1,11 @@
-"""A PyTorch trainer (esd.torch, under torchrun) with a bug on purpose, for
-the launcher's failure tests: the trainer of rank ESD_TEST_RAISE_RANK (if
-set) raises ValueError at iteration ESD_TEST_RAISE_AT (default 5),
-printing "ESD_TEST_RAISED <CLOCK_MONOTONIC seconds>" just before; with ESD_TEST_HANG set it
-never attaches (it sleeps before joining the other trainers), as one whose
-rendezvous hangs."""
+"""A PyTorch trainer (esd.torch) with a bug on purpose, for the failure
+tests (test_launch_failures under torchrun, test_trainer_fail under
+esdcluster): the trainer of rank ESD_TEST_RAISE_RANK (if set) raises
+ValueError at iteration ESD_TEST_RAISE_AT (default 5), printing
+"ESD_TEST_RAISED <CLOCK_MONOTONIC seconds>" just before and, with
+ESD_TEST_RAISE_STAMP, writing the wall-clock time of the raise to that
+file; with ESD_TEST_HANG set it never attaches (it sleeps before joining
+the other trainers), as one whose rendezvous hangs."""
 import os
 import sys
 import time
@@ -30,6 +32,10 @@ def main():
     for batch in s.batches():
         if batch.iter == raise_at and s.rank == raise_rank:
             print("ESD_TEST_RAISED %.6f" % time.monotonic(), flush=True)
+            stamp = os.environ.get("ESD_TEST_RAISE_STAMP")
+            if stamp:
+                with open(stamp, "w") as f:
+                    f.write("%.6f\n" % time.time())
             raise ValueError("deliberate bug at iteration %d of trainer rank %d"
                              % (raise_at, s.rank))
         x = torch.cat([ebc(batch).flatten(1), batch.dense], 1)

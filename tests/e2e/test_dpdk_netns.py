@@ -21,58 +21,19 @@ usage: test_dpdk_netns.py BIN_DIR
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
-from e2e_util import (Env, ClusterError, bridge_port, dpdk_usable, exit_codes, sh,
+from e2e_util import (Env, ClusterError, BridgedHosts, dpdk_usable, exit_codes,
                       shard_files, wait_ps)
 from esdcluster import Cluster
 
 RATES = [1000000000, 1000000000, 200000000, 200000000]  # tc tbf, bit/s
 
 
-class Hosts:
-    """Namespaces <tag>ps, <tag>n0..n3 on a bridge in <tag>sw; every host's
-    interface is esd0."""
-
-    def __init__(self, n=4):
-        self.tag = "dn%d" % (os.getpid() % 10000)
-        self.ps = self.tag + "ps"
-        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
-        self.sw = self.tag + "sw"
-        self.made = []
-
-    def __enter__(self):
-        try:
-            for ns in [self.sw, self.ps] + self.nodes:
-                sh("ip", "netns", "add", ns)
-                self.made.append(ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
-            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
-            for i, ns in enumerate([self.ps] + self.nodes):
-                # a node: its uplink and downlink at its rate
-                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i),
-                            RATES[i - 1] if i >= 1 else 0, mtu=9000)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        for ns in reversed(self.made):
-            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        self.made = []
-        return False
-
-    def wrap(self, name):
-        if name.startswith("ps"):
-            return ["ip", "netns", "exec", self.ps]
-        if name.startswith("esdd"):
-            return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
-        return []  # trainers: unix sockets and shared memory only
+def Hosts(n=4):
+    """Every host's interface is esd0, node w's shaped at RATES[w], jumbo frames."""
+    return BridgedHosts("dn", n, addr=False, rates=RATES, mtu=9000)
 
 
 def settings(env, **over):

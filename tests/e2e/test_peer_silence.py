@@ -27,12 +27,11 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
-from e2e_util import Env, ClusterError, bridge_port, sh, wait_ps
+from e2e_util import Env, ClusterError, BridgedHosts, sh, wait_ps
 from esdcluster import Cluster
 
 BOUND_S = 5.0
@@ -232,46 +231,9 @@ def test_withheld(env, s, keyed):
               % (what, " and ".join(words), lines_with(log, "worker 1")))
 
 
-class Hosts:
-    """Namespaces <tag>ps, <tag>n0, <tag>n1 on a bridge in <tag>sw, the
-    shard at 10.79.0.1, node w at 10.79.0.(2 + w), each on its veth esd0."""
-
-    def __init__(self, n=2):
-        self.tag = "hs%d" % (os.getpid() % 10000)
-        self.ps = self.tag + "ps"
-        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
-        self.sw = self.tag + "sw"
-        self.made = []
-
-    def __enter__(self):
-        try:
-            for ns in [self.sw, self.ps] + self.nodes:
-                sh("ip", "netns", "add", ns)
-                self.made.append(ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
-            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
-            for i, ns in enumerate([self.ps] + self.nodes):
-                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i))
-                sh("ip", "-n", ns, "addr", "add", "10.79.0.%d/24" % (i + 1), "dev", "esd0")
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        for ns in reversed(self.made):
-            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        self.made = []
-        return False
-
-    def wrap(self, name):
-        if name.startswith("ps"):
-            return ["ip", "netns", "exec", self.ps]
-        if name.startswith("esdd"):
-            return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
-        return []  # trainers: unix sockets and shared memory only
+def Hosts(n=2):
+    """The shard at 10.79.0.1, node w at 10.79.0.(2 + w), each on its veth esd0."""
+    return BridgedHosts("hs", n)
 
 
 def test_veth_down(env, s):

@@ -99,13 +99,11 @@ def test_pytorch_raise(env, python_dir):
     settings = env.settings(workers__n=2, job__iterations=2000, workers__batch=64)
 
     def cmd(w, node_dir):
-        argv = ["env", "ESD_NODE_DIR=" + node_dir, "RANK=%d" % w, "WORLD_SIZE=2",
+        return ["env", "ESD_NODE_DIR=" + node_dir, "RANK=%d" % w, "WORLD_SIZE=2",
                 "GROUP_RANK=%d" % w, "MASTER_ADDR=127.0.0.1", "MASTER_PORT=%d" % port,
-                "PYTHONPATH=" + python_dir, "/usr/bin/python3",
-                os.path.join(HERE, "fail_trainer.py")]
-        if w == 0:
-            argv += ["--raise-at", "5", "--raise-stamp", stamp]
-        return argv
+                "PYTHONPATH=" + python_dir, "ESD_TEST_RAISE_RANK=0", "ESD_TEST_RAISE_AT=5",
+                "ESD_TEST_RAISE_STAMP=" + stamp, "/usr/bin/python3",
+                os.path.join(HERE, "py_fail_trainer.py")]
 
     from esdcluster import Cluster
     with Cluster(env.bin, work, settings, trainer_cmd=cmd) as c:
@@ -118,8 +116,8 @@ def test_pytorch_raise(env, python_dir):
     with open(stamp) as f:
         t_raise = float(f.read())
     check_all_failed(env, "trainer raise", times, t_raise)
-    check_reason(env, "PyTorch trainer", work, "ValueError: injected bug at iteration 5")
-    check_reason(env, "PyTorch trainer", work, "fail_trainer.py:", names=("esdd0",))
+    check_reason(env, "PyTorch trainer", work, "ValueError: deliberate bug at iteration 5")
+    check_reason(env, "PyTorch trainer", work, "py_fail_trainer.py:", names=("esdd0",))
     env.check("Traceback" in log_of(work, "trainer0"),
               "PyTorch trainer: its own log keeps the traceback")
 
