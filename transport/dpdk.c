@@ -34,19 +34,10 @@
  * side removes its own once the link went down (or a deadline passed).
  * So neither side polls while the other tears down.
  *
- * Devices are made, started, stopped and removed in the EAL's interrupt
- * thread (intr_call), never in the caller's: DPDK 22.11's memif tears a
- * connection down there when its peer leaves (memif_disconnect: the link
- * marked down, the regions unmapped and freed), with no lock against a
- * stop or close of the same device in another thread, which then frees
- * the same regions a second time ("EAL: Error: Invalid memory", then
- * SIGSEGV). Run in that thread, a close and a peer's leaving take turns,
- * whatever the peer does and whenever. A closing link's last polls for
- * the peer's answer run there too, for the same reason.
- *
- * EAL: started once per process by the first dpdk link, with
- * dpdk_eal_args plus a per-process --file-prefix; the calling thread's
- * CPU affinity is restored afterwards (EAL pins it to its main lcore).
+ * Ports are made and removed in the EAL's interrupt thread (dpdk_eal.c,
+ * which also starts the EAL), where memif handles a peer's leaving; a
+ * closing link's last polls for the peer's answer run there too, for the
+ * same reason.
  */
 #include "dpdk_internal.h"
 
@@ -56,7 +47,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -67,18 +57,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <rte_alarm.h>
-#include <rte_dev.h>
-#include <rte_eal.h>
-#include <rte_interrupts.h>
-#include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
-#define DEFAULT_MTU   8192u
 #define BURST         32
-#define POOL_MBUFS    8191
 #define LINK_POLL_NS  (10 * ESD_NS_PER_MS)
 /* An idle receiver spins this long, then sleeps between polls, IDLE_SLEEP_NS
  * first and each sleep twice the last, up to IDLE_SLEEP_MAX_NS: a reply
@@ -98,11 +81,6 @@
  * the kernel's af_packet path is slow anyway: each idle sleep there doubles,
  * up to this, so idle links leave the cores to the busy ones. */
 #define IDLE_SLEEP_MAX_L2_NS (200 * ESD_NS_PER_US)
-/* The longest wait for the EAL's interrupt thread to run a device's
- * bring-up or teardown (intr_call). */
-#define INTR_CALL_NS (10 * ESD_NS_PER_S)
-#define DEFAULT_EAL_ARGS                                                                           \
-	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
 
 struct dpdk_wire {
 	struct wire w;
@@ -144,267 +122,7 @@ struct dpdk_listener {
 	uint8_t *taken;
 };
 
-static pthread_mutex_t eal_lock = PTHREAD_MUTEX_INITIALIZER;
-static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
-static pid_t eal_pid; /* the process that started it */
-static struct rte_mempool *pool;
 static unsigned dev_seq;
-
-static int is_memif(const struct esd_link_opts *o)
-{
-	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
-}
-
-static int is_pci(const struct esd_link_opts *o)
-{
-	return o->dpdk_vdev && !strcmp(o->dpdk_vdev, "pci");
-}
-
-/* af_packet's ring frame for packets of mtu frame bytes: the packet and
- * the kernel's tpacket header before it (the PMD's data room is the frame
- * less 32 bytes). The PMD finds frame i at i frames from the start, so a
- * block holds whole frames: 2 KiB, or whole pages. */
-uint32_t dpdk_mtu(const struct esd_link_opts *o)
-{
-	return o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
-}
-
-static uint32_t af_packet_frame(uint32_t mtu)
-{
-	uint32_t need = ETH_HDR + FRAG_HDR + mtu + 96;
-	return need <= 2048 ? 2048 : (need + 4095) & ~4095u;
-}
-
-static void prefault_mbuf(struct rte_mempool *mp, void *arg, void *obj, unsigned idx)
-{
-	(void)mp;
-	(void)arg;
-	(void)idx;
-	struct rte_mbuf *m = obj;
-	volatile uint8_t *p = m->buf_addr;
-	for (uint32_t off = 0; off < m->buf_len; off += 4096)
-		p[off] = 0;
-	p[m->buf_len - 1] = 0;
-}
-
-static int eal_start(const struct esd_link_opts *o)
-{
-	pthread_mutex_lock(&eal_lock);
-	if (eal_state && eal_pid != getpid()) {
-		/* The EAL's threads (interrupts, memif control) did not survive the
-		 * fork: nothing in this process may use it. */
-		pthread_mutex_unlock(&eal_lock);
-		ESD_ERR("transport",
-		        "dpdk: the EAL was started by process %d before it forked; a "
-		        "forked child cannot use it (start dpdk links after fork)",
-		        (int)eal_pid);
-		return -ENODEV;
-	}
-	if (eal_state) {
-		int rc = eal_state > 0 ? 0 : eal_state;
-		pthread_mutex_unlock(&eal_lock);
-		return rc;
-	}
-	char args[1024], prefix[64];
-	char *argv[64];
-	int argc = 0;
-	snprintf(args, sizeof(args), "%s", o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
-	argv[argc++] = "esd";
-	int has_prefix = strstr(args, "--file-prefix") != NULL;
-	for (char *save, *t = strtok_r(args, " \t", &save); t && argc < 62;
-	     t = strtok_r(NULL, " \t", &save))
-		argv[argc++] = t;
-	if (!has_prefix) {
-		snprintf(prefix, sizeof(prefix), "--file-prefix=esd%d", (int)getpid());
-		argv[argc++] = prefix;
-	}
-	argv[argc] = NULL;
-	cpu_set_t cpus;
-	int have_cpus = !sched_getaffinity(0, sizeof(cpus), &cpus);
-	int rc = rte_eal_init(argc, argv);
-	if (have_cpus)
-		sched_setaffinity(0, sizeof(cpus), &cpus);
-	if (rc < 0) {
-		rc = rte_errno ? -rte_errno : -ENODEV;
-		ESD_ERR("transport", "dpdk: EAL did not start (%s) with '%s'", rte_strerror(-rc),
-		        o->dpdk_eal_args ? o->dpdk_eal_args : DEFAULT_EAL_ARGS);
-		eal_state = -ENODEV;
-		pthread_mutex_unlock(&eal_lock);
-		return -ENODEV;
-	}
-	uint32_t mtu = dpdk_mtu(o);
-	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. A NIC
-	 * writes whole buffers of its own granularity: room for a VLAN tag and
-	 * the CRC, rounded up to 1 KiB, so that a packet fits one mbuf. */
-	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
-	if (!is_memif(o) && !is_pci(o))
-		room = af_packet_frame(mtu); /* the PMD wants a ring frame to fit */
-	if (is_pci(o))
-		room = (room + 8 + 1023) & ~1023u;
-	/* every ring full at once, rx and tx, and as much again in flight */
-	unsigned nmbufs =
-	    4u * dpdk_ring_size(o) - 1 > POOL_MBUFS ? 4u * dpdk_ring_size(o) - 1 : POOL_MBUFS;
-	pool =
-	    rte_pktmbuf_pool_create("esd_mbufs", nmbufs, 256, 0,
-	                            (uint16_t)(RTE_PKTMBUF_HEADROOM + room), (int)rte_socket_id());
-	if (!pool) {
-		ESD_ERR("transport", "dpdk: no mbuf pool: %s", rte_strerror(rte_errno));
-		eal_state = -ENOMEM;
-		pthread_mutex_unlock(&eal_lock);
-		return -ENOMEM;
-	}
-	/* Every page of the pool now, before the job runs: without huge pages
-	 * the EAL's memory is faulted in 4 KiB at a time, and the pool's ring
-	 * hands out every mbuf in turn, so each buffer's first use would fault
-	 * during the first iterations (tens of thousands of faults a process;
-	 * bench/results/transport.md). */
-	rte_mempool_obj_iter(pool, prefault_mbuf, NULL);
-	dpdk_guard_init();
-	eal_state = 1;
-	eal_pid = getpid();
-	pthread_mutex_unlock(&eal_lock);
-	return 0;
-}
-
-/* ---- device bring-up and teardown, in the EAL's interrupt thread -------- */
-
-struct intr_call {
-	void (*fn)(void *);
-	void *arg;
-	atomic_int done;
-};
-
-static void intr_call_run(void *p)
-{
-	struct intr_call *c = p;
-	c->fn(c->arg);
-	atomic_store_explicit(&c->done, 1, memory_order_release);
-}
-
-/* Run fn(arg) in the EAL's interrupt thread (an alarm due at once) and
- * wait for it, at most INTR_CALL_NS; in that thread already, run it. 0, or
- * -errno when it did not run and never will (what names the work). */
-static int intr_call(void (*fn)(void *), void *arg, const char *what)
-{
-	if (rte_thread_is_intr()) {
-		fn(arg);
-		return 0;
-	}
-	struct intr_call c = {.fn = fn, .arg = arg};
-	int rc = rte_eal_alarm_set(1, intr_call_run, &c);
-	if (rc) {
-		ESD_ERR("transport", "dpdk: %s: cannot reach the EAL's interrupt thread (%s)", what,
-		        rte_strerror(rc < 0 ? -rc : rc));
-		return rc < 0 ? rc : -rc;
-	}
-	int64_t deadline = esd_now_ns() + INTR_CALL_NS, nap = 20 * ESD_NS_PER_US;
-	while (!atomic_load_explicit(&c.done, memory_order_acquire)) {
-		if (esd_now_ns() > deadline) {
-			/* Cancelled: it never ran. Else it runs now, and the
-			 * cancel returns once it has. */
-			if (rte_eal_alarm_cancel(intr_call_run, &c) > 0) {
-				ESD_ERR("transport",
-				        "dpdk: %s: the EAL's interrupt thread did not take it "
-				        "within %lld s",
-				        what, (long long)(INTR_CALL_NS / ESD_NS_PER_S));
-				return -ETIMEDOUT;
-			}
-			break;
-		}
-		esd_sleep_ns(nap);
-		if (nap < ESD_NS_PER_MS)
-			nap *= 2;
-	}
-	return 0;
-}
-
-struct port_op {
-	const char *name, *spec;
-	uint16_t ring, port;
-	int socket;
-	int rc;
-};
-
-/* The vdev of op->spec made, configured and started (op->port), or
- * op->rc < 0 and nothing left. In the interrupt thread. */
-static void vdev_up(void *arg)
-{
-	struct port_op *op = arg;
-	int rc = rte_dev_probe(op->spec);
-	if (rc) {
-		ESD_ERR("transport", "dpdk: probe of %s failed: %s", op->spec, rte_strerror(-rc));
-		op->rc = rc;
-		return;
-	}
-	uint16_t port;
-	if ((rc = rte_eth_dev_get_port_by_name(op->name, &port)))
-		goto err_remove;
-	/* Default rx mode: memif and af_packet carry packets up to their
-	 * buffer size (memif chains buffers) whatever MTU ethdev reports. */
-	struct rte_eth_conf conf;
-	memset(&conf, 0, sizeof(conf));
-	if ((rc = rte_eth_dev_configure(port, 1, 1, &conf)) < 0)
-		goto err_remove;
-	if ((rc = rte_eth_rx_queue_setup(port, 0, op->ring, (unsigned)op->socket, NULL, pool)) <
-	        0 ||
-	    (rc = rte_eth_tx_queue_setup(port, 0, op->ring, (unsigned)op->socket, NULL)) < 0 ||
-	    (rc = rte_eth_dev_start(port)) < 0)
-		goto err_close;
-	op->port = port;
-	op->rc = 0;
-	return;
-
-err_close:
-	rte_eth_dev_close(port);
-err_remove:
-	ESD_ERR("transport", "dpdk: port %s: %s", op->name, rte_strerror(rc < 0 ? -rc : rc));
-	rte_eal_hotplug_remove("vdev", op->name);
-	op->rc = rc < 0 ? rc : -rc;
-}
-
-/* The vdev stopped, closed and removed. In the interrupt thread. */
-static void vdev_down(void *arg)
-{
-	struct port_op *op = arg;
-	rte_eth_dev_stop(op->port);
-	rte_eth_dev_close(op->port);
-	rte_eal_hotplug_remove("vdev", op->name);
-}
-
-/* Create (a vdev from its devargs) or find (a NIC by its PCI address,
- * name), configure and start the port of a link. */
-int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
-                 uint16_t *port)
-{
-	char spec[512];
-	uint16_t ring = dpdk_ring_size(o);
-	if (is_pci(o))
-		return dpdk_pci_port_up(
-		    name, pool, FRAG_HDR + dpdk_mtu(o), ring, port);
-	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
-	struct port_op op = {
-	    .name = name, .spec = spec, .ring = ring, .socket = (int)rte_socket_id(), .rc = -EIO};
-	int rc = intr_call(vdev_up, &op, name);
-	if (rc)
-		return rc;
-	if (!op.rc)
-		*port = op.port;
-	return op.rc;
-}
-
-/* Whatever its peer is doing: the peer's leaving is handled in the same
- * thread as this teardown. A device the interrupt thread does not reach
- * in time is left as it is (logged): a leak, not a crash. */
-void dpdk_port_down(uint16_t port, const char *name)
-{
-	if (strncmp(name, "net_", 4)) { /* a NIC (its PCI address): stopped, kept */
-		dpdk_pci_port_down(port);
-		return;
-	}
-	struct port_op op = {.name = name, .port = port};
-	if (intr_call(vdev_down, &op, name))
-		ESD_ERR("transport", "dpdk: device %s left in place", name);
-}
 
 static int link_is_up(uint16_t port)
 {
@@ -438,7 +156,7 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	d->extbuf = !getenv("ESD_DPDK_COPY");
 	/* A NIC reads the packet by DMA after tx_burst returns, from memory
 	 * it must be able to address: the frame is copied into mbufs. */
-	if (is_pci(o))
+	if (dpdk_is_pci(o))
 		d->extbuf = 0;
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(port, &mac))
@@ -452,70 +170,6 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s", dev);
 	return d;
-}
-
-struct rte_mempool *dpdk_pool(void)
-{
-	return pool;
-}
-
-/* dpdk_thread_enter: 1 once this thread tried to register itself. */
-static __thread bool thread_entered;
-static pthread_key_t thread_key;
-static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
-
-/* At the exit of a registered thread: its cached mbufs back to the pool,
- * its lcore back to the EAL. */
-static void thread_exit(void *arg)
-{
-	(void)arg;
-	struct rte_mempool_cache *c = pool ? rte_mempool_default_cache(pool, rte_lcore_id()) : NULL;
-	if (c)
-		rte_mempool_cache_flush(c, pool);
-	rte_thread_unregister();
-}
-
-static void thread_key_make(void)
-{
-	pthread_key_create(&thread_key, thread_exit);
-}
-
-void dpdk_thread_enter(void)
-{
-	if (thread_entered)
-		return;
-	thread_entered = true;
-	if (rte_lcore_id() != LCORE_ID_ANY)
-		return; /* an EAL thread */
-	pthread_once(&thread_key_once, thread_key_make);
-	if (rte_thread_register() == 0)
-		pthread_setspecific(thread_key, (void *)1);
-	else
-		ESD_DBG("transport", "dpdk: no lcore for this thread (%s): its mbufs go through "
-		        "the pool's ring", rte_strerror(rte_errno));
-}
-
-int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
-{
-	uint32_t mtu = dpdk_mtu(o);
-	if (is_pci(o)) {
-		buf[0] = '\0'; /* a NIC, no vdev */
-		return 0;
-	}
-	if (!strcmp(o->dpdk_vdev, "af_packet")) {
-		/* ring frames that hold a whole packet (the defaults, 2 KiB,
-		 * would cut a larger one); a block of whole pages. The packets
-		 * go through the interface's qdisc, as a socket's would: the
-		 * PMD bypasses it unless told, and tc's shaping, queueing and
-		 * drops of the interface would not apply to them. */
-		uint32_t frame = af_packet_frame(mtu), block = frame < 4096 ? 4096 : frame;
-		snprintf(buf, len,
-		         "iface=%s,qpairs=1,qdisc_bypass=0,framesz=%u,blocksz=%u,framecnt=%u",
-		         o->addr, frame, block, (unsigned)dpdk_ring_size(o));
-		return dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
-	}
-	ESD_ERR("transport", "dpdk: vdev '%s': expected memif, af_packet or pci", o->dpdk_vdev);
-	return -EINVAL;
 }
 
 static void memif_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
@@ -621,10 +275,10 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 {
 	char name[96], args[400];
 	uint16_t port;
-	int rc = eal_start(o);
+	int rc = dpdk_eal_start(o);
 	if (rc)
 		return rc;
-	if (!is_memif(o))
+	if (!dpdk_is_memif(o))
 		return l2_connect(o, out);
 	memif_args(o, 0, o->memif_id, args, sizeof(args));
 	snprintf(name, sizeof(name), "net_memif_esdc%u",
@@ -660,7 +314,7 @@ static int l2_listen(const struct esd_link_opts *o, struct dpdk_listener *dl)
 
 static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out)
 {
-	int rc = eal_start(o);
+	int rc = dpdk_eal_start(o);
 	if (rc)
 		return rc;
 	struct dpdk_listener *dl = calloc(1, sizeof(*dl));
@@ -668,7 +322,7 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		return -ENOMEM;
 	dl->wl.ops = &esd_wire_dpdk;
 	snprintf(dl->wl.addr, sizeof(dl->wl.addr), "%s", o->addr);
-	if (!is_memif(o)) {
+	if (!dpdk_is_memif(o)) {
 		if ((rc = l2_listen(o, dl)))
 			free(dl);
 		else
@@ -1029,7 +683,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		size_t o2 = off;
 		while (k < BURST && o2 < len) {
 			size_t chunk = len - o2 < d->mtu ? len - o2 : d->mtu;
-			struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+			struct rte_mbuf *m = rte_pktmbuf_alloc(dpdk_pool());
 			if (!m)
 				break;
 			size_t hl = ETH_HDR + FRAG_HDR + (d->extbuf ? 0 : chunk);
@@ -1056,7 +710,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				/* The chunk rides as an external buffer in a second
 				 * segment: no copy here; the PMD copies it into its
 				 * ring inside tx_burst and frees the mbuf there. */
-				struct rte_mbuf *x = rte_pktmbuf_alloc(pool);
+				struct rte_mbuf *x = rte_pktmbuf_alloc(dpdk_pool());
 				void *at = (void *)(uintptr_t)(p + o2);
 				if (!x) {
 					rte_pktmbuf_free(m);
@@ -1141,7 +795,7 @@ static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
 	if (len > d->mtu)
 		return -EMSGSIZE;
 	dpdk_thread_enter();
-	struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(dpdk_pool());
 	if (!m)
 		return -EAGAIN;
 	uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR + len));
@@ -1322,7 +976,7 @@ static void say_bye(struct dpdk_wire *d, int64_t deadline)
 		struct bye_step b = {.d = d, .send = !sent};
 		if (d->sp)
 			bye_step_run(&b);
-		else if (intr_call(bye_step_run, &b, d->dev))
+		else if (dpdk_intr_call(bye_step_run, &b, d->dev))
 			break;
 		if (b.over)
 			break;

@@ -265,7 +265,19 @@ void dpdk_guard_init(void);
 uint16_t dpdk_guarded_rx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault);
 uint16_t dpdk_guarded_tx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault);
 
-/* ---- from dpdk.c, for dpdk_port.c -------------------------------------- */
+/* ---- dpdk_eal.c: the EAL, the pool, ports (dpdk.c and dpdk_port.c) ----- */
+
+/* Start the EAL once per process (o's dpdk_eal_args, the default's for
+ * memif and af_packet): 0, or -ENODEV (it cannot start, or it was started
+ * before this process forked). */
+int dpdk_eal_start(const struct esd_link_opts *o);
+/* What the options' link runs on: a memif (the default), a PCI NIC. */
+int dpdk_is_memif(const struct esd_link_opts *o);
+int dpdk_is_pci(const struct esd_link_opts *o);
+/* Run fn(arg) in the EAL's interrupt thread (an alarm due at once) and
+ * wait for it, at most 10 s; in that thread already, run it. 0, or -errno
+ * when it did not run and never will (what names the work in the log). */
+int dpdk_intr_call(void (*fn)(void *), void *arg, const char *what);
 
 /* Create (a vdev) or find (a NIC by PCI address) the port of name, set it
  * up and start it; and take it down again. */
