@@ -975,26 +975,6 @@ static int resume_job(struct exec *x, uint64_t start)
 	return 0;
 }
 
-void node_ask_stop(struct node *nd, const char *why)
-{
-	pthread_mutex_lock(&nd->qmu);
-	bool first = !nd->stop.asked;
-	nd->stop.asked = true;
-	pthread_mutex_unlock(&nd->qmu);
-	if (first)
-		ESD_INFO("node", "%s: the job stops gracefully at the next checkpoint boundary "
-			 "(a second signal abandons it at once)", why);
-}
-
-uint64_t node_last_iter(struct node *nd)
-{
-	pthread_mutex_lock(&nd->qmu);
-	uint64_t end = nd->stop.at && nd->stop.at < nd->job.iterations ? nd->stop.at
-									: nd->job.iterations;
-	pthread_mutex_unlock(&nd->qmu);
-	return end;
-}
-
 /* ps.zero_copy: whether rows go from the cache in place, and the cache's
  * pages registered for the links that send from them (once per process:
  * the cache outlives the links). */

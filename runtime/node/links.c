@@ -1,5 +1,6 @@
 /* The node's links to the PS shards: connect, HELLO, learn the shards'
- * iteration (a restarted shard reports the checkpoint it resumed from). */
+ * iteration (a restarted shard reports the checkpoint it resumed from);
+ * and their rate (esdctl set link.rate | worker.rate). */
 #include "node.h"
 
 #include <esd/clock.h>
@@ -327,4 +328,17 @@ int node_links_check(struct node *nd)
 		return -EPROTO;
 	}
 	return 0;
+}
+
+void node_set_link_rate(struct node *nd, uint64_t r, bool report)
+{
+	pthread_mutex_lock(&nd->qmu);
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		if (nd->links.link[s])
+			esd_link_set_rate(nd->links.link[s], r);
+	if (report) { /* sent with the next barrier (iter.c) */
+		nd->live.rate_report = true;
+		nd->live.rate_report_bps = r;
+	}
+	pthread_mutex_unlock(&nd->qmu);
 }

@@ -43,8 +43,6 @@ static void usage(FILE *f)
 		   "  --summary FILE       write a JSON summary of the run at exit\n");
 }
 
-volatile sig_atomic_t esd_node_signal;
-
 /* SIGINT/SIGTERM, on the signal thread (esd/signals.h): the first asks
  * for a graceful stop of the whole job (node_ask_stop); a second abandons
  * it, and the daemon exits within a few seconds whatever it waits for. */

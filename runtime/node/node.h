@@ -149,7 +149,8 @@ struct node_relay {
 	char *reply; /* JSON, NULL: none pending */
 };
 
-/* Live settings (esdctl set). Under qmu (settings.c, ctl.c). */
+/* Live settings (esdctl set). Under qmu (settings.c; the rate report also
+ * links.c and iter.c). */
 struct node_live {
 	/* a change announced by shard 0 after a barrier ACK: the dispatcher
 	 * applies it when it starts deciding iteration set_at (0: none) */
@@ -295,12 +296,15 @@ struct node {
 	struct node_stats stats;
 };
 
-/* Ask for a graceful stop of the job (struct node_stop); why is logged.
- * Takes qmu. */
+/* stop.c: ask for a graceful stop of the job (struct node_stop); why is
+ * logged. Takes qmu. */
 void node_ask_stop(struct node *nd, const char *why);
 /* The last iteration this node trains: the stop boundary, else the job's
  * last. Takes qmu. */
 uint64_t node_last_iter(struct node *nd);
+/* A second SIGINT/SIGTERM: the job is abandoned (0 while running; set by
+ * main.c's signal handler). */
+extern volatile sig_atomic_t esd_node_signal;
 
 /* state.c: the node's part of a checkpoint on disk, two kinds of file per
  * boundary: "state" (the dispatcher's, st->n = workers) and "cache" (the
@@ -319,22 +323,12 @@ void node_state_free(struct node_state *st);
 /* Remove this node's temporary state files a write that died left. */
 void node_state_remove_temps(const struct node *nd);
 
-/* link.rate (report false) or worker.rate (true: also reported to shard
- * 0 with the next barrier, into every node's decisions): this node's
- * links at r bit/s from now. Takes qmu. */
-void node_set_link_rate(struct node *nd, uint64_t r, bool report);
-
-/* Control commands (ctl.c), NULL-terminated. */
+/* ctl.c: the control commands, NULL-terminated. */
 extern const struct esd_ctl_cmd node_ctl_cmds[];
 
-/* Link l's JSON object with st's rows and bytes per transfer kind added;
- * returns l (summary.c). */
+/* report.c: the node's state as JSON. Link l's JSON object with st's rows
+ * and bytes per transfer kind added; returns l. */
 json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l);
-/* Keep the summary's counters as they are now (after iteration
- * job.warmup): the summary's "at_warmup". Takes qmu. */
-void node_mark_warmup(struct node *nd);
-/* Write the end-of-run summary (JSON) to nd->summary_path. */
-int node_write_summary(struct node *nd, int status);
 /* dispatch.gpu counters as JSON (null without dispatch.gpu); caller holds qmu. */
 json_t *node_gpu_json(const struct node *nd);
 /* This node's status for shard 0 (esdctl on shard 0 lists every node):
@@ -348,6 +342,12 @@ json_t *node_rate_est_json(const struct node *nd);
 /* "batch" and "rates" (the decisions' sizes and model rates) into o;
  * returns o. Caller holds qmu. */
 json_t *node_batch_rates_json(const struct node *nd, json_t *o);
+
+/* summary.c: keep the summary's counters as they are now (after iteration
+ * job.warmup): the summary's "at_warmup". Takes qmu. */
+void node_mark_warmup(struct node *nd);
+/* Write the end-of-run summary (JSON) to nd->summary_path. */
+int node_write_summary(struct node *nd, int status);
 
 /* settings.c: store a SETTING that shard 0 announced after the ACK of
  * barrier 'iter' (-EPROTO: unknown key, bad value, or an iteration the
@@ -369,10 +369,8 @@ static inline uint32_t node_max_batch(const struct node *nd)
 }
 
 struct disp;
-/* A second SIGINT/SIGTERM: the job is abandoned (0 while running). */
-extern volatile sig_atomic_t esd_node_signal;
 
-/* Start the dispatcher thread: from iteration 1 with empty snapshots, or
+/* disp_thread.c: start the dispatcher thread: from iteration 1 with empty snapshots, or
  * (a whole-job resume) from the state read from disk, which it takes over
  * (*resume is zeroed). */
 int node_dispatcher_start(struct node *nd, struct node_state *resume);
@@ -381,12 +379,11 @@ void node_dispatcher_stop(struct node *nd);
  * at the checkpoint boundary 'iter' (its decisions are then the ones the
  * first run made). Returns 0, -ESTALE (no snapshots saved at iter). */
 int node_dispatcher_restart(struct node *nd, uint64_t iter);
-/* Save the real cache's metadata as of checkpoint boundary iter. */
-int node_save_boundary(struct node *nd, uint64_t iter);
 /* Next order (blocks); NULL when the dispatcher stopped (nd->dq.rc says why). */
 struct order *node_order_next(struct node *nd);
 void node_order_done(struct node *nd);
 
+/* trainer_srv.c: the trainers' socket and slots. */
 int node_trainer_init(struct node *nd);
 void node_trainer_fini(struct node *nd);
 /* Trainer 0's exchange area: the dense parameters are pulled into it and
@@ -413,7 +410,7 @@ void node_trainer_stop(struct node *nd);
  * for up to timeout_ns and tell them STOP, so they end as after a run. */
 void node_trainer_dismiss(struct node *nd, int64_t timeout_ns);
 
-/* Connect to every shard; *ps_iter receives the iteration the shards are at
+/* links.c: connect to every shard; *ps_iter receives the iteration the shards are at
  * (0 for a new job; a restarted shard reports its checkpoint), which must
  * be the same on every shard. */
 int node_links_open(struct node *nd, uint64_t *ps_iter);
@@ -434,11 +431,18 @@ void node_links_name_broken(struct node *nd);
  * or -errno. */
 int node_links_rollback(struct node *nd, const uint64_t *iter, uint64_t restarted,
 			uint64_t *cut);
-/* The iterations, from boundary start (0, or a whole-job resume: the
- * dispatcher was started from the state of start). 0 or -errno. */
+/* link.rate (report false) or worker.rate (true: also reported to shard
+ * 0 with the next barrier, into every node's decisions): this node's
+ * links at r bit/s from now. Takes qmu. */
+void node_set_link_rate(struct node *nd, uint64_t r, bool report);
+
+/* iter.c: the iterations, from boundary start (0, or a whole-job resume:
+ * the dispatcher was started from the state of start). 0 or -errno. */
 int node_run(struct node *nd, uint64_t start);
-/* workers.estimate_rates: the estimator, before the first iteration (iter.c) */
+/* workers.estimate_rates: the estimator, before the first iteration. */
 void node_rate_est_init(struct node *nd);
+/* Save the real cache's metadata as of checkpoint boundary iter. */
+int node_save_boundary(struct node *nd, uint64_t iter);
 
 /* fit.c (workers.split = fit): after iteration o->iter trained in
  * train_ns, add it to the window; and, before a barrier, the window that

@@ -53,19 +53,6 @@ static int check_value(const struct node *nd, const char *key, const char *val)
 	return -ENOENT;
 }
 
-void node_set_link_rate(struct node *nd, uint64_t r, bool report)
-{
-	pthread_mutex_lock(&nd->qmu);
-	for (uint32_t s = 0; s < nd->job.shards; s++)
-		if (nd->links.link[s])
-			esd_link_set_rate(nd->links.link[s], r);
-	if (report) { /* sent with the next barrier (iter.c) */
-		nd->live.rate_report = true;
-		nd->live.rate_report_bps = r;
-	}
-	pthread_mutex_unlock(&nd->qmu);
-}
-
 /* "node.request": an esdctl command relayed by shard 0 (esdctl --worker):
  * run it as the control socket would; its reply goes back with the next
  * barrier (iter.c). */

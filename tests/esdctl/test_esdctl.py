@@ -104,7 +104,7 @@ def dump_logs(cwork):
             print("---- %s (last 2000 bytes)\n%s" % (name, tail))
 
 
-OWN = ("runtime/node/ctl.c", "runtime/ps/main.c", "tools/esdctl/", "runtime/ctl/")
+OWN = ("runtime/node/ctl.c", "runtime/node/report.c", "runtime/ps/main.c", "tools/esdctl/", "runtime/ctl/")
 
 
 def sanitizer_skip(cwork):

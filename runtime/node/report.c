@@ -1,0 +1,113 @@
+/*
+ * The node's state as JSON: the pieces that esdctl's replies (ctl.c), the
+ * end-of-run summary (summary.c) and the status report to shard 0 (iter.c)
+ * are built from. Calls no other file of the daemon.
+ */
+#include "node.h"
+
+#include <esd/clock.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l)
+{
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		json_object_set_new(l, esd_xfer_kind_name(k),
+				    json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
+					      (json_int_t)st->kind[k].tx_bytes, "tx_rows",
+					      (json_int_t)st->kind[k].tx_rows, "rx_bytes",
+					      (json_int_t)st->kind[k].rx_bytes, "rx_rows",
+					      (json_int_t)st->kind[k].rx_rows));
+	return l;
+}
+
+int node_status_report(struct node *nd, char *buf, size_t len)
+{
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	uint64_t tx = 0, rx = 0;
+	pthread_mutex_lock(&nd->qmu);
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link_stats st;
+		if (!nd->links.link[s])
+			continue;
+		esd_link_stats(nd->links.link[s], &st);
+		tx += st.wire_tx_bytes;
+		for (int k = 0; k < ESD_XFER_NKINDS; k++)
+			rx += st.kind[k].rx_bytes;
+	}
+	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
+	json_t *o = json_pack("{s:s, s:i, s:I, s:f, s:f, s:i, s:i, s:I, s:s, s:I, s:I, s:I}",
+			      "host", host, "pid", (int)getpid(),
+			      "iteration", (json_int_t)nd->stats.iter_done,
+			      "iters_per_s", el > 0 ? nd->stats.iter_done / el : 0.0,
+			      "loss", nd->stats.last_loss, "trainers", (int)nd->tr.attached,
+			      "trainers_expected", (int)nd->tr.count,
+			      "trainer_deaths", (json_int_t)nd->stats.trainer_deaths,
+			      "method", nd->job.method,
+			      "rate_bps", (json_int_t)nd->job.rate_bps[nd->rank],
+			      "tx_bytes", (json_int_t)tx, "rx_bytes", (json_int_t)rx);
+	pthread_mutex_unlock(&nd->qmu);
+	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	int rc = txt && strlen(txt) < len ? 0 : -E2BIG;
+	if (!rc)
+		memcpy(buf, txt, strlen(txt) + 1);
+	free(txt);
+	return rc;
+}
+
+json_t *node_trainers_json(const struct node *nd)
+{
+	/* caller holds qmu: the slots' fd, pid and counters change under it */
+	json_t *a = json_array();
+	for (uint32_t i = 0; i < nd->tr.count; i++) {
+		const struct node_trainer_slot *ts = &nd->tr.t[i];
+		json_array_append_new(a, json_pack("{s:i, s:b, s:i, s:I, s:I}", "index", (int)i,
+						   "attached", ts->fd >= 0, "pid", ts->fd >= 0 ? ts->pid : 0,
+						   "commits", (json_int_t)ts->commits,
+						   "deaths", (json_int_t)ts->deaths));
+	}
+	return a;
+}
+
+json_t *node_batch_rates_json(const struct node *nd, json_t *o)
+{
+	/* the decisions' per-worker sizes and link rates (workers.rates) */
+	json_t *b = json_array(), *r = json_array();
+	for (uint32_t w = 0; w < nd->job.n; w++) {
+		json_array_append_new(b, json_integer(nd->job.batch[w]));
+		json_array_append_new(r, json_integer((json_int_t)nd->job.rate_bps[w]));
+	}
+	json_object_set_new(o, "batch", b);
+	json_object_set_new(o, "rates", r);
+	return o;
+}
+
+json_t *node_rate_est_json(const struct node *nd)
+{
+	if (!nd->job.estimate_rates)
+		return json_null();
+	/* workers.estimate_rates: this node's link as its pull phases saw it */
+	return json_pack("{s:I, s:b, s:i, s:I, s:I}", "bps", (json_int_t)nd->rate.bps,
+			 "fitted", nd->rate.fitted, "samples",
+			 (int)esd_rate_est_samples(&nd->rate.est), "phases_left_out",
+			 (json_int_t)nd->rate.est.skipped, "reports",
+			 (json_int_t)nd->rate.reports);
+}
+
+json_t *node_gpu_json(const struct node *nd)
+{
+	if (!nd->dq.has_gpu)
+		return json_null();
+	/* dispatch.gpu: who answered the exact part (esd/gpu.h) */
+	const struct esd_gpu_stats *g = &nd->dq.gcount;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "gpu_solved",
+			 (json_int_t)g->gpu_solved, "cpu_fallbacks", (json_int_t)g->cpu_fallbacks,
+			 "late", (json_int_t)g->late, "busy", (json_int_t)g->busy, "gpu_rejected",
+			 (json_int_t)g->gpu_rejected, "small", (json_int_t)g->small, "min_rows",
+			 (json_int_t)(g->min_rows == ESD_GPU_NEVER ? -1 : (json_int_t)g->min_rows),
+			 "last_gpu_us", (json_int_t)g->last_gpu_us, "last_by_gpu", g->last_by_gpu);
+}
