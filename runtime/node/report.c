@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l)
@@ -21,6 +22,24 @@ json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l)
 					      (json_int_t)st->kind[k].rx_bytes, "rx_rows",
 					      (json_int_t)st->kind[k].rx_rows));
 	return l;
+}
+
+/* The running totals esdctl top turns into rates: it divides the change
+ * of each between two reports by the change of t_ns (this node's clock)
+ * or of iteration. Caller holds qmu. */
+static json_t *top_counters_json(const struct node *nd, int64_t now)
+{
+	struct esd_cache_counters cc = {0};
+	struct timespec cpu;
+	if (nd->cache)
+		esd_cache_counters_total(nd->cache, &cc);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	const struct esd_dispatch_counters *c = &nd->dq.count;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "t0_ns",
+			 (json_int_t)nd->stats.t_start_ns, "t_ns", (json_int_t)now, "cpu_ns",
+			 (json_int_t)(cpu.tv_sec * ESD_NS_PER_S + cpu.tv_nsec), "steps", (json_int_t)c->steps,
+			 "decision_ns", (json_int_t)c->sum.total, "hits", (json_int_t)cc.hits,
+			 "misses", (json_int_t)(cc.miss_absent + cc.miss_outdated));
 }
 
 int node_status_report(struct node *nd, char *buf, size_t len)
@@ -38,7 +57,8 @@ int node_status_report(struct node *nd, char *buf, size_t len)
 		for (int k = 0; k < ESD_XFER_NKINDS; k++)
 			rx += st.kind[k].rx_bytes;
 	}
-	double el = esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns);
+	int64_t now = esd_now_ns();
+	double el = esd_ns_to_s(now - nd->stats.t_start_ns);
 	json_t *o = json_pack("{s:s, s:i, s:I, s:f, s:f, s:i, s:i, s:I, s:s, s:I, s:I, s:I}",
 			      "host", host, "pid", (int)getpid(),
 			      "iteration", (json_int_t)nd->stats.iter_done,
@@ -49,6 +69,8 @@ int node_status_report(struct node *nd, char *buf, size_t len)
 			      "method", nd->job.method,
 			      "rate_bps", (json_int_t)nd->job.rate_bps[nd->rank],
 			      "tx_bytes", (json_int_t)tx, "rx_bytes", (json_int_t)rx);
+	if (o)
+		json_object_update_new(o, top_counters_json(nd, now));
 	pthread_mutex_unlock(&nd->qmu);
 	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);

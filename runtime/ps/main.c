@@ -64,6 +64,9 @@ static void usage(FILE *f)
 		   "  --set K=V        override a job setting\n");
 }
 
+/* When this process started (esdctl top's first frame: averages since). */
+static int64_t ps_started_ns;
+
 /* Shard 0: every node's last report (docs/esdctl.md), with its age;
  * caller holds mu. */
 static json_t *nodes_json(const struct ps *ps)
@@ -107,6 +110,12 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "shards", json_integer(ps->job.shards));
 	json_object_set_new(*resp, "dense_len", json_integer((json_int_t)ps->dtab.len));
 	json_object_set_new(*resp, "nodes", nodes_json(ps));
+	struct timespec cpu;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	json_object_set_new(*resp, "t0_ns", json_integer((json_int_t)ps_started_ns));
+	json_object_set_new(*resp, "t_ns", json_integer((json_int_t)esd_now_ns()));
+	json_object_set_new(*resp, "cpu_ns",
+			    json_integer((json_int_t)(cpu.tv_sec * ESD_NS_PER_S + cpu.tv_nsec)));
 	/* workers.split = fit: shard 0's last fit */
 	if (ps->shard == 0 && ps->job.split_fit)
 		json_object_set_new(
@@ -690,6 +699,7 @@ int main(int argc, char **argv)
 	struct args a = {0};
 	int rc;
 
+	ps_started_ns = esd_now_ns();
 	if (esd_config_create(&a.cfg))
 		return 1;
 	rc = parse_args(argc, argv, &a);

@@ -339,6 +339,28 @@ def run(work):
         rc, out, err = esdctl("--socket", ps, "status")
         check("TRAINERS" in out and "HOST" in out, "status on shard 0: a table of the nodes")
 
+        # ---- top: the whole job through shard 0, as rates ------------
+        rc, out, err = esdctl("--socket", ps, "--json", "top", "--interval", "1.2",
+                              "--count", "3")
+        frames = [json.loads(l) for l in out.splitlines() if l.strip()]
+        check(rc == 0 and len(frames) == 3, "top --json: 3 frames (%d, %s)" % (rc, err))
+        last = frames[-1]
+        check(len(last["nodes"]) == 2 and len(last["shards"]) == 1,
+              "top: both nodes and the shard (%s)" % last)
+        for n in last["nodes"]:
+            check(n["connected"] and n["iters_per_s"] > 0 and n["cpu_ms_per_iter"] > 0 and
+                  n["tx_bytes_per_s"] > 0 and 0 <= n["hit_ratio"] <= 1 and
+                  n["trainers"] == 1, "top: node %d's rates are live: %s" % (n["rank"], n))
+        check(last["shards"][0]["iters_per_s"] > 0 and last["shards"][0]["cpu_ms_per_iter"] > 0,
+              "top: the shard's rates: %s" % last["shards"][0])
+        rc, out, err = esdctl("--socket", ps, "top", "--interval", "0.5", "--count", "2")
+        check(rc == 0 and out.count("esdctl top: iteration") == 2 and "cpu ms/it" in out
+              and "\x1b[" not in out, "top: 2 tables, no escape codes off a terminal: %r" % out)
+        rc, out, err = esdctl("--node", n0, "top", "--count", "1")
+        check(rc == 2 and "shard 0" in err, "top on a node's socket: says to use shard 0: %r" % err)
+        rc, out, err = esdctl("--socket", ps, "top", "--interval", "0")
+        check(rc == 2 and "--interval" in err, "top: a bad interval is refused: %r" % err)
+
         # ---- checkpoint ----------------------------------------------
         before = esdctl_json("--socket", ps, "status")["checkpoints"]
         ck = esdctl_json("--socket", ps, "checkpoint")

@@ -61,6 +61,9 @@ char *esdctl_metrics_text(const struct esdctl *ctl);
 int esdctl_metrics(const struct esdctl *ctl);
 /* serve.c */
 int esdctl_serve_metrics(const struct esdctl *ctl, const char *bind, unsigned port);
+/* top.c: a live view of the job through its PS shards (shard 0: every
+ * node), every interval_s, frames times (0: until the job ends). */
+int esdctl_top(const struct esdctl *ctl, double interval_s, long frames);
 /* plan.c */
 int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const *sets, int nsets);
 

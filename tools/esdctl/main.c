@@ -69,6 +69,14 @@ static void usage(FILE *f)
 	        "  stop                   stop the whole job gracefully (esd-ps or esdd): at\n"
 	        "                         a checkpoint boundary a few iterations on, every\n"
 	        "                         process exits 0; start the job again to resume\n"
+	        "  top [--interval S] [--count N]\n"
+	        "                         a live view of the job through PS shard 0's socket\n"
+	        "                         (--socket PS0.sock; more shards' sockets add their\n"
+	        "                         rows), refreshed in place every S seconds (default\n"
+	        "                         2): per node iteration, it/s, decision ms, CPU\n"
+	        "                         ms/iteration, link bytes/s and rate use, hit ratio;\n"
+	        "                         N frames, or until the job ends; --json: one line\n"
+	        "                         of JSON per frame\n"
 	        "  metrics                Prometheus text of every target\n"
 	        "  serve-metrics --port P [--bind ADDR]\n"
 	        "                         serve the same on http://ADDR:P/metrics (ADDR\n"
@@ -81,6 +89,29 @@ static void usage(FILE *f)
 	        "                         never replaces a file (no daemon needed)\n"
 	        "\n"
 	        "exit status: 0 done, 1 refused or failed, 2 usage, 3 no daemon answers\n");
+}
+
+/* esdctl top [--interval S] [--count N] */
+static int top_main(const struct esdctl *ctl, char **av, int ac)
+{
+	double interval = 2;
+	uint64_t count = 0;
+	bool ok = ac % 2 == 0;
+	for (int i = 0; i + 1 < ac && ok; i += 2) {
+		if (!strcmp(av[i], "--interval"))
+			ok = !esd_parse_double(av[i + 1], &interval) && interval >= 0.1 &&
+			     interval <= 3600;
+		else if (!strcmp(av[i], "--count"))
+			ok = !esd_parse_u64(av[i + 1], &count) && count <= 1000000;
+		else
+			ok = false;
+	}
+	if (!ok) {
+		fprintf(stderr, "esdctl: usage: esdctl --socket PS0.sock top [--interval SECONDS "
+		                "(0.1..3600)] [--count FRAMES]\n");
+		return ESDCTL_EUSAGE;
+	}
+	return esdctl_top(ctl, interval, (long)count);
 }
 
 /* Long: esdctl's options and the dispatch to its commands, one case each. */
@@ -210,6 +241,8 @@ int main(int argc, char **argv)
 		                "[--bind ADDR]\n");
 		return ESDCTL_EUSAGE;
 	}
+	if (!strcmp(cmd, "top"))
+		return top_main(&ctl, av, ac);
 	if (!strcmp(cmd, "keygen")) {
 		if (ac != 1 || av[0][0] == '-') {
 			fprintf(stderr, "esdctl: usage: esdctl keygen FILE\n");
