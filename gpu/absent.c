@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out, char *why,
+int esd_gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out, char *why,
                  size_t whylen)
 {
 	(void)device;
@@ -20,18 +20,18 @@ int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **o
 	return -ENODEV;
 }
 
-void gpu_dev_close(struct gpu_dev *d)
+void esd_gpu_dev_close(struct gpu_dev *d)
 {
 	(void)d;
 }
 
-int64_t *gpu_dev_stage(struct gpu_dev *d)
+int64_t *esd_gpu_dev_stage(struct gpu_dev *d)
 {
 	(void)d;
 	return NULL;
 }
 
-int gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
+int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
 {
 	(void)d;
 	(void)k;
@@ -40,7 +40,7 @@ int gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
 	return -ENODEV;
 }
 
-int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
+int esd_gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
                  struct gpu_result *res)
 {
 	(void)d;

@@ -30,20 +30,20 @@ struct gpu_result {
 /* Start the persistent kernel on device `device` with buffers for max_k
  * rows; blocks: resident blocks (0: one per SM). 0, or -ENODEV with a
  * reason written to why[whylen]; -ENOMEM. */
-int gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out, char *why,
+int esd_gpu_dev_open(int device, uint32_t max_k, uint32_t blocks, struct gpu_dev **out, char *why,
                  size_t whylen);
 /* Stop the kernel and free everything; NULL is fine. */
-void gpu_dev_close(struct gpu_dev *d);
+void esd_gpu_dev_close(struct gpu_dev *d);
 /* The staging buffer (pinned host memory, max_k x 64 int64) the next job's
  * costs are written into, row-major k x n. */
-int64_t *gpu_dev_stage(struct gpu_dev *d);
+int64_t *esd_gpu_dev_stage(struct gpu_dev *d);
 /* Post the staged job. 0; -EBUSY while the kernel is still on an
  * abandoned job; -ENODEV when the kernel has stopped. */
-int gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap);
+int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap);
 /* Wait for the job until deadline_abs_ns (CLOCK_MONOTONIC). 0 with
  * assign[k] and *res filled; -ETIMEDOUT (the job is abandoned); -EIO (the
  * kernel reported a failure); -ENODEV (the kernel has stopped). */
-int gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
+int esd_gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint32_t *assign,
                  struct gpu_result *res);
 
 #ifdef __cplusplus

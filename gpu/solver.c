@@ -68,7 +68,7 @@ int esd_gpu_solver_create(const struct esd_gpu_params *p, struct esd_gpu_solver 
 	rc = esd_solver_create(&s->cpu);
 	if (rc < 0)
 		goto free_s;
-	rc = gpu_dev_open(d.device, d.max_k, d.blocks, &s->dev, why, sizeof(why));
+	rc = esd_gpu_dev_open(d.device, d.max_k, d.blocks, &s->dev, why, sizeof(why));
 	if (rc == -ENOMEM)
 		goto free_cpu;
 	if (rc < 0) {
@@ -93,7 +93,7 @@ void esd_gpu_solver_free(struct esd_gpu_solver *s)
 {
 	if (s == NULL)
 		return;
-	gpu_dev_close(s->dev);
+	esd_gpu_dev_close(s->dev);
 	esd_solver_free(s->cpu);
 	free(s);
 }
@@ -174,11 +174,11 @@ int esd_gpu_submit(struct esd_gpu_solver *s, const int64_t *cost, uint32_t k, ui
 		s->pending = P_CPU;
 		return 0;
 	}
-	if ((rc = check_costs(cost, (size_t)k * n, gpu_dev_stage(s->dev))) < 0)
+	if ((rc = check_costs(cost, (size_t)k * n, esd_gpu_dev_stage(s->dev))) < 0)
 		return rc;
 	s->t0 = esd_now_ns();
 	s->deadline_abs = s->t0 + (deadline_ns ? deadline_ns : s->deadline_ns);
-	rc = gpu_dev_post(s->dev, k, n, s->cap);
+	rc = esd_gpu_dev_post(s->dev, k, n, s->cap);
 	if (rc == -EBUSY)
 		s->st.busy++;
 	s->pending = rc < 0 ? P_CPU : P_GPU;
@@ -205,7 +205,7 @@ int esd_gpu_collect(struct esd_gpu_solver *s, uint32_t *assign)
 	s->pending = P_NONE;
 	if (p == P_CPU)
 		return cpu_answer(s, assign);
-	rc = gpu_dev_wait(s->dev, s->deadline_abs, assign, &res);
+	rc = esd_gpu_dev_wait(s->dev, s->deadline_abs, assign, &res);
 	if (rc == -ETIMEDOUT)
 		s->st.late++;
 	if (rc < 0)
