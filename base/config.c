@@ -321,6 +321,13 @@ bool esd_config_has(const struct esd_config *cfg, const char *section, const cha
 	return find(cfg, section, key) != NULL;
 }
 
+const char *esd_config_origin(const struct esd_config *cfg, const char *section,
+			      const char *key)
+{
+	const struct entry *e = find(cfg, section, key);
+	return e ? e->origin : NULL;
+}
+
 static int bad(const struct entry *e, const char *what)
 {
 	ESD_ERR("config", "%s.%s = '%s' (%s): %s", e->section, e->key, e->value, e->origin, what);

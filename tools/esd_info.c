@@ -4,6 +4,7 @@
  * starting anything which fast paths will be used and which fall back.
  */
 #include <esd/clock.h>
+#include <esd/job_settings.h>
 #include <esd/log.h>
 #include <esd/pin.h>
 #include <esd_build_config.h>
@@ -69,6 +70,21 @@ static const char *uring_probe(void)
 	return "unknown";
 }
 
+/* The job's settings (esd/job_settings.h): name, type, default, bounds,
+ * a line about each; docs/configuration.md has the whole story. */
+static void print_settings(void)
+{
+	printf("%-30s %-6s %-22s %-24s %s\n", "KEY", "TYPE", "DEFAULT", "BOUNDS", "MEANING");
+	for (size_t i = 0; i < esd_job_nsettings; i++) {
+		const struct esd_setting *s = &esd_job_settings[i];
+		char def[128], bounds[160];
+		esd_setting_default_text(s, def, sizeof(def));
+		esd_setting_bounds_text(s, bounds, sizeof(bounds));
+		printf("%-30s %-6s %-22s %-24s %s\n", s->name, esd_setting_type_name(s->type), def,
+		       bounds, s->doc);
+	}
+}
+
 static void feature(const char *name, int on, const char *why)
 {
 	printf("  %-8s %-4s %s\n", name, on ? "on" : "off", why);
@@ -77,8 +93,13 @@ static void feature(const char *name, int on, const char *why)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		printf("usage: esd-info\nPrints what this build of ESD contains and what this "
-		       "machine offers it.\n");
+		printf("usage: esd-info [--settings]\nPrints what this build of ESD contains and "
+		       "what this machine offers it.\n  --settings  print the job's settings "
+		       "instead: key, type, default, bounds, meaning\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "--settings")) {
+		print_settings();
 		return 0;
 	}
 	if (argc > 1) {

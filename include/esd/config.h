@@ -50,6 +50,11 @@ int esd_config_put(struct esd_config *cfg, const char *section, const char *key,
 /* True if section.key is set. */
 bool esd_config_has(const struct esd_config *cfg, const char *section, const char *key);
 
+/* Where section.key was set ("job.ini:12", "command line"), or NULL when
+ * it is unset. Owned by cfg, as the getters' strings. */
+const char *esd_config_origin(const struct esd_config *cfg, const char *section,
+			      const char *key);
+
 /* Getters: if section.key is unset, *out = def and 0 is returned.
  * Strings are owned by cfg and valid until it is freed or the key is set
  * again. */

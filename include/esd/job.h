@@ -32,7 +32,9 @@
  *              (ps.backend = dpdk), rdma_device, rdma_port, rdma_gid_index
  *              (ps.backend = rdma). They may differ from host to host (each
  *              host's NIC) and are not in the token.
- * See docs/configuration.md for every key with its default.
+ * Every key, with its type, default and bounds, is a line of
+ * runtime/job/settings.def (esd/job_settings.h, `esd-info --settings`);
+ * docs/configuration.md says what each does.
  */
 #ifndef ESD_JOB_H
 #define ESD_JOB_H
@@ -81,6 +83,42 @@ enum esd_job_port {
 	ESD_JOB_PORT_PCI,       /* a NIC bound to a DPDK driver (dpdk_dev: DDDD:BB:DD.F) */
 };
 
+/* The values derived from a job's settings (esd_job_from_config computes
+ * them after reading the settings), or set later by the process. */
+#define ESD_JOB_DERIVED_FIELDS                                                                     \
+	/* k: the sum of batch[] */                                                                \
+	uint64_t global_batch;                                                                     \
+	/* a live workers.rates change reshapes the links too (neither           \
+	 * workers.link_rates nor workers.estimate_rates set) */                 \
+	bool shape_follows_model;                                                                  \
+	/* workers.split is link-aware or fit: batch[] is re-split from the      \
+	 * rates; split_fit: fit */                                              \
+	bool split_link_aware, split_fit;                                                          \
+	/* the split's model: workers.size_model, then what the fit measured;    \
+	 * its compute time per sample starts at compute_ns_per_sample */        \
+	double size_fixed_rows, size_rows_per_sample, size_compute_ns;                             \
+	/* the most samples one cache holds beside the hot rows (0: no limit):   \
+	 * set by each process once it has resolved the cache size (the same     \
+	 * way everywhere), so that a live re-split (esd_job_resplit) never      \
+	 * gives a worker more keys than its cache takes */                      \
+	uint32_t max_batch;                                                                        \
+	/* the default method's swaps are scaled to samples of this many keys    \
+	 * (ESD_JOB_LS_REF_KEYS); 0: a fixed budget */                           \
+	uint32_t ls_ref_keys;                                                                      \
+	/* esd_job_digest as loaded, before a process resolves its cache's       \
+	 * size, with the stream's digest folded in by esd_job_bind_stream:     \
+	 * what HELLO carries */                                                 \
+	uint64_t token;                                                                            \
+	/* esd_ds_digest of data.stream, 0 until bound */                        \
+	uint64_t stream_digest;
+
+struct esd_job_derived {
+	ESD_JOB_DERIVED_FIELDS
+};
+
+/* The settings of a job (the fields named after their keys: the table
+ * is runtime/job/settings.def, esd/job_settings.h), then what is derived
+ * from them. */
 struct esd_job {
 	/* [job] */
 	uint64_t seed;
@@ -95,39 +133,32 @@ struct esd_job {
 	bool insecure;
 	/* [workers] */
 	uint32_t n;
-	uint32_t batch[ESD_MAX_WORKERS]; /* m_j; sum = global batch k */
-	uint64_t global_batch;           /* k */
+	/* workers.batch: m_j, as set or as the split made them (esd_job_resplit) */
+	uint32_t batch[ESD_MAX_WORKERS];
 	uint64_t rate_bps[ESD_MAX_WORKERS]; /* the cost model's link rates */
 	/* workers.link_rates: the rates the links are shaped at (node sends
 	 * and the PS's replies), when they are not the model's (an emulated
 	 * link whose real rate the model does not know); = rate_bps when
-	 * unset. shape_follows_model: a live workers.rates change reshapes
-	 * the links too (neither link_rates nor estimate_rates set). */
+	 * unset. */
 	uint64_t link_bps[ESD_MAX_WORKERS];
-	bool shape_follows_model;
 	/* workers.estimate_rates: every node estimates its link's rate from
 	 * its timed pull phases (esd_rate_est) and reports it to shard 0 when
 	 * it is off the model's by more than workers.estimate_tolerance */
 	bool estimate_rates;
 	double estimate_tolerance;
-	/* workers.split = link-aware with workers.size_model = FIXED,PER_SAMPLE:
-	 * batch[] is re-split from the rates (esd_job_resplit) */
-	bool split_link_aware;
-	double size_fixed_rows, size_rows_per_sample;
-	/* workers.split = fit (the default of the default method): a
-	 * link-aware split whose model shard 0 fits online from what the nodes
-	 * measure (esd_size_fit), switched in when the predicted iteration
-	 * shortens by more than workers.refit_threshold */
-	bool split_fit;
+	/* workers.split: equal; link-aware, with workers.size_model =
+	 * FIXED,PER_SAMPLE (size_model[]): batch[] is re-split from the
+	 * rates (esd_job_resplit); fit (the default of the default method): a
+	 * link-aware split whose model shard 0 fits online from what the
+	 * nodes measure (esd_size_fit), switched in when the predicted
+	 * iteration shortens by more than workers.refit_threshold */
+	enum esd_job_split {
+		ESD_JOB_SPLIT_EQUAL,
+		ESD_JOB_SPLIT_LINK_AWARE,
+		ESD_JOB_SPLIT_FIT
+	} split;
+	double size_model[2];
 	double refit_threshold;
-	/* the split's compute time per sample: compute_ns_per_sample, or
-	 * what the fit measured */
-	double size_compute_ns;
-	/* the most samples one cache holds beside the hot rows (0: no limit):
-	 * set by each process once it has resolved the cache size (the same
-	 * way everywhere), so that a live re-split (esd_job_resplit) never
-	 * gives a worker more keys than its cache takes */
-	uint32_t max_batch;
 	uint64_t compute_ns_per_sample;
 	/* workers.trainers: training processes per node (one per GPU, say),
 	 * each given a share of the node's micro-batch */
@@ -139,7 +170,9 @@ struct esd_job {
 	struct esd_optim_params optim;
 	/* [cache] */
 	double cache_ratio;
-	uint64_t cache_rows; /* resolved: 0 until esd_job_resolve_cache */
+	/* cache.rows as set; a process that resolves the cache's size from
+	 * the ratio writes what it resolved here */
+	uint64_t cache_rows;
 	enum esd_policy policy;
 	/* [dispatch] */
 	char method[32];
@@ -150,8 +183,6 @@ struct esd_job {
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
 	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
 	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
-	uint32_t ls_ref_keys;   /* the default's: swaps scaled to samples of this many keys
-				 * (ESD_JOB_LS_REF_KEYS), 0: a fixed budget */
 	/* dispatch.replicate: a hot-row file (esd-data hot) whose rows every
 	 * worker holds and all-reduces each iteration (FAE); "" for none */
 	char replicate[1024];
@@ -219,11 +250,14 @@ struct esd_job {
 	 * this often; job.peer_timeout_ms: a peer heard from not at all for
 	 * this long is dead (a stopped process, a host gone). */
 	uint64_t heartbeat_ms, peer_timeout_ms;
-	/* esd_job_digest as loaded, before a process resolves derived values
-	 * (cache rows from the ratio), with the stream's digest folded in by
-	 * esd_job_bind_stream: what HELLO carries */
-	uint64_t token;
-	uint64_t stream_digest; /* esd_ds_digest of data.stream, 0 until bound */
+	/* What follows the settings: derived. derived and the bare names
+	 * below are the same memory (code may use either). */
+	union {
+		struct esd_job_derived derived;
+		struct {
+			ESD_JOB_DERIVED_FIELDS
+		};
+	};
 };
 
 /* Fill job from cfg (defaults for unset keys; every error logged naming

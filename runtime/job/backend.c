@@ -1,6 +1,7 @@
 /*
  * The job's transport keys: ps.backend and the keys of the dpdk and rdma
- * backends (docs/configuration.md). Checked here, at load, so that a wrong
+ * backends (docs/configuration.md); their bounds and the parsers of the
+ * simple ones are in settings.def. Checked here, at load, so that a wrong
  * value stops every process at start naming the key, instead of a link
  * that fails later with the transport's words. Whether the backend is
  * built into the program, and whether the device is there, are checked by
@@ -16,9 +17,8 @@
 #include <string.h>
 
 #define MTU_MIN   256u   /* the first packet carries a whole frame header */
-#define MTU_MAX   65000u /* mbuf data room and memif buffers are 16-bit */
 #define QUEUE_MIN 64u
-#define QUEUE_MAX 4096u
+#define QUEUE_MAX 4096u /* ps.dpdk_queue's bound in settings.def */
 /* A PCI port's EAL arguments when ps.dpdk_eal is unset: huge pages, only
  * that device, no files left behind (--in-memory). */
 #define PCI_EAL_FMT "--in-memory -a %s --no-telemetry --log-level=*:warning"
@@ -175,86 +175,65 @@ static int mac_list(const struct esd_config *cfg, const char *key, uint32_t want
 	return 0;
 }
 
-static int dpdk_keys(const struct esd_config *cfg, struct esd_job *j)
+/* ps.dpdk_mtu and ps.dpdk_queue beyond their bounds (settings.def) */
+static int dpdk_sizes(const struct esd_job *j)
 {
-	uint64_t u = 0;
 	int rc = 0;
-	if (dpdk_port(cfg, j) || dpdk_eal(cfg, j))
-		rc = -EINVAL;
-	if (esd_config_get_u64(cfg, "ps", "dpdk_mtu", 0, 0, MTU_MAX, &u)) {
-		rc = -EINVAL;
-	} else if (u && u < MTU_MIN) {
-		ESD_ERR("config", "ps.dpdk_mtu = '%llu': at least %u bytes per packet (0: the default)",
-			(unsigned long long)u, MTU_MIN);
+	if (j->dpdk_mtu && j->dpdk_mtu < MTU_MIN) {
+		ESD_ERR("config", "ps.dpdk_mtu = '%u': at least %u bytes per packet (0: the default)",
+			j->dpdk_mtu, MTU_MIN);
 		rc = -EINVAL;
 	}
-	j->dpdk_mtu = (uint32_t)u;
-	if (esd_config_get_u64(cfg, "ps", "dpdk_queue", 0, 0, QUEUE_MAX, &u)) {
-		rc = -EINVAL;
-	} else if (u && (u < QUEUE_MIN || (u & (u - 1)))) {
-		ESD_ERR("config", "ps.dpdk_queue = '%llu': a power of two from %u to %u (0: the "
-			"default)", (unsigned long long)u, QUEUE_MIN, QUEUE_MAX);
+	const uint32_t q = j->dpdk_queue;
+	if (q && (q < QUEUE_MIN || (q & (q - 1)))) {
+		ESD_ERR("config", "ps.dpdk_queue = '%u': a power of two from %u to %u (0: the "
+			"default)", q, QUEUE_MIN, QUEUE_MAX);
 		rc = -EINVAL;
 	}
-	j->dpdk_queue = (uint32_t)u;
-	if (mac_list(cfg, "dpdk_shard_macs", j->shards, "shard", j->shard_macs,
-		     &j->have_shard_macs) ||
-	    mac_list(cfg, "dpdk_worker_macs", j->n, "worker", j->worker_macs,
-		     &j->have_worker_macs))
-		rc = -EINVAL;
 	return rc;
 }
 
-static int rdma_keys(const struct esd_config *cfg, struct esd_job *j)
+int job_parse_rdma_device(const char *s, struct esd_job *j)
 {
-	const char *s;
-	int64_t gid = 0;
-	uint64_t u = 1;
-	int rc = 0;
-	esd_config_get_str(cfg, "ps", "rdma_device", "", &s);
 	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-");
-	if (s[n] || n >= sizeof(j->rdma_device)) {
-		ESD_ERR("config", "ps.rdma_device = '%s': expected the name of an RDMA device as "
-			"ibv_devices lists it (mlx5_0, rxe0; at most %zu characters)", s,
-			sizeof(j->rdma_device) - 1);
-		rc = -EINVAL;
-	} else {
-		snprintf(j->rdma_device, sizeof(j->rdma_device), "%s", s);
-	}
-	if (esd_config_get_u64(cfg, "ps", "rdma_port", 1, 1, 255, &u))
-		rc = -EINVAL;
-	j->rdma_port = (uint32_t)u;
-	/* an index of the port's GID table; the address vector holds 8 bits */
-	if (esd_config_get_i64(cfg, "ps", "rdma_gid_index", 0, -1, 255, &gid))
-		rc = -EINVAL;
-	j->rdma_gid_index = (int32_t)gid;
-	return rc;
+	if (s[n] || n >= sizeof(j->rdma_device))
+		return -EINVAL;
+	snprintf(j->rdma_device, sizeof(j->rdma_device), "%s", s);
+	return 0;
 }
 
-int job_backend_from_config(const struct esd_config *cfg, struct esd_job *j)
+int job_parse_backend(const char *s, struct esd_job *j)
 {
-	const char *s;
-	int rc = 0;
-	esd_config_get_str(cfg, "ps", "backend", "tcp", &s);
-	if (strcmp(s, "tcp") && strcmp(s, "dpdk") && strcmp(s, "rdma")) {
-		ESD_ERR("config", "ps.backend = '%s': expected tcp, dpdk or rdma", s);
-		rc = -EINVAL;
-	}
+	if (strcmp(s, "tcp") && strcmp(s, "dpdk") && strcmp(s, "rdma"))
+		return -EINVAL;
 	snprintf(j->backend, sizeof(j->backend), "%s", s);
-	esd_config_get_str(cfg, "ps", "zero_copy", "auto", &s);
+	return 0;
+}
+
+int job_parse_zero_copy(const char *s, struct esd_job *j)
+{
 	if (!strcmp(s, "auto"))
 		j->zero_copy = ESD_JOB_ZC_AUTO;
 	else if (!strcmp(s, "on"))
 		j->zero_copy = ESD_JOB_ZC_ON;
 	else if (!strcmp(s, "off"))
 		j->zero_copy = ESD_JOB_ZC_OFF;
-	else {
-		ESD_ERR("config", "ps.zero_copy = '%s': expected auto, on or off", s);
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int job_backend_from_config(const struct esd_config *cfg, struct esd_job *j)
+{
+	int rc = 0;
+	if (dpdk_port(cfg, j) || dpdk_eal(cfg, j))
 		rc = -EINVAL;
-	}
-	if (dpdk_keys(cfg, j))
+	if (dpdk_sizes(j))
 		rc = -EINVAL;
-	if (rdma_keys(cfg, j))
+	if (mac_list(cfg, "dpdk_shard_macs", j->shards, "shard", j->shard_macs,
+		     &j->have_shard_macs) ||
+	    mac_list(cfg, "dpdk_worker_macs", j->n, "worker", j->worker_macs,
+		     &j->have_worker_macs))
 		rc = -EINVAL;
 	return rc;
 }

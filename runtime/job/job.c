@@ -15,36 +15,6 @@
 #include <string.h>
 #include <strings.h>
 
-const char *const esd_job_keys[] = {
-	"job.seed", "job.iterations", "job.warmup", "job.key", "job.insecure",
-	"workers.n", "workers.batch", "workers.rates", "workers.compute_ns_per_sample",
-	"model.dim", "model.optimizer", "model.lr", "model.eps", "model.beta1", "model.beta2",
-	"model.hidden", "model.dense",
-	"cache.ratio", "cache.rows", "cache.policy",
-	"dispatch.method", "dispatch.alpha", "dispatch.sync", "dispatch.staleness",
-	"dispatch.compare",
-	"dispatch.matrix", /* quality: paper or shared (esd/dispatch_quality.h) */
-	"dispatch.local_search", /* quality: swaps evaluated per step, 0: off */
-	"dispatch.replicate", /* FAE: hot-row file (esd-data hot) */
-	"dispatch.gpu", "dispatch.gpu_deadline_us", /* exact part on the GPU (esd/gpu.h) */
-	"dispatch.gpu_min_rows", "dispatch.gpu_blocks",
-	"workers.split", "workers.size_model", /* quality: link-aware batch sizes */
-	"workers.refit_threshold", /* quality: workers.split = fit */
-	"workers.link_rates", "workers.estimate_rates", "workers.estimate_tolerance",
-	"workers.checkpoint_dir", "workers.trainers",
-	"data.stream",
-	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
-	"ps.barrier_timeout",
-	"job.restart_trainers", "job.restart_shards", "job.restart_wait",
-	"job.heartbeat_ms", "job.peer_timeout_ms",
-	"job.force_plan", /* start where esdctl plan says DOES NOT FIT */
-	/* the backend's own keys (backend.c) */
-	"ps.dpdk_eal", "ps.dpdk_port", "ps.dpdk_mtu", "ps.dpdk_queue", "ps.dpdk_shard_macs",
-	"ps.dpdk_worker_macs", "ps.rdma_device", "ps.rdma_port", "ps.rdma_gid_index",
-	"ps.zero_copy",
-	NULL,
-};
-
 const char *esd_job_sync_name(const struct esd_job *j)
 {
 	return j->het ? "het" : j->sync == ESD_SYNC_FULL_SET ? "full-set" : "on-demand";
@@ -98,10 +68,9 @@ int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
 static int bad_list(const struct esd_config *cfg, const char *sec, const char *key,
 		    const char *why)
 {
-	const char *v;
-	esd_config_get_str(cfg, sec, key, "", &v);
-	ESD_ERR("config", "%s.%s = '%s': %s", sec, key, v, why);
-	return -EINVAL;
+	char name[64];
+	snprintf(name, sizeof(name), "%s.%s", sec, key);
+	return job_setting_bad(cfg, esd_job_setting(name), why);
 }
 
 static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n, bool rate,
@@ -138,41 +107,47 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
  * to the job's own iterations (live workers.size_model changes). Without
  * a workers.split, a job of the project's default method whose
  * workers.batch is one value fits its sizes. */
-static int link_aware_split(const struct esd_config *cfg, struct esd_job *j, bool preset)
+static int read_split(const struct esd_config *cfg, struct esd_job *j, bool preset)
 {
-	const char *s, *batch;
+	const char *batch, *given, *s;
 	esd_config_get_str(cfg, "workers", "batch", NULL, &batch);
 	const bool one_size = !batch || !strchr(batch, ',');
-	esd_config_get_str(cfg, "workers", "split", preset && one_size ? "fit" : "equal", &s);
-	if (!strcasecmp(s, "equal"))
-		return 0;
-	const bool fit = !strcasecmp(s, "fit");
-	if (!fit && strcasecmp(s, "link-aware")) {
-		ESD_ERR("config", "workers.split = '%s': expected equal, link-aware or fit", s);
+	const union esd_setting_value def = {.s = preset && one_size ? "fit" : "equal"};
+	if (job_setting_read(cfg, JOB_SETTING(workers, split), &def, j))
 		return -EINVAL;
-	}
+	if (j->split == ESD_JOB_SPLIT_EQUAL)
+		return 0;
 	char items[2][ESD_JOB_ADDR_LEN];
-	double v[2];
-	const char *given;
 	esd_config_get_str(cfg, "workers", "size_model", NULL, &given);
 	/* fit: equal sizes until the first fit, unless a model is given */
-	s = given ? given : fit ? "0,0" : "0,1";
+	s = given ? given : j->split == ESD_JOB_SPLIT_FIT ? "0,0" : "0,1";
+	double *v = j->size_model;
 	if (job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
 	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
 		ESD_ERR("config", "workers.size_model = '%s': expected FIXED_ROWS,ROWS_PER_SAMPLE "
 			"(two numbers >= 0)", s);
 		return -EINVAL;
 	}
-	if (j->global_batch > UINT32_MAX || j->global_batch < j->n) {
+	return 0;
+}
+
+/* The split's derived values, and the sizes it makes. */
+static int derive_split(struct esd_job *j)
+{
+	struct esd_job_derived *d = &j->derived;
+	if (j->split == ESD_JOB_SPLIT_EQUAL)
+		return 0;
+	const bool fit = j->split == ESD_JOB_SPLIT_FIT;
+	if (d->global_batch > UINT32_MAX || d->global_batch < j->n) {
 		ESD_ERR("config", "workers.split = %s: global batch %llu below one sample "
-			"per worker", fit ? "fit" : "link-aware", (unsigned long long)j->global_batch);
+			"per worker", fit ? "fit" : "link-aware", (unsigned long long)d->global_batch);
 		return -EINVAL;
 	}
-	j->split_link_aware = true;
-	j->split_fit = fit;
-	j->size_compute_ns = (double)j->compute_ns_per_sample;
-	j->size_fixed_rows = v[0];
-	j->size_rows_per_sample = v[1];
+	d->split_link_aware = true;
+	d->split_fit = fit;
+	d->size_compute_ns = (double)j->compute_ns_per_sample;
+	d->size_fixed_rows = j->size_model[0];
+	d->size_rows_per_sample = j->size_model[1];
 	return esd_job_resplit(j);
 }
 
@@ -232,184 +207,126 @@ int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)
 	return 0;
 }
 
-/* Long: one job setting after another, each read with its own bounds and error (the keys are
- * listed in esd_job_keys). */
-int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
+/* workers.batch, workers.rates and workers.link_rates: one value or one
+ * per worker. */
+static int read_worker_lists(const struct esd_config *cfg, struct esd_job *j)
 {
-	const char *s;
-	uint64_t u, list[ESD_MAX_WORKERS];
-	int rc = 0;
-
-	memset(j, 0, sizeof(*j));
-#define TRY(x)                                                                                     \
-	do {                                                                                       \
-		if ((x) < 0)                                                                       \
-			rc = -EINVAL;                                                              \
-	} while (0)
-	TRY(esd_config_get_u64(cfg, "job", "seed", 1, 0, UINT64_MAX, &j->seed));
-	TRY(esd_config_get_u64(cfg, "job", "iterations", 50, 1, UINT64_MAX / 2, &j->iterations));
-	TRY(esd_config_get_u64(cfg, "job", "warmup", 10, 0, UINT64_MAX / 2, &j->warmup));
-	TRY(esd_config_get_u64(cfg, "workers", "n", 8, 1, ESD_MAX_WORKERS, &u));
-	j->n = (uint32_t)u;
-	if (!rc && per_worker(cfg, "batch", j->n, false, 128, list) == 0) {
-		for (uint32_t i = 0; i < j->n; i++) {
-			if (list[i] > (1u << 20)) {
-				rc = bad_list(cfg, "workers", "batch", "batch above 2^20");
-				break;
-			}
-			j->batch[i] = (uint32_t)list[i];
-			j->global_batch += list[i];
-		}
-		if (!rc && j->global_batch == 0)
-			rc = bad_list(cfg, "workers", "batch", "global batch is 0");
-	} else {
-		rc = -EINVAL;
+	uint64_t list[ESD_MAX_WORKERS], sum = 0;
+	if (per_worker(cfg, "batch", j->n, false, 128, list))
+		return -EINVAL;
+	for (uint32_t i = 0; i < j->n; i++) {
+		if (list[i] > (1u << 20))
+			return bad_list(cfg, "workers", "batch", "batch above 2^20");
+		j->batch[i] = (uint32_t)list[i];
+		sum += list[i];
 	}
-	if (!rc && per_worker(cfg, "rates", j->n, true, 0, j->rate_bps))
-		rc = -EINVAL;
+	if (sum == 0)
+		return bad_list(cfg, "workers", "batch", "global batch is 0");
+	if (per_worker(cfg, "rates", j->n, true, 0, j->rate_bps))
+		return -EINVAL;
 	/* the links' own rates, when the model's are not theirs */
-	const char *lr;
-	esd_config_get_str(cfg, "workers", "link_rates", NULL, &lr);
-	if (!rc && lr && per_worker(cfg, "link_rates", j->n, true, 0, j->link_bps))
-		rc = -EINVAL;
-	if (!lr)
+	if (!esd_config_has(cfg, "workers", "link_rates")) {
 		memcpy(j->link_bps, j->rate_bps, sizeof(j->link_bps));
-	TRY(esd_config_get_bool(cfg, "workers", "estimate_rates", false, &j->estimate_rates));
-	TRY(esd_config_get_double(cfg, "workers", "estimate_tolerance", 0.25, 0.01, 10,
-				  &j->estimate_tolerance));
-	j->shape_follows_model = !lr && !j->estimate_rates;
-	TRY(esd_config_get_u64(cfg, "workers", "compute_ns_per_sample", 0, 0, UINT64_MAX / 2,
-			       &j->compute_ns_per_sample));
-	TRY(esd_config_get_u64(cfg, "workers", "trainers", 1, 1, ESD_MAX_TRAINERS, &u));
-	j->trainers = (uint32_t)u;
-	TRY(esd_config_get_u64(cfg, "model", "dim", 16, 1, 1u << 16, &u));
-	j->dim = (uint32_t)u;
-	TRY(esd_config_get_u64(cfg, "model", "hidden", 16, 1, 4096, &u));
-	j->hidden = (uint32_t)u;
-	TRY(esd_config_get_u64(cfg, "model", "dense", 13, 0, 4096, &u));
-	j->dense = (uint32_t)u;
-	enum esd_optimizer opt = ESD_OPT_ADAGRAD;
-	esd_config_get_str(cfg, "model", "optimizer", "adagrad", &s);
-	if (esd_optim_parse(s, &opt)) {
-		ESD_ERR("config", "model.optimizer = '%s': expected sgd, adagrad or adam", s);
-		rc = -EINVAL;
+		return 0;
 	}
-	esd_optim_params_default(&j->optim, opt);
-	double d;
-	TRY(esd_config_get_double(cfg, "model", "lr", j->optim.lr, 0, 1e6, &d));
-	j->optim.lr = (float)d;
-	TRY(esd_config_get_double(cfg, "model", "eps", j->optim.eps, 0, 1, &d));
-	j->optim.eps = (float)d;
-	TRY(esd_config_get_double(cfg, "model", "beta1", j->optim.beta1, 0, 0.999999, &d));
-	j->optim.beta1 = (float)d;
-	TRY(esd_config_get_double(cfg, "model", "beta2", j->optim.beta2, 0, 0.999999, &d));
-	j->optim.beta2 = (float)d;
+	return per_worker(cfg, "link_rates", j->n, true, 0, j->link_bps) ? -EINVAL : 0;
+}
+
+/* model.lr, eps, beta1 and beta2: the optimizer's defaults unless set. */
+static int read_optim_params(const struct esd_config *cfg, struct esd_job *j)
+{
+	static const enum job_setting_id ids[] = {JOB_SET_model_lr, JOB_SET_model_eps,
+						  JOB_SET_model_beta1, JOB_SET_model_beta2};
+	int rc = 0;
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		const struct esd_setting *s = &esd_job_settings[ids[i]];
+		const union esd_setting_value def = {.d = *(const float *)((char *)j + s->offset)};
+		if (job_setting_read(cfg, s, &def, j))
+			rc = -EINVAL;
+	}
 	if (!rc && esd_optim_params_check(&j->optim)) {
 		ESD_ERR("config", "model: optimizer hyper-parameters out of range");
 		rc = -EINVAL;
 	}
-	TRY(esd_config_get_double(cfg, "cache", "ratio", 0.08, 0, 1, &j->cache_ratio));
-	TRY(esd_config_get_u64(cfg, "cache", "rows", 0, 0, 1u << 30, &j->cache_rows));
-	esd_config_get_str(cfg, "cache", "policy", "emark", &s);
-	if (esd_policy_parse(s, &j->policy)) {
-		ESD_ERR("config", "cache.policy = '%s': expected lru, lfu, emark or lookahead", s);
-		rc = -EINVAL;
-	}
-	/* no dispatch.method: the project's default (docs/quality.md), the
-	 * shared-charge matrix solved exactly with local search and sizes
-	 * fitted online; a method named is that method as published */
-	const char *named;
-	esd_config_get_str(cfg, "dispatch", "method", NULL, &named);
-	const bool preset = !named;
+	return rc;
+}
+
+/* No dispatch.method: the project's default (docs/quality.md), the
+ * shared-charge matrix solved exactly with local search and sizes fitted
+ * online; a method named is that method as published. */
+static int read_method(const struct esd_config *cfg, struct esd_job *j, bool preset)
+{
 	const bool wide = j->n > ESD_JOB_EXACT_MAX_WORKERS;
-	snprintf(j->method, sizeof(j->method), "%s",
-		 named ? named : wide ? ESD_JOB_WIDE_METHOD : ESD_JOB_DEFAULT_METHOD);
-	TRY(esd_config_get_double(cfg, "dispatch", "alpha", 0.25, 0, 1, &j->alpha));
-	esd_config_get_str(cfg, "dispatch", "sync", "on-demand", &s);
-	if (!strcasecmp(s, "on-demand")) {
-		j->sync = ESD_SYNC_ON_DEMAND;
-	} else if (!strcasecmp(s, "full-set") || !strcasecmp(s, "het")) {
-		j->sync = ESD_SYNC_FULL_SET;
-		j->het = !strcasecmp(s, "het");
-	} else {
-		ESD_ERR("config", "dispatch.sync = '%s': expected on-demand, full-set or het", s);
+	union esd_setting_value def = {.s = wide ? ESD_JOB_WIDE_METHOD : ESD_JOB_DEFAULT_METHOD};
+	int rc = job_setting_read(cfg, JOB_SETTING(dispatch, method), &def, j);
+	def.s = preset ? "shared" : "paper";
+	if (job_setting_read(cfg, JOB_SETTING(dispatch, matrix), &def, j))
 		rc = -EINVAL;
-	}
-	TRY(esd_config_get_bool(cfg, "dispatch", "compare", false, &j->compare));
-	/* quality: the cost matrix of the cost-based methods */
-	esd_config_get_str(cfg, "dispatch", "matrix", preset ? "shared" : "paper", &s);
-	if (esd_matrix_parse(s, &j->matrix)) {
-		ESD_ERR("config", "dispatch.matrix = '%s': expected paper or shared", s);
+	def.u = !preset ? 0 : wide ? ESD_JOB_WIDE_SWAPS / j->n : ESD_JOB_DEFAULT_SWAPS;
+	if (job_setting_read(cfg, JOB_SETTING(dispatch, local_search), &def, j))
 		rc = -EINVAL;
-	}
-	const uint64_t swaps = !preset ? 0 : wide ? ESD_JOB_WIDE_SWAPS / j->n : ESD_JOB_DEFAULT_SWAPS;
-	TRY(esd_config_get_u64(cfg, "dispatch", "local_search", swaps, 0, UINT64_C(1) << 32,
-			       &j->local_search));
-	j->ls_ref_keys = preset && !esd_config_has(cfg, "dispatch", "local_search")
-				 ? ESD_JOB_LS_REF_KEYS : 0;
-	TRY(esd_config_get_u64(cfg, "dispatch", "staleness", 0, 0, 1u << 20, &u));
-	j->staleness = (uint32_t)u;
-	TRY(esd_config_get_bool(cfg, "dispatch", "gpu", false, &j->gpu));
-	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_deadline_us", 50000, 1, 10000000,
-			       &j->gpu_deadline_us));
-	TRY(esd_config_get_u64(cfg, "dispatch", "gpu_blocks", 0, 0, 4096, &j->gpu_blocks));
-	esd_config_get_str(cfg, "dispatch", "gpu_min_rows", "measure", &s);
-	j->gpu_min_rows = ESD_JOB_GPU_MEASURE;
-	if (strcmp(s, "measure") != 0) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(s, &end, 10);
-		if (errno || end == s || *end || s[0] == '-' || v > ESD_SOLVE_MAX_K) {
-			ESD_ERR("config", "dispatch.gpu_min_rows = '%s': expected measure or a "
-				"number of rows 0..%u", s, ESD_SOLVE_MAX_K);
-			rc = -EINVAL;
-		} else {
-			j->gpu_min_rows = v;
-		}
-	}
-	esd_config_get_str(cfg, "dispatch", "replicate", "", &s);
-	snprintf(j->replicate, sizeof(j->replicate), "%s", s);
-	esd_config_get_str(cfg, "data", "stream", "", &s);
-	snprintf(j->stream, sizeof(j->stream), "%s", s);
-	esd_config_get_str(cfg, "job", "key", "", &s);
-	snprintf(j->key_file, sizeof(j->key_file), "%s", s);
-	TRY(esd_config_get_bool(cfg, "job", "insecure", false, &j->insecure));
-	TRY(esd_config_get_u64(cfg, "ps", "shards", 1, 1, ESD_JOB_MAX_SHARDS, &u));
-	j->shards = (uint32_t)u;
+	return rc;
+}
+
+static int read_addrs(const struct esd_config *cfg, struct esd_job *j)
+{
+	const char *s;
 	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);
-	if (s) {
-		int cnt = job_split(s, j->addrs, ESD_JOB_MAX_SHARDS);
-		if (cnt != (int)j->shards)
-			rc = bad_list(cfg, "ps", "addrs", "expected one address per shard");
-	}
+	if (s && job_split(s, j->addrs, ESD_JOB_MAX_SHARDS) != (int)j->shards)
+		return bad_list(cfg, "ps", "addrs", "expected one address per shard");
+	return 0;
+}
+
+static int check_peer_timeout(const struct esd_job *j)
+{
+	if (j->peer_timeout_ms >= 2 * j->heartbeat_ms)
+		return 0;
+	ESD_ERR("job", "job.peer_timeout_ms (%llu) must be at least twice job.heartbeat_ms "
+		       "(%llu): a peer would be declared dead between two heartbeats",
+		(unsigned long long)j->peer_timeout_ms, (unsigned long long)j->heartbeat_ms);
+	return -EINVAL;
+}
+
+/* The derived values, from the settings read (ok: without an error, so
+ * that the split can be made). Returns 0 or -EINVAL. */
+static int derive(const struct esd_config *cfg, struct esd_job *j, bool preset, bool ok)
+{
+	struct esd_job_derived *d = &j->derived;
+	int rc = 0;
+	d->global_batch = 0;
+	for (uint32_t i = 0; i < j->n; i++)
+		d->global_batch += j->batch[i];
+	d->shape_follows_model = !esd_config_has(cfg, "workers", "link_rates") &&
+				 !j->estimate_rates;
+	d->ls_ref_keys = preset && !esd_config_has(cfg, "dispatch", "local_search")
+				 ? ESD_JOB_LS_REF_KEYS : 0;
+	if (ok)
+		rc = derive_split(j); /* quality: workers.split */
+	d->token = esd_job_digest(j);
+	return rc;
+}
+
+int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
+{
+	const bool preset = !esd_config_has(cfg, "dispatch", "method");
+	memset(j, 0, sizeof(*j));
+	int rc = job_settings_read(cfg, j);
+	if (!rc && read_worker_lists(cfg, j))
+		rc = -EINVAL;
+	if (read_optim_params(cfg, j))
+		rc = -EINVAL;
+	if (read_method(cfg, j, preset))
+		rc = -EINVAL;
+	if (read_addrs(cfg, j))
+		rc = -EINVAL;
 	if (job_backend_from_config(cfg, j))
 		rc = -EINVAL;
-	esd_config_get_str(cfg, "ps", "checkpoint_dir", "", &s);
-	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
-	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);
-	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
-	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
-	TRY(esd_config_get_bool(cfg, "job", "restart_trainers", false, &j->restart_trainers));
-	TRY(esd_config_get_bool(cfg, "job", "force_plan", false, &j->force_plan));
-	TRY(esd_config_get_bool(cfg, "job", "restart_shards", false, &j->restart_shards));
-	TRY(esd_config_get_u64(cfg, "job", "restart_wait", 60, 1, 86400, &j->restart_wait_s));
-	TRY(esd_config_get_u64(cfg, "job", "heartbeat_ms", 500, 10, 60000, &j->heartbeat_ms));
-	TRY(esd_config_get_u64(cfg, "job", "peer_timeout_ms", 3000, 100, 600000,
-			       &j->peer_timeout_ms));
-	if (j->peer_timeout_ms < 2 * j->heartbeat_ms) {
-		ESD_ERR("job", "job.peer_timeout_ms (%llu) must be at least twice job.heartbeat_ms "
-			       "(%llu): a peer would be declared dead between two heartbeats",
-			(unsigned long long)j->peer_timeout_ms, (unsigned long long)j->heartbeat_ms);
+	if (check_peer_timeout(j))
 		rc = -EINVAL;
-	}
-	TRY(esd_config_get_u64(cfg, "ps", "checkpoint_every", 0, 0, UINT64_MAX / 2,
-			       &j->checkpoint_every));
-	TRY(esd_config_get_double(cfg, "workers", "refit_threshold", 0.05, 0, 1,
-				  &j->refit_threshold));
-	if (!rc)
-		rc = link_aware_split(cfg, j, preset); /* quality: workers.split */
-#undef TRY
-	j->token = esd_job_digest(j);
+	if (!rc && read_split(cfg, j, preset))
+		rc = -EINVAL;
+	if (derive(cfg, j, preset, !rc))
+		rc = -EINVAL;
 	return rc;
 }
 

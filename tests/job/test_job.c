@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <esd/job.h>
+#include <esd/job_settings.h>
 #include <esd/err.h>
 #include <stdio.h>
 #include <string.h>
@@ -308,62 +309,174 @@ static void test_backend_key_errors(void **state)
 	}
 }
 
-/* docs/configuration.md documents exactly the keys the parser accepts:
- * every `section.key` in the first column of its tables is in
- * esd_job_keys, and every key of esd_job_keys is there. */
-static void test_keys_documented(void **state)
+/* One row of docs/configuration.md's tables: its keys and default. */
+struct doc_row {
+	char keys[4][64];
+	int nkeys;
+	char def[256];
+};
+
+/* The `section.key` names of the first column of a table row, and the
+ * second column without its backticks; 0 when line is no key row. */
+static int doc_row_parse(char *line, struct doc_row *r)
+{
+	char *col2 = strchr(line + 1, '|'), *col3;
+	if (line[0] != '|' || !col2 || !(col3 = strchr(col2 + 1, '|')))
+		return 0;
+	*col2 = *col3 = '\0';
+	r->nkeys = 0;
+	for (char *p = line; (p = strchr(p, '`')) != NULL;) {
+		char *q = strchr(p + 1, '`');
+		if (!q)
+			break;
+		size_t len = (size_t)(q - p - 1);
+		if (len > 0 && len < sizeof(r->keys[0]) && memchr(p + 1, '.', len) &&
+		    !memchr(p + 1, ' ', len) && !memchr(p + 1, '=', len) && r->nkeys < 4) {
+			memcpy(r->keys[r->nkeys], p + 1, len);
+			r->keys[r->nkeys++][len] = '\0';
+		}
+		p = q + 1;
+	}
+	size_t n = 0;
+	for (const char *p = col2 + 1; *p && n + 1 < sizeof(r->def); p++)
+		if (*p != '`' && (n || *p != ' '))
+			r->def[n++] = *p;
+	while (n && r->def[n - 1] == ' ')
+		n--;
+	r->def[n] = '\0';
+	return r->nkeys > 0;
+}
+
+/* docs/configuration.md documents exactly the settings of the table
+ * (runtime/job/settings.def), each with the table's default: every
+ * `section.key` in the first column of its tables is a setting whose
+ * default is the second column, and every setting is there. */
+static void test_settings_documented(void **state)
 {
 	(void)state;
 	char *path = esd_test_src("docs/configuration.md");
 	FILE *f = fopen(path, "r");
 	assert_non_null(f);
-	static char doc[256][64];
-	int ndoc = 0;
+	static bool seen[256];
+	assert_true(esd_job_nsettings < 256);
+	int bad = 0, ndoc = 0;
 	char line[4096];
+	struct doc_row r;
 	while (fgets(line, sizeof(line), f)) {
-		if (line[0] != '|')
+		if (!doc_row_parse(line, &r))
 			continue;
-		char *end = strchr(line + 1, '|'); /* the first column only */
-		if (end)
-			*end = '\0';
-		for (char *p = line; (p = strchr(p, '`')) != NULL;) {
-			char *q = strchr(p + 1, '`');
-			if (!q)
-				break;
-			size_t len = (size_t)(q - p - 1);
-			if (len > 0 && len < sizeof(doc[0]) && memchr(p + 1, '.', len) &&
-			    !memchr(p + 1, ' ', len) && !memchr(p + 1, '=', len)) {
-				assert_true(ndoc < 256);
-				memcpy(doc[ndoc], p + 1, len);
-				doc[ndoc++][len] = '\0';
+		for (int k = 0; k < r.nkeys; k++, ndoc++) {
+			const struct esd_setting *s = esd_job_setting(r.keys[k]);
+			char def[256];
+			if (!s) {
+				print_error("docs/configuration.md documents %s, which is no "
+					    "setting (runtime/job/settings.def)\n", r.keys[k]);
+				bad++;
+				continue;
 			}
-			p = q + 1;
+			seen[s - esd_job_settings] = true;
+			esd_setting_default_text(s, def, sizeof(def));
+			if (strcmp(def, r.def)) {
+				print_error("docs/configuration.md: %s defaults to '%s', the "
+					    "table to '%s'\n", r.keys[k], r.def, def);
+				bad++;
+			}
 		}
 	}
 	fclose(f);
 	free(path);
-	int bad = 0;
-	for (int i = 0; i < ndoc; i++) {
-		int found = 0;
-		for (const char *const *k = esd_job_keys; *k && !found; k++)
-			found = !strcmp(*k, doc[i]);
-		if (!found) {
-			print_error("docs/configuration.md documents %s, which the parser rejects\n",
-			            doc[i]);
-			bad++;
-		}
-	}
-	for (const char *const *k = esd_job_keys; *k; k++) {
-		int found = 0;
-		for (int i = 0; i < ndoc && !found; i++)
-			found = !strcmp(*k, doc[i]);
-		if (!found) {
-			print_error("%s is accepted but missing from docs/configuration.md\n", *k);
+	for (size_t i = 0; i < esd_job_nsettings; i++) {
+		if (!seen[i]) {
+			print_error("%s is a setting but missing from docs/configuration.md\n",
+				    esd_job_settings[i].name);
 			bad++;
 		}
 	}
 	assert_int_equal(bad, 0);
 	assert_true(ndoc > 30);
+}
+
+/* The table holds together: esd_job_keys is its names, each default is
+ * within its bounds and is what a job without settings gets, each bound
+ * fits its field. */
+static void test_settings_table(void **state)
+{
+	(void)state;
+	size_t n = 0;
+	for (; esd_job_keys[n]; n++) {
+		assert_true(n < esd_job_nsettings);
+		assert_string_equal(esd_job_keys[n], esd_job_settings[n].name);
+	}
+	assert_int_equal(n, esd_job_nsettings);
+	static const char *const none[] = {NULL};
+	struct esd_config *c = cfg_of(none);
+	struct esd_job j;
+	assert_int_equal(esd_job_from_config(c, &j), 0);
+	esd_config_free(c);
+	for (size_t i = 0; i < esd_job_nsettings; i++) {
+		const struct esd_setting *s = &esd_job_settings[i];
+		const void *field = (const char *)&j + s->offset;
+		char name[64];
+		snprintf(name, sizeof(name), "%s.%s", s->section, s->key);
+		assert_string_equal(name, s->name);
+		assert_non_null(s->doc);
+		if (!s->size || s->def_text)
+			continue;
+		switch (s->type) {
+		case ESD_SETTING_UINT:
+			assert_true(s->min.u <= s->def.u && s->def.u <= s->max.u);
+			if (s->size == 4) {
+				assert_true(s->max.u <= UINT32_MAX);
+				assert_int_equal(*(const uint32_t *)field, s->def.u);
+			} else {
+				assert_int_equal(s->size, 8);
+				assert_int_equal(*(const uint64_t *)field, s->def.u);
+			}
+			break;
+		case ESD_SETTING_INT:
+			assert_true(s->min.i <= s->def.i && s->def.i <= s->max.i);
+			assert_true(s->size == 4 ? *(const int32_t *)field == s->def.i
+						 : *(const int64_t *)field == s->def.i);
+			break;
+		case ESD_SETTING_DOUBLE:
+			assert_true(s->min.d <= s->def.d && s->def.d <= s->max.d);
+			assert_true(s->size == 8 && *(const double *)field == s->def.d);
+			break;
+		case ESD_SETTING_BOOL:
+			assert_int_equal(s->size, sizeof(bool));
+			assert_int_equal(*(const bool *)field, s->def.b);
+			break;
+		default:
+			assert_string_equal((const char *)field, s->def.s);
+			break;
+		}
+	}
+	/* what esd-info --settings prints */
+	char text[256];
+	esd_setting_bounds_text(esd_job_setting("workers.n"), text, sizeof(text));
+	assert_string_equal(text, "[1, 64]");
+	esd_setting_bounds_text(esd_job_setting("job.iterations"), text, sizeof(text));
+	assert_string_equal(text, "[1, 2^63-1]");
+	esd_setting_default_text(esd_job_setting("cache.ratio"), text, sizeof(text));
+	assert_string_equal(text, "0.08");
+	esd_setting_default_text(esd_job_setting("job.key"), text, sizeof(text));
+	assert_string_equal(text, "(none)");
+}
+
+/* An enum's error names the key, the value, where it was set and what
+ * a value must be. */
+static void test_setting_error_names_where(void **state)
+{
+	(void)state;
+	static const char *const sets[] = {"cache.policy=random", NULL};
+	struct esd_job j;
+	char log[4096];
+	assert_int_equal(load_logged(sets, &j, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "cache.policy = 'random' (command line): expected lru, lfu, "
+				    "emark or lookahead"));
+	static const char *const big[] = {"workers.n=65", NULL};
+	assert_int_equal(load_logged(big, &j, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "workers.n = '65' (command line): out of range [1, 64]"));
 }
 
 static void test_digest(void **state)
@@ -394,7 +507,9 @@ int main(void)
 		cmocka_unit_test(test_single_value_applies_to_all),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),
-		cmocka_unit_test(test_keys_documented),
+		cmocka_unit_test(test_settings_documented),
+		cmocka_unit_test(test_settings_table),
+		cmocka_unit_test(test_setting_error_names_where),
 		cmocka_unit_test(test_backend_keys),
 		cmocka_unit_test(test_backend_key_errors),
 	};
