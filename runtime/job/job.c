@@ -34,6 +34,7 @@ const char *const esd_job_keys[] = {
 	"workers.checkpoint_dir", "workers.trainers",
 	"data.stream",
 	"ps.shards", "ps.addrs", "ps.backend", "ps.checkpoint_dir", "ps.checkpoint_every",
+	"ps.warm_start", /* an export to start from (runtime/ps/warm.c) */
 	"ps.barrier_timeout",
 	"job.restart_trainers", "job.restart_shards", "job.restart_wait",
 	"job.heartbeat_ms", "job.peer_timeout_ms",
@@ -386,6 +387,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		rc = -EINVAL;
 	esd_config_get_str(cfg, "ps", "checkpoint_dir", "", &s);
 	snprintf(j->checkpoint_dir, sizeof(j->checkpoint_dir), "%s", s);
+	esd_config_get_str(cfg, "ps", "warm_start", "", &s);
+	snprintf(j->warm_start, sizeof(j->warm_start), "%s", s);
 	esd_config_get_str(cfg, "workers", "checkpoint_dir", "", &s);
 	snprintf(j->node_ckpt_dir, sizeof(j->node_ckpt_dir), "%s", s);
 	TRY(esd_config_get_u64(cfg, "ps", "barrier_timeout", 60, 1, 86400, &j->barrier_timeout_s));
