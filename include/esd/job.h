@@ -228,6 +228,9 @@ struct esd_job {
 	enum esd_job_zero_copy { ESD_JOB_ZC_AUTO, ESD_JOB_ZC_ON, ESD_JOB_ZC_OFF } zero_copy;
 	char checkpoint_dir[1024];
 	uint64_t checkpoint_every;
+	/* ps.warm_start: an export (tools/esd-export) a fresh job's shards
+	 * load their rows from; "": rows from esd_row_init */
+	char warm_start[1024];
 	/* workers.checkpoint_dir: where each node writes its part of a
 	 * checkpoint (its dispatcher's state); "": its node directory */
 	char node_ckpt_dir[1024];

@@ -610,8 +610,16 @@ static void stop_links(struct ps *ps)
 	}
 }
 
+/* A fresh start: the rows of ps.warm_start's export when the job names one.
+ * 0 or 1. */
+static int warm_start(struct ps *ps, const struct esd_job *job)
+{
+	return job->warm_start[0] && ps_warm_start(ps, job->warm_start) ? 1 : 0;
+}
+
 /* Clear what a checkpoint write that died left, then restore the shard
- * from its checkpoint when asked (--restore, or --resume where one exists). */
+ * from its checkpoint when asked (--restore, or --resume where one exists);
+ * a job that starts at iteration 0 loads ps.warm_start's export. */
 static int prepare_restore(struct ps *ps, const struct esd_job *job, const struct args *a)
 {
 	char path[1100];
@@ -623,11 +631,11 @@ static int prepare_restore(struct ps *ps, const struct esd_job *job, const struc
 			ESD_INFO("ps", "removed %d unfinished checkpoint file(s) next to %s", n, path);
 	}
 	if (!a->restore && !a->resume)
-		return 0;
+		return warm_start(ps, job);
 	if (a->resume && (!job->checkpoint_dir[0] || access(path, F_OK))) {
 		ESD_INFO("ps", "no checkpoint %s: the job starts at iteration 0",
 			 job->checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)");
-		return 0;
+		return warm_start(ps, job);
 	}
 	return ps_restore(ps, path) ? 1 : 0;
 }

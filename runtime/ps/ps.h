@@ -210,5 +210,9 @@ int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest);
  * one before it). */
 void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len);
 void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len);
+/* Load a fresh shard's rows (and shard 0's dense table) from the export
+ * in dir (ps.warm_start; runtime/ps/warm.c). 0, or -EINVAL / -errno after
+ * logging what does not match, naming the file. */
+int ps_warm_start(struct ps *ps, const char *dir);
 
 #endif

@@ -28,6 +28,8 @@ SCRIPTS = {
     "bench/gpu/on-device.sh": [],
     "tools/testbed/esd-testbed": [],
     "tools/launch/esd-launch": [],
+    "tools/esd-export": [],
+    "bench/runtime/bench_export.py": [],
     "bench/runtime/bench_trainers.py": [],
 }
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>&1", "#", "&"}
