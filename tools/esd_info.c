@@ -80,8 +80,16 @@ static void print_settings(void)
 		char def[128], bounds[160];
 		esd_setting_default_text(s, def, sizeof(def));
 		esd_setting_bounds_text(s, bounds, sizeof(bounds));
-		printf("%-30s %-6s %-22s %-24s %s\n", s->name, esd_setting_type_name(s->type), def,
-		       bounds, s->doc);
+		if (strlen(def) <= 22 && strlen(bounds) <= 24) {
+			printf("%-30s %-6s %-22s %-24s %s\n", s->name,
+			       esd_setting_type_name(s->type), def, bounds, s->doc);
+			continue;
+		}
+		/* a long default or bounds: one cell a line, under DEFAULT */
+		printf("%-30s %-6s %s\n", s->name, esd_setting_type_name(s->type), def);
+		if (bounds[0])
+			printf("%37s bounds: %s\n", "", bounds);
+		printf("%37s %s\n", "", s->doc);
 	}
 }
 

@@ -259,6 +259,10 @@ static int read_method(const struct esd_config *cfg, struct esd_job *j, bool pre
 	const bool wide = j->n > ESD_JOB_EXACT_MAX_WORKERS;
 	union esd_setting_value def = {.s = wide ? ESD_JOB_WIDE_METHOD : ESD_JOB_DEFAULT_METHOD};
 	int rc = job_setting_read(cfg, JOB_SETTING(dispatch, method), &def, j);
+	enum esd_method m;
+	if (!rc && esd_method_parse(j->method, &m))
+		rc = job_setting_bad(cfg, JOB_SETTING(dispatch, method),
+				     "expected vanilla, laia, heu, opt, hungarian or hybrid");
 	def.s = preset ? "shared" : "paper";
 	if (job_setting_read(cfg, JOB_SETTING(dispatch, matrix), &def, j))
 		rc = -EINVAL;

@@ -477,6 +477,10 @@ static void test_setting_error_names_where(void **state)
 	static const char *const big[] = {"workers.n=65", NULL};
 	assert_int_equal(load_logged(big, &j, log, sizeof(log)), -EINVAL);
 	assert_non_null(strstr(log, "workers.n = '65' (command line): out of range [1, 64]"));
+	static const char *const meth[] = {"dispatch.method=greedy", NULL};
+	assert_int_equal(load_logged(meth, &j, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "dispatch.method = 'greedy' (command line): expected vanilla, "
+				    "laia, heu, opt, hungarian or hybrid"));
 }
 
 static void test_digest(void **state)
