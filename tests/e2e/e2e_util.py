@@ -3,9 +3,11 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "testbed"))
@@ -306,3 +308,74 @@ class BridgedHosts:
         if name.startswith("esdd"):
             return ["ip", "netns", "exec", self.nodes[int(name[4:])]]
         return []
+
+
+class FrameRelay:
+    """A man in the middle of one daemon's link to a shard: forwards the
+    shard's bytes as they come and the daemon's frame by frame (the frame
+    header's body length at offset 8), each through on_frame(n, frame),
+    n counting from the first frame, the handshake's included. on_frame
+    returns the bytes to forward, or None to hold the frame back. An end
+    of either side is passed on, as a path passes the peer's FIN."""
+
+    HEADER = 24
+
+    def __init__(self, upstream):
+        self.upstream = upstream
+        self.socks = []
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(4)
+        self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def on_frame(self, n, frame):
+        return frame
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)))
+            self.socks += [c, s]
+            threading.Thread(target=self._pipe, args=(s, c, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, s, True), daemon=True).start()
+
+    def _pipe(self, src, dst, client):
+        buf, n = b"", 0
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if not client:
+                    dst.sendall(b)
+                    continue
+                buf += b
+                while len(buf) >= self.HEADER:
+                    flen = self.HEADER + struct.unpack_from("<I", buf, 8)[0]
+                    if len(buf) < flen:
+                        break
+                    f, buf = buf[:flen], buf[flen:]
+                    out = self.on_frame(n, f)
+                    n += 1
+                    if out is not None:
+                        dst.sendall(out)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.lsock.close()
+        for x in self.socks:
+            try:
+                x.close()
+            except OSError:
+                pass

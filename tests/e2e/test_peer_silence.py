@@ -25,13 +25,10 @@ usage: test_peer_silence.py BIN_DIR
 import os
 import shutil
 import signal
-import socket
-import struct
 import sys
-import threading
 import time
 
-from e2e_util import Env, ClusterError, BridgedHosts, sh, wait_ps
+from e2e_util import Env, ClusterError, BridgedHosts, FrameRelay, sh, wait_ps
 from esdcluster import Cluster
 
 BOUND_S = 5.0
@@ -138,71 +135,20 @@ def test_stop_shard(env, s):
               % lines_with(log, "shard 0"))
 
 
-class HoldRelay:
-    """On the path of one daemon's link: forwards both ways, and holds back
-    the client's frame number 'at' (frames counted from the first, the
-    handshake's included); stall: what follows it is held back too (a path
-    that delivers in order), else forwarded."""
+class HoldRelay(FrameRelay):
+    """On the path of one daemon's link: holds back the daemon's frame
+    number 'at'; stall: what follows it is held back too (a path that
+    delivers in order), else forwarded."""
 
     def __init__(self, upstream, at, stall):
-        self.upstream, self.at, self.stall = upstream, at, stall
-        self.held_at = None
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(4)
-        self.addr = "127.0.0.1:%d" % self.lsock.getsockname()[1]
-        self.socks = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.at, self.stall, self.held_at = at, stall, None
+        super().__init__(upstream)
 
-    def _serve(self):
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            host, port = self.upstream.rsplit(":", 1)
-            s = socket.create_connection((host, int(port)))
-            self.socks += [c, s]
-            threading.Thread(target=self._pipe, args=(s, c, False), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(c, s, True), daemon=True).start()
-
-    def _pipe(self, src, dst, client):
-        buf, n = b"", 0
-        try:
-            while True:
-                b = src.recv(65536)
-                if not b:
-                    break
-                if not client:
-                    dst.sendall(b)
-                    continue
-                buf += b
-                while len(buf) >= 24:
-                    flen = 24 + struct.unpack_from("<I", buf, 8)[0]
-                    if len(buf) < flen:
-                        break
-                    f, buf = buf[:flen], buf[flen:]
-                    if n == self.at and self.held_at is None:
-                        self.held_at = time.time()
-                    elif self.held_at is None or not self.stall:
-                        dst.sendall(f)
-                    n += 1
-        except OSError:
-            pass
-        # an end is passed on, as the path passes the peer's FIN
-        for x in (src, dst):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.lsock.close()
-        for x in self.socks:
-            try:
-                x.close()
-            except OSError:
-                pass
+    def on_frame(self, n, frame):
+        if n == self.at and self.held_at is None:
+            self.held_at = time.time()
+            return None
+        return None if self.held_at is not None and self.stall else frame
 
 
 def test_withheld(env, s, keyed):
