@@ -261,35 +261,34 @@ def bridge_port(sw, ns, dev, port, rate=0, mtu=None):
                "burst", str(max(rate // 800, 1 << 20)), "latency", "1s")
 
 
-class BridgedHosts:
-    """Hosts as network namespaces: <tag>ps (the shard) and <tag>n0.. (the
-    nodes), each with a veth esd0 on a bridge in <tag>sw. With addr, the
-    shard is 10.79.0.1 and node w 10.79.0.(2 + w); rates[w] (bit/s, tc
-    tbf) shapes node w's veth both ways, mtu sets every veth's. A Cluster's
-    wrap: the shard and the daemons run in their namespaces, trainers
-    beside their daemon (unix sockets and shared memory only)."""
+class NetnsBridge:
+    """Hosts as network namespaces <tag><name> on one bridge (br0 in the
+    namespace <tag>sw), each with a veth esd0; hosts: (name, address/24 or
+    None, rate in bit/s or 0) per host; a rate shapes that host's veth both
+    ways (tc tbf), mtu sets every veth's. Namespaces made are deleted on
+    exit, also after a failed start."""
 
-    def __init__(self, prefix, n, addr=True, rates=None, mtu=None):
-        self.tag = "%s%d" % (prefix, os.getpid() % 10000)
-        self.ps = self.tag + "ps"
-        self.nodes = ["%sn%d" % (self.tag, w) for w in range(n)]
-        self.sw = self.tag + "sw"
-        self.addr, self.rates, self.mtu = addr, rates, mtu
+    DEV = "esd0"
+
+    def __init__(self, tag, hosts, mtu=None):
+        self.tag = tag
+        self.names = [tag + h[0] for h in hosts]
+        self.sw = tag + "sw"
+        self.hosts, self.mtu = hosts, mtu
         self.made = []
 
     def __enter__(self):
         try:
-            for ns in [self.sw, self.ps] + self.nodes:
+            for ns in [self.sw] + self.names:
                 sh("ip", "netns", "add", ns)
                 self.made.append(ns)
                 sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
             sh("ip", "-n", self.sw, "link", "set", "br0", "up")
-            for i, ns in enumerate([self.ps] + self.nodes):
-                rate = self.rates[i - 1] if self.rates and i >= 1 else 0
-                bridge_port(self.sw, ns, "esd0", "%ss%d" % (self.tag, i), rate, mtu=self.mtu)
-                if self.addr:
-                    sh("ip", "-n", ns, "addr", "add", "10.79.0.%d/24" % (i + 1), "dev", "esd0")
+            for i, (ns, (_, addr, rate)) in enumerate(zip(self.names, self.hosts)):
+                bridge_port(self.sw, ns, self.DEV, "%ss%d" % (self.tag, i), rate, mtu=self.mtu)
+                if addr:
+                    sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", self.DEV)
         except BaseException:
             self.__exit__()
             raise
@@ -301,6 +300,22 @@ class BridgedHosts:
                            stderr=subprocess.DEVNULL)
         self.made = []
         return False
+
+
+class BridgedHosts(NetnsBridge):
+    """A Cluster's hosts: <tag>ps (the shard) and <tag>n0.. (the nodes) on
+    one bridge (NetnsBridge). With addr, the shard is 10.79.0.1 and node w
+    10.79.0.(2 + w); rates[w] (bit/s) shapes node w's veth. wrap: the shard
+    and the daemons run in their namespaces, trainers beside their daemon
+    (unix sockets and shared memory only)."""
+
+    def __init__(self, prefix, n, addr=True, rates=None, mtu=None):
+        tag = "%s%d" % (prefix, os.getpid() % 10000)
+        hosts = [("ps", "10.79.0.1" if addr else None, 0)]
+        hosts += [("n%d" % w, "10.79.0.%d" % (2 + w) if addr else None,
+                   rates[w] if rates else 0) for w in range(n)]
+        super().__init__(tag, hosts, mtu=mtu)
+        self.ps, self.nodes = self.names[0], self.names[1:]
 
     def wrap(self, name):
         if name.startswith("ps"):

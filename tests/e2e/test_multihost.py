@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from e2e_util import Env, bridge_port, sh, shard_files
+from e2e_util import Env, NetnsBridge, shard_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH = os.path.normpath(os.path.join(HERE, "..", "..", "tools", "launch", "esd-launch"))
@@ -125,44 +125,17 @@ class Paths:
         return text
 
 
-class Hosts:
-    """Namespaces <tag>ps-a, <tag>edge-1, <tag>edge-2 on a bridge in
-    <tag>sw, with the doc's addresses."""
+class Hosts(NetnsBridge):
+    """Namespaces <tag>ps-a, <tag>edge-1, <tag>edge-2 on a bridge, with the
+    doc's addresses; an edge host's veth shaped at its node's rate."""
 
     def __init__(self, rates):
-        self.tag = "mh%d" % (os.getpid() % 10000)
-        self.names = [self.tag + h for h in HOSTS]
-        self.sw = self.tag + "sw"
-        self.rates = rates
-        self.made = []
+        super().__init__("mh%d" % (os.getpid() % 10000),
+                         [(h, ADDRS[i], rates[i - 1] if i >= 1 else 0)
+                          for i, h in enumerate(HOSTS)])
 
     def dev(self, i):
-        return "%sh%d" % (self.tag, i)
-
-    def __enter__(self):
-        try:
-            for ns in [self.sw] + self.names:
-                sh("ip", "netns", "add", ns)
-                self.made.append(ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
-            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
-            for i, ns in enumerate(self.names):
-                # an edge host: its uplink and downlink at its node's rate
-                bridge_port(self.sw, ns, self.dev(i), "%ss%d" % (self.tag, i),
-                            self.rates[i - 1] if i >= 1 else 0)
-                sh("ip", "-n", ns, "addr", "add", ADDRS[i] + "/24", "dev", self.dev(i))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        for ns in reversed(self.made):
-            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        self.made = []
-        return False
+        return self.DEV
 
 
 def doc_rates():
