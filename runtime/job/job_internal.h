@@ -15,13 +15,6 @@ enum job_setting_id {
 #define ESD_SET_PARSED(S_, K_, ...) JOB_SET_##S_##_##K_,
 #define ESD_SET_LIST(S_, K_, ...)   JOB_SET_##S_##_##K_,
 #include "settings.def"
-#undef ESD_SET_UINT
-#undef ESD_SET_INT
-#undef ESD_SET_DOUBLE
-#undef ESD_SET_BOOL
-#undef ESD_SET_STRING
-#undef ESD_SET_PARSED
-#undef ESD_SET_LIST
 	JOB_NSETTINGS
 };
 #define JOB_SETTING(S_, K_) (&esd_job_settings[JOB_SET_##S_##_##K_])

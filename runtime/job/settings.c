@@ -43,13 +43,6 @@ const struct esd_setting esd_job_settings[] = {
 #define ESD_SET_LIST(S_, K_, D_, E_, DOC_)                                                         \
 	{NAME(S_, K_), .type = ESD_SETTING_LIST, .def_text = D_, .expected = E_, .doc = DOC_},
 #include "settings.def"
-#undef ESD_SET_UINT
-#undef ESD_SET_INT
-#undef ESD_SET_DOUBLE
-#undef ESD_SET_BOOL
-#undef ESD_SET_STRING
-#undef ESD_SET_PARSED
-#undef ESD_SET_LIST
 };
 
 const size_t esd_job_nsettings = sizeof(esd_job_settings) / sizeof(esd_job_settings[0]);
@@ -66,13 +59,6 @@ const char *const esd_job_keys[] = {
 #define ESD_SET_PARSED KEY
 #define ESD_SET_LIST   KEY
 #include "settings.def"
-#undef ESD_SET_UINT
-#undef ESD_SET_INT
-#undef ESD_SET_DOUBLE
-#undef ESD_SET_BOOL
-#undef ESD_SET_STRING
-#undef ESD_SET_PARSED
-#undef ESD_SET_LIST
 #undef KEY
 	NULL,
 };
