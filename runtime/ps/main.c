@@ -60,8 +60,9 @@ static void usage(FILE *f)
 		   "  --listen ADDR    address to listen on (default: ps.addrs[S] of the job)\n"
 		   "  --control PATH   control socket for esdctl (default: none)\n"
 		   "  --restore        resume from ps.checkpoint_dir/ps-shardS.ckpt\n"
-		   "  --resume         the same when that checkpoint exists, else start at 0\n"
-		   "                   (starting a stopped job again)\n"
+		   "  --resume         the same when that checkpoint exists, else start from\n"
+		   "                   ps.resume_from's checkpoint, or at 0 (starting a\n"
+		   "                   stopped job again)\n"
 		   "  --set K=V        override a job setting\n");
 }
 
