@@ -231,6 +231,10 @@ struct esd_job {
 	/* ps.warm_start: an export (tools/esd-export) a fresh job's shards
 	 * load their rows from; "": rows from esd_row_init */
 	char warm_start[1024];
+	/* ps.resume_from: a checkpoint directory written by a job of this
+	 * model with any shard and worker count; a job without its own
+	 * checkpoint resumes from it (rows rehashed, node caches cold) */
+	char resume_from[1024];
 	/* workers.checkpoint_dir: where each node writes its part of a
 	 * checkpoint (its dispatcher's state); "": its node directory */
 	char node_ckpt_dir[1024];

@@ -709,6 +709,7 @@ static int make_engine(struct disp *ds, bool from_saved)
 }
 
 static int resume_at(struct disp *ds, uint64_t iter);
+static int start_at(struct disp *ds, uint64_t iter);
 
 /* Long: the dispatcher's settings made from the job (method, sync, matrix, GPU, snapshots)
  * before its thread starts. */
@@ -802,10 +803,12 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		memset(resume, 0, sizeof(*resume));
 		ds->sv.ok[0] = true;
 		rc = resume_at(ds, ds->sv.gen[0].iter);
-	} else {
+	} else { /* a new job, or one resumed cold (ps.resume_from) */
 		rc = make_engine(ds, false);
 		if (!rc)
-			rc = save_snapshots(ds, 0);
+			rc = save_snapshots(ds, nd->rec.cold_at);
+		if (!rc && nd->rec.cold_at)
+			rc = start_at(ds, nd->rec.cold_at);
 	}
 	if (rc)
 		goto err;
@@ -881,10 +884,16 @@ static int resume_at(struct disp *ds, uint64_t iter)
 	pthread_mutex_unlock(&nd->qmu);
 	ds->sv.restore_iter = iter;
 	int rc = make_engine(ds, true);
-	if (rc)
-		return rc;
+	return rc ? rc : start_at(ds, iter);
+}
+
+/* The thread decides iter + 1 next, from the data cursor of boundary
+ * iter. */
+static int start_at(struct disp *ds, uint64_t iter)
+{
+	struct node *nd = ds->nd;
 	uint64_t ns = esd_ds_reader_info(ds->in.rd)->nsamples;
-	rc = esd_ds_seek(ds->in.rd, ns ? iter * ds->in.k % ns : 0);
+	int rc = esd_ds_seek(ds->in.rd, ns ? node_cursor_at(nd, iter) % ns : 0);
 	if (rc)
 		return rc;
 	ds->sv.start_iter = iter;

@@ -957,12 +957,16 @@ static int resume_job(struct exec *x, uint64_t start)
 {
 	struct node *nd = x->nd;
 	struct node_state st;
-	int rc = node_state_read(nd, start, "cache", 1, &st);
-	if (rc)
-		return rc;
 	uint32_t nclean = 0;
-	rc = restore_cache(x, st.cm[0], start, &nclean);
-	node_state_free(&st);
+	int rc = 0;
+	if (nd->rec.cold_at) { /* a resize: the cache starts empty */
+		rc = node_save_boundary(nd, start);
+		if (!rc && nd->job.checkpoint_dir[0]) /* this job's own part of the boundary */
+			rc = write_cache_state(nd, start);
+	} else if (!(rc = node_state_read(nd, start, "cache", 1, &st))) {
+		rc = restore_cache(x, st.cm[0], start, &nclean);
+		node_state_free(&st);
+	}
 	if (!rc)
 		rc = node_save_boundary(nd, start);
 	if (rc)

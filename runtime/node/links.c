@@ -73,7 +73,9 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 			*refused = true;
 			rc = -ECONNREFUSED;
 		} else if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_HELLO) {
-			*iter = m.u.ack.iteration;
+			*iter = m.u.ack.iteration; /* and the data cursor there */
+			nd->rec.cursor_iter = m.u.ack.iteration;
+			nd->rec.cursor = m.u.ack.sequence;
 		} else if (m.hdr.op != ESD_OP_HELLO) {
 			rc = -EPROTO;
 		}

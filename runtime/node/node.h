@@ -132,6 +132,14 @@ struct node_recovery {
 	 * snapshots there too */
 	uint64_t ckpt_at;
 	bool flag_next_barrier; /* this node flushed: flag the next BARRIER */
+	/* the data cursor a shard reported at HELLO and its boundary: the
+	 * cursor of boundary t is cursor + (t - cursor_iter) * global batch
+	 * (node_cursor_at), also after a resume with another global batch */
+	uint64_t cursor_iter, cursor;
+	/* the job resumes at this boundary from ps.resume_from's checkpoint
+	 * without a state of it of this node: caches cold, the dispatcher's
+	 * state new (0: not) */
+	uint64_t cold_at;
 };
 
 /* A graceful stop of the whole job (SIGTERM to this daemon or its
@@ -314,6 +322,9 @@ void node_state_path(const struct node *nd, uint64_t iter, const char *kind, cha
 /* Write st (temporary file, fsync, rename); keeps the NODE_STATE_KEEP
  * newest of the kind. 0 or -errno (logged). */
 int node_state_write(const struct node *nd, const struct node_state *st, const char *kind);
+/* Whether this node's file of boundary iter exists and was written by
+ * this job (its token). */
+bool node_state_is_ours(const struct node *nd, uint64_t iter, const char *kind);
 /* Read boundary iter's file of the kind into st (zeroed first); refuses a
  * file of another job, worker, iteration or size, or a corrupt one,
  * naming it and why. 0 or -errno (logged). */
@@ -357,6 +368,12 @@ int node_write_summary(struct node *nd, int status);
  * links. */
 int node_setting_announce(struct node *nd, uint64_t iter, const struct esd_setting *s);
 int node_setting_apply(struct node *nd, const struct order *o);
+
+/* The data cursor of boundary t (struct node_recovery). */
+static inline uint64_t node_cursor_at(const struct node *nd, uint64_t t)
+{
+	return nd->rec.cursor + (t - nd->rec.cursor_iter) * nd->job.global_batch;
+}
 
 /* Most samples one micro-batch can have: the largest batch size, or the
  * global batch with a link-aware split (workers.rates may re-split it). */

@@ -335,6 +335,20 @@ int node_state_read(const struct node *nd, uint64_t iter, const char *kind, uint
 	return rc;
 }
 
+bool node_state_is_ours(const struct node *nd, uint64_t iter, const char *kind)
+{
+	char path[1100];
+	struct state_hdr h;
+	node_state_path(nd, iter, kind, path, sizeof(path));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool ours = pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == STATE_MAGIC &&
+		    h.token == nd->job.token;
+	close(fd);
+	return ours;
+}
+
 void node_state_free(struct node_state *st)
 {
 	for (uint32_t w = 0; w < ESD_MAX_WORKERS; w++) {

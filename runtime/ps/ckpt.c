@@ -36,7 +36,7 @@ int ps_checkpoint_locked(struct ps *ps)
 	struct esd_ckpt_meta meta = {
 		.seed = ps->job.seed,
 		.iteration = ps->bar.iter_done, /* iterations completed (the next 0-based one) */
-		.data_cursor = ps->bar.iter_done * ps->job.global_batch,
+		.data_cursor = ps_cursor_at(ps, ps->bar.iter_done),
 		.dim = ps->job.dim,
 		.optimizer = ps->job.optim.opt,
 		.shard = ps->shard,
@@ -107,7 +107,7 @@ int ps_restore(struct ps *ps, const char *path)
 	if (!rc) {
 		ps->dtab.clock = m->dense_clock;
 		ps->bar.iter_done = m->iteration;
-		ps->bar.cursor = m->data_cursor;
+		ps_set_cursor_base(ps, m->iteration, m->data_cursor);
 		ps->bar.rolled_to = m->iteration; /* a rollback to it has nothing to do */
 		ESD_INFO("ps", "restored %llu rows of iteration %llu from %s",
 			 (unsigned long long)in->row_count, (unsigned long long)ps->bar.iter_done, path);
@@ -133,7 +133,7 @@ static uint64_t checkpoint_iteration(const char *path)
 static void reset_progress_locked(struct ps *ps, uint64_t c)
 {
 	ps->bar.iter_done = c;
-	ps->bar.cursor = c * ps->job.global_batch;
+	ps->bar.cursor = ps_cursor_at(ps, c);
 	ps->bar.arrived = ps->bar.final = 0;
 	ps->bar.arrived_mask = 0;
 	ps->bar.rolled_to = ps->bar.last_rollback = c;
@@ -158,7 +158,8 @@ int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest)
 	uint64_t it = checkpoint_iteration(path), ip = checkpoint_iteration(prev);
 	*newest = it;
 	const char *from = it == c ? path : ip == c ? prev : NULL;
-	if (!from) {
+	bool again = !from && c && c == ps->resumed_from;
+	if (!from && !again) {
 		ESD_WARN("ps", "asked to go back to checkpoint %llu: this shard has %llu and %llu",
 			 (unsigned long long)c, (unsigned long long)it, (unsigned long long)ip);
 		return -ESTALE;
@@ -169,11 +170,11 @@ int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest)
 		return rc;
 	ps_store_free(ps->st);
 	ps->st = fresh;
-	rc = ps_restore(ps, from);
+	rc = again ? ps_resume_from(ps, ps->job.resume_from) : ps_restore(ps, from);
 	if (!rc) {
 		reset_progress_locked(ps, c);
 		ESD_WARN("ps", "another shard restarted: back to checkpoint %llu (%s)",
-			 (unsigned long long)c, from);
+			 (unsigned long long)c, again ? ps->job.resume_from : from);
 	}
 	return rc;
 }

@@ -26,6 +26,7 @@
 #include <esd/signals.h>
 
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +60,9 @@ static void usage(FILE *f)
 		   "  --listen ADDR    address to listen on (default: ps.addrs[S] of the job)\n"
 		   "  --control PATH   control socket for esdctl (default: none)\n"
 		   "  --restore        resume from ps.checkpoint_dir/ps-shardS.ckpt\n"
-		   "  --resume         the same when that checkpoint exists, else start at 0\n"
-		   "                   (starting a stopped job again)\n"
+		   "  --resume         the same when that checkpoint exists, else start from\n"
+		   "                   ps.resume_from's checkpoint, or at 0 (starting a\n"
+		   "                   stopped job again)\n"
 		   "  --set K=V        override a job setting\n");
 }
 
@@ -610,16 +612,29 @@ static void stop_links(struct ps *ps)
 	}
 }
 
-/* A fresh start: the rows of ps.warm_start's export when the job names one.
- * 0 or 1. */
-static int warm_start(struct ps *ps, const struct esd_job *job)
+/* A start without this job's own checkpoint: ps.resume_from's checkpoint
+ * when the job names one (in another directory than ps.checkpoint_dir,
+ * which this job's checkpoints overwrite), else the rows of
+ * ps.warm_start's export when the job names one. 0 or 1. */
+static int fresh_start(struct ps *ps, const struct esd_job *job)
 {
+	if (job->resume_from[0]) {
+		char a[PATH_MAX], b[PATH_MAX];
+		if (job->checkpoint_dir[0] && realpath(job->resume_from, a) &&
+		    realpath(job->checkpoint_dir, b) && !strcmp(a, b)) {
+			ESD_ERR("ps", "ps.resume_from = %s is ps.checkpoint_dir too: this job's "
+				"checkpoints would overwrite the files it resumes from; give it "
+				"another ps.checkpoint_dir", job->resume_from);
+			return 1;
+		}
+		return ps_resume_from(ps, job->resume_from) ? 1 : 0;
+	}
 	return job->warm_start[0] && ps_warm_start(ps, job->warm_start) ? 1 : 0;
 }
 
 /* Clear what a checkpoint write that died left, then restore the shard
  * from its checkpoint when asked (--restore, or --resume where one exists);
- * a job that starts at iteration 0 loads ps.warm_start's export. */
+ * a job without one starts from ps.resume_from or ps.warm_start. */
 static int prepare_restore(struct ps *ps, const struct esd_job *job, const struct args *a)
 {
 	char path[1100];
@@ -631,11 +646,12 @@ static int prepare_restore(struct ps *ps, const struct esd_job *job, const struc
 			ESD_INFO("ps", "removed %d unfinished checkpoint file(s) next to %s", n, path);
 	}
 	if (!a->restore && !a->resume)
-		return warm_start(ps, job);
+		return fresh_start(ps, job);
 	if (a->resume && (!job->checkpoint_dir[0] || access(path, F_OK))) {
-		ESD_INFO("ps", "no checkpoint %s: the job starts at iteration 0",
-			 job->checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)");
-		return warm_start(ps, job);
+		ESD_INFO("ps", "no checkpoint %s: the job starts %s",
+			 job->checkpoint_dir[0] ? path : "(no ps.checkpoint_dir)",
+			 job->resume_from[0] ? "from ps.resume_from" : "at iteration 0");
+		return fresh_start(ps, job);
 	}
 	return ps_restore(ps, path) ? 1 : 0;
 }

@@ -420,7 +420,7 @@ static int checkpoint_if_due_locked(struct ps *ps, uint64_t t)
 static void advance_boundary_locked(struct ps *ps, uint64_t t)
 {
 	ps->bar.iter_done = t;
-	ps->bar.cursor = t * ps->job.global_batch;
+	ps->bar.cursor = ps_cursor_at(ps, t);
 	if (ps->bar.final == ps->job.n) {
 		ps->bar.ended = true;
 		ESD_INFO("ps", "every worker's last barrier: the job ends after iteration %llu",

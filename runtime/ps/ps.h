@@ -44,6 +44,11 @@ struct ps_link {
 struct ps_barrier {
 	uint64_t iter_done;    /* last iteration whose barrier was released */
 	uint64_t cursor;       /* data cursor at iter_done (samples consumed) */
+	/* the data cursor at boundary base_iter (0 at 0, or a checkpoint's):
+	 * boundary t's is base_cursor + (t - base_iter) * global_batch, so a
+	 * job resumed with another global batch goes on from the sample after
+	 * the checkpoint's last (ps_cursor_at) */
+	uint64_t base_iter, base_cursor;
 	uint32_t arrived;      /* workers at the barrier of iter_done + 1 */
 	uint64_t arrived_mask;
 	uint64_t digest[ESD_MAX_WORKERS];
@@ -168,6 +173,11 @@ struct ps {
 	struct ps_fit fit;
 	struct ps_node_report report[ESD_MAX_WORKERS];
 
+	/* the iteration of ps.resume_from's checkpoint this shard started
+	 * from (0: none): a rollback to it before the job's own first
+	 * checkpoint loads it again */
+	uint64_t resumed_from;
+
 	struct ps_link links[ESD_MAX_WORKERS * 2]; /* one thread each (ps.c) */
 	int nlinks;
 };
@@ -210,6 +220,26 @@ int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest);
  * one before it). */
 void ps_checkpoint_path(const struct ps *ps, char *buf, size_t len);
 void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len);
+/* The data cursor at boundary t, and the point the line goes through
+ * (a checkpoint's iteration and cursor). */
+static inline uint64_t ps_cursor_at(const struct ps *ps, uint64_t t)
+{
+	return ps->bar.base_cursor + (t - ps->bar.base_iter) * ps->job.global_batch;
+}
+
+static inline void ps_set_cursor_base(struct ps *ps, uint64_t iter, uint64_t cursor)
+{
+	ps->bar.base_iter = iter;
+	ps->bar.base_cursor = cursor;
+	ps->bar.cursor = cursor;
+}
+
+/* Load a fresh shard from the checkpoint in dir written with any shard
+ * and worker count (ps.resume_from; runtime/ps/reshard.c): the rows whose
+ * keys are this shard's now, their state and clocks, shard 0 the dense
+ * table, the iteration and data cursor. 0, or -errno after logging what
+ * is wrong, naming the file (a missing or mismatched one too). */
+int ps_resume_from(struct ps *ps, const char *dir);
 /* Load a fresh shard's rows (and shard 0's dense table) from the export
  * in dir (ps.warm_start; runtime/ps/warm.c). 0, or -EINVAL / -errno after
  * logging what does not match, naming the file. */

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <esd/ckpt.h>
 #include <esd/err.h>
@@ -204,43 +206,98 @@ static int resume_row(void *arg, esd_key_t key, uint64_t clock, const float *val
 	return 0;
 }
 
-/* Load a checkpoint of this configuration: rows, dense table, clocks. */
-static int resume(const struct esd_ref_config *cfg, struct row_store *s, float *dense,
-                  float *dstate, size_t dense_len, uint64_t *iteration, uint64_t *dense_clock,
-                  uint64_t *cursor)
+/* What a resume loads besides the rows. */
+struct resume_out {
+	float *dense, *dstate;
+	size_t dense_len;
+	uint64_t iteration, dense_clock, cursor;
+	bool have_dense;
+};
+
+/* One checkpoint file of this configuration into s and *o: its rows; its
+ * dense table when it has one. first: the file sets the iteration and
+ * cursor, else it must have the same. */
+static int resume_file(const struct esd_ref_config *cfg, struct row_store *s, const char *path,
+                       bool first, struct resume_out *o, uint32_t *nshards)
 {
 	struct esd_ckpt_reader *r;
 	struct esd_ckpt_error err;
-	int rc = esd_ckpt_open(cfg->resume, &r, &err);
+	int rc = esd_ckpt_open(path, &r, &err);
 	if (rc) {
 		ESD_ERR("ref", "cannot resume: %s", err.msg);
 		return rc;
 	}
 	const struct esd_ckpt_meta *m = &esd_ckpt_info(r)->meta;
 	if (m->seed != cfg->seed || m->dim != cfg->dim || m->optimizer != cfg->optim.opt ||
-	    m->dense_len != dense_len || m->iteration > cfg->iterations) {
+	    (m->dense_len && m->dense_len != o->dense_len) || m->iteration > cfg->iterations) {
 		ESD_ERR("ref",
 		        "cannot resume from %s: it has seed %" PRIu64
 		        ", dim %u, optimizer %s, %" PRIu64 " dense floats, iteration %" PRIu64
 		        "; this run wants seed %" PRIu64 ", dim %u, optimizer %s, %zu dense "
 		        "floats, up to iteration %" PRIu64,
-		        cfg->resume, m->seed, m->dim, esd_optim_name(m->optimizer), m->dense_len,
+		        path, m->seed, m->dim, esd_optim_name(m->optimizer), m->dense_len,
 		        m->iteration, cfg->seed, cfg->dim, esd_optim_name(cfg->optim.opt),
-		        dense_len, cfg->iterations);
+		        o->dense_len, cfg->iterations);
+		rc = -EINVAL;
+		goto out;
+	}
+	if (!first && (m->iteration != o->iteration || m->data_cursor != o->cursor ||
+	               m->nshards != *nshards)) {
+		ESD_ERR("ref", "cannot resume: %s is of iteration %" PRIu64 ", cursor %" PRIu64
+		        ", %u shards; the checkpoint's first file of iteration %" PRIu64
+		        ", cursor %" PRIu64 ", %u shards",
+		        path, m->iteration, m->data_cursor, m->nshards, o->iteration, o->cursor,
+		        *nshards);
 		rc = -EINVAL;
 		goto out;
 	}
 	struct resume_ctx c = {s, cfg};
 	rc = esd_ckpt_read_rows(r, resume_row, &c);
-	if (!rc)
-		rc = esd_ckpt_read_dense(r, dense, s->sf ? dstate : NULL);
-	if (rc)
-		goto out;
-	*iteration = m->iteration;
-	*dense_clock = m->dense_clock;
-	*cursor = m->data_cursor;
+	if (!rc && m->dense_len) {
+		rc = esd_ckpt_read_dense(r, o->dense, s->sf ? o->dstate : NULL);
+		o->dense_clock = m->dense_clock;
+		o->have_dense = true;
+	}
+	o->iteration = m->iteration;
+	o->cursor = m->data_cursor;
+	*nshards = m->nshards;
 out:
 	esd_ckpt_close(r);
+	return rc;
+}
+
+/* Load a checkpoint of this configuration: a file, or a directory of a
+ * job's shard files (DIR/ps-shard<i>.ckpt for every shard the files say
+ * the job had): rows, dense table, clocks, iteration and cursor. */
+static int resume(const struct esd_ref_config *cfg, struct row_store *s, struct resume_out *o)
+{
+	struct stat sb;
+	if (stat(cfg->resume, &sb) || !S_ISDIR(sb.st_mode)) {
+		uint32_t n = 1;
+		int rc = resume_file(cfg, s, cfg->resume, true, o, &n);
+		if (!rc && !o->have_dense) {
+			ESD_ERR("ref", "cannot resume from %s: it holds no dense table (a shard "
+			        "other than 0: give the checkpoint's directory)", cfg->resume);
+			rc = -EINVAL;
+		}
+		return rc;
+	}
+	uint32_t n = 1;
+	int rc = 0;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/ps-shard%u.ckpt", cfg->resume, i);
+		if (access(path, F_OK)) {
+			ESD_ERR("ref", "cannot resume from %s: %s is missing%s", cfg->resume, path,
+			        i ? " (the checkpoint's other files say it has more shards)" : "");
+			return -ENOENT;
+		}
+		rc = resume_file(cfg, s, path, i == 0, o, &n);
+	}
+	if (!rc && !o->have_dense) {
+		ESD_ERR("ref", "cannot resume from %s: no file holds the dense table", cfg->resume);
+		rc = -EINVAL;
+	}
 	return rc;
 }
 
@@ -299,9 +356,13 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 
 	cursor = cfg->cursor;
 	if (cfg->resume) {
-		rc = resume(cfg, &s, dense, dstate, dense_len, &start, &dense_clock, &cursor);
+		struct resume_out ro = {.dense = dense, .dstate = dstate, .dense_len = dense_len};
+		rc = resume(cfg, &s, &ro);
 		if (rc)
 			goto out;
+		start = ro.iteration;
+		dense_clock = ro.dense_clock;
+		cursor = ro.cursor;
 	}
 	for (uint64_t it = start; it < cfg->iterations; it++) {
 		int64_t got = src->next(src->arg, cursor, k, keys, bag_off, labels, dfeat);

@@ -114,9 +114,11 @@ struct esd_ref_config {
 	uint32_t batch;      /* k, the global batch */
 	uint64_t iterations; /* N: train until this iteration (total) */
 	uint64_t cursor;     /* first sample index to read (usually 0) */
-	const char *resume;  /* continue from this checkpoint (NULL: fresh start): its
-	                      * rows, dense table, clocks, iteration and data cursor
-	                      * replace the fresh state; cursor is then ignored */
+	const char *resume;  /* continue from this checkpoint (NULL: fresh start): a
+	                      * file, or a job's checkpoint directory (all of its
+	                      * ps-shard<i>.ckpt, any shard count); its rows, dense
+	                      * table, clocks, iteration and data cursor replace the
+	                      * fresh state; cursor is then ignored */
 	struct esd_optim_params optim;
 	int verbose; /* print the loss of every iteration to stdout */
 };
