@@ -62,6 +62,8 @@ def job_settings(a, stream, ckpt_dir):
         s["dispatch.method"] = a.dispatch
     if a.rates:
         s["workers.rates"] = a.rates
+    if a.warm_start:
+        s["ps.warm_start"] = a.warm_start
     return s
 
 
@@ -83,7 +85,8 @@ def torchrun_cmd(a, master_port):
                 "127.0.0.1", "--master_port", str(master_port), "--redirects", "1",
                 "--tee", "1", os.path.join(HERE, a.model + ".py"), "--seed",
                 str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt,
-                "--pooling", a.pooling]
+                "--pooling", a.pooling] + (["--warm-start", a.warm_start] if a.warm_start
+                                           else [])
     return cmd
 
 
@@ -189,6 +192,9 @@ def parser():
                          "table")
     ap.add_argument("--samples", type=int, default=0,
                     help="samples to generate (default: enough for --iters)")
+    ap.add_argument("--warm-start", metavar="DIR",
+                    help="start from an export (tools/esd-export --torch): the rows "
+                         "(ps.warm_start) and the dense model (DIR/dense.pt)")
     ap.add_argument("--work", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--timeout", type=int, default=600)

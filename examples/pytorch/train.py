@@ -4,7 +4,8 @@ node with ESD_NODE_DIR naming its node daemon's directory. The embedding
 rows come from the node's cache (esd.torch), the dense model trains under
 DistributedDataParallel over gloo; rank 0 prints loss, AUC and samples/s;
 the dense model is saved to NODE_DIR/dense.pt where training ends (its
-end, or a graceful stop) and restored from it when the job resumes."""
+end, or a graceful stop) and restored from it when the job resumes; with
+--warm-start DIR a fresh job starts from an export's dense.pt."""
 import argparse
 import os
 import sys
@@ -30,6 +31,9 @@ def main(make_model, argv=None):
     ap.add_argument("--seed", type=int, default=1, help="seed of the dense weights")
     ap.add_argument("--pooling", default="sum",
                     help="sum, mean, or MODE,MODE,... one per table (bags)")
+    ap.add_argument("--warm-start", metavar="DIR",
+                    help="a fresh job's dense model from DIR/dense.pt (tools/esd-export "
+                         "--torch; the job's ps.warm_start loads the rows)")
     a = ap.parse_args(argv)
 
     s = et.Session(seed=a.seed)
@@ -37,7 +41,8 @@ def main(make_model, argv=None):
     model = s.distributed(make_model(s.tables, s.dim, s.ndense))
     opt = dense_optimizer(model, a.dense_lr, a.dense_opt)
     rows = s.row_optimizer()
-    s.restore(model, opt)  # a resumed job: the dense model of its iteration
+    # a resumed job: the dense model of its iteration; a fresh one: the export's
+    s.restore(model, opt, warm_start=a.warm_start)
     for batch in s.batches():
         logits = model(ebc(batch), batch.dense)
         loss = et.bce(logits, batch)

@@ -5,7 +5,10 @@ then a model built from the export alone (one nn.EmbeddingBag per table
 from its .npy, the dense DLRM from dense.pt's state_dict, nothing of this
 project imported to run it) scores the held-out samples after the trained
 ones: its logits are evaluate.py's bit for bit, so its log loss and AUC
-are evaluate.py's.
+are evaluate.py's. A new job warm started from the export (run.py
+--warm-start: the rows through ps.warm_start, the dense model through
+train.py --warm-start) begins with the export's dense weights, bit for
+bit, and its first iteration's loss is the served model's.
 
 usage: test_export_serving.py BIN_DIR     exit 0 pass, 1 fail, 77 skip
 """
@@ -80,6 +83,57 @@ def per_table(keys, off, T):
     return ids, offsets
 
 
+def refusals(root, export, T, D):
+    """A warm start without dense.pt, or with one of another model, is an
+    error naming the file (Session's loader called without a job)."""
+    class Rank0:
+        rank = 0
+    for where, model, what in [(root, DLRM(T, DIM, D), "does not exist"),
+                               (export, DLRM(T, DIM * 2, D), "does not fit the model")]:
+        try:
+            et.Session._warm_start(Rank0(), model, where)
+            check(False, "warm start from %s refused" % where)
+        except et.esd.EsdError as e:
+            check(os.path.join(where, "dense.pt") in str(e) and what in str(e),
+                  "warm start refused: %s" % e)
+
+
+def warm_start(a, root, stream, export, served):
+    """A new PyTorch job warm started from the export (run.py --warm-start:
+    ps.warm_start for the rows, train.py --warm-start for dense.pt), with
+    another job seed and dense seed, its dense learning rate 0: its dense
+    weights are the export's, and its first iteration's loss is the served
+    model's on the first global batch (rows and dense model start as
+    exported)."""
+    a.warm_start, a.iters, a.dense_lr, a.seed, a.model_seed = export, 2, 0.0, 23, 9
+    work = os.path.join(root, "warm")
+    os.makedirs(work)
+    with open(os.path.join(work, "progress.log"), "w") as log:
+        launcher.run_job(a, work, stream, out=log)
+    with open(os.path.join(work, "trainer0.log")) as f:
+        said = "warm started the dense model from %s" % os.path.join(export, "dense.pt") \
+            in f.read()
+    check(said, "the warm-started trainer says it loaded the export's dense.pt")
+    got = torch.load(os.path.join(work, "node0", "dense.pt"))
+    want = torch.load(os.path.join(export, "dense.pt"))
+    check(set(got["model"]) == set(want) and
+          all(torch.equal(got["model"][k], want[k]) for k in want),
+          "the warm-started job's dense weights == the export's, %d tensors bit for bit"
+          % len(want))
+    k = WORKERS * BATCH
+    labels, dense, keys, off, T = evaluate.held_out(stream, 0, k)
+    refusals(root, export, T, dense.shape[1])
+    ids, offsets = per_table(keys, off, T)
+    with torch.no_grad():
+        logits = served(ids, offsets, torch.from_numpy(dense))
+        first = nn.functional.binary_cross_entropy_with_logits(
+            logits, torch.from_numpy(labels), reduction="sum").item() / k
+    loss1 = got["losses"][0]
+    check(abs(loss1 - first) <= 1e-6 * abs(first),
+          "the warm-started job's iteration 1 loss %.7f == the served model's on its first "
+          "global batch %.7f" % (loss1, first))
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -128,6 +182,7 @@ def main():
           "log loss %.6f AUC %.4f == evaluate.py's %.6f %.4f (iteration %d, %d samples from %d)"
           % (loss, auc, want["log_loss"], want["auc"], want["iteration"], want["samples"],
              want["first"]))
+    warm_start(a, root, stream, out, model)
     if failures:
         print("%d check(s) failed; files kept in %s" % (len(failures), root))
         return 1

@@ -551,25 +551,49 @@ class Session:
         os.replace(path + ".tmp", path)
         return path
 
-    def restore(self, model, optimizer=None, path=None):
+    def restore(self, model, optimizer=None, path=None, warm_start=None):
         """When the job resumes from a checkpoint (a job stopped, or
         crashed, and started again), load the dense state of that iteration
         into model (and optimizer) as the first batch arrives: the one
         saved at that checkpoint boundary (dense_path(iteration)), else
         save()'s file if it is of that iteration; a fresh job starts from
-        the weights it has. Registers model and optimizer to be saved at
+        the weights it has, or with warm_start (an export's directory, the
+        job's ps.warm_start, or a file) from its dense.pt (the state_dict
+        tools/esd-export --torch writes; the optimizer starts afresh, as
+        the rows' state does). Registers model and optimizer to be saved at
         every checkpoint boundary. A resumed job without the dense model
         of its iteration is an error naming the files and both
-        iterations."""
+        iterations; a warm start without its file, or one that does not
+        fit the model, names the file."""
         if isinstance(model, DistributedDataParallel):
             model = model.module
         self._dense = (model, optimizer)
-        self._restore = (model, optimizer, path)
+        self._restore = (model, optimizer, path, warm_start)
+
+    def _warm_start(self, model, where):
+        """Load an export's dense.pt into model (every trainer the same
+        file, so every trainer the same weights)."""
+        path = os.path.join(where, "dense.pt") if os.path.isdir(where) else where
+        if not os.path.exists(path):
+            raise esd.EsdError(2, "warm start: %s does not exist (tools/esd-export --torch "
+                                  "NODE_DIR writes it beside the tables)" % path)
+        state = torch.load(path)
+        if isinstance(state, dict) and "model" in state and "iteration" in state:
+            state = state["model"]  # a file of save(): its model's state
+        try:
+            model.load_state_dict(state)
+        except (RuntimeError, KeyError, TypeError) as e:
+            raise esd.EsdError(22, "warm start: %s does not fit the model: %s"
+                               % (path, " ".join(str(e).split())[:300])) from e
+        if self.rank == 0:
+            print("warm started the dense model from %s" % path, flush=True)
 
     def _restore_at(self, first_iter):
-        model, optimizer, path = self._restore
+        model, optimizer, path, warm = self._restore
         self._restore = None
         if first_iter <= 1:
+            if warm:
+                self._warm_start(model, warm)
             return
         want = first_iter - 1
         state, path = load_dense(self.node_dir, want, self.info["index"], path,
