@@ -1,7 +1,8 @@
 /*
  * The bottom of a link, shared by every layer above it and the backends:
- * a wire's head from the options, its error text, deadlines. Calls
- * nothing of the layers above (link.c, rel.c, fault.c).
+ * a wire's head from the options, its error text, deadlines, and the hash
+ * a backend takes of a keyed link's frames as it copies them in (gmac.c).
+ * Calls nothing of the layers above (link.c, rel.c, fault.c).
  */
 #include "link_internal.h"
 
