@@ -16,7 +16,9 @@
  *                 proofs cover the offer and the choice. Where the CPU has
  *                 VPCLMULQDQ, the same AES-256-GCM tags come from gmac.c
  *                 (two blocks per multiply; a sealed frame's copy made in
- *                 the same pass), not libsodium's
+ *                 the same pass), not libsodium's; a frame the wire hashed
+ *                 as it copied it in (dpdk) is checked by finishing that
+ *                 hash with the frame's nonce
  *
  * docs/protocol.md ("Job key handshake") is the protocol; this file
  * follows it step by step.
@@ -200,8 +202,9 @@ static uint32_t local_suites(void)
 	return s;
 }
 
-static void derive_link_keys(struct link_auth *a, int client)
+static void derive_link_keys(struct esd_link *l, int client)
 {
+	struct link_auth *a = l->auth;
 	derive(a, client ? "esd link v1 client to server" : "esd link v1 server to client",
 	       a->ktx);
 	derive(a, client ? "esd link v1 server to client" : "esd link v1 client to server",
@@ -209,6 +212,11 @@ static void derive_link_keys(struct link_auth *a, int client)
 	a->tx_ctr = a->rx_ctr = 0;
 	a->wide = a->suite == ESD_SUITE_AES256_GCM && !gmac_init(&a->gtx, a->ktx) &&
 		  !gmac_init(&a->grx, a->krx);
+	/* the wire hashes the frames it reassembles as it copies them in
+	 * (frames it hands over whole, e.g. without the reliable layer's
+	 * copies in between; see rx_hash_of) */
+	if (a->wide && !l->w->lossy)
+		l->w->rx_mac = &a->grx;
 	a->state = AUTH_OPEN;
 }
 
@@ -291,7 +299,7 @@ int auth_client(struct esd_link *l, int64_t deadline)
 			}
 			derive(a, "esd link v1 client proof", proof);
 			rc = send_auth(l, 3, a->suite, NULL, proof, deadline);
-			derive_link_keys(a, 1);
+			derive_link_keys(l, 1);
 		}
 	}
 	if (rc && rc != -EACCES && !l->err[0])
@@ -324,7 +332,7 @@ static int server_step(struct esd_link *l, const struct esd_link_auth *m)
 		derive(a, "esd link v1 client proof", want);
 		if (crypto_verify_32(want, m->b))
 			return refuse(l, "job key handshake: the peer does not hold this job's key");
-		derive_link_keys(a, 0);
+		derive_link_keys(l, 0);
 		ESD_DBG("auth", "link from %s holds the job key", l->w->peer);
 		return 0;
 	}
@@ -347,14 +355,32 @@ static void tag_make(const struct link_auth *a, const uint8_t *frame, size_t len
 								   len, NULL, nonce, a->ktx);
 }
 
-/* 0 when tag is frame[0..len)'s under the receiving direction's key. */
+/* The hash the wire took of frame[0..len) (and its tag) as it copied it
+ * in, or NULL: the frame must be the one the wire handed up last, unchanged
+ * by a layer between (none runs: no reliable layer, no faults). */
+static const struct gmac_run *rx_hash_of(const struct esd_link *l, const uint8_t *frame,
+					 size_t len)
+{
+	const struct wire *w = l->w;
+	if (!w->rx_run || w->rx_run_frame != frame || l->rel || l->fault.on ||
+	    w->rx_run->total != len)
+		return NULL;
+	return w->rx_run;
+}
+
+/* 0 when tag is frame[0..len)'s under the receiving direction's key (run:
+ * the wire's hash of the same bytes, or NULL). */
 static int tag_check(const struct link_auth *a, const uint8_t *frame, size_t len,
-		     const uint8_t tag[AUTH_TAG_BYTES], const uint8_t nonce[12])
+		     const uint8_t tag[AUTH_TAG_BYTES], const uint8_t nonce[12],
+		     const struct gmac_run *run)
 {
 	uint8_t none[1] = {0};
 	if (a->wide) {
 		uint8_t want[AUTH_TAG_BYTES];
-		gmac_tag(&a->grx, nonce, NULL, 0, frame, len, NULL, want);
+		if (run)
+			gmac_run_end(&a->grx, run, nonce, want);
+		else
+			gmac_tag(&a->grx, nonce, NULL, 0, frame, len, NULL, want);
 		return crypto_verify_16(want, tag);
 	}
 	if (a->suite == ESD_SUITE_AES256_GCM)
@@ -420,13 +446,14 @@ static int check_tag(struct esd_link *l, uint8_t *frame, size_t *len)
 		return -EACCES;
 	}
 	size_t body = *len - AUTH_TAG_BYTES;
+	const struct gmac_run *run = rx_hash_of(l, frame, body);
 	uint64_t beat = aside_beat(frame, *len);
 	hdr_canonical(frame, &flags, &seq);
 	if (beat)
 		beat_nonce(beat, nonce);
 	else
 		ctr_nonce(a->rx_ctr, nonce);
-	if ((beat && beat <= a->rx_beat) || tag_check(a, frame, body, frame + body, nonce)) {
+	if ((beat && beat <= a->rx_beat) || tag_check(a, frame, body, frame + body, nonce, run)) {
 		if (beat)
 			snprintf(l->err, sizeof(l->err),
 				 "heartbeat %llu of the link failed authentication (forged, altered "

@@ -530,6 +530,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		d->asm_buf = fbuf_get(&d->w.cache, total);
 		if (!d->asm_buf)
 			return -ENOMEM;
+		wire_rx_hash_start(&d->w, d->asm_buf, fp);
 		d->asm_id = id;
 		d->asm_got = 0;
 		d->asm_on = 1;
@@ -538,12 +539,15 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	}
 	if (chunk > d->asm_buf->len - d->asm_got)
 		return bad_packet(d, "a fragment past its frame's end");
-	if (!rte_pktmbuf_read(m, sizeof(hdr), chunk, d->asm_buf->data + d->asm_got))
+	/* rte_pktmbuf_read copies only for multi-segment mbufs: a single
+	 * segment's bytes are copied (and hashed, on a keyed link) here */
+	const uint8_t *src = rte_pktmbuf_read(m, sizeof(hdr), chunk, d->asm_buf->data + d->asm_got);
+	if (!src)
 		return bad_packet(d, "an unreadable fragment");
-	/* rte_pktmbuf_read copies only for multi-segment mbufs. */
-	if (m->nb_segs == 1)
-		memcpy(d->asm_buf->data + d->asm_got,
-		       rte_pktmbuf_mtod_offset(m, uint8_t *, sizeof(hdr)), chunk);
+	size_t skip = off == 0 ? ESD_FRAME_HDR_SIZE : 0; /* the header: not hashed as it is */
+	if (skip && src != d->asm_buf->data)
+		memcpy(d->asm_buf->data, src, skip);
+	wire_rx_take(&d->w, d->asm_buf, d->asm_got + skip, src + skip, chunk - skip);
 	d->asm_got += chunk;
 	if (d->asm_got < d->asm_buf->len)
 		return 0;
@@ -891,6 +895,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
 	ready_free(d, d->cur);
 	d->cur = NULL;
+	w->rx_run = NULL;
 	for (;;) {
 		if (d->rq_head) {
 			struct fbuf *r = d->rq_head;
@@ -901,6 +906,8 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->cur = r;
 			*frame = r->data;
 			*len = r->len;
+			w->rx_run = r->hashed ? &r->run : NULL;
+			w->rx_run_frame = r->data;
 			return 0;
 		}
 		if (d->peer_bye)
@@ -1024,6 +1031,7 @@ static struct fbuf *dpdk_take(struct wire *w)
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
 	struct fbuf *b = d->cur;
 	d->cur = NULL;
+	w->rx_run = NULL;
 	return b;
 }
 

@@ -222,6 +222,65 @@ int gmac_init(struct gmac *g, const uint8_t key[32])
 	return 0;
 }
 
+/* The tag from the hash y of bytes bytes of data. */
+GMAC_TARGET static void finish(const struct gmac *g, __m128i y, size_t bytes,
+			       const uint8_t nonce[12], uint8_t tag[16])
+{
+	/* the lengths block, byte-reversed: the message's bits (none), the
+	 * associated data's bits */
+	__m128i lens = _mm_set_epi64x((long long)(bytes * 8), 0);
+	y = absorb_few(g, y, &lens, 1);
+	uint8_t j0[16];
+	memcpy(j0, nonce, 12);
+	j0[12] = j0[13] = j0[14] = 0;
+	j0[15] = 1;
+	__m128i e = aes256_block(g, _mm_loadu_si128((const __m128i *)j0));
+	_mm_storeu_si128((__m128i *)tag, _mm_xor_si128(e, bswap128(y)));
+}
+
+void gmac_run_start(struct gmac_run *r)
+{
+	memset(r, 0, sizeof(*r));
+}
+
+GMAC_TARGET void gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
+			      size_t len, uint8_t *copy)
+{
+	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
+	r->total += len;
+	if (r->part_len) { /* fill the waiting block first */
+		size_t k = 16 - r->part_len < len ? 16 - r->part_len : len;
+		memcpy(r->part + r->part_len, p, k);
+		if (copy) {
+			memcpy(copy, p, k);
+			copy += k;
+		}
+		r->part_len += k;
+		p += k;
+		len -= k;
+		if (r->part_len < 16)
+			return;
+		y = absorb(g, y, r->part, 16, NULL);
+		r->part_len = 0;
+	}
+	size_t whole = len & ~(size_t)15;
+	y = absorb(g, y, p, whole, copy);
+	_mm_storeu_si128((__m128i *)r->y, y);
+	r->part_len = len - whole;
+	memcpy(r->part, p + whole, r->part_len);
+	if (copy)
+		memcpy(copy + whole, p + whole, r->part_len);
+}
+
+GMAC_TARGET void gmac_run_end(const struct gmac *g, const struct gmac_run *r,
+			      const uint8_t nonce[12], uint8_t tag[16])
+{
+	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
+	if (r->part_len)
+		y = absorb(g, y, r->part, r->part_len, NULL);
+	finish(g, y, r->total, nonce, tag);
+}
+
 GMAC_TARGET void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
 			  size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
 			  uint8_t tag[16])
@@ -230,14 +289,5 @@ GMAC_TARGET void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const u
 	if (head_len)
 		y = absorb(g, y, head, head_len, NULL);
 	y = absorb(g, y, body, body_len, copy);
-	/* the lengths block, byte-reversed: the message's bits (none), the
-	 * associated data's bits */
-	__m128i lens = _mm_set_epi64x((long long)((head_len + body_len) * 8), 0);
-	y = absorb_few(g, y, &lens, 1);
-	uint8_t j0[16];
-	memcpy(j0, nonce, 12);
-	j0[12] = j0[13] = j0[14] = 0;
-	j0[15] = 1;
-	__m128i e = aes256_block(g, _mm_loadu_si128((const __m128i *)j0));
-	_mm_storeu_si128((__m128i *)tag, _mm_xor_si128(e, bswap128(y)));
+	finish(g, y, head_len + body_len, nonce, tag);
 }

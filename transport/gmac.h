@@ -33,4 +33,22 @@ void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head
 	      size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
 	      uint8_t tag[16]);
 
+/*
+ * The same tag taken in pieces: gmac_run_start(), gmac_run_add() for each
+ * piece in order (with copy, its bytes are also written there), then
+ * gmac_run_end() with the nonce gives gmac_tag()'s tag of all the pieces.
+ * The nonce comes last: the hash of the bytes does not depend on it.
+ */
+struct gmac_run {
+	uint8_t y[16];    /* the hash so far, byte-reversed */
+	uint8_t part[16]; /* the bytes of a block not yet whole */
+	size_t part_len;
+	size_t total;     /* bytes added */
+};
+void gmac_run_start(struct gmac_run *r);
+void gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p, size_t len,
+		  uint8_t *copy);
+void gmac_run_end(const struct gmac *g, const struct gmac_run *r, const uint8_t nonce[12],
+		  uint8_t tag[16]);
+
 #endif

@@ -51,6 +51,10 @@ struct fbuf {
 	uint64_t seq;
 	size_t len, cap;
 	int64_t first_ns, sent_ns;
+	/* hashed: the wire hashed the frame's bytes before its tag as it
+	 * took them (wire_rx_hash_start), into run */
+	bool hashed;
+	struct gmac_run run;
 	uint8_t data[];
 };
 
@@ -151,6 +155,14 @@ struct wire {
 	/* esd_now_ns() of the last bytes the backend took from the peer
 	 * (part of a frame counts), for the peer timeout. */
 	_Atomic int64_t rx_ns;
+	/* A keyed link once its handshake is done (auth.c sets it, on the
+	 * receiving thread): the receiving direction's GMAC key. A backend
+	 * that reassembles frames hashes each tagged one as it copies it in
+	 * (wire_rx_hash_start, wire_rx_take), and its recv() points rx_run
+	 * at the hash of the frame it returns (rx_run_frame), else NULL. */
+	const struct gmac *rx_mac;
+	const struct gmac_run *rx_run;
+	const uint8_t *rx_run_frame;
 };
 
 struct wire_listener {
@@ -208,6 +220,14 @@ __attribute__((format(printf, 3, 4))) int wire_fail(struct wire *w, int rc, cons
 void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o);
 /* Note bytes taken from the peer now (w->rx_ns). */
 void wire_heard(struct wire *w);
+/* A frame of b->len bytes whose header is hdr starts into b: b->hashed
+ * when the wire has rx_mac and the frame is tagged, its hash started with
+ * the header as its tag covers it. The header is not copied. */
+void wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr);
+/* len bytes of the frame at offset off (past its header) copied from src
+ * into b (src may be b's own bytes there), those before the tag hashed in
+ * the same pass when b->hashed. */
+void wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len);
 /* Absolute deadline from a relative timeout (< 0: none, -1). */
 int64_t deadline_after(int64_t timeout_ns);
 
@@ -249,9 +269,10 @@ void fault_fini(struct fault *f);
 /* ---- job key handshake and frame tags (auth.c) ------------------------- */
 
 #define AUTH_TAG_BYTES 16
-/* esd_link_send seals a batch in pieces of about this many bytes, so the
- * sealed copy stays small. */
-#define AUTH_SEAL_MAX_BYTES (1u << 20)
+/* esd_link_send seals a batch in pieces of about this many bytes and
+ * sends each before sealing the next: the sealed copy stays small, and
+ * the peer checks one piece while the next is sealed. */
+#define AUTH_SEAL_MAX_BYTES (256u << 10)
 
 enum auth_state {
 	AUTH_CLIENT_WAIT, /* client: sent its hello, waits for the challenge */

@@ -1,7 +1,8 @@
 /*
  * The bottom of a link, shared by every layer above it and the backends:
- * a wire's head from the options, its error text, deadlines. Calls
- * nothing of the layers above (link.c, rel.c, fault.c).
+ * a wire's head from the options, its error text, deadlines, and the hash
+ * a backend takes of a keyed link's frames as it copies them in (gmac.c).
+ * Calls nothing of the layers above (link.c, rel.c, fault.c).
  */
 #include "link_internal.h"
 
@@ -9,6 +10,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #define DEFAULT_TIMEOUT_NS (5 * ESD_NS_PER_S)
 #define DEFAULT_BACKLOG    (256u << 20)
@@ -53,4 +55,33 @@ void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link
 void wire_heard(struct wire *w)
 {
 	atomic_store_explicit(&w->rx_ns, esd_now_ns(), memory_order_relaxed);
+}
+
+void wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
+{
+	uint8_t canon[ESD_FRAME_HDR_SIZE];
+	uint16_t flags;
+	memcpy(&flags, hdr + 6, 2);
+	b->hashed = w->rx_mac && (flags & ESD_FLAG_TAGGED) &&
+		    b->len >= ESD_FRAME_HDR_SIZE + AUTH_TAG_BYTES;
+	if (!b->hashed)
+		return;
+	/* as auth.c's tags cover it: the reliable layer's fields zero */
+	memcpy(canon, hdr, sizeof(canon));
+	flags &= (uint16_t) ~(ESD_FLAG_RELIABLE | ESD_FLAG_RETRANSMIT);
+	memcpy(canon + 6, &flags, 2);
+	memset(canon + 16, 0, 8);
+	gmac_run_start(&b->run);
+	gmac_run_add(w->rx_mac, &b->run, canon, sizeof(canon), NULL);
+}
+
+void wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len)
+{
+	uint8_t *dst = b->data + off;
+	size_t end = b->hashed ? b->len - AUTH_TAG_BYTES : 0; /* the tag's offset */
+	size_t h = off >= end ? 0 : end - off < len ? end - off : len;
+	if (h)
+		gmac_run_add(w->rx_mac, &b->run, src, h, src == dst ? NULL : dst);
+	if (src != dst)
+		memcpy(dst + h, src + h, len - h);
 }

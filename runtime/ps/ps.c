@@ -30,6 +30,11 @@
 #define HELLO_DEADLINE_NS  (5 * ESD_NS_PER_S)
 #define MAX_NEW_LINKS      16
 #define MAX_NEW_PER_SOURCE 4
+/* A pull's answer goes in PULL_RESP frames of about this many bytes at
+ * most: on a keyed link each frame is tagged, sent and checked on its
+ * own, so the peer checks one while the next is tagged and sent rather
+ * than waiting for the whole answer. */
+#define PULL_FRAME_BYTES (256u << 10)
 
 static bool is_dense(uint64_t key)
 {
@@ -747,8 +752,10 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	struct ps *ps = pl->ps;
 	const struct esd_pull *p = &m->u.pull;
 	uint32_t dim = ps->job.dim, sd = (uint32_t)ps_store_state_len(ps->st);
+	size_t row_bytes = 16 + 4 * ((size_t)dim + sd);
 	size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
-	uint32_t per_frame = (uint32_t)(max_body / (16 + 4 * ((size_t)dim + sd)));
+	size_t budget = PULL_FRAME_BYTES > row_bytes ? PULL_FRAME_BYTES : row_bytes;
+	uint32_t per_frame = (uint32_t)((budget < max_body ? budget : max_body) / row_bytes);
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
