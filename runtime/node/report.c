@@ -86,6 +86,34 @@ json_t *node_batch_rates_json(const struct node *nd, json_t *o)
 	return o;
 }
 
+json_t *node_cpu_json(const struct node *nd)
+{
+	static const char *const names[NODE_CPU_NPHASES] = {
+		[NODE_CPU_CACHE] = "cache_ms",     [NODE_CPU_ENCODE] = "encode_ms",
+		[NODE_CPU_DECODE] = "decode_ms",   [NODE_CPU_NET] = "send_receive_ms",
+		[NODE_CPU_OPTIM] = "optimizer_ms", [NODE_CPU_TRAINER] = "trainer_ms",
+		[NODE_CPU_OTHER] = "other_ms"};
+	/* the tags are checked and made inside the sends and receives, on
+	 * this thread: their share is taken out of send_receive */
+	uint64_t auth = 0;
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link_stats st;
+		if (!nd->links.link[s])
+			continue;
+		esd_link_stats(nd->links.link[s], &st);
+		auth += st.auth_tx_cpu_ns + st.auth_rx_cpu_ns;
+	}
+	json_t *o = json_pack("{s:f, s:f}", "decision_ms", esd_ns_to_ms(nd->dq.cpu_ns),
+			      "auth_ms", esd_ns_to_ms((int64_t)auth));
+	for (int p = 0; p < NODE_CPU_NPHASES; p++) {
+		int64_t ns = nd->stats.cpu_ns[p];
+		if (p == NODE_CPU_NET)
+			ns = ns > (int64_t)auth ? ns - (int64_t)auth : 0;
+		json_object_set_new(o, names[p], json_real(esd_ns_to_ms(ns)));
+	}
+	return o;
+}
+
 json_t *node_rate_est_json(const struct node *nd)
 {
 	if (!nd->job.estimate_rates)
