@@ -744,10 +744,14 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {
 		uint64_t off = (uint64_t)i * dim;
 		uint64_t n = nd->dense_params - off < dim ? nd->dense_params - off : dim;
-		memset(x->dense_chunk, 0, dim * sizeof(float));
-		memcpy(x->dense_chunk, dg + off, n * sizeof(float));
+		const float *row = dg + off; /* a whole row is encoded from where it is */
+		if (n < dim) { /* the last one, padded with zeros */
+			memset(x->dense_chunk, 0, dim * sizeof(float));
+			memcpy(x->dense_chunk, dg + off, n * sizeof(float));
+			row = x->dense_chunk;
+		}
 		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
-			      esd_key_make(ESD_DENSE_TABLE, i), 0, x->dense_chunk, NULL, false);
+			      esd_key_make(ESD_DENSE_TABLE, i), 0, row, NULL, false);
 	}
 	rows_close_all(x);
 	return rc;

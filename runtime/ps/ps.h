@@ -69,6 +69,7 @@ struct ps_barrier {
  * gradients of the iteration being collected. Under mu. */
 struct ps_dense_table {
 	float *val, *state, *stage;
+	double *sum, *in; /* the apply's sums and one worker's gradient (len each) */
 	size_t len;
 	uint64_t clock;
 	bool staged;
