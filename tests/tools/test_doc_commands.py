@@ -29,6 +29,7 @@ SCRIPTS = {
     "tools/testbed/esd-testbed": [],
     "tools/launch/esd-launch": [],
     "bench/runtime/bench_trainers.py": [],
+    "bench/runtime/bench_job_cpu.py": [],
 }
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>&1", "#", "&"}
 
