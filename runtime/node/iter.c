@@ -1043,6 +1043,22 @@ static int zero_copy_setup(struct exec *x)
 	return 0;
 }
 
+/* Iteration iter (started at t0) is done: its time and CPU go to the
+ * figures esdctl and the summary show. */
+static void count_iteration(struct exec *x, uint64_t iter, int64_t t0)
+{
+	struct node *nd = x->nd;
+	lap(x, NODE_CPU_OTHER);
+	pthread_mutex_lock(&nd->qmu);
+	nd->stats.iter_done = iter;
+	nd->stats.iter_ns_sum += esd_now_ns() - t0;
+	for (int p = 0; p < NODE_CPU_NPHASES; p++) {
+		nd->stats.cpu_ns[p] += x->cpu[p];
+		x->cpu[p] = 0;
+	}
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 int node_run(struct node *nd, uint64_t start)
 {
 	struct exec x = {.nd = nd};
@@ -1092,15 +1108,7 @@ int node_run(struct node *nd, uint64_t start)
 				esd_strerror(rc));
 			break;
 		}
-		lap(&x, NODE_CPU_OTHER);
-		pthread_mutex_lock(&nd->qmu);
-		nd->stats.iter_done = o->iter;
-		nd->stats.iter_ns_sum += esd_now_ns() - t0;
-		for (int p = 0; p < NODE_CPU_NPHASES; p++) {
-			nd->stats.cpu_ns[p] += x.cpu[p];
-			x.cpu[p] = 0;
-		}
-		pthread_mutex_unlock(&nd->qmu);
+		count_iteration(&x, o->iter, t0);
 		if (o->iter == nd->job.warmup && nd->summary_path)
 			node_mark_warmup(nd);
 		if (o->iter >= node_last_iter(nd))
