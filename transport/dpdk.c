@@ -494,6 +494,29 @@ static int bad_packet(struct dpdk_wire *d, const char *why)
 	                 why, d->w.peer);
 }
 
+/* The peer's LINK_BYE (r, consumed): phase 1 acknowledges ours; phase 0
+ * is the peer leaving, answered once with phase 1. */
+static void on_bye(struct dpdk_wire *d, struct fbuf *r)
+{
+	uint32_t phase;
+	memcpy(&phase, r->data + ESD_FRAME_HDR_SIZE, 4);
+	ready_free(d, r);
+	if (phase == 1) {
+		d->bye_acked = 1;
+	} else if (!d->peer_bye) {
+		struct esd_buf b;
+		esd_buf_init(&b);
+		d->both_closing = d->closing;
+		/* the heartbeat thread sends too, and stops at peer_bye */
+		pthread_mutex_lock(&d->w.tx_mu);
+		if (!esd_enc_link_bye(&b, 1))
+			send_raw(d, b.data, b.len);
+		d->peer_bye = 1;
+		pthread_mutex_unlock(&d->w.tx_mu);
+		esd_buf_free(&b);
+	}
+}
+
 /* One packet in: reassemble; a complete frame goes to the ready queue. */
 static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 {
@@ -555,23 +578,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	d->asm_buf = NULL;
 	d->asm_on = 0;
 	if (r->data[5] == ESD_OP_LINK_BYE && r->len == ESD_FRAME_HDR_SIZE + 4) {
-		uint32_t phase;
-		memcpy(&phase, r->data + ESD_FRAME_HDR_SIZE, 4);
-		ready_free(d, r);
-		if (phase == 1) {
-			d->bye_acked = 1;
-		} else if (!d->peer_bye) {
-			struct esd_buf b;
-			esd_buf_init(&b);
-			d->both_closing = d->closing;
-			/* the heartbeat thread sends too, and stops at peer_bye */
-			pthread_mutex_lock(&d->w.tx_mu);
-			if (!esd_enc_link_bye(&b, 1))
-				send_raw(d, b.data, b.len);
-			d->peer_bye = 1;
-			pthread_mutex_unlock(&d->w.tx_mu);
-			esd_buf_free(&b);
-		}
+		on_bye(d, r);
 		return 0;
 	}
 	if (d->w.lossy && d->rq_bytes + r->len > d->w.rx_backlog_max) {

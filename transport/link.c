@@ -299,7 +299,13 @@ static int send_failed(struct esd_link *l, int rc)
 static int send_batch(struct esd_link *l, struct iovec *iov, int n, int64_t deadline)
 {
 	pthread_mutex_lock(&l->w->tx_mu);
-	int rc = l->auth ? auth_seal(l, iov, n) : 0;
+	int rc = 0;
+	if (l->auth) {
+		const int64_t c0 = esd_thread_cpu_ns();
+		rc = auth_seal(l, iov, n);
+		atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_thread_cpu_ns() - c0),
+					  memory_order_relaxed);
+	}
 	if (!rc)
 		rc = link_send_raw(l, iov, n, deadline);
 	pthread_mutex_unlock(&l->w->tx_mu);
@@ -537,8 +543,15 @@ static int recv_app_frame(struct esd_link *l, struct esd_msg *m, int64_t deadlin
 			return rc;
 		/* a received frame is the link's own buffer: the tag is
 		 * checked and stripped in place */
-		rc = l->auth ? auth_rx_locked(l, (uint8_t *)frame, &len)
-			     : refuse_keyed_peer(l, frame);
+		if (l->auth) {
+			const int64_t c0 = esd_thread_cpu_ns();
+			rc = auth_rx_locked(l, (uint8_t *)frame, &len);
+			atomic_fetch_add_explicit(&l->auth_rx_cpu_ns,
+						  (uint64_t)(esd_thread_cpu_ns() - c0),
+						  memory_order_relaxed);
+		} else {
+			rc = refuse_keyed_peer(l, frame);
+		}
 		if (rc == 1)
 			continue; /* a handshake step */
 		if (rc)
@@ -657,6 +670,8 @@ void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
 	out->fault_reorders = atomic_load(&l->fault_reorders);
 	out->shaped_wait_ns = atomic_load(&l->shaped_wait_ns);
 	out->in_place_bytes = atomic_load(&l->in_place_bytes);
+	out->auth_tx_cpu_ns = atomic_load(&l->auth_tx_cpu_ns);
+	out->auth_rx_cpu_ns = atomic_load(&l->auth_rx_cpu_ns);
 	out->rate_bps = atomic_load(&link_shaper(l)->rate_bps);
 	out->reliable = l->rel != NULL;
 }
@@ -674,6 +689,8 @@ void esd_link_stats_reset(struct esd_link *l)
 	atomic_store(&l->fault_dups, 0);
 	atomic_store(&l->fault_reorders, 0);
 	atomic_store(&l->shaped_wait_ns, 0);
+	atomic_store(&l->auth_tx_cpu_ns, 0);
+	atomic_store(&l->auth_rx_cpu_ns, 0);
 }
 
 void esd_link_stats_entries(const struct esd_link_stats *st,

@@ -357,6 +357,7 @@ struct esd_link {
 	_Atomic uint64_t wire_tx_bytes, retx_frames, dup_rx_frames;
 	_Atomic uint64_t fault_drops, fault_dups, fault_reorders, shaped_wait_ns;
 	_Atomic uint64_t in_place_bytes;
+	_Atomic uint64_t auth_tx_cpu_ns, auth_rx_cpu_ns; /* CPU tagging, checking frames */
 	/* heartbeats (heartbeat.c) */
 	_Atomic int64_t tx_ns; /* the last bytes sent (any thread) */
 	int64_t heard_ns;      /* the link's thread: the last frame taken */

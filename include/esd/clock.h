@@ -45,6 +45,16 @@ static inline double esd_ns_to_s(int64_t ns)
 	return (double)ns / 1e9;
 }
 
+/* Nanoseconds of CPU the calling thread has used (CLOCK_THREAD_CPUTIME_ID):
+ * what the runtime's per-phase CPU counters are made of. */
+static inline int64_t esd_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (int64_t)ts.tv_sec * ESD_NS_PER_S + ts.tv_nsec;
+}
+
 /* Sleep until the monotonic instant deadline_ns; restarts after signals. */
 static inline void esd_sleep_until_ns(int64_t deadline_ns)
 {

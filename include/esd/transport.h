@@ -380,6 +380,9 @@ struct esd_link_stats {
 	uint64_t fault_drops, fault_dups, fault_reorders;
 	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
 	uint64_t in_place_bytes; /* esd_link_sendv() bytes sent in pieces, not copied */
+	uint64_t auth_tx_cpu_ns; /* CPU time tagging frames sent (job key), on
+	                          * whichever thread sent them */
+	uint64_t auth_rx_cpu_ns; /* CPU time checking received frames' tags */
 	uint64_t rate_bps;
 	int reliable; /* the reliable layer is on */
 };

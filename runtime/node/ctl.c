@@ -39,6 +39,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	if (nd->job.estimate_rates)
 		json_object_set_new(*resp, "rate_estimate", node_rate_est_json(nd));
 	json_object_set_new(*resp, "size_model", node_fit_json(nd));
+	json_object_set_new(*resp, "cpu", node_cpu_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 	return 0;
 }

@@ -581,6 +581,9 @@ static void *disp_main(void *arg)
 		nd->dq.core_obtained = got;
 		rc = 0;
 	}
+	/* this thread's CPU from here on: the decisions' (with the batches
+	 * read and the snapshots kept) */
+	int64_t cpu_mark = esd_thread_cpu_ns();
 	rc = read_batch(ds, cur);
 	for (iter = ds->sv.start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
@@ -640,7 +643,10 @@ static void *disp_main(void *arg)
 		if (rc)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
+		const int64_t cpu_now = esd_thread_cpu_ns();
 		pthread_mutex_lock(&nd->qmu);
+		nd->dq.cpu_ns += cpu_now - cpu_mark;
+		cpu_mark = cpu_now;
 		nd->dq.count = counters_of(ds);
 		if (ds->eng.gpu)
 			nd->dq.gcount = *esd_gpu_solver_stats(ds->eng.gpu);

@@ -41,7 +41,17 @@ struct exec {
 	uint32_t dense_rows;
 	float *dense_chunk; /* one dense row's gradient (dim floats) */
 	bool zero_copy;     /* ps.zero_copy: cache rows go in place */
+	int64_t cpu_mark;   /* this thread's CPU at the last lap */
+	int64_t cpu[NODE_CPU_NPHASES]; /* per phase, since the last iteration's end */
 };
+
+/* The thread's CPU since the last lap goes to phase p. */
+static void lap(struct exec *x, enum node_cpu_phase p)
+{
+	const int64_t now = esd_thread_cpu_ns();
+	x->cpu[p] += now - x->cpu_mark;
+	x->cpu_mark = now;
+}
 
 static uint32_t shard_of(const struct node *nd, esd_key_t key)
 {
@@ -326,12 +336,15 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 		if (rc)
 			return rc;
 	}
+	lap(x, NODE_CPU_ENCODE);
 	rc = flush_all(x);
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
 		uint32_t got = 0;
 		while (got < x->npull[s] && !rc) {
 			struct esd_msg m;
+			lap(x, NODE_CPU_DECODE);
 			rc = recv_from(x, s, &m);
+			lap(x, NODE_CPU_NET);
 			if (rc)
 				break;
 			const struct esd_rows *r = &m.u.rows;
@@ -377,6 +390,7 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 	}
 	for (uint32_t s = 0; s < nd->job.shards; s++)
 		x->npull[s] = 0;
+	lap(x, NODE_CPU_DECODE);
 	return rc;
 }
 
@@ -663,7 +677,10 @@ static int train(struct exec *x, const struct order *o, double *loss)
 		x->sample_slots[i] = x->fill_slots[pos - o->need];
 	}
 	esd_cache_grad_zero(nd->cache, x->fill_slots, o->nneed);
-	return node_trainer_run(nd, o, x->sample_slots, loss);
+	lap(x, NODE_CPU_CACHE);
+	int rc = node_trainer_run(nd, o, x->sample_slots, loss);
+	lap(x, NODE_CPU_TRAINER);
+	return rc;
 }
 
 /* Step 6: rows trained alone are updated here and become DIRTY; the
@@ -677,25 +694,32 @@ static int apply_step6(struct exec *x, const struct order *o)
 	int rc = 0;
 
 	esd_cache_meta_write_begin(nd->cache);
+	/* the rows trained alone, then the shared ones' pushes (in the need
+	 * order, as the frames carry them): separate rows, so the two passes
+	 * do what one would, and each is one phase of the CPU counters */
 	for (uint32_t i = 0; i < o->nneed; i++) {
+		if (!o->alone[i])
+			continue;
+		uint32_t slot = x->fill_slots[i];
+		uint64_t clock = esd_cmeta_slot(nd->cm, slot)->clock;
+		esd_optim_apply(&nd->job.optim, dim, node_row_value(nd, slot),
+				node_row_state(nd, slot), node_row_grad(nd, slot), clock + 1);
+		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_DIRTY, clock + 1);
+	}
+	lap(x, NODE_CPU_OPTIM);
+	for (uint32_t i = 0; i < o->nneed; i++) {
+		if (o->alone[i])
+			continue;
 		uint32_t slot = x->fill_slots[i];
 		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, slot);
-		float *g = node_row_grad(nd, slot);
-		if (o->alone[i]) {
-			uint64_t clock = sl->clock;
-			esd_optim_apply(&nd->job.optim, dim, node_row_value(nd, slot),
-					node_row_state(nd, slot), g, clock + 1);
-			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_DIRTY, clock + 1);
-		} else {
-			rc = rows_add(x, shard_of(nd, o->need[i]), ESD_OP_PUSH_GRAD,
-				      ESD_XFER_UPDATE_PUSH, o->iter, o->need[i], sl->clock, g, NULL,
-				      true);
-			if (rc)
-				break;
-			esd_cmeta_set_state(nd->cm, slot, ESD_ROW_OUTDATED, sl->clock);
-		}
+		rc = rows_add(x, shard_of(nd, o->need[i]), ESD_OP_PUSH_GRAD, ESD_XFER_UPDATE_PUSH,
+			      o->iter, o->need[i], sl->clock, node_row_grad(nd, slot), NULL, true);
+		if (rc)
+			break;
+		esd_cmeta_set_state(nd->cm, slot, ESD_ROW_OUTDATED, sl->clock);
 	}
 	rows_close_all(x);
+	lap(x, NODE_CPU_ENCODE);
 	/* the rows the dispatcher's consequence says these links carry */
 	pthread_mutex_lock(&nd->qmu);
 	for (int kd = 0; kd < ESD_XFER_NKINDS; kd++)
@@ -704,6 +728,7 @@ static int apply_step6(struct exec *x, const struct order *o)
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);
 	esd_cache_meta_write_end(nd->cache);
+	lap(x, NODE_CPU_CACHE);
 	return rc;
 }
 
@@ -719,10 +744,14 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++) {
 		uint64_t off = (uint64_t)i * dim;
 		uint64_t n = nd->dense_params - off < dim ? nd->dense_params - off : dim;
-		memset(x->dense_chunk, 0, dim * sizeof(float));
-		memcpy(x->dense_chunk, dg + off, n * sizeof(float));
+		const float *row = dg + off; /* a whole row is encoded from where it is */
+		if (n < dim) { /* the last one, padded with zeros */
+			memset(x->dense_chunk, 0, dim * sizeof(float));
+			memcpy(x->dense_chunk, dg + off, n * sizeof(float));
+			row = x->dense_chunk;
+		}
 		rc = rows_add(x, 0, ESD_OP_PUSH_GRAD, ESD_XFER_OTHER, o->iter,
-			      esd_key_make(ESD_DENSE_TABLE, i), 0, x->dense_chunk, NULL, false);
+			      esd_key_make(ESD_DENSE_TABLE, i), 0, row, NULL, false);
 	}
 	rows_close_all(x);
 	return rc;
@@ -789,12 +818,21 @@ static int run_iteration(struct exec *x, const struct order *o)
 	double loss = 0;
 	int rc;
 
-	if ((rc = push_updates(x, o)) ||          /* step 1 */
-	    (rc = barrier(x, o)) ||               /* step 2: pushes precede it on each link */
-	    (rc = hints_and_settings(x, o)) ||
-	    (rc = fill_cache(x, o, &f)) ||        /* steps 3-4 */
-	    (rc = push_evictions(x, o, &f)) ||
-	    (rc = pull_rows_and_dense(x, o)))
+	lap(x, NODE_CPU_OTHER); /* between iterations: the order, the figures */
+	if ((rc = push_updates(x, o)))            /* step 1 */
+		return rc;
+	lap(x, NODE_CPU_ENCODE);
+	if ((rc = barrier(x, o)))                 /* step 2: pushes precede it on each link */
+		return rc;
+	lap(x, NODE_CPU_NET);
+	if ((rc = hints_and_settings(x, o)) ||
+	    (rc = fill_cache(x, o, &f)))          /* steps 3-4 */
+		return rc;
+	lap(x, NODE_CPU_CACHE);
+	if ((rc = push_evictions(x, o, &f)))
+		return rc;
+	lap(x, NODE_CPU_ENCODE);
+	if ((rc = pull_rows_and_dense(x, o)))
 		return rc;
 	const int64_t t0 = esd_now_ns();
 	if ((rc = train(x, o, &loss)))            /* step 5 */
@@ -803,8 +841,12 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = apply_step6(x, o)))             /* step 6 */
 		return rc;
 	x->nd->stats.last_loss = loss;
-	if ((rc = push_dense_grads(x, o)) || (rc = flush_and_checkpoint(x, o)))
+	if ((rc = push_dense_grads(x, o)))
 		return rc;
+	lap(x, NODE_CPU_ENCODE);
+	if ((rc = flush_and_checkpoint(x, o)))
+		return rc;
+	lap(x, NODE_CPU_NET);
 	rate_est_check(x->nd, o->iter);
 	node_fit_observe(x->nd, o, train_ns);
 	return 0;
@@ -1005,6 +1047,22 @@ static int zero_copy_setup(struct exec *x)
 	return 0;
 }
 
+/* Iteration iter (started at t0) is done: its time and CPU go to the
+ * figures esdctl and the summary show. */
+static void count_iteration(struct exec *x, uint64_t iter, int64_t t0)
+{
+	struct node *nd = x->nd;
+	lap(x, NODE_CPU_OTHER);
+	pthread_mutex_lock(&nd->qmu);
+	nd->stats.iter_done = iter;
+	nd->stats.iter_ns_sum += esd_now_ns() - t0;
+	for (int p = 0; p < NODE_CPU_NPHASES; p++) {
+		nd->stats.cpu_ns[p] += x->cpu[p];
+		x->cpu[p] = 0;
+	}
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 int node_run(struct node *nd, uint64_t start)
 {
 	struct exec x = {.nd = nd};
@@ -1022,6 +1080,7 @@ int node_run(struct node *nd, uint64_t start)
 	if (!x.dense_chunk)
 		return -ENOMEM;
 	nd->stats.t_start_ns = esd_now_ns();
+	x.cpu_mark = esd_thread_cpu_ns();
 	if (start >= nd->job.iterations) {
 		ESD_INFO("node", "the shards' checkpoint is the job's last iteration %llu: "
 			 "nothing left to train", (unsigned long long)start);
@@ -1053,10 +1112,7 @@ int node_run(struct node *nd, uint64_t start)
 				esd_strerror(rc));
 			break;
 		}
-		pthread_mutex_lock(&nd->qmu);
-		nd->stats.iter_done = o->iter;
-		nd->stats.iter_ns_sum += esd_now_ns() - t0;
-		pthread_mutex_unlock(&nd->qmu);
+		count_iteration(&x, o->iter, t0);
 		if (o->iter == nd->job.warmup && nd->summary_path)
 			node_mark_warmup(nd);
 		if (o->iter >= node_last_iter(nd))

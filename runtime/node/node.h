@@ -86,6 +86,7 @@ struct node_queue {
 	bool stop;
 	int core_obtained;                    /* the core it was pinned to, -1: none */
 	struct esd_dispatch_counters count;   /* copy of the engine's counters */
+	int64_t cpu_ns;                       /* the thread's CPU when it last queued an order */
 	bool has_gpu;                         /* dispatch.gpu */
 	struct esd_gpu_stats gcount;          /* copy (dispatch.gpu) */
 	struct disp *state;                   /* the thread's own (disp_thread.c) */
@@ -256,6 +257,22 @@ struct node_trainer {
 	int hb_stop_fd;
 };
 
+/* Where the main thread's CPU goes, per phase of an iteration (the
+ * summary's and esdctl's "cpu"): the cache's metadata and policy, rows
+ * encoded into frames, rows decoded into the cache, sending and receiving
+ * frames (with their tags; the links count the tags' own share), the
+ * local optimizer steps, serving the trainers, and the rest. */
+enum node_cpu_phase {
+	NODE_CPU_CACHE,
+	NODE_CPU_ENCODE,
+	NODE_CPU_DECODE,
+	NODE_CPU_NET,
+	NODE_CPU_OPTIM,
+	NODE_CPU_TRAINER,
+	NODE_CPU_OTHER,
+	NODE_CPU_NPHASES
+};
+
 /* Progress and figures; written by the main thread, read by esdctl and
  * the summary under qmu. */
 struct node_stats {
@@ -269,6 +286,7 @@ struct node_stats {
 	 * equal them */
 	uint64_t predicted[ESD_XFER_NKINDS];
 	int64_t last_report_ns; /* the last status report to shard 0 (main thread's) */
+	int64_t cpu_ns[NODE_CPU_NPHASES]; /* the main thread's CPU per phase */
 	json_t *at_warmup;      /* the summary's counters after iteration job.warmup */
 };
 
@@ -348,6 +366,9 @@ int node_status_report(struct node *nd, char *buf, size_t len);
 /* The node's trainers: index, attached, pid, commits, deaths. Caller
  * holds qmu. */
 json_t *node_trainers_json(const struct node *nd);
+/* The CPU per phase (struct node_stats' cpu_ns, the dispatcher's, the
+ * links' tags) as JSON, cumulative milliseconds; caller holds qmu. */
+json_t *node_cpu_json(const struct node *nd);
 /* workers.estimate_rates figures (null without it); caller holds qmu. */
 json_t *node_rate_est_json(const struct node *nd);
 /* "batch" and "rates" (the decisions' sizes and model rates) into o;

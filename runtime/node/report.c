@@ -69,10 +69,12 @@ int node_status_report(struct node *nd, char *buf, size_t len)
 			      "method", nd->job.method,
 			      "rate_bps", (json_int_t)nd->job.rate_bps[nd->rank],
 			      "tx_bytes", (json_int_t)tx, "rx_bytes", (json_int_t)rx);
-	if (o)
+	if (o) {
 		json_object_update_new(o, top_counters_json(nd, now));
+		json_object_set_new(o, "cpu", node_cpu_json(nd));
+	}
 	pthread_mutex_unlock(&nd->qmu);
-	char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
 	json_decref(o);
 	int rc = txt && strlen(txt) < len ? 0 : -E2BIG;
 	if (!rc)
@@ -105,6 +107,34 @@ json_t *node_batch_rates_json(const struct node *nd, json_t *o)
 	}
 	json_object_set_new(o, "batch", b);
 	json_object_set_new(o, "rates", r);
+	return o;
+}
+
+json_t *node_cpu_json(const struct node *nd)
+{
+	static const char *const names[NODE_CPU_NPHASES] = {
+		[NODE_CPU_CACHE] = "cache_ms",     [NODE_CPU_ENCODE] = "encode_ms",
+		[NODE_CPU_DECODE] = "decode_ms",   [NODE_CPU_NET] = "send_receive_ms",
+		[NODE_CPU_OPTIM] = "optimizer_ms", [NODE_CPU_TRAINER] = "trainer_ms",
+		[NODE_CPU_OTHER] = "other_ms"};
+	/* the tags are checked and made inside the sends and receives, on
+	 * this thread: their share is taken out of send_receive */
+	uint64_t auth = 0;
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		struct esd_link_stats st;
+		if (!nd->links.link[s])
+			continue;
+		esd_link_stats(nd->links.link[s], &st);
+		auth += st.auth_tx_cpu_ns + st.auth_rx_cpu_ns;
+	}
+	json_t *o = json_pack("{s:f, s:f}", "decision_ms", esd_ns_to_ms(nd->dq.cpu_ns),
+			      "auth_ms", esd_ns_to_ms((int64_t)auth));
+	for (int p = 0; p < NODE_CPU_NPHASES; p++) {
+		int64_t ns = nd->stats.cpu_ns[p];
+		if (p == NODE_CPU_NET)
+			ns = ns > (int64_t)auth ? ns - (int64_t)auth : 0;
+		json_object_set_new(o, names[p], json_real(esd_ns_to_ms(ns)));
+	}
 	return o;
 }
 

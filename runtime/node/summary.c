@@ -57,6 +57,7 @@ void node_mark_warmup(struct node *nd)
 	    esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns), "predicted", predicted_json(nd),
 	    "links", links_json(nd), "cache", cache_json(nd), "decision", "steps",
 	    (json_int_t)dc->steps, "ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.total) / dc->steps : 0.0);
+	json_object_set_new(nd->stats.at_warmup, "cpu", node_cpu_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 }
 
@@ -101,6 +102,8 @@ int node_write_summary(struct node *nd, int status)
 	json_object_set_new(o, "size_model", node_fit_json(nd));
 	json_object_set_new(o, "links", links_json(nd));
 	json_object_set_new(o, "cache", cache_json(nd));
+	/* CPU per phase, cumulative (docs/runtime.md) */
+	json_object_set_new(o, "cpu", node_cpu_json(nd));
 	/* job.warmup: the same counters at the end of that iteration, so the
 	 * measured iterations are these minus those (esd-testbed) */
 	if (nd->stats.at_warmup)

@@ -24,7 +24,10 @@ int ps_dense_init(struct ps *ps)
 	ps->dtab.val = calloc(len, sizeof(float));
 	ps->dtab.state = calloc(len * sf + 1, sizeof(float));
 	ps->dtab.stage = calloc((size_t)ps->job.n * len, sizeof(float));
-	if (!ps->dtab.val || !ps->dtab.state || !ps->dtab.stage) {
+	/* kept for the life of the shard: the apply runs every iteration */
+	ps->dtab.sum = calloc(len, sizeof(double));
+	ps->dtab.in = calloc(len, sizeof(double));
+	if (!ps->dtab.val || !ps->dtab.state || !ps->dtab.stage || !ps->dtab.sum || !ps->dtab.in) {
 		esd_model_free(m);
 		return -ENOMEM;
 	}
@@ -41,7 +44,10 @@ void ps_dense_free(struct ps *ps)
 	free(ps->dtab.val);
 	free(ps->dtab.state);
 	free(ps->dtab.stage);
+	free(ps->dtab.sum);
+	free(ps->dtab.in);
 	ps->dtab.val = ps->dtab.state = ps->dtab.stage = NULL;
+	ps->dtab.sum = ps->dtab.in = NULL;
 }
 
 static int chunk(const struct ps *ps, uint64_t key, size_t *off, size_t *n)
@@ -59,8 +65,8 @@ int ps_dense_read_locked(const struct ps *ps, uint64_t key, float *value, float 
 	size_t off, n, dim = ps->job.dim;
 	if (chunk(ps, key, &off, &n))
 		return -EINVAL;
-	memset(value, 0, dim * sizeof(float));
 	memcpy(value, ps->dtab.val + off, n * sizeof(float));
+	memset(value + n, 0, (dim - n) * sizeof(float)); /* the last row's padding */
 	if (state) /* daemons never update the dense table: its state stays here */
 		memset(state, 0, esd_optim_state_len(ps->job.optim.opt, (unsigned)dim) * 4);
 	return 0;
@@ -81,12 +87,8 @@ int ps_dense_apply_locked(struct ps *ps)
 	if (!ps->dtab.staged)
 		return 0;
 	size_t len = ps->dtab.len;
-	double *sum = calloc(len, sizeof(double)), *in = calloc(len, sizeof(double));
-	if (!sum || !in) {
-		free(sum);
-		free(in);
-		return -ENOMEM;
-	}
+	double *sum = ps->dtab.sum, *in = ps->dtab.in;
+	memset(sum, 0, len * sizeof(double));
 	for (uint32_t w = 0; w < ps->job.n; w++) {
 		const float *g = ps->dtab.stage + (size_t)w * len;
 		for (size_t i = 0; i < len; i++)
@@ -95,10 +97,8 @@ int ps_dense_apply_locked(struct ps *ps)
 	}
 	esd_optim_apply_sum(&ps->job.optim, (unsigned)len, ps->dtab.val, ps->dtab.state, sum,
 			    ps->dtab.clock + 1);
-	free(in);
 	ps->dtab.clock++;
 	memset(ps->dtab.stage, 0, (size_t)ps->job.n * len * sizeof(float));
 	ps->dtab.staged = false;
-	free(sum);
 	return 0;
 }

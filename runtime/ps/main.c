@@ -90,6 +90,36 @@ static json_t *nodes_json(const struct ps *ps)
 	return a;
 }
 
+/* The link threads' CPU per phase (struct ps_cpu), cumulative ms, the
+ * tags' share taken out of send and receive; caller holds mu. */
+static json_t *cpu_json(struct ps *ps)
+{
+	static const char *const names[PS_CPU_NPHASES] = {
+		[PS_CPU_RECV] = "receive_ms", [PS_CPU_SEND] = "send_ms", [PS_CPU_PULL] = "pull_ms",
+		[PS_CPU_PUSH] = "push_ms", [PS_CPU_BARRIER] = "barrier_ms", [PS_CPU_OTHER] = "other_ms"};
+	int64_t tx = atomic_load(&ps->cpu.auth_tx_closed_ns);
+	int64_t rx = atomic_load(&ps->cpu.auth_rx_closed_ns);
+	for (int i = 0; i < ps->nlinks; i++) {
+		struct esd_link_stats st;
+		if (!ps->links[i].link)
+			continue;
+		esd_link_stats(ps->links[i].link, &st);
+		tx += (int64_t)st.auth_tx_cpu_ns;
+		rx += (int64_t)st.auth_rx_cpu_ns;
+	}
+	int64_t ns[PS_CPU_NPHASES];
+	for (int p = 0; p < PS_CPU_NPHASES; p++)
+		ns[p] = atomic_load(&ps->cpu.ns[p]);
+	/* the tags are made in the sends and checked in the receives (the
+	 * heartbeat thread's few aside) */
+	ns[PS_CPU_SEND] = ns[PS_CPU_SEND] > tx ? ns[PS_CPU_SEND] - tx : 0;
+	ns[PS_CPU_RECV] = ns[PS_CPU_RECV] > rx ? ns[PS_CPU_RECV] - rx : 0;
+	json_t *o = json_pack("{s:f}", "auth_ms", esd_ns_to_ms(tx + rx));
+	for (int p = 0; p < PS_CPU_NPHASES; p++)
+		json_object_set_new(o, names[p], json_real(esd_ns_to_ms(ns[p])));
+	return o;
+}
+
 static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 {
 	struct ps *ps = arg;
@@ -118,6 +148,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "t_ns", json_integer((json_int_t)esd_now_ns()));
 	json_object_set_new(*resp, "cpu_ns",
 			    json_integer((json_int_t)(cpu.tv_sec * ESD_NS_PER_S + cpu.tv_nsec)));
+	json_object_set_new(*resp, "cpu", cpu_json(ps));
 	/* workers.split = fit: shard 0's last fit */
 	if (ps->shard == 0 && ps->job.split_fit)
 		json_object_set_new(

@@ -114,8 +114,10 @@ void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len)
 
 static int send_buf(struct ps_link *pl, struct esd_buf *b)
 {
+	const int64_t c0 = esd_thread_cpu_ns();
 	int rc = b->len ? esd_link_send(pl->link, b->data, b->len) : 0;
 	esd_buf_reset(b);
+	pl->send_cpu_ns += esd_thread_cpu_ns() - c0;
 	return rc;
 }
 
@@ -1000,6 +1002,34 @@ static bool hello_overdue(struct ps_link *pl)
 	return true;
 }
 
+/* The CPU counters' phase of a frame's answer. */
+static enum ps_cpu_phase cpu_phase_of(uint8_t op)
+{
+	switch (op) {
+	case ESD_OP_PULL:
+		return PS_CPU_PULL;
+	case ESD_OP_PUSH_VALUE:
+	case ESD_OP_PUSH_GRAD:
+		return PS_CPU_PUSH;
+	case ESD_OP_BARRIER:
+		return PS_CPU_BARRIER;
+	default:
+		return PS_CPU_OTHER;
+	}
+}
+
+/* The thread's CPU since *mark goes to phase p, less the sends within it
+ * (pl->send_cpu_ns, taken to PS_CPU_SEND). */
+static void cpu_lap(struct ps_link *pl, int64_t *mark, enum ps_cpu_phase p)
+{
+	const int64_t now = esd_thread_cpu_ns(), send = pl->send_cpu_ns;
+	struct ps_cpu *c = &pl->ps->cpu;
+	atomic_fetch_add_explicit(&c->ns[p], now - *mark - send, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->ns[PS_CPU_SEND], send, memory_order_relaxed);
+	pl->send_cpu_ns = 0;
+	*mark = now;
+}
+
 static void *link_main(void *arg)
 {
 	prctl(PR_SET_NAME, "esd-ps-link", 0, 0, 0);
@@ -1009,8 +1039,10 @@ static void *link_main(void *arg)
 	struct esd_msg m;
 
 	esd_buf_init(&out);
+	int64_t mark = esd_thread_cpu_ns();
 	for (;;) {
 		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
+		cpu_lap(pl, &mark, PS_CPU_RECV);
 		/* (a timeout that broke the link: the worker fell silent) */
 		if (rc == -ETIMEDOUT && !esd_link_broken(pl->link)) {
 			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED) || hello_overdue(pl))
@@ -1022,12 +1054,18 @@ static void *link_main(void *arg)
 			on_link_end(pl, rc, true);
 			break;
 		}
-		if ((rc = handle_frame(pl, &m, &out))) {
+		rc = handle_frame(pl, &m, &out);
+		cpu_lap(pl, &mark, cpu_phase_of(m.hdr.op));
+		if (rc) {
 			on_link_end(pl, rc, false);
 			break;
 		}
 	}
 	esd_buf_free(&out);
+	struct esd_link_stats lst;
+	esd_link_stats(pl->link, &lst);
+	atomic_fetch_add(&ps->cpu.auth_tx_closed_ns, (int64_t)lst.auth_tx_cpu_ns);
+	atomic_fetch_add(&ps->cpu.auth_rx_closed_ns, (int64_t)lst.auth_rx_cpu_ns);
 	pthread_mutex_lock(&ps->mu);
 	if (pl->worker >= 0)
 		ps->bar.connected_mask &= ~(UINT64_C(1) << pl->worker);

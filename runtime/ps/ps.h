@@ -19,6 +19,7 @@
 #include <esd/job.h>
 #include <esd/transport.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 struct ps_link {
@@ -37,6 +38,7 @@ struct ps_link {
 	uint64_t epoch;
 	bool told_failure; /* the job's failure was sent to this worker */
 	uint32_t pushes;   /* push frames applied since its barrier, HELLO or ROLLBACK */
+	int64_t send_cpu_ns; /* its thread's CPU in sends (struct ps_cpu's) */
 };
 
 /* The barrier and the job's progress and health. Under struct ps.mu (cv
@@ -72,6 +74,7 @@ struct ps_barrier {
  * gradients of the iteration being collected. Under mu. */
 struct ps_dense_table {
 	float *val, *state, *stage;
+	double *sum, *in; /* the apply's sums and one worker's gradient (len each) */
 	size_t len;
 	uint64_t clock;
 	bool staged;
@@ -81,6 +84,28 @@ struct ps_dense_table {
 struct ps_stats {
 	uint64_t pulled_rows, value_rows, grad_rows, barriers, checkpoints;
 	int64_t last_ckpt_ns;
+};
+
+/* Where the link threads' CPU goes (esdctl status "cpu"): receiving
+ * frames, sending them, answering pulls (rows read and encoded), taking
+ * pushes into the store, barriers (the staged gradients applied: the
+ * optimizer; the dense table; checkpoints), and the rest. Sends and
+ * receives include the tags of a keyed job, which the links also count
+ * on their own (auth). Atomic: every link thread adds its share. */
+enum ps_cpu_phase {
+	PS_CPU_RECV,
+	PS_CPU_SEND,
+	PS_CPU_PULL,
+	PS_CPU_PUSH,
+	PS_CPU_BARRIER,
+	PS_CPU_OTHER,
+	PS_CPU_NPHASES
+};
+
+struct ps_cpu {
+	_Atomic int64_t ns[PS_CPU_NPHASES];
+	/* the tags' CPU (made, checked) of the links that closed */
+	_Atomic int64_t auth_tx_closed_ns, auth_rx_closed_ns;
 };
 
 /* esdctl checkpoint: set by the control command, scheduled by the
@@ -167,6 +192,7 @@ struct ps {
 	struct ps_barrier bar;
 	struct ps_dense_table dtab;
 	struct ps_stats stats;
+	struct ps_cpu cpu;
 	struct ps_ckpt_request ckpt;
 	struct ps_stop stop;
 	struct ps_live live;

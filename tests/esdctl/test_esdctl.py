@@ -351,10 +351,13 @@ def run(work):
             check(n["connected"] and n["iters_per_s"] > 0 and n["cpu_ms_per_iter"] > 0 and
                   n["tx_bytes_per_s"] > 0 and 0 <= n["hit_ratio"] <= 1 and
                   n["trainers"] == 1, "top: node %d's rates are live: %s" % (n["rank"], n))
+            ph = n.get("cpu_ms_per_iter_by_phase", {})
+            check(ph.get("decision_ms", 0) > 0 and "auth_ms" in ph and "optimizer_ms" in ph,
+                  "top: node %d's CPU per iteration by phase: %s" % (n["rank"], ph))
         check(last["shards"][0]["iters_per_s"] > 0 and last["shards"][0]["cpu_ms_per_iter"] > 0,
               "top: the shard's rates: %s" % last["shards"][0])
         rc, out, err = esdctl("--socket", ps, "top", "--interval", "0.5", "--count", "2")
-        check(rc == 0 and out.count("esdctl top: iteration") == 2 and "cpu ms/it" in out
+        check(rc == 0 and out.count("esdctl top: iteration") == 2 and "by phase" in out
               and "\x1b[" not in out, "top: 2 tables, no escape codes off a terminal: %r" % out)
         rc, out, err = esdctl("--node", n0, "top", "--count", "1")
         check(rc == 2 and "shard 0" in err, "top on a node's socket: says to use shard 0: %r" % err)

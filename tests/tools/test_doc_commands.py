@@ -31,6 +31,7 @@ SCRIPTS = {
     "tools/esd-export": [],
     "bench/runtime/bench_export.py": [],
     "bench/runtime/bench_trainers.py": [],
+    "bench/runtime/bench_job_cpu.py": [],
 }
 SEPARATORS = {"|", "||", "&&", ";", ">", ">>", "2>&1", "#", "&"}
 

@@ -26,6 +26,7 @@ enum fam_id {
 	F_NODE_LOSS,
 	F_NODE_TRAINER,
 	F_NODE_DEATHS,
+	F_NODE_CPU,
 	F_LINK_RATE,
 	F_LINK_TX_BYTES,
 	F_LINK_TX_ROWS,
@@ -59,6 +60,7 @@ enum fam_id {
 	F_PS_GRAD,
 	F_PS_CKPT,
 	F_PS_FAILED,
+	F_PS_CPU,
 	F_N
 };
 
@@ -129,6 +131,10 @@ static const struct fam fams[F_N] = {
     [F_PS_GRAD] = {"esd_ps_grad_rows_total", "counter", "Row gradients pushed to the shard"},
     [F_PS_CKPT] = {"esd_ps_checkpoints_total", "counter", "Checkpoints written"},
     [F_PS_FAILED] = {"esd_ps_failed", "gauge", "1 if the job failed on this shard"},
+    [F_NODE_CPU] = {"esd_node_cpu_seconds_total", "counter",
+                    "CPU time of the daemon's dispatcher and main thread by phase"},
+    [F_PS_CPU] = {"esd_ps_cpu_seconds_total", "counter",
+                  "CPU time of the shard's link threads by phase"},
 };
 
 struct buf {
@@ -185,6 +191,23 @@ static void sample(enum fam_id f, const char *labels, double v)
 	bputf(&fb[f], "%s{%s} %.17g\n", fams[f].name, labels, v);
 }
 
+/* A status reply's "cpu" object (PHASE_ms: cumulative milliseconds) as
+ * samples of family f labelled phase="PHASE". */
+static void cpu_samples(enum fam_id f, const char *labels, json_t *st)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(json_object_get(st, "cpu"), k, v)
+	{
+		size_t n = strlen(k);
+		if (!json_is_number(v) || n < 4 || strcmp(k + n - 3, "_ms"))
+			continue;
+		char L[1500];
+		snprintf(L, sizeof(L), "%s,phase=\"%.*s\"", labels, (int)(n - 3), k);
+		sample(f, L, json_number_value(v) / 1e3);
+	}
+}
+
 /* Long: one Prometheus sample after another for a node's figures; each line is a metric's
  * name and value. */
 static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char *sock)
@@ -197,6 +220,7 @@ static void node_metrics(const struct esdctl *ctl, int i, json_t *st, const char
 	sample(F_NODE_LOSS, L, esdctl_num(st, "loss"));
 	sample(F_NODE_TRAINER, L, json_is_true(json_object_get(st, "trainer_attached")));
 	sample(F_NODE_DEATHS, L, esdctl_num(st, "trainer_deaths"));
+	cpu_samples(F_NODE_CPU, L, st);
 
 	json_t *r = NULL;
 	if (!esdctl_cmd(ctl, i, "links", true, &r)) {
@@ -292,6 +316,7 @@ static void ps_metrics(json_t *st, const char *sock)
 	sample(F_PS_GRAD, L, esdctl_num(st, "grad_rows"));
 	sample(F_PS_CKPT, L, esdctl_num(st, "checkpoints"));
 	sample(F_PS_FAILED, L, json_is_string(json_object_get(st, "failed")));
+	cpu_samples(F_PS_CPU, L, st);
 }
 
 char *esdctl_metrics_text(const struct esdctl *ctl)

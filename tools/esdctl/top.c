@@ -67,6 +67,24 @@ static const char *rate_str(double bytes_per_s, char *buf, size_t len)
 	return buf;
 }
 
+/* CPU ms per iteration of each phase of the process's "cpu" object (ms
+ * summed since it started) between two replies; NULL when it has none. */
+static json_t *phase_rates(json_t *prev, json_t *now, double dit)
+{
+	json_t *c = json_object_get(now, "cpu"), *pc = prev ? json_object_get(prev, "cpu") : NULL;
+	const char *k;
+	json_t *v;
+	if (!json_is_object(c) || dit <= 0)
+		return NULL;
+	json_t *o = json_object();
+	json_object_foreach(c, k, v)
+	{
+		double d = json_number_value(v) - (pc ? esdctl_num(pc, k) : 0);
+		json_object_set_new(o, k, json_real(d / dit));
+	}
+	return o;
+}
+
 /* The rates of one node between two reports, as JSON (what --json prints
  * and the table shows). */
 static json_t *node_rates(json_t *prev, json_t *now)
@@ -88,6 +106,9 @@ static json_t *node_rates(json_t *prev, json_t *now)
 	    "tx_bytes_per_s", tx, "rx_bytes_per_s", rx, "hit_ratio", dh + dm > 0 ? dh / (dh + dm) : 0.0, "age_s", esdctl_num(now, "age_s"),
 	    "trainers", (int)esdctl_num(now, "trainers"), "trainers_expected",
 	    (int)esdctl_num(now, "trainers_expected"));
+	json_t *ph = phase_rates(prev, now, dit);
+	if (ph)
+		json_object_set_new(o, "cpu_ms_per_iter_by_phase", ph);
 	/* the share of the link's rate the bytes use (null: unshaped) */
 	json_object_set_new(o, "tx_rate_use", rate > 0 ? json_real(tx * 8 / rate) : json_null());
 	json_object_set_new(o, "rx_rate_use", rate > 0 ? json_real(rx * 8 / rate) : json_null());
@@ -99,13 +120,54 @@ static json_t *shard_rates(json_t *prev, json_t *now)
 {
 	double dt = delta_s(prev, now);
 	double dit = delta(prev, now, "iteration");
-	return json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:s?}", "shard",
+	json_t *o = json_pack("{s:i, s:I, s:I, s:f, s:f, s:f, s:s?}", "shard",
 			 (int)esdctl_num(now, "shard"), "iteration",
 			 (json_int_t)esdctl_num(now, "iteration"), "rows",
 			 (json_int_t)esdctl_num(now, "rows"), "iters_per_s", dt > 0 ? dit / dt : 0.0,
 			 "pulled_rows_per_s", dt > 0 ? delta(prev, now, "pulled_rows") / dt : 0.0,
 			 "cpu_ms_per_iter", dit > 0 ? delta(prev, now, "cpu_ns") / 1e6 / dit : 0.0,
 			 "failed", json_string_value(json_object_get(now, "failed")));
+	json_t *ph = phase_rates(prev, now, dit);
+	if (o && ph)
+		json_object_set_new(o, "cpu_ms_per_iter_by_phase", ph);
+	return o;
+}
+
+/* CPU ms per iteration by phase: one line per process, a column per phase
+ * (the phases of the first that has them; who names the line). */
+static void print_phases(json_t *rows, const char *who)
+{
+	json_t *first = NULL, *r;
+	size_t i;
+	const char *k;
+	json_t *v;
+	json_array_foreach(rows, i, r)
+	{
+		if (!first)
+			first = json_object_get(r, "cpu_ms_per_iter_by_phase");
+	}
+	if (!first)
+		return;
+	printf("\n%-5s cpu ms/it by phase:", who);
+	json_object_foreach(first, k, v)
+	{
+		int len = (int)strlen(k) - 3; /* without "_ms" */
+		printf(" %*.*s", len < 8 ? 8 : len, len, k);
+	}
+	putchar('\n');
+	json_array_foreach(rows, i, r)
+	{
+		json_t *ph = json_object_get(r, "cpu_ms_per_iter_by_phase");
+		if (!ph)
+			continue;
+		printf("%5d                   ", (int)esdctl_num(r, who[0] == 's' ? "shard" : "rank"));
+		json_object_foreach(first, k, v)
+		{
+			int len = (int)strlen(k) - 3;
+			printf(" %*.2f", len < 8 ? 8 : len, esdctl_num(ph, k));
+		}
+		putchar('\n');
+	}
 }
 
 static void print_shards(json_t *shards)
@@ -229,6 +291,8 @@ static void render(const struct top *t, json_t *f)
 		       esdctl_str(f, "method"), t->interval_s);
 		print_shards(json_object_get(f, "shards"));
 		print_nodes(json_object_get(f, "nodes"));
+		print_phases(json_object_get(f, "shards"), "shard");
+		print_phases(json_object_get(f, "nodes"), "node");
 		if (!t->tty)
 			putchar('\n');
 	}
