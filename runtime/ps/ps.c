@@ -754,6 +754,13 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	struct ps *ps = pl->ps;
 	const struct esd_pull *p = &m->u.pull;
 	uint32_t dim = ps->job.dim, sd = (uint32_t)ps_store_state_len(ps->st);
+	/* a pull of dense rows only goes without optimizer state: daemons
+	 * never update the dense table, its state stays here */
+	bool dense_only = p->count > 0;
+	for (uint32_t i = 0; i < p->count && dense_only; i++)
+		dense_only = is_dense(esd_msg_key(m, i));
+	if (dense_only)
+		sd = 0;
 	size_t row_bytes = 16 + 4 * ((size_t)dim + sd);
 	size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
 	size_t budget = PULL_FRAME_BYTES > row_bytes ? PULL_FRAME_BYTES : row_bytes;
