@@ -120,7 +120,8 @@ def exact_backward(t, mb, dev):
     """backward adds into the slots bit for bit what a sequential
     scatter-add does, for a contiguous, a transposed and a broadcast
     upstream gradient, one id per bag and bags (sum, mean, per table); a
-    slot outside the cache is an IndexError that adds nothing."""
+    slot outside the cache is an IndexError, decreasing bag offsets a
+    ValueError, that add nothing."""
     before = np.array(t.grads)
     flat = torch.from_numpy(mb.slots.astype(np.int64)).reshape(-1)
     n, dim = flat.numel(), t.info["dim"]
@@ -161,6 +162,13 @@ def exact_backward(t, mb, dev):
     except IndexError as ex:
         check(np.array_equal(np.array(t.grads), before),
               "a slot outside the cache is refused, nothing added: %s" % ex)
+    offs = torch.tensor([0, 3, 2], dtype=torch.int64)
+    try:
+        t.add_grads(flat.data_ptr(), n, offs.data_ptr(), 3, torch.ones(3, dim).data_ptr(), dim, 1)
+        check(False, "decreasing bag offsets are refused")
+    except ValueError as ex:
+        check(np.array_equal(np.array(t.grads), before),
+              "decreasing bag offsets are refused, nothing added: %s" % ex)
 
 
 def test_auc():
@@ -205,7 +213,8 @@ def main():
     work = tempfile.mkdtemp(prefix="esd-torch-module.")
     stream = os.path.join(work, "stream.esd")
     launcher.gen_stream(bin_dir, stream, 2000, 5)
-    s = {"workers.n": 1, "workers.batch": 256, "model.dim": 16, "job.iterations": 3,
+    # dim 12: rows of a vector block of 8 and a tail (the backward's two loops)
+    s = {"workers.n": 1, "workers.batch": 256, "model.dim": 12, "job.iterations": 3,
          "data.stream": stream, "model.optimizer": "sgd", "model.lr": 0.1}
     with Cluster(bin_dir, work, s) as c:
         c.trainers = 0  # this process is the trainer
