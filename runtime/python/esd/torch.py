@@ -88,15 +88,16 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, ebc, slots, offsets):
         ctx.ebc, ctx.slots, ctx.offsets = ebc, slots, offsets
-        out = ebc._out(slots.numel() if offsets is None else offsets.numel())
         if offsets is None:  # one id per bag: a gather
-            torch.index_select(ebc.values, 0, slots, out=out)
-        elif ebc._mean is None:  # one pooling for every table
-            out.copy_(F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling))
-        else:  # per table: sums, the mean tables' divided by their bags' lengths
-            torch.div(F.embedding_bag(slots, ebc.values, offsets, mode="sum"),
-                      ebc._divisors(offsets, slots.numel()).unsqueeze(1), out=out)
-        return out
+            return torch.index_select(ebc.values, 0, slots, out=ebc._out(slots.numel()))
+        pinned = ebc._pinned_out(offsets.numel())  # else pooled in place, not copied
+        if ebc._mean is None:  # one pooling for every table
+            pooled = F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling)
+            return pooled if pinned is None else pinned.copy_(pooled)
+        # per table: sums, the mean tables' divided by their bags' lengths
+        pooled = F.embedding_bag(slots, ebc.values, offsets, mode="sum")
+        div = ebc._divisors(offsets, slots.numel()).unsqueeze(1)
+        return pooled.div_(div) if pinned is None else torch.div(pooled, div, out=pinned)
 
     @staticmethod
     def backward(ctx, g):
@@ -164,8 +165,15 @@ class EmbeddingBagCollection(nn.Module):
         return self._divisors(offsets, nkeys)
 
     def _out(self, n):
+        """Where n pooled rows go: the pinned buffer (CUDA), else a new tensor."""
+        pinned = self._pinned_out(n)
+        return torch.empty(n, self.dim) if pinned is None else pinned
+
+    def _pinned_out(self, n):
+        """n rows of the pinned host buffer the CUDA copy starts from; None
+        on the CPU."""
         if self.device is None or self.device.type != "cuda":
-            return torch.empty(n, self.dim)
+            return None
         if self._pinned is None or self._pinned.shape[0] < n:
             self._pinned = torch.empty(max(n, 1), self.dim).pin_memory()
         return self._pinned[:n]
