@@ -156,6 +156,21 @@ ESD_API int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_m
 ESD_API const float *esd_trainer_row(const struct esd_trainer *t, uint32_t slot);
 ESD_API float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
 
+/* Add the gradients of pooled bags into the rows' gradient slots (what
+ * esd.torch's backward does), key by key in order: key k of bag b (keys
+ * offsets[b] .. offsets[b + 1] - 1; the last bag's end at nkeys) adds
+ * row b of g, divided by div[b] when div is not NULL (a mean's bag
+ * length), to the gradient slot of slots[k]. offsets NULL: every key is
+ * a bag of its own (nbags == nkeys). Element d of g's row b is
+ * g[b * row_stride + d * col_stride] (floats; either stride may be 0, a
+ * broadcast gradient). Each slot's element gets one rounding per key, as
+ * a sequential scatter-add. Returns 0, -ERANGE (a slot outside 0 ..
+ * capacity - 1) or -EINVAL (offsets not starting at 0, decreasing or
+ * past nkeys; no handle); nothing is added on error. */
+ESD_API int esd_trainer_add_grads(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
+                                  const int64_t *offsets, size_t nbags, const float *g,
+                                  ptrdiff_t row_stride, ptrdiff_t col_stride, const float *div);
+
 /* Publish the gradients of mb (rows' gradient slots and mb->dgrad) and
  * the summed loss. Returns 0, -EINVAL (mb is not the current batch),
  * -ECONNRESET. */

@@ -476,6 +476,81 @@ float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot)
 	return esd_cache_grad(t->cache, slot);
 }
 
+typedef float f32x8 __attribute__((vector_size(32)));
+
+/* One gradient row into a slot: dst += src / div (div NULL: dst += src),
+ * src's elements col_stride floats apart (0: one value for the row).
+ * Contiguous and broadcast rows go 8 lanes at a time (vector adds);
+ * every element gets the same roundings (one division, one add) whichever
+ * branch runs. */
+static void add_row(float *restrict dst, const float *restrict src, ptrdiff_t col_stride,
+                    uint32_t dim, const float *div)
+{
+	uint32_t d = 0;
+	if (col_stride == 0) {
+		float v = div ? src[0] / *div : src[0];
+		for (; d + 8 <= dim; d += 8) {
+			f32x8 a;
+			memcpy(&a, dst + d, sizeof a);
+			a += v;
+			memcpy(dst + d, &a, sizeof a);
+		}
+		for (; d < dim; d++)
+			dst[d] += v;
+	} else if (col_stride == 1) {
+		float q = div ? *div : 1.0f;
+		for (; d + 8 <= dim; d += 8) {
+			f32x8 a, b;
+			memcpy(&a, dst + d, sizeof a);
+			memcpy(&b, src + d, sizeof b);
+			a += div ? b / q : b;
+			memcpy(dst + d, &a, sizeof a);
+		}
+		for (; d < dim; d++)
+			dst[d] += div ? src[d] / q : src[d];
+	} else {
+		for (; d < dim; d++)
+			dst[d] += div ? src[d * col_stride] / *div : src[d * col_stride];
+	}
+}
+
+static int add_grads_check(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
+                           const int64_t *offsets, size_t nbags)
+{
+	for (size_t k = 0; k < nkeys; k++)
+		if (slots[k] < 0 || (uint64_t)slots[k] >= t->info.capacity)
+			return -ERANGE;
+	for (size_t b = 0; offsets && b < nbags; b++) {
+		int64_t end = b + 1 < nbags ? offsets[b + 1] : (int64_t)nkeys;
+		if (offsets[b] < 0 || offsets[b] > end || end > (int64_t)nkeys)
+			return -EINVAL;
+	}
+	if (offsets && nbags && offsets[0] != 0)
+		return -EINVAL;
+	return 0;
+}
+
+int esd_trainer_add_grads(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
+                          const int64_t *offsets, size_t nbags, const float *g,
+                          ptrdiff_t row_stride, ptrdiff_t col_stride, const float *div)
+{
+	if (!t || (nkeys && (!slots || !g)) || (!offsets && nbags != nkeys))
+		return -EINVAL;
+	int rc = add_grads_check(t, slots, nkeys, offsets, nbags);
+	if (rc < 0)
+		return rc;
+	uint32_t dim = t->info.dim;
+	for (size_t b = 0; b < nbags; b++) {
+		size_t k0 = offsets ? (size_t)offsets[b] : b;
+		size_t k1 = !offsets ? b + 1 : b + 1 < nbags ? (size_t)offsets[b + 1] : nkeys;
+		const float *src = g + (ptrdiff_t)b * row_stride;
+		for (size_t k = k0; k < k1; k++)
+			add_row(esd_trainer_grad(t, (uint32_t)slots[k]), src, col_stride, dim,
+			        div ? div + b : NULL);
+	}
+	return 0;
+}
+
 int esd_trainer_commit(struct esd_trainer *t, const struct esd_microbatch *mb, double loss)
 {
 	if (!mb || mb->iter != t->cur_iter)

@@ -2,7 +2,9 @@
 trainer): the EmbeddingBagCollection's forward equals the cache's rows,
 its backward adds into the gradient slots what np.add.at would (ids
 repeated in a batch accumulate), bags of several ids pool by sum, mean
-or a mode per table with the matching gradients, a batch left uncommitted is an error,
+or a mode per table with the matching gradients (bit for bit those of a
+sequential scatter-add, whatever the upstream gradient's strides), a batch
+left uncommitted is an error,
 the AUC helpers agree with a pairwise count, and the dense files of checkpoint
 boundaries are found by iteration (load_dense). With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
@@ -99,6 +101,76 @@ def one_batch(t, mb, dev):
         t.grads[:] = before
 
 
+def scatter_ref(before, slots, g, offsets=None, div=None):
+    """The gradient slots after a sequential scatter-add in torch (the
+    module's earlier backward: index_put_ with accumulate, key order)."""
+    g = g.detach().to("cpu", torch.float32).contiguous()
+    if offsets is not None:
+        lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
+        bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
+        if div is not None:
+            g = g / div.unsqueeze(1)
+        g = g.index_select(0, bag)
+    want = torch.from_numpy(before.copy())
+    want.index_put_((slots,), g, accumulate=True)
+    return want.numpy()
+
+
+def exact_backward(t, mb, dev):
+    """backward adds into the slots bit for bit what a sequential
+    scatter-add does, for a contiguous, a transposed and a broadcast
+    upstream gradient, one id per bag and bags (sum, mean, per table); a
+    slot outside the cache is an IndexError, decreasing bag offsets a
+    ValueError, that add nothing."""
+    before = np.array(t.grads)
+    flat = torch.from_numpy(mb.slots.astype(np.int64)).reshape(-1)
+    n, dim = flat.numel(), t.info["dim"]
+    ups = {"contiguous": lambda o: torch.randn(o.shape, device=o.device),
+           "transposed": lambda o: torch.randn(dim, mb.tables, mb.m,
+                                               device=o.device).permute(2, 1, 0),
+           "broadcast": lambda o: torch.full((1, 1, 1), 0.37, device=o.device).expand(o.shape)}
+    lens = torch.from_numpy(np.random.default_rng(5).integers(0, 4, mb.m * mb.tables))
+    offsets = torch.cumsum(lens, 0) - lens
+    ids = flat[torch.arange(int(lens.sum())) % n]
+    per_table = ["sum" if j % 2 == 0 else "mean" for j in range(mb.tables)]
+    mean_div = lens.clamp(min=1).to(torch.float32)
+    table_div = torch.where(torch.tensor([m == "mean" for m in per_table]).repeat(mb.m),
+                            mean_div, torch.ones(len(lens)))
+    cases = [("one id a feature", "sum", flat, None, None),
+             ("bags, sum", "sum", ids, offsets, None),
+             ("bags, mean", "mean", ids, offsets, mean_div),
+             ("bags, per table", per_table, ids, offsets, table_div)]
+    for what, mode, slots, offs, div in cases:
+        e = et.EmbeddingBagCollection(t, mode, dev)
+        b = et.Batch(mb, dev)
+        b.slots = slots
+        for kind, make in ups.items():
+            o = e(b, offs)
+            up = make(o)
+            o.backward(up)
+            want = scatter_ref(before, slots, up.reshape(-1, dim), offs, div)
+            check(np.array_equal(np.array(t.grads), want),
+                  "backward, %s, %s gradient: the slots a sequential scatter-add gives, "
+                  "bit for bit" % (what, kind))
+            t.grads[:] = before
+    e = et.EmbeddingBagCollection(t, "sum", dev)
+    bad = flat.clone()
+    bad[-1] = t.info["capacity"]
+    try:
+        t.add_grads(bad.data_ptr(), n, 0, n, torch.ones(n, dim).data_ptr(), dim, 1)
+        check(False, "a slot outside the cache is refused")
+    except IndexError as ex:
+        check(np.array_equal(np.array(t.grads), before),
+              "a slot outside the cache is refused, nothing added: %s" % ex)
+    offs = torch.tensor([0, 3, 2], dtype=torch.int64)
+    try:
+        t.add_grads(flat.data_ptr(), n, offs.data_ptr(), 3, torch.ones(3, dim).data_ptr(), dim, 1)
+        check(False, "decreasing bag offsets are refused")
+    except ValueError as ex:
+        check(np.array_equal(np.array(t.grads), before),
+              "decreasing bag offsets are refused, nothing added: %s" % ex)
+
+
 def test_auc():
     rng = np.random.default_rng(3)
     y = rng.random(400) < 0.3
@@ -141,7 +213,8 @@ def main():
     work = tempfile.mkdtemp(prefix="esd-torch-module.")
     stream = os.path.join(work, "stream.esd")
     launcher.gen_stream(bin_dir, stream, 2000, 5)
-    s = {"workers.n": 1, "workers.batch": 256, "model.dim": 16, "job.iterations": 3,
+    # dim 12: rows of a vector block of 8 and a tail (the backward's two loops)
+    s = {"workers.n": 1, "workers.batch": 256, "model.dim": 12, "job.iterations": 3,
          "data.stream": stream, "model.optimizer": "sgd", "model.lr": 0.1}
     with Cluster(bin_dir, work, s) as c:
         c.trainers = 0  # this process is the trainer
@@ -150,6 +223,7 @@ def main():
         t = esd.Trainer(c.node_dir(0))
         mb = t.next(timeout_ms=30000)
         one_batch(t, mb, dev)
+        exact_backward(t, mb, dev)
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session

@@ -97,6 +97,9 @@ def _load():
     lib.esd_trainer_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MB), ctypes.c_double]
     lib.esd_trainer_detach.argtypes = [ctypes.c_void_p]
     lib.esd_trainer_fail.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.esd_trainer_add_grads.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                          ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                          ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p]
     return lib
 
 
@@ -245,6 +248,27 @@ class Trainer:
         rc = _lib.esd_trainer_commit(self._h, ctypes.byref(mb._raw), float(loss))
         if rc:
             raise EsdError(-rc, "commit: " + os.strerror(-rc))
+
+    def add_grads(self, slots, nkeys, offsets, nbags, g, row_stride, col_stride, div=None):
+        """Add pooled gradients into the rows' gradient slots, key by key
+        in order (esd_trainer_add_grads; esd.torch's backward): every key
+        of bag b adds g's row b (divided by div[b], if given) to its slot's
+        gradient. Arguments are addresses (a numpy array's
+        ctypes.data, a torch tensor's data_ptr()): slots and offsets int64
+        (offsets None or 0: every key a bag of its own), g and div
+        float32, g's strides in floats. Raises IndexError for a slot
+        outside the cache, ValueError for bad offsets; adds nothing then."""
+        if not self._h:
+            raise EsdError(errno.EBADF, "add_grads: the trainer is closed")
+        rc = _lib.esd_trainer_add_grads(self._h, slots, nkeys, offsets or None, nbags, g,
+                                        row_stride, col_stride, div or None)
+        if rc == -errno.ERANGE:
+            raise IndexError("add_grads: a slot among the %d keys is outside the cache (slots "
+                             "0 .. %d)" % (nkeys, self._info.capacity - 1))
+        if rc:
+            raise ValueError("add_grads: offsets of %d bags over %d keys must start at 0, "
+                             "not decrease and not pass the keys (%s)"
+                             % (nbags, nkeys, os.strerror(-rc)))
 
     def request_stop(self):
         """Ask for a graceful stop of the whole job (what a trainer does on

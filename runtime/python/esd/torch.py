@@ -88,31 +88,30 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, ebc, slots, offsets):
         ctx.ebc, ctx.slots, ctx.offsets = ebc, slots, offsets
-        out = ebc._out(slots.numel() if offsets is None else offsets.numel())
         if offsets is None:  # one id per bag: a gather
-            torch.index_select(ebc.values, 0, slots, out=out)
-        elif ebc._mean is None:  # one pooling for every table
-            out.copy_(F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling))
-        else:  # per table: sums, the mean tables' divided by their bags' lengths
-            torch.div(F.embedding_bag(slots, ebc.values, offsets, mode="sum"),
-                      ebc._divisors(offsets, slots.numel()).unsqueeze(1), out=out)
-        return out
+            return torch.index_select(ebc.values, 0, slots, out=ebc._out(slots.numel()))
+        pinned = ebc._pinned_out(offsets.numel())  # else pooled in place, not copied
+        if ebc._mean is None:  # one pooling for every table
+            pooled = F.embedding_bag(slots, ebc.values, offsets, mode=ebc.pooling)
+            return pooled if pinned is None else pinned.copy_(pooled)
+        # per table: sums, the mean tables' divided by their bags' lengths
+        pooled = F.embedding_bag(slots, ebc.values, offsets, mode="sum")
+        div = ebc._divisors(offsets, slots.numel()).unsqueeze(1)
+        return pooled.div_(div) if pinned is None else torch.div(pooled, div, out=pinned)
 
     @staticmethod
     def backward(ctx, g):
         ebc, slots, offsets = ctx.ebc, ctx.slots, ctx.offsets
-        g = g.to("cpu", torch.float32).contiguous()
-        if offsets is not None:  # each id gets its bag's gradient
-            lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
-            bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
-            if ebc._mean is not None:
-                g = g / ebc._divisors(offsets, slots.numel()).unsqueeze(1)
-            g = g.index_select(0, bag)
-            if ebc.pooling == "mean":
-                g = g / lens.index_select(0, bag).clamp(min=1).unsqueeze(1).to(g.dtype)
-        # accumulate: ids repeated in the batch add up (index_put_ with
-        # accumulate is the fastest scatter-add of torch's CPU kernels)
-        ebc.grads.index_put_((slots,), g, accumulate=True)
+        g = g.to("cpu", torch.float32)
+        # each key adds its bag's gradient (divided by a mean bag's length)
+        # into its row's slot, in key order: a scatter-add straight into
+        # the daemon's slots, whatever g's strides, in one call
+        div = ebc._grad_divisors(offsets, slots.numel())
+        ebc.trainer.add_grads(slots.data_ptr(), slots.numel(),
+                              0 if offsets is None else offsets.data_ptr(),
+                              slots.numel() if offsets is None else offsets.numel(),
+                              g.data_ptr(), g.stride(0), g.stride(1),
+                              0 if div is None else div.data_ptr())
         return torch.zeros(0), None, None, None
 
 
@@ -143,6 +142,7 @@ class EmbeddingBagCollection(nn.Module):
         self.device = torch.device(device) if device is not None else None
         self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
         self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
+        self.trainer = trainer  # backward adds into its slots (esd.Trainer.add_grads)
         self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call backward
         self._pinned = None
         _keep_freed_memory()
@@ -154,9 +154,26 @@ class EmbeddingBagCollection(nn.Module):
         mean = self._mean.repeat(offsets.numel() // self.tables)
         return torch.where(mean, lens, torch.ones_like(lens)).to(torch.float32)
 
+    def _grad_divisors(self, offsets, nkeys):
+        """What backward divides each bag's gradient by: None (sums), a
+        bag's length (at least 1) for a mean table, 1 for a sum table."""
+        if offsets is None or self.pooling == "sum":
+            return None
+        if self._mean is None:  # mean everywhere
+            return torch.diff(offsets, append=torch.tensor([nkeys])).clamp(min=1).to(
+                torch.float32)
+        return self._divisors(offsets, nkeys)
+
     def _out(self, n):
+        """Where n pooled rows go: the pinned buffer (CUDA), else a new tensor."""
+        pinned = self._pinned_out(n)
+        return torch.empty(n, self.dim) if pinned is None else pinned
+
+    def _pinned_out(self, n):
+        """n rows of the pinned host buffer the CUDA copy starts from; None
+        on the CPU."""
         if self.device is None or self.device.type != "cuda":
-            return torch.empty(n, self.dim)
+            return None
         if self._pinned is None or self._pinned.shape[0] < n:
             self._pinned = torch.empty(max(n, 1), self.dim).pin_memory()
         return self._pinned[:n]
@@ -168,7 +185,10 @@ class EmbeddingBagCollection(nn.Module):
         feature."""
         if offsets is None:
             offsets = getattr(batch, "offsets", None)
-        out = _Lookup.apply(self._anchor, self, batch.slots.reshape(-1), offsets)
+        slots = batch.slots.reshape(-1).to(torch.int64).contiguous()
+        if offsets is not None:
+            offsets = offsets.to(torch.int64).contiguous()
+        out = _Lookup.apply(self._anchor, self, slots, offsets)
         if self.device is not None and self.device.type == "cuda":
             out = out.to(self.device, non_blocking=True)
         return out.view(batch.m, self.tables, self.dim)
