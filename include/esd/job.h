@@ -235,6 +235,10 @@ struct esd_job {
 	 * model with any shard and worker count; a job without its own
 	 * checkpoint resumes from it (rows rehashed, node caches cold) */
 	char resume_from[1024];
+	/* ps.store_dir: a shard keeps its rows in a file there and at most
+	 * ps.store_ram MiB of them mapped (hot); "": all in RAM */
+	char store_dir[1024];
+	uint64_t store_ram_mb;
 	/* workers.checkpoint_dir: where each node writes its part of a
 	 * checkpoint (its dispatcher's state); "": its node directory */
 	char node_ckpt_dir[1024];

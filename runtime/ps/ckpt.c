@@ -165,7 +165,7 @@ int ps_rollback_locked(struct ps *ps, uint64_t c, uint64_t *newest)
 		return -ESTALE;
 	}
 	struct ps_store *fresh;
-	int rc = ps_store_create(ps->job.dim, &ps->job.optim, ps->job.seed, &fresh);
+	int rc = ps_store_create_job(&ps->job, ps->shard, &fresh);
 	if (rc)
 		return rc;
 	ps_store_free(ps->st);

@@ -82,7 +82,7 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&ps->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	int rc = ps_store_create(job->dim, &job->optim, job->seed, &ps->st);
+	int rc = ps_store_create_job(job, shard, &ps->st);
 	if (rc)
 		return rc;
 	if (shard == 0 && tables > 0)

@@ -1,6 +1,17 @@
 /*
  * Row store of a PS shard. Records are fixed-size and live in chunks that
  * never move, so a row pointer stays valid while other rows are created;
+ * in RAM the chunks are allocated, on disk (ps.store_dir) they are shared
+ * mappings of one unnamed row file, record i at byte i * rec_bytes, and a
+ * cache of rows in RAM (two-way set-associative by record number, three
+ * quarters of ps.store_ram) serves the hot rows: a miss writes the
+ * victim back if it changed and copies the row in from the file. A CLOCK
+ * over the file's pages keeps at most the last quarter of them mapped: a
+ * page not referenced since the hand last passed is unmapped, written
+ * back and dropped from the page cache. A
+ * pointer into an unmapped page stays valid (the next access faults the
+ * page back in), so unmapping is never a correctness matter; a row
+ * pointer from ps_store_get lasts until the next ps_store_get;
  * the index is an open-addressing table of record numbers (linear probing,
  * never deleted). Staged gradients are sorted by (key, worker) at the
  * barrier: the summation order is then independent of arrival order,
@@ -10,10 +21,32 @@
 #include "store.h"
 
 #include <esd/err.h>
+#include <esd/log.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define CHUNK_ROWS 4096u
+#define PAGE_SHIFT 12u
+
+/* Page states of the row file's CLOCK. */
+enum { PG_OUT = 0, PG_IN = 1, PG_REF = 2 };
+
+struct ps_disk {
+	int fd;
+	size_t chunk_bytes, pages_per_chunk;
+	uint8_t *pg; /* one state per page of the file */
+	size_t pg_cap, resident, budget, hand;
+	uint64_t dropped; /* pages unmapped, for the counters */
+	/* the row cache: 2 ways a set, crec UINT32_MAX when empty */
+	char *slots;
+	uint32_t *crec;
+	uint8_t *dirty, *mru;
+	size_t nsets; /* a power of two */
+};
 
 struct staged {
 	uint64_t key;
@@ -39,6 +72,10 @@ struct ps_store {
 	float *grads;
 	size_t nstg, stg_cap;
 	double *tmp, *tmp_in;
+	struct ps_disk *dk; /* NULL: in RAM */
+	/* rows changed since ps_store_clear_changed, one bit a record */
+	uint64_t *changed;
+	size_t changed_cap; /* in words */
 };
 
 static inline uint64_t mix(uint64_t k)
@@ -74,13 +111,106 @@ int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t s
 	return 0;
 }
 
+/* The row file: unnamed in dir (removed with its last descriptor), or a
+ * named file unlinked at once where the file system has no O_TMPFILE. */
+static int open_row_file(const char *dir, unsigned shard)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+	char path[1100];
+	snprintf(path, sizeof(path), "%s/ps-shard%u.rows.XXXXXX", dir, shard);
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
+
+/* ram bytes: three quarters the row cache (a power of two of sets), the
+ * rest mapped pages of the file, at least two chunks' worth. */
+static int size_disk(struct ps_store *st, uint64_t ram)
+{
+	struct ps_disk *dk = st->dk;
+	size_t sets = 1;
+	while ((sets * 4) * st->rec_bytes <= ram * 3 / 4)
+		sets *= 2;
+	dk->nsets = sets;
+	dk->budget = (size_t)((ram - sets * 2 * st->rec_bytes) >> PAGE_SHIFT);
+	if (dk->budget < 2 * dk->pages_per_chunk)
+		dk->budget = 2 * dk->pages_per_chunk;
+	dk->slots = aligned_alloc(64, sets * 2 * st->rec_bytes);
+	dk->crec = malloc(sets * 2 * sizeof(*dk->crec));
+	dk->dirty = calloc(sets * 2, 1);
+	dk->mru = calloc(sets, 1);
+	if (!dk->slots || !dk->crec || !dk->dirty || !dk->mru)
+		return -ENOMEM;
+	memset(dk->crec, 0xff, sets * 2 * sizeof(*dk->crec));
+	return 0;
+}
+
+int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out)
+{
+	struct ps_store *st;
+	int rc = ps_store_create(job->dim, &job->optim, job->seed, &st);
+	if (rc || !job->store_dir[0]) {
+		*out = rc ? NULL : st;
+		return rc;
+	}
+	struct ps_disk *dk = calloc(1, sizeof(*dk));
+	if (!dk) {
+		ps_store_free(st);
+		return -ENOMEM;
+	}
+	dk->fd = open_row_file(job->store_dir, shard);
+	if (dk->fd < 0) {
+		rc = dk->fd;
+		ESD_ERR("ps", "ps.store_dir = %s: cannot create the row file of shard %u: %s",
+			job->store_dir, shard, strerror(-rc));
+		free(dk);
+		ps_store_free(st);
+		return rc;
+	}
+	dk->chunk_bytes = CHUNK_ROWS * st->rec_bytes; /* a multiple of the page */
+	dk->pages_per_chunk = dk->chunk_bytes >> PAGE_SHIFT;
+	st->dk = dk;
+	rc = size_disk(st, job->store_ram_mb << 20);
+	if (rc) {
+		ps_store_free(st);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+size_t ps_store_resident_bytes(const struct ps_store *st)
+{
+	if (st->dk)
+		return (st->dk->resident << PAGE_SHIFT) + st->dk->nsets * 2 * st->rec_bytes;
+	return st->nchunks * CHUNK_ROWS * st->rec_bytes;
+}
+
 void ps_store_free(struct ps_store *st)
 {
 	if (!st)
 		return;
-	for (size_t i = 0; i < st->nchunks; i++)
-		free(st->chunks[i]);
+	for (size_t i = 0; i < st->nchunks; i++) {
+		if (st->dk)
+			munmap(st->chunks[i], st->dk->chunk_bytes);
+		else
+			free(st->chunks[i]);
+	}
 	free(st->chunks);
+	if (st->dk) {
+		close(st->dk->fd);
+		free(st->dk->pg);
+		free(st->dk->slots);
+		free(st->dk->crec);
+		free(st->dk->dirty);
+		free(st->dk->mru);
+		free(st->dk);
+	}
+	free(st->changed);
 	free(st->idx_key);
 	free(st->idx_rec);
 	free(st->stg);
@@ -105,11 +235,122 @@ size_t ps_store_count(const struct ps_store *st)
 	return st->count;
 }
 
+/* Unmap pages [p0, p0 + n) of the row file (one chunk's), write them back
+ * and drop them from the page cache; their next touch reads them again. */
+static void drop_pages(const struct ps_store *st, size_t p0, size_t n)
+{
+	struct ps_disk *dk = st->dk;
+	if (!n)
+		return;
+	size_t c = p0 / dk->pages_per_chunk, off = (p0 % dk->pages_per_chunk) << PAGE_SHIFT;
+	madvise(st->chunks[c] + off, n << PAGE_SHIFT, MADV_DONTNEED);
+	/* written back now and dropped once clean: dirty pages of the file
+	 * must not pile up in a memory cgroup, which cannot write them */
+	posix_fadvise(dk->fd, (off_t)(p0 << PAGE_SHIFT), (off_t)(n << PAGE_SHIFT),
+		      POSIX_FADV_DONTNEED);
+	dk->dropped += n;
+}
+
+/* The CLOCK's hand sweeps until an eighth of the budget is free: a
+ * referenced page loses its mark, an unmarked one is dropped; adjacent
+ * dropped pages of one chunk go in one call. */
+static void sweep(const struct ps_store *st)
+{
+	struct ps_disk *dk = st->dk;
+	size_t npages = st->nchunks * dk->pages_per_chunk, target = dk->budget - dk->budget / 8;
+	size_t run0 = 0, runn = 0;
+
+	for (size_t steps = 0; dk->resident > target && steps < 2 * npages + 1; steps++) {
+		size_t p = dk->hand;
+		dk->hand = p + 1 == npages ? 0 : p + 1;
+		bool extends = runn && run0 + runn == p && p % dk->pages_per_chunk;
+		if (dk->pg[p] == PG_REF) {
+			dk->pg[p] = PG_IN;
+			drop_pages(st, run0, runn);
+			runn = 0;
+			continue;
+		}
+		if (dk->pg[p] == PG_IN) {
+			dk->pg[p] = PG_OUT;
+			dk->resident--;
+		}
+		if (!extends) {
+			drop_pages(st, run0, runn);
+			run0 = p;
+			runn = 0;
+		}
+		runn++;
+	}
+	drop_pages(st, run0, runn);
+}
+
+/* Record i is being used: its pages are marked referenced (resident). */
+static void touch(const struct ps_store *st, size_t i)
+{
+	struct ps_disk *dk = st->dk;
+	size_t off = i * st->rec_bytes;
+	for (size_t p = off >> PAGE_SHIFT; p <= (off + st->rec_bytes - 1) >> PAGE_SHIFT; p++) {
+		if (dk->pg[p] == PG_OUT)
+			dk->resident++;
+		dk->pg[p] = PG_REF;
+	}
+	if (dk->resident > dk->budget)
+		sweep(st);
+}
+
+/* Record i where it is kept: its chunk (in the file, on disk). */
+static char *home_of(const struct ps_store *st, size_t i)
+{
+	if (st->dk)
+		touch(st, i);
+	return st->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * st->rec_bytes;
+}
+
+static size_t cache_set(const struct ps_disk *dk, size_t i)
+{
+	return (size_t)mix(i) & (dk->nsets - 1);
+}
+
+/* The cache way holding record i, or -1. */
+static long cache_way(const struct ps_disk *dk, size_t i)
+{
+	size_t set = cache_set(dk, i);
+	for (size_t w = 0; w < 2; w++)
+		if (dk->crec[set * 2 + w] == i)
+			return (long)(set * 2 + w);
+	return -1;
+}
+
+/* Record i in the cache: a hit, or the set's least recently used way
+ * written back (when changed) and refilled from the file. */
+static char *cache_get(const struct ps_store *st, size_t i)
+{
+	struct ps_disk *dk = st->dk;
+	size_t set = cache_set(dk, i);
+	long way = cache_way(dk, i);
+	if (way < 0) {
+		way = (long)(set * 2 + (1u - dk->mru[set]));
+		char *slot = dk->slots + (size_t)way * st->rec_bytes;
+		if (dk->crec[way] != UINT32_MAX && dk->dirty[way])
+			memcpy(home_of(st, dk->crec[way]), slot, st->rec_bytes);
+		memcpy(slot, home_of(st, i), st->rec_bytes);
+		dk->crec[way] = (uint32_t)i;
+		dk->dirty[way] = 0;
+	}
+	dk->mru[set] = (uint8_t)(way & 1);
+	return dk->slots + (size_t)way * st->rec_bytes;
+}
+
 struct ps_row *ps_store_at(const struct ps_store *st, size_t i)
 {
 	if (i >= st->count)
 		return NULL;
-	return (struct ps_row *)(st->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * st->rec_bytes);
+	if (st->dk) {
+		long way = cache_way(st->dk, i);
+		if (way >= 0)
+			return (struct ps_row *)(st->dk->slots + (size_t)way * st->rec_bytes);
+	}
+	return (struct ps_row *)home_of(st, i);
 }
 
 static size_t probe(const struct ps_store *st, uint64_t key)
@@ -153,11 +394,77 @@ static int grow_index(struct ps_store *st)
 	return 0;
 }
 
-struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
+/* Chunk c's memory: allocated, or the row file grown by one chunk and that
+ * part mapped. The change bitmap grows with it. */
+static int add_chunk(struct ps_store *st, size_t c)
+{
+	size_t words = (c + 1) * (CHUNK_ROWS / 64);
+	if (words > st->changed_cap) {
+		uint64_t *nw = realloc(st->changed, words * 2 * sizeof(*nw));
+		if (!nw)
+			return -ENOMEM;
+		memset(nw + st->changed_cap, 0, (words * 2 - st->changed_cap) * sizeof(*nw));
+		st->changed = nw;
+		st->changed_cap = words * 2;
+	}
+	if (!st->dk) {
+		st->chunks[c] = aligned_alloc(64, CHUNK_ROWS * st->rec_bytes);
+		return st->chunks[c] ? 0 : -ENOMEM;
+	}
+	struct ps_disk *dk = st->dk;
+	size_t pages = (c + 1) * dk->pages_per_chunk;
+	if (pages > dk->pg_cap) {
+		uint8_t *np = realloc(dk->pg, pages * 2);
+		if (!np)
+			return -ENOMEM;
+		memset(np + dk->pg_cap, 0, pages * 2 - dk->pg_cap);
+		dk->pg = np;
+		dk->pg_cap = pages * 2;
+	}
+	off_t at = (off_t)(c * dk->chunk_bytes);
+	if (ftruncate(dk->fd, at + (off_t)dk->chunk_bytes)) {
+		ESD_ERR("ps", "cannot grow the row file to %zu bytes: %s",
+			(c + 1) * dk->chunk_bytes, strerror(errno));
+		return -errno;
+	}
+	void *m = mmap(NULL, dk->chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, dk->fd, at);
+	if (m == MAP_FAILED)
+		return -errno;
+	st->chunks[c] = m;
+	return 0;
+}
+
+/* Record i changed: for the next incremental checkpoint and, when it is
+ * cached, for the write-back of its way. */
+static inline void mark_changed(struct ps_store *st, size_t i)
+{
+	st->changed[i / 64] |= 1ull << (i % 64);
+	if (st->dk) {
+		long way = cache_way(st->dk, i);
+		if (way >= 0)
+			st->dk->dirty[way] = 1;
+	}
+}
+
+bool ps_store_changed(const struct ps_store *st, size_t i)
+{
+	return i < st->count && (st->changed[i / 64] >> (i % 64) & 1);
+}
+
+void ps_store_clear_changed(struct ps_store *st)
+{
+	if (st->changed)
+		memset(st->changed, 0, st->changed_cap * sizeof(*st->changed));
+}
+
+/* Row of key, created if absent; *rec its record number. */
+static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
 {
 	size_t i = probe(st, key);
-	if (st->idx_rec[i])
-		return ps_store_at(st, st->idx_rec[i] - 1);
+	if (st->idx_rec[i]) {
+		*rec = st->idx_rec[i] - 1;
+		return (struct ps_row *)(st->dk ? cache_get(st, *rec) : home_of(st, *rec));
+	}
 	if ((st->count + 1) * 2 > st->idx_cap) {
 		if (grow_index(st))
 			return NULL;
@@ -172,8 +479,7 @@ struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
 			if (!nc)
 				return NULL;
 			st->chunks = nc;
-			st->chunks[c] = aligned_alloc(64, CHUNK_ROWS * st->rec_bytes);
-			if (!st->chunks[c])
+			if (add_chunk(st, c))
 				return NULL;
 			st->nchunks++;
 		}
@@ -186,15 +492,27 @@ struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
 	esd_optim_state_init(&st->opt, st->dim, r->data + st->dim);
 	st->idx_key[i] = key;
 	st->idx_rec[i] = (uint32_t)st->count;
+	*rec = st->count - 1;
+	if (st->dk)
+		r = (struct ps_row *)cache_get(st, *rec);
+	mark_changed(st, *rec);
 	return r;
+}
+
+struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
+{
+	size_t rec;
+	return get_row(st, key, &rec);
 }
 
 int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
 		       const float *state)
 {
-	struct ps_row *r = ps_store_get(st, key);
+	size_t rec;
+	struct ps_row *r = get_row(st, key, &rec);
 	if (!r)
 		return -ENOMEM;
+	mark_changed(st, rec);
 	memcpy(r->data, value, st->dim * sizeof(float));
 	if (st->state_len && state)
 		memcpy(r->data + st->dim, state, st->state_len * sizeof(float));
@@ -256,9 +574,11 @@ long ps_store_apply_staged(struct ps_store *st)
 				st->tmp_in[d] = g[d];
 			esd_optim_grad_add(st->dim, st->tmp, st->tmp_in);
 		}
-		struct ps_row *r = ps_store_get(st, key);
+		size_t rec;
+		struct ps_row *r = get_row(st, key, &rec);
 		if (!r)
 			return -ENOMEM;
+		mark_changed(st, rec);
 		esd_optim_apply_sum(&st->opt, st->dim, r->data, r->data + st->dim, st->tmp, r->clock + 1);
 		r->clock++;
 		updated++;

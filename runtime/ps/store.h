@@ -11,12 +11,17 @@
  * key order, each key's partials summed in worker-rank order, then one
  * optimizer step. Staging the same (iteration, worker, key) twice is
  * refused (the transport's dedup makes this a protocol error).
+ *
+ * With ps.store_dir the records are a memory-mapped file and only the hot
+ * pages stay resident (store.c); the index stays in RAM.
  */
 #ifndef ESD_PS_STORE_H
 #define ESD_PS_STORE_H
 
+#include <esd/job.h>
 #include <esd/optim.h>
 #include <esd/types.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +35,16 @@ struct ps_store;
 
 int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t seed,
 		    struct ps_store **out);
+/* The store job asks for: in RAM, or with ps.store_dir its rows in a file
+ * there and at most ps.store_ram MiB of them resident. */
+int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out);
 void ps_store_free(struct ps_store *st);
+/* Bytes of rows resident: the mapped hot pages on disk, every chunk in RAM. */
+size_t ps_store_resident_bytes(const struct ps_store *st);
+/* Record i changed (created, updated or overwritten) since the last
+ * ps_store_clear_changed: what an incremental checkpoint writes. */
+bool ps_store_changed(const struct ps_store *st, size_t i);
+void ps_store_clear_changed(struct ps_store *st);
 
 unsigned ps_store_dim(const struct ps_store *st);
 size_t ps_store_state_len(const struct ps_store *st);
