@@ -191,8 +191,9 @@ static int ls_alloc(struct ls *L)
 	return L->cnt && L->K && L->stamp && L->dd && L->touched ? 0 : -ENOMEM;
 }
 
-/* Counts and masks of the start assignment, and each key's position in
- * its samples (dd). Returns whether some key sits at two positions. */
+/* Counts and masks of the start assignment, the workers holding exactly
+ * one occurrence of each key, and each key's position in its samples
+ * (dd). Returns whether some key sits at two positions. */
 static int ls_count(struct ls *L, const uint32_t *assign)
 {
 	int moved = 0;
@@ -203,8 +204,11 @@ static int ls_count(struct ls *L, const uint32_t *assign)
 		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
 			const uint32_t u = L->occ[q];
 			const int32_t at = (int32_t)(q - L->off[i]);
-			L->cnt[(size_t)u * L->n + assign[i]]++;
+			const uint32_t c = ++L->cnt[(size_t)u * L->n + assign[i]];
 			L->K[u].mask |= bit;
+			/* one: the bit goes on at the first occurrence, off at
+			 * the second */
+			L->K[u].one ^= c <= 2 ? bit : 0;
 			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
 			L->dd[u] = at;
 		}
@@ -222,8 +226,6 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
 		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
-		for (uint32_t j = 0; j < L->n; j++)
-			x->one |= (uint64_t)(L->cnt[(size_t)u * L->n + j] == 1) << j;
 		x->kc = lskey_cost(x, x->mask, &L->ts, L->full);
 		cost += x->kc;
 	}

@@ -17,6 +17,12 @@
  * memory. A short warmup (--warmup 30) measures snapshots a few per cent
  * full, which is quicker and flatters the step (bench/results/dispatch.md
  * has both); the last line says how full they were.
+ *
+ * --vs-laia: LAIA with equal sizes (the paper baseline, laia@equal) runs
+ * beside the configured method on the same batches, each with snapshots
+ * of its own, their steps alternating (warmup and measured), and the
+ * last line gives both CPU medians and their ratio: the decision's price
+ * against LAIA's own step, measured in the same run.
  */
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
@@ -48,13 +54,40 @@ struct run {
 	int64_t cost;
 };
 
-__attribute__((noinline)) static int measured_steps(struct run *r)
+/* LAIA with equal sizes beside the measured method (--vs-laia): its own
+ * dispatcher and snapshots, the whole step's CPU per step. */
+struct base_run {
+	struct esd_dispatcher *d;
+	struct esd_snapset *ss;
+	uint32_t *assign;
+	int64_t *cpu;
+	int64_t cost;
+};
+
+/* One step of the baseline, if there is one, timed into cpu[s]. */
+static int base_step(struct base_run *lb, const struct esd_batch *b, int s)
+{
+	if (!lb->d)
+		return 0;
+	int64_t c0 = cpu_ns();
+	int rc = esd_dispatcher_step(lb->d, b, lb->assign, NULL);
+	int64_t c1 = cpu_ns();
+	if (rc)
+		return rc;
+	if (s >= 0) {
+		lb->cpu[s] = c1 - c0;
+		lb->cost += esd_dispatcher_counters(lb->d)->true_cost;
+	}
+	return 0;
+}
+
+__attribute__((noinline)) static int measured_steps(struct run *r, struct base_run *lb)
 {
 	for (int s = 0; s < r->steps; s++) {
 		int64_t c0 = cpu_ns();
 		int rc = esd_dispatcher_step(r->d, &r->b[s], r->assign, NULL);
 		int64_t c1 = cpu_ns();
-		if (rc)
+		if (rc || (rc = base_step(lb, &r->b[s], s)))
 			return rc;
 		const struct esd_dispatch_counters *ct = esd_dispatcher_counters(r->d);
 		r->ph[0][s] = ct->last.keytab;
@@ -74,11 +107,22 @@ __attribute__((noinline)) static int measured_steps(struct run *r)
 	return 0;
 }
 
+/* --vs-laia's line: both steps' CPU medians (the measured method's in
+ * r->ph[6]: median_ms sorted it in place, the same values) and the ratio. */
+static void print_vs_laia(struct run *r, struct base_run *lb)
+{
+	const double me = median_ms(r->ph[6], r->steps), base = median_ms(lb->cpu, r->steps);
+	printf("vs laia@equal: cpu %.3f against %.3f ms (medians, same batches, alternating "
+	       "steps): %.2fx; true cost sum %lld against %lld (%.3f)\n",
+	       me, base, base > 0 ? me / base : 0.0, (long long)r->cost, (long long)lb->cost,
+	       lb->cost ? (double)r->cost / (double)lb->cost : 0.0);
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t n = 8, m = 128, cache_rows = 1u << 18;
 	uint32_t capf = 0, caps = 0;
-	int steps = 50, warmup = -1, shared = 0; /* -1: until full */
+	int steps = 50, warmup = -1, shared = 0, vs_laia = 0; /* -1: until full */
 	uint64_t ls = 0, scale = 1;
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
@@ -96,6 +140,7 @@ int main(int argc, char **argv)
 	                                     {"ls", required_argument, 0, 'l'},
 	                                     {"sizes", required_argument, 0, 'z'},
 	                                     {"policy", required_argument, 0, 'p'},
+	                                     {"vs-laia", no_argument, 0, 'L'},
 	                                     {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -153,13 +198,16 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'L':
+			vs_laia = 1;
+			break;
 		default:
 			fprintf(
 			    stderr,
 			    "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] [--skew X] "
 			    "[--scale D] [--cache-rows C]\n"
 			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
-			    "[--ls N] [--sizes F/S] [--policy lru|emark|...]\n");
+			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--vs-laia]\n");
 			return 2;
 		}
 	}
@@ -197,6 +245,19 @@ int main(int argc, char **argv)
 	struct run r = {.steps = steps, .ss = ss};
 	if (esd_dispatcher_create(&cfg, ss, &r.d))
 		return 1;
+	struct base_run lb = {0};
+	if (vs_laia) {
+		struct esd_dispatcher_config lc = {.n = n,
+		                                   .T = T,
+		                                   .method = ESD_METHOD_LAIA,
+		                                   .seed = 1,
+		                                   .sync = ESD_SYNC_ON_DEMAND};
+		if (esd_snapset_create(n, capc, pol, &lb.ss) ||
+		    esd_dispatcher_create(&lc, lb.ss, &lb.d) ||
+		    !(lb.assign = malloc(k * sizeof(uint32_t))) ||
+		    !(lb.cpu = malloc((size_t)steps * sizeof(int64_t))))
+			return 1;
+	}
 	/* the warmup's batches one at a time (a long warmup fills the
 	 * snapshots: the steady state evicts a row for nearly every miss);
 	 * the measured ones made beforehand, so that nothing else runs
@@ -224,7 +285,8 @@ int main(int argc, char **argv)
 	     done++) {
 		gen_batch(&rng, skew, scale, k, (uint32_t *)r.b[steps].off,
 		          (esd_key_t *)r.b[steps].keys);
-		if (esd_dispatcher_step(r.d, &r.b[steps], r.assign, NULL))
+		if (esd_dispatcher_step(r.d, &r.b[steps], r.assign, NULL) ||
+		    base_step(&lb, &r.b[steps], -1))
 			return 1;
 		if (warmup < 0 && full_at < 0) {
 			uint32_t j = 0;
@@ -236,7 +298,7 @@ int main(int argc, char **argv)
 	}
 	for (int s = 0; s < steps; s++)
 		gen_batch(&rng, skew, scale, k, (uint32_t *)r.b[s].off, (esd_key_t *)r.b[s].keys);
-	int rc = measured_steps(&r);
+	int rc = measured_steps(&r, &lb);
 	if (rc) {
 		fprintf(stderr, "step: %s\n", strerror(-rc));
 		return 1;
@@ -262,5 +324,7 @@ int main(int argc, char **argv)
 	if (full_at >= 0)
 		printf(" (full from step %d)", full_at + 1);
 	printf("\n");
+	if (vs_laia)
+		print_vs_laia(&r, &lb);
 	return 0;
 }
