@@ -154,7 +154,7 @@ static int mac_list(const struct esd_config *cfg, const char *key, uint32_t want
 	esd_config_get_str(cfg, "ps", key, NULL, &s);
 	if (!s)
 		return 0;
-	int cnt = job_split(s, items, ESD_MAX_WORKERS);
+	int cnt = esd_job_split(s, items, ESD_MAX_WORKERS);
 	if (cnt < 0) {
 		ESD_ERR("config", "ps.%s = '%s': not a list of MAC addresses", key, s);
 		return -EINVAL;
@@ -193,7 +193,7 @@ static int dpdk_sizes(const struct esd_job *j)
 	return rc;
 }
 
-int job_parse_rdma_device(const char *s, struct esd_job *j)
+int esd_job_parse_rdma_device(const char *s, struct esd_job *j)
 {
 	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-");
 	if (s[n] || n >= sizeof(j->rdma_device))
@@ -202,7 +202,7 @@ int job_parse_rdma_device(const char *s, struct esd_job *j)
 	return 0;
 }
 
-int job_parse_backend(const char *s, struct esd_job *j)
+int esd_job_parse_backend(const char *s, struct esd_job *j)
 {
 	if (strcmp(s, "tcp") && strcmp(s, "dpdk") && strcmp(s, "rdma"))
 		return -EINVAL;
@@ -210,7 +210,7 @@ int job_parse_backend(const char *s, struct esd_job *j)
 	return 0;
 }
 
-int job_parse_zero_copy(const char *s, struct esd_job *j)
+int esd_job_parse_zero_copy(const char *s, struct esd_job *j)
 {
 	if (!strcmp(s, "auto"))
 		j->zero_copy = ESD_JOB_ZC_AUTO;
@@ -223,7 +223,7 @@ int job_parse_zero_copy(const char *s, struct esd_job *j)
 	return 0;
 }
 
-int job_backend_from_config(const struct esd_config *cfg, struct esd_job *j)
+int esd_job_backend_from_config(const struct esd_config *cfg, struct esd_job *j)
 {
 	int rc = 0;
 	if (dpdk_port(cfg, j) || dpdk_eal(cfg, j))

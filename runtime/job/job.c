@@ -37,7 +37,7 @@ static int repeat_count(char *item, int max)
 	return (int)k;
 }
 
-int job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
+int esd_job_split(const char *s, char items[][ESD_JOB_ADDR_LEN], int max)
 {
 	int n = 0;
 	const char *p = s;
@@ -70,7 +70,7 @@ static int bad_list(const struct esd_config *cfg, const char *sec, const char *k
 {
 	char name[64];
 	snprintf(name, sizeof(name), "%s.%s", sec, key);
-	return job_setting_bad(cfg, esd_job_setting(name), why);
+	return esd_job_setting_bad(cfg, esd_job_setting(name), why);
 }
 
 static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n, bool rate,
@@ -84,7 +84,7 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
 			out[i] = def;
 		return 0;
 	}
-	int cnt = job_split(s, items, ESD_MAX_WORKERS);
+	int cnt = esd_job_split(s, items, ESD_MAX_WORKERS);
 	if (cnt != 1 && cnt != (int)n)
 		return bad_list(cfg, "workers", key, "expected one value or one per worker");
 	for (uint32_t i = 0; i < n; i++) {
@@ -113,7 +113,7 @@ static int read_split(const struct esd_config *cfg, struct esd_job *j, bool pres
 	esd_config_get_str(cfg, "workers", "batch", NULL, &batch);
 	const bool one_size = !batch || !strchr(batch, ',');
 	const union esd_setting_value def = {.s = preset && one_size ? "fit" : "equal"};
-	if (job_setting_read(cfg, JOB_SETTING(workers, split), &def, j))
+	if (esd_job_setting_read(cfg, JOB_SETTING(workers, split), &def, j))
 		return -EINVAL;
 	if (j->split == ESD_JOB_SPLIT_EQUAL)
 		return 0;
@@ -122,7 +122,7 @@ static int read_split(const struct esd_config *cfg, struct esd_job *j, bool pres
 	/* fit: equal sizes until the first fit, unless a model is given */
 	s = given ? given : j->split == ESD_JOB_SPLIT_FIT ? "0,0" : "0,1";
 	double *v = j->size_model;
-	if (job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
+	if (esd_job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
 	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
 		ESD_ERR("config", "workers.size_model = '%s': expected FIXED_ROWS,ROWS_PER_SAMPLE "
 			"(two numbers >= 0)", s);
@@ -163,7 +163,7 @@ void esd_job_sizes_text(const uint32_t *m, uint32_t n, char *buf, size_t len)
 int esd_job_parse_size_model(const char *s, double v[3])
 {
 	char items[3][ESD_JOB_ADDR_LEN];
-	if (!s || job_split(s, items, 3) != 3)
+	if (!s || esd_job_split(s, items, 3) != 3)
 		return -EINVAL;
 	for (int i = 0; i < 3; i++)
 		if (esd_parse_double(items[i], &v[i]) || !(v[i] >= 0) || !isfinite(v[i]))
@@ -198,7 +198,7 @@ int esd_job_parse_rates(const char *s, uint32_t n, uint64_t *out)
 	char items[ESD_MAX_WORKERS][ESD_JOB_ADDR_LEN];
 	if (!s || !out || n == 0 || n > ESD_MAX_WORKERS)
 		return -EINVAL;
-	int cnt = job_split(s, items, ESD_MAX_WORKERS);
+	int cnt = esd_job_split(s, items, ESD_MAX_WORKERS);
 	if (cnt != 1 && cnt != (int)n)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
@@ -241,7 +241,7 @@ static int read_optim_params(const struct esd_config *cfg, struct esd_job *j)
 	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
 		const struct esd_setting *s = &esd_job_settings[ids[i]];
 		const union esd_setting_value def = {.d = *(const float *)((char *)j + s->offset)};
-		if (job_setting_read(cfg, s, &def, j))
+		if (esd_job_setting_read(cfg, s, &def, j))
 			rc = -EINVAL;
 	}
 	if (!rc && esd_optim_params_check(&j->optim)) {
@@ -258,16 +258,16 @@ static int read_method(const struct esd_config *cfg, struct esd_job *j, bool pre
 {
 	const bool wide = j->n > ESD_JOB_EXACT_MAX_WORKERS;
 	union esd_setting_value def = {.s = wide ? ESD_JOB_WIDE_METHOD : ESD_JOB_DEFAULT_METHOD};
-	int rc = job_setting_read(cfg, JOB_SETTING(dispatch, method), &def, j);
+	int rc = esd_job_setting_read(cfg, JOB_SETTING(dispatch, method), &def, j);
 	enum esd_method m;
 	if (!rc && esd_method_parse(j->method, &m))
-		rc = job_setting_bad(cfg, JOB_SETTING(dispatch, method),
+		rc = esd_job_setting_bad(cfg, JOB_SETTING(dispatch, method),
 				     "expected vanilla, laia, heu, opt, hungarian or hybrid");
 	def.s = preset ? "shared" : "paper";
-	if (job_setting_read(cfg, JOB_SETTING(dispatch, matrix), &def, j))
+	if (esd_job_setting_read(cfg, JOB_SETTING(dispatch, matrix), &def, j))
 		rc = -EINVAL;
 	def.u = !preset ? 0 : wide ? ESD_JOB_WIDE_SWAPS / j->n : ESD_JOB_DEFAULT_SWAPS;
-	if (job_setting_read(cfg, JOB_SETTING(dispatch, local_search), &def, j))
+	if (esd_job_setting_read(cfg, JOB_SETTING(dispatch, local_search), &def, j))
 		rc = -EINVAL;
 	return rc;
 }
@@ -276,7 +276,7 @@ static int read_addrs(const struct esd_config *cfg, struct esd_job *j)
 {
 	const char *s;
 	esd_config_get_str(cfg, "ps", "addrs", NULL, &s);
-	if (s && job_split(s, j->addrs, ESD_JOB_MAX_SHARDS) != (int)j->shards)
+	if (s && esd_job_split(s, j->addrs, ESD_JOB_MAX_SHARDS) != (int)j->shards)
 		return bad_list(cfg, "ps", "addrs", "expected one address per shard");
 	return 0;
 }
@@ -314,7 +314,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 {
 	const bool preset = !esd_config_has(cfg, "dispatch", "method");
 	memset(j, 0, sizeof(*j));
-	int rc = job_settings_read(cfg, j);
+	int rc = esd_job_settings_read(cfg, j);
 	if (!rc && read_worker_lists(cfg, j))
 		rc = -EINVAL;
 	if (read_optim_params(cfg, j))
@@ -323,7 +323,7 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 		rc = -EINVAL;
 	if (read_addrs(cfg, j))
 		rc = -EINVAL;
-	if (job_backend_from_config(cfg, j))
+	if (esd_job_backend_from_config(cfg, j))
 		rc = -EINVAL;
 	if (check_peer_timeout(j))
 		rc = -EINVAL;

@@ -143,7 +143,7 @@ void esd_setting_bounds_text(const struct esd_setting *s, char *buf, size_t len)
 	snprintf(buf, len, "%s", s->expected ? s->expected : "");
 }
 
-int job_setting_bad(const struct esd_config *cfg, const struct esd_setting *s, const char *why)
+int esd_job_setting_bad(const struct esd_config *cfg, const struct esd_setting *s, const char *why)
 {
 	const char *v, *where = esd_config_origin(cfg, s->section, s->key);
 	esd_config_get_str(cfg, s->section, s->key, "", &v);
@@ -187,7 +187,7 @@ static int read_number(const struct esd_config *cfg, const struct esd_setting *s
 	}
 }
 
-int job_setting_read(const struct esd_config *cfg, const struct esd_setting *s,
+int esd_job_setting_read(const struct esd_config *cfg, const struct esd_setting *s,
 		     const union esd_setting_value *def, struct esd_job *j)
 {
 	void *field = (char *)j + s->offset;
@@ -202,26 +202,26 @@ int job_setting_read(const struct esd_config *cfg, const struct esd_setting *s,
 			return 0;
 		char why[256];
 		snprintf(why, sizeof(why), "expected %s", s->expected);
-		return job_setting_bad(cfg, s, why);
+		return esd_job_setting_bad(cfg, s, why);
 	}
 	snprintf(field, s->size, "%s", v);
 	return 0;
 }
 
-int job_settings_read(const struct esd_config *cfg, struct esd_job *j)
+int esd_job_settings_read(const struct esd_config *cfg, struct esd_job *j)
 {
 	int rc = 0;
 	for (size_t i = 0; i < esd_job_nsettings; i++) {
 		const struct esd_setting *s = &esd_job_settings[i];
 		if (s->def_text || (!s->size && !s->parse))
 			continue; /* read by code */
-		if (job_setting_read(cfg, s, NULL, j))
+		if (esd_job_setting_read(cfg, s, NULL, j))
 			rc = -EINVAL;
 	}
 	return rc;
 }
 
-int job_parse_split(const char *s, struct esd_job *j)
+int esd_job_parse_split(const char *s, struct esd_job *j)
 {
 	if (!strcasecmp(s, "equal"))
 		j->split = ESD_JOB_SPLIT_EQUAL;
@@ -236,7 +236,7 @@ int job_parse_split(const char *s, struct esd_job *j)
 
 /* and the optimizer's hyper-parameters' defaults, which model.lr, eps,
  * beta1 and beta2 start from */
-int job_parse_optimizer(const char *s, struct esd_job *j)
+int esd_job_parse_optimizer(const char *s, struct esd_job *j)
 {
 	enum esd_optimizer opt = ESD_OPT_ADAGRAD;
 	int rc = esd_optim_parse(s, &opt);
@@ -244,12 +244,12 @@ int job_parse_optimizer(const char *s, struct esd_job *j)
 	return rc ? -EINVAL : 0;
 }
 
-int job_parse_policy(const char *s, struct esd_job *j)
+int esd_job_parse_policy(const char *s, struct esd_job *j)
 {
 	return esd_policy_parse(s, &j->policy) ? -EINVAL : 0;
 }
 
-int job_parse_sync(const char *s, struct esd_job *j)
+int esd_job_parse_sync(const char *s, struct esd_job *j)
 {
 	if (!strcasecmp(s, "on-demand")) {
 		j->sync = ESD_SYNC_ON_DEMAND;
@@ -264,7 +264,7 @@ int job_parse_sync(const char *s, struct esd_job *j)
 
 _Static_assert(ESD_SOLVE_MAX_K == 262144, "settings.def's dispatch.gpu_min_rows bound");
 
-int job_parse_gpu_min_rows(const char *s, struct esd_job *j)
+int esd_job_parse_gpu_min_rows(const char *s, struct esd_job *j)
 {
 	if (!strcmp(s, "measure")) {
 		j->gpu_min_rows = ESD_JOB_GPU_MEASURE;
@@ -279,7 +279,7 @@ int job_parse_gpu_min_rows(const char *s, struct esd_job *j)
 	return 0;
 }
 
-int job_parse_matrix(const char *s, struct esd_job *j)
+int esd_job_parse_matrix(const char *s, struct esd_job *j)
 {
 	return esd_matrix_parse(s, &j->matrix) ? -EINVAL : 0;
 }
