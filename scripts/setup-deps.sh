@@ -15,6 +15,7 @@ PKGS=(
 	gnuplot-nox iproute2 procps
 	prometheus # promtool, which checks esdctl's metrics
 	dpkg-dev # dpkg-shlibdeps: the .deb's Depends (scripts/package.sh)
+	slurm-wlm munge # the Slurm example's test runs its own slurmctld and slurmd
 )
 
 missing=()
