@@ -62,7 +62,8 @@ def check_files(env, root):
     arch = run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"]).stdout.strip()
     want = ["usr/bin/" + p for p in PROGRAMS] + ["lib/systemd/system/" + u for u in UNITS]
     want += ["usr/lib/%s/libesd.so" % arch, "usr/include/esd/libesd.h",
-             "usr/lib/python3/dist-packages/esd/__init__.py", "usr/lib/sysusers.d/esd.conf"]
+             "usr/lib/python3/dist-packages/esd/__init__.py", "usr/lib/sysusers.d/esd.conf",
+             "etc/esd"]
     missing = [w for w in want if not os.path.exists(os.path.join(root, w))]
     env.check(not missing, "the package holds the programs, libesd, its headers, the "
               "binding and the units (missing: %s)" % missing)
