@@ -23,7 +23,7 @@ from e2e_util import Env, ClusterError  # noqa: E402
 from esdcluster import Cluster  # noqa: E402
 
 PROGRAMS = ("esd-ps", "esdd", "esdctl", "esd-trainer", "esd-data", "esd-ref", "esd-replay",
-            "esd-info", "esd-launch", "esd-export")
+            "esd-info", "esd-launch", "esd-export", "esd-k8s")
 UNITS = ("esd-ps@.service", "esdd@.service")
 
 
@@ -63,7 +63,7 @@ def check_files(env, root):
     want = ["usr/bin/" + p for p in PROGRAMS] + ["lib/systemd/system/" + u for u in UNITS]
     want += ["usr/lib/%s/libesd.so" % arch, "usr/include/esd/libesd.h",
              "usr/lib/python3/dist-packages/esd/__init__.py", "usr/lib/sysusers.d/esd.conf",
-             "etc/esd"]
+             "etc/esd", "usr/share/esd/slurm/esd.sbatch"]
     missing = [w for w in want if not os.path.exists(os.path.join(root, w))]
     env.check(not missing, "the package holds the programs, libesd, its headers, the "
               "binding and the units (missing: %s)" % missing)
