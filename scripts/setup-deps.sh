@@ -14,6 +14,8 @@ PKGS=(
 	python3 python3-numpy python3-scipy python3-matplotlib python3-torch
 	gnuplot-nox iproute2 procps
 	prometheus # promtool, which checks esdctl's metrics
+	dpkg-dev # dpkg-shlibdeps: the .deb's Depends (scripts/package.sh)
+	slurm-wlm munge # the Slurm example's test runs its own slurmctld and slurmd
 )
 
 missing=()

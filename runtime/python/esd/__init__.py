@@ -32,13 +32,16 @@ thread of its own, so a step that holds the GIL for long is not taken for
 a hung trainer.
 
 The shared library is found through $ESD_LIB, then next to this package
-in the build tree (build/lib/libesd.so), then the system's loader path.
+in the build tree (build/lib/libesd.so), then where the package installs
+it (lib/<multiarch>/libesd.so beside lib/python3/dist-packages), then the
+system's loader path.
 """
 import ctypes
 import ctypes.util
 import errno
 import os
 import sys
+import sysconfig
 import traceback
 import weakref
 
@@ -79,6 +82,10 @@ def _load():
     here = os.path.dirname(os.path.abspath(__file__))
     for up in ("../../../build/lib", "../../../../build/lib", "../../lib", "../lib"):
         cands.append(os.path.normpath(os.path.join(here, up, "libesd.so")))
+    # installed (the .deb): PREFIX/lib/python3/dist-packages/esd next to
+    # PREFIX/lib/<multiarch>/libesd.so, wherever PREFIX is
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    cands.append(os.path.normpath(os.path.join(here, "../../..", arch, "libesd.so")))
     found = ctypes.util.find_library("esd")
     if found:
         cands.append(found)
