@@ -212,9 +212,9 @@ static int save_snapshots(struct disp *ds, uint64_t iter)
 	memcpy(st->batch, ds->sz.batch, sizeof(ds->sz.batch));
 	pthread_mutex_lock(&ds->nd->qmu);
 	memcpy(st->rates, ds->nd->job.rate_bps, sizeof(st->rates));
-	st->size_model[0] = ds->nd->job.size_fixed_rows;
-	st->size_model[1] = ds->nd->job.size_rows_per_sample;
-	st->size_model[2] = ds->nd->job.size_compute_ns;
+	st->size_model[0] = ds->nd->job.derived.size_fixed_rows;
+	st->size_model[1] = ds->nd->job.derived.size_rows_per_sample;
+	st->size_model[2] = ds->nd->job.derived.size_compute_ns;
 	pthread_mutex_unlock(&ds->nd->qmu);
 	st->iter = iter;
 	ds->sv.ok[g] = true;
@@ -450,9 +450,9 @@ static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, 
 	pthread_mutex_lock(&nd->qmu);
 	memcpy(nd->job.rate_bps, j->rate_bps, sizeof(j->rate_bps));
 	memcpy(nd->job.batch, j->batch, sizeof(j->batch));
-	nd->job.size_fixed_rows = j->size_fixed_rows;
-	nd->job.size_rows_per_sample = j->size_rows_per_sample;
-	nd->job.size_compute_ns = j->size_compute_ns;
+	nd->job.derived.size_fixed_rows = j->derived.size_fixed_rows;
+	nd->job.derived.size_rows_per_sample = j->derived.size_rows_per_sample;
+	nd->job.derived.size_compute_ns = j->derived.size_compute_ns;
 	pthread_mutex_unlock(&nd->qmu);
 	char sizes[ESD_MAX_WORKERS * 11 + 1];
 	esd_job_sizes_text(j->batch, j->n, sizes, sizeof(sizes));
@@ -488,11 +488,11 @@ static int apply_size_model(struct disp *ds, uint64_t iter, const char *val)
 	struct esd_job j = nd->job;
 	pthread_mutex_unlock(&nd->qmu);
 	double v[3];
-	if (!j.split_link_aware || esd_job_parse_size_model(val, v))
+	if (!j.derived.split_link_aware || esd_job_parse_size_model(val, v))
 		return -EINVAL;
-	j.size_fixed_rows = v[0];
-	j.size_rows_per_sample = v[1];
-	j.size_compute_ns = v[2];
+	j.derived.size_fixed_rows = v[0];
+	j.derived.size_rows_per_sample = v[1];
+	j.derived.size_compute_ns = v[2];
 	if (esd_job_resplit(&j))
 		return -EINVAL;
 	char what[ESD_PROTO_MAX_SETTING + 32];
@@ -728,7 +728,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 	if (!ds)
 		return -ENOMEM;
 	ds->nd = nd;
-	ds->in.k = j->global_batch;
+	ds->in.k = j->derived.global_batch;
 	ds->eng.policy = j->policy;
 	const char *dv = getenv("ESD_TEST_DIVERGE_AT");
 	if (dv) {
@@ -770,7 +770,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
-		.ls_ref_keys = j->ls_ref_keys,
+		.ls_ref_keys = j->derived.ls_ref_keys,
 		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_EXACT_SSP,
 		           .heu_order = ESD_HEU_ROW_ORDER},
@@ -875,12 +875,12 @@ static int resume_at(struct disp *ds, uint64_t iter)
 	pthread_mutex_lock(&nd->qmu);
 	memcpy(nd->job.rate_bps, st->rates, sizeof(nd->job.rate_bps));
 	memcpy(nd->job.batch, ds->sz.batch, sizeof(nd->job.batch));
-	nd->job.size_fixed_rows = st->size_model[0];
-	nd->job.size_rows_per_sample = st->size_model[1];
-	nd->job.size_compute_ns = st->size_model[2];
+	nd->job.derived.size_fixed_rows = st->size_model[0];
+	nd->job.derived.size_rows_per_sample = st->size_model[1];
+	nd->job.derived.size_compute_ns = st->size_model[2];
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
-	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)
+	for (uint32_t s = 0; s < nd->job.shards && nd->job.derived.shape_follows_model; s++)
 		if (nd->links.link[s])
 			esd_link_set_rate(nd->links.link[s], nd->job.rate_bps[nd->rank]);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->eng.dc.method));
