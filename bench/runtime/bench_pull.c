@@ -88,10 +88,10 @@ static int join(const struct esd_job *job, const struct esd_key *key, const char
 	if (rc)
 		return rc;
 	struct esd_hello h = {
-	    .proto_version = ESD_PROTO_VERSION, .worker = 0, .job_token = job->token,
+	    .proto_version = ESD_PROTO_VERSION, .worker = 0, .job_token = job->derived.token,
 	    .dim = job->dim,
 	    .state_dim = (uint32_t)esd_optim_state_len(job->optim.opt, job->dim),
-	    .nworkers = job->n, .stream_digest = job->stream_digest};
+	    .nworkers = job->n, .stream_digest = job->derived.stream_digest};
 	esd_buf_init(&b);
 	if (!(rc = esd_enc_hello(&b, &h, 0)))
 		rc = esd_link_send(*l, b.data, b.len);

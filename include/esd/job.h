@@ -85,35 +85,32 @@ enum esd_job_port {
 
 /* The values derived from a job's settings (esd_job_from_config computes
  * them after reading the settings), or set later by the process. */
-#define ESD_JOB_DERIVED_FIELDS                                                                     \
-	/* k: the sum of batch[] */                                                                \
-	uint64_t global_batch;                                                                     \
-	/* a live workers.rates change reshapes the links too (neither           \
-	 * workers.link_rates nor workers.estimate_rates set) */                 \
-	bool shape_follows_model;                                                                  \
-	/* workers.split is link-aware or fit: batch[] is re-split from the      \
-	 * rates; split_fit: fit */                                              \
-	bool split_link_aware, split_fit;                                                          \
-	/* the split's model: workers.size_model, then what the fit measured;    \
-	 * its compute time per sample starts at compute_ns_per_sample */        \
-	double size_fixed_rows, size_rows_per_sample, size_compute_ns;                             \
-	/* the most samples one cache holds beside the hot rows (0: no limit):   \
-	 * set by each process once it has resolved the cache size (the same     \
-	 * way everywhere), so that a live re-split (esd_job_resplit) never      \
-	 * gives a worker more keys than its cache takes */                      \
-	uint32_t max_batch;                                                                        \
-	/* the default method's swaps are scaled to samples of this many keys    \
-	 * (ESD_JOB_LS_REF_KEYS); 0: a fixed budget */                           \
-	uint32_t ls_ref_keys;                                                                      \
-	/* esd_job_digest as loaded, before a process resolves its cache's       \
-	 * size, with the stream's digest folded in by esd_job_bind_stream:     \
-	 * what HELLO carries */                                                 \
-	uint64_t token;                                                                            \
-	/* esd_ds_digest of data.stream, 0 until bound */                        \
-	uint64_t stream_digest;
-
 struct esd_job_derived {
-	ESD_JOB_DERIVED_FIELDS
+	/* k: the sum of batch[] */
+	uint64_t global_batch;
+	/* a live workers.rates change reshapes the links too (neither
+	 * workers.link_rates nor workers.estimate_rates set) */
+	bool shape_follows_model;
+	/* workers.split is link-aware or fit: batch[] is re-split from the
+	 * rates; split_fit: fit */
+	bool split_link_aware, split_fit;
+	/* the split's model: workers.size_model, then what the fit measured;
+	 * its compute time per sample starts at compute_ns_per_sample */
+	double size_fixed_rows, size_rows_per_sample, size_compute_ns;
+	/* the most samples one cache holds beside the hot rows (0: no limit):
+	 * set by each process once it has resolved the cache size (the same
+	 * way everywhere), so that a live re-split (esd_job_resplit) never
+	 * gives a worker more keys than its cache takes */
+	uint32_t max_batch;
+	/* the default method's swaps are scaled to samples of this many keys
+	 * (ESD_JOB_LS_REF_KEYS); 0: a fixed budget */
+	uint32_t ls_ref_keys;
+	/* esd_job_digest as loaded, before a process resolves its cache's
+	 * size, with the stream's digest folded in by esd_job_bind_stream:
+	 * what HELLO carries */
+	uint64_t token;
+	/* esd_ds_digest of data.stream, 0 until bound */
+	uint64_t stream_digest;
 };
 
 /* The settings of a job (the fields named after their keys: the table
@@ -261,14 +258,8 @@ struct esd_job {
 	 * this often; job.peer_timeout_ms: a peer heard from not at all for
 	 * this long is dead (a stopped process, a host gone). */
 	uint64_t heartbeat_ms, peer_timeout_ms;
-	/* What follows the settings: derived. derived and the bare names
-	 * below are the same memory (code may use either). */
-	union {
-		struct esd_job_derived derived;
-		struct {
-			ESD_JOB_DERIVED_FIELDS
-		};
-	};
+	/* What follows the settings: derived. */
+	struct esd_job_derived derived;
 };
 
 /* Fill job from cfg (defaults for unset keys; every error logged naming

@@ -173,18 +173,18 @@ int esd_job_parse_size_model(const char *s, double v[3])
 
 int esd_job_resplit(struct esd_job *j)
 {
-	if (!j->split_link_aware)
+	if (!j->derived.split_link_aware)
 		return 0;
 	int64_t T[ESD_MAX_WORKERS];
 	for (uint32_t w = 0; w < j->n; w++)
 		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
-	struct esd_size_model m = {.compute_ns = j->size_compute_ns,
-				   .fixed_rows = j->size_fixed_rows,
-				   .rows_per_sample = j->size_rows_per_sample};
-	if (j->max_batch)
-		return esd_batch_sizes_link_aware_capped(j->n, (uint32_t)j->global_batch, T, &m, 1,
-							 j->max_batch, j->batch);
-	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->global_batch, T, &m, 1, j->batch);
+	struct esd_size_model m = {.compute_ns = j->derived.size_compute_ns,
+				   .fixed_rows = j->derived.size_fixed_rows,
+				   .rows_per_sample = j->derived.size_rows_per_sample};
+	if (j->derived.max_batch)
+		return esd_batch_sizes_link_aware_capped(j->n, (uint32_t)j->derived.global_batch, T, &m, 1,
+							 j->derived.max_batch, j->batch);
+	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->derived.global_batch, T, &m, 1, j->batch);
 }
 
 uint32_t esd_job_max_batch(uint64_t cache_rows, uint64_t hot_rows, uint32_t tables)
@@ -380,10 +380,10 @@ uint64_t esd_job_digest(const struct esd_job *j)
 		h = fnv(h, &j->matrix, sizeof(j->matrix));
 	if (j->local_search) /* quality */
 		h = fnv(h, &j->local_search, sizeof(j->local_search));
-	if (j->ls_ref_keys) /* the default's swaps scaled by keys per sample */
-		h = fnv(h, &j->ls_ref_keys, sizeof(j->ls_ref_keys));
-	if (j->split_fit) /* every node reports what shard 0 fits */
-		h = fnv(h, &j->split_fit, sizeof(j->split_fit));
+	if (j->derived.ls_ref_keys) /* the default's swaps scaled by keys per sample */
+		h = fnv(h, &j->derived.ls_ref_keys, sizeof(j->derived.ls_ref_keys));
+	if (j->derived.split_fit) /* every node reports what shard 0 fits */
+		h = fnv(h, &j->derived.split_fit, sizeof(j->derived.split_fit));
 	h = fnv(h, &j->shards, sizeof(j->shards));
 	return h;
 }
@@ -410,8 +410,8 @@ int esd_job_key_check(const struct esd_job *j, const char *who)
 
 void esd_job_bind_stream(struct esd_job *j, uint64_t stream_digest)
 {
-	j->stream_digest = stream_digest;
-	j->token = fnv(j->token, &stream_digest, sizeof(stream_digest));
+	j->derived.stream_digest = stream_digest;
+	j->derived.token = fnv(j->derived.token, &stream_digest, sizeof(stream_digest));
 }
 
 uint32_t esd_shard_of(esd_key_t key, uint32_t nshards)

@@ -6,7 +6,10 @@
  * decisions; the digest of each travels with the barrier. The thread
  * produces one work order per iteration for this node's worker into a
  * small ring (back-pressure: it runs at most ORDER_RING - 1 ahead).
+ * The live settings are applied in disp_live.c, the boundaries' snapshots
+ * kept in disp_saves.c (their shared state: disp.h).
  */
+#include "disp.h"
 #include "node.h"
 
 #include <esd/clock.h>
@@ -18,71 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-
-/* Checkpoint boundaries whose state is kept (struct disp_saves): the
- * thread saves boundary c when it decides c, up to ORDER_RING iterations
- * ahead of the main thread, whose iteration t runs while the shards' last
- * complete checkpoint is t - 2 (written at the release of barrier t - 1);
- * so with checkpoints every iteration the boundary a restarted shard
- * resumes from can be ORDER_RING + 2 boundaries back. */
-#define SAVED_GENS (ORDER_RING + 2)
-
-/* The dispatcher thread's state: its own (no lock), from
- * node_dispatcher_start until node_dispatcher_stop. */
-
-/* The decision engine and its settings. */
-struct disp_engine {
-	struct esd_snapset *ss;
-	struct esd_dispatcher *d;
-	struct esd_conseq *cq;
-	struct esd_dispatcher_config dc;
-	enum esd_policy policy; /* of the snapshots (esdctl set cache.policy) */
-	/* sums of the engines an esdctl set replaced (the counters published
-	 * cover the whole run) */
-	struct esd_dispatch_counters base;
-	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
-	int64_t gpu_deadline_ns;
-};
-
-/* The stream and the batches read from it: the current one and the next
- * (lookahead). */
-struct disp_input {
-	struct esd_ds_reader *rd;
-	uint64_t k;
-	float *labels[2], *dense[2];
-	esd_key_t *keys[2];   /* [k * width]: the batch's keys, bag by bag */
-	uint32_t *bag_off[2]; /* [k * tables + 1]: bag (i, t) starts at keys[bag_off[i*T + t]] */
-	uint32_t *off[2];     /* [k + 1]: sample i's first key (bag_off[i * T]) */
-	uint32_t *assign;
-	uint32_t *nworkers; /* per unique key: trainers count */
-};
-
-/* The workers' capacities, link costs and batch sizes. */
-struct disp_sizes {
-	uint32_t cap[ESD_MAX_WORKERS];
-	int64_t T[ESD_MAX_WORKERS];
-	uint32_t batch[ESD_MAX_WORKERS]; /* the decisions' sizes (workers.rates) */
-	uint32_t max_batch;              /* the exchange area's samples */
-};
-
-/* Restart support: the iteration the thread starts after, and its state
- * at the last SAVED_GENS checkpoint boundaries (a PS restart rolls back to
- * one; each is also written to disk for a whole-job resume). */
-struct disp_saves {
-	uint64_t start_iter;
-	struct node_state gen[SAVED_GENS];
-	bool ok[SAVED_GENS];
-	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
-};
-
-struct disp {
-	struct node *nd;
-	struct disp_engine eng;
-	struct disp_input in;
-	struct disp_sizes sz;
-	struct disp_saves sv;
-	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
-};
 
 /* The exact part of opt and hybrid on the GPU solver (dispatch.gpu), in
  * two halves so that hybrid runs Heu while the GPU solves; it answers on
@@ -126,101 +64,6 @@ static void gpu_crossover(struct disp *ds, const struct esd_job *j)
 	else
 		ESD_INFO("dispatch", "dispatch.gpu: measured cross-over %u rows (n = %u): the GPU "
 			 "answers from there", cal.min_rows, j->n);
-}
-
-/* Generation saved at boundary iter, or -1. */
-static int saved_gen(const struct disp *ds, uint64_t iter)
-{
-	for (int q = 0; q < SAVED_GENS; q++)
-		if (ds->sv.ok[q] && ds->sv.gen[q].iter == iter)
-			return q;
-	return -1;
-}
-
-/* The generation to save boundary iter in: its own if saved before, else
- * an unused one, else the oldest. */
-static int gen_for(const struct disp *ds, uint64_t iter)
-{
-	int g = saved_gen(ds, iter);
-	for (int q = 0; g < 0 && q < SAVED_GENS; q++)
-		if (!ds->sv.ok[q])
-			g = q;
-	if (g < 0) {
-		g = 0;
-		for (int q = 1; q < SAVED_GENS; q++)
-			if (ds->sv.gen[q].iter < ds->sv.gen[g].iter)
-				g = q;
-	}
-	return g;
-}
-
-/* Copy every snapshot into st (HET: and every key's version). */
-static int copy_snapshots(struct disp *ds, struct node_state *st)
-{
-	st->n = ds->nd->job.n;
-	for (uint32_t j = 0; j < st->n; j++) {
-		const struct esd_cmeta *cm = esd_snapset_view(ds->eng.ss, j);
-		if (!cm)
-			return -ENOMEM;
-		size_t len = esd_cmeta_block_bytes(cm);
-		struct esd_cmeta *out;
-		if (len > st->cm_cap[j]) {
-			void *m = NULL;
-			if (posix_memalign(&m, 64, len))
-				return -ENOMEM;
-			free(st->cm[j]);
-			st->cm[j] = m;
-			st->cm_cap[j] = len;
-		}
-		int rc = esd_cmeta_copy(st->cm[j], st->cm_cap[j], cm, &out);
-		if (rc)
-			return rc;
-	}
-	st->nvers = 0;
-	if (ds->nd->job.het) {
-		size_t nv = esd_snapset_versions(ds->eng.ss, NULL, NULL, 0);
-		if (nv > st->capvers) {
-			esd_key_t *k = realloc(st->vkeys, nv * sizeof(*k));
-			if (k)
-				st->vkeys = k;
-			uint64_t *v = realloc(st->vvals, nv * sizeof(*v));
-			if (v)
-				st->vvals = v;
-			if (!k || !v)
-				return -ENOMEM;
-			st->capvers = nv;
-		}
-		st->nvers = esd_snapset_versions(ds->eng.ss, st->vkeys, st->vvals, nv);
-	}
-	return 0;
-}
-
-/* Keep the state as of checkpoint boundary iter; with ps.checkpoint_dir
- * set, write it to disk too (before the boundary's iteration trains: the
- * shards' checkpoint of it comes later). */
-static int save_snapshots(struct disp *ds, uint64_t iter)
-{
-	const int g = gen_for(ds, iter);
-	struct node_state *st = &ds->sv.gen[g];
-	ds->sv.ok[g] = false;
-	int rc = copy_snapshots(ds, st);
-	if (rc)
-		return rc;
-	st->method = ds->eng.dc.method;
-	st->alpha = ds->eng.dc.hybrid.alpha;
-	st->policy = ds->eng.policy;
-	memcpy(st->batch, ds->sz.batch, sizeof(ds->sz.batch));
-	pthread_mutex_lock(&ds->nd->qmu);
-	memcpy(st->rates, ds->nd->job.rate_bps, sizeof(st->rates));
-	st->size_model[0] = ds->nd->job.size_fixed_rows;
-	st->size_model[1] = ds->nd->job.size_rows_per_sample;
-	st->size_model[2] = ds->nd->job.size_compute_ns;
-	pthread_mutex_unlock(&ds->nd->qmu);
-	st->iter = iter;
-	ds->sv.ok[g] = true;
-	if (iter > 0 && ds->nd->job.checkpoint_dir[0])
-		rc = node_state_write(ds->nd, st, "state");
-	return rc;
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t elem)
@@ -386,179 +229,6 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	return 0;
 }
 
-/* The counters of the current engine on top of those it replaced. */
-static struct esd_dispatch_counters counters_of(const struct disp *ds)
-{
-	struct esd_dispatch_counters c = *esd_dispatcher_counters(ds->eng.d);
-	const struct esd_dispatch_counters *b = &ds->eng.base;
-	c.steps += b->steps;
-	c.sum.keytab += b->sum.keytab;
-	c.sum.fill += b->sum.fill;
-	c.sum.matrix += b->sum.matrix;
-	c.sum.solve += b->sum.solve;
-	c.sum.advance += b->sum.advance;
-	c.sum.total += b->sum.total;
-	c.sum.profile += b->sum.profile;
-	c.sum_est_cost += b->sum_est_cost;
-	c.sum_true_cost += b->sum_true_cost;
-	c.sum_heu_cost += b->sum_heu_cost;
-	c.sum_opt_cost += b->sum_opt_cost;
-	for (int q = 0; q < ESD_CQ_KINDS; q++)
-		c.xfers[q] += b->xfers[q];
-	c.hits += b->hits;
-	return c;
-}
-
-/* esdctl set: apply the change announced for iteration iter (settings.c)
- * as this thread starts deciding it, identically on every node. Method and
- * alpha: a new decision engine on the same snapshots (its per-iteration
- * seed comes from the snapshots' iteration, so nothing else carries over
- * but the counters, which restart). Policy: every snapshot switches here,
- * before the lookahead hints and the advance of iter; *set_policy tells
- * the main thread to switch the real cache at the same point. */
-/* Job j's rates and sizes from iteration iter on (a live workers.rates or
- * workers.size_model change, after esd_job_resplit: the same on every
- * node): every worker's row cost T_j and capacity; the dispatcher is made
- * again with them. */
-static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, const char *what)
-{
-	struct node *nd = ds->nd;
-	uint64_t maxb = 0;
-	for (uint32_t w = 0; w < j->n; w++)
-		maxb = j->batch[w] > maxb ? j->batch[w] : maxb;
-	if (maxb * nd->width + nd->nrep > j->cache_rows || maxb > ds->sz.max_batch) {
-		ESD_ERR("dispatch", "iteration %llu: %s gives a worker %llu samples: its %llu keys "
-			"and %u hot rows exceed the cache's %llu rows, or the exchange area's %u "
-			"samples", (unsigned long long)iter, what, (unsigned long long)maxb,
-			(unsigned long long)(maxb * nd->width), nd->nrep,
-			(unsigned long long)j->cache_rows, ds->sz.max_batch);
-		return -ENOSPC;
-	}
-	for (uint32_t w = 0; w < j->n; w++)
-		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
-	memcpy(ds->sz.batch, j->batch, sizeof(ds->sz.batch));
-	struct esd_dispatcher_config dc = ds->eng.dc;
-	dc.T = ds->sz.T;
-	dc.cap = ds->sz.batch;
-	ds->eng.base = counters_of(ds);
-	esd_dispatcher_free(ds->eng.d);
-	ds->eng.d = NULL;
-	int rc = esd_dispatcher_create(&dc, ds->eng.ss, &ds->eng.d);
-	if (rc)
-		return rc;
-	ds->eng.dc = dc;
-	pthread_mutex_lock(&nd->qmu);
-	memcpy(nd->job.rate_bps, j->rate_bps, sizeof(j->rate_bps));
-	memcpy(nd->job.batch, j->batch, sizeof(j->batch));
-	nd->job.size_fixed_rows = j->size_fixed_rows;
-	nd->job.size_rows_per_sample = j->size_rows_per_sample;
-	nd->job.size_compute_ns = j->size_compute_ns;
-	pthread_mutex_unlock(&nd->qmu);
-	char sizes[ESD_MAX_WORKERS * 11 + 1];
-	esd_job_sizes_text(j->batch, j->n, sizes, sizeof(sizes));
-	ESD_INFO("dispatch", "iteration %llu: %s, batch sizes %s", (unsigned long long)iter, what,
-		 sizes);
-	return 0;
-}
-
-/* workers.rates = val: every worker's row cost T_j and, with a link-aware
- * split, the batch sizes. */
-static int apply_rates(struct disp *ds, uint64_t iter, const char *val, uint64_t *rate)
-{
-	struct node *nd = ds->nd;
-	pthread_mutex_lock(&nd->qmu);
-	struct esd_job j = nd->job;
-	pthread_mutex_unlock(&nd->qmu);
-	if (esd_job_parse_rates(val, j.n, j.rate_bps) || esd_job_resplit(&j))
-		return -EINVAL;
-	char what[ESD_PROTO_MAX_SETTING + 32];
-	snprintf(what, sizeof(what), "workers.rates = %s", val);
-	int rc = apply_split(ds, iter, &j, what);
-	if (!rc)
-		*rate = j.rate_bps[nd->rank];
-	return rc;
-}
-
-/* workers.size_model = FIXED,PER_SAMPLE,COMPUTE_NS (shard 0's fit): the
- * link-aware split's model and the sizes it gives. */
-static int apply_size_model(struct disp *ds, uint64_t iter, const char *val)
-{
-	struct node *nd = ds->nd;
-	pthread_mutex_lock(&nd->qmu);
-	struct esd_job j = nd->job;
-	pthread_mutex_unlock(&nd->qmu);
-	double v[3];
-	if (!j.split_link_aware || esd_job_parse_size_model(val, v))
-		return -EINVAL;
-	j.size_fixed_rows = v[0];
-	j.size_rows_per_sample = v[1];
-	j.size_compute_ns = v[2];
-	if (esd_job_resplit(&j))
-		return -EINVAL;
-	char what[ESD_PROTO_MAX_SETTING + 32];
-	snprintf(what, sizeof(what), "workers.size_model = %s", val);
-	return apply_split(ds, iter, &j, what);
-}
-
-static int apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate)
-{
-	struct node *nd = ds->nd;
-	char key[sizeof(nd->live.set_key)], val[sizeof(nd->live.set_value)];
-	int rc = 0;
-
-	*set_policy = -1;
-	pthread_mutex_lock(&nd->qmu);
-	bool due = nd->live.set_at == iter;
-	if (due) {
-		memcpy(key, nd->live.set_key, sizeof(key));
-		memcpy(val, nd->live.set_value, sizeof(val));
-	}
-	pthread_mutex_unlock(&nd->qmu);
-	if (!due)
-		return 0;
-	if (!strcmp(key, "workers.rates"))
-		return apply_rates(ds, iter, val, rate);
-	if (!strcmp(key, "workers.size_model"))
-		return apply_size_model(ds, iter, val);
-	if (!strcmp(key, "cache.policy")) {
-		enum esd_policy p;
-		rc = esd_policy_parse(val, &p);
-		for (uint32_t j = 0; j < nd->job.n && !rc; j++)
-			rc = esd_cmeta_set_policy(esd_snapset_cmeta(ds->eng.ss, j), p);
-		if (rc)
-			return rc;
-		ds->eng.policy = p;
-		*set_policy = (int)p;
-		return 0;
-	}
-	struct esd_dispatcher_config dc = ds->eng.dc;
-	if (!strcmp(key, "dispatch.method"))
-		rc = esd_method_parse(val, &dc.method);
-	else if (!strcmp(key, "dispatch.alpha"))
-		dc.hybrid.alpha = strtod(val, NULL);
-	else
-		rc = -EINVAL;
-	if (rc)
-		return rc;
-	ds->eng.base = counters_of(ds);
-	esd_dispatcher_free(ds->eng.d);
-	ds->eng.d = NULL;
-	rc = esd_dispatcher_create(&dc, ds->eng.ss, &ds->eng.d);
-	if (rc) {
-		ESD_ERR("dispatch", "iteration %llu: %s = %s: %s", (unsigned long long)iter, key,
-			val, esd_strerror(rc));
-		return rc;
-	}
-	ds->eng.dc = dc;
-	pthread_mutex_lock(&nd->qmu);
-	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(dc.method));
-	nd->job.alpha = dc.hybrid.alpha;
-	pthread_mutex_unlock(&nd->qmu);
-	ESD_INFO("dispatch", "iteration %llu: %s = %s (method %s, alpha %g)",
-		 (unsigned long long)iter, key, val, esd_method_name(dc.method), dc.hybrid.alpha);
-	return 0;
-}
-
 /* Long: the dispatcher thread's loop: wait for room, read the batch, decide, apply live
  * settings, publish, with its exits. */
 static void *disp_main(void *arg)
@@ -589,7 +259,7 @@ static void *disp_main(void *arg)
 		int64_t t0 = esd_now_ns();
 		int set_policy;
 		uint64_t rate = UINT64_MAX;
-		rc = apply_setting(ds, iter, &set_policy, &rate);
+		rc = node_disp_apply_setting(ds, iter, &set_policy, &rate);
 		if (rc)
 			break;
 		bool lookahead = ds->eng.policy == ESD_POLICY_LOOKAHEAD;
@@ -639,7 +309,7 @@ static void *disp_main(void *arg)
 		if (o->flush)
 			rc = esd_snapset_flush(ds->eng.ss);
 		if (!rc && o->checkpoint)
-			rc = save_snapshots(ds, iter);
+			rc = node_disp_save(ds, iter);
 		if (rc)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
@@ -647,7 +317,7 @@ static void *disp_main(void *arg)
 		pthread_mutex_lock(&nd->qmu);
 		nd->dq.cpu_ns += cpu_now - cpu_mark;
 		cpu_mark = cpu_now;
-		nd->dq.count = counters_of(ds);
+		nd->dq.count = node_disp_counters(ds);
 		if (ds->eng.gpu)
 			nd->dq.gcount = *esd_gpu_solver_stats(ds->eng.gpu);
 		nd->dq.produced++;
@@ -697,7 +367,7 @@ static int make_engine(struct disp *ds, bool from_saved)
 	int rc = esd_snapset_create(j->n, ds->sz.cap, ds->eng.policy, &ds->eng.ss);
 	if (!rc && j->het) /* before any load: versions start with the snapshots */
 		rc = esd_snapset_set_staleness(ds->eng.ss, j->staleness);
-	const int g = from_saved ? saved_gen(ds, ds->sv.restore_iter) : -1;
+	const int g = from_saved ? node_disp_saved_gen(ds, ds->sv.restore_iter) : -1;
 	if (!rc && from_saved && g < 0)
 		rc = -ESTALE;
 	const struct node_state *st = g >= 0 ? &ds->sv.gen[g] : NULL;
@@ -728,7 +398,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 	if (!ds)
 		return -ENOMEM;
 	ds->nd = nd;
-	ds->in.k = j->global_batch;
+	ds->in.k = j->derived.global_batch;
 	ds->eng.policy = j->policy;
 	const char *dv = getenv("ESD_TEST_DIVERGE_AT");
 	if (dv) {
@@ -770,7 +440,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.compare = j->compare,
 		.matrix = j->matrix, /* quality: dispatch.matrix */
 		.ls_evals = j->local_search, /* quality: dispatch.local_search */
-		.ls_ref_keys = j->ls_ref_keys,
+		.ls_ref_keys = j->derived.ls_ref_keys,
 		.replicated = nd->rep, .nreplicated = nd->nrep, /* dispatch.replicate */
 		.hybrid = {.alpha = j->alpha, .backend = ESD_EXACT_SSP,
 		           .heu_order = ESD_HEU_ROW_ORDER},
@@ -812,7 +482,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 	} else { /* a new job, or one resumed cold (ps.resume_from) */
 		rc = make_engine(ds, false);
 		if (!rc)
-			rc = save_snapshots(ds, nd->rec.cold_at);
+			rc = node_disp_save(ds, nd->rec.cold_at);
 		if (!rc && nd->rec.cold_at)
 			rc = start_at(ds, nd->rec.cold_at);
 	}
@@ -848,7 +518,7 @@ static void stop_thread(struct node *nd)
 static int resume_at(struct disp *ds, uint64_t iter)
 {
 	struct node *nd = ds->nd;
-	const int g = saved_gen(ds, iter);
+	const int g = node_disp_saved_gen(ds, iter);
 	if (g < 0) {
 		char have[128] = "";
 		size_t off = 0;
@@ -875,12 +545,12 @@ static int resume_at(struct disp *ds, uint64_t iter)
 	pthread_mutex_lock(&nd->qmu);
 	memcpy(nd->job.rate_bps, st->rates, sizeof(nd->job.rate_bps));
 	memcpy(nd->job.batch, ds->sz.batch, sizeof(nd->job.batch));
-	nd->job.size_fixed_rows = st->size_model[0];
-	nd->job.size_rows_per_sample = st->size_model[1];
-	nd->job.size_compute_ns = st->size_model[2];
+	nd->job.derived.size_fixed_rows = st->size_model[0];
+	nd->job.derived.size_rows_per_sample = st->size_model[1];
+	nd->job.derived.size_compute_ns = st->size_model[2];
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(&nd->job, w, esd_job_row_bytes(&nd->job));
-	for (uint32_t s = 0; s < nd->job.shards && nd->job.shape_follows_model; s++)
+	for (uint32_t s = 0; s < nd->job.shards && nd->job.derived.shape_follows_model; s++)
 		if (nd->links.link[s])
 			esd_link_set_rate(nd->links.link[s], nd->job.rate_bps[nd->rank]);
 	snprintf(nd->job.method, sizeof(nd->job.method), "%s", esd_method_name(ds->eng.dc.method));

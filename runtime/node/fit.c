@@ -18,7 +18,7 @@
 void node_fit_observe(struct node *nd, const struct order *o, int64_t train_ns)
 {
 	struct node_fit *f = &nd->fit;
-	if (!nd->job.split_fit)
+	if (!nd->job.derived.split_fit)
 		return;
 	if (o->iter <= f->last_iter || o->iter <= ESD_SIZE_FIT_SKIP) { /* rolled back, or cold */
 		memset(&f->obs, 0, sizeof(f->obs));
@@ -53,8 +53,8 @@ int node_fit_report(struct node *nd, struct esd_buf *b, uint64_t iter)
 	snprintf(v, sizeof(v), "%llu,%llu,%llu,%llu,%llu,%.17g,%.17g,%.17g",
 		 (unsigned long long)f->report_end, (unsigned long long)f->report.iters,
 		 (unsigned long long)f->report.samples, (unsigned long long)f->report.rows,
-		 (unsigned long long)f->report.compute_ns, nd->job.size_fixed_rows,
-		 nd->job.size_rows_per_sample, nd->job.size_compute_ns);
+		 (unsigned long long)f->report.compute_ns, nd->job.derived.size_fixed_rows,
+		 nd->job.derived.size_rows_per_sample, nd->job.derived.size_compute_ns);
 	f->reports++;
 	f->last_compute_ns = f->report.samples
 				     ? (double)f->report.compute_ns / (double)f->report.samples
@@ -66,12 +66,12 @@ int node_fit_report(struct node *nd, struct esd_buf *b, uint64_t iter)
 
 json_t *node_fit_json(const struct node *nd)
 {
-	if (!nd->job.split_link_aware)
+	if (!nd->job.derived.split_link_aware)
 		return json_null();
 	return json_pack("{s:s, s:f, s:f, s:f, s:I, s:f}", "split",
-			 nd->job.split_fit ? "fit" : "link-aware", "fixed_rows",
-			 nd->job.size_fixed_rows, "rows_per_sample", nd->job.size_rows_per_sample,
-			 "compute_ns_per_sample", nd->job.size_compute_ns, "reports",
+			 nd->job.derived.split_fit ? "fit" : "link-aware", "fixed_rows",
+			 nd->job.derived.size_fixed_rows, "rows_per_sample", nd->job.derived.size_rows_per_sample,
+			 "compute_ns_per_sample", nd->job.derived.size_compute_ns, "reports",
 			 (json_int_t)nd->fit.reports, "measured_compute_ns_per_sample",
 			 nd->fit.last_compute_ns);
 }

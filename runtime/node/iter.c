@@ -4,8 +4,10 @@
  * links. Every policy call on the real cache mirrors the one the
  * dispatcher made on this worker's snapshot, and the resulting pulls and
  * evictions are checked against the snapshot's prediction: a divergence
- * stops the job.
+ * stops the job. Step 2, the barrier, is in barrier.c; the saved
+ * boundaries and the resumes in recover.c (their shared state: exec.h).
  */
+#include "exec.h"
 #include "node.h"
 #include "rows.h"
 
@@ -15,43 +17,8 @@
 #include <esd/optim.h>
 #include <esd/proto.h>
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct shard_buf {
-	struct esd_buf b;
-	struct esd_gather g; /* rows sent from the cache in place (x->zero_copy) */
-	struct esd_rows_enc e;
-	bool open;
-};
-
-struct exec {
-	struct node *nd;
-	struct shard_buf sb[ESD_JOB_MAX_SHARDS];
-	esd_key_t *pull_keys[ESD_JOB_MAX_SHARDS];
-	uint32_t npull[ESD_JOB_MAX_SHARDS];
-	size_t cap_pull[ESD_JOB_MAX_SHARDS];
-	struct esd_cmeta_pull *pulls;
-	struct esd_cmeta_evict *evicts;
-	uint32_t *fill_slots;
-	esd_key_t *dirty_evicts; /* the fill's DIRTY victims, sorted (cap_fill + 1) */
-	uint32_t *sample_slots;
-	size_t cap_fill, cap_samples;
-	uint32_t dense_rows;
-	float *dense_chunk; /* one dense row's gradient (dim floats) */
-	bool zero_copy;     /* ps.zero_copy: cache rows go in place */
-	int64_t cpu_mark;   /* this thread's CPU at the last lap */
-	int64_t cpu[NODE_CPU_NPHASES]; /* per phase, since the last iteration's end */
-};
-
-/* The thread's CPU since the last lap goes to phase p. */
-static void lap(struct exec *x, enum node_cpu_phase p)
-{
-	const int64_t now = esd_thread_cpu_ns();
-	x->cpu[p] += now - x->cpu_mark;
-	x->cpu_mark = now;
-}
 
 static uint32_t shard_of(const struct node *nd, esd_key_t key)
 {
@@ -109,7 +76,7 @@ static int rows_add(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_ki
 }
 
 /* Drop what shard s's buffer holds. */
-static void sb_reset(struct shard_buf *sb)
+void node_exec_reset_shard(struct shard_buf *sb)
 {
 	esd_buf_reset(&sb->b);
 	esd_gather_reset(&sb->g);
@@ -138,14 +105,14 @@ static void rows_close_all(struct exec *x)
 		}
 }
 
-static int flush_all(struct exec *x)
+int node_exec_flush(struct exec *x)
 {
 	rows_close_all(x);
 	for (uint32_t s = 0; s < x->nd->job.shards; s++) {
 		if (!x->sb[s].b.len)
 			continue;
 		int rc = send_shard(x, s);
-		sb_reset(&x->sb[s]);
+		node_exec_reset_shard(&x->sb[s]);
 		if (!rc) /* every push frame encoded for s is on the wire */
 			x->nd->links.sent_seq[s] = x->nd->links.push_seq[s];
 		if (rc) {
@@ -158,7 +125,7 @@ static int flush_all(struct exec *x)
 }
 
 /* Receive the next frame of shard s, turning ERROR frames into failures. */
-static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
+int node_exec_recv(struct exec *x, uint32_t s, struct esd_msg *m)
 {
 	struct node *nd = x->nd;
 	/* the shard answers within its barrier timeout, or fails the job */
@@ -183,144 +150,11 @@ static int recv_from(struct exec *x, uint32_t s, struct esd_msg *m)
 
 /* ---- the steps ---------------------------------------------------------- */
 
-/* esdctl set: the SETTING frame shard 0 sends after an ACK so flagged. */
-static int recv_setting(struct exec *x, uint64_t iter)
-{
-	struct esd_msg m;
-	int rc = recv_from(x, 0, &m);
-	if (rc)
-		return rc;
-	if (m.hdr.op != ESD_OP_SETTING) {
-		ESD_ERR("node", "shard 0 announced a setting after barrier %llu, then sent %s",
-			(unsigned long long)iter, esd_op_name(m.hdr.op));
-		return -EPROTO;
-	}
-	return node_setting_announce(x->nd, iter, &m.u.setting);
-}
-
-/* A relayed command's reply to shard 0: SETTING frames "node.reply" of at
- * most ESD_PROTO_MAX_SETTING bytes, the last one "node.reply.end". */
-static int send_reply(struct exec *x, uint64_t iter, const char *reply)
-{
-	char chunk[ESD_PROTO_MAX_SETTING + 1];
-	size_t len = strlen(reply), off = 0;
-	int rc = 0;
-	do {
-		size_t n = len - off > ESD_PROTO_MAX_SETTING ? ESD_PROTO_MAX_SETTING : len - off;
-		memcpy(chunk, reply + off, n);
-		chunk[n] = 0;
-		off += n;
-		rc = esd_enc_setting(&x->sb[0].b, iter, off == len ? "node.reply.end" : "node.reply",
-				     chunk);
-	} while (!rc && off < len);
-	return rc;
-}
-
-static int barrier_ack(struct exec *x, const struct order *o, uint32_t s);
-
-static int barrier(struct exec *x, const struct order *o)
-{
-	struct node *nd = x->nd;
-	struct esd_barrier br = {.iteration = o->iter, .digest = o->digest, .worker = nd->rank,
-				 .checkpoint = nd->rec.flag_next_barrier, .final = o->final};
-	nd->rec.flag_next_barrier = false;
-	/* a link rate set on this node goes to shard 0 ahead of the barrier */
-	pthread_mutex_lock(&nd->qmu);
-	/* a stop asked here goes to shard 0 until it names the boundary */
-	bool ask_stop = nd->stop.asked && !nd->stop.at;
-	bool report = nd->live.rate_report;
-	uint64_t rate = nd->live.rate_report_bps;
-	nd->live.rate_report = false;
-	pthread_mutex_unlock(&nd->qmu);
-	if (report) {
-		char v[32];
-		snprintf(v, sizeof(v), "%llu", (unsigned long long)rate);
-		int rc = esd_enc_setting(&x->sb[0].b, o->iter, "link.rate", v);
-		if (rc)
-			return rc;
-	}
-	/* workers.split = fit: the window that ended, for shard 0's fit */
-	int frc = node_fit_report(nd, &x->sb[0].b, o->iter);
-	if (frc)
-		return frc;
-	/* the reply to a command shard 0 relayed, in chunks */
-	if (nd->relay.reply) {
-		int rc = send_reply(x, o->iter, nd->relay.reply);
-		free(nd->relay.reply);
-		nd->relay.reply = NULL;
-		if (rc)
-			return rc;
-	}
-	/* about once a second, this node's status to shard 0 (esdctl there
-	 * lists every node of the job) */
-	int64_t now = esd_now_ns();
-	if (now - nd->stats.last_report_ns >= ESD_NS_PER_S) {
-		char st[ESD_PROTO_MAX_SETTING + 1];
-		nd->stats.last_report_ns = now;
-		if (!node_status_report(nd, st, sizeof(st))) {
-			int rc = esd_enc_setting(&x->sb[0].b, o->iter, "node.status", st);
-			if (rc)
-				return rc;
-		}
-	}
-	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		br.stop = s == 0 && ask_stop;
-		/* the shard checks the count of pushes since the last barrier */
-		br.npushes = (uint32_t)(nd->links.push_seq[s] - nd->links.barrier_seq[s]);
-		nd->links.barrier_seq[s] = nd->links.push_seq[s];
-		int rc = esd_enc_barrier(&x->sb[s].b, &br);
-		if (rc)
-			return rc;
-	}
-	int rc = flush_all(x);
-	for (uint32_t s = 0; s < nd->job.shards && !rc; s++)
-		rc = barrier_ack(x, o, s);
-	return rc;
-}
-
-/* Shard s's answer to barrier o->iter: its ACK, what shard 0 announces
- * with it (a checkpoint boundary, the job's stop, a setting) and a stop
- * another shard asks for. */
-static int barrier_ack(struct exec *x, const struct order *o, uint32_t s)
-{
-	struct node *nd = x->nd;
-	struct esd_msg m;
-	int rc = recv_from(x, s, &m);
-	if (rc)
-		return rc;
-	if (m.hdr.op != ESD_OP_ACK || m.u.ack.op != ESD_OP_BARRIER || m.u.ack.iteration != o->iter) {
-		ESD_ERR("node", "shard %u answered barrier %llu with %s", s,
-			(unsigned long long)o->iter, esd_op_name(m.hdr.op));
-		return -EPROTO;
-	}
-	if (m.u.ack.status)
-		return m.u.ack.status;
-	if (s == 0 && m.u.ack.sequence > o->iter) {
-		/* shard 0 schedules a requested checkpoint at that boundary (and
-		 * the job's stop, when so flagged) */
-		pthread_mutex_lock(&nd->qmu);
-		if (nd->rec.ckpt_at <= o->iter)
-			nd->rec.ckpt_at = m.u.ack.sequence;
-		bool first = m.u.ack.stop && !nd->stop.at;
-		if (m.u.ack.stop)
-			nd->stop.at = m.u.ack.sequence;
-		pthread_mutex_unlock(&nd->qmu);
-		if (first)
-			ESD_INFO("node", "the job stops after iteration %llu (shard 0)",
-				 (unsigned long long)m.u.ack.sequence);
-	} else if (s > 0 && m.u.ack.stop) {
-		char why[64];
-		snprintf(why, sizeof(why), "shard %u asks for a stop", s);
-		node_ask_stop(nd, why);
-	}
-	return s == 0 && m.u.ack.setting ? recv_setting(x, o->iter) : 0;
-}
-
 /* Pull keys (already grouped per shard in x->pull_keys) into their slots:
  * values and optimizer state, and the slot becomes CLEAN with the shard's
  * clock; values_only leaves the metadata as it is (a restored block). */
-static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out,
-		     bool values_only)
+int node_exec_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float *dense_out,
+		   bool values_only)
 {
 	struct node *nd = x->nd;
 	uint32_t sd = state_dim(nd);
@@ -337,13 +171,13 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 			return rc;
 	}
 	lap(x, NODE_CPU_ENCODE);
-	rc = flush_all(x);
+	rc = node_exec_flush(x);
 	for (uint32_t s = 0; s < nd->job.shards && !rc; s++) {
 		uint32_t got = 0;
 		while (got < x->npull[s] && !rc) {
 			struct esd_msg m;
 			lap(x, NODE_CPU_DECODE);
-			rc = recv_from(x, s, &m);
+			rc = node_exec_recv(x, s, &m);
 			lap(x, NODE_CPU_NET);
 			if (rc)
 				break;
@@ -396,20 +230,6 @@ static int pull_rows(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, flo
 	return rc;
 }
 
-/* ---- workers.estimate_rates ---------------------------------------------- */
-
-/* Phases smaller than this are mostly round trip or burst credit. */
-#define EST_MIN_BYTES (16u << 10)
-#define EST_MIN_NS    ESD_NS_PER_MS
-/* Phases behind a report: half a window, so that the first phases (a link
- * still spending its burst credit) weigh little. */
-#define EST_REPORT_SAMPLES (ESD_RATE_EST_WINDOW / 2)
-
-void node_rate_est_init(struct node *nd)
-{
-	esd_rate_est_init(&nd->rate.est, EST_MIN_BYTES, EST_MIN_NS);
-}
-
 /* Bytes received on every link so far (PULL_RESP frames during a pull). */
 static uint64_t links_rx_bytes(const struct node *nd)
 {
@@ -430,57 +250,16 @@ static int timed_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, fl
 {
 	struct node *nd = x->nd;
 	if (!nd->job.estimate_rates)
-		return pull_rows(x, iter, kind, dense_out, false);
+		return node_exec_pull(x, iter, kind, dense_out, false);
 	const uint64_t b0 = links_rx_bytes(nd);
 	const int64_t t0 = esd_now_ns();
-	int rc = pull_rows(x, iter, kind, dense_out, false);
+	int rc = node_exec_pull(x, iter, kind, dense_out, false);
 	if (!rc)
 		esd_rate_est_add(&nd->rate.est, links_rx_bytes(nd) - b0, esd_now_ns() - t0);
 	return rc;
 }
 
-/* Two significant digits: the rate every node's model will carry. */
-static uint64_t round2(uint64_t r)
-{
-	uint64_t p = 1;
-	while (r / p >= 100)
-		p *= 10;
-	return (r + p / 2) / p * p;
-}
-
-/* After an iteration: an estimate off the model's rate by more than the
- * tolerance goes to shard 0 with the next barrier (as esdctl set
- * worker.rate would, without reshaping the links), at most once per
- * window of phases, and the estimate starts afresh. */
-static void rate_est_check(struct node *nd, uint64_t iter)
-{
-	if (!nd->job.estimate_rates)
-		return;
-	int fitted;
-	const uint64_t est = esd_rate_est_bps(&nd->rate.est, &fitted);
-	pthread_mutex_lock(&nd->qmu);
-	nd->rate.bps = est;
-	nd->rate.fitted = fitted;
-	const uint64_t cur = nd->job.rate_bps[nd->rank];
-	const double gap = cur ? fabs((double)est - (double)cur) / (double)cur : 1.0;
-	if (est && !nd->live.rate_report && gap > nd->job.estimate_tolerance &&
-	    esd_rate_est_samples(&nd->rate.est) >= EST_REPORT_SAMPLES &&
-	    (!nd->rate.reports || iter >= nd->rate.last + ESD_RATE_EST_WINDOW)) {
-		nd->live.rate_report = true;
-		nd->live.rate_report_bps = round2(est);
-		nd->rate.reports++;
-		nd->rate.last = iter;
-		ESD_INFO("node", "iteration %llu: link measured at %llu bit/s (%s over %u phases), "
-			 "model %llu: reporting %llu",
-			 (unsigned long long)iter, (unsigned long long)est,
-			 fitted ? "fitted" : "throughput", esd_rate_est_samples(&nd->rate.est),
-			 (unsigned long long)cur, (unsigned long long)nd->live.rate_report_bps);
-		esd_rate_est_reset(&nd->rate.est);
-	}
-	pthread_mutex_unlock(&nd->qmu);
-}
-
-static int add_pull(struct exec *x, esd_key_t key)
+int node_exec_add_pull(struct exec *x, esd_key_t key)
 {
 	uint32_t s = shard_of(x->nd, key);
 	if (x->npull[s] == x->cap_pull[s]) {
@@ -649,14 +428,14 @@ static int pull_rows_and_dense(struct exec *x, const struct order *o)
 	int rc = 0;
 
 	for (uint32_t i = 0; i < o->npred_pull && !rc; i++)
-		rc = add_pull(x, o->pred_pull[i]);
+		rc = node_exec_add_pull(x, o->pred_pull[i]);
 	esd_cache_meta_write_begin(nd->cache);
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_MISS_PULL, NULL);
 	esd_cache_meta_write_end(nd->cache);
 	float *params = node_dense_params(nd);
 	for (uint32_t i = 0; i < x->dense_rows && !rc; i++)
-		rc = add_pull(x, esd_key_make(ESD_DENSE_TABLE, i));
+		rc = node_exec_add_pull(x, esd_key_make(ESD_DENSE_TABLE, i));
 	if (!rc)
 		rc = timed_pull(x, o->iter, ESD_XFER_OTHER, params);
 	return rc;
@@ -759,18 +538,6 @@ static int push_dense_grads(struct exec *x, const struct order *o)
 	return rc;
 }
 
-static int saved_gen(const struct node *nd, uint64_t iter);
-
-/* The real cache's metadata at boundary iter (just saved) to disk. */
-static int write_cache_state(struct node *nd, uint64_t iter)
-{
-	const int g = saved_gen(nd, iter);
-	if (g < 0)
-		return -ESTALE;
-	struct node_state st = {.iter = iter, .n = 1};
-	st.cm[0] = nd->rec.saved_cm[g];
-	return node_state_write(nd, &st, "cache");
-}
 
 /* At a checkpoint boundary every DIRTY row's value goes to its shard
  * (kind other) for the checkpoint and stays DIRTY here, so a checkpoint
@@ -801,11 +568,11 @@ static int flush_and_checkpoint(struct exec *x, const struct order *o)
 		rows_close_all(x);
 	}
 	if (!rc)
-		rc = flush_all(x);
+		rc = node_exec_flush(x);
 	if (!rc && o->checkpoint) {
 		rc = node_save_boundary(nd, o->iter);
 		if (!rc && nd->job.checkpoint_dir[0]) /* for a whole-job resume */
-			rc = write_cache_state(nd, o->iter);
+			rc = node_write_cache_state(nd, o->iter);
 		nd->rec.flag_next_barrier = true;
 	}
 	return rc;
@@ -824,7 +591,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = push_updates(x, o)))            /* step 1 */
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = barrier(x, o)))                 /* step 2: pushes precede it on each link */
+	if ((rc = node_barrier(x, o)))                 /* step 2: pushes precede it on each link */
 		return rc;
 	lap(x, NODE_CPU_NET);
 	if ((rc = hints_and_settings(x, o)) ||
@@ -849,177 +616,8 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = flush_and_checkpoint(x, o)))
 		return rc;
 	lap(x, NODE_CPU_NET);
-	rate_est_check(x->nd, o->iter);
+	node_rate_est_check(x->nd, o->iter);
 	node_fit_observe(x->nd, o, train_ns);
-	return 0;
-}
-
-/* The generation saved at boundary iter, or -1. */
-static int saved_gen(const struct node *nd, uint64_t iter)
-{
-	for (int g = 0; g < 2; g++)
-		if (nd->rec.saved_ok[g] && nd->rec.saved_iter[g] == iter)
-			return g;
-	return -1;
-}
-
-int node_save_boundary(struct node *nd, uint64_t iter)
-{
-	/* this boundary's generation, else an unused one, else the older */
-	int g = saved_gen(nd, iter);
-	if (g < 0)
-		g = !nd->rec.saved_ok[0]   ? 0
-		    : !nd->rec.saved_ok[1] ? 1
-					   : nd->rec.saved_iter[0] > nd->rec.saved_iter[1];
-	size_t len = esd_cmeta_block_bytes(nd->cm);
-	struct esd_cmeta *out;
-	nd->rec.saved_ok[g] = false;
-	if (len > nd->rec.saved_cm_len[g]) {
-		void *m = NULL;
-		if (posix_memalign(&m, 64, len))
-			return -ENOMEM;
-		free(nd->rec.saved_cm[g]);
-		nd->rec.saved_cm[g] = m;
-		nd->rec.saved_cm_len[g] = len;
-	}
-	int rc = esd_cmeta_copy(nd->rec.saved_cm[g], nd->rec.saved_cm_len[g], nd->cm, &out);
-	if (!rc) {
-		nd->rec.saved_iter[g] = iter;
-		nd->rec.saved_ok[g] = true;
-	}
-	return rc;
-}
-
-/* A shard went away (or another shard's restart sent it back to a
- * checkpoint): what recover() resumes from. */
-static bool is_link_failure(int rc)
-{
-	return rc == -ECONNRESET || rc == -EPIPE || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
-	       rc == -ECONNABORTED || rc == -ESD_EROLLBACK;
-}
-
-/* Roll the cache metadata back to a saved block of boundary iter and pull
- * the values of its CLEAN and DIRTY rows again (kind other): the shards'
- * checkpoint of the boundary holds the DIRTY rows' values too (the
- * checkpoint pushes). */
-static int restore_cache(struct exec *x, const void *block, uint64_t iter, uint32_t *nclean)
-{
-	struct node *nd = x->nd;
-	struct esd_cmeta *cm;
-	esd_cache_meta_write_begin(nd->cache);
-	int rc = esd_cmeta_copy(nd->cm, esd_cmeta_block_bytes(nd->cm), block, &cm);
-	esd_cache_meta_write_end(nd->cache);
-	if (rc)
-		return rc;
-	nd->cm = cm;
-	uint32_t cap = esd_cmeta_capacity(nd->cm);
-	for (uint32_t s = 0; s < cap && !rc; s++) {
-		const struct esd_cmeta_slot *sl = esd_cmeta_slot(nd->cm, s);
-		if (sl->state == ESD_ROW_CLEAN || sl->state == ESD_ROW_DIRTY) {
-			rc = add_pull(x, sl->key);
-			(*nclean)++;
-		}
-	}
-	esd_cache_meta_write_begin(nd->cache);
-	if (!rc)
-		rc = pull_rows(x, iter, ESD_XFER_OTHER, NULL, true);
-	esd_cache_meta_write_end(nd->cache);
-	return rc;
-}
-
-/* Whether a shard whose link broke will come back: something restarts
- * shards (job.restart_shards) and they resume from checkpoints. Else the
- * job fails at once. */
-static bool shards_restart(const struct node *nd)
-{
-	if (nd->job.restart_shards && !nd->job.checkpoint_dir[0])
-		ESD_ERR("node", "job.restart_shards is on but ps.checkpoint_dir is unset: a "
-			"restarted shard has nothing to resume from");
-	return nd->job.restart_shards && nd->job.checkpoint_dir[0];
-}
-
-/* A shard went away: reconnect (it restarts from its last checkpoint), roll
- * the cache metadata and the dispatcher back to that boundary, re-pull the
- * values of every CLEAN row (kind other) and go on from there. */
-static int recover(struct exec *x, uint64_t *resume)
-{
-	struct node *nd = x->nd;
-	uint64_t ps_iter = 0;
-	int rc;
-
-	if (nd->job.het && nd->job.staleness > 0) {
-		/* stale copies are used as they are, and their values at the
-		 * boundary are gone (their slots were reused since): no exact
-		 * resume exists */
-		ESD_ERR("node", "lost a PS shard; dispatch.sync = het with staleness %u cannot "
-			"resume from a checkpoint (the stale copies' values at the boundary are "
-			"not kept): restart the job", nd->job.staleness);
-		return -ENOTSUP;
-	}
-	ESD_WARN("node", "lost a PS shard; reconnecting to resume from its checkpoint");
-	for (uint32_t s = 0; s < ESD_JOB_MAX_SHARDS; s++) {
-		sb_reset(&x->sb[s]);
-		x->npull[s] = 0;
-		/* frames encoded and never sent: their sequences are not used */
-		nd->links.push_seq[s] = nd->links.sent_seq[s];
-	}
-	/* the shards that restarted are at their checkpoints; the others go
-	 * back to the same cut */
-	uint64_t iter[ESD_JOB_MAX_SHARDS] = {0}, restarted = 0;
-	rc = node_links_reconnect(nd, iter, &restarted);
-	if (!rc && !restarted) {
-		ESD_ERR("node", "no link to a shard broke: nothing to resume from");
-		return -ECANCELED;
-	}
-	if (!rc)
-		rc = node_links_rollback(nd, iter, restarted, &ps_iter);
-	if (rc)
-		return rc;
-	const int g = saved_gen(nd, ps_iter);
-	if (g < 0) {
-		ESD_ERR("node", "the shards resumed at iteration %llu but this node kept the state "
-			"of iterations %llu and %llu only: cannot resume",
-			(unsigned long long)ps_iter, (unsigned long long)nd->rec.saved_iter[0],
-			(unsigned long long)nd->rec.saved_iter[1]);
-		return -ESTALE;
-	}
-	uint32_t nclean = 0;
-	rc = restore_cache(x, nd->rec.saved_cm[g], ps_iter, &nclean);
-	if (!rc)
-		rc = node_dispatcher_restart(nd, ps_iter);
-	if (!rc) {
-		ESD_INFO("node", "resumed at iteration %llu (%u clean rows re-pulled)",
-			 (unsigned long long)ps_iter, nclean);
-		*resume = ps_iter;
-	}
-	return rc;
-}
-
-/* A whole-job resume at boundary start: the cache metadata from this
- * node's file of the boundary, the rows' values from the shards. */
-static int resume_job(struct exec *x, uint64_t start)
-{
-	struct node *nd = x->nd;
-	struct node_state st;
-	uint32_t nclean = 0;
-	int rc = 0;
-	if (nd->rec.cold_at) { /* a resize: the cache starts empty */
-		rc = node_save_boundary(nd, start);
-		if (!rc && nd->job.checkpoint_dir[0]) /* this job's own part of the boundary */
-			rc = write_cache_state(nd, start);
-	} else if (!(rc = node_state_read(nd, start, "cache", 1, &st))) {
-		rc = restore_cache(x, st.cm[0], start, &nclean);
-		node_state_free(&st);
-	}
-	if (!rc)
-		rc = node_save_boundary(nd, start);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&nd->qmu);
-	nd->stats.iter_done = start;
-	pthread_mutex_unlock(&nd->qmu);
-	ESD_INFO("node", "the job resumes after iteration %llu (%u clean rows pulled)",
-		 (unsigned long long)start, nclean);
 	return 0;
 }
 
@@ -1088,7 +686,7 @@ int node_run(struct node *nd, uint64_t start)
 			 "nothing left to train", (unsigned long long)start);
 		nd->stats.iter_done = start;
 		node_trainer_dismiss(nd, 30 * ESD_NS_PER_S);
-	} else if (start && (rc = resume_job(&x, start))) {
+	} else if (start && (rc = node_resume_job(&x, start))) {
 		ESD_ERR("node", "cannot resume the job after iteration %llu: %s",
 			(unsigned long long)start, esd_strerror(rc));
 	}
@@ -1097,11 +695,11 @@ int node_run(struct node *nd, uint64_t start)
 		int64_t t0 = esd_now_ns();
 		rc = run_iteration(&x, o);
 		node_order_done(nd);
-		if (is_link_failure(rc) && !shards_restart(nd))
+		if (node_is_link_failure(rc) && !node_shards_restart(nd))
 			node_links_name_broken(nd);
-		else if (is_link_failure(rc)) {
+		else if (node_is_link_failure(rc)) {
 			uint64_t resume = 0;
-			rc = recover(&x, &resume);
+			rc = node_recover(&x, &resume);
 			if (!rc) {
 				pthread_mutex_lock(&nd->qmu);
 				nd->stats.iter_done = resume;
@@ -1128,7 +726,7 @@ int node_run(struct node *nd, uint64_t start)
 		/* a last barrier makes the shards apply the last gradients (and
 		 * write the final checkpoint, or the stop's) */
 		struct order fin = {.iter = last + 1, .final = true};
-		rc = barrier(&x, &fin);
+		rc = node_barrier(&x, &fin);
 		if (rc)
 			ESD_ERR("node", "final barrier failed: %s", esd_strerror(rc));
 	}

@@ -42,10 +42,10 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 	/* a new link: its push sequences start again (esd/dedup.h) */
 	nd->links.push_seq[s] = nd->links.sent_seq[s] = nd->links.barrier_seq[s] = 0;
 	struct esd_hello h = {
-		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.token,
+		.proto_version = ESD_PROTO_VERSION, .worker = nd->rank, .job_token = nd->job.derived.token,
 		.shard = s, .dim = nd->job.dim,
 		.state_dim = (uint32_t)esd_optim_state_len(nd->job.optim.opt, nd->job.dim),
-		.nworkers = nd->job.n, .stream_digest = nd->job.stream_digest,
+		.nworkers = nd->job.n, .stream_digest = nd->job.derived.stream_digest,
 	};
 	esd_buf_reset(b);
 	rc = esd_enc_hello(b, &h, 0);
@@ -69,7 +69,7 @@ static int hello_shard(struct node *nd, uint32_t s, struct esd_buf *b, uint64_t 
 						       "in its own log)");
 			if (m.u.error.code == -ESD_ESTREAM)
 				ESD_ERR("node", "this node's data.stream %s has digest %016llx",
-					nd->job.stream, (unsigned long long)nd->job.stream_digest);
+					nd->job.stream, (unsigned long long)nd->job.derived.stream_digest);
 			*refused = true;
 			rc = -ECONNREFUSED;
 		} else if (m.hdr.op == ESD_OP_ACK && m.u.ack.op == ESD_OP_HELLO) {
@@ -138,7 +138,7 @@ int node_links_open(struct node *nd, uint64_t *ps_iter)
 	int rc = 0;
 
 	if (!nd->links.uplink) {
-		rc = esd_uplink_create(nd->job.shape_follows_model ? nd->job.rate_bps[nd->rank]
+		rc = esd_uplink_create(nd->job.derived.shape_follows_model ? nd->job.rate_bps[nd->rank]
 								   : nd->job.link_bps[nd->rank],
 				       0, &nd->links.uplink);
 		if (rc)

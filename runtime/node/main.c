@@ -243,11 +243,11 @@ static int size_from_stream(struct node *nd)
 		nd->job.cache_rows = maxb * nd->width;
 	}
 	if (nd->job.policy == ESD_POLICY_LOOKAHEAD &&
-	    nd->job.global_batch * nd->width > nd->job.cache_rows) {
+	    nd->job.derived.global_batch * nd->width > nd->job.cache_rows) {
 		ESD_ERR("node", "cache.policy = lookahead: a cache of %llu rows cannot hold the "
 			"hints of a global batch (%llu keys); use a larger cache.rows/cache.ratio "
 			"or another policy", (unsigned long long)nd->job.cache_rows,
-			(unsigned long long)(nd->job.global_batch * nd->width));
+			(unsigned long long)(nd->job.derived.global_batch * nd->width));
 		return 1;
 	}
 	return 0;
@@ -321,7 +321,7 @@ static int check_memory(struct node *nd, const struct esd_cache_config *co)
 static int make_cache(struct node *nd, const char *tag)
 {
 	/* live re-splits stay within the cache (esd_job_resplit) */
-	nd->job.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->width);
+	nd->job.derived.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->width);
 	struct esd_model_shape sh = {.tables = nd->tables, .dim = nd->job.dim, .dense = nd->dense,
 				     .hidden = nd->job.hidden};
 	struct esd_model *mdl;
@@ -381,7 +381,7 @@ static int run_node(struct node *nd)
 			 nd->job.alpha, esd_job_sync_name(&nd->job),
 			 (unsigned long long)nd->job.cache_rows, esd_policy_name(nd->job.policy),
 			 (unsigned long long)nd->job.iterations,
-			 (unsigned long long)nd->job.global_batch);
+			 (unsigned long long)nd->job.derived.global_batch);
 		rc = node_run(nd, ps_iter);
 		node_dispatcher_stop(nd);
 	}

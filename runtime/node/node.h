@@ -393,7 +393,7 @@ int node_setting_apply(struct node *nd, const struct order *o);
 /* The data cursor of boundary t (struct node_recovery). */
 static inline uint64_t node_cursor_at(const struct node *nd, uint64_t t)
 {
-	return nd->rec.cursor + (t - nd->rec.cursor_iter) * nd->job.global_batch;
+	return nd->rec.cursor + (t - nd->rec.cursor_iter) * nd->job.derived.global_batch;
 }
 
 /* Most samples one micro-batch can have: the largest batch size, or the
@@ -403,7 +403,7 @@ static inline uint32_t node_max_batch(const struct node *nd)
 	uint32_t m = 0;
 	for (uint32_t w = 0; w < nd->job.n; w++)
 		m = nd->job.batch[w] > m ? nd->job.batch[w] : m;
-	return nd->job.split_link_aware ? (uint32_t)nd->job.global_batch : m;
+	return nd->job.derived.split_link_aware ? (uint32_t)nd->job.derived.global_batch : m;
 }
 
 struct disp;

@@ -35,7 +35,7 @@ static int check_value(const struct node *nd, const char *key, const char *val)
 	}
 	if (!strcmp(key, "workers.size_model")) {
 		double v[3];
-		return nd->job.split_link_aware ? esd_job_parse_size_model(val, v) : -EINVAL;
+		return nd->job.derived.split_link_aware ? esd_job_parse_size_model(val, v) : -EINVAL;
 	}
 	if (!strcmp(key, "dispatch.method")) {
 		enum esd_method m;
@@ -122,7 +122,7 @@ int node_setting_apply(struct node *nd, const struct order *o)
 {
 	/* workers.rates: this node's links from this iteration, unless they are
 	 * not the model's to shape (workers.link_rates, workers.estimate_rates) */
-	if (o->set_rate && nd->job.shape_follows_model) {
+	if (o->set_rate && nd->job.derived.shape_follows_model) {
 		pthread_mutex_lock(&nd->qmu);
 		for (uint32_t s = 0; s < nd->job.shards; s++)
 			if (nd->links.link[s])

@@ -75,7 +75,7 @@ static void *serialize(const struct node *nd, const struct node_state *st, size_
 		return NULL;
 	struct state_hdr h = {.magic = STATE_MAGIC, .version = STATE_VERSION, .rank = nd->rank,
 			      .workers = st->n, .method = (uint32_t)st->method,
-			      .policy = (uint32_t)st->policy, .token = nd->job.token,
+			      .policy = (uint32_t)st->policy, .token = nd->job.derived.token,
 			      .iter = st->iter, .alpha = st->alpha, .nvers = st->nvers,
 			      .size_model = {st->size_model[0], st->size_model[1],
 					     st->size_model[2]}};
@@ -228,9 +228,9 @@ static int check_header(const struct node *nd, const struct state_hdr *h, uint64
 		snprintf(why, wl, "not a node state file (bad magic)");
 	else if (h->version != STATE_VERSION)
 		snprintf(why, wl, "version %u, this build reads %u", h->version, STATE_VERSION);
-	else if (h->token != nd->job.token)
+	else if (h->token != nd->job.derived.token)
 		snprintf(why, wl, "written by another job (token %016llx, this job %016llx)",
-			 (unsigned long long)h->token, (unsigned long long)nd->job.token);
+			 (unsigned long long)h->token, (unsigned long long)nd->job.derived.token);
 	else if (h->rank != nd->rank)
 		snprintf(why, wl, "written by worker %u, this is worker %u", h->rank, nd->rank);
 	else if (h->workers != nblocks)
@@ -344,7 +344,7 @@ bool node_state_is_ours(const struct node *nd, uint64_t iter, const char *kind)
 	if (fd < 0)
 		return false;
 	bool ours = pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == STATE_MAGIC &&
-		    h.token == nd->job.token;
+		    h.token == nd->job.derived.token;
 	close(fd);
 	return ours;
 }

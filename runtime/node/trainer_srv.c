@@ -341,14 +341,14 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 	memset(esd_xchg_at(h, h->off_dgrad), 0, (size_t)nd->dense_params * sizeof(float));
 	h->m = ts->m;
 	h->nkeys = ts->nk;
-	h->global_k = nd->job.global_batch;
+	h->global_k = nd->job.derived.global_batch;
 	atomic_store_explicit(&h->batch_iter, o->iter, memory_order_release);
 	struct esd_attach_msg m = msg_for(ts->version, ESD_AT_BATCH);
 	m.iter = o->iter;
 	m.m = ts->m;
 	m.nkeys = ts->nk;
 	m.flags = o->checkpoint ? ESD_AT_CHECKPOINT : 0;
-	m.global_k = nd->job.global_batch;
+	m.global_k = nd->job.derived.global_batch;
 	return send_to(ts, ts->fd, &m, NULL, 0);
 }
 

@@ -81,7 +81,7 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 	p->workers = job->n;
 	p->shards = job->shards;
 	p->dim = job->dim;
-	p->global_batch = job->global_batch;
+	p->global_batch = job->derived.global_batch;
 	for (uint32_t t = 0; t < p->tables; t++)
 		p->total_rows += di->rows[t];
 	uint64_t maxb = 0;
@@ -252,12 +252,12 @@ int esd_plan_start_check(const struct esd_job *job, const struct esd_ds_info *di
 
 void esd_plan_log_passes(const struct esd_job *job, uint64_t nsamples, const char *tag)
 {
-	uint64_t need = job->iterations * job->global_batch;
+	uint64_t need = job->iterations * job->derived.global_batch;
 	if (!nsamples || need <= nsamples)
 		return;
 	ESD_INFO(tag, "the stream holds %" PRIu64 " samples; %" PRIu64 " iterations x %" PRIu64
 		 " = %" PRIu64 " samples: %.1f passes, wrapping around",
-		 nsamples, job->iterations, job->global_batch, need,
+		 nsamples, job->iterations, job->derived.global_batch, need,
 		 (double)need / (double)nsamples);
 }
 

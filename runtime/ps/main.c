@@ -150,7 +150,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 			    json_integer((json_int_t)(cpu.tv_sec * ESD_NS_PER_S + cpu.tv_nsec)));
 	json_object_set_new(*resp, "cpu", cpu_json(ps));
 	/* workers.split = fit: shard 0's last fit */
-	if (ps->shard == 0 && ps->job.split_fit)
+	if (ps->shard == 0 && ps->job.derived.split_fit)
 		json_object_set_new(
 		    *resp, "size_fit",
 		    json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "fits",
@@ -250,7 +250,7 @@ static int cmd_set(void *arg, json_t *req, json_t **resp, const char **err)
 			*err = "cache.policy: unknown policy (lru, lfu, emark, lookahead)";
 			return -EINVAL;
 		}
-		uint64_t hints = ps->job.global_batch * (uint64_t)ps->width;
+		uint64_t hints = ps->job.derived.global_batch * (uint64_t)ps->width;
 		if (p == ESD_POLICY_LOOKAHEAD && hints > ps->cache_rows) {
 			snprintf(msg, sizeof(msg), "cache.policy lookahead: a cache of %llu rows "
 				 "cannot hold the hints of a global batch (%llu keys)",
@@ -543,9 +543,9 @@ static int node_cache_limits(struct ps *ps, uint64_t total_rows)
 		free(hot);
 		ps->hot_rows = nhot;
 	}
-	ps->job.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, ps->width);
-	esd_size_fitter_init(&ps->fit.fitter, ps->job.n, (uint32_t)ps->job.global_batch,
-			     ps->job.max_batch, ps->job.refit_threshold);
+	ps->job.derived.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, ps->width);
+	esd_size_fitter_init(&ps->fit.fitter, ps->job.n, (uint32_t)ps->job.derived.global_batch,
+			     ps->job.derived.max_batch, ps->job.refit_threshold);
 	return 0;
 }
 

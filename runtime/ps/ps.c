@@ -74,7 +74,7 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 	ps->shard = shard;
 	ps->tables = tables;
 	ps->dense = dense;
-	ps->job_token = job->token;
+	ps->job_token = job->derived.token;
 	ps->barrier_timeout_ns = job->barrier_timeout_s * ESD_NS_PER_S;
 	pthread_mutex_init(&ps->mu, NULL);
 	pthread_condattr_t ca;
@@ -141,17 +141,17 @@ static int hello_problem(struct ps *ps, const struct esd_hello *h, char *why, si
 		if (h->proto_version != ESD_PROTO_VERSION)
 			snprintf(why, len, "protocol version %u, shard speaks %u",
 				 h->proto_version, ESD_PROTO_VERSION);
-		else if (h->stream_digest != ps->job.stream_digest)
+		else if (h->stream_digest != ps->job.derived.stream_digest)
 			snprintf(why, len, "worker %u's data.stream has digest %016llx, this "
 				 "shard's %s has %016llx: every process must train on the same "
 				 "file", h->worker, (unsigned long long)h->stream_digest,
-				 ps->job.stream, (unsigned long long)ps->job.stream_digest);
+				 ps->job.stream, (unsigned long long)ps->job.derived.stream_digest);
 		else
 			snprintf(why, len, "job token %#llx, this shard's is %#llx: job settings "
 				 "differ from this shard's (compare the job files: workers, batch, "
 				 "rates, model, cache, dispatch, shards)",
 				 (unsigned long long)h->job_token, (unsigned long long)ps->job_token);
-		return h->stream_digest != ps->job.stream_digest ? -ESD_ESTREAM : -EPROTO;
+		return h->stream_digest != ps->job.derived.stream_digest ? -ESD_ESTREAM : -EPROTO;
 	}
 	if (h->proto_version != ESD_PROTO_VERSION)
 		snprintf(why, len, "protocol version %u, shard speaks %u", h->proto_version,
@@ -225,7 +225,7 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	 * all) at the worker's rate too (the model's, unless workers.link_rates
 	 * or workers.estimate_rates keep the links apart from it), shared
 	 * among the shards (reply_rate) */
-	esd_link_set_rate(pl->link, reply_rate(ps, ps->job.shape_follows_model
+	esd_link_set_rate(pl->link, reply_rate(ps, ps->job.derived.shape_follows_model
 							   ? ps->job.rate_bps[h->worker]
 							   : ps->job.link_bps[h->worker]));
 	pthread_mutex_lock(&ps->mu);
@@ -239,7 +239,7 @@ static int on_hello(struct ps_link *pl, const struct esd_hello *h, struct esd_bu
 	struct esd_hello r = {.proto_version = ESD_PROTO_VERSION, .worker = ps->shard,
 			      .job_token = ps->job_token, .shard = ps->shard, .dim = ps->job.dim,
 			      .state_dim = (uint32_t)sd, .nworkers = ps->job.n,
-			      .stream_digest = ps->job.stream_digest};
+			      .stream_digest = ps->job.derived.stream_digest};
 	int rc = esd_enc_hello(out, &r, ESD_FLAG_REPLY);
 	if (!rc)
 		rc = esd_enc_ack(out, &ack);
@@ -313,7 +313,7 @@ static int send_rolled_back(struct ps_link *pl)
  * at t - 1 (their reports precede barrier t on each link). */
 static bool fit_due_locked(const struct ps *ps, uint64_t t)
 {
-	if (ps->shard != 0 || !ps->job.split_fit || t < 2 || !esd_size_fit_window_end(t - 1))
+	if (ps->shard != 0 || !ps->job.derived.split_fit || t < 2 || !esd_size_fit_window_end(t - 1))
 		return false;
 	for (uint32_t w = 0; w < ps->job.n; w++)
 		if (ps->fit.end[w] != t - 1)
@@ -327,16 +327,16 @@ static void fit_sizes_locked(struct ps *ps, uint64_t t)
 {
 	struct esd_job *j = &ps->job;
 	const double *nm = ps->fit.model[0];
-	if (nm[0] != j->size_fixed_rows || nm[1] != j->size_rows_per_sample ||
-	    nm[2] != j->size_compute_ns) { /* a whole-job resume: the nodes' model */
-		j->size_fixed_rows = nm[0];
-		j->size_rows_per_sample = nm[1];
-		j->size_compute_ns = nm[2];
+	if (nm[0] != j->derived.size_fixed_rows || nm[1] != j->derived.size_rows_per_sample ||
+	    nm[2] != j->derived.size_compute_ns) { /* a whole-job resume: the nodes' model */
+		j->derived.size_fixed_rows = nm[0];
+		j->derived.size_rows_per_sample = nm[1];
+		j->derived.size_compute_ns = nm[2];
 		esd_job_resplit(j);
 	}
-	struct esd_size_model cur = {.compute_ns = j->size_compute_ns,
-				     .fixed_rows = j->size_fixed_rows,
-				     .rows_per_sample = j->size_rows_per_sample},
+	struct esd_size_model cur = {.compute_ns = j->derived.size_compute_ns,
+				     .fixed_rows = j->derived.size_fixed_rows,
+				     .rows_per_sample = j->derived.size_rows_per_sample},
 			      m;
 	int64_t T[ESD_MAX_WORKERS];
 	uint32_t sizes[ESD_MAX_WORKERS];
@@ -445,9 +445,9 @@ static void live_setting_done_locked(struct ps *ps)
 	double v[3];
 	if (!strcmp(ps->live.key, "workers.size_model") &&
 	    !esd_job_parse_size_model(ps->live.value, v)) {
-		ps->job.size_fixed_rows = v[0];
-		ps->job.size_rows_per_sample = v[1];
-		ps->job.size_compute_ns = v[2];
+		ps->job.derived.size_fixed_rows = v[0];
+		ps->job.derived.size_rows_per_sample = v[1];
+		ps->job.derived.size_compute_ns = v[2];
 		esd_job_resplit(&ps->job); /* the sizes every node now has */
 		esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 0);
 	}
@@ -457,7 +457,7 @@ static void live_setting_done_locked(struct ps *ps)
 		/* what the fitter saw is of the old links */
 		esd_size_fitter_changed(&ps->fit.fitter, ps->live.at, 1);
 		/* the replies of iteration set_at on at the new rates */
-		for (int i = 0; i < ps->nlinks && ps->job.shape_follows_model; i++) {
+		for (int i = 0; i < ps->nlinks && ps->job.derived.shape_follows_model; i++) {
 			struct ps_link *pl = &ps->links[i];
 			if (pl->worker >= 0 && pl->link) /* under mu, as its closing */
 				esd_link_set_rate(pl->link,
@@ -542,7 +542,7 @@ int ps_rates_value(const struct ps *ps, const uint64_t *rates, char *canon, size
 	if (rc == -ENOSPC) {
 		snprintf(msg, mlen, "workers.rates: a global batch of %llu samples does not fit "
 			 "%u caches of %u samples each (%llu rows, %llu of them hot rows)",
-			 (unsigned long long)j.global_batch, j.n, j.max_batch,
+			 (unsigned long long)j.derived.global_batch, j.n, j.derived.max_batch,
 			 (unsigned long long)ps->cache_rows, (unsigned long long)ps->hot_rows);
 		return -EINVAL;
 	}
@@ -629,7 +629,7 @@ static int on_fit_report(struct ps_link *pl, const struct esd_setting *s)
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&ps->mu);
-	if (ps->shard == 0 && ps->job.split_fit) {
+	if (ps->shard == 0 && ps->job.derived.split_fit) {
 		ps->fit.end[pl->worker] = f[0];
 		ps->fit.obs[pl->worker] = (struct esd_size_obs){
 		    .iters = f[1], .samples = f[2], .rows = f[3], .compute_ns = f[4]};

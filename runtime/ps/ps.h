@@ -250,7 +250,7 @@ void ps_checkpoint_prev_path(const struct ps *ps, char *buf, size_t len);
  * (a checkpoint's iteration and cursor). */
 static inline uint64_t ps_cursor_at(const struct ps *ps, uint64_t t)
 {
-	return ps->bar.base_cursor + (t - ps->bar.base_iter) * ps->job.global_batch;
+	return ps->bar.base_cursor + (t - ps->bar.base_iter) * ps->job.derived.global_batch;
 }
 
 static inline void ps_set_cursor_base(struct ps *ps, uint64_t iter, uint64_t cursor)

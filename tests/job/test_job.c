@@ -30,7 +30,7 @@ static void test_defaults_and_lists(void **state)
 	assert_int_equal(j.n, 4);
 	assert_int_equal(j.batch[0], 192);
 	assert_int_equal(j.batch[3], 64);
-	assert_int_equal(j.global_batch, 512);
+	assert_int_equal(j.derived.global_batch, 512);
 	assert_int_equal(j.rate_bps[1], 500000000ull);
 	assert_int_equal(j.rate_bps[3], 500000000ull);
 	assert_int_equal(j.sync, ESD_SYNC_FULL_SET);
@@ -41,8 +41,8 @@ static void test_defaults_and_lists(void **state)
 	assert_string_equal(j.method, ESD_JOB_DEFAULT_METHOD);
 	assert_int_equal(j.matrix, ESD_MATRIX_SHARED);
 	assert_int_equal(j.local_search, ESD_JOB_DEFAULT_SWAPS);
-	assert_false(j.split_fit);
-	assert_false(j.split_link_aware);
+	assert_false(j.derived.split_fit);
+	assert_false(j.derived.split_link_aware);
 	assert_true(j.gpu_min_rows == ESD_JOB_GPU_MEASURE);
 	/* 512 floats + Adagrad state + key/clock: 16 + 4096 bytes */
 	assert_int_equal(esd_job_row_bytes(&j), 16 + 512 * 4 * 2);
@@ -62,17 +62,17 @@ static void test_default_method_fits_sizes(void **state)
 	struct esd_config *c = cfg_of(def);
 	struct esd_job j;
 	assert_int_equal(esd_job_from_config(c, &j), 0);
-	assert_true(j.split_fit && j.split_link_aware);
+	assert_true(j.derived.split_fit && j.derived.split_link_aware);
 	for (uint32_t w = 0; w < 4; w++) /* equal until the first fit */
 		assert_int_equal(j.batch[w], 64);
 	assert_true(j.refit_threshold == 0.05);
-	assert_int_equal(j.ls_ref_keys, ESD_JOB_LS_REF_KEYS); /* swaps scaled on wide samples */
+	assert_int_equal(j.derived.ls_ref_keys, ESD_JOB_LS_REF_KEYS); /* swaps scaled on wide samples */
 	esd_config_free(c);
 	static const char *const fixed[] = {"workers.n=4", "dispatch.local_search=1000", NULL};
 	c = cfg_of(fixed); /* a budget given is kept whatever the samples */
 	assert_int_equal(esd_job_from_config(c, &j), 0);
 	assert_int_equal(j.local_search, 1000);
-	assert_int_equal(j.ls_ref_keys, 0);
+	assert_int_equal(j.derived.ls_ref_keys, 0);
 	esd_config_free(c);
 	static const char *const named[] = {"workers.n=4", "workers.batch=64",
 					    "workers.rates=5G,0.5G,5G,0.5G", "dispatch.method=laia",
@@ -82,8 +82,8 @@ static void test_default_method_fits_sizes(void **state)
 	assert_string_equal(j.method, "laia");
 	assert_int_equal(j.matrix, ESD_MATRIX_PAPER);
 	assert_int_equal(j.local_search, 0);
-	assert_int_equal(j.ls_ref_keys, 0);
-	assert_false(j.split_link_aware);
+	assert_int_equal(j.derived.ls_ref_keys, 0);
+	assert_false(j.derived.split_link_aware);
 	esd_config_free(c);
 	/* many workers: laia with fewer swaps, the exact solve being too slow */
 	static const char *const wide[] = {"workers.n=64", "workers.batch=128", NULL};
@@ -91,13 +91,13 @@ static void test_default_method_fits_sizes(void **state)
 	assert_int_equal(esd_job_from_config(c, &j), 0);
 	assert_string_equal(j.method, ESD_JOB_WIDE_METHOD);
 	assert_int_equal(j.local_search, ESD_JOB_WIDE_SWAPS / 64);
-	assert_true(j.split_fit);
+	assert_true(j.derived.split_fit);
 	esd_config_free(c);
 	static const char *const pinned[] = {"workers.n=4", "workers.batch=64",
 					     "workers.split=equal", NULL};
 	c = cfg_of(pinned);
 	assert_int_equal(esd_job_from_config(c, &j), 0);
-	assert_false(j.split_link_aware);
+	assert_false(j.derived.split_link_aware);
 	assert_string_equal(j.method, ESD_JOB_DEFAULT_METHOD);
 	esd_config_free(c);
 	static const char *const bad[] = {"workers.split=sometimes", NULL};
@@ -126,7 +126,7 @@ static void test_repeated_items(void **state)
 	assert_int_equal(j.rate_bps[48], 500000000ull);
 	assert_int_equal(j.rate_bps[63], 500000000ull);
 	assert_int_equal(j.batch[31], 128);
-	assert_int_equal(j.global_batch, 128 * 32 + 64 * 32);
+	assert_int_equal(j.derived.global_batch, 128 * 32 + 64 * 32);
 	esd_config_free(c);
 	static const char *const bad[] = {"workers.n=4", "workers.rates=5G*5", NULL};
 	c = cfg_of(bad);
@@ -146,7 +146,7 @@ static void test_single_value_applies_to_all(void **state)
 	struct esd_config *c = cfg_of(sets);
 	struct esd_job j;
 	assert_int_equal(esd_job_from_config(c, &j), 0);
-	assert_int_equal(j.global_batch, 30);
+	assert_int_equal(j.derived.global_batch, 30);
 	assert_int_equal(j.rate_bps[2], 1000000000ull);
 	esd_config_free(c);
 	static const char *const g[] = {"dispatch.gpu_min_rows=4096", "dispatch.gpu_blocks=16", NULL};

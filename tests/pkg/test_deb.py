@@ -102,6 +102,12 @@ def run_job(env, root, libdir):
     env.bin = bin_dir
     r = run(["esd-info"])
     env.check(r.returncode == 0, "esd-info (unpacked) runs: exit %d" % r.returncode)
+    # esd-launch finds its module under share/esd/launch and reads a job
+    # with the programs beside it (a missing hosts file: its own error)
+    r = run([sys.executable, os.path.join(bin_dir, "esd-launch"), "--job", "/nonexistent.ini",
+             "--hosts", "/nonexistent-hosts.ini"])
+    env.check(r.returncode != 0 and "Traceback" not in r.stdout and "nonexistent" in r.stdout,
+              "esd-launch (unpacked) runs and names the missing file: %r" % r.stdout[-300:])
     env.gen_stream(samples=4000)
     s = env.settings(**{"workers.n": 2, "job.iterations": 30})
     work, ck = env.run_dirs(s, "deb-job")

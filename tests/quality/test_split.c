@@ -42,7 +42,7 @@ static void test_link_aware(void **state)
 	struct esd_job a, b;
 	assert_int_equal(load(&a, eq), 0);
 	assert_int_equal(load(&b, la), 0);
-	assert_int_equal(b.global_batch, 128);
+	assert_int_equal(b.derived.global_batch, 128);
 	uint32_t want[4], sum = 0;
 	int64_t T[4];
 	for (uint32_t w = 0; w < 4; w++)
@@ -57,7 +57,7 @@ static void test_link_aware(void **state)
 	}
 	assert_int_equal(sum, 128);
 	assert_true(b.batch[0] > b.batch[2]);
-	assert_true(a.token != b.token);
+	assert_true(a.derived.token != b.derived.token);
 	/* equal links: equal sizes */
 	const char *same[] = {"workers.n=4", "workers.batch=32", "workers.rates=5G",
 	                      "workers.split=link-aware", NULL};

@@ -282,10 +282,10 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	uint32_t *assign = NULL;
 	double *dec = NULL, *dcpu = NULL;
 	uint32_t ccap[ESD_MAX_WORKERS], caps[ESD_MAX_WORKERS];
-	struct online_fit fit = {.model = {.compute_ns = env->job.size_compute_ns,
-	                                   .fixed_rows = env->job.size_fixed_rows,
-	                                   .rows_per_sample = env->job.size_rows_per_sample}};
-	const int fitting = m->is_job && env->job.split_fit;
+	struct online_fit fit = {.model = {.compute_ns = env->job.derived.size_compute_ns,
+	                                   .fixed_rows = env->job.derived.size_fixed_rows,
+	                                   .rows_per_sample = env->job.derived.size_rows_per_sample}};
+	const int fitting = m->is_job && env->job.derived.split_fit;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -344,7 +344,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .method = m->method,
 	    .matrix = m->matrix,
 	    .ls_evals = m->ls_evals,
-	    .ls_ref_keys = m->is_job ? j->ls_ref_keys : 0,
+	    .ls_ref_keys = m->is_job ? j->derived.ls_ref_keys : 0,
 	    .replicated = m->is_job ? env->rep : NULL,
 	    .nreplicated = nrep,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_EXACT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
@@ -454,7 +454,7 @@ static int auto_sizes(const struct replay_env *env, const struct replay_mech *m,
 	const struct esd_job *j = &env->job;
 	const uint32_t n = j->n;
 	uint32_t eq[ESD_MAX_WORKERS];
-	uint64_t k = j->global_batch;
+	uint64_t k = j->derived.global_batch;
 	for (uint32_t w = 0; w < n; w++)
 		eq[w] = (uint32_t)(k / n + (w < k % n));
 	uint64_t probe = env->iters < 24 ? env->iters : 24;
@@ -502,7 +502,7 @@ int replay_run(const struct replay_env *env, const struct replay_mech *m, struct
 		break;
 	case SIZES_EQUAL:
 		for (uint32_t w = 0; w < j->n; w++)
-			cap[w] = (uint32_t)(j->global_batch / j->n + (w < j->global_batch % j->n));
+			cap[w] = (uint32_t)(j->derived.global_batch / j->n + (w < j->derived.global_batch % j->n));
 		break;
 	case SIZES_LIST:
 	case SIZES_SAME: /* resolved to a list by the caller */
@@ -514,7 +514,7 @@ int replay_run(const struct replay_env *env, const struct replay_mech *m, struct
 		break;
 	}
 	rc = run_caps(env, m, cap, env->iters, r);
-	if (!(m->is_job && j->split_fit)) {
+	if (!(m->is_job && j->derived.split_fit)) {
 		r->size_model[0] = model[0];
 		r->size_model[1] = model[1];
 	}
@@ -524,8 +524,8 @@ int replay_run(const struct replay_env *env, const struct replay_mech *m, struct
 			snprintf(ls, sizeof(ls), "+ls:%llu", (unsigned long long)m->ls_evals);
 		snprintf(r->job, sizeof(r->job), "%s%s%s, %s sizes%s", esd_method_name(m->method),
 		         m->matrix == ESD_MATRIX_SHARED ? "+shared" : "", ls,
-		         j->split_fit ? "fitted online" : j->split_link_aware ? "link-aware" : "the job's",
-		         j->split_fit ? (r->refits ? "" : " (no refit)") : "");
+		         j->derived.split_fit ? "fitted online" : j->derived.split_link_aware ? "link-aware" : "the job's",
+		         j->derived.split_fit ? (r->refits ? "" : " (no refit)") : "");
 	}
 	return rc;
 }

@@ -38,7 +38,7 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 	fprintf(f,
 	        "# %s: %s, n=%u, k=%llu, %llu iterations, dim %u, cache %.3f (%llu rows), "
 	        "compute %llu ns/sample\n",
-	        env->config, env->stream, j->n, (unsigned long long)j->global_batch,
+	        env->config, env->stream, j->n, (unsigned long long)j->derived.global_batch,
 	        (unsigned long long)env->iters, j->dim, j->cache_ratio,
 	        (unsigned long long)(nr ? r[0].cache_rows : 0),
 	        (unsigned long long)j->compute_ns_per_sample);
@@ -79,7 +79,7 @@ void replay_print_table(const struct replay_env *env, const struct replay_result
 	for (int i = 0; i < nr; i++) {
 		if (r[i].job[0])
 			fprintf(f, "# %s: %s\n", r[i].name, r[i].job);
-		if (r[i].job[0] && j->split_fit)
+		if (r[i].job[0] && j->derived.split_fit)
 			fprintf(f, "# %s: %llu refits; the last model %.9g,%.9g\n", r[i].name,
 			        (unsigned long long)r[i].refits, r[i].size_model[0],
 			        r[i].size_model[1]);
@@ -120,7 +120,7 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 	const struct esd_job *j = &env->job;
 	json_t *root = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:f, s:I}", "config", env->config,
 	                         "stream", env->stream, "workers", j->n, "global_batch",
-	                         (json_int_t)j->global_batch, "iterations", (json_int_t)env->iters,
+	                         (json_int_t)j->derived.global_batch, "iterations", (json_int_t)env->iters,
 	                         "dim", j->dim, "cache_ratio", j->cache_ratio,
 	                         "compute_ns_per_sample", (json_int_t)j->compute_ns_per_sample);
 	json_t *T = json_array(), *arr = json_array();

@@ -30,6 +30,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -67,6 +68,25 @@ def make_key(path):
 def insecure(settings):
     """Whether the job settings say job.insecure (a job without a key)."""
     return str(settings.get("job.insecure", "no")).strip().lower() in ("1", "true", "yes", "on")
+
+
+def ctl_call(path, cmd, timeout=0.5):
+    """One request {"cmd": cmd} on a control socket (esdd's, a shard's);
+    returns the reply's JSON."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        s.sendall((json.dumps({"cmd": cmd}) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        return json.loads(buf.decode())
+    finally:
+        s.close()
 
 
 class ClusterError(RuntimeError):

@@ -1,0 +1,92 @@
+/* disp.h - the dispatcher thread's state, shared by its files (private to
+ * esdd): disp_thread.c runs the thread, disp_live.c applies the live
+ * settings (esdctl set, the fit's sizes), disp_saves.c keeps the snapshots
+ * of the checkpoint boundaries. */
+#ifndef ESD_NODE_DISP_H
+#define ESD_NODE_DISP_H
+
+#include "node.h"
+
+/* Checkpoint boundaries whose state is kept (struct disp_saves): the
+ * thread saves boundary c when it decides c, up to ORDER_RING iterations
+ * ahead of the main thread, whose iteration t runs while the shards' last
+ * complete checkpoint is t - 2 (written at the release of barrier t - 1);
+ * so with checkpoints every iteration the boundary a restarted shard
+ * resumes from can be ORDER_RING + 2 boundaries back. */
+#define SAVED_GENS (ORDER_RING + 2)
+
+/* The dispatcher thread's state: its own (no lock), from
+ * node_dispatcher_start until node_dispatcher_stop. */
+
+/* The decision engine and its settings. */
+struct disp_engine {
+	struct esd_snapset *ss;
+	struct esd_dispatcher *d;
+	struct esd_conseq *cq;
+	struct esd_dispatcher_config dc;
+	enum esd_policy policy; /* of the snapshots (esdctl set cache.policy) */
+	/* sums of the engines an esdctl set replaced (the counters published
+	 * cover the whole run) */
+	struct esd_dispatch_counters base;
+	struct esd_gpu_solver *gpu; /* dispatch.gpu: the exact part's solver */
+	int64_t gpu_deadline_ns;
+};
+
+/* The stream and the batches read from it: the current one and the next
+ * (lookahead). */
+struct disp_input {
+	struct esd_ds_reader *rd;
+	uint64_t k;
+	float *labels[2], *dense[2];
+	esd_key_t *keys[2];   /* [k * width]: the batch's keys, bag by bag */
+	uint32_t *bag_off[2]; /* [k * tables + 1]: bag (i, t) starts at keys[bag_off[i*T + t]] */
+	uint32_t *off[2];     /* [k + 1]: sample i's first key (bag_off[i * T]) */
+	uint32_t *assign;
+	uint32_t *nworkers; /* per unique key: trainers count */
+};
+
+/* The workers' capacities, link costs and batch sizes. */
+struct disp_sizes {
+	uint32_t cap[ESD_MAX_WORKERS];
+	int64_t T[ESD_MAX_WORKERS];
+	uint32_t batch[ESD_MAX_WORKERS]; /* the decisions' sizes (workers.rates) */
+	uint32_t max_batch;              /* the exchange area's samples */
+};
+
+/* Restart support: the iteration the thread starts after, and its state
+ * at the last SAVED_GENS checkpoint boundaries (a PS restart rolls back to
+ * one; each is also written to disk for a whole-job resume). */
+struct disp_saves {
+	uint64_t start_iter;
+	struct node_state gen[SAVED_GENS];
+	bool ok[SAVED_GENS];
+	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
+};
+
+struct disp {
+	struct node *nd;
+	struct disp_engine eng;
+	struct disp_input in;
+	struct disp_sizes sz;
+	struct disp_saves sv;
+	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
+};
+
+/* ---- disp_live.c ------------------------------------------------------------ */
+
+/* The counters of the current engine on top of those it replaced. */
+struct esd_dispatch_counters node_disp_counters(const struct disp *ds);
+/* The live setting announced for iteration iter, applied as the thread
+ * starts deciding it; *set_policy (-1: none) and *rate tell the main
+ * thread what to switch at the same point. */
+int node_disp_apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate);
+
+/* ---- disp_saves.c ----------------------------------------------------------- */
+
+/* Generation saved at boundary iter, or -1. */
+int node_disp_saved_gen(const struct disp *ds, uint64_t iter);
+/* Keep the state as of checkpoint boundary iter (and write it to disk with
+ * ps.checkpoint_dir). */
+int node_disp_save(struct disp *ds, uint64_t iter);
+
+#endif
