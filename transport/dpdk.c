@@ -139,12 +139,12 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	struct dpdk_wire *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
-	wire_init(&d->w, &esd_wire_dpdk, o);
+	esd_wire_init(&d->w, &esd_wire_dpdk, o);
 	d->port = port;
 	d->sp = sp;
 	d->slot = slot;
 	snprintf(d->dev, sizeof(d->dev), "%s", dev);
-	d->mtu = dpdk_mtu(o);
+	d->mtu = esd_dpdk_mtu(o);
 	d->was_up = 1;
 	d->idle_sleep_ns = IDLE_SLEEP_NS;
 	/* A shared port may drop packets (af_packet's ring, a NIC); memif is
@@ -156,7 +156,7 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 	d->extbuf = !getenv("ESD_DPDK_COPY");
 	/* A NIC reads the packet by DMA after tx_burst returns, from memory
 	 * it must be able to address: the frame is copied into mbufs. */
-	if (dpdk_is_pci(o))
+	if (esd_dpdk_is_pci(o))
 		d->extbuf = 0;
 	struct rte_ether_addr mac;
 	if (!rte_eth_macaddr_get(port, &mac))
@@ -175,11 +175,11 @@ static struct dpdk_wire *wire_new(const struct esd_link_opts *o, uint16_t port, 
 static void memif_args(const struct esd_link_opts *o, int server, uint32_t id, char *buf,
                        size_t len)
 {
-	uint32_t mtu = dpdk_mtu(o);
+	uint32_t mtu = esd_dpdk_mtu(o);
 	uint32_t bsize = 2048, rsize = 0;
 	while (bsize < mtu + ETH_HDR + FRAG_HDR && bsize < 65536)
 		bsize *= 2;
-	while ((1u << rsize) < dpdk_ring_size(o))
+	while ((1u << rsize) < esd_dpdk_ring_size(o))
 		rsize++;
 	snprintf(buf, len, "role=%s,socket=%s,id=%u,bsize=%u,rsize=%u", server ? "server" : "client",
 	         o->addr, id, bsize > 65535 ? 65535 : bsize, rsize);
@@ -205,19 +205,19 @@ static int l2_connect(const struct esd_link_opts *o, struct wire **out)
 {
 	struct l2port *sp;
 	struct l2slot *slot;
-	int rc = l2port_get(o, &sp);
+	int rc = esd_l2port_get(o, &sp);
 	if (rc)
 		return rc;
 	const uint8_t *peer = o->dpdk_npeer_macs ? o->dpdk_peer_macs[0] : NULL;
-	if ((rc = l2port_client(sp, (uint8_t)o->dpdk_channel, (uint16_t)o->memif_id, peer, &slot))) {
-		l2port_put(sp);
+	if ((rc = esd_l2port_client(sp, (uint8_t)o->dpdk_channel, (uint16_t)o->memif_id, peer, &slot))) {
+		esd_l2port_put(sp);
 		return rc;
 	}
 	struct dpdk_wire *d = NULL;
-	if ((rc = wait_up(o, l2port_id(sp))) ||
-	    !(d = wire_new(o, l2port_id(sp), l2port_dev(sp), sp, slot))) {
-		l2port_release(sp, slot);
-		l2port_put(sp);
+	if ((rc = wait_up(o, esd_l2port_id(sp))) ||
+	    !(d = wire_new(o, esd_l2port_id(sp), esd_l2port_dev(sp), sp, slot))) {
+		esd_l2port_release(sp, slot);
+		esd_l2port_put(sp);
 		return rc ? rc : -ENOMEM;
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u/%u", o->addr, o->memif_id, o->dpdk_channel);
@@ -265,7 +265,7 @@ static void bell_open(struct dpdk_wire *d, const char *addr, uint32_t id, bool s
 {
 	if (!bells_on())
 		return;
-	int rc = dpdk_bell_open(addr, id, server, &d->bell);
+	int rc = esd_dpdk_bell_open(addr, id, server, &d->bell);
 	if (rc)
 		ESD_DBG("transport", "dpdk: memif %s#%u has no doorbell (%s): it polls when idle",
 		        addr, id, esd_strerror(rc));
@@ -275,19 +275,19 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 {
 	char name[96], args[400];
 	uint16_t port;
-	int rc = dpdk_eal_start(o);
+	int rc = esd_dpdk_eal_start(o);
 	if (rc)
 		return rc;
-	if (!dpdk_is_memif(o))
+	if (!esd_dpdk_is_memif(o))
 		return l2_connect(o, out);
 	memif_args(o, 0, o->memif_id, args, sizeof(args));
 	snprintf(name, sizeof(name), "net_memif_esdc%u",
 	         __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED));
-	if ((rc = dpdk_port_up(o, name, args, &port)))
+	if ((rc = esd_dpdk_port_up(o, name, args, &port)))
 		return rc;
 	struct dpdk_wire *d = NULL;
 	if ((rc = wait_up(o, port)) || !(d = wire_new(o, port, name, NULL, NULL))) {
-		dpdk_port_down(port, name);
+		esd_dpdk_port_down(port, name);
 		return rc ? rc : -ENOMEM;
 	}
 	snprintf(d->w.peer, sizeof(d->w.peer), "%s#%u", o->addr, o->memif_id);
@@ -300,13 +300,13 @@ static int dpdk_connect(const struct esd_link_opts *o, struct wire **out)
 /* A listener on the shared port of an interface or NIC: one channel. */
 static int l2_listen(const struct esd_link_opts *o, struct dpdk_listener *dl)
 {
-	int rc = l2port_get(o, &dl->sp);
+	int rc = esd_l2port_get(o, &dl->sp);
 	if (rc)
 		return rc;
 	dl->channel = (uint8_t)o->dpdk_channel;
 	uint32_t max = o->max_links ? o->max_links : 1;
-	if ((rc = l2port_listen(dl->sp, dl->channel, max, o->dpdk_peer_macs, o->dpdk_npeer_macs))) {
-		l2port_put(dl->sp);
+	if ((rc = esd_l2port_listen(dl->sp, dl->channel, max, o->dpdk_peer_macs, o->dpdk_npeer_macs))) {
+		esd_l2port_put(dl->sp);
 		dl->sp = NULL;
 	}
 	return rc;
@@ -314,7 +314,7 @@ static int l2_listen(const struct esd_link_opts *o, struct dpdk_listener *dl)
 
 static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out)
 {
-	int rc = dpdk_eal_start(o);
+	int rc = esd_dpdk_eal_start(o);
 	if (rc)
 		return rc;
 	struct dpdk_listener *dl = calloc(1, sizeof(*dl));
@@ -322,7 +322,7 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		return -ENOMEM;
 	dl->wl.ops = &esd_wire_dpdk;
 	snprintf(dl->wl.addr, sizeof(dl->wl.addr), "%s", o->addr);
-	if (!dpdk_is_memif(o)) {
+	if (!esd_dpdk_is_memif(o)) {
 		if ((rc = l2_listen(o, dl)))
 			free(dl);
 		else
@@ -340,7 +340,7 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 	}
 	unsigned seq = __atomic_fetch_add(&dev_seq, 1, __ATOMIC_RELAXED);
 	/* before any port is up: a client opens the bells once its link is */
-	if (bells_on() && (rc = dpdk_bell_publish(o->addr, n)))
+	if (bells_on() && (rc = esd_dpdk_bell_publish(o->addr, n)))
 		ESD_WARN("transport", "dpdk: no doorbells for memif %s (%s): its idle links poll",
 		         o->addr, esd_strerror(rc));
 	uint32_t i;
@@ -348,13 +348,13 @@ static int dpdk_listen(const struct esd_link_opts *o, struct wire_listener **out
 		char args[400];
 		memif_args(o, 1, i, args, sizeof(args));
 		snprintf(dl->devs[i], sizeof(dl->devs[i]), "net_memif_esds%u_%u", seq, i);
-		if ((rc = dpdk_port_up(o, dl->devs[i], args, &dl->ports[i])))
+		if ((rc = esd_dpdk_port_up(o, dl->devs[i], args, &dl->ports[i])))
 			break;
 	}
 	if (rc) {
 		while (i--)
-			dpdk_port_down(dl->ports[i], dl->devs[i]);
-		dpdk_bell_unpublish(o->addr);
+			esd_dpdk_port_down(dl->ports[i], dl->devs[i]);
+		esd_dpdk_bell_unpublish(o->addr);
 		goto err_free;
 	}
 	*out = &dl->wl;
@@ -378,16 +378,16 @@ static int l2_accept(struct dpdk_listener *dl, const struct esd_link_opts *o, in
 {
 	int64_t nap = 200 * ESD_NS_PER_US;
 	for (;;) {
-		l2port_poll(dl->sp);
-		struct l2slot *s = l2port_take(dl->sp, dl->channel);
+		esd_l2port_poll(dl->sp);
+		struct l2slot *s = esd_l2port_take(dl->sp, dl->channel);
 		if (s) {
 			struct dpdk_wire *d =
-			    wire_new(o, l2port_id(dl->sp), l2port_dev(dl->sp), dl->sp, s);
+			    wire_new(o, esd_l2port_id(dl->sp), esd_l2port_dev(dl->sp), dl->sp, s);
 			if (!d) {
-				l2port_release(dl->sp, s);
+				esd_l2port_release(dl->sp, s);
 				return -ENOMEM;
 			}
-			l2port_ref(dl->sp); /* the link's own */
+			esd_l2port_ref(dl->sp); /* the link's own */
 			snprintf(d->w.peer, sizeof(d->w.peer),
 			         "%s#%u/%u (%02x:%02x:%02x:%02x:%02x:%02x)", dl->wl.addr,
 			         (unsigned)s->link, (unsigned)s->channel, s->mac[0], s->mac[1],
@@ -439,14 +439,14 @@ static void dpdk_listener_close(struct wire_listener *wl)
 {
 	struct dpdk_listener *dl = (struct dpdk_listener *)wl;
 	if (dl->sp) {
-		l2port_unlisten(dl->sp, dl->channel);
-		l2port_put(dl->sp);
+		esd_l2port_unlisten(dl->sp, dl->channel);
+		esd_l2port_put(dl->sp);
 	}
 	for (uint32_t i = 0; i < dl->n; i++)
 		if (!dl->taken[i])
-			dpdk_port_down(dl->ports[i], dl->devs[i]);
+			esd_dpdk_port_down(dl->ports[i], dl->devs[i]);
 	if (dl->n)
-		dpdk_bell_unpublish(dl->wl.addr);
+		esd_dpdk_bell_unpublish(dl->wl.addr);
 	free(dl->ports);
 	free(dl->devs);
 	free(dl->taken);
@@ -470,7 +470,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
 
 static void ready_free(struct dpdk_wire *d, struct fbuf *r)
 {
-	fbuf_put(&d->w.cache, r);
+	esd_fbuf_put(&d->w.cache, r);
 }
 
 static void asm_drop(struct dpdk_wire *d)
@@ -490,8 +490,8 @@ static int bad_packet(struct dpdk_wire *d, const char *why)
 	if (d->w.lossy)
 		return 0;
 	d->down = 1;
-	return wire_fail(&d->w, -EPROTO, "dpdk: %s from %s (memif loses nothing: the peer is broken)",
-	                 why, d->w.peer);
+	return esd_wire_fail(&d->w, -EPROTO, "dpdk: %s from %s (memif loses nothing: the peer is broken)",
+	                     why, d->w.peer);
 }
 
 /* The peer's LINK_BYE (r, consumed): phase 1 acknowledges ours; phase 0
@@ -528,7 +528,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	if ((uint16_t)(h[12] << 8 | h[13]) != ETHERTYPE_ESD)
 		return bad_packet(d, "a packet of another ethertype");
 	struct frag_hdr f;
-	frag_hdr_get(h + ETH_HDR, &f);
+	esd_frag_hdr_get(h + ETH_HDR, &f);
 	uint32_t id = f.id, off = f.off, total = f.total;
 	size_t chunk = rte_pktmbuf_pkt_len(m) - sizeof(hdr);
 	if (off == 0) {
@@ -547,13 +547,13 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 		if (rc)
 			return rc; /* the peer speaks something else: the link is broken */
 		if ((size_t)total != ESD_FRAME_HDR_SIZE + (size_t)fh.length)
-			return wire_fail(&d->w, -EPROTO,
-			                 "dpdk: fragment total %u, frame header says %zu", total,
-			                 ESD_FRAME_HDR_SIZE + (size_t)fh.length);
-		d->asm_buf = fbuf_get(&d->w.cache, total);
+			return esd_wire_fail(&d->w, -EPROTO,
+			                     "dpdk: fragment total %u, frame header says %zu", total,
+			                     ESD_FRAME_HDR_SIZE + (size_t)fh.length);
+		d->asm_buf = esd_fbuf_get(&d->w.cache, total);
 		if (!d->asm_buf)
 			return -ENOMEM;
-		wire_rx_hash_start(&d->w, d->asm_buf, fp);
+		esd_wire_rx_hash_start(&d->w, d->asm_buf, fp);
 		d->asm_id = id;
 		d->asm_got = 0;
 		d->asm_on = 1;
@@ -570,7 +570,7 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
 	size_t skip = off == 0 ? ESD_FRAME_HDR_SIZE : 0; /* the header: not hashed as it is */
 	if (skip && src != d->asm_buf->data)
 		memcpy(d->asm_buf->data, src, skip);
-	wire_rx_take(&d->w, d->asm_buf, d->asm_got + skip, src + skip, chunk - skip);
+	esd_wire_rx_take(&d->w, d->asm_buf, d->asm_got + skip, src + skip, chunk - skip);
 	d->asm_got += chunk;
 	if (d->asm_got < d->asm_buf->len)
 		return 0;
@@ -593,9 +593,9 @@ static int on_packet(struct dpdk_wire *d, struct rte_mbuf *m)
  * a poll of the port. */
 static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
 {
-	l2port_poll(d->sp);
+	esd_l2port_poll(d->sp);
 	uint16_t n = 0;
-	while (n < BURST && (ms[n] = l2ring_get(&d->slot->rx)))
+	while (n < BURST && (ms[n] = esd_l2ring_get(&d->slot->rx)))
 		n++;
 	return n;
 }
@@ -605,22 +605,22 @@ static uint16_t l2_rx(struct dpdk_wire *d, struct rte_mbuf **ms)
 static int ring_gone(struct dpdk_wire *d, int sig)
 {
 	d->down = 1;
-	return wire_fail(&d->w, -ECONNRESET,
-	                 "dpdk: the shared memory of %s went away under this side (%s): the "
-	                 "peer is gone",
-	                 d->w.peer, sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
+	return esd_wire_fail(&d->w, -ECONNRESET,
+	                     "dpdk: the shared memory of %s went away under this side (%s): the "
+	                     "peer is gone",
+	                     d->w.peer, sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
 }
 
 static int rx_poll(struct dpdk_wire *d)
 {
 	struct rte_mbuf *ms[BURST];
-	dpdk_thread_enter();
+	esd_dpdk_thread_enter();
 	if (d->peer_bye)
 		return 0; /* the peer is tearing down: never touch its rings again */
 	if (d->slot && d->slot->state == L2_RESET) {
 		d->down = 1;
-		return wire_fail(&d->w, -ECONNRESET,
-		                 d->slot->server ? "dpdk: %s started a new link: this one is over"
+		return esd_wire_fail(&d->w, -ECONNRESET,
+		                     d->slot->server ? "dpdk: %s started a new link: this one is over"
 		                                 : "dpdk: %s does not know this link (it restarted)",
 		                 d->w.peer);
 	}
@@ -629,12 +629,12 @@ static int rx_poll(struct dpdk_wire *d)
 	if (!d->w.lossy && d->rq_bytes >= d->w.rx_backlog_max)
 		return 0;
 	int fault = 0;
-	uint16_t n = d->sp ? l2_rx(d, ms) : dpdk_guarded_rx(d->port, ms, BURST, &fault);
+	uint16_t n = d->sp ? l2_rx(d, ms) : esd_dpdk_guarded_rx(d->port, ms, BURST, &fault);
 	if (fault)
 		return ring_gone(d, fault);
 	int rc = 0;
 	if (n)
-		wire_heard(&d->w);
+		esd_wire_heard(&d->w);
 	for (uint16_t i = 0; i < n; i++) {
 		if (!rc)
 			rc = on_packet(d, ms[i]);
@@ -651,19 +651,19 @@ static int check_link(struct dpdk_wire *d)
 	d->next_link_check = now + LINK_POLL_NS;
 	if (!link_is_up(d->port)) {
 		d->down = 1;
-		return wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
-		                 d->w.peer);
+		return esd_wire_fail(&d->w, -ECONNRESET, "dpdk: link to %s went down (peer gone)",
+		                     d->w.peer);
 	}
 	int64_t quiet = d->slot && d->slot->established
 	                    ? now - atomic_load_explicit(&d->slot->last_rx_ns, memory_order_relaxed)
 	                    : 0;
 	if (quiet > d->w.timeout_ns) {
 		d->down = 1;
-		return wire_fail(&d->w, -ECONNRESET, /* not -ETIMEDOUT: that is "no frame yet" */
-		                 "dpdk: nothing from %s for %.1f s (keepalives every %lld ms): the "
-		                 "peer is gone",
-		                 d->w.peer, (double)quiet / 1e9,
-		                 (long long)(L2_KEEPALIVE_NS / ESD_NS_PER_MS));
+		return esd_wire_fail(&d->w, -ECONNRESET, /* not -ETIMEDOUT: that is "no frame yet" */
+		                     "dpdk: nothing from %s for %.1f s (keepalives every %lld ms): the "
+		                     "peer is gone",
+		                     d->w.peer, (double)quiet / 1e9,
+		                     (long long)(L2_KEEPALIVE_NS / ESD_NS_PER_MS));
 	}
 	return 0;
 }
@@ -685,7 +685,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 	rte_mbuf_ext_refcnt_set(&shinfo, 0);
 	uint32_t id = d->tx_msg++;
 	size_t off = 0;
-	dpdk_thread_enter();
+	esd_dpdk_thread_enter();
 	if (d->slot)
 		atomic_store_explicit(&d->slot->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	int64_t stuck_since = 0;
@@ -694,7 +694,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		size_t o2 = off;
 		while (k < BURST && o2 < len) {
 			size_t chunk = len - o2 < d->mtu ? len - o2 : d->mtu;
-			struct rte_mbuf *m = rte_pktmbuf_alloc(dpdk_pool());
+			struct rte_mbuf *m = rte_pktmbuf_alloc(esd_dpdk_pool());
 			if (!m)
 				break;
 			size_t hl = ETH_HDR + FRAG_HDR + (d->extbuf ? 0 : chunk);
@@ -716,12 +716,12 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			f.id = id;
 			f.off = (uint32_t)o2;
 			f.total = (uint32_t)len;
-			frag_hdr_put(b + ETH_HDR, &f);
+			esd_frag_hdr_put(b + ETH_HDR, &f);
 			if (d->extbuf) {
 				/* The chunk rides as an external buffer in a second
 				 * segment: no copy here; the PMD copies it into its
 				 * ring inside tx_burst and frees the mbuf there. */
-				struct rte_mbuf *x = rte_pktmbuf_alloc(dpdk_pool());
+				struct rte_mbuf *x = rte_pktmbuf_alloc(esd_dpdk_pool());
 				void *at = (void *)(uintptr_t)(p + o2);
 				if (!x) {
 					rte_pktmbuf_free(m);
@@ -746,13 +746,13 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 		while (sent < k) {
 			int fault = 0;
 			uint16_t now_sent =
-			    d->sp ? l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
-			          : dpdk_guarded_tx(d->port, ms + sent, (uint16_t)(k - sent), &fault);
+			    d->sp ? esd_l2port_tx(d->sp, ms + sent, (uint16_t)(k - sent))
+			          : esd_dpdk_guarded_tx(d->port, ms + sent, (uint16_t)(k - sent), &fault);
 			if (fault)
 				return ring_gone(d, fault); /* the mbufs given are lost */
 			sent += now_sent;
 			if (now_sent && d->bell)
-				dpdk_bell_ring(d->bell);
+				esd_dpdk_bell_ring(d->bell);
 			if (sent < k && d->closing) {
 				rte_pktmbuf_free_bulk(ms + sent, k - sent);
 				return -EAGAIN;
@@ -769,9 +769,9 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 				    now - stuck_since > d->w.timeout_ns) {
 					rte_pktmbuf_free_bulk(ms + sent, k - sent);
 					return rc < 0 ? rc
-					              : wire_fail(&d->w, -ETIMEDOUT,
-					                          "dpdk: peer %s takes nothing",
-					                          d->w.peer);
+					              : esd_wire_fail(&d->w, -ETIMEDOUT,
+					                              "dpdk: peer %s takes nothing",
+					                              d->w.peer);
 				}
 			} else {
 				stuck_since = 0;
@@ -788,7 +788,7 @@ static int send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len)
 			if (rc < 0)
 				return rc;
 			if (now - stuck_since > d->w.timeout_ns)
-				return wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
+				return esd_wire_fail(&d->w, -ENOMEM, "dpdk: mbuf pool exhausted");
 		}
 	}
 	return 0;
@@ -805,8 +805,8 @@ static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
 		return -EPIPE;
 	if (len > d->mtu)
 		return -EMSGSIZE;
-	dpdk_thread_enter();
-	struct rte_mbuf *m = rte_pktmbuf_alloc(dpdk_pool());
+	esd_dpdk_thread_enter();
+	struct rte_mbuf *m = rte_pktmbuf_alloc(esd_dpdk_pool());
 	if (!m)
 		return -EAGAIN;
 	uint8_t *b = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(ETH_HDR + FRAG_HDR + len));
@@ -827,10 +827,10 @@ static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
 	f.id = d->tx_msg;
 	f.off = 0;
 	f.total = (uint32_t)len;
-	frag_hdr_put(b + ETH_HDR, &f);
+	esd_frag_hdr_put(b + ETH_HDR, &f);
 	memcpy(b + ETH_HDR + FRAG_HDR, p, len);
 	int fault = 0;
-	uint16_t sent = d->sp ? l2port_tx(d->sp, &m, 1) : dpdk_guarded_tx(d->port, &m, 1, &fault);
+	uint16_t sent = d->sp ? esd_l2port_tx(d->sp, &m, 1) : esd_dpdk_guarded_tx(d->port, &m, 1, &fault);
 	if (fault)
 		return ring_gone(d, fault);
 	if (!sent) {
@@ -839,7 +839,7 @@ static int dpdk_beat(struct wire *w, const uint8_t *p, size_t len)
 	}
 	d->tx_msg++;
 	if (d->bell)
-		dpdk_bell_ring(d->bell);
+		esd_dpdk_bell_ring(d->bell);
 	if (d->slot)
 		atomic_store_explicit(&d->slot->last_tx_ns, esd_now_ns(), memory_order_relaxed);
 	return 0;
@@ -850,7 +850,7 @@ static int dpdk_send(struct wire *w, const struct iovec *iov, int n, int64_t dea
 	struct dpdk_wire *d = (struct dpdk_wire *)w;
 	(void)deadline;
 	if (d->peer_bye || d->down)
-		return wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
+		return esd_wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
 	for (int i = 0; i < n; i++) {
 		int rc = send_raw(d, iov[i].iov_base, iov[i].iov_len);
 		if (rc)
@@ -877,24 +877,24 @@ static void idle_sleep(int64_t ns)
  * sleep until the port has a packet for this link (dpdk_port.c). */
 static void idle_wait(struct dpdk_wire *d, int64_t deadline, int64_t now)
 {
-	if (d->bell && !dpdk_bell_armed(d->bell)) {
-		dpdk_bell_arm(d->bell);
+	if (d->bell && !esd_dpdk_bell_armed(d->bell)) {
+		esd_dpdk_bell_arm(d->bell);
 		return;
 	}
 	int64_t t = LINK_POLL_NS;
 	if (deadline >= 0 && deadline - now < t)
 		t = deadline - now;
 	if (d->bell)
-		dpdk_bell_wait(d->bell, t);
+		esd_dpdk_bell_wait(d->bell, t);
 	else
-		l2port_idle_wait(d->sp, d->slot, t);
+		esd_l2port_idle_wait(d->sp, d->slot, t);
 }
 
 /* An af_packet link, idle, sleeps until its port files a packet for it
  * (ESD_DPDK_BELL=0: it polls, as on a NIC). */
 static bool port_sleeps(struct dpdk_wire *d)
 {
-	return d->sp && bells_on() && l2port_can_sleep(d->sp);
+	return d->sp && bells_on() && esd_l2port_can_sleep(d->sp);
 }
 
 static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
@@ -918,7 +918,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			return 0;
 		}
 		if (d->peer_bye)
-			return wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
+			return esd_wire_fail(w, -ECONNRESET, "dpdk: peer %s closed the link", w->peer);
 		int rc = rx_poll(d);
 		if (rc < 0)
 			return rc;
@@ -927,7 +927,7 @@ static int dpdk_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 			d->idle_since = 0;
 			d->idle_sleep_ns = IDLE_SLEEP_NS;
 			if (d->bell)
-				dpdk_bell_disarm(d->bell);
+				esd_dpdk_bell_disarm(d->bell);
 			continue;
 		}
 		/* Busy-poll (kernel bypass); look at the clock only every few
@@ -990,7 +990,7 @@ static void say_bye(struct dpdk_wire *d, int64_t deadline)
 		struct bye_step b = {.d = d, .send = !sent};
 		if (d->sp)
 			bye_step_run(&b);
-		else if (dpdk_intr_call(bye_step_run, &b, d->dev))
+		else if (esd_dpdk_intr_call(bye_step_run, &b, d->dev))
 			break;
 		if (b.over)
 			break;
@@ -1016,12 +1016,12 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 		}
 	}
 	if (d->sp) {
-		l2port_release(d->sp, d->slot);
-		l2port_put(d->sp);
+		esd_l2port_release(d->sp, d->slot);
+		esd_l2port_put(d->sp);
 	} else {
-		dpdk_port_down(d->port, d->dev);
+		esd_dpdk_port_down(d->port, d->dev);
 	}
-	dpdk_bell_close(d->bell);
+	esd_dpdk_bell_close(d->bell);
 	asm_drop(d);
 	ready_free(d, d->cur);
 	while (d->rq_head) {
@@ -1029,7 +1029,7 @@ static void dpdk_close(struct wire *w, int64_t deadline)
 		d->rq_head = r->next;
 		ready_free(d, r);
 	}
-	bufcache_fini(&d->w.cache);
+	esd_bufcache_fini(&d->w.cache);
 	free(d);
 }
 
