@@ -308,6 +308,14 @@ void esd_dpdk_port_down(uint16_t port, const char *name)
 		ESD_ERR("transport", "dpdk: device %s left in place", name);
 }
 
+int esd_dpdk_port_is_up(uint16_t port)
+{
+	struct rte_eth_link l;
+	memset(&l, 0, sizeof(l));
+	rte_eth_link_get_nowait(port, &l);
+	return l.link_status == RTE_ETH_LINK_UP;
+}
+
 struct rte_mempool *esd_dpdk_pool(void)
 {
 	return pool;

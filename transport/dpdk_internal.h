@@ -1,7 +1,12 @@
 /*
- * Private to the dpdk backend: what dpdk.c (EAL, vdev ports, links, data
- * path) takes from dpdk_l2.c (a NIC by PCI address; the peer addressing
- * of af_packet and PCI ports). Not installed.
+ * Private to the dpdk backend: what its files take from each other. Calls
+ * go one way, top to bottom: dpdk.c (links: made, waited on, closed) ->
+ * dpdk_frag.c (their packets: fragmenting, reassembly) -> dpdk_port.c (one
+ * af_packet or PCI port shared by many links), dpdk_bell.c (memif
+ * doorbells) -> dpdk_eal.c (the EAL, the pool, ports) -> dpdk_l2.c (a NIC
+ * by PCI address; the peer addressing of af_packet and PCI ports) and
+ * dpdk_guard.c (bursts on a memif port that survive its peer's leaving).
+ * A file may skip levels downwards, never call upwards. Not installed.
  */
 #ifndef ESD_TRANSPORT_DPDK_INTERNAL_H
 #define ESD_TRANSPORT_DPDK_INTERNAL_H
@@ -11,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <esd/clock.h>
 
 #include <rte_mempool.h>
 
@@ -281,6 +288,8 @@ int esd_dpdk_intr_call(void (*fn)(void *), void *arg, const char *what);
 int esd_dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
                      uint16_t *port);
 void esd_dpdk_port_down(uint16_t port, const char *name);
+/* The port's link is up (memif: the peer is connected). */
+int esd_dpdk_port_is_up(uint16_t port);
 /* The process's mbuf pool (the EAL is up). */
 struct rte_mempool *esd_dpdk_pool(void);
 
@@ -297,5 +306,59 @@ struct rte_mempool *esd_dpdk_pool(void);
 void esd_dpdk_thread_enter(void);
 /* The devargs of the options' port for one process (af_packet). */
 int esd_dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len);
+
+/* ---- a link and its packets (dpdk.c, dpdk_frag.c) ---------------------- */
+
+/* How often a link looks at its port's state and its peer's silence. */
+#define LINK_POLL_NS (10 * ESD_NS_PER_MS)
+
+struct dpdk_wire {
+	struct wire w;
+	uint16_t port;
+	char dev[96];
+	uint32_t mtu;
+	uint32_t tx_msg;
+	/* reassembly of the frame in progress */
+	struct fbuf *asm_buf;
+	uint32_t asm_id;
+	size_t asm_got;
+	int asm_on;
+	/* complete frames not yet handed up; cur is lent */
+	struct fbuf *rq_head, *rq_tail, *cur;
+	size_t rq_bytes;
+	int was_up, peer_bye, bye_acked, down;
+	int closing; /* in dpdk_close: a send that finds no room gives up at once */
+	int both_closing; /* the peer's bye came while closing: it polls no more */
+	int extbuf; /* the PMD copies on tx (memif copy mode, af_packet) */
+	/* af_packet or PCI: the shared port and this link's entry in it */
+	struct l2port *sp;
+	struct l2slot *slot;
+	struct frag_hdr tag; /* link, channel, flags of every packet sent */
+	uint8_t mac[6];
+	int64_t next_link_check;
+	uint64_t empty_polls;
+	int64_t idle_since; /* first empty poll of this idle stretch; 0: busy */
+	int64_t idle_sleep_ns; /* the next idle sleep */
+	struct dpdk_bell *bell; /* memif: sleep until the peer sends (or NULL) */
+};
+
+static inline void dpdk_ready_free(struct dpdk_wire *d, struct fbuf *r)
+{
+	esd_fbuf_put(&d->w.cache, r);
+}
+
+/* Drop the frame being reassembled. */
+void esd_dpdk_asm_drop(struct dpdk_wire *d);
+/* Receive a burst and reassemble it (complete frames to the ready queue):
+ * the packets seen, or -errno (the link failed). */
+int esd_dpdk_rx_poll(struct dpdk_wire *d);
+/* Every LINK_POLL_NS: is the port up, has the peer of a shared port been
+ * heard within the timeout? 0, or the link's failure. */
+int esd_dpdk_check_link(struct dpdk_wire *d);
+/* Send one frame of len bytes as fragments (under the wire's send lock):
+ * 0 or -errno. */
+int esd_dpdk_send_raw(struct dpdk_wire *d, const uint8_t *p, size_t len);
+/* The wire_ops beat: one packet, one try. */
+int esd_dpdk_beat(struct wire *w, const uint8_t *p, size_t len);
 
 #endif /* ESD_TRANSPORT_DPDK_INTERNAL_H */
