@@ -210,8 +210,8 @@ static void derive_link_keys(struct esd_link *l, int client)
 	derive(a, client ? "esd link v1 server to client" : "esd link v1 client to server",
 	       a->krx);
 	a->tx_ctr = a->rx_ctr = 0;
-	a->wide = a->suite == ESD_SUITE_AES256_GCM && !gmac_init(&a->gtx, a->ktx) &&
-		  !gmac_init(&a->grx, a->krx);
+	a->wide = a->suite == ESD_SUITE_AES256_GCM && !esd_gmac_init(&a->gtx, a->ktx) &&
+		  !esd_gmac_init(&a->grx, a->krx);
 	/* the wire hashes the frames it reassembles as it copies them in
 	 * (frames it hands over whole, e.g. without the reliable layer's
 	 * copies in between; see rx_hash_of) */
@@ -228,7 +228,7 @@ static int send_auth(struct esd_link *l, uint32_t step, uint32_t suites, const u
 	if (rc)
 		return rc;
 	struct iovec iov = {.iov_base = l->scratch.data, .iov_len = l->scratch.len};
-	return link_send_raw(l, &iov, 1, deadline);
+	return esd_link_send_raw(l, &iov, 1, deadline);
 }
 
 /* The refusal a peer gets: no reason beyond this (it could help a guesser),
@@ -240,13 +240,13 @@ static int refuse(struct esd_link *l, const char *why)
 	esd_buf_reset(&l->scratch);
 	if (!esd_enc_error(&l->scratch, -EACCES, "authentication failed")) {
 		struct iovec iov = {.iov_base = l->scratch.data, .iov_len = l->scratch.len};
-		link_send_raw(l, &iov, 1, deadline_after(l->w->timeout_ns));
+		esd_link_send_raw(l, &iov, 1, esd_deadline_after(l->w->timeout_ns));
 	}
 	l->broken = 2;
 	return -EACCES;
 }
 
-int auth_create(struct esd_link *l, const struct esd_key *key, int client)
+int esd_auth_create(struct esd_link *l, const struct esd_key *key, int client)
 {
 	int rc = sodium_ready(); /* also picks the CPU's fastest code */
 	if (rc)
@@ -260,7 +260,7 @@ int auth_create(struct esd_link *l, const struct esd_key *key, int client)
 	return 0;
 }
 
-int auth_client(struct esd_link *l, int64_t deadline)
+int esd_auth_client(struct esd_link *l, int64_t deadline)
 {
 	struct link_auth *a = l->auth;
 	randombytes_buf(a->nc, sizeof(a->nc));
@@ -270,7 +270,7 @@ int auth_client(struct esd_link *l, int64_t deadline)
 	while (!rc && a->state != AUTH_OPEN) {
 		const uint8_t *frame;
 		size_t len;
-		if ((rc = link_next_frame(l, &frame, &len, deadline)))
+		if ((rc = esd_link_next_frame(l, &frame, &len, deadline)))
 			break;
 		struct esd_msg m;
 		if ((rc = esd_proto_decode(frame, len, &l->w->lim, &m, l->err, sizeof(l->err))))
@@ -325,7 +325,7 @@ static int server_step(struct esd_link *l, const struct esd_link_auth *m)
 		randombytes_buf(a->ns, sizeof(a->ns));
 		derive(a, "esd link v1 server proof", proof);
 		a->state = AUTH_SERVER_PROOF;
-		return send_auth(l, 2, a->suite, a->ns, proof, deadline_after(l->w->timeout_ns));
+		return send_auth(l, 2, a->suite, a->ns, proof, esd_deadline_after(l->w->timeout_ns));
 	}
 	if (a->state == AUTH_SERVER_PROOF && m->step == 3) {
 		uint8_t want[32];
@@ -346,7 +346,7 @@ static void tag_make(const struct link_auth *a, const uint8_t *frame, size_t len
 {
 	uint8_t none[1] = {0}; /* the empty message (the API wants a pointer) */
 	if (a->wide)
-		gmac_tag(&a->gtx, nonce, NULL, 0, frame, len, NULL, tag);
+		esd_gmac_tag(&a->gtx, nonce, NULL, 0, frame, len, NULL, tag);
 	else if (a->suite == ESD_SUITE_AES256_GCM)
 		crypto_aead_aes256gcm_encrypt_detached(none, tag, NULL, none, 0, frame, len, NULL,
 						       nonce, a->ktx);
@@ -378,9 +378,9 @@ static int tag_check(const struct link_auth *a, const uint8_t *frame, size_t len
 	if (a->wide) {
 		uint8_t want[AUTH_TAG_BYTES];
 		if (run)
-			gmac_run_end(&a->grx, run, nonce, want);
+			esd_gmac_run_end(&a->grx, run, nonce, want);
 		else
-			gmac_tag(&a->grx, nonce, NULL, 0, frame, len, NULL, want);
+			esd_gmac_tag(&a->grx, nonce, NULL, 0, frame, len, NULL, want);
 		return crypto_verify_16(want, tag);
 	}
 	if (a->suite == ESD_SUITE_AES256_GCM)
@@ -481,7 +481,7 @@ static int check_tag(struct esd_link *l, uint8_t *frame, size_t *len)
 	return 0;
 }
 
-int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len)
+int esd_auth_rx(struct esd_link *l, uint8_t *frame, size_t *len)
 {
 	struct link_auth *a = l->auth;
 	uint16_t flags;
@@ -540,14 +540,14 @@ static size_t seal_one(struct link_auth *a, const struct iovec *v, size_t off)
 	memcpy(f + 8, &blen, 4);
 	ctr_nonce(a->tx_ctr++, nonce);
 	if (fused)
-		gmac_tag(&a->gtx, nonce, f, SEAL_HEAD, src + SEAL_HEAD, v->iov_len - SEAL_HEAD,
-			 f + SEAL_HEAD, f + v->iov_len);
+		esd_gmac_tag(&a->gtx, nonce, f, SEAL_HEAD, src + SEAL_HEAD, v->iov_len - SEAL_HEAD,
+		             f + SEAL_HEAD, f + v->iov_len);
 	else
 		tag_make(a, f, v->iov_len, f + v->iov_len, nonce);
 	return v->iov_len + AUTH_TAG_BYTES;
 }
 
-int auth_seal(struct esd_link *l, struct iovec *iov, int n)
+int esd_auth_seal(struct esd_link *l, struct iovec *iov, int n)
 {
 	struct link_auth *a = l->auth;
 	if (a->state != AUTH_OPEN) {
@@ -576,8 +576,8 @@ int auth_seal(struct esd_link *l, struct iovec *iov, int n)
 	return 0;
 }
 
-int auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, int aside,
-                   uint64_t beat)
+int esd_auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, int aside,
+                       uint64_t beat)
 {
 	struct link_auth *a = l->auth;
 	uint8_t nonce[12];
@@ -603,12 +603,12 @@ int auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, 
 	return 0;
 }
 
-void auth_unseal_beat(struct esd_link *l)
+void esd_auth_unseal_beat(struct esd_link *l)
 {
 	l->auth->tx_ctr--;
 }
 
-void auth_fini(struct link_auth *a)
+void esd_auth_fini(struct link_auth *a)
 {
 	if (!a)
 		return;

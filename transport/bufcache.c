@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 
-void *bufcache_get(struct bufcache *c, size_t size, size_t *cap)
+void *esd_bufcache_get(struct bufcache *c, size_t size, size_t *cap)
 {
 	for (unsigned i = 0; i < c->n; i++) {
 		if (c->cap[i] < size)
@@ -27,7 +27,7 @@ void *bufcache_get(struct bufcache *c, size_t size, size_t *cap)
 	return b;
 }
 
-void bufcache_put(struct bufcache *c, void *blk, size_t cap)
+void esd_bufcache_put(struct bufcache *c, void *blk, size_t cap)
 {
 	if (!blk)
 		return;
@@ -40,17 +40,17 @@ void bufcache_put(struct bufcache *c, void *blk, size_t cap)
 	c->n++;
 }
 
-void bufcache_fini(struct bufcache *c)
+void esd_bufcache_fini(struct bufcache *c)
 {
 	for (unsigned i = 0; i < c->n; i++)
 		free(c->blk[i]);
 	c->n = 0;
 }
 
-struct fbuf *fbuf_get(struct bufcache *c, size_t len)
+struct fbuf *esd_fbuf_get(struct bufcache *c, size_t len)
 {
 	size_t cap;
-	struct fbuf *b = bufcache_get(c, sizeof(struct fbuf) + len, &cap);
+	struct fbuf *b = esd_bufcache_get(c, sizeof(struct fbuf) + len, &cap);
 	if (!b)
 		return NULL;
 	b->next = NULL;
@@ -59,8 +59,8 @@ struct fbuf *fbuf_get(struct bufcache *c, size_t len)
 	return b;
 }
 
-void fbuf_put(struct bufcache *c, struct fbuf *b)
+void esd_fbuf_put(struct bufcache *c, struct fbuf *b)
 {
 	if (b)
-		bufcache_put(c, b, b->cap);
+		esd_bufcache_put(c, b, b->cap);
 }

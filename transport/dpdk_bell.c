@@ -124,7 +124,7 @@ static void sweep_dead(void)
 	closedir(dir);
 }
 
-int dpdk_bell_publish(const char *addr, uint32_t nslots)
+int esd_dpdk_bell_publish(const char *addr, uint32_t nslots)
 {
 	char name[NAME_MAX];
 	bell_name(addr, name, sizeof(name));
@@ -152,14 +152,14 @@ int dpdk_bell_publish(const char *addr, uint32_t nslots)
 	return 0;
 }
 
-void dpdk_bell_unpublish(const char *addr)
+void esd_dpdk_bell_unpublish(const char *addr)
 {
 	char name[NAME_MAX];
 	bell_name(addr, name, sizeof(name));
 	shm_unlink(name);
 }
 
-int dpdk_bell_open(const char *addr, uint32_t id, bool server, struct dpdk_bell **out)
+int esd_dpdk_bell_open(const char *addr, uint32_t id, bool server, struct dpdk_bell **out)
 {
 	char name[NAME_MAX];
 	struct stat st;
@@ -201,7 +201,7 @@ int dpdk_bell_open(const char *addr, uint32_t id, bool server, struct dpdk_bell 
 	return 0;
 }
 
-void dpdk_bell_close(struct dpdk_bell *b)
+void esd_dpdk_bell_close(struct dpdk_bell *b)
 {
 	if (!b)
 		return;
@@ -210,7 +210,7 @@ void dpdk_bell_close(struct dpdk_bell *b)
 	free(b);
 }
 
-void dpdk_bell_arm(struct dpdk_bell *b)
+void esd_dpdk_bell_arm(struct dpdk_bell *b)
 {
 	if (b->armed)
 		return;
@@ -221,12 +221,12 @@ void dpdk_bell_arm(struct dpdk_bell *b)
 	b->armed = true;
 }
 
-bool dpdk_bell_armed(const struct dpdk_bell *b)
+bool esd_dpdk_bell_armed(const struct dpdk_bell *b)
 {
 	return b->armed;
 }
 
-void dpdk_bell_disarm(struct dpdk_bell *b)
+void esd_dpdk_bell_disarm(struct dpdk_bell *b)
 {
 	if (!b->armed)
 		return;
@@ -258,15 +258,15 @@ static void dpdk_wake(_Atomic uint32_t *waiting, _Atomic uint32_t *seq, bool sha
 	syscall(SYS_futex, seq, shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-void dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns)
+void esd_dpdk_bell_wait(struct dpdk_bell *b, int64_t timeout_ns)
 {
 	if (!b->armed)
-		dpdk_bell_arm(b);
+		esd_dpdk_bell_arm(b);
 	dpdk_futex_wait(&b->mine->seq, b->armed_seq, timeout_ns, true);
-	dpdk_bell_disarm(b);
+	esd_dpdk_bell_disarm(b);
 }
 
-void dpdk_bell_ring(struct dpdk_bell *b)
+void esd_dpdk_bell_ring(struct dpdk_bell *b)
 {
 	dpdk_wake(&b->peer->waiting, &b->peer->seq, true);
 }

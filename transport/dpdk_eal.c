@@ -9,7 +9,7 @@
  * CPU affinity is restored afterwards (EAL pins it to its main lcore).
  *
  * Devices are made, started, stopped and removed in the EAL's interrupt
- * thread (dpdk_intr_call), never in the caller's: DPDK 22.11's memif
+ * thread (esd_dpdk_intr_call), never in the caller's: DPDK 22.11's memif
  * tears a connection down there when its peer leaves (memif_disconnect:
  * the link marked down, the regions unmapped and freed), with no lock
  * against a stop or close of the same device in another thread, which
@@ -45,7 +45,7 @@
 #define DEFAULT_MTU 8192u
 #define POOL_MBUFS  8191
 /* The longest wait for the EAL's interrupt thread to run a device's
- * bring-up or teardown (dpdk_intr_call). */
+ * bring-up or teardown (esd_dpdk_intr_call). */
 #define INTR_CALL_NS (10 * ESD_NS_PER_S)
 #define DEFAULT_EAL_ARGS                                                                           \
 	"--no-pci --no-huge --no-shconf -m 512 --no-telemetry --log-level=*:warning"
@@ -55,12 +55,12 @@ static int eal_state; /* 0 not tried, 1 up, <0 failed with this code */
 static pid_t eal_pid; /* the process that started it */
 static struct rte_mempool *pool;
 
-int dpdk_is_memif(const struct esd_link_opts *o)
+int esd_dpdk_is_memif(const struct esd_link_opts *o)
 {
 	return !o->dpdk_vdev || !strcmp(o->dpdk_vdev, "memif");
 }
 
-int dpdk_is_pci(const struct esd_link_opts *o)
+int esd_dpdk_is_pci(const struct esd_link_opts *o)
 {
 	return o->dpdk_vdev && !strcmp(o->dpdk_vdev, "pci");
 }
@@ -69,7 +69,7 @@ int dpdk_is_pci(const struct esd_link_opts *o)
  * the kernel's tpacket header before it (the PMD's data room is the frame
  * less 32 bytes). The PMD finds frame i at i frames from the start, so a
  * block holds whole frames: 2 KiB, or whole pages. */
-uint32_t dpdk_mtu(const struct esd_link_opts *o)
+uint32_t esd_dpdk_mtu(const struct esd_link_opts *o)
 {
 	return o->dpdk_mtu ? o->dpdk_mtu : DEFAULT_MTU;
 }
@@ -92,7 +92,7 @@ static void prefault_mbuf(struct rte_mempool *mp, void *arg, void *obj, unsigned
 	p[m->buf_len - 1] = 0;
 }
 
-int dpdk_eal_start(const struct esd_link_opts *o)
+int esd_dpdk_eal_start(const struct esd_link_opts *o)
 {
 	pthread_mutex_lock(&eal_lock);
 	if (eal_state && eal_pid != getpid()) {
@@ -137,18 +137,18 @@ int dpdk_eal_start(const struct esd_link_opts *o)
 		pthread_mutex_unlock(&eal_lock);
 		return -ENODEV;
 	}
-	uint32_t mtu = dpdk_mtu(o);
+	uint32_t mtu = esd_dpdk_mtu(o);
 	/* At least 2 KiB of data room: af_packet rejects smaller mbufs. A NIC
 	 * writes whole buffers of its own granularity: room for a VLAN tag and
 	 * the CRC, rounded up to 1 KiB, so that a packet fits one mbuf. */
 	uint32_t room = ETH_HDR + FRAG_HDR + mtu < 2048 ? 2048 : ETH_HDR + FRAG_HDR + mtu;
-	if (!dpdk_is_memif(o) && !dpdk_is_pci(o))
+	if (!esd_dpdk_is_memif(o) && !esd_dpdk_is_pci(o))
 		room = af_packet_frame(mtu); /* the PMD wants a ring frame to fit */
-	if (dpdk_is_pci(o))
+	if (esd_dpdk_is_pci(o))
 		room = (room + 8 + 1023) & ~1023u;
 	/* every ring full at once, rx and tx, and as much again in flight */
 	unsigned nmbufs =
-	    4u * dpdk_ring_size(o) - 1 > POOL_MBUFS ? 4u * dpdk_ring_size(o) - 1 : POOL_MBUFS;
+	    4u * esd_dpdk_ring_size(o) - 1 > POOL_MBUFS ? 4u * esd_dpdk_ring_size(o) - 1 : POOL_MBUFS;
 	pool =
 	    rte_pktmbuf_pool_create("esd_mbufs", nmbufs, 256, 0,
 	                            (uint16_t)(RTE_PKTMBUF_HEADROOM + room), (int)rte_socket_id());
@@ -164,7 +164,7 @@ int dpdk_eal_start(const struct esd_link_opts *o)
 	 * during the first iterations (tens of thousands of faults a process;
 	 * bench/results/transport.md). */
 	rte_mempool_obj_iter(pool, prefault_mbuf, NULL);
-	dpdk_guard_init();
+	esd_dpdk_guard_init();
 	eal_state = 1;
 	eal_pid = getpid();
 	pthread_mutex_unlock(&eal_lock);
@@ -186,7 +186,7 @@ static void intr_call_run(void *p)
 	atomic_store_explicit(&c->done, 1, memory_order_release);
 }
 
-int dpdk_intr_call(void (*fn)(void *), void *arg, const char *what)
+int esd_dpdk_intr_call(void (*fn)(void *), void *arg, const char *what)
 {
 	if (rte_thread_is_intr()) {
 		fn(arg);
@@ -275,18 +275,18 @@ static void vdev_down(void *arg)
 
 /* Create (a vdev from its devargs) or find (a NIC by its PCI address,
  * name), configure and start the port of a link. */
-int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
-                 uint16_t *port)
+int esd_dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *devargs,
+                     uint16_t *port)
 {
 	char spec[512];
-	uint16_t ring = dpdk_ring_size(o);
-	if (dpdk_is_pci(o))
-		return dpdk_pci_port_up(
-		    name, pool, FRAG_HDR + dpdk_mtu(o), ring, port);
+	uint16_t ring = esd_dpdk_ring_size(o);
+	if (esd_dpdk_is_pci(o))
+		return esd_dpdk_pci_port_up(
+		    name, pool, FRAG_HDR + esd_dpdk_mtu(o), ring, port);
 	snprintf(spec, sizeof(spec), "%s,%s", name, devargs);
 	struct port_op op = {
 	    .name = name, .spec = spec, .ring = ring, .socket = (int)rte_socket_id(), .rc = -EIO};
-	int rc = dpdk_intr_call(vdev_up, &op, name);
+	int rc = esd_dpdk_intr_call(vdev_up, &op, name);
 	if (rc)
 		return rc;
 	if (!op.rc)
@@ -297,23 +297,31 @@ int dpdk_port_up(const struct esd_link_opts *o, const char *name, const char *de
 /* Whatever its peer is doing: the peer's leaving is handled in the same
  * thread as this teardown. A device the interrupt thread does not reach
  * in time is left as it is (logged): a leak, not a crash. */
-void dpdk_port_down(uint16_t port, const char *name)
+void esd_dpdk_port_down(uint16_t port, const char *name)
 {
 	if (strncmp(name, "net_", 4)) { /* a NIC (its PCI address): stopped, kept */
-		dpdk_pci_port_down(port);
+		esd_dpdk_pci_port_down(port);
 		return;
 	}
 	struct port_op op = {.name = name, .port = port};
-	if (dpdk_intr_call(vdev_down, &op, name))
+	if (esd_dpdk_intr_call(vdev_down, &op, name))
 		ESD_ERR("transport", "dpdk: device %s left in place", name);
 }
 
-struct rte_mempool *dpdk_pool(void)
+int esd_dpdk_port_is_up(uint16_t port)
+{
+	struct rte_eth_link l;
+	memset(&l, 0, sizeof(l));
+	rte_eth_link_get_nowait(port, &l);
+	return l.link_status == RTE_ETH_LINK_UP;
+}
+
+struct rte_mempool *esd_dpdk_pool(void)
 {
 	return pool;
 }
 
-/* dpdk_thread_enter: 1 once this thread tried to register itself. */
+/* esd_dpdk_thread_enter: 1 once this thread tried to register itself. */
 static __thread bool thread_entered;
 static pthread_key_t thread_key;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
@@ -334,7 +342,7 @@ static void thread_key_make(void)
 	pthread_key_create(&thread_key, thread_exit);
 }
 
-void dpdk_thread_enter(void)
+void esd_dpdk_thread_enter(void)
 {
 	if (thread_entered)
 		return;
@@ -349,10 +357,10 @@ void dpdk_thread_enter(void)
 		        "the pool's ring", rte_strerror(rte_errno));
 }
 
-int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
+int esd_dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 {
-	uint32_t mtu = dpdk_mtu(o);
-	if (dpdk_is_pci(o)) {
+	uint32_t mtu = esd_dpdk_mtu(o);
+	if (esd_dpdk_is_pci(o)) {
 		buf[0] = '\0'; /* a NIC, no vdev */
 		return 0;
 	}
@@ -365,8 +373,8 @@ int dpdk_l2_devargs(const struct esd_link_opts *o, char *buf, size_t len)
 		uint32_t frame = af_packet_frame(mtu), block = frame < 4096 ? 4096 : frame;
 		snprintf(buf, len,
 		         "iface=%s,qpairs=1,qdisc_bypass=0,framesz=%u,blocksz=%u,framecnt=%u",
-		         o->addr, frame, block, (unsigned)dpdk_ring_size(o));
-		return dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
+		         o->addr, frame, block, (unsigned)esd_dpdk_ring_size(o));
+		return esd_dpdk_iface_mtu_check(o->addr, FRAG_HDR + mtu);
 	}
 	ESD_ERR("transport", "dpdk: vdev '%s': expected memif, af_packet or pci", o->dpdk_vdev);
 	return -EINVAL;

@@ -82,7 +82,7 @@ static void guard_install(void)
 	guard_on = true;
 }
 
-void dpdk_guard_init(void)
+void esd_dpdk_guard_init(void)
 {
 	pthread_once(&guard_once, guard_install);
 }
@@ -107,12 +107,12 @@ __attribute__((noinline)) static uint16_t guarded(bool tx, uint16_t port, struct
 	return done;
 }
 
-uint16_t dpdk_guarded_rx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault)
+uint16_t esd_dpdk_guarded_rx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault)
 {
 	return guarded(false, port, ms, n, fault);
 }
 
-uint16_t dpdk_guarded_tx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault)
+uint16_t esd_dpdk_guarded_tx(uint16_t port, struct rte_mbuf **ms, uint16_t n, int *fault)
 {
 	return guarded(true, port, ms, n, fault);
 }

@@ -32,7 +32,7 @@
 static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool busy[RTE_MAX_ETHPORTS]; /* a link holds the PCI port */
 
-uint16_t dpdk_ring_size(const struct esd_link_opts *o)
+uint16_t esd_dpdk_ring_size(const struct esd_link_opts *o)
 {
 	if (o->dpdk_queue)
 		return (uint16_t)o->dpdk_queue;
@@ -108,15 +108,15 @@ static int fit(const char *pci, uint16_t port, uint32_t payload, uint16_t *nrx, 
 	return 0;
 }
 
-int dpdk_pci_port_up(const char *pci, struct rte_mempool *pool, uint32_t payload, uint16_t ring,
-                     uint16_t *port)
+int esd_dpdk_pci_port_up(const char *pci, struct rte_mempool *pool, uint32_t payload, uint16_t ring,
+                         uint16_t *port)
 {
 	uint16_t nrx = ring, ntx = ring;
 	int rc = find_pci(pci, port);
 	if (rc)
 		return rc;
 	if ((rc = fit(pci, *port, payload, &nrx, &ntx))) {
-		dpdk_pci_port_down(*port);
+		esd_dpdk_pci_port_down(*port);
 		return rc;
 	}
 	struct rte_eth_conf conf;
@@ -129,13 +129,13 @@ int dpdk_pci_port_up(const char *pci, struct rte_mempool *pool, uint32_t payload
 	    (rc = rte_eth_dev_start(*port))) {
 		ESD_ERR("transport", "dpdk: the NIC at %s does not start: %s", pci,
 		        rte_strerror(rc < 0 ? -rc : rc));
-		dpdk_pci_port_down(*port);
+		esd_dpdk_pci_port_down(*port);
 		return rc < 0 ? rc : -rc;
 	}
 	return 0;
 }
 
-void dpdk_pci_port_down(uint16_t port)
+void esd_dpdk_pci_port_down(uint16_t port)
 {
 	rte_eth_dev_stop(port);
 	pthread_mutex_lock(&busy_lock);
@@ -143,7 +143,7 @@ void dpdk_pci_port_down(uint16_t port)
 	pthread_mutex_unlock(&busy_lock);
 }
 
-int dpdk_iface_mtu_check(const char *iface, uint32_t payload)
+int esd_dpdk_iface_mtu_check(const char *iface, uint32_t payload)
 {
 	struct ifreq ifr;
 	memset(&ifr, 0, sizeof(ifr));

@@ -47,7 +47,7 @@
 
 static const uint8_t bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
-void frag_hdr_put(uint8_t *p, const struct frag_hdr *h)
+void esd_frag_hdr_put(uint8_t *p, const struct frag_hdr *h)
 {
 	memcpy(p, &h->id, 4);
 	memcpy(p + 4, &h->off, 4);
@@ -57,7 +57,7 @@ void frag_hdr_put(uint8_t *p, const struct frag_hdr *h)
 	p[15] = h->flags;
 }
 
-void frag_hdr_get(const uint8_t *p, struct frag_hdr *h)
+void esd_frag_hdr_get(const uint8_t *p, struct frag_hdr *h)
 {
 	memcpy(&h->id, p, 4);
 	memcpy(&h->off, p + 4, 4);
@@ -69,7 +69,7 @@ void frag_hdr_get(const uint8_t *p, struct frag_hdr *h)
 
 /* ---- the table ---------------------------------------------------------- */
 
-bool l2ring_put(struct l2ring *r, void *pkt)
+bool esd_l2ring_put(struct l2ring *r, void *pkt)
 {
 	uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -80,7 +80,7 @@ bool l2ring_put(struct l2ring *r, void *pkt)
 	return true;
 }
 
-void *l2ring_get(struct l2ring *r)
+void *esd_l2ring_get(struct l2ring *r)
 {
 	uint32_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -209,12 +209,13 @@ static struct l2slot *route_to_client(struct l2tab *t, const uint8_t *src,
 	return NULL;
 }
 
-bool l2_is_keepalive(const uint8_t *h)
+/* The packet is a KEEPALIVE (h: its first ETH_HDR + FRAG_HDR bytes). */
+static bool l2_is_keepalive(const uint8_t *h)
 {
 	return (h[ETH_HDR + 15] & FRAG_KEEPALIVE) != 0;
 }
 
-struct l2slot *l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst)
+struct l2slot *esd_l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst)
 {
 	const uint8_t *dst = h, *src = h + 6;
 	*rst = false;
@@ -223,13 +224,13 @@ struct l2slot *l2tab_route(struct l2tab *t, const uint8_t *h, bool *rst)
 	if (memcmp(dst, t->own, 6) && memcmp(dst, bcast, 6))
 		return NULL; /* for another station */
 	struct frag_hdr f;
-	frag_hdr_get(h + ETH_HDR, &f);
+	esd_frag_hdr_get(h + ETH_HDR, &f);
 	return f.flags & FRAG_FROM_SERVER ? route_to_client(t, src, &f)
 	                                  : route_to_server(t, src, &f, rst);
 }
 
-int l2tab_client(struct l2tab *t, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
-                 struct l2slot **out)
+int esd_l2tab_client(struct l2tab *t, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                     struct l2slot **out)
 {
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
 		const struct l2slot *s = t->slot[i];
@@ -242,8 +243,8 @@ int l2tab_client(struct l2tab *t, uint8_t channel, uint16_t link, const uint8_t 
 	return *out ? 0 : -ENOMEM;
 }
 
-int l2tab_listen(struct l2tab *t, uint8_t channel, uint32_t max, const uint8_t (*macs)[6],
-                 uint32_t nallowed)
+int esd_l2tab_listen(struct l2tab *t, uint8_t channel, uint32_t max, const uint8_t (*macs)[6],
+                     uint32_t nallowed)
 {
 	if (listener_of(t, channel))
 		return -EADDRINUSE;
@@ -267,19 +268,19 @@ int l2tab_listen(struct l2tab *t, uint8_t channel, uint32_t max, const uint8_t (
 	return -ENOSPC;
 }
 
-void l2tab_release(struct l2tab *t, struct l2slot *s, void (*free_pkt)(void *))
+void esd_l2tab_release(struct l2tab *t, struct l2slot *s, void (*free_pkt)(void *))
 {
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (t->slot[i] == s)
 			t->slot[i] = NULL;
-	for (void *pkt; (pkt = l2ring_get(&s->rx));)
+	for (void *pkt; (pkt = esd_l2ring_get(&s->rx));)
 		free_pkt(pkt);
 	if (s->wake_fd >= 0)
 		close(s->wake_fd);
 	free(s);
 }
 
-void l2tab_unlisten(struct l2tab *t, uint8_t channel, void (*free_pkt)(void *))
+void esd_l2tab_unlisten(struct l2tab *t, uint8_t channel, void (*free_pkt)(void *))
 {
 	struct l2listen *l = listener_of(t, channel);
 	if (!l)
@@ -287,13 +288,13 @@ void l2tab_unlisten(struct l2tab *t, uint8_t channel, void (*free_pkt)(void *))
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
 		struct l2slot *s = t->slot[i];
 		if (s && s->server && s->channel == channel && s->state == L2_NEW)
-			l2tab_release(t, s, free_pkt);
+			esd_l2tab_release(t, s, free_pkt);
 	}
 	free(l->allowed);
 	memset(l, 0, sizeof(*l));
 }
 
-struct l2slot *l2tab_take(struct l2tab *t, uint8_t channel)
+struct l2slot *esd_l2tab_take(struct l2tab *t, uint8_t channel)
 {
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++) {
 		struct l2slot *s = t->slot[i];
@@ -354,16 +355,16 @@ static void *ticker(void *arg)
 {
 	prctl(PR_SET_NAME, "esd-l2-ticker", 0, 0, 0);
 	struct l2port *p = arg;
-	struct rte_mempool *pool = dpdk_pool();
+	struct rte_mempool *pool = esd_dpdk_pool();
 	while (!atomic_load(&p->stop)) {
-		l2port_poll(p);
+		esd_l2port_poll(p);
 		keepalives(p, pool);
 		esd_sleep_ns(L2_TICK_NS);
 	}
 	return NULL;
 }
 
-unsigned l2_wake_filter(const struct l2slot *s, struct sock_filter *f)
+unsigned esd_l2_wake_filter(const struct l2slot *s, struct sock_filter *f)
 {
 	const unsigned flags = ETH_HDR + 15, link = ETH_HDR + 12, chan = ETH_HDR + 14;
 	/* the fragment header is little-endian, BPF loads are big-endian */
@@ -414,7 +415,7 @@ static int wake_socket(const char *iface, const struct l2slot *s)
 	                        .sll_protocol = htons(ETHERTYPE_ESD),
 	                        .sll_ifindex = (int)idx};
 	struct sock_filter prog[L2_WAKE_FILTER_MAX];
-	struct sock_fprog fp = {.len = (unsigned short)l2_wake_filter(s, prog), .filter = prog};
+	struct sock_fprog fp = {.len = (unsigned short)esd_l2_wake_filter(s, prog), .filter = prog};
 	int on = 1, buf = 4096;
 	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fp, sizeof(fp)) ||
 	    bind(fd, (struct sockaddr *)&a, sizeof(a))) {
@@ -460,7 +461,7 @@ static int pmd_socket(const char *iface)
 static void widen_send_buffer(const struct esd_link_opts *o)
 {
 	int fd = pmd_socket(o->addr);
-	long want = (long)dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + dpdk_mtu(o) + 2048);
+	long want = (long)esd_dpdk_ring_size(o) * (ETH_HDR + FRAG_HDR + esd_dpdk_mtu(o) + 2048);
 	int v = want > INT32_MAX / 2 ? INT32_MAX / 2 : (int)want, got = 0;
 	socklen_t gl = sizeof(got);
 	if (fd < 0) {
@@ -481,14 +482,14 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 {
 	char args[400];
 	bool pci = !strcmp(o->dpdk_vdev, "pci");
-	int rc = dpdk_l2_devargs(o, args, sizeof(args));
+	int rc = esd_dpdk_l2_devargs(o, args, sizeof(args));
 	if (rc)
 		return rc;
 	if (pci)
 		snprintf(p->dev, sizeof(p->dev), "%s", o->addr);
 	else
 		snprintf(p->dev, sizeof(p->dev), "net_af_packet_esd%u", port_seq++);
-	if ((rc = dpdk_port_up(o, p->dev, args, &p->port)))
+	if ((rc = esd_dpdk_port_up(o, p->dev, args, &p->port)))
 		return rc;
 	p->sleeps = !pci;
 	if (!pci)
@@ -499,7 +500,7 @@ static int port_open(const struct esd_link_opts *o, struct l2port *p)
 	return 0;
 }
 
-int l2port_get(const struct esd_link_opts *o, struct l2port **out)
+int esd_l2port_get(const struct esd_link_opts *o, struct l2port **out)
 {
 	pthread_mutex_lock(&reg_lock);
 	struct l2port *p;
@@ -519,7 +520,7 @@ int l2port_get(const struct esd_link_opts *o, struct l2port **out)
 			free(p);
 			p = NULL;
 		} else if ((rc = -pthread_create(&p->ticker, NULL, ticker, p))) {
-			dpdk_port_down(p->port, p->dev);
+			esd_dpdk_port_down(p->port, p->dev);
 			free(p);
 			p = NULL;
 		} else {
@@ -533,7 +534,7 @@ int l2port_get(const struct esd_link_opts *o, struct l2port **out)
 	return rc;
 }
 
-void l2port_put(struct l2port *p)
+void esd_l2port_put(struct l2port *p)
 {
 	pthread_mutex_lock(&reg_lock);
 	bool last = --p->refs == 0;
@@ -548,10 +549,10 @@ void l2port_put(struct l2port *p)
 		return;
 	atomic_store(&p->stop, true);
 	pthread_join(p->ticker, NULL);
-	dpdk_port_down(p->port, p->dev);
+	esd_dpdk_port_down(p->port, p->dev);
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (p->tab.slot[i])
-			l2tab_release(&p->tab, p->tab.slot[i], free_mbuf);
+			esd_l2tab_release(&p->tab, p->tab.slot[i], free_mbuf);
 	for (unsigned i = 0; i < L2_MAX_LISTEN; i++)
 		free(p->tab.lis[i].allowed);
 	pthread_mutex_destroy(&p->rx_lock);
@@ -559,33 +560,28 @@ void l2port_put(struct l2port *p)
 	free(p);
 }
 
-void l2port_ref(struct l2port *p)
+void esd_l2port_ref(struct l2port *p)
 {
 	pthread_mutex_lock(&reg_lock);
 	p->refs++;
 	pthread_mutex_unlock(&reg_lock);
 }
 
-uint16_t l2port_id(const struct l2port *p)
+uint16_t esd_l2port_id(const struct l2port *p)
 {
 	return p->port;
 }
 
-const char *l2port_dev(const struct l2port *p)
+const char *esd_l2port_dev(const struct l2port *p)
 {
 	return p->dev;
 }
 
-void l2port_mac(const struct l2port *p, uint8_t mac[6])
-{
-	memcpy(mac, p->tab.own, 6);
-}
-
-int l2port_client(struct l2port *p, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
-                  struct l2slot **out)
+int esd_l2port_client(struct l2port *p, uint8_t channel, uint16_t link, const uint8_t *peer_mac,
+                      struct l2slot **out)
 {
 	pthread_mutex_lock(&p->rx_lock);
-	int rc = l2tab_client(&p->tab, channel, link, peer_mac, out);
+	int rc = esd_l2tab_client(&p->tab, channel, link, peer_mac, out);
 	pthread_mutex_unlock(&p->rx_lock);
 	if (rc == -EADDRINUSE)
 		ESD_ERR("transport",
@@ -595,11 +591,11 @@ int l2port_client(struct l2port *p, uint8_t channel, uint16_t link, const uint8_
 	return rc;
 }
 
-int l2port_listen(struct l2port *p, uint8_t channel, uint32_t max, const uint8_t (*allowed)[6],
-                  uint32_t nallowed)
+int esd_l2port_listen(struct l2port *p, uint8_t channel, uint32_t max, const uint8_t (*allowed)[6],
+                      uint32_t nallowed)
 {
 	pthread_mutex_lock(&p->rx_lock);
-	int rc = l2tab_listen(&p->tab, channel, max, allowed, nallowed);
+	int rc = esd_l2tab_listen(&p->tab, channel, max, allowed, nallowed);
 	pthread_mutex_unlock(&p->rx_lock);
 	if (rc == -EADDRINUSE)
 		ESD_ERR("transport", "dpdk: %s already has a listener on channel %u in this process",
@@ -607,25 +603,25 @@ int l2port_listen(struct l2port *p, uint8_t channel, uint32_t max, const uint8_t
 	return rc;
 }
 
-void l2port_unlisten(struct l2port *p, uint8_t channel)
+void esd_l2port_unlisten(struct l2port *p, uint8_t channel)
 {
 	pthread_mutex_lock(&p->rx_lock);
-	l2tab_unlisten(&p->tab, channel, free_mbuf);
+	esd_l2tab_unlisten(&p->tab, channel, free_mbuf);
 	pthread_mutex_unlock(&p->rx_lock);
 }
 
-struct l2slot *l2port_take(struct l2port *p, uint8_t channel)
+struct l2slot *esd_l2port_take(struct l2port *p, uint8_t channel)
 {
 	pthread_mutex_lock(&p->rx_lock);
-	struct l2slot *s = l2tab_take(&p->tab, channel);
+	struct l2slot *s = esd_l2tab_take(&p->tab, channel);
 	pthread_mutex_unlock(&p->rx_lock);
 	return s;
 }
 
-void l2port_release(struct l2port *p, struct l2slot *s)
+void esd_l2port_release(struct l2port *p, struct l2slot *s)
 {
 	pthread_mutex_lock(&p->rx_lock);
-	l2tab_release(&p->tab, s, free_mbuf);
+	esd_l2tab_release(&p->tab, s, free_mbuf);
 	pthread_mutex_unlock(&p->rx_lock);
 }
 
@@ -644,8 +640,8 @@ static void send_ctl(struct l2port *p, const uint8_t *dst, uint16_t link, uint8_
 	b[12] = ETHERTYPE_ESD >> 8;
 	b[13] = ETHERTYPE_ESD & 0xff;
 	struct frag_hdr f = {.link = link, .channel = channel, .flags = flags};
-	frag_hdr_put(b + ETH_HDR, &f);
-	if (!l2port_tx(p, &m, 1))
+	esd_frag_hdr_put(b + ETH_HDR, &f);
+	if (!esd_l2port_tx(p, &m, 1))
 		rte_pktmbuf_free(m);
 }
 
@@ -653,7 +649,7 @@ static void send_ctl(struct l2port *p, const uint8_t *dst, uint16_t link, uint8_
 static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *pool)
 {
 	struct frag_hdr f;
-	frag_hdr_get(h + ETH_HDR, &f);
+	esd_frag_hdr_get(h + ETH_HDR, &f);
 	send_ctl(p, h + 6, f.link, f.channel, FRAG_FROM_SERVER | FRAG_RST, pool);
 }
 
@@ -662,7 +658,7 @@ static void send_rst(struct l2port *p, const uint8_t *h, struct rte_mempool *poo
  * received. */
 static uint16_t poll_port(struct l2port *p, bool wait)
 {
-	dpdk_thread_enter();
+	esd_dpdk_thread_enter();
 	if (wait)
 		pthread_mutex_lock(&p->rx_lock);
 	else if (pthread_mutex_trylock(&p->rx_lock))
@@ -674,24 +670,24 @@ static uint16_t poll_port(struct l2port *p, bool wait)
 		uint8_t buf[ETH_HDR + FRAG_HDR];
 		const uint8_t *h = rte_pktmbuf_read(ms[i], 0, sizeof(buf), buf);
 		bool rst = false;
-		struct l2slot *s = h ? l2tab_route(&p->tab, h, &rst) : NULL;
+		struct l2slot *s = h ? esd_l2tab_route(&p->tab, h, &rst) : NULL;
 		if (rst)
 			send_rst(p, h, ms[i]->pool);
 		if (s)
 			atomic_store_explicit(&s->last_rx_ns, now, memory_order_relaxed);
-		if (!s || l2_is_keepalive(h) || !l2ring_put(&s->rx, ms[i]))
+		if (!s || l2_is_keepalive(h) || !esd_l2ring_put(&s->rx, ms[i]))
 			rte_pktmbuf_free(ms[i]);
 	}
 	pthread_mutex_unlock(&p->rx_lock);
 	return n;
 }
 
-void l2port_poll(struct l2port *p)
+void esd_l2port_poll(struct l2port *p)
 {
 	poll_port(p, false);
 }
 
-bool l2port_can_sleep(const struct l2port *p)
+bool esd_l2port_can_sleep(const struct l2port *p)
 {
 	return p->sleeps;
 }
@@ -723,7 +719,7 @@ static void drain(int fd)
  * then in the port's ring (the kernel fills the PMD's ring frame before it
  * queues the byte) or filed by whoever holds the lock. A packet after that
  * leaves a byte, and ppoll() returns at once. */
-void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
+void esd_l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 {
 	if (s->wake_fd == -1 && (s->wake_fd = wake_socket(p->name, s)) < 0) {
 		ESD_DBG("transport", "dpdk: no wake socket on %s (%s): link %u polls", p->name,
@@ -731,7 +727,7 @@ void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 		s->wake_fd = -2;
 	}
 	if (s->wake_fd < 0) {
-		l2port_poll(p);
+		esd_l2port_poll(p);
 		esd_sleep_ns(timeout_ns < L2_NOWAKE_NS ? timeout_ns : L2_NOWAKE_NS);
 		return;
 	}
@@ -745,7 +741,7 @@ void l2port_idle_wait(struct l2port *p, struct l2slot *s, int64_t timeout_ns)
 	(void)ppoll(&pfd, 1, &ts, NULL);
 }
 
-uint16_t l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n)
+uint16_t esd_l2port_tx(struct l2port *p, struct rte_mbuf **ms, uint16_t n)
 {
 	pthread_mutex_lock(&p->tx_lock);
 	uint16_t sent = rte_eth_tx_burst(p->port, 0, ms, n);

@@ -21,7 +21,7 @@ static double uniform(uint64_t *s)
 	return (double)(esd_splitmix64_next(s) >> 11) * 0x1.0p-53;
 }
 
-void fault_init(struct fault *f, const struct esd_fault_opts *o)
+void esd_fault_init(struct fault *f, const struct esd_fault_opts *o)
 {
 	memset(f, 0, sizeof(*f));
 	f->o = *o;
@@ -29,7 +29,7 @@ void fault_init(struct fault *f, const struct esd_fault_opts *o)
 	f->on = o->drop > 0 || o->dup > 0 || o->reorder > 0 || o->drop_seq;
 }
 
-void fault_fini(struct fault *f)
+void esd_fault_fini(struct fault *f)
 {
 	free(f->held);
 	f->held = NULL;
@@ -38,21 +38,21 @@ void fault_fini(struct fault *f)
 static int send_one(struct esd_link *l, const void *p, size_t len, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
-	link_shape_tx(l, len);
+	esd_link_shape_tx(l, len);
 	pthread_mutex_lock(&l->w->tx_mu); /* also from a receive (a held frame due) */
 	int rc = l->w->ops->send(l->w, &iov, 1, deadline);
 	pthread_mutex_unlock(&l->w->tx_mu);
 	return rc;
 }
 
-int fault_flush(struct esd_link *l, int force)
+int esd_fault_flush(struct esd_link *l, int force)
 {
 	struct fault *f = &l->fault;
 	if (!f->held || (!force && esd_now_ns() - f->held_since < HOLD_MAX_NS))
 		return 0;
 	uint8_t *p = f->held;
 	f->held = NULL;
-	int rc = send_one(l, p, f->held_len, deadline_after(l->w->timeout_ns));
+	int rc = send_one(l, p, f->held_len, esd_deadline_after(l->w->timeout_ns));
 	free(p);
 	return rc;
 }
@@ -73,7 +73,7 @@ static bool is_drop_seq(const struct fault *f, const uint8_t *p, size_t len)
 static int lower_send_locked(struct esd_link *l, const struct iovec *iov, int n,
 			     int64_t deadline_ns);
 
-int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns)
+int esd_lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns)
 {
 	pthread_mutex_lock(&l->w->tx_mu);
 	int rc = lower_send_locked(l, iov, n, deadline_ns);
@@ -92,7 +92,7 @@ static int lower_send_locked(struct esd_link *l, const struct iovec *iov, int n,
 		size_t total = 0;
 		for (int i = 0; i < n; i++)
 			total += iov[i].iov_len;
-		link_shape_tx(l, total);
+		esd_link_shape_tx(l, total);
 		return l->w->ops->send(l->w, iov, n, deadline_ns);
 	}
 	for (int i = 0; i < n; i++) {
@@ -119,13 +119,13 @@ static int lower_send_locked(struct esd_link *l, const struct iovec *iov, int n,
 			if ((rc = send_one(l, p, len, deadline_ns)))
 				return rc;
 		}
-		if ((rc = fault_flush(l, 1)))
+		if ((rc = esd_fault_flush(l, 1)))
 			return rc;
 	}
 	return 0;
 }
 
-int lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns)
+int esd_lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns)
 {
 	if (l->fault.held) {
 		/* Do not sit on a held frame while blocked: wake up to release it. */
@@ -134,7 +134,7 @@ int lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t d
 			int rc = l->w->ops->recv(l->w, frame, len, due);
 			if (rc != -ETIMEDOUT)
 				return rc;
-			if ((rc = fault_flush(l, 1)))
+			if ((rc = esd_fault_flush(l, 1)))
 				return rc;
 		}
 	}

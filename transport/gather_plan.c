@@ -16,7 +16,9 @@
 #include <errno.h>
 #include <string.h>
 
-const uint8_t *plan_at(struct plan_cursor *c, size_t *avail)
+/* The cursor's bytes from here to the end of its piece (past empty
+ * pieces), or NULL at the end. */
+static const uint8_t *plan_at(struct plan_cursor *c, size_t *avail)
 {
 	while (c->i < c->n && c->off == c->iov[c->i].iov_len) {
 		c->i++;
@@ -42,8 +44,8 @@ static uint32_t region_key(const struct plan_rules *r, const uint8_t *p, size_t 
 	return 0;
 }
 
-void plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *stage,
-                size_t max, struct plan_chunk *c)
+void esd_gather_plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *stage,
+                           size_t max, struct esd_gather_plan_chunk *c)
 {
 	size_t avail;
 	const uint8_t *p;
@@ -81,8 +83,8 @@ void plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *st
 	}
 }
 
-int plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
-              const struct plan_ops *ops, void *ctx, size_t *in_place)
+int esd_gather_plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
+                         const struct plan_ops *ops, void *ctx, size_t *in_place)
 {
 	struct plan_cursor cur = {.iov = iov, .n = n};
 	const uint8_t *p;
@@ -100,10 +102,10 @@ int plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
 		remain -= ESD_FRAME_HDR_SIZE + (size_t)h.length;
 		for (size_t left = ESD_FRAME_HDR_SIZE + (size_t)h.length; left;) {
 			uint8_t *stage;
-			struct plan_chunk c;
+			struct esd_gather_plan_chunk c;
 			if ((rc = ops->stage(ctx, &stage)))
 				return rc;
-			plan_chunk(r, &cur, stage, left < r->chunk_max ? left : r->chunk_max, &c);
+			esd_gather_plan_chunk(r, &cur, stage, left < r->chunk_max ? left : r->chunk_max, &c);
 			if ((rc = ops->emit(ctx, &c)))
 				return rc;
 			*in_place += c.in_place;

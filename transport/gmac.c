@@ -18,7 +18,7 @@
 
 #define GMAC_TARGET __attribute__((target("aes,pclmul,ssse3,sse4.1,avx2,vpclmulqdq")))
 
-int gmac_available(void)
+int esd_gmac_available(void)
 {
 	const char *no = getenv("ESD_NO_VPCLMUL");
 	if (no && *no && strcmp(no, "0"))
@@ -214,9 +214,9 @@ GMAC_TARGET static void gmac_setup(struct gmac *g, const uint8_t key[32])
 	memset(k, 0, sizeof(k));
 }
 
-int gmac_init(struct gmac *g, const uint8_t key[32])
+int esd_gmac_init(struct gmac *g, const uint8_t key[32])
 {
-	if (!gmac_available())
+	if (!esd_gmac_available())
 		return -ENOTSUP;
 	gmac_setup(g, key);
 	return 0;
@@ -238,13 +238,13 @@ GMAC_TARGET static void finish(const struct gmac *g, __m128i y, size_t bytes,
 	_mm_storeu_si128((__m128i *)tag, _mm_xor_si128(e, bswap128(y)));
 }
 
-void gmac_run_start(struct gmac_run *r)
+void esd_gmac_run_start(struct gmac_run *r)
 {
 	memset(r, 0, sizeof(*r));
 }
 
-GMAC_TARGET void gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
-			      size_t len, uint8_t *copy)
+GMAC_TARGET void esd_gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
+                                  size_t len, uint8_t *copy)
 {
 	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
 	r->total += len;
@@ -272,8 +272,8 @@ GMAC_TARGET void gmac_run_add(const struct gmac *g, struct gmac_run *r, const ui
 		memcpy(copy + whole, p + whole, r->part_len);
 }
 
-GMAC_TARGET void gmac_run_end(const struct gmac *g, const struct gmac_run *r,
-			      const uint8_t nonce[12], uint8_t tag[16])
+GMAC_TARGET void esd_gmac_run_end(const struct gmac *g, const struct gmac_run *r,
+                                  const uint8_t nonce[12], uint8_t tag[16])
 {
 	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
 	if (r->part_len)
@@ -281,9 +281,9 @@ GMAC_TARGET void gmac_run_end(const struct gmac *g, const struct gmac_run *r,
 	finish(g, y, r->total, nonce, tag);
 }
 
-GMAC_TARGET void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
-			  size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
-			  uint8_t tag[16])
+GMAC_TARGET void esd_gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
+                              size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
+                              uint8_t tag[16])
 {
 	__m128i y = _mm_setzero_si128();
 	if (head_len)

@@ -4,7 +4,7 @@
  * multiply (VPCLMULQDQ on 256-bit registers, with AVX2). Its tags are
  * bit-identical to any AES-256-GCM implementation's (auth.c's libsodium
  * path): only the speed differs. Where the CPU lacks these units
- * gmac_init() says so and auth.c keeps libsodium's code.
+ * esd_gmac_init() says so and auth.c keeps libsodium's code.
  */
 #ifndef ESD_TRANSPORT_GMAC_H
 #define ESD_TRANSPORT_GMAC_H
@@ -21,22 +21,22 @@ struct gmac {
 
 /* 1 when this CPU runs the fast body (ESD_NO_VPCLMUL=1 in the environment
  * says no, so the tests can run the other path on any CPU). */
-int gmac_available(void);
+int esd_gmac_available(void);
 /* Expand key into g: 0, or -ENOTSUP without the CPU's units. */
-int gmac_init(struct gmac *g, const uint8_t key[32]);
+int esd_gmac_init(struct gmac *g, const uint8_t key[32]);
 /*
  * The tag of head[0..head_len) followed by body[0..body_len) (head_len a
  * multiple of 16), under the 12-byte nonce. With copy, body's bytes are
  * also written to copy as they are read (one pass over them).
  */
-void gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
-	      size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
-	      uint8_t tag[16]);
+void esd_gmac_tag(const struct gmac *g, const uint8_t nonce[12], const uint8_t *head,
+                  size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
+                  uint8_t tag[16]);
 
 /*
- * The same tag taken in pieces: gmac_run_start(), gmac_run_add() for each
+ * The same tag taken in pieces: esd_gmac_run_start(), esd_gmac_run_add() for each
  * piece in order (with copy, its bytes are also written there), then
- * gmac_run_end() with the nonce gives gmac_tag()'s tag of all the pieces.
+ * esd_gmac_run_end() with the nonce gives esd_gmac_tag()'s tag of all the pieces.
  * The nonce comes last: the hash of the bytes does not depend on it.
  */
 struct gmac_run {
@@ -45,10 +45,10 @@ struct gmac_run {
 	size_t part_len;
 	size_t total;     /* bytes added */
 };
-void gmac_run_start(struct gmac_run *r);
-void gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p, size_t len,
-		  uint8_t *copy);
-void gmac_run_end(const struct gmac *g, const struct gmac_run *r, const uint8_t nonce[12],
-		  uint8_t tag[16]);
+void esd_gmac_run_start(struct gmac_run *r);
+void esd_gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p, size_t len,
+                      uint8_t *copy);
+void esd_gmac_run_end(const struct gmac *g, const struct gmac_run *r, const uint8_t nonce[12],
+                      uint8_t tag[16]);
 
 #endif

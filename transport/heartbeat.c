@@ -75,7 +75,7 @@ static size_t beat_frame(struct esd_link *l, bool aside, uint8_t f[BEAT_ROOM])
 	if (!rc)
 		memcpy(f, b.data, len);
 	esd_buf_free(&b);
-	if (rc || (l->auth && auth_seal_beat(l, f, &len, BEAT_ROOM, aside, l->beats + 1)))
+	if (rc || (l->auth && esd_auth_seal_beat(l, f, &len, BEAT_ROOM, aside, l->beats + 1)))
 		return 0;
 	return len;
 }
@@ -99,7 +99,7 @@ static void beat_one(struct esd_link *l, int64_t now)
 			atomic_store_explicit(&l->tx_ns, now, memory_order_relaxed);
 			atomic_fetch_add(&l->wire_tx_bytes, len);
 		} else if (l->auth && !aside) {
-			auth_unseal_beat(l); /* not sent: its counter is the next frame's */
+			esd_auth_unseal_beat(l); /* not sent: its counter is the next frame's */
 		}
 	}
 	pthread_mutex_unlock(&l->w->tx_mu);
@@ -131,7 +131,7 @@ static void *hb_main(void *arg)
 	return NULL;
 }
 
-int hb_add(struct esd_link *l)
+int esd_hb_add(struct esd_link *l)
 {
 	if (l->o.heartbeat_ns <= 0)
 		return 0;
@@ -160,7 +160,7 @@ int hb_add(struct esd_link *l)
 	return rc;
 }
 
-void hb_remove(struct esd_link *l)
+void esd_hb_remove(struct esd_link *l)
 {
 	if (!l->hb_on)
 		return;
@@ -182,7 +182,7 @@ static int64_t last_heard(const struct esd_link *l)
 	return rx > l->heard_ns ? rx : l->heard_ns;
 }
 
-int64_t hb_recv_deadline(struct esd_link *l, int64_t deadline)
+int64_t esd_hb_recv_deadline(struct esd_link *l, int64_t deadline)
 {
 	int64_t pto = l->o.peer_timeout_ns;
 	if (pto <= 0)
@@ -194,7 +194,7 @@ int64_t hb_recv_deadline(struct esd_link *l, int64_t deadline)
 	return deadline < 0 || end < deadline ? end : deadline;
 }
 
-int hb_peer_silent(struct esd_link *l)
+int esd_hb_peer_silent(struct esd_link *l)
 {
 	int64_t pto = l->o.peer_timeout_ns;
 	if (pto <= 0)

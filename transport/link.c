@@ -129,7 +129,7 @@ static int pre_auth_leave(struct esd_link *l)
 	if (!l->rel_deferred)
 		return 0;
 	l->rel_deferred = false;
-	return l->rel ? 0 : rel_create(l, &l->rel);
+	return l->rel ? 0 : esd_rel_create(l, &l->rel);
 }
 
 static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
@@ -145,31 +145,31 @@ static int link_wrap(const struct esd_link_opts *o, struct wire *w, int client,
 	l->o = *o;
 	l->o.key = NULL; /* copied into l->auth: the caller's may go */
 	l->lim = w->lim;
-	if (o->key && (rc = auth_create(l, o->key, client)))
+	if (o->key && (rc = esd_auth_create(l, o->key, client)))
 		goto err_free_link;
-	shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
-	fault_init(&l->fault, &o->faults);
+	esd_shaper_init(&l->shaper, o->rate_bps, o->burst_bytes);
+	esd_fault_init(&l->fault, &o->faults);
 	esd_buf_init(&l->scratch);
 	esd_buf_init(&l->flat);
 	if (l->auth)
 		pre_auth_enter(l);
 	if (!l->rel_deferred && (l->fault.on || o->reliable || w->lossy)) {
-		if ((rc = rel_create(l, &l->rel)))
+		if ((rc = esd_rel_create(l, &l->rel)))
 			goto err_free_link;
 	}
 	int64_t now = esd_now_ns();
 	atomic_store(&l->tx_ns, now);
 	l->heard_ns = l->recv_end_ns = now;
 	/* a client beats once its key handshake is done (esd_link_connect) */
-	if (!client && (rc = hb_add(l)))
+	if (!client && (rc = esd_hb_add(l)))
 		goto err_free_link;
 	*out = l;
 	return 0;
 
 err_free_link:
-	rel_destroy(l->rel);
-	fault_fini(&l->fault);
-	auth_fini(l->auth);
+	esd_rel_destroy(l->rel);
+	esd_fault_fini(&l->fault);
+	esd_auth_fini(l->auth);
 	free(l);
 err_close_wire:
 	w->ops->close(w, esd_now_ns());
@@ -187,13 +187,13 @@ int esd_link_connect(const struct esd_link_opts *o, struct esd_link **out)
 		return rc;
 	if ((rc = link_wrap(o, w, 1, out)))
 		return rc;
-	if ((*out)->auth && !(rc = auth_client(*out, deadline_after((*out)->w->timeout_ns)))) {
+	if ((*out)->auth && !(rc = esd_auth_client(*out, esd_deadline_after((*out)->w->timeout_ns)))) {
 		pthread_mutex_lock(&(*out)->w->tx_mu);
 		rc = pre_auth_leave(*out);
 		pthread_mutex_unlock(&(*out)->w->tx_mu);
 	}
 	if (!rc)
-		rc = hb_add(*out);
+		rc = esd_hb_add(*out);
 	if (rc) {
 		esd_link_close(*out);
 		*out = NULL;
@@ -243,7 +243,7 @@ static bool pre_auth_admit(struct esd_link *l)
 
 int esd_listener_accept(struct esd_listener *l, int64_t timeout_ns, struct esd_link **out)
 {
-	int64_t deadline = deadline_after(timeout_ns);
+	int64_t deadline = esd_deadline_after(timeout_ns);
 	for (;;) {
 		struct wire *w;
 		int rc = l->wl->ops->accept(l->wl, &l->o, deadline, &w);
@@ -279,9 +279,9 @@ static void count(struct esd_link *l, const void *frame, size_t len, int rx)
 	count_part(l, frame, len, len, rx);
 }
 
-int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
+int esd_link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
 {
-	return l->rel ? rel_send(l, iov, n, deadline) : lower_send(l, iov, n, deadline);
+	return l->rel ? esd_rel_send(l, iov, n, deadline) : esd_lower_send(l, iov, n, deadline);
 }
 
 /* A send failed with rc (not 0): the link is broken but for a timeout,
@@ -302,12 +302,12 @@ static int send_batch(struct esd_link *l, struct iovec *iov, int n, int64_t dead
 	int rc = 0;
 	if (l->auth) {
 		const int64_t c0 = esd_thread_cpu_ns();
-		rc = auth_seal(l, iov, n);
+		rc = esd_auth_seal(l, iov, n);
 		atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_thread_cpu_ns() - c0),
 					  memory_order_relaxed);
 	}
 	if (!rc)
-		rc = link_send_raw(l, iov, n, deadline);
+		rc = esd_link_send_raw(l, iov, n, deadline);
 	pthread_mutex_unlock(&l->w->tx_mu);
 	return rc ? send_failed(l, rc) : 0;
 }
@@ -322,7 +322,7 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len)
 		return -EINVAL;
 	if (l->broken == 2)
 		return -EPIPE;
-	int64_t deadline = deadline_after(l->w->timeout_ns);
+	int64_t deadline = esd_deadline_after(l->w->timeout_ns);
 	while (len) {
 		struct esd_frame_hdr h;
 		char why[160];
@@ -424,9 +424,9 @@ int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n)
 	int rc = count_pieces(l, iov, n, &total);
 	if (rc)
 		return rc;
-	link_shape_tx(l, total);
+	esd_link_shape_tx(l, total);
 	pthread_mutex_lock(&l->w->tx_mu);
-	rc = l->w->ops->sendv(l->w, iov, n, deadline_after(l->w->timeout_ns));
+	rc = l->w->ops->sendv(l->w, iov, n, esd_deadline_after(l->w->timeout_ns));
 	if (!rc)
 		atomic_store_explicit(&l->tx_ns, esd_now_ns(), memory_order_relaxed);
 	pthread_mutex_unlock(&l->w->tx_mu);
@@ -447,10 +447,10 @@ int esd_link_send_error(struct esd_link *l, int code, const char *text)
 	return esd_link_send(l, l->scratch.data, l->scratch.len);
 }
 
-int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
+int esd_link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	for (;;) {
-		int rc = l->rel ? rel_recv(l, frame, len, deadline) : lower_recv(l, frame, len, deadline);
+		int rc = l->rel ? esd_rel_recv(l, frame, len, deadline) : esd_lower_recv(l, frame, len, deadline);
 		if (rc)
 			return rc;
 		uint16_t flags;
@@ -462,9 +462,9 @@ int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int6
 		 * here too, starting with this frame (under the send lock: the
 		 * heartbeat thread looks at l->rel). */
 		pthread_mutex_lock(&l->w->tx_mu);
-		rc = rel_create(l, &l->rel);
+		rc = esd_rel_create(l, &l->rel);
 		pthread_mutex_unlock(&l->w->tx_mu);
-		if (rc || (rc = rel_input(l, *frame, *len)))
+		if (rc || (rc = esd_rel_input(l, *frame, *len)))
 			return rc;
 	}
 }
@@ -504,14 +504,14 @@ static int next_frame_heard(struct esd_link *l, const uint8_t **frame, size_t *l
 			snprintf(l->err, sizeof(l->err), "the link was ended on this side");
 			return recv_failed(l, -ECONNABORTED, 1);
 		}
-		int rc = link_next_frame(l, frame, len, hb_recv_deadline(l, deadline));
+		int rc = esd_link_next_frame(l, frame, len, esd_hb_recv_deadline(l, deadline));
 		if (!rc) {
 			l->heard_ns = esd_now_ns();
 			return 0;
 		}
 		if (rc != -ETIMEDOUT)
 			return recv_failed(l, rc, 0);
-		if ((rc = hb_peer_silent(l)))
+		if ((rc = esd_hb_peer_silent(l)))
 			return rc;
 		if (deadline >= 0 && esd_now_ns() >= deadline)
 			return -ETIMEDOUT;
@@ -524,9 +524,9 @@ static int next_frame_heard(struct esd_link *l, const uint8_t **frame, size_t *l
 static int auth_rx_locked(struct esd_link *l, uint8_t *frame, size_t *len)
 {
 	if (l->auth->state == AUTH_OPEN)
-		return auth_rx(l, frame, len);
+		return esd_auth_rx(l, frame, len);
 	pthread_mutex_lock(&l->w->tx_mu);
-	int rc = auth_rx(l, frame, len);
+	int rc = esd_auth_rx(l, frame, len);
 	if (rc == 1 && l->auth->state == AUTH_OPEN && (rc = pre_auth_leave(l)) == 0)
 		rc = 1;
 	pthread_mutex_unlock(&l->w->tx_mu);
@@ -579,7 +579,7 @@ int esd_link_recv(struct esd_link *l, struct esd_msg *m, int64_t timeout_ns)
 		return -EINVAL;
 	if (l->broken)
 		return -EPIPE;
-	int rc = recv_app_frame(l, m, deadline_after(timeout_ns));
+	int rc = recv_app_frame(l, m, esd_deadline_after(timeout_ns));
 	l->recv_end_ns = esd_now_ns();
 	return rc;
 }
@@ -622,19 +622,19 @@ void esd_link_close(struct esd_link *l)
 {
 	if (!l)
 		return;
-	hb_remove(l); /* before anything of it goes */
+	esd_hb_remove(l); /* before anything of it goes */
 	if (l->pre_auth_counted)
 		atomic_fetch_sub(&pre_auth_links, 1);
 	int64_t deadline =
 	    esd_now_ns() + (l->w->timeout_ns < ESD_NS_PER_S ? l->w->timeout_ns : ESD_NS_PER_S);
 	if (l->rel && !l->broken) {
-		fault_flush(l, 1);
-		rel_drain(l, deadline);
+		esd_fault_flush(l, 1);
+		esd_rel_drain(l, deadline);
 	}
-	rel_destroy(l->rel); /* its blocks go back to the wire's cache */
+	esd_rel_destroy(l->rel); /* its blocks go back to the wire's cache */
 	l->w->ops->close(l->w, deadline);
-	fault_fini(&l->fault);
-	auth_fini(l->auth);
+	esd_fault_fini(&l->fault);
+	esd_auth_fini(l->auth);
 	esd_buf_free(&l->scratch);
 	esd_buf_free(&l->flat);
 	free(l);
@@ -642,12 +642,12 @@ void esd_link_close(struct esd_link *l)
 
 void esd_link_set_rate(struct esd_link *l, uint64_t rate_bps)
 {
-	atomic_store(&link_shaper(l)->rate_bps, rate_bps);
+	atomic_store(&esd_link_shaper(l)->rate_bps, rate_bps);
 }
 
 uint64_t esd_link_get_rate(const struct esd_link *l)
 {
-	return atomic_load(&link_shaper((struct esd_link *)l)->rate_bps);
+	return atomic_load(&esd_link_shaper((struct esd_link *)l)->rate_bps);
 }
 
 void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
@@ -672,7 +672,7 @@ void esd_link_stats(const struct esd_link *cl, struct esd_link_stats *out)
 	out->in_place_bytes = atomic_load(&l->in_place_bytes);
 	out->auth_tx_cpu_ns = atomic_load(&l->auth_tx_cpu_ns);
 	out->auth_rx_cpu_ns = atomic_load(&l->auth_rx_cpu_ns);
-	out->rate_bps = atomic_load(&link_shaper(l)->rate_bps);
+	out->rate_bps = atomic_load(&esd_link_shaper(l)->rate_bps);
 	out->reliable = l->rel != NULL;
 }
 

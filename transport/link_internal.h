@@ -38,10 +38,10 @@ struct bufcache {
 };
 
 /* A block of at least size bytes (its capacity in *cap), or NULL. */
-void *bufcache_get(struct bufcache *c, size_t size, size_t *cap);
+void *esd_bufcache_get(struct bufcache *c, size_t size, size_t *cap);
 /* Give a block back (freed if the cache is full). Accepts NULL. */
-void bufcache_put(struct bufcache *c, void *blk, size_t cap);
-void bufcache_fini(struct bufcache *c);
+void esd_bufcache_put(struct bufcache *c, void *blk, size_t cap);
+void esd_bufcache_fini(struct bufcache *c);
 
 /* A frame in a block of its own, as the reliable layer queues it and the
  * dpdk backend reassembles it: one layout, so a frame can change hands
@@ -52,16 +52,16 @@ struct fbuf {
 	size_t len, cap;
 	int64_t first_ns, sent_ns;
 	/* hashed: the wire hashed the frame's bytes before its tag as it
-	 * took them (wire_rx_hash_start), into run */
+	 * took them (esd_wire_rx_hash_start), into run */
 	bool hashed;
 	struct gmac_run run;
 	uint8_t data[];
 };
 
 /* A block for a len-byte frame from the cache (len and cap set), or NULL. */
-struct fbuf *fbuf_get(struct bufcache *c, size_t len);
+struct fbuf *esd_fbuf_get(struct bufcache *c, size_t len);
 /* Back to the cache; accepts NULL. */
-void fbuf_put(struct bufcache *c, struct fbuf *b);
+void esd_fbuf_put(struct bufcache *c, struct fbuf *b);
 
 
 /* ---- memory to send from in place (memreg.c) ---------------------------- */
@@ -72,10 +72,10 @@ struct memreg_region {
 };
 
 /* Changes whenever a region comes or goes. */
-uint64_t memreg_generation(void);
+uint64_t esd_memreg_generation(void);
 /* The regions now (at most ESD_TRANSPORT_MAX_REGIONS) and the generation
  * they are of. */
-unsigned memreg_snapshot(struct memreg_region *out, uint64_t *gen);
+unsigned esd_memreg_snapshot(struct memreg_region *out, uint64_t *gen);
 
 /* ---- SEND lists from frames in pieces (gather_plan.c) ------------------- */
 
@@ -94,7 +94,7 @@ struct plan_entry {
 };
 
 /* One SEND: entries in order, len bytes, staged of them copied. */
-struct plan_chunk {
+struct esd_gather_plan_chunk {
 	struct plan_entry e[PLAN_MAX_ENTRIES];
 	int n;
 	size_t len, staged;
@@ -117,23 +117,20 @@ struct plan_cursor {
 	size_t off;
 };
 
-/* The cursor's bytes from here to the end of its piece (past empty
- * pieces), or NULL at the end. */
-const uint8_t *plan_at(struct plan_cursor *c, size_t *avail);
 /* Fill c with up to max bytes of the cursor's (copies into stage, which
  * holds max bytes). */
-void plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *stage,
-                size_t max, struct plan_chunk *c);
+void esd_gather_plan_chunk(const struct plan_rules *r, struct plan_cursor *cur, uint8_t *stage,
+                           size_t max, struct esd_gather_plan_chunk *c);
 
 struct plan_ops {
 	int (*stage)(void *ctx, uint8_t **stage); /* a free staging area */
-	int (*emit)(void *ctx, struct plan_chunk *c); /* send c (staged in it) */
+	int (*emit)(void *ctx, struct esd_gather_plan_chunk *c); /* send c (staged in it) */
 };
 /* Cut the whole frames of iov[0..n) (each header within one piece) into
  * chunks, each frame's its own; *in_place counts the entries sent in place.
  * 0, -EINVAL (not whole frames), or the ops' errors. */
-int plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
-              const struct plan_ops *ops, void *ctx, size_t *in_place);
+int esd_gather_plan_send(const struct plan_rules *r, const struct iovec *iov, int n,
+                         const struct plan_ops *ops, void *ctx, size_t *in_place);
 
 /* Common head of every backend's link object. */
 struct wire {
@@ -158,7 +155,7 @@ struct wire {
 	/* A keyed link once its handshake is done (auth.c sets it, on the
 	 * receiving thread): the receiving direction's GMAC key. A backend
 	 * that reassembles frames hashes each tagged one as it copies it in
-	 * (wire_rx_hash_start, wire_rx_take), and its recv() points rx_run
+	 * (esd_wire_rx_hash_start, esd_wire_rx_take), and its recv() points rx_run
 	 * at the hash of the frame it returns (rx_run_frame), else NULL. */
 	const struct gmac *rx_mac;
 	const struct gmac_run *rx_run;
@@ -192,7 +189,7 @@ struct wire_ops {
 	void (*close)(struct wire *w, int64_t deadline_ns);
 	/* Optional: hand over the block of the frame the last recv() returned
 	 * (NULL if it is not in a block of its own); the caller then owns it
-	 * and gives it back with fbuf_put(&w->cache, ...). */
+	 * and gives it back with esd_fbuf_put(&w->cache, ...). */
 	struct fbuf *(*take)(struct wire *w);
 	/* Optional: esd_transport_probe (NULL: nothing to check). */
 	int (*probe)(const struct esd_link_opts *o);
@@ -215,21 +212,21 @@ extern const struct wire_ops esd_wire_rdma;
 /* ---- the wire's helpers (wire.c), for every layer and backend ---------- */
 
 /* Record an error on a wire (and return rc). */
-__attribute__((format(printf, 3, 4))) int wire_fail(struct wire *w, int rc, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) int esd_wire_fail(struct wire *w, int rc, const char *fmt, ...);
 /* Fill a wire head from options. */
-void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o);
+void esd_wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o);
 /* Note bytes taken from the peer now (w->rx_ns). */
-void wire_heard(struct wire *w);
+void esd_wire_heard(struct wire *w);
 /* A frame of b->len bytes whose header is hdr starts into b: b->hashed
  * when the wire has rx_mac and the frame is tagged, its hash started with
  * the header as its tag covers it. The header is not copied. */
-void wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr);
+void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr);
 /* len bytes of the frame at offset off (past its header) copied from src
  * into b (src may be b's own bytes there), those before the tag hashed in
  * the same pass when b->hashed. */
-void wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len);
+void esd_wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len);
 /* Absolute deadline from a relative timeout (< 0: none, -1). */
-int64_t deadline_after(int64_t timeout_ns);
+int64_t esd_deadline_after(int64_t timeout_ns);
 
 /* ---- token bucket (shaper.c) ------------------------------------------- */
 
@@ -240,17 +237,13 @@ struct shaper {
 	int64_t tat_ns;            /* theoretical arrival time of the next byte */
 };
 
-void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes);
-/* Wait until bytes conform to the rate; returns ns waited. */
-int64_t shaper_take(struct shaper *s, size_t bytes);
+void esd_shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes);
 
 /* The bucket a link's sends draw from: its uplink's, else its own. */
-struct shaper *link_shaper(struct esd_link *l);
-/* shaper_take on the link's bucket (an uplink's under its lock). */
-int64_t link_shape(struct esd_link *l, size_t bytes);
-/* link_shape for bytes about to go on the wire, the wait and the bytes
+struct shaper *esd_link_shaper(struct esd_link *l);
+/* Shape bytes about to go on the wire on the link's bucket; the wait and the bytes
  * counted in the link's stats. */
-void link_shape_tx(struct esd_link *l, size_t bytes);
+void esd_link_shape_tx(struct esd_link *l, size_t bytes);
 
 /* ---- fault injection (fault.c) ----------------------------------------- */
 
@@ -263,8 +256,8 @@ struct fault {
 	int64_t held_since;
 };
 
-void fault_init(struct fault *f, const struct esd_fault_opts *o);
-void fault_fini(struct fault *f);
+void esd_fault_init(struct fault *f, const struct esd_fault_opts *o);
+void esd_fault_fini(struct fault *f);
 
 /* ---- job key handshake and frame tags (auth.c) ------------------------- */
 
@@ -297,11 +290,11 @@ struct link_auth {
 struct esd_link;
 /* Give l a copy of key and the handshake's state for its side (client or
  * server); its frames may now be a tag longer. 0, -ENOMEM, -EIO. */
-int auth_create(struct esd_link *l, const struct esd_key *key, int client);
+int esd_auth_create(struct esd_link *l, const struct esd_key *key, int client);
 /* The link's handshake as a client (from esd_link_connect), within deadline:
  * 0, -EACCES (the peer refused, or does not hold the key), -EAGAIN (the
  * peer is busy: its refusal said so), or the link's errors. */
-int auth_client(struct esd_link *l, int64_t deadline_ns);
+int esd_auth_client(struct esd_link *l, int64_t deadline_ns);
 /*
  * A received frame on a keyed link, before decoding: a handshake frame is
  * handled (1: consumed); a tagged frame is checked and its tag stripped in
@@ -309,20 +302,20 @@ int auth_client(struct esd_link *l, int64_t deadline_ns);
  * open (the refusal of our proof), and ends it before; anything else is
  * -EACCES with l->err set.
  */
-int auth_rx(struct esd_link *l, uint8_t *frame, size_t *len);
+int esd_auth_rx(struct esd_link *l, uint8_t *frame, size_t *len);
 /* The frames iov[0..n) with their tags appended, in l's buffer: iov is
  * rewritten to point there (0, -ENOMEM). Before the handshake is done only
  * ERROR frames may be sent (untagged); others are -EACCES. */
-int auth_seal(struct esd_link *l, struct iovec *iov, int n);
+int esd_auth_seal(struct esd_link *l, struct iovec *iov, int n);
 /* Tag a heartbeat frame (cap bytes of room at frame, *len in and out):
  * in the link's frame order (aside 0: the frame counter, which
- * auth_unseal_beat() takes back when the beat could not be sent) or beside
+ * esd_auth_unseal_beat() takes back when the beat could not be sent) or beside
  * it (aside 1: under the heartbeat counter beat). 0, -EACCES (the
  * handshake is not done), -ENOSPC. */
-int auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, int aside,
-                   uint64_t beat);
-void auth_unseal_beat(struct esd_link *l);
-void auth_fini(struct link_auth *a);
+int esd_auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t cap, int aside,
+                       uint64_t beat);
+void esd_auth_unseal_beat(struct esd_link *l);
+void esd_auth_fini(struct link_auth *a);
 
 /* ---- before the handshake ------------------------------------------------ */
 
@@ -384,39 +377,39 @@ static inline bool link_pre_auth(const struct esd_link *l)
 /* ---- heartbeats (heartbeat.c) ------------------------------------------ */
 
 /* Beat on l while it is open (heartbeat_ns > 0). 0 or -errno. */
-int hb_add(struct esd_link *l);
+int esd_hb_add(struct esd_link *l);
 /* Stop beating on l (before it closes); accepts a link never added. */
-void hb_remove(struct esd_link *l);
+void esd_hb_remove(struct esd_link *l);
 /* A receive on l timed out at deadline: -ETIMEDOUT with the link broken
  * when the peer was heard from not at all for peer_timeout_ns, else 0. */
-int hb_peer_silent(struct esd_link *l);
+int esd_hb_peer_silent(struct esd_link *l);
 /* The deadline a receive on l waits until: deadline, or sooner when the
  * peer timeout falls before it. */
-int64_t hb_recv_deadline(struct esd_link *l, int64_t deadline);
+int64_t esd_hb_recv_deadline(struct esd_link *l, int64_t deadline);
 
 /* The next frame from below (the reliable layer, or what is under it),
  * starting the reliable layer when the peer runs it. */
-int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+int esd_link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
 /* Send whole frames below the accounting (the reliable layer or under). */
-int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
+int esd_link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
 
 /* Everything below the reliable layer: shaping, faults, backend. */
-int lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
-int lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+int esd_lower_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
+int esd_lower_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
 /* Release a frame held back by the reorder fault once it is due. */
-int fault_flush(struct esd_link *l, int force);
+int esd_fault_flush(struct esd_link *l, int force);
 
 /* ---- reliable layer (rel.c) -------------------------------------------- */
 
-int rel_create(struct esd_link *l, struct rel **out);
-void rel_destroy(struct rel *r);
-int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
-/* Next in-order frame (a copy owned by rel, valid until the next rel_recv). */
-int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
+int esd_rel_create(struct esd_link *l, struct rel **out);
+void esd_rel_destroy(struct rel *r);
+int esd_rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline_ns);
+/* Next in-order frame (a copy owned by rel, valid until the next esd_rel_recv). */
+int esd_rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline_ns);
 /* Feed one frame received by a link that had no reliable layer yet (the
  * peer turned it on): the layer starts with this frame. */
-int rel_input(struct esd_link *l, const uint8_t *frame, size_t len);
+int esd_rel_input(struct esd_link *l, const uint8_t *frame, size_t len);
 /* Wait (bounded) until the peer acknowledged everything sent. */
-int rel_drain(struct esd_link *l, int64_t deadline_ns);
+int esd_rel_drain(struct esd_link *l, int64_t deadline_ns);
 
 #endif

@@ -51,12 +51,12 @@ int esd_transport_unregister_memory(const void *base)
 	return rc;
 }
 
-uint64_t memreg_generation(void)
+uint64_t esd_memreg_generation(void)
 {
 	return atomic_load(&memreg_gen);
 }
 
-unsigned memreg_snapshot(struct memreg_region *out, uint64_t *gen)
+unsigned esd_memreg_snapshot(struct memreg_region *out, uint64_t *gen)
 {
 	pthread_mutex_lock(&memreg_mu);
 	unsigned n = memreg_n;

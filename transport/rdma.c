@@ -331,11 +331,11 @@ static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const
 	}
 	if (!(r->pd = ibv_alloc_pd(r->ctx)) ||
 	    !(r->cq = ibv_create_cq(r->ctx, 2 * SLOTS + 8, NULL, NULL, 0)))
-		return wire_fail(&r->w, -ENOMEM, "rdma: no protection domain / completion queue");
+		return esd_wire_fail(&r->w, -ENOMEM, "rdma: no protection domain / completion queue");
 	r->mr = ibv_reg_mr(r->pd, r->region, r->region_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!r->mr)
-		return wire_fail(&r->w, esd_neg_errno(), "rdma: registering %zu bytes failed",
-		                 r->region_len);
+		return esd_wire_fail(&r->w, esd_neg_errno(), "rdma: registering %zu bytes failed",
+		                     r->region_len);
 	struct ibv_device_attr da;
 	int sge = ibv_query_device(r->ctx, &da) ? 1 : clamp_sge(da.max_sge);
 	struct ibv_qp_init_attr qa = {
@@ -347,7 +347,7 @@ static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const
 	            .max_send_sge = (uint32_t)sge,
 	            .max_recv_sge = 1}};
 	if (!(r->qp = ibv_create_qp(r->pd, &qa)))
-		return wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
+		return esd_wire_fail(&r->w, esd_neg_errno(), "rdma: no RC queue pair");
 	r->max_sge = clamp_sge((int)qa.cap.max_send_sge); /* what the QP got */
 	struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT,
 	                         .pkey_index = 0,
@@ -355,10 +355,10 @@ static int setup_verbs(struct rdma_wire *r, const struct esd_link_opts *o, const
 	                         .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
 	if ((rc = ibv_modify_qp(
 	         r->qp, &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-		return wire_fail(&r->w, -rc, "rdma: queue pair to INIT: %s", strerror(rc));
+		return esd_wire_fail(&r->w, -rc, "rdma: queue pair to INIT: %s", strerror(rc));
 	for (uint32_t sl = 0; sl < SLOTS; sl++)
 		if ((rc = post_recv(r, sl)))
-			return wire_fail(&r->w, rc, "rdma: posting receives: %s", esd_strerror(rc));
+			return esd_wire_fail(&r->w, rc, "rdma: posting receives: %s", esd_strerror(rc));
 	memset(mine, 0, sizeof(*mine));
 	mine->qpn = r->qp->qp_num;
 	mine->psn = (uint32_t)(esd_now_ns() & 0xffffff);
@@ -384,9 +384,9 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	};
 	if (memcmp(peer->gid, zero, 16)) { /* routed by GID (RoCE; IB with a GID index) */
 		if (r->gid_index < 0)
-			return wire_fail(&r->w, -EPROTO,
-			                 "rdma: the peer routes by GID, this side "
-			                 "by LID (rdma_gid_index -1): set the same on both");
+			return esd_wire_fail(&r->w, -EPROTO,
+			                     "rdma: the peer routes by GID, this side "
+			                     "by LID (rdma_gid_index -1): set the same on both");
 		at.ah_attr.is_global = 1;
 		memcpy(at.ah_attr.grh.dgid.raw, peer->gid, 16);
 		at.ah_attr.grh.sgid_index = (uint8_t)r->gid_index;
@@ -396,7 +396,7 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 	                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
 	                            IBV_QP_MIN_RNR_TIMER)))
-		return wire_fail(&r->w, -rc, "rdma: queue pair to RTR: %s", strerror(rc));
+		return esd_wire_fail(&r->w, -rc, "rdma: queue pair to RTR: %s", strerror(rc));
 	memset(&at, 0, sizeof(at));
 	at.qp_state = IBV_QPS_RTS;
 	at.timeout = 14;
@@ -407,7 +407,7 @@ static int connect_qp(struct rdma_wire *r, const struct qp_info *mine, const str
 	if ((rc = ibv_modify_qp(r->qp, &at,
 	                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 	                            IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)))
-		return wire_fail(&r->w, -rc, "rdma: queue pair to RTS: %s", strerror(rc));
+		return esd_wire_fail(&r->w, -rc, "rdma: queue pair to RTS: %s", strerror(rc));
 	return 0;
 }
 
@@ -435,8 +435,8 @@ static void rdma_free(struct rdma_wire *r)
 		munmap(r->region, r->region_len);
 	if (r->sock >= 0)
 		close(r->sock);
-	bufcache_put(&r->cache, r->asm_buf, r->asm_cap);
-	bufcache_fini(&r->cache);
+	esd_bufcache_put(&r->cache, r->asm_buf, r->asm_cap);
+	esd_bufcache_fini(&r->cache);
 	free(r);
 }
 
@@ -471,7 +471,7 @@ static int finish_link(const struct esd_link_opts *o, int sock, int client, stru
 		close(sock);
 		return -ENOMEM;
 	}
-	wire_init(&r->w, &esd_wire_rdma, o);
+	esd_wire_init(&r->w, &esd_wire_rdma, o);
 	r->sock = sock;
 	snprintf(r->w.peer, sizeof(r->w.peer), "%s", o->addr);
 	struct qp_info mine, peer;
@@ -578,13 +578,13 @@ static int reap(struct rdma_wire *r)
 	struct ibv_wc wc[16];
 	int n = ibv_poll_cq(r->cq, 16, wc);
 	if (n < 0)
-		return wire_fail(&r->w, -EIO, "rdma: polling the completion queue failed");
+		return esd_wire_fail(&r->w, -EIO, "rdma: polling the completion queue failed");
 	for (int i = 0; i < n; i++) {
 		if (wc[i].status != IBV_WC_SUCCESS)
-			return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s: %s", r->w.peer,
-			                 ibv_wc_status_str(wc[i].status));
+			return esd_wire_fail(&r->w, -ECONNRESET, "rdma: peer %s: %s", r->w.peer,
+			                     ibv_wc_status_str(wc[i].status));
 		if (wc[i].wr_id & TAG_RECV) {
-			wire_heard(&r->w);
+			esd_wire_heard(&r->w);
 			unsigned at = (r->rx_head + r->rx_count) % SLOTS;
 			r->rx_slot[at] = (uint32_t)(wc[i].wr_id & 0xffffffffu);
 			r->rx_len[at] = wc[i].byte_len;
@@ -604,12 +604,12 @@ static int peer_alive(struct rdma_wire *r)
 	for (;;) {
 		ssize_t n = recv(r->sock, buf, sizeof(buf), MSG_DONTWAIT);
 		if (n > 0) {
-			wire_heard(&r->w);
+			esd_wire_heard(&r->w);
 			continue;
 		}
 		if (n == 0 || (errno != EAGAIN && errno != EINTR))
-			return wire_fail(&r->w, -ECONNRESET, "rdma: peer %s closed the link",
-			                 r->w.peer);
+			return esd_wire_fail(&r->w, -ECONNRESET, "rdma: peer %s closed the link",
+			                     r->w.peer);
 		return 0;
 	}
 }
@@ -631,11 +631,11 @@ static int rdma_beat(struct wire *w, const uint8_t *frame, size_t len)
  * flight from them then: a send that used them waited for completion). */
 static void sync_regions(struct rdma_wire *r)
 {
-	if (memreg_generation() == r->ext_gen)
+	if (esd_memreg_generation() == r->ext_gen)
 		return;
 	struct memreg_region reg[ESD_TRANSPORT_MAX_REGIONS];
 	drop_regions(r);
-	unsigned n = memreg_snapshot(reg, &r->ext_gen);
+	unsigned n = esd_memreg_snapshot(reg, &r->ext_gen);
 	for (unsigned i = 0; i < n; i++) {
 		/* local read, all a SEND's source needs, comes with every MR */
 		struct ibv_mr *mr = ibv_reg_mr(r->pd, (void *)reg[i].base, reg[i].len, 0);
@@ -660,13 +660,13 @@ static int reap_until(struct rdma_wire *r, uint64_t mask, int64_t deadline)
 		if (rc < 0)
 			return rc;
 		if (rc == 0 && deadline >= 0 && esd_now_ns() > deadline)
-			return wire_fail(&r->w, -ETIMEDOUT, "rdma: sends to %s do not complete",
-			                 r->w.peer);
+			return esd_wire_fail(&r->w, -ETIMEDOUT, "rdma: sends to %s do not complete",
+			                     r->w.peer);
 	}
 	return 0;
 }
 
-/* plan_send's ops: the next send slot as the staging area, a chunk posted
+/* esd_gather_plan_send's ops: the next send slot as the staging area, a chunk posted
  * as one SEND from that slot. */
 struct send_ctx {
 	struct rdma_wire *r;
@@ -682,7 +682,7 @@ static int stage_slot(void *arg, uint8_t **stage)
 	return rc;
 }
 
-static int post_chunk(void *arg, struct plan_chunk *c)
+static int post_chunk(void *arg, struct esd_gather_plan_chunk *c)
 {
 	struct rdma_wire *r = ((struct send_ctx *)arg)->r;
 	unsigned s = r->next_send;
@@ -697,7 +697,7 @@ static int post_chunk(void *arg, struct plan_chunk *c)
 	                   *bad;
 	int rc = ibv_post_send(r->qp, &wr, &bad);
 	if (rc)
-		return wire_fail(&r->w, -rc, "rdma: post send: %s", strerror(rc));
+		return esd_wire_fail(&r->w, -rc, "rdma: post send: %s", strerror(rc));
 	r->send_busy |= 1ull << s;
 	r->next_send = (s + 1) % SLOTS;
 	return 0;
@@ -718,9 +718,9 @@ static int rdma_sendv(struct wire *w, const struct iovec *iov, int n, int64_t de
 	                           .stage_key = r->mr->lkey};
 	struct send_ctx ctx = {.r = r, .deadline = deadline};
 	size_t in_place;
-	int rc = plan_send(&rules, iov, n, &ops, &ctx, &in_place);
+	int rc = esd_gather_plan_send(&rules, iov, n, &ops, &ctx, &in_place);
 	if (rc == -EINVAL)
-		return wire_fail(w, rc, "rdma: the pieces are not whole frames");
+		return esd_wire_fail(w, rc, "rdma: the pieces are not whole frames");
 	if (rc)
 		return rc;
 	/* the caller may change its memory once this returns */
@@ -733,7 +733,7 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 	int rc;
 	if (r->lent_slot >= 0) {
 		if ((rc = post_recv(r, (uint32_t)r->lent_slot)))
-			return wire_fail(w, rc, "rdma: reposting a receive: %s", esd_strerror(rc));
+			return esd_wire_fail(w, rc, "rdma: reposting a receive: %s", esd_strerror(rc));
 		r->lent_slot = -1;
 	}
 	uint64_t idle = 0;
@@ -748,7 +748,7 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 				if ((rc = esd_frame_hdr_parse(p, blen, &w->lim, &h, w->err,
 				                              sizeof(w->err))))
 					return rc == -EAGAIN
-					           ? wire_fail(w, -EPROTO, "rdma: runt chunk")
+					           ? esd_wire_fail(w, -EPROTO, "rdma: runt chunk")
 					           : rc;
 				size_t total = ESD_FRAME_HDR_SIZE + (size_t)h.length;
 				if (blen == total) { /* whole frame in one slot: in place */
@@ -758,24 +758,24 @@ static int rdma_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t
 					return 0;
 				}
 				if (blen > total) /* a chunk may end early: its list was full */
-					return wire_fail(w, -EPROTO,
-					                 "rdma: chunk of %u bytes for a "
-					                 "%zu-byte frame",
-					                 blen, total);
-				bufcache_put(&r->cache, r->asm_buf, r->asm_cap);
-				r->asm_buf = bufcache_get(&r->cache, total, &r->asm_cap);
+					return esd_wire_fail(w, -EPROTO,
+					                     "rdma: chunk of %u bytes for a "
+					                     "%zu-byte frame",
+					                     blen, total);
+				esd_bufcache_put(&r->cache, r->asm_buf, r->asm_cap);
+				r->asm_buf = esd_bufcache_get(&r->cache, total, &r->asm_cap);
 				if (!r->asm_buf)
 					return -ENOMEM;
 				r->asm_total = total;
 				r->asm_got = 0;
 			}
 			if (blen > r->asm_total - r->asm_got)
-				return wire_fail(w, -EPROTO, "rdma: frame overrun");
+				return esd_wire_fail(w, -EPROTO, "rdma: frame overrun");
 			memcpy(r->asm_buf + r->asm_got, p, blen);
 			r->asm_got += blen;
 			if ((rc = post_recv(r, s)))
-				return wire_fail(w, rc, "rdma: reposting a receive: %s",
-				                 esd_strerror(rc));
+				return esd_wire_fail(w, rc, "rdma: reposting a receive: %s",
+				                     esd_strerror(rc));
 			if (r->asm_got == r->asm_total) {
 				*frame = r->asm_buf;
 				*len = r->asm_total;

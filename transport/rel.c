@@ -78,7 +78,7 @@ struct rel {
 	struct bufcache *cache; /* the wire's */
 };
 
-int rel_create(struct esd_link *l, struct rel **out)
+int esd_rel_create(struct esd_link *l, struct rel **out)
 {
 	struct rel *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -104,7 +104,7 @@ int rel_create(struct esd_link *l, struct rel **out)
 
 static void node_free(struct rel *r, struct fbuf *n)
 {
-	fbuf_put(r->cache, n);
+	esd_fbuf_put(r->cache, n);
 }
 
 static void free_list(struct rel *r, struct fbuf *n)
@@ -116,7 +116,7 @@ static void free_list(struct rel *r, struct fbuf *n)
 	}
 }
 
-void rel_destroy(struct rel *r)
+void esd_rel_destroy(struct rel *r)
 {
 	if (!r)
 		return;
@@ -139,7 +139,7 @@ static struct bufcache *r_cache(struct esd_link *l)
 
 static struct fbuf *node_copy(struct rel *r, const uint8_t *p, size_t len)
 {
-	struct fbuf *n = fbuf_get(r->cache, len);
+	struct fbuf *n = esd_fbuf_get(r->cache, len);
 	if (!n)
 		return NULL;
 	memcpy(n->data, p, len);
@@ -154,7 +154,7 @@ static struct fbuf *node_keep(struct esd_link *l, const uint8_t *p, size_t len)
 		struct fbuf *n = l->w->ops->take(l->w);
 		if (n && n->data == p && n->len == len)
 			return n;
-		fbuf_put(r_cache(l), n);
+		esd_fbuf_put(r_cache(l), n);
 	}
 	return node_copy(l->rel, p, len);
 }
@@ -173,7 +173,7 @@ static void deliver(struct rel *r, struct fbuf *n)
 static int send_node(struct esd_link *l, struct fbuf *n, int64_t deadline)
 {
 	struct iovec iov = {.iov_base = n->data, .iov_len = n->len};
-	int rc = lower_send(l, &iov, 1, deadline);
+	int rc = esd_lower_send(l, &iov, 1, deadline);
 	n->sent_ns = esd_now_ns(); /* after the shaper let it go */
 	return rc;
 }
@@ -202,7 +202,7 @@ static int ack_flush(struct esd_link *l)
 	if (r->rx_last_retx)
 		add_flags(r->ackbuf.data, ESD_FLAG_RETRANSMIT);
 	struct iovec iov = {.iov_base = r->ackbuf.data, .iov_len = r->ackbuf.len};
-	return lower_send(l, &iov, 1, deadline_after(l->w->timeout_ns));
+	return esd_lower_send(l, &iov, 1, esd_deadline_after(l->w->timeout_ns));
 }
 
 static bool retransmitted(const struct fbuf *n)
@@ -282,7 +282,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	memcpy(&seq, p + 16, 8);
 	if (op == ESD_OP_LINK_ACK) {
 		if (len != ESD_FRAME_HDR_SIZE + 8)
-			return wire_fail(l->w, -EPROTO, "LINK_ACK of %zu bytes", len);
+			return esd_wire_fail(l->w, -EPROTO, "LINK_ACK of %zu bytes", len);
 		memcpy(&ack, p + ESD_FRAME_HDR_SIZE, 8);
 		on_ack(l, ack, (flags & ESD_FLAG_RETRANSMIT) != 0);
 		return 0;
@@ -303,8 +303,8 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 		return 0;
 	}
 	if (r->dq_bytes + len > l->w->rx_backlog_max)
-		return wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
-		                 l->w->rx_backlog_max);
+		return esd_wire_fail(l->w, -ENOBUFS, "receive backlog above %zu bytes",
+		                     l->w->rx_backlog_max);
 	struct fbuf *n = node_keep(l, p, len);
 	if (!n)
 		return -ENOMEM;
@@ -326,7 +326,7 @@ static int on_frame(struct esd_link *l, const uint8_t *p, size_t len)
 	return 0;
 }
 
-int rel_input(struct esd_link *l, const uint8_t *p, size_t len)
+int esd_rel_input(struct esd_link *l, const uint8_t *p, size_t len)
 {
 	return on_frame(l, p, len);
 }
@@ -335,7 +335,7 @@ static int resend(struct esd_link *l, struct fbuf *n)
 {
 	add_flags(n->data, ESD_FLAG_RETRANSMIT);
 	atomic_fetch_add(&l->retx_frames, 1);
-	return send_node(l, n, deadline_after(l->w->timeout_ns));
+	return send_node(l, n, esd_deadline_after(l->w->timeout_ns));
 }
 
 /* Send the oldest frame again if the timer expired (then the timeout
@@ -349,10 +349,10 @@ static int retransmit(struct esd_link *l, int64_t *due)
 	if (r->tx_acked + 1 == r->tx_next)
 		return 0;
 	if (now - r->progress_ns > l->w->timeout_ns)
-		return wire_fail(l->w, -ETIMEDOUT,
-		                 "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
-		                 l->w->peer, esd_ns_to_ms(now - r->progress_ns),
-		                 (unsigned long long)(r->tx_acked + 1));
+		return esd_wire_fail(l->w, -ETIMEDOUT,
+		                     "peer %s acknowledged nothing for %.0f ms (seq %llu unacked)",
+		                     l->w->peer, esd_ns_to_ms(now - r->progress_ns),
+		                     (unsigned long long)(r->tx_acked + 1));
 	uint64_t head = r->tx_acked + 1;
 	struct fbuf *n = r->txq[head % r->window];
 	bool expired = now - r->timer_ns >= r->rto_ns;
@@ -393,7 +393,7 @@ static int pump_ready(struct esd_link *l)
 		 * under the limits the handshake leaves */
 		if (link_pre_auth(l) && l->rel->dq_head)
 			return i;
-		int rc = lower_recv(l, &p, &len, 0);
+		int rc = esd_lower_recv(l, &p, &len, 0);
 		if (rc == -ETIMEDOUT)
 			return i;
 		if (rc)
@@ -423,7 +423,7 @@ static int pump(struct esd_link *l, int64_t deadline)
 		return 0; /* the caller looks at what came before waiting */
 	if (l->rel->ack_pending && (rc = ack_flush(l)))
 		return rc;
-	rc = lower_recv(l, &p, &len, min_deadline(deadline, due));
+	rc = esd_lower_recv(l, &p, &len, min_deadline(deadline, due));
 	if (rc == -ETIMEDOUT)
 		return esd_now_ns() >= deadline && deadline >= 0 ? -ETIMEDOUT : 0;
 	if (rc)
@@ -431,7 +431,7 @@ static int pump(struct esd_link *l, int64_t deadline)
 	return on_frame(l, p, len);
 }
 
-int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
+int esd_rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
 {
 	struct rel *r = l->rel;
 	int rc;
@@ -465,7 +465,7 @@ int rel_send(struct esd_link *l, const struct iovec *iov, int n, int64_t deadlin
 	return 0;
 }
 
-int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
+int esd_rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	struct rel *r = l->rel;
 	int rc;
@@ -496,7 +496,7 @@ int rel_recv(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t dea
 	return 0;
 }
 
-int rel_drain(struct esd_link *l, int64_t deadline)
+int esd_rel_drain(struct esd_link *l, int64_t deadline)
 {
 	struct rel *r = l->rel;
 	int rc = 0;

@@ -24,7 +24,7 @@
 #define MIN_BURST_BYTES (16u << 10)
 #define BURST_NS        (10 * ESD_NS_PER_MS)
 
-void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
+void esd_shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
 {
 	atomic_store(&s->rate_bps, rate_bps);
 	s->burst_bytes = burst_bytes;
@@ -32,7 +32,8 @@ void shaper_init(struct shaper *s, uint64_t rate_bps, uint64_t burst_bytes)
 	s->tat_ns = 0;
 }
 
-int64_t shaper_take(struct shaper *s, size_t bytes)
+/* Wait until bytes conform to the rate; returns ns waited. */
+static int64_t shaper_take(struct shaper *s, size_t bytes)
 {
 	uint64_t rate = atomic_load_explicit(&s->rate_bps, memory_order_relaxed);
 	if (!rate)
@@ -69,7 +70,7 @@ int esd_uplink_create(uint64_t rate_bps, uint64_t burst_bytes, struct esd_uplink
 	if (!u)
 		return -ENOMEM;
 	pthread_mutex_init(&u->mu, NULL);
-	shaper_init(&u->s, rate_bps, burst_bytes);
+	esd_shaper_init(&u->s, rate_bps, burst_bytes);
 	*out = u;
 	return 0;
 }
@@ -87,12 +88,13 @@ void esd_uplink_free(struct esd_uplink *u)
 	free(u);
 }
 
-struct shaper *link_shaper(struct esd_link *l)
+struct shaper *esd_link_shaper(struct esd_link *l)
 {
 	return l->o.uplink ? &l->o.uplink->s : &l->shaper;
 }
 
-int64_t link_shape(struct esd_link *l, size_t bytes)
+/* shaper_take on the link's bucket (an uplink's under its lock). */
+static int64_t link_shape(struct esd_link *l, size_t bytes)
 {
 	struct esd_uplink *u = l->o.uplink;
 	if (!u)
@@ -103,7 +105,7 @@ int64_t link_shape(struct esd_link *l, size_t bytes)
 	return waited;
 }
 
-void link_shape_tx(struct esd_link *l, size_t bytes)
+void esd_link_shape_tx(struct esd_link *l, size_t bytes)
 {
 	int64_t waited = link_shape(l, bytes);
 	if (waited)

@@ -130,7 +130,7 @@ static int conn_wrap(const struct esd_link_opts *o, int fd, struct wire **out)
 		close(fd);
 		return -ENOMEM;
 	}
-	wire_init(&c->w, &esd_wire_tcp, o);
+	esd_wire_init(&c->w, &esd_wire_tcp, o);
 	c->fd = fd;
 	c->eng = eng;
 	struct sockaddr_storage ss;
@@ -384,7 +384,7 @@ static void note_frame(struct tcp_conn *c, size_t len)
 	limits_follow(c);
 }
 
-int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
+int esd_tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 {
 	limits_follow(c);
 	/* Aim for RX_ROOM at least: a receive of a few bytes costs a call
@@ -409,10 +409,10 @@ int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n)
 	return 0;
 }
 
-void tcp_rx_commit(struct tcp_conn *c, size_t n)
+void esd_tcp_rx_commit(struct tcp_conn *c, size_t n)
 {
 	c->tail += n;
-	wire_heard(&c->w);
+	esd_wire_heard(&c->w);
 }
 
 static int tcp_send(struct wire *w, const struct iovec *iov, int n, int64_t deadline)
@@ -420,7 +420,7 @@ static int tcp_send(struct wire *w, const struct iovec *iov, int n, int64_t dead
 	struct tcp_conn *c = (struct tcp_conn *)w;
 	struct iovec v[256]; /* a sendv gives a piece or two a row */
 	if (c->dead)
-		return wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
+		return esd_wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
 	while (n > 0) {
 		int k = n < 256 ? n : 256;
 		memcpy(v, iov, sizeof(*v) * (size_t)k);
@@ -444,7 +444,7 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 	sb_release(c, c->retired, c->retired_cap);
 	c->retired = NULL;
 	if (c->rx_dead)
-		return wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
+		return esd_wire_fail(w, -EPIPE, "tcp link to %s is broken", w->peer);
 	for (;;) {
 		size_t avail = c->tail - c->head;
 		size_t need = ESD_FRAME_HDR_SIZE;
@@ -470,10 +470,10 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 		if (c->eof) {
 			c->rx_dead = 1;
 			if (avail)
-				return wire_fail(w, -ECONNRESET,
-				                 "peer %s closed mid-frame (%zu of %zu bytes)",
-				                 w->peer, avail, need);
-			return wire_fail(w, -ECONNRESET, "peer %s closed the link", w->peer);
+				return esd_wire_fail(w, -ECONNRESET,
+				                     "peer %s closed mid-frame (%zu of %zu bytes)",
+				                     w->peer, avail, need);
+			return esd_wire_fail(w, -ECONNRESET, "peer %s closed the link", w->peer);
 		}
 		int rc = c->eng->fill(c, need - avail, deadline);
 		if (rc == -ETIMEDOUT)
@@ -485,9 +485,9 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 		if (rc) {
 			c->rx_dead = 1;
 			if (rc == -ENOMEM || rc == -ENOBUFS)
-				return wire_fail(w, rc, "no memory for a %zu-byte frame", need);
-			return wire_fail(w, rc, "tcp receive from %s: %s", w->peer,
-			                 esd_strerror(rc));
+				return esd_wire_fail(w, rc, "no memory for a %zu-byte frame", need);
+			return esd_wire_fail(w, rc, "tcp receive from %s: %s", w->peer,
+			                     esd_strerror(rc));
 		}
 	}
 }
@@ -564,7 +564,7 @@ static void tcp_close(struct wire *w, int64_t deadline)
 	free(c->sb);
 	free(c->retired);
 	free(c->spare);
-	bufcache_fini(&c->w.cache);
+	esd_bufcache_fini(&c->w.cache);
 	free(c);
 }
 

@@ -18,7 +18,7 @@ struct tcp_engine {
 	 * socket is full, read what the peer sends into the stream buffer. */
 	int (*send)(struct tcp_conn *c, struct iovec *iov, int n, int64_t deadline_ns);
 	/* Read at least one byte into the stream buffer, with room for want
-	 * more bytes (tcp_rx_space / tcp_rx_commit), or fail: -ETIMEDOUT,
+	 * more bytes (esd_tcp_rx_space / esd_tcp_rx_commit), or fail: -ETIMEDOUT,
 	 * -ECONNRESET (EOF), -errno. A read the engine left in flight (io_uring)
 	 * completes first: the buffer never moves under a pending read. */
 	int (*fill)(struct tcp_conn *c, size_t want, int64_t deadline_ns);
@@ -53,7 +53,7 @@ extern const struct tcp_engine esd_tcp_engine_uring; /* only with ESD_HAVE_URING
  * rest of a frame; 1 = any) when the backlog limit allows, less otherwise
  * (0 = full). The buffer may move or shrink: call it only while no receive
  * is in flight. */
-int tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n);
-void tcp_rx_commit(struct tcp_conn *c, size_t n);
+int esd_tcp_rx_space(struct tcp_conn *c, size_t want, uint8_t **p, size_t *n);
+void esd_tcp_rx_commit(struct tcp_conn *c, size_t n);
 
 #endif

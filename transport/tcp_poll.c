@@ -47,14 +47,14 @@ static int read_some(struct tcp_conn *c, size_t want)
 {
 	uint8_t *p;
 	size_t room;
-	int rc = tcp_rx_space(c, want, &p, &room);
+	int rc = esd_tcp_rx_space(c, want, &p, &room);
 	if (rc)
 		return rc;
 	if (!room)
 		return -ENOBUFS;
 	ssize_t r = recv(c->fd, p, room, MSG_DONTWAIT);
 	if (r > 0) {
-		tcp_rx_commit(c, (size_t)r);
+		esd_tcp_rx_commit(c, (size_t)r);
 		return 1;
 	}
 	if (r == 0)
@@ -71,20 +71,20 @@ static int poll_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t deadl
 		ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (w < 0) {
 			if (errno != EAGAIN && errno != EINTR)
-				return wire_fail(&c->w, esd_neg_errno(), "tcp send to %s: %s",
-				                 c->w.peer, strerror(errno));
+				return esd_wire_fail(&c->w, esd_neg_errno(), "tcp send to %s: %s",
+				                     c->w.peer, strerror(errno));
 			short rev;
 			int rc = wait_fd(c, POLLOUT | (c->eof ? 0 : POLLIN), deadline, &rev);
 			if (rc)
-				return wire_fail(&c->w, rc, "tcp send to %s: %s", c->w.peer,
-				                 esd_strerror(rc));
+				return esd_wire_fail(&c->w, rc, "tcp send to %s: %s", c->w.peer,
+				                     esd_strerror(rc));
 			if ((rev & POLLIN) && !c->eof) {
 				rc = read_some(c, 1);
 				if (rc == -ECONNRESET)
 					c->eof = 1;
 				else if (rc < 0)
-					return wire_fail(&c->w, rc, "tcp link to %s: %s", c->w.peer,
-					                 rc == -ENOBUFS ? "receive backlog full "
+					return esd_wire_fail(&c->w, rc, "tcp link to %s: %s", c->w.peer,
+					                     rc == -ENOBUFS ? "receive backlog full "
 					                                  "while sending"
 					                                : esd_strerror(rc));
 			}

@@ -60,7 +60,7 @@ static int arm_recv(struct tcp_conn *c, size_t want)
 	struct uring_state *u = c->es;
 	uint8_t *p;
 	size_t room;
-	int rc = tcp_rx_space(c, want, &p, &room);
+	int rc = esd_tcp_rx_space(c, want, &p, &room);
 	if (rc)
 		return rc;
 	if (!room)
@@ -110,7 +110,7 @@ static int reap(struct tcp_conn *c, int64_t deadline, uint64_t *tag, int *res)
 static int recv_done(struct tcp_conn *c, int res)
 {
 	if (res > 0) {
-		tcp_rx_commit(c, (size_t)res);
+		esd_tcp_rx_commit(c, (size_t)res);
 		return 0;
 	}
 	if (res == 0 || res == -ECONNRESET) {
@@ -127,7 +127,7 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 	while (n > 0) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
 		if (!sqe)
-			return wire_fail(&c->w, -EBUSY, "io_uring: no submission entry");
+			return esd_wire_fail(&c->w, -EBUSY, "io_uring: no submission entry");
 		memset(&u->mh, 0, sizeof(u->mh));
 		u->mh.msg_iov = iov;
 		u->mh.msg_iovlen = (size_t)n;
@@ -136,12 +136,12 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 		if (!u->recv_armed && !c->eof) {
 			rc = arm_recv(c, 1);
 			if (rc && rc != -ENOBUFS)
-				return wire_fail(&c->w, rc, "io_uring receive: %s",
-				                 esd_strerror(rc));
+				return esd_wire_fail(&c->w, rc, "io_uring receive: %s",
+				                     esd_strerror(rc));
 		}
 		rc = io_uring_submit(&u->ring);
 		if (rc < 0)
-			return wire_fail(&c->w, rc, "io_uring submit: %s", esd_strerror(rc));
+			return esd_wire_fail(&c->w, rc, "io_uring submit: %s", esd_strerror(rc));
 		int sent = -1;
 		while (sent < 0) {
 			uint64_t tag;
@@ -161,29 +161,29 @@ static int uring_send(struct tcp_conn *c, struct iovec *iov, int n, int64_t dead
 					else if (tag == TAG_RECV)
 						recv_done(c, res); /* keep what arrived */
 				}
-				return wire_fail(&c->w, -ETIMEDOUT,
-				                 "tcp send to %s: peer reads nothing", c->w.peer);
+				return esd_wire_fail(&c->w, -ETIMEDOUT,
+				                     "tcp send to %s: peer reads nothing", c->w.peer);
 			}
 			if (rc)
-				return wire_fail(&c->w, rc, "io_uring wait: %s", esd_strerror(rc));
+				return esd_wire_fail(&c->w, rc, "io_uring wait: %s", esd_strerror(rc));
 			if (tag == TAG_RECV) {
 				rc = recv_done(c, res);
 				if (rc && rc != -ECONNRESET)
-					return wire_fail(&c->w, rc, "tcp receive from %s: %s",
-					                 c->w.peer, esd_strerror(rc));
+					return esd_wire_fail(&c->w, rc, "tcp receive from %s: %s",
+					                     c->w.peer, esd_strerror(rc));
 				if (!c->eof) {
 					rc = arm_recv(c, 1);
 					if (rc == -ENOBUFS)
 						continue; /* backlog full: just wait */
 					if (rc)
-						return wire_fail(&c->w, rc, "io_uring receive: %s",
-						                 esd_strerror(rc));
+						return esd_wire_fail(&c->w, rc, "io_uring receive: %s",
+						                     esd_strerror(rc));
 					io_uring_submit(&u->ring);
 				}
 			} else if (tag == TAG_SEND) {
 				if (res < 0)
-					return wire_fail(&c->w, res, "tcp send to %s: %s",
-					                 c->w.peer, esd_strerror(res));
+					return esd_wire_fail(&c->w, res, "tcp send to %s: %s",
+					                     c->w.peer, esd_strerror(res));
 				sent = res;
 			}
 		}

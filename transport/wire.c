@@ -15,12 +15,12 @@
 #define DEFAULT_TIMEOUT_NS (5 * ESD_NS_PER_S)
 #define DEFAULT_BACKLOG    (256u << 20)
 
-int64_t deadline_after(int64_t timeout_ns)
+int64_t esd_deadline_after(int64_t timeout_ns)
 {
 	return timeout_ns < 0 ? -1 : esd_now_ns() + timeout_ns;
 }
 
-int wire_fail(struct wire *w, int rc, const char *fmt, ...)
+int esd_wire_fail(struct wire *w, int rc, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -29,7 +29,7 @@ int wire_fail(struct wire *w, int rc, const char *fmt, ...)
 	return rc;
 }
 
-void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o)
+void esd_wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link_opts *o)
 {
 	w->ops = ops;
 	w->lim = o->limits;
@@ -52,12 +52,12 @@ void wire_init(struct wire *w, const struct wire_ops *ops, const struct esd_link
 	atomic_store(&w->rx_ns, esd_now_ns());
 }
 
-void wire_heard(struct wire *w)
+void esd_wire_heard(struct wire *w)
 {
 	atomic_store_explicit(&w->rx_ns, esd_now_ns(), memory_order_relaxed);
 }
 
-void wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
+void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
 {
 	uint8_t canon[ESD_FRAME_HDR_SIZE];
 	uint16_t flags;
@@ -71,17 +71,17 @@ void wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
 	flags &= (uint16_t) ~(ESD_FLAG_RELIABLE | ESD_FLAG_RETRANSMIT);
 	memcpy(canon + 6, &flags, 2);
 	memset(canon + 16, 0, 8);
-	gmac_run_start(&b->run);
-	gmac_run_add(w->rx_mac, &b->run, canon, sizeof(canon), NULL);
+	esd_gmac_run_start(&b->run);
+	esd_gmac_run_add(w->rx_mac, &b->run, canon, sizeof(canon), NULL);
 }
 
-void wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len)
+void esd_wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len)
 {
 	uint8_t *dst = b->data + off;
 	size_t end = b->hashed ? b->len - AUTH_TAG_BYTES : 0; /* the tag's offset */
 	size_t h = off >= end ? 0 : end - off < len ? end - off : len;
 	if (h)
-		gmac_run_add(w->rx_mac, &b->run, src, h, src == dst ? NULL : dst);
+		esd_gmac_run_add(w->rx_mac, &b->run, src, h, src == dst ? NULL : dst);
 	if (src != dst)
 		memcpy(dst + h, src + h, len - h);
 }

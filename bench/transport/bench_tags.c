@@ -63,13 +63,13 @@ static void sodium_chacha(const uint8_t *f, size_t len)
 static void esd_gmac(const uint8_t *f, size_t len)
 {
 	next_nonce();
-	gmac_tag(&gm, nonce, NULL, 0, f, len, NULL, tag);
+	esd_gmac_tag(&gm, nonce, NULL, 0, f, len, NULL, tag);
 }
 
 static void esd_gmac_copy(const uint8_t *f, size_t len)
 {
 	next_nonce();
-	gmac_tag(&gm, nonce, NULL, 0, f, len, copy_to, tag);
+	esd_gmac_tag(&gm, nonce, NULL, 0, f, len, copy_to, tag);
 }
 
 /* The memif receive: a frame copied out of the ring a packet's bytes at a
@@ -81,17 +81,17 @@ static void rx_copy_then_gmac(const uint8_t *f, size_t len)
 	for (size_t o = 0; o < len; o += PIECE)
 		memcpy(copy_to + o, f + o, len - o < PIECE ? len - o : PIECE);
 	next_nonce();
-	gmac_tag(&gm, nonce, NULL, 0, copy_to, len, NULL, tag);
+	esd_gmac_tag(&gm, nonce, NULL, 0, copy_to, len, NULL, tag);
 }
 
 static void rx_gmac_run(const uint8_t *f, size_t len)
 {
 	struct gmac_run run;
-	gmac_run_start(&run);
+	esd_gmac_run_start(&run);
 	for (size_t o = 0; o < len; o += PIECE)
-		gmac_run_add(&gm, &run, f + o, len - o < PIECE ? len - o : PIECE, copy_to + o);
+		esd_gmac_run_add(&gm, &run, f + o, len - o < PIECE ? len - o : PIECE, copy_to + o);
 	next_nonce();
-	gmac_run_end(&gm, &run, nonce, tag);
+	esd_gmac_run_end(&gm, &run, nonce, tag);
 }
 
 static void plain_copy(const uint8_t *f, size_t len)
@@ -186,7 +186,7 @@ int bench_tags(int reps)
 	if (sodium_init() < 0)
 		return -EIO;
 	randombytes_buf(key, sizeof(key));
-	ts[5].on = ts[6].on = ts[8].on = ts[9].on = !gmac_init(&gm, key);
+	ts[5].on = ts[6].on = ts[8].on = ts[9].on = !esd_gmac_init(&gm, key);
 #ifdef ESD_BENCH_OPENSSL
 	if (!openssl_init()) {
 		ts[3].tag = openssl_gcm;

@@ -4,9 +4,9 @@
  * "the peer sent" is cut from the fuzzer's bytes, what this side sends is
  * dropped. The first byte picks the side:
  *
- *   0  a server waiting for the handshake: every frame goes to auth_rx()
+ *   0  a server waiting for the handshake: every frame goes to esd_auth_rx()
  *      until the link fails; nothing may pass (an ERROR neither);
- *   1  a client in its handshake: auth_client() reads the frames; without
+ *   1  a client in its handshake: esd_auth_client() reads the frames; without
  *      the key it must never finish;
  *   2  an open link whose keys are known here (its tag cipher from the
  *      same byte): each piece is either sealed
@@ -58,7 +58,7 @@ static int next_piece(uint8_t *ctl, const uint8_t **p, size_t *len)
 }
 
 /* The link below auth.c, for this target. */
-int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
+int esd_link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	(void)l;
 	(void)deadline;
@@ -76,7 +76,7 @@ int link_next_frame(struct esd_link *l, const uint8_t **frame, size_t *len, int6
 	return 0;
 }
 
-int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
+int esd_link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t deadline)
 {
 	(void)l;
 	(void)iov;
@@ -85,7 +85,7 @@ int link_send_raw(struct esd_link *l, const struct iovec *iov, int n, int64_t de
 	return 0;
 }
 
-int64_t deadline_after(int64_t timeout_ns)
+int64_t esd_deadline_after(int64_t timeout_ns)
 {
 	return timeout_ns;
 }
@@ -122,8 +122,8 @@ static void server_side(void)
 	link_init(&l, &a, AUTH_SERVER_WAIT);
 	const uint8_t *f;
 	size_t len;
-	while (!link_next_frame(&l, &f, &len, 0)) {
-		int rc = auth_rx(&l, (uint8_t *)f, &len);
+	while (!esd_link_next_frame(&l, &f, &len, 0)) {
+		int rc = esd_auth_rx(&l, (uint8_t *)f, &len);
 		if (rc < 0)
 			break;
 		if (rc == 0 && a.state != AUTH_OPEN)
@@ -139,7 +139,7 @@ static void client_side(void)
 	struct esd_link l;
 	struct link_auth a;
 	link_init(&l, &a, AUTH_CLIENT_WAIT);
-	if (!auth_client(&l, 0))
+	if (!esd_auth_client(&l, 0))
 		abort(); /* the server's proof was guessed */
 	link_fini(&l);
 }
@@ -157,7 +157,7 @@ static size_t seal(struct esd_link *tx, uint8_t op, const uint8_t *p, size_t n, 
 	memcpy(f + 8, &blen, 4);
 	memcpy(f + ESD_FRAME_HDR_SIZE, p, n);
 	struct iovec iov = {.iov_base = f, .iov_len = ESD_FRAME_HDR_SIZE + n};
-	if (auth_seal(tx, &iov, 1))
+	if (esd_auth_seal(tx, &iov, 1))
 		abort();
 	memcpy(out, iov.iov_base, iov.iov_len);
 	return iov.iov_len;
@@ -195,7 +195,7 @@ static void open_link(uint32_t suite)
 		uint16_t flags;
 		memcpy(&flags, frame_buf + 6, 2);
 		uint8_t op = frame_buf[5];
-		int rc = auth_rx(&rx, frame_buf, &len);
+		int rc = esd_auth_rx(&rx, frame_buf, &len);
 		if (rc == 0 && !honest && !(op == ESD_OP_ERROR && !(flags & ESD_FLAG_TAGGED)))
 			abort(); /* a forged or altered frame passed its tag */
 		if (rc)

@@ -30,14 +30,14 @@ static const uint8_t *pkt(const uint8_t dst[6], const uint8_t src[6], uint16_t l
 	h[13] = ETHERTYPE_ESD & 0xff;
 	struct frag_hdr f = {.id = 7, .off = 0, .total = 100, .link = link, .channel = channel,
 	                     .flags = flags};
-	frag_hdr_put(h + ETH_HDR, &f);
+	esd_frag_hdr_put(h + ETH_HDR, &f);
 	return h;
 }
 
 static struct l2slot *route(struct l2tab *t, const uint8_t *h, bool *rst)
 {
 	bool r;
-	struct l2slot *s = l2tab_route(t, h, rst ? rst : &r);
+	struct l2slot *s = esd_l2tab_route(t, h, rst ? rst : &r);
 	return s;
 }
 
@@ -56,10 +56,10 @@ static void tab_fini(struct l2tab *t)
 {
 	for (unsigned i = 0; i < L2_MAX_SLOTS; i++)
 		if (t->slot[i])
-			l2tab_release(t, t->slot[i], no_free);
+			esd_l2tab_release(t, t->slot[i], no_free);
 	for (unsigned i = 0; i < L2_MAX_LISTEN; i++)
 		if (t->lis[i].on)
-			l2tab_unlisten(t, t->lis[i].channel, no_free);
+			esd_l2tab_unlisten(t, t->lis[i].channel, no_free);
 }
 
 static void test_header_round_trip(void **state)
@@ -69,8 +69,8 @@ static void test_header_round_trip(void **state)
 	struct frag_hdr f = {.id = 0x01020304, .off = 9000, .total = 70000, .link = 513,
 	                     .channel = 3, .flags = FRAG_SYN},
 	                g;
-	frag_hdr_put(b, &f);
-	frag_hdr_get(b, &g);
+	esd_frag_hdr_put(b, &f);
+	esd_frag_hdr_get(b, &g);
 	assert_int_equal(g.id, f.id);
 	assert_int_equal(g.off, f.off);
 	assert_int_equal(g.total, f.total);
@@ -87,9 +87,9 @@ static void test_listener_demux(void **state)
 	(void)state;
 	struct l2tab t;
 	tab_init(&t);
-	assert_int_equal(l2tab_listen(&t, 0, 3, NULL, 0), 0);
-	assert_int_equal(l2tab_listen(&t, 0, 3, NULL, 0), -EADDRINUSE);
-	assert_null(l2tab_take(&t, 0));
+	assert_int_equal(esd_l2tab_listen(&t, 0, 3, NULL, 0), 0);
+	assert_int_equal(esd_l2tab_listen(&t, 0, 3, NULL, 0), -EADDRINUSE);
+	assert_null(esd_l2tab_take(&t, 0));
 	assert_null(route(&t, pkt(own, peer_a, 0, 0, 0), NULL)); /* no SYN: nobody's */
 	struct l2slot *a = route(&t, pkt(bcast, peer_a, 0, 0, FRAG_SYN), NULL);
 	assert_non_null(a);
@@ -104,16 +104,16 @@ static void test_listener_demux(void **state)
 	assert_null(route(&t, pkt(own, stranger, 0, 0, FRAG_SYN), NULL)); /* max 3 */
 	assert_null(route(&t, pkt(peer_b, peer_a, 0, 0, 0), NULL)); /* to another station */
 	assert_null(route(&t, pkt(own, peer_a, 0, 1, FRAG_SYN), NULL)); /* no channel 1 */
-	assert_ptr_equal(l2tab_take(&t, 0), a);
+	assert_ptr_equal(esd_l2tab_take(&t, 0), a);
 	assert_int_equal(a->state, L2_TAKEN);
-	assert_ptr_equal(l2tab_take(&t, 0), b);
-	assert_ptr_equal(l2tab_take(&t, 0), a1);
-	assert_null(l2tab_take(&t, 0));
+	assert_ptr_equal(esd_l2tab_take(&t, 0), b);
+	assert_ptr_equal(esd_l2tab_take(&t, 0), a1);
+	assert_null(esd_l2tab_take(&t, 0));
 	assert_ptr_equal(route(&t, pkt(own, peer_b, 0, 0, 0), NULL), b);
 	/* a packet the listener sent itself (af_packet sees its own) */
 	assert_null(route(&t, pkt(peer_a, own, 0, 0, FRAG_FROM_SERVER), NULL));
 	/* a link closed frees its place */
-	l2tab_release(&t, b, no_free);
+	esd_l2tab_release(&t, b, no_free);
 	assert_non_null(route(&t, pkt(own, stranger, 0, 0, FRAG_SYN), NULL));
 	tab_fini(&t);
 }
@@ -126,9 +126,9 @@ static void test_restart_and_reset(void **state)
 	struct l2tab t;
 	bool rst;
 	tab_init(&t);
-	assert_int_equal(l2tab_listen(&t, 2, 8, NULL, 0), 0);
+	assert_int_equal(esd_l2tab_listen(&t, 2, 8, NULL, 0), 0);
 	struct l2slot *a = route(&t, pkt(own, peer_a, 5, 2, FRAG_SYN), NULL);
-	assert_ptr_equal(l2tab_take(&t, 2), a);
+	assert_ptr_equal(esd_l2tab_take(&t, 2), a);
 	assert_ptr_equal(route(&t, pkt(own, peer_a, 5, 2, 0), NULL), a);
 	assert_true(a->established);
 	struct l2slot *a2 = route(&t, pkt(own, peer_a, 5, 2, FRAG_SYN), NULL);
@@ -158,9 +158,9 @@ static void test_clients(void **state)
 	struct l2tab t;
 	struct l2slot *c0, *c1, *dup;
 	tab_init(&t);
-	assert_int_equal(l2tab_client(&t, 0, 4, NULL, &c0), 0);      /* shard 0, learned */
-	assert_int_equal(l2tab_client(&t, 1, 4, peer_b, &c1), 0);    /* shard 1, given */
-	assert_int_equal(l2tab_client(&t, 1, 4, NULL, &dup), -EADDRINUSE);
+	assert_int_equal(esd_l2tab_client(&t, 0, 4, NULL, &c0), 0);      /* shard 0, learned */
+	assert_int_equal(esd_l2tab_client(&t, 1, 4, peer_b, &c1), 0);    /* shard 1, given */
+	assert_int_equal(esd_l2tab_client(&t, 1, 4, NULL, &dup), -EADDRINUSE);
 	assert_false(c0->mac_known);
 	assert_true(c1->mac_known);
 	/* a client's own packets, seen again on af_packet */
@@ -187,7 +187,7 @@ static void test_allowed_macs(void **state)
 	struct l2tab t;
 	bool rst;
 	tab_init(&t);
-	assert_int_equal(l2tab_listen(&t, 0, 4, macs, 2), 0);
+	assert_int_equal(esd_l2tab_listen(&t, 0, 4, macs, 2), 0);
 	assert_null(route(&t, pkt(bcast, stranger, 0, 0, FRAG_SYN), NULL));
 	assert_null(route(&t, pkt(own, stranger, 0, 0, 0), &rst));
 	assert_false(rst); /* no answer to a stranger */
@@ -202,11 +202,11 @@ static void test_ring(void **state)
 	static struct l2ring r;
 	static int x[L2_RING + 1];
 	for (int i = 0; i < L2_RING; i++)
-		assert_true(l2ring_put(&r, &x[i]));
-	assert_false(l2ring_put(&r, &x[L2_RING])); /* full: dropped by the caller */
+		assert_true(esd_l2ring_put(&r, &x[i]));
+	assert_false(esd_l2ring_put(&r, &x[L2_RING])); /* full: dropped by the caller */
 	for (int i = 0; i < L2_RING; i++)
-		assert_ptr_equal(l2ring_get(&r), &x[i]);
-	assert_null(l2ring_get(&r));
+		assert_ptr_equal(esd_l2ring_get(&r), &x[i]);
+	assert_null(esd_l2ring_get(&r));
 }
 
 static void test_iface_mtu(void **state)
@@ -214,18 +214,18 @@ static void test_iface_mtu(void **state)
 	(void)state;
 	struct esd_link_opts o;
 	esd_link_opts_init(&o);
-	assert_int_equal(dpdk_ring_size(&o), 256); /* memif */
+	assert_int_equal(esd_dpdk_ring_size(&o), 256); /* memif */
 	o.dpdk_vdev = "af_packet";
-	assert_int_equal(dpdk_ring_size(&o), 1024);
+	assert_int_equal(esd_dpdk_ring_size(&o), 1024);
 	o.dpdk_vdev = "pci";
-	assert_int_equal(dpdk_ring_size(&o), 1024);
+	assert_int_equal(esd_dpdk_ring_size(&o), 1024);
 	o.dpdk_queue = 512;
-	assert_int_equal(dpdk_ring_size(&o), 512);
+	assert_int_equal(esd_dpdk_ring_size(&o), 512);
 	o.dpdk_vdev = "memif";
-	assert_int_equal(dpdk_ring_size(&o), 512);
-	assert_int_equal(dpdk_iface_mtu_check("lo", 1416), 0);
-	assert_int_equal(dpdk_iface_mtu_check("esd-no-such", 1416), -ENODEV);
-	assert_int_equal(dpdk_iface_mtu_check("lo", 1u << 20), -EINVAL);
+	assert_int_equal(esd_dpdk_ring_size(&o), 512);
+	assert_int_equal(esd_dpdk_iface_mtu_check("lo", 1416), 0);
+	assert_int_equal(esd_dpdk_iface_mtu_check("esd-no-such", 1416), -ENODEV);
+	assert_int_equal(esd_dpdk_iface_mtu_check("lo", 1u << 20), -EINVAL);
 }
 
 /* Whether the kernel, running s's wake filter on the packet with
@@ -234,7 +234,7 @@ static void test_iface_mtu(void **state)
 static bool wakes(const struct l2slot *s, const uint8_t *h)
 {
 	struct sock_filter prog[L2_WAKE_FILTER_MAX];
-	struct sock_fprog fp = {.len = (unsigned short)l2_wake_filter(s, prog), .filter = prog};
+	struct sock_fprog fp = {.len = (unsigned short)esd_l2_wake_filter(s, prog), .filter = prog};
 	assert_true(fp.len <= L2_WAKE_FILTER_MAX);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv), 0);

@@ -48,7 +48,7 @@ static int raw_port(uint32_t id, uint16_t *port, char *name, size_t len)
  * there it cannot race memif's handling of the listener side's leaving. */
 static void raw_port_down(uint16_t port, const char *name)
 {
-	dpdk_port_down(port, name);
+	esd_dpdk_port_down(port, name);
 }
 
 /* Send len bytes as one packet. */
@@ -71,7 +71,7 @@ static void headers(uint8_t *p, uint16_t type, uint32_t id, uint32_t off, uint32
 	p[12] = (uint8_t)(type >> 8);
 	p[13] = (uint8_t)type;
 	struct frag_hdr f = {.id = id, .off = off, .total = total};
-	frag_hdr_put(p + ETH_HDR, &f);
+	esd_frag_hdr_put(p + ETH_HDR, &f);
 }
 
 /* A packet of len bytes (len < 30: cut short), payload 0x5a. */

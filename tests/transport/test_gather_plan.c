@@ -34,7 +34,7 @@ static int give_stage(void *ctx, uint8_t **out)
 	return 0;
 }
 
-static int take_chunk(void *ctx, struct plan_chunk *c)
+static int take_chunk(void *ctx, struct esd_gather_plan_chunk *c)
 {
 	struct check *k = ctx;
 	const struct plan_rules *r = k->r;
@@ -169,7 +169,7 @@ static void test_random_batches(void **state)
 		                  .frame_end = ends, .nframes = nf};
 		struct plan_ops ops = {.stage = give_stage, .emit = take_chunk};
 		size_t inp;
-		assert_int_equal(plan_send(&r, iov, n, &ops, &k, &inp), 0);
+		assert_int_equal(esd_gather_plan_send(&r, iov, n, &ops, &k, &inp), 0);
 		assert_int_equal(k.at, flat.len);
 		assert_int_equal(k.frame, nf);
 		assert_int_equal(inp, k.in_place);
@@ -202,7 +202,7 @@ static void test_short_pieces(void **state)
 	                  .nframes = 1};
 	struct plan_ops ops = {.stage = give_stage, .emit = take_chunk};
 	size_t inp;
-	assert_int_equal(plan_send(&r, &v, 1, &ops, &k, &inp), -EINVAL);
+	assert_int_equal(esd_gather_plan_send(&r, &v, 1, &ops, &k, &inp), -EINVAL);
 	assert_int_equal(k.chunks, 0); /* no part of the frame went */
 	esd_buf_free(&b);
 }

@@ -30,11 +30,11 @@ static void one(uint8_t *data, uint8_t *copy, size_t len, size_t head, int with_
 	randombytes_buf(key, sizeof(key));
 	randombytes_buf(nonce, sizeof(nonce));
 	randombytes_buf(data, len);
-	assert_int_equal(gmac_init(&g, key), 0);
+	assert_int_equal(esd_gmac_init(&g, key), 0);
 	sodium_tag(key, nonce, data, len, want);
 	memset(copy, 0, len);
-	gmac_tag(&g, nonce, data, head, data + head, len - head, with_copy ? copy + head : NULL,
-		 got);
+	esd_gmac_tag(&g, nonce, data, head, data + head, len - head, with_copy ? copy + head : NULL,
+	             got);
 	if (memcmp(want, got, 16))
 		fail_msg("tag differs from libsodium's: %zu bytes, head %zu, copy %d", len, head,
 			 with_copy);
@@ -68,20 +68,20 @@ static void pieces(uint8_t *data, uint8_t *copy, size_t len, int with_copy)
 	randombytes_buf(key, sizeof(key));
 	randombytes_buf(nonce, sizeof(nonce));
 	randombytes_buf(data, len);
-	assert_int_equal(gmac_init(&g, key), 0);
+	assert_int_equal(esd_gmac_init(&g, key), 0);
 	sodium_tag(key, nonce, data, len, want);
 	memset(copy, 0, len);
-	gmac_run_start(&r);
+	esd_gmac_run_start(&r);
 	for (size_t off = 0; off < len;) {
 		uint32_t kind = randombytes_uniform(4);
 		size_t k = kind == 0 ? 0 : kind == 1 ? 1 + randombytes_uniform(17)
 					 : 1 + randombytes_uniform(kind == 2 ? 600 : 9000);
 		if (k > len - off)
 			k = len - off;
-		gmac_run_add(&g, &r, data + off, k, with_copy ? copy + off : NULL);
+		esd_gmac_run_add(&g, &r, data + off, k, with_copy ? copy + off : NULL);
 		off += k;
 	}
-	gmac_run_end(&g, &r, nonce, got);
+	esd_gmac_run_end(&g, &r, nonce, got);
 	if (memcmp(want, got, 16))
 		fail_msg("tag in pieces differs from libsodium's: %zu bytes, copy %d", len,
 			 with_copy);
@@ -107,7 +107,7 @@ int main(void)
 {
 	if (sodium_init() < 0)
 		return 1;
-	if (!gmac_available()) {
+	if (!esd_gmac_available()) {
 		fprintf(stderr, "skip: this CPU has no VPCLMULQDQ/AVX2 (or ESD_NO_VPCLMUL is set)\n");
 		return 77;
 	}
