@@ -26,8 +26,9 @@ for lib in "$@"; do
 		echo "FAIL: nm could not read $lib" >&2
 		exit 1
 	fi
-	names=$(awk -v p="$prefix" 'NF == 3 && $2 ~ /^[TDBRVWC]$/ && index($3, p) != 1 {print $3}' \
-		<<<"$out" | sort -u)
+	# the compiler's own (C++ and CUDA objects' DW.ref.*, reserved _*) aside
+	names=$(awk -v p="$prefix" 'NF == 3 && $2 ~ /^[TDBRVWC]$/ && index($3, p) != 1 &&
+		$3 !~ /^(DW\.ref\.|_)/ {print $3}' <<<"$out" | sort -u)
 	total=$(awk 'NF == 3 && $2 ~ /^[TDBRVWC]$/' <<<"$out" | wc -l)
 	if [ -n "$names" ]; then
 		echo "FAIL: $lib defines global names without the prefix $prefix (make them static," \
