@@ -208,6 +208,26 @@ struct ps {
 	int nlinks;
 };
 
+/* A worker's downlink is one network link too, shared by the replies of
+ * every shard: each shard shapes its share, the rate over the shards
+ * (the key hash spreads rows evenly over them). */
+static inline uint64_t ps_reply_rate(const struct ps *ps, uint64_t worker_bps)
+{
+	return ps->job.shards > 1 ? worker_bps / ps->job.shards : worker_bps;
+}
+
+/* reports.c: a SETTING frame from worker pl (node.status, node.reply,
+ * node.reply.end, node.fit; or link.rate: a daemon's link rate, kept for
+ * the next barrier, which turns the reports into one workers.rates
+ * change). 0, or -EPROTO with an ERROR sent for any other key. */
+int ps_on_setting(struct ps_link *pl, const struct esd_setting *s);
+/* barrier.c: the last BARRIER for t is in: apply, checkpoint, schedule,
+ * release (struct ps_barrier). Caller holds mu. */
+void ps_complete_barrier_locked(struct ps *ps, uint64_t t);
+/* Wait until the barrier of iteration t was released, the job failed or
+ * stops, or the shard went back (-ESTALE); bounded by the barrier timeout.
+ * Caller holds mu (released while waiting). */
+int ps_wait_released(struct ps *ps, uint64_t t);
 /* workers.rates = rates as the canonical value (decimal bit/s, one per
  * worker); -EINVAL with the reason in msg when a link-aware split would
  * give a worker more keys than the caches hold. */
