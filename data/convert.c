@@ -167,6 +167,11 @@ static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info
 		rc = apply_rows(o, info);
 	if (!rc)
 		rc = esd_ds_scale_rows(info, o->scale >= 1.0 ? o->scale : 1.0, o->max_rows);
+	if (!rc && !mh)
+		esd_ds_shape_names(info, info->shape); /* the format's columns */
+	char why[160];
+	if (!rc && o->names && esd_ds_set_names(info, o->names, why, sizeof(why)))
+		rc = esd_ds_fail(-EINVAL, "--names: %s", why);
 	if (rc)
 		return rc;
 	if (mh)
@@ -197,6 +202,65 @@ static int alloc_bags(struct ds_sample *s, const struct esd_ds_info *info, size_
 	s->bag_ids = malloc((size_t)cap * sizeof(*s->bag_ids));
 	s->bag_cap = (size_t)cap;
 	return s->bag_ids ? 0 : -ENOMEM;
+}
+
+/* tsv-multi-hot --header: line 1 names the label, the dense fields and the
+ * tables, tab-separated; the tables' fields become the stream's names. */
+static int header_names(const char *line, size_t len, struct esd_ds_info *info, char *why,
+                        size_t whylen)
+{
+	uint32_t want = 1 + info->ndense + info->ntables, n = 0;
+	char list[ESD_DS_MAX_TABLES * ESD_DS_NAME_LEN + 1];
+	size_t at = 0;
+	if (len && line[len - 1] == '\r')
+		len--;
+	for (size_t i = 0, start = 0; i <= len; i++) {
+		if (i < len && line[i] != '\t')
+			continue;
+		if (n >= 1 + info->ndense && n < want) {
+			size_t fl = i - start;
+			if (memchr(line + start, ',', fl) || fl >= ESD_DS_NAME_LEN || fl == 0) {
+				snprintf(why, whylen, "field %u (table %u): '%.*s' is not a name "
+				         "(1..31 bytes of [A-Za-z0-9_.:-])", n + 1,
+				         n - 1 - info->ndense, (int)(fl > 40 ? 40 : fl), line + start);
+				return -EINVAL;
+			}
+			if (at)
+				list[at++] = ',';
+			memcpy(list + at, line + start, fl);
+			at += fl;
+		}
+		n++;
+		start = i + 1;
+	}
+	list[at] = 0;
+	if (n != want) {
+		snprintf(why, whylen, "header of %u fields, expected %u (label, %u dense, %u tables)",
+		         n, want, info->ndense, info->ntables);
+		return -EINVAL;
+	}
+	return esd_ds_set_names(info, list, why, whylen);
+}
+
+/* --header: read line 1 and name the tables by it, before the writer
+ * writes the header. */
+static int read_header(struct lines *l, const char *in, struct esd_ds_info *info,
+                       struct ds_convert_result *r)
+{
+	const char *line;
+	size_t len;
+	char why[256];
+	int got = next_line(l, &line, &len);
+	if (got < 0)
+		return esd_ds_fail(got, "%s: read error in the header line", in);
+	if (got == 0)
+		return esd_ds_fail(-EINVAL, "%s:1: empty file, expected the header line (--header)",
+		                   in);
+	r->lines++;
+	if (got == 2 || header_names(line, len, info, why, sizeof(why)))
+		return esd_ds_fail(-EINVAL, "%s:1: %s", in,
+		                   got == 2 ? "header line longer than 1 MiB" : why);
+	return 0;
 }
 
 static int append(struct esd_ds_writer *w, enum ds_format fmt, const struct ds_sample *s)
@@ -241,6 +305,8 @@ int esd_ds_convert(const struct ds_convert_opts *o, struct ds_convert_result *re
 	if (!fstat(fileno(l.f), &st) && S_ISREG(st.st_mode))
 		total = (uint64_t)st.st_size;
 
+	if (o->header && (rc = read_header(&l, in, &info, &r)))
+		goto out_file;
 	rc = esd_ds_writer_open(o->out_path, &info, &w);
 	if (rc)
 		goto out_file;

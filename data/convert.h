@@ -31,6 +31,11 @@ struct ds_convert_opts {
 	uint32_t ntables, ndense;
 	uint32_t max_bag[ESD_DS_MAX_TABLES];
 	char sep;
+	/* Feature names: a comma-separated list, one a table (NULL: a built-in
+	 * format's columns, none for tsv-multi-hot); header: tsv-multi-hot's
+	 * first line names the fields (label, dense, tables) and is no sample. */
+	const char *names;
+	int header;
 };
 
 /* tsv-multi-hot's bag bound when --max-bag is not given. */

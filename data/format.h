@@ -31,6 +31,7 @@
 #define DS_BLOCK_MAGIC 0x4b4c4245u /* "EBLK" */
 #define DS_INDEX_MAGIC 0x58444e49u /* "INDX" */
 #define DS_FLAG_ZSTD   1u
+#define DS_FLAG_NAMES  2u /* a names section ends the header (docs/dataset.md) */
 
 /* Fixed part of the file header; offsets of its fields. */
 enum {
@@ -110,10 +111,19 @@ static inline unsigned len_width(uint32_t max_bag)
 	return max_bag < 256 ? 1u : 2u;
 }
 
-/* Header bytes: version 2 adds a u32 max_bag per table after the entries. */
-static inline uint64_t header_bytes(uint32_t ntables, int bags)
+/* Header bytes: version 2 adds a u32 max_bag per table after the entries,
+ * the names flag a char[ESD_DS_NAME_LEN] per table after those. */
+static inline uint64_t header_bytes(uint32_t ntables, int bags, int names)
 {
-	return HDR_FIXED + (uint64_t)ntables * (TABLE_ENTRY + (bags ? 4u : 0u)) + 8;
+	return HDR_FIXED +
+	       (uint64_t)ntables * (TABLE_ENTRY + (bags ? 4u : 0u) + (names ? ESD_DS_NAME_LEN : 0u)) +
+	       8;
+}
+
+/* Byte offset of the names section (flag DS_FLAG_NAMES). */
+static inline uint64_t names_offset(uint32_t ntables, int bags)
+{
+	return HDR_FIXED + (uint64_t)ntables * (TABLE_ENTRY + (bags ? 4u : 0u));
 }
 
 /* Bytes of one sample in a raw (uncompressed) payload; with bags, the

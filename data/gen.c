@@ -76,6 +76,7 @@ int esd_ds_gen_defaults(struct esd_ds_gen_params *p, const char *shape)
 	p->info.drift = 0.1;
 	p->info.scale = 1.0;
 	p->info.origin = ESD_DS_ORIGIN_GEN;
+	esd_ds_shape_names(&p->info, shape); /* the shape's columns: C1..C26 */
 	for (uint32_t t = 0; t < p->info.ntables; t++)
 		p->info.zipf[t] = 1.2;
 	snprintf(p->info.source, sizeof(p->info.source), "esd-data gen");

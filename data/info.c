@@ -110,6 +110,110 @@ const char *esd_ds_shape_table_name(const char *shape, uint32_t t)
 	return s && t < s->ntables ? s->cols[t] : NULL;
 }
 
+int esd_ds_shape_names(struct esd_ds_info *info, const char *shape)
+{
+	const struct shape *s = find_shape(shape);
+	if (!s || s->ntables != info->ntables)
+		return -ENOENT;
+	for (uint32_t t = 0; t < s->ntables; t++)
+		snprintf(info->names[t], ESD_DS_NAME_LEN, "%s", s->cols[t]);
+	return 0;
+}
+
+int esd_ds_has_names(const struct esd_ds_info *info)
+{
+	return info->names[0][0] != 0;
+}
+
+const char *esd_ds_table_name(const struct esd_ds_info *info, uint32_t t, char *buf)
+{
+	const char *col = esd_ds_shape_table_name(info->shape, t);
+	if (t < info->ntables && info->names[t][0])
+		snprintf(buf, ESD_DS_NAME_LEN, "%s", info->names[t]);
+	else if (col)
+		snprintf(buf, ESD_DS_NAME_LEN, "%s", col);
+	else
+		snprintf(buf, ESD_DS_NAME_LEN, "t%u", t);
+	return buf;
+}
+
+/* Why name (len bytes) is not a feature name, or NULL. */
+static const char *name_fault(const char *name, size_t len)
+{
+	if (len == 0)
+		return "empty";
+	if (len >= ESD_DS_NAME_LEN)
+		return "longer than 31 bytes";
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == ':' || c == '-'))
+			return "a character outside [A-Za-z0-9_.:-]";
+	}
+	return NULL;
+}
+
+/* The names' check: all empty, or all valid and unique. */
+static int check_names(const struct esd_ds_info *in, char *why, size_t whylen)
+{
+	if (!in->names[0][0]) {
+		for (uint32_t t = 1; t < in->ntables; t++)
+			if (in->names[t][0]) {
+				snprintf(why, whylen, "table %u named, table 0 not (all or none)", t);
+				return -EINVAL;
+			}
+		return 0;
+	}
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		const char *n = in->names[t];
+		const char *bad = name_fault(n, strnlen(n, ESD_DS_NAME_LEN));
+		if (bad) {
+			snprintf(why, whylen, "table %u: name '%.31s': %s", t, n, bad);
+			return -EINVAL;
+		}
+		for (uint32_t u = 0; u < t; u++)
+			if (!strcmp(in->names[u], n)) {
+				snprintf(why, whylen, "table %u: name '%s' already names table %u", t,
+				         n, u);
+				return -EINVAL;
+			}
+	}
+	return 0;
+}
+
+int esd_ds_set_names(struct esd_ds_info *info, const char *list, char *why, size_t whylen)
+{
+	struct esd_ds_info tmp;
+	memset(tmp.names, 0, sizeof(tmp.names));
+	tmp.ntables = info->ntables;
+	uint32_t n = 0;
+	for (const char *p = list; p && *p; n++) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *bad = name_fault(p, len);
+		if (n < ESD_DS_MAX_TABLES && bad) {
+			snprintf(why, whylen, "name %u '%.*s': %s", n + 1, (int)(len > 40 ? 40 : len),
+			         p, bad);
+			return -EINVAL;
+		}
+		if (n < ESD_DS_MAX_TABLES)
+			memcpy(tmp.names[n], p, len);
+		p = end ? end + 1 : p + len;
+		if (end && !*p) {
+			snprintf(why, whylen, "name %u: empty (a trailing ',')", n + 2);
+			return -EINVAL;
+		}
+	}
+	if (n && n != info->ntables) {
+		snprintf(why, whylen, "%u names for %u tables", n, info->ntables);
+		return -EINVAL;
+	}
+	int rc = check_names(&tmp, why, whylen);
+	if (!rc)
+		memcpy(info->names, tmp.names, sizeof(tmp.names));
+	return rc;
+}
+
 int esd_ds_scale_rows(struct esd_ds_info *info, double scale, uint64_t max_rows)
 {
 	if (!isfinite(scale) || scale < 1.0)
@@ -171,7 +275,7 @@ int esd_ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 		snprintf(why, whylen, "shape or source text not terminated");
 		return -EINVAL;
 	}
-	return 0;
+	return check_names(in, why, whylen);
 }
 
 static _Thread_local char last_error[512];

@@ -101,7 +101,8 @@ static int parse_header(struct esd_ds_reader *r)
 	uint32_t nt = esd_get_le32(fixed + HDR_NTABLES);
 	uint32_t hb = esd_get_le32(fixed + HDR_BYTES);
 	r->bags = ver == DS_VERSION_BAGS;
-	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags))
+	int named = (esd_get_le32(fixed + HDR_FLAGS) & DS_FLAG_NAMES) != 0;
+	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags, named))
 		return esd_ds_fail(-EPROTO,
 		                   "%s: header at byte 0: %u tables / %u header bytes "
 		                   "inconsistent",
@@ -144,11 +145,15 @@ static int parse_header(struct esd_ds_reader *r)
 		in->zipf[t] = esd_get_lef64(e + 8);
 		const uint8_t *bag = h + HDR_FIXED + (size_t)nt * TABLE_ENTRY + 4 * t;
 		in->max_bag[t] = r->bags ? esd_get_le32(bag) : 0;
+		if (named) /* a name that fills its 32 bytes is refused below */
+			memcpy(in->names[t],
+			       h + names_offset(nt, r->bags) + (size_t)t * ESD_DS_NAME_LEN,
+			       ESD_DS_NAME_LEN);
 	}
 	r->hdr_bytes = hb;
 	char why[160];
 	if (esd_ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
-	    (flags & ~DS_FLAG_ZSTD)) {
+	    (flags & ~(DS_FLAG_ZSTD | DS_FLAG_NAMES)) || (named && !esd_ds_has_names(in))) {
 		if (!esd_ds_info_check(in, why, sizeof(why)))
 			snprintf(why, sizeof(why), "block size %u / flags %#x invalid",
 			         in->block_samples, flags);

@@ -74,7 +74,8 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 	esd_put_le32(h + HDR_NDENSE, in->ndense);
 	esd_put_le32(h + HDR_DENSE_FORMAT, in->dense_format);
 	esd_put_le32(h + HDR_BLOCK_SAMPLES, w->bs);
-	esd_put_le32(h + HDR_FLAGS, in->zstd_level > 0 ? DS_FLAG_ZSTD : 0);
+	esd_put_le32(h + HDR_FLAGS, (in->zstd_level > 0 ? DS_FLAG_ZSTD : 0) |
+	                                (esd_ds_has_names(in) ? DS_FLAG_NAMES : 0));
 	esd_put_le32(h + HDR_ORIGIN, in->origin);
 	esd_put_le64(h + HDR_NSAMPLES, w->count);
 	esd_put_le64(h + HDR_NBLOCKS, w->nindex);
@@ -93,6 +94,9 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 		if (has_bags(in))
 			esd_put_le32(h + HDR_FIXED + (size_t)in->ntables * TABLE_ENTRY + 4 * t,
 			        in->max_bag[t]);
+		if (esd_ds_has_names(in))
+			memcpy(h + names_offset(in->ntables, has_bags(in)) + (size_t)t * ESD_DS_NAME_LEN,
+			       in->names[t], strnlen(in->names[t], ESD_DS_NAME_LEN - 1));
 	}
 	size_t body = w->hdr_bytes - 8;
 	esd_put_le64(h + body, XXH64(h, body, 0));
@@ -142,7 +146,7 @@ int esd_ds_writer_open(const char *path, const struct esd_ds_info *info, struct 
 	w->info.nsamples = 0;
 	w->bs = info->block_samples ? info->block_samples : ESD_DS_BLOCK_SAMPLES;
 	w->info.block_samples = w->bs;
-	w->hdr_bytes = (size_t)header_bytes(info->ntables, has_bags(info));
+	w->hdr_bytes = (size_t)header_bytes(info->ntables, has_bags(info), esd_ds_has_names(info));
 	w->path = strdup(path);
 	w->labels = malloc(w->bs);
 	w->dense = malloc((size_t)w->bs * info->ndense * dense_width(info->dense_format) + 1);

@@ -100,7 +100,29 @@ struct esd_ds_info {
 	uint64_t max_rows;              /* per-table cap applied (0: none) */
 	uint64_t skipped;               /* converter: bad lines skipped */
 	char source[ESD_DS_SOURCE_LEN]; /* free text: input file name, tool version */
+	/* Feature name of each table ("C1", "site_id"): every entry empty (a
+	 * stream without names, the header's flag bit 1 clear) or every one
+	 * set, unique, 1..31 bytes of [A-Za-z0-9_.:-] (esd_ds_check_name). */
+	char names[ESD_DS_MAX_TABLES][ESD_DS_NAME_LEN];
 };
+
+/* 1 when the stream's tables are named (names[0] set), else 0. */
+int esd_ds_has_names(const struct esd_ds_info *info);
+/*
+ * Table t's feature name: the stream's own (names[t]), else a built-in
+ * shape's column ("C1" for criteo-kaggle), else "t<t>". buf (at least
+ * ESD_DS_NAME_LEN bytes) holds it; returns buf.
+ */
+const char *esd_ds_table_name(const struct esd_ds_info *info, uint32_t t, char *buf);
+/*
+ * Set info->names from a comma-separated list of exactly ntables names
+ * ("C1,C2,..."); "" or NULL clears them. Returns 0, or -EINVAL with why
+ * naming the bad name and its place (too long, a character outside
+ * [A-Za-z0-9_.:-], a repeat, a count other than ntables).
+ */
+int esd_ds_set_names(struct esd_ds_info *info, const char *list, char *why, size_t whylen);
+/* Set info->names to the built-in shape's columns (0), or -ENOENT. */
+int esd_ds_shape_names(struct esd_ds_info *info, const char *shape);
 
 /* Most keys one sample of the stream can carry: the sum over tables of
  * max(1, max_bag[t]) (ntables for a stream without bags). What a cache or

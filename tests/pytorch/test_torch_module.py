@@ -4,7 +4,9 @@ its backward adds into the gradient slots what np.add.at would (ids
 repeated in a batch accumulate), bags of several ids pool by sum, mean
 or a mode per table with the matching gradients (bit for bit those of a
 sequential scatter-add, whatever the upstream gradient's strides), a batch
-left uncommitted is an error,
+left uncommitted is an error, a batch indexed by feature name (KeyedBatch)
+and a module configured by names return the named features with the full
+module's gradients,
 the AUC helpers agree with a pairwise count, and the dense files of checkpoint
 boundaries are found by iteration (load_dense). With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
@@ -36,6 +38,7 @@ import esd  # noqa: E402
 import esd.torch as et  # noqa: E402
 from esdcluster import Cluster  # noqa: E402
 import esdio  # noqa: E402
+from esd import esdio as esdio_w  # noqa: E402
 import run as launcher  # noqa: E402
 
 failures = []
@@ -171,6 +174,65 @@ def exact_backward(t, mb, dev):
               "decreasing bag offsets are refused, nothing added: %s" % ex)
 
 
+def by_name(t, mb, dev, stream):
+    """KeyedBatch by the stream's names; a module configured by names
+    returns those features, and gives their rows the gradients the full
+    module gives them, bit for bit (the others none)."""
+    names = esdio_w.read_names(stream)
+    kb = et.KeyedBatch(et.Batch(mb, dev), stream)
+    check(kb.keys() == names and names[:2] == ["C1", "C2"], "KeyedBatch.keys(): the stream's "
+          "names C1..C26")
+    j = kb["C3"]
+    ids = (mb.keys[:, 2] & np.uint64((1 << 48) - 1)).astype(np.int64)
+    check(np.array_equal(j.values.numpy(), ids) and j.lengths.tolist() == [1] * mb.m and
+          j.offsets.tolist() == list(range(mb.m + 1)) and
+          np.array_equal(j.slots.numpy(), mb.slots[:, 2]) and set(kb.to_dict()) == set(names),
+          "kb['C3']: its IDs, lengths, offsets and slots; to_dict() every feature")
+    try:
+        kb["C27"]
+        check(False, "an unknown feature is refused")
+    except KeyError as e:
+        check("unknown feature 'C27'" in str(e), "kb['C27'] refused: %s" % e)
+    class Bags:  # a micro-batch with bags: 2 samples, 2 tables, bags (1,), (), (2, 3), (4,)
+        iter, m, global_k, checkpoint, tables = 0, 2, 2, False, 2
+        keys = np.array([1, 2, 3, 4], np.uint64) | np.uint64(1 << 48)
+        slots = np.array([10, 20, 30, 40], np.uint32)
+        bag_off = np.array([0, 1, 1, 3, 4], np.uint32)
+        labels, dense = np.zeros(2, np.float32), np.zeros((2, 0), np.float32)
+    jb = et.KeyedBatch(et.Batch(Bags()), ["a", "b"])
+    check(jb["a"].values.tolist() == [1, 2, 3] and jb["a"].offsets.tolist() == [0, 1, 3] and
+          jb["b"].lengths.tolist() == [0, 1] and jb["b"].slots.tolist() == [40],
+          "KeyedBatch of bags: each feature's IDs, offsets, lengths and slots")
+    full = et.EmbeddingBagCollection(t, "sum", dev, features=stream)
+    pick = et.EmbeddingBagCollection(t, {"C1": "mean"}, dev, features=names,
+                                     tables=["C3", "C1", "C26"])
+    before = np.array(t.grads)
+    o = pick(kb)
+    up = torch.randn(o.shape, device=o.device)
+    o.backward(up)
+    got = np.array(t.grads)
+    t.grads[:] = before
+    f = full(kb)
+    upf = torch.zeros(f.shape, device=f.device)
+    upf[:, [2, 0, 25]] = up
+    f.backward(upf)
+    check(o.shape == (mb.m, 3, t.info["dim"]) and
+          torch.equal(o.detach().cpu(), f.detach().cpu()[:, [2, 0, 25]]) and
+          list(pick.to_dict(o)) == ["C3", "C1", "C26"],
+          "tables=['C3', 'C1', 'C26']: those features' pooled rows, in that order")
+    check(np.array_equal(got, np.array(t.grads)),
+          "by name: the gradient slots the full module leaves, bit for bit")
+    t.grads[:] = before
+    for bad, kw in (("'C27'", {"tables": ["C1", "C27"]}), ("'X'", {"pooling": {"X": "sum"}})):
+        try:
+            et.EmbeddingBagCollection(t, kw.get("pooling", "sum"), dev, features=names,
+                                      tables=kw.get("tables"))
+            check(False, "unknown name %s refused" % bad)
+        except ValueError as e:
+            check("unknown feature %s" % bad in str(e) and "C26" in str(e),
+                  "unknown name %s refused: %s" % (bad, e))
+
+
 def test_auc():
     rng = np.random.default_rng(3)
     y = rng.random(400) < 0.3
@@ -224,6 +286,7 @@ def main():
         mb = t.next(timeout_ms=30000)
         one_batch(t, mb, dev)
         exact_backward(t, mb, dev)
+        by_name(t, mb, dev, stream)
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session

@@ -3,7 +3,8 @@
 # determinism (same seed, same bytes), convert of small files in each real
 # format and tsv-multi-hot (bags: dump, stat's bag lengths, separators), bad
 # lines (file:line, exit 1; --skip-bad counts), corrupt and truncated
-# streams refused. Usage: test_esd_data.sh path/to/esd-data
+# streams refused, feature names (gen, convert --names/--header, dump, an
+# old stream). Usage: test_esd_data.sh path/to/esd-data
 set -u
 ESD_DATA=${1:?usage: $0 path/to/esd-data [path/to/esd-replay]}
 ESD_REPLAY=${2:-$(dirname "$ESD_DATA")/esd-replay}
@@ -303,6 +304,47 @@ mh_usage "--multi-hot-sep tab" --format tsv-multi-hot --tables 3 --dense 2 --row
 mh_usage "--multi-hot-sep hex digit" --format tsv-multi-hot --tables 3 --dense 2 --rows 10 --multi-hot-sep a
 $ESD_DATA $MH --rows 10,20 -o "$T/u.esd" "$T/mh.tsv" >/dev/null 2>"$T/err"
 check "--rows: 2 values for 3 tables refused" grep -q -- "--rows: 2 values for 3 tables" "$T/err"
+
+# --- feature names ------------------------------------------------------------------
+NG="gen --scale 1000 --max-rows 5000 -n 3000 --seed 3"
+$ESD_DATA $NG -o "$T/n1.esd" && $ESD_DATA $NG --no-names -o "$T/n0.esd" || no "gen with and without names"
+check "gen names the tables by the shape's columns (C1..C26), in the stream" json "$T/n1.esd" \
+	"j['named'] and [t['name'] for t in j['tables']] == ['C%d' % i for i in range(1, 27)]"
+check "gen --no-names: no names section (26 x 32 bytes fewer), flag clear" bash -c \
+	"test \$(( \$(stat -c %s '$T/n1.esd') - \$(stat -c %s '$T/n0.esd') )) -eq 832 &&
+	 '$ESD_DATA' stat --json '$T/n0.esd' | python3 -c 'import json,sys; assert not json.load(sys.stdin)[\"named\"]'"
+check "names change no sample: dump of both the same" bash -c \
+	"cmp -s <('$ESD_DATA' dump -n 3000 '$T/n1.esd') <('$ESD_DATA' dump -n 3000 '$T/n0.esd')"
+check "dump --names shows the names" bash -c \
+	"'$ESD_DATA' dump -n 1 --names '$T/n1.esd' | grep -q '| C1:[0-9]* C2:[0-9]* .* C26:[0-9]*\$'"
+NN=$(python3 -c "print(','.join('feat_%d' % i for i in range(18)))")
+check "gen --names" bash -c "'$ESD_DATA' gen --shape avazu --scale 1000 -n 100 --names '$NN' -o '$T/n2.esd' &&
+	'$ESD_DATA' dump -n 1 --names '$T/n2.esd' | grep -q ' feat_0:[0-9]* .* feat_17:[0-9]*\$'"
+OLD="$(dirname "$0")/corpus/stream/tiny-avazu.esd"
+check "a stream written before names reads: unnamed, the shape's columns shown" json "$OLD" \
+	"not j['named'] and j['tables'][1]['name'] == 'site_id'"
+$ESD_DATA gen --scale 1000 -n 10 --names C1,C2 -o "$T/nx.esd" 2>"$T/err" && no "2 names for 26 tables refused"
+check "--names: a count other than the tables' refused" grep -q -- "--names: 2 names for 26 tables" "$T/err"
+$ESD_DATA gen --shape avazu --scale 1000 -n 10 --names "${NN/feat_3/feat_2}" -o "$T/nx.esd" 2>"$T/err" &&
+	no "a repeated name refused"
+check "--names: a repeat refused, naming the table" grep -q "table 3: name 'feat_2' already names table 2" "$T/err"
+$ESD_DATA gen --shape avazu --scale 1000 -n 10 --names "${NN/feat_3/a b}" -o "$T/nx.esd" 2>"$T/err" &&
+	no "a space in a name refused"
+check "--names: a bad character refused" grep -q "name 4 'a b': a character outside" "$T/err"
+check "convert tsv-multi-hot --names" bash -c \
+	"'$ESD_DATA' $MH --names item,hist,cat -o '$T/mhn.esd' '$T/mh.tsv' >/dev/null &&
+	 '$ESD_DATA' dump --names '$T/mhn.esd' | head -1 | grep -q ' item:[0-9,]* hist:[0-9,]* cat:\$'"
+{ printf 'click\tprice\tage\titem\thist\tcat\n'; cat "$T/mh.tsv"; } >"$T/mhh.tsv"
+check "convert --header: the header line names the tables, the same stream as --names" bash -c \
+	"'$ESD_DATA' $MH --header -o '$T/mhh.esd' '$T/mhh.tsv' | grep -q '3 samples from 4 lines' &&
+	 cmp -s <('$ESD_DATA' dump '$T/mhn.esd') <('$ESD_DATA' dump '$T/mhh.esd') &&
+	 '$ESD_DATA' stat --json '$T/mhh.esd' | grep -q '\"name\": \"hist\"'"
+{ printf 'click\tprice\tage\titem\thist\n'; cat "$T/mh.tsv"; } >"$T/mhb.tsv"
+$ESD_DATA $MH --header -o "$T/nx.esd" "$T/mhb.tsv" 2>"$T/err" && no "a short header refused"
+check "--header: a header of another field count refused, naming file:1" \
+	grep -q "mhb.tsv:1: header of 5 fields, expected 6" "$T/err"
+check "convert criteo-kaggle: tables named C1..C26" json "$T/cr.esd" \
+	"j['named'] and j['tables'][25]['name'] == 'C26'"
 
 echo "$fails failures"
 [ "$fails" -eq 0 ]

@@ -55,7 +55,7 @@ def same_bytes(a, b):
     return "differ at byte %d (%d vs %d bytes)" % (at, len(x), len(y))
 
 
-def multi_hot(tmp, dense_format):
+def multi_hot(tmp, dense_format, names=None):
     """tsv-multi-hot text and the same samples as arrays."""
     rng = np.random.default_rng(5)
     n, rows, D = 9000, [1000, 70000, 3], 2
@@ -71,7 +71,7 @@ def multi_hot(tmp, dense_format):
     want = os.path.join(tmp, "convert.esd")
     r = esd_data("convert", "--format", "tsv-multi-hot", "--tables", "3", "--dense", "2",
                  "--rows", ",".join(map(str, rows)), "--dense-format", dense_format, "-o",
-                 want, tsv)
+                 want, tsv, *(["--names", ",".join(names)] if names else []))
     check(r.returncode == 0, "convert tsv-multi-hot: %s" % r.stdout.strip()[-200:])
     ids = []
     for t in range(len(rows)):
@@ -79,14 +79,17 @@ def multi_hot(tmp, dense_format):
         ids.append((esdio.hash_ids(flat, t, rows[t]), [len(b) for b in hexes[t]]))
     got = os.path.join(tmp, "esdio.esd")
     with esdio.Writer(got, rows, ndense=D, max_bag=64, dense_format=dense_format,
-                      shape="tsv-multi-hot", source="clicks.tsv") as w:
+                      shape="tsv-multi-hot", source="clicks.tsv", names=names) as w:
         for lo in range(0, n, 1000):  # batches that do not align with the blocks
             hi = min(n, lo + 1000)
             w.write(labels[lo:hi], esdio.dense_log1p(dense[lo:hi]),
                     [(v[int(sum(ln[:lo])):int(sum(ln[:hi]))], ln[lo:hi]) for v, ln in ids])
     check(open(got, "rb").read() == open(want, "rb").read(),
-          "tsv-multi-hot, %s dense, 9000 samples in 3 blocks: esdio == convert (%s)"
-          % (dense_format, same_bytes(got, want)))
+          "tsv-multi-hot, %s dense, 9000 samples in 3 blocks%s: esdio == convert (%s)"
+          % (dense_format, ", names %s" % names if names else "", same_bytes(got, want)))
+    if names:
+        check(esdio.read_names(got) == names and reader.read_bags(got)[4] == 3,
+              "read_names: the stream's names; the examples' reader reads a named stream")
 
 
 def criteo(tmp):
@@ -113,8 +116,25 @@ def criteo(tmp):
             np.stack([esdio.hash_ids(cats[t], t, rows[t]) for t in range(26)], axis=1))
     w.close()
     check(open(got, "rb").read() == open(want, "rb").read(),
-          "criteo-kaggle, 5000 samples in 2 blocks (version 1): esdio == convert (%s)"
-          % same_bytes(got, want))
+          "criteo-kaggle, 5000 samples in 2 blocks (version 1), named C1..C26 by "
+          "both: esdio == convert (%s)" % same_bytes(got, want))
+    check(esdio.read_names(want) == ["C%d" % i for i in range(1, 27)],
+          "read_names: a criteo-kaggle stream's C1..C26")
+
+
+def names(tmp):
+    """Refused names; an unnamed stream reads as t0, t1, ..."""
+    p = os.path.join(tmp, "names.esd")
+    for bad, why in ((["a", "a"], "table 1: name 'a' already names table 0"),
+                     (["a b", "c"], "a character outside"), (["x" * 32, "c"], "longer than 31"),
+                     (["a"], "1 names for 2 tables")):
+        try:
+            esdio.Writer(p, [5, 5], names=bad)
+            check(False, "names %r refused" % (bad,))
+        except esdio.StreamError as e:
+            check(why in str(e), "names %r refused: %s" % (bad, e))
+    esdio.write(p, [0, 1], ids=np.array([[1, 2], [3, 4]]), rows=[5, 5])
+    check(esdio.read_names(p) == ["t0", "t1"], "an unnamed stream's tables: t0, t1")
 
 
 def read_back(tmp):
@@ -308,6 +328,8 @@ def main():
     xxh()
     multi_hot(tmp, "f32")
     multi_hot(tmp, "bf16")
+    multi_hot(tmp, "f32", ["item", "history", "cat.v2"])
+    names(tmp)
     criteo(tmp)
     read_back(tmp)
     refusals(tmp)

@@ -29,26 +29,30 @@ static const char usage_text[] =
     "  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
     "      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
     "      [--dense-format f32|bf16] [--zstd LEVEL] [--block N] [--bag T=MEAN[:MAX]]...\n"
+    "      [--names A,B,...|--no-names]\n"
     "      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
     "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded;\n"
     "      --bag: table T (or all) multi-hot, Poisson(MEAN) IDs a sample, at most\n"
-    "      MAX (default 4 x MEAN)\n"
+    "      MAX (default 4 x MEAN); tables named by the shape's columns (C1..C26)\n"
+    "      or --names, one a table\n"
     "  convert --format criteo-kaggle|avazu|criteo-search|tsv-multi-hot -o OUT [INPUT|-]\n"
     "      [--rows N[,N...]] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
     "      [--allow-empty] [--progress|--no-progress] [--dense-format f32|bf16]\n"
-    "      [--zstd LEVEL]\n"
+    "      [--zstd LEVEL] [--names A,B,...]\n"
     "      real files into a stream; bad lines fail with file:line unless --skip-bad;\n"
     "      no sample out is an error (nothing written) unless --allow-empty;\n"
     "      --rows: one cardinality for every table, or one a table\n"
     "      tsv-multi-hot: --tables N [--dense D] --rows ... [--max-bag M|T=M]...\n"
     "      [--multi-hot-sep C]: label, D dense, N bags of hex IDs separated by C\n"
-    "      (default ','), tab-separated; bags of at most M IDs (default 64)\n"
+    "      (default ','), tab-separated; bags of at most M IDs (default 64);\n"
+    "      --header: line 1 names the fields (the tables' names are the stream's)\n"
+    "      --names: the tables' feature names (default: the format's columns)\n"
     "  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
     "      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
     "      covers (default R 0.08); bag lengths of each multi-hot table (min, mean,\n"
     "      p50, p90, p99, max, power-of-two histogram)\n"
-    "  dump FILE [--from N] [-n N]\n"
-    "      samples as text: cursor label dense... | table:id ...\n"
+    "  dump FILE [--from N] [-n N] [--names]\n"
+    "      samples as text: cursor label dense... | table:id ... (--names: name:id)\n"
     "  hot FILE -n ROWS -o OUT [--limit N]\n"
     "      FAE's static hot set: the ROWS most frequent keys of the first N samples\n"
     "      (default all) as a hot-row file for dispatch.replicate\n"
@@ -140,6 +144,9 @@ enum {
 	OPT_DENSE,
 	OPT_MAX_BAG,
 	OPT_SEP,
+	OPT_NAMES,
+	OPT_NO_NAMES,
+	OPT_HEADER,
 };
 
 #define BAD(opt) return usage("bad value for " opt)
@@ -199,9 +206,11 @@ static int cmd_gen(int argc, char **argv)
 	    {"zstd", required_argument, NULL, OPT_ZSTD},
 	    {"block", required_argument, NULL, OPT_BLOCK},
 	    {"bag", required_argument, NULL, OPT_BAG},
+	    {"names", required_argument, NULL, OPT_NAMES},
+	    {"no-names", no_argument, NULL, OPT_NO_NAMES},
 	    {0},
 	};
-	const char *out = NULL, *shape = "criteo-kaggle";
+	const char *out = NULL, *shape = "criteo-kaggle", *names = NULL;
 	struct bag_opt bags[ESD_DS_MAX_TABLES];
 	unsigned nbags = 0;
 	uint64_t n = 1000000, seed = 1, max_rows = 0, block = 0;
@@ -275,6 +284,12 @@ static int cmd_gen(int argc, char **argv)
 				BAD("--bag (T=MEAN[:MAX] or all=MEAN[:MAX], MAX 2..65535)");
 			nbags++;
 			break;
+		case OPT_NAMES:
+			names = optarg;
+			break;
+		case OPT_NO_NAMES:
+			names = "";
+			break;
 		default:
 			return usage(NULL);
 		}
@@ -317,6 +332,11 @@ static int cmd_gen(int argc, char **argv)
 	}
 	if (esd_ds_scale_rows(&p.info, scale, max_rows))
 		return 1;
+	char why[160];
+	if (names && esd_ds_set_names(&p.info, names, why, sizeof(why))) {
+		fprintf(stderr, "esd-data: --names: %s\n", why);
+		return 2;
+	}
 	if (esd_ds_generate(&p, out))
 		return 1;
 	return 0;
@@ -366,7 +386,7 @@ static int multi_hot_opts(struct ds_convert_opts *o, const struct max_bag_opt *b
 {
 	if (o->fmt != DS_FMT_MULTI_HOT) {
 		if (have_mh)
-			usage("--tables, --dense, --max-bag and --multi-hot-sep are for "
+			usage("--tables, --dense, --max-bag, --multi-hot-sep and --header are for "
 			      "--format tsv-multi-hot");
 		return have_mh ? 2 : 0;
 	}
@@ -417,6 +437,8 @@ static int cmd_convert(int argc, char **argv)
 	    {"dense", required_argument, NULL, OPT_DENSE},
 	    {"max-bag", required_argument, NULL, OPT_MAX_BAG},
 	    {"multi-hot-sep", required_argument, NULL, OPT_SEP},
+	    {"names", required_argument, NULL, OPT_NAMES},
+	    {"header", no_argument, NULL, OPT_HEADER},
 	    {0},
 	};
 	struct ds_convert_opts o;
@@ -496,6 +518,13 @@ static int cmd_convert(int argc, char **argv)
 		case OPT_ZSTD:
 			if (parse_zstd(optarg, &o.zstd_level))
 				BAD("--zstd (0..19)");
+			break;
+		case OPT_NAMES:
+			o.names = optarg;
+			break;
+		case OPT_HEADER:
+			o.header = 1;
+			have_mh = 1;
 			break;
 		default:
 			return usage(NULL);
@@ -578,6 +607,7 @@ static void print_json(const char *path, const struct ds_stat *st)
 	json_object_set_new(o, "positives", json_integer((json_int_t)st->positives));
 	json_object_set_new(o, "ntables", json_integer(in->ntables));
 	json_object_set_new(o, "ndense", json_integer(in->ndense));
+	json_object_set_new(o, "named", json_boolean(esd_ds_has_names(in)));
 	json_object_set_new(o, "total_rows", json_integer((json_int_t)st->total_rows));
 	json_object_set_new(o, "distinct", json_integer((json_int_t)st->distinct));
 	json_object_set_new(o, "cache_ratio", json_real(st->cache_ratio));
@@ -587,9 +617,9 @@ static void print_json(const char *path, const struct ds_stat *st)
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		const struct ds_table_stat *ts = &st->t[t];
 		json_t *j = json_object();
-		const char *name = esd_ds_shape_table_name(in->shape, t);
+		char name[ESD_DS_NAME_LEN];
 		json_object_set_new(j, "table", json_integer(t));
-		json_object_set_new(j, "name", name ? json_string(name) : json_null());
+		json_object_set_new(j, "name", json_string(esd_ds_table_name(in, t, name)));
 		json_object_set_new(j, "rows", json_integer((json_int_t)ts->rows));
 		json_object_set_new(j, "distinct", json_integer((json_int_t)ts->distinct));
 		json_object_set_new(j, "top_count", json_integer((json_int_t)ts->top_count));
@@ -650,9 +680,9 @@ static void print_human(const char *path, const struct ds_stat *st)
 	else
 		printf("converter %" PRIu64 " bad lines skipped, scale %g, max-rows %" PRIu64 "\n",
 		       in->skipped, in->scale, in->max_rows);
-	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables\n", st->samples,
+	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables%s\n", st->samples,
 	       st->samples ? 100.0 * (double)st->positives / (double)st->samples : 0.0, in->ndense,
-	       in->ntables);
+	       in->ntables, esd_ds_has_names(in) ? " (named in the stream)" : "");
 	printf("rows      %" PRIu64 " in all, %" PRIu64 " distinct keys seen (%.2f %%)\n",
 	       st->total_rows, st->distinct,
 	       st->total_rows ? 100.0 * (double)st->distinct / (double)st->total_rows : 0.0);
@@ -663,8 +693,8 @@ static void print_human(const char *path, const struct ds_stat *st)
 	       "seen%", "top1%rows", "zipf", "fit", "cover");
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		const struct ds_table_stat *ts = &st->t[t];
-		const char *name = esd_ds_shape_table_name(in->shape, t);
-		char fit[16], gen[16];
+		char name[ESD_DS_NAME_LEN], fit[16], gen[16];
+		esd_ds_table_name(in, t, name);
 		if (isnan(ts->zipf_fit))
 			snprintf(fit, sizeof(fit), "-");
 		else
@@ -674,7 +704,7 @@ static void print_human(const char *path, const struct ds_stat *st)
 		else
 			snprintf(gen, sizeof(gen), "-");
 		printf("%5u %-18s %10" PRIu64 " %10" PRIu64 " %6.2f%% %8.2f%% %6s %6s %7.2f%%\n", t,
-		       name ? name : "-", ts->rows, ts->distinct,
+		       name, ts->rows, ts->distinct,
 		       100.0 * (double)ts->distinct / (double)ts->rows, 100.0 * ts->top1_share, gen,
 		       fit, 100.0 * ts->cache_cover);
 	}
@@ -730,10 +760,11 @@ static int cmd_dump(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"from", required_argument, NULL, OPT_FROM},
 	    {"count", required_argument, NULL, 'n'},
+	    {"names", no_argument, NULL, OPT_NAMES},
 	    {0},
 	};
 	uint64_t from = 0, n = 10;
-	int c;
+	int c, names = 0;
 	while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_FROM:
@@ -743,6 +774,9 @@ static int cmd_dump(int argc, char **argv)
 		case 'n':
 			if (parse_u64(optarg, &n))
 				BAD("-n");
+			break;
+		case OPT_NAMES:
+			names = 1;
 			break;
 		default:
 			return usage(NULL);
@@ -775,7 +809,11 @@ static int cmd_dump(int argc, char **argv)
 			printf(" %g", (double)dense[j]);
 		printf(" |");
 		for (uint32_t t = 0; t < in->ntables; t++) { /* a bag: t:id,id,... */
-			printf(" %u:", t);
+			char name[ESD_DS_NAME_LEN];
+			if (names)
+				printf(" %s:", esd_ds_table_name(in, t, name));
+			else
+				printf(" %u:", t);
 			for (uint32_t j = off[t]; j < off[t + 1]; j++)
 				printf("%s%" PRIu64, j > off[t] ? "," : "", esd_key_id(keys[j]));
 		}

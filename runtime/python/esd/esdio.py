@@ -35,7 +35,8 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["Writer", "StreamError", "write", "hash_ids", "dense_log1p"]
+__all__ = ["Writer", "StreamError", "write", "hash_ids", "dense_log1p", "read_names",
+           "SHAPE_NAMES"]
 
 MAX_TABLES = 256
 MAX_DENSE = 256
@@ -49,6 +50,22 @@ _TABLE_ENTRY = 16
 _BLOCK_HDR = 40
 _BLOCK_MAGIC = 0x4B4C4245  # "EBLK"
 _INDEX_MAGIC = 0x58444E49  # "INDX"
+_FLAG_NAMES = 2  # the header ends with a names section
+NAME_LEN = 32  # a name's field: 1..31 bytes, NUL-padded
+
+# The built-in shapes' columns: a stream of such a shape is named by them
+# unless told otherwise, as esd-data gen and convert name theirs.
+SHAPE_NAMES = {
+    "criteo-kaggle": ["C%d" % i for i in range(1, 27)],
+    "avazu": ["banner_pos", "site_id", "site_domain", "site_category", "app_id", "app_domain",
+              "app_category", "device_id", "device_ip", "device_model", "device_type",
+              "device_conn_type", "C14", "C15", "C18", "C19", "C20", "C21"],
+    "criteo-search": ["product_age_group", "device_type", "audience_id", "product_gender",
+                      "product_brand"] + ["product_category%d" % i for i in range(1, 8)] +
+                     ["product_country", "product_id", "product_title", "partner_id",
+                      "user_id"],
+}
+_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
 class StreamError(ValueError):
@@ -158,6 +175,43 @@ def dense_log1p(x):
     return np.log1p(np.maximum(x, 0.0)).astype(np.float32)
 
 
+def name_fault(name):
+    """Why name (str) cannot name a table, or None: 1..31 bytes of
+    [A-Za-z0-9_.:-], as esd-data checks."""
+    b = name.encode() if isinstance(name, str) else None
+    if b is None:
+        return "not a string"
+    if not b:
+        return "empty"
+    if len(b) >= NAME_LEN:
+        return "longer than 31 bytes"
+    if not set(b) <= _NAME_CHARS:
+        return "a character outside [A-Za-z0-9_.:-]"
+    return None
+
+
+def read_names(path):
+    """The feature names of a stream's tables, in table order: the stream's
+    own (its header's names section), else a built-in shape's columns
+    ("C1".."C26" for criteo-kaggle), else "t0", "t1", ... (a stream written
+    before names, or without them)."""
+    with open(path, "rb") as f:
+        head = f.read(_HDR_FIXED)
+        if len(head) < _HDR_FIXED or head[:8] != b"ESDDATA\0":
+            raise StreamError("%s: not a dataset stream (magic)" % path)
+        version, hbytes = struct.unpack_from("<II", head, 8)
+        f.seek(0)
+        h = f.read(hbytes)
+    T, flags = struct.unpack_from("<I", h, 48)[0], struct.unpack_from("<I", h, 64)[0]
+    if flags & _FLAG_NAMES:
+        at = _HDR_FIXED + T * (_TABLE_ENTRY + (4 if version == 2 else 0))
+        return [h[at + NAME_LEN * t:at + NAME_LEN * (t + 1)].split(b"\0")[0].decode()
+                for t in range(T)]
+    shape = h[16:48].split(b"\0")[0].decode(errors="replace")
+    cols = SHAPE_NAMES.get(shape)
+    return list(cols) if cols and len(cols) == T else ["t%d" % t for t in range(T)]
+
+
 # -- inputs ------------------------------------------------------------------
 def _array(x):
     """numpy of an array, a list, a torch tensor (CPU or not) or a pandas
@@ -204,16 +258,22 @@ class Writer:
                   the cardinalities, as esd-data's --scale, --max-rows)
     allow_empty   close() writes a stream without samples (else refused:
                   the daemons refuse it)
+    names         the tables' feature names, one a table ("C1", "user_id":
+                  1..31 bytes of [A-Za-z0-9_.:-], unique), kept in the
+                  header as esd-data convert --names keeps them; None: a
+                  built-in shape's columns (shape="criteo-kaggle": C1..C26),
+                  else none; () or False: none
     """
 
     def __init__(self, path, rows, ndense=0, max_bag=None, dense_format="f32",
                  block_samples=None, shape="esdio", source=None, origin=ORIGIN_OTHER,
-                 seed=0, scale=1.0, max_rows=0, allow_empty=False):
+                 seed=0, scale=1.0, max_rows=0, allow_empty=False, names=None):
         self.path = os.fspath(path)
         self.rows = [int(r) for r in rows]
         self.ntables = len(self.rows)
         self.ndense = int(ndense)
         self._describe(max_bag, dense_format, block_samples, shape, source, origin, seed)
+        self._name(names)
         self.scale, self.max_rows = float(scale), int(max_rows)
         self.allow_empty = allow_empty
         self.count = 0
@@ -271,6 +331,25 @@ class Writer:
         self.origin, self.seed = int(origin), int(seed)
         self._hdr_bytes = _HDR_FIXED + T * (_TABLE_ENTRY + (4 if any(self.bags) else 0)) + 8
 
+    def _name(self, names):
+        """Check and keep the tables' names (None: the shape's columns)."""
+        if names is None:
+            names = SHAPE_NAMES.get(self.shape.decode(), ())
+            names = names if len(names) == self.ntables else ()
+        names = list(names) if names is not False else []
+        if names and len(names) != self.ntables:
+            self._fail("%d names for %d tables" % (len(names), self.ntables))
+        for t, n in enumerate(names):
+            bad = name_fault(n)
+            if bad:
+                self._fail("table %d: name %r: %s" % (t, n, bad))
+            if n in names[:t]:
+                self._fail("table %d: name %r already names table %d"
+                           % (t, n, names.index(n)))
+        self.names = names
+        if names:
+            self._hdr_bytes += NAME_LEN * self.ntables
+
     def _header(self, index_off):
         T, bags = self.ntables, any(self.bags)
         h = bytearray(self._hdr_bytes)
@@ -278,7 +357,7 @@ class Writer:
         struct.pack_into("<II", h, 8, 2 if bags else 1, self._hdr_bytes)
         h[16:16 + len(self.shape)] = self.shape
         struct.pack_into("<6I", h, 48, T, self.ndense, 0 if self._dw == 4 else 1,
-                         self.block_samples, 0, self.origin)
+                         self.block_samples, _FLAG_NAMES if self.names else 0, self.origin)
         struct.pack_into("<4Q2d2Q", h, 72, self.count, len(self._index), index_off, self.seed,
                          0.0, self.scale, self.max_rows, 0)
         h[144:144 + len(self.source)] = self.source
@@ -287,6 +366,10 @@ class Writer:
             if bags:
                 struct.pack_into("<I", h, _HDR_FIXED + _TABLE_ENTRY * T + 4 * t,
                                  self.max_bag[t])
+            if self.names:
+                at = _HDR_FIXED + T * (_TABLE_ENTRY + (4 if bags else 0)) + NAME_LEN * t
+                b = self.names[t].encode()
+                h[at:at + len(b)] = b
         struct.pack_into("<Q", h, self._hdr_bytes - 8, xxh64(h[:-8]))
         return bytes(h)
 

@@ -48,7 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import esd
 
-__all__ = ["Session", "Batch", "EmbeddingBagCollection", "RowOptimizer", "bce", "auc",
+__all__ = ["Session", "Batch", "KeyedBatch", "Jagged", "EmbeddingBagCollection", "RowOptimizer", "bce", "auc",
            "AucMeter", "mlp"]
 
 # The cache is mapped read-only into the trainer: torch warns that a tensor
@@ -78,6 +78,83 @@ class Batch:
         if device is not None:
             self.dense = self.dense.to(device)
             self.labels = self.labels.to(device)
+
+
+def _feature_names(features, tables):
+    """The job's feature names in table order: features a list of them, a
+    stream's path (its names, esd.esdio.read_names), or None ("f0",
+    "f1", ...)."""
+    if features is None:
+        return ["f%d" % t for t in range(tables)]
+    if isinstance(features, (str, os.PathLike)):
+        from esd import esdio
+        features = esdio.read_names(features)
+    features = [str(f) for f in features]
+    if len(features) != tables or len(set(features)) != len(features):
+        raise ValueError("features: %d distinct names, one for each of the job's %d tables, "
+                         "not %r" % (tables, tables, features))
+    return features
+
+
+def _unknown(name, features):
+    return KeyError("unknown feature %r: the job's features are %s" % (name, ", ".join(features)))
+
+
+class Jagged:
+    """One feature of a KeyedBatch: `values` the int64 IDs of its bags, bag
+    after bag (sample order), `lengths` (m,) and `offsets` (m + 1,) int64
+    (bag i is values[offsets[i]:offsets[i + 1]]), and `slots` the cache
+    slot of each value (what EmbeddingBagCollection reads)."""
+
+    def __init__(self, values, lengths, slots):
+        self.values, self.lengths, self.slots = values, lengths, slots
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+
+    def __repr__(self):
+        return "Jagged(%d bags, %d values)" % (self.lengths.numel(), self.values.numel())
+
+
+class KeyedBatch:
+    """A Batch indexed by feature name, like TorchRec's KeyedJaggedTensor:
+    keys() the names in table order, kb["C1"] a Jagged (values, lengths,
+    offsets), to_dict() {name: Jagged}; dense, labels, m, iter and
+    global_k are the batch's. features: the job's names in table order
+    (a list, or the stream's path: its names). An EmbeddingBagCollection
+    takes a KeyedBatch as it takes the Batch. Valid until the next batch."""
+
+    def __init__(self, batch, features):
+        self.batch = batch
+        self._features = _feature_names(features, batch.mb.tables)
+        self.dense, self.labels, self.m = batch.dense, batch.labels, batch.m
+        self.iter, self.global_k = batch.iter, batch.global_k
+        self._cache = {}
+
+    def keys(self):
+        return list(self._features)
+
+    def __getitem__(self, name):
+        if name not in self._features:
+            raise _unknown(name, self._features)
+        if name not in self._cache:
+            self._cache[name] = self._column(self._features.index(name))
+        return self._cache[name]
+
+    def _column(self, t):
+        """Table t's IDs, bag lengths and slots out of the micro-batch."""
+        mb, T, m = self.batch.mb, self.batch.mb.tables, self.m
+        ids = (mb.keys.astype(np.uint64) & np.uint64((1 << 48) - 1)).astype(np.int64)
+        slots = mb.slots.astype(np.int64)
+        if mb.slots.ndim == 2:  # one ID a feature
+            return Jagged(torch.from_numpy(ids[:, t].copy()), torch.ones(m, dtype=torch.int64),
+                          torch.from_numpy(slots[:, t].copy()))
+        off = mb.bag_off.astype(np.int64)
+        lo, hi = off[t:m * T:T], off[t + 1:m * T + 1:T]
+        pick = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)])
+        return Jagged(torch.from_numpy(ids[pick]), torch.from_numpy(hi - lo),
+                      torch.from_numpy(slots[pick]))
+
+    def to_dict(self):
+        return {f: self[f] for f in self._features}
 
 
 class _Lookup(torch.autograd.Function):
@@ -123,13 +200,28 @@ class EmbeddingBagCollection(nn.Module):
     gathered into pinned host memory, copied without blocking; gradients
     come back to the host).
 
+    By name: features names the job's tables in table order (a list, or
+    the stream's path: the names in its header; default "f0", "f1", ...);
+    tables picks and orders the features the module returns (a list of
+    names; an unknown or repeated name is a ValueError naming the job's
+    features), and pooling may be a dict {name: "sum" | "mean"} (features
+    not in it are summed). forward's output is then (m, len(tables), dim),
+    to_dict's keys the tables' names.
+
     Not a holder of parameters: the rows live in the runtime, which applies
     the job's embedding optimizer (model.optimizer) at the commit."""
 
-    def __init__(self, trainer, pooling="sum", device=None):
+    def __init__(self, trainer, pooling="sum", device=None, features=None, tables=None):
         super().__init__()
         info = trainer.info
         self.tables, self.dim = info["tables"], info["dim"]
+        self.features = _feature_names(features, self.tables)
+        self._select(tables)
+        if isinstance(pooling, dict):
+            for f in pooling:
+                if f not in self.features:
+                    raise ValueError("pooling: %s" % _unknown(f, self.features).args[0])
+            pooling = [pooling.get(f, "sum") for f in self.features]
         modes = [pooling] * self.tables if isinstance(pooling, str) else list(pooling)
         bad = [m for m in modes if m not in ("sum", "mean")]
         if bad or len(modes) != self.tables:
@@ -138,7 +230,6 @@ class EmbeddingBagCollection(nn.Module):
         # one mode for all: F.embedding_bag's; else sums and a divisor per bag
         self.pooling = modes[0] if len(set(modes)) == 1 else "per-table"
         self._mean = None if len(set(modes)) == 1 else torch.tensor([m == "mean" for m in modes])
-        self.features = ["f%d" % t for t in range(self.tables)]
         self.device = torch.device(device) if device is not None else None
         self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
         self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
@@ -146,6 +237,21 @@ class EmbeddingBagCollection(nn.Module):
         self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call backward
         self._pinned = None
         _keep_freed_memory()
+
+    def _select(self, tables):
+        """The features forward returns: names (None: every table in order)."""
+        self.names, self._pick = list(self.features), None
+        if tables is None:
+            return
+        names = [str(n) for n in tables]
+        for n in names:
+            if n not in self.features:
+                raise ValueError("tables: %s" % _unknown(n, self.features).args[0])
+        if len(set(names)) != len(names) or not names:
+            raise ValueError("tables: %r names a feature twice, or none" % (tables,))
+        self.names = names
+        if names != self.features:
+            self._pick = torch.tensor([self.features.index(n) for n in names])
 
     def _divisors(self, offsets, nkeys):
         """Per bag (sample-major, table-minor): its length (at least 1) for a
@@ -182,7 +288,9 @@ class EmbeddingBagCollection(nn.Module):
         """(m, tables, dim) pooled rows of batch. offsets: bag starts into
         batch.slots flattened (m * tables of them, multi-hot); None: the
         batch's own (batch.offsets: a stream with bags), else one id per
-        feature."""
+        feature. batch: a Batch or a KeyedBatch. Configured with tables:
+        (m, len(tables), dim), those features in that order."""
+        batch = getattr(batch, "batch", batch)  # a KeyedBatch's Batch
         if offsets is None:
             offsets = getattr(batch, "offsets", None)
         slots = batch.slots.reshape(-1).to(torch.int64).contiguous()
@@ -191,11 +299,14 @@ class EmbeddingBagCollection(nn.Module):
         out = _Lookup.apply(self._anchor, self, slots, offsets)
         if self.device is not None and self.device.type == "cuda":
             out = out.to(self.device, non_blocking=True)
-        return out.view(batch.m, self.tables, self.dim)
+        out = out.view(batch.m, self.tables, self.dim)
+        if self._pick is not None:  # the named features: the others get no gradient
+            out = out.index_select(1, self._pick.to(out.device))
+        return out
 
     def to_dict(self, pooled):
         """{feature name: (m, dim)} of forward's output."""
-        return {f: pooled[:, t] for t, f in enumerate(self.features)}
+        return {f: pooled[:, t] for t, f in enumerate(self.names)}
 
 
 class RowOptimizer:
@@ -462,10 +573,11 @@ class Session:
         self._boundaries = []  # the boundaries whose dense files are kept
         self.losses = []
 
-    def embeddings(self, pooling="sum"):
+    def embeddings(self, pooling="sum", features=None, tables=None):
         """The job's tables as an EmbeddingBagCollection; pooling: "sum",
-        "mean", or one of them per table."""
-        return EmbeddingBagCollection(self.trainer, pooling, self.device)
+        "mean", one of them per table or a dict by name; features, tables:
+        by name (EmbeddingBagCollection)."""
+        return EmbeddingBagCollection(self.trainer, pooling, self.device, features, tables)
 
     def distributed(self, model, deterministic=True):
         """model under DistributedDataParallel (gloo), gradients summed
