@@ -233,6 +233,128 @@ def by_name(t, mb, dev, stream):
                   "unknown name %s refused: %s" % (bad, e))
 
 
+def sparse_ref(before, lookups):
+    """The gradient slots after a plain-torch embedding: nn.Embedding over
+    the cache's rows with sparse gradients, each (slots, upstream) pair
+    looked up and backpropagated, its gradient's rows then accumulated
+    into the slots in order (index_put_ with accumulate)."""
+    emb = torch.nn.Embedding(before.shape[0], before.shape[1], sparse=True)
+    loss = 0
+    for slots, up in lookups:
+        loss = loss + (emb(slots) * up.detach().to("cpu", torch.float32)).sum()
+    loss.backward()
+    g = emb.weight.grad
+    want = torch.from_numpy(before.copy())
+    want.index_put_((g._indices()[0],), g._values(), accumulate=True)
+    return want.numpy()
+
+
+def unpooled(t, mb, dev):
+    """EmbeddingCollection: each feature's rows unpooled, bit for bit the
+    cache's, with lengths and offsets; backward gives the gradient slots
+    what nn.Embedding's sparse gradient accumulated into them gives, bit
+    for bit: one ID a feature, bags with empty ones, a feature with no
+    IDs at all, by name and through to_padded; bad offsets are refused."""
+    before = np.array(t.grads)
+    values = np.array(t.values)
+    T, dim = mb.tables, t.info["dim"]
+    ec = et.EmbeddingCollection(t, dev)
+    out = ec(et.Batch(mb, dev))
+    check(list(out) == ["f%d" % j for j in range(T)] and
+          all(np.array_equal(out["f%d" % j].values.detach().cpu().numpy(), values[mb.slots[:, j]])
+              and out["f%d" % j].lengths.tolist() == [1] * mb.m and
+              out["f%d" % j].offsets.tolist() == list(range(mb.m + 1)) for j in range(T)),
+          "unpooled, one ID a feature: each feature's rows, the cache's bit for bit (%s)"
+          % (out["f0"].values.device,))
+    ups = {f: torch.randn(j.values.shape, device=j.values.device) for f, j in out.items()}
+    sum((j.values * ups[f]).sum() for f, j in out.items()).backward()
+    want = sparse_ref(before, [(out[f].slots, ups[f]) for f in out])
+    check(np.array_equal(np.array(t.grads), want),
+          "unpooled, one ID a feature: the slots nn.Embedding's sparse gradient gives, bit "
+          "for bit (%d ids repeated)" % (mb.slots.size - len(np.unique(mb.slots))))
+    t.grads[:] = before
+    # bags of 0..3 IDs of each table's own column (a slot belongs to one table);
+    # table 1's bags all empty
+    rng = np.random.default_rng(11)
+    lens = rng.integers(0, 4, (mb.m, T))
+    lens[:, 1] = 0
+    ids = np.concatenate([mb.slots[(i + np.arange(lens[i, j])) % mb.m, j]
+                          for i in range(mb.m) for j in range(T)]).astype(np.int64)
+    offsets = torch.from_numpy(np.cumsum(lens.reshape(-1)) - lens.reshape(-1))
+    b = et.Batch(mb, dev)
+    b.slots = torch.from_numpy(ids)
+    names = ["f%d" % j for j in range(T)]
+    for tables in (None, ["f3", "f1", "f0"]):
+        e = et.EmbeddingCollection(t, dev, tables=tables)
+        o = e(b, offsets)
+        ok = list(o) == (tables or names)
+        for f, jag in o.items():
+            j = names.index(f)
+            col = [mb.slots[(i + np.arange(lens[i, j])) % mb.m, j] for i in range(mb.m)]
+            col = np.concatenate(col).astype(np.int64)
+            ok = ok and np.array_equal(jag.slots.numpy(), col) and \
+                np.array_equal(jag.values.detach().cpu().numpy(), values[col]) and \
+                jag.lengths.tolist() == lens[:, j].tolist() and \
+                jag.offsets.tolist() == [0] + np.cumsum(lens[:, j]).tolist()
+        check(ok and o["f1"].values.shape == (0, dim),
+              "unpooled bags of 0..3 IDs, tables=%s: each feature's rows bag after bag, "
+              "lengths and offsets; an all-empty feature (0, %d)" % (tables, dim))
+        ups = {f: torch.randn(jag.values.shape, device=jag.values.device)
+               for f, jag in o.items()}
+        sum((jag.values * ups[f]).sum() for f, jag in o.items()).backward()
+        want = sparse_ref(before, [(o[f].slots, ups[f]) for f in o])
+        check(np.array_equal(np.array(t.grads), want),
+              "unpooled bags, tables=%s: the slots nn.Embedding's sparse gradient gives, bit "
+              "for bit" % (tables,))
+        t.grads[:] = before
+    # to_padded: a mean over each sequence in user code, gradients through it
+    o = ec(b, offsets)["f0"]
+    padded, mask = o.to_padded()
+    L = int(lens[:, 0].max())
+    rows0 = values[o.slots.numpy()]
+    ref = np.zeros((mb.m, L, dim), np.float32)
+    for i in range(mb.m):
+        ref[i, :lens[i, 0]] = rows0[o.offsets[i]:o.offsets[i + 1]]
+    check(padded.shape == (mb.m, L, dim) and np.array_equal(padded.detach().cpu().numpy(), ref)
+          and mask.cpu().sum(1).tolist() == lens[:, 0].tolist(),
+          "to_padded: (m, longest bag, dim) rows and the mask of real entries")
+    def seq_mean(jag):  # user code: the mean of each sequence's rows
+        p, mk = jag.to_padded()
+        return (p * mk.unsqueeze(2)).sum(1) / mk.sum(1, keepdim=True).clamp(min=1)
+    mean = seq_mean(o)
+    up = torch.randn(mean.shape, device=mean.device)
+    (mean * up).sum().backward()
+    gpad = np.array(t.grads)
+    t.grads[:] = before
+    emb = torch.nn.Embedding(*before.shape, sparse=True)
+    (seq_mean(et.Jagged(emb(o.slots), o.lengths, o.slots)) * up.cpu()).sum().backward()
+    g = emb.weight.grad
+    want = torch.from_numpy(before.copy())
+    want.index_put_((g._indices()[0],), g._values(), accumulate=True)
+    check(np.array_equal(gpad, want.numpy()),
+          "to_padded, a mean over each sequence: the slots nn.Embedding gives through the "
+          "same code, bit for bit")
+    short, smask = o.to_padded(length=1)
+    check(short.shape == (mb.m, 1, dim) and smask.cpu()[:, 0].tolist() ==
+          (lens[:, 0] > 0).tolist(), "to_padded(length=1): each bag's first row")
+    (short.sum() * 0).backward()
+    t.grads[:] = before
+    # by name, through a KeyedBatch and Session.embeddings' pooling="none"
+    kb = et.KeyedBatch(et.Batch(mb, dev), ["c%d" % j for j in range(T)])
+    ek = et.EmbeddingCollection(t, dev, features=kb.keys(), tables=["c2"])
+    ok = ek(kb)
+    check(list(ok) == ["c2"] and np.array_equal(ok["c2"].values.detach().cpu().numpy(),
+                                                 values[mb.slots[:, 2]]),
+          "unpooled by name: a KeyedBatch's feature c2 alone")
+    for bad in (offsets[:-1], torch.flip(offsets, [0])):
+        try:
+            ec(b, bad)
+            check(False, "bad bag offsets refused")
+        except ValueError as e:
+            check("EmbeddingCollection" in str(e), "bad bag offsets refused: %s" % e)
+    check(np.array_equal(np.array(t.grads), before), "nothing added by refused batches")
+
+
 def test_auc():
     rng = np.random.default_rng(3)
     y = rng.random(400) < 0.3
@@ -287,6 +409,7 @@ def main():
         one_batch(t, mb, dev)
         exact_backward(t, mb, dev)
         by_name(t, mb, dev, stream)
+        unpooled(t, mb, dev)
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session

@@ -25,7 +25,9 @@ out[:, t] is feature t's pooled rows (sum or mean of its bag; a bag of one
 id, as every feature of a Criteo-shaped stream, is its row). The rows are
 gathered from the node's shared cache straight into that tensor; backward
 adds each id's gradient into the daemon's gradient slot of its row (ids
-repeated in a micro-batch accumulate). The dense part is the user's
+repeated in a micro-batch accumulate). EmbeddingCollection
+(s.embeddings(pooling="none")) returns the rows unpooled instead, a
+Jagged per feature for sequence features. The dense part is the user's
 module: Session.distributed wraps it in DistributedDataParallel over gloo
 with a hook that sums the trainers' gradients instead of averaging them,
 so a loss divided by the global batch (bce) gives every parameter the
@@ -48,7 +50,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 import esd
 
-__all__ = ["Session", "Batch", "KeyedBatch", "Jagged", "EmbeddingBagCollection", "RowOptimizer", "bce", "auc",
+__all__ = ["Session", "Batch", "KeyedBatch", "Jagged", "EmbeddingBagCollection",
+           "EmbeddingCollection", "RowOptimizer", "bce", "auc",
            "AucMeter", "mlp"]
 
 # The cache is mapped read-only into the trainer: torch warns that a tensor
@@ -101,17 +104,40 @@ def _unknown(name, features):
 
 
 class Jagged:
-    """One feature of a KeyedBatch: `values` the int64 IDs of its bags, bag
-    after bag (sample order), `lengths` (m,) and `offsets` (m + 1,) int64
-    (bag i is values[offsets[i]:offsets[i + 1]]), and `slots` the cache
-    slot of each value (what EmbeddingBagCollection reads)."""
+    """One feature's bags: `values` bag after bag (sample order): in a
+    KeyedBatch the int64 IDs, in EmbeddingCollection's output their
+    (n, dim) rows; `lengths` (m,) and `offsets` (m + 1,) int64 (bag i is
+    values[offsets[i]:offsets[i + 1]]), and `slots` the cache slot of each
+    value (what the modules read)."""
 
     def __init__(self, values, lengths, slots):
         self.values, self.lengths, self.slots = values, lengths, slots
         self.offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
 
     def __repr__(self):
-        return "Jagged(%d bags, %d values)" % (self.lengths.numel(), self.values.numel())
+        return "Jagged(%d bags, %d values)" % (self.lengths.numel(), self.values.shape[0])
+
+    def to_padded(self, length=None, value=0):
+        """(padded, mask): values as (m, L, ...) with each bag's entries
+        first and value after them, and the (m, L) bool mask of the real
+        entries; L the longest bag, or length (longer bags cut to their
+        first length entries). Differentiable in values (each entry's
+        gradient is its padded position's)."""
+        m, n = self.lengths.numel(), self.values.shape[0]
+        L = (int(self.lengths.max()) if m else 0) if length is None else int(length)
+        bag = torch.repeat_interleave(torch.arange(m), self.lengths)
+        pos = torch.arange(n) - self.offsets[:-1][bag]
+        vals = self.values
+        if L < int(self.lengths.max() if m else 0):
+            keep = pos < L
+            bag, pos = bag[keep], pos[keep]
+            vals = vals[keep.to(vals.device)]
+        mask = torch.zeros(m, L, dtype=torch.bool)
+        mask[bag, pos] = True
+        dev = vals.device
+        padded = vals.new_full((m, L) + tuple(vals.shape[1:]), value)
+        padded = padded.index_put((bag.to(dev), pos.to(dev)), vals)
+        return padded, mask.to(dev)
 
 
 class KeyedBatch:
@@ -192,44 +218,19 @@ class _Lookup(torch.autograd.Function):
         return torch.zeros(0), None, None, None
 
 
-class EmbeddingBagCollection(nn.Module):
-    """The job's embedding tables (one feature per table), read from and
-    trained through the node's cache. pooling: "sum" or "mean" of a bag, or
-    one of them per table (a list of `tables` modes); a bag of one id is
-    its row either way. device: where the output goes (a CUDA device:
-    gathered into pinned host memory, copied without blocking; gradients
-    come back to the host).
+class _CacheRows(nn.Module):
+    """What both modules share: the job's tables read from the node's cache
+    (values) and trained through this trainer's gradient slots (grads,
+    trainer.add_grads); features by name (names: those forward returns,
+    _pick their table indices, None for all in order); device and the
+    pinned host buffer a CUDA copy starts from."""
 
-    By name: features names the job's tables in table order (a list, or
-    the stream's path: the names in its header; default "f0", "f1", ...);
-    tables picks and orders the features the module returns (a list of
-    names; an unknown or repeated name is a ValueError naming the job's
-    features), and pooling may be a dict {name: "sum" | "mean"} (features
-    not in it are summed). forward's output is then (m, len(tables), dim),
-    to_dict's keys the tables' names.
-
-    Not a holder of parameters: the rows live in the runtime, which applies
-    the job's embedding optimizer (model.optimizer) at the commit."""
-
-    def __init__(self, trainer, pooling="sum", device=None, features=None, tables=None):
+    def __init__(self, trainer, device, features, tables):
         super().__init__()
         info = trainer.info
         self.tables, self.dim = info["tables"], info["dim"]
         self.features = _feature_names(features, self.tables)
         self._select(tables)
-        if isinstance(pooling, dict):
-            for f in pooling:
-                if f not in self.features:
-                    raise ValueError("pooling: %s" % _unknown(f, self.features).args[0])
-            pooling = [pooling.get(f, "sum") for f in self.features]
-        modes = [pooling] * self.tables if isinstance(pooling, str) else list(pooling)
-        bad = [m for m in modes if m not in ("sum", "mean")]
-        if bad or len(modes) != self.tables:
-            raise ValueError("pooling must be 'sum', 'mean' or a list of them, one per table "
-                             "(%d), not %r" % (self.tables, pooling))
-        # one mode for all: F.embedding_bag's; else sums and a divisor per bag
-        self.pooling = modes[0] if len(set(modes)) == 1 else "per-table"
-        self._mean = None if len(set(modes)) == 1 else torch.tensor([m == "mean" for m in modes])
         self.device = torch.device(device) if device is not None else None
         self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
         self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
@@ -253,6 +254,56 @@ class EmbeddingBagCollection(nn.Module):
         if names != self.features:
             self._pick = torch.tensor([self.features.index(n) for n in names])
 
+    def _out(self, n):
+        """Where n pooled rows go: the pinned buffer (CUDA), else a new tensor."""
+        pinned = self._pinned_out(n)
+        return torch.empty(n, self.dim) if pinned is None else pinned
+
+    def _pinned_out(self, n):
+        """n rows of the pinned host buffer the CUDA copy starts from; None
+        on the CPU."""
+        if self.device is None or self.device.type != "cuda":
+            return None
+        if self._pinned is None or self._pinned.shape[0] < n:
+            self._pinned = torch.empty(max(n, 1), self.dim).pin_memory()
+        return self._pinned[:n]
+
+
+class EmbeddingBagCollection(_CacheRows):
+    """The job's embedding tables (one feature per table), read from and
+    trained through the node's cache. pooling: "sum" or "mean" of a bag, or
+    one of them per table (a list of `tables` modes); a bag of one id is
+    its row either way. device: where the output goes (a CUDA device:
+    gathered into pinned host memory, copied without blocking; gradients
+    come back to the host).
+
+    By name: features names the job's tables in table order (a list, or
+    the stream's path: the names in its header; default "f0", "f1", ...);
+    tables picks and orders the features the module returns (a list of
+    names; an unknown or repeated name is a ValueError naming the job's
+    features), and pooling may be a dict {name: "sum" | "mean"} (features
+    not in it are summed). forward's output is then (m, len(tables), dim),
+    to_dict's keys the tables' names.
+
+    Not a holder of parameters: the rows live in the runtime, which applies
+    the job's embedding optimizer (model.optimizer) at the commit."""
+
+    def __init__(self, trainer, pooling="sum", device=None, features=None, tables=None):
+        super().__init__(trainer, device, features, tables)
+        if isinstance(pooling, dict):
+            for f in pooling:
+                if f not in self.features:
+                    raise ValueError("pooling: %s" % _unknown(f, self.features).args[0])
+            pooling = [pooling.get(f, "sum") for f in self.features]
+        modes = [pooling] * self.tables if isinstance(pooling, str) else list(pooling)
+        bad = [m for m in modes if m not in ("sum", "mean")]
+        if bad or len(modes) != self.tables:
+            raise ValueError("pooling must be 'sum', 'mean' or a list of them, one per table "
+                             "(%d), not %r" % (self.tables, pooling))
+        # one mode for all: F.embedding_bag's; else sums and a divisor per bag
+        self.pooling = modes[0] if len(set(modes)) == 1 else "per-table"
+        self._mean = None if len(set(modes)) == 1 else torch.tensor([m == "mean" for m in modes])
+
     def _divisors(self, offsets, nkeys):
         """Per bag (sample-major, table-minor): its length (at least 1) for a
         mean table, 1 for a sum table."""
@@ -269,20 +320,6 @@ class EmbeddingBagCollection(nn.Module):
             return torch.diff(offsets, append=torch.tensor([nkeys])).clamp(min=1).to(
                 torch.float32)
         return self._divisors(offsets, nkeys)
-
-    def _out(self, n):
-        """Where n pooled rows go: the pinned buffer (CUDA), else a new tensor."""
-        pinned = self._pinned_out(n)
-        return torch.empty(n, self.dim) if pinned is None else pinned
-
-    def _pinned_out(self, n):
-        """n rows of the pinned host buffer the CUDA copy starts from; None
-        on the CPU."""
-        if self.device is None or self.device.type != "cuda":
-            return None
-        if self._pinned is None or self._pinned.shape[0] < n:
-            self._pinned = torch.empty(max(n, 1), self.dim).pin_memory()
-        return self._pinned[:n]
 
     def forward(self, batch, offsets=None):
         """(m, tables, dim) pooled rows of batch. offsets: bag starts into
@@ -307,6 +344,78 @@ class EmbeddingBagCollection(nn.Module):
     def to_dict(self, pooled):
         """{feature name: (m, dim)} of forward's output."""
         return {f: pooled[:, t] for t, f in enumerate(self.names)}
+
+
+class EmbeddingCollection(_CacheRows):
+    """The job's tables unpooled, as TorchRec's EmbeddingCollection (for
+    sequence features): forward(batch) is {feature name: Jagged} whose
+    values are the (n, dim) rows of the feature's IDs, bag after bag, each
+    ID its own row (an empty bag none), with the bags' lengths and offsets
+    and the IDs' cache slots. Backward adds each row's gradient into its
+    ID's gradient slot (IDs repeated in a micro-batch add up, in the
+    batch's order: every slot belongs to one table). device, features and
+    tables as EmbeddingBagCollection's: tables picks and orders the
+    features forward returns, and only those are read.
+
+    Not a holder of parameters: the rows live in the runtime, which applies
+    the job's embedding optimizer (model.optimizer) at the commit."""
+
+    def __init__(self, trainer, device=None, features=None, tables=None):
+        super().__init__(trainer, device, features, tables)
+        pick = self._pick if self._pick is not None else torch.arange(self.tables)
+        # rank of each table in the output; the tables not returned last
+        self._rank = torch.full((self.tables,), len(self.names), dtype=torch.int64)
+        self._rank[pick] = torch.arange(len(self.names))
+        self._pick_all = pick
+
+    def _grad_divisors(self, offsets, nkeys):
+        return None  # every row its own gradient
+
+    def _layout(self, batch, slots, offsets):
+        """(order, counts, lengths): the keys of the returned features,
+        feature after feature in output order and in the batch's order
+        within one; how many each feature has; and (m, len(names)) the
+        lengths of its bags."""
+        m, T = batch.m, self.tables
+        if offsets is None:  # one ID a feature: (m, T) keys
+            if slots.numel() != m * T:
+                raise ValueError("EmbeddingCollection: %d slots for %d samples of %d tables"
+                                 % (slots.numel(), m, T))
+            order = torch.arange(m * T).view(m, T)[:, self._pick_all].t().reshape(-1)
+            return (order, torch.full((len(self.names),), m, dtype=torch.int64),
+                    torch.ones(m, len(self.names), dtype=torch.int64))
+        if offsets.numel() != m * T:
+            raise ValueError("EmbeddingCollection: %d bag offsets for %d samples of %d tables "
+                             "(one bag a sample and table)" % (offsets.numel(), m, T))
+        lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
+        if (lens < 0).any() or (offsets.numel() and int(offsets[0]) != 0):
+            raise ValueError("EmbeddingCollection: bag offsets must start at 0 and not "
+                             "decrease or pass the %d keys" % slots.numel())
+        rank = torch.repeat_interleave(self._rank.repeat(m), lens)
+        counts = torch.bincount(rank, minlength=len(self.names) + 1)[:len(self.names)]
+        order = torch.argsort(rank, stable=True)[:int(counts.sum())]
+        return order, counts, lens.view(m, T)[:, self._pick_all]
+
+    def forward(self, batch, offsets=None):
+        """{name: Jagged} of batch's returned features (every table by
+        default; tables= those, in that order): values (n, dim) rows,
+        lengths (m,), offsets (m + 1,), slots (n,). offsets, batch: as
+        EmbeddingBagCollection.forward's (a Batch or a KeyedBatch; bag
+        starts, default the batch's own)."""
+        batch = getattr(batch, "batch", batch)  # a KeyedBatch's Batch
+        if offsets is None:
+            offsets = getattr(batch, "offsets", None)
+        slots = batch.slots.reshape(-1).to(torch.int64)
+        if offsets is not None:
+            offsets = offsets.to(torch.int64).contiguous()
+        order, counts, lengths = self._layout(batch, slots, offsets)
+        picked = slots.index_select(0, order)
+        rows = _Lookup.apply(self._anchor, self, picked, None)  # one gather, feature-major
+        if self.device is not None and self.device.type == "cuda":
+            rows = rows.to(self.device, non_blocking=True)
+        split = counts.tolist()
+        return {f: Jagged(v, lengths[:, i].contiguous(), s) for i, (f, v, s) in
+                enumerate(zip(self.names, rows.split(split), picked.split(split)))}
 
 
 class RowOptimizer:
@@ -576,7 +685,10 @@ class Session:
     def embeddings(self, pooling="sum", features=None, tables=None):
         """The job's tables as an EmbeddingBagCollection; pooling: "sum",
         "mean", one of them per table or a dict by name; features, tables:
-        by name (EmbeddingBagCollection)."""
+        by name (EmbeddingBagCollection). pooling "none" (or None): an
+        EmbeddingCollection, each ID's row unpooled."""
+        if pooling is None or (isinstance(pooling, str) and pooling == "none"):
+            return EmbeddingCollection(self.trainer, self.device, features, tables)
         return EmbeddingBagCollection(self.trainer, pooling, self.device, features, tables)
 
     def distributed(self, model, deterministic=True):
