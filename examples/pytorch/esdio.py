@@ -16,6 +16,7 @@ single-process references and checks (numpy only):
 Checksums are not verified here: validate a file with `esd-ref info` (or
 esd_ckpt_open / esd_ds_open) first.
 """
+import os
 import struct
 
 import numpy as np
@@ -228,10 +229,9 @@ class EmbOptim:
 
 
 # -- checkpoint (docs/model.md, runtime/ckpt) -------------------------------
-def read_ckpt(path):
-    """{'seed', 'iter', 'cursor', 'dim', 'opt', 'keys' uint64 [r], 'clocks'
-    uint64 [r], 'values' float32 [r, dim], 'state' float32 [r, dim*s],
-    'dense', 'dense_state'} of one shard file."""
+def _read_ckpt_file(path):
+    """One checkpoint file as read_ckpt returns it, plus 'parent' (None, or
+    (iteration, file checksum) of an increment's parent) and 'shard'."""
     with open(path, "rb") as f:
         buf = f.read()
     if buf[:8] != b"ESDCKPT\0":
@@ -240,7 +240,8 @@ def read_ckpt(path):
     if version != 1:
         raise ValueError("%s: checkpoint version %d, expected 1" % (path, version))
     seed, it, cursor, nrows, ndense, dclock = struct.unpack_from("<6Q", buf, 16)
-    dim, opt, sf = struct.unpack_from("<3I", buf, 64)
+    dim, opt, sf, shard, _, flags = struct.unpack_from("<6I", buf, 64)
+    piter, psum = struct.unpack_from("<2Q", buf, 88)
     rec = 16 + 4 * dim * (1 + sf)
     if len(buf) != hsize + nrows * rec + 4 * ndense * (1 + sf) + 48:
         raise ValueError("%s: size %d does not match its header" % (path, len(buf)))
@@ -252,4 +253,47 @@ def read_ckpt(path):
     return {"seed": seed, "iter": it, "cursor": cursor, "dim": dim, "opt": opt,
             "dense_clock": dclock, "keys": rows["key"].copy(), "clocks": rows["clock"].copy(),
             "values": rows["value"].copy(), "state": rows["state"].reshape(nrows, dim * sf).copy(),
-            "dense": dense[:ndense].copy(), "dense_state": dense[ndense:].copy()}
+            "dense": dense[:ndense].copy(), "dense_state": dense[ndense:].copy(),
+            "parent": (piter, psum) if flags & 2 else None, "shard": shard}
+
+
+def _ckpt_parent(path, c):
+    """The parent file of increment c read from path (esd/ckpt.h, Increments)."""
+    piter, psum = c["parent"]
+    d = os.path.dirname(path) or "."
+    for kind in ("inc", "base"):
+        p = os.path.join(d, "ps-shard%d.ckpt.%s%d" % (c["shard"], kind, piter))
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                f.seek(-8, os.SEEK_END)  # the trailer's checksum: the file's
+                if struct.unpack("<Q", f.read(8))[0] == psum:
+                    return p
+    raise ValueError("%s: the parent of this increment (iteration %d) is missing" % (path, piter))
+
+
+def read_ckpt(path):
+    """{'seed', 'iter', 'cursor', 'dim', 'opt', 'keys' uint64 [r], 'clocks'
+    uint64 [r], 'values' float32 [r, dim], 'state' float32 [r, dim*s],
+    'dense', 'dense_state'} of one shard file. An increment is merged with
+    its parents as esd_ckpt_open does: the base's rows in order at their
+    newest value, then newer rows in the order the increments hold them."""
+    top = _read_ckpt_file(path)
+    chain, p, c = [top], path, top
+    while c["parent"] is not None:
+        p = _ckpt_parent(p, c)
+        c = _read_ckpt_file(p)
+        chain.append(c)
+    if len(chain) == 1:
+        return top
+    order, where = [], {}
+    for lv, c in enumerate(reversed(chain)):  # base first
+        for i, k in enumerate(c["keys"].tolist()):
+            if k not in where:
+                order.append(k)
+            where[k] = (lv, i)
+    files = list(reversed(chain))
+    pick = [where[k] for k in order]
+    out = dict(top)
+    for f in ("keys", "clocks", "values", "state"):
+        out[f] = np.stack([files[lv][f][i] for lv, i in pick]) if pick else top[f][:0]
+    return out

@@ -15,8 +15,11 @@
  *     64  u32 row dim                68  u32 optimizer (enum esd_optimizer)
  *     72  u32 state floats per element (must match the optimizer)
  *     76  u32 shard                  80  u32 shard count
- *     84  u32 flags (bit 0: rows in strictly ascending key order)
- *     88  32 bytes reserved, zero    120 u64 XXH64 of bytes [0, 120)
+ *     84  u32 flags (bit 0: rows in strictly ascending key order; bit 1:
+ *         an increment, see below)
+ *     88  u64 parent iteration       96  u64 parent file checksum
+ *         (both zero unless an increment)
+ *     104 16 bytes reserved, zero    120 u64 XXH64 of bytes [0, 120)
  *   rows, row count records of 16 + 4*dim*(1 + state floats) bytes:
  *     u64 key | u64 clock | float value[dim] | float state[dim*sf]
  *   dense: float dense[dense floats] | float dense state[dense floats*sf]
@@ -25,6 +28,22 @@
  *     24 u64 XXH64 of every byte between header and trailer |
  *     32 u64 the header's checksum | 40 u64 XXH64 of trailer bytes [0, 40)
  * The size of a valid file follows from its header alone.
+ *
+ * Increments
+ * ----------
+ * An increment holds only the rows that changed since its parent, a
+ * checkpoint of an earlier iteration of the same shard, plus the whole
+ * dense table. Its parent lies in the same directory as
+ * "ps-shard<S>.ckpt.inc<I>" (an increment) or "ps-shard<S>.ckpt.base<I>"
+ * (a full file), I the parent iteration, and is the one of those whose
+ * file checksum (its trailer's XXH64, which covers its header's and its
+ * body's) the increment names. esd_ckpt_open of an increment
+ * opens and validates its whole chain back to the full base and hands out
+ * the merged model: every row once, at its newest value, in the order a
+ * full checkpoint of the same shard lists them (base order, then rows
+ * created later in the order of the increments that first hold them).
+ * Every reader (esd-ps, esd-ref, esd-export, ps.resume_from) goes through
+ * it, so a base plus increments reads exactly as one full checkpoint.
  *
  * Atomicity
  * ---------
@@ -72,6 +91,8 @@ extern "C" {
 #define ESD_CKPT_TRAILER_SIZE 48u
 #define ESD_CKPT_MAX_DIM      65536u
 #define ESD_CKPT_FLAG_SORTED  1u
+#define ESD_CKPT_FLAG_INCR    2u
+#define ESD_CKPT_MAX_CHAIN    64u /* files of an increment chain, base included */
 
 /* What a checkpoint says about itself. */
 struct esd_ckpt_meta {
@@ -84,13 +105,20 @@ struct esd_ckpt_meta {
 	uint32_t nshards;     /* shards of the job, >= 1 */
 	uint64_t dense_len;   /* floats of the dense table in this file (0: none) */
 	uint64_t dense_clock; /* updates applied to the dense table */
+	/* An increment (Increments above): rows changed since the parent of
+	 * parent_iteration whose file checksum is parent_sum. */
+	bool increment;
+	uint64_t parent_iteration;
+	uint64_t parent_sum;
 };
 
 struct esd_ckpt_info {
 	struct esd_ckpt_meta meta;
 	uint64_t row_count;
 	bool sorted;        /* rows in strictly ascending key order */
-	uint64_t file_size; /* bytes */
+	uint64_t file_size; /* bytes (of the whole chain for an increment) */
+	uint64_t file_sum;   /* this file's trailer checksum (an increment's parent_sum) */
+	uint32_t chain;      /* files read: 1, or the increments plus the base */
 };
 
 /* Why a file was refused. code is the return value; offset the byte
@@ -180,8 +208,22 @@ struct esd_ckpt_reader;
 int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err);
 
 /* The same on an open file descriptor (read with pread from offset 0;
- * the reader keeps its own dup of fd). */
+ * the reader keeps its own dup of fd). An increment cannot be opened
+ * this way (its parent is found by path): -EINVAL. */
 int esd_ckpt_open_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error *err);
+
+/*
+ * The parent of the checkpoint at path: 1 and its path in buf when path
+ * is an increment (the parent file exists and its file checksum is the
+ * one named), 0 when path is a full checkpoint, or a -errno (-ENOENT: the
+ * parent is missing) with *err filled. Reads headers only.
+ */
+int esd_ckpt_parent(const char *path, char *buf, size_t len, struct esd_ckpt_error *err);
+
+/* The file checksum of the checkpoint at path (the trailer's checksum,
+ * which covers the header's and the body's; what an increment built on
+ * it names), from its header and trailer alone: 0, or a -errno. */
+int esd_ckpt_file_sum(const char *path, uint64_t *sum);
 
 const struct esd_ckpt_info *esd_ckpt_info(const struct esd_ckpt_reader *r);
 

@@ -28,11 +28,16 @@
 /* One PS shard. */
 struct esd_plan_ps {
 	uint64_t rows;      /* rows of the shard */
-	uint64_t records;   /* row records, in 4096-row chunks (exact) */
-	uint64_t index;     /* open-addressing index (exact) */
+	uint64_t records;   /* row records in RAM: in 4096-row chunks, or with
+	                     * ps.store_dir at most ps.store_ram (its row cache
+	                     * and mapped pages, neither above the row file) */
+	uint64_t index;     /* open-addressing index and changed bits (exact) */
 	uint64_t staging;   /* gradients staged for one barrier (estimate) */
+	uint64_t pull;      /* pull answers of one iteration, each encoded
+	                     * whole with optimizer state (estimate) */
 	uint64_t dense;     /* shard 0: dense table, state, n stages (exact) */
-	uint64_t total;
+	uint64_t total;     /* RAM: the parts above */
+	uint64_t disk;      /* ps.store_dir: the row file (exact); 0 in RAM */
 };
 
 /* One node daemon. */

@@ -34,7 +34,9 @@ enum {
 	H_SHARD = 76,
 	H_NSHARDS = 80,
 	H_FLAGS = 84,
-	H_RESERVED = 88,
+	H_PARENT_ITER = 88,
+	H_PARENT_SUM = 96,
+	H_RESERVED = 104,
 	H_SUM = 120,
 };
 /* trailer field offsets */

@@ -30,8 +30,13 @@ struct esd_ckpt_reader {
 	uint64_t dense_off; /* start of the dense section */
 	uint64_t trailer_off;
 	uint64_t body_sum; /* from the trailer */
+	uint64_t file_rows; /* rows in this file (info.row_count: of the chain) */
 	unsigned char *buf;
 	size_t bufsize; /* a whole number of records, >= RBUF_MIN */
+	/* an increment: its parents, newest first, the base last */
+	struct esd_ckpt_reader *chain[ESD_CKPT_MAX_CHAIN];
+	uint32_t nchain;
+	struct key_map *map; /* key -> newest version, built at open */
 };
 
 static int fail(struct esd_ckpt_error *err, int code, uint64_t off, const char *fmt, ...)
@@ -110,9 +115,20 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 		            r->sf, opt, esd_optimizer_state_floats(m->optimizer));
 	if (m->nshards < 1 || m->shard >= m->nshards)
 		return fail(err, -EBADMSG, H_SHARD, "shard %u of %u", m->shard, m->nshards);
-	if (flags & ~ESD_CKPT_FLAG_SORTED)
+	if (flags & ~(ESD_CKPT_FLAG_SORTED | ESD_CKPT_FLAG_INCR))
 		return fail(err, -EBADMSG, H_FLAGS, "unknown flags 0x%x", flags);
 	r->info.sorted = flags & ESD_CKPT_FLAG_SORTED;
+	m->increment = flags & ESD_CKPT_FLAG_INCR;
+	m->parent_iteration = esd_get_le64(h + H_PARENT_ITER);
+	m->parent_sum = esd_get_le64(h + H_PARENT_SUM);
+	if (!m->increment && (m->parent_iteration || m->parent_sum))
+		return fail(err, -EBADMSG, H_PARENT_ITER, "a parent named, but not an increment");
+	if (m->increment && m->parent_iteration >= m->iteration)
+		return fail(err, -EBADMSG, H_PARENT_ITER,
+		            "increment of iteration %" PRIu64 " on a parent of iteration %" PRIu64,
+		            m->iteration, m->parent_iteration);
+	r->file_rows = r->info.row_count;
+	r->info.chain = 1;
 	for (unsigned i = H_RESERVED; i < H_SUM; i++)
 		if (h[i])
 			return fail(err, -EBADMSG, i, "reserved header byte is not zero");
@@ -163,6 +179,7 @@ static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, cons
 		return fail(err, -EBADMSG, o + T_HDRSUM,
 		            "trailer belongs to another header (header checksum differs)");
 	r->body_sum = esd_get_le64(t + T_BODYSUM);
+	r->info.file_sum = esd_get_le64(t + T_SUM);
 	return 0;
 }
 
@@ -175,7 +192,7 @@ static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
 {
 	XXH64_state_t *st = XXH64_createState();
 	const uint32_t dim = r->info.meta.dim;
-	uint64_t left = r->info.row_count, off = r->rows_off, prev = 0;
+	uint64_t left = r->file_rows, off = r->rows_off, prev = 0;
 	int rc = 0;
 	if (!st)
 		return fail(err, -ENOMEM, 0, "out of memory");
@@ -237,7 +254,7 @@ out:
 	return rc;
 }
 
-int esd_ckpt_open_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+static int open_one_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
 {
 	struct esd_ckpt_reader *r;
 	unsigned char h[ESD_CKPT_HEADER_SIZE], t[ESD_CKPT_TRAILER_SIZE];
@@ -307,7 +324,283 @@ err_free:
 	return rc;
 }
 
-int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+static void prefix_path(struct esd_ckpt_error *err, const char *path)
+{
+	/* prefix the path to what went wrong */
+	char msg[2 * sizeof(err->msg) + 64];
+	snprintf(msg, sizeof(msg), "%s: %s (at byte %" PRIu64 ")", path, err->msg, err->offset);
+	size_t l = strlen(msg);
+	if (l >= sizeof(err->msg))
+		l = sizeof(err->msg) - 1;
+	memcpy(err->msg, msg, l);
+	err->msg[l] = '\0';
+}
+
+static int open_one(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err);
+
+/* ---- increments ---------------------------------------------------------- */
+
+/* The header of the file at path and its file checksum (the trailer's,
+ * which covers the header's and the body's), both checked: 0, or -errno. */
+static int read_header(const char *path, unsigned char h[ESD_CKPT_HEADER_SIZE], uint64_t *sum)
+{
+	unsigned char t[ESD_CKPT_TRAILER_SIZE];
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return esd_neg_errno();
+	int rc = fstat(fd, &sb) ? esd_neg_errno() : 0;
+	if (!rc && (uint64_t)sb.st_size < ESD_CKPT_HEADER_SIZE + ESD_CKPT_TRAILER_SIZE)
+		rc = -ENODATA;
+	if (!rc)
+		rc = pread_all(fd, h, ESD_CKPT_HEADER_SIZE, 0);
+	if (!rc)
+		rc = pread_all(fd, t, sizeof(t), (uint64_t)sb.st_size - sizeof(t));
+	close(fd);
+	if (rc)
+		return rc;
+	if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8) || memcmp(t + T_MAGIC, CKPT_TRAILER_MAGIC, 8))
+		return -ESD_EBADMAGIC;
+	if (esd_get_le64(h + H_SUM) != esd_ckpt_hash(h, H_SUM) ||
+	    esd_get_le64(t + T_SUM) != esd_ckpt_hash(t, T_SUM) ||
+	    esd_get_le64(t + T_HDRSUM) != esd_get_le64(h + H_SUM))
+		return -ESD_EBADSUM;
+	*sum = esd_get_le64(t + T_SUM);
+	return 0;
+}
+
+int esd_ckpt_file_sum(const char *path, uint64_t *sum)
+{
+	unsigned char h[ESD_CKPT_HEADER_SIZE];
+	return read_header(path, h, sum);
+}
+
+int esd_ckpt_parent(const char *path, char *buf, size_t len, struct esd_ckpt_error *err)
+{
+	static const char *const kinds[] = {"inc", "base"};
+	unsigned char h[ESD_CKPT_HEADER_SIZE], ph[ESD_CKPT_HEADER_SIZE];
+	if (err)
+		memset(err, 0, sizeof(*err));
+	uint64_t own;
+	int rc = read_header(path, h, &own);
+	if (rc)
+		return fail(err, rc, 0, "%s: header or trailer: %s", path, esd_strerror(rc));
+	if (!(esd_get_le32(h + H_FLAGS) & ESD_CKPT_FLAG_INCR))
+		return 0;
+	const char *slash = strrchr(path, '/');
+	int dl = slash ? (int)(slash - path) : 1;
+	const char *dir = slash ? path : ".";
+	uint64_t it = esd_get_le64(h + H_PARENT_ITER), sum = esd_get_le64(h + H_PARENT_SUM);
+	for (unsigned k = 0; k < 2; k++) {
+		int n = snprintf(buf, len, "%.*s/ps-shard%u.ckpt.%s%" PRIu64, dl, dir,
+		                 esd_get_le32(h + H_SHARD), kinds[k], it);
+		if (n < 0 || (size_t)n >= len)
+			return fail(err, -ENAMETOOLONG, 0, "%s: parent path too long", path);
+		uint64_t psum;
+		if (!read_header(buf, ph, &psum) && psum == sum)
+			return 1;
+	}
+	return fail(err, -ENOENT, H_PARENT_ITER,
+	            "%s: an increment whose parent (iteration %" PRIu64 ", file checksum %016" PRIx64
+	            ") is missing: ps-shard%u.ckpt.{inc,base}%" PRIu64 " next to it",
+	            path, it, sum, esd_get_le32(h + H_SHARD), it);
+}
+
+struct key_ent {
+	uint64_t key;
+	uint64_t off;   /* of the newest version's record in level `level` */
+	uint32_t level; /* newest file holding the key: 0 the base, 1.. the increments */
+	uint32_t first; /* oldest increment holding it */
+	bool used, in_base;
+};
+
+struct key_map {
+	struct key_ent *e;
+	size_t cap, n; /* cap a power of two */
+};
+
+static size_t key_slot(const struct key_map *m, uint64_t key)
+{
+	uint64_t x = key * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(x ^ x >> 29) & (m->cap - 1);
+	while (m->e[i].used && m->e[i].key != key)
+		i = (i + 1) & (m->cap - 1);
+	return i;
+}
+
+static struct key_ent *key_find(const struct key_map *m, uint64_t key)
+{
+	struct key_ent *e = &m->e[key_slot(m, key)];
+	return e->used ? e : NULL;
+}
+
+static struct key_ent *key_add(struct key_map *m, uint64_t key)
+{
+	if (2 * (m->n + 1) > m->cap) {
+		struct key_map g = {.cap = m->cap ? 2 * m->cap : 1024};
+		g.e = calloc(g.cap, sizeof(*g.e));
+		if (!g.e)
+			return NULL;
+		for (size_t i = 0; i < m->cap; i++)
+			if (m->e[i].used)
+				g.e[key_slot(&g, m->e[i].key)] = m->e[i];
+		g.n = m->n;
+		free(m->e);
+		*m = g;
+	}
+	struct key_ent *e = &m->e[key_slot(m, key)];
+	if (!e->used) {
+		*e = (struct key_ent){.key = key, .used = true};
+		m->n++;
+	}
+	return e;
+}
+
+/* Level i of r's chain: 0 the base, nchain r itself. */
+static struct esd_ckpt_reader *level_of(struct esd_ckpt_reader *r, uint32_t i)
+{
+	return i == r->nchain ? r : r->chain[r->nchain - 1 - i];
+}
+
+struct walk_ctx {
+	struct esd_ckpt_reader *top, *at;
+	uint32_t level;
+	uint64_t idx; /* rows of `at` walked so far */
+	uint64_t in_base;
+	esd_ckpt_row_fn fn;
+	void *arg;
+	unsigned char *rec; /* one record */
+};
+
+static int collect_key(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct walk_ctx *c = arg;
+	(void)clock, (void)v, (void)s;
+	struct key_ent *e = key_add(c->top->map, key);
+	if (!e)
+		return -ENOMEM;
+	if (!e->level) { /* levels are walked newest first */
+		e->level = c->level;
+		e->off = c->at->rows_off + c->idx * c->at->rec;
+	}
+	e->first = c->level;
+	c->idx++;
+	return 0;
+}
+
+static int mark_base(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct walk_ctx *c = arg;
+	(void)clock, (void)v, (void)s;
+	struct key_ent *e = key_find(c->top->map, key);
+	if (e && !e->in_base) {
+		e->in_base = true;
+		c->in_base++;
+	}
+	return 0;
+}
+
+/* Open and check r's parents back to the base and index the keys of its
+ * increments. */
+static int open_chain(const char *path, struct esd_ckpt_reader *r, struct esd_ckpt_error *err)
+{
+	char cur[4096], par[4096];
+	struct esd_ckpt_reader *at = r;
+	int rc;
+	snprintf(cur, sizeof(cur), "%s", path);
+	while (at->info.meta.increment) {
+		if (r->nchain + 1 >= ESD_CKPT_MAX_CHAIN)
+			return fail(err, -ELOOP, 0, "%s: more than %u increments", path,
+			            ESD_CKPT_MAX_CHAIN - 1);
+		rc = esd_ckpt_parent(cur, par, sizeof(par), err);
+		if (rc < 0)
+			return rc;
+		struct esd_ckpt_reader *p;
+		rc = open_one(par, &p, err);
+		if (rc)
+			return rc;
+		r->chain[r->nchain++] = p;
+		const struct esd_ckpt_meta *a = &at->info.meta, *b = &p->info.meta;
+		if (b->iteration != a->parent_iteration || b->seed != a->seed || b->dim != a->dim ||
+		    b->optimizer != a->optimizer || b->shard != a->shard || b->nshards != a->nshards)
+			return fail(err, -EBADMSG, 0,
+			            "%s: parent of %s is of another shard or iteration", par, cur);
+		r->info.file_size += p->info.file_size;
+		at = p;
+		snprintf(cur, sizeof(cur), "%s", par);
+	}
+	r->map = calloc(1, sizeof(*r->map));
+	if (!r->map)
+		return fail(err, -ENOMEM, 0, "out of memory");
+	struct walk_ctx c = {.top = r};
+	for (uint32_t i = r->nchain; i >= 1; i--) {
+		c.at = level_of(r, i);
+		c.level = i;
+		c.idx = 0;
+		rc = walk_body(c.at, collect_key, &c, err);
+		if (rc)
+			return rc;
+	}
+	c.at = level_of(r, 0);
+	rc = walk_body(c.at, mark_base, &c, err);
+	if (rc)
+		return rc;
+	r->info.row_count = c.at->file_rows + (r->map->n - c.in_base);
+	r->info.sorted = false;
+	r->info.chain = r->nchain + 1;
+	return 0;
+}
+
+/* Deliver the newest version of e (held in level e->level). */
+static int emit_newest(struct walk_ctx *c, const struct key_ent *e)
+{
+	struct esd_ckpt_reader *l = level_of(c->top, e->level);
+	int rc = pread_all(l->fd, c->rec, (size_t)l->rec, e->off);
+	if (rc)
+		return rc;
+	const float *v = (const float *)(const void *)(c->rec + 16);
+	return c->fn(c->arg, esd_get_le64(c->rec), esd_get_le64(c->rec + 8), v,
+	             l->sf ? v + l->info.meta.dim : NULL);
+}
+
+static int merge_base_row(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct walk_ctx *c = arg;
+	const struct key_ent *e = key_find(c->top->map, key);
+	return e ? emit_newest(c, e) : c->fn(c->arg, key, clock, v, s);
+}
+
+static int merge_new_row(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct walk_ctx *c = arg;
+	const struct key_ent *e = key_find(c->top->map, key);
+	if (!e || e->in_base || e->first != c->level)
+		return 0;
+	return e->level == c->level ? c->fn(c->arg, key, clock, v, s) : emit_newest(c, e);
+}
+
+/* The rows of a chain: the base's in its order, each at its newest value,
+ * then the rows created later, in the order of the increment that first
+ * holds them. */
+static int merged_rows(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg)
+{
+	struct walk_ctx c = {.top = r, .fn = fn, .arg = arg};
+	c.rec = malloc((size_t)r->rec);
+	if (!c.rec)
+		return -ENOMEM;
+	c.at = level_of(r, 0);
+	int rc = walk_body(c.at, merge_base_row, &c, NULL);
+	for (uint32_t i = 1; i <= r->nchain && !rc; i++) {
+		c.at = level_of(r, i);
+		c.level = i;
+		rc = walk_body(c.at, merge_new_row, &c, NULL);
+	}
+	free(c.rec);
+	return rc;
+}
+
+/* One file, without its parents; errors prefixed with path. */
+static int open_one(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
 {
 	int fd, rc;
 	if (err)
@@ -319,18 +612,34 @@ int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckp
 		rc = esd_neg_errno();
 		return fail(err, rc, 0, "%s: %s", path, esd_strerror(rc));
 	}
-	rc = esd_ckpt_open_fd(fd, out, err);
+	rc = open_one_fd(fd, out, err);
 	close(fd);
-	if (rc && err) {
-		/* prefix the path to what went wrong */
-		char msg[2 * sizeof(err->msg) + 64];
-		snprintf(msg, sizeof(msg), "%s: %s (at byte %" PRIu64 ")", path, err->msg,
-		         err->offset);
-		size_t l = strlen(msg);
-		if (l >= sizeof(err->msg))
-			l = sizeof(err->msg) - 1;
-		memcpy(err->msg, msg, l);
-		err->msg[l] = '\0';
+	if (rc && err)
+		prefix_path(err, path);
+	return rc;
+}
+
+int esd_ckpt_open_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+{
+	int rc = open_one_fd(fd, out, err);
+	if (!rc && (*out)->info.meta.increment) {
+		esd_ckpt_close(*out);
+		*out = NULL;
+		return fail(err, -EINVAL, H_FLAGS,
+		            "an increment: open it by path so that its parent can be found");
+	}
+	return rc;
+}
+
+int esd_ckpt_open(const char *path, struct esd_ckpt_reader **out, struct esd_ckpt_error *err)
+{
+	int rc = open_one(path, out, err);
+	if (rc || !(*out)->info.meta.increment)
+		return rc;
+	rc = open_chain(path, *out, err);
+	if (rc) {
+		esd_ckpt_close(*out);
+		*out = NULL;
 	}
 	return rc;
 }
@@ -344,7 +653,7 @@ int esd_ckpt_read_rows(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg)
 {
 	if (!r || !fn)
 		return -EINVAL;
-	return walk_body(r, fn, arg, NULL);
+	return r->nchain ? merged_rows(r, fn, arg) : walk_body(r, fn, arg, NULL);
 }
 
 int esd_ckpt_read_dense(struct esd_ckpt_reader *r, float *dense, float *state)
@@ -366,6 +675,11 @@ void esd_ckpt_close(struct esd_ckpt_reader *r)
 {
 	if (!r)
 		return;
+	for (uint32_t i = 0; i < r->nchain; i++)
+		esd_ckpt_close(r->chain[i]);
+	if (r->map)
+		free(r->map->e);
+	free(r->map);
 	close(r->fd);
 	free(r->buf);
 	free(r);

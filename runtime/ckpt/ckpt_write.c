@@ -125,7 +125,12 @@ static void encode_header(struct esd_ckpt_writer *w)
 	esd_put_le32(h + H_SF, w->sf);
 	esd_put_le32(h + H_SHARD, w->meta.shard);
 	esd_put_le32(h + H_NSHARDS, w->meta.nshards);
-	esd_put_le32(h + H_FLAGS, w->sorted ? ESD_CKPT_FLAG_SORTED : 0);
+	esd_put_le32(h + H_FLAGS, (w->sorted ? ESD_CKPT_FLAG_SORTED : 0) |
+	                          (w->meta.increment ? ESD_CKPT_FLAG_INCR : 0));
+	if (w->meta.increment) {
+		esd_put_le64(h + H_PARENT_ITER, w->meta.parent_iteration);
+		esd_put_le64(h + H_PARENT_SUM, w->meta.parent_sum);
+	}
 	esd_put_le64(h + H_SUM, esd_ckpt_hash(h, H_SUM));
 }
 

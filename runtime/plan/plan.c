@@ -121,11 +121,13 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 	return 0;
 }
 
-/* Each PS shard: row records, index, staging, dense table. */
-static void plan_ps(struct esd_plan *p)
+/* Each PS shard: row records (in RAM, or on disk with ps.store_ram of them
+ * resident), index, staging, pull answers, dense table. */
+static void plan_ps(const struct esd_job *job, struct esd_plan *p)
 {
 	const uint32_t S = p->shards;
 	const uint64_t kt = p->global_batch * p->width;
+	const uint64_t wire_row = 16 + 4ull * p->dim * (1 + p->state_floats);
 	for (uint32_t s = 0; s < S; s++) {
 		struct esd_plan_ps *o = &p->ps[s];
 		o->rows = (p->total_rows + S - 1) / S;
@@ -134,10 +136,17 @@ static void plan_ps(struct esd_plan *p)
 		while ((o->rows + 1) * 2 > icap)
 			icap *= 2;
 		o->records = chunks * PLAN_PS_CHUNK_ROWS * p->row_bytes;
-		o->index = icap * PLAN_PS_INDEX_ENTRY;
+		if (job->store_dir[0]) { /* a row cache of 3/4 store_ram, the rest mapped pages */
+			uint64_t ram = job->store_ram_mb << 20, cache = ram / 4 * 3;
+			o->disk = o->records;
+			o->records = (cache < o->disk ? cache : o->disk) +
+				     (ram - cache < o->disk ? ram - cache : o->disk);
+		}
+		o->index = icap * PLAN_PS_INDEX_ENTRY + (o->rows + 63) / 64 * 8;
 		o->staging = (kt + S - 1) / S * (16 + 4ull * p->dim);
+		o->pull = (kt + S - 1) / S * wire_row;
 		o->dense = s == 0 ? p->dense_len * 4 * (1 + p->state_floats + p->workers) : 0;
-		o->total = o->records + o->index + o->staging + o->dense;
+		o->total = o->records + o->index + o->staging + o->pull + o->dense;
 		p->ps_total += o->total;
 	}
 }
@@ -189,7 +198,7 @@ int esd_plan_compute(const struct esd_job *job, const struct esd_ds_info *di,
 	int rc = plan_shape(job, di, p, err, errlen);
 	if (rc)
 		return rc;
-	plan_ps(p);
+	plan_ps(job, p);
 	plan_nodes(job, p);
 	p->total = p->ps_total + p->node_total + p->trainer_total;
 	return 0;
@@ -229,10 +238,10 @@ int esd_plan_start_check(const struct esd_job *job, const struct esd_ds_info *di
 		esd_plan_fit(o->total, 0, &f);
 		snprintf(part, sizeof(part), "PS shard %d", shard);
 		snprintf(fig, sizeof(fig),
-			 "%" PRIu64 " rows of %" PRIu64 " bytes: records %.2f GiB, index %.2f "
-			 "GiB, staging %.2f GiB, dense %.2f GiB",
-			 o->rows, p.row_bytes, gib(o->records), gib(o->index), gib(o->staging),
-			 gib(o->dense));
+			 "%" PRIu64 " rows of %" PRIu64 " bytes: records %.2f GiB%s, index %.2f "
+			 "GiB, staging %.2f GiB, pull answers %.2f GiB, dense %.2f GiB",
+			 o->rows, p.row_bytes, gib(o->records), o->disk ? " resident" : "",
+			 gib(o->index), gib(o->staging), gib(o->pull), gib(o->dense));
 	} else {
 		const struct esd_plan_node *o = &p.node[rank];
 		const struct esd_plan_trainer *t = &p.trainer[rank];

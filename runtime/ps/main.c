@@ -126,7 +126,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 	(void)req;
 	(void)err;
 	pthread_mutex_lock(&ps->mu);
-	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s?}",
+	*resp = json_pack("{s:s, s:i, s:i, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s?}",
 			  "role", "ps", "shard", ps->shard, "workers", ps->job.n,
 			  "iteration", (json_int_t)ps->bar.iter_done, "cursor", (json_int_t)ps->bar.cursor,
 			  "connected", __builtin_popcountll(ps->bar.connected_mask),
@@ -136,6 +136,7 @@ static int cmd_status(void *arg, json_t *req, json_t **resp, const char **err)
 			  "value_rows", (json_int_t)ps->stats.value_rows,
 			  "grad_rows", (json_int_t)ps->stats.grad_rows,
 			  "checkpoints", (json_int_t)ps->stats.checkpoints,
+			  "checkpoint_bytes", (json_int_t)ps->stats.ckpt_bytes,
 			  "failed", ps->bar.failed ? ps->bar.fail_msg : NULL);
 	json_object_set_new(*resp, "checkpoint_requested", json_boolean(ps->ckpt.requested));
 	json_object_set_new(*resp, "iterations", json_integer((json_int_t)ps->job.iterations));

@@ -84,6 +84,7 @@ struct ps_dense_table {
 struct ps_stats {
 	uint64_t pulled_rows, value_rows, grad_rows, barriers, checkpoints;
 	int64_t last_ckpt_ns;
+	uint64_t ckpt_bytes, last_ckpt_bytes; /* written by checkpoints: all, the last one */
 };
 
 /* Where the link threads' CPU goes (esdctl status "cpu"): receiving
@@ -116,6 +117,17 @@ struct ps_ckpt_request {
 	uint32_t flagged;     /* barriers of this iteration flagged CHECKPOINT */
 	bool requested;
 	uint64_t requested_at; /* iter_done when it was requested */
+};
+
+/* The checkpoint the next increment builds on (ckpt.c): the newest one
+ * this shard wrote or restored from its ps.checkpoint_dir. */
+struct ps_ckpt_chain {
+	bool ok;       /* false: the next checkpoint is a full one */
+	uint64_t iter; /* its iteration and header checksum */
+	uint64_t sum;
+	uint32_t len;      /* increments since the base */
+	uint64_t rows;     /* rows those increments hold */
+	uint64_t base_rows; /* rows of the base */
 };
 
 /* A graceful stop of the whole job (SIGTERM, esdctl stop, or a worker's
@@ -194,6 +206,7 @@ struct ps {
 	struct ps_stats stats;
 	struct ps_cpu cpu;
 	struct ps_ckpt_request ckpt;
+	struct ps_ckpt_chain chain;
 	struct ps_stop stop;
 	struct ps_live live;
 	struct ps_fit fit;

@@ -15,6 +15,7 @@ controller).
 usage: test_bigtable.py BIN_DIR
 """
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -141,8 +142,9 @@ def main():
         rows = None
         with open(os.path.join(env.root, "ram", "ps0.log")) as f:
             for line in f:
-                if "checkpoint of iteration %d:" % ITERS in line:
-                    rows = int(line.split(":")[-1].split()[0])
+                m = re.search(r"checkpoint of iteration %d: full of (\d+) rows" % ITERS, line)
+                if m:
+                    rows = int(m.group(1))
         table = rows * row_bytes(DIM)
         limit = table // 4
         print("table: %d rows x %d bytes = %.1f MiB; shard memory limit %.1f MiB"

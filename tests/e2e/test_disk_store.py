@@ -20,11 +20,11 @@ from e2e_util import Env, ClusterError
 
 
 def rows_at_end(log):
-    """The rows the shard's last checkpoint wrote (its log line)."""
+    """The rows the shard's last full checkpoint wrote (its log line)."""
     rows = None
     with open(log) as f:
         for line in f:
-            m = re.search(r"checkpoint of iteration \d+: (\d+) rows", line)
+            m = re.search(r"checkpoint of iteration \d+: full of (\d+) rows", line)
             if m:
                 rows = int(m.group(1))
     return rows

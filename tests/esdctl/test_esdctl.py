@@ -217,6 +217,30 @@ def run(work):
                           c.job)
         check(big["fits"] is False and big["needed_from_mem_available"] >
               big["mem_available_bytes"], "plan: a job too big for this machine")
+        ps_plan = plan["esd_ps"]["shards"][0]
+        check(sum(ps_plan[k]["bytes"] for k in ("rows", "index", "staging", "pull", "dense")) ==
+              ps_plan["total"] and ps_plan["disk"] == 0, "plan: esd-ps parts sum to its total")
+        # rows on disk: RAM is ps.store_ram plus the per-iteration buffers
+        disk = esdctl_json("plan", "--set", "ps.store_dir=" + work, "--set", "ps.store_ram=8",
+                           c.job)
+        dps = disk["esd_ps"]["shards"][0] if disk else {}
+        sf = {"sgd": 0, "adagrad": 1, "adam": 2}[disk["optimizer"]] if disk else 0
+        wire = 16 + 4 * disk["dim"] * (1 + sf) if disk else None
+        check(disk and dps["rows"]["bytes"] == min(6 << 20, dps["disk"]) +
+              min(2 << 20, dps["disk"]) and
+              dps["disk"] == ps_plan["rows"]["bytes"] and
+              dps["pull"]["bytes"] == ps_plan["pull"]["bytes"] > 0 and
+              dps["staging"]["bytes"] == ps_plan["staging"]["bytes"] and
+              dps["total"] == sum(dps[k]["bytes"] for k in
+                                  ("rows", "index", "staging", "pull", "dense")),
+              "plan: a disk-store shard is store_ram + index + staging + pull answers + dense "
+              "in RAM, its records on disk: %s" % {k: dps.get(k) for k in ("total", "disk")})
+        if wire:
+            check(dps["pull"]["bytes"] % wire == 0, "plan: pull answers in whole rows with state")
+        rc, out, err = esdctl("plan", "--set", "ps.store_dir=" + work, "--set", "ps.store_ram=8",
+                              c.job)
+        check(rc == 0 and "row file in ps.store_dir" in out and "pull" in out,
+              "plan: human table of a disk-store shard")
         rc, out, err = esdctl("plan", os.path.join(work, "missing.ini"))
         check(rc == 2 and "missing.ini" in err, "plan: a missing job file is named")
 

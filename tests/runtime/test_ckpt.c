@@ -467,6 +467,107 @@ static void copy_model(const char *src, const char *dst, esd_key_t target, float
 	esd_ckpt_close(r);
 }
 
+/* Write rows ids[] (value from vals[], clock vals[]) as a file of
+ * iteration it; an increment of parent (iteration, header checksum) when
+ * parent is not NULL. Returns the file's header checksum. */
+static uint64_t write_rows(const char *path, const uint64_t *ids, const uint64_t *vals, size_t n,
+                           uint64_t it, const char *parent, uint64_t parent_it)
+{
+	struct esd_ckpt_meta m = {.seed = 5, .iteration = it, .data_cursor = it, .dim = 3,
+	                          .optimizer = ESD_OPT_ADAGRAD, .shard = 1, .nshards = 2,
+	                          .dense_len = 2, .dense_clock = it};
+	uint64_t sum = 0;
+	if (parent) {
+		m.increment = true;
+		m.parent_iteration = parent_it;
+		assert_int_equal(esd_ckpt_file_sum(parent, &m.parent_sum), 0);
+	}
+	struct esd_ckpt_writer *w;
+	float v[6], d[4] = {(float)it, 1, 2, 3};
+	assert_int_equal(esd_ckpt_writer_open(path, &m, &w), 0);
+	for (size_t i = 0; i < n; i++) {
+		fill_row(vals[i], 6, v);
+		assert_int_equal(esd_ckpt_write_row(w, ids[i], vals[i], v, v + 3), 0);
+	}
+	assert_int_equal(esd_ckpt_write_dense(w, d, d + 2), 0);
+	assert_int_equal(esd_ckpt_writer_commit(w), 0);
+	assert_int_equal(esd_ckpt_file_sum(path, &sum), 0);
+	return sum;
+}
+
+struct seen_rows {
+	uint64_t key[16], clock[16];
+	size_t n;
+};
+
+static int note_row(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
+{
+	struct seen_rows *sr = arg;
+	float want[6];
+	fill_row(clock, 6, want);
+	assert_memory_equal(v, want, 12);
+	assert_memory_equal(s, want + 3, 12);
+	sr->key[sr->n] = key;
+	sr->clock[sr->n++] = clock;
+	return 0;
+}
+
+/* A base and two increments read as the one full file of the same rows,
+ * in the same order; a missing parent and an fd open are refused. */
+static void test_increments(void **state)
+{
+	(void)state;
+	char *base = path_in("ps-shard1.ckpt.base10"), *i1 = path_in("ps-shard1.ckpt.inc20"),
+	     *i2 = path_in("ps-shard1.ckpt.inc30"), *full = path_in("full.ckpt");
+	const uint64_t k0[] = {30, 10, 20}, v0[] = {1, 2, 3};
+	const uint64_t k1[] = {10, 40}, v1[] = {4, 5};
+	const uint64_t k2[] = {30, 50, 40}, v2[] = {6, 7, 8};
+	const uint64_t kf[] = {30, 10, 20, 40, 50}, vf[] = {6, 4, 3, 8, 7};
+	write_rows(base, k0, v0, 3, 10, NULL, 0);
+	write_rows(i1, k1, v1, 2, 20, base, 10);
+	write_rows(i2, k2, v2, 3, 30, i1, 20);
+	write_rows(full, kf, vf, 5, 30, NULL, 0);
+
+	struct esd_ckpt_reader *r;
+	struct esd_ckpt_error err;
+	assert_int_equal(esd_ckpt_open(i2, &r, &err), 0);
+	const struct esd_ckpt_info *in = esd_ckpt_info(r);
+	assert_int_equal(in->row_count, 5);
+	assert_int_equal(in->chain, 3);
+	assert_int_equal(in->meta.iteration, 30);
+	struct seen_rows sr = {0};
+	assert_int_equal(esd_ckpt_read_rows(r, note_row, &sr), 0);
+	assert_int_equal(sr.n, 5);
+	for (size_t i = 0; i < 5; i++) {
+		assert_int_equal(sr.key[i], kf[i]);
+		assert_int_equal(sr.clock[i], vf[i]);
+	}
+	float d[4];
+	assert_int_equal(esd_ckpt_read_dense(r, d, d + 2), 0);
+	assert_true(d[0] == 30.0f);
+	esd_ckpt_close(r);
+
+	const char *pa[] = {i2}, *pb[] = {full};
+	struct esd_ckpt_cmp_opts exact = {.exact = true, .state = true, .clocks = true};
+	struct esd_ckpt_cmp_result res;
+	assert_int_equal(esd_ckpt_compare(pa, 1, pb, 1, &exact, &res, &err), 0);
+	assert_true(res.equal);
+
+	int fd = open(i2, O_RDONLY);
+	assert_int_equal(esd_ckpt_open_fd(fd, &r, &err), -EINVAL);
+	close(fd);
+	char buf[512];
+	assert_int_equal(esd_ckpt_parent(i2, buf, sizeof(buf), &err), 1);
+	assert_string_equal(buf, i1);
+	assert_int_equal(esd_ckpt_parent(base, buf, sizeof(buf), &err), 0);
+	/* a parent rewritten (another header) is not this increment's */
+	write_rows(i1, k1, v0, 2, 20, base, 10);
+	assert_int_equal(esd_ckpt_open(i2, &r, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, "missing"));
+	unlink(base), unlink(i1), unlink(i2), unlink(full);
+	free(base), free(i1), free(i2), free(full);
+}
+
 static void test_compare(void **state)
 {
 	(void)state;
@@ -575,7 +676,7 @@ int main(void)
 	    cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_writer_errors),
 	    cmocka_unit_test(test_truncation),     cmocka_unit_test(test_bit_flips),
 	    cmocka_unit_test(test_atomic_replace), cmocka_unit_test(test_garbage),
-	    cmocka_unit_test(test_compare),
+	    cmocka_unit_test(test_compare),        cmocka_unit_test(test_increments),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

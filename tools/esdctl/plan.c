@@ -82,11 +82,17 @@ static void plan_ps(struct plan_out *out)
 		json_t *o = json_pack("{s:i, s:I, s:I}", "shard", s, "row_count",
 		                      (json_int_t)ps->rows, "row_bytes", (json_int_t)p->row_bytes);
 		item(o, "rows", ps->records, true,
-		     "row records: key, clock, vector and optimizer state, in 4096-row chunks");
-		item(o, "index", ps->index, true, "open-addressing index at load <= 1/2");
+		     ps->disk ? "rows resident (ps.store_ram: row cache and mapped pages)"
+		              : "row records: key, clock, vector and optimizer state, in 4096-row "
+		                "chunks");
+		item(o, "index", ps->index, true,
+		     "open-addressing index at load <= 1/2, changed-row bits");
 		item(o, "staging", ps->staging, false, "gradients staged for one barrier");
+		item(o, "pull", ps->pull, false,
+		     "pull answers of one iteration, encoded whole with optimizer state");
 		item(o, "dense", ps->dense, true, "dense table: values, optimizer state, n stages");
 		json_object_set_new(o, "total", json_integer((json_int_t)ps->total));
+		json_object_set_new(o, "disk", json_integer((json_int_t)ps->disk));
 		json_array_append_new(out->pss, o);
 	}
 }
@@ -164,7 +170,7 @@ static void print_items(json_t *o, const char *const *names, int count)
  * are the same), the totals and the verdict. */
 static void plan_print(const struct plan_out *out)
 {
-	static const char *const ps_items[] = {"rows", "index", "staging", "dense"};
+	static const char *const ps_items[] = {"rows", "index", "staging", "pull", "dense"};
 	static const char *const nd_items[] = {"cache_region", "snapshots", "exchange", "queues",
 	                                       "dispatcher"};
 	static const char *const tr_items[] = {"model", "activations"};
@@ -181,10 +187,14 @@ static void plan_print(const struct plan_out *out)
 	       esd_policy_name(out->job.policy), p->global_batch);
 	json_array_foreach(out->pss, i, o)
 	{
-		printf("  esd-ps shard %zu (%.0f rows of %.0f bytes): %s\n", i,
+		printf("  esd-ps shard %zu (%.0f rows of %.0f bytes): %s", i,
 		       esdctl_num(o, "row_count"), esdctl_num(o, "row_bytes"),
 		       esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
-		print_items(o, ps_items, 4);
+		if (esdctl_num(o, "disk") > 0)
+			printf(" of RAM, %s row file in ps.store_dir",
+			       esdctl_bytes(esdctl_num(o, "disk"), b2, sizeof(b2)));
+		printf("\n");
+		print_items(o, ps_items, 5);
 	}
 	o = json_array_get(out->nodes, 0);
 	printf("  esdd rank 0: %s\n", esdctl_bytes(esdctl_num(o, "total"), b1, sizeof(b1)));
