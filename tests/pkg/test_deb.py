@@ -121,12 +121,26 @@ def run_job(env, root, libdir):
     env.check_end("deb-job", sums, s, ck)
 
 
+def sanitizer_preload(lib):
+    """A sanitizer build's libesd needs libasan loaded first in an
+    uninstrumented python (as the build's own binding tests do): the
+    environment for that, or {} for a normal build."""
+    needed = run(["objdump", "-p", lib]).stdout
+    if "libasan" not in needed:
+        return {}
+    libs = [run(["cc", "-print-file-name=" + n]).stdout.strip()
+            for n in ("libasan.so", "libstdc++.so.6")]
+    return {"LD_PRELOAD": ":".join(x for x in libs if os.path.isabs(x)),
+            "ASAN_OPTIONS": "detect_leaks=0"}
+
+
 def check_binding(env, root, libdir):
     """import esd from the unpacked tree: it finds the unpacked libesd
     beside it (no ESD_LIB, no LD_LIBRARY_PATH)."""
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     e = {k: v for k, v in os.environ.items() if k not in ("ESD_LIB", "LD_LIBRARY_PATH")}
     e["PYTHONPATH"] = os.path.join(root, "usr/lib/python3/dist-packages")
+    e.update(sanitizer_preload(os.path.join(libdir, "libesd.so")))
     r = run([py, "-c", "import esd, ctypes; l = esd._load(); "
              "import os; print(esd.__file__); "
              "print([x for x in open('/proc/self/maps').read().split() "
