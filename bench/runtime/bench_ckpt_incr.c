@@ -13,6 +13,7 @@
  *                        [--ckpts C] [--zipf S] [--dir DIR]
  */
 #include "../../runtime/ps/store.h"
+#include "zipf_keys.h"
 
 #include <esd/ckpt.h>
 #include <esd/clock.h>
@@ -60,37 +61,6 @@ static int parse(int argc, char **argv, struct args *a)
 			       a->ckpts < ESD_CKPT_MAX_CHAIN && a->zipf > 0
 		       ? 0
 		       : -1;
-}
-
-static double *zipf_cdf(uint64_t n, double s)
-{
-	double *c = malloc(n * sizeof(*c)), sum = 0;
-	if (!c)
-		return NULL;
-	for (uint64_t r = 0; r < n; r++)
-		c[r] = sum += pow((double)r + 1, -s);
-	for (uint64_t r = 0; r < n; r++)
-		c[r] /= sum;
-	return c;
-}
-
-static uint64_t zipf_draw(const double *c, uint64_t n, uint64_t *rng)
-{
-	double u = (double)(esd_splitmix64(++*rng) >> 11) * 0x1.0p-53;
-	uint64_t lo = 0, hi = n - 1;
-	while (lo < hi) {
-		uint64_t mid = (lo + hi) / 2;
-		if (c[mid] < u)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static uint64_t key_of(uint64_t rank)
-{
-	return esd_splitmix64(rank ^ 0x5eedull) >> 1;
 }
 
 /* A checkpoint of st at iteration it: every row, or the changed ones as
