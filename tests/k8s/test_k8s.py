@@ -10,7 +10,6 @@ when `kubectl` reaches one it runs too, else the test says it did not.
 usage: test_k8s.py
 """
 import configparser
-import json
 import os
 import re
 import shutil
@@ -18,22 +17,10 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.path.join(HERE, "..", "..", "tools", "k8s", "esd-k8s")
+from k8s_job import GEN, KEY, SHARDS, TRAINERS, WORKERS, check, docs, generate, verdict
+
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 KINDS = {"Secret": "v1", "ConfigMap": "v1", "Service": "v1", "StatefulSet": "apps/v1"}
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def docs(text):
-    return [json.loads(d) for d in text.split("---\n") if d.strip()]
-
 
 def check_pod(where, pod, sel, claims=()):
     meta, spec = pod["metadata"], pod["spec"]
@@ -112,21 +99,9 @@ def check_objects(objs, shards, workers, trainers, key):
 def main():
     d = tempfile.mkdtemp(prefix="esd-k8s.")
     try:
-        job = os.path.join(d, "job.ini")
-        with open(job, "w") as f:
-            f.write("[job]\niterations = 100\n[workers]\nn = 3\ntrainers = 2\n"
-                    "[data]\nstream = /data/criteo.esd\n[ps]\nshards = 2\n"
-                    "backend = dpdk\naddrs = 10.0.0.1:7000,10.0.0.1:7001\n")
-        key = os.path.join(d, "job.key")
-        with open(key, "w") as f:
-            f.write("ab" * 32 + "\n")
-        out = os.path.join(d, "esd.yaml")
-        r = subprocess.run([sys.executable, GEN, job, "--name", "edge", "--namespace", "ml",
-                            "--key", key, "-o", out], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-        check(r.returncode == 0, "esd-k8s writes the manifests: %s" % r.stdout.strip())
+        out = generate(d)
         check(os.stat(out).st_mode & 0o077 == 0, "the manifests (with the key) are mode 0600")
-        check_objects(docs(open(out).read()), 2, 3, 2, "ab" * 32)
+        check_objects(docs(open(out).read()), SHARDS, WORKERS, TRAINERS, KEY)
         bad = os.path.join(d, "bad.ini")
         with open(bad, "w") as f:
             f.write("[workers]\nn = two\n[data]\nstream = /x\n")
@@ -148,10 +123,7 @@ def main():
                    "discovery needs one)"))
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":

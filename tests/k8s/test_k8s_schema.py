@@ -17,21 +17,9 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOOLS = os.path.join(HERE, "..", "..", "tools", "k8s")
+from k8s_job import TOOLS, check, docs, generate, verdict
+
 MODELS = os.environ.get("ESD_K8S_MODELS", "/var/lib/esd-deps/k8s")
-JOB = ("[job]\niterations = 100\n[workers]\nn = 3\ntrainers = 2\n"
-       "[data]\nstream = /data/criteo.esd\n[ps]\nshards = 2\nbackend = dpdk\n"
-       "addrs = 10.0.0.1:7000,10.0.0.1:7001\n")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
 def validate(path):
     return subprocess.run(["node", os.path.join(TOOLS, "validate.mjs"), MODELS, path],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -45,29 +33,21 @@ def main():
         return 77
     d = tempfile.mkdtemp(prefix="esd-k8s-schema.")
     try:
-        job, key, out = (os.path.join(d, f) for f in ("job.ini", "job.key", "esd.yaml"))
-        with open(job, "w") as f:
-            f.write(JOB)
-        with open(key, "w") as f:
-            f.write("ab" * 32 + "\n")
-        r = subprocess.run([sys.executable, os.path.join(TOOLS, "esd-k8s"), job, "--name",
-                            "edge", "--namespace", "ml", "--key", key, "-o", out],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        check(r.returncode == 0, "esd-k8s writes the manifests: %s" % r.stdout.strip())
+        out = generate(d)
         r = validate(out)
         kinds = [ln.split(", ")[-1].split(":")[0] for ln in r.stdout.splitlines()
                  if ln.startswith("ok")]
         check(r.returncode == 0 and len(kinds) == 6,
               "every object is valid against the API's schema: %s" % (kinds or r.stdout))
-        docs = [json.loads(t) for t in open(out).read().split("---\n") if t.strip()]
-        for doc in docs:
+        objs = docs(open(out).read())
+        for doc in objs:
             if doc["kind"] == "StatefulSet":
                 doc["spec"]["replicas"] = "three"
                 doc["spec"]["template"]["spec"]["containers"][0]["ports"] = [
                     {"containerPort": "esd"}]
         bad = os.path.join(d, "bad.yaml")
         with open(bad, "w") as f:
-            f.write("".join("---\n" + json.dumps(doc, indent=1) + "\n" for doc in docs))
+            f.write("".join("---\n" + json.dumps(doc, indent=1) + "\n" for doc in objs))
         r = validate(bad)
         check(r.returncode == 1 and "spec/replicas must be integer" in r.stdout
               and "containerPort must be integer" in r.stdout,
@@ -75,10 +55,7 @@ def main():
               % [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")][:1])
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":
