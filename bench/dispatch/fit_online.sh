@@ -30,7 +30,7 @@ ST=$Q/streams/ck_z1.05_s5.esd
 [ -s "$ST" ] || "$BIN/esd-data" gen -o "$ST" --shape criteo-kaggle -n 210k --scale 50 \
 	--zipf 1.05 --seed 5 >/dev/null
 
-cat >"$Q/nodisp.ini" <<EOF
+cat >"$Q/fit_online.ini" <<EOF
 [job]
 seed = 1
 iterations = 200
@@ -54,9 +54,9 @@ printf '%-8s %-13s %-12s %12s %10s %10s %10s %12s\n' compute mechanism "sizes fa
 for c in "$@"; do
 	a=$Q/out/F/c$c.csv
 	b=$Q/out/F/c$c.equal.csv
-	"$BIN/esd-replay" --config "$Q/nodisp.ini" --set workers.compute_ns_per_sample="$c" \
+	"$BIN/esd-replay" --config "$Q/fit_online.ini" --set workers.compute_ns_per_sample="$c" \
 		--format csv --mechanisms job,opt+shared+ls:2048@auto,laia@auto >"$a"
-	"$BIN/esd-replay" --config "$Q/nodisp.ini" --set workers.compute_ns_per_sample="$c" \
+	"$BIN/esd-replay" --config "$Q/fit_online.ini" --set workers.compute_ns_per_sample="$c" \
 		--set workers.size_model=0,0 --format csv --mechanisms job >"$b"
 	# rows: online, offline, laia-own (a), online-equal (b)
 	{ sed -n 2,4p "$a"; sed -n 2p "$b"; } | awk -F, -v c="$c" '

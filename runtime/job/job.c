@@ -103,7 +103,8 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
  * compute time per sample and workers.size_model = FIXED_ROWS,ROWS_PER_SAMPLE
  * (what esd-replay's @auto fits). Deterministic: every process gets the
  * same sizes, and the digest covers them. workers.split = fit starts from
- * equal sizes (or the size_model given) and takes the model shard 0 fits
+ * the cold prior each process applies once it knows the stream
+ * (esd_job_fit_prior; or the size_model given) and takes the model shard 0 fits
  * to the job's own iterations (live workers.size_model changes). Without
  * a workers.split, a job of the project's default method whose
  * workers.batch is one value fits its sizes. */
