@@ -319,7 +319,8 @@ int esd_job_resplit(struct esd_job *job);
  * per sample, none fixed), with the job's compute_ns_per_sample; batch[]
  * is re-split from it within max_batch. Each process calls it once it
  * knows the stream's keys per sample and its cache's max_batch, before
- * the first iteration; a no-op for other splits. Returns 0 or -EINVAL. */
+ * the first iteration; a no-op for other splits. Returns 0, -EINVAL (no
+ * keys per sample) or esd_job_resplit's error. */
 int esd_job_fit_prior(struct esd_job *job, uint32_t keys_per_sample);
 /* max_batch for a resolved cache: the samples whose keys fit beside the hot
  * rows (at least 1). Every process derives it the same way. */
