@@ -17,6 +17,12 @@
 /* Rows per sample never fitted below this share of the mean rows per
  * sample: a worker given more samples never moves fewer rows. */
 #define FIT_MIN_SLOPE 0.05
+/* An iteration lasts as long as its slowest worker in that iteration: a
+ * worker's rows spread from iteration to iteration (about sqrt(rows), as
+ * counts of keys drawn at random do), and the expected largest of a few
+ * such draws is about one spread above their mean. Each worker's time is
+ * taken as its mean plus FIT_SPREAD_Z spreads. */
+#define FIT_SPREAD_Z 1.0
 
 /* Least squares y = a + r x over the n points, a >= 0 and r >= rmin. */
 static void fit_line(uint32_t n, const double *x, const double *y, double rmin, double *a,
@@ -168,12 +174,15 @@ static void refit_on_seen(const struct esd_size_fitter *f, const int64_t *T,
 	fit_line(np, x, y, FIT_MIN_SLOPE * rows / samples, &m->fixed_rows, &m->rows_per_sample);
 }
 
-/* Observed time of sizes seen, with compute c per sample. */
-static double tried_time(uint32_t n, const struct esd_size_tried *t, double c)
+/* Observed time of sizes seen, with compute c per sample: each worker's
+ * mean transfer time plus its spread (T_j sqrt(rows) = sqrt(T_j x its
+ * transfer time)). */
+static double tried_time(uint32_t n, const struct esd_size_tried *t, double c, const int64_t *T)
 {
 	double worst = 0;
 	for (uint32_t j = 0; j < n; j++) {
-		const double x = c * t->m[j] + t->xfer_ns[j];
+		const double x =
+		    c * t->m[j] + t->xfer_ns[j] + FIT_SPREAD_Z * sqrt((double)T[j] * t->xfer_ns[j]);
 		worst = x > worst ? x : worst;
 	}
 	return worst;
@@ -192,6 +201,55 @@ static struct esd_size_tried *remember(struct esd_size_fitter *f, const uint32_t
 	t = &f->tried[f->ntried++];
 	memcpy(t->m, s, f->n * sizeof(*s));
 	return t;
+}
+
+/* Predicted time of sizes cap under m, each worker's transfer time
+ * raised by its spread. */
+static double spread_time(uint32_t n, const int64_t *T, const struct esd_size_model *m,
+                          const uint32_t *cap)
+{
+	double worst = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		const double rows = m->fixed_rows + m->rows_per_sample * cap[j];
+		const double t = m->compute_ns * cap[j] + (double)T[j] * rows +
+		                 FIT_SPREAD_Z * (double)T[j] * sqrt(rows);
+		worst = t > worst ? t : worst;
+	}
+	return worst;
+}
+
+/* The sizes for the fitted model m with the spread: link-aware sizes take
+ * one line per worker, so the spread goes in as a margin on the fixed
+ * rows, the spread at one of a few shares (none, 1 sample, 1/4 to 2 mean
+ * shares); the margin whose sizes have the shortest time with the spread
+ * wins, and m takes it (the nodes re-split from m). f->last_fit_ns: that
+ * time. 0 or -errno. */
+static int spread_sizes(struct esd_size_fitter *f, const int64_t *T, struct esd_size_model *m,
+                        uint32_t *sizes)
+{
+	static const double share[] = {0, 0, 0.25, 0.5, 1, 2};
+	const uint32_t n = f->n;
+	const double mbar = (double)f->k / n;
+	const struct esd_size_model fitted = *m;
+	f->last_fit_ns = INFINITY;
+	for (size_t i = 0; i < sizeof(share) / sizeof(share[0]); i++) {
+		struct esd_size_model c = fitted;
+		const double at = i == 1 ? 1 : share[i] * mbar; /* samples */
+		if (i > 0)
+			c.fixed_rows += FIT_SPREAD_Z * sqrt(fitted.fixed_rows + fitted.rows_per_sample * at);
+		uint32_t s[ESD_MAX_WORKERS];
+		int rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &c, 1, f->max_m, s)
+		                  : esd_batch_sizes_link_aware(n, f->k, T, &c, 1, s);
+		if (rc)
+			return rc;
+		const double t = spread_time(n, T, &fitted, s);
+		if (t < f->last_fit_ns) {
+			f->last_fit_ns = t;
+			*m = c;
+			memcpy(sizes, s, n * sizeof(*s));
+		}
+	}
+	return 0;
 }
 
 int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t *T,
@@ -220,11 +278,11 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 		now->xfer_ns[j] = (double)T[j] * (double)obs[j].rows / (double)obs[j].iters;
 	now->model = *cur_model;
 	const double c = m.compute_ns;
-	f->last_obs_ns = tried_time(n, now, c);
+	f->last_obs_ns = tried_time(n, now, c, T);
 	const struct esd_size_tried *best = now;
 	f->best_ns = f->last_obs_ns;
 	for (uint32_t i = 0; i < f->ntried; i++) {
-		const double t = tried_time(n, &f->tried[i], c);
+		const double t = tried_time(n, &f->tried[i], c, T);
 		if (t < f->best_ns) {
 			best = &f->tried[i];
 			f->best_ns = t;
@@ -232,11 +290,8 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 	}
 	refit_on_seen(f, T, &m);
 	f->last = m;
-	rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &m, 1, f->max_m, sizes)
-	              : esd_batch_sizes_link_aware(n, f->k, T, &m, 1, sizes);
-	if (rc)
+	if ((rc = spread_sizes(f, T, &m, sizes)))
 		return rc;
-	f->last_fit_ns = esd_size_model_time(n, T, &m, sizes);
 	/* the fitted sizes when predicted to beat the best seen, unless seen
 	 * already (then they did not) */
 	if (f->last_fit_ns < (1 - f->threshold) * f->best_ns && !seen_near(f, sizes)) {

@@ -170,9 +170,12 @@ int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
  *
  * struct esd_size_fitter decides, window after window, whether to switch.
  * Every sizes it sees are kept with their observed transfer time per
- * worker; an iteration's observed time is max_j of c * m_j plus that, with
- * c the mean compute time per sample over every window so far (one
- * window's is noisy). Once several sizes were seen, a and r are fitted on
+ * worker; an iteration's observed time is max_j of c * m_j plus that plus
+ * its spread T_j sqrt(rows_j) (an iteration lasts as long as its slowest
+ * worker in that iteration, and rows vary from one to the next), with c
+ * the mean compute time per sample over every window so far (one
+ * window's is noisy). The fitted sizes are judged the same way: the
+ * spread goes into the model as a margin on its fixed rows. Once several sizes were seen, a and r are fitted on
  * all of them (rows grow slower than samples, as keys repeat, so a line
  * through the current sizes alone mispredicts the next). It switches to
  * the fitted model's sizes when their predicted iteration is shorter than

@@ -97,6 +97,9 @@ struct esd_job_derived {
 	/* the split's model: workers.size_model, then what the fit measured;
 	 * its compute time per sample starts at compute_ns_per_sample */
 	double size_fixed_rows, size_rows_per_sample, size_compute_ns;
+	/* workers.split = fit with no workers.size_model: the model to start
+	 * from is the prior of esd_job_fit_prior (size_prior: applied) */
+	bool size_prior_due, size_prior;
 	/* the most samples one cache holds beside the hot rows (0: no limit):
 	 * set by each process once it has resolved the cache size (the same
 	 * way everywhere), so that a live re-split (esd_job_resplit) never
@@ -309,6 +312,16 @@ int esd_job_parse_size_model(const char *s, double v[3]);
 /* workers.split = link-aware: batch[] again from rate_bps[] (same global
  * batch), as at load; a no-op for equal splits. Returns 0 or -EINVAL. */
 int esd_job_resplit(struct esd_job *job);
+
+/* workers.split = fit without a workers.size_model: the model to start
+ * from, before anything was measured. Every key of a sample is taken as a
+ * row pulled and a gradient pushed (cold caches: keys_per_sample x 2 rows
+ * per sample, none fixed), with the job's compute_ns_per_sample; batch[]
+ * is re-split from it within max_batch. Each process calls it once it
+ * knows the stream's keys per sample and its cache's max_batch, before
+ * the first iteration; a no-op for other splits. Returns 0, -EINVAL (no
+ * keys per sample) or esd_job_resplit's error. */
+int esd_job_fit_prior(struct esd_job *job, uint32_t keys_per_sample);
 /* max_batch for a resolved cache: the samples whose keys fit beside the hot
  * rows (at least 1). Every process derives it the same way. */
 uint32_t esd_job_max_batch(uint64_t cache_rows, uint64_t hot_rows, uint32_t tables);

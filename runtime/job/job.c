@@ -103,7 +103,8 @@ static int per_worker(const struct esd_config *cfg, const char *key, uint32_t n,
  * compute time per sample and workers.size_model = FIXED_ROWS,ROWS_PER_SAMPLE
  * (what esd-replay's @auto fits). Deterministic: every process gets the
  * same sizes, and the digest covers them. workers.split = fit starts from
- * equal sizes (or the size_model given) and takes the model shard 0 fits
+ * the cold prior each process applies once it knows the stream
+ * (esd_job_fit_prior; or the size_model given) and takes the model shard 0 fits
  * to the job's own iterations (live workers.size_model changes). Without
  * a workers.split, a job of the project's default method whose
  * workers.batch is one value fits its sizes. */
@@ -119,8 +120,10 @@ static int read_split(const struct esd_config *cfg, struct esd_job *j, bool pres
 		return 0;
 	char items[2][ESD_JOB_ADDR_LEN];
 	esd_config_get_str(cfg, "workers", "size_model", NULL, &given);
-	/* fit: equal sizes until the first fit, unless a model is given */
+	/* fit: equal sizes until the process applies the prior
+	 * (esd_job_fit_prior), unless a model is given */
 	s = given ? given : j->split == ESD_JOB_SPLIT_FIT ? "0,0" : "0,1";
+	j->derived.size_prior_due = !given && j->split == ESD_JOB_SPLIT_FIT;
 	double *v = j->size_model;
 	if (esd_job_split(s, items, 2) != 2 || esd_parse_double(items[0], &v[0]) ||
 	    esd_parse_double(items[1], &v[1]) || !(v[0] >= 0) || !(v[1] >= 0)) {
@@ -185,6 +188,18 @@ int esd_job_resplit(struct esd_job *j)
 		return esd_batch_sizes_link_aware_capped(j->n, (uint32_t)j->derived.global_batch, T, &m, 1,
 							 j->derived.max_batch, j->batch);
 	return esd_batch_sizes_link_aware(j->n, (uint32_t)j->derived.global_batch, T, &m, 1, j->batch);
+}
+
+int esd_job_fit_prior(struct esd_job *j, uint32_t keys_per_sample)
+{
+	if (!j->derived.split_fit || !j->derived.size_prior_due || j->derived.size_prior)
+		return 0;
+	if (keys_per_sample == 0)
+		return -EINVAL;
+	j->derived.size_fixed_rows = 0;
+	j->derived.size_rows_per_sample = 2.0 * keys_per_sample;
+	j->derived.size_prior = true;
+	return esd_job_resplit(j);
 }
 
 uint32_t esd_job_max_batch(uint64_t cache_rows, uint64_t hot_rows, uint32_t tables)

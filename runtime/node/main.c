@@ -322,6 +322,13 @@ static int make_cache(struct node *nd, const char *tag)
 {
 	/* live re-splits stay within the cache (esd_job_resplit) */
 	nd->job.derived.max_batch = esd_job_max_batch(nd->job.cache_rows, nd->nrep, nd->width);
+	int prc = esd_job_fit_prior(&nd->job, nd->width); /* fit: the sizes to start from */
+	if (prc) {
+		ESD_ERR("node", "workers.split = fit: no sizes to start from (%u keys per sample, "
+			"at most %u samples per cache): %s", nd->width, nd->job.derived.max_batch,
+			esd_strerror(prc));
+		return 1;
+	}
 	struct esd_model_shape sh = {.tables = nd->tables, .dim = nd->job.dim, .dense = nd->dense,
 				     .hidden = nd->job.hidden};
 	struct esd_model *mdl;

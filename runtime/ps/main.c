@@ -545,6 +545,13 @@ static int node_cache_limits(struct ps *ps, uint64_t total_rows)
 		ps->hot_rows = nhot;
 	}
 	ps->job.derived.max_batch = esd_job_max_batch(ps->cache_rows, ps->hot_rows, ps->width);
+	int rc = esd_job_fit_prior(&ps->job, ps->width); /* fit: the nodes' sizes to start from */
+	if (rc) {
+		ESD_ERR("ps", "workers.split = fit: no sizes to start from (%u keys per sample, "
+			"at most %u samples per cache): %s", ps->width, ps->job.derived.max_batch,
+			esd_strerror(rc));
+		return 1;
+	}
 	esd_size_fitter_init(&ps->fit.fitter, ps->job.n, (uint32_t)ps->job.derived.global_batch,
 			     ps->job.derived.max_batch, ps->job.refit_threshold);
 	return 0;

@@ -72,9 +72,17 @@ def main():
     job = json.loads(fit.stdout)["mechanisms"][0]
     check(job.get("job", "").startswith("opt+shared+ls:2048, fitted online"),
           "job with no dispatch keys: %s" % job.get("job"))
+    check(job["sizes"][0] > job["sizes"][2],
+          "job: the sizes favour the fast links (the cold prior, then the fit): %s after "
+          "%s refits" % (job["sizes"], job.get("refits")))
+    # from equal sizes (a size model given: no prior) the fitter switches
+    fit = subprocess.run([exe, "--config", ini, "--set", "cache.ratio=0.5", "--set",
+                          "workers.size_model=0,0", "--mechanisms", "job", "--format", "json"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    job = json.loads(fit.stdout)["mechanisms"][0]
     check(job.get("refits", 0) >= 1 and job["sizes"][0] > job["sizes"][2],
-          "job: the sizes were refitted towards the fast links: %s after %s refits"
-          % (job["sizes"], job.get("refits")))
+          "job from equal sizes: the sizes were refitted towards the fast links: %s after "
+          "%s refits" % (job["sizes"], job.get("refits")))
     check(byname["laia+ls:300"]["ls_swaps"] > 0, "local search takes swaps")
     rows = list(csv.DictReader(io.StringIO(subprocess.run(
         base + ["--format", "csv"], stdout=subprocess.PIPE, text=True, check=True).stdout)))

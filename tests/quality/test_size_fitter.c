@@ -100,6 +100,38 @@ static void test_fitter_switches_once(void **state)
 	assert_int_equal(f.windows, 2);
 }
 
+/* The fitted sizes count each worker's spread (T_j sqrt(rows)): they give
+ * the slow links fewer samples than the means alone would, and the model
+ * announced gives those sizes (a margin on its fixed rows). */
+static void test_fitter_counts_the_spread(void **state)
+{
+	(void)state;
+	const int64_t T[N] = {1000, 1000, 10000, 10000};
+	struct esd_size_fitter f;
+	esd_size_fitter_init(&f, N, 240, 0, 0.05);
+	struct esd_size_obs obs[N];
+	struct esd_size_model cur = {.compute_ns = 20000}, next;
+	uint32_t sizes[N], plain[N], again[N];
+	const uint32_t uneq[N] = {80, 80, 40, 40};
+	window(obs, uneq, 100, 3, 20000, ESD_SIZE_FIT_WINDOW);
+	assert_int_equal(esd_size_fitter_window(&f, 6, T, uneq, &cur, obs, &next, sizes), 1);
+	assert_true(fabs(f.last.fixed_rows - 100) < 1e-6 && fabs(f.last.rows_per_sample - 3) < 1e-6);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 240, T, &f.last, 1, plain), 0);
+	assert_true(sizes[2] < plain[2] && sizes[0] > plain[0]);
+	assert_true(next.fixed_rows > f.last.fixed_rows &&
+	            next.rows_per_sample == f.last.rows_per_sample);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 240, T, &next, 1, again), 0);
+	assert_memory_equal(again, sizes, sizeof(again));
+	/* its predicted time: the slowest worker's mean plus one spread */
+	double worst = 0;
+	for (uint32_t j = 0; j < N; j++) {
+		const double rows = 100 + 3.0 * sizes[j];
+		const double t = 20000.0 * sizes[j] + T[j] * rows + T[j] * sqrt(rows);
+		worst = t > worst ? t : worst;
+	}
+	assert_true(fabs(f.last_fit_ns - worst) < 1e-6 * worst);
+}
+
 /* Sizes that turned out slower than the best seen are left for the best,
  * and are not tried again. */
 static void test_fitter_reverts_to_best(void **state)
@@ -140,6 +172,7 @@ int main(void)
 	    cmocka_unit_test(test_fit_line_and_prior),
 	    cmocka_unit_test(test_model_time),
 	    cmocka_unit_test(test_fitter_switches_once),
+	    cmocka_unit_test(test_fitter_counts_the_spread),
 	    cmocka_unit_test(test_fitter_reverts_to_best),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

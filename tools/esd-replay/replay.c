@@ -17,6 +17,27 @@
 #include <strings.h>
 #include <time.h>
 
+/* workers.split = fit: the sizes to start from, as every process of the
+ * runtime takes them once it knows its cache (esd_job_fit_prior). 0 or -1. */
+static int fit_prior(struct replay_env *env)
+{
+	struct esd_job *j = &env->job;
+	uint64_t maxb = 0;
+	for (uint32_t w = 0; w < j->n; w++)
+		maxb = j->batch[w] > maxb ? j->batch[w] : maxb;
+	uint64_t rows =
+	    j->cache_rows ? j->cache_rows : (uint64_t)(j->cache_ratio * (double)env->total_rows);
+	if (rows < maxb * env->width)
+		rows = maxb * env->width;
+	j->derived.max_batch = esd_job_max_batch(rows, env->nrep, env->width);
+	if (esd_job_fit_prior(j, env->width)) {
+		fprintf(stderr, "esd-replay: workers.split = fit: no sizes to start from (%u keys "
+		        "per sample)\n", env->width);
+		return -1;
+	}
+	return 0;
+}
+
 int replay_env_load(struct replay_env *env, const char *config, const char *const *sets, int nsets,
                     uint64_t iters)
 {
@@ -67,7 +88,7 @@ int replay_env_load(struct replay_env *env, const char *config, const char *cons
 	}
 	for (uint32_t w = 0; w < env->job.n; w++)
 		env->fast[w] = env->T[w] < 2 * tmin;
-	rc = 0;
+	rc = fit_prior(env);
 out:
 	esd_ds_close(dr);
 	esd_config_free(cfg);
