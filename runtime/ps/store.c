@@ -166,6 +166,23 @@ static int store_table_dims(struct ps_store *st, const struct esd_job *job)
 	return 0;
 }
 
+int ps_store_check_padding(const struct ps_store *st, uint64_t key, const float *value,
+			   const char *what)
+{
+	const uint32_t t = esd_key_table(key);
+	if (t >= st->ntable_dims)
+		return 0;
+	for (unsigned i = st->table_dims[t]; i < st->dim; i++) {
+		if (value[i] == 0.0f)
+			continue;
+		ESD_ERR("ps", "%s: row %#llx of table %u has a non-zero float at %u, past the "
+			      "table's dim %u in model.dims: it is of a job of other dims",
+			what, (unsigned long long)key, t, i, st->table_dims[t]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out)
 {
 	struct ps_store *st;

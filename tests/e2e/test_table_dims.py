@@ -4,7 +4,8 @@ and 16; the final tables equal esd-ref's with the same --dims (rtol 1e-5)
 under one shard and SGD, and two shards, two trainers a node and Adam;
 every row's padding past its table's dim is exactly zero (esd-export
 --dims refuses a non-zero one), the export gives each table its own
-shape, and a job warm-starts from it.
+shape, and a job warm-starts from it; resuming the checkpoint under
+smaller dims is refused.
 
 usage: test_table_dims.py BIN_DIR
 """
@@ -14,6 +15,7 @@ import subprocess
 import sys
 
 from e2e_util import Env, ClusterError
+from esdcluster import write_ini
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DIMS = "4,8*12,16*12,4"  # 26 tables (criteo-kaggle)
@@ -52,6 +54,28 @@ def check_export(env, name, ck):
     return out
 
 
+def resume_other_dims(env, s, ck):
+    """esd-ps resuming the run's checkpoint (ps.resume_from) under smaller
+    dims: refused naming a row whose padding is not zero."""
+    work = os.path.join(env.root, "other-dims")
+    os.makedirs(os.path.join(work, "ckpt"), exist_ok=True)
+    job = os.path.join(work, "job.ini")
+    write_ini(job, dict(s, **{"job.insecure": "yes", "model.dims": "4*25,16",
+                              "ps.resume_from": os.path.dirname(ck.split(",")[0]),
+                              "ps.checkpoint_dir": os.path.join(work, "ckpt")}))
+    try:
+        r = subprocess.run([os.path.join(env.bin, "esd-ps"), "--config", job, "--shard", "0",
+                            "--listen", "127.0.0.1:0", "--resume"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=30)
+        rc, out = r.returncode, r.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = "timeout", str(e.output)
+    line = [ln for ln in out.splitlines() if "past the table's dim" in ln]
+    env.check(rc not in (0, "timeout") and line,
+              "resuming under other model.dims is refused naming the row (exit %s): %s"
+              % (rc, line[:1]))
+
+
 def main():
     env = Env(sys.argv[1], "table-dims")
     env.gen_stream()
@@ -74,6 +98,7 @@ def main():
                 w = dict(s, **{"ps.warm_start": exp, "job.iterations": 5})
                 env.run(name + "-warm", w)
                 env.check(True, "%s: a job warm-started from the export trains" % name)
+                resume_other_dims(env, s, ck)
     except ClusterError as e:
         env.check(False, "cluster: %s" % e)
     return env.finish()
