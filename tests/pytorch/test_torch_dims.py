@@ -5,12 +5,16 @@ EmbeddingBagCollection returns (m, d_1 + ... + d_T), each feature its
 rows' first d_t floats (bags pooled by sum, one module configured by
 names too), and its backward adds the upstream gradient into those d_t
 floats only, the padding staying exactly zero; the EmbeddingCollection's
-rows are (n, d_t).
+rows are (n, d_t). Then the Wide & Deep example trains on such a job under
+torchrun (examples/pytorch/run.py --dims: the model takes the features side
+by side) and evaluates held-out samples, and DLRM is refused naming why.
 
 usage: test_torch_dims.py BIN_DIR     exit 0 pass, 1 fail, 77 skip
 """
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -124,6 +128,26 @@ def one_batch(t, mb):
     bags(t, mb)
 
 
+def examples(bin_dir, work):
+    """run.py --dims: WDL trains and evaluates; DLRM is refused."""
+    base = [sys.executable, os.path.join(ROOT, "examples", "pytorch", "run.py"), "--bin",
+            bin_dir, "--workers", "2", "--batch", "64", "--dims", ",".join(map(str, DIMS))]
+    r = subprocess.run(base + ["--model", "wdl", "--iters", "20", "--eval", "1000", "--work",
+                               os.path.join(work, "wdl")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=240)
+    m = re.search(r"eval: \d+ held-out samples from \d+, log loss ([0-9.]+)", r.stdout)
+    check(r.returncode == 0 and m and 0 < float(m.group(1)) < 1,
+          "run.py --model wdl --dims: trains and evaluates (%s)"
+          % (m.group(0) if m else r.stdout.strip()[-300:]))
+    wd = os.path.join(work, "dlrm")
+    r = subprocess.run(base + ["--model", "dlrm", "--iters", "5", "--eval", "0", "--work", wd],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    logs = "".join(open(os.path.join(wd, f)).read() for f in os.listdir(wd)
+                   if f.endswith(".log")) if os.path.isdir(wd) else ""
+    check(r.returncode != 0 and "DLRM needs one dim for every table" in logs,
+          "run.py --model dlrm --dims: refused, its interaction needs equal dims")
+
+
 def main():
     bin_dir = os.path.abspath(sys.argv[1])
     work = tempfile.mkdtemp(prefix="esd-torch-dims.")
@@ -148,6 +172,7 @@ def main():
             t.commit(mb, 0.0)
         t.close()
         c.wait(timeout=60)
+    examples(bin_dir, work)
     if failures:
         print("%d check(s) failed; files kept in %s" % (len(failures), work))
         return 1
