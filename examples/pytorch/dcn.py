@@ -13,9 +13,12 @@ from train import et
 
 
 class DCN(nn.Module):
-    def __init__(self, tables, dim, ndense, hidden=(32, 16), cross=2):
+    def __init__(self, tables, dim, ndense, hidden=(32, 16), cross=2,
+                 emb_width=None):
         super().__init__()
-        n_in = tables * dim + ndense
+        # emb_width: the features side by side when tables have dims of
+        # their own (model.dims); else tables x dim
+        n_in = (emb_width or tables * dim) + ndense
         self.cw = nn.ParameterList([nn.Parameter(torch.empty(n_in).uniform_(-0.05, 0.05))
                                     for _ in range(cross)])
         self.cb = nn.ParameterList([nn.Parameter(torch.zeros(n_in)) for _ in range(cross)])

@@ -61,16 +61,36 @@ def load_rows(ckpt_dir, bin_dir=None):
     return cks[0]["seed"], cks[0]["cursor"], keys[o], values[o], cks[0]["iter"]
 
 
-def rows_of(keys, seed, ck_keys, ck_values):
+def parse_dims(text, T, dim):
+    """model.dims ("D,D*N,...") as one dim per table; None: dim for all."""
+    if not text:
+        return [dim] * T
+    dims = []
+    for item in text.split(","):
+        d, _, n = item.strip().partition("*")
+        dims += [int(d)] * (int(n) if n else 1)
+    if len(dims) != T or max(dims) != dim:
+        raise ValueError("model.dims %s: not %d dims whose largest is the checkpoint's %d"
+                         % (text, T, dim))
+    return dims
+
+
+def rows_of(keys, seed, ck_keys, ck_values, dims=None):
     """The rows of keys (any shape): the checkpoint's, else the initial
-    value."""
+    value (of its table's dim, zeros after it, with dims)."""
     flat = keys.reshape(-1)
     at = np.searchsorted(ck_keys, flat).clip(0, max(len(ck_keys) - 1, 0))
     found = ck_keys[at] == flat if len(ck_keys) else np.zeros(len(flat), bool)
     dim = ck_values.shape[1]
     out = np.empty((len(flat), dim), np.float32)
     out[found] = ck_values[at[found]]
-    if (~found).any():
+    if (~found).any() and dims is not None and len(set(dims)) > 1:
+        table = (flat >> np.uint64(esdio.KEY_ID_BITS)).astype(np.int64)
+        for t, d in enumerate(dims):
+            new = ~found & (table == t)
+            out[new] = 0.0
+            out[new, :d] = esdio.row_init(seed, flat[new], d)
+    elif (~found).any():
         out[~found] = esdio.row_init(seed, flat[~found], dim)
     return out.reshape(keys.shape + (dim,)), int((~found).sum())
 
@@ -85,7 +105,7 @@ def held_out(path, skip, samples=None):
 
 
 def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None,
-             pooling="sum"):
+             pooling="sum", dims=None):
     """{'samples', 'log_loss', 'auc', 'untrained_ids'} on held-out samples."""
     seed, cursor, ck_keys, ck_values, it = load_rows(os.path.join(work, "ckpt"), bin_dir)
     skip = cursor if skip is None else skip
@@ -95,11 +115,16 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
         raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
                          % skip)
     saved, _ = et.load_dense(os.path.join(work, "node0"), it)  # rank 0's
-    model = run.model_class(model_name)(T, ck_values.shape[1], dense.shape[1])
+    dims = parse_dims(dims, T, ck_values.shape[1])
+    wide = len(set(dims)) > 1  # model.dims: the features side by side, (m, sum d_t)
+    model = run.model_class(model_name)(T, ck_values.shape[1], dense.shape[1],
+                                        **({"emb_width": sum(dims)} if wide else {}))
     model.load_state_dict(saved["model"])
     model.eval()
-    rows, untrained = rows_of(keys, seed, ck_keys, ck_values)
+    rows, untrained = rows_of(keys, seed, ck_keys, ck_values, dims)
     emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T))
+    if wide:
+        emb = torch.cat([emb[:, t, :d] for t, d in enumerate(dims)], 1)
     with torch.no_grad():
         logits = model(emb, torch.from_numpy(dense))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -119,9 +144,10 @@ def main():
                     help="where esd-ref is, to check the checkpoint first")
     ap.add_argument("--pooling", default="sum",
                     help="how the training pooled a bag (multi-hot streams)")
+    ap.add_argument("--dims", help="the job's model.dims (tables of their own dims)")
     a = ap.parse_args()
     try:
-        r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin, a.pooling)
+        r = evaluate(a.model, a.work, a.stream, a.skip, a.samples, a.bin, a.pooling, a.dims)
     except (ValueError, OSError) as e:  # a bad stream or checkpoint, no dense model
         sys.exit("evaluate.py: %s" % e)
     print("eval of iteration %d: %d held-out samples from %d, log loss %.5f, AUC %.4f (%d ids "

@@ -56,6 +56,9 @@ def job_settings(a, stream, ckpt_dir):
          "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
          "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
          "cache.ratio": a.cache_ratio, "ps.checkpoint_dir": ckpt_dir}
+    if a.dims:  # model.dim follows them (their largest)
+        s["model.dims"] = a.dims
+        del s["model.dim"]
     if a.checkpoint_every:
         s["ps.checkpoint_every"] = a.checkpoint_every
     if a.dispatch:  # else the runtime's default (sizes fitted online)
@@ -165,6 +168,9 @@ def parser():
     ap.add_argument("--batch", type=int, default=64, help="samples per worker per iteration")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--dims", metavar="D,D,...",
+                    help="model.dims: each table's dim (D*N: N copies); wdl and dcn "
+                         "(DLRM's and DeepFM's interactions need one --dim)")
     ap.add_argument("--opt", choices=("sgd", "adagrad", "adam"), default="adagrad",
                     help="embedding optimizer (applied by the runtime)")
     ap.add_argument("--lr", type=float, default=0.05, help="embedding learning rate")
@@ -228,7 +234,7 @@ def main():
         import evaluate
         try:
             r = evaluate.evaluate(a.model, work, stream, samples=a.eval, bin_dir=a.bin,
-                                  pooling=a.pooling)
+                                  pooling=a.pooling, dims=a.dims)
             print("eval: %d held-out samples from %d, log loss %.5f, AUC %.4f"
                   % (r["samples"], r["first"], r["log_loss"], r["auc"]), flush=True)
         except ValueError as e:

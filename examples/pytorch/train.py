@@ -7,6 +7,7 @@ the dense model is saved to NODE_DIR/dense.pt where training ends (its
 end, or a graceful stop) and restored from it when the job resumes; with
 --warm-start DIR a fresh job starts from an export's dense.pt."""
 import argparse
+import inspect
 import os
 import sys
 
@@ -24,6 +25,21 @@ def dense_optimizer(model, lr, name="adam"):
     return torch.optim.Adam(model.parameters(), lr=lr)
 
 
+def build(make_model, s):
+    """make_model(tables, dim, ndense), with emb_width = the dims summed
+    where the job's tables have dims of their own (model.dims: ebc(batch)
+    is then (m, d_1 + ... + d_T)); a model that multiplies features
+    pairwise (DLRM, DeepFM) takes no emb_width and needs one dim."""
+    if len(set(s.dims)) == 1:
+        return make_model(s.tables, s.dim, s.ndense)
+    if "emb_width" not in inspect.signature(make_model).parameters:
+        raise SystemExit("%s needs one dim for every table (its interaction multiplies "
+                         "features pairwise); the job's model.dims are %s: use model.dim, or "
+                         "a model that concatenates its features (wdl, dcn)"
+                         % (make_model.__name__, s.dims))
+    return make_model(s.tables, s.dim, s.ndense, emb_width=sum(s.dims))
+
+
 def main(make_model, argv=None):
     ap = argparse.ArgumentParser(description="train %s on an ESD job" % make_model.__name__)
     ap.add_argument("--dense-lr", type=float, default=0.01)
@@ -38,7 +54,7 @@ def main(make_model, argv=None):
 
     s = et.Session(seed=a.seed)
     ebc = s.embeddings(a.pooling.split(",") if "," in a.pooling else a.pooling)
-    model = s.distributed(make_model(s.tables, s.dim, s.ndense))
+    model = s.distributed(build(make_model, s))
     opt = dense_optimizer(model, a.dense_lr, a.dense_opt)
     rows = s.row_optimizer()
     # a resumed job: the dense model of its iteration; a fresh one: the export's

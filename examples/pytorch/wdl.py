@@ -12,9 +12,11 @@ from train import et
 
 
 class WDL(nn.Module):
-    def __init__(self, tables, dim, ndense, hidden=(32, 16)):
+    def __init__(self, tables, dim, ndense, hidden=(32, 16), emb_width=None):
         super().__init__()
-        n_in = tables * dim + ndense
+        # emb_width: the features side by side when tables have dims of
+        # their own (model.dims); else tables x dim
+        n_in = (emb_width or tables * dim) + ndense
         self.wide = nn.Linear(n_in, 1)
         self.deep = nn.Sequential(et.mlp((n_in,) + hidden, relu_last=True),
                                   nn.Linear(hidden[-1], 1))

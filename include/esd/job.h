@@ -74,6 +74,8 @@ extern "C" {
 /* dispatch.gpu_min_rows = measure */
 #define ESD_JOB_GPU_MEASURE UINT64_MAX
 #define ESD_JOB_MAX_SHARDS 16
+/* most tables model.dims may list */
+#define ESD_JOB_MAX_DIMS   1024
 #define ESD_JOB_ADDR_LEN   128
 
 /* ps.dpdk_port: what a dpdk link runs on */
@@ -164,7 +166,12 @@ struct esd_job {
 	 * each given a share of the node's micro-batch */
 	uint32_t trainers;
 	/* [model] */
-	uint32_t dim;
+	uint32_t dim; /* model.dim, or the largest of model.dims: a row's floats */
+	/* model.dims: each table's dim (a row of table t uses its first
+	 * table_dims[t] of dim floats, the rest zero; docs/design.md §6);
+	 * ntable_dims 0 when unset (every table has dim): esd_job_table_dim */
+	uint32_t ntable_dims;
+	uint32_t table_dims[ESD_JOB_MAX_DIMS];
 	uint32_t hidden;
 	uint32_t dense; /* dense features per sample */
 	struct esd_optim_params optim;
@@ -281,6 +288,17 @@ uint64_t esd_job_row_cost_ns(const struct esd_job *job, uint32_t worker, uint64_
 /* Bytes of one row on the wire when pulled or value-pushed (key, clock,
  * value and optimizer state). */
 uint64_t esd_job_row_bytes(const struct esd_job *job);
+
+/* Floats of table t's rows (model.dims, else model.dim): a row of the
+ * table uses its first esd_job_table_dim of job->dim floats. */
+static inline uint32_t esd_job_table_dim(const struct esd_job *job, uint32_t t)
+{
+	return job->ntable_dims && t < job->ntable_dims ? job->table_dims[t] : job->dim;
+}
+
+/* Check model.dims against the stream's table count (who: the process, for
+ * the message). Returns 0 or -EINVAL, logged. */
+int esd_job_check_tables(const struct esd_job *job, uint32_t tables, const char *who);
 
 /* PS shard of a key among nshards: the fixed hash every process uses. */
 uint32_t esd_shard_of(esd_key_t key, uint32_t nshards);

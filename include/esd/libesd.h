@@ -143,6 +143,11 @@ ESD_API int esd_trainer_attach(const char *dir, struct esd_trainer **out);
  * trainer started beside its daemon (torchrun, a launcher) calls. */
 ESD_API int esd_trainer_attach_wait(const char *dir, int timeout_ms, struct esd_trainer **out);
 ESD_API void esd_trainer_get_info(const struct esd_trainer *t, struct esd_trainer_info *info);
+/* Each table's dim (info.tables of them, each 1..info.dim; model.dims,
+ * docs/design.md §6): a table-t row is the first dims[t] floats of its
+ * slot, and a trainer writes only those of its gradient (the rest stay
+ * zero). Without model.dims every entry is info.dim. Valid until detach. */
+ESD_API const uint32_t *esd_trainer_table_dims(const struct esd_trainer *t);
 
 /* Wait up to timeout_ms (-1: no bound but the daemon's heartbeats) for
  * the next micro-batch. Returns 0 with *mb filled, 1 when training is over

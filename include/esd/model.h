@@ -4,10 +4,11 @@
  *
  * Model
  * -----
- * A sample has T categorical features (one row of dim floats per table,
- * looked up by key), D dense features and a label y in {0, 1}.
+ * A sample has T categorical features (one row per table, looked up by
+ * key: e_t its first d_t floats, d_t = dim unless the shape gives dims),
+ * D dense features and a label y in {0, 1}.
  *
- *   x      = [e_1 | e_2 | ... | e_T | dense]          (In = T*dim + D floats)
+ *   x      = [e_1 | e_2 | ... | e_T | dense]          (In = d_1 + ... + d_T + D)
  *   h      = relu(W1 x + b1)                           (H hidden units)
  *   z      = w2 . h + b2 + wd . dense                  (logit)
  *   loss   = log(1 + exp(z)) - y z                     (logistic loss)
@@ -76,6 +77,10 @@ struct esd_model_shape {
 	unsigned dim;    /* embedding row length d, >= 1 */
 	unsigned dense;  /* D dense features, may be 0 */
 	unsigned hidden; /* H hidden units, >= 1 (0 means the default, 16) */
+	/* each table's row length d_t (1..dim; the model copies them), or
+	 * NULL: dim for every table. Table t's input e_t is the first d_t
+	 * floats of its rows, and only those get gradients. */
+	const uint32_t *dims;
 };
 
 /* One micro-batch, sample-major. Pointers into shared memory are fine:

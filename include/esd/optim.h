@@ -148,6 +148,13 @@ void esd_optim_grad_add(unsigned dim, double *acc, const double *g);
 void esd_row_init(uint64_t seed, esd_key_t key, unsigned dim, float *out);
 
 /*
+ * A row of a table of d floats stored in dim (model.dims, docs/design.md
+ * §6): out[0, d) as esd_row_init(seed, key, d), out[d, dim) zero; d 0 or
+ * above dim means dim.
+ */
+void esd_row_init_table(uint64_t seed, esd_key_t key, unsigned d, unsigned dim, float *out);
+
+/*
  * Uniform draws on [-scale, scale) from the same counter stream as
  * esd_row_init (esd_row_init is this with scale = 1/sqrt(dim)); used for
  * the dense table, whose layers have their own scales. stream picks an

@@ -64,6 +64,9 @@ struct esd_plan {
 	bool bags;
 	unsigned state_floats; /* optimizer state floats per float */
 	uint64_t total_rows, cache_rows, global_batch, dense_len, row_bytes;
+	/* the model's embedding input: the tables' dims summed (model.dims;
+	 * tables x dim without it). Rows are stored at dim floats each. */
+	uint64_t emb_floats;
 	struct esd_cache_sizes cache_sizes;
 	/* per process */
 	struct esd_plan_ps ps[ESD_JOB_MAX_SHARDS];

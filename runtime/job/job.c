@@ -306,6 +306,53 @@ static int check_peer_timeout(const struct esd_job *j)
 	return -EINVAL;
 }
 
+/* model.dims: one dim per table (1..65536; "D*N" repeats), the largest
+ * becoming model.dim; model.dim set as well must be that largest. */
+static int read_dims(const struct esd_config *cfg, struct esd_job *j)
+{
+	const char *s;
+	esd_config_get_str(cfg, "model", "dims", NULL, &s);
+	if (!s)
+		return 0;
+	char(*items)[ESD_JOB_ADDR_LEN] = malloc(sizeof(*items) * ESD_JOB_MAX_DIMS);
+	if (!items)
+		return -ENOMEM;
+	int n = esd_job_split(s, items, ESD_JOB_MAX_DIMS);
+	int rc = n < 1 ? bad_list(cfg, "model", "dims", "expected one dim per table (at most "
+							  "1024 tables)")
+		       : 0;
+	uint32_t max = 0;
+	for (int i = 0; !rc && i < n; i++) {
+		uint64_t v;
+		if (esd_parse_u64(items[i], &v) || v < 1 || v > (1u << 16))
+			rc = bad_list(cfg, "model", "dims", "each dim an integer in 1..65536");
+		j->table_dims[i] = (uint32_t)v;
+		max = v > max ? (uint32_t)v : max;
+	}
+	free(items);
+	if (rc)
+		return rc;
+	if (esd_config_has(cfg, "model", "dim") && j->dim != max) {
+		ESD_ERR("config", "model.dim = %u but the largest of model.dims is %u: set "
+				  "model.dims alone (model.dim follows it) or make them agree",
+			j->dim, max);
+		return -EINVAL;
+	}
+	j->ntable_dims = (uint32_t)n;
+	j->dim = max;
+	return 0;
+}
+
+int esd_job_check_tables(const struct esd_job *j, uint32_t tables, const char *who)
+{
+	if (!j->ntable_dims || j->ntable_dims == tables)
+		return 0;
+	ESD_ERR("config", "%s: model.dims lists %u dims but the stream has %u tables: give one "
+			  "dim per table",
+		who, j->ntable_dims, tables);
+	return -EINVAL;
+}
+
 /* The derived values, from the settings read (ok: without an error, so
  * that the split can be made). Returns 0 or -EINVAL. */
 static int derive(const struct esd_config *cfg, struct esd_job *j, bool preset, bool ok)
@@ -337,6 +384,8 @@ int esd_job_from_config(const struct esd_config *cfg, struct esd_job *j)
 	if (read_method(cfg, j, preset))
 		rc = -EINVAL;
 	if (read_addrs(cfg, j))
+		rc = -EINVAL;
+	if (read_dims(cfg, j))
 		rc = -EINVAL;
 	if (esd_job_backend_from_config(cfg, j))
 		rc = -EINVAL;
@@ -380,6 +429,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	h = fnv(h, j->batch, sizeof(j->batch[0]) * j->n);
 	h = fnv(h, j->rate_bps, sizeof(j->rate_bps[0]) * j->n);
 	h = fnv(h, &j->dim, sizeof(j->dim));
+	if (j->ntable_dims) /* model.dims; without it the digest is as before */
+		h = fnv(h, j->table_dims, sizeof(j->table_dims[0]) * j->ntable_dims);
 	h = fnv(h, &j->hidden, sizeof(j->hidden));
 	h = fnv(h, &j->dense, sizeof(j->dense));
 	h = fnv(h, &j->optim, sizeof(j->optim));

@@ -46,6 +46,7 @@ struct esd_trainer {
 	struct esd_trainer_info info;
 	uint64_t cur_iter;
 	uint32_t *ident; /* a version-1 area: bag_off[j] = j */
+	uint32_t *dims;  /* [tables] each table's dim */
 };
 
 static bool no_daemon_yet(int rc)
@@ -242,6 +243,31 @@ static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
 					     (char *)esd_cache_grad(t->cache, 0));
 }
 
+/* Each table's dim: the area's dims (each 1..the region's dim) or the
+ * region's dim for all. 0, -EPROTO (logged) or -ENOMEM. */
+static int read_dims(struct esd_trainer *t)
+{
+	const uint32_t T = t->xchg->tables, dim = t->info.dim;
+	const uint32_t *src = t->xchg->off_dims ? esd_xchg_at(t->xchg, t->xchg->off_dims) : NULL;
+	t->dims = malloc(((size_t)T + 1) * sizeof(*t->dims));
+	if (!t->dims)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < T; i++) {
+		t->dims[i] = src ? src[i] : dim;
+		if (t->dims[i] < 1 || t->dims[i] > dim) {
+			ESD_ERR("libesd", "exchange area: table %u has dim %u, outside 1..%u", i,
+				t->dims[i], dim);
+			return -EPROTO;
+		}
+	}
+	return 0;
+}
+
+const uint32_t *esd_trainer_table_dims(const struct esd_trainer *t)
+{
+	return t->dims;
+}
+
 /* The offsets of a version-1 area, where every bag has one key. */
 static int make_ident(struct esd_trainer *t)
 {
@@ -365,7 +391,9 @@ static int attach_on(const char *dir, int fd, struct esd_trainer **out)
 			 "anyone who reaches its shards' ports can join it, read and overwrite "
 			 "rows (docs/protocol.md, Threat model)");
 	fill_info(t, &m);
-	rc = start_watch(t, &m);
+	rc = read_dims(t);
+	if (!rc)
+		rc = start_watch(t, &m);
 	if (rc)
 		goto err;
 	*out = t;
@@ -594,5 +622,6 @@ void esd_trainer_detach(struct esd_trainer *t)
 	if (t->fd >= 0)
 		close(t->fd);
 	free(t->ident);
+	free(t->dims);
 	free(t);
 }

@@ -42,6 +42,12 @@ void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables
 	h->total_size = (off + 4095) & ~UINT64_C(4095);
 }
 
+void esd_xchg_add_dims(struct esd_xchg_hdr *h)
+{
+	h->off_dims = h->total_size;
+	h->total_size += ((uint64_t)h->tables * 4 + 4095) & ~UINT64_C(4095);
+}
+
 int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen)
 {
 	struct esd_xchg_hdr want;
@@ -60,8 +66,11 @@ int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen)
 	}
 	uint32_t max_keys = h->version == ESD_XCHG_VERSION_BAGS ? h->max_keys : 0;
 	esd_xchg_layout(&want, h->max_batch, h->tables, max_keys, h->dense, h->dense_params);
+	if (h->off_dims)
+		esd_xchg_add_dims(&want);
 	if (h->hdr_size != want.hdr_size || h->total_size != want.total_size ||
 	    h->off_dgrad != want.off_dgrad || h->off_bag_off != want.off_bag_off ||
+	    h->off_dims != want.off_dims ||
 	    h->total_size > maplen) {
 		ESD_ERR("xchg", "exchange area: sizes inconsistent (total %llu, mapped %zu)",
 			(unsigned long long)h->total_size, maplen);

@@ -15,6 +15,7 @@
  *   params  f32 [dense_params]        dense table values        (daemon)
  *   dgrad   f32 [dense_params]        dense table gradients     (trainer)
  *   bag_off u32 [max_batch*tables+1]  bag starts in slots       (daemon; version 2)
+ *   dims    u32 [tables]              each table's dim          (daemon; model.dims)
  *
  * Version 1 (a job without bags): max_keys = max_batch * tables, one key
  * per (sample, table), slots[i * tables + t]; no bag_off. Version 2 (a
@@ -22,6 +23,11 @@
  * bag, bag (i, t) is slots[bag_off[i*T + t] .. bag_off[i*T + t + 1]).
  * A version-1 area is laid out exactly as before bags existed, so
  * trainers of attach protocol 2 read it unchanged.
+ *
+ * With model.dims (docs/design.md §6) the area ends in a page of its own
+ * holding each table's dim (off_dims, 0 without): a trainer reads the
+ * first dims[t] floats of a table-t row and writes only those of its
+ * gradient.
  *
  * Ordering: the daemon writes the arrays, then sends BATCH on the control
  * socket; the trainer writes gradients (rows' gradient slots, dgrad), then
@@ -49,7 +55,8 @@ struct esd_xchg_hdr {
 	uint64_t off_slots, off_keys, off_labels, off_dense, off_params, off_dgrad;
 	uint64_t off_bag_off; /* version 2; 0 in version 1 */
 	uint32_t max_keys;    /* entries of slots and keys */
-	uint8_t pad0[28];
+	uint8_t pad0[20];
+	uint64_t off_dims; /* 0: every table has the region's dim */
 	/* cache line 2: written by the daemon */
 	_Atomic uint64_t batch_iter; /* iteration of the published micro-batch */
 	uint32_t m;                  /* samples in it */
@@ -68,6 +75,9 @@ _Static_assert(sizeof(struct esd_xchg_hdr) == 256, "exchange header is 256 bytes
  * version-2 area of max_keys keys with bag offsets. */
 void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables,
 		     uint32_t max_keys, uint32_t dense, uint32_t dense_params);
+/* Append the dims array (tables u32) to a laid-out h: off_dims and the
+ * total grow by whole pages. */
+void esd_xchg_add_dims(struct esd_xchg_hdr *h);
 /* Check a mapped header (version 1 or 2) against the mapping length.
  * Returns 0 or -ESD_EBADMAGIC / -ESD_EBADVERSION / -EINVAL (sizes),
  * logged. */

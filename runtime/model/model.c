@@ -18,7 +18,9 @@
 
 struct esd_model {
 	struct esd_model_shape shape;
-	size_t in;        /* T*dim + D */
+	size_t in;        /* sum of d_t + D */
+	uint32_t *dims;   /* T: each table's d_t */
+	size_t *off;      /* T + 1: table t's input at x + off[t] */
 	size_t dense_len; /* floats of the dense table */
 	/* offsets into the dense table */
 	size_t off_b1, off_w2, off_b2, off_wd;
@@ -26,9 +28,29 @@ struct esd_model {
 	float *x;    /* in */
 	float *hpre; /* H */
 	float *dh;   /* H */
-	float *dx;   /* T*dim */
+	float *dx;   /* sum of d_t */
 	uint32_t *bag; /* T + 1: the sample's bag starts, relative to its first */
 };
+
+/* Each table's d_t (dims, or dim for all) and input offsets; the shape's
+ * dims then point at the model's copy. 0, -EINVAL (a d_t out of 1..dim) or
+ * -ENOMEM. */
+static int model_tables(struct esd_model *m, const uint32_t *dims)
+{
+	const unsigned T = m->shape.tables;
+	m->dims = calloc(T, sizeof(*m->dims));
+	m->off = calloc((size_t)T + 1, sizeof(*m->off));
+	if (!m->dims || !m->off)
+		return -ENOMEM;
+	for (unsigned t = 0; t < T; t++) {
+		m->dims[t] = dims ? dims[t] : m->shape.dim;
+		if (m->dims[t] < 1 || m->dims[t] > m->shape.dim)
+			return -EINVAL;
+		m->off[t + 1] = m->off[t] + m->dims[t];
+	}
+	m->shape.dims = m->dims;
+	return 0;
+}
 
 int esd_model_create(const struct esd_model_shape *shape, struct esd_model **out)
 {
@@ -47,7 +69,12 @@ int esd_model_create(const struct esd_model_shape *shape, struct esd_model **out
 	if (!m)
 		return -ENOMEM;
 	m->shape = s;
-	m->in = (size_t)s.tables * s.dim + s.dense;
+	int rc = model_tables(m, shape->dims);
+	if (rc) {
+		esd_model_free(m);
+		return rc;
+	}
+	m->in = m->off[s.tables] + s.dense;
 	m->off_b1 = (size_t)s.hidden * m->in;
 	m->off_w2 = m->off_b1 + s.hidden;
 	m->off_b2 = m->off_w2 + s.hidden;
@@ -56,7 +83,7 @@ int esd_model_create(const struct esd_model_shape *shape, struct esd_model **out
 	m->x = calloc(m->in, sizeof(float));
 	m->hpre = calloc(s.hidden, sizeof(float));
 	m->dh = calloc(s.hidden, sizeof(float));
-	m->dx = calloc((size_t)s.tables * s.dim, sizeof(float));
+	m->dx = calloc(m->off[s.tables], sizeof(float));
 	m->bag = calloc((size_t)s.tables + 1, sizeof(uint32_t));
 	if (!m->x || !m->hpre || !m->dh || !m->dx || !m->bag) {
 		esd_model_free(m);
@@ -75,6 +102,8 @@ void esd_model_free(struct esd_model *m)
 	free(m->dh);
 	free(m->dx);
 	free(m->bag);
+	free(m->dims);
+	free(m->off);
 	free(m);
 }
 
@@ -131,14 +160,14 @@ static double sample_step(struct esd_model *m, const float *params, const float 
                           const float *dense, float inv_k, double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
-	const size_t in = m->in, emb = (size_t)s->tables * s->dim;
+	const size_t in = m->in, emb = m->off[s->tables];
 	const unsigned H = s->hidden, D = s->dense;
 	const float *W1 = params, *b1 = params + m->off_b1, *w2 = params + m->off_w2;
 	const float *wd = params + m->off_wd;
 	float *x = m->x, *hpre = m->hpre, *dh = m->dh, *dx = m->dx;
 
 	for (unsigned t = 0; t < s->tables; t++)
-		pool_bag(x + (size_t)t * s->dim, rows + bag[t], bag[t + 1] - bag[t], s->dim);
+		pool_bag(x + m->off[t], rows + bag[t], bag[t + 1] - bag[t], m->dims[t]);
 	if (D)
 		memcpy(x + emb, dense, D * sizeof(float));
 
@@ -193,12 +222,13 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 				dx[i] = dx[i] + d * wj[i];
 		}
 		for (unsigned t = 0; t < s->tables; t++) {
-			const float *src = dx + (size_t)t * s->dim;
+			const float *src = dx + m->off[t];
+			const unsigned dt = m->dims[t];
 			for (uint32_t r = bag[t]; r < bag[t + 1]; r++) {
 				double *g = row_grads[r];
 				if (!g)
 					continue;
-				for (unsigned c = 0; c < s->dim; c++)
+				for (unsigned c = 0; c < dt; c++)
 					g[c] = g[c] + (double)src[c];
 			}
 		}

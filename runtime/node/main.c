@@ -212,7 +212,8 @@ static int size_from_stream(struct node *nd)
 	}
 	/* this node's memory (daemon and trainer) against the machine, and
 	 * the passes over the stream, said before anything is allocated */
-	if (esd_plan_start_check(&nd->job, di, -1, (int)nd->rank, "node")) {
+	if (esd_job_check_tables(&nd->job, di->ntables, "node") ||
+	    esd_plan_start_check(&nd->job, di, -1, (int)nd->rank, "node")) {
 		esd_ds_close(dr);
 		return 1;
 	}
@@ -330,7 +331,8 @@ static int make_cache(struct node *nd, const char *tag)
 		return 1;
 	}
 	struct esd_model_shape sh = {.tables = nd->tables, .dim = nd->job.dim, .dense = nd->dense,
-				     .hidden = nd->job.hidden};
+				     .hidden = nd->job.hidden,
+				     .dims = nd->job.ntable_dims ? nd->job.table_dims : NULL};
 	struct esd_model *mdl;
 	int rc = esd_model_create(&sh, &mdl);
 	if (rc) {

@@ -60,6 +60,8 @@ static int make_slot(struct node *nd, uint32_t i)
 	uint64_t mk = (uint64_t)mb * nd->width;
 	esd_xchg_layout(&h, mb, nd->tables, !nd->bags ? 0 : mk > UINT32_MAX ? UINT32_MAX : (uint32_t)mk,
 			nd->dense, nd->dense_params);
+	if (nd->job.ntable_dims)
+		esd_xchg_add_dims(&h);
 	void *m;
 	int rc = make_area("esd-xchg", h.total_size, &ts->xchg_fd, &m);
 	if (rc)
@@ -67,6 +69,9 @@ static int make_slot(struct node *nd, uint32_t i)
 	ts->xchg = m;
 	ts->xchg_len = h.total_size;
 	memcpy(ts->xchg, &h, sizeof(h));
+	if (h.off_dims)
+		memcpy(esd_xchg_at(ts->xchg, h.off_dims), nd->job.table_dims,
+		       (size_t)nd->tables * sizeof(uint32_t));
 	if (i == 0)
 		return 0;
 	struct esd_cache_info ci;

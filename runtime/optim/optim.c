@@ -217,3 +217,12 @@ void esd_row_init(uint64_t seed, esd_key_t key, unsigned dim, float *out)
 		return;
 	esd_uniform_fill(seed, key, 0, 1.0f / sqrtf((float)dim), dim, out);
 }
+
+void esd_row_init_table(uint64_t seed, esd_key_t key, unsigned d, unsigned dim, float *out)
+{
+	if (!d || d > dim)
+		d = dim;
+	esd_row_init(seed, key, d, out);
+	for (unsigned i = d; i < dim; i++)
+		out[i] = 0.0f;
+}

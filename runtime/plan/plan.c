@@ -75,12 +75,19 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 		      struct esd_plan *p, char *err, size_t errlen)
 {
 	p->tables = di->ntables;
+	if (job->ntable_dims && job->ntable_dims != p->tables) {
+		snprintf(err, errlen, "model.dims lists %u dims but the stream has %u tables",
+			 job->ntable_dims, p->tables);
+		return -EINVAL;
+	}
 	p->width = esd_ds_keys_per_sample(di);
 	p->bags = esd_ds_has_bags(di);
 	p->dense = di->ndense;
 	p->workers = job->n;
 	p->shards = job->shards;
 	p->dim = job->dim;
+	for (uint32_t t = 0; t < p->tables; t++)
+		p->emb_floats += esd_job_table_dim(job, t);
 	p->global_batch = job->derived.global_batch;
 	for (uint32_t t = 0; t < p->tables; t++)
 		p->total_rows += di->rows[t];
@@ -93,7 +100,8 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 	if (p->cache_rows < maxb * p->width)
 		p->cache_rows = maxb * p->width;
 	struct esd_model_shape sh = {.tables = p->tables, .dim = p->dim, .dense = p->dense,
-				     .hidden = job->hidden};
+				     .hidden = job->hidden,
+				     .dims = job->ntable_dims ? job->table_dims : NULL};
 	struct esd_model *mdl;
 	if (esd_model_create(&sh, &mdl)) {
 		snprintf(err, errlen, "model shape %u tables x %u floats + %u dense is invalid",
@@ -163,6 +171,8 @@ static void plan_nodes(const struct esd_job *job, struct esd_plan *p)
 	struct esd_xchg_hdr xh;
 	esd_xchg_layout(&xh, (uint32_t)maxb, p->tables, p->bags ? (uint32_t)(maxb * W) : 0,
 			p->dense, (uint32_t)p->dense_len);
+	if (job->ntable_dims)
+		esd_xchg_add_dims(&xh);
 	/* dispatcher: two global batches, offsets, assignment, cost matrix,
 	 * key table and consequence (per key: key, occupancy, per-worker
 	 * state) */
@@ -185,7 +195,7 @@ static void plan_nodes(const struct esd_job *job, struct esd_plan *p)
 
 		struct esd_plan_trainer *t = &p->trainer[w];
 		t->model = p->dense_len * 4 * 2;
-		t->activations = m * (T * p->dim + D + p->hidden) * 4 * 2;
+		t->activations = m * (p->emb_floats + D + p->hidden) * 4 * 2;
 		t->total = t->model + t->activations;
 		p->trainer_total += t->total;
 	}

@@ -269,7 +269,8 @@ static void chain_restored(struct ps *ps, const char *path, const struct esd_ckp
 static int restore_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
 		       const float *state)
 {
-	return ps_store_put_value(arg, key, clock, value, state);
+	int rc = ps_store_check_padding(arg, key, value, "checkpoint");
+	return rc ? rc : ps_store_put_value(arg, key, clock, value, state);
 }
 
 int ps_restore(struct ps *ps, const char *path)

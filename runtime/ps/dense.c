@@ -14,7 +14,8 @@
 int ps_dense_init(struct ps *ps)
 {
 	struct esd_model_shape sh = {.tables = ps->tables, .dim = ps->job.dim,
-				     .dense = ps->dense, .hidden = ps->job.hidden};
+				     .dense = ps->dense, .hidden = ps->job.hidden,
+				     .dims = ps->job.ntable_dims ? ps->job.table_dims : NULL};
 	struct esd_model *m;
 	int rc = esd_model_create(&sh, &m);
 	if (rc)

@@ -501,7 +501,8 @@ static int stream_shape(struct esd_job *job, uint32_t shard, uint32_t *tables, u
 	}
 	/* this shard's memory against the machine, and the passes over the
 	 * stream, said before anything is allocated */
-	if (esd_plan_start_check(job, esd_ds_reader_info(dr), (int)shard, -1, "ps")) {
+	if (esd_job_check_tables(job, esd_ds_reader_info(dr)->ntables, "ps") ||
+	    esd_plan_start_check(job, esd_ds_reader_info(dr), (int)shard, -1, "ps")) {
 		esd_ds_close(dr);
 		return 1;
 	}

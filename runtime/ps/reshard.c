@@ -155,7 +155,8 @@ static int take_row(void *arg, esd_key_t key, uint64_t clock, const float *value
 	if (esd_shard_of(key, c->ps->job.shards) != c->ps->shard)
 		return 0;
 	c->kept++;
-	return ps_store_put_value(c->ps->st, key, clock, value, state);
+	int rc = ps_store_check_padding(c->ps->st, key, value, "ps.resume_from");
+	return rc ? rc : ps_store_put_value(c->ps->st, key, clock, value, state);
 }
 
 /* Shard 0: the dense table and its clock from the one old file that has

@@ -60,6 +60,9 @@ struct ps_store {
 	size_t rec_bytes;
 	struct esd_optim_params opt;
 	uint64_t seed;
+	/* model.dims: table t's rows are initialised with table_dims[t]
+	 * floats of dim (ntable_dims 0: dim for every table) */
+	uint32_t *table_dims, ntable_dims;
 	/* arena */
 	char **chunks;
 	size_t nchunks, count;
@@ -149,10 +152,43 @@ static int size_disk(struct ps_store *st, uint64_t ram)
 	return 0;
 }
 
+/* model.dims into the store: row initialisation by table. 0 or -ENOMEM
+ * (the store freed). */
+static int store_table_dims(struct ps_store *st, const struct esd_job *job)
+{
+	st->table_dims = malloc(job->ntable_dims * sizeof(*st->table_dims));
+	if (!st->table_dims) {
+		ps_store_free(st);
+		return -ENOMEM;
+	}
+	memcpy(st->table_dims, job->table_dims, job->ntable_dims * sizeof(*st->table_dims));
+	st->ntable_dims = job->ntable_dims;
+	return 0;
+}
+
+int ps_store_check_padding(const struct ps_store *st, uint64_t key, const float *value,
+			   const char *what)
+{
+	const uint32_t t = esd_key_table(key);
+	if (t >= st->ntable_dims)
+		return 0;
+	for (unsigned i = st->table_dims[t]; i < st->dim; i++) {
+		if (value[i] == 0.0f)
+			continue;
+		ESD_ERR("ps", "%s: row %#llx of table %u has a non-zero float at %u, past the "
+			      "table's dim %u in model.dims: it is of a job of other dims",
+			what, (unsigned long long)key, t, i, st->table_dims[t]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out)
 {
 	struct ps_store *st;
 	int rc = ps_store_create(job->dim, &job->optim, job->seed, &st);
+	if (!rc && job->ntable_dims)
+		rc = store_table_dims(st, job);
 	if (rc || !job->store_dir[0]) {
 		*out = rc ? NULL : st;
 		return rc;
@@ -216,6 +252,7 @@ void ps_store_free(struct ps_store *st)
 	free(st->stg);
 	free(st->grads);
 	free(st->tmp);
+	free(st->table_dims);
 	free(st->tmp_in);
 	free(st);
 }
@@ -488,7 +525,9 @@ static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
 	/* ps_store_at checks against count, which now includes r */
 	r->key = key;
 	r->clock = 0;
-	esd_row_init(st->seed, key, st->dim, r->data);
+	const uint32_t t = esd_key_table(key);
+	esd_row_init_table(st->seed, key, t < st->ntable_dims ? st->table_dims[t] : st->dim,
+			   st->dim, r->data);
 	esd_optim_state_init(&st->opt, st->dim, r->data + st->dim);
 	st->idx_key[i] = key;
 	st->idx_rec[i] = (uint32_t)st->count;

@@ -60,6 +60,11 @@ struct ps_row *ps_store_at(const struct ps_store *st, size_t i);
 
 /* Overwrite value + state + clock (PUSH_VALUE: an update or evict push).
  * Returns 0 or -ENOMEM. */
+/* A row read from a checkpoint or an export against model.dims: its floats
+ * past its table's dim must be zero (else the file is of other dims).
+ * 0 or -EINVAL, logged naming the key and what (the file, for the log). */
+int ps_store_check_padding(const struct ps_store *st, uint64_t key, const float *value,
+			   const char *what);
 int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
 		       const float *state);
 

@@ -150,44 +150,50 @@ static int npy_read(struct npy *n, float *buf, size_t count, uint64_t first)
 	return 0;
 }
 
-/* Table t's rows of this shard, from its file. */
+/* Table t's rows of this shard, from its file of [rows, d_t] (model.dims),
+ * each stored padded with zeros to model.dim. */
 static int load_table(struct ps *ps, const char *dir, const char *name, uint32_t t,
 		      uint64_t rows, const float *state)
 {
 	struct npy n;
-	unsigned dim = ps->job.dim;
+	const unsigned dim = ps->job.dim, d = esd_job_table_dim(&ps->job, t);
 	int rc = npy_open(&n, dir, name);
 	if (rc)
 		return rc;
 	char msg[300];
-	if (n.ndim != 2 || n.shape[0] != rows || n.shape[1] != dim) {
+	if (n.ndim != 2 || n.shape[0] != rows || n.shape[1] != d) {
 		snprintf(msg, sizeof(msg),
 			 "shape (%llu, %llu) but the job's table %u is (%llu, %u): data.stream's rows "
-			 "and model.dim",
+			 "and model.dim (or the table's model.dims)",
 			 (unsigned long long)n.shape[0],
 			 (unsigned long long)(n.ndim == 2 ? n.shape[1] : 0), t,
-			 (unsigned long long)rows, dim);
+			 (unsigned long long)rows, d);
 		fclose(n.f);
 		return npy_fail(&n, msg);
 	}
-	float *buf = malloc((size_t)LOAD_ROWS * dim * sizeof(float));
-	if (!buf) {
+	float *buf = malloc((size_t)LOAD_ROWS * d * sizeof(float));
+	float *row = calloc(dim, sizeof(float)); /* the tail stays zero */
+	if (!buf || !row) {
+		free(buf);
+		free(row);
 		fclose(n.f);
 		return -ENOMEM;
 	}
 	uint64_t mine = 0;
 	for (uint64_t lo = 0; lo < rows && !rc; lo += LOAD_ROWS) {
 		size_t m = rows - lo < LOAD_ROWS ? (size_t)(rows - lo) : LOAD_ROWS;
-		rc = npy_read(&n, buf, m * dim, lo * dim);
+		rc = npy_read(&n, buf, m * d, lo * d);
 		for (size_t i = 0; i < m && !rc; i++) {
 			esd_key_t key = esd_key_make(t, lo + i);
 			if (esd_shard_of(key, ps->job.shards) != ps->shard)
 				continue;
-			rc = ps_store_put_value(ps->st, key, 0, buf + i * dim, state);
+			memcpy(row, buf + i * d, d * sizeof(float));
+			rc = ps_store_put_value(ps->st, key, 0, row, state);
 			mine++;
 		}
 	}
 	free(buf);
+	free(row);
 	fclose(n.f);
 	if (!rc)
 		ESD_DBG("ps", "warm start: %llu rows of %s", (unsigned long long)mine, n.path);
@@ -199,7 +205,9 @@ static int load_table(struct ps *ps, const char *dir, const char *name, uint32_t
 static int load_dense(struct ps *ps, const char *dir, json_t *files)
 {
 	static const char *const order[] = {"W1", "b1", "w2", "b2", "wd"};
-	uint64_t in = (uint64_t)ps->tables * ps->job.dim + ps->dense;
+	uint64_t in = ps->dense;
+	for (uint32_t t = 0; t < ps->tables; t++)
+		in += esd_job_table_dim(&ps->job, t);
 	uint64_t h = (ps->dtab.len - 1 - ps->dense) / (in + 2);
 	uint64_t want[] = {h * in, h, h, 1, ps->dense};
 	size_t at = 0;

@@ -100,10 +100,13 @@ static int check_torchrun(struct esd_trainer *t, const struct esd_trainer_info *
 	return 0;
 }
 
-/* hidden units from the dense table's length: P = H*(T*d + D) + 2H + 1 + D */
-static unsigned hidden_of(const struct esd_trainer_info *in)
+/* hidden units from the dense table's length: P = H*(d_1 + ... + d_T + D) +
+ * 2H + 1 + D */
+static unsigned hidden_of(const struct esd_trainer_info *in, const uint32_t *dims)
 {
-	uint64_t width = (uint64_t)in->tables * in->dim + in->dense;
+	uint64_t width = in->dense;
+	for (uint32_t t = 0; t < in->tables; t++)
+		width += dims[t];
 	if (in->dense_params < 1 + in->dense)
 		return 0;
 	uint64_t rest = in->dense_params - 1 - in->dense;
@@ -192,8 +195,9 @@ int main(int argc, char **argv)
 	uint32_t *used = NULL;
 	double *scratch = NULL, *dgrad = NULL;
 	if (emulate_ns < 0) {
+		const uint32_t *dims = esd_trainer_table_dims(t);
 		struct esd_model_shape sh = {.tables = in.tables, .dim = in.dim, .dense = in.dense,
-					     .hidden = hidden_of(&in)};
+					     .hidden = hidden_of(&in, dims), .dims = dims};
 		if (!sh.hidden || esd_model_create(&sh, &model) ||
 		    esd_model_dense_len(model) != in.dense_params) {
 			give_up(t, "dense table of %u floats does not fit the reference "

@@ -66,7 +66,8 @@ class Env:
         subprocess.run([os.path.join(self.bin, "esd-ref"), "--out", out, "--stream",
                         settings["data.stream"], "--iters", str(settings["job.iterations"]),
                         "--batch", str(k), "--seed", str(settings["job.seed"]),
-                        "--dim", str(settings["model.dim"]),
+                        *(["--dims", str(settings["model.dims"])] if "model.dims" in settings
+                          else ["--dim", str(settings["model.dim"])]),
                         "--hidden", str(settings["model.hidden"]),
                         "--opt", settings["model.optimizer"], "--lr", str(settings["model.lr"])],
                        check=True, stdout=subprocess.DEVNULL)

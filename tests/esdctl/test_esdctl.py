@@ -217,6 +217,15 @@ def run(work):
                           c.job)
         check(big["fits"] is False and big["needed_from_mem_available"] >
               big["mem_available_bytes"], "plan: a job too big for this machine")
+        # model.dims: rows sized at the largest, the model's input the sum
+        dims = esdctl_json("plan", "--set", "model.dims=4*13,32*13", "--set", "model.dim=32",
+                           c.job)
+        check(dims["dim"] == 32 and dims["emb_floats"] == 13 * 36 and
+              plan["emb_floats"] == 26 * plan["dim"], "plan: model.dims sizes rows at the "
+              "largest dim and the model's input at their sum")
+        rc, out, err = esdctl("plan", "--set", "model.dims=4,8", "--set", "model.dim=8", c.job)
+        check(rc != 0 and "model.dims lists 2 dims but the stream has 26 tables" in out + err,
+              "plan: model.dims of another table count is refused: %s" % (out + err).strip())
         ps_plan = plan["esd_ps"]["shards"][0]
         check(sum(ps_plan[k]["bytes"] for k in ("rows", "index", "staging", "pull", "dense")) ==
               ps_plan["total"] and ps_plan["disk"] == 0, "plan: esd-ps parts sum to its total")

@@ -532,6 +532,45 @@ static void test_digest(void **state)
 	esd_config_free(cc);
 }
 
+/* model.dims: one dim per table, the largest becoming model.dim; the
+ * digest changes only when it is set; bad lists are refused by name. */
+static void test_table_dims(void **state)
+{
+	(void)state;
+	char log[1024];
+	struct esd_job j, plain;
+	static const char *const none[] = {"model.dim=8", NULL};
+	assert_int_equal(load_logged(none, &plain, log, sizeof(log)), 0);
+	assert_int_equal(plain.ntable_dims, 0);
+	assert_int_equal(esd_job_table_dim(&plain, 5), 8);
+	assert_int_equal(esd_job_check_tables(&plain, 26, "test"), 0);
+	static const char *const ok[] = {"model.dims=4,8*2,16", NULL};
+	assert_int_equal(load_logged(ok, &j, log, sizeof(log)), 0);
+	assert_int_equal(j.ntable_dims, 4);
+	assert_int_equal(j.dim, 16);
+	assert_int_equal(esd_job_table_dim(&j, 0), 4);
+	assert_int_equal(esd_job_table_dim(&j, 2), 8);
+	assert_int_equal(esd_job_table_dim(&j, 3), 16);
+	assert_int_equal(esd_job_check_tables(&j, 4, "test"), 0);
+	assert_int_equal(esd_job_check_tables(&j, 5, "test"), -EINVAL);
+	static const char *const same[] = {"model.dim=16", "model.dims=4,8,8,16", NULL};
+	struct esd_job j2;
+	assert_int_equal(load_logged(same, &j2, log, sizeof(log)), 0);
+	assert_true(esd_job_digest(&j) == esd_job_digest(&j2));
+	static const char *const equal[] = {"model.dims=8", NULL};
+	assert_int_equal(load_logged(equal, &j2, log, sizeof(log)), 0);
+	assert_true(esd_job_digest(&j2) != esd_job_digest(&plain)); /* the table count */
+	static const char *const conflict[] = {"model.dim=32", "model.dims=4,16", NULL};
+	assert_int_equal(load_logged(conflict, &j2, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "model.dims"));
+	static const char *const bad[][2] = {{"model.dims=4,0", NULL}, {"model.dims=4,x", NULL},
+					     {"model.dims=70000", NULL}, {"model.dims=4,,8", NULL}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(load_logged(bad[i], &j2, log, sizeof(log)), -EINVAL);
+		assert_non_null(strstr(log, "model.dims"));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_single_value_applies_to_all),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_digest),
+		cmocka_unit_test(test_table_dims),
 		cmocka_unit_test(test_settings_documented),
 		cmocka_unit_test(test_settings_table),
 		cmocka_unit_test(test_setting_error_names_where),

@@ -212,6 +212,42 @@ static void test_split_and_determinism(void **state)
 	fixture_fini(&f);
 }
 
+/* Per-table dims: table t reads and writes only the first dims[t] floats
+ * of its rows; the model's input is the dims summed; dims of 0 or above
+ * dim are refused. */
+static void test_table_dims(void **state)
+{
+	(void)state;
+	const uint32_t dims[2] = {2, 4}, bad[2] = {2, 5}, zero[2] = {0, 4};
+	struct esd_model *m;
+	struct esd_model_shape s = {.tables = 2, .dim = 4, .dense = 1, .hidden = 3, .dims = bad};
+	assert_int_equal(esd_model_create(&s, &m), -EINVAL);
+	s.dims = zero;
+	assert_int_equal(esd_model_create(&s, &m), -EINVAL);
+	s.dims = dims;
+	assert_int_equal(esd_model_create(&s, &m), 0);
+	assert_int_equal(esd_model_dense_len(m), 3 * (2 + 4 + 1) + 3 + 3 + 1 + 1);
+	float params[64];
+	esd_model_dense_init(m, 5, params);
+	float r0[4] = {0.5f, -0.25f, 0, 0}, r1[4] = {0.1f, 0.2f, -0.3f, 0.4f}, label = 1, d = 0.7f;
+	const float *rows[2] = {r0, r1};
+	double g0[4] = {0}, g1[4] = {0};
+	double *grads[2] = {g0, g1};
+	struct esd_model_batch b = {.m = 1, .rows = rows, .row_grads = grads, .labels = &label,
+				    .dense = &d};
+	double loss;
+	assert_int_equal(esd_model_step(m, params, &b, 1, &loss, NULL, NULL), 0);
+	assert_true(g0[2] == 0.0 && g0[3] == 0.0); /* table 0's padding gets no gradient */
+	assert_true(g0[0] != 0.0 || g0[1] != 0.0 || g1[0] != 0.0);
+	/* the padding is not read: a non-zero tail changes nothing */
+	r0[3] = 100.0f;
+	double loss2;
+	memset(g1, 0, sizeof(g1));
+	assert_int_equal(esd_model_step(m, params, &b, 1, &loss2, NULL, NULL), 0);
+	assert_true(loss2 == loss);
+	esd_model_free(m);
+}
+
 static void test_errors(void **state)
 {
 	(void)state;
@@ -385,6 +421,7 @@ int main(void)
 	    cmocka_unit_test(test_sign_and_scale_by_hand),
 	    cmocka_unit_test(test_split_and_determinism),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_table_dims),
 	    cmocka_unit_test(test_bags),
 	    cmocka_unit_test(test_training_decreases_loss),
 	};

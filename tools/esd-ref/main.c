@@ -39,6 +39,8 @@ static void usage(FILE *f)
 	       "                    shard count); --iters is the total\n"
 	       "  --seed S          job seed: row and dense-table initialisation (1)\n"
 	       "  --dim D           embedding row length (16)\n"
+	       "  --dims D,D,...    each table's row length (model.dims; D*N: N copies);\n"
+	       "                    the rows are stored at the largest\n"
 	       "  --hidden H        hidden units (16)\n"
 	       "  --opt NAME        sgd | adagrad | adam (sgd)\n"
 	       "  --lr X --eps X --beta1 X --beta2 X --init-acc X\n"
@@ -82,17 +84,52 @@ static int parse_f(const char *opt, const char *s, double *out)
 	return 0;
 }
 
+#define ESD_REF_MAX_DIMS 1024
+
+/* --dims D,D,... ("D*N": N copies) into dims and cfg (dim: the largest).
+ * 0, or 1 with the reason said. */
+static int parse_dims(const char *text, uint32_t *dims, struct esd_ref_config *cfg)
+{
+	uint32_t n = 0, max = 0;
+	const char *p = text;
+	for (;;) {
+		char *end;
+		errno = 0;
+		unsigned long d = strtoul(p, &end, 10), k = 1;
+		if (end != p && *end == '*')
+			k = strtoul(end + 1, &end, 10);
+		if (errno || end == p || d < 1 || d > ESD_MODEL_MAX_DIM || k < 1 ||
+		    k > ESD_REF_MAX_DIMS - n || (*end && *end != ',')) {
+			fprintf(stderr, "esd-ref: --dims %s: expected dims 1..%u, one per table "
+			        "(D*N: N copies), at most %u tables\n", text, ESD_MODEL_MAX_DIM,
+			        ESD_REF_MAX_DIMS);
+			return 1;
+		}
+		for (; k; k--)
+			dims[n++] = (uint32_t)d;
+		max = d > max ? (uint32_t)d : max;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	cfg->dims = dims;
+	cfg->ndims = n;
+	cfg->dim = max;
+	return 0;
+}
+
 /* Long: esd-ref's options, each checked with its own message, then one training run and its
  * output. */
 int main(int argc, char **argv)
 {
-	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM, O_RESUME };
+	enum { O_LR = 256, O_EPS, O_B1, O_B2, O_ACC, O_GSEED, O_CURSOR, O_STREAM, O_RESUME, O_DIMS };
 	static const struct option longopts[] = {
 	    {"out", required_argument, NULL, 'o'},
 	    {"iters", required_argument, NULL, 'n'},
 	    {"batch", required_argument, NULL, 'k'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"dim", required_argument, NULL, 'd'},
+	    {"dims", required_argument, NULL, O_DIMS},
 	    {"hidden", required_argument, NULL, 'H'},
 	    {"opt", required_argument, NULL, 'O'},
 	    {"tables", required_argument, NULL, 'T'},
@@ -118,6 +155,7 @@ int main(int argc, char **argv)
 	const char *out = NULL, *opt_name = "sgd", *stream = NULL;
 	double lr = NAN, eps = NAN, b1 = NAN, b2 = NAN, acc = NAN;
 	uint64_t u, gseed = 0;
+	static uint32_t dims[ESD_REF_MAX_DIMS];
 	int have_gseed = 0, c, rc = 0;
 
 	esd_log_init("esd-ref");
@@ -197,6 +235,9 @@ int main(int argc, char **argv)
 		case O_RESUME:
 			cfg.resume = optarg;
 			break;
+		case O_DIMS:
+			rc = parse_dims(optarg, dims, &cfg);
+			break;
 		case 'v':
 			cfg.verbose = 1;
 			break;
@@ -213,6 +254,14 @@ int main(int argc, char **argv)
 	if (optind < argc || !out) {
 		fprintf(stderr, "esd-ref: %s\n", out ? "unexpected argument" : "--out is required");
 		usage(stderr);
+		return 2;
+	}
+	uint32_t dmax = 0;
+	for (uint32_t i = 0; i < cfg.ndims; i++)
+		dmax = cfg.dims[i] > dmax ? cfg.dims[i] : dmax;
+	if (cfg.ndims && cfg.dim != dmax) {
+		fprintf(stderr, "esd-ref: --dim %u but the largest of --dims is %u: give --dims "
+		        "alone\n", cfg.dim, dmax);
 		return 2;
 	}
 	enum esd_optimizer opt;

@@ -115,7 +115,8 @@ static int64_t row_get(struct row_store *s, const struct esd_ref_config *cfg, es
 	s->keys[i] = key;
 	s->clocks[i] = 0;
 	s->last_iter[i] = 0;
-	esd_row_init(cfg->seed, key, s->dim, r);
+	const uint32_t t = esd_key_table(key);
+	esd_row_init_table(cfg->seed, key, t < cfg->ndims ? cfg->dims[t] : s->dim, s->dim, r);
 	esd_optim_state_init(&cfg->optim, s->dim, r + s->dim);
 	s->index[h] = (uint32_t)(i + 1);
 	return (int64_t)i;
@@ -322,8 +323,16 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	if (!cfg || !src || !src->next || !out_path || !k || !src->tables ||
 	    esd_optim_params_check(&cfg->optim))
 		return -EINVAL;
-	struct esd_model_shape shape = {
-	    .tables = src->tables, .dim = cfg->dim, .dense = src->dense, .hidden = cfg->hidden};
+	if (cfg->ndims && cfg->ndims != src->tables) {
+		fprintf(stderr, "esd-ref: --dims lists %u dims but the samples have %u tables\n",
+		        cfg->ndims, src->tables);
+		return -EINVAL;
+	}
+	struct esd_model_shape shape = {.tables = src->tables,
+	                                .dim = cfg->dim,
+	                                .dense = src->dense,
+	                                .hidden = cfg->hidden,
+	                                .dims = cfg->ndims ? cfg->dims : NULL};
 	rc = esd_model_create(&shape, &model);
 	if (rc)
 		return rc;

@@ -109,7 +109,12 @@ void esd_ref_stream_close(struct esd_ref_source *src);
 
 struct esd_ref_config {
 	uint64_t seed;       /* job seed: row and dense initialisation */
-	uint32_t dim;        /* row length */
+	uint32_t dim;        /* row length (the largest of dims) */
+	/* each table's dim (model.dims: a table-t row is its first dims[t]
+	 * floats, the rest zero; docs/design.md §6), ndims of them, one per
+	 * table; ndims 0: dim for every table */
+	const uint32_t *dims;
+	uint32_t ndims;
 	uint32_t hidden;     /* hidden units (0: ESD_MODEL_DEFAULT_HIDDEN) */
 	uint32_t batch;      /* k, the global batch */
 	uint64_t iterations; /* N: train until this iteration (total) */

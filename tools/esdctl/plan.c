@@ -180,10 +180,12 @@ static void plan_print(const struct plan_out *out)
 	size_t i;
 	json_t *o;
 	printf("plan of %s: %u workers, %u PS shard%s, %u tables of %" PRIu64
-	       " rows x %u floats (%s), cache %" PRIu64 " rows per node (%s), global "
+	       " rows x %u floats%s (%s), cache %" PRIu64 " rows per node (%s), global "
 	       "batch %" PRIu64 "\n",
 	       out->config, p->workers, p->shards, p->shards == 1 ? "" : "s", p->tables,
-	       p->total_rows, p->dim, esdctl_str(out->root, "optimizer"), p->cache_rows,
+	       p->total_rows, p->dim,
+	       out->job.ntable_dims ? " (model.dims, each row padded to the largest)" : "",
+	       esdctl_str(out->root, "optimizer"), p->cache_rows,
 	       esd_policy_name(out->job.policy), p->global_batch);
 	json_array_foreach(out->pss, i, o)
 	{
@@ -237,9 +239,10 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 		goto out;
 	}
 	const struct esd_plan *p = &out.p;
-	out.root = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "config",
-	                     config, "stream", out.job.stream, "workers", p->workers, "shards",
-	                     p->shards, "tables", p->tables, "dim", p->dim, "total_rows",
+	out.root = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s, s:s}",
+	                     "config", config, "stream", out.job.stream, "workers", p->workers,
+	                     "shards", p->shards, "tables", p->tables, "dim", p->dim,
+	                     "emb_floats", (json_int_t)p->emb_floats, "total_rows",
 	                     (json_int_t)p->total_rows, "cache_rows", (json_int_t)p->cache_rows,
 	                     "global_batch", (json_int_t)p->global_batch, "optimizer",
 	                     p->state_floats == 2   ? "adam"

@@ -100,6 +100,8 @@ def _load():
                                             ctypes.POINTER(ctypes.c_void_p)]
     lib.esd_trainer_request_stop.argtypes = [ctypes.c_void_p]
     lib.esd_trainer_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Info)]
+    lib.esd_trainer_table_dims.argtypes = [ctypes.c_void_p]
+    lib.esd_trainer_table_dims.restype = ctypes.POINTER(ctypes.c_uint32)
     lib.esd_trainer_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_MB)]
     lib.esd_trainer_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(_MB), ctypes.c_double]
     lib.esd_trainer_detach.argtypes = [ctypes.c_void_p]
@@ -228,6 +230,10 @@ class Trainer:
         _lib.esd_trainer_get_info(self._h, ctypes.byref(self._info))
         i = self._info
         self.info = {f: getattr(i, f) for f, _ in _Info._fields_ if "base" not in f}
+        # each table's dim (model.dims; info["dim"] for all without it): a
+        # table-t row is the first table_dims[t] floats of its slot
+        d = _lib.esd_trainer_table_dims(self._h)
+        self.table_dims = [int(d[t]) for t in range(i.tables)]
         self.values = _strided(i.values_base, i.capacity, i.value_stride, i.dim, False)
         self.grads = _strided(i.grads_base, i.capacity, i.grad_stride, i.dim, True)
 

@@ -20,7 +20,9 @@ dense model under DistributedDataParallel, the commit as an optimizer step.
     s.save(model, opt)
     s.close()
 
-EmbeddingBagCollection.forward(batch) returns an (m, tables, dim) tensor:
+EmbeddingBagCollection.forward(batch) returns an (m, tables, dim) tensor
+(a job with model.dims, tables of their own dims: (m, d_1 + ... + d_T),
+the features side by side as TorchRec's KeyedTensor; s.dims lists them):
 out[:, t] is feature t's pooled rows (sum or mean of its bag; a bag of one
 id, as every feature of a Criteo-shaped stream, is its row). The rows are
 gathered from the node's shared cache straight into that tensor; backward
@@ -229,8 +231,15 @@ class _CacheRows(nn.Module):
         super().__init__()
         info = trainer.info
         self.tables, self.dim = info["tables"], info["dim"]
+        self.table_dims = list(getattr(trainer, "table_dims", [self.dim] * self.tables))
         self.features = _feature_names(features, self.tables)
         self._select(tables)
+        self.dims = [self.table_dims[self.features.index(n)] for n in self.names]
+        # model.dims: the columns of the (m, tables * dim) padded rows that
+        # forward keeps (each table's first d_t); None when all are dim
+        self._cols = None if all(d == self.dim for d in self.table_dims) else torch.cat(
+            [torch.arange(d) + self.features.index(n) * self.dim
+             for n, d in zip(self.names, self.dims)])
         self.device = torch.device(device) if device is not None else None
         self.values = torch.from_numpy(trainer.values)  # (capacity, dim): the cache
         self.grads = torch.from_numpy(trainer.grads)    # this trainer's gradient slots
@@ -336,20 +345,26 @@ class EmbeddingBagCollection(_CacheRows):
         out = _Lookup.apply(self._anchor, self, slots, offsets)
         if self.device is not None and self.device.type == "cuda":
             out = out.to(self.device, non_blocking=True)
+        if self._cols is not None:  # model.dims: each feature its d_t, side by side
+            return out.view(batch.m, self.tables * self.dim).index_select(
+                1, self._cols.to(out.device))
         out = out.view(batch.m, self.tables, self.dim)
         if self._pick is not None:  # the named features: the others get no gradient
             out = out.index_select(1, self._pick.to(out.device))
         return out
 
     def to_dict(self, pooled):
-        """{feature name: (m, dim)} of forward's output."""
+        """{feature name: (m, dim)} of forward's output ((m, d_t) with
+        model.dims)."""
+        if self._cols is not None:
+            return dict(zip(self.names, pooled.split(self.dims, dim=1)))
         return {f: pooled[:, t] for t, f in enumerate(self.names)}
 
 
 class EmbeddingCollection(_CacheRows):
     """The job's tables unpooled, as TorchRec's EmbeddingCollection (for
     sequence features): forward(batch) is {feature name: Jagged} whose
-    values are the (n, dim) rows of the feature's IDs, bag after bag, each
+    values are the (n, dim) rows ((n, d_t) with model.dims) of the feature's IDs, bag after bag, each
     ID its own row (an empty bag none), with the bags' lengths and offsets
     and the IDs' cache slots. Backward adds each row's gradient into its
     ID's gradient slot (IDs repeated in a micro-batch add up, in the
@@ -414,8 +429,8 @@ class EmbeddingCollection(_CacheRows):
         if self.device is not None and self.device.type == "cuda":
             rows = rows.to(self.device, non_blocking=True)
         split = counts.tolist()
-        return {f: Jagged(v, lengths[:, i].contiguous(), s) for i, (f, v, s) in
-                enumerate(zip(self.names, rows.split(split), picked.split(split)))}
+        return {f: Jagged(v[:, :d], lengths[:, i].contiguous(), s) for i, (f, v, s, d) in
+                enumerate(zip(self.names, rows.split(split), picked.split(split), self.dims))}
 
 
 class RowOptimizer:
@@ -669,6 +684,7 @@ class Session:
         signal.signal(signal.SIGTERM, lambda sig, frame: self.trainer.request_stop())
         self.info = info
         self.tables, self.dim, self.ndense = info["tables"], info["dim"], info["dense"]
+        self.dims = list(self.trainer.table_dims)  # each table's dim (model.dims)
         self.device = device
         self.current = None
         self.log_every = int(env.get("ESD_LOG_EVERY", 10)) if log_every is None else log_every

@@ -1,0 +1,108 @@
+"""Per-table embedding dims (model.dims, docs/design.md §6): 4 node daemons
+and reference trainers train a 26-table stream whose tables have dims 4, 8
+and 16; the final tables equal esd-ref's with the same --dims (rtol 1e-5)
+under one shard and SGD, and two shards, two trainers a node and Adam;
+every row's padding past its table's dim is exactly zero (esd-export
+--dims refuses a non-zero one), the export gives each table its own
+shape, and a job warm-starts from it; resuming the checkpoint under
+smaller dims is refused.
+
+usage: test_table_dims.py BIN_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+from e2e_util import Env, ClusterError
+from esdcluster import write_ini
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DIMS = "4,8*12,16*12,4"  # 26 tables (criteo-kaggle)
+WANT = [4] + [8] * 12 + [16] * 12 + [4]
+CASES = [
+    ("hybrid-sgd", {"dispatch__method": "hybrid", "model__optimizer": "sgd"}),
+    ("opt-adam-2-shards-2-trainers", {"dispatch__method": "opt", "model__optimizer": "adam",
+                                      "model__lr": 0.01, "workers__trainers": 2,
+                                      "SHARDS": 2}),
+]
+
+
+def check_export(env, name, ck):
+    """esd-export --dims of the run's checkpoint: exit 0 (every padding
+    float zero) and one [rows, d_t] table each."""
+    out = os.path.join(env.root, name + ".export")
+    if not os.path.exists("/usr/bin/python3"):
+        print("skip export check: no /usr/bin/python3 (numpy)")
+        return None
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "esd-export"),
+                        os.path.dirname(
+        ck.split(",")[0]), out, "--stream", env.stream, "--dims", DIMS, "--bin", env.bin],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode == 77 or "No module named" in r.stdout:
+        print("skip export check: %s" % r.stdout.strip()[-200:])
+        return None
+    env.check(r.returncode == 0, "%s: esd-export --dims: every row's padding is zero (%s)"
+              % (name, r.stdout.strip()[-300:]))
+    if r.returncode:
+        return None
+    with open(os.path.join(out, "manifest.json")) as f:
+        man = json.load(f)
+    got = [t["dim"] for t in man["tables"]]
+    env.check(got == WANT and man["dim"] == 16,
+              "%s: the export's tables have their own dims (%s)" % (name, got))
+    return out
+
+
+def resume_other_dims(env, s, ck):
+    """esd-ps resuming the run's checkpoint (ps.resume_from) under smaller
+    dims: refused naming a row whose padding is not zero."""
+    work = os.path.join(env.root, "other-dims")
+    os.makedirs(os.path.join(work, "ckpt"), exist_ok=True)
+    job = os.path.join(work, "job.ini")
+    write_ini(job, dict(s, **{"job.insecure": "yes", "model.dims": "4*25,16",
+                              "ps.resume_from": os.path.dirname(ck.split(",")[0]),
+                              "ps.checkpoint_dir": os.path.join(work, "ckpt")}))
+    try:
+        r = subprocess.run([os.path.join(env.bin, "esd-ps"), "--config", job, "--shard", "0",
+                            "--listen", "127.0.0.1:0", "--resume"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=30)
+        rc, out = r.returncode, r.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = "timeout", str(e.output)
+    line = [ln for ln in out.splitlines() if "past the table's dim" in ln]
+    env.check(rc not in (0, "timeout") and line,
+              "resuming under other model.dims is refused naming the row (exit %s): %s"
+              % (rc, line[:1]))
+
+
+def main():
+    env = Env(sys.argv[1], "table-dims")
+    env.gen_stream()
+    try:
+        for name, over in CASES:
+            s = env.settings(**over)
+            del s["model.dim"]
+            s["model.dims"] = DIMS
+            shards = s.pop("SHARDS", 1)
+            ck, sums = env.run(name, s, shards=shards)
+            env.check_transfers(name, sums)
+            ref = env.reference(name, s)
+            ok, out = env.compare(ck, ref)
+            env.check(ok, "%s: final tables == esd-ref --dims %s (rtol 1e-5, atol 2e-6): %s"
+                      % (name, DIMS, out.splitlines()[-1] if out else ""))
+            exp = check_export(env, name, ck)
+            if exp and name == "hybrid-sgd":
+                # a job warm-started from the export: each [rows, d_t] table
+                # loads into rows padded to model.dim, and trains on
+                w = dict(s, **{"ps.warm_start": exp, "job.iterations": 5})
+                env.run(name + "-warm", w)
+                env.check(True, "%s: a job warm-started from the export trains" % name)
+                resume_other_dims(env, s, ck)
+    except ClusterError as e:
+        env.check(False, "cluster: %s" % e)
+    return env.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
