@@ -143,8 +143,9 @@ static uint32_t draw_table(const struct esd_ds_gen_params *p, struct table_gen *
 }
 
 /* A weighted stream's ID weight: a multiple of 1/16 in [1/16, 2], uniform
- * (exact in f32, so sums of few of them are exact too). Drawn after the
- * sample's label, so an unweighted stream's draws are those of before. */
+ * (exact in f32, so sums of few of them are exact too). Drawn from a
+ * stream of their own, so the IDs, labels and dense values are those of
+ * the same stream unweighted. */
 static float gen_weight(struct rng *r)
 {
 	return (float)(1 + rng_next(r) % 32) / 16.0f;
@@ -186,8 +187,9 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 	if (!tg || !dense || !ids || !wts || !lens || !dmean || !log1p_tab)
 		goto out_alloc;
 
-	struct rng r;
+	struct rng r, wr;
 	rng_seed(&r, in->seed);
+	rng_seed(&wr, in->seed ^ UINT64_C(0x7765696768747321)); /* the weights' stream */
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		struct table_gen *g = &tg[t];
 		g->rows = in->rows[t];
@@ -262,7 +264,7 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 		double pr = 1.0 / (1.0 + exp(-logit));
 		uint8_t label = rng_unit(&r) < pr;
 		for (size_t j = 0; in->weighted && j < k; j++)
-			wts[j] = gen_weight(&r);
+			wts[j] = gen_weight(&wr);
 		rc = esd_ds_writer_append_weighted(w, label, dense, lens, ids,
 		                                   in->weighted ? wts : NULL);
 		if (rc) {
