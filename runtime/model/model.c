@@ -124,10 +124,21 @@ static void pool_bag(float *x, const float *const *rows, uint32_t n, unsigned di
 			x[c] = x[c] + rows[r][c];
 }
 
+/* The same, weighted: sum(w[r] * rows[r]) in bag order. */
+static void pool_bag_w(float *x, const float *const *rows, const float *w, uint32_t n,
+                       unsigned dim)
+{
+	memset(x, 0, dim * sizeof(float));
+	for (uint32_t r = 0; r < n; r++)
+		for (unsigned c = 0; c < dim; c++)
+			x[c] = x[c] + w[r] * rows[r][c];
+}
+
 /* One sample: forward, loss, backward. rows/row_grads start at its first
  * feature's bag; bag[t] .. bag[t + 1] are feature t's, relative to it. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
-                          double *const *row_grads, const uint32_t *bag, float label,
+                          const float *wts, double *const *row_grads, const uint32_t *bag,
+                          float label,
                           const float *dense, float inv_k, double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
@@ -138,7 +149,12 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 	float *x = m->x, *hpre = m->hpre, *dh = m->dh, *dx = m->dx;
 
 	for (unsigned t = 0; t < s->tables; t++)
-		pool_bag(x + (size_t)t * s->dim, rows + bag[t], bag[t + 1] - bag[t], s->dim);
+		if (wts)
+			pool_bag_w(x + (size_t)t * s->dim, rows + bag[t], wts + bag[t],
+			           bag[t + 1] - bag[t], s->dim);
+		else
+			pool_bag(x + (size_t)t * s->dim, rows + bag[t], bag[t + 1] - bag[t],
+			         s->dim);
 	if (D)
 		memcpy(x + emb, dense, D * sizeof(float));
 
@@ -198,8 +214,12 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 				double *g = row_grads[r];
 				if (!g)
 					continue;
-				for (unsigned c = 0; c < s->dim; c++)
-					g[c] = g[c] + (double)src[c];
+				if (wts)
+					for (unsigned c = 0; c < s->dim; c++)
+						g[c] = g[c] + (double)(wts[r] * src[c]);
+				else
+					for (unsigned c = 0; c < s->dim; c++)
+						g[c] = g[c] + (double)src[c];
 			}
 		}
 	}
@@ -230,7 +250,7 @@ int esd_model_step(struct esd_model *m, const float *params, const struct esd_mo
 		size_t first = b->bag_off ? b->bag_off[(size_t)i * T] : (size_t)i * T;
 		for (unsigned t = 0; t <= T; t++)
 			m->bag[t] = b->bag_off ? (uint32_t)(b->bag_off[(size_t)i * T + t] - first) : t;
-		sum += sample_step(m, params, b->rows + first,
+		sum += sample_step(m, params, b->rows + first, b->weights ? b->weights + first : NULL,
 		                   b->row_grads ? b->row_grads + first : NULL, m->bag, b->labels[i],
 		                   D ? b->dense + (size_t)i * D : NULL, inv_k, dense_grad,
 		                   logits ? &logits[i] : NULL);

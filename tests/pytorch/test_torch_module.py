@@ -6,7 +6,8 @@ or a mode per table with the matching gradients (bit for bit those of a
 sequential scatter-add, whatever the upstream gradient's strides), a batch
 left uncommitted is an error, a batch indexed by feature name (KeyedBatch)
 and a module configured by names return the named features with the full
-module's gradients,
+module's gradients, weighted bags equal nn.EmbeddingBag with
+per_sample_weights and sparse gradients bit for bit,
 the AUC helpers agree with a pairwise count, and the dense files of checkpoint
 boundaries are found by iteration (load_dense). With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
@@ -249,6 +250,65 @@ def sparse_ref(before, lookups):
     return want.numpy()
 
 
+def weighted(t, mb, dev):
+    """Weighted bags (per_sample_weights, a weighted stream's batch.weights):
+    sum pooling's forward and its gradient slots equal nn.EmbeddingBag's
+    (mode="sum", per_sample_weights, sparse gradients) over the cache's
+    rows bit for bit; mean pooling is sum(w * row) / sum(w) with each row
+    getting w * g / sum(w); a weight count other than the keys' is a
+    ValueError."""
+    before = np.array(t.grads)
+    values = torch.from_numpy(np.array(t.values))
+    flat = torch.from_numpy(mb.slots.astype(np.int64)).reshape(-1)
+    rng = np.random.default_rng(11)
+    lens = torch.from_numpy(rng.integers(0, 5, mb.m * mb.tables))
+    offsets = torch.cumsum(lens, 0) - lens
+    ids = flat[torch.arange(int(lens.sum())) % flat.numel()]
+    w = torch.from_numpy(rng.uniform(-1.5, 2.5, ids.numel()).astype(np.float32))
+    b = et.Batch(mb, dev)
+    b.slots, b.offsets, b.weights = ids, offsets, w
+    e = et.EmbeddingBagCollection(t, "sum", dev)
+    o = e(b)  # the batch's own offsets and weights
+    ref = torch.nn.EmbeddingBag(values.shape[0], values.shape[1], mode="sum", sparse=True)
+    with torch.no_grad():
+        ref.weight.copy_(values)
+    r = ref(ids, offsets, per_sample_weights=w)
+    check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach()),
+          "weighted bags, sum: forward equals nn.EmbeddingBag(mode='sum', "
+          "per_sample_weights) bit for bit")
+    up = torch.randn(o.shape, device=o.device)
+    (o * up).sum().backward()
+    (r * up.cpu().reshape(r.shape)).sum().backward()
+    g = ref.weight.grad
+    want = torch.from_numpy(before.copy())
+    want.index_put_((g._indices()[0],), g._values(), accumulate=True)
+    check(np.array_equal(np.array(t.grads), want.numpy()),
+          "weighted bags, sum: the gradient slots nn.EmbeddingBag's sparse gradient gives, "
+          "bit for bit")
+    t.grads[:] = before
+    # mean: sum(w * row) / sum(w) (1 where the weights sum to 0)
+    e = et.EmbeddingBagCollection(t, "mean", dev)
+    o = e(b, offsets, w)
+    bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
+    sw = torch.zeros(offsets.numel()).index_add_(0, bag, w)
+    sw = torch.where(sw == 0, torch.ones_like(sw), sw)
+    check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach() / sw.unsqueeze(1)),
+          "weighted bags, mean: forward is sum(w * row) / sum(w)")
+    up = torch.randn(o.shape, device=o.device)
+    (o * up).sum().backward()
+    gk = w.unsqueeze(1) * (up.cpu().reshape(r.shape) / sw.unsqueeze(1)).index_select(0, bag)
+    want = torch.from_numpy(before.copy())
+    want.index_put_((ids,), gk, accumulate=True)
+    check(np.array_equal(np.array(t.grads), want.numpy()),
+          "weighted bags, mean: each row gets w * g / sum(w), bit for bit")
+    t.grads[:] = before
+    try:
+        e(b, offsets, w[:-1])
+        check(False, "a weight count other than the keys' is refused")
+    except ValueError as ex:
+        check("weights" in str(ex), "a weight count other than the keys' is refused: %s" % ex)
+
+
 def unpooled(t, mb, dev):
     """EmbeddingCollection: each feature's rows unpooled, bit for bit the
     cache's, with lengths and offsets; backward gives the gradient slots
@@ -410,6 +470,7 @@ def main():
         exact_backward(t, mb, dev)
         by_name(t, mb, dev, stream)
         unpooled(t, mb, dev)
+        weighted(t, mb, dev)
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session
