@@ -356,6 +356,10 @@ def weighted_stream(bin_dir, work, dev):
         check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach()),
               "a weighted stream: the module pools with its weights (nn.EmbeddingBag's "
               "forward bit for bit)")
+        ev = esdio.pool(np.array(t.values)[b.slots.numpy()], mb.bag_off.astype(np.int64),
+                        mb.tables, "sum", mb.weights)
+        check(torch.equal(ev.reshape(r.shape), o.detach().cpu().reshape(r.shape)),
+              "esdio.pool with weights (evaluate.py's held-out bags): the module's forward")
         up = torch.randn(o.shape, device=o.device)
         (o * up).sum().backward()
         (r * up.cpu().reshape(r.shape)).sum().backward()

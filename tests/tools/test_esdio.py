@@ -140,6 +140,11 @@ def weighted(tmp):
     check(all(any(f.startswith(x.split(":")[0] + ":") and
                   f.split(",")[0] == x for f in d) for x in first),
           "esd-data dump prints id:weight (%s; %s)" % (" ".join(d), first))
+    rb = reader.read_bags(got, weights=True)
+    sm = np.concatenate([np.asarray(wts[t][i], np.float32) for i in range(n)
+                         for t in range(len(rows))])
+    check(len(rb) == 6 and np.array_equal(rb[5], sm) and len(rb[2]) == len(sm),
+          "the examples' reader: each key's weight, sample by sample, table by table")
     st = esd_data("stat", "--json", got)
     j = json.loads(st.stdout)
     check(j["weighted"] and j["tables"][0]["weights"]["min"] == float(wcols[0].min()) and
