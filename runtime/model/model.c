@@ -134,6 +134,28 @@ static void pool_bag_w(float *x, const float *const *rows, const float *w, uint3
 			x[c] = x[c] + w[r] * rows[r][c];
 }
 
+/* Feature input from its bag: weighted (w set) or not. */
+static void pool_feature(float *x, const float *const *rows, const float *w, uint32_t n,
+                         unsigned dim)
+{
+	if (w)
+		pool_bag_w(x, rows, w, n, dim);
+	else
+		pool_bag(x, rows, n, dim);
+}
+
+/* A bag member's gradient slot += its feature's gradient src (times its
+ * weight *w, rounded to float, when w is set). */
+static void add_member_grad(double *g, const float *src, const float *w, unsigned dim)
+{
+	if (w)
+		for (unsigned c = 0; c < dim; c++)
+			g[c] = g[c] + (double)(*w * src[c]);
+	else
+		for (unsigned c = 0; c < dim; c++)
+			g[c] = g[c] + (double)src[c];
+}
+
 /* One sample: forward, loss, backward. rows/row_grads start at its first
  * feature's bag; bag[t] .. bag[t + 1] are feature t's, relative to it. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
@@ -149,12 +171,8 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 	float *x = m->x, *hpre = m->hpre, *dh = m->dh, *dx = m->dx;
 
 	for (unsigned t = 0; t < s->tables; t++)
-		if (wts)
-			pool_bag_w(x + (size_t)t * s->dim, rows + bag[t], wts + bag[t],
-			           bag[t + 1] - bag[t], s->dim);
-		else
-			pool_bag(x + (size_t)t * s->dim, rows + bag[t], bag[t + 1] - bag[t],
-			         s->dim);
+		pool_feature(x + (size_t)t * s->dim, rows + bag[t], wts ? wts + bag[t] : NULL,
+		             bag[t + 1] - bag[t], s->dim);
 	if (D)
 		memcpy(x + emb, dense, D * sizeof(float));
 
@@ -211,15 +229,9 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 		for (unsigned t = 0; t < s->tables; t++) {
 			const float *src = dx + (size_t)t * s->dim;
 			for (uint32_t r = bag[t]; r < bag[t + 1]; r++) {
-				double *g = row_grads[r];
-				if (!g)
-					continue;
-				if (wts)
-					for (unsigned c = 0; c < s->dim; c++)
-						g[c] = g[c] + (double)(wts[r] * src[c]);
-				else
-					for (unsigned c = 0; c < s->dim; c++)
-						g[c] = g[c] + (double)src[c];
+				if (row_grads[r])
+					add_member_grad(row_grads[r], src, wts ? &wts[r] : NULL,
+					                s->dim);
 			}
 		}
 	}
