@@ -5,8 +5,9 @@ included; weights in [-1, 2], a few 0), real esd-ps, esdd and esd-trainer
 processes. With 4 node daemons the final tables equal esd-ref's
 single-process training on the same file within test_multihot's
 tolerance, every link's rows equal the prediction, and the weights
-matter (the same IDs unweighted train other tables); with 1 node the
-tables equal esd-ref's. esd-data dump shows the weights esdio wrote.
+matter (the same IDs unweighted train other tables); so with 2 trainers
+a node (each trainer its share's weights); with 1 node the tables equal
+esd-ref's bit for bit. esd-data dump shows the weights esdio wrote.
 
 usage: test_weighted_bags.py BIN_DIR      exit 0 pass, 1 fail, 77 skip
 """
@@ -90,6 +91,12 @@ def main():
         s_plain = dict(s, **{"data.stream": plain})
         ok, out = env.compare(ck, env.reference("plain", s_plain), atol=ATOL)
         env.check(not ok, "the weights matter: the same IDs unweighted give other tables")
+        s2 = env.settings(job__iterations=40, workers__trainers=2, dispatch__method="laia")
+        ck2, sums2 = env.run("weighted-2-trainers", s2)
+        env.check(all(sm["status"] == 0 for sm in sums2), "4 nodes of 2 trainers ran the job")
+        ok, out = env.compare(ck2, env.reference("weighted-2-trainers", s2), atol=ATOL)
+        env.check(ok, "2 trainers per node (each its share's weights): final tables == "
+                  "esd-ref: %s" % (out.splitlines()[-1] if out else ""))
         s1 = env.settings(job__iterations=40, workers__n=1, workers__batch=128)
         ck1, sums1 = env.run("weighted-1", s1)
         env.check(all(sm["status"] == 0 for sm in sums1), "1 node ran the job")
