@@ -484,9 +484,9 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 					return esd_ds_fail(
 					    -EPROTO,
 					    "%s: block %llu at byte %llu: sample %llu "
-					    "table %u: weight of ID %u not finite",
+					    "table %u: the weight of ID %u of the bag is not finite",
 					    r->path, ob, oo, (unsigned long long)(first + i), t,
-					    j - a);
+					    j - a + 1);
 				if (id >= in->rows[t])
 					return esd_ds_fail(
 					    -EPROTO,

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -161,6 +162,21 @@ def weighted(tmp):
             check(False, "%s: refused" % what)
         except esdio.StreamError as e:
             check(msg in str(e), "%s: refused naming sample and table (%s)" % (what, e))
+    # a block whose weight is not finite (checksum intact) is refused by the reader
+    nanf = os.path.join(tmp, "wnan.esd")
+    with esdio.Writer(nanf, [10], max_bag=4, weighted=True) as w:
+        w.write([1], None, [([1, 2], [2])], weights=[[1.0, 2.0]])
+    raw = bytearray(open(nanf, "rb").read())
+    at = struct.unpack_from("<I", raw, 12)[0]  # the header's bytes: the block follows
+    stored = struct.unpack_from("<I", raw, at + 16)[0]
+    struct.pack_into("<f", raw, at + 40 + stored - 4, float("nan"))  # the last weight
+    struct.pack_into("<Q", raw, at + 32, esdio.xxh64(bytes(raw[at:at + 32]) +
+                                                     bytes(raw[at + 40:at + 40 + stored])))
+    open(nanf, "wb").write(raw)
+    r = esd_data("dump", nanf)
+    check(r.returncode == 1 and "sample 0 table 0: the weight of ID 2 of the bag is not finite" in r.stdout,
+          "a stored weight that is not finite is refused naming block, sample, table and "
+          "ID: %s" % r.stdout.strip()[-160:])
     bad = os.path.join(tmp, "wbad.tsv")
     open(bad, "w").write("1\t3:0.5,4\t1\n1\t3:inf\t1\n")
     r = esd_data("convert", "--format", "tsv-multi-hot", "--tables", "2", "--weighted",
