@@ -345,6 +345,12 @@ def weighted_stream(bin_dir, work, dev):
         b = et.Batch(mb, dev)
         check(b.weights is not None and np.array_equal(b.weights.numpy(), want),
               "Batch.weights: the micro-batch's weights")
+        kb = et.KeyedBatch(b, ["item", "history"])
+        hist = np.concatenate([wts[1][starts[1][i]:starts[1][i + 1]] for i in range(mb.m)])
+        check(np.array_equal(kb["history"].weights.numpy(), hist.astype(np.float32)) and
+              kb["history"].weights.numel() == kb["history"].values.numel(),
+              "KeyedBatch: a feature's weights, value by value (a weighted "
+              "KeyedJaggedTensor's weights())")
         before = np.array(t.grads)
         e = et.EmbeddingBagCollection(t, "sum", dev)
         o = e(b)

@@ -112,10 +112,13 @@ class Jagged:
     KeyedBatch the int64 IDs, in EmbeddingCollection's output their
     (n, dim) rows; `lengths` (m,) and `offsets` (m + 1,) int64 (bag i is
     values[offsets[i]:offsets[i + 1]]), and `slots` the cache slot of each
-    value (what the modules read)."""
+    value (what the modules read); `weights` each value's weight (a
+    KeyedBatch of a weighted stream, like a weighted KeyedJaggedTensor's
+    weights()), else None."""
 
-    def __init__(self, values, lengths, slots):
+    def __init__(self, values, lengths, slots, weights=None):
         self.values, self.lengths, self.slots = values, lengths, slots
+        self.weights = weights
         self.offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
 
     def __repr__(self):
@@ -147,7 +150,8 @@ class Jagged:
 class KeyedBatch:
     """A Batch indexed by feature name, like TorchRec's KeyedJaggedTensor:
     keys() the names in table order, kb["C1"] a Jagged (values, lengths,
-    offsets), to_dict() {name: Jagged}; dense, labels, m, iter and
+    offsets; weights on a weighted stream), to_dict() {name: Jagged};
+    dense, labels, m, iter and
     global_k are the batch's. features: the job's names in table order
     (a list, or the stream's path: its names). An EmbeddingBagCollection
     takes a KeyedBatch as it takes the Batch. Valid until the next batch."""
@@ -174,6 +178,7 @@ class KeyedBatch:
         mb, T, m = self.batch.mb, self.batch.mb.tables, self.m
         ids = (mb.keys.astype(np.uint64) & np.uint64((1 << 48) - 1)).astype(np.int64)
         slots = mb.slots.astype(np.int64)
+        w = getattr(self.batch, "weights", None)
         if mb.slots.ndim == 2:  # one ID a feature
             return Jagged(torch.from_numpy(ids[:, t].copy()), torch.ones(m, dtype=torch.int64),
                           torch.from_numpy(slots[:, t].copy()))
@@ -181,7 +186,8 @@ class KeyedBatch:
         lo, hi = off[t:m * T:T], off[t + 1:m * T + 1:T]
         pick = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)])
         return Jagged(torch.from_numpy(ids[pick]), torch.from_numpy(hi - lo),
-                      torch.from_numpy(slots[pick]))
+                      torch.from_numpy(slots[pick]),
+                      None if w is None else w[torch.from_numpy(pick)])
 
     def to_dict(self):
         return {f: self[f] for f in self._features}
