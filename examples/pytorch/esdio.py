@@ -48,12 +48,17 @@ def _header(buf, path):
     version, hbytes = struct.unpack_from("<II", buf, 8)
     if version not in (1, 2):
         raise ValueError("%s: stream version %d, expected 1 or 2" % (path, version))
-    T, D, dfmt, _spb, flags = struct.unpack_from("<5I", buf, 48)
+    T, D, dfmt, _spb, _flags = struct.unpack_from("<5I", buf, 48)
     total, _nblocks = struct.unpack_from("<QQ", buf, 72)
     rows = [struct.unpack_from("<Q", buf, 208 + 16 * t)[0] for t in range(T)]
     max_bag = [struct.unpack_from("<I", buf, 208 + 16 * T + 4 * t)[0] if version == 2 else 1
                for t in range(T)]
-    return hbytes, T, D, dfmt, total, rows, max_bag, bool(flags & 4)
+    return hbytes, T, D, dfmt, total, rows, max_bag
+
+
+def _weighted(buf):
+    """Whether the stream's IDs carry weights (header flag bit 2)."""
+    return bool(struct.unpack_from("<I", buf, 64)[0] & 4)
 
 
 def _block(buf, p, bn, T, D, dfmt, rows, max_bag, weighted):
@@ -110,7 +115,8 @@ def read_bags(path, limit=None, weights=False):
     each key's weight float32 [nkeys] (1 on an unweighted stream)."""
     with open(path, "rb") as f:
         buf = f.read()
-    hbytes, T, D, dfmt, total, rows, max_bag, weighted = _header(buf, path)
+    hbytes, T, D, dfmt, total, rows, max_bag = _header(buf, path)
+    weighted = _weighted(buf)
     n = total if limit is None else min(total, limit)
     labels, dense, keys, lens, wout = [], [], [], [], []
     at, got = hbytes, 0
