@@ -334,7 +334,7 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 		for (size_t j = 0; j <= ts->m * T; j++)
 			bo[j] = o->bag_off[f * T + j] - ts->kfirst;
 	}
-	if (h->off_weights)
+	if (h->off_weights && ts->nk)
 		memcpy(esd_xchg_at(h, h->off_weights), o->wts + ts->kfirst, ts->nk * sizeof(float));
 	memcpy(esd_xchg_at(h, h->off_labels), o->labels + f, ts->m * sizeof(float));
 	memcpy(esd_xchg_at(h, h->off_dense), o->dense + f * D, ts->m * D * sizeof(float));
