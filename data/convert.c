@@ -174,9 +174,13 @@ static int stream_info(const struct ds_convert_opts *o, struct esd_ds_info *info
 		rc = esd_ds_fail(-EINVAL, "--names: %s", why);
 	if (rc)
 		return rc;
-	if (mh)
+	if (o->weighted && !mh)
+		return esd_ds_fail(-EINVAL, "--weighted: only tsv-multi-hot carries weights");
+	if (mh) {
 		esd_ds_parse_init_multi_hot(ctx, info->ntables, info->ndense, info->rows,
 		                            info->max_bag, o->sep ? o->sep : ',');
+		ctx->weighted = info->weighted = o->weighted ? 1u : 0u;
+	}
 	else
 		esd_ds_parse_init(ctx, o->fmt, info->rows);
 	info->dense_format = o->dense_format;
@@ -201,6 +205,8 @@ static int alloc_bags(struct ds_sample *s, const struct esd_ds_info *info, size_
 		cap = longest / 2 + 1;
 	s->bag_ids = malloc((size_t)cap * sizeof(*s->bag_ids));
 	s->bag_cap = (size_t)cap;
+	if (info->weighted && s->bag_ids && !(s->bag_wts = malloc((size_t)cap * sizeof(float))))
+		return -ENOMEM;
 	return s->bag_ids ? 0 : -ENOMEM;
 }
 
@@ -266,7 +272,8 @@ static int read_header(struct lines *l, const char *in, struct esd_ds_info *info
 static int append(struct esd_ds_writer *w, enum ds_format fmt, const struct ds_sample *s)
 {
 	if (fmt == DS_FMT_MULTI_HOT)
-		return esd_ds_writer_append_bags(w, s->label, s->dense, s->lens, s->bag_ids);
+		return esd_ds_writer_append_weighted(w, s->label, s->dense, s->lens, s->bag_ids,
+		                                     s->bag_wts);
 	return esd_ds_writer_append(w, s->label, s->dense, s->ids);
 }
 
@@ -401,8 +408,10 @@ out_file:
 		fclose(l.f);
 out_alloc:
 	free(l.buf);
-	if (s)
+	if (s) {
 		free(s->bag_ids);
+		free(s->bag_wts);
+	}
 	free(s);
 	if (res)
 		*res = r;

@@ -36,6 +36,9 @@ struct ds_convert_opts {
 	 * first line names the fields (label, dense, tables) and is no sample. */
 	const char *names;
 	int header;
+	/* tsv-multi-hot: a bag ID may carry a weight, "id:weight" (a weighted
+	 * stream, docs/multihot.md) */
+	int weighted;
 };
 
 /* tsv-multi-hot's bag bound when --max-bag is not given. */

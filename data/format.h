@@ -11,6 +11,8 @@
  *   labels  u8[n]
  *   dense   n x ndense x (f32 | bf16), sample-major
  *   ids     per table: n x (u32 | u64), table-major (u64 when rows > 2^32)
+ *           (a bag table: n lengths, then its bags' IDs; a weighted
+ *           stream: then an f32 weight per ID of the table)
  */
 #ifndef ESD_DATA_FORMAT_H
 #define ESD_DATA_FORMAT_H
@@ -32,6 +34,7 @@
 #define DS_INDEX_MAGIC 0x58444e49u /* "INDX" */
 #define DS_FLAG_ZSTD   1u
 #define DS_FLAG_NAMES  2u /* a names section ends the header (docs/dataset.md) */
+#define DS_FLAG_WEIGHTS 4u /* every table's IDs are followed by an f32 weight each */
 
 /* Fixed part of the file header; offsets of its fields. */
 enum {
@@ -126,6 +129,12 @@ static inline uint64_t names_offset(uint32_t ntables, int bags)
 	return HDR_FIXED + (uint64_t)ntables * (TABLE_ENTRY + (bags ? 4u : 0u));
 }
 
+/* Bytes of one ID's weight: 4 (f32) in a weighted stream, else 0. */
+static inline unsigned wt_width(const struct esd_ds_info *in)
+{
+	return in->weighted ? 4u : 0u;
+}
+
 /* Bytes of one sample in a raw (uncompressed) payload; with bags, the
  * most one can take (every bag full). */
 static inline uint64_t sample_bytes(const struct esd_ds_info *in)
@@ -133,8 +142,8 @@ static inline uint64_t sample_bytes(const struct esd_ds_info *in)
 	uint64_t b = 1 + (uint64_t)in->ndense * dense_width(in->dense_format);
 	for (uint32_t t = 0; t < in->ntables; t++)
 		b += is_bag(in, t) ? len_width(in->max_bag[t]) +
-		                         (uint64_t)in->max_bag[t] * id_width(in->rows[t])
-		                   : id_width(in->rows[t]);
+		                         (uint64_t)in->max_bag[t] * (id_width(in->rows[t]) + wt_width(in))
+		                   : id_width(in->rows[t]) + wt_width(in);
 	return b;
 }
 

@@ -142,6 +142,15 @@ static uint32_t draw_table(const struct esd_ds_gen_params *p, struct table_gen *
 	return len;
 }
 
+/* A weighted stream's ID weight: a multiple of 1/16 in [1/16, 2], uniform
+ * (exact in f32, so sums of few of them are exact too). Drawn from a
+ * stream of their own, so the IDs, labels and dense values are those of
+ * the same stream unweighted. */
+static float gen_weight(struct rng *r)
+{
+	return (float)(1 + rng_next(r) % 32) / 16.0f;
+}
+
 /* Long: the generator's loop over samples and tables, whose per-table draws and block writes
  * share the loop's state. */
 int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
@@ -170,15 +179,17 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 	for (uint32_t t = 0; t < in->ntables; t++)
 		nids += is_bag(in, t) ? in->max_bag[t] : 1;
 	uint64_t *ids = calloc(nids, sizeof(uint64_t));
+	float *wts = calloc(nids, sizeof(float));
 	uint32_t *lens = calloc(in->ntables, sizeof(uint32_t));
 	double *dmean = calloc(in->ndense + 1, sizeof(double));
 	float *log1p_tab = malloc(LOG1P_TAB * sizeof(float));
 	rc = -ENOMEM;
-	if (!tg || !dense || !ids || !lens || !dmean || !log1p_tab)
+	if (!tg || !dense || !ids || !wts || !lens || !dmean || !log1p_tab)
 		goto out_alloc;
 
-	struct rng r;
+	struct rng r, wr;
 	rng_seed(&r, in->seed);
+	rng_seed(&wr, in->seed ^ UINT64_C(0x7765696768747321)); /* the weights' stream */
 	for (uint32_t t = 0; t < in->ntables; t++) {
 		struct table_gen *g = &tg[t];
 		g->rows = in->rows[t];
@@ -252,7 +263,10 @@ int esd_ds_generate(const struct esd_ds_gen_params *p, const char *path)
 			logit += 0.3 * ((double)dense[0] - 0.7);
 		double pr = 1.0 / (1.0 + exp(-logit));
 		uint8_t label = rng_unit(&r) < pr;
-		rc = esd_ds_writer_append_bags(w, label, dense, lens, ids);
+		for (size_t j = 0; in->weighted && j < k; j++)
+			wts[j] = gen_weight(&wr);
+		rc = esd_ds_writer_append_weighted(w, label, dense, lens, ids,
+		                                   in->weighted ? wts : NULL);
 		if (rc) {
 			esd_ds_writer_discard(w);
 			goto out_alloc;
@@ -267,6 +281,7 @@ out_alloc:
 	free(tg);
 	free(dense);
 	free(ids);
+	free(wts);
 	free(lens);
 	free(dmean);
 	free(log1p_tab);

@@ -252,6 +252,12 @@ int esd_ds_info_check(const struct esd_ds_info *in, char *why, size_t whylen)
 			return -EINVAL;
 		}
 	}
+	if (in->weighted > 1 || (in->weighted && !has_bags(in))) {
+		snprintf(why, whylen,
+		         "weighted IDs need a bag table (max_bag above 1; weighted %u)",
+		         in->weighted);
+		return -EINVAL;
+	}
 	if (in->dense_format > ESD_DS_DENSE_BF16) {
 		snprintf(why, whylen, "dense format %u unknown", in->dense_format);
 		return -EINVAL;

@@ -345,6 +345,35 @@ static uint32_t bag_count(const struct field *f, char sep)
 	return n;
 }
 
+/* A bag member "id:weight" (--weighted): cut id at the ':' and parse the
+ * weight (a finite number, as a float) into *w; no ':' gives weight 1. */
+static int split_weight(const struct ds_parse_ctx *c, uint32_t t, int fno, uint32_t j,
+                        struct field *id, float *w, char *why, size_t whylen)
+{
+	char q[32];
+	const char *colon = memchr(id->p, ':', id->n);
+	if (!colon) {
+		if (w)
+			*w = 1.0f;
+		return 0;
+	}
+	if (!c->weighted || !w)
+		return bad(why, whylen,
+		           "field %d (table %u): '%s' (ID %u of the bag) has a weight; "
+		           "convert with --weighted",
+		           fno, t, show(id, q, sizeof(q)), j + 1);
+	struct field wf = {colon + 1, id->n - (size_t)(colon + 1 - id->p)};
+	double v = 0;
+	if (wf.n == 0 || parse_num(&wf, &v) || !isfinite((float)v))
+		return bad(why, whylen,
+		           "field %d (table %u): '%s' (ID %u of the bag): the weight is not a "
+		           "finite number",
+		           fno, t, show(id, q, sizeof(q)), j + 1);
+	*w = (float)v;
+	id->n = (size_t)(colon - id->p);
+	return 0;
+}
+
 /* Field fno (1-based), table t's bag: its hex IDs hashed into bag_ids from
  * *k on. */
 static int parse_bag(const struct ds_parse_ctx *c, uint32_t t, const struct field *f, int fno,
@@ -363,6 +392,11 @@ static int parse_bag(const struct ds_parse_ctx *c, uint32_t t, const struct fiel
 		const char *e = memchr(f->p + start, c->sep, f->n - start);
 		struct field id = {f->p + start, e ? (size_t)(e - (f->p + start)) : f->n - start};
 		start += id.n + 1;
+		int rc = split_weight(c, t, fno, j, &id,
+		                      c->weighted && s->bag_wts ? &s->bag_wts[*k] : NULL, why,
+		                      whylen);
+		if (rc)
+			return rc;
 		if (id.n == 0)
 			return bad(why, whylen,
 			           "field %d (table %u): '%s': ID %u of the bag is empty", fno, t,

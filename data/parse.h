@@ -40,6 +40,8 @@ struct ds_parse_ctx {
 	/* tsv-multi-hot: the separator of a bag's IDs, each table's bag bound */
 	char sep;
 	uint32_t max_bag[ESD_DS_MAX_TABLES];
+	/* tsv-multi-hot --weighted: an ID may carry a weight, "id:weight" */
+	int weighted;
 };
 
 struct ds_sample {
@@ -52,6 +54,9 @@ struct ds_sample {
 	uint32_t lens[ESD_DS_MAX_TABLES];
 	uint64_t *bag_ids;
 	size_t bag_cap;
+	/* --weighted: each bag ID's weight (1 where the line gives none),
+	 * parallel to bag_ids[bag_cap] (the caller's array) */
+	float *bag_wts;
 };
 
 /* Name of a format ("criteo-kaggle", "avazu", "criteo-search",

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -43,6 +44,7 @@ struct esd_ds_reader {
 	const uint8_t *labels;
 	const uint8_t *dense;
 	const uint8_t *ids[ESD_DS_MAX_TABLES];
+	const uint8_t *wts[ESD_DS_MAX_TABLES]; /* weighted: an f32 per ID of ids[t] */
 	unsigned idw[ESD_DS_MAX_TABLES];
 	/* bag tables: start of each sample's bag in ids[t], cur_n + 1 entries */
 	uint32_t *boff[ESD_DS_MAX_TABLES];
@@ -102,6 +104,7 @@ static int parse_header(struct esd_ds_reader *r)
 	uint32_t hb = esd_get_le32(fixed + HDR_BYTES);
 	r->bags = ver == DS_VERSION_BAGS;
 	int named = (esd_get_le32(fixed + HDR_FLAGS) & DS_FLAG_NAMES) != 0;
+	r->info.weighted = (esd_get_le32(fixed + HDR_FLAGS) & DS_FLAG_WEIGHTS) != 0;
 	if (nt < 1 || nt > ESD_DS_MAX_TABLES || hb != header_bytes(nt, r->bags, named))
 		return esd_ds_fail(-EPROTO,
 		                   "%s: header at byte 0: %u tables / %u header bytes "
@@ -153,7 +156,8 @@ static int parse_header(struct esd_ds_reader *r)
 	r->hdr_bytes = hb;
 	char why[160];
 	if (esd_ds_info_check(in, why, sizeof(why)) || in->block_samples < 1 ||
-	    (flags & ~(DS_FLAG_ZSTD | DS_FLAG_NAMES)) || (named && !esd_ds_has_names(in))) {
+	    (flags & ~(DS_FLAG_ZSTD | DS_FLAG_NAMES | DS_FLAG_WEIGHTS)) ||
+	    (named && !esd_ds_has_names(in))) {
 		if (!esd_ds_info_check(in, why, sizeof(why)))
 			snprintf(why, sizeof(why), "block size %u / flags %#x invalid",
 			         in->block_samples, flags);
@@ -303,6 +307,14 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 	return 0;
 }
 
+static float get_wt(const struct esd_ds_reader *r, uint32_t t, uint32_t j)
+{
+	float v = 1.0f;
+	if (r->info.weighted)
+		memcpy(&v, r->wts[t] + (size_t)j * 4, 4);
+	return v;
+}
+
 static uint64_t get_id(const uint8_t *ids, unsigned width, uint32_t j)
 {
 	if (width == 4) {
@@ -317,7 +329,8 @@ static uint64_t get_id(const uint8_t *ids, unsigned width, uint32_t j)
 
 /* Point the block's columns into payload p of raw bytes: labels, dense,
  * then per table its IDs (a bag table: its n lengths first, each within
- * max_bag, then their IDs); the columns must end exactly at raw. */
+ * max_bag, then their IDs; a weighted stream: then their weights); the
+ * columns must end exactly at raw. */
 static int decode_columns(struct esd_ds_reader *r, const uint8_t *p, uint64_t raw, uint32_t n,
                           unsigned long long ob, unsigned long long oo)
 {
@@ -368,6 +381,12 @@ static int decode_columns(struct esd_ds_reader *r, const uint8_t *p, uint64_t ra
 			goto short_payload;
 		r->ids[t] = p;
 		p += count * r->idw[t];
+		if (in->weighted) {
+			if ((uint64_t)(end - p) < count * 4)
+				goto short_payload;
+			r->wts[t] = p;
+			p += count * 4;
+		}
 	}
 	if (p == end)
 		return 0;
@@ -461,6 +480,13 @@ static int load_block(struct esd_ds_reader *r, uint64_t b)
 			uint32_t z = r->boff[t] ? r->boff[t][i + 1] : i + 1;
 			for (uint32_t j = a; j < z; j++) {
 				uint64_t id = get_id(r->ids[t], r->idw[t], j);
+				if (!isfinite(get_wt(r, t, j)))
+					return esd_ds_fail(
+					    -EPROTO,
+					    "%s: block %llu at byte %llu: sample %llu "
+					    "table %u: the weight of ID %u of the bag is not finite",
+					    r->path, ob, oo, (unsigned long long)(first + i), t,
+					    j - a + 1);
 				if (id >= in->rows[t])
 					return esd_ds_fail(
 					    -EPROTO,
@@ -573,7 +599,7 @@ int64_t esd_ds_read(struct esd_ds_reader *r, uint64_t k, float *labels, float *d
  * bags' starts (relative to base) into bo[ntables]. Returns the keys, or
  * UINT64_MAX when they do not fit. */
 static uint64_t copy_sample_bags(const struct esd_ds_reader *r, uint32_t i, esd_key_t *keys,
-                                 uint64_t cap, uint64_t base, uint32_t *bo)
+                                 float *wts, uint64_t cap, uint64_t base, uint32_t *bo)
 {
 	const struct esd_ds_info *in = &r->info;
 	uint64_t k = 0;
@@ -588,14 +614,24 @@ static uint64_t copy_sample_bags(const struct esd_ds_reader *r, uint32_t i, esd_
 		uint32_t a = r->boff[t] ? r->boff[t][i] : i;
 		uint32_t z = r->boff[t] ? r->boff[t][i + 1] : i + 1;
 		bo[t] = (uint32_t)(base + k);
-		for (uint32_t j = a; j < z; j++)
+		for (uint32_t j = a; j < z; j++) {
+			if (wts)
+				wts[k] = get_wt(r, t, j);
 			keys[k++] = esd_key_make(t, get_id(r->ids[t], r->idw[t], j));
+		}
 	}
 	return k;
 }
 
 int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                          esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off)
+{
+	return esd_ds_read_bags_w(r, k, labels, dense, keys, keys_cap, bag_off, NULL);
+}
+
+int64_t esd_ds_read_bags_w(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                           esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off,
+                           float *weights)
 {
 	const struct esd_ds_info *in = &r->info;
 	uint64_t start = r->cursor, got = 0, used = 0;
@@ -604,7 +640,8 @@ int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, flo
 		int rc = enter_block(r, start, &i);
 		if (rc)
 			return rc;
-		uint64_t nk = copy_sample_bags(r, i, keys + used, keys_cap - used, used,
+		uint64_t nk = copy_sample_bags(r, i, keys + used, weights ? weights + used : NULL,
+		                               keys_cap - used, used,
 		                               bag_off + got * in->ntables);
 		if (nk == UINT64_MAX) {
 			if (got)
@@ -628,14 +665,20 @@ int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, flo
 int esd_ds_read_wrap(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                      esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off)
 {
+	return esd_ds_read_wrap_w(r, k, labels, dense, keys, keys_cap, bag_off, NULL);
+}
+
+int esd_ds_read_wrap_w(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                       esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off, float *weights)
+{
 	const uint32_t T = r->info.ntables, D = r->info.ndense;
 	uint64_t got = 0;
 	uint32_t nk = 0;
 	while (got < k) {
 		uint32_t *bo = bag_off + got * T;
-		int64_t n = esd_ds_read_bags(r, k - got, labels ? labels + got : NULL,
-		                             dense ? dense + got * D : NULL, keys + nk, keys_cap - nk,
-		                             bo);
+		int64_t n = esd_ds_read_bags_w(r, k - got, labels ? labels + got : NULL,
+		                               dense ? dense + got * D : NULL, keys + nk,
+		                               keys_cap - nk, bo, weights ? weights + nk : NULL);
 		if (n < 0)
 			return (int)n;
 		if (n == 0) {

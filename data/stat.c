@@ -134,8 +134,38 @@ static void count_lens(uint64_t *const *lens, const uint32_t *off, int64_t got, 
 				lens[t][off[s * nt + t + 1] - off[s * nt + t]]++;
 }
 
+/* The weights of got samples' keys into each table's min, sum (in wt_mean)
+ * and max. */
+static void count_weights(struct ds_table_stat *ts, const esd_key_t *keys, const float *wts,
+                          uint32_t nkeys)
+{
+	for (uint32_t j = 0; j < nkeys; j++) {
+		struct ds_table_stat *t = &ts[esd_key_table(keys[j])];
+		double w = wts[j];
+		if (!t->wt_n || w < t->wt_min)
+			t->wt_min = w;
+		if (!t->wt_n || w > t->wt_max)
+			t->wt_max = w;
+		t->wt_mean += w;
+		t->wt_n++;
+	}
+}
+
+static int count_all(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                     uint64_t *const *lens, uint64_t *samples, uint64_t *positives,
+                     struct ds_table_stat *wst);
+
 int esd_ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
                           uint64_t *const *lens, uint64_t *samples, uint64_t *positives)
+{
+	return count_all(r, limit, cnt, lens, samples, positives, NULL);
+}
+
+/* esd_ds_count_accesses, and with wst (a weighted stream) each table's
+ * weights. */
+static int count_all(struct esd_ds_reader *r, uint64_t limit, uint32_t *const *cnt,
+                     uint64_t *const *lens, uint64_t *samples, uint64_t *positives,
+                     struct ds_table_stat *wst)
 {
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
 	const uint32_t nt = in->ntables;
@@ -147,14 +177,15 @@ int esd_ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *con
 	esd_key_t *keys = malloc(sizeof(*keys) * cap);
 	uint32_t *off = malloc(sizeof(*off) * ((size_t)BATCH * nt + 1));
 	float *labels = malloc(sizeof(*labels) * BATCH);
+	float *wts = wst ? malloc(sizeof(*wts) * cap) : NULL;
 	int rc = -ENOMEM;
-	if (!keys || !off || !labels)
+	if (!keys || !off || !labels || (wst && !wts))
 		goto out;
 	*samples = *positives = 0;
 	const uint64_t want = limit ? limit : UINT64_MAX;
 	while (*samples < want) {
 		uint64_t k = want - *samples < BATCH ? want - *samples : BATCH;
-		int64_t got = esd_ds_read_bags(r, k, labels, NULL, keys, cap, off);
+		int64_t got = esd_ds_read_bags_w(r, k, labels, NULL, keys, cap, off, wts);
 		if (got < 0) {
 			rc = (int)got;
 			goto out;
@@ -170,6 +201,8 @@ int esd_ds_count_accesses(struct esd_ds_reader *r, uint64_t limit, uint32_t *con
 		}
 		if (lens)
 			count_lens(lens, off, got, nt);
+		if (wst)
+			count_weights(wst, keys, wts, off[got * nt]);
 		*samples += (uint64_t)got;
 	}
 	rc = 0;
@@ -177,6 +210,7 @@ out:
 	free(keys);
 	free(off);
 	free(labels);
+	free(wts);
 	return rc;
 }
 
@@ -290,8 +324,12 @@ int esd_ds_stat_compute(const char *path, double cache_ratio, uint64_t limit, st
 		    !(lens[t] = calloc((size_t)st->info.max_bag[t] + 1, sizeof(uint64_t))))
 			goto out;
 	}
-	if ((rc = esd_ds_count_accesses(r, limit, cnt, lens, &st->samples, &st->positives)))
+	if ((rc = count_all(r, limit, cnt, lens, &st->samples, &st->positives,
+	                    st->info.weighted ? st->t : NULL)))
 		goto out;
+	for (uint32_t t = 0; t < nt; t++)
+		if (st->t[t].wt_n)
+			st->t[t].wt_mean /= (double)st->t[t].wt_n;
 	st->cache_ratio = cache_ratio;
 	uint64_t accesses = 0;
 	for (uint32_t t = 0; t < nt; t++) {

@@ -27,6 +27,9 @@ struct ds_table_stat {
 	uint32_t bag_min, bag_p50, bag_p90, bag_p99, bag_max;
 	double bag_mean;
 	uint64_t bag_hist[DS_BAG_BUCKETS]; /* [0] empty bags, [b] lengths 2^(b-1)..2^b-1 */
+	/* a weighted stream: the weights of the IDs read (0 when none) */
+	double wt_min, wt_mean, wt_max;
+	uint64_t wt_n;
 };
 
 struct ds_stat {

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@ struct esd_ds_writer {
 	uint8_t *ids[ESD_DS_MAX_TABLES]; /* per table [bs * width]; a bag table's grows */
 	size_t ids_len[ESD_DS_MAX_TABLES], ids_cap[ESD_DS_MAX_TABLES]; /* bytes */
 	uint8_t *lens[ESD_DS_MAX_TABLES]; /* bag tables: [bs * len width] */
+	uint8_t *wts[ESD_DS_MAX_TABLES];  /* weighted: f32 per ID, as ids[t] grows */
+	size_t wts_cap[ESD_DS_MAX_TABLES]; /* bytes; wts' length is ids_len / idw * 4 */
 	unsigned idw[ESD_DS_MAX_TABLES], lw[ESD_DS_MAX_TABLES];
 	uint32_t longest[ESD_DS_MAX_TABLES]; /* bag tables: the longest bag appended */
 	uint8_t *raw;  /* assembled payload */
@@ -75,7 +78,8 @@ static void encode_header(const struct esd_ds_writer *w, uint8_t *h, uint64_t in
 	esd_put_le32(h + HDR_DENSE_FORMAT, in->dense_format);
 	esd_put_le32(h + HDR_BLOCK_SAMPLES, w->bs);
 	esd_put_le32(h + HDR_FLAGS, (in->zstd_level > 0 ? DS_FLAG_ZSTD : 0) |
-	                                (esd_ds_has_names(in) ? DS_FLAG_NAMES : 0));
+	                                (esd_ds_has_names(in) ? DS_FLAG_NAMES : 0) |
+	                                (in->weighted ? DS_FLAG_WEIGHTS : 0));
 	esd_put_le32(h + HDR_ORIGIN, in->origin);
 	esd_put_le64(h + HDR_NSAMPLES, w->count);
 	esd_put_le64(h + HDR_NBLOCKS, w->nindex);
@@ -120,6 +124,7 @@ static void free_buffers(struct esd_ds_writer *w)
 	for (uint32_t t = 0; t < ESD_DS_MAX_TABLES; t++) {
 		free(w->ids[t]);
 		free(w->lens[t]);
+		free(w->wts[t]);
 	}
 	free(w->raw);
 	free(w->zbuf);
@@ -212,7 +217,8 @@ static int size_buffers(struct esd_ds_writer *w)
 	const struct esd_ds_info *in = &w->info;
 	size_t need = (size_t)w->n * (1 + (size_t)in->ndense * dense_width(in->dense_format));
 	for (uint32_t t = 0; t < in->ntables; t++)
-		need += w->ids_len[t] + (w->lens[t] ? (size_t)w->n * w->lw[t] : 0);
+		need += w->ids_len[t] + (w->lens[t] ? (size_t)w->n * w->lw[t] : 0) +
+		        w->ids_len[t] / w->idw[t] * wt_width(in);
 	int rc = grow_buf(&w->raw, &w->raw_cap, need ? need : 1);
 #ifdef ESD_DATA_HAVE_ZSTD
 	if (!rc && in->zstd_level > 0)
@@ -243,6 +249,11 @@ static int flush_block(struct esd_ds_writer *w)
 		}
 		memcpy(p, w->ids[t], w->ids_len[t]);
 		p += w->ids_len[t];
+		if (in->weighted) {
+			size_t wb = w->ids_len[t] / w->idw[t] * 4;
+			memcpy(p, w->wts[t], wb);
+			p += wb;
+		}
 		w->ids_len[t] = 0;
 	}
 	size_t raw = (size_t)(p - w->raw);
@@ -295,6 +306,29 @@ static int flush_block(struct esd_ds_writer *w)
 	return 0;
 }
 
+/* A sample's weights: finite, and all 1 in a stream without weights. */
+static int check_weights(const struct esd_ds_writer *w, const uint32_t *lens, const float *wt)
+{
+	const struct esd_ds_info *in = &w->info;
+	size_t k = 0;
+	for (uint32_t t = 0; wt && t < in->ntables; t++)
+		for (uint32_t j = 0; j < lens[t]; j++, k++) {
+			if (!isfinite(wt[k]))
+				return esd_ds_fail(-ERANGE,
+				                   "%s: sample %llu: table %u: weight %g of ID %u "
+				                   "is not finite",
+				                   w->path, (unsigned long long)w->count, t,
+				                   (double)wt[k], j);
+			if (!in->weighted && wt[k] != 1.0f)
+				return esd_ds_fail(-EINVAL,
+				                   "%s: sample %llu: table %u: weight %g in a "
+				                   "stream without weights",
+				                   w->path, (unsigned long long)w->count, t,
+				                   (double)wt[k]);
+		}
+	return 0;
+}
+
 /* A sample's lengths and IDs against the stream's description. */
 static int check_sample(const struct esd_ds_writer *w, uint8_t label, const uint32_t *lens,
                         const uint64_t *ids)
@@ -333,21 +367,35 @@ static void put_id(uint8_t *p, unsigned width, uint64_t id)
 	}
 }
 
-int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const float *dense,
-                              const uint32_t *lens, const uint64_t *ids)
+/* Room for one more sample's IDs (and weights) in the table columns. */
+static int grow_columns(struct esd_ds_writer *w, const uint32_t *lens)
+{
+	const struct esd_ds_info *in = &w->info;
+	int rc = 0;
+	for (uint32_t t = 0; t < in->ntables && !rc; t++) {
+		size_t need = w->ids_len[t] + (size_t)lens[t] * w->idw[t];
+		rc = grow_buf(&w->ids[t], &w->ids_cap[t], need);
+		if (!rc && in->weighted)
+			rc = grow_buf(&w->wts[t], &w->wts_cap[t], need / w->idw[t] * 4 + 4);
+	}
+	return rc;
+}
+
+int esd_ds_writer_append_weighted(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                                  const uint32_t *lens, const uint64_t *ids,
+                                  const float *weights)
 {
 	const struct esd_ds_info *in = &w->info;
 	if (w->err)
 		return w->err;
 	int rc = check_sample(w, label, lens, ids);
+	if (!rc)
+		rc = check_weights(w, lens, weights);
+	if (!rc)
+		rc = grow_columns(w, lens);
 	if (rc)
 		return rc;
 	uint32_t i = w->n;
-	for (uint32_t t = 0; t < in->ntables; t++) {
-		size_t need = w->ids_len[t] + (size_t)lens[t] * w->idw[t];
-		if ((rc = grow_buf(&w->ids[t], &w->ids_cap[t], need)))
-			return rc;
-	}
 	w->labels[i] = label;
 	if (in->dense_format == ESD_DS_DENSE_BF16) {
 		uint8_t *d = w->dense + (size_t)i * in->ndense * 2;
@@ -370,6 +418,10 @@ int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const floa
 			}
 		}
 		for (uint32_t j = 0; j < lens[t]; j++) {
+			if (in->weighted) {
+				float v = weights ? *weights++ : 1.0f;
+				memcpy(w->wts[t] + w->ids_len[t] / w->idw[t] * 4, &v, 4);
+			}
 			put_id(w->ids[t] + w->ids_len[t], w->idw[t], *ids++);
 			w->ids_len[t] += w->idw[t];
 		}
@@ -384,6 +436,12 @@ int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const floa
 		}
 	}
 	return 0;
+}
+
+int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                              const uint32_t *lens, const uint64_t *ids)
+{
+	return esd_ds_writer_append_weighted(w, label, dense, lens, ids, NULL);
 }
 
 int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *dense,

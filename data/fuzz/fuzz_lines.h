@@ -7,6 +7,7 @@
 #ifndef ESD_DATA_FUZZ_LINES_H
 #define ESD_DATA_FUZZ_LINES_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* tsv-multi-hot: every bag within its bound and the line's room, every ID
- * below its table's rows. */
+ * below its table's rows, every weight (--weighted) finite. */
 static void check_bags(const struct ds_parse_ctx *c, const struct ds_sample *s)
 {
 	size_t k = 0;
@@ -24,7 +25,7 @@ static void check_bags(const struct ds_parse_ctx *c, const struct ds_sample *s)
 		if (s->lens[t] > c->max_bag[t] || s->lens[t] > s->bag_cap - k)
 			abort();
 		for (uint32_t j = 0; j < s->lens[t]; j++, k++)
-			if (s->bag_ids[k] >= c->rows[t])
+			if (s->bag_ids[k] >= c->rows[t] || (c->weighted && !isfinite(s->bag_wts[k])))
 				abort();
 	}
 }
@@ -47,10 +48,12 @@ static void check_sample(const struct ds_parse_ctx *c, const struct ds_sample *s
 static void fuzz_lines(struct ds_parse_ctx *c, const uint8_t *data, size_t size, int header)
 {
 	static uint64_t bag_ids[256]; /* tsv-multi-hot's bags: a small room, so it fills */
+	static float bag_wts[256];
 	struct ds_sample s;
 	char why[256];
 	size_t start = 0;
 	s.bag_ids = bag_ids;
+	s.bag_wts = bag_wts;
 	s.bag_cap = sizeof(bag_ids) / sizeof(bag_ids[0]);
 	int first = 1;
 	while (start <= size) {

@@ -5,8 +5,9 @@ single-process references and checks (numpy only):
                           uncompressed blocks): labels, dense, keys
   read_bags(path)         any stream, bags included (version 2): labels,
                           dense, keys bag by bag, bag offsets, tables
-  pool(rows, off, T, how) bags of rows pooled (sum or mean) as the runtime's
-                          trainers pool them
+                          (weights=True: and each key's weight)
+  pool(rows, off, T, how) bags of rows pooled (sum or mean; weights=: weighted
+                          bags) as the runtime's trainers pool them
   row_init(seed, keys, d) esd_row_init bit for bit (splitmix64 counter stream)
   EmbOptim                the embedding optimizers of esd/optim.h (float32
                           arithmetic in the C order: same bits for the same
@@ -55,9 +56,14 @@ def _header(buf, path):
     return hbytes, T, D, dfmt, total, rows, max_bag
 
 
-def _block(buf, p, bn, T, D, dfmt, rows, max_bag):
+def _weighted(buf):
+    """Whether the stream's IDs carry weights (header flag bit 2)."""
+    return bool(struct.unpack_from("<I", buf, 64)[0] & 4)
+
+
+def _block(buf, p, bn, T, D, dfmt, rows, max_bag, weighted):
     """One raw payload: labels [bn], dense [bn, D], per table its bag
-    lengths [bn] and IDs."""
+    lengths [bn], IDs and (a weighted stream, flag bit 2) their weights."""
     labels = np.frombuffer(buf, np.uint8, bn, p).astype(np.float32)
     p += bn
     if dfmt == 0:
@@ -67,7 +73,7 @@ def _block(buf, p, bn, T, D, dfmt, rows, max_bag):
         h = np.frombuffer(buf, np.uint16, bn * D, p).astype(np.uint32) << np.uint32(16)
         d = h.view(np.float32).reshape(bn, D)
         p += 2 * bn * D
-    lens, ids = [], []
+    lens, ids, wts = [], [], []
     for t in range(T):
         ln = np.ones(bn, np.int64)
         if max_bag[t] > 1:
@@ -78,34 +84,41 @@ def _block(buf, p, bn, T, D, dfmt, rows, max_bag):
         n = int(ln.sum())
         ids.append(key_make(t, np.frombuffer(buf, w, n, p).astype(np.uint64)))
         p += np.dtype(w).itemsize * n
+        wts.append(np.frombuffer(buf, np.float32, n, p) if weighted else np.ones(n, np.float32))
+        p += 4 * n if weighted else 0
         lens.append(ln)
-    return labels, d, lens, ids
+    return labels, d, lens, ids, wts
 
 
-def _sample_major(lens, ids, bn, T):
+def _sample_major(lens, ids, bn, T, wts=None):
     """Keys of one block sample by sample, table by table, and the bags'
-    lengths [bn * T] in that order."""
+    lengths [bn * T] in that order (with wts: and the keys' weights)."""
     L = np.stack(lens, axis=1)  # [bn, T]
     start = np.concatenate([[0], np.cumsum(L.reshape(-1))])[:-1].reshape(bn, T)
     keys = np.empty(int(L.sum()), np.uint64)
+    w = np.empty(int(L.sum()), np.float32)
     for t in range(T):
         ln = lens[t]
         first = np.concatenate([[0], np.cumsum(ln)])[:-1]
         within = np.arange(int(ln.sum())) - np.repeat(first, ln)
         keys[np.repeat(start[:, t], ln) + within] = ids[t]
-    return keys, L.reshape(-1)
+        if wts is not None:
+            w[np.repeat(start[:, t], ln) + within] = wts[t]
+    return (keys, L.reshape(-1)) if wts is None else (keys, L.reshape(-1), w)
 
 
-def read_bags(path, limit=None):
+def read_bags(path, limit=None, weights=False):
     """(labels float32 [n], dense float32 [n, D], keys uint64 [nkeys], bag
     offsets int64 [n * T + 1], T) of the first limit samples (all by
     default): bag (i, t) is keys[off[i*T + t]:off[i*T + t + 1]]; a stream
-    without bags has one key per bag."""
+    without bags has one key per bag. weights=True: and a sixth member,
+    each key's weight float32 [nkeys] (1 on an unweighted stream)."""
     with open(path, "rb") as f:
         buf = f.read()
     hbytes, T, D, dfmt, total, rows, max_bag = _header(buf, path)
+    weighted = _weighted(buf)
     n = total if limit is None else min(total, limit)
-    labels, dense, keys, lens = [], [], [], []
+    labels, dense, keys, lens, wout = [], [], [], [], []
     at, got = hbytes, 0
     while got < n:
         magic, bn, first, stored, raw, bflags = struct.unpack_from("<IIQIII", buf, at)
@@ -114,19 +127,23 @@ def read_bags(path, limit=None):
         if bflags & 1:
             raise ValueError("%s: block at byte %d is zstd-compressed (not supported here)"
                              % (path, at))
-        lab, d, ln, ids = _block(buf, at + 40, bn, T, D, dfmt, rows, max_bag)
-        k, L = _sample_major(ln, ids, bn, T)
+        lab, d, ln, ids, wts = _block(buf, at + 40, bn, T, D, dfmt, rows, max_bag, weighted)
+        k, L, w = _sample_major(ln, ids, bn, T, wts)
         take = min(bn, n - got)
         labels.append(lab[:take])
         dense.append(d[:take])
         keys.append(k[:int(L[:take * T].sum())])
+        wout.append(w[:int(L[:take * T].sum())])
         lens.append(L[:take * T])
         got += take
         at += 40 + stored
     off = np.concatenate([[0], np.cumsum(np.concatenate(lens) if lens else [])]).astype(np.int64)
-    return (np.concatenate(labels) if labels else np.empty(0, np.float32),
-            np.concatenate(dense) if dense else np.empty((0, D), np.float32),
-            np.concatenate(keys) if keys else np.empty(0, np.uint64), off, T)
+    out = (np.concatenate(labels) if labels else np.empty(0, np.float32),
+           np.concatenate(dense) if dense else np.empty((0, D), np.float32),
+           np.concatenate(keys) if keys else np.empty(0, np.uint64), off, T)
+    if weights:
+        out += (np.concatenate(wout) if wout else np.empty(0, np.float32),)
+    return out
 
 
 def pooling_modes(spec, T):
@@ -140,15 +157,30 @@ def pooling_modes(spec, T):
     return modes
 
 
-def pool(rows, off, T, how="sum"):
+def pool(rows, off, T, how="sum", weights=None):
     """[n, T, dim] float32 of rows [nkeys, dim] pooled bag by bag (off as
     read_bags gives it, from 0): the sum in bag order, or the mean (an
     empty bag: zeros), or a list of the two, one per table: the arithmetic
-    of the trainers' embedding_bag."""
+    of the trainers' embedding_bag. weights (a weighted stream's, one a
+    key): sum(w * row), a mean bag's divided by sum(w) (1 where 0), as
+    esd.torch pools them."""
     import torch
     from torch.nn import functional as F
     r = torch.as_tensor(rows)
     o = torch.as_tensor(np.asarray(off[:-1], np.int64))
+    if weights is not None:
+        w = torch.as_tensor(np.asarray(weights, np.float32))
+        out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode="sum", per_sample_weights=w)
+        if how != "sum":
+            lens = torch.as_tensor(np.diff(np.asarray(off, np.int64)))
+            bag = torch.repeat_interleave(torch.arange(len(lens)), lens)
+            sw = torch.zeros(len(lens)).index_add_(0, bag, w)
+            sw = torch.where(sw == 0, torch.ones_like(sw), sw)
+            if not isinstance(how, str):
+                mean = torch.tensor([m == "mean" for m in how]).repeat(len(lens) // T)
+                sw = torch.where(mean, sw, torch.ones_like(sw))
+            out = out / sw.unsqueeze(1)
+        return out.view(-1, T, r.shape[1])
     if isinstance(how, str):
         out = F.embedding_bag(torch.arange(r.shape[0]), r, o, mode=how)
     else:  # as esd.torch: sums, a mean table's divided by its bags' lengths

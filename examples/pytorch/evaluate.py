@@ -95,13 +95,15 @@ def rows_of(keys, seed, ck_keys, ck_values, dims=None):
     return out.reshape(keys.shape + (dim,)), int((~found).sum())
 
 
-def held_out(path, skip, samples=None):
+def held_out(path, skip, samples=None, weights=False):
     """(labels, dense, keys, bag offsets from 0, T) of the samples from skip
-    on (samples of them, or the rest)."""
-    labels, dense, keys, off, T = esdio.read_bags(path, None if samples is None
-                                                  else skip + samples)
+    on (samples of them, or the rest); weights=True: and each key's weight
+    (1 on an unweighted stream)."""
+    labels, dense, keys, off, T, w = esdio.read_bags(path, None if samples is None
+                                                     else skip + samples, weights=True)
     off = off[skip * T:] if skip < len(labels) else off[-1:]
-    return labels[skip:], dense[skip:], keys[off[0]:], off - off[0], T
+    out = labels[skip:], dense[skip:], keys[off[0]:], off - off[0], T
+    return out + (w[off[0]:],) if weights else out
 
 
 def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=None,
@@ -109,8 +111,8 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
     """{'samples', 'log_loss', 'auc', 'untrained_ids'} on held-out samples."""
     seed, cursor, ck_keys, ck_values, it = load_rows(os.path.join(work, "ckpt"), bin_dir)
     skip = cursor if skip is None else skip
-    labels, dense, keys, off, T = held_out(stream or os.path.join(work, "stream.esd"), skip,
-                                           samples)
+    labels, dense, keys, off, T, w = held_out(stream or os.path.join(work, "stream.esd"),
+                                              skip, samples, weights=True)
     if not len(labels):
         raise ValueError("no held-out samples: the stream ends at the %d the job trained on"
                          % skip)
@@ -122,7 +124,8 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
     model.load_state_dict(saved["model"])
     model.eval()
     rows, untrained = rows_of(keys, seed, ck_keys, ck_values, dims)
-    emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T))
+    weighted = bool(len(w)) and not np.all(w == 1)  # a weighted stream's bags
+    emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T), w if weighted else None)
     if wide:
         emb = torch.cat([emb[:, t, :d] for t, d in enumerate(dims)], 1)
     with torch.no_grad():

@@ -6,6 +6,7 @@ dataset stream. Prints rank 0's loss, AUC and throughput as it goes.
 
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --workers 4 --iters 50
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --bag 5=2:8   # multi-hot
+    /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --weighted    # weighted bags
 
 Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
 The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
@@ -41,13 +42,14 @@ def model_class(name):
     return getattr(importlib.import_module(name), MODELS[name])
 
 
-def gen_stream(bin_dir, path, samples, seed, bags=()):
+def gen_stream(bin_dir, path, samples, seed, bags=(), weighted=False):
     """A Criteo-shaped stream; bags: esd-data gen's --bag T=MEAN[:MAX] values
-    (multi-hot tables)."""
+    (multi-hot tables); weighted: a weight per ID (gen --weighted)."""
     argv = [os.path.join(bin_dir, "esd-data"), "gen", "-o", path, "--shape", "criteo-kaggle",
             "-n", str(samples), "--scale", "1000", "--max-rows", "2000", "--seed", str(seed)]
     for b in bags:
         argv += ["--bag", b]
+    argv += ["--weighted"] if weighted else []
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -193,6 +195,9 @@ def parser():
     ap.add_argument("--bag", action="append", default=[], metavar="T=MEAN[:MAX]",
                     help="the generated stream's table T (or all) multi-hot: bags of "
                          "Poisson(MEAN) IDs, at most MAX (esd-data gen --bag); repeatable")
+    ap.add_argument("--weighted", action="store_true",
+                    help="the generated stream's IDs carry weights (esd-data gen --weighted; "
+                         "needs --bag): the models pool sum(w * row)")
     ap.add_argument("--pooling", default="sum",
                     help="how a bag's rows are pooled: sum, mean, or MODE,MODE,... one per "
                          "table")
@@ -223,7 +228,7 @@ def main():
     if not stream:
         stream = os.path.join(work, "stream.esd")
         gen_stream(a.bin, stream, a.samples or (a.iters + 2) * a.batch * a.workers + a.eval, 7,
-                   a.bag)
+                   a.bag, a.weighted)
     print("%s on %d workers x %d samples, %d iterations, embeddings %s lr %g; work %s"
           % (a.model, a.workers, a.batch, a.iters, a.opt, a.lr, work), flush=True)
     t0 = time.time()

@@ -104,6 +104,9 @@ struct esd_ds_info {
 	 * stream without names, the header's flag bit 1 clear) or every one
 	 * set, unique, 1..31 bytes of [A-Za-z0-9_.:-] (esd_ds_check_name). */
 	char names[ESD_DS_MAX_TABLES][ESD_DS_NAME_LEN];
+	/* 1: every ID carries a finite f32 weight (weighted bags, the header's
+	 * flag bit 2, docs/multihot.md); a weighted stream has a bag table. */
+	uint32_t weighted;
 };
 
 /* 1 when the stream's tables are named (names[0] set), else 0. */
@@ -188,6 +191,16 @@ int esd_ds_writer_append(struct esd_ds_writer *w, uint8_t label, const float *de
 int esd_ds_writer_append_bags(struct esd_ds_writer *w, uint8_t label, const float *dense,
                               const uint32_t *lens, const uint64_t *ids);
 
+/*
+ * The same with a weight per ID: weights[] parallel to ids[] (NULL: every
+ * weight 1). A stream opened with info->weighted stores them; another
+ * refuses weights other than 1 (-EINVAL). Returns as esd_ds_writer_append_bags,
+ * or -ERANGE for a weight that is not finite (naming sample and table).
+ */
+int esd_ds_writer_append_weighted(struct esd_ds_writer *w, uint8_t label, const float *dense,
+                                  const uint32_t *lens, const uint64_t *ids,
+                                  const float *weights);
+
 /* Samples appended so far. */
 uint64_t esd_ds_writer_count(const struct esd_ds_writer *w);
 
@@ -260,6 +273,17 @@ int64_t esd_ds_read_bags(struct esd_ds_reader *r, uint64_t k, float *labels, flo
  */
 int esd_ds_read_wrap(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
                      esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off);
+
+/*
+ * esd_ds_read_bags and esd_ds_read_wrap with each key's weight into
+ * weights[keys_cap] (parallel to keys; 1 for every key of an unweighted
+ * stream); weights may be NULL.
+ */
+int64_t esd_ds_read_bags_w(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                           esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off,
+                           float *weights);
+int esd_ds_read_wrap_w(struct esd_ds_reader *r, uint64_t k, float *labels, float *dense,
+                       esd_key_t *keys, uint64_t keys_cap, uint32_t *bag_off, float *weights);
 
 /* The cursor: index of the next sample esd_ds_read returns. */
 uint64_t esd_ds_tell(const struct esd_ds_reader *r);

@@ -104,6 +104,7 @@ struct esd_trainer_info {
 	size_t value_stride, grad_stride;
 	uint32_t max_keys;     /* most keys in one micro-batch (max_batch * tables without bags) */
 	uint32_t bags;         /* 1: the job's stream has bags */
+	uint32_t weighted;     /* 1: its IDs carry weights (mb.weights) */
 };
 
 /* One micro-batch. Arrays live in the exchange area shared with the
@@ -122,6 +123,8 @@ struct esd_microbatch {
 	uint32_t nkeys;        /* keys of the micro-batch: bag_off[m * tables] */
 	const uint32_t *bag_off; /* [m * tables + 1] bag (i, j) starts at slots[bag_off[i*tables + j]] */
 	uint32_t flags;        /* ESD_MB_CHECKPOINT */
+	const float *weights;  /* [nkeys] each key's weight (a weighted stream,
+	                        * docs/multihot.md), parallel to slots; NULL: all 1 */
 };
 
 /* mb.flags: the iteration is a checkpoint boundary (ps.checkpoint_every, or
@@ -175,6 +178,14 @@ ESD_API float *esd_trainer_grad(const struct esd_trainer *t, uint32_t slot);
 ESD_API int esd_trainer_add_grads(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
                                   const int64_t *offsets, size_t nbags, const float *g,
                                   ptrdiff_t row_stride, ptrdiff_t col_stride, const float *div);
+/* The same for weighted bags (docs/multihot.md): key k adds weights[k]
+ * times its bag's gradient row (divided first by div[b] when div is not
+ * NULL: w * (g / div), a weighted mean's derivative), one product and one
+ * add per element; weights NULL is esd_trainer_add_grads. */
+ESD_API int esd_trainer_add_grads_w(const struct esd_trainer *t, const int64_t *slots,
+                                    size_t nkeys, const int64_t *offsets, size_t nbags,
+                                    const float *g, ptrdiff_t row_stride, ptrdiff_t col_stride,
+                                    const float *div, const float *weights);
 
 /* Publish the gradients of mb (rows' gradient slots and mb->dgrad) and
  * the summed loss. Returns 0, -EINVAL (mb is not the current batch),

@@ -91,7 +91,13 @@ struct esd_model_shape {
  * by sum in bag order (an empty bag is zeros) into the model's input e_t;
  * backward adds e_t's gradient to every member's slot (a row twice in a
  * bag gets it twice, as the sum's derivative says). bag_off NULL: one row
- * per feature, bag_off[j] = j. */
+ * per feature, bag_off[j] = j.
+ *
+ * Weighted bags: with weights set (parallel to rows), the input is
+ * sum(w[r] * row r) in bag order, each product rounded to float before
+ * it is added, and row r's gradient slot gets (double)(w[r] * g) for the
+ * feature's gradient g. weights NULL: every weight 1 (the arithmetic of
+ * before, bit for bit). */
 struct esd_model_batch {
 	unsigned m;               /* samples in this micro-batch */
 	const float *const *rows; /* m*T pointers: rows[i*T + t] = row of sample i, table t
@@ -102,6 +108,7 @@ struct esd_model_batch {
 	const float *labels;      /* m labels, 0 or 1 (any value in [0, 1] works) */
 	const float *dense;       /* m*D dense features, sample-major; NULL if D == 0 */
 	const uint32_t *bag_off;  /* m*T + 1 bag starts into rows, or NULL (one row each) */
+	const float *weights;     /* a weight per entry of rows, or NULL (all 1) */
 };
 
 struct esd_model;

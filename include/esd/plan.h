@@ -62,6 +62,7 @@ struct esd_plan {
 	uint32_t workers, shards, tables, dense, dim, hidden;
 	uint32_t width; /* most keys per sample (bags at their max_bag) */
 	bool bags;
+	bool weighted; /* a weight per key (weighted bags) */
 	unsigned state_floats; /* optimizer state floats per float */
 	uint64_t total_rows, cache_rows, global_batch, dense_len, row_bytes;
 	/* the model's embedding input: the tables' dims summed (model.dims;

@@ -228,7 +228,8 @@ static void fill_info(struct esd_trainer *t, const struct esd_attach_msg *w)
 	in->dense_params = t->xchg->dense_params;
 	in->max_batch = t->xchg->max_batch;
 	in->max_keys = t->xchg->max_keys;
-	in->bags = t->xchg->version == ESD_XCHG_VERSION_BAGS;
+	in->bags = t->xchg->version >= ESD_XCHG_VERSION_BAGS;
+	in->weighted = t->xchg->version == ESD_XCHG_VERSION_WEIGHTS;
 	in->capacity = ci.rows;
 	in->values_base = esd_cache_vec(t->cache, 0);
 	in->index = w->index;
@@ -464,7 +465,8 @@ int esd_trainer_next(struct esd_trainer *t, int timeout_ms, struct esd_microbatc
 	const size_t nbags = (size_t)m.m * h->tables;
 	if (m.op != ESD_AT_BATCH || m.m > h->max_batch || m.nkeys > h->max_keys)
 		return -EPROTO;
-	if (h->version == ESD_XCHG_VERSION_BAGS) {
+	mb->weights = h->off_weights ? esd_xchg_at(h, h->off_weights) : NULL;
+	if (h->version >= ESD_XCHG_VERSION_BAGS) {
 		mb->bag_off = esd_xchg_at(h, h->off_bag_off);
 		if (!bags_ok(mb->bag_off, nbags, m.nkeys)) {
 			ESD_ERR("libesd", "iteration %llu: the bag offsets of %u samples do not "
@@ -542,6 +544,17 @@ static void add_row(float *restrict dst, const float *restrict src, ptrdiff_t co
 	}
 }
 
+/* add_row for a weighted key: dst += w * (src / div) (div NULL: w * src),
+ * element by element, the same roundings as the sum's derivative. */
+static void add_row_w(float *restrict dst, const float *restrict src, ptrdiff_t col_stride,
+                      uint32_t dim, const float *div, float w)
+{
+	for (uint32_t d = 0; d < dim; d++) {
+		float v = src[(ptrdiff_t)d * col_stride];
+		dst[d] += w * (div ? v / *div : v);
+	}
+}
+
 static int add_grads_check(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
                            const int64_t *offsets, size_t nbags)
 {
@@ -562,6 +575,15 @@ int esd_trainer_add_grads(const struct esd_trainer *t, const int64_t *slots, siz
                           const int64_t *offsets, size_t nbags, const float *g,
                           ptrdiff_t row_stride, ptrdiff_t col_stride, const float *div)
 {
+	return esd_trainer_add_grads_w(t, slots, nkeys, offsets, nbags, g, row_stride, col_stride,
+	                               div, NULL);
+}
+
+int esd_trainer_add_grads_w(const struct esd_trainer *t, const int64_t *slots, size_t nkeys,
+                            const int64_t *offsets, size_t nbags, const float *g,
+                            ptrdiff_t row_stride, ptrdiff_t col_stride, const float *div,
+                            const float *weights)
+{
 	if (!t || (nkeys && (!slots || !g)) || (!offsets && nbags != nkeys))
 		return -EINVAL;
 	int rc = add_grads_check(t, slots, nkeys, offsets, nbags);
@@ -573,8 +595,12 @@ int esd_trainer_add_grads(const struct esd_trainer *t, const int64_t *slots, siz
 		size_t k1 = !offsets ? b + 1 : b + 1 < nbags ? (size_t)offsets[b + 1] : nkeys;
 		const float *src = g + (ptrdiff_t)b * row_stride;
 		for (size_t k = k0; k < k1; k++)
-			add_row(esd_trainer_grad(t, (uint32_t)slots[k]), src, col_stride, dim,
-			        div ? div + b : NULL);
+			if (weights)
+				add_row_w(esd_trainer_grad(t, (uint32_t)slots[k]), src, col_stride,
+				          dim, div ? div + b : NULL, weights[k]);
+			else
+				add_row(esd_trainer_grad(t, (uint32_t)slots[k]), src, col_stride,
+				        dim, div ? div + b : NULL);
 	}
 	return 0;
 }

@@ -13,9 +13,18 @@ static uint64_t align64(uint64_t x)
 void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables,
 		     uint32_t max_keys, uint32_t dense, uint32_t dense_params)
 {
+	esd_xchg_layout_w(h, max_batch, tables, max_keys, dense, dense_params, 0);
+}
+
+void esd_xchg_layout_w(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables,
+		       uint32_t max_keys, uint32_t dense, uint32_t dense_params, int weighted)
+{
+	weighted = weighted && max_keys;
 	memset(h, 0, sizeof(*h));
 	h->magic = ESD_XCHG_MAGIC;
-	h->version = max_keys ? ESD_XCHG_VERSION_BAGS : ESD_XCHG_VERSION;
+	h->version = weighted ? ESD_XCHG_VERSION_WEIGHTS
+		     : max_keys ? ESD_XCHG_VERSION_BAGS
+				: ESD_XCHG_VERSION;
 	h->hdr_size = sizeof(*h);
 	h->max_batch = max_batch;
 	h->tables = tables;
@@ -39,6 +48,10 @@ void esd_xchg_layout(struct esd_xchg_hdr *h, uint32_t max_batch, uint32_t tables
 		h->off_bag_off = off;
 		off = align64(off + ((uint64_t)max_batch * tables + 1) * 4);
 	}
+	if (weighted) {
+		h->off_weights = off;
+		off = align64(off + mt * 4);
+	}
 	h->total_size = (off + 4095) & ~UINT64_C(4095);
 }
 
@@ -59,18 +72,19 @@ int esd_xchg_check(const struct esd_xchg_hdr *h, size_t maplen)
 		ESD_ERR("xchg", "exchange area: bad magic %#llx", (unsigned long long)h->magic);
 		return -ESD_EBADMAGIC;
 	}
-	if (h->version != ESD_XCHG_VERSION && h->version != ESD_XCHG_VERSION_BAGS) {
-		ESD_ERR("xchg", "exchange area: version %u, this library speaks %u and %u",
-			h->version, ESD_XCHG_VERSION, ESD_XCHG_VERSION_BAGS);
+	if (h->version < ESD_XCHG_VERSION || h->version > ESD_XCHG_VERSION_WEIGHTS) {
+		ESD_ERR("xchg", "exchange area: version %u, this library speaks %u to %u",
+			h->version, ESD_XCHG_VERSION, ESD_XCHG_VERSION_WEIGHTS);
 		return -ESD_EBADVERSION;
 	}
-	uint32_t max_keys = h->version == ESD_XCHG_VERSION_BAGS ? h->max_keys : 0;
-	esd_xchg_layout(&want, h->max_batch, h->tables, max_keys, h->dense, h->dense_params);
+	uint32_t max_keys = h->version >= ESD_XCHG_VERSION_BAGS ? h->max_keys : 0;
+	esd_xchg_layout_w(&want, h->max_batch, h->tables, max_keys, h->dense, h->dense_params,
+			  h->version == ESD_XCHG_VERSION_WEIGHTS);
 	if (h->off_dims)
 		esd_xchg_add_dims(&want);
 	if (h->hdr_size != want.hdr_size || h->total_size != want.total_size ||
 	    h->off_dgrad != want.off_dgrad || h->off_bag_off != want.off_bag_off ||
-	    h->off_dims != want.off_dims ||
+	    h->off_weights != want.off_weights || h->off_dims != want.off_dims ||
 	    h->total_size > maplen) {
 		ESD_ERR("xchg", "exchange area: sizes inconsistent (total %llu, mapped %zu)",
 			(unsigned long long)h->total_size, maplen);

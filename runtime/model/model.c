@@ -153,10 +153,43 @@ static void pool_bag(float *x, const float *const *rows, uint32_t n, unsigned di
 			x[c] = x[c] + rows[r][c];
 }
 
+/* The same, weighted: sum(w[r] * rows[r]) in bag order. */
+static void pool_bag_w(float *x, const float *const *rows, const float *w, uint32_t n,
+                       unsigned dim)
+{
+	memset(x, 0, dim * sizeof(float));
+	for (uint32_t r = 0; r < n; r++)
+		for (unsigned c = 0; c < dim; c++)
+			x[c] = x[c] + w[r] * rows[r][c];
+}
+
+/* Feature input from its bag: weighted (w set) or not. */
+static void pool_feature(float *x, const float *const *rows, const float *w, uint32_t n,
+                         unsigned dim)
+{
+	if (w)
+		pool_bag_w(x, rows, w, n, dim);
+	else
+		pool_bag(x, rows, n, dim);
+}
+
+/* A bag member's gradient slot += its feature's gradient src (times its
+ * weight *w, rounded to float, when w is set). */
+static void add_member_grad(double *g, const float *src, const float *w, unsigned dim)
+{
+	if (w)
+		for (unsigned c = 0; c < dim; c++)
+			g[c] = g[c] + (double)(*w * src[c]);
+	else
+		for (unsigned c = 0; c < dim; c++)
+			g[c] = g[c] + (double)src[c];
+}
+
 /* One sample: forward, loss, backward. rows/row_grads start at its first
  * feature's bag; bag[t] .. bag[t + 1] are feature t's, relative to it. */
 static double sample_step(struct esd_model *m, const float *params, const float *const *rows,
-                          double *const *row_grads, const uint32_t *bag, float label,
+                          const float *wts, double *const *row_grads, const uint32_t *bag,
+                          float label,
                           const float *dense, float inv_k, double *dense_grad, float *logit)
 {
 	const struct esd_model_shape *s = &m->shape;
@@ -167,7 +200,8 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 	float *x = m->x, *hpre = m->hpre, *dh = m->dh, *dx = m->dx;
 
 	for (unsigned t = 0; t < s->tables; t++)
-		pool_bag(x + m->off[t], rows + bag[t], bag[t + 1] - bag[t], m->dims[t]);
+		pool_feature(x + m->off[t], rows + bag[t], wts ? wts + bag[t] : NULL,
+		             bag[t + 1] - bag[t], m->dims[t]);
 	if (D)
 		memcpy(x + emb, dense, D * sizeof(float));
 
@@ -225,11 +259,8 @@ static double sample_step(struct esd_model *m, const float *params, const float 
 			const float *src = dx + m->off[t];
 			const unsigned dt = m->dims[t];
 			for (uint32_t r = bag[t]; r < bag[t + 1]; r++) {
-				double *g = row_grads[r];
-				if (!g)
-					continue;
-				for (unsigned c = 0; c < dt; c++)
-					g[c] = g[c] + (double)src[c];
+				if (row_grads[r])
+					add_member_grad(row_grads[r], src, wts ? &wts[r] : NULL, dt);
 			}
 		}
 	}
@@ -260,7 +291,7 @@ int esd_model_step(struct esd_model *m, const float *params, const struct esd_mo
 		size_t first = b->bag_off ? b->bag_off[(size_t)i * T] : (size_t)i * T;
 		for (unsigned t = 0; t <= T; t++)
 			m->bag[t] = b->bag_off ? (uint32_t)(b->bag_off[(size_t)i * T + t] - first) : t;
-		sum += sample_step(m, params, b->rows + first,
+		sum += sample_step(m, params, b->rows + first, b->weights ? b->weights + first : NULL,
 		                   b->row_grads ? b->row_grads + first : NULL, m->bag, b->labels[i],
 		                   D ? b->dense + (size_t)i * D : NULL, inv_k, dense_grad,
 		                   logits ? &logits[i] : NULL);

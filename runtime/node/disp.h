@@ -41,6 +41,7 @@ struct disp_input {
 	esd_key_t *keys[2];   /* [k * width]: the batch's keys, bag by bag */
 	uint32_t *bag_off[2]; /* [k * tables + 1]: bag (i, t) starts at keys[bag_off[i*T + t]] */
 	uint32_t *off[2];     /* [k + 1]: sample i's first key (bag_off[i * T]) */
+	float *wts[2];        /* [k * width]: each key's weight (a weighted stream), else NULL */
 	uint32_t *assign;
 	uint32_t *nworkers; /* per unique key: trainers count */
 };

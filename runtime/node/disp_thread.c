@@ -84,8 +84,9 @@ static int read_batch(struct disp *ds, int b)
 {
 	struct disp_input *in = &ds->in;
 	const uint32_t T = ds->nd->tables;
-	int rc = esd_ds_read_wrap(in->rd, in->k, in->labels[b], ds->nd->dense ? in->dense[b] : NULL,
-				  in->keys[b], in->k * ds->nd->width, in->bag_off[b]);
+	int rc = esd_ds_read_wrap_w(in->rd, in->k, in->labels[b],
+				    ds->nd->dense ? in->dense[b] : NULL, in->keys[b],
+				    in->k * ds->nd->width, in->bag_off[b], in->wts[b]);
 	if (rc) {
 		ESD_ERR("dispatch", "reading the stream: %s", esd_ds_last_error());
 		return rc;
@@ -112,7 +113,8 @@ static int copy_samples(struct disp *ds, struct order *o, int b)
 	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
 	if (!o->labels || !o->dense ||
 	    grow((void **)&o->keys, &o->cap_keys, nk + 1, sizeof(esd_key_t)) ||
-	    grow((void **)&o->bag_off, &o->cap_bags, (size_t)m * T + 1, sizeof(uint32_t)))
+	    grow((void **)&o->bag_off, &o->cap_bags, (size_t)m * T + 1, sizeof(uint32_t)) ||
+	    (in->wts[b] && grow((void **)&o->wts, &o->cap_wts, nk + 1, sizeof(float))))
 		return -ENOMEM;
 	o->m = o->nkeys = 0;
 	for (uint64_t i = 0; i < in->k; i++) {
@@ -124,6 +126,8 @@ static int copy_samples(struct disp *ds, struct order *o, int b)
 		for (uint32_t t = 0; t < T; t++)
 			o->bag_off[(size_t)o->m * T + t] = o->nkeys + (bo[t] - bo[0]);
 		memcpy(o->keys + o->nkeys, in->keys[b] + bo[0], (bo[T] - bo[0]) * sizeof(esd_key_t));
+		if (in->wts[b])
+			memcpy(o->wts + o->nkeys, in->wts[b] + bo[0], (bo[T] - bo[0]) * sizeof(float));
 		o->nkeys += bo[T] - bo[0];
 		o->m++;
 	}
@@ -346,6 +350,7 @@ static void disp_free(struct disp *ds)
 		free(ds->in.dense[b]);
 		free(ds->in.keys[b]);
 		free(ds->in.bag_off[b]);
+		free(ds->in.wts[b]);
 		free(ds->in.off[b]);
 	}
 	free(ds->in.assign);
@@ -419,8 +424,10 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		ds->in.keys[b] = calloc(ds->in.k * nd->width, sizeof(esd_key_t));
 		ds->in.bag_off[b] = calloc(ds->in.k * nd->tables + 1, sizeof(uint32_t));
 		ds->in.off[b] = calloc(ds->in.k + 1, sizeof(uint32_t));
+		if (nd->weighted)
+			ds->in.wts[b] = calloc(ds->in.k * nd->width, sizeof(float));
 		if (!ds->in.labels[b] || !ds->in.dense[b] || !ds->in.keys[b] ||
-		    !ds->in.bag_off[b] || !ds->in.off[b])
+		    !ds->in.bag_off[b] || !ds->in.off[b] || (nd->weighted && !ds->in.wts[b]))
 			goto err_nomem;
 	}
 	ds->in.assign = calloc(ds->in.k, sizeof(uint32_t));
@@ -607,6 +614,7 @@ void node_dispatcher_stop(struct node *nd)
 		free(o->dense);
 		free(o->keys);
 		free(o->bag_off);
+		free(o->wts);
 		free(o->need);
 		free(o->alone);
 		free(o->others);

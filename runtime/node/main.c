@@ -221,6 +221,7 @@ static int size_from_stream(struct node *nd)
 	nd->tables = di->ntables;
 	nd->width = esd_ds_keys_per_sample(di);
 	nd->bags = esd_ds_has_bags(di);
+	nd->weighted = di->weighted != 0;
 	nd->dense = di->ndense;
 	uint64_t total_rows = 0;
 	for (uint32_t t = 0; t < di->ntables; t++)

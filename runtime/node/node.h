@@ -44,6 +44,8 @@ struct order {
 	esd_key_t *keys;     /* [nkeys]: sample by sample, table by table, bag by bag */
 	uint32_t *bag_off;   /* [m * tables + 1]: bag (i, t) is keys[bag_off[i*T + t] ..) */
 	uint32_t nkeys;      /* bag_off[m * tables]; m * tables without bags */
+	float *wts;          /* [nkeys] each key's weight (a weighted stream), else NULL */
+	size_t cap_wts;
 	esd_key_t *need;     /* sorted unique keys this worker trains */
 	uint8_t *alone;      /* [nneed] 1: only this worker trains it */
 	uint32_t nneed;
@@ -304,6 +306,7 @@ struct node {
 	uint32_t tables, dense, dense_params; /* from the data stream */
 	uint32_t width;                       /* most keys one sample carries (bags) */
 	bool bags;                            /* some table has bags (docs/multihot.md) */
+	bool weighted;                        /* its IDs carry weights (weighted bags) */
 	struct esd_cache *cache;              /* the cache region */
 	struct esd_cmeta *cm;
 

@@ -58,8 +58,9 @@ static int make_slot(struct node *nd, uint32_t i)
 	struct esd_xchg_hdr h;
 	uint32_t mb = node_max_batch(nd);
 	uint64_t mk = (uint64_t)mb * nd->width;
-	esd_xchg_layout(&h, mb, nd->tables, !nd->bags ? 0 : mk > UINT32_MAX ? UINT32_MAX : (uint32_t)mk,
-			nd->dense, nd->dense_params);
+	esd_xchg_layout_w(&h, mb, nd->tables,
+			  !nd->bags ? 0 : mk > UINT32_MAX ? UINT32_MAX : (uint32_t)mk, nd->dense,
+			  nd->dense_params, nd->weighted);
 	if (nd->job.ntable_dims)
 		esd_xchg_add_dims(&h);
 	void *m;
@@ -338,6 +339,8 @@ static int publish(struct node *nd, uint32_t i, const struct order *o, const uin
 		for (size_t j = 0; j <= ts->m * T; j++)
 			bo[j] = o->bag_off[f * T + j] - ts->kfirst;
 	}
+	if (h->off_weights && ts->nk)
+		memcpy(esd_xchg_at(h, h->off_weights), o->wts + ts->kfirst, ts->nk * sizeof(float));
 	memcpy(esd_xchg_at(h, h->off_labels), o->labels + f, ts->m * sizeof(float));
 	memcpy(esd_xchg_at(h, h->off_dense), o->dense + f * D, ts->m * D * sizeof(float));
 	if (i > 0)

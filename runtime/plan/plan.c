@@ -82,6 +82,7 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 	}
 	p->width = esd_ds_keys_per_sample(di);
 	p->bags = esd_ds_has_bags(di);
+	p->weighted = di->weighted != 0;
 	p->dense = di->ndense;
 	p->workers = job->n;
 	p->shards = job->shards;
@@ -169,20 +170,21 @@ static void plan_nodes(const struct esd_job *job, struct esd_plan *p)
 	for (uint32_t w = 0; w < p->workers; w++)
 		maxb = job->batch[w] > maxb ? job->batch[w] : maxb;
 	struct esd_xchg_hdr xh;
-	esd_xchg_layout(&xh, (uint32_t)maxb, p->tables, p->bags ? (uint32_t)(maxb * W) : 0,
-			p->dense, (uint32_t)p->dense_len);
+	esd_xchg_layout_w(&xh, (uint32_t)maxb, p->tables, p->bags ? (uint32_t)(maxb * W) : 0,
+			  p->dense, (uint32_t)p->dense_len, p->weighted);
 	if (job->ntable_dims)
 		esd_xchg_add_dims(&xh);
 	/* dispatcher: two global batches, offsets, assignment, cost matrix,
 	 * key table and consequence (per key: key, occupancy, per-worker
 	 * state) */
 	uint64_t disp = 2 * k * (4 + 4 * D + 8 * W + 4 * T) + 2 * (k + 1) * 4 + k * 4 +
-			k * p->workers * 8 + kt * (24 + 8ull * p->workers);
+			k * p->workers * 8 + kt * (24 + 8ull * p->workers) +
+			(p->weighted ? 2 * kt * 4 : 0); /* the keys' weights */
 	uint64_t snap = esd_cmeta_bytes((uint32_t)p->cache_rows);
 	for (uint32_t w = 0; w < p->workers; w++) {
 		uint64_t m = job->batch[w];
 		uint64_t order = m * (4 + 4 * D + 8 * W + 4 * T) + m * W * (8 + 1 + 8 + 8 + 8) +
-				 kt * 8 * 2;
+				 kt * 8 * 2 + (p->weighted ? m * W * 4 : 0);
 		struct esd_plan_node *o = &p->node[w];
 		o->region = p->cache_sizes.total;
 		o->snapshots = snap * p->workers;

@@ -251,7 +251,8 @@ int main(int argc, char **argv)
 			memset(dgrad, 0, in.dense_params * sizeof(double));
 			struct esd_model_batch b = {.m = mb.m, .rows = rows, .row_grads = grads,
 						    .labels = mb.labels, .dense = mb.dense,
-						    .bag_off = mb.bag_off};
+						    .bag_off = mb.bag_off,
+						    .weights = mb.weights};
 			rc = esd_model_step(model, mb.params, &b, mb.global_k, &loss, dgrad, NULL);
 			for (uint32_t u = 0; u < nu; u++) {
 				if (die_at && mb.iter == die_at && u == nu / 2)

@@ -6,7 +6,9 @@ or a mode per table with the matching gradients (bit for bit those of a
 sequential scatter-add, whatever the upstream gradient's strides), a batch
 left uncommitted is an error, a batch indexed by feature name (KeyedBatch)
 and a module configured by names return the named features with the full
-module's gradients,
+module's gradients, weighted bags equal nn.EmbeddingBag with
+per_sample_weights and sparse gradients bit for bit (a weighted stream's
+micro-batches carry the stream's weights, which the module pools with),
 the AUC helpers agree with a pairwise count, and the dense files of checkpoint
 boundaries are found by iteration (load_dense). With --gpu the same through
 device="cuda" (pinned host buffers, non-blocking copies): exits 77 where
@@ -249,6 +251,136 @@ def sparse_ref(before, lookups):
     return want.numpy()
 
 
+def weighted(t, mb, dev):
+    """Weighted bags (per_sample_weights, a weighted stream's batch.weights):
+    sum pooling's forward and its gradient slots equal nn.EmbeddingBag's
+    (mode="sum", per_sample_weights, sparse gradients) over the cache's
+    rows bit for bit; mean pooling is sum(w * row) / sum(w) with each row
+    getting w * g / sum(w); a weight count other than the keys' is a
+    ValueError."""
+    before = np.array(t.grads)
+    values = torch.from_numpy(np.array(t.values))
+    flat = torch.from_numpy(mb.slots.astype(np.int64)).reshape(-1)
+    rng = np.random.default_rng(11)
+    lens = torch.from_numpy(rng.integers(0, 5, mb.m * mb.tables))
+    offsets = torch.cumsum(lens, 0) - lens
+    ids = flat[torch.arange(int(lens.sum())) % flat.numel()]
+    w = torch.from_numpy(rng.uniform(-1.5, 2.5, ids.numel()).astype(np.float32))
+    b = et.Batch(mb, dev)
+    b.slots, b.offsets, b.weights = ids, offsets, w
+    e = et.EmbeddingBagCollection(t, "sum", dev)
+    o = e(b)  # the batch's own offsets and weights
+    ref = torch.nn.EmbeddingBag(values.shape[0], values.shape[1], mode="sum", sparse=True)
+    with torch.no_grad():
+        ref.weight.copy_(values)
+    r = ref(ids, offsets, per_sample_weights=w)
+    check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach()),
+          "weighted bags, sum: forward equals nn.EmbeddingBag(mode='sum', "
+          "per_sample_weights) bit for bit")
+    up = torch.randn(o.shape, device=o.device)
+    (o * up).sum().backward()
+    (r * up.cpu().reshape(r.shape)).sum().backward()
+    g = ref.weight.grad
+    want = torch.from_numpy(before.copy())
+    want.index_put_((g._indices()[0],), g._values(), accumulate=True)
+    check(np.array_equal(np.array(t.grads), want.numpy()),
+          "weighted bags, sum: the gradient slots nn.EmbeddingBag's sparse gradient gives, "
+          "bit for bit")
+    t.grads[:] = before
+    # mean: sum(w * row) / sum(w) (1 where the weights sum to 0)
+    e = et.EmbeddingBagCollection(t, "mean", dev)
+    o = e(b, offsets, w)
+    bag = torch.repeat_interleave(torch.arange(offsets.numel()), lens)
+    sw = torch.zeros(offsets.numel()).index_add_(0, bag, w)
+    sw = torch.where(sw == 0, torch.ones_like(sw), sw)
+    check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach() / sw.unsqueeze(1)),
+          "weighted bags, mean: forward is sum(w * row) / sum(w)")
+    up = torch.randn(o.shape, device=o.device)
+    (o * up).sum().backward()
+    gk = w.unsqueeze(1) * (up.cpu().reshape(r.shape) / sw.unsqueeze(1)).index_select(0, bag)
+    want = torch.from_numpy(before.copy())
+    want.index_put_((ids,), gk, accumulate=True)
+    check(np.array_equal(np.array(t.grads), want.numpy()),
+          "weighted bags, mean: each row gets w * g / sum(w), bit for bit")
+    t.grads[:] = before
+    try:
+        e(b, offsets, w[:-1])
+        check(False, "a weight count other than the keys' is refused")
+    except ValueError as ex:
+        check("weights" in str(ex), "a weight count other than the keys' is refused: %s" % ex)
+
+
+def weighted_stream(bin_dir, work, dev):
+    """A job on a weighted stream (esdio, weighted=True): the trainer's
+    micro-batch carries each key's weight as written (mb.weights, 1 node:
+    the stream's first samples in order), Batch.weights has them, and the
+    module pools with them by default, its gradient slots those of
+    nn.EmbeddingBag's sparse gradient bit for bit."""
+    rng = np.random.default_rng(21)
+    rows, m = [300, 40], 64
+    lens = [np.ones(m * 4, np.int64), rng.integers(0, 4, m * 4)]
+    vals = [rng.integers(0, r, int(ln.sum())) for r, ln in zip(rows, lens)]
+    wts = [rng.integers(-8, 17, len(v)) / 8.0 for v in vals]
+    path = os.path.join(work, "weighted.esd")
+    with esdio_w.Writer(path, rows, max_bag=[1, 3], weighted=True) as w:
+        w.write(rng.integers(0, 2, m * 4), None, [(v, ln) for v, ln in zip(vals, lens)],
+                weights=wts)
+    s = {"workers.n": 1, "workers.batch": m, "model.dim": 12, "job.iterations": 2,
+         "data.stream": path, "model.optimizer": "sgd", "model.lr": 0.1}
+    with Cluster(bin_dir, os.path.join(work, "weighted"), s) as c:
+        c.trainers = 0
+        c.start()
+        c.wait_socket(0)
+        t = esd.Trainer(c.node_dir(0))
+        mb = t.next(timeout_ms=30000)
+        want = []  # sample-major, table-minor: the first m samples' weights
+        starts = [np.concatenate([[0], np.cumsum(ln)]) for ln in lens]
+        for i in range(mb.m):
+            for tb in range(len(rows)):
+                want.append(wts[tb][starts[tb][i]:starts[tb][i + 1]])
+        want = np.concatenate(want).astype(np.float32)
+        check(t.info["weighted"] == 1 and mb.weights is not None and
+              np.array_equal(mb.weights, want),
+              "a weighted stream: the micro-batch's weights are the stream's, key by key")
+        b = et.Batch(mb, dev)
+        check(b.weights is not None and np.array_equal(b.weights.numpy(), want),
+              "Batch.weights: the micro-batch's weights")
+        kb = et.KeyedBatch(b, ["item", "history"])
+        hist = np.concatenate([wts[1][starts[1][i]:starts[1][i + 1]] for i in range(mb.m)])
+        check(np.array_equal(kb["history"].weights.numpy(), hist.astype(np.float32)) and
+              kb["history"].weights.numel() == kb["history"].values.numel(),
+              "KeyedBatch: a feature's weights, value by value (a weighted "
+              "KeyedJaggedTensor's weights())")
+        before = np.array(t.grads)
+        e = et.EmbeddingBagCollection(t, "sum", dev)
+        o = e(b)
+        values = torch.from_numpy(np.array(t.values))
+        ref = torch.nn.EmbeddingBag(values.shape[0], values.shape[1], mode="sum", sparse=True)
+        with torch.no_grad():
+            ref.weight.copy_(values)
+        r = ref(b.slots, b.offsets, per_sample_weights=b.weights)
+        check(torch.equal(o.detach().cpu().reshape(r.shape), r.detach()),
+              "a weighted stream: the module pools with its weights (nn.EmbeddingBag's "
+              "forward bit for bit)")
+        ev = esdio.pool(np.array(t.values)[b.slots.numpy()], mb.bag_off.astype(np.int64),
+                        mb.tables, "sum", mb.weights)
+        check(torch.equal(ev.reshape(r.shape), o.detach().cpu().reshape(r.shape)),
+              "esdio.pool with weights (evaluate.py's held-out bags): the module's forward")
+        up = torch.randn(o.shape, device=o.device)
+        (o * up).sum().backward()
+        (r * up.cpu().reshape(r.shape)).sum().backward()
+        g = ref.weight.grad
+        gw = torch.from_numpy(before.copy())
+        gw.index_put_((g._indices()[0],), g._values(), accumulate=True)
+        check(np.array_equal(np.array(t.grads), gw.numpy()),
+              "a weighted stream: the gradient slots nn.EmbeddingBag's sparse gradient gives")
+        t.commit(mb, 0.0)
+        for mb in t:
+            t.commit(mb, 0.0)
+        t.close()
+        c.wait(timeout=60)
+
+
 def unpooled(t, mb, dev):
     """EmbeddingCollection: each feature's rows unpooled, bit for bit the
     cache's, with lengths and offsets; backward gives the gradient slots
@@ -410,6 +542,7 @@ def main():
         exact_backward(t, mb, dev)
         by_name(t, mb, dev, stream)
         unpooled(t, mb, dev)
+        weighted(t, mb, dev)
         t.commit(mb, 0.0)
 
         class S:  # what RowOptimizer and batches() need of a Session
@@ -429,6 +562,7 @@ def main():
             t.commit(mb, 0.0)
         t.close()
         c.wait(timeout=60)
+    weighted_stream(bin_dir, work, dev)
     test_auc()
     test_load_dense(work)
     if failures:

@@ -414,6 +414,63 @@ static void test_bags(void **state)
 	fixture_fini(&f);
 }
 
+/* Weighted bags: the input is sum(w * row), each member's gradient w
+ * times its feature's; weights all 1 are the unweighted batch bit for bit. */
+static void test_weighted_bags(void **state)
+{
+	(void)state;
+	struct fixture f;
+	fixture_init(&f, 13);
+	const float *r0 = f.rows[0], *r1 = f.rows[1], *r2 = f.rows[2];
+	/* sample 0: {0.5 r0, 2 r1}, {-1 r2}; sample 1: {}, {0.25 r1, 3 r1} */
+	const float *bag_rows[] = {r0, r1, r2, r1, r1};
+	const float w[] = {0.5f, 2.0f, -1.0f, 0.25f, 3.0f}, ones[] = {1, 1, 1, 1, 1};
+	const uint32_t bag_off[] = {0, 2, 3, 3, 5};
+	float pooled[4][DIM];
+	for (int c = 0; c < DIM; c++) {
+		pooled[0][c] = 0.0f + 0.5f * r0[c] + 2.0f * r1[c];
+		pooled[1][c] = 0.0f + -1.0f * r2[c];
+		pooled[2][c] = 0.0f;
+		pooled[3][c] = 0.0f + 0.25f * r1[c] + 3.0f * r1[c];
+	}
+	const float *prow[] = {pooled[0], pooled[1], pooled[2], pooled[3]};
+	double pg[4][DIM] = {{0}}, bg[3][DIM] = {{0}}, ug[3][DIM] = {{0}}, og[3][DIM] = {{0}};
+	double *pgp[] = {pg[0], pg[1], pg[2], pg[3]};
+	double *bgp[] = {bg[0], bg[1], bg[2], bg[1], bg[1]};
+	float zp[2], zb[2], zu[2], zo[2];
+	double lp, lb, lu, lo;
+	struct esd_model_batch p = {.m = 2, .rows = prow, .row_grads = pgp, .labels = f.labels,
+	                            .dense = f.dense};
+	struct esd_model_batch b = p;
+	b.rows = bag_rows;
+	b.row_grads = bgp;
+	b.bag_off = bag_off;
+	b.weights = w;
+	assert_int_equal(esd_model_step(f.m, f.params, &p, K, &lp, NULL, zp), 0);
+	assert_int_equal(esd_model_step(f.m, f.params, &b, K, &lb, NULL, zb), 0);
+	assert_true(lp == lb && zp[0] == zb[0] && zp[1] == zb[1]);
+	for (int c = 0; c < DIM; c++) {
+		assert_true(bg[0][c] == (double)(0.5f * (float)pg[0][c]));
+		assert_true(bg[2][c] == (double)(-1.0f * (float)pg[1][c]));
+		double want = (double)(2.0f * (float)pg[0][c]) + (double)(0.25f * (float)pg[3][c]) +
+		              (double)(3.0f * (float)pg[3][c]);
+		assert_true(fabs(bg[1][c] - want) < 1e-12);
+	}
+	/* weights all 1: the unweighted batch, bit for bit */
+	double *ugp[] = {ug[0], ug[1], ug[2], ug[1], ug[1]};
+	double *ogp[] = {og[0], og[1], og[2], og[1], og[1]};
+	struct esd_model_batch u = b, o = b;
+	u.weights = NULL;
+	u.row_grads = ugp;
+	o.weights = ones;
+	o.row_grads = ogp;
+	assert_int_equal(esd_model_step(f.m, f.params, &u, K, &lu, NULL, zu), 0);
+	assert_int_equal(esd_model_step(f.m, f.params, &o, K, &lo, NULL, zo), 0);
+	assert_true(lu == lo && memcmp(zu, zo, sizeof(zu)) == 0 &&
+	            memcmp(ug, og, sizeof(ug)) == 0);
+	fixture_fini(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -423,6 +480,7 @@ int main(void)
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_table_dims),
 	    cmocka_unit_test(test_bags),
+	    cmocka_unit_test(test_weighted_bags),
 	    cmocka_unit_test(test_training_decreases_loss),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,6 +22,7 @@ static const char criteo_ok[] =
 static const uint64_t mh_rows[3] = {1460, 7, 1};
 static const uint32_t mh_max_bag[3] = {64, 2, 300};
 static uint64_t mh_bags[512]; /* the bags' room of every sample here */
+static float mh_wts[512];     /* and their weights (--weighted) */
 
 static int parse(struct ds_parse_ctx *c, const char *line, struct ds_sample *s, char *why)
 {
@@ -76,6 +77,7 @@ static void expect_bad(struct ds_parse_ctx *c, const char *line, const char *nee
 	char why[256];
 	s.bag_ids = mh_bags;
 	s.bag_cap = sizeof(mh_bags) / sizeof(mh_bags[0]);
+	s.bag_wts = mh_wts;
 	assert_int_equal(parse(c, line, &s, why), -EINVAL);
 	if (!strstr(why, needle))
 		fail_msg("'%s' does not say '%s'", why, needle);
@@ -197,6 +199,7 @@ static void mh_init(struct ds_parse_ctx *c, struct ds_sample *s, char sep)
 	esd_ds_parse_init_multi_hot(c, 3, 2, mh_rows, mh_max_bag, sep);
 	s->bag_ids = mh_bags;
 	s->bag_cap = sizeof(mh_bags) / sizeof(mh_bags[0]);
+	s->bag_wts = mh_wts;
 }
 
 static void test_multi_hot(void **state)
@@ -273,6 +276,41 @@ static void test_multi_hot_bad(void **state)
 	assert_int_equal(parse(&c, "1\t\t\t1,2\t\t3", &s, why), 0);
 }
 
+/* --weighted: "id:weight" members (a member without one weighs 1), the
+ * same IDs as unweighted; a weight that is not a finite number, or a ':'
+ * without --weighted, is refused naming field, table and ID. */
+static void test_multi_hot_weighted(void **state)
+{
+	(void)state;
+	struct ds_parse_ctx c, u;
+	struct ds_sample s, su;
+	static float wts[64];
+	static uint64_t plain[64];
+	char why[256];
+	mh_init(&u, &su, ',');
+	su.bag_ids = plain;
+	assert_int_equal(parse(&u, "1\t\t\t68fd1e64,a,ff\t3,3\t", &su, why), 0);
+	mh_init(&c, &s, ',');
+	c.weighted = 1;
+	s.bag_wts = wts;
+	assert_int_equal(parse(&c, "1\t\t\t68fd1e64:0.25,a:-2,ff\t3,3:1e-3\t", &s, why), 0);
+	assert_int_equal(s.lens[0], 3);
+	assert_int_equal(s.lens[1], 2);
+	for (int k = 0; k < 5; k++)
+		assert_int_equal(s.bag_ids[k], su.bag_ids[k]);
+	assert_true(wts[0] == 0.25f && wts[1] == -2.0f && wts[2] == 1.0f && wts[3] == 1.0f &&
+	            wts[4] == 1e-3f);
+	expect_bad(&c, "1\t\t\t3:inf\t\t",
+	           "field 4 (table 0): '3:inf' (ID 1 of the bag): the weight is not a finite");
+	expect_bad(&c, "1\t\t\t3,4:\t\t", "'4:' (ID 2 of the bag): the weight is not a finite");
+	expect_bad(&c, "1\t\t\t3:x\t\t", "'3:x' (ID 1 of the bag): the weight is not a finite");
+	expect_bad(&c, "1\t\t\t3:1e39\t\t", "the weight is not a finite"); /* above float */
+	expect_bad(&c, "1\t\t\t:2\t\t", "field 4 (table 0): ':2': ID 1 of the bag is empty");
+	expect_bad(&u, "1\t\t\t3:0.5\t\t",
+	           "field 4 (table 0): '3:0.5' (ID 1 of the bag) has a weight; convert with "
+	           "--weighted");
+}
+
 static void test_formats(void **state)
 {
 	(void)state;
@@ -294,6 +332,7 @@ int main(void)
 	    cmocka_unit_test(test_criteo),    cmocka_unit_test(test_criteo_bad),
 	    cmocka_unit_test(test_avazu),     cmocka_unit_test(test_search),
 	    cmocka_unit_test(test_multi_hot), cmocka_unit_test(test_multi_hot_bad),
+	    cmocka_unit_test(test_multi_hot_weighted),
 	    cmocka_unit_test(test_formats),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

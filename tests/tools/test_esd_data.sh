@@ -66,6 +66,27 @@ check "stat counts every ID of a bag: table 3's top row seen over twice as often
 assert b['tables'][3]['top_count'] > 2 * n['tables'][3]['top_count'], (b['tables'][3], n['tables'][3])\""
 check "dump prints a bag as t:id,id,..." bash -c "'$ESD_DATA' dump -n 50 '$T/bag.esd' | grep -q ' 3:[0-9]*,[0-9]'"
 
+# --- weighted bags (flag bit 2) --------------------------------------------------
+check "gen --weighted: a weight per ID" $ESD_DATA gen -o "$T/wbag.esd" -n 3000 --scale 1000 \
+	--max-rows 2000 --seed 7 --bag 3=4 --weighted
+check "gen --weighted: the IDs, labels and dense of the unweighted stream, weights k/16" python3 -c "
+import subprocess, re
+d = lambda f: subprocess.run(['$ESD_DATA', 'dump', '-n', '3000', f], stdout=subprocess.PIPE,
+                             text=True, check=True).stdout.splitlines()
+w, p = d('$T/wbag.esd'), d('$T/bag.esd')
+strip = lambda l: re.sub(r':(-?[0-9.e+-]+)(?=[, ]|$)', '', l.split('|')[1])
+assert len(w) == len(p) == 3000
+assert all(a.split('|')[0] == b.split('|')[0] and strip(a) == b.split('|')[1] for a, b in zip(w, p))
+ws = [float(x) for l in w for x in re.findall(r':(-?[0-9.]+)(?=[, ]|$)', l.split('|')[1])]
+assert ws and all(16 * x == int(16 * x) and 1 / 16 <= x <= 2 for x in ws), ws[:9]"
+check "stat --json: weighted, each table's weights" json "$T/wbag.esd" \
+	"j['weighted'] and j['tables'][3]['weights']['min'] >= 1 / 16 and
+	 j['tables'][3]['weights']['max'] <= 2 and 0.9 < j['tables'][0]['weights']['mean'] < 1.2"
+check "human stat: the weights' lines" bash -c "'$ESD_DATA' stat '$T/wbag.esd' | grep -q 'ID weights'"
+check "stat --json: no weights without the flag" json "$T/bag.esd" "not j['weighted'] and j['tables'][3]['weights'] is None"
+"$ESD_DATA" gen -o "$T/wx.esd" -n 10 --weighted 2>"$T/err" && no "gen --weighted without a bag table: refused"
+check "gen --weighted needs a bag table" grep -q "needs a bag table" "$T/err"
+
 # --- convert: Criteo Kaggle -----------------------------------------------------
 C1=$'1\t1\t5\t\t-3\t100\t2\t3\t4\t5\t6\t7\t8\t9\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16'
 C0=$'0\t\t0\t\t\t\t\t\t\t\t\t\t\t\t05db9164\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t'
@@ -167,6 +188,12 @@ check "--max-bag M and T=M (either order), recorded per table" bash -c \
 	"'$ESD_DATA' $MH --max-bag 2=300 --max-bag 4 -o '$T/mh3.esd' '$T/mh.tsv' >/dev/null"
 check "--max-bag: the header's bounds, down to the longest bags where the width allows (u16 stays)" json "$T/mh3.esd" \
 	"[t['bags']['max_bag'] for t in j['tables']] == [3, 2, 300] and j['samples'] == 3"
+printf '1\t0.5\t\t68fd1e64:0.25,a:2,ff\t3,3:1.5\t\n' >"$T/mhw.tsv"
+check "convert --weighted: id:weight members" $ESD_DATA $MH --weighted -o "$T/mhw.esd" "$T/mhw.tsv"
+check "convert --weighted: dump prints id:weight, weight 1 where none is given" bash -c \
+	"'$ESD_DATA' dump '$T/mhw.esd' | grep -Eq '\\| 0:[0-9]+:0.25,[0-9]+:2,[0-9]+:1 1:([0-9]+):1,\\1:1.5 2:\$'"
+check "--weighted with --multi-hot-sep ':' is refused" bash -c \
+	"! '$ESD_DATA' $MH --weighted --multi-hot-sep : -o '$T/mhw2.esd' '$T/mhw.tsv' 2>/dev/null"
 check "tsv-multi-hot from stdin, zstd" bash -c \
 	"'$ESD_DATA' $MH --zstd 3 -o '$T/mh4.esd' - <'$T/mh.tsv' >/dev/null &&
 	 cmp -s <('$ESD_DATA' dump '$T/mh.esd') <('$ESD_DATA' dump '$T/mh4.esd')"

@@ -14,9 +14,11 @@
 
 usage: test_esdio.py SRC_DIR BIN_DIR      exit 0 pass, 1 fail, 77 skip
 """
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,102 @@ def multi_hot(tmp, dense_format, names=None):
     if names:
         check(esdio.read_names(got) == names and reader.read_bags(got)[4] == 3,
               "read_names: the stream's names; the examples' reader reads a named stream")
+
+
+def weighted(tmp):
+    """Weighted bags: tsv-multi-hot id:weight lines through convert
+    --weighted and the same samples through esdio with weights (the
+    (values, lengths, weights) triple and weights=) are the same bytes;
+    esd-data dump shows the weights; a weight that is not finite, or
+    weights on a stream without them, are refused naming sample and table."""
+    rng = np.random.default_rng(9)
+    n, rows = 3000, [500, 40]
+    tsv = os.path.join(tmp, "weighted.tsv")
+    labels = rng.integers(0, 2, n)
+    bags = [[rng.integers(0, 1 << 30, rng.poisson(2)) for _ in range(n)] for _ in rows]
+    wts = [[rng.integers(-16, 33, len(b)) / 8.0 for b in bags[t]] for t in range(len(rows))]
+    with open(tsv, "w") as f:
+        for i in range(n):
+            f.write("\t".join([str(labels[i])] + [
+                ",".join("%x" % v if k % 3 == 2 and w == 1.0 else "%x:%r" % (v, float(w))
+                         for k, (v, w) in enumerate(zip(bags[t][i], wts[t][i])))
+                for t in range(len(rows))]) + "\n")
+    want = os.path.join(tmp, "weighted-convert.esd")
+    r = esd_data("convert", "--format", "tsv-multi-hot", "--tables", "2", "--weighted",
+                 "--rows", ",".join(map(str, rows)), "-o", want, tsv)
+    check(r.returncode == 0, "convert tsv-multi-hot --weighted: %s" % r.stdout.strip()[-200:])
+    cols, wcols = [], []
+    for t in range(len(rows)):
+        flat = ["%x" % v for bag in bags[t] for v in bag]
+        cols.append((esdio.hash_ids(flat, t, rows[t]), [len(b) for b in bags[t]]))
+        wcols.append(np.concatenate(wts[t]))
+    got = os.path.join(tmp, "weighted-esdio.esd")
+    with esdio.Writer(got, rows, max_bag=64, shape="tsv-multi-hot", source="weighted.tsv",
+                      weighted=True) as w:
+        for lo in range(0, n, 700):
+            hi = min(n, lo + 700)
+            ks = [(int(sum(ln[:lo])), int(sum(ln[:hi]))) for _, ln in cols]
+            v0, l0 = cols[0]
+            w.write(labels[lo:hi], None,
+                    [(v0[ks[0][0]:ks[0][1]], l0[lo:hi], wcols[0][ks[0][0]:ks[0][1]]),
+                     (cols[1][0][ks[1][0]:ks[1][1]], cols[1][1][lo:hi])],
+                    weights=[None, wcols[1][ks[1][0]:ks[1][1]]])
+    check(open(got, "rb").read() == open(want, "rb").read(),
+          "weighted bags, 3000 samples: esdio == convert --weighted (%s)"
+          % same_bytes(got, want))
+    d = esd_data("dump", "-n", "1", got).stdout.split("|")[1].split()
+    first = ["%d:%d:%s" % (t, esdio.hash_ids(["%x" % v], t, rows[t])[0], "%g" % w)
+             for t in range(len(rows)) for v, w in list(zip(bags[t][0], wts[t][0]))[:1]]
+    check(all(any(f.startswith(x.split(":")[0] + ":") and
+                  f.split(",")[0] == x for f in d) for x in first),
+          "esd-data dump prints id:weight (%s; %s)" % (" ".join(d), first))
+    rb = reader.read_bags(got, weights=True)
+    sm = np.concatenate([np.asarray(wts[t][i], np.float32) for i in range(n)
+                         for t in range(len(rows))])
+    check(len(rb) == 6 and np.array_equal(rb[5], sm) and len(rb[2]) == len(sm),
+          "the examples' reader: each key's weight, sample by sample, table by table")
+    st = esd_data("stat", "--json", got)
+    j = json.loads(st.stdout)
+    check(j["weighted"] and j["tables"][0]["weights"]["min"] == float(wcols[0].min()) and
+          j["tables"][1]["weights"]["max"] == float(wcols[1].max()),
+          "stat --json: weighted, each table's weight range")
+    for what, kw, wt, msg in [
+            ("a weight that is not finite", {"weighted": True}, [1.0, float("nan")],
+             "table 0: weight nan is not a finite float"),
+            ("weights on a stream without them", {}, [1.0, 2.0],
+             "table 0: weights given, the stream is not weighted")]:
+        try:
+            with esdio.Writer(os.path.join(tmp, "wbad.esd"), [10], max_bag=4, **kw) as w:
+                w.write([1], None, [([1, 2], [2])], weights=[wt])
+            check(False, "%s: refused" % what)
+        except esdio.StreamError as e:
+            check(msg in str(e), "%s: refused naming sample and table (%s)" % (what, e))
+    # a block whose weight is not finite (checksum intact) is refused by the reader
+    nanf = os.path.join(tmp, "wnan.esd")
+    with esdio.Writer(nanf, [10], max_bag=4, weighted=True) as w:
+        w.write([1], None, [([1, 2], [2])], weights=[[1.0, 2.0]])
+    raw = bytearray(open(nanf, "rb").read())
+    at = struct.unpack_from("<I", raw, 12)[0]  # the header's bytes: the block follows
+    stored = struct.unpack_from("<I", raw, at + 16)[0]
+    struct.pack_into("<f", raw, at + 40 + stored - 4, float("nan"))  # the last weight
+    struct.pack_into("<Q", raw, at + 32, esdio.xxh64(bytes(raw[at:at + 32]) +
+                                                     bytes(raw[at + 40:at + 40 + stored])))
+    open(nanf, "wb").write(raw)
+    r = esd_data("dump", nanf)
+    check(r.returncode == 1 and "sample 0 table 0: the weight of ID 2 of the bag is not finite" in r.stdout,
+          "a stored weight that is not finite is refused naming block, sample, table and "
+          "ID: %s" % r.stdout.strip()[-160:])
+    bad = os.path.join(tmp, "wbad.tsv")
+    open(bad, "w").write("1\t3:0.5,4\t1\n1\t3:inf\t1\n")
+    r = esd_data("convert", "--format", "tsv-multi-hot", "--tables", "2", "--weighted",
+                 "--rows", "10", "-o", os.path.join(tmp, "wbad.esd"), bad)
+    check(r.returncode == 1 and "wbad.tsv:2: field 2 (table 0): '3:inf' (ID 1 of the bag): "
+          "the weight is not a finite number" in r.stdout, "convert: a weight not finite "
+          "is refused naming line, field, table and ID: %s" % r.stdout.strip()[-160:])
+    r = esd_data("convert", "--format", "tsv-multi-hot", "--tables", "2", "--rows", "10",
+                 "-o", os.path.join(tmp, "wbad.esd"), bad)
+    check(r.returncode == 1 and "has a weight; convert with --weighted" in r.stdout,
+          "convert: id:weight without --weighted is refused: %s" % r.stdout.strip()[-160:])
 
 
 def criteo(tmp):
@@ -330,6 +428,7 @@ def main():
     multi_hot(tmp, "bf16")
     multi_hot(tmp, "f32", ["item", "history", "cat.v2"])
     names(tmp)
+    weighted(tmp)
     criteo(tmp)
     read_back(tmp)
     refusals(tmp)

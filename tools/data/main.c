@@ -29,12 +29,12 @@ static const char usage_text[] =
     "  gen -o OUT [--shape criteo-kaggle|avazu|criteo-search] [-n SAMPLES] [--seed S]\n"
     "      [--zipf S] [--zipf-table T=S]... [--drift D] [--scale F] [--max-rows N]\n"
     "      [--dense-format f32|bf16] [--zstd LEVEL] [--block N] [--bag T=MEAN[:MAX]]...\n"
-    "      [--names A,B,...|--no-names]\n"
+    "      [--names A,B,...|--no-names] [--weighted]\n"
     "      synthetic stream: Zipf(S) IDs per table (default 1.2); a fraction D of\n"
     "      each table's ranks gets a new ID per 1M samples (default 0.1); seeded;\n"
     "      --bag: table T (or all) multi-hot, Poisson(MEAN) IDs a sample, at most\n"
     "      MAX (default 4 x MEAN); tables named by the shape's columns (C1..C26)\n"
-    "      or --names, one a table\n"
+    "      or --names, one a table; --weighted: a weight per ID (k/16, k 1..32)\n"
     "  convert --format criteo-kaggle|avazu|criteo-search|tsv-multi-hot -o OUT [INPUT|-]\n"
     "      [--rows N[,N...]] [--scale F] [--max-rows N] [--skip-bad] [--limit N]\n"
     "      [--allow-empty] [--progress|--no-progress] [--dense-format f32|bf16]\n"
@@ -46,13 +46,15 @@ static const char usage_text[] =
     "      [--multi-hot-sep C]: label, D dense, N bags of hex IDs separated by C\n"
     "      (default ','), tab-separated; bags of at most M IDs (default 64);\n"
     "      --header: line 1 names the fields (the tables' names are the stream's)\n"
+    "      --weighted: a bag ID may carry a weight, id:weight (default 1)\n"
     "      --names: the tables' feature names (default: the format's columns)\n"
     "  stat FILE [--cache-ratio R] [--limit N] [--json]\n"
     "      samples, distinct keys and skew per table, accesses a cache of R x all rows\n"
     "      covers (default R 0.08); bag lengths of each multi-hot table (min, mean,\n"
     "      p50, p90, p99, max, power-of-two histogram)\n"
     "  dump FILE [--from N] [-n N] [--names]\n"
-    "      samples as text: cursor label dense... | table:id ... (--names: name:id)\n"
+    "      samples as text: cursor label dense... | table:id ... (--names: name:id;\n"
+    "      a weighted stream: table:id:weight,...)\n"
     "  hot FILE -n ROWS -o OUT [--limit N]\n"
     "      FAE's static hot set: the ROWS most frequent keys of the first N samples\n"
     "      (default all) as a hot-row file for dispatch.replicate\n"
@@ -147,6 +149,7 @@ enum {
 	OPT_NAMES,
 	OPT_NO_NAMES,
 	OPT_HEADER,
+	OPT_WEIGHTED,
 };
 
 #define BAD(opt) return usage("bad value for " opt)
@@ -208,6 +211,7 @@ static int cmd_gen(int argc, char **argv)
 	    {"bag", required_argument, NULL, OPT_BAG},
 	    {"names", required_argument, NULL, OPT_NAMES},
 	    {"no-names", no_argument, NULL, OPT_NO_NAMES},
+	    {"weighted", no_argument, NULL, OPT_WEIGHTED},
 	    {0},
 	};
 	const char *out = NULL, *shape = "criteo-kaggle", *names = NULL;
@@ -216,7 +220,7 @@ static int cmd_gen(int argc, char **argv)
 	uint64_t n = 1000000, seed = 1, max_rows = 0, block = 0;
 	double zipf = 1.2, drift = 0.1, scale = 1.0;
 	uint32_t dfmt = ESD_DS_DENSE_F32;
-	int zstd = 0, c;
+	int zstd = 0, c, weighted = 0;
 	struct {
 		uint32_t t;
 		double s;
@@ -290,6 +294,9 @@ static int cmd_gen(int argc, char **argv)
 		case OPT_NO_NAMES:
 			names = "";
 			break;
+		case OPT_WEIGHTED:
+			weighted = 1;
+			break;
 		default:
 			return usage(NULL);
 		}
@@ -330,6 +337,9 @@ static int cmd_gen(int argc, char **argv)
 				p.bag_mean[t] = bags[i].mean;
 			}
 	}
+	if (weighted && !esd_ds_has_bags(&p.info))
+		return usage("gen --weighted needs a bag table (--bag T=MEAN[:MAX])");
+	p.info.weighted = weighted ? 1u : 0u;
 	if (esd_ds_scale_rows(&p.info, scale, max_rows))
 		return 1;
 	char why[160];
@@ -386,8 +396,8 @@ static int multi_hot_opts(struct ds_convert_opts *o, const struct max_bag_opt *b
 {
 	if (o->fmt != DS_FMT_MULTI_HOT) {
 		if (have_mh)
-			usage("--tables, --dense, --max-bag, --multi-hot-sep and --header are for "
-			      "--format tsv-multi-hot");
+			usage("--tables, --dense, --max-bag, --multi-hot-sep, --header and --weighted "
+			      "are for --format tsv-multi-hot");
 		return have_mh ? 2 : 0;
 	}
 	if (!o->ntables || !o->nrows) {
@@ -402,6 +412,10 @@ static int multi_hot_opts(struct ds_convert_opts *o, const struct max_bag_opt *b
 		}
 	for (uint32_t t = 0; t < o->ntables; t++)
 		o->max_bag[t] = b->per[t] ? b->per[t] : b->all;
+	if (o->weighted && o->sep == ':') {
+		usage("--weighted writes a weight as id:weight; --multi-hot-sep ':' clashes");
+		return 2;
+	}
 	return 0;
 }
 
@@ -439,6 +453,7 @@ static int cmd_convert(int argc, char **argv)
 	    {"multi-hot-sep", required_argument, NULL, OPT_SEP},
 	    {"names", required_argument, NULL, OPT_NAMES},
 	    {"header", no_argument, NULL, OPT_HEADER},
+	    {"weighted", no_argument, NULL, OPT_WEIGHTED},
 	    {0},
 	};
 	struct ds_convert_opts o;
@@ -526,6 +541,10 @@ static int cmd_convert(int argc, char **argv)
 			o.header = 1;
 			have_mh = 1;
 			break;
+		case OPT_WEIGHTED:
+			o.weighted = 1;
+			have_mh = 1;
+			break;
 		default:
 			return usage(NULL);
 		}
@@ -588,6 +607,17 @@ static json_t *bags_json(const struct ds_table_stat *ts, uint32_t max_bag)
 	return j;
 }
 
+/* A weighted stream's table: its IDs' weights. */
+static json_t *weights_json(const struct ds_table_stat *ts)
+{
+	json_t *j = json_object();
+	json_object_set_new(j, "ids", json_integer((json_int_t)ts->wt_n));
+	json_object_set_new(j, "min", json_real(ts->wt_min));
+	json_object_set_new(j, "mean", json_real(ts->wt_mean));
+	json_object_set_new(j, "max", json_real(ts->wt_max));
+	return j;
+}
+
 static void print_json(const char *path, const struct ds_stat *st)
 {
 	const struct esd_ds_info *in = &st->info;
@@ -608,6 +638,7 @@ static void print_json(const char *path, const struct ds_stat *st)
 	json_object_set_new(o, "ntables", json_integer(in->ntables));
 	json_object_set_new(o, "ndense", json_integer(in->ndense));
 	json_object_set_new(o, "named", json_boolean(esd_ds_has_names(in)));
+	json_object_set_new(o, "weighted", json_boolean(in->weighted));
 	json_object_set_new(o, "total_rows", json_integer((json_int_t)st->total_rows));
 	json_object_set_new(o, "distinct", json_integer((json_int_t)st->distinct));
 	json_object_set_new(o, "cache_ratio", json_real(st->cache_ratio));
@@ -630,12 +661,28 @@ static void print_json(const char *path, const struct ds_stat *st)
 		json_object_set_new(j, "cache_cover", json_real(ts->cache_cover));
 		json_object_set_new(
 		    j, "bags", in->max_bag[t] > 1 ? bags_json(ts, in->max_bag[t]) : json_null());
+		json_object_set_new(j, "weights", in->weighted ? weights_json(ts) : json_null());
 		json_array_append_new(tabs, j);
 	}
 	json_object_set_new(o, "tables", tabs);
 	json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 	fputc('\n', stdout);
 	json_decref(o);
+}
+
+/* A weighted stream's ID weights, one line a table. */
+static void print_weights(const struct ds_stat *st)
+{
+	const struct esd_ds_info *in = &st->info;
+	if (!in->weighted)
+		return;
+	printf("\nID weights (a weighted stream)\n%5s %10s %10s %10s %10s\n", "table", "ids",
+	       "min", "mean", "max");
+	for (uint32_t t = 0; t < in->ntables; t++) {
+		const struct ds_table_stat *ts = &st->t[t];
+		printf("%5u %10" PRIu64 " %10.4g %10.4g %10.4g\n", t, ts->wt_n, ts->wt_min,
+		       ts->wt_mean, ts->wt_max);
+	}
 }
 
 /* The bag lengths of each multi-hot table, one line a table. */
@@ -680,9 +727,10 @@ static void print_human(const char *path, const struct ds_stat *st)
 	else
 		printf("converter %" PRIu64 " bad lines skipped, scale %g, max-rows %" PRIu64 "\n",
 		       in->skipped, in->scale, in->max_rows);
-	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables%s\n", st->samples,
+	printf("samples   %" PRIu64 " (%.2f %% positive), %u dense, %u tables%s%s\n", st->samples,
 	       st->samples ? 100.0 * (double)st->positives / (double)st->samples : 0.0, in->ndense,
-	       in->ntables, esd_ds_has_names(in) ? " (named in the stream)" : "");
+	       in->ntables, esd_ds_has_names(in) ? " (named in the stream)" : "",
+	       in->weighted ? ", weighted IDs" : "");
 	printf("rows      %" PRIu64 " in all, %" PRIu64 " distinct keys seen (%.2f %%)\n",
 	       st->total_rows, st->distinct,
 	       st->total_rows ? 100.0 * (double)st->distinct / (double)st->total_rows : 0.0);
@@ -709,6 +757,7 @@ static void print_human(const char *path, const struct ds_stat *st)
 		       fit, 100.0 * ts->cache_cover);
 	}
 	print_bags(st);
+	print_weights(st);
 }
 
 static int cmd_stat(int argc, char **argv)
@@ -793,13 +842,14 @@ static int cmd_dump(int argc, char **argv)
 		cap += in->max_bag[t] > 1 ? in->max_bag[t] : 1;
 	float label, *dense = calloc(in->ndense + 1, sizeof(float));
 	esd_key_t *keys = calloc(cap, sizeof(esd_key_t));
+	float *wts = calloc(cap, sizeof(float));
 	uint32_t *off = calloc(in->ntables + 1, sizeof(uint32_t));
 	int rc = 1;
-	if (!dense || !keys || !off || esd_ds_seek(r, from))
+	if (!dense || !keys || !wts || !off || esd_ds_seek(r, from))
 		goto out;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t cur = esd_ds_tell(r);
-		int64_t got = esd_ds_read_bags(r, 1, &label, dense, keys, cap, off);
+		int64_t got = esd_ds_read_bags_w(r, 1, &label, dense, keys, cap, off, wts);
 		if (got < 0)
 			goto out;
 		if (got == 0)
@@ -814,8 +864,11 @@ static int cmd_dump(int argc, char **argv)
 				printf(" %s:", esd_ds_table_name(in, t, name));
 			else
 				printf(" %u:", t);
-			for (uint32_t j = off[t]; j < off[t + 1]; j++)
+			for (uint32_t j = off[t]; j < off[t + 1]; j++) { /* weighted: id:w */
 				printf("%s%" PRIu64, j > off[t] ? "," : "", esd_key_id(keys[j]));
+				if (in->weighted)
+					printf(":%.9g", (double)wts[j]);
+			}
 		}
 		printf("\n");
 	}
@@ -823,6 +876,7 @@ static int cmd_dump(int argc, char **argv)
 out:
 	free(dense);
 	free(keys);
+	free(wts);
 	free(off);
 	esd_ds_close(r);
 	return rc;

@@ -316,6 +316,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	const float **rows = NULL;
 	double **grads = NULL;
 	uint32_t *touched = NULL, *bag_off = NULL;
+	float *wts = NULL;
 	size_t dense_len;
 	uint64_t cursor, start = 0, dense_clock = 0;
 	int rc;
@@ -350,11 +351,12 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 	rows = malloc(kt * sizeof(*rows));
 	grads = malloc(kt * sizeof(*grads));
 	touched = malloc(kt * sizeof(*touched));
+	wts = src->next_w ? malloc(kt * sizeof(*wts)) : NULL;
 	dense = malloc(dense_len * sizeof(float));
 	dstate = malloc((dense_len * s.sf + 1) * sizeof(float));
 	dgrad = malloc(dense_len * sizeof(double));
 	if (!keys || !bag_off || !labels || !dfeat || !rows || !grads || !touched || !dense ||
-	    !dstate || !dgrad)
+	    !dstate || !dgrad || (src->next_w && !wts))
 		goto out;
 	for (size_t j = 0; j <= (size_t)k * src->tables; j++)
 		bag_off[j] = (uint32_t)j; /* a source without bags: one key per feature */
@@ -374,7 +376,8 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 		cursor = ro.cursor;
 	}
 	for (uint64_t it = start; it < cfg->iterations; it++) {
-		int64_t got = src->next(src->arg, cursor, k, keys, bag_off, labels, dfeat);
+		int64_t got = wts ? src->next_w(src->arg, cursor, k, keys, bag_off, labels, dfeat, wts)
+		                  : src->next(src->arg, cursor, k, keys, bag_off, labels, dfeat);
 		if (got < 0) {
 			rc = (int)got;
 			goto out;
@@ -401,7 +404,7 @@ int esd_ref_train(const struct esd_ref_config *cfg, const struct esd_ref_source 
 		}
 		memset(dgrad, 0, dense_len * sizeof(double));
 		struct esd_model_batch b = {.m = k, .rows = rows, .row_grads = grads, .labels = labels,
-		                            .dense = dfeat, .bag_off = bag_off};
+		                            .dense = dfeat, .bag_off = bag_off, .weights = wts};
 		double loss;
 		rc = esd_model_step(model, dense, &b, k, &loss, dgrad, NULL);
 		if (rc)
@@ -437,6 +440,7 @@ out:
 	free(rows);
 	free(grads);
 	free(touched);
+	free(wts);
 	free(dense);
 	free(dstate);
 	free(dgrad);
@@ -486,6 +490,7 @@ int esd_ref_gen_source(struct esd_ref_gen *gen, struct esd_ref_source *src)
 	src->dense = gen->dense;
 	src->width = 0;
 	src->next = gen_next;
+	src->next_w = NULL;
 	src->arg = gen;
 	src->samples = 0; /* endless */
 	return 0;

@@ -63,6 +63,11 @@ extern "C" {
  * keys[bag_off[i*T + t] .. bag_off[i*T + t + 1]); the model pools each
  * bag by sum. A source without bags (width 0 or tables) leaves bag_off
  * alone.
+ *
+ * A source of weighted bags (a weighted stream, docs/multihot.md) sets
+ * next_w too: next with a weight per key into weights[k * width]; the
+ * model then pools sum(w * row) and gives each row w times the feature's
+ * gradient. next_w NULL: every weight 1.
  */
 struct esd_ref_source {
 	uint32_t tables; /* T, categorical features per sample */
@@ -70,6 +75,8 @@ struct esd_ref_source {
 	uint32_t width;  /* most keys per sample; 0: tables (no bags) */
 	int64_t (*next)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys, uint32_t *bag_off,
 	                float *labels, float *dense);
+	int64_t (*next_w)(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+	                  uint32_t *bag_off, float *labels, float *dense, float *weights);
 	void *arg;
 	uint64_t samples; /* a stream's sample count, after which it wraps; 0: endless */
 };

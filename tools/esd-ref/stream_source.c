@@ -12,8 +12,8 @@
 
 #include <esd/dataset.h>
 
-static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
-                           uint32_t *bag_off, float *labels, float *dense)
+static int64_t stream_next_w(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+                             uint32_t *bag_off, float *labels, float *dense, float *weights)
 {
 	struct esd_ds_reader *r = arg;
 	const struct esd_ds_info *in = esd_ds_reader_info(r);
@@ -24,9 +24,15 @@ static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *ke
 		if (rc)
 			return rc;
 	}
-	rc = esd_ds_read_wrap(r, k, labels, in->ndense ? dense : NULL, keys,
-	                      (uint64_t)k * esd_ds_keys_per_sample(in), bag_off);
+	rc = esd_ds_read_wrap_w(r, k, labels, in->ndense ? dense : NULL, keys,
+	                        (uint64_t)k * esd_ds_keys_per_sample(in), bag_off, weights);
 	return rc ? rc : (int64_t)k;
+}
+
+static int64_t stream_next(void *arg, uint64_t cursor, uint32_t k, esd_key_t *keys,
+                           uint32_t *bag_off, float *labels, float *dense)
+{
+	return stream_next_w(arg, cursor, k, keys, bag_off, labels, dense, NULL);
 }
 
 int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
@@ -47,6 +53,7 @@ int esd_ref_stream_source(const char *path, struct esd_ref_source *src)
 	src->dense = in->ndense;
 	src->width = esd_ds_keys_per_sample(in);
 	src->next = stream_next;
+	src->next_w = in->weighted ? stream_next_w : NULL;
 	src->arg = r;
 	src->samples = in->nsamples;
 	return 0;
@@ -58,5 +65,6 @@ void esd_ref_stream_close(struct esd_ref_source *src)
 		esd_ds_close(src->arg);
 		src->arg = NULL;
 		src->next = NULL;
+		src->next_w = NULL;
 	}
 }

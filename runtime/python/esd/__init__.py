@@ -20,7 +20,8 @@ Bags (multi-hot features, docs/multihot.md): on a stream with bags
 (t.info["bags"] == 1) mb.slots and mb.keys are flat (nkeys,) arrays, bag
 by bag, and mb.bag_off (m * tables + 1,) says where bag (i, t) starts;
 without bags mb.slots keeps its (m, tables) shape and mb.bag_off is the
-identity.
+identity. On a weighted stream (t.info["weighted"] == 1) mb.weights is the
+(nkeys,) float32 weight of each key (None otherwise).
 
 A trainer that fails tells its daemon why, and the daemon fails the job
 at once with that text: an uncaught exception (sys.excepthook, chained:
@@ -62,7 +63,8 @@ class _Info(ctypes.Structure):
                 ("max_batch", ctypes.c_uint32), ("capacity", ctypes.c_uint32),
                 ("values_base", ctypes.c_void_p), ("grads_base", ctypes.c_void_p),
                 ("value_stride", ctypes.c_size_t), ("grad_stride", ctypes.c_size_t),
-                ("max_keys", ctypes.c_uint32), ("bags", ctypes.c_uint32)]
+                ("max_keys", ctypes.c_uint32), ("bags", ctypes.c_uint32),
+                ("weighted", ctypes.c_uint32)]
 
 
 class _MB(ctypes.Structure):
@@ -72,7 +74,7 @@ class _MB(ctypes.Structure):
                 ("labels", ctypes.c_void_p), ("dense", ctypes.c_void_p),
                 ("params", ctypes.c_void_p), ("dgrad", ctypes.c_void_p),
                 ("nkeys", ctypes.c_uint32), ("bag_off", ctypes.c_void_p),
-                ("flags", ctypes.c_uint32)]
+                ("flags", ctypes.c_uint32), ("weights", ctypes.c_void_p)]
 
 
 def _load():
@@ -109,6 +111,8 @@ def _load():
     lib.esd_trainer_add_grads.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                                           ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p]
+    lib.esd_trainer_add_grads_w.argtypes = lib.esd_trainer_add_grads.argtypes + [
+        ctypes.c_void_p]
     return lib
 
 
@@ -201,6 +205,8 @@ class MicroBatch:
         self.slots = _view(raw.slots, n, np.uint32, shape, False)
         self.keys = _view(raw.keys, n, np.uint64, shape, False)
         self.bag_off = _view(raw.bag_off, m * T + 1, np.uint32, (m * T + 1,), False)
+        # a weighted stream (docs/multihot.md): each key's weight, parallel to slots
+        self.weights = _view(raw.weights, n, np.float32, (n,), False) if raw.weights else None
         self.labels = _view(raw.labels, m, np.float32, (m,), False)
         self.dense = _view(raw.dense, m * info.dense, np.float32, (m, info.dense), False)
         self.params = _view(raw.params, info.dense_params, np.float32,
@@ -262,19 +268,26 @@ class Trainer:
         if rc:
             raise EsdError(-rc, "commit: " + os.strerror(-rc))
 
-    def add_grads(self, slots, nkeys, offsets, nbags, g, row_stride, col_stride, div=None):
+    def add_grads(self, slots, nkeys, offsets, nbags, g, row_stride, col_stride, div=None,
+                  weights=None):
         """Add pooled gradients into the rows' gradient slots, key by key
         in order (esd_trainer_add_grads; esd.torch's backward): every key
         of bag b adds g's row b (divided by div[b], if given) to its slot's
         gradient. Arguments are addresses (a numpy array's
         ctypes.data, a torch tensor's data_ptr()): slots and offsets int64
         (offsets None or 0: every key a bag of its own), g and div
-        float32, g's strides in floats. Raises IndexError for a slot
-        outside the cache, ValueError for bad offsets; adds nothing then."""
+        float32, g's strides in floats; weights (float32, one a key:
+        weighted bags, esd_trainer_add_grads_w) multiply each key's row.
+        Raises IndexError for a slot outside the cache, ValueError for bad
+        offsets; adds nothing then."""
         if not self._h:
             raise EsdError(errno.EBADF, "add_grads: the trainer is closed")
-        rc = _lib.esd_trainer_add_grads(self._h, slots, nkeys, offsets or None, nbags, g,
-                                        row_stride, col_stride, div or None)
+        if weights:
+            rc = _lib.esd_trainer_add_grads_w(self._h, slots, nkeys, offsets or None, nbags, g,
+                                              row_stride, col_stride, div or None, weights)
+        else:
+            rc = _lib.esd_trainer_add_grads(self._h, slots, nkeys, offsets or None, nbags, g,
+                                            row_stride, col_stride, div or None)
         if rc == -errno.ERANGE:
             raise IndexError("add_grads: a slot among the %d keys is outside the cache (slots "
                              "0 .. %d)" % (nkeys, self._info.capacity - 1))

@@ -51,6 +51,7 @@ _BLOCK_HDR = 40
 _BLOCK_MAGIC = 0x4B4C4245  # "EBLK"
 _INDEX_MAGIC = 0x58444E49  # "INDX"
 _FLAG_NAMES = 2  # the header ends with a names section
+_FLAG_WEIGHTS = 4  # every table's IDs are followed by an f32 weight each
 NAME_LEN = 32  # a name's field: 1..31 bytes, NUL-padded
 
 # The built-in shapes' columns: a stream of such a shape is named by them
@@ -258,6 +259,11 @@ class Writer:
                   the cardinalities, as esd-data's --scale, --max-rows)
     allow_empty   close() writes a stream without samples (else refused:
                   the daemons refuse it)
+    weighted      every ID carries a finite f32 weight (weighted bags,
+                  docs/multihot.md; TorchRec's weighted KeyedJaggedTensor):
+                  a bag column is then (values, lengths, weights) or
+                  write(..., weights=[...]) gives them, one array a table
+                  parallel to its IDs (None: weight 1); needs a bag table
     names         the tables' feature names, one a table ("C1", "user_id":
                   1..31 bytes of [A-Za-z0-9_.:-], unique), kept in the
                   header as esd-data convert --names keeps them; None: a
@@ -267,17 +273,19 @@ class Writer:
 
     def __init__(self, path, rows, ndense=0, max_bag=None, dense_format="f32",
                  block_samples=None, shape="esdio", source=None, origin=ORIGIN_OTHER,
-                 seed=0, scale=1.0, max_rows=0, allow_empty=False, names=None):
+                 seed=0, scale=1.0, max_rows=0, allow_empty=False, names=None,
+                 weighted=False):
         self.path = os.fspath(path)
         self.rows = [int(r) for r in rows]
         self.ntables = len(self.rows)
         self.ndense = int(ndense)
+        self.weighted = bool(weighted)
         self._describe(max_bag, dense_format, block_samples, shape, source, origin, seed)
         self._name(names)
         self.scale, self.max_rows = float(scale), int(max_rows)
         self.allow_empty = allow_empty
         self.count = 0
-        self._pending = []  # batches not yet in a block: (labels, dense, lens, ids)
+        self._pending = []  # batches not yet in a block: (labels, dense, lens, ids, weights)
         self._npending = 0
         self._index = []
         self._longest = [0] * self.ntables
@@ -310,6 +318,9 @@ class Writer:
                 self._fail("table %d: max_bag %d not in 0..%d" % (t, m, MAX_BAG))
         self.max_bag = [m if m > 1 else 1 for m in mb]
         self.bags = [m > 1 for m in self.max_bag]
+        if self.weighted and not any(self.bags):
+            self._fail("weighted IDs need a bag table (max_bag above 1)")
+        self._ww = 4 if self.weighted else 0
         if dense_format not in ("f32", "bf16"):
             self._fail("dense_format %r: f32 or bf16" % (dense_format,))
         self.dense_format = dense_format
@@ -318,7 +329,8 @@ class Writer:
         self._lw = [1 if m < 256 else 2 for m in self.max_bag]
         if block_samples is None:
             sb = 1 + self.ndense * self._dw + sum(
-                self._lw[t] + self.max_bag[t] * self._idw[t] if self.bags[t] else self._idw[t]
+                self._lw[t] + self.max_bag[t] * (self._idw[t] + self._ww) if self.bags[t]
+                else self._idw[t] + self._ww
                 for t in range(T))
             block_samples = BLOCK_SAMPLES if BLOCK_SAMPLES * sb <= 1 << 30 else (1 << 30) // sb
         if not 1 <= block_samples <= 1 << 20:
@@ -357,7 +369,8 @@ class Writer:
         struct.pack_into("<II", h, 8, 2 if bags else 1, self._hdr_bytes)
         h[16:16 + len(self.shape)] = self.shape
         struct.pack_into("<6I", h, 48, T, self.ndense, 0 if self._dw == 4 else 1,
-                         self.block_samples, _FLAG_NAMES if self.names else 0, self.origin)
+                         self.block_samples, (_FLAG_NAMES if self.names else 0) |
+                         (_FLAG_WEIGHTS if self.weighted else 0), self.origin)
         struct.pack_into("<4Q2d2Q", h, 72, self.count, len(self._index), index_off, self.seed,
                          0.0, self.scale, self.max_rows, 0)
         h[144:144 + len(self.source)] = self.source
@@ -406,12 +419,40 @@ class Writer:
             raise _Bad(i, "dense feature %d: %r is not a finite number" % (j, d[i, j].item()))
         return d
 
-    def _column(self, t, col, n):
-        """Table t's (lengths int64 [n], IDs uint64) of one batch."""
-        if isinstance(col, tuple):  # (values, lengths), KeyedJaggedTensor's pair
-            if len(col) != 2:
-                raise _Bad(None, "table %d: a bag column is (values, lengths)" % t)
+    def _weights(self, t, w, ln, nv):
+        """Table t's weights (float32 [nv]) of one batch: w parallel to
+        its IDs, or None (every weight 1)."""
+        if w is None:
+            return np.ones(nv, np.float32)
+        if not self.weighted:
+            raise _Bad(None, "table %d: weights given, the stream is not weighted "
+                       "(Writer(..., weighted=True))" % t)
+        a = _array(w).reshape(-1)
+        if a.dtype.kind not in "biuf":
+            raise _Bad(None, "table %d: weights of dtype %s, expected numbers" % (t, a.dtype))
+        if len(a) != nv:
+            raise _Bad(None, "table %d: %d weights for %d IDs" % (t, len(a), nv))
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = a.astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(a))
+        if len(bad):
+            i = int(np.searchsorted(np.cumsum(ln), bad[0], side="right"))
+            raise _Bad(i, "table %d: weight %r is not a finite float" % (t, a[bad[0]].item()))
+        return a
+
+    def _column(self, t, col, n, w=None):
+        """Table t's (lengths int64 [n], IDs uint64, weights float32) of
+        one batch."""
+        if isinstance(col, tuple):  # (values, lengths[, weights]), KeyedJaggedTensor's
+            if len(col) not in (2, 3):
+                raise _Bad(None, "table %d: a bag column is (values, lengths) or (values, "
+                           "lengths, weights)" % t)
             v, ln = _array(col[0]).reshape(-1), _array(col[1]).reshape(-1)
+            if len(col) == 3:
+                if w is not None:
+                    raise _Bad(None, "table %d: weights given twice (in the column and "
+                               "in weights=)" % t)
+                w = col[2]
         else:
             a = _array(col) if any(hasattr(col, x) for x in ("__array__", "to_numpy", "detach")) \
                 else None
@@ -446,9 +487,9 @@ class Writer:
             i = int(np.searchsorted(np.cumsum(ln), bad[0], side="right"))
             raise _Bad(i, "table %d: id %d not in 0..%d (the table has %d rows)"
                        % (t, v[bad[0]], self.rows[t] - 1, self.rows[t]))
-        return ln, v.astype(np.uint64)
+        return ln, v.astype(np.uint64), self._weights(t, w, ln, len(v))
 
-    def _check(self, labels, dense, ids, where):
+    def _check(self, labels, dense, ids, where, weights=None):
         try:
             y = self._labels(labels)
             n = len(y)
@@ -465,29 +506,35 @@ class Writer:
             if len(cols) != self.ntables:
                 raise _Bad(None, "ids for %d tables, the stream has %d"
                            % (len(cols), self.ntables))
-            lens, vals = zip(*(self._column(t, c, n) for t, c in enumerate(cols)))
+            if weights is not None and len(weights) != self.ntables:
+                raise _Bad(None, "weights for %d tables, the stream has %d"
+                           % (len(weights), self.ntables))
+            wl = weights if weights is not None else [None] * self.ntables
+            lens, vals, wts = zip(*(self._column(t, c, n, wl[t]) for t, c in enumerate(cols)))
         except _Bad as e:
             at = "" if e.row is None else "sample %d (%s): " % (self.count + e.row, where(e.row))
             self._fail(at + e.what)
-        return y, d, lens, vals
+        return y, d, lens, vals, wts
 
     # -- writing ------------------------------------------------------------
-    def write(self, labels, dense=None, ids=None, _where=None):
+    def write(self, labels, dense=None, ids=None, _where=None, weights=None):
         """Append a batch: labels (n,), dense (n, ndense) or None without
         dense features, ids a (n, tables) integer array or a list of one
         column a table: an integer array (one ID a sample), a (values,
         lengths) pair, or n sequences of IDs (bags). Arrays may be numpy,
-        lists, torch tensors or pandas Series. Returns the samples written.
+        lists, torch tensors or pandas Series. A weighted stream takes
+        weights: one array a table parallel to its IDs, or None (weights
+        1), or a bag column's third member. Returns the samples written.
         Raises StreamError (nothing of the batch kept) on a bad sample."""
         if self._f is None:
             self._fail("the writer is closed")
         where = _where or (lambda r: "row %d of the batch" % r)
-        y, d, lens, vals = self._check(labels, dense, ids, where)
+        y, d, lens, vals, wts = self._check(labels, dense, ids, where, weights)
         n = len(y)
         for t in range(self.ntables):
             if n and self.bags[t]:
                 self._longest[t] = max(self._longest[t], int(lens[t].max()))
-        self._pending.append((y, d, lens, vals))
+        self._pending.append((y, d, lens, vals, wts))
         self._npending += n
         self.count += n
         while self._npending >= self.block_samples:
@@ -546,6 +593,8 @@ class Writer:
                 out.append(ln.astype("<u1" if self._lw[t] == 1 else "<u2").tobytes())
             v = np.concatenate([p[3][t] for p in parts])
             out.append(v.astype("<u4" if self._idw[t] == 4 else "<u8").tobytes())
+            if self.weighted:
+                out.append(np.concatenate([p[4][t] for p in parts]).astype("<f4").tobytes())
         payload = b"".join(out)
         bh = struct.pack("<IIQIIII", _BLOCK_MAGIC, n, self.count - self._npending - n,
                          len(payload), len(payload), 0, 0)
@@ -618,19 +667,21 @@ class Writer:
 
 def _cut(b, lo, hi):
     """Samples lo..hi of a pending batch."""
-    y, d, lens, vals = b
-    nl, nv = [], []
-    for ln, v in zip(lens, vals):
+    y, d, lens, vals, wts = b
+    nl, nv, nw = [], [], []
+    for ln, v, w in zip(lens, vals, wts):
         s = np.concatenate([[0], np.cumsum(ln)])
         nl.append(ln[lo:hi])
         nv.append(v[s[lo]:s[hi]])
-    return y[lo:hi], d[lo:hi], nl, nv
+        nw.append(w[s[lo]:s[hi]])
+    return y[lo:hi], d[lo:hi], nl, nv, nw
 
 
 def write(path, labels, dense=None, ids=None, rows=None, **kw):
     """One call: a Writer of rows (and kw), one write, close. Returns the
     path."""
     ndense = 0 if dense is None else (_array(dense).shape[1] if _array(dense).ndim == 2 else 1)
+    weights = kw.pop("weights", None)
     with Writer(path, rows, ndense=kw.pop("ndense", ndense), **kw) as w:
-        w.write(labels, dense, ids)
+        w.write(labels, dense, ids, weights=weights)
     return path

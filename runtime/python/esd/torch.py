@@ -65,7 +65,9 @@ class Batch:
     """One micro-batch as tensors: `dense` (m, ndense) and `labels` (m,)
     float32, `slots` int64 (the cache slot of each id: (m, tables), or on a
     stream with bags the flat (nkeys,) ids bag by bag), `offsets` (None, or
-    with bags the (m * tables,) int64 start of each bag in slots), and
+    with bags the (m * tables,) int64 start of each bag in slots),
+    `weights` (None, or on a weighted stream the (nkeys,) float32 weight of
+    each id, parallel to slots), and
     `iter`, `m`, `global_k` (the samples of the whole iteration: divide a
     summed loss by it), `checkpoint` (the iteration is a checkpoint
     boundary). Valid until the next batch."""
@@ -78,6 +80,8 @@ class Batch:
         self.offsets = None
         if mb.slots.ndim == 1:  # bags (docs/multihot.md)
             self.offsets = torch.from_numpy(mb.bag_off[:-1].astype(np.int64))
+        w = getattr(mb, "weights", None)  # a weighted stream: a weight per key
+        self.weights = None if w is None else torch.from_numpy(np.array(w, np.float32))
         self.dense = torch.from_numpy(np.array(mb.dense))
         self.labels = torch.from_numpy(np.array(mb.labels))
         if device is not None:
@@ -110,10 +114,13 @@ class Jagged:
     KeyedBatch the int64 IDs, in EmbeddingCollection's output their
     (n, dim) rows; `lengths` (m,) and `offsets` (m + 1,) int64 (bag i is
     values[offsets[i]:offsets[i + 1]]), and `slots` the cache slot of each
-    value (what the modules read)."""
+    value (what the modules read); `weights` each value's weight (a
+    KeyedBatch of a weighted stream, like a weighted KeyedJaggedTensor's
+    weights()), else None."""
 
-    def __init__(self, values, lengths, slots):
+    def __init__(self, values, lengths, slots, weights=None):
         self.values, self.lengths, self.slots = values, lengths, slots
+        self.weights = weights
         self.offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
 
     def __repr__(self):
@@ -145,7 +152,8 @@ class Jagged:
 class KeyedBatch:
     """A Batch indexed by feature name, like TorchRec's KeyedJaggedTensor:
     keys() the names in table order, kb["C1"] a Jagged (values, lengths,
-    offsets), to_dict() {name: Jagged}; dense, labels, m, iter and
+    offsets; weights on a weighted stream), to_dict() {name: Jagged};
+    dense, labels, m, iter and
     global_k are the batch's. features: the job's names in table order
     (a list, or the stream's path: its names). An EmbeddingBagCollection
     takes a KeyedBatch as it takes the Batch. Valid until the next batch."""
@@ -172,6 +180,7 @@ class KeyedBatch:
         mb, T, m = self.batch.mb, self.batch.mb.tables, self.m
         ids = (mb.keys.astype(np.uint64) & np.uint64((1 << 48) - 1)).astype(np.int64)
         slots = mb.slots.astype(np.int64)
+        w = getattr(self.batch, "weights", None)
         if mb.slots.ndim == 2:  # one ID a feature
             return Jagged(torch.from_numpy(ids[:, t].copy()), torch.ones(m, dtype=torch.int64),
                           torch.from_numpy(slots[:, t].copy()))
@@ -179,7 +188,8 @@ class KeyedBatch:
         lo, hi = off[t:m * T:T], off[t + 1:m * T + 1:T]
         pick = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)])
         return Jagged(torch.from_numpy(ids[pick]), torch.from_numpy(hi - lo),
-                      torch.from_numpy(slots[pick]))
+                      torch.from_numpy(slots[pick]),
+                      None if w is None else w[torch.from_numpy(pick)])
 
     def to_dict(self):
         return {f: self[f] for f in self._features}
@@ -191,8 +201,11 @@ class _Lookup(torch.autograd.Function):
     parameters: the runtime owns and updates them)."""
 
     @staticmethod
-    def forward(ctx, anchor, ebc, slots, offsets):
-        ctx.ebc, ctx.slots, ctx.offsets = ebc, slots, offsets
+    def forward(ctx, anchor, ebc, slots, offsets, weights=None):
+        ctx.ebc, ctx.slots, ctx.offsets, ctx.weights = ebc, slots, offsets, weights
+        if weights is not None:  # weighted bags: sum(w * row), a mean's / sum(w)
+            pooled, ctx.wdiv = ebc._pool_weighted(slots, offsets, weights)
+            return pooled
         if offsets is None:  # one id per bag: a gather
             return torch.index_select(ebc.values, 0, slots, out=ebc._out(slots.numel()))
         pinned = ebc._pinned_out(offsets.numel())  # else pooled in place, not copied
@@ -211,13 +224,15 @@ class _Lookup(torch.autograd.Function):
         # each key adds its bag's gradient (divided by a mean bag's length)
         # into its row's slot, in key order: a scatter-add straight into
         # the daemon's slots, whatever g's strides, in one call
-        div = ebc._grad_divisors(offsets, slots.numel())
+        w = ctx.weights
+        div = ebc._grad_divisors(offsets, slots.numel()) if w is None else ctx.wdiv
         ebc.trainer.add_grads(slots.data_ptr(), slots.numel(),
                               0 if offsets is None else offsets.data_ptr(),
                               slots.numel() if offsets is None else offsets.numel(),
                               g.data_ptr(), g.stride(0), g.stride(1),
-                              0 if div is None else div.data_ptr())
-        return torch.zeros(0), None, None, None
+                              0 if div is None else div.data_ptr(),
+                              0 if w is None else w.data_ptr())
+        return torch.zeros(0), None, None, None, None
 
 
 class _CacheRows(nn.Module):
@@ -320,6 +335,27 @@ class EmbeddingBagCollection(_CacheRows):
         mean = self._mean.repeat(offsets.numel() // self.tables)
         return torch.where(mean, lens, torch.ones_like(lens)).to(torch.float32)
 
+    def _pool_weighted(self, slots, offsets, weights):
+        """Weighted bags: sum(w * row) of each bag (F.embedding_bag's
+        per_sample_weights), a mean table's divided by its bag's weight sum
+        (1 where that is 0). Returns (pooled, the divisors or None), the
+        divisors for backward."""
+        pooled = F.embedding_bag(slots, self.values, offsets, mode="sum",
+                                 per_sample_weights=weights)
+        div = None
+        if self.pooling != "sum":
+            nb = offsets.numel()
+            lens = torch.diff(offsets, append=torch.tensor([slots.numel()]))
+            bag = torch.repeat_interleave(torch.arange(nb), lens)
+            sw = torch.zeros(nb, dtype=torch.float32).index_add_(0, bag, weights)
+            sw = torch.where(sw == 0, torch.ones_like(sw), sw)
+            if self._mean is not None:
+                sw = torch.where(self._mean.repeat(nb // self.tables), sw, torch.ones_like(sw))
+            div = sw.contiguous()
+            pooled = pooled / div.unsqueeze(1)
+        pinned = self._pinned_out(offsets.numel())
+        return (pooled if pinned is None else pinned.copy_(pooled)), div
+
     def _grad_divisors(self, offsets, nkeys):
         """What backward divides each bag's gradient by: None (sums), a
         bag's length (at least 1) for a mean table, 1 for a sum table."""
@@ -330,19 +366,34 @@ class EmbeddingBagCollection(_CacheRows):
                 torch.float32)
         return self._divisors(offsets, nkeys)
 
-    def forward(self, batch, offsets=None):
+    def forward(self, batch, offsets=None, per_sample_weights=None):
         """(m, tables, dim) pooled rows of batch. offsets: bag starts into
         batch.slots flattened (m * tables of them, multi-hot); None: the
         batch's own (batch.offsets: a stream with bags), else one id per
-        feature. batch: a Batch or a KeyedBatch. Configured with tables:
-        (m, len(tables), dim), those features in that order."""
+        feature. per_sample_weights: a weight per key of slots (weighted
+        bags, nn.EmbeddingBag's argument); None: the batch's own
+        (batch.weights: a weighted stream), else none. A bag is then
+        sum(w * row), a mean table's divided by sum(w), and each row's
+        gradient is w times its bag's. batch: a Batch or a KeyedBatch.
+        Configured with tables: (m, len(tables), dim), those features in
+        that order."""
         batch = getattr(batch, "batch", batch)  # a KeyedBatch's Batch
         if offsets is None:
             offsets = getattr(batch, "offsets", None)
+        if per_sample_weights is None:
+            per_sample_weights = getattr(batch, "weights", None)
         slots = batch.slots.reshape(-1).to(torch.int64).contiguous()
         if offsets is not None:
             offsets = offsets.to(torch.int64).contiguous()
-        out = _Lookup.apply(self._anchor, self, slots, offsets)
+        w = None
+        if per_sample_weights is not None:
+            w = per_sample_weights.detach().to("cpu", torch.float32).reshape(-1).contiguous()
+            if w.numel() != slots.numel():
+                raise ValueError("per_sample_weights: %d weights for %d keys (one a key)"
+                                 % (w.numel(), slots.numel()))
+            if offsets is None:  # one id per feature: bags of one
+                offsets = torch.arange(slots.numel(), dtype=torch.int64)
+        out = _Lookup.apply(self._anchor, self, slots, offsets, w)
         if self.device is not None and self.device.type == "cuda":
             out = out.to(self.device, non_blocking=True)
         if self._cols is not None:  # model.dims: each feature its d_t, side by side
