@@ -380,9 +380,10 @@ struct esd_link_stats {
 	uint64_t fault_drops, fault_dups, fault_reorders;
 	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
 	uint64_t in_place_bytes; /* esd_link_sendv() bytes sent in pieces, not copied */
-	uint64_t auth_tx_cpu_ns; /* CPU time tagging frames sent (job key), on
-	                          * whichever thread sent them */
-	uint64_t auth_rx_cpu_ns; /* CPU time checking received frames' tags */
+	uint64_t auth_tx_cpu_ns; /* time tagging frames sent (job key), on
+	                          * whichever thread sent them: its CPU time
+	                          * but where that thread was preempted */
+	uint64_t auth_rx_cpu_ns; /* time checking received frames' tags (the same) */
 	uint64_t rate_bps;
 	int reliable; /* the reliable layer is on */
 };
