@@ -608,6 +608,42 @@ void esd_auth_unseal_beat(struct esd_link *l)
 	l->auth->tx_ctr--;
 }
 
+int esd_auth_in_place_ok(const struct esd_link *l)
+{
+	return l->auth && l->auth->state == AUTH_OPEN && l->auth->wide;
+}
+
+int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len)
+{
+	if (!esd_auth_in_place_ok(l) || len < SEAL_HEAD + AUTH_TAG_BYTES)
+		return -EINVAL;
+	uint16_t flags;
+	uint64_t seq;
+	hdr_canonical(f, &flags, &seq);
+	flags |= ESD_FLAG_TAGGED;
+	memcpy(f + 6, &flags, 2);
+	uint32_t blen;
+	memcpy(&blen, f + 8, 4);
+	blen += AUTH_TAG_BYTES;
+	memcpy(f + 8, &blen, 4);
+	return 0;
+}
+
+void esd_auth_hash_in_place(struct esd_link *l, const uint8_t *f, size_t len,
+                            struct gmac_run *r)
+{
+	esd_gmac_run_start(r);
+	esd_gmac_run_add(&l->auth->gtx, r, f, len - AUTH_TAG_BYTES, NULL);
+}
+
+void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len,
+                              const struct gmac_run *r)
+{
+	uint8_t nonce[12];
+	ctr_nonce(l->auth->tx_ctr++, nonce);
+	esd_gmac_run_end(&l->auth->gtx, r, nonce, f + len - AUTH_TAG_BYTES);
+}
+
 void esd_auth_fini(struct link_auth *a)
 {
 	if (!a)

@@ -18,8 +18,11 @@ each backend's keyless and keyed runs follow each other.
 by a veth pair (MTU 9000), dpdk over net_af_packet on it against tcp on
 the same pair; --rate shapes both ends with tc tbf (e.g. 500M).
 
+--fifo (root): both processes at real-time priority, so that on a shared
+host the figures measure the link rather than the scheduler.
+
 usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
-                     [--sodium] [--netns [--rate R]]
+                     [--sodium] [--netns [--rate R]] [--fifo]
 """
 import argparse
 import os
@@ -93,12 +96,17 @@ def write_job(path, stream, backend, addr, dim, key, queue=0, af_packet=False):
             f.write("dpdk_port = af_packet:esd0\ndpdk_mtu = 8192\n")
 
 
+FIFO = []
+
+
 def pin(i):
     """taskset prefix: the shard and the client each on a core of its own
     (as a kernel-bypass deployment gives its polling threads), the same
-    for both backends; nothing on a single-core host."""
+    for both backends; nothing on a single-core host. With --fifo, chrt
+    first: both at SCHED_FIFO priority 10."""
     n = os.cpu_count() or 1
-    return ["taskset", "-c", str(n - 1 - i)] if n > 1 and shutil.which("taskset") else []
+    return FIFO + (["taskset", "-c", str(n - 1 - i)] if n > 1 and shutil.which("taskset")
+                   else [])
 
 
 def one_run(bin_dir, work, stream, backend, keyed, args):
@@ -169,7 +177,15 @@ def main():
                     help="af_packet against tcp on a veth pair between two namespaces (root)")
     ap.add_argument("--rate", default="",
                     help="--netns: tc tbf rate on both ends of the pair (e.g. 500M)")
+    ap.add_argument("--fifo", action="store_true",
+                    help="run the shard and the client at SCHED_FIFO priority 10 (root): "
+                         "on a shared host the other work no longer takes their cores "
+                         "(the kernel still leaves it 5 %% of each second)")
     args = ap.parse_args()
+    if args.fifo:
+        if not shutil.which("chrt"):
+            ap.error("--fifo: no chrt on PATH")
+        FIFO[:] = ["chrt", "-f", "10"]
     if args.rate and not args.netns:
         ap.error("--rate: only with --netns")
     work = tempfile.mkdtemp(prefix="esd-bench-pull-")
@@ -189,7 +205,8 @@ def main():
         med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
                for k, v in res.items()}
         print("# %d rounds, %d-row batches of %d-float rows (SGD), %.1f s each; %d one-row "
-              "pulls; medians; %s" % (args.rounds, 1024, args.dim, args.seconds, args.pings,
+              "pulls; medians; %s%s" % (args.rounds, 1024, args.dim, args.seconds, args.pings,
+                                      "SCHED_FIFO; " if args.fifo else "",
                                       "dpdk af_packet and tcp on a veth pair%s" % (
                                           ", tbf " + args.rate if args.rate else "")
                                       if args.netns else "dpdk memif, tcp loopback"))

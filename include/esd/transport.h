@@ -282,6 +282,23 @@ void esd_listener_close(struct esd_listener *l);
 int esd_link_send(struct esd_link *l, const void *frames, size_t len);
 
 /*
+ * Frames tagged in the encoder's buffer (a keyed link whose tags are
+ * gmac.c's): esd_link_send() copies each frame into a sealed buffer as it
+ * hashes it. Instead, after each frame is encoded at offset start of b
+ * (the last frame in b), esd_link_tag_in_place() marks it tagged and
+ * appends room for its tag; esd_link_send_tagged() then hashes each frame
+ * where it lies, writes its tag under the link's next counter nonce and
+ * sends it, one frame at a time as esd_link_send() does. Every frame of
+ * b must be so marked. esd_link_tag_in_place() returns 0, -ENOTSUP (not
+ * such a link: esd_link_can_tag_in_place() is 0; send as usual), -ENOMEM,
+ * -EINVAL; esd_link_send_tagged() as esd_link_send(), -EINVAL for a frame
+ * not marked.
+ */
+int esd_link_can_tag_in_place(const struct esd_link *l);
+int esd_link_tag_in_place(struct esd_link *l, struct esd_buf *b, size_t start);
+int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b);
+
+/*
  * Send frames given in pieces (esd_gather_iov() of esd/proto.h): the bytes
  * of iov[0..n) in order are one or more whole frames, each frame's header
  * within one piece. Where the link can (esd_link_zero_copy()), the pieces
@@ -380,9 +397,10 @@ struct esd_link_stats {
 	uint64_t fault_drops, fault_dups, fault_reorders;
 	uint64_t shaped_wait_ns; /* time spent waiting for the token bucket */
 	uint64_t in_place_bytes; /* esd_link_sendv() bytes sent in pieces, not copied */
-	uint64_t auth_tx_cpu_ns; /* CPU time tagging frames sent (job key), on
-	                          * whichever thread sent them */
-	uint64_t auth_rx_cpu_ns; /* CPU time checking received frames' tags */
+	uint64_t auth_tx_cpu_ns; /* time tagging frames sent (job key), on
+	                          * whichever thread sent them: its CPU time
+	                          * but where that thread was preempted */
+	uint64_t auth_rx_cpu_ns; /* time checking received frames' tags (the same) */
 	uint64_t rate_bps;
 	int reliable; /* the reliable layer is on */
 };

@@ -123,6 +123,16 @@ static int send_buf(struct ps_link *pl, struct esd_buf *b)
 	return rc;
 }
 
+/* send_buf for a buffer whose frames were tagged in place. */
+static int send_tagged(struct ps_link *pl, struct esd_buf *b)
+{
+	const int64_t c0 = esd_thread_cpu_ns();
+	int rc = esd_link_send_tagged(pl->link, b);
+	esd_buf_reset(b);
+	pl->send_cpu_ns += esd_thread_cpu_ns() - c0;
+	return rc;
+}
+
 /* Why the HELLO h cannot attach (for this shard's log only), or "". The
  * token comes first: a HELLO without it is told nothing of this job, and
  * its other fields are not looked at (but a wrong token caused by another
@@ -346,6 +356,9 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
 	size_t budget = PULL_FRAME_BYTES > row_bytes ? PULL_FRAME_BYTES : row_bytes;
 	uint32_t per_frame = (uint32_t)((budget < max_body ? budget : max_body) / row_bytes);
+	/* on a keyed link the frames carry their tags where they are
+	 * encoded: no sealed copy (esd_link_tag_in_place) */
+	bool tag = esd_link_can_tag_in_place(pl->link);
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
@@ -383,6 +396,8 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		}
 		if (!rc)
 			rc = esd_enc_rows_end(&e);
+		if (!rc && tag)
+			rc = esd_link_tag_in_place(pl->link, out, e.start);
 		ps->stats.pulled_rows += n;
 		i += n;
 	}
@@ -391,7 +406,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		esd_buf_reset(out);
 		return esd_link_send_error(pl->link, rc, "pull failed at the shard");
 	}
-	return send_buf(pl, out);
+	return tag ? send_tagged(pl, out) : send_buf(pl, out);
 }
 
 static int on_push(struct ps_link *pl, const struct esd_msg *m)

@@ -116,6 +116,59 @@ static void keyed_round_trips(void **state)
 	peer_stop(&p);
 }
 
+/* Frames tagged in the encoder's buffer (esd_link_tag_in_place) are
+ * checked by the peer as sealed ones are: two PULLs in one buffer, each
+ * answered; a buffer not marked is refused before anything is sent; without
+ * the wide tags the link says so and the usual send goes on. */
+static void tagged_in_place(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	esd_key_t keys[300];
+	for (uint32_t i = 0; i < 300; i++)
+		keys[i] = 5000 + i;
+	esd_buf_init(&b);
+	start_peer(&p, &key_a);
+	assert_int_equal(connect_to(p.addr, &key_b, &l), 0);
+	hello_round_trip(l, 0);
+	if (!esd_link_can_tag_in_place(l)) {
+		print_message("this CPU has no VPCLMULQDQ: in-place tags not taken here\n");
+		assert_int_equal(esd_enc_pull(&b, 1, 4, 0, keys, 3), 0);
+		assert_int_equal(esd_link_tag_in_place(l, &b, 0), -ENOTSUP);
+	} else {
+		for (int round = 0; round < 3; round++) {
+			esd_buf_reset(&b);
+			assert_int_equal(esd_enc_pull(&b, 1, 4, 0, keys, 300), 0);
+			assert_int_equal(esd_link_tag_in_place(l, &b, 0), 0);
+			size_t second = b.len;
+			assert_int_equal(esd_enc_pull(&b, 1, 5, 0, keys + 7, 1), 0);
+			assert_int_equal(esd_link_tag_in_place(l, &b, second), 0);
+			assert_int_equal(esd_link_send_tagged(l, &b), 0);
+			assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 2 * ESD_NS_PER_S), 0);
+			assert_int_equal(m.u.rows.count, 300);
+			assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 2 * ESD_NS_PER_S), 0);
+			assert_int_equal(m.u.rows.count, 1);
+			/* tagged in place and sealed frames interleave on one counter */
+			hello_round_trip(l, (uint32_t)round);
+		}
+		esd_buf_reset(&b);
+		assert_int_equal(esd_enc_pull(&b, 1, 6, 0, keys, 2), 0);
+		assert_int_equal(esd_link_send_tagged(l, &b), -EINVAL); /* not marked */
+		hello_round_trip(l, 9); /* nothing was sent: the link goes on */
+	}
+	esd_link_close(l);
+	setenv("ESD_NO_VPCLMUL", "1", 1);
+	assert_int_equal(connect_to(p.addr, &key_a, &l), 0);
+	unsetenv("ESD_NO_VPCLMUL");
+	assert_int_equal(esd_link_can_tag_in_place(l), 0);
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
 /* Everything a raw client reads from addr after sending bytes, until the
  * close (at most 3 s). */
 static size_t raw_exchange(const char *addr, const void *out, size_t len, uint8_t *in,
@@ -386,6 +439,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(key_files),
 	    cmocka_unit_test(keyed_round_trips),
+	    cmocka_unit_test(tagged_in_place),
 	    cmocka_unit_test(refused_without_the_key),
 	    cmocka_unit_test(on_path),
 	};
