@@ -277,7 +277,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	const struct cm_ient *ix = cm_index(cm);
 	const struct cm_hent *h = cm_heap(cm);
 	const uint32_t *hp = cm_heappos(cm);
-	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0;
+	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0, parked = 0;
 
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		bool occ = s[i].state != ESD_ROW_ABSENT;
@@ -286,6 +286,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      i, occ);
 		if (!occ) {
 			CHECK(hp[i] == 0, "free slot %u in the heap", i);
+			CHECK(!s[i].parked, "free slot %u parked", i);
 			continue;
 		}
 		occupied++;
@@ -296,8 +297,16 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		if (s[i].mark == cm->emark_target)
 			at_target++;
 		/* Unpinned slots are in the heap with their exact order; a
-		 * pinned one may be there with a stale entry (pops skip it). */
+		 * pinned one may be there with a stale entry (pops skip it), and
+		 * so may a parked one (Emark's last class) or be out of it. */
 		bool pinned = cm_pinned_now(cm, &s[i]);
+		if (s[i].parked) {
+			parked++;
+			CHECK(cm->policy == ESD_POLICY_EMARK, "slot %u parked outside Emark", i);
+			CHECK(pinned || cm_emark_last(cm, &s[i]),
+			      "slot %u parked outside Emark's last class", i);
+			pinned = true; /* (its entry may be stale or absent) */
+		}
 		if (cm->policy == ESD_POLICY_LRU) {
 			CHECK(hp[i] == 0, "slot %u has a heap position under LRU", i);
 			continue;
@@ -314,6 +323,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		}
 	}
 	CHECK(occupied == cm->count, "count %u, %u slots occupied", cm->count, occupied);
+	CHECK(parked == cm->nparked, "%u slots parked, header says %u", parked, cm->nparked);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
 	if (cm->policy == ESD_POLICY_LRU) {

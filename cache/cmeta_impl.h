@@ -29,6 +29,18 @@
  * So a state change of a pinned slot (Emark orders OUTDATED rows first)
  * leaves its entry as it is too: the lapse brings it up to date.
  *
+ * Emark parks rows: a pin that lapses into the last class of Emark's
+ * order (not OUTDATED, mark at the target: no victim is taken there while
+ * any row with an older mark or an OUTDATED copy is unpinned) is only
+ * flagged (slot.parked, counted in the header), its heap entry left as it
+ * is or absent. Most lapses are such, and they cost no sift. A pop that
+ * yields a parked slot drops its entry; a parked row that becomes OUTDATED
+ * gets its exact entry back. When a pop yields an unparked row of that
+ * last class while rows are parked, or the target moves on (every row then
+ * leaves that class), the heap is rebuilt with every unpinned row at its
+ * exact place and nothing parked. So every unpinned slot that is not
+ * parked is in the heap at its exact place.
+ *
  * Under LRU the victim order is (last_use, key): the order in which the
  * iterations used the slots, each iteration's slots in key order. It is
  * kept as a ring of slot numbers in the heap's area (8 entries per slot
@@ -52,7 +64,7 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     3u                           /* 2: index at 2 x capacity; 3: LRU ring */
+#define CM_VERSION     4u /* 2: index at 2 x capacity; 3: LRU ring; 4: Emark's parked rows */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3
@@ -78,7 +90,9 @@ struct esd_cmeta {
 	uint64_t off_free[CM_FREE_LEVELS];
 	uint64_t off_lrustale;       /* LRU ring's stale bits */
 	uint32_t lru_head, lru_tail; /* LRU ring: entries [head, tail) */
-	uint8_t reserved[CM_HDR_BYTES - 176];
+	uint32_t nparked;            /* Emark: slots with slot.parked set */
+	uint32_t reserved32;
+	uint8_t reserved[CM_HDR_BYTES - 184];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
 _Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache line");
@@ -139,6 +153,7 @@ static inline bool cm_counters_ok(const struct esd_cmeta *cm)
 {
 	return cm->count <= cm->capacity && cm->heap_n <= cm->capacity &&
 	       cm->npinned <= cm->capacity && cm->nhints <= cm->capacity &&
+	       cm->nparked <= cm->capacity &&
 	       cm->policy <= ESD_POLICY_LOOKAHEAD && cm->lru_head <= cm->lru_tail &&
 	       cm->lru_tail <= cm_lru_size_of(cm->capacity);
 }
@@ -162,6 +177,13 @@ static inline uint64_t *cm_free(const struct esd_cmeta *cm, int level)
 static inline bool cm_pinned_now(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
 {
 	return cm->last_iter != 0 && s->pin_iter == cm->last_iter;
+}
+
+/* Emark: is the row in the last class of the order (not OUTDATED, mark at
+ * the target), where it may be parked? */
+static inline bool cm_emark_last(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
+{
+	return s->state != ESD_ROW_OUTDATED && s->mark == cm->emark_target;
 }
 
 /* Slot fields that readers in other processes look at (key, state, clock)
@@ -211,6 +233,12 @@ void esd_cm_heap_remove(struct esd_cmeta *cm, uint32_t slot);
 void esd_cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
 uint32_t esd_cm_heap_pop(struct esd_cmeta *cm);
 void esd_cm_heap_build(struct esd_cmeta *cm);
+/* Emark: park the unpinned slot (it is in the last class), or bring its
+ * entry up to date (inserting it if it has none) when it is not. */
+void esd_cm_emark_settle(struct esd_cmeta *cm, uint32_t slot);
+/* Emark: an unpinned slot's order changed: unpark it if parked, and give
+ * it its exact entry. */
+void esd_cm_emark_reorder(struct esd_cmeta *cm, uint32_t slot);
 void esd_cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
 /* LRU: is ring entry p live? */
 static inline bool cm_lru_live(const struct esd_cmeta *cm, uint32_t p)

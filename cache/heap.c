@@ -194,6 +194,17 @@ static uint32_t heap_pop(struct esd_cmeta *cm)
 	return slot;
 }
 
+/* Every slot unparked (only those flagged are written). */
+static void unpark_all(struct esd_cmeta *cm)
+{
+	struct esd_cmeta_slot *s = cm_slots(cm);
+
+	for (uint32_t i = 0; i < cm->capacity; i++)
+		if (s[i].parked)
+			s[i].parked = 0;
+	cm->nparked = 0;
+}
+
 static void heap_build(struct esd_cmeta *cm)
 {
 	const struct esd_cmeta_slot *s = cm_slots(cm);
@@ -201,6 +212,7 @@ static void heap_build(struct esd_cmeta *cm)
 	uint32_t *hp = cm_heappos(cm);
 	uint32_t n = 0;
 
+	unpark_all(cm);
 	for (uint32_t i = 0; i < cm->heap_n; i++)
 		h[i] = (struct cm_hent){0};
 	for (uint32_t i = 0; i < cm->capacity; i++) {
@@ -331,6 +343,7 @@ static void lru_build(struct esd_cmeta *cm)
 	uint32_t n = 0;
 
 	lru_clear(cm);
+	unpark_all(cm);
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		cm_heappos(cm)[i] = 0;
 		if (s[i].state != ESD_ROW_ABSENT)
@@ -402,6 +415,34 @@ uint32_t esd_cm_heap_pop(struct esd_cmeta *cm)
 			return ring[p];
 		}
 	return ESD_SLOT_NONE;
+}
+
+void esd_cm_emark_settle(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	if (cm_emark_last(cm, s)) {
+		if (!s->parked) {
+			s->parked = 1;
+			cm->nparked++;
+		}
+		return;
+	}
+	esd_cm_emark_reorder(cm, slot);
+}
+
+void esd_cm_emark_reorder(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	if (s->parked) {
+		s->parked = 0;
+		cm->nparked--;
+	}
+	if (cm_heappos(cm)[slot])
+		heap_update(cm, slot);
+	else
+		heap_insert(cm, slot);
 }
 
 void esd_cm_heap_build(struct esd_cmeta *cm)
