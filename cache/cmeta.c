@@ -44,7 +44,7 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 	off = ALIGN64(off + ents * sizeof(struct cm_ient));
 	off = (off + 127) & ~(uint64_t)127; /* sibling groups on 128-byte boundaries */
 	l->off_heap = off;
-	off = ALIGN64(off + ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent));
+	off = ALIGN64(off + (cm_heap_b_root(capacity) + 1) * sizeof(struct cm_hent));
 	l->off_heappos = off;
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
 	l->off_pinned = off;
@@ -313,12 +313,17 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		}
 		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
 		if (hp[i]) {
-			uint32_t p = hp[i] - 1;
+			const bool in_b = hp[i] & CM_HEAPPOS_B;
+			uint32_t p = (hp[i] & ~CM_HEAPPOS_B) - 1;
 			in_heap++;
-			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
+			CHECK(p < (in_b ? cm->heap_nb : cm->heap_n) &&
+			          cm_heap_entry(cm, hp[i])->slot == i,
+			      "slot %u heap position", i);
 			struct cm_hent e;
 			esd_cm_hent_of(cm, i, &e);
-			CHECK(pinned || (e.a == h[p].a && e.b == h[p].b && e.c == h[p].c),
+			const struct cm_hent *x = cm_heap_entry(cm, hp[i]);
+			CHECK(pinned || (e.a == x->a && e.b == x->b && e.c == x->c &&
+			                 in_b == cm_heap_b_holds(cm, &s[i])),
 			      "slot %u heap entry stale", i);
 		}
 	}
@@ -350,11 +355,15 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      "LRU ring holds %u slots, count %u, header says %u", live, cm->count,
 		      cm->heap_n);
 	} else {
-		CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n,
-		      in_heap);
+		CHECK(in_heap == cm->heap_n + cm->heap_nb, "heaps hold %u + %u, %u slots point into them",
+		      cm->heap_n, cm->heap_nb, in_heap);
+		CHECK(cm->policy == ESD_POLICY_EMARK || cm->heap_nb == 0, "heap B outside Emark");
 		CHECK(cm->lru_head == 0 && cm->lru_tail == 0, "LRU ring outside LRU");
+		const struct cm_hent *hb = cm_heap_b(cm);
 		for (uint32_t p = 1; p < cm->heap_n; p++)
 			CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+		for (uint32_t p = 1; p < cm->heap_nb; p++)
+			CHECK(!cm_hless(hb - p, hb - (p - 1) / 4), "heap B order broken at %u", p);
 	}
 	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)

@@ -10,12 +10,16 @@
  *   index      index_size x struct cm_ient (about 2 x capacity): open
  *              addressing, linear probing, backward-shift deletion (no
  *              tombstones)
- *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
+ *   heap       about capacity+6 x struct cm_hent: indexed 4-ary min-heaps,
  *              laid out so the four children of a node fill two cache
- *              lines; it holds every occupied slot that is not pinned,
- *              keyed by the policy's victim order, and may hold pinned
- *              ones with stale keys (victim selection skips them)
- *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out
+ *              lines; they hold every occupied slot that is not pinned
+ *              (nor parked, below), keyed by the policy's victim order,
+ *              and may hold pinned ones with stale keys (victim
+ *              selection skips them). Heap A grows from the area's
+ *              front; under Emark heap B, the rows that are not
+ *              OUTDATED, from its back (cm_heap_b)
+ *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out,
+ *              bit 31 set for heap B
  *   pinned     capacity x uint32: slots pinned by the last begin_iter
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
@@ -91,7 +95,7 @@ struct esd_cmeta {
 	uint64_t off_lrustale;       /* LRU ring's stale bits */
 	uint32_t lru_head, lru_tail; /* LRU ring: entries [head, tail) */
 	uint32_t nparked;            /* Emark: slots with slot.parked set */
-	uint32_t reserved32;
+	uint32_t heap_nb;            /* entries in heap B (Emark only) */
 	uint8_t reserved[CM_HDR_BYTES - 184];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
@@ -123,12 +127,30 @@ static inline struct cm_ient *cm_index(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_index, struct cm_ient);
 }
-/* Heap position p (0 = the root) is entry p of this array; the array
+/* Heap A's position p (0 = the root) is entry p of this array; the array
  * starts CM_HEAP_SKEW entries into its 128-byte aligned area. */
 #define CM_HEAP_SKEW 3
 static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heap, struct cm_hent) + CM_HEAP_SKEW;
+}
+/* Heap B's root: the area's entry cm_heap_b_root(capacity), its position
+ * p the entry p before it, so its sibling groups fill 128 bytes too; the
+ * two heaps hold at most capacity entries together and never meet. The
+ * area has cm_heap_b_root(capacity) + 1 entries. */
+#define CM_HEAPPOS_B (UINT32_C(1) << 31)
+static inline uint64_t cm_heap_b_root(uint32_t capacity)
+{
+	return ((uint64_t)capacity + CM_HEAP_SKEW - 1 + 3) & ~(uint64_t)3;
+}
+static inline struct cm_hent *cm_heap_b(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_heap, struct cm_hent) + cm_heap_b_root(cm->capacity);
+}
+/* The entry a heap position names (heappos's value, not 0). */
+static inline struct cm_hent *cm_heap_entry(const struct esd_cmeta *cm, uint32_t hp)
+{
+	return hp & CM_HEAPPOS_B ? cm_heap_b(cm) - ((hp & ~CM_HEAPPOS_B) - 1) : cm_heap(cm) + (hp - 1);
 }
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
@@ -151,7 +173,8 @@ static inline uint32_t cm_lru_size_of(uint32_t capacity)
  * them; begin_iter again, since a shared block can be damaged later). */
 static inline bool cm_counters_ok(const struct esd_cmeta *cm)
 {
-	return cm->count <= cm->capacity && cm->heap_n <= cm->capacity &&
+	return cm->count <= cm->capacity &&
+	       (uint64_t)cm->heap_n + cm->heap_nb <= cm->capacity &&
 	       cm->npinned <= cm->capacity && cm->nhints <= cm->capacity &&
 	       cm->nparked <= cm->capacity &&
 	       cm->policy <= ESD_POLICY_LOOKAHEAD && cm->lru_head <= cm->lru_tail &&
@@ -177,6 +200,12 @@ static inline uint64_t *cm_free(const struct esd_cmeta *cm, int level)
 static inline bool cm_pinned_now(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
 {
 	return cm->last_iter != 0 && s->pin_iter == cm->last_iter;
+}
+
+/* Does the slot's entry belong in heap B (Emark, not OUTDATED)? */
+static inline bool cm_heap_b_holds(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
+{
+	return cm->policy == ESD_POLICY_EMARK && s->state != ESD_ROW_OUTDATED;
 }
 
 /* Emark: is the row in the last class of the order (not OUTDATED, mark at

@@ -191,7 +191,6 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 {
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *pinned = cm_pinned(cm), *hp = cm_heappos(cm);
-	const struct cm_hent *heap = cm_heap(cm);
 	const bool emark = cm->policy == ESD_POLICY_EMARK;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
@@ -202,7 +201,7 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 			__builtin_prefetch(&hp[pinned[i + 16]], 1);
 		}
 		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity && hp[pinned[i + 8]])
-			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
+			__builtin_prefetch(cm_heap_entry(cm, hp[pinned[i + 8]]));
 		/* (a slot past the capacity: a damaged block's, skipped) */
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
