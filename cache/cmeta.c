@@ -355,8 +355,9 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      "LRU ring holds %u slots, count %u, header says %u", live, cm->count,
 		      cm->heap_n);
 	} else {
-		CHECK(in_heap == cm->heap_n + cm->heap_nb, "heaps hold %u + %u, %u slots point into them",
-		      cm->heap_n, cm->heap_nb, in_heap);
+		CHECK(in_heap == cm->heap_n + cm->heap_nb,
+		      "heaps hold %u + %u, %u slots point into them", cm->heap_n, cm->heap_nb,
+		      in_heap);
 		CHECK(cm->policy == ESD_POLICY_EMARK || cm->heap_nb == 0, "heap B outside Emark");
 		CHECK(cm->lru_head == 0 && cm->lru_tail == 0, "LRU ring outside LRU");
 		const struct cm_hent *hb = cm_heap_b(cm);

@@ -150,7 +150,8 @@ static inline struct cm_hent *cm_heap_b(const struct esd_cmeta *cm)
 /* The entry a heap position names (heappos's value, not 0). */
 static inline struct cm_hent *cm_heap_entry(const struct esd_cmeta *cm, uint32_t hp)
 {
-	return hp & CM_HEAPPOS_B ? cm_heap_b(cm) - ((hp & ~CM_HEAPPOS_B) - 1) : cm_heap(cm) + (hp - 1);
+	return hp & CM_HEAPPOS_B ? cm_heap_b(cm) - ((hp & ~CM_HEAPPOS_B) - 1)
+	                         : cm_heap(cm) + (hp - 1);
 }
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
@@ -173,12 +174,10 @@ static inline uint32_t cm_lru_size_of(uint32_t capacity)
  * them; begin_iter again, since a shared block can be damaged later). */
 static inline bool cm_counters_ok(const struct esd_cmeta *cm)
 {
-	return cm->count <= cm->capacity &&
-	       (uint64_t)cm->heap_n + cm->heap_nb <= cm->capacity &&
+	return cm->count <= cm->capacity && (uint64_t)cm->heap_n + cm->heap_nb <= cm->capacity &&
 	       cm->npinned <= cm->capacity && cm->nhints <= cm->capacity &&
-	       cm->nparked <= cm->capacity &&
-	       cm->policy <= ESD_POLICY_LOOKAHEAD && cm->lru_head <= cm->lru_tail &&
-	       cm->lru_tail <= cm_lru_size_of(cm->capacity);
+	       cm->nparked <= cm->capacity && cm->policy <= ESD_POLICY_LOOKAHEAD &&
+	       cm->lru_head <= cm->lru_tail && cm->lru_tail <= cm_lru_size_of(cm->capacity);
 }
 static inline uint64_t *cm_lru_stale(const struct esd_cmeta *cm)
 {

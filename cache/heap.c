@@ -97,8 +97,7 @@ static inline void put(struct esd_cmeta *cm, const struct hv *v, uint32_t pos,
 		cm_heappos(cm)[e->slot] = (pos + 1) | v->tag;
 }
 
-static void sift_up(struct esd_cmeta *cm, const struct hv *v, uint32_t pos,
-                    const struct cm_hent *e)
+static void sift_up(struct esd_cmeta *cm, const struct hv *v, uint32_t pos, const struct cm_hent *e)
 {
 	while (pos > 0) {
 		uint32_t parent = (pos - 1) / ARITY;
