@@ -44,7 +44,7 @@ static void compute_layout(uint32_t capacity, struct layout *l)
 	off = ALIGN64(off + ents * sizeof(struct cm_ient));
 	off = (off + 127) & ~(uint64_t)127; /* sibling groups on 128-byte boundaries */
 	l->off_heap = off;
-	off = ALIGN64(off + ((uint64_t)capacity + CM_HEAP_SKEW) * sizeof(struct cm_hent));
+	off = ALIGN64(off + (cm_heap_b_root(capacity) + 1) * sizeof(struct cm_hent));
 	l->off_heappos = off;
 	off = ALIGN64(off + (uint64_t)capacity * sizeof(uint32_t));
 	l->off_pinned = off;
@@ -277,7 +277,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	const struct cm_ient *ix = cm_index(cm);
 	const struct cm_hent *h = cm_heap(cm);
 	const uint32_t *hp = cm_heappos(cm);
-	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0;
+	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0, parked = 0;
 
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		bool occ = s[i].state != ESD_ROW_ABSENT;
@@ -286,6 +286,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      i, occ);
 		if (!occ) {
 			CHECK(hp[i] == 0, "free slot %u in the heap", i);
+			CHECK(!s[i].parked, "free slot %u parked", i);
 			continue;
 		}
 		occupied++;
@@ -296,24 +297,38 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		if (s[i].mark == cm->emark_target)
 			at_target++;
 		/* Unpinned slots are in the heap with their exact order; a
-		 * pinned one may be there with a stale entry (pops skip it). */
+		 * pinned one may be there with a stale entry (pops skip it), and
+		 * so may a parked one (Emark's last class) or be out of it. */
 		bool pinned = cm_pinned_now(cm, &s[i]);
+		if (s[i].parked) {
+			parked++;
+			CHECK(cm->policy == ESD_POLICY_EMARK, "slot %u parked outside Emark", i);
+			CHECK(pinned || cm_emark_last(cm, &s[i]),
+			      "slot %u parked outside Emark's last class", i);
+			pinned = true; /* (its entry may be stale or absent) */
+		}
 		if (cm->policy == ESD_POLICY_LRU) {
 			CHECK(hp[i] == 0, "slot %u has a heap position under LRU", i);
 			continue;
 		}
 		CHECK(pinned || hp[i], "unpinned slot %u not in the heap", i);
 		if (hp[i]) {
-			uint32_t p = hp[i] - 1;
+			const bool in_b = hp[i] & CM_HEAPPOS_B;
+			uint32_t p = (hp[i] & ~CM_HEAPPOS_B) - 1;
 			in_heap++;
-			CHECK(p < cm->heap_n && h[p].slot == i, "slot %u heap position", i);
+			CHECK(p < (in_b ? cm->heap_nb : cm->heap_n) &&
+			          cm_heap_entry(cm, hp[i])->slot == i,
+			      "slot %u heap position", i);
 			struct cm_hent e;
 			esd_cm_hent_of(cm, i, &e);
-			CHECK(pinned || (e.a == h[p].a && e.b == h[p].b && e.c == h[p].c),
+			const struct cm_hent *x = cm_heap_entry(cm, hp[i]);
+			CHECK(pinned || (e.a == x->a && e.b == x->b && e.c == x->c &&
+			                 in_b == cm_heap_b_holds(cm, &s[i])),
 			      "slot %u heap entry stale", i);
 		}
 	}
 	CHECK(occupied == cm->count, "count %u, %u slots occupied", cm->count, occupied);
+	CHECK(parked == cm->nparked, "%u slots parked, header says %u", parked, cm->nparked);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
 	if (cm->policy == ESD_POLICY_LRU) {
@@ -340,11 +355,16 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		      "LRU ring holds %u slots, count %u, header says %u", live, cm->count,
 		      cm->heap_n);
 	} else {
-		CHECK(in_heap == cm->heap_n, "heap holds %u, %u slots point into it", cm->heap_n,
+		CHECK(in_heap == cm->heap_n + cm->heap_nb,
+		      "heaps hold %u + %u, %u slots point into them", cm->heap_n, cm->heap_nb,
 		      in_heap);
+		CHECK(cm->policy == ESD_POLICY_EMARK || cm->heap_nb == 0, "heap B outside Emark");
 		CHECK(cm->lru_head == 0 && cm->lru_tail == 0, "LRU ring outside LRU");
+		const struct cm_hent *hb = cm_heap_b(cm);
 		for (uint32_t p = 1; p < cm->heap_n; p++)
 			CHECK(!cm_hless(&h[p], &h[(p - 1) / 4]), "heap order broken at %u", p);
+		for (uint32_t p = 1; p < cm->heap_nb; p++)
+			CHECK(!cm_hless(hb - p, hb - (p - 1) / 4), "heap B order broken at %u", p);
 	}
 	for (uint32_t i = 0; i < cm->index_size; i++) {
 		if (ix[i].slot == ESD_SLOT_NONE)

@@ -10,12 +10,16 @@
  *   index      index_size x struct cm_ient (about 2 x capacity): open
  *              addressing, linear probing, backward-shift deletion (no
  *              tombstones)
- *   heap       (capacity+3) x struct cm_hent: indexed 4-ary min-heap,
+ *   heap       about capacity+6 x struct cm_hent: indexed 4-ary min-heaps,
  *              laid out so the four children of a node fill two cache
- *              lines; it holds every occupied slot that is not pinned,
- *              keyed by the policy's victim order, and may hold pinned
- *              ones with stale keys (victim selection skips them)
- *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out
+ *              lines; they hold every occupied slot that is not pinned
+ *              (nor parked, below), keyed by the policy's victim order,
+ *              and may hold pinned ones with stale keys (victim
+ *              selection skips them). Heap A grows from the area's
+ *              front; under Emark heap B, the rows that are not
+ *              OUTDATED, from its back (cm_heap_b)
+ *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out,
+ *              bit 31 set for heap B
  *   pinned     capacity x uint32: slots pinned by the last begin_iter
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
@@ -28,6 +32,18 @@
  * date, so every unpinned slot is always in the heap at its exact place.
  * So a state change of a pinned slot (Emark orders OUTDATED rows first)
  * leaves its entry as it is too: the lapse brings it up to date.
+ *
+ * Emark parks rows: a pin that lapses into the last class of Emark's
+ * order (not OUTDATED, mark at the target: no victim is taken there while
+ * any row with an older mark or an OUTDATED copy is unpinned) is only
+ * flagged (slot.parked, counted in the header), its heap entry left as it
+ * is or absent. Most lapses are such, and they cost no sift. A pop that
+ * yields a parked slot drops its entry; a parked row that becomes OUTDATED
+ * gets its exact entry back. When a pop yields an unparked row of that
+ * last class while rows are parked, or the target moves on (every row then
+ * leaves that class), the heap is rebuilt with every unpinned row at its
+ * exact place and nothing parked. So every unpinned slot that is not
+ * parked is in the heap at its exact place.
  *
  * Under LRU the victim order is (last_use, key): the order in which the
  * iterations used the slots, each iteration's slots in key order. It is
@@ -52,7 +68,7 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     3u                           /* 2: index at 2 x capacity; 3: LRU ring */
+#define CM_VERSION     4u /* 2: index at 2 x capacity; 3: LRU ring; 4: Emark's parked rows */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3
@@ -78,7 +94,9 @@ struct esd_cmeta {
 	uint64_t off_free[CM_FREE_LEVELS];
 	uint64_t off_lrustale;       /* LRU ring's stale bits */
 	uint32_t lru_head, lru_tail; /* LRU ring: entries [head, tail) */
-	uint8_t reserved[CM_HDR_BYTES - 176];
+	uint32_t nparked;            /* Emark: slots with slot.parked set */
+	uint32_t heap_nb;            /* entries in heap B (Emark only) */
+	uint8_t reserved[CM_HDR_BYTES - 184];
 };
 _Static_assert(sizeof(struct esd_cmeta) == CM_HDR_BYTES, "cmeta header size");
 _Static_assert(sizeof(struct esd_cmeta_slot) == 64, "cmeta slot is one cache line");
@@ -109,12 +127,31 @@ static inline struct cm_ient *cm_index(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_index, struct cm_ient);
 }
-/* Heap position p (0 = the root) is entry p of this array; the array
+/* Heap A's position p (0 = the root) is entry p of this array; the array
  * starts CM_HEAP_SKEW entries into its 128-byte aligned area. */
 #define CM_HEAP_SKEW 3
 static inline struct cm_hent *cm_heap(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heap, struct cm_hent) + CM_HEAP_SKEW;
+}
+/* Heap B's root: the area's entry cm_heap_b_root(capacity), its position
+ * p the entry p before it, so its sibling groups fill 128 bytes too; the
+ * two heaps hold at most capacity entries together and never meet. The
+ * area has cm_heap_b_root(capacity) + 1 entries. */
+#define CM_HEAPPOS_B (UINT32_C(1) << 31)
+static inline uint64_t cm_heap_b_root(uint32_t capacity)
+{
+	return ((uint64_t)capacity + CM_HEAP_SKEW - 1 + 3) & ~(uint64_t)3;
+}
+static inline struct cm_hent *cm_heap_b(const struct esd_cmeta *cm)
+{
+	return CM_AT(cm, off_heap, struct cm_hent) + cm_heap_b_root(cm->capacity);
+}
+/* The entry a heap position names (heappos's value, not 0). */
+static inline struct cm_hent *cm_heap_entry(const struct esd_cmeta *cm, uint32_t hp)
+{
+	return hp & CM_HEAPPOS_B ? cm_heap_b(cm) - ((hp & ~CM_HEAPPOS_B) - 1)
+	                         : cm_heap(cm) + (hp - 1);
 }
 static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
@@ -137,10 +174,10 @@ static inline uint32_t cm_lru_size_of(uint32_t capacity)
  * them; begin_iter again, since a shared block can be damaged later). */
 static inline bool cm_counters_ok(const struct esd_cmeta *cm)
 {
-	return cm->count <= cm->capacity && cm->heap_n <= cm->capacity &&
+	return cm->count <= cm->capacity && (uint64_t)cm->heap_n + cm->heap_nb <= cm->capacity &&
 	       cm->npinned <= cm->capacity && cm->nhints <= cm->capacity &&
-	       cm->policy <= ESD_POLICY_LOOKAHEAD && cm->lru_head <= cm->lru_tail &&
-	       cm->lru_tail <= cm_lru_size_of(cm->capacity);
+	       cm->nparked <= cm->capacity && cm->policy <= ESD_POLICY_LOOKAHEAD &&
+	       cm->lru_head <= cm->lru_tail && cm->lru_tail <= cm_lru_size_of(cm->capacity);
 }
 static inline uint64_t *cm_lru_stale(const struct esd_cmeta *cm)
 {
@@ -162,6 +199,19 @@ static inline uint64_t *cm_free(const struct esd_cmeta *cm, int level)
 static inline bool cm_pinned_now(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
 {
 	return cm->last_iter != 0 && s->pin_iter == cm->last_iter;
+}
+
+/* Does the slot's entry belong in heap B (Emark, not OUTDATED)? */
+static inline bool cm_heap_b_holds(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
+{
+	return cm->policy == ESD_POLICY_EMARK && s->state != ESD_ROW_OUTDATED;
+}
+
+/* Emark: is the row in the last class of the order (not OUTDATED, mark at
+ * the target), where it may be parked? */
+static inline bool cm_emark_last(const struct esd_cmeta *cm, const struct esd_cmeta_slot *s)
+{
+	return s->state != ESD_ROW_OUTDATED && s->mark == cm->emark_target;
 }
 
 /* Slot fields that readers in other processes look at (key, state, clock)
@@ -211,6 +261,12 @@ void esd_cm_heap_remove(struct esd_cmeta *cm, uint32_t slot);
 void esd_cm_heap_update(struct esd_cmeta *cm, uint32_t slot);
 uint32_t esd_cm_heap_pop(struct esd_cmeta *cm);
 void esd_cm_heap_build(struct esd_cmeta *cm);
+/* Emark: park the unpinned slot (it is in the last class), or bring its
+ * entry up to date (inserting it if it has none) when it is not. */
+void esd_cm_emark_settle(struct esd_cmeta *cm, uint32_t slot);
+/* Emark: an unpinned slot's order changed: unpark it if parked, and give
+ * it its exact entry. */
+void esd_cm_emark_reorder(struct esd_cmeta *cm, uint32_t slot);
 void esd_cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e);
 /* LRU: is ring entry p live? */
 static inline bool cm_lru_live(const struct esd_cmeta *cm, uint32_t p)

@@ -48,137 +48,186 @@ void esd_cm_hent_of(const struct esd_cmeta *cm, uint32_t slot, struct cm_hent *e
 
 /* The heap is 4-ary: half the levels of a binary heap, and with 32-byte
  * entries the four children of a node fill two adjacent cache lines
- * (positions p -> children 4p+1..4p+4, stored three entries in so that
- * each group of siblings starts on a 128-byte boundary). A pop walks
- * log4(C) levels. (Prefetching the grandchildren - eight lines a level -
- * measured slower: it floods the line-fill buffers.) */
+ * (positions p -> children 4p+1..4p+4, each group of siblings on a
+ * 128-byte boundary). A pop walks log4(C) levels. (Prefetching the
+ * grandchildren - eight lines a level - measured slower: it floods the
+ * line-fill buffers.)
+ *
+ * Under Emark the victims are held in two heaps sharing the area: A (the
+ * OUTDATED rows, which Emark takes first) from the area's front, B (the
+ * others) from its back, its positions counting down (cmeta_impl.h). A
+ * row that becomes OUTDATED moves into A near its bottom instead of
+ * sifting past every clean row of one heap; the other policies use A
+ * alone. */
 #define ARITY 4
+
+/* One of the two heaps: position p is entry h + st * p. */
+struct hv {
+	struct cm_hent *h;
+	ptrdiff_t st;
+	uint32_t *n;
+	uint32_t tag; /* heappos bit of its entries */
+};
+
+static inline struct hv heap_a(struct esd_cmeta *cm)
+{
+	return (struct hv){cm_heap(cm), 1, &cm->heap_n, 0};
+}
+static inline struct hv heap_b(struct esd_cmeta *cm)
+{
+	return (struct hv){cm_heap_b(cm), -1, &cm->heap_nb, CM_HEAPPOS_B};
+}
+static inline struct cm_hent *at(const struct hv *v, uint32_t p)
+{
+	return v->h + v->st * (ptrdiff_t)p;
+}
+/* The heap a slot's entry belongs in now. */
+static inline struct hv heap_of(struct esd_cmeta *cm, uint32_t slot)
+{
+	return cm_heap_b_holds(cm, &cm_slots(cm)[slot]) ? heap_b(cm) : heap_a(cm);
+}
 
 /* Slot numbers read from the heap are checked before they index anything
  * (a damaged block's entries are trash; esd_cmeta_verify names them). */
-static inline void put(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+static inline void put(struct esd_cmeta *cm, const struct hv *v, uint32_t pos,
+                       const struct cm_hent *e)
 {
-	cm_heap(cm)[pos] = *e;
+	*at(v, pos) = *e;
 	if (e->slot < cm->capacity)
-		cm_heappos(cm)[e->slot] = pos + 1;
+		cm_heappos(cm)[e->slot] = (pos + 1) | v->tag;
 }
 
-static void sift_up(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+static void sift_up(struct esd_cmeta *cm, const struct hv *v, uint32_t pos, const struct cm_hent *e)
 {
-	struct cm_hent *h = cm_heap(cm);
-
 	while (pos > 0) {
 		uint32_t parent = (pos - 1) / ARITY;
-		if (!cm_hless(e, &h[parent]))
+		if (!cm_hless(e, at(v, parent)))
 			break;
-		put(cm, pos, &h[parent]);
+		put(cm, v, pos, at(v, parent));
 		pos = parent;
 	}
-	put(cm, pos, e);
+	put(cm, v, pos, e);
 }
 
 /* Smallest of the children c..c+3 that exist (c < n). With all four
  * present, a two-round tournament: the first two comparisons are
  * independent, so the dependent chain is two compares, not three. */
-static inline uint32_t min_child(const struct cm_hent *h, uint32_t c, uint32_t n)
+static inline uint32_t min_child(const struct hv *v, uint32_t c, uint32_t n)
 {
 	if (c + 3 < n) {
-		uint32_t a = c + cm_hless(&h[c + 1], &h[c]);
-		uint32_t b = c + 2 + cm_hless(&h[c + 3], &h[c + 2]);
-		return cm_hless(&h[b], &h[a]) ? b : a;
+		uint32_t a = c + cm_hless(at(v, c + 1), at(v, c));
+		uint32_t b = c + 2 + cm_hless(at(v, c + 3), at(v, c + 2));
+		return cm_hless(at(v, b), at(v, a)) ? b : a;
 	}
 	uint32_t m = c;
 	for (uint32_t j = c + 1; j < c + ARITY; j++) {
-		bool take = (j < n) & cm_hless(&h[j], &h[m]);
+		bool take = (j < n) && cm_hless(at(v, j), at(v, m));
 		m = take ? j : m;
 	}
 	return m;
 }
 
-static void sift_down(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+static void sift_down(struct esd_cmeta *cm, const struct hv *v, uint32_t pos,
+                      const struct cm_hent *e)
 {
-	struct cm_hent *h = cm_heap(cm);
-	uint32_t n = cm->heap_n;
+	uint32_t n = *v->n;
 
 	for (;;) {
 		uint64_t c = (uint64_t)ARITY * pos + 1;
 		if (c >= n)
 			break;
-		uint32_t m = min_child(h, (uint32_t)c, n);
-		if (!cm_hless(&h[m], e))
+		uint32_t m = min_child(v, (uint32_t)c, n);
+		if (!cm_hless(at(v, m), e))
 			break;
-		put(cm, pos, &h[m]);
+		put(cm, v, pos, at(v, m));
 		pos = m;
 	}
-	put(cm, pos, e);
+	put(cm, v, pos, e);
 }
 
 /* Entry e now belongs at pos (a hole): move it up or down. */
-static void resettle(struct esd_cmeta *cm, uint32_t pos, const struct cm_hent *e)
+static void resettle(struct esd_cmeta *cm, const struct hv *v, uint32_t pos,
+                     const struct cm_hent *e)
 {
-	if (pos > 0 && cm_hless(e, &cm_heap(cm)[(pos - 1) / ARITY]))
-		sift_up(cm, pos, e);
+	if (pos > 0 && cm_hless(e, at(v, (pos - 1) / ARITY)))
+		sift_up(cm, v, pos, e);
 	else
-		sift_down(cm, pos, e);
+		sift_down(cm, v, pos, e);
 }
 
 static void heap_insert(struct esd_cmeta *cm, uint32_t slot)
 {
 	struct cm_hent e;
+	const struct hv v = heap_of(cm, slot);
 
-	if (cm->heap_n >= cm->capacity) /* damaged: more entries than slots */
+	if ((uint64_t)cm->heap_n + cm->heap_nb >= cm->capacity) /* damaged */
 		return;
 	esd_cm_hent_of(cm, slot, &e);
-	sift_up(cm, cm->heap_n++, &e);
+	sift_up(cm, &v, (*v.n)++, &e);
+}
+
+/* The heap a slot's entry is in, and its position there; false: none (or
+ * a damaged position past its heap). */
+static bool entry_of(struct esd_cmeta *cm, uint32_t slot, struct hv *v, uint32_t *pos)
+{
+	const uint32_t hp = cm_heappos(cm)[slot];
+	if (!hp)
+		return false;
+	*v = hp & CM_HEAPPOS_B ? heap_b(cm) : heap_a(cm);
+	*pos = (hp & ~CM_HEAPPOS_B) - 1;
+	return *pos < *v->n;
 }
 
 static void heap_remove(struct esd_cmeta *cm, uint32_t slot)
 {
-	uint32_t *hp = cm_heappos(cm);
-	struct cm_hent *h = cm_heap(cm);
+	struct hv v;
+	uint32_t pos;
 
-	if (!hp[slot])
+	bool ok = entry_of(cm, slot, &v, &pos);
+	cm_heappos(cm)[slot] = 0;
+	if (!ok)
 		return;
-	uint32_t pos = hp[slot] - 1;
-	hp[slot] = 0;
-	if (pos >= cm->heap_n) /* damaged */
-		return;
-	uint32_t n = --cm->heap_n;
-	struct cm_hent last = h[n];
+	uint32_t n = --*v.n;
+	struct cm_hent last = *at(&v, n);
 	/* Keep vacated entries zero so two instances stay byte-identical
 	 * whatever their history. */
-	h[n] = (struct cm_hent){0};
+	*at(&v, n) = (struct cm_hent){0};
 	if (pos < n)
-		resettle(cm, pos, &last);
+		resettle(cm, &v, pos, &last);
 }
 
 static void heap_update(struct esd_cmeta *cm, uint32_t slot)
 {
-	uint32_t pos = cm_heappos(cm)[slot];
+	struct hv v;
+	uint32_t pos;
 	struct cm_hent e;
 
-	if (!pos || pos > cm->heap_n) /* (past the heap: damaged) */
+	if (!entry_of(cm, slot, &v, &pos)) /* (past the heap: damaged) */
 		return;
+	if (v.tag != heap_of(cm, slot).tag) { /* Emark: OUTDATED or no more */
+		heap_remove(cm, slot);
+		heap_insert(cm, slot);
+		return;
+	}
 	esd_cm_hent_of(cm, slot, &e);
-	resettle(cm, pos - 1, &e);
+	resettle(cm, &v, pos, &e);
 }
 
 /* Pop the minimum, bottom-up (Floyd): walk the hole from the root to a
  * leaf along the smallest children (no early exit to mispredict), then
  * sift the last entry up from that leaf. The last entry is usually a
  * recent, large one, so it rarely climbs. */
-static uint32_t heap_pop(struct esd_cmeta *cm)
+static uint32_t pop_from(struct esd_cmeta *cm, const struct hv *v)
 {
-	struct cm_hent *h = cm_heap(cm);
-	uint32_t n = cm->heap_n;
+	uint32_t n = *v->n;
 
-	if (!n || h[0].slot >= cm->capacity) /* (the latter: damaged) */
+	if (!n || at(v, 0)->slot >= cm->capacity) /* (the latter: damaged) */
 		return ESD_SLOT_NONE;
-	uint32_t slot = h[0].slot;
+	uint32_t slot = at(v, 0)->slot;
 	cm_heappos(cm)[slot] = 0;
-	cm->heap_n = --n;
-	struct cm_hent last = h[n];
-	h[n] = (struct cm_hent){0};
+	*v->n = --n;
+	struct cm_hent last = *at(v, n);
+	*at(v, n) = (struct cm_hent){0};
 	if (!n)
 		return slot;
 	uint32_t pos = 0;
@@ -186,38 +235,69 @@ static uint32_t heap_pop(struct esd_cmeta *cm)
 		uint64_t c = (uint64_t)ARITY * pos + 1;
 		if (c >= n)
 			break;
-		uint32_t m = min_child(h, (uint32_t)c, n);
-		put(cm, pos, &h[m]);
+		uint32_t m = min_child(v, (uint32_t)c, n);
+		put(cm, v, pos, at(v, m));
 		pos = m;
 	}
-	sift_up(cm, pos, &last);
+	sift_up(cm, v, pos, &last);
 	return slot;
+}
+
+/* Every entry of A orders before every entry of B (Emark: OUTDATED
+ * first, stale entries included: an entry keeps the heap it was put in
+ * with the order it had then). */
+static uint32_t heap_pop(struct esd_cmeta *cm)
+{
+	const struct hv a = heap_a(cm), b = heap_b(cm);
+	return cm->heap_n ? pop_from(cm, &a) : pop_from(cm, &b);
+}
+
+static void heapify(struct esd_cmeta *cm, const struct hv *v)
+{
+	/* from the last entry's parent down (none below two entries: the
+	 * root of an empty heap is whatever the area held, e.g. the LRU
+	 * ring's bytes, and sifting it put a slot at a position past the
+	 * heap) */
+	const uint32_t n = *v->n;
+	for (uint32_t pos = n > 1 ? (n - 2) / ARITY + 1 : 0; pos-- > 0;) {
+		struct cm_hent e = *at(v, pos);
+		sift_down(cm, v, pos, &e);
+	}
+}
+
+/* Every slot unparked (only those flagged are written). */
+static void unpark_all(struct esd_cmeta *cm)
+{
+	struct esd_cmeta_slot *s = cm_slots(cm);
+
+	for (uint32_t i = 0; i < cm->capacity; i++)
+		if (s[i].parked)
+			s[i].parked = 0;
+	cm->nparked = 0;
 }
 
 static void heap_build(struct esd_cmeta *cm)
 {
 	const struct esd_cmeta_slot *s = cm_slots(cm);
-	struct cm_hent *h = cm_heap(cm);
+	const struct hv a = heap_a(cm), b = heap_b(cm);
 	uint32_t *hp = cm_heappos(cm);
-	uint32_t n = 0;
 
+	unpark_all(cm);
 	for (uint32_t i = 0; i < cm->heap_n; i++)
-		h[i] = (struct cm_hent){0};
+		*at(&a, i) = (struct cm_hent){0};
+	for (uint32_t i = 0; i < cm->heap_nb; i++)
+		*at(&b, i) = (struct cm_hent){0};
+	cm->heap_n = cm->heap_nb = 0;
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		hp[i] = 0;
 		if (s[i].state == ESD_ROW_ABSENT || cm_pinned_now(cm, &s[i]))
 			continue;
-		esd_cm_hent_of(cm, i, &h[n]);
-		hp[i] = ++n;
+		const struct hv v = heap_of(cm, i);
+		esd_cm_hent_of(cm, i, at(&v, *v.n));
+		hp[i] = ++*v.n | v.tag;
 	}
-	cm->heap_n = n;
-	/* from the last entry's parent down (none below two entries: h[0]
-	 * of an empty heap is whatever the area held, e.g. the LRU ring's
-	 * bytes, and sifting it put a slot at a position past the heap) */
-	for (uint32_t pos = n > 1 ? (n - 2) / ARITY + 1 : 0; pos-- > 0;) {
-		struct cm_hent e = h[pos];
-		sift_down(cm, pos, &e);
-	}
+	heapify(cm, &a);
+	heapify(cm, &b);
 }
 
 /* ---- LRU ring (see cmeta_impl.h) ----------------------------------------- */
@@ -312,7 +392,7 @@ static void lru_clear(struct esd_cmeta *cm)
 {
 	esd_ring_clear(cm_lru_stale(cm), 0, cm->lru_tail);
 	cm->lru_head = cm->lru_tail = 0;
-	cm->heap_n = 0;
+	cm->heap_n = cm->heap_nb = 0;
 }
 
 static int cmp_lru(const void *x, const void *y)
@@ -331,6 +411,7 @@ static void lru_build(struct esd_cmeta *cm)
 	uint32_t n = 0;
 
 	lru_clear(cm);
+	unpark_all(cm);
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		cm_heappos(cm)[i] = 0;
 		if (s[i].state != ESD_ROW_ABSENT)
@@ -402,6 +483,34 @@ uint32_t esd_cm_heap_pop(struct esd_cmeta *cm)
 			return ring[p];
 		}
 	return ESD_SLOT_NONE;
+}
+
+void esd_cm_emark_settle(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	if (cm_emark_last(cm, s)) {
+		if (!s->parked) {
+			s->parked = 1;
+			cm->nparked++;
+		}
+		return;
+	}
+	esd_cm_emark_reorder(cm, slot);
+}
+
+void esd_cm_emark_reorder(struct esd_cmeta *cm, uint32_t slot)
+{
+	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
+
+	if (s->parked) {
+		s->parked = 0;
+		cm->nparked--;
+	}
+	if (cm_heappos(cm)[slot])
+		heap_update(cm, slot);
+	else
+		heap_insert(cm, slot);
 }
 
 void esd_cm_heap_build(struct esd_cmeta *cm)

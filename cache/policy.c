@@ -55,6 +55,10 @@ __attribute__((noinline, cold)) static void release(struct esd_cmeta *cm, uint32
 
 	esd_cm_index_remove(cm, s->key);
 	esd_cm_heap_remove(cm, slot);
+	if (s->parked) {
+		s->parked = 0;
+		cm->nparked--;
+	}
 	esd_rule_leave(s->mark, cm->emark_target, &cm->emark_at_target);
 	cm_store8(&s->state, ESD_ROW_ABSENT);
 	cm_store64(&s->key, 0);
@@ -179,14 +183,15 @@ static void bi_pin_present(struct bi *b)
 }
 
 /* Under the policies other than LRU, the pins of the last iteration (prev)
- * that lapse now go (back) into the heap with their current order. A
- * pinned slot may stay in the heap with a stale entry meanwhile (taking
- * it out would cost a heap removal per hit); pops skip pinned slots. */
+ * that lapse now go (back) into the heap with their current order, or
+ * under Emark are parked (cmeta_impl.h). A pinned slot may stay in the
+ * heap with a stale entry meanwhile (taking it out would cost a heap
+ * removal per hit); pops skip pinned slots. */
 static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 {
 	struct esd_cmeta_slot *sl = cm_slots(cm);
 	uint32_t *pinned = cm_pinned(cm), *hp = cm_heappos(cm);
-	const struct cm_hent *heap = cm_heap(cm);
+	const bool emark = cm->policy == ESD_POLICY_EMARK;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
@@ -196,30 +201,66 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 			__builtin_prefetch(&hp[pinned[i + 16]], 1);
 		}
 		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity && hp[pinned[i + 8]])
-			__builtin_prefetch(&heap[hp[pinned[i + 8]] - 1]);
+			__builtin_prefetch(cm_heap_entry(cm, hp[pinned[i + 8]]));
 		/* (a slot past the capacity: a damaged block's, skipped) */
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
-		if (hp[s])
+		if (emark)
+			esd_cm_emark_settle(cm, s);
+		else if (hp[s])
 			esd_cm_heap_update(cm, s);
 		else
 			esd_cm_heap_insert(cm, s);
 	}
 }
 
-/* A full cache's victim: the first unpinned slot the policy pops (pinned
- * ones popped on the way are kept in pinned[*nskipped] to go back), out of
- * the count and listed as an eviction. ESD_SLOT_NONE: none (a damaged
- * block, which esd_cmeta_verify names; n <= capacity guarantees one). */
+/* The first unpinned slot the policy pops (pinned ones popped on the way
+ * are kept in pinned[*nskipped] to go back). Under Emark with rows
+ * parked, a parked slot's entry is dropped, and the heap is rebuilt
+ * (nothing parked) when it yields a row of the last class or runs dry:
+ * a parked row may come first then. */
+static uint32_t bi_pop_unpinned(struct bi *b, uint32_t *nskipped)
+{
+	struct esd_cmeta *cm = b->cm;
+	uint32_t *pinned = cm_pinned(cm);
+	for (;;) {
+		const uint32_t s = esd_cm_heap_pop(cm);
+		if (s == ESD_SLOT_NONE) {
+			if (!cm->nparked)
+				return s;
+			esd_cm_heap_build(cm);
+			continue;
+		}
+		const struct esd_cmeta_slot *e = &b->sl[s];
+		if (e->pin_iter == b->iter) {
+			pinned[(*nskipped)++] = s;
+			continue;
+		}
+		if (cm->nparked && e->parked)
+			continue;
+		if (cm->nparked && cm_emark_last(cm, e)) {
+			esd_cm_heap_build(cm);
+			continue;
+		}
+		return s;
+	}
+}
+
+/* A full cache's victim: the first unpinned slot in the policy's order,
+ * out of the count and listed as an eviction. ESD_SLOT_NONE: none (a
+ * damaged block, which esd_cmeta_verify names; n <= capacity guarantees
+ * one). */
 static uint32_t bi_victim(struct bi *b, uint32_t *nskipped)
 {
 	struct esd_cmeta *cm = b->cm;
 	struct esd_cmeta_fill *fill = b->fill;
-	uint32_t *pinned = cm_pinned(cm), s;
-	/* Full: Emark's target may move on (ESD §8.1). */
+	/* Full: Emark's target may move on (ESD §8.1); the parked rows then
+	 * leave the last class, so they go back into the heap. */
+	const uint32_t target = cm->emark_target;
 	esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
-	while ((s = esd_cm_heap_pop(cm)) != ESD_SLOT_NONE && b->sl[s].pin_iter == b->iter)
-		pinned[(*nskipped)++] = s;
+	if (cm->emark_target != target && cm->nparked)
+		esd_cm_heap_build(cm);
+	const uint32_t s = bi_pop_unpinned(b, nskipped);
 	if (s == ESD_SLOT_NONE)
 		return s;
 	struct esd_cmeta_slot *v = &b->sl[s];
@@ -370,7 +411,7 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	cm_store8(&s->state, (uint8_t)state);
 	if (cm->policy == ESD_POLICY_EMARK &&
 	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED) && !cm_pinned_now(cm, s))
-		esd_cm_heap_update(cm, slot);
+		esd_cm_emark_reorder(cm, slot);
 	return 0;
 }
 
@@ -401,7 +442,7 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 		cm_store8(&s->state, (uint8_t)st);
 		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED) &&
 		    !cm_pinned_now(cm, s))
-			esd_cm_heap_update(cm, slot);
+			esd_cm_emark_reorder(cm, slot);
 	}
 	return 0;
 }
@@ -416,7 +457,7 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	if (s->state != ESD_ROW_OUTDATED) {
 		cm_store8(&s->state, ESD_ROW_OUTDATED);
 		if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-			esd_cm_heap_update(cm, slot);
+			esd_cm_emark_reorder(cm, slot);
 	}
 	return 1;
 }
@@ -441,7 +482,7 @@ size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys
 			if (s->state != ESD_ROW_OUTDATED) {
 				cm_store8(&s->state, ESD_ROW_OUTDATED);
 				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-					esd_cm_heap_update(cm, slot);
+					esd_cm_emark_reorder(cm, slot);
 			}
 		}
 	}

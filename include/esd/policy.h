@@ -84,7 +84,10 @@ struct esd_cmeta_slot {
 	uint32_t freq;     /* accesses (iterations that needed the key) */
 	uint32_t mark;     /* Emark target at the last access */
 	uint8_t state;     /* enum esd_row_state */
-	uint8_t reserved[3];
+	uint8_t parked;    /* the cache's own bookkeeping: Emark keeps this
+	                    * row out of its victim order for now (a clean row
+	                    * at the target, the last rows it would evict) */
+	uint8_t reserved[2];
 	uint32_t lru_pos; /* the cache's own bookkeeping: the slot's place in
 	                   * the LRU order (LRU policy only) */
 	uint64_t reserved2;
