@@ -47,7 +47,7 @@ struct ps_disk {
 	/* the read window: records [win0, win0 + win_n) as last read */
 	char *win;
 	size_t win0, win_n, win_cap;
-	/* bytes read or written since the file's pages were last dropped */
+	/* bytes written since the last write-back round */
 	size_t io_bytes, io_budget;
 	int err; /* the first I/O error (-errno), kept */
 };

@@ -41,7 +41,7 @@ int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t s
 int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out);
 void ps_store_free(struct ps_store *st);
 /* Bytes of rows resident: on disk the row cache, the read window and the
- * file's pages the kernel may hold; in RAM every chunk. */
+ * file's dirty pages it allows; in RAM every chunk. */
 size_t ps_store_resident_bytes(const struct ps_store *st);
 /* Record i changed (created, updated or overwritten) since the last
  * ps_store_clear_changed: what an incremental checkpoint writes. */

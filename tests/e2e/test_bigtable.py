@@ -136,7 +136,7 @@ def main():
                     "--max-rows", "4000000", "--zipf", "0.9", "--seed", "7"],
                    check=True, stdout=subprocess.DEVNULL)
     s = env.settings(**{"model.dim": DIM, "job.iterations": ITERS, "workers.batch": 64,
-                        "cache.ratio": 0.005, "job.force_plan": "true",
+                        "cache.ratio": 0.001, "job.force_plan": "true",
                         "model.optimizer": "sgd"})
     # about 77,000 rows of 4,160 bytes (dim 1024, SGD): a 306 MiB table; a
     # long tail of rows met once or twice, as a large sparse table has (its
