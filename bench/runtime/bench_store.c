@@ -8,8 +8,15 @@
  * per key and the barrier's apply. Prints rows/s of each round and the
  * medians, and the ratio disk / RAM.
  *
+ * --limit-mb L runs the disk store in a child process inside a memory
+ * cgroup of its own (v2 memory.max or v1 memory.limit_in_bytes) limited to
+ * L MiB (0: a quarter of the table), the RAM store in this process outside
+ * it; rounds still alternate (the child runs its round while this process
+ * waits). Exits 77 when no memory cgroup can be made.
+ *
  * Usage: bench_store [--rows N] [--dim D] [--batch B] [--iters I]
  *                    [--rounds R] [--zipf S] [--dir DIR] [--ram-mb M]
+ *                    [--limit-mb L]
  */
 #include "../../runtime/ps/store.h"
 #include "zipf_keys.h"
@@ -19,13 +26,18 @@
 #include <esd/optim.h>
 #include <esd/types.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 struct args {
 	uint64_t rows, ram_mb;
+	long long limit_mb; /* -1: no cgroup */
 	unsigned dim, batch, iters, rounds;
 	double zipf;
 	const char *dir;
@@ -34,7 +46,7 @@ struct args {
 static int parse(int argc, char **argv, struct args *a)
 {
 	*a = (struct args){.rows = 2000000, .dim = 16, .batch = 4096, .iters = 100,
-			   .rounds = 5, .zipf = 1.2, .dir = "/var/tmp"};
+			   .rounds = 5, .zipf = 1.2, .dir = "/var/tmp", .limit_mb = -1};
 	for (int i = 1; i + 1 < argc; i += 2) {
 		const char *k = argv[i], *v = argv[i + 1];
 		if (!strcmp(k, "--rows"))
@@ -53,6 +65,8 @@ static int parse(int argc, char **argv, struct args *a)
 			a->dir = v;
 		else if (!strcmp(k, "--ram-mb"))
 			a->ram_mb = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "--limit-mb"))
+			a->limit_mb = atoll(v);
 		else
 			return -1;
 	}
@@ -122,12 +136,157 @@ static double median(double *v, unsigned n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* ---- the disk store in a memory cgroup ---------------------------------- */
+
+static int put_file(const char *dir, const char *f, const char *v)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s/%s", dir, f);
+	FILE *fp = fopen(p, "w");
+	if (!fp)
+		return -errno;
+	int ok = fputs(v, fp) >= 0;
+	return fclose(fp) == 0 && ok ? 0 : -EIO;
+}
+
+/* A child memory cgroup limited to bytes, in path; -errno when none. */
+static int make_cgroup(uint64_t bytes, char *path, size_t len)
+{
+	char lim[32], ctl[256] = "";
+	FILE *fp = fopen("/sys/fs/cgroup/cgroup.controllers", "r");
+	snprintf(lim, sizeof(lim), "%llu", (unsigned long long)bytes);
+	if (fp) {
+		if (!fgets(ctl, sizeof(ctl), fp))
+			ctl[0] = 0;
+		fclose(fp);
+		if (!strstr(ctl, "memory"))
+			return -ENOTSUP;
+		snprintf(path, len, "/sys/fs/cgroup/esd-bench-store-%d", (int)getpid());
+		if (mkdir(path, 0755))
+			return -errno;
+		put_file(path, "memory.swap.max", "0");
+		return put_file(path, "memory.max", lim);
+	}
+	snprintf(path, len, "/sys/fs/cgroup/memory/esd-bench-store-%d", (int)getpid());
+	if (mkdir(path, 0755))
+		return -errno;
+	return put_file(path, "memory.limit_in_bytes", lim);
+}
+
+/* The peak bytes the cgroup was charged (-1 unknown). */
+static long long cgroup_peak(const char *path)
+{
+	char p[512];
+	long long v = -1;
+	snprintf(p, sizeof(p), "%s/memory.peak", path);
+	FILE *fp = fopen(p, "r");
+	if (!fp) {
+		snprintf(p, sizeof(p), "%s/memory.max_usage_in_bytes", path);
+		fp = fopen(p, "r");
+	}
+	if (fp) {
+		if (fscanf(fp, "%lld", &v) != 1)
+			v = -1;
+		fclose(fp);
+	}
+	return v;
+}
+
+/* The child: fill the disk store, then one round per byte read from in,
+ * its rate written to out. */
+static int disk_child(struct esd_job *job, const struct args *a, const double *cdf, int in,
+		      int out)
+{
+	struct ps_store *disk;
+	char c;
+	if (ps_store_create_job(job, 0, &disk) || fill(disk, a->rows))
+		return 1;
+	double ready = 0;
+	if (write(out, &ready, sizeof(ready)) != sizeof(ready))
+		return 1;
+	for (unsigned r = 0; read(in, &c, 1) == 1 && r < a->rounds; r++) {
+		double rate = round_rate(disk, a, cdf, 1000 + r);
+		if (write(out, &rate, sizeof(rate)) != sizeof(rate))
+			return 1;
+	}
+	ps_store_free(disk);
+	return 0;
+}
+
+struct child {
+	pid_t pid;
+	int to, from; /* pipe ends: go, rates */
+	char cg[256];
+};
+
+/* Start the disk store's child inside a new memory cgroup of limit bytes;
+ * 0, or 77 when no cgroup can be made, 1 on other failures. */
+static int start_child(struct child *ch, struct esd_job *job, const struct args *a,
+		       const double *cdf, uint64_t limit)
+{
+	int go[2], back[2];
+	int rc = make_cgroup(limit, ch->cg, sizeof(ch->cg));
+	if (rc) {
+		printf("SKIP: cannot make a memory cgroup (%s): needs root and the memory "
+		       "controller\n", strerror(-rc));
+		rmdir(ch->cg);
+		return 77;
+	}
+	if (pipe(go) || pipe(back))
+		return 1;
+	ch->pid = fork();
+	if (ch->pid < 0)
+		return 1;
+	if (ch->pid == 0) {
+		char c;
+		close(go[1]);
+		close(back[0]);
+		/* joined by the parent before the first byte comes */
+		if (read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(disk_child(job, a, cdf, go[0], back[1]));
+	}
+	close(go[0]);
+	close(back[1]);
+	ch->to = go[1];
+	ch->from = back[0];
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)ch->pid);
+	double ready;
+	if (put_file(ch->cg, "cgroup.procs", pid) || write(ch->to, "g", 1) != 1 ||
+	    read(ch->from, &ready, sizeof(ready)) != sizeof(ready))
+		return 1;
+	return 0;
+}
+
+/* The child's next round (-1 when it died: the cgroup's OOM killer). */
+static double child_round(struct child *ch)
+{
+	double rate;
+	if (write(ch->to, "r", 1) != 1 || read(ch->from, &rate, sizeof(rate)) != sizeof(rate))
+		return -1;
+	return rate;
+}
+
+static int end_child(struct child *ch)
+{
+	int status = 0;
+	close(ch->to);
+	close(ch->from);
+	waitpid(ch->pid, &status, 0);
+	for (int i = 0; i < 50 && rmdir(ch->cg) && errno == EBUSY; i++)
+		usleep(100000);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Long: argument checks, the two stores (one maybe in a child), the
+ * alternating rounds and the summary, in order. */
 int main(int argc, char **argv)
 {
 	struct args a;
 	if (parse(argc, argv, &a)) {
 		fprintf(stderr, "usage: bench_store [--rows N] [--dim D] [--batch B] [--iters I] "
-				"[--rounds R] [--zipf S] [--dir DIR] [--ram-mb M]\n");
+				"[--rounds R] [--zipf S] [--dir DIR] [--ram-mb M] [--limit-mb L]\n");
 		return 2;
 	}
 	struct esd_job job;
@@ -135,32 +294,56 @@ int main(int argc, char **argv)
 	job.dim = a.dim;
 	job.seed = 1;
 	esd_optim_params_default(&job.optim, ESD_OPT_ADAGRAD);
-	struct ps_store *ram, *disk;
+	struct ps_store *ram, *disk = NULL;
+	struct child ch = {0};
 	if (ps_store_create_job(&job, 0, &ram))
 		return 1;
 	snprintf(job.store_dir, sizeof(job.store_dir), "%s", a.dir);
 	size_t rec = 16 + (size_t)a.dim * 2 * sizeof(float);
 	rec = (rec + 63) & ~(size_t)63;
 	double table_mb = (double)a.rows * (double)rec / (1 << 20);
+	uint64_t limit_mb = a.limit_mb > 0 ? (uint64_t)a.limit_mb : (uint64_t)(table_mb / 4);
 	job.store_ram_mb = a.ram_mb ? a.ram_mb : (uint64_t)(table_mb / 4);
-	if (ps_store_create_job(&job, 0, &disk))
-		return 1;
 	double *cdf = zipf_cdf(a.rows, a.zipf);
-	if (!cdf || fill(ram, a.rows) || fill(disk, a.rows))
+	if (!cdf)
+		return 1;
+	if (a.limit_mb >= 0) {
+		int rc = start_child(&ch, &job, &a, cdf, limit_mb << 20);
+		if (rc)
+			return rc;
+	} else if (ps_store_create_job(&job, 0, &disk) || fill(disk, a.rows)) {
+		return 1;
+	}
+	if (fill(ram, a.rows))
 		return 1;
 	printf("bench_store: %llu rows of dim %u (adagrad), %.0f MiB; disk store in %s with "
-	       "ps.store_ram = %llu MiB; Zipf %.2f, %u iterations of %u keys a round\n",
-	       (unsigned long long)a.rows, a.dim, table_mb, a.dir,
-	       (unsigned long long)job.store_ram_mb, a.zipf, a.iters, a.batch);
+	       "ps.store_ram = %llu MiB", (unsigned long long)a.rows, a.dim, table_mb, a.dir,
+	       (unsigned long long)job.store_ram_mb);
+	if (a.limit_mb >= 0)
+		printf(" in a memory cgroup of %llu MiB", (unsigned long long)limit_mb);
+	printf("; Zipf %.2f, %u iterations of %u keys a round\n", a.zipf, a.iters, a.batch);
 	double *rr = calloc(a.rounds, sizeof(double)), *rd = calloc(a.rounds, sizeof(double));
 	for (unsigned r = 0; r < a.rounds; r++) {
 		rr[r] = round_rate(ram, &a, cdf, 1000 + r);
-		rd[r] = round_rate(disk, &a, cdf, 1000 + r);
-		printf("round %u: ram %.0f rows/s, disk %.0f rows/s, disk resident %.0f MiB\n", r,
-		       rr[r], rd[r], (double)ps_store_resident_bytes(disk) / (1 << 20));
+		rd[r] = disk ? round_rate(disk, &a, cdf, 1000 + r) : child_round(&ch);
+		if (rd[r] < 0) {
+			fprintf(stderr, "bench_store: the disk store's process died in round %u "
+					"(out of memory in its cgroup?)\n", r);
+			end_child(&ch);
+			return 1;
+		}
+		printf("round %u: ram %.0f rows/s, disk %.0f rows/s\n", r, rr[r], rd[r]);
 	}
 	double mr = median(rr, a.rounds), md = median(rd, a.rounds);
 	printf("median: ram %.0f rows/s, disk %.0f rows/s, disk/ram %.2f\n", mr, md, md / mr);
+	if (!disk) {
+		long long peak = cgroup_peak(ch.cg);
+		int rc = end_child(&ch);
+		printf("disk store's cgroup: limit %llu MiB, peak %.1f MiB, child exit %d\n",
+		       (unsigned long long)limit_mb, peak < 0 ? -1.0 : (double)peak / (1 << 20), rc);
+		if (rc)
+			return 1;
+	}
 	ps_store_free(ram);
 	ps_store_free(disk);
 	free(cdf);

@@ -2,7 +2,11 @@
  * Checkpoint writer: rows streamed through a buffer into a temporary file
  * next to the target, then trailer, final header, fsync, rename, fsync of
  * the directory (esd/ckpt.h "Atomicity"). The body checksum is computed
- * as the bytes go out, so nothing is read back.
+ * as the bytes go out, so nothing is read back. Each buffer written is
+ * handed to write-back at once and the one before it waited for and
+ * dropped from the page cache: a checkpoint larger than the writer's
+ * memory limit (a shard in a memory cgroup) never holds more than two
+ * buffers of the file's pages.
  */
 #include "ckpt_format.h"
 
@@ -36,6 +40,7 @@ struct esd_ckpt_writer {
 	XXH64_state_t *body;
 	unsigned char *buf;
 	size_t used;
+	off_t written; /* file bytes written so far (header included) */
 	unsigned char header[ESD_CKPT_HEADER_SIZE];
 };
 
@@ -77,9 +82,26 @@ static int pwrite_all(int fd, const void *p, size_t n, off_t off)
 	return 0;
 }
 
+/* The buffer's bytes went out at [at, at + n): start their write-back;
+ * wait for the previous buffer's and drop its pages. */
+static void stream_out(int fd, off_t at, size_t n)
+{
+	sync_file_range(fd, at, (off_t)n, SYNC_FILE_RANGE_WRITE);
+	if (at >= (off_t)WBUF_SIZE) {
+		off_t prev = at - (off_t)WBUF_SIZE;
+		sync_file_range(fd, prev, WBUF_SIZE,
+				SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+					SYNC_FILE_RANGE_WAIT_AFTER);
+		posix_fadvise(fd, prev, WBUF_SIZE, POSIX_FADV_DONTNEED);
+	}
+}
+
 static int flush(struct esd_ckpt_writer *w)
 {
 	int rc = write_all(w->fd, w->buf, w->used);
+	if (!rc)
+		stream_out(w->fd, w->written, w->used);
+	w->written += (off_t)w->used;
 	w->used = 0;
 	if (rc)
 		w->failed = 1;
@@ -192,6 +214,7 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
 	/* provisional header (row count 0); the final one is written at commit */
 	encode_header(w);
 	rc = write_all(w->fd, w->header, ESD_CKPT_HEADER_SIZE);
+	w->written = ESD_CKPT_HEADER_SIZE;
 	if (rc)
 		goto err_unlink;
 	free(base);

@@ -32,6 +32,9 @@ static uint32_t state_dim(const struct node *nd)
 
 /* ---- batched row frames per shard ------------------------------------- */
 
+/* Push frames carry at most about this many bytes of rows. */
+#define PUSH_FRAME_BYTES (256u << 10)
+
 static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_kind kind,
 		      uint64_t iter)
 {
@@ -62,8 +65,13 @@ static int rows_add(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_ki
 		    bool in_cache)
 {
 	int rc = 0;
+	struct esd_rows_enc *e = &x->sb[s].e;
 	if (!x->sb[s].open)
 		rc = rows_begin(x, s, op, kind, iter);
+	/* frames of at most PUSH_FRAME_BYTES (one row at least): the shard's
+	 * receive buffer holds two of the largest frames it was sent */
+	else if (e->r.count && (e->r.count + 1) * e->r.stride > PUSH_FRAME_BYTES)
+		rc = -E2BIG;
 	if (!rc)
 		rc = row_put(x, s, in_cache, key, clock, v, st);
 	if (rc == -E2BIG) { /* frame full: close it, open the next */

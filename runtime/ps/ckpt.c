@@ -71,6 +71,8 @@ static int write_body(struct ps *ps, struct esd_ckpt_writer *w, bool incr,
 		if (incr && !ps_store_changed(ps->st, i))
 			continue;
 		struct ps_row *r = ps_store_at(ps->st, i);
+		if (!r)
+			return -EIO; /* the row file failed (logged by the store) */
 		rc = esd_ckpt_write_row(w, r->key, r->clock, r->data, sd ? r->data + ps->job.dim : NULL);
 	}
 	if (!rc && meta->dense_len)

@@ -37,6 +37,8 @@
  * own, so the peer checks one while the next is tagged and sent rather
  * than waiting for the whole answer. */
 #define PULL_FRAME_BYTES (256u << 10)
+/* Most bytes of a pull answer held before they are sent. */
+#define PULL_HOLD_BYTES (1u << 20)
 
 static bool is_dense(uint64_t key)
 {
@@ -400,6 +402,12 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 			rc = esd_link_tag_in_place(pl->link, out, e.start);
 		ps->stats.pulled_rows += n;
 		i += n;
+		/* a large answer goes out as it is built, so the shard never
+		 * holds one whole (daemons read their shards' answers in shard
+		 * order, so a send blocked here waits on nothing this lock
+		 * holds back) */
+		if (!rc && out->len >= PULL_HOLD_BYTES && i < p->count)
+			rc = send_buf(pl, out);
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc) {

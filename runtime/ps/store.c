@@ -1,22 +1,25 @@
 /*
- * Row store of a PS shard. Records are fixed-size and live in chunks that
- * never move, so a row pointer stays valid while other rows are created;
- * in RAM the chunks are allocated, on disk (ps.store_dir) they are shared
- * mappings of one unnamed row file, record i at byte i * rec_bytes, and a
- * cache of rows in RAM (two-way set-associative by record number, three
- * quarters of ps.store_ram) serves the hot rows: a miss writes the
- * victim back if it changed and copies the row in from the file. A CLOCK
- * over the file's pages keeps at most the last quarter of them mapped: a
- * page not referenced since the hand last passed is unmapped, written
- * back and dropped from the page cache. A
- * pointer into an unmapped page stays valid (the next access faults the
- * page back in), so unmapping is never a correctness matter; a row
- * pointer from ps_store_get lasts until the next ps_store_get;
- * the index is an open-addressing table of record numbers (linear probing,
- * never deleted). Staged gradients are sorted by (key, worker) at the
- * barrier: the summation order is then independent of arrival order,
- * which is what makes two runs bit-identical. Partials (floats on the
- * wire) are summed in double and rounded once (esd/optim.h).
+ * Row store of a PS shard. Records are fixed-size; in RAM they live in
+ * chunks that never move, so a row pointer stays valid while other rows are
+ * created. On disk (ps.store_dir) they live in one unnamed row file, record
+ * i at byte i * rec_bytes, read and written with pread / pwrite (never
+ * mapped: mapped pages of the file would be charged to the shard's memory
+ * and written back when the kernel chooses), and a cache of rows in RAM
+ * (two-way set-associative by record number, most of ps.store_ram)
+ * serves the hot rows: a miss writes the victim back if it changed and
+ * reads the row in. Write-back is bounded: after every few MiB written
+ * the shard waits for the round of write-back started before and starts
+ * the next, so at most two rounds of the file's pages are dirty (a memory
+ * cgroup cannot reclaim dirty pages; the clean ones it reclaims as any
+ * page cache, and read-ahead is off). A read window
+ * (a run of records read in one call) serves the rows a checkpoint walks;
+ * write-backs keep it current. A row pointer from ps_store_get or
+ * ps_store_at lasts until the next call into the store; the index is an
+ * open-addressing table of record numbers (linear probing, never deleted).
+ * Staged gradients are sorted by (key, worker) at the barrier: the
+ * summation order is then independent of arrival order, which is what
+ * makes two runs bit-identical. Partials (floats on the wire) are summed in
+ * double and rounded once (esd/optim.h).
  */
 #include "store.h"
 
@@ -26,26 +29,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define CHUNK_ROWS 4096u
-#define PAGE_SHIFT 12u
-
-/* Page states of the row file's CLOCK. */
-enum { PG_OUT = 0, PG_IN = 1, PG_REF = 2 };
+#define WINDOW_BYTES (1u << 20)
+/* Bytes written between write-back rounds: small enough that waiting for
+ * one round holds the shard up briefly on a slow disk. */
+#define WRITEBACK_BYTES (4u << 20)
 
 struct ps_disk {
 	int fd;
-	size_t chunk_bytes, pages_per_chunk;
-	uint8_t *pg; /* one state per page of the file */
-	size_t pg_cap, resident, budget, hand;
-	uint64_t dropped; /* pages unmapped, for the counters */
 	/* the row cache: 2 ways a set, crec UINT32_MAX when empty */
 	char *slots;
 	uint32_t *crec;
 	uint8_t *dirty, *mru;
-	size_t nsets; /* a power of two */
+	size_t nsets;
+	/* the read window: records [win0, win0 + win_n) as last read */
+	char *win;
+	size_t win0, win_n, win_cap;
+	/* bytes written since the last write-back round */
+	size_t io_bytes, io_budget;
+	int err; /* the first I/O error (-errno), kept */
 };
 
 struct staged {
@@ -130,25 +134,27 @@ static int open_row_file(const char *dir, unsigned shard)
 	return fd;
 }
 
-/* ram bytes: three quarters the row cache (a power of two of sets), the
- * rest mapped pages of the file, at least two chunks' worth. */
+/* ram bytes: the read window (an eighth at most), the file's dirty pages
+ * (two write-back rounds, a quarter at most), the rest the row cache. */
 static int size_disk(struct ps_store *st, uint64_t ram)
 {
 	struct ps_disk *dk = st->dk;
-	size_t sets = 1;
-	while ((sets * 4) * st->rec_bytes <= ram * 3 / 4)
-		sets *= 2;
-	dk->nsets = sets;
-	dk->budget = (size_t)((ram - sets * 2 * st->rec_bytes) >> PAGE_SHIFT);
-	if (dk->budget < 2 * dk->pages_per_chunk)
-		dk->budget = 2 * dk->pages_per_chunk;
-	dk->slots = aligned_alloc(64, sets * 2 * st->rec_bytes);
-	dk->crec = malloc(sets * 2 * sizeof(*dk->crec));
-	dk->dirty = calloc(sets * 2, 1);
-	dk->mru = calloc(sets, 1);
-	if (!dk->slots || !dk->crec || !dk->dirty || !dk->mru)
+	size_t win = ram / 8 < WINDOW_BYTES ? (size_t)(ram / 8) : WINDOW_BYTES;
+	dk->io_budget = ram / 8 < WRITEBACK_BYTES ? (size_t)(ram / 8) : WRITEBACK_BYTES;
+	dk->win_cap = win / st->rec_bytes ? win / st->rec_bytes : 1;
+	size_t sets = (size_t)((ram - win - 2 * dk->io_budget) / (2 * st->rec_bytes));
+	dk->nsets = sets ? sets : 1;
+	dk->slots = aligned_alloc(64, dk->nsets * 2 * st->rec_bytes);
+	dk->win = aligned_alloc(64, dk->win_cap * st->rec_bytes);
+	dk->crec = malloc(dk->nsets * 2 * sizeof(*dk->crec));
+	dk->dirty = calloc(dk->nsets * 2, 1);
+	dk->mru = calloc(dk->nsets, 1);
+	if (!dk->slots || !dk->win || !dk->crec || !dk->dirty || !dk->mru)
 		return -ENOMEM;
-	memset(dk->crec, 0xff, sets * 2 * sizeof(*dk->crec));
+	memset(dk->crec, 0xff, dk->nsets * 2 * sizeof(*dk->crec));
+	/* rows are read one at a time: read-ahead would only fill the
+	 * page cache with cold neighbours */
+	posix_fadvise(dk->fd, 0, 0, POSIX_FADV_RANDOM);
 	return 0;
 }
 
@@ -207,8 +213,6 @@ int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_sto
 		ps_store_free(st);
 		return rc;
 	}
-	dk->chunk_bytes = CHUNK_ROWS * st->rec_bytes; /* a multiple of the page */
-	dk->pages_per_chunk = dk->chunk_bytes >> PAGE_SHIFT;
 	st->dk = dk;
 	rc = size_disk(st, job->store_ram_mb << 20);
 	if (rc) {
@@ -222,7 +226,7 @@ int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_sto
 size_t ps_store_resident_bytes(const struct ps_store *st)
 {
 	if (st->dk)
-		return (st->dk->resident << PAGE_SHIFT) + st->dk->nsets * 2 * st->rec_bytes;
+		return (st->dk->nsets * 2 + st->dk->win_cap) * st->rec_bytes + 2 * st->dk->io_budget;
 	return st->nchunks * CHUNK_ROWS * st->rec_bytes;
 }
 
@@ -230,17 +234,13 @@ void ps_store_free(struct ps_store *st)
 {
 	if (!st)
 		return;
-	for (size_t i = 0; i < st->nchunks; i++) {
-		if (st->dk)
-			munmap(st->chunks[i], st->dk->chunk_bytes);
-		else
-			free(st->chunks[i]);
-	}
+	for (size_t i = 0; i < st->nchunks; i++)
+		free(st->chunks[i]);
 	free(st->chunks);
 	if (st->dk) {
 		close(st->dk->fd);
-		free(st->dk->pg);
 		free(st->dk->slots);
+		free(st->dk->win);
 		free(st->dk->crec);
 		free(st->dk->dirty);
 		free(st->dk->mru);
@@ -272,80 +272,97 @@ size_t ps_store_count(const struct ps_store *st)
 	return st->count;
 }
 
-/* Unmap pages [p0, p0 + n) of the row file (one chunk's), write them back
- * and drop them from the page cache; their next touch reads them again. */
-static void drop_pages(const struct ps_store *st, size_t p0, size_t n)
+/* An I/O error of the row file: logged once, kept, and the row asked for
+ * is not served (NULL upstream). */
+static void io_failed(struct ps_disk *dk, const char *what, size_t i, ssize_t got)
 {
-	struct ps_disk *dk = st->dk;
-	if (!n)
+	int e = got < 0 ? errno : EIO;
+	if (!dk->err)
+		ESD_ERR("ps", "row file: %s of record %zu: %s", what, i,
+			got < 0 ? strerror(e) : "short transfer");
+	dk->err = -e;
+}
+
+/* n more bytes were written to the file: past the budget, wait for the
+ * write-back started last time and start it for what was written since,
+ * so at most two budgets of the file's pages are dirty at once (a memory
+ * cgroup cannot reclaim dirty pages; clean ones it reclaims as any page
+ * cache). */
+static void io_account(struct ps_disk *dk, size_t n)
+{
+	dk->io_bytes += n;
+	if (dk->io_bytes < dk->io_budget)
 		return;
-	size_t c = p0 / dk->pages_per_chunk, off = (p0 % dk->pages_per_chunk) << PAGE_SHIFT;
-	madvise(st->chunks[c] + off, n << PAGE_SHIFT, MADV_DONTNEED);
-	/* written back now and dropped once clean: dirty pages of the file
-	 * must not pile up in a memory cgroup, which cannot write them */
-	posix_fadvise(dk->fd, (off_t)(p0 << PAGE_SHIFT), (off_t)(n << PAGE_SHIFT),
-		      POSIX_FADV_DONTNEED);
-	dk->dropped += n;
+	dk->io_bytes = 0;
+	sync_file_range(dk->fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE);
+	sync_file_range(dk->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
-/* The CLOCK's hand sweeps until an eighth of the budget is free: a
- * referenced page loses its mark, an unmarked one is dropped; adjacent
- * dropped pages of one chunk go in one call. */
-static void sweep(const struct ps_store *st)
+static bool in_window(const struct ps_disk *dk, size_t i)
+{
+	return i >= dk->win0 && i - dk->win0 < dk->win_n;
+}
+
+/* Record i from the file (or the window) into dst. */
+static int read_rec(const struct ps_store *st, size_t i, char *dst)
 {
 	struct ps_disk *dk = st->dk;
-	size_t npages = st->nchunks * dk->pages_per_chunk, target = dk->budget - dk->budget / 8;
-	size_t run0 = 0, runn = 0;
-
-	for (size_t steps = 0; dk->resident > target && steps < 2 * npages + 1; steps++) {
-		size_t p = dk->hand;
-		dk->hand = p + 1 == npages ? 0 : p + 1;
-		bool extends = runn && run0 + runn == p && p % dk->pages_per_chunk;
-		if (dk->pg[p] == PG_REF) {
-			dk->pg[p] = PG_IN;
-			drop_pages(st, run0, runn);
-			runn = 0;
-			continue;
-		}
-		if (dk->pg[p] == PG_IN) {
-			dk->pg[p] = PG_OUT;
-			dk->resident--;
-		}
-		if (!extends) {
-			drop_pages(st, run0, runn);
-			run0 = p;
-			runn = 0;
-		}
-		runn++;
+	if (in_window(dk, i)) {
+		memcpy(dst, dk->win + (i - dk->win0) * st->rec_bytes, st->rec_bytes);
+		return 0;
 	}
-	drop_pages(st, run0, runn);
+	ssize_t got = pread(dk->fd, dst, st->rec_bytes, (off_t)(i * st->rec_bytes));
+	if (got != (ssize_t)st->rec_bytes) {
+		io_failed(dk, "read", i, got);
+		return dk->err;
+	}
+	return 0;
 }
 
-/* Record i is being used: its pages are marked referenced (resident). */
-static void touch(const struct ps_store *st, size_t i)
+/* Record i from src into the file (and the window when it holds i). */
+static int write_rec(const struct ps_store *st, size_t i, const char *src)
 {
 	struct ps_disk *dk = st->dk;
-	size_t off = i * st->rec_bytes;
-	for (size_t p = off >> PAGE_SHIFT; p <= (off + st->rec_bytes - 1) >> PAGE_SHIFT; p++) {
-		if (dk->pg[p] == PG_OUT)
-			dk->resident++;
-		dk->pg[p] = PG_REF;
+	if (in_window(dk, i))
+		memcpy(dk->win + (i - dk->win0) * st->rec_bytes, src, st->rec_bytes);
+	ssize_t got = pwrite(dk->fd, src, st->rec_bytes, (off_t)(i * st->rec_bytes));
+	if (got != (ssize_t)st->rec_bytes) {
+		io_failed(dk, "write", i, got);
+		return dk->err;
 	}
-	if (dk->resident > dk->budget)
-		sweep(st);
+	io_account(dk, st->rec_bytes);
+	return 0;
 }
 
-/* Record i where it is kept: its chunk (in the file, on disk). */
+/* Record i through the window: the run of records from i read in one call
+ * when the window does not hold it (a checkpoint walks records in order). */
+static char *window_get(const struct ps_store *st, size_t i)
+{
+	struct ps_disk *dk = st->dk;
+	if (!in_window(dk, i)) {
+		size_t n = st->count - i < dk->win_cap ? st->count - i : dk->win_cap;
+		size_t want = n * st->rec_bytes;
+		dk->win_n = 0;
+		ssize_t got = pread(dk->fd, dk->win, want, (off_t)(i * st->rec_bytes));
+		if (got != (ssize_t)want) {
+			io_failed(dk, "read", i, got);
+			return NULL;
+		}
+		dk->win0 = i;
+		dk->win_n = n;
+	}
+	return dk->win + (i - dk->win0) * st->rec_bytes;
+}
+
+/* Record i where it is kept in RAM. */
 static char *home_of(const struct ps_store *st, size_t i)
 {
-	if (st->dk)
-		touch(st, i);
 	return st->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * st->rec_bytes;
 }
 
 static size_t cache_set(const struct ps_disk *dk, size_t i)
 {
-	return (size_t)mix(i) & (dk->nsets - 1);
+	return (size_t)(((unsigned __int128)mix(i) * dk->nsets) >> 64);
 }
 
 /* The cache way holding record i, or -1. */
@@ -359,8 +376,9 @@ static long cache_way(const struct ps_disk *dk, size_t i)
 }
 
 /* Record i in the cache: a hit, or the set's least recently used way
- * written back (when changed) and refilled from the file. */
-static char *cache_get(const struct ps_store *st, size_t i)
+ * written back (when changed) and refilled from the file (fresh: a new
+ * record, nothing to read). NULL on an I/O error. */
+static char *cache_get(const struct ps_store *st, size_t i, bool fresh)
 {
 	struct ps_disk *dk = st->dk;
 	size_t set = cache_set(dk, i);
@@ -368,9 +386,12 @@ static char *cache_get(const struct ps_store *st, size_t i)
 	if (way < 0) {
 		way = (long)(set * 2 + (1u - dk->mru[set]));
 		char *slot = dk->slots + (size_t)way * st->rec_bytes;
-		if (dk->crec[way] != UINT32_MAX && dk->dirty[way])
-			memcpy(home_of(st, dk->crec[way]), slot, st->rec_bytes);
-		memcpy(slot, home_of(st, i), st->rec_bytes);
+		if (dk->crec[way] != UINT32_MAX && dk->dirty[way] &&
+		    write_rec(st, dk->crec[way], slot))
+			return NULL;
+		dk->crec[way] = UINT32_MAX;
+		if (!fresh && read_rec(st, i, slot))
+			return NULL;
 		dk->crec[way] = (uint32_t)i;
 		dk->dirty[way] = 0;
 	}
@@ -386,6 +407,7 @@ struct ps_row *ps_store_at(const struct ps_store *st, size_t i)
 		long way = cache_way(st->dk, i);
 		if (way >= 0)
 			return (struct ps_row *)(st->dk->slots + (size_t)way * st->rec_bytes);
+		return (struct ps_row *)window_get(st, i);
 	}
 	return (struct ps_row *)home_of(st, i);
 }
@@ -431,8 +453,8 @@ static int grow_index(struct ps_store *st)
 	return 0;
 }
 
-/* Chunk c's memory: allocated, or the row file grown by one chunk and that
- * part mapped. The change bitmap grows with it. */
+/* Chunk c's memory: allocated, or the row file grown by one chunk. The
+ * change bitmap grows with it. */
 static int add_chunk(struct ps_store *st, size_t c)
 {
 	size_t words = (c + 1) * (CHUNK_ROWS / 64);
@@ -448,26 +470,15 @@ static int add_chunk(struct ps_store *st, size_t c)
 		st->chunks[c] = aligned_alloc(64, CHUNK_ROWS * st->rec_bytes);
 		return st->chunks[c] ? 0 : -ENOMEM;
 	}
-	struct ps_disk *dk = st->dk;
-	size_t pages = (c + 1) * dk->pages_per_chunk;
-	if (pages > dk->pg_cap) {
-		uint8_t *np = realloc(dk->pg, pages * 2);
-		if (!np)
-			return -ENOMEM;
-		memset(np + dk->pg_cap, 0, pages * 2 - dk->pg_cap);
-		dk->pg = np;
-		dk->pg_cap = pages * 2;
+	/* the file covers every record, so a window read past the last one
+	 * written is not short (the file is sparse until then) */
+	size_t bytes = (c + 1) * CHUNK_ROWS * st->rec_bytes;
+	st->chunks[c] = NULL;
+	if (ftruncate(st->dk->fd, (off_t)bytes)) {
+		int rc = -errno;
+		ESD_ERR("ps", "cannot grow the row file to %zu bytes: %s", bytes, strerror(-rc));
+		return rc;
 	}
-	off_t at = (off_t)(c * dk->chunk_bytes);
-	if (ftruncate(dk->fd, at + (off_t)dk->chunk_bytes)) {
-		ESD_ERR("ps", "cannot grow the row file to %zu bytes: %s",
-			(c + 1) * dk->chunk_bytes, strerror(errno));
-		return -errno;
-	}
-	void *m = mmap(NULL, dk->chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, dk->fd, at);
-	if (m == MAP_FAILED)
-		return -errno;
-	st->chunks[c] = m;
 	return 0;
 }
 
@@ -494,13 +505,19 @@ void ps_store_clear_changed(struct ps_store *st)
 		memset(st->changed, 0, st->changed_cap * sizeof(*st->changed));
 }
 
-/* Row of key, created if absent; *rec its record number. */
-static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
+/* Row of key, created if absent; *rec its record number. overwrite: the
+ * caller replaces the whole record, so a row on disk is not read. */
+static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec, bool overwrite)
 {
 	size_t i = probe(st, key);
 	if (st->idx_rec[i]) {
 		*rec = st->idx_rec[i] - 1;
-		return (struct ps_row *)(st->dk ? cache_get(st, *rec) : home_of(st, *rec));
+		if (!st->dk)
+			return (struct ps_row *)home_of(st, *rec);
+		struct ps_row *r = (struct ps_row *)cache_get(st, *rec, overwrite);
+		if (r && overwrite)
+			r->key = key;
+		return r;
 	}
 	if ((st->count + 1) * 2 > st->idx_cap) {
 		if (grow_index(st))
@@ -521,8 +538,10 @@ static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
 			st->nchunks++;
 		}
 	}
-	struct ps_row *r = ps_store_at(st, st->count++);
-	/* ps_store_at checks against count, which now includes r */
+	size_t n = st->count;
+	struct ps_row *r = (struct ps_row *)(st->dk ? cache_get(st, n, true) : home_of(st, n));
+	if (!r)
+		return NULL;
 	r->key = key;
 	r->clock = 0;
 	const uint32_t t = esd_key_table(key);
@@ -530,10 +549,9 @@ static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
 			   st->dim, r->data);
 	esd_optim_state_init(&st->opt, st->dim, r->data + st->dim);
 	st->idx_key[i] = key;
-	st->idx_rec[i] = (uint32_t)st->count;
-	*rec = st->count - 1;
-	if (st->dk)
-		r = (struct ps_row *)cache_get(st, *rec);
+	st->idx_rec[i] = (uint32_t)(n + 1);
+	st->count = n + 1;
+	*rec = n;
 	mark_changed(st, *rec);
 	return r;
 }
@@ -541,14 +559,14 @@ static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec)
 struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
 {
 	size_t rec;
-	return get_row(st, key, &rec);
+	return get_row(st, key, &rec, false);
 }
 
 int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
 		       const float *state)
 {
 	size_t rec;
-	struct ps_row *r = get_row(st, key, &rec);
+	struct ps_row *r = get_row(st, key, &rec, !st->state_len || state);
 	if (!r)
 		return -ENOMEM;
 	mark_changed(st, rec);
@@ -614,7 +632,7 @@ long ps_store_apply_staged(struct ps_store *st)
 			esd_optim_grad_add(st->dim, st->tmp, st->tmp_in);
 		}
 		size_t rec;
-		struct ps_row *r = get_row(st, key, &rec);
+		struct ps_row *r = get_row(st, key, &rec, false);
 		if (!r)
 			return -ENOMEM;
 		mark_changed(st, rec);

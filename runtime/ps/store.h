@@ -12,8 +12,9 @@
  * optimizer step. Staging the same (iteration, worker, key) twice is
  * refused (the transport's dedup makes this a protocol error).
  *
- * With ps.store_dir the records are a memory-mapped file and only the hot
- * pages stay resident (store.c); the index stays in RAM.
+ * With ps.store_dir the records are in a file read and written with
+ * pread / pwrite and only a cache of hot rows stays resident (store.c);
+ * the index stays in RAM.
  */
 #ifndef ESD_PS_STORE_H
 #define ESD_PS_STORE_H
@@ -39,7 +40,8 @@ int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t s
  * there and at most ps.store_ram MiB of them resident. */
 int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out);
 void ps_store_free(struct ps_store *st);
-/* Bytes of rows resident: the mapped hot pages on disk, every chunk in RAM. */
+/* Bytes of rows resident: on disk the row cache, the read window and the
+ * file's dirty pages it allows; in RAM every chunk. */
 size_t ps_store_resident_bytes(const struct ps_store *st);
 /* Record i changed (created, updated or overwritten) since the last
  * ps_store_clear_changed: what an incremental checkpoint writes. */
@@ -50,12 +52,14 @@ unsigned ps_store_dim(const struct ps_store *st);
 size_t ps_store_state_len(const struct ps_store *st);
 size_t ps_store_count(const struct ps_store *st);
 
-/* Row of key, created (initialised) if absent. NULL only on -ENOMEM. The
- * pointer is valid until the next call that may create a row. */
+/* Row of key, created (initialised) if absent. NULL on -ENOMEM or (on
+ * disk) an I/O error of the row file. The pointer is valid until the next
+ * call into the store. */
 struct ps_row *ps_store_get(struct ps_store *st, uint64_t key);
 /* Row of key if it exists, else NULL (no creation). */
 struct ps_row *ps_store_find(const struct ps_store *st, uint64_t key);
-/* Row i in creation order (0 <= i < count), for checkpoints. */
+/* Row i in creation order (0 <= i < count), for checkpoints; NULL past the
+ * end or on an I/O error of the row file. Valid until the next call. */
 struct ps_row *ps_store_at(const struct ps_store *st, size_t i);
 
 /* Overwrite value + state + clock (PUSH_VALUE: an update or evict push).

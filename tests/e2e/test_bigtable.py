@@ -4,7 +4,8 @@ times its memory limit trains exactly as in RAM.
 The shard runs in a memory cgroup of its own (cgroup v2 memory.max, or v1
 memory.limit_in_bytes) limited to a quarter of the table's bytes, with
 ps.store_ram an eighth of the table; 4 node daemons and trainers outside
-it. Checks: the shard is not OOM-killed and ends the job; its peak resident
+it. The row file is on the disk under the test's temporary folder; the
+run is bound by that disk's random reads. Checks: the shard is not OOM-killed and ends the job; its peak resident
 set and the cgroup's peak stay under the limit; the final tables are bit
 for bit those of the same job with the rows in RAM, and equal esd-ref's
 single-process reference.
@@ -24,15 +25,15 @@ import time
 from e2e_util import Env, ClusterError, shard_files
 from esdcluster import Cluster
 
-DIM = 512
+DIM = 1024
 ITERS = 40
 SAMPLES = 10240
 
 
 def row_bytes(dim):
-    """A stored record: key, clock, value and the Adagrad accumulator, in
+    """A stored record: key, clock and value (SGD keeps no state), in
     64-byte units (runtime/ps/store.c)."""
-    b = 16 + dim * 2 * 4
+    b = 16 + dim * 4
     return (b + 63) & ~63
 
 
@@ -132,11 +133,18 @@ def main():
     env = Env(sys.argv[1], "bigtable")
     subprocess.run([os.path.join(env.bin, "esd-data"), "gen", "-o", env.stream,
                     "--shape", "criteo-kaggle", "-n", str(SAMPLES), "--scale", "1",
-                    "--max-rows", "400000", "--zipf", "0.5", "--seed", "7"],
+                    "--max-rows", "4000000", "--zipf", "0.9", "--seed", "7"],
                    check=True, stdout=subprocess.DEVNULL)
     s = env.settings(**{"model.dim": DIM, "job.iterations": ITERS, "workers.batch": 64,
-                        "cache.ratio": 0.005})
-    # about 107,000 rows of 4,160 bytes (dim 512, Adagrad): a 420 MiB table
+                        "cache.ratio": 0.001, "job.force_plan": "true",
+                        "model.optimizer": "sgd"})
+    # about 77,000 rows of 4,160 bytes (dim 1024, SGD): a 306 MiB table; a
+    # long tail of rows met once or twice, as a large sparse table has (its
+    # tables declared past what plan lets a shard hold in RAM here:
+    # job.force_plan; the rows are created as met). SGD: with Adagrad the
+    # first step of an element is +-lr whatever the gradient's size, so a
+    # near-zero gradient whose sign the workers' float partial sums flip
+    # differs from esd-ref by lr, beyond compare's tolerance at this dim.
     try:
         ck_ram, _ = env.run("ram", dict(s), timeout=600)
         rows = None

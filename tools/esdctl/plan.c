@@ -82,14 +82,14 @@ static void plan_ps(struct plan_out *out)
 		json_t *o = json_pack("{s:i, s:I, s:I}", "shard", s, "row_count",
 		                      (json_int_t)ps->rows, "row_bytes", (json_int_t)p->row_bytes);
 		item(o, "rows", ps->records, true,
-		     ps->disk ? "rows resident (ps.store_ram: row cache and mapped pages)"
+		     ps->disk ? "rows resident (ps.store_ram: row cache, window, dirty pages)"
 		              : "row records: key, clock, vector and optimizer state, in 4096-row "
 		                "chunks");
 		item(o, "index", ps->index, true,
 		     "open-addressing index at load <= 1/2, changed-row bits");
 		item(o, "staging", ps->staging, false, "gradients staged for one barrier");
 		item(o, "pull", ps->pull, false,
-		     "pull answers of one iteration, encoded whole with optimizer state");
+		     "pull answers of one iteration with optimizer state (at most)");
 		item(o, "dense", ps->dense, true, "dense table: values, optimizer state, n stages");
 		json_object_set_new(o, "total", json_integer((json_int_t)ps->total));
 		json_object_set_new(o, "disk", json_integer((json_int_t)ps->disk));
