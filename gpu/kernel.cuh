@@ -27,8 +27,9 @@
  *            nodes into every block's kept table (the others did not
  *            change);
  *   path     Dijkstra on one warp over the reduced weights, the same in
- *            every block, on past the first underloaded worker until all
- *            are taken; pot += min(dist, D), D the last one's distance;
+ *            every block, on past the first underloaded worker until as
+ *            many are taken as there are overloaded ones; pot +=
+ *            min(dist, D), D the last one's distance;
  *            node-disjoint tree paths to the sinks, in the order taken;
  *   flow     per path, f = min(excess, room, tied rows per path edge over
  *            the blocks), and this block's offset;
@@ -454,8 +455,9 @@ __device__ static void pick_paths(struct blk *s, int found)
 /* Dijkstra over s->w (minima, biased) with the reduced weights
  * w(a, b) + pot[a] - pot[b] (>= 0: pot is a dual of the current loads),
  * from the overloaded workers, on past the first underloaded one until
- * every underloaded worker is taken (one: stop at the first), D the
- * distance of the last one taken; then pot += min(dist, D) keeps the
+ * as many underloaded workers are taken as there are overloaded ones (or
+ * underloaded ones, if fewer; one: stop at the first), D the distance of
+ * the last one taken; then pot += min(dist, D) keeps the
  * reduced weights >= 0 for any such cutoff and makes every tree edge
  * between taken nodes tight, and pick_paths takes node-disjoint paths to
  * the sinks. s->npaths == 0: no path. Every block computes the same
@@ -470,10 +472,15 @@ __device__ static void find_path(struct blk *s, uint32_t n, int one)
 		long long d1 = v1 < n && s->load[v1] > s->cap[v1] ? 0 : LLONG_MAX;
 		int p0 = -1, p1 = -1, done0 = v0 >= n, done1 = v1 >= n, found = 0;
 		int under = (v0 < n && s->load[v0] < s->cap[v0]) + (v1 < n && s->load[v1] < s->cap[v1]);
+		int over = (d0 == 0) + (d1 == 0);
 		long long D = 0;
 		unsigned long long pops = 0;
-		for (int o = 16; o > 0; o >>= 1)
+		for (int o = 16; o > 0; o >>= 1) {
 			under += __shfl_xor_sync(0xffffffffu, under, o);
+			over += __shfl_xor_sync(0xffffffffu, over, o);
+		}
+		/* no more node-disjoint paths than sources or sinks */
+		const int want = one ? 1 : min(under, over);
 		for (;;) {
 			/* the nearest open worker, lowest on ties: keys dist << 6 | worker
 			 * (dist >= 0 and below 2^57: reduced weights, n hops) */
@@ -496,7 +503,7 @@ __device__ static void find_path(struct blk *s, uint32_t n, int one)
 					s->sinks[found] = (int)u;
 				found++;
 				D = d;
-				if (one || found == under)
+				if (found == want)
 					break;
 			}
 			const long long base = d + s->pot[u];
