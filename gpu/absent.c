@@ -31,8 +31,10 @@ int64_t *esd_gpu_dev_stage(struct gpu_dev *d)
 	return NULL;
 }
 
-int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
+int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap,
+                     uint32_t mode)
 {
+	(void)mode;
 	(void)d;
 	(void)k;
 	(void)n;

@@ -205,7 +205,8 @@ extern "C" int64_t *esd_gpu_dev_stage(struct gpu_dev *d)
 	return d->hcost;
 }
 
-extern "C" int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap)
+extern "C" int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap,
+                                uint32_t mode)
 {
 	if (!kernel_alive(d))
 		return -ENODEV;
@@ -213,6 +214,7 @@ extern "C" int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const
 		return -EBUSY;
 	d->q->k = k;
 	d->q->n = n;
+	d->q->mode = mode;
 	memcpy(d->q->cap, cap, n * sizeof(uint32_t));
 	d->seq++;
 	if (d->seq == 0 || d->seq == GO_STOP)
@@ -240,6 +242,8 @@ extern "C" int esd_gpu_dev_wait(struct gpu_dev *d, int64_t deadline_abs_ns, uint
 		return -EIO;
 	memcpy(assign, d->hassign, (size_t)d->q->k * sizeof(uint32_t));
 	res->steps = d->q->steps;
+	res->paths = d->q->paths;
+	res->rescanned = d->q->rescanned;
 	res->blocks = d->q->used_blocks;
 	res->verified = !(d->q->vflags & VF_BAD);
 	res->canonical = !(d->q->vflags & (VF_BAD | VF_LOWER));

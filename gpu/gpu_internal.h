@@ -18,7 +18,9 @@ struct gpu_dev;
 
 /* What a finished job returns besides the assignment. */
 struct gpu_result {
-	uint64_t steps;     /* augmentations */
+	uint64_t steps;     /* steps (each moves rows along one or more paths) */
+	uint64_t paths;     /* augmenting paths over the steps */
+	uint64_t rescanned; /* rows rescanned after the steps' moves, all blocks */
 	uint32_t blocks;    /* blocks that solved it */
 	int verified;       /* the kernel's check: pot proves the assignment optimal */
 	int canonical;      /* verified, and no row is tied with a lower worker */
@@ -37,9 +39,11 @@ void esd_gpu_dev_close(struct gpu_dev *d);
 /* The staging buffer (pinned host memory, max_k x 64 int64) the next job's
  * costs are written into, row-major k x n. */
 int64_t *esd_gpu_dev_stage(struct gpu_dev *d);
-/* Post the staged job. 0; -EBUSY while the kernel is still on an
+/* Post the staged job; mode: ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH (0:
+ * incremental scan, several paths a step). 0; -EBUSY while the kernel is still on an
  * abandoned job; -ENODEV when the kernel has stopped. */
-int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap);
+int esd_gpu_dev_post(struct gpu_dev *d, uint32_t k, uint32_t n, const uint32_t *cap,
+                     uint32_t mode);
 /* Wait for the job until deadline_abs_ns (CLOCK_MONOTONIC). 0 with
  * assign[k] and *res filled; -ETIMEDOUT (the job is abandoned); -EIO (the
  * kernel reported a failure); -ENODEV (the kernel has stopped). */

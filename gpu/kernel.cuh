@@ -22,20 +22,28 @@
  * potentials kept as a dual of the current loads. Rows are split into g
  * contiguous ranges, one per block, their costs in a column-major slab
  * (shared memory as int32 offsets when it fits). Every row starts at its
- * cheapest worker. Each step:
- *   scan     per pair (a, b), over the block's rows at a, the least
- *            c[r][b] - c[r][a] and how many rows reach it;
- *   publish  that (min, count) word to the block's slot of the partials,
- *            the min into the step's global minima (atomicMin);
- *   barrier  one grid barrier (every 32 steps its last block also reads
- *            the host's abort word, so every block stops at the same step);
- *   gather   the global minima into every block;
+ * cheapest worker, and a first scan covers every row. Each step:
+ *   gather   the global minima of the pairs of the last step's path
+ *            nodes into every block's kept table (the others did not
+ *            change);
  *   path     Dijkstra on one warp over the reduced weights, the same in
- *            every block, to the nearest underloaded worker; pot += min(
- *            dist, D);
- *   flow     f = min(excess, room, tied rows per path edge over the
- *            blocks), and this block's offset;
- *   move     the block's share of the first f tied rows of every path edge.
+ *            every block, on past the first underloaded worker until as
+ *            many are taken as there are overloaded ones; pot +=
+ *            min(dist, D), D the last one's distance;
+ *            node-disjoint tree paths to the sinks, in the order taken;
+ *   flow     per path, f = min(excess, room, tied rows per path edge over
+ *            the blocks), and this block's offset;
+ *   move     the block's share of the first f tied rows of every path
+ *            edge, noting the workers whose rows moved;
+ *   scan     per pair (a, b) with a such a worker, over the block's rows
+ *            at a, the least c[r][b] - c[r][a] and how many rows reach
+ *            it (the other pairs keep theirs);
+ *   publish  the (min, count) words of the pairs rescanned at this step
+ *            or the one before to the block's slot of the (double-
+ *            buffered) partials, the minima of the path nodes' pairs into
+ *            the step's global minima (atomicMin);
+ *   barrier  one grid barrier (every 32 steps its last block also reads
+ *            the host's abort word, so every block stops at the same step).
  * The loop ends when every load equals its capacity; a check pass then
  * confirms every row sits at its least reduced cost and sends each row's
  * tight workers to the host (the canonical pass's input).
@@ -97,6 +105,9 @@ struct gpu_queue {
 	unsigned long long steps;
 	long long pot[MAXN];    /* device: optimal potentials */
 	unsigned long long prof[8]; /* device: block 0's profile (P_*) */
+	uint32_t mode;          /* host: ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH */
+	unsigned long long paths;     /* device: augmenting paths of the job */
+	unsigned long long rescanned; /* device: rows rescanned after moves, all blocks */
 };
 
 /* Device-side control block (device memory). */
@@ -109,6 +120,8 @@ struct gpu_ctl {
 	uint32_t bar_gen;
 	uint32_t abort;     /* the last barrier's verdict on the host's abort word */
 	uint32_t vflags;    /* VF_* over all blocks */
+	uint32_t mode;      /* the job's ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH */
+	unsigned long long rescanned; /* sum of the blocks' rescanned rows */
 	unsigned long long gmin[3][NN]; /* pair minima, by step mod 3 */
 };
 
@@ -130,21 +143,28 @@ struct kargs {
 /* A block's copy of the job header; valid = 0 when block 0 was already
  * rewriting it for a later job (a block that slept through a whole job). */
 struct job {
-	uint32_t k, n, g, valid;
+	uint32_t k, n, g, mode, valid;
 };
 
 /* The shared state of one block (dynamic shared memory). */
 struct blk {
 	/* pair (a, b) at PIX(a, b, n): rows n + 1 apart, so that lanes on the
 	 * same b and different a hit different banks */
-	unsigned long long w[MAXN * (MAXN + 1)]; /* scan: own minima; then global */
-	uint32_t cnt2[MAXN * (MAXN + 1)];        /* scan: own rows at the own minimum */
+	unsigned long long w[MAXN * (MAXN + 1)];   /* global minima (biased), kept across steps */
+	unsigned long long own[MAXN * (MAXN + 1)]; /* this block's (min << CNT_BITS | count) */
+	uint32_t cnt2[MAXN * (MAXN + 1)];          /* scan: 32-bit minima, then counts */
 	long long pot[MAXN];          /* worker potentials (the dual) */
 	int pred[MAXN];               /* Dijkstra's tree */
-	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN];
-	uint32_t tot[MAXN], before[MAXN], pnode[MAXN];
-	int src, dst, plen, flow, status;
-	uint32_t abortv, vflags, db, hk, hn;
+	int load[MAXN], cap[MAXN], next[MAXN], cnt[MAXN], pid[MAXN], sinks[MAXN];
+	uint32_t tot[MAXN], before[MAXN], pnode[MAXN], dl[MAXN];
+	/* the step's node-disjoint paths: ends, flow; plen out-edges in pnode */
+	int psrc[MAXN / 2], pdst[MAXN / 2], pflow[MAXN / 2];
+	int npaths, plen, status;
+	uint32_t ndl;                 /* workers listed in dl */
+	unsigned long long pmask;     /* the workers on the step's paths */
+	unsigned long long ldirty;    /* workers this block's moves touched */
+	unsigned long long rescanned, paths; /* rows rescanned after moves; paths */
+	uint32_t abortv, vflags, db, hk, hn, hmode;
 	unsigned long long prof[P_COUNT]; /* block 0: clock64 per phase */
 	struct job hdr;
 };
@@ -205,6 +225,7 @@ __device__ static void read_header(struct gpu_ctl *c, uint32_t seq, struct job *
 	h->k = vload(&c->k);
 	h->n = vload(&c->n);
 	h->g = vload(&c->g);
+	h->mode = vload(&c->mode);
 	__threadfence();
 	h->valid = seq != GO_STOP && h1 == seq && vload(&c->hseq) == seq;
 }
@@ -242,24 +263,48 @@ __device__ static void step_sync(struct blk *s, struct gpu_ctl *c, struct gpu_qu
 	__syncthreads();
 }
 
-/* scan: over this block's rows r at a, for every pair (a, b) the least
- * c[r][b] - c[r][a] (s->w, biased) and how many rows reach it (s->cnt2).
- * Two passes: atomicMin, then counting with one atomic per group of lanes
- * that hit the same pair.
- * Long: the two passes (minima, then counts) over the block's rows share the barrier between
- * them and the 32- and 64-bit cases of the first. */
-__device__ static void scan(struct blk *s, const struct rows *R)
+/* The workers of mask (below n) as a list: s->dl[0 .. s->ndl - 1]. */
+__device__ static void mask_list(struct blk *s, unsigned long long mask, uint32_t n)
 {
-	const uint32_t tid = threadIdx.x, n = R->n, np = n * (n + 1);
+	const uint32_t tid = threadIdx.x;
 
+	if (tid < n && (mask >> tid & 1))
+		s->dl[__popcll(mask & ((1ull << tid) - 1))] = tid;
+	if (tid == 0)
+		s->ndl = (uint32_t)__popcll(mask);
+	__syncthreads();
+}
+
+/* scan: over this block's rows r at a worker of mask (the workers whose
+ * rows moved), for every pair (a, b) the least c[r][b] - c[r][a] and how
+ * many rows reach it, into s->own as (biased min << CNT_BITS | count).
+ * The other pairs keep their words: their rows did not change. Two
+ * passes: atomicMin (32-bit on the shared slab, cnt2 as scratch), then
+ * counting with one atomic per group of lanes that hit the same pair.
+ * Long: the two passes (minima, then counts) over the block's rows share the barriers between
+ * them and the 32- and 64-bit cases of the first. */
+__device__ static void scan(struct blk *s, const struct rows *R, unsigned long long mask)
+{
+	const uint32_t tid = threadIdx.x, n = R->n;
+	uint32_t seen = 0;
+
+	mask_list(s, mask, n);
+	const uint32_t ne = s->ndl * n;
+	if (ne == 0) { /* the same in every thread: nothing to rescan */
+		__syncthreads(); /* s->ndl read by all before the next list */
+		return;
+	}
 	if (R->slab32) {
 		/* costs within 2^30 of the row's least: 32-bit minima, biased by
 		 * 2^31 (kept in cnt2 until the counting pass) */
-		for (uint32_t e = tid; e < np; e += THREADS)
-			s->cnt2[e] = 0xffffffffu;
+		for (uint32_t e = tid; e < ne; e += THREADS)
+			s->cnt2[PIX(s->dl[e / n], e % n, n)] = 0xffffffffu;
 		__syncthreads();
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
 			const uint32_t a = AG(R, r), i = r - R->r0;
+			if (!(mask >> a & 1))
+				continue;
+			seen++;
 			const int32_t ca = R->slab32[(size_t)a * R->per + i];
 			for (uint32_t b0 = 0; b0 < n; b0 += 8) {
 				int32_t v[8];
@@ -277,24 +322,26 @@ __device__ static void scan(struct blk *s, const struct rows *R)
 			}
 		}
 		__syncthreads();
-		for (uint32_t e = tid; e < np; e += THREADS) {
-			uint32_t m = s->cnt2[e];
-			s->w[e] = m == 0xffffffffu ? U64_INF
-			                           : (unsigned long long)((long long)m - 0x80000000ll +
-			                                                  (long long)DBIAS);
+		for (uint32_t e = tid; e < ne; e += THREADS) {
+			const uint32_t i = PIX(s->dl[e / n], e % n, n), m = s->cnt2[i];
+			s->own[i] = m == 0xffffffffu ? U64_INF
+			                             : (unsigned long long)((long long)m - 0x80000000ll +
+			                                                    (long long)DBIAS);
+			s->cnt2[i] = 0;
 		}
 		__syncthreads();
-		for (uint32_t e = tid; e < np; e += THREADS)
-			s->cnt2[e] = 0;
-		__syncthreads();
 	} else {
-		for (uint32_t e = tid; e < np; e += THREADS) {
-			s->w[e] = U64_INF;
-			s->cnt2[e] = 0;
+		for (uint32_t e = tid; e < ne; e += THREADS) {
+			const uint32_t i = PIX(s->dl[e / n], e % n, n);
+			s->own[i] = U64_INF;
+			s->cnt2[i] = 0;
 		}
 		__syncthreads();
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
 			const uint32_t a = AG(R, r);
+			if (!(mask >> a & 1))
+				continue;
+			seen++;
 			const long long ca = C(R, a, r);
 			for (uint32_t b0 = 0; b0 < n; b0 += 8) {
 				long long v[8];
@@ -306,7 +353,7 @@ __device__ static void scan(struct blk *s, const struct rows *R)
 					const uint32_t b = b0 + u;
 					unsigned long long d =
 					    (unsigned long long)(v[u] - ca + (long long)DBIAS);
-					unsigned long long *slot = &s->w[PIX(a, b < n ? b : 0, n)];
+					unsigned long long *slot = &s->own[PIX(a, b < n ? b : 0, n)];
 					if (b < n && b != a && d < *(volatile unsigned long long *)slot)
 						atomicMin(slot, d);
 				}
@@ -317,6 +364,8 @@ __device__ static void scan(struct blk *s, const struct rows *R)
 	/* the rows at each minimum */
 	for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS) {
 		const uint32_t a = AG(R, r);
+		if (!(mask >> a & 1))
+			continue;
 		const long long ca = C(R, a, r);
 		for (uint32_t b0 = 0; b0 < n; b0 += 8) {
 			long long v[8];
@@ -327,45 +376,111 @@ __device__ static void scan(struct blk *s, const struct rows *R)
 			for (uint32_t u = 0; u < 8; u++) {
 				const uint32_t b = b0 + u;
 				if (b < n && b != a &&
-				    (unsigned long long)(v[u] - ca + (long long)DBIAS) == s->w[PIX(a, b, n)])
+				    (unsigned long long)(v[u] - ca + (long long)DBIAS) == s->own[PIX(a, b, n)])
 					atomicAdd(&s->cnt2[PIX(a, b, n)], 1u);
 			}
 		}
 	}
 	__syncthreads();
+	for (uint32_t e = tid; e < ne; e += THREADS) {
+		const uint32_t i = PIX(s->dl[e / n], e % n, n);
+		const unsigned long long m = s->own[i];
+		s->own[i] = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[i];
+	}
+	if (seen)
+		atomicAdd(&s->rescanned, (unsigned long long)seen);
+	__syncthreads();
 }
 
-/* With g > 1: this block's (min, count) words into the partials and its
- * minima into the global ones. */
-__device__ static void publish(const struct blk *s, uint32_t n, uint32_t gmax,
-                               unsigned long long *part, unsigned long long *gmin)
+/* With g > 1: this block's (min, count) words of the workers in pm (pair
+ * rows that changed in this step or the one before: the other rows of
+ * this buffer are still current) into its slot of the partials, and its
+ * minima of the workers in gm (the step's path nodes, whose global minima
+ * every block rebuilds) into the step's global minima. */
+__device__ static void publish(struct blk *s, uint32_t n, uint32_t gmax, unsigned long long *part,
+                               unsigned long long *gmin, unsigned long long pm,
+                               unsigned long long gm)
 {
-	for (uint32_t e = threadIdx.x; e < n * n; e += THREADS) {
-		const uint32_t i = PIX(e / n, e % n, n);
-		unsigned long long m = s->w[i];
-		unsigned long long p = m == U64_INF ? U64_INF : (m << CNT_BITS) | s->cnt2[i];
-		__stcg(&part[(size_t)e * gmax + blockIdx.x], p);
-		if (m != U64_INF)
-			atomicMin(&gmin[e], m); /* result unused: a reduction, no round trip */
+	mask_list(s, pm | gm, n);
+	for (uint32_t e = threadIdx.x; e < s->ndl * n; e += THREADS) {
+		const uint32_t a = s->dl[e / n], b = e % n, x = a * n + b;
+		const unsigned long long p = s->own[PIX(a, b, n)];
+		if (pm >> a & 1)
+			__stcg(&part[(size_t)x * gmax + blockIdx.x], p);
+		if ((gm >> a & 1) && p != U64_INF)
+			atomicMin(&gmin[x], p >> CNT_BITS); /* result unused: a reduction */
 	}
+}
+
+/* Lane 0 of find_path: node-disjoint paths of the shortest-path forest,
+ * one per sink in the order Dijkstra took them, skipping a sink whose
+ * tree path meets a path already taken. s->next[a], s->pid[a] for the
+ * nodes with an out-edge (listed in s->pnode), the ends of each path,
+ * s->pmask the nodes on them. */
+__device__ static void pick_paths(struct blk *s, int found)
+{
+	unsigned long long used = 0;
+	int np = 0, len = 0;
+
+	for (int i = 0; i < found; i++) {
+		const int t = s->sinks[i];
+		int v = t, ok = 1, hops = 0;
+		while (v >= 0 && ok) {
+			ok = !(used >> v & 1) && hops++ <= MAXN;
+			v = s->pred[v];
+		}
+		if (!ok)
+			continue;
+		int src = t;
+		for (v = t; v >= 0; v = s->pred[v]) {
+			const int p = s->pred[v];
+			used |= 1ull << v;
+			if (p >= 0) {
+				s->next[p] = v;
+				s->pid[p] = np;
+				s->pnode[len++] = (uint32_t)p;
+			}
+			src = v;
+		}
+		s->psrc[np] = src;
+		s->pdst[np] = t;
+		np++;
+	}
+	s->npaths = np;
+	s->plen = len;
+	s->pmask = used;
+	s->paths += (unsigned long long)np;
 }
 
 /* Dijkstra over s->w (minima, biased) with the reduced weights
  * w(a, b) + pot[a] - pot[b] (>= 0: pot is a dual of the current loads),
- * from the overloaded workers until the first underloaded one is taken;
- * then pot += min(dist, D) keeps the reduced weights >= 0 and makes the
- * path's edges tight, and the path: s->next[a] for the path's nodes,
- * s->pnode[0..plen-1] the nodes with an out-edge on it. s->dst < 0: no
- * path. Every block computes the same (same input, fixed tie-breaks). */
-__device__ static void find_path(struct blk *s, uint32_t n)
+ * from the overloaded workers, on past the first underloaded one until
+ * as many underloaded workers are taken as there are overloaded ones (or
+ * underloaded ones, if fewer; one: stop at the first), D the distance of
+ * the last one taken; then pot += min(dist, D) keeps the
+ * reduced weights >= 0 for any such cutoff and makes every tree edge
+ * between taken nodes tight, and pick_paths takes node-disjoint paths to
+ * the sinks. s->npaths == 0: no path. Every block computes the same
+ * (same input, fixed tie-breaks).
+ * Long: the warp's Dijkstra loop, the potential update and the tree's
+ * hand-over to pick_paths share the lanes' registers. */
+__device__ static void find_path(struct blk *s, uint32_t n, int one)
 {
 	if (threadIdx.x < 32) { /* one warp, two workers a lane: no block barriers */
 		const uint32_t lane = threadIdx.x, v0 = lane, v1 = lane + 32;
 		long long d0 = v0 < n && s->load[v0] > s->cap[v0] ? 0 : LLONG_MAX;
 		long long d1 = v1 < n && s->load[v1] > s->cap[v1] ? 0 : LLONG_MAX;
-		int p0 = -1, p1 = -1, done0 = v0 >= n, done1 = v1 >= n, dst = -1;
+		int p0 = -1, p1 = -1, done0 = v0 >= n, done1 = v1 >= n, found = 0;
+		int under = (v0 < n && s->load[v0] < s->cap[v0]) + (v1 < n && s->load[v1] < s->cap[v1]);
+		int over = (d0 == 0) + (d1 == 0);
 		long long D = 0;
 		unsigned long long pops = 0;
+		for (int o = 16; o > 0; o >>= 1) {
+			under += __shfl_xor_sync(0xffffffffu, under, o);
+			over += __shfl_xor_sync(0xffffffffu, over, o);
+		}
+		/* no more node-disjoint paths than sources or sinks */
+		const int want = one ? 1 : min(under, over);
 		for (;;) {
 			/* the nearest open worker, lowest on ties: keys dist << 6 | worker
 			 * (dist >= 0 and below 2^57: reduced weights, n hops) */
@@ -377,17 +492,19 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 			for (int o = 16; o > 0; o >>= 1)
 				key = min(key, __shfl_xor_sync(0xffffffffu, key, o));
 			if (key == U64_INF)
-				break; /* no path */
+				break; /* nothing more reachable */
 			const long long d = (long long)(key >> 6);
-			const uint32_t v = (uint32_t)(key & 63);
-			const uint32_t u = v;
+			const uint32_t u = (uint32_t)(key & 63);
 			done0 |= u == v0;
 			done1 |= u == v1;
 			pops++;
 			if (s->load[u] < s->cap[u]) {
-				dst = (int)u;
+				if (lane == 0)
+					s->sinks[found] = (int)u;
+				found++;
 				D = d;
-				break;
+				if (found == want)
+					break;
 			}
 			const long long base = d + s->pot[u];
 			if (!done0 && s->w[PIX(u, v0, n)] != U64_INF) {
@@ -406,7 +523,7 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 			}
 		}
 		__syncwarp();
-		if (dst >= 0) { /* pot += min(dist, D): the reduced weights stay >= 0 */
+		if (found) { /* pot += min(dist, D): the reduced weights stay >= 0 */
 			if (v0 < n)
 				s->pot[v0] += d0 < D ? d0 : D;
 			if (v1 < n)
@@ -418,25 +535,18 @@ __device__ static void find_path(struct blk *s, uint32_t n)
 		s->next[v1] = -1;
 		__syncwarp();
 		if (lane == 0) {
-			int src = dst, len = 0;
-			while (src >= 0 && s->pred[src] >= 0 && len < MAXN) {
-				int p = s->pred[src];
-				s->next[p] = src;
-				s->pnode[len++] = (uint32_t)p;
-				src = p;
-			}
-			s->src = src;
-			s->dst = dst;
-			s->plen = len;
+			pick_paths(s, found);
 			s->prof[P_POPS] += pops;
+			s->ldirty = 0;
 		}
 	}
 	__syncthreads();
 }
 
 /* The tied rows of every path edge over all g blocks (tot) and over the
- * blocks before this one (before); then f. With g == 1 the block's own
- * counts are the totals. */
+ * blocks before this one (before); then each path's flow: min(excess at
+ * its start, room at its end, tied rows per edge). With g == 1 the
+ * block's own counts are the totals. */
 __device__ static void path_flow(struct blk *s, const unsigned long long *part, uint32_t g,
                                  uint32_t gmax, uint32_t n)
 {
@@ -446,7 +556,7 @@ __device__ static void path_flow(struct blk *s, const unsigned long long *part, 
 		uint32_t a = s->pnode[i], e = a * n + (uint32_t)s->next[a];
 		uint32_t tot = 0, bef = 0;
 		if (g == 1) {
-			tot = lane == 0 ? s->cnt2[PIX(a, s->next[a], n)] : 0;
+			tot = lane == 0 ? (uint32_t)(s->own[PIX(a, s->next[a], n)] & CNT_MASK) : 0;
 		} else {
 			unsigned long long m = s->w[PIX(a, s->next[a], n)];
 			for (uint32_t x = lane; x < g; x += 32) {
@@ -467,19 +577,21 @@ __device__ static void path_flow(struct blk *s, const unsigned long long *part, 
 		}
 	}
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		int f = s->load[s->src] - s->cap[s->src];
-		if (s->cap[s->dst] - s->load[s->dst] < f)
-			f = s->cap[s->dst] - s->load[s->dst];
+	if (threadIdx.x < (uint32_t)s->npaths) {
+		const int p = (int)threadIdx.x, src = s->psrc[p], dst = s->pdst[p];
+		int f = s->load[src] - s->cap[src];
+		if (s->cap[dst] - s->load[dst] < f)
+			f = s->cap[dst] - s->load[dst];
 		for (int i = 0; i < s->plen; i++)
-			if ((int)s->tot[s->pnode[i]] < f)
+			if (s->pid[s->pnode[i]] == p && (int)s->tot[s->pnode[i]] < f)
 				f = (int)s->tot[s->pnode[i]];
-		s->flow = f;
+		s->pflow[p] = f;
 	}
 	__syncthreads();
 }
 
-/* Move this block's share of the first f tied rows of every path edge. */
+/* Move this block's share of the first f tied rows of every path edge
+ * (f its path's flow), noting the workers whose rows changed. */
 __device__ static void move_rows(struct blk *s, const struct rows *R)
 {
 	const uint32_t n = R->n;
@@ -494,13 +606,15 @@ __device__ static void move_rows(struct blk *s, const struct rows *R)
 		if (d != s->w[PIX(a, (uint32_t)b, n)])
 			continue;
 		uint32_t rank = (uint32_t)atomicAdd(&s->cnt[a], 1);
-		if (s->before[a] + rank < (uint32_t)s->flow)
+		if (s->before[a] + rank < (uint32_t)s->pflow[s->pid[a]]) {
 			AS(R, r, (uint32_t)b);
+			atomicOr(&s->ldirty, (1ull << a) | (1ull << b));
+		}
 	}
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		s->load[s->src] -= s->flow;
-		s->load[s->dst] += s->flow;
+	if (threadIdx.x < (uint32_t)s->npaths) { /* node-disjoint: distinct ends */
+		s->load[s->psrc[threadIdx.x]] -= s->pflow[threadIdx.x];
+		s->load[s->pdst[threadIdx.x]] += s->pflow[threadIdx.x];
 	}
 }
 
@@ -610,8 +724,10 @@ __device__ static void start_loads(struct blk *s, const struct kargs *A, uint32_
 		s->pot[threadIdx.x] = 0; /* every row at its cheapest worker: a dual */
 	if (threadIdx.x < P_COUNT)
 		s->prof[threadIdx.x] = 0;
-	if (threadIdx.x == 0)
+	if (threadIdx.x == 0) {
 		s->abortv = 0;
+		s->paths = 0;
+	}
 }
 
 /* The answer: assignment, potentials, checks, status; done last. */
@@ -626,6 +742,8 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 		for (uint32_t r = R->r0 + tid; r < R->r1; r += THREADS)
 			A->hassign[r] = AG(R, r);
 	}
+	if (tid == 0 && s->rescanned)
+		atomicAdd(&A->c->rescanned, s->rescanned);
 	__threadfence_system();
 	step_sync(s, A->c, q, g, seq, 0);
 	if (blockIdx.x == 0) {
@@ -633,6 +751,8 @@ __device__ static void finish(struct blk *s, const struct kargs *A, const struct
 			q->pot[tid] = s->pot[tid];
 		if (tid == 0) {
 			q->steps = steps;
+			q->paths = s->paths;
+			q->rescanned = *(volatile unsigned long long *)&A->c->rescanned;
 			q->used_blocks = g;
 			for (int i = 0; i < P_COUNT; i++)
 				q->prof[i] = s->prof[i];
@@ -657,29 +777,46 @@ __device__ static void tick(struct blk *s, long long *t, int p)
 	}
 }
 
-/* The global minima of this step (g > 1), the next-but-one buffer reset
- * (block 0), and whether the loads are balanced or the job aborted:
- * s->status ST_OK / ST_ABORTED, or -1 to go on. */
+/* The global minima of the workers in rows (the last step's path nodes:
+ * the other pairs' minima did not change) from this step's buffer, or
+ * with g == 1 from the block's own words; block 0 resets the rows of the
+ * next-but-one buffer (reset: the rows it was written with). Then whether
+ * the loads are balanced or the job aborted: s->status ST_OK /
+ * ST_ABORTED, or -1 to go on. */
 __device__ static void gather(struct blk *s, struct gpu_ctl *c, uint32_t g, uint32_t n,
-                              uint32_t t)
+                              uint32_t t, unsigned long long rows, unsigned long long reset)
 {
-	const uint32_t tid = threadIdx.x, nn = n * n;
+	const uint32_t tid = threadIdx.x;
 
+	mask_list(s, rows, n);
+	const uint32_t ne = s->ndl * n;
 	if (g > 1) {
 		const unsigned long long *gm = c->gmin[t % 3];
-		for (uint32_t e = tid; e < nn; e += 4 * THREADS) {
+		for (uint32_t e = tid; e < ne; e += 4 * THREADS) {
 			unsigned long long v[4];
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				v[u] = e + u * THREADS < nn ? __ldcg(&gm[e + u * THREADS]) : 0;
+			for (int u = 0; u < 4; u++) {
+				const uint32_t x = e + u * THREADS;
+				v[u] = x < ne ? __ldcg(&gm[s->dl[x / n] * n + x % n]) : 0;
+			}
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				if (e + u * THREADS < nn)
-					s->w[PIX((e + u * THREADS) / n, (e + u * THREADS) % n, n)] = v[u];
+			for (int u = 0; u < 4; u++) {
+				const uint32_t x = e + u * THREADS;
+				if (x < ne)
+					s->w[PIX(s->dl[x / n], x % n, n)] = v[u];
+			}
 		}
-		if (blockIdx.x == 0)
-			for (uint32_t e = tid; e < nn; e += THREADS)
-				c->gmin[(t + 2) % 3][e] = U64_INF;
+		if (blockIdx.x == 0 && reset) {
+			unsigned long long *z = c->gmin[(t + 2) % 3];
+			for (uint32_t e = tid; e < n * n; e += THREADS)
+				if (reset >> (e / n) & 1)
+					z[e] = U64_INF;
+		}
+	} else {
+		for (uint32_t e = tid; e < ne; e += THREADS) {
+			const uint32_t i = PIX(s->dl[e / n], e % n, n);
+			s->w[i] = s->own[i] == U64_INF ? U64_INF : s->own[i] >> CNT_BITS;
+		}
 	}
 	int off = tid < n && s->load[tid] != s->cap[tid];
 	int unbalanced = __syncthreads_or(off);
@@ -688,12 +825,21 @@ __device__ static void gather(struct blk *s, struct gpu_ctl *c, uint32_t g, uint
 	__syncthreads();
 }
 
-/* One job on blocks 0..g-1 (this one is blockIdx.x < g). */
+/* One job on blocks 0..g-1 (this one is blockIdx.x < g). Every thread
+ * keeps the same masks: rows[u], the workers whose minima the buffer
+ * gmin[u] was written with; dirty and pdirty, the workers whose rows
+ * moved in this block at this step and the one before (the partials of
+ * the buffer being written lack both).
+ * Long: the step loop and its masks. */
 __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 {
 	const uint32_t tid = threadIdx.x, x = blockIdx.x, gmax = gridDim.x;
 	const uint32_t k = s->hdr.k, n = s->hdr.n, g = s->hdr.g, nn = n * n;
 	const uint32_t per = (k + g - 1) / g;
+	const int full = (s->hdr.mode & ESD_GPU_FULL_SCAN) != 0;
+	const int one = (s->hdr.mode & ESD_GPU_ONE_PATH) != 0;
+	const unsigned long long all = n == 64 ? U64_INF : (1ull << n) - 1;
+	unsigned long long rows[3] = {all, 0, 0}, pdirty = all;
 	struct gpu_ctl *c = A->c;
 	struct rows R;
 	unsigned long long steps = 0;
@@ -713,32 +859,37 @@ __device__ static void solve(struct blk *s, const struct kargs *A, uint32_t seq)
 	start_rows(s, A, &R);
 	step_sync(s, c, A->q, g, seq, 0);
 	start_loads(s, A, g, n);
-	scan(s, &R);
+	scan(s, &R, all);
+	if (tid == 0)
+		s->rescanned = 0; /* counted: the rescans after moves */
 	if (g > 1)
-		publish(s, n, gmax, A->part, c->gmin[0]);
+		publish(s, n, gmax, A->part, c->gmin[0], all, all);
 	step_sync(s, c, A->q, g, seq, 1);
 	for (uint32_t t = 0;; t++) {
 		tick(s, &t0, P_SYNC);
-		gather(s, c, g, n, t);
+		gather(s, c, g, n, t, rows[t % 3], rows[(t + 2) % 3]);
 		tick(s, &t0, P_GATHER);
 		if (s->status >= 0)
 			break;
-		find_path(s, n);
+		find_path(s, n, one);
 		tick(s, &t0, P_PATH);
-		if (s->dst < 0) {
+		if (s->npaths == 0) {
 			s->status = ST_NOPATH;
 			break;
 		}
+		rows[(t + 1) % 3] = full ? all : s->pmask;
 		path_flow(s, A->part + (size_t)(t % 2) * nn * gmax, g, gmax, n);
 		tick(s, &t0, P_FLOW);
 		move_rows(s, &R);
 		steps++;
 		tick(s, &t0, P_MOVE);
-		scan(s, &R);
+		const unsigned long long dirty = full ? all : s->ldirty;
+		scan(s, &R, dirty);
 		tick(s, &t0, P_SCAN);
 		if (g > 1)
 			publish(s, n, gmax, A->part + (size_t)((t + 1) % 2) * nn * gmax,
-			        c->gmin[(t + 1) % 3]);
+			        c->gmin[(t + 1) % 3], dirty | pdirty, rows[(t + 1) % 3]);
+		pdirty = dirty;
 		tick(s, &t0, P_PUBLISH);
 		step_sync(s, c, A->q, g, seq, (steps % ABORT_EVERY) == 0);
 	}
@@ -780,13 +931,16 @@ __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_c
 		return;
 	}
 	uint32_t v = tid < MAXN ? vload(&q->cap[tid]) : tid == MAXN ? vload(&q->k)
-	                                          : tid == MAXN + 1 ? vload(&q->n) : 0;
+	                                          : tid == MAXN + 1 ? vload(&q->n)
+	                                          : tid == MAXN + 2 ? vload(&q->mode) : 0;
 	if (tid < MAXN)
 		vstore(&c->cap[tid], v);
 	else if (tid == MAXN)
 		s->hk = v; /* k and n, through shared memory to thread 0 */
 	else if (tid == MAXN + 1)
 		s->hn = v;
+	else if (tid == MAXN + 2)
+		s->hmode = v;
 	__syncthreads();
 	if (tid == 0) {
 		uint32_t k = s->hk, n = s->hn;
@@ -801,6 +955,8 @@ __device__ static void take_job(struct blk *s, struct gpu_queue *q, struct gpu_c
 		vstore(&c->g, g < 1 ? 1 : g > gridDim.x ? gridDim.x : g);
 		vstore(&c->abort, 0);
 		vstore(&c->vflags, 0);
+		vstore(&c->mode, s->hmode);
+		*(volatile unsigned long long *)&c->rescanned = 0;
 		__threadfence();
 		vstore(&c->hseq, s->db);
 		__threadfence();

@@ -28,7 +28,7 @@ enum pending { P_NONE, P_GPU, P_CPU };
 struct esd_gpu_solver {
 	struct gpu_dev *dev; /* NULL: no device, CPU only */
 	struct esd_solver *cpu;
-	uint32_t max_k, min_rows;
+	uint32_t max_k, min_rows, mode;
 	int64_t deadline_ns;
 	struct esd_gpu_stats st;
 	char desc[192];
@@ -53,10 +53,12 @@ int esd_gpu_solver_create(const struct esd_gpu_params *p, struct esd_gpu_solver 
 		d.max_k = DEFAULT_MAX_K;
 	if (d.deadline_ns == 0)
 		d.deadline_ns = DEFAULT_DEADLINE_NS;
-	if (d.max_k > ESD_SOLVE_MAX_K || d.deadline_ns < 0 || d.device < 0 || d.blocks > 4096) {
+	if (d.max_k > ESD_SOLVE_MAX_K || d.deadline_ns < 0 || d.device < 0 || d.blocks > 4096 ||
+	    (d.kernel_mode & ~(ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH))) {
 		ESD_ERR("gpu", "bad parameters: max_k %u (at most %u), deadline %lld ns, device %d, "
-		        "blocks %u (at most 4096)",
-		        d.max_k, ESD_SOLVE_MAX_K, (long long)d.deadline_ns, d.device, d.blocks);
+		        "blocks %u (at most 4096), kernel_mode %#x (bits 0x1 and 0x2 only)",
+		        d.max_k, ESD_SOLVE_MAX_K, (long long)d.deadline_ns, d.device, d.blocks,
+		        d.kernel_mode);
 		return -EINVAL;
 	}
 	s = calloc(1, sizeof(*s));
@@ -64,6 +66,7 @@ int esd_gpu_solver_create(const struct esd_gpu_params *p, struct esd_gpu_solver 
 		return -ENOMEM;
 	s->max_k = d.max_k;
 	s->deadline_ns = d.deadline_ns;
+	s->mode = d.kernel_mode;
 	s->min_rows = s->st.min_rows = d.min_rows;
 	rc = esd_solver_create(&s->cpu);
 	if (rc < 0)
@@ -117,6 +120,14 @@ void esd_gpu_set_min_rows(struct esd_gpu_solver *s, uint32_t min_rows)
 {
 	if (s != NULL)
 		s->min_rows = s->st.min_rows = min_rows;
+}
+
+int esd_gpu_set_kernel_mode(struct esd_gpu_solver *s, uint32_t mode)
+{
+	if (s == NULL || (mode & ~(ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH)))
+		return -EINVAL;
+	s->mode = mode;
+	return 0;
 }
 
 /* The shape checks of esd/dispatch_solve.h, and the capacities made
@@ -178,7 +189,7 @@ int esd_gpu_submit(struct esd_gpu_solver *s, const int64_t *cost, uint32_t k, ui
 		return rc;
 	s->t0 = esd_now_ns();
 	s->deadline_abs = s->t0 + (deadline_ns ? deadline_ns : s->deadline_ns);
-	rc = esd_gpu_dev_post(s->dev, k, n, s->cap);
+	rc = esd_gpu_dev_post(s->dev, k, n, s->cap, s->mode);
 	if (rc == -EBUSY)
 		s->st.busy++;
 	s->pending = rc < 0 ? P_CPU : P_GPU;
@@ -234,6 +245,8 @@ int esd_gpu_collect(struct esd_gpu_solver *s, uint32_t *assign)
 	s->st.gpu_solved++;
 	s->st.last_by_gpu = 1;
 	s->st.kernel_steps = res.steps;
+	s->st.kernel_paths = res.paths;
+	s->st.kernel_rescanned = res.rescanned;
 	s->st.kernel_blocks = res.blocks;
 	memcpy(s->st.kernel_profile, res.prof, sizeof(s->st.kernel_profile));
 	s->st.last_device_ns = t1 - s->t0;

@@ -15,6 +15,11 @@
 #              package archive. --fetch-debs DIR downloads that set.
 # --quick      fewer benchmark reps (a first look)
 #
+# bench_gpu runs the kernel beside its older steps (every row rescanned,
+# one path a step) on the same matrices and ends with the goals: the
+# round trip at k = 8192, n = 8 (<= 0.5 ms), cpu/gpu at k = 65536, n = 64
+# (>= 3), and how many GPU answers it compared bit for bit with the CPU's.
+#
 # Exits non-zero when the build, the test or the benchmark's own GPU == CPU
 # check fails; the report says which.
 set -uo pipefail
@@ -78,8 +83,10 @@ cuobjdump --list-elf "$bdir"/tests/test_gpu_exact 2>&1 | sed 's/.*\.\(sm_[0-9a-z
 echo | tee -a "$report"
 
 fails=0
-step needs-gpu 150 ctest --test-dir "$bdir" -L needs-gpu --output-on-failure -V || fails=1
+step needs-gpu 300 ctest --test-dir "$bdir" -L needs-gpu --output-on-failure -V || fails=1
 step fallback 120 ctest --test-dir "$bdir" -R test_gpu_fallback --output-on-failure || fails=1
-step bench 240 "$bdir"/bin/bench_gpu --reps "$reps" || fails=1
+step bench 300 "$bdir"/bin/bench_gpu --reps "$reps" || fails=1
+summary=$(grep -A3 '^goals on this device' "$report" | sed 's/^/summary: /')
+say "${summary:-summary: bench_gpu printed no goals}"
 say "== done: $([ $fails = 0 ] && echo all passed || echo FAILURES above)"
 exit $fails

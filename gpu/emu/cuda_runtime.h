@@ -52,7 +52,7 @@
 #define __shared__ thread_local
 
 /* shared memory a block may use (the kernel takes all of it) */
-#define ESD_EMU_SMEM (96u * 1024u)
+#define ESD_EMU_SMEM (160u * 1024u)
 #define ESD_EMU_THREADS_MAX 1024u
 
 struct dim3 {
@@ -370,6 +370,10 @@ template <class T> inline T __ldcv(const T *p)
 template <class T> inline void __stcg(T *p, T v)
 {
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+inline int __popcll(unsigned long long v)
+{
+	return __builtin_popcountll(v);
 }
 template <class T> inline T min(T a, T b)
 {

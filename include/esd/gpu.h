@@ -54,6 +54,14 @@ extern "C" {
 /* Largest n the kernel handles (the n x n pair table in shared memory). */
 #define ESD_GPU_MAX_N 64u
 
+/* Kernel modes (esd_gpu_params.kernel_mode, esd_gpu_set_kernel_mode): 0,
+ * the default, rescans after each step only the rows of the workers
+ * whose rows moved and moves rows along several node-disjoint shortest
+ * paths a step; these bits give the older steps back, for comparison
+ * (the answer is the same either way). */
+#define ESD_GPU_FULL_SCAN 1u /* rescan every row after every step */
+#define ESD_GPU_ONE_PATH  2u /* one augmenting path a step */
+
 /* min_rows that sends nothing to the GPU (the CPU always answers). */
 #define ESD_GPU_NEVER UINT32_MAX
 
@@ -64,6 +72,7 @@ struct esd_gpu_params {
 	uint32_t blocks;     /* resident blocks; 0: one per SM */
 	uint32_t min_rows;   /* cross-over: k below it goes to the CPU; 0: none
 	                      * (esd_gpu_calibrate() sets it) */
+	uint32_t kernel_mode; /* ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH; 0: neither */
 };
 
 struct esd_gpu_stats {
@@ -76,7 +85,10 @@ struct esd_gpu_stats {
 	int64_t last_gpu_us;    /* wall time of the last GPU solve (submit to answer) */
 	int64_t last_device_ns; /* of it: post to the kernel's answer */
 	int64_t last_canon_ns;  /* of it: the host's canonical pass */
-	uint64_t kernel_steps;  /* augmentations of the last GPU solve */
+	uint64_t kernel_steps;  /* steps of the last GPU solve (one grid barrier each) */
+	uint64_t kernel_paths;  /* of them: augmenting paths (several a step) */
+	uint64_t kernel_rescanned; /* of them: rows rescanned after the moves, all
+	                            * blocks (ESD_GPU_FULL_SCAN: k a step) */
 	uint32_t kernel_blocks; /* blocks that solved it */
 	/* block 0's profile of it: GPU clock cycles in each phase of the steps
 	 * (gather the pair minima, shortest path, path flow, move, scan,
@@ -139,6 +151,9 @@ int esd_gpu_calibrate(struct esd_gpu_solver *s, uint32_t n, uint32_t max_rows, i
                       struct esd_gpu_calibration *out);
 /* Set the cross-over by hand (0: every k to the GPU; ESD_GPU_NEVER: none). */
 void esd_gpu_set_min_rows(struct esd_gpu_solver *s, uint32_t min_rows);
+/* Set the kernel mode of later jobs (ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH,
+ * 0 the default); -EINVAL for other bits. */
+int esd_gpu_set_kernel_mode(struct esd_gpu_solver *s, uint32_t mode);
 
 /* Counters since create (owned by the solver). */
 const struct esd_gpu_stats *esd_gpu_solver_stats(const struct esd_gpu_solver *s);

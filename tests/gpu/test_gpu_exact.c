@@ -1,7 +1,9 @@
 /* The persistent kernel against the CPU solver, bit for bit: random and
  * adversarial matrices (one worker preferred, equal rows, all ties, all
  * zero, costs near 2^40, costs at 0 and ESD_COST_MAX), equal and skewed
- * capacities, n = 3..64, m = 1, k not a power of two; the late path (a
+ * capacities, n = 3..64, m = 1, k not a power of two; random matrices
+ * with and without ties in every kernel mode (incremental scan, several
+ * paths a step, each alone, neither); the late path (a
  * deadline too short: the CPU answers, the kernel drops the job and takes
  * the next one); submit/collect; the measured cross-over.
  *
@@ -12,7 +14,8 @@
  * Built a second time as test_gpu_emu against the CPU emulation of the
  * kernel (gpu/emu/, ESD_GPU_EMU): the same checks on smaller sizes (an
  * emulated step runs thousands of fiber switches), and a kernel that does
- * not start there is a failure. */
+ * not start there is a failure; and a third time as test_gpu_emu_modes
+ * (ESD_GPU_MODES_ONLY): the kernel modes alone, in their own process. */
 #include "gtest.h"
 
 #include <esd/clock.h>
@@ -107,6 +110,67 @@ static void test_n64(void **state)
 #ifndef ESD_GPU_EMU_QUICK
 	sweep(64, 1024, KMAX(16384, 1024));
 #endif
+}
+
+/* The kernel's steps in each mode (incremental scan and several paths a
+ * step, the default; each change alone; the older kernel) on random
+ * matrices at n = 8 and 64 up to k = 8192: uniform costs, costs in a
+ * small range (many ties: several paths a step, rows tied across
+ * blocks), equal and skewed capacities. Every answer is the CPU's bit for
+ * bit, and the full scan rescans k rows a step. */
+static void modes_one(struct esd_solver *s, uint32_t k, uint32_t n, uint64_t range, int skew,
+                      uint64_t seed)
+{
+	static const uint32_t modes[] = {0, ESD_GPU_ONE_PATH, ESD_GPU_FULL_SCAN,
+	                                 ESD_GPU_FULL_SCAN | ESD_GPU_ONE_PATH};
+	const struct esd_gpu_stats *st = esd_gpu_solver_stats(g);
+	uint64_t steps[4], rows[4];
+	uint32_t cap[ESD_GPU_MAX_N];
+	char what[48];
+	int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
+	assert_non_null(c);
+	for (size_t i = 0; i < (size_t)k * n; i++)
+		c[i] = (int64_t)(esd_test_rand(&seed) % range);
+	gt_caps(cap, k, n, skew);
+	for (int m = 0; m < 4; m++) {
+		assert_int_equal(esd_gpu_set_kernel_mode(g, modes[m]), 0);
+		snprintf(what, sizeof(what), "[0,%llu)%s mode %u", (unsigned long long)range,
+		         skew ? " skew" : "", modes[m]);
+		must_match(s, c, k, n, cap, what);
+		steps[m] = st->kernel_steps;
+		rows[m] = st->kernel_rescanned;
+		print_message("    paths %llu, rows rescanned %llu (%.1f a step)\n",
+		              (unsigned long long)st->kernel_paths, (unsigned long long)rows[m],
+		              (double)rows[m] / (double)(steps[m] ? steps[m] : 1));
+	}
+	assert_int_equal(esd_gpu_set_kernel_mode(g, 0), 0);
+	/* the full scan covers every row a step; which tied rows a block
+	 * moves depends on the order its threads reach them (on the
+	 * emulation too), so the modes' steps are compared by eye only */
+	assert_int_equal(rows[3], (uint64_t)k * steps[3]);
+	assert_int_equal(rows[2], (uint64_t)k * steps[2]);
+	free(c);
+}
+
+static void test_modes_random(void **state)
+{
+	(void)state;
+	struct esd_solver *s;
+	static const uint64_t ranges[] = {100000, 16, 3};
+	assert_int_equal(esd_solver_create(&s), 0);
+	assert_int_equal(esd_gpu_set_kernel_mode(g, 4), -EINVAL);
+	for (uint32_t k = 1024; k <= 8192; k *= 2)
+		for (size_t r = 0; r < 3; r++)
+			modes_one(s, k, 8, ranges[r], (int)(k / 1024 % 2), 31u * k + r);
+#ifndef ESD_GPU_EMU_QUICK
+	/* k = 8192 with equal capacities and without the middle range: an
+	 * emulated step at n = 64 is slow */
+	for (size_t r = 0; r < 3; r++)
+		modes_one(s, 1000, 64, ranges[r], 1, 57u * 1000 + r);
+	for (size_t r = 0; r < 3; r += 2)
+		modes_one(s, 8192, 64, ranges[r], 0, 57u * 8192 + r);
+#endif
+	esd_solver_free(s);
 }
 
 /* Shapes at the edges: n = 3 and 2, m = 1, k not a power of two, uneven
@@ -266,9 +330,14 @@ int main(void)
 	esd_gpu_solver_free(probe);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_n8),          cmocka_unit_test(test_n16_n32),
-	    cmocka_unit_test(test_n64),         cmocka_unit_test(test_edges),
-	    cmocka_unit_test(test_late_falls_back), cmocka_unit_test(test_submit_collect),
-	    cmocka_unit_test(test_calibrate),
+	    cmocka_unit_test(test_n64),         cmocka_unit_test(test_modes_random),
+	    cmocka_unit_test(test_edges),       cmocka_unit_test(test_late_falls_back),
+	    cmocka_unit_test(test_submit_collect), cmocka_unit_test(test_calibrate),
 	};
+#if defined(ESD_GPU_MODES_ONLY)
+	cmocka_set_test_filter("test_modes_random");
+#elif defined(ESD_GPU_EMU) /* test_gpu_emu_modes runs it on the emulation */
+	cmocka_set_skip_filter("test_modes_random");
+#endif
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
