@@ -407,7 +407,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		 * order, so a send blocked here waits on nothing this lock
 		 * holds back) */
 		if (!rc && out->len >= PULL_HOLD_BYTES && i < p->count)
-			rc = send_buf(pl, out);
+			rc = tag ? send_tagged(pl, out) : send_buf(pl, out);
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc) {
