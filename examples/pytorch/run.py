@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""Train DLRM, WDL, DeepFM or DCN in PyTorch on a local ESD testbed: one PS,
-n node daemons, on each a PyTorch trainer started by torchrun (the example
-script of the model: dlrm.py, wdl.py, deepfm.py, dcn.py), a Criteo-shaped
-dataset stream. Prints rank 0's loss, AUC and throughput as it goes.
+"""Train DLRM, WDL, DeepFM, DCN or a sequence model in PyTorch on a local
+ESD testbed: one PS, n node daemons, on each a PyTorch trainer started by
+torchrun (the example script of the model: dlrm.py, wdl.py, deepfm.py,
+dcn.py, seq.py), a Criteo-shaped dataset stream. Prints rank 0's loss,
+AUC and throughput as it goes.
 
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --workers 4 --iters 50
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --bag 5=2:8   # multi-hot
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --weighted    # weighted bags
+    /usr/bin/python3 examples/pytorch/run.py --model seq --bag 0=3:8 --bag 5=2:8  # sequences
 
 Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
 The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
@@ -32,7 +34,7 @@ from esdcluster import Cluster  # noqa: E402
 
 PY = "/usr/bin/python3"
 # model name: (example script, its class)
-MODELS = {"dlrm": "DLRM", "wdl": "WDL", "deepfm": "DeepFM", "dcn": "DCN"}
+MODELS = {"dlrm": "DLRM", "wdl": "WDL", "deepfm": "DeepFM", "dcn": "DCN", "seq": "SEQ"}
 
 
 def model_class(name):
