@@ -17,7 +17,8 @@ model.optimizer, adagrad):
   - evaluate.py on held-out samples gives the reference model's log loss
     and AUC there, and the AUC is above 0.5 (the generated stream's
     labels carry signal);
-  - the job stopped gracefully after iteration 5 and started again ends
+  - the job told to stop after iteration 5 (it stops at the next boundary)
+    and started again ends
     bit-identical to its uninterrupted run: rows, dense weights, losses
     (test_pytorch_models' resume_case).
 
