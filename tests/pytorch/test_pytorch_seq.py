@@ -17,10 +17,9 @@ model.optimizer, adagrad):
   - evaluate.py on held-out samples gives the reference model's log loss
     and AUC there, and the AUC is above 0.5 (the generated stream's
     labels carry signal);
-  - the job told to stop after iteration 5 (it stops at the next boundary)
-    and started again ends
-    bit-identical to its uninterrupted run: rows, dense weights, losses
-    (test_pytorch_models' resume_case).
+  - the job told to stop after iteration 5 (it stops at the next
+    boundary) and started again ends bit-identical to its uninterrupted
+    run: rows, dense weights, losses (test_pytorch_models' resume_case).
 
 usage: test_pytorch_seq.py BIN_DIR     exit 0 pass, 1 fail, 77 skip
 """
