@@ -1,7 +1,7 @@
 """The sequence model (examples/pytorch/seq.py: EmbeddingCollection's
 unpooled rows, to_padded, a target attention per feature, a top MLP)
-trained end to end on a local job (1 PS, 2 node daemons, a trainer on
-each under torchrun) over a stream whose tables 0, 5 and 12 are bags
+trained end to end on a local job (1 PS, 2 node daemons, 2 trainers on
+each under torchrun: workers.trainers, run.py --trainers) over a stream whose tables 0, 5 and 12 are bags
 (multi-hot: empty bags, repeated IDs), against a single-process plain
 PyTorch run over the same global batches whose rows are held in one
 nn.Embedding(sparse=True) per table, initialised with esd_row_init
@@ -39,13 +39,23 @@ from test_pytorch_models import check, close, esdio, evaluate, launcher, train  
 from train import et  # noqa: E402
 import seq  # noqa: E402
 
-WORKERS, BATCH, ITERS, DIM = 2, 32, 20, 8
+WORKERS, TRAINERS, BATCH, ITERS, DIM = 2, 2, 32, 20, 8
 OPT, LR = "adagrad", 0.05
 BAGS = ("0=3:8", "5=1.5:8", "12=4:8")  # at most seq.py's seq_len: no bag is cut
 EVAL = 1024  # held-out samples after the trained ones
 
-# resume_case reads the harness's sizes
+# resume_case reads the harness's sizes, and its jobs' options from run.py's parser
 tpm.WORKERS, tpm.BATCH, tpm.ITERS, tpm.DIM = WORKERS, BATCH, ITERS, DIM
+_parser = launcher.parser
+
+
+def _seq_parser():
+    ap = _parser()
+    ap.set_defaults(trainers=TRAINERS)
+    return ap
+
+
+launcher.parser = _seq_parser
 
 
 def args(bin_dir):
@@ -145,6 +155,10 @@ def trained(a, root, stream, data):
     with open(os.path.join(work, "progress.log")) as f:
         prog = f.read()
     check(" auc 0." in prog, "seq: rank 0 prints AUC: %s" % prog.strip().splitlines()[-2:])
+    both = [os.path.exists(et.dense_path(os.path.join(work, "node%d" % w), i))
+            for w in range(WORKERS) for i in range(TRAINERS)]
+    check(all(both), "seq: %d nodes x %d trainers each saved the dense model: %s"
+          % (WORKERS, TRAINERS, both))
     check(len(losses) == ITERS, "seq: %d iterations trained" % len(losses))
     first, last = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
     check(last < first, "seq: loss falls (mean of first 5 %.4f, last 5 %.4f)" % (first, last))
