@@ -777,7 +777,7 @@ class Session:
     def distributed(self, model, deterministic=True):
         """model under DistributedDataParallel (gloo), gradients summed
         over the trainers; rank 0's initial weights go to every trainer.
-        deterministic: sum in trainer order (gathers every trainer's
+        deterministic: sum in share order (gathers every trainer's
         gradients), so that a stopped and resumed job ends bit-identical to
         one never stopped; False: an all-reduce (less traffic for a large
         dense model, equal only to the last bits)."""
