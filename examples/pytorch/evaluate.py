@@ -19,7 +19,8 @@ at every checkpoint boundary (ps.checkpoint_every), or dense.pt when it is
 of that iteration. So a running job can be evaluated at its latest
 checkpoint while it trains on. A stream
 with bags (multi-hot) pools each bag as the trainers did (--pooling, the
-training's: sum by default).
+training's: sum by default); a sequence model (seq.py) takes each bag's
+rows unpooled, as its trainers did.
 """
 import argparse
 import glob
@@ -125,7 +126,11 @@ def evaluate(model_name, work, stream=None, skip=None, samples=None, bin_dir=Non
     model.eval()
     rows, untrained = rows_of(keys, seed, ck_keys, ck_values, dims)
     weighted = bool(len(w)) and not np.all(w == 1)  # a weighted stream's bags
-    emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T), w if weighted else None)
+    if getattr(type(model), "unpooled", False):  # a sequence model: each ID its row
+        import seq
+        emb = seq.jagged(rows, off, T)
+    else:
+        emb = esdio.pool(rows, off, T, esdio.pooling_modes(pooling, T), w if weighted else None)
     if wide:
         emb = torch.cat([emb[:, t, :d] for t, d in enumerate(dims)], 1)
     with torch.no_grad():

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""Train DLRM, WDL, DeepFM or DCN in PyTorch on a local ESD testbed: one PS,
-n node daemons, on each a PyTorch trainer started by torchrun (the example
-script of the model: dlrm.py, wdl.py, deepfm.py, dcn.py), a Criteo-shaped
-dataset stream. Prints rank 0's loss, AUC and throughput as it goes.
+"""Train DLRM, WDL, DeepFM, DCN or a sequence model in PyTorch on a local
+ESD testbed: one PS, n node daemons, on each a PyTorch trainer started by
+torchrun (the example script of the model: dlrm.py, wdl.py, deepfm.py,
+dcn.py, seq.py), a Criteo-shaped dataset stream. Prints rank 0's loss,
+AUC and throughput as it goes.
 
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --workers 4 --iters 50
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --bag 5=2:8   # multi-hot
     /usr/bin/python3 examples/pytorch/run.py --model dlrm --bag 0=3 --weighted    # weighted bags
+    /usr/bin/python3 examples/pytorch/run.py --model seq --bag 0=3:8 --bag 5=2:8  # sequences
 
 Needs the build tree (build/bin: esd-ps, esdd, esd-data; build/lib/libesd.so).
 The job's embedding optimizer (--opt, --lr) runs in the daemons and the PS;
@@ -32,7 +34,7 @@ from esdcluster import Cluster  # noqa: E402
 
 PY = "/usr/bin/python3"
 # model name: (example script, its class)
-MODELS = {"dlrm": "DLRM", "wdl": "WDL", "deepfm": "DeepFM", "dcn": "DCN"}
+MODELS = {"dlrm": "DLRM", "wdl": "WDL", "deepfm": "DeepFM", "dcn": "DCN", "seq": "SEQ"}
 
 
 def model_class(name):
@@ -54,7 +56,8 @@ def gen_stream(bin_dir, path, samples, seed, bags=(), weighted=False):
 
 
 def job_settings(a, stream, ckpt_dir):
-    s = {"workers.n": a.workers, "workers.batch": a.batch, "model.dim": a.dim,
+    s = {"workers.n": a.workers, "workers.trainers": a.trainers, "workers.batch": a.batch,
+         "model.dim": a.dim,
          "model.hidden": 4, "model.optimizer": a.opt, "model.lr": a.lr,
          "job.seed": a.seed, "job.iterations": a.iters, "data.stream": stream,
          "cache.ratio": a.cache_ratio, "ps.checkpoint_dir": ckpt_dir}
@@ -81,12 +84,12 @@ def free_port():
 
 def torchrun_cmd(a, master_port):
     """trainer_cmd of a Cluster: torchrun on node w starting the model's
-    script (one trainer per node), rendezvous at 127.0.0.1:master_port."""
+    script (a.trainers per node), rendezvous at 127.0.0.1:master_port."""
     def cmd(w, node_dir):
         # torch 1.13 on Python 3.11 fails on torchrun's default redirects
         return ["env", "ESD_NODE_DIR=" + node_dir, "ESD_LOG_EVERY=%d" % a.log_every,
                 PY, "-m", "torch.distributed.run", "--nnodes", str(a.workers),
-                "--node_rank", str(w), "--nproc_per_node", "1", "--master_addr",
+                "--node_rank", str(w), "--nproc_per_node", str(a.trainers), "--master_addr",
                 "127.0.0.1", "--master_port", str(master_port), "--redirects", "1",
                 "--tee", "1", os.path.join(HERE, a.model + ".py"), "--seed",
                 str(a.model_seed), "--dense-lr", str(a.dense_lr), "--dense-opt", a.dense_opt,
@@ -120,6 +123,8 @@ def run_job(a, work, stream, out=sys.stdout, c_trainer=False, resume=False, stop
     os.makedirs(ckpt, exist_ok=True)
     with Cluster(a.bin, work, job_settings(a, stream, ckpt),
                  trainer_cmd=None if c_trainer else torchrun_cmd(a, free_port())) as c:
+        if not c_trainer:  # one torchrun per node starts its a.trainers trainers
+            c.trainers = 1
         c.start(resume=resume)
         log0 = os.path.join(work, "trainer0.log")
         done = False
@@ -167,6 +172,9 @@ def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="dlrm")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--trainers", type=int, default=1,
+                    help="trainers per node (workers.trainers; torchrun --nproc_per_node): "
+                         "each trains its share of the node's micro-batch")
     ap.add_argument("--batch", type=int, default=64, help="samples per worker per iteration")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--dim", type=int, default=8)

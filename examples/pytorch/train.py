@@ -1,8 +1,10 @@
 """The training loop of the example models (dlrm.py, wdl.py, deepfm.py,
-dcn.py): one trainer process of an ESD job, started by torchrun on every
-node with ESD_NODE_DIR naming its node daemon's directory. The embedding
+dcn.py, seq.py): one trainer process of an ESD job, started by torchrun
+on every node with ESD_NODE_DIR naming its node daemon's directory. The embedding
 rows come from the node's cache (esd.torch), the dense model trains under
-DistributedDataParallel over gloo; rank 0 prints loss, AUC and samples/s;
+DistributedDataParallel over gloo (a model class with `unpooled = True`,
+seq.py's, takes EmbeddingCollection's {name: Jagged} instead of the
+pooled (m, tables, dim) tensor); rank 0 prints loss, AUC and samples/s;
 the dense model is saved to NODE_DIR/dense.pt where training ends (its
 end, or a graceful stop) and restored from it when the job resumes; with
 --warm-start DIR a fresh job starts from an export's dense.pt."""
@@ -53,7 +55,10 @@ def main(make_model, argv=None):
     a = ap.parse_args(argv)
 
     s = et.Session(seed=a.seed)
-    ebc = s.embeddings(a.pooling.split(",") if "," in a.pooling else a.pooling)
+    if getattr(make_model, "unpooled", False):  # a sequence model (seq.py): rows unpooled
+        ebc = s.embeddings(pooling="none")
+    else:
+        ebc = s.embeddings(a.pooling.split(",") if "," in a.pooling else a.pooling)
     model = s.distributed(build(make_model, s))
     opt = dense_optimizer(model, a.dense_lr, a.dense_opt)
     rows = s.row_optimizer()

@@ -585,19 +585,24 @@ def _sum_hook(state, bucket):
     return fut.then(lambda f: f.value()[0])
 
 
-def _ordered_sum_hook(state, bucket):
-    """The same sum, every element added in trainer order: each trainer's
-    bucket gathered, then ((g0 + g1) + g2) + .... An all-reduce's order
-    depends on where an element sits in the bucket, and DDP lays buckets
-    out anew after the first iteration of every start: a job stopped and
-    resumed would then differ from one never stopped in the last bits.
-    Costs (world - 1) bucket copies per trainer instead of two."""
+def _ordered_sum_hook(order, bucket):
+    """The same sum, every element added in share order (order: the
+    ranks, those of the first shares of the global batch first; None:
+    rank order): each trainer's bucket gathered, then ((g0 + g1) + g2) +
+    .... An all-reduce's order depends on where an element sits in the
+    bucket, and DDP lays buckets out anew after the first iteration of
+    every start: a job stopped and resumed would then differ from one
+    never stopped in the last bits. So would one whose node's trainers
+    took their daemon's indexes (their shares) in another order, were the
+    sum in rank order. Costs (world - 1) bucket copies per trainer instead
+    of two."""
     buf = bucket.buffer()
     parts = [torch.empty_like(buf) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, buf)
-    total = parts[0]
-    for p in parts[1:]:
-        total += p
+    order = order or list(range(len(parts)))
+    total = parts[order[0]]
+    for r in order[1:]:
+        total += parts[r]
     fut = torch.futures.Future()
     fut.set_result(total)
     return fut
@@ -633,6 +638,16 @@ def _leave_group():
     nobody goes before all are done), then the group is torn down."""
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _share_order(info):
+    """The ranks in the order of their shares of the global batch (node,
+    then the trainer index the daemon gave: the order of attach, not the
+    rank torchrun gave), gathered from every trainer."""
+    mine = torch.tensor([info["rank"] * info["trainers"] + info["index"]], dtype=torch.int64)
+    shares = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(shares, mine)
+    return sorted(range(len(shares)), key=lambda r: int(shares[r]))
 
 
 def _bounded_teardown(limit_s):
@@ -734,6 +749,7 @@ class Session:
                                   info["trainers"], node, self.world))
         signal.signal(signal.SIGTERM, lambda sig, frame: self.trainer.request_stop())
         self.info = info
+        self._share_order = _share_order(info)
         self.tables, self.dim, self.ndense = info["tables"], info["dim"], info["dense"]
         self.dims = list(self.trainer.table_dims)  # each table's dim (model.dims)
         self.device = device
@@ -761,12 +777,15 @@ class Session:
     def distributed(self, model, deterministic=True):
         """model under DistributedDataParallel (gloo), gradients summed
         over the trainers; rank 0's initial weights go to every trainer.
-        deterministic: sum in trainer order (gathers every trainer's
+        deterministic: sum in share order (gathers every trainer's
         gradients), so that a stopped and resumed job ends bit-identical to
         one never stopped; False: an all-reduce (less traffic for a large
         dense model, equal only to the last bits)."""
         ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(None, _ordered_sum_hook if deterministic else _sum_hook)
+        if deterministic:
+            ddp.register_comm_hook(self._share_order, _ordered_sum_hook)
+        else:
+            ddp.register_comm_hook(None, _sum_hook)
         return ddp
 
     def row_optimizer(self):
@@ -798,9 +817,12 @@ class Session:
         progressive validation) and samples/s. The window's loss is the
         sum over trainers. Returns the global loss of this step."""
         self._meter.add(logits, batch.labels)
-        step = torch.tensor([float(loss), 1.0], dtype=torch.float64)
-        dist.all_reduce(step)  # the iteration's loss, every trainer's share
-        gl = float(step[0])
+        step = torch.tensor([float(loss)], dtype=torch.float64)
+        parts = [torch.empty_like(step) for _ in range(self.world)]
+        dist.all_gather(parts, step)  # the iteration's loss, every trainer's share,
+        gl = 0.0
+        for r in self._share_order:  # summed in share order (as the gradients)
+            gl += float(parts[r])
         self.losses.append(gl)
         self._loss[0] += gl
         self._loss[1] += 1
