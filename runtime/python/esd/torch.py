@@ -661,9 +661,10 @@ def _exit_on_failure(exc_type, exc, tb, _prev=[None]):  # noqa: B006 - the chain
     and the traceback's frames, which keep the gloo group alive) is long
     CPU work that runs before the group's sockets close, which is what
     tells the other trainers, waiting in a collective with this one, that
-    it has gone. A KeyboardInterrupt ends as Python ends it."""
+    it has gone. A KeyboardInterrupt ends as Python ends it, and an
+    interactive interpreter (a prompt, python -i) goes on."""
     (_prev[0] or sys.__excepthook__)(exc_type, exc, tb)
-    if not issubclass(exc_type, Exception):
+    if not issubclass(exc_type, Exception) or hasattr(sys, "ps1") or sys.flags.interactive:
         return
     try:
         sys.stdout.flush()
