@@ -668,6 +668,35 @@ def _bounded_teardown(limit_s):
         os._exit(0)
 
 
+def _exit_on_failure(exc_type, exc, tb, _prev=[None]):  # noqa: B006 - the chained hook
+    """sys.excepthook of a Session: the chained hooks tell the daemon and
+    print the traceback, then the atexit handlers run and the process
+    exits 1 at once, without the interpreter's teardown: a failed trainer
+    has nothing left to do, and that teardown (freeing torch, its modules
+    and the traceback's frames, which keep the gloo group alive) is long
+    CPU work that runs before the group's sockets close, which is what
+    tells the other trainers, waiting in a collective with this one, that
+    it has gone. A KeyboardInterrupt ends as Python ends it, and an
+    interactive interpreter (a prompt, python -i) goes on."""
+    (_prev[0] or sys.__excepthook__)(exc_type, exc, tb)
+    if not issubclass(exc_type, Exception) or hasattr(sys, "ps1") or sys.flags.interactive:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import atexit
+        atexit._run_exitfuncs()
+    finally:
+        os._exit(1)
+
+
+def _exit_fast_on_failure():
+    """Chain _exit_on_failure onto sys.excepthook, once per process."""
+    if sys.excepthook is not _exit_on_failure:
+        _exit_on_failure.__defaults__[0][0] = sys.excepthook
+        sys.excepthook = _exit_on_failure
+
+
 def _die_with_parent():
     """A trainer ends with the torchrun agent that started it: an agent
     that is killed leaves no trainer behind, blocked in a collective."""
@@ -739,6 +768,7 @@ class Session:
                                 world_size=self.world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         self.trainer = esd.Trainer(node_dir)
+        _exit_fast_on_failure()
         self.node_dir = node_dir
         info = self.trainer.info
         node = int(env.get("GROUP_RANK", info["rank"]))
