@@ -411,6 +411,21 @@ static void hdr_canonical(uint8_t *frame, uint16_t *flags, uint64_t *seq)
 	memset(frame + 16, 0, 8);
 }
 
+/* Mark a frame's header as carrying a tag: the tagged flag set, the body
+ * length grown by the tag, the sequence number zeroed (hdr_canonical). */
+static void hdr_mark_tagged(uint8_t *frame)
+{
+	uint16_t flags;
+	uint64_t seq;
+	hdr_canonical(frame, &flags, &seq);
+	flags |= ESD_FLAG_TAGGED;
+	memcpy(frame + 6, &flags, 2);
+	uint32_t blen;
+	memcpy(&blen, frame + 8, 4);
+	blen += AUTH_TAG_BYTES;
+	memcpy(frame + 8, &blen, 4);
+}
+
 /* The nonce of a heartbeat sent beside the frames: its own counter, in a
  * space of its own (the top bit of the last byte). */
 static void beat_nonce(uint64_t beat, uint8_t nonce[12])
@@ -529,15 +544,7 @@ static size_t seal_one(struct link_auth *a, const struct iovec *v, size_t off)
 	const uint8_t *src = v->iov_base;
 	bool fused = a->wide && v->iov_len >= SEAL_HEAD;
 	memcpy(f, src, fused ? SEAL_HEAD : v->iov_len);
-	uint16_t flags;
-	uint64_t seq;
-	hdr_canonical(f, &flags, &seq);
-	flags |= ESD_FLAG_TAGGED;
-	memcpy(f + 6, &flags, 2);
-	uint32_t blen;
-	memcpy(&blen, f + 8, 4);
-	blen += AUTH_TAG_BYTES;
-	memcpy(f + 8, &blen, 4);
+	hdr_mark_tagged(f);
 	ctr_nonce(a->tx_ctr++, nonce);
 	if (fused)
 		esd_gmac_tag(&a->gtx, nonce, f, SEAL_HEAD, src + SEAL_HEAD, v->iov_len - SEAL_HEAD,
@@ -585,15 +592,7 @@ int esd_auth_seal_beat(struct esd_link *l, uint8_t *frame, size_t *len, size_t c
 		return -EACCES;
 	if (*len + AUTH_TAG_BYTES > cap)
 		return -ENOSPC;
-	uint16_t flags;
-	uint64_t seq;
-	hdr_canonical(frame, &flags, &seq);
-	flags |= ESD_FLAG_TAGGED;
-	memcpy(frame + 6, &flags, 2);
-	uint32_t blen;
-	memcpy(&blen, frame + 8, 4);
-	blen += AUTH_TAG_BYTES;
-	memcpy(frame + 8, &blen, 4);
+	hdr_mark_tagged(frame);
 	if (aside)
 		beat_nonce(beat, nonce);
 	else
@@ -617,15 +616,7 @@ int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len)
 {
 	if (!esd_auth_in_place_ok(l) || len < SEAL_HEAD + AUTH_TAG_BYTES)
 		return -EINVAL;
-	uint16_t flags;
-	uint64_t seq;
-	hdr_canonical(f, &flags, &seq);
-	flags |= ESD_FLAG_TAGGED;
-	memcpy(f + 6, &flags, 2);
-	uint32_t blen;
-	memcpy(&blen, f + 8, 4);
-	blen += AUTH_TAG_BYTES;
-	memcpy(f + 8, &blen, 4);
+	hdr_mark_tagged(f);
 	return 0;
 }
 
