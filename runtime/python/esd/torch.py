@@ -635,9 +635,51 @@ TEARDOWN_S = 30
 
 def _leave_group():
     """Every trainer leaves together (rank 0 holds the group's store:
-    nobody goes before all are done), then the group is torn down."""
+    nobody goes before all are done)."""
     dist.barrier()
+
+
+def _keep_group():
+    """Keep the gloo group's C++ object for the rest of the process: its
+    destructor holds the GIL while it waits for gloo's worker threads,
+    and a worker that drops its last tensors needs the GIL: once in a
+    while neither goes on. DistributedDataParallel holds the group too,
+    so that wait would come at the latest when the interpreter ends,
+    beyond any bound a Python thread can keep. The process's exit ends
+    gloo's threads instead."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(dist.distributed_c10d._get_default_group()))
+
+
+def _bound_exit(limit_s):
+    """atexit: what is left of the interpreter's end (C++ destructors of
+    torch included) at most limit_s seconds; past it, every thread's
+    stack goes to stderr and the process exits 1 (faulthandler's
+    watchdog: it needs no GIL)."""
+    sys.stdout.flush()
+    faulthandler.dump_traceback_later(limit_s, exit=True)
+
+
+def _bounded_teardown(limit_s):
+    """The last barrier, at most limit_s seconds: the training is over
+    and committed, so a trainer caught in it (the group's store, rank 0's
+    torchrun agent, gone) says so and exits 0 rather than wait forever.
+    The group is then left without running gloo's teardown
+    (_keep_group), and the rest of the process's end is bounded too
+    (_bound_exit)."""
+    import atexit
+    import threading
+    th = threading.Thread(target=_leave_group, daemon=True)
+    th.start()
+    th.join(limit_s)  # the barrier's wait releases the GIL
+    if th.is_alive():
+        print("esd.torch: the trainers' last barrier did not end in %d s; exiting (the "
+              "job's work is committed)" % limit_s, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    _keep_group()
     dist.destroy_process_group()
+    atexit.register(_bound_exit, limit_s)
 
 
 def _share_order(info):
@@ -648,24 +690,6 @@ def _share_order(info):
     shares = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(shares, mine)
     return sorted(range(len(shares)), key=lambda r: int(shares[r]))
-
-
-def _bounded_teardown(limit_s):
-    """The last barrier and destroy_process_group, at most limit_s seconds
-    together: gloo's teardown can hang once in a while when the group's
-    store (rank 0) has gone (pytorch/pytorch#75097), and rank 0 was seen
-    held in that barrier after the others had left; the training is over
-    and committed, so a trainer caught in either says so and exits 0
-    rather than wait forever."""
-    import threading
-    th = threading.Thread(target=_leave_group, daemon=True)
-    th.start()
-    th.join(limit_s)
-    if th.is_alive():
-        print("esd.torch: the gloo group did not end in %d s; exiting (the job's "
-              "work is committed)" % limit_s, file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(0)
 
 
 def _exit_on_failure(exc_type, exc, tb, _prev=[None]):  # noqa: B006 - the chained hook
