@@ -135,6 +135,13 @@ static int send_tagged(struct ps_link *pl, struct esd_buf *b)
 	return rc;
 }
 
+/* A pull answer's frames: tagged in place where they were encoded so
+ * (tag), else sealed or sent as the link does. */
+static int send_answer(struct ps_link *pl, struct esd_buf *b, bool tag)
+{
+	return tag ? send_tagged(pl, b) : send_buf(pl, b);
+}
+
 /* Why the HELLO h cannot attach (for this shard's log only), or "". The
  * token comes first: a HELLO without it is told nothing of this job, and
  * its other fields are not looked at (but a wrong token caused by another
@@ -407,14 +414,14 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		 * order, so a send blocked here waits on nothing this lock
 		 * holds back) */
 		if (!rc && out->len >= PULL_HOLD_BYTES && i < p->count)
-			rc = tag ? send_tagged(pl, out) : send_buf(pl, out);
+			rc = send_answer(pl, out, tag);
 	}
 	pthread_mutex_unlock(&ps->mu);
 	if (rc) {
 		esd_buf_reset(out);
 		return esd_link_send_error(pl->link, rc, "pull failed at the shard");
 	}
-	return tag ? send_tagged(pl, out) : send_buf(pl, out);
+	return send_answer(pl, out, tag);
 }
 
 static int on_push(struct ps_link *pl, const struct esd_msg *m)
