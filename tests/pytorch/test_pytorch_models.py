@@ -139,19 +139,21 @@ def reference(model_name, opt, lr, a, labels, dense, keys, off, T):
     return uk, values, state, clocks, np.array(losses), dense_w, model
 
 
-def check_eval(model_name, a, work, data, rk, rv, rmodel):
-    """evaluate.py on the samples after the trained ones against the
-    reference model and rows on the same samples."""
-    stream = os.path.join(os.path.dirname(work), "stream.esd")
+def check_eval(model_name, a, work, stream, rk, rv, rmodel, samples=None, embed=None):
+    """evaluate.py on the samples after the trained ones (samples of them,
+    or the rest) against the reference model and rows on the same samples;
+    embed(rows, off, T) is the reference model's embedding input (default:
+    the bags pooled). Returns evaluate.py's figures, or None."""
     try:
-        got = evaluate.evaluate(model_name, work, stream, bin_dir=a.bin)
+        got = evaluate.evaluate(model_name, work, stream, samples=samples, bin_dir=a.bin)
     except ValueError as e:
         check(False, "%s: evaluate.py ran (%s)" % (model_name, e))
-        return
-    labels, dense, keys, off, T = evaluate.held_out(stream, ITERS * WORKERS * BATCH)
+        return None
+    labels, dense, keys, off, T = evaluate.held_out(stream, ITERS * WORKERS * BATCH, samples)
     rows, _ = evaluate.rows_of(keys, a.seed, rk, rv)
     with torch.no_grad():
-        logits = rmodel(esdio.pool(rows, off, T), torch.from_numpy(dense))
+        emb = embed(rows, off, T) if embed else esdio.pool(rows, off, T)
+        logits = rmodel(emb, torch.from_numpy(dense))
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
             logits, torch.from_numpy(labels)).item()
     want_auc = esd_torch.auc(logits.numpy(), labels)
@@ -160,6 +162,7 @@ def check_eval(model_name, a, work, data, rk, rv, rmodel):
           "%s: held-out evaluation (%d samples from %d): log loss %.5f AUC %.4f, reference's "
           "%.5f %.4f" % (model_name, got["samples"], got["first"], got["log_loss"], got["auc"],
                          loss, want_auc))
+    return got
 
 
 def one(bin_dir, root, stream, data, model_name, opt, lr, tag=""):
@@ -193,7 +196,8 @@ def one(bin_dir, root, stream, data, model_name, opt, lr, tag=""):
                                                           prog.strip().splitlines()[-2:]))
 
     rk, rv, rs, rc, rl, rd, rmodel = reference(model_name, opt, lr, a, *data)
-    check_eval(model_name, a, work, data, rk, rv, rmodel)
+    check_eval(model_name, a, work, os.path.join(os.path.dirname(work), "stream.esd"),
+               rk, rv, rmodel)
     check(len(losses) == ITERS, "%s: %d iterations trained" % (model_name, len(losses)))
     first, last = float(np.mean(losses[:8])), float(np.mean(losses[-8:]))
     check(last < first, "%s: loss decreases (mean of first 8 %.4f, last 8 %.4f)"
