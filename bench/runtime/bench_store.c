@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,32 @@ struct child {
 	char cg[256];
 };
 
+static int end_child(struct child *ch)
+{
+	int status = 0;
+	if (ch->to >= 0)
+		close(ch->to);
+	if (ch->from >= 0)
+		close(ch->from);
+	if (ch->pid > 0)
+		waitpid(ch->pid, &status, 0);
+	for (int i = 0; i < 50 && rmdir(ch->cg) && errno == EBUSY; i++)
+		usleep(100000);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A failed start: say what failed, stop the child if there is one and
+ * remove the cgroup; 1. */
+static int drop_child(struct child *ch, const char *what)
+{
+	fprintf(stderr, "bench_store: %s failed for the disk store's child%s%s\n", what,
+		errno ? ": " : "", errno ? strerror(errno) : "");
+	if (ch->pid > 0)
+		kill(ch->pid, SIGKILL);
+	end_child(ch);
+	return 1;
+}
+
 /* Start the disk store's child inside a new memory cgroup of limit bytes;
  * 0, or 77 when no cgroup can be made, 1 on other failures. */
 static int start_child(struct child *ch, struct esd_job *job, const struct args *a,
@@ -232,11 +259,23 @@ static int start_child(struct child *ch, struct esd_job *job, const struct args 
 		rmdir(ch->cg);
 		return 77;
 	}
-	if (pipe(go) || pipe(back))
-		return 1;
+	ch->pid = -1;
+	ch->to = ch->from = -1;
+	if (pipe(go))
+		return drop_child(ch, "pipe");
+	if (pipe(back)) {
+		close(go[0]);
+		close(go[1]);
+		return drop_child(ch, "pipe");
+	}
 	ch->pid = fork();
-	if (ch->pid < 0)
-		return 1;
+	if (ch->pid < 0) {
+		close(go[0]);
+		close(go[1]);
+		close(back[0]);
+		close(back[1]);
+		return drop_child(ch, "fork");
+	}
 	if (ch->pid == 0) {
 		char c;
 		close(go[1]);
@@ -253,9 +292,11 @@ static int start_child(struct child *ch, struct esd_job *job, const struct args 
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)ch->pid);
 	double ready;
-	if (put_file(ch->cg, "cgroup.procs", pid) || write(ch->to, "g", 1) != 1 ||
-	    read(ch->from, &ready, sizeof(ready)) != sizeof(ready))
-		return 1;
+	if (put_file(ch->cg, "cgroup.procs", pid))
+		return drop_child(ch, "joining the cgroup");
+	errno = 0;
+	if (write(ch->to, "g", 1) != 1 || read(ch->from, &ready, sizeof(ready)) != sizeof(ready))
+		return drop_child(ch, "the start (out of memory in its cgroup?)");
 	return 0;
 }
 
@@ -266,17 +307,6 @@ static double child_round(struct child *ch)
 	if (write(ch->to, "r", 1) != 1 || read(ch->from, &rate, sizeof(rate)) != sizeof(rate))
 		return -1;
 	return rate;
-}
-
-static int end_child(struct child *ch)
-{
-	int status = 0;
-	close(ch->to);
-	close(ch->from);
-	waitpid(ch->pid, &status, 0);
-	for (int i = 0; i < 50 && rmdir(ch->cg) && errno == EBUSY; i++)
-		usleep(100000);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* Long: argument checks, the two stores (one maybe in a child), the
@@ -314,8 +344,13 @@ int main(int argc, char **argv)
 	} else if (ps_store_create_job(&job, 0, &disk) || fill(disk, a.rows)) {
 		return 1;
 	}
-	if (fill(ram, a.rows))
+	if (fill(ram, a.rows)) {
+		if (a.limit_mb >= 0) {
+			kill(ch.pid, SIGKILL);
+			end_child(&ch);
+		}
 		return 1;
+	}
 	printf("bench_store: %llu rows of dim %u (adagrad), %.0f MiB; disk store in %s with "
 	       "ps.store_ram = %llu MiB", (unsigned long long)a.rows, a.dim, table_mb, a.dir,
 	       (unsigned long long)job.store_ram_mb);
