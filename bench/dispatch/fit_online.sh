@@ -30,23 +30,8 @@ ST=$Q/streams/ck_z1.05_s5.esd
 [ -s "$ST" ] || "$BIN/esd-data" gen -o "$ST" --shape criteo-kaggle -n 210k --scale 50 \
 	--zipf 1.05 --seed 5 >/dev/null
 
-cat >"$Q/fit_online.ini" <<EOF
-[job]
-seed = 1
-iterations = 200
-[workers]
-n = 8
-batch = 128
-rates = 5G,5G,5G,5G,0.5G,0.5G,0.5G,0.5G
-compute_ns_per_sample = 0
-[model]
-dim = 512
-optimizer = sgd
-[cache]
-ratio = 0.08
-[data]
-stream = $ST
-EOF
+. bench/dispatch/paper_job.sh
+paper_job "$Q/fit_online.ini" "$ST"
 
 [ $# -gt 0 ] || set -- 50000 0
 printf '%-8s %-13s %-12s %12s %10s %10s %10s %12s\n' compute mechanism "sizes fast/slow" \

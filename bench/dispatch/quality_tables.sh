@@ -25,25 +25,8 @@ read -r -a PIN <<<"${ESD_TASKSET-taskset -c 1}"
 mkdir -p "$Q/streams" "$Q/out/A" "$Q/out/B" "$Q/out/C" "$Q/out/D"
 
 # paper.ini of bench/results/quality.md (the stream is set per run)
-cat >"$Q/paper.ini" <<'EOF'
-[job]
-seed = 1
-iterations = 200
-[workers]
-n = 8
-batch = 128
-rates = 5G,5G,5G,5G,0.5G,0.5G,0.5G,0.5G
-compute_ns_per_sample = 0
-[model]
-dim = 512
-optimizer = sgd
-[cache]
-ratio = 0.08
-[dispatch]
-method = opt
-[data]
-stream = none
-EOF
+. bench/dispatch/paper_job.sh
+paper_job "$Q/paper.ini" none opt
 
 gen() { # gen NAME ARGS...: a stream, once
 	local f=$Q/streams/$1.esd
@@ -163,7 +146,7 @@ part_c() {
 
 part_d() {
 	# paper.ini without its [dispatch] section: what a user's job file runs
-	grep -v -e '^\[dispatch\]' -e '^method' "$Q/paper.ini" >"$Q/nodisp.ini"
+	paper_job "$Q/nodisp.ini" none
 	local st name
 	for st in "$Q"/streams/{ck,av,cs}_{s2,s3,s4,z1.05_s5,z1.5_s5,d5_s6}.esd; do
 		[ -s "$st" ] || part_a
