@@ -173,6 +173,19 @@ static void test_modes_random(void **state)
 	esd_solver_free(s);
 }
 
+/* On the emulation a step at n = 64 is slow and a matrix whose rows all
+ * prefer one worker takes about k steps: there the edges' large sizes
+ * leave that kind to the sweep at n = 64 (k = 1024, the same blocks). */
+static int emu_slow_case(uint32_t k, uint32_t n, enum dt_kind kd)
+{
+#ifdef ESD_GPU_EMU
+	return n == 64 && k > 3 * n + 1 && kd == DT_ONE_WORKER;
+#else
+	(void)k, (void)n, (void)kd;
+	return 0;
+#endif
+}
+
 /* Shapes at the edges: n = 3 and 2, m = 1, k not a power of two, uneven
  * capacities with zeros, costs at both ends of the range (differences of
  * +-ESD_COST_MAX, the kernel's packing limits). */
@@ -191,11 +204,15 @@ static void test_edges(void **state)
 		uint32_t ks[] = {n, 3 * n + 1, KMAX(1000, 1000), KMAX(4099, 1500)};
 		for (size_t q = 0; q < 4; q++) {
 			uint32_t k = ks[q];
+			if (q > 0 && k == ks[q - 1]) /* the sanitizer tree's sizes meet */
+				continue;
 			int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 			assert_non_null(c);
 			/* m = 1 / uneven: worker 0 gets nothing when it can */
 			gt_caps(cap, k, n, 1);
 			for (int kd = 0; kd < DT_KINDS; kd++) {
+				if (emu_slow_case(k, n, (enum dt_kind)kd))
+					continue;
 				dt_fill(c, k, n, (enum dt_kind)kd, 77u * k + n + kd);
 				must_match(s, c, k, n, cap, dt_kind_name((enum dt_kind)kd));
 			}
