@@ -16,6 +16,17 @@ function(esd_dpdk_lock name labels)
 	endif()
 endfunction()
 
+# The test's COST from ESD_TEST_COSTS (name seconds ...; tests/CMakeLists.txt),
+# where it is listed: ctest -j starts the costly ones first.
+function(esd_test_cost name)
+	list(FIND ESD_TEST_COSTS ${name} i)
+	if(i GREATER -1)
+		math(EXPR i "${i} + 1")
+		list(GET ESD_TEST_COSTS ${i} cost)
+		set_tests_properties(${name} PROPERTIES COST ${cost})
+	endif()
+endfunction()
+
 function(esd_add_test)
 	cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS;ENV" ${ARGN})
 	if(NOT CMOCKA_FOUND)
@@ -34,6 +45,7 @@ function(esd_add_test)
 	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
 		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
 	esd_dpdk_lock(${T_NAME} "${T_LABELS}")
+	esd_test_cost(${T_NAME})
 	if(T_ENV)
 		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
 	endif()
@@ -53,6 +65,7 @@ function(esd_add_script_test)
 	set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT}
 		SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
 	esd_dpdk_lock(${T_NAME} "${T_LABELS}")
+	esd_test_cost(${T_NAME})
 	if(T_ENV)
 		set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
 	endif()

@@ -10,8 +10,10 @@ set and the cgroup's peak stay under the limit; the final tables are bit
 for bit those of the same job with the rows in RAM, and equal esd-ref's
 single-process reference.
 
-In a sanitizer build (ESD_SANITIZED=1 from CMake) the shard's AddressSanitizer
-runtime (shadow memory, quarantine, redzones) is charged to the cgroup too:
+Run by hand in a sanitizer build (ESD_SANITIZED=1; ctest runs it in the
+normal tree only, test_disk_store runs the row store in the sanitizer
+tree), the shard's AddressSanitizer runtime (shadow memory, quarantine,
+redzones) is charged to the cgroup too:
 the shard runs with a 16 MiB quarantine and the limit is a quarter of the
 table plus SANITIZER_SLACK, said in the output; the checks are the same.
 

@@ -2,7 +2,9 @@
 notice, reconnect, roll their caches and dispatchers back to the
 checkpoint boundary, and training ends bit-identical to an uninterrupted
 run. Twice: the default (hybrid, on-demand sync) and HET with staleness 0,
-whose snapshots also carry every key's version across the restart. HET with
+whose snapshots also carry every key's version across the restart. The
+shard count and the checkpoint period do not change a job's tables: the
+cases of the default method share one uninterrupted run (one shard). HET with
 staleness > 0 cannot resume exactly (stale copies' values at the boundary
 are gone): the daemons stop with an error saying so.
 
@@ -22,20 +24,21 @@ CASES = [
     ("het-", {"dispatch__method": "vanilla", "dispatch__sync": "het",
               "dispatch__staleness": 0}),
 ]
+ITERS = 150  # the kill comes at iteration 50 or later, the restore at 40
 
 
 def main():
     env = Env(sys.argv[1], "ps-restart")
     env.gen_stream(samples=20000)
-    for tag, over in CASES:
-        restart_case(env, tag, over)
+    bases = {tag: restart_case(env, tag, over) for tag, over in CASES}
     # several shards: the others go back to the restarted one's checkpoint
-    restart_case(env, "2-shards-kill-1-", {}, shards=2, victim=1)
-    restart_case(env, "3-shards-kill-0-", {}, shards=3, victim=0)
+    restart_case(env, "2-shards-kill-1-", {}, shards=2, victim=1, base=bases[""])
+    restart_case(env, "3-shards-kill-0-", {}, shards=3, victim=0, base=bases[""])
     # checkpoints every 1 and 3 iterations: the dispatchers run up to three
     # iterations ahead of the shards' checkpoints and keep what it takes
-    restart_case(env, "every-1-", {"ps__checkpoint_every": 1})
-    restart_case(env, "every-3-2-shards-", {"ps__checkpoint_every": 3}, shards=2, victim=1)
+    restart_case(env, "every-1-", {"ps__checkpoint_every": 1}, base=bases[""])
+    restart_case(env, "every-3-2-shards-", {"ps__checkpoint_every": 3}, shards=2, victim=1,
+                 base=bases[""])
     het_stale_refused(env)
     setting_undone(env)
     return env.finish()
@@ -115,13 +118,16 @@ def het_stale_refused(env):
               "het staleness 2: a lost PS stops the daemons with the reason")
 
 
-def restart_case(env, tag, over, shards=1, victim=0):
+def restart_case(env, tag, over, shards=1, victim=0, base=None):
     """kill -9 of shard 'victim' of 'shards' mid-run and its restart with
     --restore: every node and every other shard go back to its checkpoint
-    and the job ends bit-identical to an uninterrupted run."""
-    s = env.settings(job__iterations=300, **dict({"ps__checkpoint_every": 20}, **over))
+    and the job ends bit-identical to an uninterrupted run (base: its
+    final checkpoint, else this case runs it). Returns that checkpoint."""
+    s = env.settings(job__iterations=ITERS, **dict({"ps__checkpoint_every": 20}, **over))
+    base_ck = base
     try:
-        base_ck, _ = env.run(tag + "uninterrupted", s, shards=shards)
+        if base_ck is None:
+            base_ck, _ = env.run(tag + "uninterrupted", s)
         from esdcluster import Cluster
         work = os.path.join(env.root, tag + "restarted")
         ck = os.path.join(work, "ckpt")
@@ -139,15 +145,15 @@ def restart_case(env, tag, over, shards=1, victim=0):
                 except OSError:
                     pass
                 time.sleep(0.005)
-            env.check(50 <= it < 300, "%sshard %d of %d is killed mid-run (at iteration %d)"
+            env.check(50 <= it < ITERS, "%sshard %d of %d is killed mid-run (at iteration %d)"
                       % (tag, victim, shards, it))
             c.kill("ps%d" % victim, signal.SIGKILL)
             time.sleep(0.3)
             c.start_ps(victim, restore=True)
             c.wait(timeout=120)
             sums = c.summaries()
-        env.check(all(sm["iterations"] == 300 for sm in sums),
-                  "%severy daemon finished all 300 iterations" % tag)
+        env.check(all(sm["iterations"] == ITERS for sm in sums),
+                  "%severy daemon finished all %d iterations" % (tag, ITERS))
         with open(os.path.join(work, "esdd0.log")) as f:
             log = f.read()
         env.check("resumed at iteration" in log, "%sdaemon 0 resumed from the checkpoint" % tag)
@@ -162,6 +168,7 @@ def restart_case(env, tag, over, shards=1, victim=0):
         env.check(ok, "%sfinal tables bit-identical to the uninterrupted run: %s" % (tag, out))
     except ClusterError as e:
         env.check(False, "%scluster: %s" % (tag, e))
+    return base_ck
 
 
 if __name__ == "__main__":

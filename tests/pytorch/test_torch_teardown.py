@@ -6,7 +6,8 @@ model with the share-order sum, then leave through _bounded_teardown.
 - every process exits 0 soon after the last barrier, the group left
   (dist.is_initialized() is False) and gloo's teardown never run (its
   destructor holds the GIL while it waits for gloo's threads): repeated,
-  as the wait it avoids comes once in a while;
+  as the wait it avoids comes once in a while (three runs, the third's
+  other processes beside the one below);
 - a process whose exit then hangs (an atexit handler that never returns)
   is ended within the bound, exit status 1, with every thread's stack on
   stderr naming where it waited.
@@ -36,7 +37,7 @@ import esd.torch as et  # noqa: E402
 WORLD = 4
 LIMIT_S = 10      # the teardown's bound in these runs
 WAIT_S = 120      # the test's own bound on a run (the processes' start included)
-REPEAT = 3
+REPEAT = 3        # runs checked for a clean exit, the last with a process that hangs
 
 
 def hang_at_exit():
@@ -112,16 +113,19 @@ def main():
     work = tempfile.mkdtemp(prefix="esd-torch-teardown.")
     try:
         for i in range(REPEAT):
-            res = run(work, hang=False)
+            hang = i == REPEAT - 1
+            res = run(work, hang=hang)
+            clean = res[:1] + res[2:] if hang else res
+            first = min(t for _, t, _ in clean)
             check(all(rc == 0 and "left the group (initialized: False)" in text
-                      for rc, _, text in res) and max(s for _, s, _ in res) < LIMIT_S,
-                  "run %d: every trainer left its group and exited 0 (statuses %s, "
+                      for rc, _, text in clean) and max(t - first for _, t, _ in clean) < LIMIT_S,
+                  "run %d: every trainer%s left its group and exited 0 (statuses %s, "
                   "the last %.1f s after the first)"
-                  % (i + 1, [rc for rc, _, _ in res], max(s for _, s, _ in res)))
-            for rc, _, text in res:
+                  % (i + 1, " but the hanging one" if hang else "", [rc for rc, _, _ in clean],
+                     max(t - first for _, t, _ in clean)))
+            for rc, _, text in clean:
                 if rc != 0:
                     print(text)
-        res = run(work, hang=True)
         rc, late, text = res[1]
         check(rc == 1 and "hang_at_exit" in text and "Timeout" in text
               and late < LIMIT_S + 10,
@@ -129,7 +133,6 @@ def main():
               "stacks naming the wait" % (late, rc))
         if rc != 1 or "hang_at_exit" not in text:
             print(text)
-        check(all(r == 0 for r, _, _ in res[:1] + res[2:]), "and the others exit 0")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
