@@ -318,17 +318,13 @@ void esd_auth_unseal_beat(struct esd_link *l);
 /* 1 when l's frames can be tagged in place: open, wide tags. */
 int esd_auth_in_place_ok(const struct esd_link *l);
 /* The frame at f (len bytes, its header as the encoder made it, a tag's
- * room after it) marked tagged as seal_one marks a sealed copy: 0, -EINVAL
- * (too short for the wide tag). */
+ * room after it) marked tagged as seal_one marks a sealed copy, and hashed
+ * while the encoder's bytes are still in the cache: the hash (no nonce in
+ * it) waits in the tag's room. 0, -EINVAL (too short for the wide tag). */
 int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len);
-/* The hash of a frame so marked (len bytes with the tag's room), taken
- * before the send lock (the hash does not depend on the nonce). */
-void esd_auth_hash_in_place(struct esd_link *l, const uint8_t *f, size_t len,
-                            struct gmac_run *r);
-/* Its tag, from r, under the next counter nonce, written in its room
- * (under the send lock, in send order). */
-void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len,
-                              const struct gmac_run *r);
+/* Its tag, from that hash, under the next counter nonce, written in its
+ * room (under the send lock, in send order). */
+void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len);
 void esd_auth_fini(struct link_auth *a);
 
 /* ---- before the handshake ------------------------------------------------ */
