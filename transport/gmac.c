@@ -279,54 +279,72 @@ void esd_nh_ref(const uint32_t key[NH_KEY_WORDS], const uint8_t *p, size_t len,
  * order); with copy, the units are stored there too. Two units a register:
  * each is shuffled to m0 m2 m1 m3, the key added, and vpmuludq multiplies
  * each even word by the odd one above it. */
+#if NH_PASSES != 2
+#error "the vector NH below runs two passes"
+#endif
+
+/* One 256-bit step of NH over two units at p: the key words k (k0 k2 k1 k3
+ * order) added, each even word multiplied by the odd one above it (m0 m2
+ * m1 m3 after the shuffle), into the two passes' sums a0 and a1. */
+#define NH_STEP(p, k, copy, a0, a1)                                                         \
+	do {                                                                                 \
+		/* lddqu: unaligned 256-bit loads the compiler does not split */              \
+		__m256i raw_ = _mm256_lddqu_si256((const __m256i *)(p));                      \
+		if (copy)                                                                    \
+			_mm256_storeu_si256((__m256i *)(copy), raw_);                         \
+		__m256i m_ = _mm256_shuffle_epi32(raw_, 0xd8);                                \
+		__m256i t0_ = _mm256_add_epi32(m_, _mm256_lddqu_si256((const __m256i *)(k)));  \
+		__m256i t1_ = _mm256_add_epi32(m_, _mm256_lddqu_si256((const __m256i *)((k) + 4))); \
+		a0 = _mm256_add_epi64(a0, _mm256_mul_epu32(t0_, _mm256_srli_epi64(t0_, 32))); \
+		a1 = _mm256_add_epi64(a1, _mm256_mul_epu32(t1_, _mm256_srli_epi64(t1_, 32))); \
+	} while (0)
+
+/* The two passes' sums, lane by lane, as one 128-bit value: s0 s1. */
+GMAC_TARGET static inline __m128i nh_fold(__m256i a0, __m256i a1)
+{
+	__m256i t = _mm256_add_epi64(_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
+	return _mm_add_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+/* NH's sums s over n 16-byte units of p under the key words k; with copy,
+ * the units are stored there too. */
 GMAC_TARGET static void nh_units(const uint32_t *k, const uint8_t *p, size_t n, uint8_t *copy,
 				 uint64_t s[NH_PASSES])
 {
 	__m256i a0 = _mm256_setzero_si256(), a1 = a0;
-#if NH_PASSES == 4
-	__m256i a2 = a0, a3 = a0;
-#endif
 	for (; n >= 2; n -= 2, p += 32, k += 8) {
-		/* lddqu: unaligned 256-bit loads the compiler does not split */
-		__m256i raw = _mm256_lddqu_si256((const __m256i *)p);
-		if (copy) {
-			_mm256_storeu_si256((__m256i *)copy, raw);
+		NH_STEP(p, k, copy, a0, a1);
+		if (copy)
 			copy += 32;
-		}
-		__m256i m = _mm256_shuffle_epi32(raw, 0xd8); /* m0 m2 m1 m3 */
-		__m256i t;
-#define NH_PASS(acc, j)                                                                        \
-	t = _mm256_add_epi32(m, _mm256_lddqu_si256((const __m256i *)(k + 4 * (j))));          \
-	acc = _mm256_add_epi64(acc, _mm256_mul_epu32(t, _mm256_srli_epi64(t, 32)))
-		NH_PASS(a0, 0);
-		NH_PASS(a1, 1);
-#if NH_PASSES == 4
-		NH_PASS(a2, 2);
-		NH_PASS(a3, 3);
-#endif
-#undef NH_PASS
 	}
-	__m256i acc[NH_PASSES] = {a0, a1
-#if NH_PASSES == 4
-				  , a2, a3
-#endif
-	};
+	__m128i sum = nh_fold(a0, a1);
 	if (n) {
 		__m128i raw = _mm_loadu_si128((const __m128i *)p);
 		if (copy)
 			_mm_storeu_si128((__m128i *)copy, raw);
 		__m128i m = _mm_shuffle_epi32(raw, 0xd8);
-		for (int j = 0; j < NH_PASSES; j++) {
-			__m128i t = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)(k + 4 * j)));
-			acc[j] = _mm256_add_epi64(acc[j], _mm256_castsi128_si256(
-				_mm_mul_epu32(t, _mm_srli_epi64(t, 32))));
-		}
+		__m128i t0 = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)k));
+		__m128i t1 = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)(k + 4)));
+		__m128i p0 = _mm_mul_epu32(t0, _mm_srli_epi64(t0, 32));
+		__m128i p1 = _mm_mul_epu32(t1, _mm_srli_epi64(t1, 32));
+		sum = _mm_add_epi64(sum, _mm_add_epi64(_mm_unpacklo_epi64(p0, p1),
+						       _mm_unpackhi_epi64(p0, p1)));
 	}
-	for (int j = 0; j < NH_PASSES; j++) {
-		uint64_t q[4];
-		_mm256_storeu_si256((__m256i *)q, acc[j]);
-		s[j] += q[0] + q[1] + q[2] + q[3];
-	}
+	uint64_t q[2];
+	_mm_storeu_si128((__m128i *)q, sum);
+	s[0] += q[0];
+	s[1] += q[1];
+}
+
+/* NH of the whole chunk at p (its NH_OUT bytes), copied to copy when
+ * set. */
+GMAC_TARGET static inline __m128i nh_chunk(const uint32_t *k, const uint8_t *p, uint8_t *copy)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0;
+#pragma GCC unroll 4
+	for (size_t i = 0; i < NH_CHUNK; i += 32, k += 8)
+		NH_STEP(p + i, k, copy ? copy + i : NULL, a0, a1);
+	return nh_fold(a0, a1);
 }
 
 /* The open chunk is whole (or the last): its NH output into GHASH. */
@@ -347,6 +365,20 @@ GMAC_TARGET static void nh_absorb(const struct gmac *g, struct gmac_run *r, cons
 				  size_t n, uint8_t *copy)
 {
 	while (n) {
+		if (!r->units && n >= NH_CHUNK / 16) { /* whole chunks: GHASH them 16 at once */
+			uint8_t out[NH_OUT * GMAC_POWERS];
+			size_t c = n / (NH_CHUNK / 16);
+			c = c < GMAC_POWERS ? c : GMAC_POWERS;
+			for (size_t i = 0; i < c; i++, p += NH_CHUNK) {
+				_mm_storeu_si128((__m128i *)(out + NH_OUT * i), nh_chunk(g->nhk, p, copy));
+				if (copy)
+					copy += NH_CHUNK;
+			}
+			__m128i y = _mm_loadu_si128((const __m128i *)r->y);
+			_mm_storeu_si128((__m128i *)r->y, absorb(g, y, out, NH_OUT * c, NULL));
+			n -= c * (NH_CHUNK / 16);
+			continue;
+		}
 		size_t room = NH_CHUNK / 16 - r->units, k = n < room ? n : room;
 		nh_units(g->nhk + 4 * r->units, p, k, copy, r->sums);
 		r->units += k;
