@@ -11,11 +11,11 @@ one-row round trip (goal at most 0.5x).
 The keyed case tags frames with the suite the link picks (NH-GMAC where
 the CPU has AVX2 and VPCLMULQDQ). With --gcm, each round also runs it with
 ESD_AUTH_SUITES=aes256-gcm (gmac.c's AES-256-GCM tags, the suite before
-NH-GMAC). With --sodium, each round also runs the keyed case with ESD_NO_VPCLMUL=1
-in both processes (the frame tags by libsodium's AES-256-GCM, as before
-the wide GMAC): the three side by side, with the ratios keyed / keyless
-per backend (goals: memif >= 0.8x, tcp >= 0.9x), taken round by round:
-each backend's keyless and keyed runs follow each other.
+NH-GMAC). With --sodium, each round also runs the keyed case with
+ESD_NO_VPCLMUL=1 in both processes (the frame tags by libsodium's
+AES-256-GCM, as before the wide GMAC). All side by side, with the ratios
+keyed / keyless per backend (goals: memif >= 0.8x, tcp >= 0.9x), taken
+round by round: each backend's keyless and keyed runs follow each other.
 
 --netns (root): the shard and the client in two network namespaces joined
 by a veth pair (MTU 9000), dpdk over net_af_packet on it against tcp on
