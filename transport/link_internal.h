@@ -221,6 +221,10 @@ void esd_wire_heard(struct wire *w);
  * when the wire has rx_mac and the frame is tagged, its hash started with
  * the header as its tag covers it. The header is not copied. */
 void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr);
+/* The same for a frame of len bytes hashed into r (a backend that keeps
+ * frames where they land, tcp): true when hashing starts. */
+bool esd_wire_rx_run_start(const struct wire *w, struct gmac_run *r, const uint8_t *hdr,
+                           size_t len);
 /* len bytes of the frame at offset off (past its header) copied from src
  * into b (src may be b's own bytes there), those before the tag hashed in
  * the same pass when b->hashed. */
