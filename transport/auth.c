@@ -20,7 +20,7 @@
  *                 VPCLMULQDQ, the same AES-256-GCM tags come from gmac.c
  *                 (two blocks per multiply; a sealed frame's copy made in
  *                 the same pass), not libsodium's; a frame the wire hashed
- *                 as it copied it in (dpdk) is checked by finishing that
+ *                 as it took it in (dpdk, tcp) is checked by finishing that
  *                 hash with the frame's nonce
  *
  * docs/protocol.md ("Job key handshake") is the protocol; this file
