@@ -155,8 +155,9 @@ struct wire {
 	/* A keyed link once its handshake is done (auth.c sets it, on the
 	 * receiving thread): the receiving direction's GMAC key. A backend
 	 * that reassembles frames hashes each tagged one as it copies it in
-	 * (esd_wire_rx_hash_start, esd_wire_rx_take), and its recv() points rx_run
-	 * at the hash of the frame it returns (rx_run_frame), else NULL. */
+	 * (esd_wire_rx_hash_start, esd_wire_rx_take; tcp as its bytes land,
+	 * esd_wire_rx_run_start), and its recv() points rx_run at the hash of
+	 * the frame it returns (rx_run_frame), else NULL. */
 	const struct gmac *rx_mac;
 	const struct gmac_run *rx_run;
 	const uint8_t *rx_run_frame;
