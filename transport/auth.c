@@ -10,14 +10,17 @@
  *   frame tags    an AEAD with an empty message and the whole frame as
  *                 associated data, under the direction's key, with the count
  *                 of frames sent so far as the nonce: a tag binds a frame to
- *                 this link and to its place in it. AES-256-GCM when both
- *                 ends' CPUs run it in hardware, else ChaCha20-Poly1305
- *                 (IETF); the client offers, the server chooses, and both
- *                 proofs cover the offer and the choice. Where the CPU has
+ *                 this link and to its place in it. NH-GMAC (gmac.h: NH
+ *                 in front of GHASH, AES-256 for the keys and the mask)
+ *                 when both ends' CPUs have AVX2 and VPCLMULQDQ, else
+ *                 AES-256-GCM when both run it in hardware, else
+ *                 ChaCha20-Poly1305 (IETF); the client offers, the server
+ *                 chooses, and both proofs cover the offer and the
+ *                 choice. Where the CPU has
  *                 VPCLMULQDQ, the same AES-256-GCM tags come from gmac.c
  *                 (two blocks per multiply; a sealed frame's copy made in
  *                 the same pass), not libsodium's; a frame the wire hashed
- *                 as it copied it in (dpdk) is checked by finishing that
+ *                 as it took it in (dpdk, tcp) is checked by finishing that
  *                 hash with the frame's nonce
  *
  * docs/protocol.md ("Job key handshake") is the protocol; this file
@@ -191,14 +194,19 @@ static void derive(const struct link_auth *a, const char *label, uint8_t out[32]
 	crypto_generichash_final(&st, out, 32);
 }
 
-/* The tag ciphers this process can run (ESD_AUTH_SUITES=chacha20-poly1305
- * in the environment limits it to that one, e.g. to compare them). */
+/* The tag ciphers this process can run. ESD_AUTH_SUITES in the
+ * environment takes the best away, e.g. to compare them: aes256-gcm leaves
+ * AES-256-GCM and ChaCha20-Poly1305, chacha20-poly1305 the latter alone. */
 static uint32_t local_suites(void)
 {
 	const char *only = getenv("ESD_AUTH_SUITES");
+	int chacha = only && !strcmp(only, "chacha20-poly1305");
+	int gcm = only && !strcmp(only, "aes256-gcm");
 	uint32_t s = ESD_SUITE_CHACHA20_POLY1305;
-	if (crypto_aead_aes256gcm_is_available() && !(only && !strcmp(only, "chacha20-poly1305")))
+	if (crypto_aead_aes256gcm_is_available() && !chacha)
 		s |= ESD_SUITE_AES256_GCM;
+	if ((s & ESD_SUITE_AES256_GCM) && esd_gmac_available() && !gcm)
+		s |= ESD_SUITE_NH_GMAC;
 	return s;
 }
 
@@ -210,8 +218,11 @@ static void derive_link_keys(struct esd_link *l, int client)
 	derive(a, client ? "esd link v1 server to client" : "esd link v1 client to server",
 	       a->krx);
 	a->tx_ctr = a->rx_ctr = 0;
-	a->wide = a->suite == ESD_SUITE_AES256_GCM && !esd_gmac_init(&a->gtx, a->ktx) &&
-		  !esd_gmac_init(&a->grx, a->krx);
+	if (a->suite == ESD_SUITE_NH_GMAC) /* offered only where it runs */
+		a->wide = !esd_gmac_init_nh(&a->gtx, a->ktx) && !esd_gmac_init_nh(&a->grx, a->krx);
+	else
+		a->wide = a->suite == ESD_SUITE_AES256_GCM && !esd_gmac_init(&a->gtx, a->ktx) &&
+			  !esd_gmac_init(&a->grx, a->krx);
 	/* the wire hashes the frames it reassembles as it copies them in
 	 * (frames it hands over whole, e.g. without the reliable layer's
 	 * copies in between; see rx_hash_of) */
@@ -318,7 +329,8 @@ static int server_step(struct esd_link *l, const struct esd_link_auth *m)
 		uint32_t both = m->suites & local_suites();
 		memcpy(a->nc, m->a, sizeof(a->nc));
 		a->offer = m->suites;
-		a->suite = both & ESD_SUITE_AES256_GCM ? ESD_SUITE_AES256_GCM
+		a->suite = both & ESD_SUITE_NH_GMAC ? ESD_SUITE_NH_GMAC
+			   : both & ESD_SUITE_AES256_GCM ? ESD_SUITE_AES256_GCM
 			   : both & ESD_SUITE_CHACHA20_POLY1305 ? ESD_SUITE_CHACHA20_POLY1305 : 0;
 		if (!a->suite)
 			return refuse(l, "job key handshake: no tag cipher in common with the peer");
@@ -383,6 +395,8 @@ static int tag_check(const struct link_auth *a, const uint8_t *frame, size_t len
 			esd_gmac_tag(&a->grx, nonce, NULL, 0, frame, len, NULL, want);
 		return crypto_verify_16(want, tag);
 	}
+	if (a->suite == ESD_SUITE_NH_GMAC) /* no NH-GMAC code here: nothing passes */
+		return -1;
 	if (a->suite == ESD_SUITE_AES256_GCM)
 		return crypto_aead_aes256gcm_decrypt_detached(none, NULL, none, 0, tag, frame, len,
 							      nonce, a->krx);
@@ -617,22 +631,18 @@ int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len)
 	if (!esd_auth_in_place_ok(l) || len < SEAL_HEAD + AUTH_TAG_BYTES)
 		return -EINVAL;
 	hdr_mark_tagged(f);
+	struct gmac_run r;
+	esd_gmac_run_start(&r);
+	esd_gmac_run_add(&l->auth->gtx, &r, f, len - AUTH_TAG_BYTES, NULL);
+	esd_gmac_run_end(&l->auth->gtx, &r, NULL, f + len - AUTH_TAG_BYTES);
 	return 0;
 }
 
-void esd_auth_hash_in_place(struct esd_link *l, const uint8_t *f, size_t len,
-                            struct gmac_run *r)
-{
-	esd_gmac_run_start(r);
-	esd_gmac_run_add(&l->auth->gtx, r, f, len - AUTH_TAG_BYTES, NULL);
-}
-
-void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len,
-                              const struct gmac_run *r)
+void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len)
 {
 	uint8_t nonce[12];
 	ctr_nonce(l->auth->tx_ctr++, nonce);
-	esd_gmac_run_end(&l->auth->gtx, r, nonce, f + len - AUTH_TAG_BYTES);
+	esd_gmac_mask(&l->auth->gtx, nonce, f + len - AUTH_TAG_BYTES);
 }
 
 void esd_auth_fini(struct link_auth *a)

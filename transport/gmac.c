@@ -8,6 +8,11 @@
  * sixteen blocks are multiplied by H^16..H^1, their unreduced products
  * summed and reduced once; two blocks share each 256-bit multiply, and
  * each product takes three of them (Karatsuba) rather than four.
+ *
+ * NH-GMAC (gmac.h) puts NH in front of GHASH: a 1 KiB chunk becomes 32
+ * bytes, so GHASH's multiplies fall by 32 and the time goes to NH, four
+ * additions and multiplies of 32-bit words per 16 bytes a pass, two 16-byte
+ * units per 256-bit register (vpmuludq).
  */
 #include "gmac.h"
 
@@ -218,11 +223,13 @@ int esd_gmac_init(struct gmac *g, const uint8_t key[32])
 {
 	if (!esd_gmac_available())
 		return -ENOTSUP;
+	memset(g, 0, sizeof(*g));
 	gmac_setup(g, key);
 	return 0;
 }
 
-/* The tag from the hash y of bytes bytes of data. */
+/* The tag from the hash y of bytes bytes of data (nonce NULL: the hash
+ * alone, esd_gmac_mask to come). */
 GMAC_TARGET static void finish(const struct gmac *g, __m128i y, size_t bytes,
 			       const uint8_t nonce[12], uint8_t tag[16])
 {
@@ -230,12 +237,244 @@ GMAC_TARGET static void finish(const struct gmac *g, __m128i y, size_t bytes,
 	 * associated data's bits */
 	__m128i lens = _mm_set_epi64x((long long)(bytes * 8), 0);
 	y = absorb_few(g, y, &lens, 1);
+	_mm_storeu_si128((__m128i *)tag, bswap128(y));
+	if (nonce)
+		esd_gmac_mask(g, nonce, tag);
+}
+
+GMAC_TARGET void esd_gmac_mask(const struct gmac *g, const uint8_t nonce[12], uint8_t tag[16])
+{
 	uint8_t j0[16];
 	memcpy(j0, nonce, 12);
 	j0[12] = j0[13] = j0[14] = 0;
 	j0[15] = 1;
 	__m128i e = aes256_block(g, _mm_loadu_si128((const __m128i *)j0));
-	_mm_storeu_si128((__m128i *)tag, _mm_xor_si128(e, bswap128(y)));
+	_mm_storeu_si128((__m128i *)tag, _mm_xor_si128(e, _mm_loadu_si128((const __m128i *)tag)));
+}
+
+/* ---- NH-GMAC ------------------------------------------------------------ */
+
+void esd_nh_ref(const uint32_t key[NH_KEY_WORDS], const uint8_t *p, size_t len,
+                uint8_t out[NH_OUT])
+{
+	uint64_t s[NH_PASSES] = {0};
+	for (size_t u = 0; u < len / 16; u++, p += 16) {
+		uint32_t m[4];
+		for (int i = 0; i < 4; i++)
+			m[i] = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+			       (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+		const uint32_t *k = key + 4 * u;
+		for (int j = 0; j < NH_PASSES; j++) {
+			s[j] += (uint64_t)(uint32_t)(m[0] + k[4 * j]) * (uint32_t)(m[2] + k[4 * j + 2]);
+			s[j] += (uint64_t)(uint32_t)(m[1] + k[4 * j + 1]) *
+				(uint32_t)(m[3] + k[4 * j + 3]);
+		}
+	}
+	for (int j = 0; j < NH_PASSES; j++)
+		for (int i = 0; i < 8; i++)
+			out[8 * j + i] = (uint8_t)(s[j] >> (8 * i));
+}
+
+/* NH's sums s over n 16-byte units of p under the key words k (k0 k2 k1 k3
+ * order); with copy, the units are stored there too. Two units a register:
+ * each is shuffled to m0 m2 m1 m3, the key added, and vpmuludq multiplies
+ * each even word by the odd one above it. */
+#if NH_PASSES != 2
+#error "the vector NH below runs two passes"
+#endif
+
+/* One 256-bit step of NH over two units at p: the key words k (k0 k2 k1 k3
+ * order) added, each even word multiplied by the odd one above it (m0 m2
+ * m1 m3 after the shuffle), into the two passes' sums a0 and a1. */
+#define NH_STEP(p, k, copy, a0, a1)                                                         \
+	do {                                                                                 \
+		/* lddqu: unaligned 256-bit loads the compiler does not split */              \
+		__m256i raw_ = _mm256_lddqu_si256((const __m256i *)(p));                      \
+		if (copy)                                                                    \
+			_mm256_storeu_si256((__m256i *)(copy), raw_);                         \
+		__m256i m_ = _mm256_shuffle_epi32(raw_, 0xd8);                                \
+		__m256i t0_ = _mm256_add_epi32(m_, _mm256_lddqu_si256((const __m256i *)(k)));  \
+		__m256i t1_ = _mm256_add_epi32(m_, _mm256_lddqu_si256((const __m256i *)((k) + 4))); \
+		a0 = _mm256_add_epi64(a0, _mm256_mul_epu32(t0_, _mm256_srli_epi64(t0_, 32))); \
+		a1 = _mm256_add_epi64(a1, _mm256_mul_epu32(t1_, _mm256_srli_epi64(t1_, 32))); \
+	} while (0)
+
+/* The two passes' sums, lane by lane, as one 128-bit value: s0 s1. */
+GMAC_TARGET static inline __m128i nh_fold(__m256i a0, __m256i a1)
+{
+	__m256i t = _mm256_add_epi64(_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
+	return _mm_add_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+/* NH's sums s over n 16-byte units of p under the key words k; with copy,
+ * the units are stored there too. */
+GMAC_TARGET static void nh_units(const uint32_t *k, const uint8_t *p, size_t n, uint8_t *copy,
+				 uint64_t s[NH_PASSES])
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0;
+	for (; n >= 2; n -= 2, p += 32, k += 8) {
+		NH_STEP(p, k, copy, a0, a1);
+		if (copy)
+			copy += 32;
+	}
+	__m128i sum = nh_fold(a0, a1);
+	if (n) {
+		__m128i raw = _mm_loadu_si128((const __m128i *)p);
+		if (copy)
+			_mm_storeu_si128((__m128i *)copy, raw);
+		__m128i m = _mm_shuffle_epi32(raw, 0xd8);
+		__m128i t0 = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)k));
+		__m128i t1 = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)(k + 4)));
+		__m128i p0 = _mm_mul_epu32(t0, _mm_srli_epi64(t0, 32));
+		__m128i p1 = _mm_mul_epu32(t1, _mm_srli_epi64(t1, 32));
+		sum = _mm_add_epi64(sum, _mm_add_epi64(_mm_unpacklo_epi64(p0, p1),
+						       _mm_unpackhi_epi64(p0, p1)));
+	}
+	uint64_t q[2];
+	_mm_storeu_si128((__m128i *)q, sum);
+	s[0] += q[0];
+	s[1] += q[1];
+}
+
+/* NH of the whole chunk at p (its NH_OUT bytes), copied to copy when
+ * set. */
+GMAC_TARGET static inline __m128i nh_chunk(const uint32_t *k, const uint8_t *p, uint8_t *copy)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0;
+#pragma GCC unroll 4
+	for (size_t i = 0; i < NH_CHUNK; i += 32, k += 8)
+		NH_STEP(p + i, k, copy ? copy + i : NULL, a0, a1);
+	return nh_fold(a0, a1);
+}
+
+/* The open chunk is whole (or the last): its NH output into GHASH. */
+GMAC_TARGET static void nh_chunk_end(const struct gmac *g, struct gmac_run *r)
+{
+	uint8_t out[NH_OUT];
+	for (int j = 0; j < NH_PASSES; j++) {
+		memcpy(out + 8 * j, &r->sums[j], 8); /* little-endian */
+		r->sums[j] = 0;
+	}
+	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
+	_mm_storeu_si128((__m128i *)r->y, absorb(g, y, out, sizeof(out), NULL));
+	r->units = 0;
+}
+
+/* n whole units of p into the run's chunks (copied to copy when set). */
+GMAC_TARGET static void nh_absorb(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
+				  size_t n, uint8_t *copy)
+{
+	while (n) {
+		if (!r->units && n >= NH_CHUNK / 16) { /* whole chunks: GHASH them 16 at once */
+			uint8_t out[NH_OUT * GMAC_POWERS];
+			size_t c = n / (NH_CHUNK / 16);
+			c = c < GMAC_POWERS ? c : GMAC_POWERS;
+			for (size_t i = 0; i < c; i++, p += NH_CHUNK) {
+				_mm_storeu_si128((__m128i *)(out + NH_OUT * i), nh_chunk(g->nhk, p, copy));
+				if (copy)
+					copy += NH_CHUNK;
+			}
+			__m128i y = _mm_loadu_si128((const __m128i *)r->y);
+			_mm_storeu_si128((__m128i *)r->y, absorb(g, y, out, NH_OUT * c, NULL));
+			n -= c * (NH_CHUNK / 16);
+			continue;
+		}
+		size_t room = NH_CHUNK / 16 - r->units, k = n < room ? n : room;
+		nh_units(g->nhk + 4 * r->units, p, k, copy, r->sums);
+		r->units += k;
+		p += 16 * k;
+		if (copy)
+			copy += 16 * k;
+		n -= k;
+		if (r->units == NH_CHUNK / 16)
+			nh_chunk_end(g, r);
+	}
+}
+
+GMAC_TARGET static void nh_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
+				   size_t len, uint8_t *copy)
+{
+	if (!len)
+		return;
+	r->total += len;
+	if (r->part_len) { /* fill the waiting unit first */
+		size_t k = 16 - r->part_len < len ? 16 - r->part_len : len;
+		memcpy(r->part + r->part_len, p, k);
+		if (copy) {
+			memcpy(copy, p, k);
+			copy += k;
+		}
+		r->part_len += k;
+		p += k;
+		len -= k;
+		if (r->part_len < 16)
+			return;
+		nh_absorb(g, r, r->part, 1, NULL);
+		r->part_len = 0;
+	}
+	size_t whole = len & ~(size_t)15;
+	nh_absorb(g, r, p, whole / 16, copy);
+	r->part_len = len - whole;
+	memcpy(r->part, p + whole, r->part_len);
+	if (copy)
+		memcpy(copy + whole, p + whole, r->part_len);
+}
+
+/* The run's NH outputs, then the frame's length block (its bytes as a
+ * little-endian 64-bit number, eight zero bytes), hashed and finished as
+ * GMAC's tag of them. */
+GMAC_TARGET static void nh_run_end(const struct gmac *g, struct gmac_run *r,
+				   const uint8_t nonce[12], uint8_t tag[16])
+{
+	if (r->part_len) { /* the last unit zero-padded */
+		memset(r->part + r->part_len, 0, 16 - r->part_len);
+		nh_absorb(g, r, r->part, 1, NULL);
+		r->part_len = 0;
+	}
+	if (r->units)
+		nh_chunk_end(g, r);
+	uint8_t len[16] = {0};
+	for (int i = 0; i < 8; i++)
+		len[i] = (uint8_t)((uint64_t)r->total >> (8 * i));
+	__m128i y = absorb(g, _mm_loadu_si128((const __m128i *)r->y), len, sizeof(len), NULL);
+	size_t chunks = (r->total + NH_CHUNK - 1) / NH_CHUNK;
+	finish(g, y, chunks * NH_OUT + sizeof(len), nonce, tag);
+}
+
+/* NH's key: the AES-256-GCM keystream of the nonce NH_KEY_NONCE (AES-256
+ * of that nonce followed by the 32-bit big-endian counters 2, 3, ...),
+ * read as little-endian words; each group of four stored k0 k2 k1 k3. A
+ * frame's nonce never has it (bytes 8 to 10 are zero). */
+GMAC_TARGET static void nh_key(struct gmac *g)
+{
+	uint32_t w[(NH_KEY_WORDS + 3) / 4 * 4];
+	for (uint32_t i = 0; i < sizeof(w) / 16; i++) {
+		uint8_t in[16];
+		memset(in, NH_KEY_NONCE_BYTE, 12);
+		in[12] = (uint8_t)((i + 2) >> 24);
+		in[13] = (uint8_t)((i + 2) >> 16);
+		in[14] = (uint8_t)((i + 2) >> 8);
+		in[15] = (uint8_t)(i + 2);
+		_mm_storeu_si128((__m128i *)(w + 4 * i),
+				 aes256_block(g, _mm_loadu_si128((const __m128i *)in)));
+	}
+	for (size_t i = 0; i < NH_KEY_WORDS; i += 4) {
+		g->nhk[i] = w[i];
+		g->nhk[i + 1] = w[i + 2];
+		g->nhk[i + 2] = w[i + 1];
+		g->nhk[i + 3] = w[i + 3];
+	}
+	memset(w, 0, sizeof(w));
+}
+
+int esd_gmac_init_nh(struct gmac *g, const uint8_t key[32])
+{
+	int rc = esd_gmac_init(g, key);
+	if (rc)
+		return rc;
+	nh_key(g);
+	g->nh = 1;
+	return 0;
 }
 
 void esd_gmac_run_start(struct gmac_run *r)
@@ -246,6 +485,10 @@ void esd_gmac_run_start(struct gmac_run *r)
 GMAC_TARGET void esd_gmac_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
                                   size_t len, uint8_t *copy)
 {
+	if (g->nh) {
+		nh_run_add(g, r, p, len, copy);
+		return;
+	}
 	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
 	r->total += len;
 	if (r->part_len) { /* fill the waiting block first */
@@ -275,6 +518,11 @@ GMAC_TARGET void esd_gmac_run_add(const struct gmac *g, struct gmac_run *r, cons
 GMAC_TARGET void esd_gmac_run_end(const struct gmac *g, const struct gmac_run *r,
                                   const uint8_t nonce[12], uint8_t tag[16])
 {
+	if (g->nh) {
+		struct gmac_run end = *r;
+		nh_run_end(g, &end, nonce, tag);
+		return;
+	}
 	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
 	if (r->part_len)
 		y = absorb(g, y, r->part, r->part_len, NULL);
@@ -285,6 +533,14 @@ GMAC_TARGET void esd_gmac_tag(const struct gmac *g, const uint8_t nonce[12], con
                               size_t head_len, const uint8_t *body, size_t body_len, uint8_t *copy,
                               uint8_t tag[16])
 {
+	if (g->nh) {
+		struct gmac_run r;
+		esd_gmac_run_start(&r);
+		nh_run_add(g, &r, head, head_len, NULL);
+		nh_run_add(g, &r, body, body_len, copy);
+		nh_run_end(g, &r, nonce, tag);
+		return;
+	}
 	__m128i y = _mm_setzero_si128();
 	if (head_len)
 		y = absorb(g, y, head, head_len, NULL);

@@ -373,43 +373,26 @@ int esd_link_tag_in_place(struct esd_link *l, struct esd_buf *b, size_t start)
 		return -ENOMEM;
 	memset(b->data + b->len, 0, AUTH_TAG_BYTES);
 	b->len += AUTH_TAG_BYTES;
+	const int64_t c0 = esd_now_ns(); /* as in send_batch */
 	int rc = esd_auth_mark_in_place(l, b->data + start, b->len - start);
+	atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_now_ns() - c0),
+				  memory_order_relaxed);
 	if (rc)
 		b->len -= AUTH_TAG_BYTES;
 	return rc;
 }
 
-/* One frame marked by esd_link_tag_in_place: hashed, then its tag written
- * and the frame sent under one hold of the send lock (counter order is
- * send order). One frame at a time, as esd_link_send seals and sends: the
- * peer checks a frame while the next is hashed. */
-static int send_tagged_frame(struct esd_link *l, uint8_t *f, size_t len, int64_t deadline)
+/* The frames of b, each marked by esd_link_tag_in_place, into v (at most
+ * max; *n of them); *used: the bytes they take. -EINVAL for a frame not
+ * marked. */
+static int tagged_frames(struct esd_link *l, const struct esd_buf *b, size_t off,
+			 struct iovec *v, int max, int *n, size_t *used)
 {
-	struct gmac_run run;
-	struct iovec iov = {.iov_base = f, .iov_len = len};
-	const int64_t c0 = esd_now_ns(); /* as in send_batch */
-	esd_auth_hash_in_place(l, f, len, &run);
-	pthread_mutex_lock(&l->w->tx_mu);
-	esd_auth_finish_in_place(l, f, len, &run);
-	atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_now_ns() - c0),
-				  memory_order_relaxed);
-	int rc = esd_link_send_raw(l, &iov, 1, deadline);
-	pthread_mutex_unlock(&l->w->tx_mu);
-	return rc ? send_failed(l, rc) : 0;
-}
-
-int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b)
-{
-	if (!l || !b)
-		return -EINVAL;
-	if (l->broken == 2)
-		return -EPIPE;
-	if (!esd_link_can_tag_in_place(l))
-		return -ENOTSUP;
-	int64_t deadline = esd_deadline_after(l->w->timeout_ns);
-	uint8_t *p = b->data;
-	size_t len = b->len;
-	while (len) {
+	uint8_t *p = b->data + off;
+	size_t len = b->len - off;
+	*n = 0;
+	*used = 0;
+	while (len && *n < max) {
 		struct esd_frame_hdr h;
 		char why[160];
 		uint16_t flags;
@@ -423,11 +406,52 @@ int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b)
 			return -EINVAL;
 		}
 		size_t fl = ESD_FRAME_HDR_SIZE + h.length;
-		count(l, p, fl - AUTH_TAG_BYTES, 0);
-		if ((rc = send_tagged_frame(l, p, fl, deadline)))
-			return rc;
+		v[(*n)++] = (struct iovec){.iov_base = p, .iov_len = fl};
+		*used += fl;
 		p += fl;
 		len -= fl;
+	}
+	return 0;
+}
+
+/* Frames marked by esd_link_tag_in_place, hashed then: their tags written
+ * under the next counter nonces and the frames sent, under one hold of the
+ * send lock (counter order is send order). */
+static int send_tagged_frames(struct esd_link *l, struct iovec *v, int n, int64_t deadline)
+{
+	pthread_mutex_lock(&l->w->tx_mu);
+	for (int i = 0; i < n; i++) {
+		count(l, v[i].iov_base, v[i].iov_len - AUTH_TAG_BYTES, 0);
+		esd_auth_finish_in_place(l, v[i].iov_base, v[i].iov_len);
+	}
+	int rc = esd_link_send_raw(l, v, n, deadline);
+	pthread_mutex_unlock(&l->w->tx_mu);
+	return rc ? send_failed(l, rc) : 0;
+}
+
+int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b)
+{
+	if (!l || !b)
+		return -EINVAL;
+	if (l->broken == 2)
+		return -EPIPE;
+	if (!esd_link_can_tag_in_place(l))
+		return -ENOTSUP;
+	int64_t deadline = esd_deadline_after(l->w->timeout_ns);
+	struct iovec v[16];
+	int n;
+	size_t used, off = 0;
+	/* every frame checked before any is sent */
+	for (off = 0; off < b->len; off += used) {
+		int rc = tagged_frames(l, b, off, v, 16, &n, &used);
+		if (rc)
+			return rc;
+	}
+	for (off = 0; off < b->len; off += used) {
+		tagged_frames(l, b, off, v, 16, &n, &used);
+		int rc = send_tagged_frames(l, v, n, deadline);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

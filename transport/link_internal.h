@@ -155,8 +155,9 @@ struct wire {
 	/* A keyed link once its handshake is done (auth.c sets it, on the
 	 * receiving thread): the receiving direction's GMAC key. A backend
 	 * that reassembles frames hashes each tagged one as it copies it in
-	 * (esd_wire_rx_hash_start, esd_wire_rx_take), and its recv() points rx_run
-	 * at the hash of the frame it returns (rx_run_frame), else NULL. */
+	 * (esd_wire_rx_hash_start, esd_wire_rx_take; tcp as its bytes land,
+	 * esd_wire_rx_run_start), and its recv() points rx_run at the hash of
+	 * the frame it returns (rx_run_frame), else NULL. */
 	const struct gmac *rx_mac;
 	const struct gmac_run *rx_run;
 	const uint8_t *rx_run_frame;
@@ -221,6 +222,10 @@ void esd_wire_heard(struct wire *w);
  * when the wire has rx_mac and the frame is tagged, its hash started with
  * the header as its tag covers it. The header is not copied. */
 void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr);
+/* The same for a frame of len bytes hashed into r (a backend that keeps
+ * frames where they land, tcp): true when hashing starts. */
+bool esd_wire_rx_run_start(const struct wire *w, struct gmac_run *r, const uint8_t *hdr,
+                           size_t len);
 /* len bytes of the frame at offset off (past its header) copied from src
  * into b (src may be b's own bytes there), those before the tag hashed in
  * the same pass when b->hashed. */
@@ -318,17 +323,13 @@ void esd_auth_unseal_beat(struct esd_link *l);
 /* 1 when l's frames can be tagged in place: open, wide tags. */
 int esd_auth_in_place_ok(const struct esd_link *l);
 /* The frame at f (len bytes, its header as the encoder made it, a tag's
- * room after it) marked tagged as seal_one marks a sealed copy: 0, -EINVAL
- * (too short for the wide tag). */
+ * room after it) marked tagged as seal_one marks a sealed copy, and hashed
+ * while the encoder's bytes are still in the cache: the hash (no nonce in
+ * it) waits in the tag's room. 0, -EINVAL (too short for the wide tag). */
 int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len);
-/* The hash of a frame so marked (len bytes with the tag's room), taken
- * before the send lock (the hash does not depend on the nonce). */
-void esd_auth_hash_in_place(struct esd_link *l, const uint8_t *f, size_t len,
-                            struct gmac_run *r);
-/* Its tag, from r, under the next counter nonce, written in its room
- * (under the send lock, in send order). */
-void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len,
-                              const struct gmac_run *r);
+/* Its tag, from that hash, under the next counter nonce, written in its
+ * room (under the send lock, in send order). */
+void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len);
 void esd_auth_fini(struct link_auth *a);
 
 /* ---- before the handshake ------------------------------------------------ */

@@ -435,9 +435,30 @@ static int tcp_send(struct wire *w, const struct iovec *iov, int n, int64_t dead
 	return 0;
 }
 
+/* The bytes of the frame at head (need in all) that have arrived, up to
+ * its tag, hashed into c->run while they are still in the cache: the
+ * check then only finishes the hash (auth.c). */
+static void rx_hash_more(struct tcp_conn *c, size_t avail, size_t need)
+{
+	if (!c->run_tried) {
+		c->run_tried = 1;
+		c->run_on = esd_wire_rx_run_start(&c->w, &c->run, c->sb + c->head, need);
+		c->run_at = ESD_FRAME_HDR_SIZE;
+	}
+	if (!c->run_on)
+		return;
+	size_t end = need - AUTH_TAG_BYTES < avail ? need - AUTH_TAG_BYTES : avail;
+	if (end > c->run_at) {
+		esd_gmac_run_add(c->w.rx_mac, &c->run, c->sb + c->head + c->run_at, end - c->run_at,
+				 NULL);
+		c->run_at = end;
+	}
+}
+
 static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t deadline)
 {
 	struct tcp_conn *c = (struct tcp_conn *)w;
+	w->rx_run = NULL;
 	c->head += c->consumed;
 	c->consumed = 0;
 	c->lent = 0;
@@ -459,11 +480,18 @@ static int tcp_recv(struct wire *w, const uint8_t **frame, size_t *len, int64_t 
 			need += h.length;
 			if (need > c->max_frame)
 				note_frame(c, need);
+			if (w->rx_mac)
+				rx_hash_more(c, avail, need);
 			if (avail >= need) {
 				*frame = c->sb + c->head;
 				*len = need;
 				c->consumed = need;
 				c->lent = 1;
+				if (c->run_on) {
+					w->rx_run = &c->run;
+					w->rx_run_frame = *frame;
+				}
+				c->run_on = c->run_tried = 0;
 				return 0;
 			}
 		}

@@ -44,6 +44,12 @@ struct tcp_conn {
 	size_t retired_cap;
 	size_t steady, max_frame;
 	int lent;
+	/* A keyed link's frame at head hashed as its bytes land (the wire's
+	 * rx_mac, wire.c): run_at bytes of it are in run; run_on when it is
+	 * hashed, run_tried once that was decided for this frame. */
+	struct gmac_run run;
+	size_t run_at;
+	int run_on, run_tried;
 };
 
 extern const struct tcp_engine esd_tcp_engine_poll;

@@ -57,22 +57,27 @@ void esd_wire_heard(struct wire *w)
 	atomic_store_explicit(&w->rx_ns, esd_now_ns(), memory_order_relaxed);
 }
 
-void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
+bool esd_wire_rx_run_start(const struct wire *w, struct gmac_run *r, const uint8_t *hdr,
+                           size_t len)
 {
 	uint8_t canon[ESD_FRAME_HDR_SIZE];
 	uint16_t flags;
 	memcpy(&flags, hdr + 6, 2);
-	b->hashed = w->rx_mac && (flags & ESD_FLAG_TAGGED) &&
-		    b->len >= ESD_FRAME_HDR_SIZE + AUTH_TAG_BYTES;
-	if (!b->hashed)
-		return;
+	if (!w->rx_mac || !(flags & ESD_FLAG_TAGGED) || len < ESD_FRAME_HDR_SIZE + AUTH_TAG_BYTES)
+		return false;
 	/* as auth.c's tags cover it: the reliable layer's fields zero */
 	memcpy(canon, hdr, sizeof(canon));
 	flags &= (uint16_t) ~(ESD_FLAG_RELIABLE | ESD_FLAG_RETRANSMIT);
 	memcpy(canon + 6, &flags, 2);
 	memset(canon + 16, 0, 8);
-	esd_gmac_run_start(&b->run);
-	esd_gmac_run_add(w->rx_mac, &b->run, canon, sizeof(canon), NULL);
+	esd_gmac_run_start(r);
+	esd_gmac_run_add(w->rx_mac, r, canon, sizeof(canon), NULL);
+	return true;
+}
+
+void esd_wire_rx_hash_start(struct wire *w, struct fbuf *b, const uint8_t *hdr)
+{
+	b->hashed = esd_wire_rx_run_start(w, &b->run, hdr, b->len);
 }
 
 void esd_wire_rx_take(struct wire *w, struct fbuf *b, size_t off, const uint8_t *src, size_t len)

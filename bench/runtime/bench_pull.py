@@ -8,11 +8,14 @@ core, run bench_pull on another against it (batch pulls of 1024 rows for --secon
 and the ratios dpdk / tcp: rows per second (goal at least 1.5x) and the
 one-row round trip (goal at most 0.5x).
 
-With --sodium, each round also runs the keyed case with ESD_NO_VPCLMUL=1
-in both processes (the frame tags by libsodium's AES-256-GCM, as before
-the wide GMAC): the three side by side, with the ratios keyed / keyless
-per backend (goals: memif >= 0.8x, tcp >= 0.9x), taken round by round:
-each backend's keyless and keyed runs follow each other.
+The keyed case tags frames with the suite the link picks (NH-GMAC where
+the CPU has AVX2 and VPCLMULQDQ). With --gcm, each round also runs it with
+ESD_AUTH_SUITES=aes256-gcm (gmac.c's AES-256-GCM tags, the suite before
+NH-GMAC). With --sodium, each round also runs the keyed case with
+ESD_NO_VPCLMUL=1 in both processes (the frame tags by libsodium's
+AES-256-GCM, as before the wide GMAC). All side by side, with the ratios
+keyed / keyless per backend (goals: memif >= 0.8x, tcp >= 0.9x), taken
+round by round: each backend's keyless and keyed runs follow each other.
 
 --netns (root): the shard and the client in two network namespaces joined
 by a veth pair (MTU 9000), dpdk over net_af_packet on it against tcp on
@@ -22,7 +25,7 @@ the same pair; --rate shapes both ends with tc tbf (e.g. 500M).
 host the figures measure the link rather than the scheduler.
 
 usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
-                     [--sodium] [--netns [--rate R]] [--fifo]
+                     [--gcm] [--sodium] [--netns [--rate R]] [--fifo]
 """
 import argparse
 import os
@@ -110,10 +113,13 @@ def pin(i):
 
 
 def one_run(bin_dir, work, stream, backend, keyed, args):
-    """keyed: False, True, or "sodium" (keyed, libsodium's tags)."""
+    """keyed: False, True, "gcm" (keyed, AES-256-GCM tags) or "sodium"
+    (keyed, libsodium's tags)."""
     env = dict(os.environ)
     if keyed == "sodium":
         env["ESD_NO_VPCLMUL"] = "1"
+    if keyed == "gcm":
+        env["ESD_AUTH_SUITES"] = "aes256-gcm"
     key = os.path.join(work, "job.key") if keyed else ""
     if keyed and not os.path.exists(key):
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -158,8 +164,9 @@ def paired(res, backend, keyed):
     return "%.2fx [%.2f-%.2f]" % (statistics.median(r), r[0], r[-1])
 
 
-KEYINGS = [False, True, "sodium"]
-KEYING_NAME = {False: "no", True: "yes", "sodium": "yes (libsodium tags)"}
+KEYINGS = [False, True, "gcm", "sodium"]
+KEYING_NAME = {False: "no", True: "yes", "gcm": "yes (AES-256-GCM tags)",
+               "sodium": "yes (libsodium tags)"}
 
 
 def main():
@@ -171,6 +178,8 @@ def main():
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--queue", type=int, default=0,
                     help="dpdk: ps.dpdk_queue (0: the job's default)")
+    ap.add_argument("--gcm", action="store_true",
+                    help="also the keyed case with AES-256-GCM tags (ESD_AUTH_SUITES=aes256-gcm)")
     ap.add_argument("--sodium", action="store_true",
                     help="also the keyed case with libsodium's tags (ESD_NO_VPCLMUL=1)")
     ap.add_argument("--netns", action="store_true",
@@ -197,9 +206,11 @@ def main():
         subprocess.run([os.path.join(args.bin, "esd-data"), "gen", "-o", stream, "--shape",
                         "criteo-kaggle", "-n", "4096"], check=True, stdout=subprocess.DEVNULL)
         res = {}
+        keyings = [k for k in KEYINGS if k in (False, True) or (k == "gcm" and args.gcm)
+                   or (k == "sodium" and args.sodium)]
         for r in range(args.rounds):  # backends alternate: noise hits them alike
             for backend in ("tcp", "dpdk"):  # a backend's keyings run back to back
-                for keyed in KEYINGS[:3 if args.sodium else 2]:
+                for keyed in keyings:
                     res.setdefault((backend, keyed), []).append(
                         one_run(args.bin, work, stream, backend, keyed, args))
         med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
@@ -228,7 +239,7 @@ def main():
             print("%s keyed / keyless rows/s, median of the rounds' ratios [min-max]: %s "
                   "(goal >= %.1f)" % (backend, ", ".join(
                       "%s %s" % (KEYING_NAME[k], paired(res, backend, k))
-                      for k in KEYINGS[1:3 if args.sodium else 2]), goal))
+                      for k in keyings[1:]), goal))
     finally:
         if args.net:
             args.net.__exit__()

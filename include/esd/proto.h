@@ -259,6 +259,7 @@ struct esd_stats_msg {
 #define ESD_LINK_AUTH_BODY    (16u + 2u * ESD_LINK_AUTH_FIELD)
 #define ESD_SUITE_CHACHA20_POLY1305 0x1u /* every build */
 #define ESD_SUITE_AES256_GCM        0x2u /* where the CPU has AES-NI and CLMUL */
+#define ESD_SUITE_NH_GMAC           0x4u /* AES-NI, AVX2 and VPCLMULQDQ (gmac.h) */
 /* LINK_HEARTBEAT (transport/heartbeat.c): beat counts the heartbeats this
  * side sent on the link (from 1). With ESD_BEAT_ASIDE the heartbeat travels
  * beside the link's ordered stream of frames (below the reliable layer, or

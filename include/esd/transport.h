@@ -285,11 +285,11 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len);
  * Frames tagged in the encoder's buffer (a keyed link whose tags are
  * gmac.c's): esd_link_send() copies each frame into a sealed buffer as it
  * hashes it. Instead, after each frame is encoded at offset start of b
- * (the last frame in b), esd_link_tag_in_place() marks it tagged and
- * appends room for its tag; esd_link_send_tagged() then hashes each frame
- * where it lies, writes its tag under the link's next counter nonce and
- * sends it, one frame at a time as esd_link_send() does. Every frame of
- * b must be so marked. esd_link_tag_in_place() returns 0, -ENOTSUP (not
+ * (the last frame in b), esd_link_tag_in_place() marks it tagged, appends
+ * room for its tag and hashes it while the encoder's bytes are still in the
+ * cache (the frame must not change after); esd_link_send_tagged() then
+ * writes each frame's tag under the link's next counter nonce and sends
+ * the frames where they lie. Every frame of b must be so marked. esd_link_tag_in_place() returns 0, -ENOTSUP (not
  * such a link: esd_link_can_tag_in_place() is 0; send as usual), -ENOMEM,
  * -EINVAL; esd_link_send_tagged() as esd_link_send(), -EINVAL for a frame
  * not marked.
