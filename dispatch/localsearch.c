@@ -54,11 +54,12 @@ static inline int64_t tsum(const struct tsum *ts, uint64_t m)
 }
 
 /* A fresh stamp base (4 * generation; tags 0..3 above it), clearing the
- * stamps when the generations wrap. */
-static inline uint32_t next_gen(uint32_t *stamp, uint32_t U, uint32_t *gen)
+ * stamps (all ns of them, those of earlier calls included) when the
+ * generations wrap. */
+static inline uint32_t next_gen(uint32_t *stamp, size_t ns, uint32_t *gen)
 {
 	if (++*gen == (UINT32_C(1) << 30)) {
-		memset(stamp, 0, ((size_t)U + 1) * sizeof(uint32_t));
+		memset(stamp, 0, ns * sizeof(uint32_t));
 		*gen = 1;
 	}
 	return *gen * 4;
@@ -159,7 +160,8 @@ struct ls {
 	uint32_t *cnt;
 	struct lskey *K;
 	struct lk8 *K8;
-	uint32_t *stamp, gen; /* stamps: 4 * gen + tag */
+	uint32_t *stamp; /* stamps: 4 * w->gen + tag */
+	struct esd_ls_work *w;
 	int32_t *dd;
 	uint32_t *touched;
 	struct tsum ts;
@@ -171,24 +173,66 @@ struct ls {
 	uint32_t nl, all;
 };
 
-static void ls_free(struct ls *L)
+struct esd_ls_work {
+	uint32_t *cnt;
+	struct lskey *K;
+	struct lk8 *K8;
+	uint32_t *stamp, gen; /* stamps of every call below 4 * (gen + 1) */
+	int32_t *dd;
+	uint32_t *touched;
+	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched;
+};
+
+int esd_ls_work_create(struct esd_ls_work **out)
 {
-	free(L->cnt);
-	free(L->K);
-	free(L->K8);
-	free(L->stamp);
-	free(L->dd);
-	free(L->touched);
+	if (!out)
+		return -EINVAL;
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
 }
 
+static void ls_work_release(struct esd_ls_work *w)
+{
+	free(w->cnt);
+	free(w->K);
+	free(w->K8);
+	free(w->stamp);
+	free(w->dd);
+	free(w->touched);
+}
+
+void esd_ls_work_free(struct esd_ls_work *w)
+{
+	if (!w)
+		return;
+	ls_work_release(w);
+	free(w);
+}
+
+/* The work's arrays for this call: counts and key entries zeroed, stamps
+ * grown with zeros (older stamps stay below the next generation). */
 static int ls_alloc(struct ls *L)
 {
-	L->cnt = calloc((size_t)L->U * L->n + 1, sizeof(uint32_t));
-	L->K = calloc((size_t)L->U + 1, sizeof(*L->K));
-	L->stamp = calloc((size_t)L->U + 1, sizeof(uint32_t));
-	L->dd = malloc(((size_t)L->U + 1) * sizeof(int32_t));
-	L->touched = malloc(((size_t)L->off[L->k] + 1) * sizeof(uint32_t));
-	return L->cnt && L->K && L->stamp && L->dd && L->touched ? 0 : -ENOMEM;
+	struct esd_ls_work *w = L->w;
+	const size_t U1 = (size_t)L->U + 1, ncnt = (size_t)L->U * L->n + 1;
+	const size_t old_stamps = w->stamp ? w->cap_stamp : 0;
+	if (esd_grow((void **)&w->cnt, &w->cap_cnt, ncnt, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->K, &w->cap_K, U1, sizeof(*w->K)) ||
+	    esd_grow((void **)&w->stamp, &w->cap_stamp, U1, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
+	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
+	             sizeof(uint32_t)))
+		return -ENOMEM;
+	if (w->cap_stamp > old_stamps)
+		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
+	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
+	memset(w->K, 0, U1 * sizeof(*w->K));
+	L->cnt = w->cnt;
+	L->K = w->K;
+	L->stamp = w->stamp;
+	L->dd = w->dd;
+	L->touched = w->touched;
+	return 0;
 }
 
 /* Counts and masks of the start assignment, the workers holding exactly
@@ -244,9 +288,9 @@ static int ls_compact(struct ls *L)
 	L->all = (uint32_t)((UINT64_C(1) << L->n) - 1);
 	if (!(L->positional && L->n <= 8 && lmax <= 256))
 		return 0;
-	L->K8 = malloc(((size_t)L->U + 1) * sizeof(*L->K8));
-	if (!L->K8)
+	if (esd_grow((void **)&L->w->K8, &L->w->cap_K8, (size_t)L->U + 1, sizeof(*L->K8)))
 		return -ENOMEM;
+	L->K8 = L->w->K8;
 	for (uint32_t u = 0; u < L->U; u++) {
 		const struct lskey *x = &L->K[u];
 		L->K8[u] = (struct lk8){x->kc,
@@ -340,7 +384,7 @@ static int64_t delta_positional(const struct ls *L, const struct cand *x)
 static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
-	const uint32_t G = next_gen(L->stamp, L->U, &L->gen);
+	const uint32_t G = next_gen(L->stamp, L->w->cap_stamp, &L->w->gen);
 	int64_t delta = 0;
 	*slow = 0;
 	for (uint32_t q = 0; q < x->li2; q++) {
@@ -385,7 +429,7 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
 	int64_t delta = 0;
-	*nt = net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
+	*nt = net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
 	                L->dd, L->touched);
 	for (uint32_t t = 0; t < *nt; t++) {
 		const uint32_t u = L->touched[t];
@@ -468,7 +512,7 @@ static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int
 	if (delta >= 0)
 		return 0;
 	if (!slow)
-		nt = net_moves(x.oi, x.li, x.oi2, x.li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
+		nt = net_moves(x.oi, x.li, x.oi2, x.li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
 		               L->dd, L->touched);
 	take_swap(L, &x, nt);
 	assign[i] = c;
@@ -492,8 +536,9 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	struct ls *L = calloc(1, sizeof(*L));
 	if (!L)
 		return -ENOMEM;
+	struct esd_ls_work own = {0};
 	*L = (struct ls){.occ = kt->occ, .off = b->off, .n = kt->n, .k = b->k, .U = kt->count,
-	                 .full = sync == ESD_SYNC_FULL_SET};
+	                 .full = sync == ESD_SYNC_FULL_SET, .w = p->work ? p->work : &own};
 	int rc = ls_alloc(L);
 	if (rc)
 		goto out;
@@ -540,7 +585,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (st)
 		*st = s0;
 out:
-	ls_free(L);
+	ls_work_release(&own);
 	free(L);
 	return rc;
 }
