@@ -18,6 +18,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Sum of T_j over the workers of a mask: a table for small n (8 bits at a
  * time), so the cost of a key is a few lookups. */
@@ -117,20 +120,22 @@ static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct
 	return c;
 }
 
-/* The same for n <= 8 in 24 bytes, masks in a byte: what the evaluation
- * reads of a key. */
+/* The same for n <= 8 in 16 bytes, masks in a byte: what the evaluation
+ * reads of a key (the DIRTY holder's T comes from a table by its bit). */
 struct lk8 {
-	int64_t kc, td;
+	int64_t kc;
 	uint8_t mask, one, latest, dbit;
 	uint16_t pos; /* its position in the samples */
 };
 
 /* Cost of a key needed by the workers of mask N != 0, n <= 8, without
  * branches: lo[] sums T over a mask, g[N] is lo[N] where N's trainers each
- * push a gradient (full-set sync, or N shared) and 0 where not. */
-static inline int64_t lk8_cost(const struct lk8 *x, uint32_t N, const int64_t *lo, const int64_t *g)
+ * push a gradient (full-set sync, or N shared) and 0 where not, and td[]
+ * is T of the worker of a one-bit mask (0 for none). */
+static inline int64_t lk8_cost(const struct lk8 *x, uint32_t N, const int64_t *lo, const int64_t *g,
+                               const int64_t *td)
 {
-	return lo[N & ~(uint32_t)x->latest] + g[N] + (N != x->dbit ? x->td : 0);
+	return lo[N & ~(uint32_t)x->latest] + g[N] + (N != x->dbit ? td[x->dbit] : 0);
 }
 
 /* lskey_cost for n <= 16 and N != 0 without branches (the local search's
@@ -165,7 +170,7 @@ struct ls {
 	int32_t *dd;
 	uint32_t *touched;
 	struct tsum ts;
-	int64_t g[256];
+	int64_t g[256], td[256];
 	/* K8: positions where some key is not saturated (needed everywhere,
 	 * never alone on a worker), ascending */
 	uint8_t live[256];
@@ -226,7 +231,8 @@ static int ls_alloc(struct ls *L)
 	if (w->cap_stamp > old_stamps)
 		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
 	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
-	memset(w->K, 0, U1 * sizeof(*w->K));
+	if (L->n > 8) /* ls_count's masks start empty */
+		memset(w->K, 0, U1 * sizeof(*w->K));
 	L->cnt = w->cnt;
 	L->K = w->K;
 	L->stamp = w->stamp;
@@ -237,8 +243,10 @@ static int ls_alloc(struct ls *L)
 
 /* Counts and masks of the start assignment, the workers holding exactly
  * one occurrence of each key, and each key's position in its samples
- * (dd). Returns whether some key sits at two positions. */
-static int ls_count(struct ls *L, const uint32_t *assign)
+ * (dd). Returns whether some key sits at two positions. With wmask the
+ * masks are left to ls_masks8 (n <= 8: one random line per occurrence
+ * instead of two). */
+static int ls_count(struct ls *L, const uint32_t *assign, int wmask)
 {
 	int moved = 0;
 	for (uint32_t u = 0; u < L->U; u++)
@@ -249,10 +257,12 @@ static int ls_count(struct ls *L, const uint32_t *assign)
 			const uint32_t u = L->occ[q];
 			const int32_t at = (int32_t)(q - L->off[i]);
 			const uint32_t c = ++L->cnt[(size_t)u * L->n + assign[i]];
-			L->K[u].mask |= bit;
-			/* one: the bit goes on at the first occurrence, off at
-			 * the second */
-			L->K[u].one ^= c <= 2 ? bit : 0;
+			if (wmask) {
+				L->K[u].mask |= bit;
+				/* one: the bit goes on at the first occurrence,
+				 * off at the second */
+				L->K[u].one ^= c <= 2 ? bit : 0;
+			}
 			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
 			L->dd[u] = at;
 		}
@@ -260,13 +270,45 @@ static int ls_count(struct ls *L, const uint32_t *assign)
 	return moved;
 }
 
-/* Each key's state and current true cost; returns their sum. */
+/* Key u's mask and one-occurrence mask from its counts, n <= 8. */
+static inline void ls_masks8(const uint32_t *cu, uint32_t n, uint8_t *mask, uint8_t *one)
+{
+#if defined(__SSE2__)
+	if (n == 8) {
+		/* counts saturate to 16 bits: still nonzero, still not 1 */
+		const __m128i c = _mm_packs_epi32(_mm_loadu_si128((const __m128i *)cu),
+		                                  _mm_loadu_si128((const __m128i *)(cu + 4)));
+		const __m128i z = _mm_cmpeq_epi16(c, _mm_setzero_si128()),
+		              o = _mm_cmpeq_epi16(c, _mm_set1_epi16(1));
+		const uint32_t m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi16(z, o));
+		*mask = (uint8_t)~m;
+		*one = (uint8_t)(m >> 8);
+		return;
+	}
+#endif
+	uint32_t mk = 0, on = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		mk |= (uint32_t)(cu[j] != 0) << j;
+		on |= (uint32_t)(cu[j] == 1) << j;
+	}
+	*mask = (uint8_t)mk;
+	*one = (uint8_t)on;
+}
+
+/* Each key's state and current true cost (its masks from the counts
+ * first when n <= 8); returns their sum. */
 static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
 {
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < L->U; u++) {
 		const struct esd_keystate *ks = &kt->st[u];
 		struct lskey *x = &L->K[u];
+		if (L->n <= 8) {
+			uint8_t mk, on;
+			ls_masks8(L->cnt + (size_t)u * L->n, L->n, &mk, &on);
+			x->mask = mk;
+			x->one = on;
+		}
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
 		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
@@ -276,39 +318,60 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 	return cost;
 }
 
-/* Positional batches of n <= 8 with samples of at most 256 keys: the
- * compact copy of the keys, their live positions and the gradient-push
- * table. 0 (also when not applicable) or -ENOMEM. */
-static int ls_compact(struct ls *L)
+/* The same straight into the compact entries (positional, n <= 8), with
+ * the live positions. */
+static int64_t ls_key_costs8(struct ls *L, const struct esd_keytab *kt)
+{
+	int64_t cost = 0;
+	for (uint32_t u = 0; u < L->U; u++) {
+		const struct esd_keystate *ks = &kt->st[u];
+		struct lk8 *x = &L->K8[u];
+		ls_masks8(L->cnt + (size_t)u * L->n, L->n, &x->mask, &x->one);
+		x->latest = (uint8_t)ks->latest;
+		x->dbit = ks->dirty != ESD_NO_WORKER ? (uint8_t)(1u << ks->dirty) : 0;
+		x->pos = (uint16_t)L->dd[u];
+		/* a replicated key no sample carries: needed by none, cost 0 */
+		x->kc = x->mask ? lk8_cost(x, x->mask, L->ts.lo, L->g, L->td) : 0;
+		cost += x->kc;
+		if (x->mask && (x->mask != L->all || x->one))
+			L->live[x->pos] = 1;
+	}
+	return cost;
+}
+
+/* The longest sample's keys. */
+static uint32_t ls_lmax(const struct ls *L)
 {
 	uint32_t lmax = 0;
 	for (uint32_t i = 0; i < L->k; i++)
 		if (L->off[i + 1] - L->off[i] > lmax)
 			lmax = L->off[i + 1] - L->off[i];
+	return lmax;
+}
+
+/* The start's keys: compact entries for positional batches of n <= 8
+ * with samples of at most 256 keys (then the gradient-push and DIRTY
+ * tables and the live positions too), the full entries otherwise.
+ * Returns 0 or -ENOMEM; *cost: the start's true cost. */
+static int ls_keys(struct ls *L, const struct esd_keytab *kt, const int64_t *T, int64_t *cost)
+{
+	const uint32_t lmax = ls_lmax(L);
 	L->all = (uint32_t)((UINT64_C(1) << L->n) - 1);
-	if (!(L->positional && L->n <= 8 && lmax <= 256))
+	if (!(L->positional && L->n <= 8 && lmax <= 256)) {
+		*cost = ls_key_costs(L, kt, T);
 		return 0;
+	}
 	if (esd_grow((void **)&L->w->K8, &L->w->cap_K8, (size_t)L->U + 1, sizeof(*L->K8)))
 		return -ENOMEM;
 	L->K8 = L->w->K8;
-	for (uint32_t u = 0; u < L->U; u++) {
-		const struct lskey *x = &L->K[u];
-		L->K8[u] = (struct lk8){x->kc,
-		                        x->td,
-		                        (uint8_t)x->mask,
-		                        (uint8_t)x->one,
-		                        (uint8_t)x->latest,
-		                        (uint8_t)x->dbit,
-		                        (uint16_t)L->dd[u]};
+	for (uint32_t N = 0; N < 256; N++) {
+		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
+		L->td[N] = N && !(N & (N - 1)) ? T[__builtin_ctz(N)] : 0;
 	}
-	for (uint32_t u = 0; u < L->U; u++)
-		if (L->K8[u].mask != L->all || L->K8[u].one)
-			L->live[L->K8[u].pos] = 1;
+	*cost = ls_key_costs8(L, kt);
 	for (uint32_t q = 0; q < lmax; q++)
 		if (L->live[q])
 			L->lpos[L->nl++] = (uint16_t)q;
-	for (uint32_t N = 0; N < 256; N++)
-		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
 	return 0;
 }
 
@@ -331,19 +394,19 @@ static int64_t delta_compact(const struct ls *L, const struct cand *x)
 		const struct lk8 *ku = &L->K8[u], *kv = &L->K8[v];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc +
-		                   lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc +
+		                   lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lk8 *ku = &L->K8[x->oi[q]];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
-		delta += lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc;
+		delta += lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lk8 *kv = &L->K8[x->oi2[q]];
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		delta += lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		delta += lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
 	}
 	return delta;
 }
@@ -429,8 +492,9 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
 	int64_t delta = 0;
-	*nt = net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
-	                L->dd, L->touched);
+	*nt =
+	    net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen),
+	              L->stamp, L->dd, L->touched);
 	for (uint32_t t = 0; t < *nt; t++) {
 		const uint32_t u = L->touched[t];
 		const int32_t d = L->dd[u];
@@ -472,20 +536,44 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask;
 		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] ? ba : 0) | (cu[x->c] ? bc : 0);
-		k->one = (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
+		k->one =
+		    (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
 		if (m2 != m) {
 			k->mask = m2;
 			k->kc = lskey_cost(k, m2, &L->ts, L->full);
 		}
-		if (L->K8) {
-			L->K8[u].mask = (uint8_t)k->mask;
-			L->K8[u].one = (uint8_t)k->one;
-			L->K8[u].kc = k->kc;
-			const uint16_t at = L->K8[u].pos;
-			if (!L->live[at] && (L->K8[u].mask != L->all || L->K8[u].one))
-				ls_position_alive(L, at);
+	}
+}
+
+/* Compact entries: key u's occurrence moves from worker a to c. */
+static void move8(struct ls *L, uint32_t u, uint32_t a, uint32_t c)
+{
+	uint32_t *cu = L->cnt + (size_t)u * L->n;
+	const uint32_t na = --cu[a], nc = ++cu[c], ba = 1u << a, bc = 1u << c;
+	struct lk8 *x = &L->K8[u];
+	x->mask = (uint8_t)((x->mask & ~ba) | (na ? ba : 0) | bc);
+	x->one = (uint8_t)((x->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0));
+	x->kc = lk8_cost(x, x->mask, L->ts.lo, L->g, L->td);
+	if (!L->live[x->pos] && (x->mask != L->all || x->one))
+		ls_position_alive(L, x->pos);
+}
+
+/* Take the swap on the compact entries: position by position, a key of
+ * one sample moves one occurrence, a key of both stays. */
+static void take_swap8(struct ls *L, const struct cand *x)
+{
+	const uint32_t lm = x->li < x->li2 ? x->li : x->li2;
+	for (uint32_t q = 0; q < lm; q++) {
+		const uint32_t u = x->oi[q], v = x->oi2[q];
+		if (u != v) {
+			move8(L, u, x->a, x->c);
+			move8(L, v, x->c, x->a);
 		}
 	}
+	for (uint32_t q = lm; q < x->li; q++)
+		move8(L, x->oi[q], x->a, x->c);
+	for (uint32_t q = lm; q < x->li2; q++)
+		move8(L, x->oi2[q], x->c, x->a);
 }
 
 /* Evaluate the candidate swap of samples i and i2 and take it when it
@@ -496,25 +584,34 @@ static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int
 	const uint32_t a = assign[i], c = assign[i2];
 	if (a == c)
 		return -1;
-	const struct cand x = {L->occ + L->off[i], L->occ + L->off[i2], L->off[i + 1] - L->off[i],
-	                       L->off[i2 + 1] - L->off[i2], a, c};
+	const struct cand x = {L->occ + L->off[i],
+	                       L->occ + L->off[i2],
+	                       L->off[i + 1] - L->off[i],
+	                       L->off[i2 + 1] - L->off[i2],
+	                       a,
+	                       c};
 	int slow = 0;
 	uint32_t nt = 0;
 	/* fast paths for samples without repeated keys: a key of one sample
 	 * only moves one occurrence (its mask loses a worker when that was
 	 * its only occurrence there, and gains the other); a key of both does
 	 * not change */
-	int64_t delta = L->K8 ? delta_compact(L, &x)
+	int64_t delta = L->K8           ? delta_compact(L, &x)
 	                : L->positional ? delta_positional(L, &x)
 	                                : delta_stamped(L, &x, &slow);
 	if (slow)
 		delta = delta_any(L, &x, &nt);
 	if (delta >= 0)
 		return 0;
-	if (!slow)
-		nt = net_moves(x.oi, x.li, x.oi2, x.li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
-		               L->dd, L->touched);
-	take_swap(L, &x, nt);
+	if (L->K8) {
+		take_swap8(L, &x);
+	} else {
+		if (!slow)
+			nt = net_moves(x.oi, x.li, x.oi2, x.li2,
+			               next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
+			               L->dd, L->touched);
+		take_swap(L, &x, nt);
+	}
 	assign[i] = c;
 	assign[i2] = a;
 	*cost += delta;
@@ -537,8 +634,13 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (!L)
 		return -ENOMEM;
 	struct esd_ls_work own = {0};
-	*L = (struct ls){.occ = kt->occ, .off = b->off, .n = kt->n, .k = b->k, .U = kt->count,
-	                 .full = sync == ESD_SYNC_FULL_SET, .w = p->work ? p->work : &own};
+	*L = (struct ls){.occ = kt->occ,
+	                 .off = b->off,
+	                 .n = kt->n,
+	                 .k = b->k,
+	                 .U = kt->count,
+	                 .full = sync == ESD_SYNC_FULL_SET,
+	                 .w = p->work ? p->work : &own};
 	int rc = ls_alloc(L);
 	if (rc)
 		goto out;
@@ -548,12 +650,12 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	const int moved = ls_count(L, assign);
+	const int moved = ls_count(L, assign, L->n > 8);
 	L->positional = L->n <= 16 && !moved;
-	int64_t cost = ls_key_costs(L, kt, T);
-	s0.start_cost = cost;
-	if ((rc = ls_compact(L)))
+	int64_t cost = 0;
+	if ((rc = ls_keys(L, kt, T, &cost)))
 		goto out;
+	s0.start_cost = cost;
 	/* The candidates do not depend on the moves taken: draw them AHEAD
 	 * evaluations early and prefetch their key lists. (Prefetching the
 	 * keys' entries as well measured slower: they are in L2.) */
@@ -576,7 +678,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			__builtin_prefetch(L->occ + L->off[r[1]]);
 			drawn++;
 		}
-		int r = try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
+		int r =
+		    try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
 		s0.evals += r >= 0;
 		s0.swaps += r > 0;
 	}
