@@ -162,7 +162,11 @@ struct ls {
 	uint32_t n, k, U;
 	int full;       /* full-set sync: every trainer pushes */
 	int positional; /* every key at one position of its samples (n <= 16) */
-	uint32_t *cnt;
+	/* n <= 8: key u's occurrences on worker a at cnt[u * n + a]; more
+	 * workers: a row per key in pool, from roff[u], of min(its
+	 * occurrences, n) entries: dense (by worker) when that is n, else
+	 * (worker + 1) << 24 | count entries, unordered */
+	uint32_t *cnt, *pool, *roff;
 	struct lskey *K;
 	struct lk8 *K8;
 	uint32_t *stamp; /* stamps: 4 * w->gen + tag */
@@ -184,8 +188,8 @@ struct esd_ls_work {
 	struct lk8 *K8;
 	uint32_t *stamp, gen; /* stamps of every call below 4 * (gen + 1) */
 	int32_t *dd;
-	uint32_t *touched;
-	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched;
+	uint32_t *touched, *roff, *pool;
+	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_roff, cap_pool;
 };
 
 int esd_ls_work_create(struct esd_ls_work **out)
@@ -204,6 +208,8 @@ static void ls_work_release(struct esd_ls_work *w)
 	free(w->stamp);
 	free(w->dd);
 	free(w->touched);
+	free(w->roff);
+	free(w->pool);
 }
 
 void esd_ls_work_free(struct esd_ls_work *w)
@@ -219,21 +225,23 @@ void esd_ls_work_free(struct esd_ls_work *w)
 static int ls_alloc(struct ls *L)
 {
 	struct esd_ls_work *w = L->w;
-	const size_t U1 = (size_t)L->U + 1, ncnt = (size_t)L->U * L->n + 1;
+	const size_t U1 = (size_t)L->U + 1, ncnt = L->n <= 8 ? (size_t)L->U * L->n + 1 : 1;
 	const size_t old_stamps = w->stamp ? w->cap_stamp : 0;
 	if (esd_grow((void **)&w->cnt, &w->cap_cnt, ncnt, sizeof(uint32_t)) ||
 	    esd_grow((void **)&w->K, &w->cap_K, U1, sizeof(*w->K)) ||
 	    esd_grow((void **)&w->stamp, &w->cap_stamp, U1, sizeof(uint32_t)) ||
 	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
 	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
-	             sizeof(uint32_t)))
+	             sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->pool, &w->cap_pool, (size_t)L->off[L->k] + 1, sizeof(uint32_t)))
 		return -ENOMEM;
 	if (w->cap_stamp > old_stamps)
 		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
 	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
-	if (L->n > 8) /* ls_count's masks start empty */
-		memset(w->K, 0, U1 * sizeof(*w->K));
 	L->cnt = w->cnt;
+	L->pool = L->n > 8 ? w->pool : NULL;
+	L->roff = w->roff;
 	L->K = w->K;
 	L->stamp = w->stamp;
 	L->dd = w->dd;
@@ -241,33 +249,110 @@ static int ls_alloc(struct ls *L)
 	return 0;
 }
 
-/* Counts and masks of the start assignment, the workers holding exactly
- * one occurrence of each key, and each key's position in its samples
- * (dd). Returns whether some key sits at two positions. With wmask the
- * masks are left to ls_masks8 (n <= 8: one random line per occurrence
- * instead of two). */
-static int ls_count(struct ls *L, const uint32_t *assign, int wmask)
+/* Key u's count on worker a, by reference; a sparse row gives a's entry,
+ * or takes a free one (count 0) for it when add. NULL: none (not add). */
+static inline uint32_t *cnt_ref(const struct ls *L, uint32_t u, uint32_t a, int add)
+{
+	if (!L->pool)
+		return L->cnt + (size_t)u * L->n + a;
+	uint32_t *r = L->pool + L->roff[u];
+	const uint32_t len = L->roff[u + 1] - L->roff[u], tag = (a + 1) << 24;
+	if (len == L->n)
+		return r + a;
+	uint32_t *free_e = NULL;
+	for (uint32_t q = 0; q < len; q++) {
+		if ((r[q] & 0xff000000u) == tag)
+			return r + q;
+		if (!(r[q] & 0xffffffu))
+			free_e = r + q;
+	}
+	/* a key's workers never outnumber its occurrences: a free entry */
+	if (!add || !free_e)
+		return NULL;
+	*free_e = tag;
+	return free_e;
+}
+
+/* A count behind cnt_ref (the tag off a sparse entry). */
+static inline uint32_t cnt_val(const struct ls *L, const uint32_t *c, uint32_t u)
+{
+	if (!c)
+		return 0;
+	return L->pool && L->roff[u + 1] - L->roff[u] != L->n ? *c & 0xffffffu : *c;
+}
+
+/* Add d to key u's count on worker a; returns the new count. */
+static inline uint32_t cnt_add(const struct ls *L, uint32_t u, uint32_t a, int32_t d)
+{
+	uint32_t *c = cnt_ref(L, u, a, 1);
+	*c += (uint32_t)d;
+	return cnt_val(L, c, u);
+}
+
+/* The rows (n > 8): each key's occurrences, then its row's place and
+ * size, cleared. */
+static void ls_rows(struct ls *L)
+{
+	uint32_t *tot = L->roff + 1;
+	memset(L->roff, 0, ((size_t)L->U + 1) * sizeof(uint32_t));
+	for (uint32_t p = 0; p < L->off[L->k]; p++)
+		tot[L->occ[p]]++;
+	uint32_t at = 0;
+	for (uint32_t u = 0; u < L->U; u++) {
+		const uint32_t len = tot[u] < L->n ? tot[u] : L->n;
+		L->roff[u] = at;
+		at += len;
+	}
+	L->roff[L->U] = at;
+	memset(L->pool, 0, (size_t)at * sizeof(uint32_t));
+}
+
+/* Counts of the start assignment and each key's position in its samples
+ * (dd); the masks come from the counts (ls_key_costs). Returns whether
+ * some key sits at two positions. */
+static int ls_count(struct ls *L, const uint32_t *assign)
 {
 	int moved = 0;
 	for (uint32_t u = 0; u < L->U; u++)
 		L->dd[u] = -1;
+	if (L->pool)
+		ls_rows(L);
 	for (uint32_t i = 0; i < L->k; i++) {
-		const uint64_t bit = UINT64_C(1) << assign[i];
+		const uint32_t a = assign[i];
 		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
 			const uint32_t u = L->occ[q];
 			const int32_t at = (int32_t)(q - L->off[i]);
-			const uint32_t c = ++L->cnt[(size_t)u * L->n + assign[i]];
-			if (wmask) {
-				L->K[u].mask |= bit;
-				/* one: the bit goes on at the first occurrence,
-				 * off at the second */
-				L->K[u].one ^= c <= 2 ? bit : 0;
-			}
+			if (L->pool)
+				++*cnt_ref(L, u, a, 1);
+			else
+				++L->cnt[(size_t)u * L->n + a];
 			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
 			L->dd[u] = at;
 		}
 	}
 	return moved;
+}
+
+/* Key u's masks from its row (n > 8). */
+static void ls_masks_row(const struct ls *L, uint32_t u, uint64_t *mask, uint64_t *one)
+{
+	const uint32_t *r = L->pool + L->roff[u], len = L->roff[u + 1] - L->roff[u];
+	uint64_t mk = 0, on = 0;
+	if (len == L->n) {
+		for (uint32_t j = 0; j < L->n; j++) {
+			mk |= (uint64_t)(r[j] != 0) << j;
+			on |= (uint64_t)(r[j] == 1) << j;
+		}
+	} else {
+		for (uint32_t q = 0; q < len; q++) {
+			const uint32_t c = r[q] & 0xffffffu;
+			const uint64_t bit = c ? UINT64_C(1) << ((r[q] >> 24) - 1) : 0;
+			mk |= bit;
+			on |= c == 1 ? bit : 0;
+		}
+	}
+	*mask = mk;
+	*one = on;
 }
 
 /* Key u's mask and one-occurrence mask from its counts, n <= 8. */
@@ -308,6 +393,8 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 			ls_masks8(L->cnt + (size_t)u * L->n, L->n, &mk, &on);
 			x->mask = mk;
 			x->one = on;
+		} else {
+			ls_masks_row(L, u, &x->mask, &x->one);
 		}
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
@@ -500,10 +587,11 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		const uint32_t *cu = L->cnt + (size_t)u * L->n;
+		const uint32_t ca = cnt_val(L, cnt_ref(L, u, x->a, 0), u),
+		               cc = cnt_val(L, cnt_ref(L, u, x->c, 0), u);
 		const uint64_t m = L->K[u].mask;
-		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] != (uint32_t)d ? ba : 0) |
-		                    (cu[x->c] + (uint32_t)d ? bc : 0);
+		const uint64_t m2 =
+		    (m & ~(ba | bc)) | (ca != (uint32_t)d ? ba : 0) | (cc + (uint32_t)d ? bc : 0);
 		if (m2 != m)
 			delta += lskey_cost(&L->K[u], m2, &L->ts, L->full) - L->K[u].kc;
 	}
@@ -530,14 +618,20 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		uint32_t *cu = L->cnt + (size_t)u * L->n;
-		cu[x->a] -= (uint32_t)d;
-		cu[x->c] += (uint32_t)d;
+		/* the side that loses first: a row's free entry may be the one
+		 * it frees */
+		uint32_t na, nc;
+		if (d > 0) {
+			na = cnt_add(L, u, x->a, -d);
+			nc = cnt_add(L, u, x->c, d);
+		} else {
+			nc = cnt_add(L, u, x->c, d);
+			na = cnt_add(L, u, x->a, -d);
+		}
 		struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask;
-		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] ? ba : 0) | (cu[x->c] ? bc : 0);
-		k->one =
-		    (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
+		const uint64_t m2 = (m & ~(ba | bc)) | (na ? ba : 0) | (nc ? bc : 0);
+		k->one = (k->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0);
 		if (m2 != m) {
 			k->mask = m2;
 			k->kc = lskey_cost(k, m2, &L->ts, L->full);
@@ -650,7 +744,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	const int moved = ls_count(L, assign, L->n > 8);
+	const int moved = ls_count(L, assign);
 	L->positional = L->n <= 16 && !moved;
 	int64_t cost = 0;
 	if ((rc = ls_keys(L, kt, T, &cost)))
