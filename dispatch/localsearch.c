@@ -163,9 +163,9 @@ struct ls {
 	int full;       /* full-set sync: every trainer pushes */
 	int positional; /* every key at one position of its samples (n <= 16) */
 	/* n <= 8: key u's occurrences on worker a at cnt[u * n + a]; more
-	 * workers: a row per key in pool, from roff[u], of min(its
-	 * occurrences, n) entries: dense (by worker) when that is n, else
-	 * (worker + 1) << 24 | count entries, unordered */
+	 * workers: a row per key in pool, from roff[u]: dense (n counts, by
+	 * worker) for a key of at least n / 4 occurrences, else one
+	 * (worker + 1) << 24 | count entry per occurrence, unordered */
 	uint32_t *cnt, *pool, *roff;
 	struct lskey *K;
 	struct lk8 *K8;
@@ -233,14 +233,13 @@ static int ls_alloc(struct ls *L)
 	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
 	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
 	             sizeof(uint32_t)) ||
-	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)) ||
-	    esd_grow((void **)&w->pool, &w->cap_pool, (size_t)L->off[L->k] + 1, sizeof(uint32_t)))
+	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)))
 		return -ENOMEM;
 	if (w->cap_stamp > old_stamps)
 		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
 	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
 	L->cnt = w->cnt;
-	L->pool = L->n > 8 ? w->pool : NULL;
+	L->pool = NULL;
 	L->roff = w->roff;
 	L->K = w->K;
 	L->stamp = w->stamp;
@@ -290,33 +289,39 @@ static inline uint32_t cnt_add(const struct ls *L, uint32_t u, uint32_t a, int32
 }
 
 /* The rows (n > 8): each key's occurrences, then its row's place and
- * size, cleared. */
-static void ls_rows(struct ls *L)
+ * size, cleared (at most 4 entries an occurrence). 0 or -ENOMEM. */
+static int ls_rows(struct ls *L)
 {
 	uint32_t *tot = L->roff + 1;
 	memset(L->roff, 0, ((size_t)L->U + 1) * sizeof(uint32_t));
 	for (uint32_t p = 0; p < L->off[L->k]; p++)
 		tot[L->occ[p]]++;
-	uint32_t at = 0;
+	size_t at = 0;
 	for (uint32_t u = 0; u < L->U; u++) {
-		const uint32_t len = tot[u] < L->n ? tot[u] : L->n;
-		L->roff[u] = at;
+		/* a sparse row is searched entry by entry: dense from n / 4 */
+		const uint32_t len = tot[u] < (L->n + 3) / 4 ? tot[u] : L->n;
+		L->roff[u] = (uint32_t)at;
 		at += len;
 	}
-	L->roff[L->U] = at;
-	memset(L->pool, 0, (size_t)at * sizeof(uint32_t));
+	if (at > UINT32_MAX ||
+	    esd_grow((void **)&L->w->pool, &L->w->cap_pool, at + 1, sizeof(uint32_t)))
+		return -ENOMEM;
+	L->roff[L->U] = (uint32_t)at;
+	L->pool = L->w->pool;
+	memset(L->pool, 0, at * sizeof(uint32_t));
+	return 0;
 }
 
 /* Counts of the start assignment and each key's position in its samples
- * (dd); the masks come from the counts (ls_key_costs). Returns whether
- * some key sits at two positions. */
-static int ls_count(struct ls *L, const uint32_t *assign)
+ * (dd); the masks come from the counts (ls_key_costs). *out_moved:
+ * whether some key sits at two positions. 0 or -ENOMEM. */
+static int ls_count(struct ls *L, const uint32_t *assign, int *out_moved)
 {
-	int moved = 0;
+	int moved = 0, rc;
 	for (uint32_t u = 0; u < L->U; u++)
 		L->dd[u] = -1;
-	if (L->pool)
-		ls_rows(L);
+	if (L->n > 8 && (rc = ls_rows(L)))
+		return rc;
 	for (uint32_t i = 0; i < L->k; i++) {
 		const uint32_t a = assign[i];
 		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
@@ -330,7 +335,8 @@ static int ls_count(struct ls *L, const uint32_t *assign)
 			L->dd[u] = at;
 		}
 	}
-	return moved;
+	*out_moved = moved;
+	return 0;
 }
 
 /* Key u's masks from its row (n > 8). */
@@ -744,7 +750,9 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	const int moved = ls_count(L, assign);
+	int moved = 0;
+	if ((rc = ls_count(L, assign, &moved)))
+		goto out;
 	L->positional = L->n <= 16 && !moved;
 	int64_t cost = 0;
 	if ((rc = ls_keys(L, kt, T, &cost)))
