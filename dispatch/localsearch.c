@@ -22,18 +22,17 @@
 #include <emmintrin.h>
 #endif
 
-/* Sum of T_j over the workers of a mask: a table for small n (8 bits at a
- * time), so the cost of a key is a few lookups. */
+/* Sum of T_j over the workers of a mask: a table per 8 bits, so the cost
+ * of a key is a few lookups (the tables of bits 16-63 only for n > 16). */
 struct tsum {
 	uint32_t n;
 	int64_t lo[256], hi[256]; /* bits 0-7 and 8-15 */
-	const int64_t *T;
+	int64_t up[6][256];       /* bits 16-23, ..., 56-63 */
 };
 
 static void tsum_init(struct tsum *ts, const int64_t *T, uint32_t n)
 {
 	ts->n = n;
-	ts->T = T;
 	for (uint32_t m = 0; m < 256; m++) {
 		int64_t a = 0, b = 0;
 		for (uint32_t j = 0; j < 8; j++)
@@ -44,15 +43,22 @@ static void tsum_init(struct tsum *ts, const int64_t *T, uint32_t n)
 		ts->lo[m] = a;
 		ts->hi[m] = b;
 	}
+	for (uint32_t q = 0; n > 16 && q < 6; q++) {
+		ts->up[q][0] = 0;
+		for (uint32_t m = 1; m < 256; m++) {
+			const uint32_t j = 16 + 8 * q + (uint32_t)__builtin_ctz(m);
+			ts->up[q][m] = ts->up[q][m & (m - 1)] + (j < n ? T[j] : 0);
+		}
+	}
 }
 
 static inline int64_t tsum(const struct tsum *ts, uint64_t m)
 {
+	int64_t c = ts->lo[m & 255] + ts->hi[(m >> 8) & 255];
 	if (m < (UINT64_C(1) << 16))
-		return ts->lo[m & 255] + ts->hi[m >> 8];
-	int64_t c = 0;
-	for (; m; m &= m - 1)
-		c += ts->T[__builtin_ctzll(m)];
+		return c;
+	for (uint32_t q = 0; q < 6; q++)
+		c += ts->up[q][(m >> (16 + 8 * q)) & 255];
 	return c;
 }
 
