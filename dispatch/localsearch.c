@@ -226,8 +226,9 @@ void esd_ls_work_free(struct esd_ls_work *w)
 	free(w);
 }
 
-/* The work's arrays for this call: counts and key entries zeroed, stamps
- * grown with zeros (older stamps stay below the next generation). */
+/* The work's arrays for this call: the n <= 8 counts zeroed (the rows of
+ * more workers are ls_rows'), stamps grown with zeros (older stamps stay
+ * below the next generation); every key entry is written before use. */
 static int ls_alloc(struct ls *L)
 {
 	struct esd_ls_work *w = L->w;
@@ -392,8 +393,8 @@ static inline void ls_masks8(const uint32_t *cu, uint32_t n, uint8_t *mask, uint
 	*one = (uint8_t)on;
 }
 
-/* Each key's state and current true cost (its masks from the counts
- * first when n <= 8); returns their sum. */
+/* Each key's masks (from its counts), state and current true cost;
+ * returns their sum. */
 static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
 {
 	int64_t cost = 0;
