@@ -26,6 +26,7 @@ struct esd_dispatcher {
 	struct esd_solver *solver, *aux;
 	struct esd_conseq *cq;
 	struct esd_doi *doi;
+	struct esd_ls_work *ls; /* the local search's arrays, kept */
 	int64_t *cost;
 	int32_t *score;
 	uint32_t *tmp;
@@ -80,7 +81,8 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 	d->rng = cfg->seed;
 	d->ss = ss;
 	if (esd_keytab_create(&d->kt) || esd_solver_create(&d->solver) ||
-	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq))
+	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq) ||
+	    (cfg->ls_evals && esd_ls_work_create(&d->ls)))
 		goto fail;
 	if (cfg->exact_submit && cfg->exact_collect)
 		esd_solver_set_exact_split(d->solver, cfg->exact_submit, cfg->exact_collect,
@@ -107,6 +109,7 @@ void esd_dispatcher_free(struct esd_dispatcher *d)
 	esd_solver_free(d->aux);
 	esd_conseq_free(d->cq);
 	esd_doi_free(d->doi);
+	esd_ls_work_free(d->ls);
 	free(d->cost);
 	free(d->score);
 	free(d->tmp);
@@ -242,7 +245,8 @@ static int solve(struct esd_dispatcher *d, const struct esd_batch *b, const uint
 	}
 	if (!rc && d->cfg.ls_evals) {
 		/* quality: local search on the true cost, seeded per iteration */
-		struct esd_ls_params lp = {.max_evals = ls_budget(&d->cfg, b), .seed = seed ^ 0x15};
+		struct esd_ls_params lp = {
+		    .max_evals = ls_budget(&d->cfg, b), .seed = seed ^ 0x15, .work = d->ls};
 		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
 	}
 	return rc;

@@ -18,19 +18,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-/* Sum of T_j over the workers of a mask: a table for small n (8 bits at a
- * time), so the cost of a key is a few lookups. */
+/* Sum of T_j over the workers of a mask: a table per 8 bits, so the cost
+ * of a key is a few lookups (the tables of bits 16-63 only for n > 16). */
 struct tsum {
 	uint32_t n;
 	int64_t lo[256], hi[256]; /* bits 0-7 and 8-15 */
-	const int64_t *T;
+	int64_t up[6][256];       /* bits 16-23, ..., 56-63 */
 };
 
 static void tsum_init(struct tsum *ts, const int64_t *T, uint32_t n)
 {
 	ts->n = n;
-	ts->T = T;
 	for (uint32_t m = 0; m < 256; m++) {
 		int64_t a = 0, b = 0;
 		for (uint32_t j = 0; j < 8; j++)
@@ -41,24 +43,32 @@ static void tsum_init(struct tsum *ts, const int64_t *T, uint32_t n)
 		ts->lo[m] = a;
 		ts->hi[m] = b;
 	}
+	for (uint32_t q = 0; n > 16 && q < 6; q++) {
+		ts->up[q][0] = 0;
+		for (uint32_t m = 1; m < 256; m++) {
+			const uint32_t j = 16 + 8 * q + (uint32_t)__builtin_ctz(m);
+			ts->up[q][m] = ts->up[q][m & (m - 1)] + (j < n ? T[j] : 0);
+		}
+	}
 }
 
 static inline int64_t tsum(const struct tsum *ts, uint64_t m)
 {
+	int64_t c = ts->lo[m & 255] + ts->hi[(m >> 8) & 255];
 	if (m < (UINT64_C(1) << 16))
-		return ts->lo[m & 255] + ts->hi[m >> 8];
-	int64_t c = 0;
-	for (; m; m &= m - 1)
-		c += ts->T[__builtin_ctzll(m)];
+		return c;
+	for (uint32_t q = 0; q < 6; q++)
+		c += ts->up[q][(m >> (16 + 8 * q)) & 255];
 	return c;
 }
 
 /* A fresh stamp base (4 * generation; tags 0..3 above it), clearing the
- * stamps when the generations wrap. */
-static inline uint32_t next_gen(uint32_t *stamp, uint32_t U, uint32_t *gen)
+ * stamps (all ns of them, those of earlier calls included) when the
+ * generations wrap. */
+static inline uint32_t next_gen(uint32_t *stamp, size_t ns, uint32_t *gen)
 {
 	if (++*gen == (UINT32_C(1) << 30)) {
-		memset(stamp, 0, ((size_t)U + 1) * sizeof(uint32_t));
+		memset(stamp, 0, ns * sizeof(uint32_t));
 		*gen = 1;
 	}
 	return *gen * 4;
@@ -116,20 +126,22 @@ static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct
 	return c;
 }
 
-/* The same for n <= 8 in 24 bytes, masks in a byte: what the evaluation
- * reads of a key. */
+/* The same for n <= 8 in 16 bytes, masks in a byte: what the evaluation
+ * reads of a key (the DIRTY holder's T comes from a table by its bit). */
 struct lk8 {
-	int64_t kc, td;
+	int64_t kc;
 	uint8_t mask, one, latest, dbit;
 	uint16_t pos; /* its position in the samples */
 };
 
 /* Cost of a key needed by the workers of mask N != 0, n <= 8, without
  * branches: lo[] sums T over a mask, g[N] is lo[N] where N's trainers each
- * push a gradient (full-set sync, or N shared) and 0 where not. */
-static inline int64_t lk8_cost(const struct lk8 *x, uint32_t N, const int64_t *lo, const int64_t *g)
+ * push a gradient (full-set sync, or N shared) and 0 where not, and td[]
+ * is T of the worker of a one-bit mask (0 for none). */
+static inline int64_t lk8_cost(const struct lk8 *x, uint32_t N, const int64_t *lo, const int64_t *g,
+                               const int64_t *td)
 {
-	return lo[N & ~(uint32_t)x->latest] + g[N] + (N != x->dbit ? x->td : 0);
+	return lo[N & ~(uint32_t)x->latest] + g[N] + (N != x->dbit ? td[x->dbit] : 0);
 }
 
 /* lskey_cost for n <= 16 and N != 0 without branches (the local search's
@@ -156,14 +168,19 @@ struct ls {
 	uint32_t n, k, U;
 	int full;       /* full-set sync: every trainer pushes */
 	int positional; /* every key at one position of its samples (n <= 16) */
-	uint32_t *cnt;
+	/* n <= 8: key u's occurrences on worker a at cnt[u * n + a]; more
+	 * workers: a row per key in pool, from roff[u]: dense (n counts, by
+	 * worker) for a key of at least n / 4 occurrences, else one
+	 * (worker + 1) << 24 | count entry per occurrence, unordered */
+	uint32_t *cnt, *pool, *roff;
 	struct lskey *K;
 	struct lk8 *K8;
-	uint32_t *stamp, gen; /* stamps: 4 * gen + tag */
+	uint32_t *stamp; /* stamps: 4 * w->gen + tag */
+	struct esd_ls_work *w;
 	int32_t *dd;
 	uint32_t *touched;
 	struct tsum ts;
-	int64_t g[256];
+	int64_t g[256], td[256];
 	/* K8: positions where some key is not saturated (needed everywhere,
 	 * never alone on a worker), ascending */
 	uint8_t live[256];
@@ -171,58 +188,227 @@ struct ls {
 	uint32_t nl, all;
 };
 
-static void ls_free(struct ls *L)
+struct esd_ls_work {
+	uint32_t *cnt;
+	struct lskey *K;
+	struct lk8 *K8;
+	uint32_t *stamp, gen; /* stamps of every call below 4 * (gen + 1) */
+	int32_t *dd;
+	uint32_t *touched, *roff, *pool;
+	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_roff, cap_pool;
+};
+
+int esd_ls_work_create(struct esd_ls_work **out)
 {
-	free(L->cnt);
-	free(L->K);
-	free(L->K8);
-	free(L->stamp);
-	free(L->dd);
-	free(L->touched);
+	if (!out)
+		return -EINVAL;
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
 }
 
+static void ls_work_release(struct esd_ls_work *w)
+{
+	free(w->cnt);
+	free(w->K);
+	free(w->K8);
+	free(w->stamp);
+	free(w->dd);
+	free(w->touched);
+	free(w->roff);
+	free(w->pool);
+}
+
+void esd_ls_work_free(struct esd_ls_work *w)
+{
+	if (!w)
+		return;
+	ls_work_release(w);
+	free(w);
+}
+
+/* The work's arrays for this call: the n <= 8 counts zeroed (the rows of
+ * more workers are ls_rows'), stamps grown with zeros (older stamps stay
+ * below the next generation); every key entry is written before use. */
 static int ls_alloc(struct ls *L)
 {
-	L->cnt = calloc((size_t)L->U * L->n + 1, sizeof(uint32_t));
-	L->K = calloc((size_t)L->U + 1, sizeof(*L->K));
-	L->stamp = calloc((size_t)L->U + 1, sizeof(uint32_t));
-	L->dd = malloc(((size_t)L->U + 1) * sizeof(int32_t));
-	L->touched = malloc(((size_t)L->off[L->k] + 1) * sizeof(uint32_t));
-	return L->cnt && L->K && L->stamp && L->dd && L->touched ? 0 : -ENOMEM;
+	struct esd_ls_work *w = L->w;
+	const size_t U1 = (size_t)L->U + 1, ncnt = L->n <= 8 ? (size_t)L->U * L->n + 1 : 1;
+	const size_t old_stamps = w->stamp ? w->cap_stamp : 0;
+	if (esd_grow((void **)&w->cnt, &w->cap_cnt, ncnt, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->K, &w->cap_K, U1, sizeof(*w->K)) ||
+	    esd_grow((void **)&w->stamp, &w->cap_stamp, U1, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
+	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
+	             sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)))
+		return -ENOMEM;
+	if (w->cap_stamp > old_stamps)
+		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
+	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
+	L->cnt = w->cnt;
+	L->pool = NULL;
+	L->roff = w->roff;
+	L->K = w->K;
+	L->stamp = w->stamp;
+	L->dd = w->dd;
+	L->touched = w->touched;
+	return 0;
 }
 
-/* Counts and masks of the start assignment, the workers holding exactly
- * one occurrence of each key, and each key's position in its samples
- * (dd). Returns whether some key sits at two positions. */
-static int ls_count(struct ls *L, const uint32_t *assign)
+/* Key u's count on worker a, by reference; a sparse row gives a's entry,
+ * or takes a free one (count 0) for it when add. NULL: none (not add). */
+static inline uint32_t *cnt_ref(const struct ls *L, uint32_t u, uint32_t a, int add)
 {
-	int moved = 0;
+	if (!L->pool)
+		return L->cnt + (size_t)u * L->n + a;
+	uint32_t *r = L->pool + L->roff[u];
+	const uint32_t len = L->roff[u + 1] - L->roff[u], tag = (a + 1) << 24;
+	if (len == L->n)
+		return r + a;
+	uint32_t *free_e = NULL;
+	for (uint32_t q = 0; q < len; q++) {
+		if ((r[q] & 0xff000000u) == tag)
+			return r + q;
+		if (!(r[q] & 0xffffffu))
+			free_e = r + q;
+	}
+	/* a key's workers never outnumber its occurrences: a free entry */
+	if (!add || !free_e)
+		return NULL;
+	*free_e = tag;
+	return free_e;
+}
+
+/* A count behind cnt_ref (the tag off a sparse entry). */
+static inline uint32_t cnt_val(const struct ls *L, const uint32_t *c, uint32_t u)
+{
+	if (!c)
+		return 0;
+	return L->pool && L->roff[u + 1] - L->roff[u] != L->n ? *c & 0xffffffu : *c;
+}
+
+/* Add d to key u's count on worker a; returns the new count. */
+static inline uint32_t cnt_add(const struct ls *L, uint32_t u, uint32_t a, int32_t d)
+{
+	uint32_t *c = cnt_ref(L, u, a, 1);
+	*c += (uint32_t)d;
+	return cnt_val(L, c, u);
+}
+
+/* The rows (n > 8): each key's occurrences, then its row's place and
+ * size, cleared (at most 4 entries an occurrence). 0 or -ENOMEM. */
+static int ls_rows(struct ls *L)
+{
+	uint32_t *tot = L->roff + 1;
+	memset(L->roff, 0, ((size_t)L->U + 1) * sizeof(uint32_t));
+	for (uint32_t p = 0; p < L->off[L->k]; p++)
+		tot[L->occ[p]]++;
+	size_t at = 0;
+	for (uint32_t u = 0; u < L->U; u++) {
+		/* a sparse row is searched entry by entry: dense from n / 4 */
+		const uint32_t len = tot[u] < (L->n + 3) / 4 ? tot[u] : L->n;
+		L->roff[u] = (uint32_t)at;
+		at += len;
+	}
+	if (at > UINT32_MAX ||
+	    esd_grow((void **)&L->w->pool, &L->w->cap_pool, at + 1, sizeof(uint32_t)))
+		return -ENOMEM;
+	L->roff[L->U] = (uint32_t)at;
+	L->pool = L->w->pool;
+	memset(L->pool, 0, at * sizeof(uint32_t));
+	return 0;
+}
+
+/* Counts of the start assignment and each key's position in its samples
+ * (dd); the masks come from the counts (ls_key_costs). *out_moved:
+ * whether some key sits at two positions. 0 or -ENOMEM. */
+static int ls_count(struct ls *L, const uint32_t *assign, int *out_moved)
+{
+	int moved = 0, rc;
 	for (uint32_t u = 0; u < L->U; u++)
 		L->dd[u] = -1;
+	if (L->n > 8 && (rc = ls_rows(L)))
+		return rc;
 	for (uint32_t i = 0; i < L->k; i++) {
-		const uint64_t bit = UINT64_C(1) << assign[i];
+		const uint32_t a = assign[i];
 		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
 			const uint32_t u = L->occ[q];
 			const int32_t at = (int32_t)(q - L->off[i]);
-			const uint32_t c = ++L->cnt[(size_t)u * L->n + assign[i]];
-			L->K[u].mask |= bit;
-			/* one: the bit goes on at the first occurrence, off at
-			 * the second */
-			L->K[u].one ^= c <= 2 ? bit : 0;
+			if (L->pool)
+				++*cnt_ref(L, u, a, 1);
+			else
+				++L->cnt[(size_t)u * L->n + a];
 			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
 			L->dd[u] = at;
 		}
 	}
-	return moved;
+	*out_moved = moved;
+	return 0;
 }
 
-/* Each key's state and current true cost; returns their sum. */
+/* Key u's masks from its row (n > 8). */
+static void ls_masks_row(const struct ls *L, uint32_t u, uint64_t *mask, uint64_t *one)
+{
+	const uint32_t *r = L->pool + L->roff[u], len = L->roff[u + 1] - L->roff[u];
+	uint64_t mk = 0, on = 0;
+	if (len == L->n) {
+		for (uint32_t j = 0; j < L->n; j++) {
+			mk |= (uint64_t)(r[j] != 0) << j;
+			on |= (uint64_t)(r[j] == 1) << j;
+		}
+	} else {
+		for (uint32_t q = 0; q < len; q++) {
+			const uint32_t c = r[q] & 0xffffffu;
+			const uint64_t bit = c ? UINT64_C(1) << ((r[q] >> 24) - 1) : 0;
+			mk |= bit;
+			on |= c == 1 ? bit : 0;
+		}
+	}
+	*mask = mk;
+	*one = on;
+}
+
+/* Key u's mask and one-occurrence mask from its counts, n <= 8. */
+static inline void ls_masks8(const uint32_t *cu, uint32_t n, uint8_t *mask, uint8_t *one)
+{
+#if defined(__SSE2__)
+	if (n == 8) {
+		/* counts saturate to 16 bits: still nonzero, still not 1 */
+		const __m128i c = _mm_packs_epi32(_mm_loadu_si128((const __m128i *)cu),
+		                                  _mm_loadu_si128((const __m128i *)(cu + 4)));
+		const __m128i z = _mm_cmpeq_epi16(c, _mm_setzero_si128()),
+		              o = _mm_cmpeq_epi16(c, _mm_set1_epi16(1));
+		const uint32_t m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi16(z, o));
+		*mask = (uint8_t)~m;
+		*one = (uint8_t)(m >> 8);
+		return;
+	}
+#endif
+	uint32_t mk = 0, on = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		mk |= (uint32_t)(cu[j] != 0) << j;
+		on |= (uint32_t)(cu[j] == 1) << j;
+	}
+	*mask = (uint8_t)mk;
+	*one = (uint8_t)on;
+}
+
+/* Each key's masks (from its counts), state and current true cost;
+ * returns their sum. */
 static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
 {
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < L->U; u++) {
 		const struct esd_keystate *ks = &kt->st[u];
 		struct lskey *x = &L->K[u];
+		if (L->n <= 8) {
+			uint8_t mk, on;
+			ls_masks8(L->cnt + (size_t)u * L->n, L->n, &mk, &on);
+			x->mask = mk;
+			x->one = on;
+		} else {
+			ls_masks_row(L, u, &x->mask, &x->one);
+		}
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
 		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
@@ -232,39 +418,60 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 	return cost;
 }
 
-/* Positional batches of n <= 8 with samples of at most 256 keys: the
- * compact copy of the keys, their live positions and the gradient-push
- * table. 0 (also when not applicable) or -ENOMEM. */
-static int ls_compact(struct ls *L)
+/* The same straight into the compact entries (positional, n <= 8), with
+ * the live positions. */
+static int64_t ls_key_costs8(struct ls *L, const struct esd_keytab *kt)
+{
+	int64_t cost = 0;
+	for (uint32_t u = 0; u < L->U; u++) {
+		const struct esd_keystate *ks = &kt->st[u];
+		struct lk8 *x = &L->K8[u];
+		ls_masks8(L->cnt + (size_t)u * L->n, L->n, &x->mask, &x->one);
+		x->latest = (uint8_t)ks->latest;
+		x->dbit = ks->dirty != ESD_NO_WORKER ? (uint8_t)(1u << ks->dirty) : 0;
+		x->pos = (uint16_t)L->dd[u];
+		/* a replicated key no sample carries: needed by none, cost 0 */
+		x->kc = x->mask ? lk8_cost(x, x->mask, L->ts.lo, L->g, L->td) : 0;
+		cost += x->kc;
+		if (x->mask && (x->mask != L->all || x->one))
+			L->live[x->pos] = 1;
+	}
+	return cost;
+}
+
+/* The longest sample's keys. */
+static uint32_t ls_lmax(const struct ls *L)
 {
 	uint32_t lmax = 0;
 	for (uint32_t i = 0; i < L->k; i++)
 		if (L->off[i + 1] - L->off[i] > lmax)
 			lmax = L->off[i + 1] - L->off[i];
+	return lmax;
+}
+
+/* The start's keys: compact entries for positional batches of n <= 8
+ * with samples of at most 256 keys (then the gradient-push and DIRTY
+ * tables and the live positions too), the full entries otherwise.
+ * Returns 0 or -ENOMEM; *cost: the start's true cost. */
+static int ls_keys(struct ls *L, const struct esd_keytab *kt, const int64_t *T, int64_t *cost)
+{
+	const uint32_t lmax = ls_lmax(L);
 	L->all = (uint32_t)((UINT64_C(1) << L->n) - 1);
-	if (!(L->positional && L->n <= 8 && lmax <= 256))
+	if (!(L->positional && L->n <= 8 && lmax <= 256)) {
+		*cost = ls_key_costs(L, kt, T);
 		return 0;
-	L->K8 = malloc(((size_t)L->U + 1) * sizeof(*L->K8));
-	if (!L->K8)
-		return -ENOMEM;
-	for (uint32_t u = 0; u < L->U; u++) {
-		const struct lskey *x = &L->K[u];
-		L->K8[u] = (struct lk8){x->kc,
-		                        x->td,
-		                        (uint8_t)x->mask,
-		                        (uint8_t)x->one,
-		                        (uint8_t)x->latest,
-		                        (uint8_t)x->dbit,
-		                        (uint16_t)L->dd[u]};
 	}
-	for (uint32_t u = 0; u < L->U; u++)
-		if (L->K8[u].mask != L->all || L->K8[u].one)
-			L->live[L->K8[u].pos] = 1;
+	if (esd_grow((void **)&L->w->K8, &L->w->cap_K8, (size_t)L->U + 1, sizeof(*L->K8)))
+		return -ENOMEM;
+	L->K8 = L->w->K8;
+	for (uint32_t N = 0; N < 256; N++) {
+		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
+		L->td[N] = N && !(N & (N - 1)) ? T[__builtin_ctz(N)] : 0;
+	}
+	*cost = ls_key_costs8(L, kt);
 	for (uint32_t q = 0; q < lmax; q++)
 		if (L->live[q])
 			L->lpos[L->nl++] = (uint16_t)q;
-	for (uint32_t N = 0; N < 256; N++)
-		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
 	return 0;
 }
 
@@ -287,19 +494,19 @@ static int64_t delta_compact(const struct ls *L, const struct cand *x)
 		const struct lk8 *ku = &L->K8[u], *kv = &L->K8[v];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc +
-		                   lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc +
+		                   lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lk8 *ku = &L->K8[x->oi[q]];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
-		delta += lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc;
+		delta += lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lk8 *kv = &L->K8[x->oi2[q]];
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		delta += lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		delta += lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
 	}
 	return delta;
 }
@@ -340,7 +547,7 @@ static int64_t delta_positional(const struct ls *L, const struct cand *x)
 static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
-	const uint32_t G = next_gen(L->stamp, L->U, &L->gen);
+	const uint32_t G = next_gen(L->stamp, L->w->cap_stamp, &L->w->gen);
 	int64_t delta = 0;
 	*slow = 0;
 	for (uint32_t q = 0; q < x->li2; q++) {
@@ -385,17 +592,19 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
 	int64_t delta = 0;
-	*nt = net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
-	                L->dd, L->touched);
+	*nt =
+	    net_moves(x->oi, x->li, x->oi2, x->li2, next_gen(L->stamp, L->w->cap_stamp, &L->w->gen),
+	              L->stamp, L->dd, L->touched);
 	for (uint32_t t = 0; t < *nt; t++) {
 		const uint32_t u = L->touched[t];
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		const uint32_t *cu = L->cnt + (size_t)u * L->n;
+		const uint32_t ca = cnt_val(L, cnt_ref(L, u, x->a, 0), u),
+		               cc = cnt_val(L, cnt_ref(L, u, x->c, 0), u);
 		const uint64_t m = L->K[u].mask;
-		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] != (uint32_t)d ? ba : 0) |
-		                    (cu[x->c] + (uint32_t)d ? bc : 0);
+		const uint64_t m2 =
+		    (m & ~(ba | bc)) | (ca != (uint32_t)d ? ba : 0) | (cc + (uint32_t)d ? bc : 0);
 		if (m2 != m)
 			delta += lskey_cost(&L->K[u], m2, &L->ts, L->full) - L->K[u].kc;
 	}
@@ -422,26 +631,56 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		uint32_t *cu = L->cnt + (size_t)u * L->n;
-		cu[x->a] -= (uint32_t)d;
-		cu[x->c] += (uint32_t)d;
+		/* the side that loses first: a row's free entry may be the one
+		 * it frees */
+		uint32_t na, nc;
+		if (d > 0) {
+			na = cnt_add(L, u, x->a, -d);
+			nc = cnt_add(L, u, x->c, d);
+		} else {
+			nc = cnt_add(L, u, x->c, d);
+			na = cnt_add(L, u, x->a, -d);
+		}
 		struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask;
-		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] ? ba : 0) | (cu[x->c] ? bc : 0);
-		k->one = (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
+		const uint64_t m2 = (m & ~(ba | bc)) | (na ? ba : 0) | (nc ? bc : 0);
+		k->one = (k->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0);
 		if (m2 != m) {
 			k->mask = m2;
 			k->kc = lskey_cost(k, m2, &L->ts, L->full);
 		}
-		if (L->K8) {
-			L->K8[u].mask = (uint8_t)k->mask;
-			L->K8[u].one = (uint8_t)k->one;
-			L->K8[u].kc = k->kc;
-			const uint16_t at = L->K8[u].pos;
-			if (!L->live[at] && (L->K8[u].mask != L->all || L->K8[u].one))
-				ls_position_alive(L, at);
+	}
+}
+
+/* Compact entries: key u's occurrence moves from worker a to c. */
+static void move8(struct ls *L, uint32_t u, uint32_t a, uint32_t c)
+{
+	uint32_t *cu = L->cnt + (size_t)u * L->n;
+	const uint32_t na = --cu[a], nc = ++cu[c], ba = 1u << a, bc = 1u << c;
+	struct lk8 *x = &L->K8[u];
+	x->mask = (uint8_t)((x->mask & ~ba) | (na ? ba : 0) | bc);
+	x->one = (uint8_t)((x->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0));
+	x->kc = lk8_cost(x, x->mask, L->ts.lo, L->g, L->td);
+	if (!L->live[x->pos] && (x->mask != L->all || x->one))
+		ls_position_alive(L, x->pos);
+}
+
+/* Take the swap on the compact entries: position by position, a key of
+ * one sample moves one occurrence, a key of both stays. */
+static void take_swap8(struct ls *L, const struct cand *x)
+{
+	const uint32_t lm = x->li < x->li2 ? x->li : x->li2;
+	for (uint32_t q = 0; q < lm; q++) {
+		const uint32_t u = x->oi[q], v = x->oi2[q];
+		if (u != v) {
+			move8(L, u, x->a, x->c);
+			move8(L, v, x->c, x->a);
 		}
 	}
+	for (uint32_t q = lm; q < x->li; q++)
+		move8(L, x->oi[q], x->a, x->c);
+	for (uint32_t q = lm; q < x->li2; q++)
+		move8(L, x->oi2[q], x->c, x->a);
 }
 
 /* Evaluate the candidate swap of samples i and i2 and take it when it
@@ -452,25 +691,34 @@ static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int
 	const uint32_t a = assign[i], c = assign[i2];
 	if (a == c)
 		return -1;
-	const struct cand x = {L->occ + L->off[i], L->occ + L->off[i2], L->off[i + 1] - L->off[i],
-	                       L->off[i2 + 1] - L->off[i2], a, c};
+	const struct cand x = {L->occ + L->off[i],
+	                       L->occ + L->off[i2],
+	                       L->off[i + 1] - L->off[i],
+	                       L->off[i2 + 1] - L->off[i2],
+	                       a,
+	                       c};
 	int slow = 0;
 	uint32_t nt = 0;
 	/* fast paths for samples without repeated keys: a key of one sample
 	 * only moves one occurrence (its mask loses a worker when that was
 	 * its only occurrence there, and gains the other); a key of both does
 	 * not change */
-	int64_t delta = L->K8 ? delta_compact(L, &x)
+	int64_t delta = L->K8           ? delta_compact(L, &x)
 	                : L->positional ? delta_positional(L, &x)
 	                                : delta_stamped(L, &x, &slow);
 	if (slow)
 		delta = delta_any(L, &x, &nt);
 	if (delta >= 0)
 		return 0;
-	if (!slow)
-		nt = net_moves(x.oi, x.li, x.oi2, x.li2, next_gen(L->stamp, L->U, &L->gen), L->stamp,
-		               L->dd, L->touched);
-	take_swap(L, &x, nt);
+	if (L->K8) {
+		take_swap8(L, &x);
+	} else {
+		if (!slow)
+			nt = net_moves(x.oi, x.li, x.oi2, x.li2,
+			               next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
+			               L->dd, L->touched);
+		take_swap(L, &x, nt);
+	}
 	assign[i] = c;
 	assign[i2] = a;
 	*cost += delta;
@@ -492,8 +740,14 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	struct ls *L = calloc(1, sizeof(*L));
 	if (!L)
 		return -ENOMEM;
-	*L = (struct ls){.occ = kt->occ, .off = b->off, .n = kt->n, .k = b->k, .U = kt->count,
-	                 .full = sync == ESD_SYNC_FULL_SET};
+	struct esd_ls_work own = {0};
+	*L = (struct ls){.occ = kt->occ,
+	                 .off = b->off,
+	                 .n = kt->n,
+	                 .k = b->k,
+	                 .U = kt->count,
+	                 .full = sync == ESD_SYNC_FULL_SET,
+	                 .w = p->work ? p->work : &own};
 	int rc = ls_alloc(L);
 	if (rc)
 		goto out;
@@ -503,12 +757,14 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * samples that carry it. Then a sample holds no key twice, and two
 	 * samples share a key only at the same position, so a candidate is
 	 * evaluated position by position with no stamps. */
-	const int moved = ls_count(L, assign);
-	L->positional = L->n <= 16 && !moved;
-	int64_t cost = ls_key_costs(L, kt, T);
-	s0.start_cost = cost;
-	if ((rc = ls_compact(L)))
+	int moved = 0;
+	if ((rc = ls_count(L, assign, &moved)))
 		goto out;
+	L->positional = L->n <= 16 && !moved;
+	int64_t cost = 0;
+	if ((rc = ls_keys(L, kt, T, &cost)))
+		goto out;
+	s0.start_cost = cost;
 	/* The candidates do not depend on the moves taken: draw them AHEAD
 	 * evaluations early and prefetch their key lists. (Prefetching the
 	 * keys' entries as well measured slower: they are in L2.) */
@@ -531,7 +787,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 			__builtin_prefetch(L->occ + L->off[r[1]]);
 			drawn++;
 		}
-		int r = try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
+		int r =
+		    try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
 		s0.evals += r >= 0;
 		s0.swaps += r > 0;
 	}
@@ -540,7 +797,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if (st)
 		*st = s0;
 out:
-	ls_free(L);
+	ls_work_release(&own);
 	free(L);
 	return rc;
 }

@@ -59,6 +59,11 @@ int esd_costmat_build_shared(const struct esd_keytab *kt, const struct esd_batch
 	for (uint32_t u = 0; u < kt->count; u++) {
 		int64_t *v = vec + (size_t)u * n;
 		const int64_t c = cnt[u];
+		if (c == 1) { /* most keys: no division */
+			for (uint32_t j = 0; j < n; j++)
+				v[j] *= ESD_SHARED_SCALE;
+			continue;
+		}
 		/* a key's charges take few values (the link classes' T, 0):
 		 * divide once per value */
 		int64_t c0 = 0, v0 = 0, c1 = -1, v1 = 0;

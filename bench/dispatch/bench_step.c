@@ -49,8 +49,9 @@ struct run {
 	uint32_t *assign;
 	int steps;
 	struct esd_snapset *ss;
-	int64_t *ph[11]; /* keytab fill matrix solve advance total cpu, and the
-	                  * advance's plan caches directory outdated */
+	int64_t *ph[14]; /* keytab fill matrix solve advance total cpu, the
+	                  * advance's plan caches directory outdated, and the
+	                  * solve's method, canonical pass, local search */
 	int64_t cost;
 };
 
@@ -102,6 +103,9 @@ __attribute__((noinline)) static int measured_steps(struct run *r, struct base_r
 		r->ph[8][s] = at->caches;
 		r->ph[9][s] = at->directory;
 		r->ph[10][s] = at->outdated;
+		r->ph[11][s] = ct->solve.total_ns;
+		r->ph[12][s] = ct->solve.canon_ns;
+		r->ph[13][s] = ct->ls.ns;
 		r->cost += ct->true_cost;
 	}
 	return 0;
@@ -274,7 +278,7 @@ int main(int argc, char **argv)
 			return 1;
 		r.b[s] = (struct esd_batch){k, off, keys};
 	}
-	for (int q = 0; q < 11; q++)
+	for (int q = 0; q < 14; q++)
 		if (!(r.ph[q] = malloc((size_t)steps * sizeof(int64_t))))
 			return 1;
 	/* --warmup full: until every snapshot is full, then 50 steps more
@@ -311,6 +315,8 @@ int main(int argc, char **argv)
 	printf("advance: plan %.3f caches %.3f directory %.3f outdated %.3f ms (medians)\n",
 	       median_ms(r.ph[7], steps), median_ms(r.ph[8], steps), median_ms(r.ph[9], steps),
 	       median_ms(r.ph[10], steps));
+	printf("solve: method %.3f (canonical pass %.3f) local search %.3f ms (medians)\n",
+	       median_ms(r.ph[11], steps), median_ms(r.ph[12], steps), median_ms(r.ph[13], steps));
 	/* (median_ms sorted the totals) */
 	printf("total: p90 %.3f p99 %.3f max %.3f ms\n", (double)r.ph[5][steps * 9 / 10] / 1e6,
 	       (double)r.ph[5][steps * 99 / 100] / 1e6, (double)r.ph[5][steps - 1] / 1e6);

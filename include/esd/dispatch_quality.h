@@ -113,11 +113,19 @@ int esd_true_cost(const struct esd_keytab *kt, const struct esd_batch *b, const 
                   const int64_t *T, enum esd_sync sync, int64_t compute_ns_per_sample,
                   struct esd_conseq *cq, struct esd_iter_time *out);
 
+/* The local search's arrays, kept from one call to the next (a
+ * dispatcher's steps): no allocation, and no fresh pages to fault in,
+ * per call. One per thread. */
+struct esd_ls_work;
+int esd_ls_work_create(struct esd_ls_work **out); /* 0 or -ENOMEM */
+void esd_ls_work_free(struct esd_ls_work *w);
+
 struct esd_ls_params {
 	uint64_t max_evals; /* candidate swaps evaluated (the budget) */
 	int64_t budget_ns;  /* also stop after this long (0: no limit; not
 	                     * reproducible: offline use only) */
 	uint64_t seed;      /* candidate generator */
+	struct esd_ls_work *work; /* NULL: the call allocates its own */
 };
 
 struct esd_ls_stats {

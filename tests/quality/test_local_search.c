@@ -106,8 +106,8 @@ static void test_in_dispatcher(void **state)
 	uint64_t seed = 1;
 	for (int st = 0; st < 10; st++) {
 		for (uint32_t p = 0; p < K * F; p++)
-			keys[p] = esd_key_make(p % F,
-			                       esd_splitmix64_next(&seed) % (3 + 20 * (p % F)));
+			keys[p] =
+			    esd_key_make(p % F, esd_splitmix64_next(&seed) % (3 + 20 * (p % F)));
 		struct esd_batch b = {.k = K, .off = off, .keys = keys};
 		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
 		assert_int_equal(esd_assign_check(K, N, cap, assign), 0);
@@ -123,10 +123,13 @@ static void test_in_dispatcher(void **state)
 	                 -EINVAL);
 }
 
-/* More than 16 workers: the mask sums leave the lookup tables. */
-static void test_many_workers_exact(void **state)
+/* More than 16 workers: the mask sums leave the lookup tables, and the
+ * counts are kept in rows per key (dense for a key with at least W
+ * occurrences, sparse below). repeats: keys drawn from one small space at
+ * any position (samples repeat keys; a key's row fills and empties), with
+ * the search's arrays kept from one call to the next. */
+static void many_workers(int repeats)
 {
-	(void)state;
 	enum { W = 20, KK = 40, FF = 5 };
 	uint32_t cap[W], cache[W], off[KK + 1], assign[KK];
 	int64_t T[W];
@@ -145,10 +148,17 @@ static void test_many_workers_exact(void **state)
 	assert_int_equal(esd_snapset_create(W, cache, ESD_POLICY_LRU, &ss), 0);
 	struct esd_dispatcher_config dc = {.n = W, .cap = cap, .T = T, .method = ESD_METHOD_HEU};
 	assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
+	struct esd_ls_work *work = NULL;
+	if (repeats)
+		assert_int_equal(esd_ls_work_create(&work), 0);
 	uint64_t seed = 7;
 	for (int st = 0; st < 6; st++) {
 		for (uint32_t p = 0; p < KK * FF; p++)
-			keys[p] = esd_key_make(p % FF,
+			keys[p] =
+			    repeats
+			        ? esd_key_make(p % FF == 0 ? 0 : 1,
+			                       esd_splitmix64_next(&seed) % (p % FF == 0 ? 3 : 25))
+			        : esd_key_make(p % FF,
 			                       esd_splitmix64_next(&seed) % (2 + 15 * (p % FF)));
 		struct esd_batch b = {.k = KK, .off = off, .keys = keys};
 		struct esd_keytab *kt;
@@ -158,7 +168,7 @@ static void test_many_workers_exact(void **state)
 		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
 		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
 		const int64_t before = cq->total_cost;
-		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1};
+		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1, .work = work};
 		struct esd_ls_stats ls;
 		assert_int_equal(esd_local_search(kt, &b, T, ESD_SYNC_ON_DEMAND, &lp, assign, &ls),
 		                 0);
@@ -169,9 +179,22 @@ static void test_many_workers_exact(void **state)
 		assert_int_equal(cq->total_cost, ls.end_cost);
 		esd_keytab_free(kt);
 	}
+	esd_ls_work_free(work);
 	esd_dispatcher_free(d);
 	esd_snapset_free(ss);
 	esd_conseq_free(cq);
+}
+
+static void test_many_workers_exact(void **state)
+{
+	(void)state;
+	many_workers(0);
+}
+
+static void test_many_workers_repeats(void **state)
+{
+	(void)state;
+	many_workers(1);
 }
 
 int main(void)
@@ -180,6 +203,7 @@ int main(void)
 	    cmocka_unit_test(test_never_worse_and_exact),
 	    cmocka_unit_test(test_in_dispatcher),
 	    cmocka_unit_test(test_many_workers_exact),
+	    cmocka_unit_test(test_many_workers_repeats),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
