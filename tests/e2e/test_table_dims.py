@@ -2,7 +2,9 @@
 and reference trainers train a 26-table stream whose tables have dims 4, 8
 and 16; the final tables equal esd-ref's with the same --dims (rtol 1e-5)
 under one shard and SGD, and two shards, two trainers a node and Adam;
-every row's padding past its table's dim is exactly zero (esd-export
+each row crosses the links with its table's dim (the link bytes are
+the predicted rows' unpadded bytes plus the frame headers); every row's
+padding past its table's dim is exactly zero (esd-export
 --dims refuses a non-zero one), the export gives each table its own
 shape, and a job warm-starts from it; resuming the checkpoint under
 smaller dims is refused.
@@ -26,6 +28,31 @@ CASES = [
                                       "model__lr": 0.01, "workers__trainers": 2,
                                       "SHARDS": 2}),
 ]
+
+
+def check_wire_bytes(env, name, sums):
+    """Each row crosses the links with its table's dim: every worker's link
+    bytes per kind are its predicted rows' unpadded bytes (16 + 4 * d_t
+    floats of value and state; gradients value alone) plus one header per
+    frame (24 + 40 bytes, and a 16-byte tag on a keyed link)."""
+    sides = {"miss_pull": "rx", "update_push": "tx", "evict_push": "tx"}
+    for sm in sums:
+        pred = sm["predicted_bytes"]
+        heads = set()
+        for kind, side in sides.items():
+            got = sum(ln[kind][side + "_bytes"] for ln in sm["links"])
+            frames = sum(ln[kind][side + "_frames"] for ln in sm["links"])
+            if frames:
+                extra = got - pred[kind]
+                env.check(extra % frames == 0 and extra // frames in (64, 80),
+                          "%s worker %d %s: %d link bytes == %d unpadded row bytes + %d "
+                          "frame headers" % (name, sm["rank"], kind, got, pred[kind], frames))
+                heads.add(extra // frames)
+            else:
+                env.check(got == 0 and pred[kind] == 0, "%s worker %d %s: no frames, no bytes"
+                          % (name, sm["rank"], kind))
+        env.check(len(heads) <= 1, "%s worker %d: one frame header size %s"
+                  % (name, sm["rank"], heads))
 
 
 def check_export(env, name, ck):
@@ -87,6 +114,7 @@ def main():
             shards = s.pop("SHARDS", 1)
             ck, sums = env.run(name, s, shards=shards)
             env.check_transfers(name, sums)
+            check_wire_bytes(env, name, sums)
             ref = env.reference(name, s)
             ok, out = env.compare(ck, ref)
             env.check(ok, "%s: final tables == esd-ref --dims %s (rtol 1e-5, atol 2e-6): %s"

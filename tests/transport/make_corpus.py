@@ -7,7 +7,7 @@ import os
 import struct
 
 MAGIC = 0x46445345
-VERSION = 2  # ESD_PROTO_VERSION: a seed of another version stops at the header
+VERSION = 3  # ESD_PROTO_VERSION: a seed of another version stops at the header
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 os.makedirs(out, exist_ok=True)
 
