@@ -102,6 +102,7 @@ struct lskey {
 	int64_t kc;
 	uint64_t latest, dbit;
 	int64_t td;
+	uint32_t cls; /* its row class (esd_keytab_set_row_bytes): its costs */
 };
 
 static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct tsum *ts, int full)
@@ -122,6 +123,7 @@ struct lk8 {
 	int64_t kc, td;
 	uint8_t mask, one, latest, dbit;
 	uint16_t pos; /* its position in the samples */
+	uint8_t cls;
 };
 
 /* Cost of a key needed by the workers of mask N != 0, n <= 8, without
@@ -162,8 +164,9 @@ struct ls {
 	uint32_t *stamp, gen; /* stamps: 4 * gen + tag */
 	int32_t *dd;
 	uint32_t *touched;
-	struct tsum ts;
-	int64_t g[256];
+	struct tsum ts[ESD_ROW_CLASSES]; /* per row class (one without model.dims) */
+	int64_t g[ESD_ROW_CLASSES][256];
+	uint32_t ncls;
 	/* K8: positions where some key is not saturated (needed everywhere,
 	 * never alone on a worker), ascending */
 	uint8_t live[256];
@@ -217,7 +220,7 @@ static int ls_count(struct ls *L, const uint32_t *assign)
 }
 
 /* Each key's state and current true cost; returns their sum. */
-static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
+static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt)
 {
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < L->U; u++) {
@@ -225,8 +228,10 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 		struct lskey *x = &L->K[u];
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
-		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
-		x->kc = lskey_cost(x, x->mask, &L->ts, L->full);
+		x->cls = esd_keytab_key_cls(kt, kt->ukeys[u]);
+		const int64_t *Tx = L->ts[x->cls].T;
+		x->td = ks->dirty != ESD_NO_WORKER ? Tx[ks->dirty] : 0;
+		x->kc = lskey_cost(x, x->mask, &L->ts[x->cls], L->full);
 		cost += x->kc;
 	}
 	return cost;
@@ -255,7 +260,8 @@ static int ls_compact(struct ls *L)
 		                        (uint8_t)x->one,
 		                        (uint8_t)x->latest,
 		                        (uint8_t)x->dbit,
-		                        (uint16_t)L->dd[u]};
+		                        (uint16_t)L->dd[u],
+		                        (uint8_t)x->cls};
 	}
 	for (uint32_t u = 0; u < L->U; u++)
 		if (L->K8[u].mask != L->all || L->K8[u].one)
@@ -263,8 +269,9 @@ static int ls_compact(struct ls *L)
 	for (uint32_t q = 0; q < lmax; q++)
 		if (L->live[q])
 			L->lpos[L->nl++] = (uint16_t)q;
-	for (uint32_t N = 0; N < 256; N++)
-		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
+	for (uint32_t c = 0; c < L->ncls; c++)
+		for (uint32_t N = 0; N < 256; N++)
+			L->g[c][N] = L->full || (N & (N - 1)) ? L->ts[c].lo[N] : 0;
 	return 0;
 }
 
@@ -287,19 +294,19 @@ static int64_t delta_compact(const struct ls *L, const struct cand *x)
 		const struct lk8 *ku = &L->K8[u], *kv = &L->K8[v];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc +
-		                   lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		const int64_t dq = lk8_cost(ku, mx2, L->ts[ku->cls].lo, L->g[ku->cls]) - ku->kc +
+		                   lk8_cost(kv, my2, L->ts[kv->cls].lo, L->g[kv->cls]) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lk8 *ku = &L->K8[x->oi[q]];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
-		delta += lk8_cost(ku, mx2, L->ts.lo, L->g) - ku->kc;
+		delta += lk8_cost(ku, mx2, L->ts[ku->cls].lo, L->g[ku->cls]) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lk8 *kv = &L->K8[x->oi2[q]];
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		delta += lk8_cost(kv, my2, L->ts.lo, L->g) - kv->kc;
+		delta += lk8_cost(kv, my2, L->ts[kv->cls].lo, L->g[kv->cls]) - kv->kc;
 	}
 	return delta;
 }
@@ -317,19 +324,19 @@ static int64_t delta_positional(const struct ls *L, const struct cand *x)
 		const struct lskey *ku = &L->K[u], *kv = &L->K[v];
 		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
 		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
-		const int64_t dq = lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc +
-		                   lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+		const int64_t dq = lskey_cost16(ku, mx2, &L->ts[ku->cls], L->full) - ku->kc +
+		                   lskey_cost16(kv, my2, &L->ts[kv->cls], L->full) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lskey *ku = &L->K[x->oi[q]];
 		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
-		delta += lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc;
+		delta += lskey_cost16(ku, mx2, &L->ts[ku->cls], L->full) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lskey *kv = &L->K[x->oi2[q]];
 		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
-		delta += lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+		delta += lskey_cost16(kv, my2, &L->ts[kv->cls], L->full) - kv->kc;
 	}
 	return delta;
 }
@@ -365,7 +372,7 @@ static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 		const struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask, m2 = (m & ~(k->one & ba)) | bc;
 		if (m2 != m)
-			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+			delta += lskey_cost(k, m2, &L->ts[k->cls], L->full) - k->kc;
 	}
 	for (uint32_t q = 0; q < x->li2; q++) {
 		const uint32_t u = x->oi2[q];
@@ -374,7 +381,7 @@ static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 		const struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask, m2 = (m & ~(k->one & bc)) | ba;
 		if (m2 != m)
-			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+			delta += lskey_cost(k, m2, &L->ts[k->cls], L->full) - k->kc;
 	}
 	return delta;
 }
@@ -397,7 +404,7 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 		const uint64_t m2 = (m & ~(ba | bc)) | (cu[x->a] != (uint32_t)d ? ba : 0) |
 		                    (cu[x->c] + (uint32_t)d ? bc : 0);
 		if (m2 != m)
-			delta += lskey_cost(&L->K[u], m2, &L->ts, L->full) - L->K[u].kc;
+			delta += lskey_cost(&L->K[u], m2, &L->ts[L->K[u].cls], L->full) - L->K[u].kc;
 	}
 	return delta;
 }
@@ -431,7 +438,7 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		k->one = (k->one & ~(ba | bc)) | (cu[x->a] == 1 ? ba : 0) | (cu[x->c] == 1 ? bc : 0);
 		if (m2 != m) {
 			k->mask = m2;
-			k->kc = lskey_cost(k, m2, &L->ts, L->full);
+			k->kc = lskey_cost(k, m2, &L->ts[k->cls], L->full);
 		}
 		if (L->K8) {
 			L->K8[u].mask = (uint8_t)k->mask;
@@ -497,7 +504,15 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	int rc = ls_alloc(L);
 	if (rc)
 		goto out;
-	tsum_init(&L->ts, T, L->n);
+	/* per row class (model.dims): its rows' costs */
+	L->ncls = kt->ncls > 1 ? kt->ncls : 1;
+	const int64_t *Tc = L->ncls > 1 ? esd_keytab_class_T((struct esd_keytab *)kt, T) : T;
+	if (!Tc) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t c = 0; c < L->ncls; c++)
+		tsum_init(&L->ts[c], Tc + (size_t)c * L->n, L->n);
 	/* Positional batches (Criteo's: one key per table, tables in the
 	 * same order in every sample): every key sits at one position of the
 	 * samples that carry it. Then a sample holds no key twice, and two
@@ -505,7 +520,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	 * evaluated position by position with no stamps. */
 	const int moved = ls_count(L, assign);
 	L->positional = L->n <= 16 && !moved;
-	int64_t cost = ls_key_costs(L, kt, T);
+	int64_t cost = ls_key_costs(L, kt);
 	s0.start_cost = cost;
 	if ((rc = ls_compact(L)))
 		goto out;

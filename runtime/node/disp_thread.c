@@ -471,6 +471,11 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.hybrid = {.alpha = j->alpha, .backend = ESD_EXACT_SSP,
 		           .heu_order = ESD_HEU_ROW_ORDER},
 	};
+	/* model.dims: a row costs its table's bytes */
+	ds->sz.ntables = esd_job_dispatch_row_bytes(j, ds->sz.row_bytes);
+	ds->eng.dc.row_bytes = ds->sz.ntables ? ds->sz.row_bytes : NULL;
+	ds->eng.dc.ntables = ds->sz.ntables;
+	ds->eng.dc.row_bytes_full = (uint32_t)esd_job_row_bytes(j);
 	rc = esd_method_parse(j->method, &ds->eng.dc.method);
 	if (rc) {
 		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);

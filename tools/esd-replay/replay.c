@@ -88,6 +88,7 @@ int replay_env_load(struct replay_env *env, const char *config, const char *cons
 	}
 	for (uint32_t w = 0; w < env->job.n; w++)
 		env->fast[w] = env->T[w] < 2 * tmin;
+	env->ntables = esd_job_dispatch_row_bytes(&env->job, env->row_bytes);
 	rc = fit_prior(env);
 out:
 	esd_ds_close(dr);
@@ -369,6 +370,10 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .replicated = m->is_job ? env->rep : NULL,
 	    .nreplicated = nrep,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_EXACT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+	    /* model.dims: a row costs its table's bytes, as on the nodes */
+	    .row_bytes = env->ntables ? env->row_bytes : NULL,
+	    .ntables = env->ntables,
+	    .row_bytes_full = (uint32_t)esd_job_row_bytes(j),
 	};
 	if ((rc = esd_dispatcher_create(&dc, ss, &d)))
 		goto out;

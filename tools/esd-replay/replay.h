@@ -21,6 +21,8 @@ struct replay_env {
 	uint64_t total_rows;
 	uint64_t iters;
 	int64_t T[ESD_MAX_WORKERS];
+	/* model.dims: each table's row bytes (the dispatcher's row sizes) */
+	uint32_t row_bytes[ESD_JOB_MAX_DIMS], ntables;
 	int fast[ESD_MAX_WORKERS]; /* link class: T_j < 2 * min T */
 	/* dispatch.replicate's hot rows (the job mechanism only) */
 	esd_key_t *rep;
