@@ -444,8 +444,10 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	float *row = NULL;
 	if (r->table_dims && r->count) {
 		row = malloc(((size_t)r->dim + r->state_dim) * sizeof(float));
-		if (!row)
-			return esd_link_send_error(pl->link, -ENOMEM, "push: out of memory");
+		if (!row) {
+			esd_link_send_error(pl->link, -ENOMEM, "push: out of memory");
+			return -ENOMEM;
+		}
 	}
 	pthread_mutex_lock(&ps->mu);
 	/* a push of a state the shard went back from is not applied (its
