@@ -39,6 +39,7 @@ struct replay_mech {
 	enum esd_sync sync;
 	enum esd_matrix matrix;
 	uint64_t ls_evals;
+	int padded; /* +padded: every row charged a full row (model.dims ignored) */
 	enum replay_sizes sizes;
 	uint32_t cap[ESD_MAX_WORKERS]; /* SIZES_LIST */
 };
@@ -65,6 +66,8 @@ struct replay_result {
 	 * (a key in all n workers' lists), summed, and their cost */
 	uint64_t alln_rows[ESD_CQ_KINDS];
 	int64_t alln_cost[ESD_CQ_KINDS];
+	uint64_t wire_bytes;        /* bytes of the rows moved (each its table's) */
+	int64_t wire_ns;            /* their time on the workers' links, summed */
 	uint64_t ls_swaps;          /* local search: swaps taken, all steps */
 	int64_t ls_gain;            /* local search: true cost saved (its estimate) */
 };
