@@ -101,14 +101,33 @@ static int cq_layout(struct esd_conseq *cq, uint32_t n, uint32_t cnt[ESD_CQ_KIND
 	return 0;
 }
 
-void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T)
+/* Cost of worker j's transfers of kind q: its keys' class costs summed
+ * (per-table row sizes), else count x T_j. */
+static int64_t list_cost(const struct esd_conseq *cq, const struct esd_keytab *kt,
+			 const int64_t *Tc, const int64_t *T, int q, uint32_t j)
 {
+	const uint32_t cnt = esd_conseq_count(cq, (enum esd_cq_kind)q, j);
+	if (!Tc)
+		return (int64_t)cnt * T[j];
+	const esd_key_t *k = esd_conseq_keys(cq, (enum esd_cq_kind)q, j);
+	int64_t c = 0;
+	for (uint32_t i = 0; i < cnt; i++)
+		c += Tc[(size_t)esd_keytab_key_cls(kt, k[i]) * cq->n + j];
+	return c;
+}
+
+void esd_conseq_costs(struct esd_conseq *cq, const struct esd_keytab *kt, const int64_t *T)
+{
+	/* the key table's class costs are scratch */
+	const int64_t *Tc = kt && kt->ncls > 1 && kt->n == cq->n
+				    ? esd_keytab_class_T((struct esd_keytab *)kt, T)
+				    : NULL;
 	cq->total_cost = 0;
 	memset(cq->worker_cost, 0, sizeof(cq->worker_cost));
 	for (int q = 0; q < ESD_CQ_KINDS; q++) {
 		cq->cost[q] = 0;
 		for (uint32_t j = 0; j < cq->n; j++) {
-			int64_t c = (int64_t)esd_conseq_count(cq, (enum esd_cq_kind)q, j) * T[j];
+			int64_t c = list_cost(cq, kt, Tc, T, q, j);
 			cq->cost[q] += c;
 			cq->worker_cost[j] += c;
 		}
@@ -341,7 +360,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 	if (wl && !plan_only) {
 		if ((rc = lists_one_pass(kt, b, assign, sync, cq, wl)))
 			return rc;
-		esd_conseq_costs(cq, T);
+		esd_conseq_costs(cq, kt, T);
 		return 0;
 	}
 	const uint32_t n = kt->n, count = kt->count;
@@ -438,7 +457,7 @@ static int compute(const struct esd_keytab *ckt, const struct esd_batch *b, cons
 			}
 	}
 	cq->hits = hits;
-	esd_conseq_costs(cq, T);
+	esd_conseq_costs(cq, kt, T);
 	return 0;
 }
 

@@ -84,6 +84,10 @@ int esd_dispatcher_create(const struct esd_dispatcher_config *cfg, struct esd_sn
 	    esd_solver_create(&d->aux) || esd_conseq_create(&d->cq) ||
 	    (cfg->ls_evals && esd_ls_work_create(&d->ls)))
 		goto fail;
+	if (cfg->ntables && (rc = esd_keytab_set_row_bytes(d->kt, cfg->row_bytes, cfg->ntables,
+							   cfg->row_bytes_full)))
+		goto fail;
+	d->cfg.row_bytes = NULL;
 	if (cfg->exact_submit && cfg->exact_collect)
 		esd_solver_set_exact_split(d->solver, cfg->exact_submit, cfg->exact_collect,
 		                           cfg->exact_ctx);

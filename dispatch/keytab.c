@@ -37,7 +37,80 @@ void esd_keytab_free(struct esd_keytab *kt)
 	free(kt->sorted);
 	free(kt->tmp);
 	free(kt->rep);
+	free(kt->tcls);
+	free(kt->clsT);
 	free(kt);
+}
+
+int esd_keytab_set_row_bytes(struct esd_keytab *kt, const uint32_t *bytes, uint32_t ntables,
+			     uint32_t full)
+{
+	if (!kt || (ntables && (!bytes || !full)))
+		return -EINVAL;
+	uint8_t *cls = ntables ? malloc(ntables) : NULL;
+	if (ntables && !cls)
+		return -ENOMEM;
+	uint64_t num[ESD_ROW_CLASSES] = {full};
+	uint32_t ncls = 1;
+	for (uint32_t t = 0; t < ntables; t++) {
+		uint32_t c = 0;
+		while (c < ncls && num[c] != bytes[t])
+			c++;
+		if (!bytes[t] || bytes[t] > full || (c == ncls && ncls == ESD_ROW_CLASSES)) {
+			free(cls);
+			return -EINVAL;
+		}
+		if (c == ncls)
+			num[ncls++] = bytes[t];
+		cls[t] = (uint8_t)c;
+	}
+	free(kt->tcls);
+	kt->tcls = cls;
+	kt->ntcls = ntables;
+	kt->ncls = ncls;
+	memcpy(kt->cls_num, num, sizeof(num));
+	kt->cls_den = full;
+	kt->clsT_n = 0;
+	return 0;
+}
+
+const int64_t *esd_keytab_class_T(struct esd_keytab *kt, const int64_t *T)
+{
+	const uint32_t n = kt->n, nc = kt->ncls ? kt->ncls : 1;
+	if (kt->clsT && kt->clsT_n == n && !memcmp(kt->clsT_of, T, n * sizeof(int64_t)))
+		return kt->clsT;
+	if (!kt->clsT && !(kt->clsT = malloc(ESD_ROW_CLASSES * ESD_MAX_WORKERS * sizeof(int64_t))))
+		return NULL;
+	for (uint32_t c = 0; c < nc; c++)
+		for (uint32_t j = 0; j < n; j++) {
+			/* class 0 is T itself: no rounding where nothing changes */
+			const unsigned __int128 x = (unsigned __int128)(uint64_t)T[j] *
+						    (c ? kt->cls_num[c] : 1);
+			const uint64_t d = c ? kt->cls_den : 1;
+			kt->clsT[c * n + j] = (int64_t)((x + d - 1) / d);
+		}
+	memcpy(kt->clsT_of, T, n * sizeof(int64_t));
+	kt->clsT_n = n;
+	return kt->clsT;
+}
+
+/* Charges with per-table row sizes: each key's lanes from its class's
+ * costs. */
+static int charges_classes(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
+{
+	const int64_t *Tc = esd_keytab_class_T(kt, T);
+	if (!Tc)
+		return -ENOMEM;
+	const uint32_t n = kt->n;
+	for (uint32_t u = 0; u < kt->count; u++) {
+		const struct esd_keystate *s = &kt->st[u];
+		const int64_t *Tu = Tc + (size_t)esd_keytab_key_cls(kt, kt->ukeys[u]) * n;
+		int64_t *v = vec + (size_t)u * n;
+		const int64_t td = s->dirty != ESD_NO_WORKER ? Tu[s->dirty] : 0;
+		for (uint32_t j = 0; j < n; j++)
+			v[j] = ((s->latest >> j) & 1 ? 0 : Tu[j]) + (j == s->dirty ? 0 : td);
+	}
+	return 0;
 }
 
 int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want)
@@ -531,6 +604,8 @@ static void charges8(const struct esd_keystate *st, uint32_t cnt, const int64_t 
 int esd_keytab_charges(struct esd_keytab *kt, const int64_t *T, int64_t *vec)
 {
 	const uint32_t n = kt->n, cnt = kt->count;
+	if (kt->ncls > 1)
+		return charges_classes(kt, T, vec);
 	if (n > 8) {
 		for (uint32_t u = 0; u < cnt; u++) {
 			const struct esd_keystate *s = &kt->st[u];

@@ -34,7 +34,28 @@ struct esd_keytab {
 	int64_t *chtab;
 	int64_t chT[8];
 	uint32_t chn;
+	/* model.dims (esd_keytab_set_row_bytes): each table's row class
+	 * (tcls, ntcls tables; class 0 the full rows), a class's rows cost
+	 * cls_num / cls_den of a full row's T (rounded up); ncls 1 without.
+	 * clsT: the classes' costs (ncls x n) for the T in clsT_of. */
+	uint8_t *tcls;
+	uint32_t ntcls, ncls;
+	uint64_t cls_num[ESD_ROW_CLASSES], cls_den;
+	int64_t *clsT;
+	int64_t clsT_of[ESD_MAX_WORKERS];
+	uint32_t clsT_n;
 };
+
+/* Row class of key (0 without per-table row sizes). */
+static inline uint32_t esd_keytab_key_cls(const struct esd_keytab *kt, esd_key_t key)
+{
+	const uint32_t t = esd_key_table(key);
+	return t < kt->ntcls ? kt->tcls[t] : 0;
+}
+
+/* The classes' per-row costs for the full-row costs T: ncls x n, class c
+ * at c * n (class 0 is T); kt's scratch. NULL on -ENOMEM. */
+const int64_t *esd_keytab_class_T(struct esd_keytab *kt, const int64_t *T);
 
 /* Room for want entries of elem bytes in *p (realloc'd, doubling from 1024;
  * *cap in entries). Returns 0 or -ENOMEM (*p and *cap as they were). */
@@ -104,7 +125,7 @@ int esd_conseq_compute_lists(const struct esd_keytab *kt, const struct esd_batch
                              struct esd_conseq *cq, struct esd_wlists *wl);
 
 /* Recompute cq's costs from its lists. */
-void esd_conseq_costs(struct esd_conseq *cq, const int64_t *T);
+void esd_conseq_costs(struct esd_conseq *cq, const struct esd_keytab *kt, const int64_t *T);
 
 /* qsort's comparison of keys. */
 static inline int esd_cmp_key(const void *a, const void *b)

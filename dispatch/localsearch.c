@@ -112,6 +112,7 @@ struct lskey {
 	int64_t kc;
 	uint64_t latest, dbit;
 	int64_t td;
+	uint32_t cls; /* its row class (esd_keytab_set_row_bytes): its costs */
 };
 
 static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct tsum *ts, int full)
@@ -132,6 +133,7 @@ struct lk8 {
 	int64_t kc;
 	uint8_t mask, one, latest, dbit;
 	uint16_t pos; /* its position in the samples */
+	uint8_t cls;
 };
 
 /* Cost of a key needed by the workers of mask N != 0, n <= 8, without
@@ -159,6 +161,14 @@ static inline int64_t lskey_cost16(const struct lskey *x, uint64_t N, const stru
 	return c;
 }
 
+/* A row class's tables: T's sums over masks, its T, and for the compact
+ * entries g[] and td[] (lk8_cost). */
+struct ls_cls {
+	struct tsum ts;
+	const int64_t *T;
+	int64_t g[256], td[256];
+};
+
 /* The search's state: per unique key its occurrences per worker (cnt),
  * its entry (K; K8, a compact copy, for positional batches of n <= 8),
  * stamps and scratch for evaluating a candidate, and the tables the cost
@@ -179,8 +189,9 @@ struct ls {
 	struct esd_ls_work *w;
 	int32_t *dd;
 	uint32_t *touched;
-	struct tsum ts;
-	int64_t g[256], td[256];
+	/* per row class (one without model.dims): its costs' tables */
+	struct ls_cls *C;
+	uint32_t ncls;
 	/* K8: positions where some key is not saturated (needed everywhere,
 	 * never alone on a worker), ascending */
 	uint8_t live[256];
@@ -195,7 +206,9 @@ struct esd_ls_work {
 	uint32_t *stamp, gen; /* stamps of every call below 4 * (gen + 1) */
 	int32_t *dd;
 	uint32_t *touched, *roff, *pool;
-	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_roff, cap_pool;
+	struct ls_cls *cls;
+	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_roff, cap_pool,
+	    cap_cls;
 };
 
 int esd_ls_work_create(struct esd_ls_work **out)
@@ -216,6 +229,7 @@ static void ls_work_release(struct esd_ls_work *w)
 	free(w->touched);
 	free(w->roff);
 	free(w->pool);
+	free(w->cls);
 }
 
 void esd_ls_work_free(struct esd_ls_work *w)
@@ -240,7 +254,8 @@ static int ls_alloc(struct ls *L)
 	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
 	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
 	             sizeof(uint32_t)) ||
-	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)))
+	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)) ||
+	    esd_grow((void **)&w->cls, &w->cap_cls, L->ncls, sizeof(*w->cls)))
 		return -ENOMEM;
 	if (w->cap_stamp > old_stamps)
 		memset(w->stamp + old_stamps, 0, (w->cap_stamp - old_stamps) * sizeof(uint32_t));
@@ -252,6 +267,7 @@ static int ls_alloc(struct ls *L)
 	L->stamp = w->stamp;
 	L->dd = w->dd;
 	L->touched = w->touched;
+	L->C = w->cls;
 	return 0;
 }
 
@@ -395,7 +411,7 @@ static inline void ls_masks8(const uint32_t *cu, uint32_t n, uint8_t *mask, uint
 
 /* Each key's masks (from its counts), state and current true cost;
  * returns their sum. */
-static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int64_t *T)
+static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt)
 {
 	int64_t cost = 0;
 	for (uint32_t u = 0; u < L->U; u++) {
@@ -411,8 +427,9 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt, const int
 		}
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
-		x->td = ks->dirty != ESD_NO_WORKER ? T[ks->dirty] : 0;
-		x->kc = lskey_cost(x, x->mask, &L->ts, L->full);
+		x->cls = esd_keytab_key_cls(kt, kt->ukeys[u]);
+		x->td = ks->dirty != ESD_NO_WORKER ? L->C[x->cls].T[ks->dirty] : 0;
+		x->kc = lskey_cost(x, x->mask, &L->C[x->cls].ts, L->full);
 		cost += x->kc;
 	}
 	return cost;
@@ -430,8 +447,10 @@ static int64_t ls_key_costs8(struct ls *L, const struct esd_keytab *kt)
 		x->latest = (uint8_t)ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? (uint8_t)(1u << ks->dirty) : 0;
 		x->pos = (uint16_t)L->dd[u];
+		x->cls = (uint8_t)esd_keytab_key_cls(kt, kt->ukeys[u]);
+		const struct ls_cls *C = &L->C[x->cls];
 		/* a replicated key no sample carries: needed by none, cost 0 */
-		x->kc = x->mask ? lk8_cost(x, x->mask, L->ts.lo, L->g, L->td) : 0;
+		x->kc = x->mask ? lk8_cost(x, x->mask, C->ts.lo, C->g, C->td) : 0;
 		cost += x->kc;
 		if (x->mask && (x->mask != L->all || x->one))
 			L->live[x->pos] = 1;
@@ -453,20 +472,23 @@ static uint32_t ls_lmax(const struct ls *L)
  * with samples of at most 256 keys (then the gradient-push and DIRTY
  * tables and the live positions too), the full entries otherwise.
  * Returns 0 or -ENOMEM; *cost: the start's true cost. */
-static int ls_keys(struct ls *L, const struct esd_keytab *kt, const int64_t *T, int64_t *cost)
+static int ls_keys(struct ls *L, const struct esd_keytab *kt, int64_t *cost)
 {
 	const uint32_t lmax = ls_lmax(L);
 	L->all = (uint32_t)((UINT64_C(1) << L->n) - 1);
 	if (!(L->positional && L->n <= 8 && lmax <= 256)) {
-		*cost = ls_key_costs(L, kt, T);
+		*cost = ls_key_costs(L, kt);
 		return 0;
 	}
 	if (esd_grow((void **)&L->w->K8, &L->w->cap_K8, (size_t)L->U + 1, sizeof(*L->K8)))
 		return -ENOMEM;
 	L->K8 = L->w->K8;
-	for (uint32_t N = 0; N < 256; N++) {
-		L->g[N] = L->full || (N & (N - 1)) ? L->ts.lo[N] : 0;
-		L->td[N] = N && !(N & (N - 1)) ? T[__builtin_ctz(N)] : 0;
+	for (uint32_t c = 0; c < L->ncls; c++) {
+		struct ls_cls *C = &L->C[c];
+		for (uint32_t N = 0; N < 256; N++) {
+			C->g[N] = L->full || (N & (N - 1)) ? C->ts.lo[N] : 0;
+			C->td[N] = N && !(N & (N - 1)) ? C->T[__builtin_ctz(N)] : 0;
+		}
 	}
 	*cost = ls_key_costs8(L, kt);
 	for (uint32_t q = 0; q < lmax; q++)
@@ -494,19 +516,22 @@ static int64_t delta_compact(const struct ls *L, const struct cand *x)
 		const struct lk8 *ku = &L->K8[u], *kv = &L->K8[v];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		const int64_t dq = lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc +
-		                   lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
+		const struct ls_cls *Cu = &L->C[ku->cls], *Cv = &L->C[kv->cls];
+		const int64_t dq = lk8_cost(ku, mx2, Cu->ts.lo, Cu->g, Cu->td) - ku->kc +
+		                   lk8_cost(kv, my2, Cv->ts.lo, Cv->g, Cv->td) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lk8 *ku = &L->K8[x->oi[q]];
 		const uint32_t mx2 = (ku->mask & ~(ku->one & ba8)) | bc8;
-		delta += lk8_cost(ku, mx2, L->ts.lo, L->g, L->td) - ku->kc;
+		const struct ls_cls *Cu = &L->C[ku->cls];
+		delta += lk8_cost(ku, mx2, Cu->ts.lo, Cu->g, Cu->td) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lk8 *kv = &L->K8[x->oi2[q]];
 		const uint32_t my2 = (kv->mask & ~(kv->one & bc8)) | ba8;
-		delta += lk8_cost(kv, my2, L->ts.lo, L->g, L->td) - kv->kc;
+		const struct ls_cls *Cv = &L->C[kv->cls];
+		delta += lk8_cost(kv, my2, Cv->ts.lo, Cv->g, Cv->td) - kv->kc;
 	}
 	return delta;
 }
@@ -524,19 +549,19 @@ static int64_t delta_positional(const struct ls *L, const struct cand *x)
 		const struct lskey *ku = &L->K[u], *kv = &L->K[v];
 		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
 		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
-		const int64_t dq = lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc +
-		                   lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+		const int64_t dq = lskey_cost16(ku, mx2, &L->C[ku->cls].ts, L->full) - ku->kc +
+		                   lskey_cost16(kv, my2, &L->C[kv->cls].ts, L->full) - kv->kc;
 		delta += u != v ? dq : 0;
 	}
 	for (uint32_t q = lm; q < x->li; q++) {
 		const struct lskey *ku = &L->K[x->oi[q]];
 		const uint64_t mx2 = (ku->mask & ~(ku->one & ba)) | bc;
-		delta += lskey_cost16(ku, mx2, &L->ts, L->full) - ku->kc;
+		delta += lskey_cost16(ku, mx2, &L->C[ku->cls].ts, L->full) - ku->kc;
 	}
 	for (uint32_t q = lm; q < x->li2; q++) {
 		const struct lskey *kv = &L->K[x->oi2[q]];
 		const uint64_t my2 = (kv->mask & ~(kv->one & bc)) | ba;
-		delta += lskey_cost16(kv, my2, &L->ts, L->full) - kv->kc;
+		delta += lskey_cost16(kv, my2, &L->C[kv->cls].ts, L->full) - kv->kc;
 	}
 	return delta;
 }
@@ -572,7 +597,7 @@ static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 		const struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask, m2 = (m & ~(k->one & ba)) | bc;
 		if (m2 != m)
-			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+			delta += lskey_cost(k, m2, &L->C[k->cls].ts, L->full) - k->kc;
 	}
 	for (uint32_t q = 0; q < x->li2; q++) {
 		const uint32_t u = x->oi2[q];
@@ -581,7 +606,7 @@ static int64_t delta_stamped(struct ls *L, const struct cand *x, int *slow)
 		const struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask, m2 = (m & ~(k->one & bc)) | ba;
 		if (m2 != m)
-			delta += lskey_cost(k, m2, &L->ts, L->full) - k->kc;
+			delta += lskey_cost(k, m2, &L->C[k->cls].ts, L->full) - k->kc;
 	}
 	return delta;
 }
@@ -606,7 +631,7 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 		const uint64_t m2 =
 		    (m & ~(ba | bc)) | (ca != (uint32_t)d ? ba : 0) | (cc + (uint32_t)d ? bc : 0);
 		if (m2 != m)
-			delta += lskey_cost(&L->K[u], m2, &L->ts, L->full) - L->K[u].kc;
+			delta += lskey_cost(&L->K[u], m2, &L->C[L->K[u].cls].ts, L->full) - L->K[u].kc;
 	}
 	return delta;
 }
@@ -647,7 +672,7 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		k->one = (k->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0);
 		if (m2 != m) {
 			k->mask = m2;
-			k->kc = lskey_cost(k, m2, &L->ts, L->full);
+			k->kc = lskey_cost(k, m2, &L->C[k->cls].ts, L->full);
 		}
 	}
 }
@@ -660,7 +685,8 @@ static void move8(struct ls *L, uint32_t u, uint32_t a, uint32_t c)
 	struct lk8 *x = &L->K8[u];
 	x->mask = (uint8_t)((x->mask & ~ba) | (na ? ba : 0) | bc);
 	x->one = (uint8_t)((x->one & ~(ba | bc)) | (na == 1 ? ba : 0) | (nc == 1 ? bc : 0));
-	x->kc = lk8_cost(x, x->mask, L->ts.lo, L->g, L->td);
+	const struct ls_cls *C = &L->C[x->cls];
+	x->kc = lk8_cost(x, x->mask, C->ts.lo, C->g, C->td);
 	if (!L->live[x->pos] && (x->mask != L->all || x->one))
 		ls_position_alive(L, x->pos);
 }
@@ -747,11 +773,17 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	                 .k = b->k,
 	                 .U = kt->count,
 	                 .full = sync == ESD_SYNC_FULL_SET,
-	                 .w = p->work ? p->work : &own};
-	int rc = ls_alloc(L);
+	                 .w = p->work ? p->work : &own,
+	                 /* per row class (model.dims): its rows' costs */
+	                 .ncls = kt->ncls > 1 ? kt->ncls : 1};
+	const int64_t *Tc = L->ncls > 1 ? esd_keytab_class_T((struct esd_keytab *)kt, T) : T;
+	int rc = Tc ? ls_alloc(L) : -ENOMEM;
 	if (rc)
 		goto out;
-	tsum_init(&L->ts, T, L->n);
+	for (uint32_t c = 0; c < L->ncls; c++) {
+		L->C[c].T = Tc + (size_t)c * L->n;
+		tsum_init(&L->C[c].ts, L->C[c].T, L->n);
+	}
 	/* Positional batches (Criteo's: one key per table, tables in the
 	 * same order in every sample): every key sits at one position of the
 	 * samples that carry it. Then a sample holds no key twice, and two
@@ -762,7 +794,7 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		goto out;
 	L->positional = L->n <= 16 && !moved;
 	int64_t cost = 0;
-	if ((rc = ls_keys(L, kt, T, &cost)))
+	if ((rc = ls_keys(L, kt, &cost)))
 		goto out;
 	s0.start_cost = cost;
 	/* The candidates do not depend on the moves taken: draw them AHEAD

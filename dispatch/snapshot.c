@@ -581,7 +581,7 @@ int esd_snapset_advance(struct esd_snapset *ss, struct esd_keytab *kt, const str
 	const int64_t t3 = esd_now_ns();
 	for (uint32_t w = 0; w < n; w++)
 		esd_cmeta_mark_outdated_batch(ss->cm[w], ss->others + (size_t)w * kt->count, no[w]);
-	esd_conseq_costs(cq, T);
+	esd_conseq_costs(cq, kt, T);
 	ss->iter = t;
 	ss->times = (struct esd_advance_times){t1 - t0, t2 - t1, t3 - t2, esd_now_ns() - t3};
 	return 0;

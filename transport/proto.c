@@ -86,6 +86,8 @@ static void limits_or_default(const struct esd_proto_limits *in, struct esd_prot
 	out->max_body = in && in->max_body ? in->max_body & ~3u : ESD_PROTO_DEFAULT_MAX_BODY;
 	out->max_rows = in && in->max_rows ? in->max_rows : ESD_PROTO_DEFAULT_MAX_ROWS;
 	out->max_dim = in && in->max_dim ? in->max_dim : ESD_PROTO_DEFAULT_MAX_DIM;
+	out->table_dims = in ? in->table_dims : NULL;
+	out->ntables = in && in->table_dims ? in->ntables : 0;
 }
 
 /* ---- decoding ----------------------------------------------------------- */
@@ -140,6 +142,43 @@ static int want_len(const char *what, uint32_t have, uint64_t want, char *err, s
 	            (unsigned long long)want);
 }
 
+/* Rows sized by their tables' dims: each row's key names its table, whose
+ * dim gives its length; the rows must fill the body exactly. */
+static int walk_table_rows(const struct esd_frame_hdr *h, const uint8_t *b,
+			   const struct esd_proto_limits *l, struct esd_rows *r, char *err,
+			   size_t errlen)
+{
+	const char *what = esd_op_name(h->op);
+	if (r->count && r->state_dim % r->dim)
+		return fail(-EPROTO, err, errlen, "%s: state_dim %u is not a multiple of dim %u",
+			    what, r->state_dim, r->dim);
+	r->table_dims = l->table_dims;
+	r->ntables = l->ntables;
+	const uint64_t per = r->count ? r->state_dim / r->dim : 0;
+	uint64_t at = ROWS_HDR_SIZE;
+	for (uint32_t i = 0; i < r->count; i++) {
+		if (h->length - at < ROW_FIXED_SIZE)
+			return fail(-EPROTO, err, errlen, "%s: body of %u bytes ends in row %u", what,
+				    h->length, i);
+		esd_key_t key = esd_get_le64(b + at);
+		uint32_t t = esd_key_table(key);
+		if (t != ESD_DENSE_TABLE && t >= r->ntables)
+			return fail(-EPROTO, err, errlen, "%s: row %u has key %#llx of table %u, the "
+				    "job has %u tables", what, i, (unsigned long long)key, t,
+				    r->ntables);
+		uint32_t d = esd_rows_key_dim(r, key);
+		if (!d || d > r->dim)
+			return fail(-EPROTO, err, errlen, "%s: table %u's dim %u is not in 1..%u",
+				    what, t, d, r->dim);
+		uint64_t sz = ROW_FIXED_SIZE + 4ull * d * (1 + per);
+		if (h->length - at < sz)
+			return fail(-EPROTO, err, errlen, "%s: body of %u bytes ends in row %u", what,
+				    h->length, i);
+		at += sz;
+	}
+	return want_len(what, h->length, at, err, errlen);
+}
+
 static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
                        const struct esd_proto_limits *l, struct esd_rows *r, char *err,
                        size_t errlen)
@@ -155,9 +194,13 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 	r->count = esd_get_le32(b + 24);
 	r->dim = esd_get_le32(b + 28);
 	r->state_dim = esd_get_le32(b + 32);
-	uint32_t rsvd = esd_get_le32(b + 36);
-	if (rsvd)
-		return fail(-EPROTO, err, errlen, "%s: reserved field 0x%08x is not 0", what, rsvd);
+	uint32_t flags = esd_get_le32(b + 36);
+	if (flags & ~ESD_ROWS_TABLE_DIMS)
+		return fail(-EPROTO, err, errlen, "%s: unknown row flags 0x%08x", what, flags);
+	if (!(flags & ESD_ROWS_TABLE_DIMS) != !l->table_dims)
+		return fail(-EPROTO, err, errlen,
+			    "%s: rows %s, this side's job %s model.dims (the jobs differ)", what,
+			    flags ? "sized by table dims" : "of one dim", flags ? "has no" : "has");
 	switch (h->op) {
 	case ESD_OP_PULL_RESP:
 		if (r->kind != ESD_XFER_MISS_PULL && r->kind != ESD_XFER_OTHER)
@@ -191,13 +234,11 @@ static int decode_rows(const struct esd_frame_hdr *h, const uint8_t *b,
 		return fail(-EPROTO, err, errlen, "%s: %u rows of dimension 0", what, r->count);
 	/* All factors below 2^32 after the checks: 64-bit products are exact. */
 	uint64_t stride = ROW_FIXED_SIZE + 4ull * ((uint64_t)r->dim + r->state_dim);
-	uint64_t want = ROWS_HDR_SIZE + stride * r->count;
-	int rc = want_len(what, h->length, want, err, errlen);
-	if (rc)
-		return rc;
 	r->stride = (size_t)stride;
 	r->data = b + ROWS_HDR_SIZE;
-	return 0;
+	if (flags)
+		return walk_table_rows(h, b, l, r, err, errlen);
+	return want_len(what, h->length, ROWS_HDR_SIZE + stride * r->count, err, errlen);
 }
 
 /* u64 iteration, u16 key_len, u16 value_len, key, value, zero padding to
@@ -444,6 +485,38 @@ void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out
 	out->clock = esd_get_le64(p + 8);
 	out->value = (const float *)(const void *)(p + ROW_FIXED_SIZE);
 	out->state = r->state_dim ? out->value + r->dim : NULL;
+	out->dim = r->dim;
+	out->state_len = r->state_dim;
+}
+
+const uint8_t *esd_rows_next(const struct esd_rows *r, const uint8_t *p,
+			     struct esd_row_view *out)
+{
+	out->key = esd_get_le64(p);
+	out->clock = esd_get_le64(p + 8);
+	out->dim = esd_rows_key_dim(r, out->key);
+	out->state_len = r->dim ? (uint32_t)((uint64_t)r->state_dim * out->dim / r->dim) : 0;
+	out->value = (const float *)(const void *)(p + ROW_FIXED_SIZE);
+	out->state = out->state_len ? out->value + out->dim : NULL;
+	return p + ROW_FIXED_SIZE + 4u * ((size_t)out->dim + out->state_len);
+}
+
+void esd_row_view_unpack(const struct esd_row_view *v, uint32_t dim, uint32_t state_dim,
+			 float *value, float *state)
+{
+	const uint32_t d = v->dim;
+	memcpy(value, v->value, (size_t)d * sizeof(float));
+	memset(value + d, 0, (size_t)(dim - d) * sizeof(float));
+	if (!state || !state_dim)
+		return;
+	for (uint32_t blk = 0; blk < state_dim / dim; blk++) {
+		float *s = state + (size_t)blk * dim;
+		if (v->state)
+			memcpy(s, v->state + (size_t)blk * d, (size_t)d * sizeof(float));
+		else
+			memset(s, 0, (size_t)d * sizeof(float));
+		memset(s + d, 0, (size_t)(dim - d) * sizeof(float));
+	}
 }
 
 void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_entry *out)

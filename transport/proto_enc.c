@@ -278,7 +278,8 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 	     ((r->kind != ESD_XFER_UPDATE_PUSH && r->kind != ESD_XFER_OTHER) || r->state_dim)))
 		return -EINVAL;
 	if (r->dim == 0 || r->dim > ESD_PROTO_DEFAULT_MAX_DIM ||
-	    r->state_dim > ESD_PROTO_DEFAULT_MAX_DIM)
+	    r->state_dim > ESD_PROTO_DEFAULT_MAX_DIM ||
+	    (r->table_dims && r->state_dim % r->dim))
 		return -EINVAL;
 	e->b = b;
 	e->start = b->len;
@@ -297,24 +298,45 @@ int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op
 	esd_put_le32(p + 24, 0);
 	esd_put_le32(p + 28, r->dim);
 	esd_put_le32(p + 32, r->state_dim);
-	esd_put_le32(p + 36, 0);
+	esd_put_le32(p + 36, r->table_dims ? ESD_ROWS_TABLE_DIMS : 0);
 	return 0;
 }
 
-/* One more row fits the frame's row and body maxima. */
-static bool row_fits(const struct esd_rows_enc *e)
+size_t esd_enc_rows_body(const struct esd_rows_enc *e)
 {
-	size_t body = e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
+	return e->b->len - e->start - ESD_FRAME_HDR_SIZE + e->ext;
+}
+
+/* Value and state floats of key's rows in the frame. */
+static void row_floats(const struct esd_rows_enc *e, esd_key_t key, size_t *d, size_t *sd)
+{
+	*d = esd_rows_key_dim(&e->r, key);
+	*sd = (size_t)e->r.state_dim * *d / e->r.dim;
+}
+
+size_t esd_enc_row_size(const struct esd_rows_enc *e, esd_key_t key)
+{
+	size_t d, sd;
+	row_floats(e, key, &d, &sd);
+	return ROW_FIXED_SIZE + 4u * (d + sd);
+}
+
+/* One more row of size bytes fits the frame's row and body maxima. */
+static bool row_fits(const struct esd_rows_enc *e, size_t size)
+{
 	return e->r.count < ESD_PROTO_DEFAULT_MAX_ROWS &&
-	       body + e->r.stride <= ESD_PROTO_DEFAULT_MAX_BODY;
+	       esd_enc_rows_body(e) + size <= ESD_PROTO_DEFAULT_MAX_BODY;
 }
 
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
                         float **state)
 {
-	if (!row_fits(e))
+	size_t d, sd;
+	row_floats(e, key, &d, &sd);
+	const size_t size = ROW_FIXED_SIZE + 4u * (d + sd);
+	if (!row_fits(e, size))
 		return -E2BIG;
-	int rc = esd_buf_reserve(e->b, e->r.stride);
+	int rc = esd_buf_reserve(e->b, size);
 	if (rc)
 		return rc;
 	uint8_t *p = e->b->data + e->b->len;
@@ -322,10 +344,21 @@ int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, f
 	esd_put_le64(p + 8, clock);
 	*value = (float *)(void *)(p + ROW_FIXED_SIZE);
 	if (state)
-		*state = e->r.state_dim ? *value + e->r.dim : NULL;
-	e->b->len += e->r.stride;
+		*state = sd ? *value + d : NULL;
+	e->b->len += size;
 	e->r.count++;
 	return 0;
+}
+
+/* A row's state of blocks of dim floats as blocks of d (d = dim: a copy). */
+static void pack_state(float *s, const float *state, size_t d, size_t dim, size_t sd)
+{
+	if (d == dim) {
+		memcpy(s, state, 4u * sd);
+		return;
+	}
+	for (size_t blk = 0; blk < sd / d; blk++)
+		memcpy(s + blk * d, state + blk * dim, 4u * d);
 }
 
 int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
@@ -335,12 +368,14 @@ int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const flo
 	int rc = esd_enc_row_reserve(e, key, clock, &v, &s);
 	if (rc)
 		return rc;
-	memcpy(v, value, 4u * e->r.dim);
-	if (e->r.state_dim) {
+	size_t d, sd;
+	row_floats(e, key, &d, &sd);
+	memcpy(v, value, 4u * d);
+	if (sd) {
 		if (state)
-			memcpy(s, state, 4u * e->r.state_dim);
+			pack_state(s, state, d, e->r.dim, sd);
 		else
-			memset(s, 0, 4u * e->r.state_dim);
+			memset(s, 0, 4u * sd);
 	}
 	return 0;
 }
@@ -414,11 +449,15 @@ int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
 {
 	if (e->r.state_dim && !state)
 		return esd_enc_row(e, key, clock, value, NULL);
-	size_t floats = 4u * ((size_t)e->r.dim + e->r.state_dim);
-	if (!row_fits(e))
+	size_t d, sd;
+	row_floats(e, key, &d, &sd);
+	/* a state of blocks of dim floats goes as its blocks' first d */
+	const size_t blocks = d < e->r.dim && sd ? sd / d : 1;
+	size_t floats = 4u * (d + sd);
+	if (!row_fits(e, ROW_FIXED_SIZE + floats))
 		return -E2BIG;
 	/* room first, so a failure leaves b and g as they were */
-	int rc = gather_room(g, 3);
+	int rc = gather_room(g, 2 + blocks);
 	if (!rc)
 		rc = esd_buf_reserve(e->b, ROW_FIXED_SIZE);
 	if (rc)
@@ -428,8 +467,9 @@ int esd_enc_row_ref(struct esd_rows_enc *e, struct esd_gather *g, esd_key_t key,
 	esd_put_le64(p + 8, clock);
 	e->b->len += ROW_FIXED_SIZE;
 	gather_take_buf(g, e->b);
-	gather_push(g, value, 0, 4u * e->r.dim);
-	gather_push(g, state, 0, 4u * e->r.state_dim);
+	gather_push(g, value, 0, 4u * d);
+	for (size_t blk = 0; blk < blocks; blk++)
+		gather_push(g, state, 4u * blk * e->r.dim, 4u * sd / blocks);
 	e->ext += floats;
 	g->ext += floats;
 	e->r.count++;

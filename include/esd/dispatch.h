@@ -112,6 +112,18 @@ int esd_keytab_set(struct esd_keytab *kt, uint32_t u, uint32_t j, enum esd_row_s
 /* Unique-key number of key, or -1 when not in the batch. */
 int64_t esd_keytab_find(const struct esd_keytab *kt, esd_key_t key);
 
+/* Per-table row sizes (model.dims, docs/design.md §6): a row of table t
+ * moves bytes[t] bytes where a full row moves full, so each of its
+ * transfers by worker j costs ceil(T_j * bytes[t] / full) instead of T_j
+ * (in the matrices, the consequence's costs and the local search). Tables
+ * from ntables on (the dense table) have full rows; at most
+ * ESD_ROW_CLASSES distinct sizes. Kept across builds; ntables 0 clears
+ * it (every row T_j, as without). Returns 0, -EINVAL (bytes[t] 0 or
+ * above full, too many sizes), -ENOMEM. */
+#define ESD_ROW_CLASSES 8
+int esd_keytab_set_row_bytes(struct esd_keytab *kt, const uint32_t *bytes, uint32_t ntables,
+			     uint32_t full);
+
 /* Replicated rows (FAE's static hot set): keys every worker needs in
  * every iteration, whatever the assignment. Call after esd_keytab_build
  * (which forgets them). Keys not in the batch become unique keys with no

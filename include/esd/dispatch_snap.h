@@ -143,6 +143,11 @@ struct esd_dispatcher_config {
 	uint32_t n;
 	const uint32_t *cap; /* n capacities m_j (copied); NULL: equal */
 	const int64_t *T;    /* n transfer costs (copied) */
+	/* Per-table row sizes (model.dims; esd_keytab_set_row_bytes, copied):
+	 * a row of table t costs T_j * row_bytes[t] / row_bytes_full; NULL
+	 * (ntables 0): every row T_j. */
+	const uint32_t *row_bytes;
+	uint32_t ntables, row_bytes_full;
 	enum esd_method method;
 	struct esd_hybrid_params hybrid; /* for ESD_METHOD_HYBRID */
 	uint64_t seed;                   /* laia, vanilla */

@@ -289,6 +289,15 @@ uint64_t esd_job_row_cost_ns(const struct esd_job *job, uint32_t worker, uint64_
  * value and optimizer state). */
 uint64_t esd_job_row_bytes(const struct esd_job *job);
 
+/* Bytes of a row of table t on the wire (key, clock, its table's dim of
+ * value and of each optimizer state block): esd_job_row_bytes() without
+ * model.dims. */
+uint64_t esd_job_table_row_bytes(const struct esd_job *job, uint32_t t);
+/* The dispatcher's row sizes (esd_dispatcher_config.row_bytes): bytes[t]
+ * = esd_job_table_row_bytes for each of model.dims' tables; returns their
+ * count, 0 without model.dims (every row esd_job_row_bytes). */
+uint32_t esd_job_dispatch_row_bytes(const struct esd_job *job, uint32_t *bytes);
+
 /* Floats of table t's rows (model.dims, else model.dim): a row of the
  * table uses its first esd_job_table_dim of job->dim floats. */
 static inline uint32_t esd_job_table_dim(const struct esd_job *job, uint32_t t)

@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 #define ESD_PROTO_MAGIC    UINT32_C(0x46445345) /* "ESDF" on the wire */
-#define ESD_PROTO_VERSION  2u
+#define ESD_PROTO_VERSION  3u
 #define ESD_FRAME_HDR_SIZE 24u
 
 /* Defaults of struct esd_proto_limits (a frame of 64 rows of 512 floats with
@@ -128,6 +128,12 @@ struct esd_proto_limits {
 	uint32_t max_body; /* bytes of body; must be a multiple of 4 */
 	uint32_t max_rows; /* rows or keys per frame */
 	uint32_t max_dim;  /* floats per row value (and per optimizer state) */
+	/* model.dims (docs/design.md §6): a row of table t carries
+	 * table_dims[t] floats in the row ops flagged ESD_ROWS_TABLE_DIMS,
+	 * which a receiver with table_dims requires and one without refuses;
+	 * NULL: every row has the frame's dim. Borrowed, ntables entries. */
+	const uint32_t *table_dims;
+	uint32_t ntables;
 };
 
 /* ---- growable output buffer -------------------------------------------- */
@@ -169,6 +175,10 @@ struct esd_pull {
 	const uint8_t *keys; /* count little-endian u64; read with esd_msg_key() */
 };
 
+/* Row op body flag (the body's flags field): each row carries its table's
+ * dim (esd_rows_key_dim), not the frame's. */
+#define ESD_ROWS_TABLE_DIMS 0x1u
+
 /* Header of the row ops. For PULL_RESP, sequence echoes the PULL request and
  * kind echoes the PULL's (MISS_PULL or OTHER); PUSH_VALUE has kind
  * UPDATE_PUSH, EVICT_PUSH or OTHER (checkpoint flush); PUSH_GRAD has kind
@@ -180,10 +190,16 @@ struct esd_rows {
 	uint32_t worker;
 	uint32_t kind; /* enum esd_xfer_kind */
 	uint32_t count;
-	uint32_t dim;
-	uint32_t state_dim;
+	uint32_t dim;        /* floats per row value; with table_dims the largest */
+	uint32_t state_dim;  /* floats of optimizer state of a dim-float row */
+	/* model.dims: a row of table t carries table_dims[t] value floats and
+	 * state_dim / dim state floats per value float (ESD_ROWS_TABLE_DIMS on
+	 * the wire); the dense table and every row without it: dim. Encoder:
+	 * set to pack; decoded: the limits' when the frame is flagged. */
+	const uint32_t *table_dims;
+	uint32_t ntables;
 	const uint8_t *data; /* decoded: first row in the frame */
-	size_t stride;       /* bytes per row: 16 + 4 * (dim + state_dim) */
+	size_t stride;       /* bytes of a dim-float row: 16 + 4 * (dim + state_dim) */
 };
 
 /* One row of a row op: value and state point into the frame. */
@@ -191,8 +207,9 @@ struct esd_row_view {
 	esd_key_t key;
 	uint64_t clock; /* row clock (PULL_RESP, PUSH_VALUE) or the clock the
 	                 * gradient was computed against (PUSH_GRAD) */
-	const float *value;
-	const float *state; /* NULL when state_dim is 0 */
+	const float *value; /* dim floats */
+	const float *state; /* state_len floats; NULL when there are none */
+	uint32_t dim, state_len;
 };
 
 struct esd_barrier {
@@ -329,8 +346,26 @@ int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limit
 
 /* Key i of a decoded PULL (i < count, unchecked). */
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i);
-/* Row i of a decoded row op (i < count, unchecked). */
+/* Row i of a decoded row op of fixed stride (no table_dims; i < count,
+ * unchecked). */
 void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out);
+/* The row at p of a decoded row op (p = r->data for the first), any
+ * frame; returns where the next one starts. */
+const uint8_t *esd_rows_next(const struct esd_rows *r, const uint8_t *p,
+			     struct esd_row_view *out);
+/* Value floats of key's rows in r: its table's dim with table_dims, else
+ * r->dim. */
+static inline uint32_t esd_rows_key_dim(const struct esd_rows *r, esd_key_t key)
+{
+	uint32_t t = esd_key_table(key);
+	return r->table_dims && t < r->ntables ? r->table_dims[t] : r->dim;
+}
+/* A row view into a row of dim floats with state_dim floats of state
+ * (the cache's and the store's shape): value[0, v->dim) and each
+ * optimizer state block likewise, the rest of each zeroed; state may be
+ * NULL. */
+void esd_row_view_unpack(const struct esd_row_view *v, uint32_t dim, uint32_t state_dim,
+			 float *value, float *state);
 /* Entry i of a decoded STATS (i < count, unchecked). */
 void esd_stats_get(const struct esd_stats_msg *s, uint32_t i, struct esd_stats_entry *out);
 
@@ -391,14 +426,20 @@ struct esd_rows_enc {
 int esd_enc_rows_begin(struct esd_rows_enc *e, struct esd_buf *b, enum esd_op op,
                        const struct esd_rows *r);
 /* Append one row; value has dim floats, state state_dim floats (NULL when
- * state_dim is 0). Returns 0, -ENOMEM, or -E2BIG past the row or body
+ * state_dim is 0); with table_dims the row carries the first d of value
+ * and of each of state's blocks of dim floats, d its table's dim. Returns 0, -ENOMEM, or -E2BIG past the row or body
  * maximum. */
 int esd_enc_row(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, const float *value,
                 const float *state);
-/* Append one row and return where its value (and state) floats go; the
- * pointers are valid until the next append to the buffer. */
+/* Append one row and return where its value (and state) floats go: d and
+ * d * state_dim / dim of them, d = esd_rows_key_dim(); the pointers are
+ * valid until the next append to the buffer. */
 int esd_enc_row_reserve(struct esd_rows_enc *e, esd_key_t key, uint64_t clock, float **value,
                         float **state);
+/* Body bytes of the open frame so far. */
+size_t esd_enc_rows_body(const struct esd_rows_enc *e);
+/* Bytes one row of key takes in the open frame. */
+size_t esd_enc_row_size(const struct esd_rows_enc *e, esd_key_t key);
 /* Patch count and length into the frame. Returns 0. */
 int esd_enc_rows_end(struct esd_rows_enc *e);
 

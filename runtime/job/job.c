@@ -404,6 +404,19 @@ uint64_t esd_job_row_bytes(const struct esd_job *j)
 	return 16 + (uint64_t)j->dim * 4 * (1 + esd_optimizer_state_floats(j->optim.opt));
 }
 
+uint64_t esd_job_table_row_bytes(const struct esd_job *j, uint32_t t)
+{
+	return 16 + (uint64_t)esd_job_table_dim(j, t) * 4 *
+			    (1 + esd_optimizer_state_floats(j->optim.opt));
+}
+
+uint32_t esd_job_dispatch_row_bytes(const struct esd_job *j, uint32_t *bytes)
+{
+	for (uint32_t t = 0; t < j->ntable_dims; t++)
+		bytes[t] = (uint32_t)esd_job_table_row_bytes(j, t);
+	return j->ntable_dims;
+}
+
 uint64_t esd_job_row_cost_ns(const struct esd_job *j, uint32_t w, uint64_t bytes)
 {
 	uint64_t r = j->rate_bps[w];

@@ -23,6 +23,10 @@ void esd_job_link_opts(const struct esd_job *job, uint32_t shard, struct esd_lin
 	/* a silent link beats; a peer silent for the timeout is dead */
 	o->heartbeat_ns = (int64_t)job->heartbeat_ms * ESD_NS_PER_MS;
 	o->peer_timeout_ns = (int64_t)job->peer_timeout_ms * ESD_NS_PER_MS;
+	/* model.dims: a row crosses the link with its table's dim (job must
+	 * outlive the link) */
+	o->limits.table_dims = job->ntable_dims ? job->table_dims : NULL;
+	o->limits.ntables = job->ntable_dims;
 	/* dpdk */
 	o->dpdk_eal_args = job->dpdk_eal[0] ? job->dpdk_eal : NULL;
 	o->dpdk_vdev = vdev_of[job->dpdk_port];

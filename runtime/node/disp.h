@@ -50,6 +50,8 @@ struct disp_input {
 struct disp_sizes {
 	uint32_t cap[ESD_MAX_WORKERS];
 	int64_t T[ESD_MAX_WORKERS];
+	/* model.dims: each table's row bytes, the dispatcher's row sizes */
+	uint32_t row_bytes[ESD_JOB_MAX_DIMS], ntables;
 	uint32_t batch[ESD_MAX_WORKERS]; /* the decisions' sizes (workers.rates) */
 	uint32_t max_batch;              /* the exchange area's samples */
 };

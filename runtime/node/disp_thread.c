@@ -149,6 +149,24 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The bytes of worker w's predicted rows per transfer kind: a row of
+ * table t its table's size (model.dims), value and optimizer state, or
+ * value alone for a gradient. */
+static void predict_bytes(const struct esd_job *j, const struct esd_conseq *cq, uint32_t w,
+			  uint64_t bytes[ESD_XFER_NKINDS])
+{
+	const uint64_t per = 1 + esd_optimizer_state_floats(j->optim.opt);
+	memset(bytes, 0, ESD_XFER_NKINDS * sizeof(uint64_t));
+	for (int kd = 0; kd < ESD_CQ_KINDS; kd++) {
+		const esd_key_t *k = esd_conseq_keys(cq, (enum esd_cq_kind)kd, w);
+		const uint64_t floats = kd == ESD_CQ_UPDATE_GRAD ? 1 : per;
+		uint64_t b = 0;
+		for (uint32_t i = 0; i < esd_conseq_count(cq, (enum esd_cq_kind)kd, w); i++)
+			b += 16 + 4 * floats * esd_job_table_dim(j, esd_key_table(k[i]));
+		bytes[esd_cq_xfer_kind((enum esd_cq_kind)kd)] += b;
+	}
+}
+
 /* Fill order o for this worker from the decision of the current batch.
  * Long: the order's parts (needed and other keys, the worker's samples, the consequence's
  * lists, the flush) filled from one decision. */
@@ -219,6 +237,7 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	for (int kd = 0; kd < ESD_CQ_KINDS; kd++)
 		o->pred_rows[esd_cq_xfer_kind((enum esd_cq_kind)kd)] +=
 			esd_conseq_count(ds->eng.cq, (enum esd_cq_kind)kd, w);
+	predict_bytes(&nd->job, ds->eng.cq, w, o->pred_bytes);
 	o->iter = iter;
 	o->digest = digest_of(ds->in.assign, ds->in.k, iter);
 	/* the model is complete only with the DIRTY rows: the checkpoint
@@ -452,6 +471,11 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		.hybrid = {.alpha = j->alpha, .backend = ESD_EXACT_SSP,
 		           .heu_order = ESD_HEU_ROW_ORDER},
 	};
+	/* model.dims: a row costs its table's bytes */
+	ds->sz.ntables = esd_job_dispatch_row_bytes(j, ds->sz.row_bytes);
+	ds->eng.dc.row_bytes = ds->sz.ntables ? ds->sz.row_bytes : NULL;
+	ds->eng.dc.ntables = ds->sz.ntables;
+	ds->eng.dc.row_bytes_full = (uint32_t)esd_job_row_bytes(j);
 	rc = esd_method_parse(j->method, &ds->eng.dc.method);
 	if (rc) {
 		ESD_ERR("dispatch", "dispatch.method = '%s': unknown method", j->method);

@@ -34,6 +34,8 @@ static uint32_t state_dim(const struct node *nd)
 
 /* Push frames carry at most about this many bytes of rows. */
 #define PUSH_FRAME_BYTES (256u << 10)
+/* A row op's body header (docs/protocol.md). */
+#define ROWS_HDR_BYTES 40u
 
 static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_kind kind,
 		      uint64_t iter)
@@ -43,6 +45,10 @@ static int rows_begin(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_
 			     .worker = nd->rank,
 			     .kind = kind, .dim = nd->job.dim,
 			     .state_dim = op == ESD_OP_PUSH_VALUE ? state_dim(nd) : 0};
+	if (nd->job.ntable_dims) { /* each row with its table's dim */
+		r.table_dims = nd->job.table_dims;
+		r.ntables = nd->job.ntable_dims;
+	}
 	x->sb[s].open = true;
 	return esd_enc_rows_begin(&x->sb[s].e, &x->sb[s].b, op, &r);
 }
@@ -70,7 +76,8 @@ static int rows_add(struct exec *x, uint32_t s, enum esd_op op, enum esd_xfer_ki
 		rc = rows_begin(x, s, op, kind, iter);
 	/* frames of at most PUSH_FRAME_BYTES (one row at least): the shard's
 	 * receive buffer holds two of the largest frames it was sent */
-	else if (e->r.count && (e->r.count + 1) * e->r.stride > PUSH_FRAME_BYTES)
+	else if (e->r.count &&
+		 esd_enc_rows_body(e) - ROWS_HDR_BYTES + esd_enc_row_size(e, key) > PUSH_FRAME_BYTES)
 		rc = -E2BIG;
 	if (!rc)
 		rc = row_put(x, s, in_cache, key, clock, v, st);
@@ -200,9 +207,10 @@ int node_exec_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float
 				rc = -EPROTO;
 				break;
 			}
+			const uint8_t *at = r->data;
 			for (uint32_t i = 0; i < r->count; i++) {
 				struct esd_row_view v;
-				esd_rows_get(r, i, &v);
+				at = esd_rows_next(r, at, &v);
 				if (v.key != x->pull_keys[s][got + i]) {
 					ESD_ERR("node", "shard %u answered key %#llx for %#llx", s,
 						(unsigned long long)v.key,
@@ -223,9 +231,10 @@ int node_exec_pull(struct exec *x, uint64_t iter, enum esd_xfer_kind kind, float
 					rc = -ESD_EDIVERGED;
 					break;
 				}
-				memcpy(node_row_value(nd, slot), v.value, nd->job.dim * sizeof(float));
-				if (sd)
-					memcpy(node_row_state(nd, slot), v.state, sd * sizeof(float));
+				/* a row of a smaller dim fills its slot's head, the
+				 * tail zero (the slot may have held a larger one) */
+				esd_row_view_unpack(&v, nd->job.dim, sd, node_row_value(nd, slot),
+						    sd ? node_row_state(nd, slot) : NULL);
 				if (!values_only)
 					esd_cmeta_set_state(nd->cm, slot, ESD_ROW_CLEAN, v.clock);
 			}
@@ -511,8 +520,10 @@ static int apply_step6(struct exec *x, const struct order *o)
 	lap(x, NODE_CPU_ENCODE);
 	/* the rows the dispatcher's consequence says these links carry */
 	pthread_mutex_lock(&nd->qmu);
-	for (int kd = 0; kd < ESD_XFER_NKINDS; kd++)
+	for (int kd = 0; kd < ESD_XFER_NKINDS; kd++) {
 		nd->stats.predicted[kd] += o->pred_rows[kd];
+		nd->stats.predicted_bytes[kd] += o->pred_bytes[kd];
+	}
 	pthread_mutex_unlock(&nd->qmu);
 	for (uint32_t i = 0; i < o->nothers && !rc; i++)
 		esd_cmeta_mark_outdated(nd->cm, o->others[i]);

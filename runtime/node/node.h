@@ -59,6 +59,9 @@ struct order {
 	 * dispatcher's consequence (esd_conseq_count), apart from the code
 	 * that sends them: the links' check compares the counters with it */
 	uint64_t pred_rows[ESD_XFER_NKINDS];
+	/* and the bytes of those rows (each its table's size, model.dims),
+	 * frame headers apart */
+	uint64_t pred_bytes[ESD_XFER_NKINDS];
 	esd_key_t *ahead;    /* lookahead policy: keys of the next batch */
 	uint32_t nahead;
 	uint64_t digest;     /* of the whole decision */
@@ -287,6 +290,7 @@ struct node_stats {
 	 * (esd_xfer_kind), summed over iterations: the link counters must
 	 * equal them */
 	uint64_t predicted[ESD_XFER_NKINDS];
+	uint64_t predicted_bytes[ESD_XFER_NKINDS]; /* their rows' bytes */
 	int64_t last_report_ns; /* the last status report to shard 0 (main thread's) */
 	int64_t cpu_ns[NODE_CPU_NPHASES]; /* the main thread's CPU per phase */
 	json_t *at_warmup;      /* the summary's counters after iteration job.warmup */

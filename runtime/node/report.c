@@ -16,11 +16,13 @@ json_t *node_link_kinds_json(const struct esd_link_stats *st, json_t *l)
 {
 	for (int k = 0; k < ESD_XFER_NKINDS; k++)
 		json_object_set_new(l, esd_xfer_kind_name(k),
-				    json_pack("{s:I, s:I, s:I, s:I}", "tx_bytes",
+				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "tx_bytes",
 					      (json_int_t)st->kind[k].tx_bytes, "tx_rows",
-					      (json_int_t)st->kind[k].tx_rows, "rx_bytes",
+					      (json_int_t)st->kind[k].tx_rows, "tx_frames",
+					      (json_int_t)st->kind[k].tx_frames, "rx_bytes",
 					      (json_int_t)st->kind[k].rx_bytes, "rx_rows",
-					      (json_int_t)st->kind[k].rx_rows));
+					      (json_int_t)st->kind[k].rx_rows, "rx_frames",
+					      (json_int_t)st->kind[k].rx_frames));
 	return l;
 }
 

@@ -46,6 +46,16 @@ static json_t *predicted_json(const struct node *nd)
 	return pred;
 }
 
+/* The bytes of the predicted rows per kind, frame headers apart. */
+static json_t *predicted_bytes_json(const struct node *nd)
+{
+	json_t *pred = json_object();
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		json_object_set_new(pred, esd_xfer_kind_name(k),
+				    json_integer((json_int_t)nd->stats.predicted_bytes[k]));
+	return pred;
+}
+
 void node_mark_warmup(struct node *nd)
 {
 	pthread_mutex_lock(&nd->qmu);
@@ -85,6 +95,7 @@ int node_write_summary(struct node *nd, int status)
 	/* the boundary a graceful stop ended the run at (0: none) */
 	json_object_set_new(o, "stopped_at", json_integer((json_int_t)nd->stop.at));
 	json_object_set_new(o, "predicted", pred);
+	json_object_set_new(o, "predicted_bytes", predicted_bytes_json(nd));
 	json_object_set_new(o, "plan_all_workers", plan);
 	json_object_set_new(o, "plan_hits_all_workers", json_integer((json_int_t)dc->hits));
 	json_object_set_new(

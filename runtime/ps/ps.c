@@ -384,6 +384,10 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		struct esd_rows hdr = {.iteration = p->iteration, .sequence = p->request,
 				       .worker = (uint32_t)pl->worker, .kind = p->kind,
 				       .dim = dim, .state_dim = sd};
+		if (ps->job.ntable_dims) { /* each row with its table's dim */
+			hdr.table_dims = ps->job.table_dims;
+			hdr.ntables = ps->job.ntable_dims;
+		}
 		rc = esd_enc_rows_begin(&e, out, ESD_OP_PULL_RESP, &hdr);
 		for (uint32_t j = 0; j < n && !rc; j++) {
 			esd_key_t key = esd_msg_key(m, i + j);
@@ -436,12 +440,22 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		esd_link_send_error(pl->link, -EPROTO, "push: worker or row shape mismatch");
 		return -EPROTO;
 	}
+	/* rows of a table of a smaller dim are padded here (model.dims) */
+	float *row = NULL;
+	if (r->table_dims && r->count) {
+		row = malloc(((size_t)r->dim + r->state_dim) * sizeof(float));
+		if (!row) {
+			esd_link_send_error(pl->link, -ENOMEM, "push: out of memory");
+			return -ENOMEM;
+		}
+	}
 	pthread_mutex_lock(&ps->mu);
 	/* a push of a state the shard went back from is not applied (its
 	 * sequence is used up all the same) */
 	if (pl->epoch != ps->bar.epoch) {
 		esd_dedup_applied(&ps->bar.dedup, w, r->sequence);
 		pthread_mutex_unlock(&ps->mu);
+		free(row);
 		return 0;
 	}
 	/* the next sequence or an error: nothing is dropped silently */
@@ -462,9 +476,15 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		rc = ps->bar.failed;
 		goto out;
 	}
+	const uint8_t *at = r->data;
 	for (uint32_t i = 0; i < r->count && !rc; i++) {
 		struct esd_row_view v;
-		esd_rows_get(r, i, &v);
+		at = esd_rows_next(r, at, &v);
+		if (v.dim < r->dim && !is_dense(v.key)) { /* back to the store's shape */
+			esd_row_view_unpack(&v, r->dim, r->state_dim, row, row + r->dim);
+			v.value = row;
+			v.state = v.state ? row + r->dim : NULL;
+		}
 		if (m->hdr.op == ESD_OP_PUSH_VALUE) {
 			if (is_dense(v.key))
 				rc = -EPROTO;
@@ -487,6 +507,7 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	}
 out:
 	pthread_mutex_unlock(&ps->mu);
+	free(row);
 	return rc;
 }
 

@@ -1,5 +1,6 @@
 /* The key table (its build against a sort) and the ESD Alg. 1 cost
- * matrix against a direct per-occurrence evaluation; the overflow bound
+ * matrix against a direct per-occurrence evaluation, with one row size
+ * and with per-table ones (model.dims); the overflow bound
  * (k = 8192, 64 keys, T = 2^24); the whole dispatch step is reproducible
  * and its snapshots stay consistent over many iterations for every
  * method. */
@@ -103,8 +104,13 @@ static void test_costmat_vs_direct(void **state)
 	/* n = 8 takes the vector paths (charges8, costmat_sum8: AVX-512 where
 	 * the CPU has it unless ESD_NO_AVX512 is set, see test_costmat_v4) */
 	static const uint32_t ns[] = {1, 5, 8, 9};
-	for (unsigned ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-		const uint32_t n = ns[ni];
+	/* then with per-table row sizes (model.dims): a key of table t costs
+	 * ceil(T_j * rb[t] / 144), and the consequence's costs sum them */
+	static const uint32_t rb[4] = {48, 144, 48, 96};
+	for (unsigned ni = 0; ni < 2 * sizeof(ns) / sizeof(ns[0]); ni++) {
+		const uint32_t n = ns[ni % 4];
+		const int sized = ni >= 4;
+		assert_int_equal(esd_keytab_set_row_bytes(kt, rb, sized ? 4 : 0, 144), 0);
 		random_batch(k, len, n, 40, off, keys);
 		struct esd_batch b = {k, off, keys};
 		assert_int_equal(esd_keytab_build(kt, &b, n), 0);
@@ -131,6 +137,8 @@ static void test_costmat_vs_direct(void **state)
 		int64_t T[9];
 		for (uint32_t j = 0; j < n; j++)
 			T[j] = 1 + (int64_t)(esd_test_rand(&st) % 1000);
+		/* a key's cost on worker j */
+#define TK(j, key) (sized ? (T[j] * rb[esd_key_table(key)] + 143) / 144 : T[j])
 		int64_t *c = malloc((size_t)k * n * sizeof(int64_t));
 		int32_t *sc = malloc((size_t)k * n * sizeof(int32_t));
 		assert_int_equal(esd_costmat_build(kt, &b, T, c), 0);
@@ -142,15 +150,31 @@ static void test_costmat_vs_direct(void **state)
 				for (uint32_t p = off[i]; p < off[i + 1]; p++) {
 					uint32_t u = (uint32_t)esd_keytab_find(kt, keys[p]);
 					int latest = truth[u][j] >= ESD_ROW_CLEAN;
-					want += latest ? 0 : T[j];
+					want += latest ? 0 : TK(j, keys[p]);
 					score += latest;
 					for (uint32_t q = 0; q < n; q++)
 						if (q != j && truth[u][q] == ESD_ROW_DIRTY)
-							want += T[q];
+							want += TK(q, keys[p]);
 				}
 				assert_int_equal(c[i * n + j], want);
 				assert_int_equal(sc[i * n + j], score);
 			}
+		/* the consequence of an assignment: each transfer its key's cost */
+		uint32_t assign[64];
+		for (uint32_t i = 0; i < k; i++)
+			assign[i] = i % n;
+		struct esd_conseq *cq;
+		assert_int_equal(esd_conseq_create(&cq), 0);
+		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
+		int64_t total = 0;
+		for (int q = 0; q < ESD_CQ_KINDS; q++)
+			for (uint32_t j = 0; j < n; j++)
+				for (uint32_t x = 0; x < esd_conseq_count(cq, (enum esd_cq_kind)q, j); x++)
+					total += TK(j, esd_conseq_keys(cq, (enum esd_cq_kind)q, j)[x]);
+		assert_true(total > 0);
+		assert_int_equal(cq->total_cost, total);
+		esd_conseq_free(cq);
+#undef TK
 		free(c);
 		free(sc);
 	}

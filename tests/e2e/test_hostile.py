@@ -27,7 +27,7 @@ import time
 from e2e_util import Env, ClusterError, FrameRelay, ctl, exit_codes
 from esdcluster import Cluster
 
-MAGIC, VERSION = 0x46445345, 2
+MAGIC, VERSION = 0x46445345, 3  # ESD_PROTO_VERSION
 
 
 def frame(op, body, flags=0):

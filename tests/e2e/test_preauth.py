@@ -25,7 +25,7 @@ import time
 from e2e_util import Env, ClusterError, ctl
 from esdcluster import Cluster, make_key, write_ini
 
-MAGIC, VERSION = 0x46445345, 2
+MAGIC, VERSION = 0x46445345, 3  # ESD_PROTO_VERSION
 OP_PULL, OP_ERROR = 2, 8
 FLAG_RELIABLE = 0x0001
 ATTACKERS = 16

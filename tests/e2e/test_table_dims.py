@@ -2,10 +2,13 @@
 and reference trainers train a 26-table stream whose tables have dims 4, 8
 and 16; the final tables equal esd-ref's with the same --dims (rtol 1e-5)
 under one shard and SGD, and two shards, two trainers a node and Adam;
-every row's padding past its table's dim is exactly zero (esd-export
+each row crosses the links with its table's dim (the link bytes are
+the predicted rows' unpadded bytes plus the frame headers); every row's
+padding past its table's dim is exactly zero (esd-export
 --dims refuses a non-zero one), the export gives each table its own
 shape, and a job warm-starts from it; resuming the checkpoint under
-smaller dims is refused.
+smaller dims is refused. A job of tables of 8 and 64 floats moves rows
+of the two sizes esdctl plan gives.
 
 usage: test_table_dims.py BIN_DIR
 """
@@ -26,6 +29,75 @@ CASES = [
                                       "model__lr": 0.01, "workers__trainers": 2,
                                       "SHARDS": 2}),
 ]
+
+
+def check_wire_bytes(env, name, sums):
+    """Each row crosses the links with its table's dim: every worker's link
+    bytes per kind are its predicted rows' unpadded bytes (16 + 4 * d_t
+    floats of value and state; gradients value alone) plus one header per
+    frame (24 + 40 bytes, and a 16-byte tag on a keyed link)."""
+    sides = {"miss_pull": "rx", "update_push": "tx", "evict_push": "tx"}
+    for sm in sums:
+        pred = sm["predicted_bytes"]
+        heads = set()
+        for kind, side in sides.items():
+            got = sum(ln[kind][side + "_bytes"] for ln in sm["links"])
+            frames = sum(ln[kind][side + "_frames"] for ln in sm["links"])
+            if frames:
+                extra = got - pred[kind]
+                env.check(extra % frames == 0 and extra // frames in (64, 80),
+                          "%s worker %d %s: %d link bytes == %d unpadded row bytes + %d "
+                          "frame headers" % (name, sm["rank"], kind, got, pred[kind], frames))
+                heads.add(extra // frames)
+            else:
+                env.check(got == 0 and pred[kind] == 0, "%s worker %d %s: no frames, no bytes"
+                          % (name, sm["rank"], kind))
+        env.check(len(heads) <= 1, "%s worker %d: one frame header size %s"
+                  % (name, sm["rank"], heads))
+
+
+def split_sizes(total, rows, small, big):
+    """How many of rows rows of small or big bytes make total: the count of
+    big ones, or None when none does."""
+    if big == small:
+        return rows if total == rows * big else None
+    b, rest = divmod(total - rows * small, big - small)
+    return b if rest == 0 and 0 <= b <= rows else None
+
+
+def dims_8_64(env):
+    """Tables of 8 and of 64 floats under Adagrad: the links carry exactly
+    the predicted rows' unpadded bytes,
+    and those are rows of the two sizes esdctl plan gives (16 + 4 * d * 2
+    bytes: 80 and 528, a padded row 528): each worker's miss pull and evict
+    push bytes split into whole rows of the two."""
+    name = "dims-8-64"
+    s = env.settings(**{"dispatch__method": "opt"})
+    del s["model.dim"]
+    s["model.dims"] = "8*13,64*13"
+    _, sums = env.run(name, s)
+    env.check_transfers(name, sums)
+    check_wire_bytes(env, name, sums)
+    job = os.path.join(env.root, name + ".ini")
+    write_ini(job, dict(s, **{"job.insecure": "yes"}))
+    r = subprocess.run([os.path.join(env.bin, "esdctl"), "plan", "--json", job],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sizes = json.loads(r.stdout)["wire_row_bytes"] if r.returncode == 0 else []
+    env.check(sizes == [80] * 13 + [528] * 13,
+              "esdctl plan: a row of 8 floats is 80 bytes on the wire, of 64 floats 528 (%s)"
+              % (sizes if sizes else r.stdout.strip()[-200:]))
+    if not sizes:
+        return
+    padded = 0
+    for sm in sums:
+        pred = sm["predicted_bytes"]
+        for kind in ("miss_pull", "evict_push"):
+            rows = sm["predicted"][kind]
+            big = split_sizes(pred[kind], rows, 80, 528)
+            env.check(big is not None, "%s worker %d %s: %d bytes are %d rows of 80 or 528 "
+                      "bytes (%s of 528)" % (name, sm["rank"], kind, pred[kind], rows, big))
+            padded += rows * 528 - pred[kind]
+    env.check(padded > 0, "%s: %d bytes of padding no longer cross the links" % (name, padded))
 
 
 def check_export(env, name, ck):
@@ -87,6 +159,7 @@ def main():
             shards = s.pop("SHARDS", 1)
             ck, sums = env.run(name, s, shards=shards)
             env.check_transfers(name, sums)
+            check_wire_bytes(env, name, sums)
             ref = env.reference(name, s)
             ok, out = env.compare(ck, ref)
             env.check(ok, "%s: final tables == esd-ref --dims %s (rtol 1e-5, atol 2e-6): %s"
@@ -99,6 +172,7 @@ def main():
                 env.run(name + "-warm", w)
                 env.check(True, "%s: a job warm-started from the export trains" % name)
                 resume_other_dims(env, s, ck)
+        dims_8_64(env)
     except ClusterError as e:
         env.check(False, "cluster: %s" % e)
     return env.finish()

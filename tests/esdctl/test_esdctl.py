@@ -223,6 +223,10 @@ def run(work):
         check(dims["dim"] == 32 and dims["emb_floats"] == 13 * 36 and
               plan["emb_floats"] == 26 * plan["dim"], "plan: model.dims sizes rows at the "
               "largest dim and the model's input at their sum")
+        per = 1 + {"sgd": 0, "adagrad": 1, "adam": 2}[dims["optimizer"]]
+        check(dims["wire_row_bytes"] == [16 + 16 * per] * 13 + [16 + 128 * per] * 13 and
+              plan["wire_row_bytes"] == [16 + 4 * plan["dim"] * per] * 26,
+              "plan: a row on the links is its table's bytes: %s" % dims["wire_row_bytes"][12:14])
         rc, out, err = esdctl("plan", "--set", "model.dims=4,8", "--set", "model.dim=8", c.job)
         check(rc != 0 and "model.dims lists 2 dims but the stream has 26 tables" in out + err,
               "plan: model.dims of another table count is refused: %s" % (out + err).strip())

@@ -2,7 +2,8 @@
  * Local search on the true cost: the result keeps every capacity, never
  * costs more than its start (the method's answer), and the cost it
  * reports is exact (equal to esd_conseq_compute's for the final
- * assignment), on random batches under both sync modes.
+ * assignment), on random batches under both sync modes, with one row size
+ * and with per-table ones (model.dims).
  */
 #include "testutil.h"
 
@@ -28,17 +29,23 @@ static void test_never_worse_and_exact(void **state)
 	                                   ESD_METHOD_VANILLA};
 	struct esd_conseq *cq;
 	assert_int_equal(esd_conseq_create(&cq), 0);
-	for (size_t mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++)
+	/* per-table row sizes (model.dims) too: each key its table's cost */
+	static const uint32_t rb[F] = {40, 136, 40, 72, 136, 40, 72, 136};
+	for (size_t mi = 0; mi < 2 * sizeof(methods) / sizeof(methods[0]); mi++)
 		for (int sync = 0; sync < 2; sync++) {
+			const uint32_t sized = mi >= 4 ? F : 0;
 			struct esd_snapset *ss;
 			struct esd_dispatcher *d;
 			assert_int_equal(esd_snapset_create(N, cache, ESD_POLICY_LRU, &ss), 0);
 			struct esd_dispatcher_config dc = {.n = N,
 			                                   .cap = cap,
 			                                   .T = T,
-			                                   .method = methods[mi],
+			                                   .method = methods[mi % 4],
 			                                   .seed = 5,
-			                                   .sync = (enum esd_sync)sync};
+			                                   .sync = (enum esd_sync)sync,
+			                                   .row_bytes = sized ? rb : NULL,
+			                                   .ntables = sized,
+			                                   .row_bytes_full = 136};
 			assert_int_equal(esd_dispatcher_create(&dc, ss, &d), 0);
 			uint64_t seed = 99 + mi;
 			for (int st = 0; st < 10; st++) {
@@ -50,6 +57,7 @@ static void test_never_worse_and_exact(void **state)
 				 * search from it on the states it saw: refill a table */
 				struct esd_keytab *kt;
 				assert_int_equal(esd_keytab_create(&kt), 0);
+				assert_int_equal(esd_keytab_set_row_bytes(kt, rb, sized, 136), 0);
 				assert_int_equal(esd_keytab_build(kt, &b, N), 0);
 				assert_int_equal(esd_snapset_fill(ss, kt), 0);
 				assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);

@@ -1,6 +1,6 @@
 """esd-replay's command line: every mechanism form runs on a small stream,
-sizes sum to the global batch (auto, same and lists included), the three
-formats agree, and bad input is refused with a message naming it.
+sizes sum to the global batch (auto, same and lists included), +padded
+decides as without model.dims, the three formats agree, and bad input is refused with a message naming it.
 
 usage: test_replay_cli.py BIN_DIR
 """
@@ -84,6 +84,29 @@ def main():
           "job from equal sizes: the sizes were refitted towards the fast links: %s after "
           "%s refits" % (job["sizes"], job.get("refits")))
     check(byname["laia+ls:300"]["ls_swaps"] > 0, "local search takes swaps")
+    # model.dims: +padded decides as if every row were full; without
+    # model.dims it changes nothing, with it the rows' own bytes move less
+    def pad_pair(*sets):
+        r = subprocess.run([exe, "--config", ini, *sets, "--mechanisms", "opt,opt+padded",
+                            "--format", "json"], stdout=subprocess.PIPE, text=True, check=True)
+        return json.loads(r.stdout)["mechanisms"]
+    a, b = pad_pair()
+    check(a["true_cost_ns"] == b["true_cost_ns"] and a["wire_bytes"] == b["wire_bytes"] ==
+          sum(a["transfers"].values()) * 16 + 4 * 16 * (
+              2 * (a["transfers"]["update_value"] + a["transfers"]["miss_pull"] +
+                   a["transfers"]["evict_push"]) + a["transfers"]["update_grad"]),
+          "+padded without model.dims: the same decisions, rows of 16 floats and their state")
+    nt = json.loads(subprocess.run([os.path.join(bin_dir, "esd-data"), "stat", stream, "--json"],
+                                   stdout=subprocess.PIPE, text=True, check=True).stdout)["ntables"]
+    if nt >= 2:
+        h = nt // 2
+        a, b = pad_pair("--set", "model.dims=4*%d,16*%d" % (h, nt - h))
+        check(a["transfers"] != b["transfers"] and a["wire_ns"] != b["wire_ns"],
+              "model.dims: rows charged their own bytes are other decisions than rows "
+              "charged as full ones (%d vs %d bytes, %d vs %d ns of link time)"
+              % (a["wire_bytes"], b["wire_bytes"], a["wire_ns"], b["wire_ns"]))
+    else:
+        check(False, "esd-data stat: a stream of %d tables" % nt)
     rows = list(csv.DictReader(io.StringIO(subprocess.run(
         base + ["--format", "csv"], stdout=subprocess.PIPE, text=True, check=True).stdout)))
     check([r["mechanism"] for r in rows] == [m["mechanism"] for m in ms] and

@@ -7,7 +7,7 @@ import os
 import struct
 
 MAGIC = 0x46445345
-VERSION = 2  # ESD_PROTO_VERSION: a seed of another version stops at the header
+VERSION = 3  # ESD_PROTO_VERSION: a seed of another version stops at the header
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 os.makedirs(out, exist_ok=True)
 
@@ -25,6 +25,17 @@ def rows(op, kind, count, dim, sdim, it=1, seq=0, worker=0):
     return frame(op, b)
 
 
+def table_rows(op, kind, keys, dim, sdim, dims=(1, 4, 128)):
+    """A row op flagged TABLE_DIMS: each row its table's dim (fuzz_frame.c's
+    model.dims), the state sdim / dim floats per value float."""
+    b = struct.pack("<QQIIIIII", 1, 0, 0, kind, len(keys), dim, sdim, 1)
+    for i, (t, k) in enumerate(keys):
+        d = dims[t] if t < len(dims) else dim
+        n = d + d * sdim // dim
+        b += struct.pack("<QQ", (t << 48) | k, i) + struct.pack("<%df" % n, *range(n))
+    return frame(op, b)
+
+
 seeds = {
     "hello": frame(1, struct.pack("<IIQIIIIQ", VERSION, 3, 42, 0, 16, 16, 4, 0)),
     "pull": frame(2, struct.pack("<QQIIII", 1, 1, 0, 3, 0, 0) + struct.pack("<3Q", 1, 2, 3)),
@@ -32,6 +43,8 @@ seeds = {
     "push_value": rows(4, 1, 2, 4, 4),
     "push_value_evict": rows(4, 2, 1, 8, 8),
     "push_grad": rows(5, 1, 3, 4, 0),
+    "push_value_table_dims": table_rows(4, 1, [(0, 1), (1, 2), (2, 3)], 128, 128),
+    "pull_resp_table_dims": table_rows(3, 0, [(1, 5), (0xffff, 0)], 128, 0),
     "barrier": frame(6, struct.pack("<QQII", 1, 0xabc, 0, 4)),
     "ack": frame(7, struct.pack("<QQIi", 1, 2, 5, 0)),
     "error": frame(8, struct.pack("<iI", -71, 5) + b"oops\x21\0\0\0"),

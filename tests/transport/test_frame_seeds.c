@@ -8,6 +8,7 @@
 #include <esd/proto.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* fuzz_frame.c's limits */
 static const struct esd_proto_limits lim = {.max_body = 1u << 16, .max_rows = 512, .max_dim = 128};
@@ -16,7 +17,12 @@ static const char *const good[] = {
     "hello",     "pull",    "pull_resp",   "push_value", "push_value_evict",
     "push_grad", "barrier", "ack",         "error",      "stats_req",
     "stats",     "setting", "ack_setting", "link_ack",   "link_bye",
+    /* flagged TABLE_DIMS: decoded under fuzz_frame.c's model.dims */
+    "push_value_table_dims", "pull_resp_table_dims",
 };
+static const uint32_t dims[3] = {1, 4, 128};
+static const struct esd_proto_limits tlim = {.max_body = 1u << 16, .max_rows = 512,
+					     .max_dim = 128, .table_dims = dims, .ntables = 3};
 
 static void test_good_seeds_decode(void **state)
 {
@@ -32,7 +38,8 @@ static void test_good_seeds_decode(void **state)
 		fclose(f);
 		struct esd_msg m;
 		char err[160] = "";
-		int rc = esd_proto_decode(buf, n, &lim, &m, err, sizeof(err));
+		const int table_dims = strstr(good[i], "table_dims") != NULL;
+		int rc = esd_proto_decode(buf, n, table_dims ? &tlim : &lim, &m, err, sizeof(err));
 		if (rc)
 			fail_msg("seed %s: %s (rerun tests/transport/make_corpus.py)", good[i],
 			         err);

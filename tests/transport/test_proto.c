@@ -7,6 +7,7 @@
 #include <esd/proto.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 static const struct esd_proto_limits lim = {.max_body = 1u << 20, .max_rows = 1024, .max_dim = 256};
 
@@ -66,6 +67,87 @@ static void test_roundtrip_rows(void **state)
 	esd_proto_classify(b.data, b.len, &k, &rows);
 	assert_int_equal(k, ESD_XFER_EVICT_PUSH);
 	assert_int_equal(rows, 5);
+	esd_buf_free(&b);
+}
+
+/* model.dims: tables 0 and 1 of dims 2 and 8 in rows of 8 floats with Adam
+ * state (2 blocks): each row carries its table's floats, in place (zero
+ * copy) or copied, and unpacks to the padded shape with a zero tail; a
+ * receiver of the other kind, a key of no table and a cut body are
+ * refused. */
+static void test_table_dims_rows(void **state)
+{
+	(void)state;
+	static const uint32_t dims[2] = {2, 8};
+	const struct esd_proto_limits tl = {.max_body = 1u << 20, .max_rows = 1024, .max_dim = 256,
+					    .table_dims = dims, .ntables = 2};
+	struct esd_buf b;
+	struct esd_gather g;
+	struct esd_rows_enc e;
+	struct esd_msg m;
+	char err[160];
+	float v[8], s[16], out[24];
+	esd_buf_init(&b);
+	esd_gather_init(&g);
+	for (int j = 0; j < 8; j++) {
+		v[j] = (float)(j + 1);
+		s[j] = (float)(10 + j);
+		s[8 + j] = (float)(20 + j);
+	}
+	struct esd_rows r = {.kind = ESD_XFER_UPDATE_PUSH, .dim = 8, .state_dim = 16,
+			     .table_dims = dims, .ntables = 2};
+	assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_VALUE, &r), 0);
+	assert_int_equal(esd_enc_row_size(&e, esd_key_make(0, 1)), 16 + 4 * 6);
+	assert_int_equal(esd_enc_row(&e, esd_key_make(0, 1), 5, v, s), 0);
+	assert_int_equal(esd_enc_row_ref(&e, &g, esd_key_make(1, 2), 6, v, s), 0);
+	assert_int_equal(esd_enc_row_ref(&e, &g, esd_key_make(0, 3), 7, v, s), 0);
+	esd_enc_rows_end(&e);
+	/* the gathered frame, flattened */
+	void *iov;
+	int n;
+	assert_int_equal(esd_gather_iov(&g, &b, &iov, &n), 0);
+	static _Alignas(16) uint8_t flat[1024];
+	size_t len = 0;
+	for (int i = 0; i < n; i++) {
+		const struct iovec *x = (const struct iovec *)iov + i;
+		memcpy(flat + len, x->iov_base, x->iov_len);
+		len += x->iov_len;
+	}
+	assert_int_equal(len, ESD_FRAME_HDR_SIZE + 40 + 2 * (16 + 4 * 6) + 16 + 4 * 24);
+	assert_int_equal(esd_proto_decode(flat, len, &tl, &m, err, sizeof(err)), 0);
+	const uint8_t *at = m.u.rows.data;
+	for (uint32_t i = 0; i < 3; i++) {
+		struct esd_row_view rv;
+		at = esd_rows_next(&m.u.rows, at, &rv);
+		const uint32_t d = i == 1 ? 8 : 2;
+		assert_int_equal(rv.dim, d);
+		assert_int_equal(rv.state_len, 2 * d);
+		memset(out, 0x7f, sizeof(out));
+		esd_row_view_unpack(&rv, 8, 16, out, out + 8);
+		for (uint32_t j = 0; j < 8; j++) {
+			assert_true(out[j] == (j < d ? v[j] : 0.0f));
+			assert_true(out[8 + j] == (j < d ? s[j] : 0.0f));
+			assert_true(out[16 + j] == (j < d ? s[8 + j] : 0.0f));
+		}
+	}
+	assert_ptr_equal(at, flat + len);
+	/* a receiver without model.dims, and one with, of the other frames */
+	assert_int_equal(esd_proto_decode(flat, len, &lim, &m, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "model.dims"));
+	/* a key of a table the job does not have */
+	memcpy(flat + ESD_FRAME_HDR_SIZE + 40, &(esd_key_t){esd_key_make(7, 1)}, 8);
+	assert_int_equal(esd_proto_decode(flat, len, &tl, &m, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "table 7"));
+	/* table 0's row where table 1's (8 floats) was: the body does not fit */
+	memcpy(flat + ESD_FRAME_HDR_SIZE + 40, &(esd_key_t){esd_key_make(1, 1)}, 8);
+	assert_int_equal(esd_proto_decode(flat, len, &tl, &m, err, sizeof(err)), -EPROTO);
+	esd_buf_reset(&b);
+	struct esd_rows plain = {.kind = ESD_XFER_UPDATE_PUSH, .dim = 8};
+	assert_int_equal(esd_enc_rows_begin(&e, &b, ESD_OP_PUSH_GRAD, &plain), 0);
+	assert_int_equal(esd_enc_row(&e, esd_key_make(0, 1), 5, v, NULL), 0);
+	esd_enc_rows_end(&e);
+	assert_int_equal(esd_proto_decode(b.data, b.len, &tl, &m, err, sizeof(err)), -EPROTO);
+	esd_gather_free(&g);
 	esd_buf_free(&b);
 }
 
@@ -294,7 +376,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip_rows),  cmocka_unit_test(test_roundtrip_small_ops),
 	    cmocka_unit_test(test_header_refusals), cmocka_unit_test(test_body_refusals),
-	    cmocka_unit_test(test_classify),
+	    cmocka_unit_test(test_classify),        cmocka_unit_test(test_table_dims_rows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }

@@ -16,6 +16,9 @@
  *           hungarian, hybrid:ALPHA, or job (the INI's method, sync, matrix
  *           and sizes as they are);
  *   +shared the shared-charge cost matrix (cost-based methods);
+ *   +padded with model.dims: decide as if every row were a full one (what
+ *           charging each row its own bytes buys; "wire_bytes" in the
+ *           JSON is what each mechanism moved);
  *   @SIZES  job (default: workers.batch), equal, auto (link-aware sizes,
  *           chosen by probing the size model on the stream's first
  *           iterations), same (the sizes of the mechanism before it in the
@@ -38,7 +41,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: esd-replay --config JOB.ini [--set sec.key=v]... [--mechanisms LIST]\n"
 	        "                  [--iters N] [--format table|csv|json] [--json FILE]\n"
-	        "  LIST: comma-separated METHOD[+shared][+ls[:N]][@job|equal|auto|same|m0/m1/..]\n"
+	        "  LIST: comma-separated METHOD[+shared][+padded][+ls[:N]][@job|equal|auto|same|m0/m1/..]\n"
 	        "        METHOD: vanilla laia heu opt hungarian hybrid:ALPHA job; esd+ is\n"
 	        "        opt+shared@auto (default: laia@equal,laia,heu,opt,esd+)\n");
 }

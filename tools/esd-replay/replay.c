@@ -88,6 +88,7 @@ int replay_env_load(struct replay_env *env, const char *config, const char *cons
 	}
 	for (uint32_t w = 0; w < env->job.n; w++)
 		env->fast[w] = env->T[w] < 2 * tmin;
+	env->ntables = esd_job_dispatch_row_bytes(&env->job, env->row_bytes);
 	rc = fit_prior(env);
 out:
 	esd_ds_close(dr);
@@ -147,6 +148,8 @@ int replay_mech_parse(const struct replay_env *env, const char *spec, struct rep
 			if (!strcmp(t, "shared")) {
 				m->matrix = ESD_MATRIX_SHARED;
 				has_matrix = 1;
+			} else if (!strcmp(t, "padded")) {
+				m->padded = 1;
 			} else if (!strncmp(t, "ls", 2) && (t[2] == '\0' || t[2] == ':')) {
 				char *e;
 				m->ls_evals = t[2] ? strtoull(t + 3, &e, 10) : 4096;
@@ -288,6 +291,26 @@ static void count_all_workers(const struct esd_conseq *cq, uint32_t n, const int
 	}
 }
 
+/* Bytes of the rows a decision moved (each its table's, model.dims: value
+ * and optimizer state, a gradient its value alone) into r's wire_bytes,
+ * and their time on each worker's link into its wire_ns. */
+static void count_wire(const struct esd_job *j, const struct esd_conseq *cq, uint32_t n,
+		       struct replay_result *r)
+{
+	const uint64_t per = 1 + esd_optimizer_state_floats(j->optim.opt);
+	for (uint32_t w = 0; w < n; w++) {
+		uint64_t b = 0;
+		for (int q = 0; q < ESD_CQ_KINDS; q++) {
+			const uint64_t floats = q == ESD_CQ_UPDATE_GRAD ? 1 : per;
+			for (uint32_t i = cq->off[q][w]; i < cq->off[q][w + 1]; i++)
+				b += 16 + 4 * floats *
+					     esd_job_table_dim(j, esd_key_table(cq->keys[q][i]));
+		}
+		r->wire_bytes += b;
+		r->wire_ns += (int64_t)esd_job_row_cost_ns(j, w, b);
+	}
+}
+
 /* One replay of 'iters' iterations with capacities cap (NULL: equal).
  * Long: one replay's loop over iterations (batch, decision, consequence, costs, critical
  * path) sharing its accumulators. */
@@ -369,6 +392,10 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 	    .replicated = m->is_job ? env->rep : NULL,
 	    .nreplicated = nrep,
 	    .hybrid = {.alpha = m->alpha, .backend = ESD_EXACT_SSP, .heu_order = ESD_HEU_ROW_ORDER},
+	    /* model.dims: a row costs its table's bytes, as on the nodes */
+	    .row_bytes = env->ntables && !m->padded ? env->row_bytes : NULL,
+	    .ntables = m->padded ? 0 : env->ntables,
+	    .row_bytes_full = (uint32_t)esd_job_row_bytes(j),
 	};
 	if ((rc = esd_dispatcher_create(&dc, ss, &d)))
 		goto out;
@@ -417,6 +444,7 @@ static int run_caps(const struct replay_env *env, const struct replay_mech *m, c
 			r->kind_count[q] += cq->off[q][n];
 		}
 		r->hits += cq->hits;
+		count_wire(j, cq, n, r);
 		if (m->ls_evals) {
 			const struct esd_ls_stats *ls = &esd_dispatcher_counters(d)->ls;
 			r->ls_swaps += ls->swaps;

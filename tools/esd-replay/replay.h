@@ -21,6 +21,8 @@ struct replay_env {
 	uint64_t total_rows;
 	uint64_t iters;
 	int64_t T[ESD_MAX_WORKERS];
+	/* model.dims: each table's row bytes (the dispatcher's row sizes) */
+	uint32_t row_bytes[ESD_JOB_MAX_DIMS], ntables;
 	int fast[ESD_MAX_WORKERS]; /* link class: T_j < 2 * min T */
 	/* dispatch.replicate's hot rows (the job mechanism only) */
 	esd_key_t *rep;
@@ -37,6 +39,7 @@ struct replay_mech {
 	enum esd_sync sync;
 	enum esd_matrix matrix;
 	uint64_t ls_evals;
+	int padded; /* +padded: every row charged a full row (model.dims ignored) */
 	enum replay_sizes sizes;
 	uint32_t cap[ESD_MAX_WORKERS]; /* SIZES_LIST */
 };
@@ -63,6 +66,8 @@ struct replay_result {
 	 * (a key in all n workers' lists), summed, and their cost */
 	uint64_t alln_rows[ESD_CQ_KINDS];
 	int64_t alln_cost[ESD_CQ_KINDS];
+	uint64_t wire_bytes;        /* bytes of the rows moved (each its table's) */
+	int64_t wire_ns;            /* their time on the workers' links, summed */
 	uint64_t ls_swaps;          /* local search: swaps taken, all steps */
 	int64_t ls_gain;            /* local search: true cost saved (its estimate) */
 };

@@ -149,6 +149,8 @@ int replay_write_json(const struct replay_env *env, const struct replay_result *
 		json_object_set_new(m, "transfers", cnt);
 		json_object_set_new(m, "cost_ns", cost);
 		json_object_set_new(m, "hits", json_integer((json_int_t)r[i].hits));
+		json_object_set_new(m, "wire_bytes", json_integer((json_int_t)r[i].wire_bytes));
+		json_object_set_new(m, "wire_ns", json_integer((json_int_t)r[i].wire_ns));
 		json_object_set_new(m, "decision_cpu_ms_p50", json_real(r[i].decision_cpu_ms_p50));
 		json_object_set_new(m, "ls_swaps", json_integer((json_int_t)r[i].ls_swaps));
 		json_object_set_new(m, "ls_gain_ns", json_integer((json_int_t)r[i].ls_gain));

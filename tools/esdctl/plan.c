@@ -73,6 +73,17 @@ static int plan_load_job(struct plan_out *out, const char *const *sets, int nset
 	return 0;
 }
 
+/* The bytes a row of each table moves on the wire (key, clock, its
+ * table's dim of value and of optimizer state: model.dims rows are not
+ * padded on the links, docs/protocol.md) as JSON. */
+static void plan_wire(struct plan_out *out)
+{
+	json_t *a = json_array();
+	for (uint32_t t = 0; t < out->p.tables; t++)
+		json_array_append_new(a, json_integer((json_int_t)esd_job_table_row_bytes(&out->job, t)));
+	json_object_set_new(out->root, "wire_row_bytes", a);
+}
+
 /* Each PS shard as JSON. */
 static void plan_ps(struct plan_out *out)
 {
@@ -184,9 +195,20 @@ static void plan_print(const struct plan_out *out)
 	       "batch %" PRIu64 "\n",
 	       out->config, p->workers, p->shards, p->shards == 1 ? "" : "s", p->tables,
 	       p->total_rows, p->dim,
-	       out->job.ntable_dims ? " (model.dims, each row padded to the largest)" : "",
+	       out->job.ntable_dims ? " (model.dims: each row stored at the largest)" : "",
 	       esdctl_str(out->root, "optimizer"), p->cache_rows,
 	       esd_policy_name(out->job.policy), p->global_batch);
+	if (out->job.ntable_dims) {
+		uint64_t lo = UINT64_MAX, hi = 0;
+		for (uint32_t t = 0; t < p->tables; t++) {
+			uint64_t b = esd_job_table_row_bytes(&out->job, t);
+			lo = b < lo ? b : lo;
+			hi = b > hi ? b : hi;
+		}
+		printf("  a row on the links: %" PRIu64 " to %" PRIu64 " bytes by its table's dim "
+		       "(key, clock, value, optimizer state; \"wire_row_bytes\" in the JSON)\n",
+		       lo, hi);
+	}
 	json_array_foreach(out->pss, i, o)
 	{
 		printf("  esd-ps shard %zu (%.0f rows of %.0f bytes): %s", i,
@@ -252,6 +274,7 @@ int esdctl_plan(const struct esdctl *ctl, const char *config, const char *const 
 	out.pss = json_array();
 	out.nodes = json_array();
 	out.trs = json_array();
+	plan_wire(&out);
 	plan_ps(&out);
 	plan_nodes(&out);
 	plan_fit(&out);
