@@ -137,8 +137,17 @@ int node_exec_recv(struct exec *x, uint32_t s, struct esd_msg *m)
 {
 	struct node *nd = x->nd;
 	/* the shard answers within its barrier timeout, or fails the job */
-	int rc = esd_link_recv(nd->links.link[s], m,
-			       (int64_t)(nd->job.barrier_timeout_s + 60) * ESD_NS_PER_S);
+	int rc;
+	/* a node that follows the decider takes its ORDER frames wherever
+	 * they come between the answers it waits for */
+	do {
+		rc = esd_link_recv(nd->links.link[s], m,
+				   (int64_t)(nd->job.barrier_timeout_s + 60) * ESD_NS_PER_S);
+		if (!rc && m->hdr.op == ESD_OP_ORDER && s == 0)
+			rc = node_follow_take(nd, &m->u.order) ?: 1;
+	} while (rc == 1);
+	if (rc == -EPROTO || rc == -ENOMEM)
+		return rc;
 	if (rc) {
 		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->links.link[s]),
 			esd_strerror(rc), esd_link_last_error(nd->links.link[s]));
@@ -596,6 +605,10 @@ static int run_iteration(struct exec *x, const struct order *o)
 	int rc;
 
 	lap(x, NODE_CPU_OTHER); /* between iterations: the order, the figures */
+	/* one decider: the other nodes' orders of this iteration precede its
+	 * barrier on shard 0's link (and later ones go as soon as made) */
+	if ((rc = node_hand_flush(x->nd)))
+		return rc;
 	if ((rc = push_updates(x, o)))            /* step 1 */
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
@@ -609,7 +622,7 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = push_evictions(x, o, &f)))
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = pull_rows_and_dense(x, o)))
+	if ((rc = pull_rows_and_dense(x, o)) || (rc = node_hand_flush(x->nd)))
 		return rc;
 	const int64_t t0 = esd_now_ns();
 	if ((rc = train(x, o, &loss)))            /* step 5 */
