@@ -419,11 +419,11 @@ static int make_engine(struct disp *ds, bool from_saved)
 
 static int resume_at(struct disp *ds, uint64_t iter);
 static int start_at(struct disp *ds, uint64_t iter);
-static int start_follower(struct node *nd, struct disp *ds);
+static int start_follower(struct node *nd, struct disp *ds, uint64_t start);
 
 /* Long: the dispatcher's settings made from the job (method, sync, matrix, GPU, snapshots)
  * before its thread starts. */
-int node_dispatcher_start(struct node *nd, struct node_state *resume)
+int node_dispatcher_start(struct node *nd, struct node_state *resume, uint64_t start)
 {
 	struct disp *ds = calloc(1, sizeof(*ds));
 	const struct esd_job *j = &nd->job;
@@ -476,7 +476,7 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 		}
 	}
 	if (nd->dq.follower) /* node 0 decides: this thread follows its orders */
-		return start_follower(nd, ds);
+		return start_follower(nd, ds, start);
 	for (uint32_t w = 0; w < j->n; w++) {
 		ds->sz.cap[w] = (uint32_t)j->cache_rows;
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
@@ -554,13 +554,13 @@ err:
 }
 
 /* A node that follows the decider: the stream from the boundary the job
- * starts at (the shards' iteration, or ps.resume_from's), the key table
- * its orders' keys come from, and the thread. */
-static int start_follower(struct node *nd, struct disp *ds)
+ * starts after, the key table its orders' keys come from, and the
+ * thread. */
+static int start_follower(struct node *nd, struct disp *ds, uint64_t start)
 {
 	int rc = esd_keytab_create(&ds->hand.kt);
 	if (!rc)
-		rc = start_at(ds, nd->rec.cold_at ? nd->rec.cold_at : nd->rec.cursor_iter);
+		rc = start_at(ds, start);
 	if (!rc) {
 		pthread_mutex_lock(&nd->qmu);
 		nd->dq.in_next = ds->sv.start_iter + 1;

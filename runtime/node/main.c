@@ -384,9 +384,9 @@ static int run_node(struct node *nd)
 	}
 	if (!rc && ps_iter == 0)
 		rc = node_save_boundary(nd, 0);
+	struct node_state *from = ps_iter && !nd->rec.cold_at && !follows ? &resume : NULL;
 	if (!rc && !finished)
-		rc = node_dispatcher_start(nd, ps_iter && !nd->rec.cold_at && !follows ? &resume
-											: NULL);
+		rc = node_dispatcher_start(nd, from, ps_iter);
 	node_state_free(&resume);
 	if (!rc) {
 		ESD_INFO("node", "worker %u of %u: %s (alpha %.3g), %s sync, cache %llu rows (%s), "

@@ -438,8 +438,9 @@ struct disp;
 
 /* disp_thread.c: start the dispatcher thread: from iteration 1 with empty snapshots, or
  * (a whole-job resume) from the state read from disk, which it takes over
- * (*resume is zeroed). */
-int node_dispatcher_start(struct node *nd, struct node_state *resume);
+ * (*resume is zeroed). start: the boundary the job starts after (a node
+ * that follows the decider starts its stream there). */
+int node_dispatcher_start(struct node *nd, struct node_state *resume, uint64_t start);
 void node_dispatcher_stop(struct node *nd);
 /* Stop the dispatcher thread and start it again from the snapshots it saved
  * at the checkpoint boundary 'iter' (its decisions are then the ones the
