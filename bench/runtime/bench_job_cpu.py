@@ -53,7 +53,8 @@ def run_testbed(bin_dir, out, args, extra):
         sys.exit("bench_job_cpu: no CPU figures for %s in %s" % (args.mechanism, out))
     kinds = row["cpu_ms_per_iter_kind"]
     fig = {"all": sum(kinds.values()), "it/s": row["iters_per_s"],
-           "check": row.get("links_equal_prediction")}
+           "check": row.get("links_equal_prediction"),
+           "order wait (max node)": row.get("order_wait_ms")}
     for k in KINDS:
         fig[k] = kinds.get(k, 0.0)
     for src, pre in (("cpu_ms_per_iter_node_phases", "esdd."),
@@ -64,7 +65,7 @@ def run_testbed(bin_dir, out, args, extra):
 
 
 def med(runs, key):
-    vals = [r[key] for r in runs if key in r]
+    vals = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(vals) if vals else None
 
 
@@ -109,7 +110,7 @@ def main():
     print("\nmedians of %d runs, %s row (esd-testbed --quick), CPU ms per measured iteration"
           % (args.repeat, args.mechanism))
     print("%-22s %10s %10s %8s" % ("", "baseline", "this", "ratio"))
-    keys = ["all"] + list(KINDS) + ["it/s"]
+    keys = ["all"] + list(KINDS) + ["it/s", "order wait (max node)"]
     phases = sorted({k for r in runs["this"] for k in r if "." in k})
     for k in keys + phases:
         b, t = med(runs["baseline"], k), med(runs["this"], k)

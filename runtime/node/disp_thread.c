@@ -707,14 +707,21 @@ void node_dispatcher_stop(struct node *nd)
 
 struct order *node_order_next(struct node *nd)
 {
-	if (nd->dq.follower)
-		return node_follow_order_next(nd);
+	const int64_t t0 = esd_now_ns();
 	struct order *o = NULL;
+	if (nd->dq.follower) {
+		o = node_follow_order_next(nd);
+	} else {
+		pthread_mutex_lock(&nd->qmu);
+		while (nd->dq.produced == nd->dq.consumed && !nd->dq.rc)
+			pthread_cond_wait(&nd->qcv, &nd->qmu);
+		if (nd->dq.produced > nd->dq.consumed)
+			o = &nd->dq.ring[(nd->dq.consumed + 1) % ORDER_RING];
+		pthread_mutex_unlock(&nd->qmu);
+	}
+	const int64_t waited = esd_now_ns() - t0;
 	pthread_mutex_lock(&nd->qmu);
-	while (nd->dq.produced == nd->dq.consumed && !nd->dq.rc)
-		pthread_cond_wait(&nd->qcv, &nd->qmu);
-	if (nd->dq.produced > nd->dq.consumed)
-		o = &nd->dq.ring[(nd->dq.consumed + 1) % ORDER_RING];
+	nd->dq.wait_ns += waited;
 	pthread_mutex_unlock(&nd->qmu);
 	return o;
 }

@@ -622,12 +622,16 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = push_evictions(x, o, &f)))
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = pull_rows_and_dense(x, o)) || (rc = node_hand_flush(x->nd)))
+	/* one decider: the next orders out (node 0) or in (the others) */
+	if ((rc = pull_rows_and_dense(x, o)) || (rc = node_hand_flush(x->nd)) ||
+	    (rc = node_links_take_orders(x->nd)))
 		return rc;
 	const int64_t t0 = esd_now_ns();
 	if ((rc = train(x, o, &loss)))            /* step 5 */
 		return rc;
 	const int64_t train_ns = esd_now_ns() - t0;
+	if ((rc = node_hand_flush(x->nd)) || (rc = node_links_take_orders(x->nd)))
+		return rc;
 	if ((rc = apply_step6(x, o)))             /* step 6 */
 		return rc;
 	x->nd->stats.last_loss = loss;

@@ -305,8 +305,8 @@ void node_links_name_broken(struct node *nd)
 	}
 }
 
-/* What shard s sent while this node trained: nothing (0), the decider's
- * ORDER frames (taken), or the job's end. */
+/* What shard s sent while this node waited for nothing from it: nothing
+ * (0), the decider's ORDER frames (taken), or the job's end. */
 static int check_link(struct node *nd, uint32_t s)
 {
 	struct esd_link *l = nd->links.link[s];
@@ -326,14 +326,19 @@ static int check_link(struct node *nd, uint32_t s)
 			return m.u.error.code == -ESD_EROLLBACK ? -ESD_EROLLBACK : -ESD_EJOBFAILED;
 		}
 		if (m.hdr.op != ESD_OP_ORDER || s != 0) {
-			ESD_ERR("node", "shard %u sent %s while this node trained", s,
-				esd_op_name(m.hdr.op));
+			ESD_ERR("node", "shard %u sent %s while this node waited for nothing from it",
+				s, esd_op_name(m.hdr.op));
 			return -EPROTO;
 		}
 		rc = node_follow_take(nd, &m.u.order); /* the decider's, relayed */
 		if (rc)
 			return rc;
 	}
+}
+
+int node_links_take_orders(struct node *nd)
+{
+	return nd->dq.follower && nd->links.link[0] ? check_link(nd, 0) : 0;
 }
 
 int node_links_check(struct node *nd)

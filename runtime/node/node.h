@@ -101,6 +101,7 @@ struct node_queue {
 	int core_obtained;                    /* the core it was pinned to, -1: none */
 	struct esd_dispatch_counters count;   /* copy of the engine's counters */
 	int64_t cpu_ns;                       /* the thread's CPU when it last queued an order */
+	int64_t wait_ns;                      /* the main thread's waits for an order */
 	bool has_gpu;                         /* dispatch.gpu */
 	struct esd_gpu_stats gcount;          /* copy (dispatch.gpu) */
 	struct disp *state;                   /* the thread's own (disp_thread.c) */
@@ -462,6 +463,10 @@ void node_follow_drop(struct node *nd);
 /* Node 0 of a one-decider job, on the main thread: send shard 0 the
  * ORDER frames its dispatcher made. 0 or the send's error. */
 int node_hand_flush(struct node *nd);
+/* links.c: a node that follows the decider takes the ORDER frames shard 0
+ * sent so far, without waiting, so that its dispatcher thread builds the
+ * next order while this iteration goes on. 0 or the job's end. */
+int node_links_take_orders(struct node *nd);
 void node_order_done(struct node *nd);
 
 /* trainer_srv.c: the trainers' socket and slots. */
