@@ -612,7 +612,8 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = push_updates(x, o)))            /* step 1 */
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = node_barrier(x, o)))                 /* step 2: pushes precede it on each link */
+	if ((rc = node_barrier(x, o)) ||               /* step 2: pushes precede it on each link */
+	    (rc = node_hand_flush(x->nd)))            /* (orders made meanwhile: before the pulls) */
 		return rc;
 	lap(x, NODE_CPU_NET);
 	if ((rc = hints_and_settings(x, o)) ||
