@@ -251,7 +251,7 @@ static void wait_cv_ns(struct node *nd, int64_t ns)
 	pthread_cond_timedwait(&nd->qcv, &nd->qmu, &ts);
 }
 
-/* Long: the main thread's wait for a following node's next order: it reads
+/* The main thread's wait for a following node's next order: it reads
  * shard 0's link while nothing is held, bounded by the barrier timeout. */
 struct order *node_follow_order_next(struct node *nd)
 {
@@ -375,8 +375,9 @@ static int follow_order(struct disp *ds, struct order *o, const struct follow_ms
 	return 0;
 }
 
-/* Long: the following node's dispatcher thread: per iteration the ORDER, the batch read in
- * step with the decider's, the work order built and published, with its exits. */
+/* The following node's dispatcher thread: per iteration the ORDER, the
+ * batch read in step with the decider's, the work order built and
+ * published, with its exits. */
 void *node_follow_main(void *arg)
 {
 	prctl(PR_SET_NAME, "esd-follow", 0, 0, 0);
