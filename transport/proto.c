@@ -50,6 +50,8 @@ const char *esd_op_name(unsigned op)
 		return "SETTING";
 	case ESD_OP_ROLLBACK:
 		return "ROLLBACK";
+	case ESD_OP_ORDER:
+		return "ORDER";
 	case ESD_OP_LINK_ACK:
 		return "LINK_ACK";
 	case ESD_OP_LINK_BYE:
@@ -275,6 +277,68 @@ static int decode_setting(const struct esd_frame_hdr *h, const uint8_t *b, struc
 	return 0;
 }
 
+/* u64 iteration, u64 digest, u32 worker, u32 flags, i32 policy, u32 k,
+ * u64 rate, 4 x u64 rows per kind, 3 x u32 list counts, u32 0, 4 x u64
+ * bytes per kind; then k
+ * bytes of assignment, zero-padded to 4, then the three lists' keys. */
+static int decode_order(const struct esd_frame_hdr *h, const uint8_t *b,
+			const struct esd_proto_limits *l, struct esd_order_msg *o, char *err,
+			size_t errlen)
+{
+	if (h->length < ORDER_HDR_SIZE)
+		return fail(-EPROTO, err, errlen, "ORDER: body length %u below its %u-byte header",
+			    h->length, ORDER_HDR_SIZE);
+	o->iteration = esd_get_le64(b);
+	o->digest = esd_get_le64(b + 8);
+	o->worker = esd_get_le32(b + 16);
+	o->flags = esd_get_le32(b + 20);
+	o->policy = (int32_t)esd_get_le32(b + 24);
+	o->k = esd_get_le32(b + 28);
+	o->rate_bps = esd_get_le64(b + 32);
+	for (int i = 0; i < 4; i++)
+		o->pred_rows[i] = esd_get_le64(b + 40 + 8 * i);
+	for (int i = 0; i < 4; i++)
+		o->pred_bytes[i] = esd_get_le64(b + 88 + 8 * i);
+	uint64_t nkeys = 0;
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++) {
+		o->count[i] = esd_get_le32(b + 72 + 4 * i);
+		if (o->count[i] > l->max_rows)
+			return fail(-E2BIG, err, errlen, "ORDER: list %d of %u keys above maximum %u",
+				    i, o->count[i], l->max_rows);
+		nkeys += o->count[i];
+	}
+	if (esd_get_le32(b + 84))
+		return fail(-EPROTO, err, errlen, "ORDER: reserved field 0x%08x is not 0",
+			    esd_get_le32(b + 84));
+	if (o->flags & ~ESD_ORDER_FLAGS)
+		return fail(-EPROTO, err, errlen, "ORDER: unknown flags 0x%08x", o->flags);
+	if (o->worker >= ESD_MAX_WORKERS || o->policy < -1)
+		return fail(-EPROTO, err, errlen, "ORDER: worker %u or policy %d out of range",
+			    o->worker, o->policy);
+	if (o->k > ESD_ORDER_MAX_K)
+		return fail(-E2BIG, err, errlen, "ORDER: %u samples above maximum %u", o->k,
+			    ESD_ORDER_MAX_K);
+	uint64_t padded = ((uint64_t)o->k + 3) & ~3ull;
+	int rc = want_len("ORDER", h->length, ORDER_HDR_SIZE + padded + 8 * nkeys, err, errlen);
+	if (rc)
+		return rc;
+	o->assign = b + ORDER_HDR_SIZE;
+	for (uint32_t i = 0; i < o->k; i++)
+		if (o->assign[i] >= ESD_MAX_WORKERS)
+			return fail(-EPROTO, err, errlen, "ORDER: sample %u to worker %u", i,
+				    o->assign[i]);
+	for (uint64_t i = o->k; i < padded; i++)
+		if (o->assign[i])
+			return fail(-EPROTO, err, errlen, "ORDER: padding byte %llu is not 0",
+				    (unsigned long long)(i - o->k));
+	const uint8_t *p = o->assign + padded;
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++) {
+		o->keys[i] = p;
+		p += 8ull * o->count[i];
+	}
+	return 0;
+}
+
 /* Long: one case per frame type, each checking its body's size and fields before anything is
  * used. */
 static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
@@ -360,6 +424,8 @@ static int decode_body(const struct esd_frame_hdr *h, const uint8_t *b,
 		if (esd_get_le32(b + 12))
 			return fail(-EPROTO, err, errlen, "ROLLBACK: reserved field is not 0");
 		return 0;
+	case ESD_OP_ORDER:
+		return decode_order(h, b, l, &m->u.order, err, errlen);
 	case ESD_OP_ERROR: {
 		struct esd_error *e = &m->u.error;
 		if (h->length < ERROR_HDR_SIZE)
@@ -476,6 +542,11 @@ int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limit
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i)
 {
 	return esd_get_le64(m->u.pull.keys + 8ull * i);
+}
+
+esd_key_t esd_order_key(const struct esd_order_msg *o, int l, uint32_t i)
+{
+	return esd_get_le64(o->keys[l] + 8ull * i);
 }
 
 void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out)

@@ -178,6 +178,86 @@ int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, cons
 	return 0;
 }
 
+/* An ORDER's header fields and its frame of body bytes; NULL: no memory. */
+static uint8_t *begin_order(struct esd_buf *b, const struct esd_order_msg *o, uint64_t nkeys)
+{
+	uint32_t padded = (o->k + 3) & ~3u;
+	uint8_t *p = begin_frame(b, ESD_OP_ORDER, 0,
+				 ORDER_HDR_SIZE + padded + (uint32_t)(8 * nkeys));
+	if (!p)
+		return NULL;
+	esd_put_le64(p, o->iteration);
+	esd_put_le64(p + 8, o->digest);
+	esd_put_le32(p + 16, o->worker);
+	esd_put_le32(p + 20, o->flags);
+	esd_put_le32(p + 24, (uint32_t)o->policy);
+	esd_put_le32(p + 28, o->k);
+	esd_put_le64(p + 32, o->rate_bps);
+	for (int i = 0; i < 4; i++)
+		esd_put_le64(p + 40 + 8 * i, o->pred_rows[i]);
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++)
+		esd_put_le32(p + 72 + 4 * i, o->count[i]);
+	esd_put_le32(p + 84, 0);
+	for (int i = 0; i < 4; i++)
+		esd_put_le64(p + 88 + 8 * i, o->pred_bytes[i]);
+	memset(p + ORDER_HDR_SIZE + o->k, 0, padded - o->k);
+	return p;
+}
+
+static int order_args_ok(const struct esd_order_msg *o, uint64_t *nkeys)
+{
+	*nkeys = 0;
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++) {
+		if (o->count[i] > ESD_PROTO_DEFAULT_MAX_ROWS)
+			return 0;
+		*nkeys += o->count[i];
+	}
+	return o->k <= ESD_ORDER_MAX_K && !(o->flags & ~ESD_ORDER_FLAGS) &&
+	       o->worker < ESD_MAX_WORKERS && o->policy >= -1;
+}
+
+int esd_enc_order(struct esd_buf *b, const struct esd_order_msg *o, const uint32_t *assign,
+		  const esd_key_t *const lists[ESD_ORDER_NLISTS])
+{
+	uint64_t nkeys;
+	if (!order_args_ok(o, &nkeys) || (o->k && !assign))
+		return -EINVAL;
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++)
+		if (o->count[i] && !lists[i])
+			return -EINVAL;
+	for (uint32_t i = 0; i < o->k; i++)
+		if (assign[i] >= ESD_MAX_WORKERS)
+			return -EINVAL;
+	uint8_t *p = begin_order(b, o, nkeys);
+	if (!p)
+		return -ENOMEM;
+	uint8_t *a = p + ORDER_HDR_SIZE;
+	for (uint32_t i = 0; i < o->k; i++)
+		a[i] = (uint8_t)assign[i];
+	uint8_t *q = a + ((o->k + 3) & ~3u);
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++)
+		for (uint32_t j = 0; j < o->count[i]; j++, q += 8)
+			esd_put_le64(q, lists[i][j]);
+	return 0;
+}
+
+int esd_enc_order_copy(struct esd_buf *b, const struct esd_order_msg *o)
+{
+	uint64_t nkeys;
+	if (!order_args_ok(o, &nkeys) || (o->k && !o->assign))
+		return -EINVAL;
+	uint8_t *p = begin_order(b, o, nkeys);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p + ORDER_HDR_SIZE, o->assign, o->k);
+	uint8_t *q = p + ORDER_HDR_SIZE + ((o->k + 3) & ~3u);
+	for (int i = 0; i < ESD_ORDER_NLISTS; i++) {
+		memcpy(q, o->keys[i], 8 * (size_t)o->count[i]);
+		q += 8 * (size_t)o->count[i];
+	}
+	return 0;
+}
+
 int esd_enc_error(struct esd_buf *b, int32_t code, const char *text)
 {
 	size_t len = text ? strnlen(text, ESD_PROTO_MAX_ERROR_TEXT) : 0;

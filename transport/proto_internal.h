@@ -15,6 +15,7 @@ _Static_assert(sizeof(float) == 4, "floats are binary32 on the wire");
 #define PULL_HDR_SIZE  32u
 #define BARRIER_SIZE   24u
 #define ROLLBACK_SIZE  16u
+#define ORDER_HDR_SIZE 120u
 #define ACK_SIZE       24u
 #define ERROR_HDR_SIZE 8u
 #define STATS_HDR_SIZE 8u

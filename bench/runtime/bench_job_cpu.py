@@ -3,7 +3,8 @@
 build measured in the same run.
 
     python3 bench/runtime/bench_job_cpu.py --baseline-bin OTHER/build/bin
-        [--bin build/bin] [--repeat 3] [--mechanism default] [-- TESTBED ARGS]
+        [--bin build/bin] [--repeat 3] [--mechanism default]
+        [--baseline-set KEY=VALUE] [-- TESTBED ARGS]
 
 Runs tools/testbed/esd-testbed --quick --mechanisms default (the main job's
 default row: 8 workers, emulated compute, links set by token buckets) once
@@ -14,7 +15,9 @@ esd-ps, trainer: every thread's scheduler run time, as the testbed
 measures it), the median iterations/s, and the ratio of this build's
 figure over the baseline's. Where a build exports the per-phase counters
 (docs/runtime.md, Accounting) their medians are printed too. Arguments
-after -- go to the testbed (e.g. -- --workers 4). A baseline is e.g. the
+after -- go to the testbed (e.g. -- --workers 4); --baseline-set gives the
+baseline's runs a job setting of their own (the testbed's --set), e.g. the
+same build with dispatch.every_node = yes. A baseline is e.g. the
 previous commit built in a second tree:
 
     git archive HEAD~1 | tar -x -C /tmp/base && cmake -S /tmp/base -B /tmp/base/build
@@ -50,7 +53,8 @@ def run_testbed(bin_dir, out, args, extra):
         sys.exit("bench_job_cpu: no CPU figures for %s in %s" % (args.mechanism, out))
     kinds = row["cpu_ms_per_iter_kind"]
     fig = {"all": sum(kinds.values()), "it/s": row["iters_per_s"],
-           "check": row.get("links_equal_prediction")}
+           "check": row.get("links_equal_prediction"),
+           "order wait (max node)": row.get("order_wait_ms")}
     for k in KINDS:
         fig[k] = kinds.get(k, 0.0)
     for src, pre in (("cpu_ms_per_iter_node_phases", "esdd."),
@@ -61,7 +65,7 @@ def run_testbed(bin_dir, out, args, extra):
 
 
 def med(runs, key):
-    vals = [r[key] for r in runs if key in r]
+    vals = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(vals) if vals else None
 
 
@@ -78,6 +82,10 @@ def main():
     ap.add_argument("--mechanism", default="default")
     ap.add_argument("--data-dir", default=os.path.join(REPO, "build", "testbed", "data"))
     ap.add_argument("--keep", action="store_true", help="keep the testbed's output folders")
+    ap.add_argument("--baseline-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a job setting for the baseline's runs only (e.g. "
+                    "dispatch.every_node=yes with --baseline-bin build/bin: the same build "
+                    "with a decision on every node)")
     args = ap.parse_args(argv)
     for b in (args.bin, args.baseline_bin):
         if not os.access(os.path.join(b, "esdd"), os.X_OK):
@@ -90,8 +98,10 @@ def main():
         # machine weighs on both alike
         order = ("baseline", "this") if rep % 2 == 0 else ("this", "baseline")
         for name in order:
+            own = [a for kv in args.baseline_set for a in ("--set", kv)] \
+                if name == "baseline" else []
             fig = run_testbed(bins[name], os.path.join(root, "%s-%d" % (name, rep)), args,
-                              extra)
+                              extra + own)
             runs[name].append(fig)
             print("run %d %-8s CPU %6.1f ms/it (esdd %.1f, esd-ps %.1f, trainer %.1f), "
                   "%.2f it/s, links %s" % (rep + 1, name, fig["all"], fig["esdd"],
@@ -100,7 +110,7 @@ def main():
     print("\nmedians of %d runs, %s row (esd-testbed --quick), CPU ms per measured iteration"
           % (args.repeat, args.mechanism))
     print("%-22s %10s %10s %8s" % ("", "baseline", "this", "ratio"))
-    keys = ["all"] + list(KINDS) + ["it/s"]
+    keys = ["all"] + list(KINDS) + ["it/s", "order wait (max node)"]
     phases = sorted({k for r in runs["this"] for k in r if "." in k})
     for k in keys + phases:
         b, t = med(runs["baseline"], k), med(runs["this"], k)

@@ -93,6 +93,11 @@ struct esd_job_derived {
 	/* a live workers.rates change reshapes the links too (neither
 	 * workers.link_rates nor workers.estimate_rates set) */
 	bool shape_follows_model;
+	/* node 0 decides for every node and shard 0 relays each node its
+	 * part (ORDER frames): more than one worker, dispatch.every_node off
+	 * and no shard restarts (a rollback would need orders in flight
+	 * recalled) */
+	bool one_decider;
 	/* workers.split is link-aware or fit: batch[] is re-split from the
 	 * rates; split_fit: fit */
 	bool split_link_aware, split_fit;
@@ -188,6 +193,7 @@ struct esd_job {
 	bool het;           /* "het": full-set with a staleness bound */
 	uint32_t staleness;
 	bool compare; /* also solve heu and opt every step (heu-vs-opt gap) */
+	bool every_node; /* dispatch.every_node: every node decides (else one decider) */
 	enum esd_matrix matrix; /* dispatch.matrix: paper (default) or shared */
 	uint64_t local_search;  /* dispatch.local_search: swaps per step, 0: off */
 	/* dispatch.replicate: a hot-row file (esd-data hot) whose rows every

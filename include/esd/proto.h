@@ -83,7 +83,8 @@ enum esd_op {
 	ESD_OP_STATS = 9,      /* empty = request; else per-kind counters */
 	ESD_OP_SETTING = 10,   /* PS shard 0 -> worker: a setting changes at an iteration */
 	ESD_OP_ROLLBACK = 11,  /* worker -> PS: go back to checkpoint c (another shard restarted) */
-	ESD_OP_APP_MAX = 11,
+	ESD_OP_ORDER = 12,     /* decider -> shard 0 -> worker: one worker's part of a decision */
+	ESD_OP_APP_MAX = 12,
 	/* Link-internal ops (reliable layer, shutdown); never delivered. */
 	ESD_OP_LINK_ACK = 32, /* cumulative acknowledgement: u64 last in-order seq */
 	ESD_OP_LINK_BYE = 33, /* orderly shutdown: u32 phase (0 bye, 1 bye-ack) */
@@ -250,6 +251,31 @@ struct esd_setting {
 	const char *key, *value;
 };
 
+/* ORDER: worker 'worker''s part of the decision of iteration 'iteration',
+ * made by the job's one decider and relayed by shard 0 (docs/protocol.md,
+ * ORDER). The lists are keys ascending, read with esd_order_key(). */
+#define ESD_ORDER_CHECKPOINT 0x1u /* a checkpoint boundary */
+#define ESD_ORDER_FLUSH      0x2u /* the end of training: every DIRTY row pushed */
+#define ESD_ORDER_AHEAD      0x4u /* lookahead hints from the next batch's keys */
+#define ESD_ORDER_RATE       0x8u /* rate_bps: this worker's links' new rate */
+#define ESD_ORDER_FLAGS      0xfu
+#define ESD_ORDER_MAX_K      (1u << 20) /* samples of one decision */
+#define ESD_ORDER_NLISTS     3 /* update pushes, miss pulls, DIRTY evictions */
+struct esd_order_msg {
+	uint64_t iteration;
+	uint64_t digest;     /* of the whole decision (as in BARRIER) */
+	uint32_t worker;     /* the worker the order is for */
+	uint32_t flags;      /* ESD_ORDER_* */
+	int32_t policy;      /* the cache policy from this iteration on, -1: unchanged */
+	uint32_t k;          /* samples of the batch */
+	uint64_t rate_bps;   /* with ESD_ORDER_RATE */
+	uint64_t pred_rows[4]; /* rows per transfer kind (enum esd_xfer_kind) */
+	uint64_t pred_bytes[4]; /* those rows' bytes (model.dims: per table) */
+	uint32_t count[ESD_ORDER_NLISTS]; /* keys of each list */
+	const uint8_t *assign; /* [k]: the worker of each sample */
+	const uint8_t *keys[ESD_ORDER_NLISTS]; /* into the frame */
+};
+
 struct esd_error {
 	int32_t code; /* -errno or -ESD_E* */
 	uint32_t len;
@@ -308,6 +334,7 @@ struct esd_msg {
 		struct esd_stats_msg stats;
 		struct esd_setting setting;
 		struct esd_rollback rollback;
+		struct esd_order_msg order;
 		uint64_t link_ack; /* ESD_OP_LINK_ACK */
 		uint32_t link_bye; /* ESD_OP_LINK_BYE */
 		struct esd_link_auth link_auth; /* ESD_OP_LINK_AUTH */
@@ -346,6 +373,8 @@ int esd_proto_decode(const void *frame, size_t len, const struct esd_proto_limit
 
 /* Key i of a decoded PULL (i < count, unchecked). */
 esd_key_t esd_msg_key(const struct esd_msg *m, uint32_t i);
+/* Key i of list l of a decoded ORDER (i < count[l], unchecked). */
+esd_key_t esd_order_key(const struct esd_order_msg *o, int l, uint32_t i);
 /* Row i of a decoded row op of fixed stride (no table_dims; i < count,
  * unchecked). */
 void esd_rows_get(const struct esd_rows *r, uint32_t i, struct esd_row_view *out);
@@ -402,6 +431,15 @@ int esd_enc_stats(struct esd_buf *b, const struct esd_stats_entry *e, uint32_t c
 /* A SETTING: key and value are NUL-terminated strings of 1 to
  * ESD_PROTO_MAX_SETTING bytes (-EINVAL otherwise). */
 int esd_enc_setting(struct esd_buf *b, uint64_t iteration, const char *key, const char *value);
+/* An ORDER: o's fields but the pointers; assign has o->k entries (each
+ * below ESD_MAX_WORKERS), lists[l] o->count[l] keys. -EINVAL for a k
+ * above ESD_ORDER_MAX_K, a count above ESD_PROTO_DEFAULT_MAX_ROWS,
+ * unknown flags or a worker number out of range. */
+int esd_enc_order(struct esd_buf *b, const struct esd_order_msg *o, const uint32_t *assign,
+		  const esd_key_t *const lists[ESD_ORDER_NLISTS]);
+/* The same from a decoded ORDER (its assign and keys point into a frame
+ * that passed the decoder): shard 0 relays it. */
+int esd_enc_order_copy(struct esd_buf *b, const struct esd_order_msg *o);
 /* Link-internal frames (used by transport/). */
 int esd_enc_link_ack(struct esd_buf *b, uint64_t seq);
 int esd_enc_link_bye(struct esd_buf *b, uint32_t phase);

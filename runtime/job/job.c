@@ -366,6 +366,7 @@ static int derive(const struct esd_config *cfg, struct esd_job *j, bool preset, 
 				 !j->estimate_rates;
 	d->ls_ref_keys = preset && !esd_config_has(cfg, "dispatch", "local_search")
 				 ? ESD_JOB_LS_REF_KEYS : 0;
+	d->one_decider = j->n > 1 && !j->every_node && !j->restart_shards;
 	if (ok)
 		rc = derive_split(j); /* quality: workers.split */
 	d->token = esd_job_digest(j);
@@ -464,6 +465,8 @@ uint64_t esd_job_digest(const struct esd_job *j)
 	if (j->derived.split_fit) /* every node reports what shard 0 fits */
 		h = fnv(h, &j->derived.split_fit, sizeof(j->derived.split_fit));
 	h = fnv(h, &j->shards, sizeof(j->shards));
+	if (j->derived.one_decider) /* every process relays or awaits the orders alike */
+		h = fnv(h, &j->derived.one_decider, sizeof(j->derived.one_decider));
 	return h;
 }
 

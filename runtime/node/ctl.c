@@ -73,6 +73,10 @@ static int cmd_dispatch(void *arg, json_t *req, json_t **resp, const char **err)
 	json_object_set_new(*resp, "unique_keys", json_integer(c->unique_keys));
 	json_object_set_new(*resp, "hits", json_integer((json_int_t)c->hits));
 	json_object_set_new(*resp, "gpu", node_gpu_json(nd));
+	/* one decider: node 0's counters are the job's; here, none */
+	json_object_set_new(*resp, "decided_by",
+			    json_string(nd->dq.follower ? "node 0" : "this node"));
+	json_object_set_new(*resp, "order_wait_ms", json_real(esd_ns_to_ms(nd->dq.wait_ns)));
 	/* heu-vs-opt gap: only when the dispatcher solves both each step
 	 * (esd_dispatcher_config.compare); null otherwise */
 	if (c->sum_opt_cost > 0 || c->sum_heu_cost > 0) {

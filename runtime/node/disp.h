@@ -66,14 +66,54 @@ struct disp_saves {
 	uint64_t restore_iter; /* make_engine(from_saved): the boundary to load */
 };
 
+/* One decider (job.derived.one_decider): node 0's ORDER frames for the
+ * other nodes; on the other nodes, what a decision received becomes a
+ * work order with (follow.c). */
+struct disp_hand {
+	struct esd_buf out;      /* node 0: the ORDER frames of one iteration */
+	struct esd_keytab *kt;   /* elsewhere: the batch's unique keys */
+	uint64_t *mask;          /* [unique keys]: S(x), the workers that need it */
+	size_t cap_mask;
+};
+
 struct disp {
 	struct node *nd;
 	struct disp_engine eng;
 	struct disp_input in;
 	struct disp_sizes sz;
 	struct disp_saves sv;
+	struct disp_hand hand;
 	uint64_t diverge_at; /* ESD_TEST_DIVERGE_AT (tests only; 0: never) */
 };
+
+/* ---- disp_thread.c: the parts of a work order both kinds of node make ------ */
+
+/* Read the next global batch of the stream into slot b. */
+int node_disp_read_batch(struct disp *ds, int b);
+/* Our samples of batch b (ds->in.assign) into o. */
+int node_disp_copy_samples(struct disp *ds, struct order *o, int b);
+/* o's needed keys (sorted, with their 'alone' flags) and the batch's
+ * other keys, from the unique keys of kt and each one's S(x) (wmask). */
+int node_disp_need_lists(struct disp *ds, struct order *o, const struct esd_keytab *kt,
+			 const uint64_t *wmask);
+/* The bytes of worker w's predicted rows per transfer kind: a row of
+ * table t its table's size (model.dims), value and optimizer state, or
+ * value alone for a gradient. */
+void node_disp_predict_bytes(const struct esd_job *j, const struct esd_conseq *cq, uint32_t w,
+			     uint64_t bytes[ESD_XFER_NKINDS]);
+/* The thread waits for room in the order ring; false: it is told to stop. */
+bool node_disp_wait_room(struct node *nd);
+/* Publish the order the thread filled (its CPU since *cpu_mark counted). */
+void node_disp_publish(struct disp *ds, int64_t *cpu_mark);
+
+/* ---- follow.c ----------------------------------------------------------------- */
+
+/* Node 0 of a one-decider job: the ORDER frames of iteration o->iter for
+ * every other worker, from the decision just made, sent to shard 0. */
+int node_disp_hand_out(struct disp *ds, const struct order *o, bool ahead);
+/* The thread of a node that follows: each ORDER received becomes its work
+ * order (the batch read here, the samples and keys from the assignment). */
+void *node_follow_main(void *arg);
 
 /* ---- disp_live.c ------------------------------------------------------------ */
 
@@ -83,6 +123,10 @@ struct esd_dispatch_counters node_disp_counters(const struct disp *ds);
  * starts deciding it; *set_policy (-1: none) and *rate tell the main
  * thread what to switch at the same point. */
 int node_disp_apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uint64_t *rate);
+/* A node that follows the decider: the job's record of a live setting due
+ * at iter (rates, sizes, method), as the decider keeps it; the decision
+ * itself comes from the decider. */
+void node_follow_setting(struct disp *ds, uint64_t iter);
 
 /* ---- disp_saves.c ----------------------------------------------------------- */
 

@@ -38,6 +38,18 @@ struct esd_dispatch_counters node_disp_counters(const struct disp *ds)
 	return c;
 }
 
+/* The node's record of job j's rates and sizes. */
+static void keep_split(struct node *nd, const struct esd_job *j)
+{
+	pthread_mutex_lock(&nd->qmu);
+	memcpy(nd->job.rate_bps, j->rate_bps, sizeof(j->rate_bps));
+	memcpy(nd->job.batch, j->batch, sizeof(j->batch));
+	nd->job.derived.size_fixed_rows = j->derived.size_fixed_rows;
+	nd->job.derived.size_rows_per_sample = j->derived.size_rows_per_sample;
+	nd->job.derived.size_compute_ns = j->derived.size_compute_ns;
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 /* Job j's rates and sizes from iteration iter on (a live workers.rates or
  * workers.size_model change, after esd_job_resplit: the same on every
  * node): every worker's row cost T_j and capacity; the dispatcher is made
@@ -69,13 +81,7 @@ static int apply_split(struct disp *ds, uint64_t iter, const struct esd_job *j, 
 	if (rc)
 		return rc;
 	ds->eng.dc = dc;
-	pthread_mutex_lock(&nd->qmu);
-	memcpy(nd->job.rate_bps, j->rate_bps, sizeof(j->rate_bps));
-	memcpy(nd->job.batch, j->batch, sizeof(j->batch));
-	nd->job.derived.size_fixed_rows = j->derived.size_fixed_rows;
-	nd->job.derived.size_rows_per_sample = j->derived.size_rows_per_sample;
-	nd->job.derived.size_compute_ns = j->derived.size_compute_ns;
-	pthread_mutex_unlock(&nd->qmu);
+	keep_split(nd, j);
 	char sizes[ESD_MAX_WORKERS * 11 + 1];
 	esd_job_sizes_text(j->batch, j->n, sizes, sizeof(sizes));
 	ESD_INFO("dispatch", "iteration %llu: %s, batch sizes %s", (unsigned long long)iter, what,
@@ -186,4 +192,40 @@ int node_disp_apply_setting(struct disp *ds, uint64_t iter, int *set_policy, uin
 	ESD_INFO("dispatch", "iteration %llu: %s = %s (method %s, alpha %g)",
 		 (unsigned long long)iter, key, val, esd_method_name(dc.method), dc.hybrid.alpha);
 	return 0;
+}
+
+void node_follow_setting(struct disp *ds, uint64_t iter)
+{
+	struct node *nd = ds->nd;
+	char key[sizeof(nd->live.set_key)], val[sizeof(nd->live.set_value)];
+	pthread_mutex_lock(&nd->qmu);
+	bool due = nd->live.set_at == iter;
+	if (due) {
+		memcpy(key, nd->live.set_key, sizeof(key));
+		memcpy(val, nd->live.set_value, sizeof(val));
+	}
+	struct esd_job j = nd->job;
+	pthread_mutex_unlock(&nd->qmu);
+	if (!due)
+		return;
+	double v[3];
+	if (!strcmp(key, "workers.rates") && !esd_job_parse_rates(val, j.n, j.rate_bps) &&
+	    !esd_job_resplit(&j)) {
+		keep_split(nd, &j);
+	} else if (!strcmp(key, "workers.size_model") && !esd_job_parse_size_model(val, v)) {
+		j.derived.size_fixed_rows = v[0];
+		j.derived.size_rows_per_sample = v[1];
+		j.derived.size_compute_ns = v[2];
+		if (!esd_job_resplit(&j))
+			keep_split(nd, &j);
+	} else if (!strcmp(key, "dispatch.method") || !strcmp(key, "dispatch.alpha")) {
+		pthread_mutex_lock(&nd->qmu);
+		if (key[9] == 'm')
+			snprintf(nd->job.method, sizeof(nd->job.method), "%s", val);
+		else
+			nd->job.alpha = strtod(val, NULL);
+		pthread_mutex_unlock(&nd->qmu);
+	}
+	ESD_INFO("dispatch", "iteration %llu: %s = %s (decided by node 0)",
+		 (unsigned long long)iter, key, val);
 }

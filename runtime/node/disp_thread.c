@@ -20,7 +20,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 /* The exact part of opt and hybrid on the GPU solver (dispatch.gpu), in
  * two halves so that hybrid runs Heu while the GPU solves; it answers on
@@ -80,7 +82,7 @@ static int grow(void **p, size_t *cap, size_t want, size_t elem)
 
 /* Read global batch into slot b (wrapping around at the end of the
  * stream: epochs): its keys bag by bag with their offsets. */
-static int read_batch(struct disp *ds, int b)
+int node_disp_read_batch(struct disp *ds, int b)
 {
 	struct disp_input *in = &ds->in;
 	const uint32_t T = ds->nd->tables;
@@ -98,7 +100,7 @@ static int read_batch(struct disp *ds, int b)
 
 /* Our samples of batch b in global order into o: labels, dense features,
  * keys and their bag offsets. */
-static int copy_samples(struct disp *ds, struct order *o, int b)
+int node_disp_copy_samples(struct disp *ds, struct order *o, int b)
 {
 	const struct disp_input *in = &ds->in;
 	const uint32_t w = ds->nd->rank, T = ds->nd->tables, D = ds->nd->dense;
@@ -149,11 +151,8 @@ static int cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The bytes of worker w's predicted rows per transfer kind: a row of
- * table t its table's size (model.dims), value and optimizer state, or
- * value alone for a gradient. */
-static void predict_bytes(const struct esd_job *j, const struct esd_conseq *cq, uint32_t w,
-			  uint64_t bytes[ESD_XFER_NKINDS])
+void node_disp_predict_bytes(const struct esd_job *j, const struct esd_conseq *cq, uint32_t w,
+			     uint64_t bytes[ESD_XFER_NKINDS])
 {
 	const uint64_t per = 1 + esd_optimizer_state_floats(j->optim.opt);
 	memset(bytes, 0, ESD_XFER_NKINDS * sizeof(uint64_t));
@@ -167,20 +166,16 @@ static void predict_bytes(const struct esd_job *j, const struct esd_conseq *cq, 
 	}
 }
 
-/* Fill order o for this worker from the decision of the current batch.
- * Long: the order's parts (needed and other keys, the worker's samples, the consequence's
- * lists, the flush) filled from one decision. */
-static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
+int node_disp_need_lists(struct disp *ds, struct order *o, const struct esd_keytab *kt,
+			 const uint64_t *wmask)
 {
 	struct node *nd = ds->nd;
 	uint32_t w = nd->rank;
-	struct esd_keytab *kt = esd_dispatcher_keytab(ds->eng.d);
 	uint32_t nu = esd_keytab_count(kt);
 	const esd_key_t *ukeys = esd_keytab_keys(kt);
 
-	/* per unique key: the workers that need it (S(x), replicated rows
-	 * included), how many, and whether we do */
-	const uint64_t *wmask = esd_keytab_need_masks(kt);
+	/* per unique key: how many workers need it (S(x), replicated rows
+	 * included), and whether we do */
 	ds->in.nworkers = realloc(ds->in.nworkers, (nu + 1) * sizeof(*ds->in.nworkers));
 	if (!ds->in.nworkers)
 		return -ENOMEM;
@@ -211,7 +206,19 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 		int64_t u = esd_keytab_find(kt, o->need[i]);
 		o->alone[i] = nd->job.sync == ESD_SYNC_ON_DEMAND && ds->in.nworkers[u] == 1;
 	}
-	int rc = copy_samples(ds, o, b);
+	return 0;
+}
+
+/* Fill order o for this worker from the decision of the current batch. */
+static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
+{
+	struct node *nd = ds->nd;
+	uint32_t w = nd->rank;
+	struct esd_keytab *kt = esd_dispatcher_keytab(ds->eng.d);
+	int rc = node_disp_need_lists(ds, o, kt, esd_keytab_need_masks(kt));
+	if (rc)
+		return rc;
+	rc = node_disp_copy_samples(ds, o, b);
 	if (rc)
 		return rc;
 	/* the consequence for us: step-1 pushes, predicted pulls and evictions */
@@ -237,7 +244,7 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	for (int kd = 0; kd < ESD_CQ_KINDS; kd++)
 		o->pred_rows[esd_cq_xfer_kind((enum esd_cq_kind)kd)] +=
 			esd_conseq_count(ds->eng.cq, (enum esd_cq_kind)kd, w);
-	predict_bytes(&nd->job, ds->eng.cq, w, o->pred_bytes);
+	node_disp_predict_bytes(&nd->job, ds->eng.cq, w, o->pred_bytes);
 	o->iter = iter;
 	o->digest = digest_of(ds->in.assign, ds->in.k, iter);
 	/* the model is complete only with the DIRTY rows: the checkpoint
@@ -252,8 +259,34 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	return 0;
 }
 
+bool node_disp_wait_room(struct node *nd)
+{
+	pthread_mutex_lock(&nd->qmu);
+	while (nd->dq.produced - nd->dq.consumed >= ORDER_RING - 1 && !nd->dq.stop)
+		pthread_cond_wait(&nd->qcv, &nd->qmu);
+	bool stop = nd->dq.stop;
+	pthread_mutex_unlock(&nd->qmu);
+	return !stop;
+}
+
+void node_disp_publish(struct disp *ds, int64_t *cpu_mark)
+{
+	struct node *nd = ds->nd;
+	const int64_t cpu_now = esd_thread_cpu_ns();
+	pthread_mutex_lock(&nd->qmu);
+	nd->dq.cpu_ns += cpu_now - *cpu_mark;
+	*cpu_mark = cpu_now;
+	if (ds->eng.d)
+		nd->dq.count = node_disp_counters(ds);
+	if (ds->eng.gpu)
+		nd->dq.gcount = *esd_gpu_solver_stats(ds->eng.gpu);
+	nd->dq.produced++;
+	pthread_cond_broadcast(&nd->qcv);
+	pthread_mutex_unlock(&nd->qmu);
+}
+
 /* Long: the dispatcher thread's loop: wait for room, read the batch, decide, apply live
- * settings, publish, with its exits. */
+ * settings, hand the other nodes their parts, publish, with its exits. */
 static void *disp_main(void *arg)
 {
 	prctl(PR_SET_NAME, "esd-dispatch", 0, 0, 0);
@@ -277,7 +310,7 @@ static void *disp_main(void *arg)
 	/* this thread's CPU from here on: the decisions' (with the batches
 	 * read and the snapshots kept) */
 	int64_t cpu_mark = esd_thread_cpu_ns();
-	rc = read_batch(ds, cur);
+	rc = node_disp_read_batch(ds, cur);
 	for (iter = ds->sv.start_iter + 1; !rc && iter <= nd->job.iterations; iter++) {
 		int64_t t0 = esd_now_ns();
 		int set_policy;
@@ -287,17 +320,11 @@ static void *disp_main(void *arg)
 			break;
 		bool lookahead = ds->eng.policy == ESD_POLICY_LOOKAHEAD;
 		if (lookahead || iter < nd->job.iterations)
-			rc = read_batch(ds, cur ^ 1);
+			rc = node_disp_read_batch(ds, cur ^ 1);
 		if (rc)
 			break;
 		struct order *o = &nd->dq.ring[iter % ORDER_RING];
-		/* wait for room in the ring */
-		pthread_mutex_lock(&nd->qmu);
-		while (nd->dq.produced - nd->dq.consumed >= ORDER_RING - 1 && !nd->dq.stop)
-			pthread_cond_wait(&nd->qcv, &nd->qmu);
-		bool stop = nd->dq.stop;
-		pthread_mutex_unlock(&nd->qmu);
-		if (stop)
+		if (!node_disp_wait_room(nd))
 			break;
 		o->set_policy = set_policy;
 		o->set_rate = rate != UINT64_MAX;
@@ -325,6 +352,10 @@ static void *disp_main(void *arg)
 			break;
 		}
 		rc = build_order(ds, o, iter, cur);
+		/* the other nodes' parts go out before this node's order is
+		 * published: they precede its BARRIER(iter) on shard 0's link */
+		if (!rc && nd->dq.decider)
+			rc = node_disp_hand_out(ds, o, lookahead);
 		if (rc)
 			break;
 		if (iter == ds->diverge_at) /* tests: this node's digest disagrees */
@@ -336,16 +367,7 @@ static void *disp_main(void *arg)
 		if (rc)
 			break;
 		o->decide_ns = esd_now_ns() - t0;
-		const int64_t cpu_now = esd_thread_cpu_ns();
-		pthread_mutex_lock(&nd->qmu);
-		nd->dq.cpu_ns += cpu_now - cpu_mark;
-		cpu_mark = cpu_now;
-		nd->dq.count = node_disp_counters(ds);
-		if (ds->eng.gpu)
-			nd->dq.gcount = *esd_gpu_solver_stats(ds->eng.gpu);
-		nd->dq.produced++;
-		pthread_cond_broadcast(&nd->qcv);
-		pthread_mutex_unlock(&nd->qmu);
+		node_disp_publish(ds, &cpu_mark);
 		cur ^= 1;
 	}
 	pthread_mutex_lock(&nd->qmu);
@@ -374,6 +396,9 @@ static void disp_free(struct disp *ds)
 	}
 	free(ds->in.assign);
 	free(ds->in.nworkers);
+	esd_buf_free(&ds->hand.out);
+	esd_keytab_free(ds->hand.kt);
+	free(ds->hand.mask);
 	for (int q = 0; q < SAVED_GENS; q++)
 		node_state_free(&ds->sv.gen[q]);
 	free(ds);
@@ -410,10 +435,11 @@ static int make_engine(struct disp *ds, bool from_saved)
 
 static int resume_at(struct disp *ds, uint64_t iter);
 static int start_at(struct disp *ds, uint64_t iter);
+static int start_follower(struct node *nd, struct disp *ds, uint64_t start);
 
 /* Long: the dispatcher's settings made from the job (method, sync, matrix, GPU, snapshots)
  * before its thread starts. */
-int node_dispatcher_start(struct node *nd, struct node_state *resume)
+int node_dispatcher_start(struct node *nd, struct node_state *resume, uint64_t start)
 {
 	struct disp *ds = calloc(1, sizeof(*ds));
 	const struct esd_job *j = &nd->job;
@@ -452,6 +478,21 @@ int node_dispatcher_start(struct node *nd, struct node_state *resume)
 	ds->in.assign = calloc(ds->in.k, sizeof(uint32_t));
 	if (!ds->in.assign)
 		goto err_nomem;
+	esd_buf_init(&ds->hand.out);
+	nd->dq.decider = j->derived.one_decider && nd->rank == 0;
+	nd->dq.follower = j->derived.one_decider && nd->rank != 0;
+	nd->dq.hand_fd = -1;
+	if (nd->dq.decider) {
+		esd_buf_init(&nd->dq.outbox);
+		esd_buf_init(&nd->dq.sending);
+		nd->dq.hand_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (nd->dq.hand_fd < 0) {
+			rc = esd_neg_errno();
+			goto err;
+		}
+	}
+	if (nd->dq.follower) /* node 0 decides: this thread follows its orders */
+		return start_follower(nd, ds, start);
 	for (uint32_t w = 0; w < j->n; w++) {
 		ds->sz.cap[w] = (uint32_t)j->cache_rows;
 		ds->sz.T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
@@ -531,6 +572,31 @@ err_nomem:
 err:
 	disp_free(ds);
 	return rc;
+}
+
+/* A node that follows the decider: the stream from the boundary the job
+ * starts after, the key table its orders' keys come from, and the
+ * thread. */
+static int start_follower(struct node *nd, struct disp *ds, uint64_t start)
+{
+	int rc = esd_keytab_create(&ds->hand.kt);
+	if (!rc)
+		rc = start_at(ds, start);
+	if (!rc) {
+		pthread_mutex_lock(&nd->qmu);
+		nd->dq.in_next = ds->sv.start_iter + 1;
+		pthread_mutex_unlock(&nd->qmu);
+		nd->dq.state = ds;
+		rc = -pthread_create(&nd->dq.thread, NULL, node_follow_main, ds);
+	}
+	if (rc) {
+		nd->dq.state = NULL;
+		disp_free(ds);
+		return rc;
+	}
+	ESD_INFO("dispatch", "node 0 decides every iteration; this node follows its orders "
+		 "from iteration %llu", (unsigned long long)ds->sv.start_iter + 1);
+	return 0;
 }
 
 static void stop_thread(struct node *nd)
@@ -615,6 +681,8 @@ static int start_at(struct disp *ds, uint64_t iter)
 int node_dispatcher_restart(struct node *nd, uint64_t iter)
 {
 	struct disp *ds = nd->dq.state;
+	if (nd->dq.follower || nd->dq.decider) /* one decider: no shard restarts */
+		return -ENOTSUP;
 	stop_thread(nd);
 	int rc = resume_at(ds, iter);
 	if (!rc)
@@ -648,16 +716,33 @@ void node_dispatcher_stop(struct node *nd)
 		free(o->ahead);
 		memset(o, 0, sizeof(*o));
 	}
+	node_follow_drop(nd);
+	if (nd->dq.decider) {
+		esd_buf_free(&nd->dq.outbox);
+		esd_buf_free(&nd->dq.sending);
+		if (nd->dq.hand_fd >= 0)
+			close(nd->dq.hand_fd);
+		nd->dq.hand_fd = -1;
+	}
 }
 
 struct order *node_order_next(struct node *nd)
 {
+	const int64_t t0 = esd_now_ns();
 	struct order *o = NULL;
+	if (nd->dq.follower) {
+		o = node_follow_order_next(nd);
+	} else {
+		pthread_mutex_lock(&nd->qmu);
+		while (nd->dq.produced == nd->dq.consumed && !nd->dq.rc)
+			pthread_cond_wait(&nd->qcv, &nd->qmu);
+		if (nd->dq.produced > nd->dq.consumed)
+			o = &nd->dq.ring[(nd->dq.consumed + 1) % ORDER_RING];
+		pthread_mutex_unlock(&nd->qmu);
+	}
+	const int64_t waited = esd_now_ns() - t0;
 	pthread_mutex_lock(&nd->qmu);
-	while (nd->dq.produced == nd->dq.consumed && !nd->dq.rc)
-		pthread_cond_wait(&nd->qcv, &nd->qmu);
-	if (nd->dq.produced > nd->dq.consumed)
-		o = &nd->dq.ring[(nd->dq.consumed + 1) % ORDER_RING];
+	nd->dq.wait_ns += waited;
 	pthread_mutex_unlock(&nd->qmu);
 	return o;
 }

@@ -144,8 +144,17 @@ int node_exec_recv(struct exec *x, uint32_t s, struct esd_msg *m)
 {
 	struct node *nd = x->nd;
 	/* the shard answers within its barrier timeout, or fails the job */
-	int rc = esd_link_recv(nd->links.link[s], m,
-			       (int64_t)(nd->job.barrier_timeout_s + 60) * ESD_NS_PER_S);
+	int rc;
+	/* a node that follows the decider takes its ORDER frames wherever
+	 * they come between the answers it waits for */
+	do {
+		rc = esd_link_recv(nd->links.link[s], m,
+				   (int64_t)(nd->job.barrier_timeout_s + 60) * ESD_NS_PER_S);
+		if (!rc && m->hdr.op == ESD_OP_ORDER && s == 0)
+			rc = node_follow_take(nd, &m->u.order) ?: 1;
+	} while (rc == 1);
+	if (rc == -EPROTO || rc == -ENOMEM)
+		return rc;
 	if (rc) {
 		ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(nd->links.link[s]),
 			esd_strerror(rc), esd_link_last_error(nd->links.link[s]));
@@ -607,10 +616,15 @@ static int run_iteration(struct exec *x, const struct order *o)
 	int rc;
 
 	lap(x, NODE_CPU_OTHER); /* between iterations: the order, the figures */
+	/* one decider: the other nodes' orders of this iteration precede its
+	 * barrier on shard 0's link (and later ones go as soon as made) */
+	if ((rc = node_hand_flush(x->nd)))
+		return rc;
 	if ((rc = push_updates(x, o)))            /* step 1 */
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = node_barrier(x, o)))                 /* step 2: pushes precede it on each link */
+	if ((rc = node_barrier(x, o)) ||               /* step 2: pushes precede it on each link */
+	    (rc = node_hand_flush(x->nd)))            /* (orders made meanwhile: before the pulls) */
 		return rc;
 	lap(x, NODE_CPU_NET);
 	if ((rc = hints_and_settings(x, o)) ||
@@ -620,12 +634,16 @@ static int run_iteration(struct exec *x, const struct order *o)
 	if ((rc = push_evictions(x, o, &f)))
 		return rc;
 	lap(x, NODE_CPU_ENCODE);
-	if ((rc = pull_rows_and_dense(x, o)))
+	/* one decider: the next orders out (node 0) or in (the others) */
+	if ((rc = pull_rows_and_dense(x, o)) || (rc = node_hand_flush(x->nd)) ||
+	    (rc = node_links_take_orders(x->nd)))
 		return rc;
 	const int64_t t0 = esd_now_ns();
 	if ((rc = train(x, o, &loss)))            /* step 5 */
 		return rc;
 	const int64_t train_ns = esd_now_ns() - t0;
+	if ((rc = node_hand_flush(x->nd)) || (rc = node_links_take_orders(x->nd)))
+		return rc;
 	if ((rc = apply_step6(x, o)))             /* step 6 */
 		return rc;
 	x->nd->stats.last_loss = loss;

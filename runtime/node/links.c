@@ -305,16 +305,16 @@ void node_links_name_broken(struct node *nd)
 	}
 }
 
-int node_links_check(struct node *nd)
+/* What shard s sent while this node waited for nothing from it: nothing
+ * (0), the decider's ORDER frames (taken), or the job's end. */
+static int check_link(struct node *nd, uint32_t s)
 {
-	for (uint32_t s = 0; s < nd->job.shards; s++) {
-		struct esd_link *l = nd->links.link[s];
-		struct esd_msg m;
-		if (!l)
-			continue;
+	struct esd_link *l = nd->links.link[s];
+	struct esd_msg m;
+	for (;;) {
 		int rc = esd_link_recv(l, &m, 0);
 		if (rc == -ETIMEDOUT)
-			continue;
+			return 0;
 		if (rc) {
 			ESD_ERR("node", "shard %u (%s): %s %s", s, esd_link_peer(l), esd_strerror(rc),
 				esd_link_last_error(l));
@@ -325,9 +325,30 @@ int node_links_check(struct node *nd)
 				m.u.error.text);
 			return m.u.error.code == -ESD_EROLLBACK ? -ESD_EROLLBACK : -ESD_EJOBFAILED;
 		}
-		ESD_ERR("node", "shard %u sent %s while this node trained", s,
-			esd_op_name(m.hdr.op));
-		return -EPROTO;
+		if (m.hdr.op != ESD_OP_ORDER || s != 0) {
+			ESD_ERR("node", "shard %u sent %s while this node waited for nothing from it",
+				s, esd_op_name(m.hdr.op));
+			return -EPROTO;
+		}
+		rc = node_follow_take(nd, &m.u.order); /* the decider's, relayed */
+		if (rc)
+			return rc;
+	}
+}
+
+int node_links_take_orders(struct node *nd)
+{
+	return nd->dq.follower && nd->links.link[0] ? check_link(nd, 0) : 0;
+}
+
+int node_links_check(struct node *nd)
+{
+	for (uint32_t s = 0; s < nd->job.shards; s++) {
+		if (!nd->links.link[s])
+			continue;
+		int rc = check_link(nd, s);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

@@ -370,20 +370,23 @@ static int run_node(struct node *nd)
 	/* shards restored from a checkpoint: the whole job resumes there,
 	 * from this node's part of it (a finished job only ends again) */
 	bool finished = ps_iter >= nd->job.iterations;
+	/* a node that follows the decider keeps no dispatcher state */
+	const bool follows = nd->job.derived.one_decider && nd->rank != 0;
 	if (!rc && ps_iter != 0 && !finished && nd->job.resume_from[0] &&
-	    !node_state_is_ours(nd, ps_iter, "state")) {
+	    !node_state_is_ours(nd, ps_iter, follows ? "cache" : "state")) {
 		nd->rec.cold_at = ps_iter; /* a resize: nothing of this node to resume */
 		ESD_INFO("node", "the job resumes after iteration %llu from ps.resume_from's "
 			 "checkpoint (data cursor %llu): this node starts with a cold cache and a "
 			 "new dispatcher state", (unsigned long long)ps_iter,
 			 (unsigned long long)node_cursor_at(nd, ps_iter));
-	} else if (!rc && ps_iter != 0 && !finished) {
+	} else if (!rc && ps_iter != 0 && !finished && !follows) {
 		rc = node_state_read(nd, ps_iter, "state", nd->job.n, &resume);
 	}
 	if (!rc && ps_iter == 0)
 		rc = node_save_boundary(nd, 0);
+	struct node_state *from = ps_iter && !nd->rec.cold_at && !follows ? &resume : NULL;
 	if (!rc && !finished)
-		rc = node_dispatcher_start(nd, ps_iter && !nd->rec.cold_at ? &resume : NULL);
+		rc = node_dispatcher_start(nd, from, ps_iter);
 	node_state_free(&resume);
 	if (!rc) {
 		ESD_INFO("node", "worker %u of %u: %s (alpha %.3g), %s sync, cache %llu rows (%s), "

@@ -80,6 +80,18 @@ struct order {
 
 #define ORDER_RING 3
 
+/* ORDER frames a following node holds before its thread takes them: the
+ * decider runs at most ORDER_RING - 1 iterations ahead of its own
+ * executor, which is within one barrier of every other. */
+#define FOLLOW_INBOX 16
+
+/* One ORDER received (a copy of the frame's fields and lists). */
+struct follow_msg {
+	struct esd_order_msg h; /* its pointers unused */
+	uint32_t *assign;       /* [h.k] */
+	esd_key_t *lists[ESD_ORDER_NLISTS];
+};
+
 /* The dispatcher thread and the order ring it fills for the main thread.
  * Guarded by struct node.qmu (qcv signals a change), except the ring's
  * slots, each owned by one side at a time through produced/consumed. */
@@ -92,9 +104,23 @@ struct node_queue {
 	int core_obtained;                    /* the core it was pinned to, -1: none */
 	struct esd_dispatch_counters count;   /* copy of the engine's counters */
 	int64_t cpu_ns;                       /* the thread's CPU when it last queued an order */
+	int64_t wait_ns;                      /* the main thread's waits for an order */
 	bool has_gpu;                         /* dispatch.gpu */
 	struct esd_gpu_stats gcount;          /* copy (dispatch.gpu) */
 	struct disp *state;                   /* the thread's own (disp_thread.c) */
+	/* one decider (job.derived.one_decider): node 0's thread decides for
+	 * every node (decider); every other node's follows the ORDER frames
+	 * shard 0 relays, which its main thread receives into the inbox
+	 * (oldest first; in_next: the iteration the next must have) */
+	bool decider, follower;
+	/* node 0: the ORDER frames its thread made, for the main thread (the
+	 * one writer of its links) to send; hand_fd (an eventfd, -1: none)
+	 * wakes it while it waits for its trainers */
+	struct esd_buf outbox, sending;
+	int hand_fd;
+	struct follow_msg *inbox[FOLLOW_INBOX];
+	uint32_t in_head, in_count;
+	uint64_t in_next;
 };
 
 /* The dispatcher's state at a checkpoint boundary: every worker's
@@ -417,8 +443,9 @@ struct disp;
 
 /* disp_thread.c: start the dispatcher thread: from iteration 1 with empty snapshots, or
  * (a whole-job resume) from the state read from disk, which it takes over
- * (*resume is zeroed). */
-int node_dispatcher_start(struct node *nd, struct node_state *resume);
+ * (*resume is zeroed). start: the boundary the job starts after (a node
+ * that follows the decider starts its stream there). */
+int node_dispatcher_start(struct node *nd, struct node_state *resume, uint64_t start);
 void node_dispatcher_stop(struct node *nd);
 /* Stop the dispatcher thread and start it again from the snapshots it saved
  * at the checkpoint boundary 'iter' (its decisions are then the ones the
@@ -426,6 +453,24 @@ void node_dispatcher_stop(struct node *nd);
 int node_dispatcher_restart(struct node *nd, uint64_t iter);
 /* Next order (blocks); NULL when the dispatcher stopped (nd->dq.rc says why). */
 struct order *node_order_next(struct node *nd);
+/* follow.c: an ORDER frame shard 0 relayed (a node that follows one
+ * decider): checked and kept for the dispatcher thread. 0 or -EPROTO. */
+int node_follow_take(struct node *nd, const struct esd_order_msg *o);
+/* Wait up to timeout_ns on shard 0's link for what the decider sends: an
+ * ORDER taken, an ERROR the job's failure. 0, -ETIMEDOUT or the failure. */
+int node_follow_pump(struct node *nd, int64_t timeout_ns);
+/* node_order_next of a node that follows: reads shard 0's link while
+ * nothing is held, for at most the barrier timeout. */
+struct order *node_follow_order_next(struct node *nd);
+/* Free the ORDER frames held. */
+void node_follow_drop(struct node *nd);
+/* Node 0 of a one-decider job, on the main thread: send shard 0 the
+ * ORDER frames its dispatcher made. 0 or the send's error. */
+int node_hand_flush(struct node *nd);
+/* links.c: a node that follows the decider takes the ORDER frames shard 0
+ * sent so far, without waiting, so that its dispatcher thread builds the
+ * next order while this iteration goes on. 0 or the job's end. */
+int node_links_take_orders(struct node *nd);
 void node_order_done(struct node *nd);
 
 /* trainer_srv.c: the trainers' socket and slots. */

@@ -67,6 +67,8 @@ void node_mark_warmup(struct node *nd)
 	    esd_ns_to_s(esd_now_ns() - nd->stats.t_start_ns), "predicted", predicted_json(nd),
 	    "links", links_json(nd), "cache", cache_json(nd), "decision", "steps",
 	    (json_int_t)dc->steps, "ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.total) / dc->steps : 0.0);
+	json_object_set_new(json_object_get(nd->stats.at_warmup, "decision"), "order_wait_ms",
+			    json_real(esd_ns_to_ms(nd->dq.wait_ns)));
 	json_object_set_new(nd->stats.at_warmup, "cpu", node_cpu_json(nd));
 	pthread_mutex_unlock(&nd->qmu);
 }
@@ -100,13 +102,17 @@ int node_write_summary(struct node *nd, int status)
 	json_object_set_new(o, "plan_hits_all_workers", json_integer((json_int_t)dc->hits));
 	json_object_set_new(
 		o, "decision",
-		json_pack("{s:I, s:f, s:f, s:f, s:I, s:I}", "steps", (json_int_t)dc->steps,
+		json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:s}", "steps", (json_int_t)dc->steps,
 			  "ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.total) / dc->steps : 0.0,
 			  "solve_ms_mean", dc->steps ? esd_ns_to_ms(dc->sum.solve) / dc->steps : 0.0,
 			  "matrix_ms_mean",
 			  dc->steps ? esd_ns_to_ms(dc->sum.matrix) / dc->steps : 0.0,
 			  "est_cost_sum", (json_int_t)dc->sum_est_cost, "true_cost_sum",
-			  (json_int_t)dc->sum_true_cost));
+			  (json_int_t)dc->sum_true_cost,
+			  /* the main thread's waits for its orders: a decision (or, on a
+			   * node that follows, node 0's order) not ready in time */
+			  "order_wait_ms", esd_ns_to_ms(nd->dq.wait_ns),
+			  "decided_by", nd->dq.follower ? "node 0" : "this node"));
 	json_object_set_new(o, "gpu", node_gpu_json(nd));
 	node_batch_rates_json(nd, o);
 	json_object_set_new(o, "rate_estimate", node_rate_est_json(nd));

@@ -702,10 +702,13 @@ static int serve_once(struct node *nd, const struct order *o, const uint32_t *sl
 	int rc = publish_pending(nd, o, slots);
 	if (rc)
 		return rc;
-	struct pollfd p[1 + ESD_MAX_TRAINERS] = {{.fd = nd->tr.listen_fd, .events = POLLIN}};
+	struct pollfd p[2 + ESD_MAX_TRAINERS] = {{.fd = nd->tr.listen_fd, .events = POLLIN}};
 	for (uint32_t i = 0; i < nd->tr.count; i++)
 		p[1 + i] = (struct pollfd){.fd = nd->tr.t[i].fd, .events = POLLIN};
-	int r = poll(p, 1 + nd->tr.count, 200);
+	nfds_t np = 1 + nd->tr.count;
+	if (nd->dq.decider && nd->dq.hand_fd >= 0) /* the other nodes' next orders */
+		p[np++] = (struct pollfd){.fd = nd->dq.hand_fd, .events = POLLIN};
+	int r = poll(p, np, 200);
 	if (r < 0 && errno != EINTR)
 		return esd_neg_errno();
 	if (esd_node_signal) {
@@ -718,6 +721,8 @@ static int serve_once(struct node *nd, const struct order *o, const uint32_t *sl
 	 * checked only while no trainer computes a share, whose gradient
 	 * writes must not run into the next iteration's */
 	rc = nobody_computes(nd) ? node_links_check(nd) : 0;
+	if (!rc)
+		rc = node_hand_flush(nd);
 	if (rc)
 		return rc;
 	if (p[0].revents & POLLIN)

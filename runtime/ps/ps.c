@@ -22,6 +22,10 @@
 #include <sys/prctl.h>
 
 #define RECV_POLL_NS (200 * ESD_NS_PER_MS)
+/* A worker that shard 0 relays the decider's orders to: its link thread
+ * looks for orders kept this often while the worker sends nothing (after
+ * each of its frames it looks anyway). */
+#define RELAY_POLL_NS (5 * ESD_NS_PER_MS)
 /* A link must say HELLO this soon after it was accepted, and at most this
  * many links may be waiting to: a client that connects and says nothing
  * takes neither a worker's slot nor a file descriptor for long. Of those,
@@ -86,6 +90,7 @@ int ps_init(struct ps *ps, const struct esd_job *job, uint32_t shard, uint32_t t
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&ps->cv, &ca);
 	pthread_condattr_destroy(&ca);
+	ps_relay_init(ps);
 	int rc = ps_store_create_job(job, shard, &ps->st);
 	if (rc)
 		return rc;
@@ -100,6 +105,7 @@ void ps_fini(struct ps *ps)
 	ps_dense_free(ps);
 	for (uint32_t w = 0; w < ESD_MAX_WORKERS; w++)
 		free(ps->report[w].reply);
+	ps_relay_fini(ps);
 	pthread_mutex_destroy(&ps->mu);
 	pthread_cond_destroy(&ps->cv);
 }
@@ -588,6 +594,8 @@ static int handle_frame(struct ps_link *pl, const struct esd_msg *m, struct esd_
 		return ps_on_setting(pl, &m->u.setting);
 	case ESD_OP_ROLLBACK:
 		return on_rollback(pl, &m->u.rollback, out);
+	case ESD_OP_ORDER:
+		return ps_on_order(pl, &m->u.order);
 	case ESD_OP_ERROR: /* the worker fails the job (its trainer failed, say): its words */
 		ESD_ERR("ps", "worker %d reports: %.*s", pl->worker, (int)m->u.error.len,
 			m->u.error.text);
@@ -674,19 +682,22 @@ static void *link_main(void *arg)
 	prctl(PR_SET_NAME, "esd-ps-link", 0, 0, 0);
 	struct ps_link *pl = arg;
 	struct ps *ps = pl->ps;
-	struct esd_buf out;
+	struct esd_buf out, relayed; /* answers; the decider's orders relayed */
 	struct esd_msg m;
 
 	esd_buf_init(&out);
+	esd_buf_init(&relayed);
 	int64_t mark = esd_thread_cpu_ns();
 	for (;;) {
-		int rc = esd_link_recv(pl->link, &m, RECV_POLL_NS);
+		int rc = esd_link_recv(pl->link, &m, ps_relays(pl) ? RELAY_POLL_NS : RECV_POLL_NS);
 		cpu_lap(pl, &mark, PS_CPU_RECV);
 		/* (a timeout that broke the link: the worker fell silent) */
 		if (rc == -ETIMEDOUT && !esd_link_broken(pl->link)) {
 			if (__atomic_load_n(&ps->bar.stopping, __ATOMIC_RELAXED) || hello_overdue(pl))
 				break;
 			tell_failure(pl);
+			ps_relay_flush(pl, &relayed); /* a link that broke: its receive says so */
+			cpu_lap(pl, &mark, PS_CPU_SEND);
 			continue;
 		}
 		if (rc) {
@@ -694,6 +705,8 @@ static void *link_main(void *arg)
 			break;
 		}
 		rc = handle_frame(pl, &m, &out);
+		if (!rc)
+			ps_relay_flush(pl, &relayed);
 		cpu_lap(pl, &mark, cpu_phase_of(m.hdr.op));
 		if (rc) {
 			on_link_end(pl, rc, false);
@@ -701,6 +714,7 @@ static void *link_main(void *arg)
 		}
 	}
 	esd_buf_free(&out);
+	esd_buf_free(&relayed);
 	struct esd_link_stats lst;
 	esd_link_stats(pl->link, &lst);
 	atomic_fetch_add(&ps->cpu.auth_tx_closed_ns, (int64_t)lst.auth_tx_cpu_ns);

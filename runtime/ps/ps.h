@@ -187,6 +187,14 @@ struct ps_node_report {
 
 /* One PS shard: what it was started with (read only after start), the
  * lock the parts below are under, and its parts by concern. */
+/* One decider (job.derived.one_decider): shard 0 relays node 0's ORDER
+ * frames to their workers (relay.c). Under mu. */
+struct ps_relay {
+	pthread_mutex_t mu;
+	struct esd_buf held[ESD_MAX_WORKERS]; /* each worker's orders, to be sent */
+	uint64_t frames, bytes;               /* kept, sent */
+};
+
 struct ps {
 	struct esd_job job;
 	uint32_t shard;
@@ -211,6 +219,7 @@ struct ps {
 	struct ps_live live;
 	struct ps_fit fit;
 	struct ps_node_report report[ESD_MAX_WORKERS];
+	struct ps_relay relay;
 
 	/* the iteration of ps.resume_from's checkpoint this shard started
 	 * from (0: none): a rollback to it before the job's own first
@@ -303,5 +312,19 @@ int ps_resume_from(struct ps *ps, const char *dir);
  * in dir (ps.warm_start; runtime/ps/warm.c). 0, or -EINVAL / -errno after
  * logging what does not match, naming the file. */
 int ps_warm_start(struct ps *ps, const char *dir);
+
+/* relay.c: one decider's orders, relayed by shard 0. */
+void ps_relay_init(struct ps *ps);
+void ps_relay_fini(struct ps *ps);
+/* Whether pl's worker gets orders relayed (shard 0 of a one-decider job,
+ * a worker other than 0). */
+bool ps_relays(const struct ps_link *pl);
+/* On pl's own thread: send the orders kept for its worker (out: the
+ * thread's buffer). 0 or the send's error. */
+int ps_relay_flush(struct ps_link *pl, struct esd_buf *out);
+/* An ORDER from pl: kept for its worker, whose link thread sends it;
+ * refused (ERROR, -EPROTO) from anyone but worker 0 at shard 0 of a
+ * one-decider job. */
+int ps_on_order(struct ps_link *pl, const struct esd_order_msg *o);
 
 #endif

@@ -6,7 +6,9 @@ job.peer_timeout_ms 3000, the defaults):
   address;
 - SIGSTOP of an esdd: the shard hears nothing from it for the peer
   timeout and fails the job naming the worker and its address; every
-  other process exits non-zero;
+  other process exits non-zero; the same for esdd0, the node that decides
+  for every node, whose kill -9 ends the job too, the other daemon naming
+  worker 0;
 - SIGSTOP of the esd-ps: the daemons hear nothing from it and fail the
   job naming the shard; every other process exits non-zero;
 - one frame of a daemon's link held back on the path (a relay in this
@@ -96,24 +98,48 @@ def test_kill_shard(env, s):
               "waits: %s" % lines_with(log, "shard 0"))
 
 
-def test_stop_daemon(env, s):
-    work = os.path.join(env.root, "stop-esdd")
+def test_stop_daemon(env, s, w=1):
+    """SIGSTOP of esdd w; w = 0 is the node that decides for every node
+    (docs/design.md §5, One decider)."""
+    work = os.path.join(env.root, "stop-esdd%d" % w)
     c = started(env, work, s)
+    name = "esdd%d" % w
     try:
-        stopped = [n for n in c.procs if n == "esdd1" or n.startswith("trainer1")]
+        stopped = [n for n in c.procs if n == name or n.startswith("trainer%d" % w)]
         others = [n for n in c.procs if n not in stopped]
         t0 = time.time()
-        os.kill(c.procs["esdd1"].pid, signal.SIGSTOP)
+        os.kill(c.procs[name].pid, signal.SIGSTOP)
         last, rcs = wait_exits(c, others)
-        os.kill(c.procs["esdd1"].pid, signal.SIGKILL)
-        os.kill(c.procs["esdd1"].pid, signal.SIGCONT)
+        os.kill(c.procs[name].pid, signal.SIGKILL)
+        os.kill(c.procs[name].pid, signal.SIGCONT)
     finally:
         c.__exit__(None, None, None)
-    check_bound(env, "SIGSTOP esdd", t0, last, rcs)
+    check_bound(env, "SIGSTOP " + name, t0, last, rcs)
     log = log_of(work, "ps0")
-    env.check(lines_with(log, "worker 1", "heard nothing from"),
-              "SIGSTOP esdd: the shard names the worker, its address and the silence: %s"
-              % lines_with(log, "worker 1"))
+    env.check(lines_with(log, "worker %d" % w, "heard nothing from"),
+              "SIGSTOP %s: the shard names the worker, its address and the silence: %s"
+              % (name, lines_with(log, "worker %d" % w)))
+
+
+def test_kill_decider(env, s):
+    """kill -9 of esdd0, the node deciding for all: the shard fails the job
+    naming worker 0, and the other node (waiting for its order, or at the
+    barrier) ends within the bound, saying why."""
+    work = os.path.join(env.root, "kill-decider")
+    c = started(env, work, s)
+    try:
+        gone = [n for n in c.procs if n == "esdd0" or n.startswith("trainer0")]
+        others = [n for n in c.procs if n not in gone]
+        t0 = time.time()
+        os.kill(c.procs["esdd0"].pid, signal.SIGKILL)
+        last, rcs = wait_exits(c, others)
+    finally:
+        c.__exit__(None, None, None)
+    check_bound(env, "kill -9 esdd0 (the decider)", t0, last, rcs)
+    log = log_of(work, "esdd1")
+    env.check(lines_with(log, "worker 0", "went away"),
+              "kill -9 esdd0: the other daemon names worker 0: %s"
+              % lines_with(log, "shard 0 reports"))
 
 
 def test_stop_shard(env, s):
@@ -210,6 +236,8 @@ def main():
     try:
         test_kill_shard(env, s)
         test_stop_daemon(env, s)
+        test_stop_daemon(env, s, w=0)
+        test_kill_decider(env, s)
         test_stop_shard(env, s)
         test_withheld(env, s, keyed=True)
         test_withheld(env, s, keyed=False)

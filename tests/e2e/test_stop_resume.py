@@ -208,7 +208,8 @@ def test_node_killed(env, s, base):
 
 def test_corrupt_state(env, s):
     """A node's state file of the boundary is corrupt: that daemon refuses
-    to resume, naming the file and what is wrong."""
+    to resume, naming the file and what is wrong. Node 0 decides for every
+    node (docs/design.md §5, One decider): the dispatcher's state is its."""
     work = os.path.join(env.root, "corrupt")
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
@@ -217,8 +218,8 @@ def test_corrupt_state(env, s):
     with Cluster(env.bin, work, s) as c:
         c.start()
         stop = stop_run(env, c, work, "esdd0", 10)
-    path = os.path.join(work, "node1", "node1-%d.state" % stop)
-    env.check(os.path.exists(path), "node 1 wrote its state of iteration %d" % stop)
+    path = os.path.join(work, "node0", "node0-%d.state" % stop)
+    env.check(os.path.exists(path), "node 0 wrote its state of iteration %d" % stop)
     with open(path, "r+b") as f:
         f.seek(300)
         b = f.read(1)
@@ -231,12 +232,12 @@ def test_corrupt_state(env, s):
             env.check(False, "the job should not resume with a corrupt state file")
         except ClusterError:
             pass
-    with open(os.path.join(work, "esdd1.log")) as f:
+    with open(os.path.join(work, "esdd0.log")) as f:
         log = f.read()
     env.check("refusing the node's part of checkpoint" in log and path in log and "checksum" in log,
-              "esdd1 refuses the corrupt state file, naming it: %s"
+              "esdd0 refuses the corrupt state file, naming it: %s"
               % [ln for ln in log.splitlines() if "refusing" in ln][:1])
-    env.check(len(glob.glob(os.path.join(work, "node1", "node1-*.state"))) >= 1,
+    env.check(len(glob.glob(os.path.join(work, "node0", "node0-*.state"))) >= 1,
               "the state files are kept for another try")
 
 

@@ -318,8 +318,13 @@ def run(work):
         check(rc == 0 and out.count("HIT_RATIO") == 2, "cache: human table per node")
 
         # ---- dispatch ------------------------------------------------
-        d = esdctl_json("--node", n1, "dispatch")
-        check(d["method"] == "hybrid" and d["steps"] >= 3, "dispatch: method and steps")
+        # node 0 decides for every node (docs/design.md §5, One decider)
+        d1 = esdctl_json("--node", n1, "dispatch")
+        check(d1["decided_by"] == "node 0" and d1["steps"] == 0,
+              "dispatch: node 1 follows node 0's orders: %s" % d1.get("decided_by"))
+        d = esdctl_json("--node", n0, "dispatch")
+        check(d["method"] == "hybrid" and d["steps"] >= 3 and d["decided_by"] == "this node",
+              "dispatch: method and steps")
         check(d["decision_ms_mean"] > 0 and "regret_median" in d and "heu_opt_gap" in d,
               "dispatch: decision time, regret, gap")
         rc, out, err = esdctl("--node", n0, "dispatch")

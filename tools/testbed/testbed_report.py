@@ -115,6 +115,7 @@ def links_of(summaries, rates):
         d["iterations"] = sm["iterations"]
         d["decision_steps"] = sm["decision"]["steps"]
         d["decision_ms_sum"] = sm["decision"]["ms_mean"] * sm["decision"]["steps"]
+        d["order_wait_ms"] = sm["decision"].get("order_wait_ms")  # None: an older esdd
         out.append(d)
     return out
 
@@ -128,8 +129,8 @@ def minus(full, warm):
         for k, v in f.items():
             if isinstance(v, dict):
                 d[k] = {kk: v[kk] - w[k][kk] for kk in v}
-            elif k in ("rank", "rate_bps"):
-                d[k] = v
+            elif k in ("rank", "rate_bps") or v is None or w.get(k) is None:
+                d[k] = v if k in ("rank", "rate_bps") else None
             else:
                 d[k] = v - w[k]
         out.append(d)
@@ -169,6 +170,11 @@ def aggregate(name, settings, per, rates, measured_iters, seconds, args, check):
     r["iters_per_s"] = measured_iters / seconds if seconds > 0 else 0.0
     steps = sum(p["decision_steps"] for p in per)
     r["decision_ms"] = sum(p["decision_ms_sum"] for p in per) / steps if steps else 0.0
+    # the node that waited longest for its work orders, ms per iteration:
+    # decisions (or node 0's orders, with one decider) not ready in time
+    waits = [p.get("order_wait_ms") for p in per]
+    r["order_wait_ms"] = (max(waits) / measured_iters
+                          if waits and None not in waits and measured_iters else None)
     r["links_equal_prediction"] = check
     return r
 
