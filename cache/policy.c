@@ -195,13 +195,13 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
-		 * entry that position names 8 ahead. */
+		 * lines that position names 8 ahead. */
 		if (i + 16 < cm->npinned) {
 			__builtin_prefetch(&sl[pinned[i + 16]]);
 			__builtin_prefetch(&hp[pinned[i + 16]], 1);
 		}
-		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity && hp[pinned[i + 8]])
-			__builtin_prefetch(cm_heap_entry(cm, hp[pinned[i + 8]]));
+		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity)
+			cm_heap_prefetch(cm, hp[pinned[i + 8]]);
 		/* (a slot past the capacity: a damaged block's, skipped) */
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
@@ -462,16 +462,38 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	return 1;
 }
 
+/* Emark: the victim order of slots[0..n) (unpinned, just turned
+ * OUTDATED) brought up to date in this order, each one's heap lines
+ * requested 8 ahead (the heap positions were requested with the slots). */
+static void reorder_batch(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+{
+	const uint32_t *hp = cm_heappos(cm);
+	for (uint32_t i = 0; i < n && i < 8; i++)
+		cm_heap_prefetch(cm, hp[slots[i]]);
+	for (uint32_t i = 0; i < n; i++) {
+		if (i + 8 < n)
+			cm_heap_prefetch(cm, hp[slots[i + 8]]);
+		esd_cm_emark_reorder(cm, slots[i]);
+	}
+}
+
+/* In batches: the keys looked up, the states set, then under Emark the
+ * unpinned rows' victim order brought up to date in the same order (a
+ * reorder reads no other slot's state, so the heap ends as if each row
+ * were reordered as its state changed). */
 size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n)
 {
 	if (!cm || !keys)
 		return 0;
 	struct esd_cmeta_slot *sl = cm_slots(cm);
-	uint32_t slots[64];
+	const uint32_t *hp = cm_heappos(cm);
+	const bool emark = cm->policy == ESD_POLICY_EMARK;
+	uint32_t slots[64], moved[64];
 	size_t cached = 0;
 
 	for (size_t base = 0; base < n; base += 64) {
 		size_t m = n - base < 64 ? n - base : 64;
+		uint32_t nm = 0;
 		esd_cmeta_find_batch(cm, keys + base, m, slots);
 		for (size_t i = 0; i < m; i++) {
 			const uint32_t slot = slots[i];
@@ -481,10 +503,13 @@ size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys
 			struct esd_cmeta_slot *s = &sl[slot];
 			if (s->state != ESD_ROW_OUTDATED) {
 				cm_store8(&s->state, ESD_ROW_OUTDATED);
-				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-					esd_cm_emark_reorder(cm, slot);
+				if (emark && !cm_pinned_now(cm, s)) {
+					__builtin_prefetch(&hp[slot]);
+					moved[nm++] = slot;
+				}
 			}
 		}
+		reorder_batch(cm, moved, nm);
 	}
 	return cached;
 }

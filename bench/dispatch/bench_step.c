@@ -1,7 +1,7 @@
 /*
  * bench_step: the whole dispatch step (esd_dispatcher_step) at one size,
  * repeated, with per-phase medians - the driver for instruction counts
- * (valgrind --tool=callgrind --collect-atstart=no
+ * (valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no
  * --toggle-collect=measured_steps) and for quick timings of one
  * configuration, e.g. the paper's step (hybrid 0.25 on the ESD matrix,
  * LRU) or the project's default (opt on the shared-charge matrix with
@@ -28,6 +28,19 @@
 #include <esd/dispatch_snap.h>
 
 #include "criteo_batch.h"
+
+/* Under valgrind (--instr-atstart=no) only the measured steps run
+ * instrumented: the warmup to full snapshots then runs at valgrind's
+ * plain speed, so callgrind can count the steps of full-size caches. */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
 
 #include <getopt.h>
 #include <math.h>
@@ -298,7 +311,9 @@ int main(int argc, char **argv)
 	}
 	for (int s = 0; s < steps; s++)
 		gen_batch(&rng, skew, scale, k, (uint32_t *)r.b[s].off, (esd_key_t *)r.b[s].keys);
+	CALLGRIND_START_INSTRUMENTATION;
 	int rc = measured_steps(&r, &lb);
+	CALLGRIND_STOP_INSTRUMENTATION;
 	if (rc) {
 		fprintf(stderr, "step: %s\n", strerror(-rc));
 		return 1;
