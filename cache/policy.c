@@ -200,13 +200,19 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
 		/* Two-stage prefetch: slot and heap position LAPSE_AHEAD ahead,
-		 * the heap lines that position names half as far. */
+		 * half as far the heap lines that position names, for a lapse
+		 * that will move an entry (not a row pinned again, nor one
+		 * Emark parks): requests nothing will read fill the line-fill
+		 * buffers that the needed ones wait for. */
 		if (i + LAPSE_AHEAD < cm->npinned) {
 			__builtin_prefetch(&sl[pinned[i + LAPSE_AHEAD]]);
 			__builtin_prefetch(&hp[pinned[i + LAPSE_AHEAD]], 1);
 		}
-		if (i + LAPSE_AHEAD / 2 < cm->npinned && pinned[i + LAPSE_AHEAD / 2] < cm->capacity)
-			cm_heap_prefetch(cm, hp[pinned[i + LAPSE_AHEAD / 2]]);
+		const uint32_t sa = i + LAPSE_AHEAD / 2 < cm->npinned ? pinned[i + LAPSE_AHEAD / 2]
+		                                                      : ESD_SLOT_NONE;
+		if (sa < cm->capacity && sl[sa].pin_iter == prev &&
+		    !(emark && cm_emark_last(cm, &sl[sa])))
+			cm_heap_prefetch(cm, hp[sa]);
 		/* (a slot past the capacity: a damaged block's, skipped) */
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
