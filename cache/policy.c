@@ -208,8 +208,8 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 			__builtin_prefetch(&sl[pinned[i + LAPSE_AHEAD]]);
 			__builtin_prefetch(&hp[pinned[i + LAPSE_AHEAD]], 1);
 		}
-		const uint32_t sa = i + LAPSE_AHEAD / 2 < cm->npinned ? pinned[i + LAPSE_AHEAD / 2]
-		                                                      : ESD_SLOT_NONE;
+		const uint32_t sa =
+		    i + LAPSE_AHEAD / 2 < cm->npinned ? pinned[i + LAPSE_AHEAD / 2] : ESD_SLOT_NONE;
 		if (sa < cm->capacity && sl[sa].pin_iter == prev &&
 		    !(emark && cm_emark_last(cm, &sl[sa])))
 			cm_heap_prefetch(cm, hp[sa]);

@@ -147,22 +147,15 @@ int main(int argc, char **argv)
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
 	enum esd_policy pol = ESD_POLICY_LRU;
-	static const struct option opts[] = {{"n", required_argument, 0, 'n'},
-	                                     {"m", required_argument, 0, 'm'},
-	                                     {"steps", required_argument, 0, 'r'},
-	                                     {"warmup", required_argument, 0, 'w'},
-	                                     {"skew", required_argument, 0, 's'},
-	                                     {"scale", required_argument, 0, 'S'},
-	                                     {"cache-rows", required_argument, 0, 'c'},
-	                                     {"method", required_argument, 0, 'M'},
-	                                     {"alpha", required_argument, 0, 'a'},
-	                                     {"shared", no_argument, 0, 'x'},
-	                                     {"ls", required_argument, 0, 'l'},
-	                                     {"sizes", required_argument, 0, 'z'},
-	                                     {"policy", required_argument, 0, 'p'},
-	                                     {"vs-laia", no_argument, 0, 'L'},
-	                                     {"vs-policy", required_argument, 0, 'P'},
-	                                     {0, 0, 0, 0}};
+	static const struct option opts[] = {
+	    {"n", required_argument, 0, 'n'},          {"m", required_argument, 0, 'm'},
+	    {"steps", required_argument, 0, 'r'},      {"warmup", required_argument, 0, 'w'},
+	    {"skew", required_argument, 0, 's'},       {"scale", required_argument, 0, 'S'},
+	    {"cache-rows", required_argument, 0, 'c'}, {"method", required_argument, 0, 'M'},
+	    {"alpha", required_argument, 0, 'a'},      {"shared", no_argument, 0, 'x'},
+	    {"ls", required_argument, 0, 'l'},         {"sizes", required_argument, 0, 'z'},
+	    {"policy", required_argument, 0, 'p'},     {"vs-laia", no_argument, 0, 'L'},
+	    {"vs-policy", required_argument, 0, 'P'},  {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -232,12 +225,12 @@ int main(int argc, char **argv)
 			break;
 		}
 		default:
-			fprintf(
-			    stderr,
-			    "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] [--skew X] "
-			    "[--scale D] [--cache-rows C]\n"
-			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
-			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--vs-laia | --vs-policy P]\n");
+			fprintf(stderr,
+			        "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] "
+			        "[--skew X] [--scale D] [--cache-rows C]\n"
+			        "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
+			        "[--ls N] [--sizes F/S]\n"
+			        "       [--policy lru|emark|...] [--vs-laia | --vs-policy P]\n");
 			return 2;
 		}
 	}
