@@ -157,6 +157,28 @@ static inline uint32_t *cm_heappos(const struct esd_cmeta *cm)
 {
 	return CM_AT(cm, off_heappos, uint32_t);
 }
+/* The lines an update or removal of the entry at heap position hp
+ * (heappos's value, 0: none) reads first: the entry, its parent (which
+ * way it moves) and its children's group. A removal leaves a hole
+ * anywhere in the heap, and at 2^18 slots those lines are DRAM misses
+ * that a loop over many slots can overlap. always_inline: see
+ * cm_index_prefetch. */
+static inline __attribute__((always_inline)) void cm_heap_prefetch(const struct esd_cmeta *cm,
+                                                                   uint32_t hp)
+{
+	if (!hp)
+		return;
+	const uint32_t tag = hp & CM_HEAPPOS_B, p = (hp & ~CM_HEAPPOS_B) - 1;
+	const struct cm_hent *e = cm_heap_entry(cm, hp);
+	__builtin_prefetch(e, 1);
+	if (p)
+		__builtin_prefetch(cm_heap_entry(cm, ((p - 1) / 4 + 1) | tag));
+	if ((uint64_t)4 * p + 1 < (tag ? cm->heap_nb : cm->heap_n)) {
+		const struct cm_hent *c = cm_heap_entry(cm, (4 * p + 2) | tag);
+		__builtin_prefetch(c);
+		__builtin_prefetch(tag ? c - 2 : c + 2);
+	}
+}
 /* The LRU ring (LRU policy only; its rules: policy_rules.h) shares
  * the heap's area: 8 four-byte entries per slot of capacity. */
 static inline uint32_t *cm_lru_ring(const struct esd_cmeta *cm)

@@ -182,6 +182,11 @@ static void bi_pin_present(struct bi *b)
 	fill->n_hits = present_n - outdated_n;
 }
 
+/* How far ahead the lapse of the pins requests slot lines and heap
+ * positions: most lapses (Emark's parked rows) only set a flag, so the
+ * requests need many of them to arrive. */
+#define LAPSE_AHEAD 32
+
 /* Under the policies other than LRU, the pins of the last iteration (prev)
  * that lapse now go (back) into the heap with their current order, or
  * under Emark are parked (cmeta_impl.h). A pinned slot may stay in the
@@ -194,14 +199,20 @@ static void bi_lapse_pins(struct esd_cmeta *cm, uint64_t prev)
 	const bool emark = cm->policy == ESD_POLICY_EMARK;
 	for (uint32_t i = 0; i < cm->npinned; i++) {
 		uint32_t s = pinned[i];
-		/* Two-stage prefetch: slot and heap position 16 ahead, the heap
-		 * entry that position names 8 ahead. */
-		if (i + 16 < cm->npinned) {
-			__builtin_prefetch(&sl[pinned[i + 16]]);
-			__builtin_prefetch(&hp[pinned[i + 16]], 1);
+		/* Two-stage prefetch: slot and heap position LAPSE_AHEAD ahead,
+		 * half as far the heap lines that position names, for a lapse
+		 * that will move an entry (not a row pinned again, nor one
+		 * Emark parks): requests nothing will read fill the line-fill
+		 * buffers that the needed ones wait for. */
+		if (i + LAPSE_AHEAD < cm->npinned) {
+			__builtin_prefetch(&sl[pinned[i + LAPSE_AHEAD]]);
+			__builtin_prefetch(&hp[pinned[i + LAPSE_AHEAD]], 1);
 		}
-		if (i + 8 < cm->npinned && pinned[i + 8] < cm->capacity && hp[pinned[i + 8]])
-			__builtin_prefetch(cm_heap_entry(cm, hp[pinned[i + 8]]));
+		const uint32_t sa =
+		    i + LAPSE_AHEAD / 2 < cm->npinned ? pinned[i + LAPSE_AHEAD / 2] : ESD_SLOT_NONE;
+		if (sa < cm->capacity && sl[sa].pin_iter == prev &&
+		    !(emark && cm_emark_last(cm, &sl[sa])))
+			cm_heap_prefetch(cm, hp[sa]);
 		/* (a slot past the capacity: a damaged block's, skipped) */
 		if (s >= cm->capacity || sl[s].state == ESD_ROW_ABSENT || sl[s].pin_iter != prev)
 			continue;
@@ -462,30 +473,72 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	return 1;
 }
 
+/* Emark: the victim order of slots[0..n) (unpinned, just turned
+ * OUTDATED) brought up to date in this order, each one's heap lines
+ * requested 8 ahead (the heap positions were requested with the slots). */
+static void reorder_batch(struct esd_cmeta *cm, const uint32_t *slots, uint32_t n)
+{
+	const uint32_t *hp = cm_heappos(cm);
+	for (uint32_t i = 0; i < n && i < 8; i++)
+		cm_heap_prefetch(cm, hp[slots[i]]);
+	for (uint32_t i = 0; i < n; i++) {
+		if (i + 8 < n)
+			cm_heap_prefetch(cm, hp[slots[i + 8]]);
+		esd_cm_emark_reorder(cm, slots[i]);
+	}
+}
+
+/* One batch of mark_outdated_batch: keys[0..m) looked up and set
+ * OUTDATED; the cached ones counted, the unpinned ones whose state
+ * changed listed in moved[] (Emark), their heap positions requested. */
+static size_t outdated_states(struct esd_cmeta *cm, const esd_key_t *keys, size_t m,
+                              uint32_t *slots, uint32_t *moved, uint32_t *nmoved)
+{
+	struct esd_cmeta_slot *sl = cm_slots(cm);
+	const uint32_t *hp = cm_heappos(cm);
+	const bool emark = cm->policy == ESD_POLICY_EMARK;
+	size_t cached = 0;
+	uint32_t nm = 0;
+	esd_cmeta_find_batch(cm, keys, m, slots);
+	for (size_t i = 0; i < m; i++) {
+		const uint32_t slot = slots[i];
+		if (slot == ESD_SLOT_NONE)
+			continue;
+		cached++;
+		struct esd_cmeta_slot *s = &sl[slot];
+		if (s->state != ESD_ROW_OUTDATED) {
+			cm_store8(&s->state, ESD_ROW_OUTDATED);
+			if (emark && !cm_pinned_now(cm, s)) {
+				__builtin_prefetch(&hp[slot]);
+				moved[nm++] = slot;
+			}
+		}
+	}
+	*nmoved = nm;
+	return cached;
+}
+
+/* In batches of 64 keys: each batch's states set, then under Emark the
+ * previous batch's moved rows reordered, in the order their states
+ * changed, while this batch's heap positions arrive. A reorder reads no
+ * other slot's state, so the heap ends as if each row were reordered as
+ * its state changed. */
 size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys, size_t n)
 {
 	if (!cm || !keys)
 		return 0;
-	struct esd_cmeta_slot *sl = cm_slots(cm);
-	uint32_t slots[64];
+	uint32_t slots[64], moved[2][64], nm[2] = {0, 0};
 	size_t cached = 0;
+	int cur = 0;
 
 	for (size_t base = 0; base < n; base += 64) {
-		size_t m = n - base < 64 ? n - base : 64;
-		esd_cmeta_find_batch(cm, keys + base, m, slots);
-		for (size_t i = 0; i < m; i++) {
-			const uint32_t slot = slots[i];
-			if (slot == ESD_SLOT_NONE)
-				continue;
-			cached++;
-			struct esd_cmeta_slot *s = &sl[slot];
-			if (s->state != ESD_ROW_OUTDATED) {
-				cm_store8(&s->state, ESD_ROW_OUTDATED);
-				if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-					esd_cm_emark_reorder(cm, slot);
-			}
-		}
+		const size_t m = n - base < 64 ? n - base : 64;
+		cur ^= 1;
+		cached += outdated_states(cm, keys + base, m, slots, moved[cur], &nm[cur]);
+		reorder_batch(cm, moved[cur ^ 1], nm[cur ^ 1]);
+		nm[cur ^ 1] = 0;
 	}
+	reorder_batch(cm, moved[cur], nm[cur]);
 	return cached;
 }
 

@@ -1,7 +1,7 @@
 /*
  * bench_step: the whole dispatch step (esd_dispatcher_step) at one size,
  * repeated, with per-phase medians - the driver for instruction counts
- * (valgrind --tool=callgrind --collect-atstart=no
+ * (valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no
  * --toggle-collect=measured_steps) and for quick timings of one
  * configuration, e.g. the paper's step (hybrid 0.25 on the ESD matrix,
  * LRU) or the project's default (opt on the shared-charge matrix with
@@ -23,11 +23,29 @@
  * of its own, their steps alternating (warmup and measured), and the
  * last line gives both CPU medians and their ratio: the decision's price
  * against LAIA's own step, measured in the same run.
+ *
+ * --vs-policy P: the configured method again beside itself, with
+ * snapshots under cache policy P (e.g. Emark against LRU), the same
+ * alternating steps and the same last line: the policy's price in the
+ * whole step.
  */
 #include <esd/clock.h>
 #include <esd/dispatch_snap.h>
 
 #include "criteo_batch.h"
+
+/* Under valgrind (--instr-atstart=no) only the measured steps run
+ * instrumented: the warmup to full snapshots then runs at valgrind's
+ * plain speed, so callgrind can count the steps of full-size caches. */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
 
 #include <getopt.h>
 #include <math.h>
@@ -55,8 +73,9 @@ struct run {
 	int64_t cost;
 };
 
-/* LAIA with equal sizes beside the measured method (--vs-laia): its own
- * dispatcher and snapshots, the whole step's CPU per step. */
+/* LAIA with equal sizes beside the measured method (--vs-laia), or the
+ * method under another policy (--vs-policy): its own dispatcher and
+ * snapshots, the whole step's CPU per step. */
 struct base_run {
 	struct esd_dispatcher *d;
 	struct esd_snapset *ss;
@@ -113,12 +132,12 @@ __attribute__((noinline)) static int measured_steps(struct run *r, struct base_r
 
 /* --vs-laia's line: both steps' CPU medians (the measured method's in
  * r->ph[6]: median_ms sorted it in place, the same values) and the ratio. */
-static void print_vs_laia(struct run *r, struct base_run *lb)
+static void print_vs_laia(struct run *r, struct base_run *lb, const char *name)
 {
 	const double me = median_ms(r->ph[6], r->steps), base = median_ms(lb->cpu, r->steps);
-	printf("vs laia@equal: cpu %.3f against %.3f ms (medians, same batches, alternating "
+	printf("vs %s: cpu %.3f against %.3f ms (medians, same batches, alternating "
 	       "steps): %.2fx; true cost sum %lld against %lld (%.3f)\n",
-	       me, base, base > 0 ? me / base : 0.0, (long long)r->cost, (long long)lb->cost,
+	       name, me, base, base > 0 ? me / base : 0.0, (long long)r->cost, (long long)lb->cost,
 	       lb->cost ? (double)r->cost / (double)lb->cost : 0.0);
 }
 
@@ -127,25 +146,20 @@ int main(int argc, char **argv)
 	uint32_t n = 8, m = 128, cache_rows = 1u << 18;
 	uint32_t capf = 0, caps = 0;
 	int steps = 50, warmup = -1, shared = 0, vs_laia = 0; /* -1: until full */
+	int vs_pol = -1; /* --vs-policy: the baseline's policy */
 	uint64_t ls = 0, scale = 1;
 	double skew = 1.3, alpha = 0.25;
 	enum esd_method method = ESD_METHOD_HYBRID;
 	enum esd_policy pol = ESD_POLICY_LRU;
-	static const struct option opts[] = {{"n", required_argument, 0, 'n'},
-	                                     {"m", required_argument, 0, 'm'},
-	                                     {"steps", required_argument, 0, 'r'},
-	                                     {"warmup", required_argument, 0, 'w'},
-	                                     {"skew", required_argument, 0, 's'},
-	                                     {"scale", required_argument, 0, 'S'},
-	                                     {"cache-rows", required_argument, 0, 'c'},
-	                                     {"method", required_argument, 0, 'M'},
-	                                     {"alpha", required_argument, 0, 'a'},
-	                                     {"shared", no_argument, 0, 'x'},
-	                                     {"ls", required_argument, 0, 'l'},
-	                                     {"sizes", required_argument, 0, 'z'},
-	                                     {"policy", required_argument, 0, 'p'},
-	                                     {"vs-laia", no_argument, 0, 'L'},
-	                                     {0, 0, 0, 0}};
+	static const struct option opts[] = {
+	    {"n", required_argument, 0, 'n'},          {"m", required_argument, 0, 'm'},
+	    {"steps", required_argument, 0, 'r'},      {"warmup", required_argument, 0, 'w'},
+	    {"skew", required_argument, 0, 's'},       {"scale", required_argument, 0, 'S'},
+	    {"cache-rows", required_argument, 0, 'c'}, {"method", required_argument, 0, 'M'},
+	    {"alpha", required_argument, 0, 'a'},      {"shared", no_argument, 0, 'x'},
+	    {"ls", required_argument, 0, 'l'},         {"sizes", required_argument, 0, 'z'},
+	    {"policy", required_argument, 0, 'p'},     {"vs-laia", no_argument, 0, 'L'},
+	    {"vs-policy", required_argument, 0, 'P'},  {0, 0, 0, 0}};
 	int o;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -205,13 +219,22 @@ int main(int argc, char **argv)
 		case 'L':
 			vs_laia = 1;
 			break;
+		case 'P': {
+			enum esd_policy vp;
+			if (esd_policy_parse(optarg, &vp)) {
+				fprintf(stderr, "bad policy %s\n", optarg);
+				return 2;
+			}
+			vs_pol = (int)vp;
+			break;
+		}
 		default:
-			fprintf(
-			    stderr,
-			    "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] [--skew X] "
-			    "[--scale D] [--cache-rows C]\n"
-			    "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
-			    "[--ls N] [--sizes F/S] [--policy lru|emark|...] [--vs-laia]\n");
+			fprintf(stderr,
+			        "usage: bench_step [--n N] [--m M] [--steps S] [--warmup W|full] "
+			        "[--skew X] [--scale D] [--cache-rows C]\n"
+			        "       [--method hybrid|opt|heu|laia|...] [--alpha A] [--shared] "
+			        "[--ls N] [--sizes F/S]\n"
+			        "       [--policy lru|emark|...] [--vs-laia | --vs-policy P]\n");
 			return 2;
 		}
 	}
@@ -249,7 +272,18 @@ int main(int argc, char **argv)
 	struct run r = {.steps = steps, .ss = ss};
 	if (esd_dispatcher_create(&cfg, ss, &r.d))
 		return 1;
+	if (vs_laia && vs_pol >= 0) {
+		fprintf(stderr, "--vs-laia and --vs-policy: one baseline at a time\n");
+		return 2;
+	}
 	struct base_run lb = {0};
+	if (vs_pol >= 0) {
+		if (esd_snapset_create(n, capc, (enum esd_policy)vs_pol, &lb.ss) ||
+		    esd_dispatcher_create(&cfg, lb.ss, &lb.d) ||
+		    !(lb.assign = malloc(k * sizeof(uint32_t))) ||
+		    !(lb.cpu = malloc((size_t)steps * sizeof(int64_t))))
+			return 1;
+	}
 	if (vs_laia) {
 		struct esd_dispatcher_config lc = {.n = n,
 		                                   .T = T,
@@ -302,7 +336,9 @@ int main(int argc, char **argv)
 	}
 	for (int s = 0; s < steps; s++)
 		gen_batch(&rng, skew, scale, k, (uint32_t *)r.b[s].off, (esd_key_t *)r.b[s].keys);
+	CALLGRIND_START_INSTRUMENTATION;
 	int rc = measured_steps(&r, &lb);
+	CALLGRIND_STOP_INSTRUMENTATION;
 	if (rc) {
 		fprintf(stderr, "step: %s\n", strerror(-rc));
 		return 1;
@@ -331,6 +367,8 @@ int main(int argc, char **argv)
 		printf(" (full from step %d)", full_at + 1);
 	printf("\n");
 	if (vs_laia)
-		print_vs_laia(&r, &lb);
+		print_vs_laia(&r, &lb, "laia@equal");
+	if (vs_pol >= 0)
+		print_vs_laia(&r, &lb, esd_policy_name((enum esd_policy)vs_pol));
 	return 0;
 }
