@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +392,22 @@ GMAC_TARGET static void nh_absorb(const struct gmac *g, struct gmac_run *r, cons
 	}
 }
 
+/* Move the first bytes of p into the run's waiting 16-byte unit (and to
+ * *copy when set), advancing p, len and copy; whether the unit is full. */
+static bool fill_part(struct gmac_run *r, const uint8_t **p, size_t *len, uint8_t **copy)
+{
+	size_t k = 16 - r->part_len < *len ? 16 - r->part_len : *len;
+	memcpy(r->part + r->part_len, *p, k);
+	if (*copy) {
+		memcpy(*copy, *p, k);
+		*copy += k;
+	}
+	r->part_len += k;
+	*p += k;
+	*len -= k;
+	return r->part_len == 16;
+}
+
 GMAC_TARGET static void nh_run_add(const struct gmac *g, struct gmac_run *r, const uint8_t *p,
 				   size_t len, uint8_t *copy)
 {
@@ -398,16 +415,7 @@ GMAC_TARGET static void nh_run_add(const struct gmac *g, struct gmac_run *r, con
 		return;
 	r->total += len;
 	if (r->part_len) { /* fill the waiting unit first */
-		size_t k = 16 - r->part_len < len ? 16 - r->part_len : len;
-		memcpy(r->part + r->part_len, p, k);
-		if (copy) {
-			memcpy(copy, p, k);
-			copy += k;
-		}
-		r->part_len += k;
-		p += k;
-		len -= k;
-		if (r->part_len < 16)
+		if (!fill_part(r, &p, &len, &copy))
 			return;
 		nh_absorb(g, r, r->part, 1, NULL);
 		r->part_len = 0;
@@ -492,17 +500,8 @@ GMAC_TARGET void esd_gmac_run_add(const struct gmac *g, struct gmac_run *r, cons
 	__m128i y = _mm_loadu_si128((const __m128i *)r->y);
 	r->total += len;
 	if (r->part_len) { /* fill the waiting block first */
-		size_t k = 16 - r->part_len < len ? 16 - r->part_len : len;
-		memcpy(r->part + r->part_len, p, k);
-		if (copy) {
-			memcpy(copy, p, k);
-			copy += k;
-		}
-		r->part_len += k;
-		p += k;
-		len -= k;
-		if (r->part_len < 16)
-			return;
+		if (!fill_part(r, &p, &len, &copy))
+			return; /* y unchanged */
 		y = absorb(g, y, r->part, 16, NULL);
 		r->part_len = 0;
 	}

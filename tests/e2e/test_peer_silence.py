@@ -81,16 +81,31 @@ def check_bound(env, what, t_event, t_last, rcs):
               % (what, BOUND_S, took, rcs))
 
 
-def test_kill_shard(env, s):
-    work = os.path.join(env.root, "kill-shard")
+def signal_one(env, work, s, name, sig):
+    """Start a cluster in work, send sig to process name (SIGSTOP: left
+    stopped until the others have exited, then killed), wait for the
+    processes that are neither name nor its node's trainers; (the
+    cluster, t0, the time the last exited or None, their exit codes)."""
     c = started(env, work, s)
     try:
-        others = [n for n in c.procs if n != "ps0"]
+        node = name[len("esdd"):] if name.startswith("esdd") else None
+        gone = [n for n in c.procs
+                if n == name or (node is not None and n.startswith("trainer" + node))]
+        others = [n for n in c.procs if n not in gone]
         t0 = time.time()
-        os.kill(c.procs["ps0"].pid, signal.SIGKILL)
+        os.kill(c.procs[name].pid, sig)
         last, rcs = wait_exits(c, others)
+        if sig == signal.SIGSTOP:
+            os.kill(c.procs[name].pid, signal.SIGKILL)
+            os.kill(c.procs[name].pid, signal.SIGCONT)
     finally:
         c.__exit__(None, None, None)
+    return c, t0, last, rcs
+
+
+def test_kill_shard(env, s):
+    work = os.path.join(env.root, "kill-shard")
+    c, t0, last, rcs = signal_one(env, work, s, "ps0", signal.SIGKILL)
     check_bound(env, "kill -9 shard", t0, last, rcs)
     log = log_of(work, "esdd0")
     env.check(lines_with(log, "shard 0", c.ps_addr[0], "restart_shards"),
@@ -102,18 +117,8 @@ def test_stop_daemon(env, s, w=1):
     """SIGSTOP of esdd w; w = 0 is the node that decides for every node
     (docs/design.md §5, One decider)."""
     work = os.path.join(env.root, "stop-esdd%d" % w)
-    c = started(env, work, s)
     name = "esdd%d" % w
-    try:
-        stopped = [n for n in c.procs if n == name or n.startswith("trainer%d" % w)]
-        others = [n for n in c.procs if n not in stopped]
-        t0 = time.time()
-        os.kill(c.procs[name].pid, signal.SIGSTOP)
-        last, rcs = wait_exits(c, others)
-        os.kill(c.procs[name].pid, signal.SIGKILL)
-        os.kill(c.procs[name].pid, signal.SIGCONT)
-    finally:
-        c.__exit__(None, None, None)
+    _, t0, last, rcs = signal_one(env, work, s, name, signal.SIGSTOP)
     check_bound(env, "SIGSTOP " + name, t0, last, rcs)
     log = log_of(work, "ps0")
     env.check(lines_with(log, "worker %d" % w, "heard nothing from"),
@@ -126,15 +131,7 @@ def test_kill_decider(env, s):
     naming worker 0, and the other node (waiting for its order, or at the
     barrier) ends within the bound, saying why."""
     work = os.path.join(env.root, "kill-decider")
-    c = started(env, work, s)
-    try:
-        gone = [n for n in c.procs if n == "esdd0" or n.startswith("trainer0")]
-        others = [n for n in c.procs if n not in gone]
-        t0 = time.time()
-        os.kill(c.procs["esdd0"].pid, signal.SIGKILL)
-        last, rcs = wait_exits(c, others)
-    finally:
-        c.__exit__(None, None, None)
+    _, t0, last, rcs = signal_one(env, work, s, "esdd0", signal.SIGKILL)
     check_bound(env, "kill -9 esdd0 (the decider)", t0, last, rcs)
     log = log_of(work, "esdd1")
     env.check(lines_with(log, "worker 0", "went away"),
@@ -144,16 +141,7 @@ def test_kill_decider(env, s):
 
 def test_stop_shard(env, s):
     work = os.path.join(env.root, "stop-ps")
-    c = started(env, work, s)
-    try:
-        others = [n for n in c.procs if n != "ps0"]
-        t0 = time.time()
-        os.kill(c.procs["ps0"].pid, signal.SIGSTOP)
-        last, rcs = wait_exits(c, others)
-        os.kill(c.procs["ps0"].pid, signal.SIGKILL)
-        os.kill(c.procs["ps0"].pid, signal.SIGCONT)
-    finally:
-        c.__exit__(None, None, None)
+    _, t0, last, rcs = signal_one(env, work, s, "ps0", signal.SIGSTOP)
     check_bound(env, "SIGSTOP esd-ps", t0, last, rcs)
     log = log_of(work, "esdd0")
     env.check(lines_with(log, "shard 0", "heard nothing from"),
