@@ -487,7 +487,9 @@ static int ls_keys(struct ls *L, const struct esd_keytab *kt, int64_t *cost)
 		struct ls_cls *C = &L->C[c];
 		for (uint32_t N = 0; N < 256; N++) {
 			C->g[N] = L->full || (N & (N - 1)) ? C->ts.lo[N] : 0;
-			C->td[N] = N && !(N & (N - 1)) ? C->T[__builtin_ctz(N)] : 0;
+			/* one-bit masks of a worker in the job; the others never occur */
+			const uint32_t j = N ? (uint32_t)__builtin_ctz(N) : 0;
+			C->td[N] = N && !(N & (N - 1)) && j < L->n ? C->T[j] : 0;
 		}
 	}
 	*cost = ls_key_costs8(L, kt);
