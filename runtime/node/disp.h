@@ -88,6 +88,8 @@ struct disp {
 
 /* ---- disp_thread.c: the parts of a work order both kinds of node make ------ */
 
+/* Make *p hold at least want elements of elem bytes (realloc); 0 or -ENOMEM. */
+int node_disp_grow(void **p, size_t *cap, size_t want, size_t elem);
 /* Read the next global batch of the stream into slot b. */
 int node_disp_read_batch(struct disp *ds, int b);
 /* Our samples of batch b (ds->in.assign) into o. */

@@ -68,7 +68,7 @@ static void gpu_crossover(struct disp *ds, const struct esd_job *j)
 			 "answers from there", cal.min_rows, j->n);
 }
 
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
+int node_disp_grow(void **p, size_t *cap, size_t want, size_t elem)
 {
 	if (want <= *cap)
 		return 0;
@@ -114,9 +114,10 @@ int node_disp_copy_samples(struct disp *ds, struct order *o, int b)
 	o->labels = realloc(o->labels, (m + 1) * sizeof(float));
 	o->dense = realloc(o->dense, ((size_t)m * D + 1) * sizeof(float));
 	if (!o->labels || !o->dense ||
-	    grow((void **)&o->keys, &o->cap_keys, nk + 1, sizeof(esd_key_t)) ||
-	    grow((void **)&o->bag_off, &o->cap_bags, (size_t)m * T + 1, sizeof(uint32_t)) ||
-	    (in->wts[b] && grow((void **)&o->wts, &o->cap_wts, nk + 1, sizeof(float))))
+	    node_disp_grow((void **)&o->keys, &o->cap_keys, nk + 1, sizeof(esd_key_t)) ||
+	    node_disp_grow((void **)&o->bag_off, &o->cap_bags, (size_t)m * T + 1,
+			   sizeof(uint32_t)) ||
+	    (in->wts[b] && node_disp_grow((void **)&o->wts, &o->cap_wts, nk + 1, sizeof(float))))
 		return -ENOMEM;
 	o->m = o->nkeys = 0;
 	for (uint64_t i = 0; i < in->k; i++) {
@@ -187,8 +188,8 @@ int node_disp_need_lists(struct disp *ds, struct order *o, const struct esd_keyt
 		else
 			nothers++;
 	}
-	if (grow((void **)&o->need, &o->cap_need, nneed + 1, sizeof(esd_key_t)) ||
-	    grow((void **)&o->others, &o->cap_others, nothers + 1, sizeof(esd_key_t)))
+	if (node_disp_grow((void **)&o->need, &o->cap_need, nneed + 1, sizeof(esd_key_t)) ||
+	    node_disp_grow((void **)&o->others, &o->cap_others, nothers + 1, sizeof(esd_key_t)))
 		return -ENOMEM;
 	o->alone = realloc(o->alone, o->cap_need);
 	if (!o->alone)
@@ -234,7 +235,7 @@ static int build_order(struct disp *ds, struct order *o, uint64_t iter, int b)
 	};
 	for (size_t l = 0; l < 3; l++) {
 		uint32_t c = esd_conseq_count(ds->eng.cq, lists[l].kind, w);
-		if (grow((void **)lists[l].dst, lists[l].cap, c + 1, sizeof(esd_key_t)))
+		if (node_disp_grow((void **)lists[l].dst, lists[l].cap, c + 1, sizeof(esd_key_t)))
 			return -ENOMEM;
 		memcpy(*lists[l].dst, esd_conseq_keys(ds->eng.cq, lists[l].kind, w),
 		       c * sizeof(esd_key_t));
@@ -337,7 +338,8 @@ static void *disp_main(void *arg)
 			for (uint32_t j = 0; j < nd->job.n && !rc; j++)
 				rc = esd_cmeta_lookahead(esd_snapset_cmeta(ds->eng.ss, j),
 							 ds->in.keys[cur ^ 1], na, iter + 1);
-			if (!rc && grow((void **)&o->ahead, &o->cap_ahead, na, sizeof(esd_key_t)))
+			if (!rc && node_disp_grow((void **)&o->ahead, &o->cap_ahead, na,
+						   sizeof(esd_key_t)))
 				rc = -ENOMEM;
 			if (rc)
 				break;

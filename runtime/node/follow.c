@@ -332,13 +332,8 @@ static int need_masks(struct disp *ds, int b)
 static int copy_keys(esd_key_t **dst, size_t *cap, uint32_t *n, const esd_key_t *src,
 		     uint32_t count)
 {
-	if (count + 1 > *cap) {
-		esd_key_t *p = realloc(*dst, ((size_t)count + 1) * sizeof(esd_key_t));
-		if (!p)
-			return -ENOMEM;
-		*dst = p;
-		*cap = count + 1;
-	}
+	if (node_disp_grow((void **)dst, cap, (size_t)count + 1, sizeof(esd_key_t)))
+		return -ENOMEM;
 	memcpy(*dst, src, (size_t)count * sizeof(esd_key_t));
 	*n = count;
 	return 0;
