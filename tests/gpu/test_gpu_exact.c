@@ -121,7 +121,7 @@ static void test_n16_n32(void **state)
 {
 	(void)state;
 	sweep(16, 512, KMAX(8192, 1024));
-	sweep(32, 1024, KMAX(8192, 1024));
+	sweep(32, 512, KMAX(8192, 1024));
 }
 
 static void test_n64(void **state)
