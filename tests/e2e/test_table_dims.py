@@ -6,19 +6,24 @@ each row crosses the links with its table's dim (the link bytes are
 the predicted rows' unpadded bytes plus the frame headers); every row's
 padding past its table's dim is exactly zero (esd-export
 --dims refuses a non-zero one), the export gives each table its own
-shape, and a job warm-starts from it; resuming the checkpoint under
-smaller dims is refused. A job of tables of 8 and 64 floats moves rows
-of the two sizes esdctl plan gives.
+shape, and a job warm-starts from it. The checkpoint holds each row at
+its table's dim (version 2: the file is the header, the table block,
+16 + 4 * d_t * (1 + state floats) bytes a row, the dense table and the
+trailer); a job resumed from it (ps.resume_from) trains on to the
+tables esd-ref trains in one go, and resuming it under other dims is
+refused naming the table and both dims. A job of tables of 8 and 64
+floats moves rows of the two sizes esdctl plan gives.
 
 usage: test_table_dims.py BIN_DIR
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
 from e2e_util import Env, ClusterError
-from esdcluster import write_ini
+from esdcluster import Cluster, write_ini
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DIMS = "4,8*12,16*12,4"  # 26 tables (criteo-kaggle)
@@ -126,9 +131,44 @@ def check_export(env, name, ck):
     return out
 
 
+def check_ckpt_size(env, name, ck):
+    """The checkpoint's bytes: each row at its table's dim (esd-ref info
+    gives its rows and dense floats; SGD: no state), below the padded
+    layout's."""
+    path = ck.split(",")[0]
+    r = subprocess.run([os.path.join(env.bin, "esd-ref"), "info", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"(\d+) rows of dim (\d+).*dense table (\d+) floats", r.stdout, re.S)
+    if r.returncode or not m or "version 2: 26 tables of dims 4,8," not in r.stdout:
+        env.check(False, "%s: esd-ref info %s: version 2 with the tables' dims: %s"
+                  % (name, path, r.stdout.strip()[-300:]))
+        return
+    rows, dim, dense = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    size = os.path.getsize(path)
+    padded = 128 + rows * (16 + 4 * dim) + 4 * dense + 48
+    env.check(size < padded, "%s: the checkpoint is %d bytes, %d padded (%d rows)"
+              % (name, size, padded, rows))
+    print("figure: %s checkpoint %d bytes per-table, %d padded" % (name, size, padded))
+
+
+def resume_dims(env, name, s, ck):
+    """A job resumed from the run's checkpoint (ps.resume_from) to 60
+    iterations: its tables equal esd-ref's trained 60 iterations at once."""
+    old = os.path.dirname(ck.split(",")[0])
+    r = dict(s, **{"job.iterations": 60, "ps.resume_from": old})
+    work, ck2 = env.run_dirs(r, name + "-resumed")
+    with Cluster(env.bin, work, r) as c:
+        c.start(resume=True)
+        c.wait(timeout=120)
+    ref = env.reference(name + "-60", dict(s, **{"job.iterations": 60}))
+    ok, out = env.compare(os.path.join(ck2, "ps-shard0.ckpt"), ref)
+    env.check(ok, "%s: resumed from iteration 50 to 60 == esd-ref --dims of 60 iterations: %s"
+              % (name, out.splitlines()[-1] if out else ""))
+
+
 def resume_other_dims(env, s, ck):
-    """esd-ps resuming the run's checkpoint (ps.resume_from) under smaller
-    dims: refused naming a row whose padding is not zero."""
+    """esd-ps resuming the run's checkpoint (ps.resume_from) under other
+    dims: refused naming the table and both dims."""
     work = os.path.join(env.root, "other-dims")
     os.makedirs(os.path.join(work, "ckpt"), exist_ok=True)
     job = os.path.join(work, "job.ini")
@@ -142,10 +182,10 @@ def resume_other_dims(env, s, ck):
         rc, out = r.returncode, r.stdout
     except subprocess.TimeoutExpired as e:
         rc, out = "timeout", str(e.output)
-    line = [ln for ln in out.splitlines() if "past the table's dim" in ln]
+    line = [ln for ln in out.splitlines() if "has table 1 at dim 8, this job at dim 4" in ln]
     env.check(rc not in (0, "timeout") and line,
-              "resuming under other model.dims is refused naming the row (exit %s): %s"
-              % (rc, line[:1]))
+              "resuming under other model.dims is refused naming table and dims (exit %s): %s"
+              % (rc, line[:1] or out.strip()[-300:]))
 
 
 def main():
@@ -171,6 +211,9 @@ def main():
                 w = dict(s, **{"ps.warm_start": exp, "job.iterations": 5})
                 env.run(name + "-warm", w)
                 env.check(True, "%s: a job warm-started from the export trains" % name)
+            if name == "hybrid-sgd":
+                check_ckpt_size(env, name, ck)
+                resume_dims(env, name, s, ck)
                 resume_other_dims(env, s, ck)
         dims_8_64(env)
     except ClusterError as e:
