@@ -10,15 +10,20 @@ shape, and a job warm-starts from it. The checkpoint holds each row at
 its table's dim (version 2: the file is the header, the table block,
 16 + 4 * d_t * (1 + state floats) bytes a row, the dense table and the
 trailer); a job resumed from it (ps.resume_from) trains on to the
-tables esd-ref trains in one go, and resuming it under other dims is
-refused naming the table and both dims. A job of tables of 8 and 64
+tables esd-ref trains in one go, as does one resumed from the same
+checkpoint rewritten in version 1 (every row padded, as shards wrote it
+before); resuming it under other dims is refused naming the table and
+both dims. A job of tables of 8 and 64
 floats moves rows of the two sizes esdctl plan gives.
 
 usage: test_table_dims.py BIN_DIR
 """
+import ctypes
+import ctypes.util
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -151,19 +156,70 @@ def check_ckpt_size(env, name, ck):
     print("figure: %s checkpoint %d bytes per-table, %d padded" % (name, size, padded))
 
 
-def resume_dims(env, name, s, ck):
-    """A job resumed from the run's checkpoint (ps.resume_from) to 60
-    iterations: its tables equal esd-ref's trained 60 iterations at once."""
-    old = os.path.dirname(ck.split(",")[0])
+def xxh64(data):
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH64.restype = ctypes.c_uint64
+    lib.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+    return lib.XXH64(data, len(data), 0)
+
+
+def to_version1(src, dst):
+    """The version-2 checkpoint src (SGD: no state) rewritten as version 1,
+    every row padded with zeros to the header's dim (esd/ckpt.h)."""
+    with open(src, "rb") as f:
+        buf = f.read()
+    h = bytearray(buf[:128])
+    dim = struct.unpack_from("<I", h, 64)[0]
+    nrows, ndense = struct.unpack_from("<QQ", h, 40)
+    nt = struct.unpack_from("<I", h, 104)[0]
+    dims = [struct.unpack_from("<I", buf, 128 + 16 * t)[0] for t in range(nt)]
+    off, body = 128 + 16 * nt, bytearray()
+    for _ in range(nrows):
+        key = struct.unpack_from("<Q", buf, off)[0]
+        d = dims[key >> 48]
+        body += buf[off:off + 16 + 4 * d] + bytes(4 * (dim - d))
+        off += 16 + 4 * d
+    body += buf[off:off + 4 * ndense]
+    struct.pack_into("<I", h, 8, 1)
+    h[104:120] = bytes(16)
+    struct.pack_into("<Q", h, 120, xxh64(bytes(h[:120])))
+    t = bytearray(b"ESDCKEND" + struct.pack("<QQQQ", nrows, ndense, xxh64(bytes(body)),
+                                            struct.unpack_from("<Q", h, 120)[0]))
+    t += struct.pack("<Q", xxh64(bytes(t)))
+    with open(dst, "wb") as f:
+        f.write(bytes(h) + bytes(body) + bytes(t))
+
+
+def resume_dims(env, name, s, ck, old=None, tag="resumed"):
+    """A job resumed from the run's checkpoint (ps.resume_from; old: that
+    directory) to 60 iterations: its tables equal esd-ref's trained 60
+    iterations at once."""
+    old = old or os.path.dirname(ck.split(",")[0])
     r = dict(s, **{"job.iterations": 60, "ps.resume_from": old})
-    work, ck2 = env.run_dirs(r, name + "-resumed")
+    work, ck2 = env.run_dirs(r, name + "-" + tag)
     with Cluster(env.bin, work, r) as c:
         c.start(resume=True)
         c.wait(timeout=120)
-    ref = env.reference(name + "-60", dict(s, **{"job.iterations": 60}))
+    ref = os.path.join(env.root, name + "-60.ref.ckpt")
+    if not os.path.exists(ref):
+        ref = env.reference(name + "-60", dict(s, **{"job.iterations": 60}))
     ok, out = env.compare(os.path.join(ck2, "ps-shard0.ckpt"), ref)
-    env.check(ok, "%s: resumed from iteration 50 to 60 == esd-ref --dims of 60 iterations: %s"
-              % (name, out.splitlines()[-1] if out else ""))
+    env.check(ok, "%s: %s from iteration 50 to 60 == esd-ref --dims of 60 iterations: %s"
+              % (name, tag, out.splitlines()[-1] if out else ""))
+
+
+def resume_version1(env, name, s, ck):
+    """The same from the checkpoint rewritten in version 1 (padded rows)."""
+    old = os.path.join(env.root, name + "-v1")
+    os.makedirs(old, exist_ok=True)
+    to_version1(ck.split(",")[0], os.path.join(old, "ps-shard0.ckpt"))
+    r = subprocess.run([os.path.join(env.bin, "esd-ref"), "info",
+                        os.path.join(old, "ps-shard0.ckpt")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    env.check(r.returncode == 0 and "version 2" not in r.stdout,
+              "%s: the version-1 rewrite is a valid checkpoint (%s)"
+              % (name, r.stdout.strip()[-200:]))
+    resume_dims(env, name, s, ck, old=old, tag="resumed-from-version-1")
 
 
 def resume_other_dims(env, s, ck):
@@ -214,6 +270,7 @@ def main():
             if name == "hybrid-sgd":
                 check_ckpt_size(env, name, ck)
                 resume_dims(env, name, s, ck)
+                resume_version1(env, name, s, ck)
                 resume_other_dims(env, s, ck)
         dims_8_64(env)
     except ClusterError as e:
