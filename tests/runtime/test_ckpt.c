@@ -602,15 +602,14 @@ static void test_table_dims(void **state)
 	assert_int_equal(n, 3000);
 	esd_ckpt_close(r);
 
-	/* every truncation of a small one is refused, and a flip of one bit
-	 * (a different one each byte) anywhere in it */
+	/* a small one cut or with one bit flipped is refused: every byte of
+	 * the header and the table block, every few past them */
 	unsigned char *b;
 	size_t len;
 	write_dims(p, 5, 7, NULL, NULL, 0);
 	read_file(p, &b, &len);
-	for (size_t cut = 0; cut < len; cut++)
-		assert_int_not_equal(open_bytes(q, b, cut, &err), 0);
-	for (size_t i = 0; i < len; i++) {
+	for (size_t i = 0; i < len; i += i < 200 ? 1 : 3) {
+		assert_int_not_equal(open_bytes(q, b, i, &err), 0);
 		b[i] ^= (unsigned char)(1u << (i % 8));
 		if (!open_bytes(q, b, len, &err))
 			fail_msg("flip of bit %zu at byte %zu went undetected", i % 8, i);
