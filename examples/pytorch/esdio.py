@@ -269,24 +269,60 @@ def _read_ckpt_file(path):
     if buf[:8] != b"ESDCKPT\0":
         raise ValueError("%s: not a checkpoint (magic)" % path)
     version, hsize = struct.unpack_from("<II", buf, 8)
-    if version != 1:
-        raise ValueError("%s: checkpoint version %d, expected 1" % (path, version))
+    if version not in (1, 2):
+        raise ValueError("%s: checkpoint version %d, this code reads versions 1 and 2"
+                         % (path, version))
     seed, it, cursor, nrows, ndense, dclock = struct.unpack_from("<6Q", buf, 16)
     dim, opt, sf, shard, _, flags = struct.unpack_from("<6I", buf, 64)
     piter, psum = struct.unpack_from("<2Q", buf, 88)
-    rec = 16 + 4 * dim * (1 + sf)
-    if len(buf) != hsize + nrows * rec + 4 * ndense * (1 + sf) + 48:
+    tdims = []
+    if version == 2:  # the table block: each table's dim and rows
+        nt = struct.unpack_from("<I", buf, 104)[0]
+        ent = [struct.unpack_from("<IIQ", buf, hsize + 16 * t) for t in range(nt)]
+        tdims = [e[0] for e in ent]
+        rows_off = hsize + 16 * nt
+        row_bytes = sum(n * (16 + 4 * d * (1 + sf)) for d, _, n in ent)
+    else:
+        rows_off = hsize
+        row_bytes = nrows * (16 + 4 * dim * (1 + sf))
+    if len(buf) != rows_off + row_bytes + 4 * ndense * (1 + sf) + 48:
         raise ValueError("%s: size %d does not match its header" % (path, len(buf)))
-    dt = np.dtype([("key", "<u8"), ("clock", "<u8"), ("value", "<f4", (dim,)),
-                   ("state", "<f4", (dim * sf,))])
-    rows = np.frombuffer(buf, dt, nrows, hsize)
-    p = hsize + nrows * rec
+    if version == 1:
+        dt = np.dtype([("key", "<u8"), ("clock", "<u8"), ("value", "<f4", (dim,)),
+                       ("state", "<f4", (dim * sf,))])
+        rows = np.frombuffer(buf, dt, nrows, rows_off)
+        keys, clocks = rows["key"].copy(), rows["clock"].copy()
+        values, state = rows["value"].copy(), rows["state"].reshape(nrows, dim * sf).copy()
+    else:
+        keys, clocks, values, state = _ckpt_rows_v2(buf, rows_off, nrows, dim, sf, tdims)
+    p = rows_off + row_bytes
     dense = np.frombuffer(buf, np.float32, ndense * (1 + sf), p)
     return {"seed": seed, "iter": it, "cursor": cursor, "dim": dim, "opt": opt,
-            "dense_clock": dclock, "keys": rows["key"].copy(), "clocks": rows["clock"].copy(),
-            "values": rows["value"].copy(), "state": rows["state"].reshape(nrows, dim * sf).copy(),
+            "dense_clock": dclock, "keys": keys, "clocks": clocks, "values": values,
+            "state": state, "table_dims": tdims,
             "dense": dense[:ndense].copy(), "dense_state": dense[ndense:].copy(),
             "parent": (piter, psum) if flags & 2 else None, "shard": shard}
+
+
+def _ckpt_rows_v2(buf, off, nrows, dim, sf, tdims):
+    """A version-2 file's rows, each at its table's dim d_t, padded to dim
+    with zeros (values [r, dim], state [r, dim*sf] in sf blocks of dim)."""
+    keys = np.zeros(nrows, np.uint64)
+    clocks = np.zeros(nrows, np.uint64)
+    values = np.zeros((nrows, dim), np.float32)
+    state = np.zeros((nrows, dim * sf), np.float32)
+    for i in range(nrows):
+        k, c = struct.unpack_from("<QQ", buf, off)
+        d = tdims[k >> 48] if (k >> 48) < len(tdims) else None
+        if d is None:
+            raise ValueError("row %#x of a table the file has no dim for" % k)
+        f = np.frombuffer(buf, np.float32, d * (1 + sf), off + 16)
+        keys[i], clocks[i] = k, c
+        values[i, :d] = f[:d]
+        for b in range(sf):
+            state[i, b * dim:b * dim + d] = f[d + b * d:d + (b + 1) * d]
+        off += 16 + 4 * d * (1 + sf)
+    return keys, clocks, values, state
 
 
 def _ckpt_parent(path, c):

@@ -3,10 +3,10 @@
  * part of the model at an iteration boundary (rows, optimizer state,
  * clocks, the dense table, the iteration and the data cursor).
  *
- * Format (version 1, little-endian, no padding)
- * ---------------------------------------------
+ * Format (versions 1 and 2, little-endian, no padding)
+ * ----------------------------------------------------
  *   header, 128 bytes:
- *     0   magic "ESDCKPT\0"          8   u32 version (1)
+ *     0   magic "ESDCKPT\0"          8   u32 version (1 or 2)
  *     12  u32 header size (128)      16  u64 job seed
  *     24  u64 iteration (the next one to train)
  *     32  u64 data cursor (index of the next sample of the stream)
@@ -19,15 +19,25 @@
  *         an increment, see below)
  *     88  u64 parent iteration       96  u64 parent file checksum
  *         (both zero unless an increment)
- *     104 16 bytes reserved, zero    120 u64 XXH64 of bytes [0, 120)
- *   rows, row count records of 16 + 4*dim*(1 + state floats) bytes:
- *     u64 key | u64 clock | float value[dim] | float state[dim*sf]
+ *     104 version 1: 16 bytes reserved, zero; version 2: u32 table
+ *         count n | u32 zero | u64 XXH64 of the table block
+ *     120 u64 XXH64 of bytes [0, 120)
+ *   version 2 only, the table block, n entries of 16 bytes:
+ *     u32 the table's dim d_t (1..dim) | u32 zero | u64 its rows here
+ *   rows, row count records of 16 + 4*d*(1 + state floats) bytes:
+ *     u64 key | u64 clock | float value[d] | float state[d*sf]
+ *   d: version 1, the header's dim for every row (a row of a job with
+ *   per-table dims padded with zeros); version 2, d_t of the key's table
+ *   (esd_key_table), the state its sf blocks of d_t floats each.
  *   dense: float dense[dense floats] | float dense state[dense floats*sf]
  *   trailer, 48 bytes:
  *     0 magic "ESDCKEND" | 8 u64 row count | 16 u64 dense floats |
  *     24 u64 XXH64 of every byte between header and trailer |
  *     32 u64 the header's checksum | 40 u64 XXH64 of trailer bytes [0, 40)
- * The size of a valid file follows from its header alone.
+ * The size of a valid file follows from its header (and table block)
+ * alone. A writer given table dims (meta.ntables) writes version 2, else
+ * version 1; readers read both and hand every row out at the header's
+ * dim, a version-2 row padded with zeros past its table's dim.
  *
  * Increments
  * ----------
@@ -86,7 +96,9 @@
 extern "C" {
 #endif
 
-#define ESD_CKPT_VERSION      1u
+#define ESD_CKPT_VERSION      2u /* the newest this code reads and writes */
+#define ESD_CKPT_VERSION_PADDED 1u /* rows all of the header's dim */
+#define ESD_CKPT_MAX_TABLES   65536u /* entries of a version-2 table block */
 #define ESD_CKPT_HEADER_SIZE  128u
 #define ESD_CKPT_TRAILER_SIZE 48u
 #define ESD_CKPT_MAX_DIM      65536u
@@ -99,7 +111,12 @@ struct esd_ckpt_meta {
 	uint64_t seed;        /* job seed (rows are initialised from it) */
 	uint64_t iteration;   /* the next iteration to train */
 	uint64_t data_cursor; /* sample index of the stream to resume from */
-	uint32_t dim;         /* row length, 1..ESD_CKPT_MAX_DIM */
+	uint32_t dim;         /* row length, 1..ESD_CKPT_MAX_DIM (the largest table dim) */
+	/* per-table dims (version 2): table t's rows hold table_dims[t]
+	 * floats (<= dim); ntables 0: every row dim floats (version 1). The
+	 * writer copies them; a reader's point into the reader. */
+	uint32_t ntables;
+	const uint32_t *table_dims;
 	enum esd_optimizer optimizer;
 	uint32_t shard;       /* this shard, < nshards */
 	uint32_t nshards;     /* shards of the job, >= 1 */
@@ -154,6 +171,15 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
 int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock, const float *value,
                        const float *state);
 
+/* Append one row at its table's dim d (meta.table_dims; dim without
+ * them): value[d] and state[d * sf], the state's sf blocks of d floats
+ * each. Errors as esd_ckpt_write_row, and -EINVAL for a key of a table
+ * past meta.ntables. esd_ckpt_write_row takes rows at dim and, with
+ * table dims, refuses (-EINVAL) a row with a non-zero value float past
+ * its table's dim and drops the state floats past it. */
+int esd_ckpt_write_row_packed(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
+                              const float *value, const float *state);
+
 /* Append n rows from arrays: keys[n], clocks[n], values[n*dim],
  * states[n*dim*sf] (NULL when sf == 0). Errors as esd_ckpt_write_row. */
 int esd_ckpt_write_rows(struct esd_ckpt_writer *w, size_t n, const esd_key_t *keys,
@@ -198,7 +224,8 @@ struct esd_ckpt_reader;
  *   -ENODATA                truncated: shorter than its header says (or
  *                           than a header)
  *   -ESD_EBADMAGIC          header or trailer magic wrong
- *   -ESD_EBADVERSION        a version this code does not read
+ *   -ESD_EBADVERSION        a version this code does not read (neither
+ *                           1 nor 2)
  *   -ESD_EBADSUM            header, trailer or body checksum mismatch
  *   -EBADMSG                fields out of range, counts that disagree
  *                           between header, trailer and size, trailing
@@ -229,7 +256,7 @@ const struct esd_ckpt_info *esd_ckpt_info(const struct esd_ckpt_reader *r);
 
 /*
  * Row callback: key, clock, value[dim], state[dim * sf] (NULL when sf is
- * 0). The pointers are valid during the call only. Return 0 to go on;
+ * 0), padded with zeros past the row's table dim in a version-2 file. The pointers are valid during the call only. Return 0 to go on;
  * anything else stops the walk and is returned by esd_ckpt_read_rows.
  */
 typedef int (*esd_ckpt_row_fn)(void *arg, esd_key_t key, uint64_t clock, const float *value,

@@ -65,8 +65,14 @@ struct esd_plan {
 	bool weighted; /* a weight per key (weighted bags) */
 	unsigned state_floats; /* optimizer state floats per float */
 	uint64_t total_rows, cache_rows, global_batch, dense_len, row_bytes;
+	/* the PS store's records: one class per distinct table dim
+	 * (model.dims; one of dim without), its rows and record bytes */
+	uint32_t store_classes;
+	uint32_t class_dim[ESD_JOB_MAX_DIMS];
+	uint64_t class_rows[ESD_JOB_MAX_DIMS], class_rec[ESD_JOB_MAX_DIMS];
 	/* the model's embedding input: the tables' dims summed (model.dims;
-	 * tables x dim without it). Rows are stored at dim floats each. */
+	 * tables x dim without it). Cached rows are stored at dim floats
+	 * each, the PS store's at their table's dim. */
 	uint64_t emb_floats;
 	struct esd_cache_sizes cache_sizes;
 	/* per process */

@@ -36,7 +36,9 @@ enum {
 	H_FLAGS = 84,
 	H_PARENT_ITER = 88,
 	H_PARENT_SUM = 96,
-	H_RESERVED = 104,
+	H_RESERVED = 104, /* version 1: zero to H_SUM */
+	H_NTABLES = 104,  /* version 2: the table block's entries */
+	H_TABSUM = 112,   /* version 2: XXH64 of the table block */
 	H_SUM = 120,
 };
 /* trailer field offsets */
@@ -54,6 +56,9 @@ static inline uint64_t ckpt_record_size(uint32_t dim, uint32_t sf)
 {
 	return 16 + 4 * (uint64_t)dim * (1 + sf);
 }
+
+/* Bytes of one entry of the version-2 table block. */
+#define CKPT_TABLE_ENTRY 16u
 
 /* Checksums: XXH64 with seed 0 (see ckpt_*.c). */
 uint64_t esd_ckpt_hash(const void *p, size_t n);

@@ -25,7 +25,13 @@ struct esd_ckpt_reader {
 	int fd;
 	struct esd_ckpt_info info;
 	uint32_t sf;
-	uint64_t rec;       /* bytes of a row record */
+	uint32_t version;
+	uint64_t rec;       /* bytes of a row record (version 2: the largest) */
+	uint64_t cur_off;   /* offset of the record being delivered */
+	/* version 2: each table's dim (info.meta.table_dims) and rows here */
+	uint32_t *tdims;
+	uint64_t *trows;
+	float *pad; /* a row padded to dim (version 2) */
 	uint64_t rows_off;  /* start of rows */
 	uint64_t dense_off; /* start of the dense section */
 	uint64_t trailer_off;
@@ -74,6 +80,99 @@ static int pread_all(int fd, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
+/* Version 2's table block (after the header): each table's dim and rows,
+ * checked against the header. */
+static int read_tables(struct esd_ckpt_reader *r, const unsigned char *h,
+                       struct esd_ckpt_error *err)
+{
+	struct esd_ckpt_meta *m = &r->info.meta;
+	const uint32_t nt = esd_get_le32(h + H_NTABLES);
+	if (nt < 1 || nt > ESD_CKPT_MAX_TABLES || esd_get_le32(h + H_NTABLES + 4))
+		return fail(err, -EBADMSG, H_NTABLES, "%u tables, expected 1..%u", nt,
+		            ESD_CKPT_MAX_TABLES);
+	const size_t bytes = (size_t)nt * CKPT_TABLE_ENTRY;
+	unsigned char *b = malloc(bytes);
+	r->tdims = malloc(nt * sizeof(*r->tdims));
+	r->trows = malloc(nt * sizeof(*r->trows));
+	if (!b || !r->tdims || !r->trows) {
+		free(b);
+		return fail(err, -ENOMEM, 0, "out of memory");
+	}
+	int rc = pread_all(r->fd, b, bytes, ESD_CKPT_HEADER_SIZE);
+	if (rc) {
+		free(b);
+		return fail(err, rc, ESD_CKPT_HEADER_SIZE, "read of the table block failed: %s",
+		            esd_strerror(rc));
+	}
+	if (esd_ckpt_hash(b, bytes) != esd_get_le64(h + H_TABSUM)) {
+		free(b);
+		return fail(err, -ESD_EBADSUM, ESD_CKPT_HEADER_SIZE,
+		            "table block checksum mismatch over bytes [%u, %zu)",
+		            ESD_CKPT_HEADER_SIZE, ESD_CKPT_HEADER_SIZE + bytes);
+	}
+	uint64_t rows = 0;
+	for (uint32_t t = 0; t < nt && !rc; t++) {
+		const unsigned char *e = b + (size_t)t * CKPT_TABLE_ENTRY;
+		r->tdims[t] = esd_get_le32(e);
+		r->trows[t] = esd_get_le64(e + 8);
+		if (r->tdims[t] < 1 || r->tdims[t] > m->dim || esd_get_le32(e + 4))
+			rc = fail(err, -EBADMSG, ESD_CKPT_HEADER_SIZE + t * CKPT_TABLE_ENTRY,
+			          "table %u has dim %u, expected 1..%u", t, r->tdims[t], m->dim);
+		else if (r->trows[t] > UINT64_MAX / 2 - rows)
+			rc = fail(err, -EBADMSG, ESD_CKPT_HEADER_SIZE + t * CKPT_TABLE_ENTRY + 8,
+			          "table %u: %" PRIu64 " rows", t, r->trows[t]);
+		rows += r->trows[t];
+	}
+	free(b);
+	if (!rc && rows != r->info.row_count)
+		rc = fail(err, -EBADMSG, H_ROWS,
+		          "header says %" PRIu64 " rows, its tables %" PRIu64, r->info.row_count, rows);
+	m->ntables = nt;
+	m->table_dims = r->tdims;
+	return rc;
+}
+
+/* Bytes of a row record of dim d. */
+static uint64_t rec_of(const struct esd_ckpt_reader *r, uint32_t d)
+{
+	return ckpt_record_size(d, r->sf);
+}
+
+/* The size follows from the header (and table block): check it before
+ * reading on. */
+static int check_size(struct esd_ckpt_reader *r, uint64_t size, struct esd_ckpt_error *err)
+{
+	const struct esd_ckpt_meta *m = &r->info.meta;
+	const uint64_t max = UINT64_MAX / 4;
+	r->rec = rec_of(r, m->dim);
+	if (r->info.row_count > max / r->rec || m->dense_len > max / (4 * (1 + (uint64_t)r->sf)))
+		return fail(err, -EBADMSG, H_ROWS,
+		            "counts too large (%" PRIu64 " rows, %" PRIu64 " dense floats)",
+		            r->info.row_count, m->dense_len);
+	/* the bound above holds every table's rows at the largest record */
+	uint64_t row_bytes = r->info.row_count * r->rec;
+	if (m->ntables) {
+		row_bytes = 0;
+		for (uint32_t t = 0; t < m->ntables; t++)
+			row_bytes += r->trows[t] * rec_of(r, r->tdims[t]);
+	}
+	r->rows_off = ESD_CKPT_HEADER_SIZE + (uint64_t)m->ntables * CKPT_TABLE_ENTRY;
+	r->dense_off = r->rows_off + row_bytes;
+	r->trailer_off = r->dense_off + m->dense_len * 4 * (1 + (uint64_t)r->sf);
+	uint64_t want = r->trailer_off + ESD_CKPT_TRAILER_SIZE;
+	if (size < want)
+		return fail(err, -ENODATA, size,
+		            "truncated: %" PRIu64 " bytes, the header's counts (%" PRIu64
+		            " rows of dim %u, %" PRIu64 " dense floats) need %" PRIu64,
+		            size, r->info.row_count, m->dim, m->dense_len, want);
+	if (size > want)
+		return fail(err, -EBADMSG, want,
+		            "%" PRIu64 " trailing bytes after the trailer at %" PRIu64, size - want,
+		            r->trailer_off);
+	r->info.file_size = size;
+	return 0;
+}
+
 static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint64_t size,
                         struct esd_ckpt_error *err)
 {
@@ -82,10 +181,11 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 	if (memcmp(h + H_MAGIC, CKPT_MAGIC, 8))
 		return fail(err, -ESD_EBADMAGIC, H_MAGIC, "not a checkpoint: bad header magic");
 	v = esd_get_le32(h + H_VERSION);
-	if (v != ESD_CKPT_VERSION)
+	if (v != ESD_CKPT_VERSION && v != ESD_CKPT_VERSION_PADDED)
 		return fail(err, -ESD_EBADVERSION, H_VERSION,
-		            "checkpoint version %u, this code reads version %u", v,
-		            ESD_CKPT_VERSION);
+		            "checkpoint version %u, this code reads versions %u and %u", v,
+		            ESD_CKPT_VERSION_PADDED, ESD_CKPT_VERSION);
+	r->version = v;
 	if (esd_get_le32(h + H_HSIZE) != ESD_CKPT_HEADER_SIZE)
 		return fail(err, -EBADMSG, H_HSIZE, "header size %u, expected %u",
 		            esd_get_le32(h + H_HSIZE), ESD_CKPT_HEADER_SIZE);
@@ -129,32 +229,14 @@ static int check_header(struct esd_ckpt_reader *r, const unsigned char *h, uint6
 		            m->iteration, m->parent_iteration);
 	r->file_rows = r->info.row_count;
 	r->info.chain = 1;
-	for (unsigned i = H_RESERVED; i < H_SUM; i++)
-		if (h[i])
-			return fail(err, -EBADMSG, i, "reserved header byte is not zero");
-
-	/* The size follows from the header: check it before reading on. */
-	r->rec = ckpt_record_size(m->dim, r->sf);
-	const uint64_t max = UINT64_MAX / 4;
-	if (r->info.row_count > max / r->rec || m->dense_len > max / (4 * (1 + (uint64_t)r->sf)))
-		return fail(err, -EBADMSG, H_ROWS,
-		            "counts too large (%" PRIu64 " rows, %" PRIu64 " dense floats)",
-		            r->info.row_count, m->dense_len);
-	r->rows_off = ESD_CKPT_HEADER_SIZE;
-	r->dense_off = r->rows_off + r->info.row_count * r->rec;
-	r->trailer_off = r->dense_off + m->dense_len * 4 * (1 + (uint64_t)r->sf);
-	uint64_t want = r->trailer_off + ESD_CKPT_TRAILER_SIZE;
-	if (size < want)
-		return fail(err, -ENODATA, size,
-		            "truncated: %" PRIu64 " bytes, the header's counts (%" PRIu64
-		            " rows of dim %u, %" PRIu64 " dense floats) need %" PRIu64,
-		            size, r->info.row_count, m->dim, m->dense_len, want);
-	if (size > want)
-		return fail(err, -EBADMSG, want,
-		            "%" PRIu64 " trailing bytes after the trailer at %" PRIu64, size - want,
-		            r->trailer_off);
-	r->info.file_size = size;
-	return 0;
+	if (v == ESD_CKPT_VERSION_PADDED)
+		for (unsigned i = H_RESERVED; i < H_SUM; i++)
+			if (h[i])
+				return fail(err, -EBADMSG, i, "reserved header byte is not zero");
+	int rc = v == ESD_CKPT_VERSION_PADDED ? 0 : read_tables(r, h, err);
+	if (rc)
+		return rc;
+	return check_size(r, size, err);
 }
 
 static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, const unsigned char *t,
@@ -183,54 +265,129 @@ static int check_trailer(struct esd_ckpt_reader *r, const unsigned char *h, cons
 	return 0;
 }
 
+/* Bytes of the record of key: the file's dim, or (version 2) its table's;
+ * 0 for a table the file has none of. */
+static uint64_t rec_of_key(const struct esd_ckpt_reader *r, uint64_t key)
+{
+	const struct esd_ckpt_meta *m = &r->info.meta;
+	if (!m->ntables)
+		return r->rec;
+	const uint32_t t = esd_key_table(key);
+	return t < m->ntables ? rec_of(r, r->tdims[t]) : 0;
+}
+
+/* Hand the record at p to fn with value and state at the file's dim (a
+ * version-2 row padded with zeros in r->pad). */
+static int deliver(struct esd_ckpt_reader *r, const unsigned char *p, esd_ckpt_row_fn fn,
+                   void *arg)
+{
+	const uint32_t dim = r->info.meta.dim;
+	const uint64_t key = esd_get_le64(p), clock = esd_get_le64(p + 8);
+	const float *v = (const float *)(const void *)(p + 16);
+	const uint32_t d = r->info.meta.ntables ? r->tdims[esd_key_table(key)] : dim;
+	if (d == dim)
+		return fn(arg, key, clock, v, r->sf ? v + dim : NULL);
+	memset(r->pad, 0, (size_t)dim * (1 + r->sf) * sizeof(float));
+	for (uint32_t b = 0; b <= r->sf; b++)
+		memcpy(r->pad + (size_t)b * dim, v + (size_t)b * d, d * sizeof(float));
+	return fn(arg, key, clock, r->pad, r->sf ? r->pad + dim : NULL);
+}
+
+/* The rows' bytes from off into the buffer (after hashing what the buffer
+ * held before off: every byte of it was walked). */
+static int refill(struct esd_ckpt_reader *r, XXH64_state_t *st, uint64_t *boff, uint64_t *blen,
+                  uint64_t off, struct esd_ckpt_error *err)
+{
+	XXH64_update(st, r->buf, (size_t)(off - *boff));
+	uint64_t n = r->dense_off - off < r->bufsize ? r->dense_off - off : r->bufsize;
+	int rc = pread_all(r->fd, r->buf, (size_t)n, off);
+	if (rc)
+		return fail(err, rc, off, "read of rows at %" PRIu64 " failed: %s", off,
+		            esd_strerror(rc));
+	*boff = off;
+	*blen = n;
+	return 0;
+}
+
+/* The record at off fits the rows' section and is of a table the file
+ * has (version 2 counts its rows per table in seen). */
+static int check_record(struct esd_ckpt_reader *r, uint64_t off, uint64_t key, uint64_t rec,
+                        uint64_t *seen, struct esd_ckpt_error *err)
+{
+	if (!rec)
+		return fail(err, -EBADMSG, off,
+		            "row 0x%" PRIx64 " at %" PRIu64 " is of table %u, the file has %u", key,
+		            off, esd_key_table(key), r->info.meta.ntables);
+	if (off + rec > r->dense_off)
+		return fail(err, -EBADMSG, off,
+		            "row 0x%" PRIx64 " at %" PRIu64 " runs past the rows' end at %" PRIu64,
+		            key, off, r->dense_off);
+	if (seen && ++seen[esd_key_table(key)] > r->trows[esd_key_table(key)])
+		return fail(err, -EBADMSG, off,
+		            "more rows of table %u than the %" PRIu64 " its entry says",
+		            esd_key_table(key), r->trows[esd_key_table(key)]);
+	return 0;
+}
+
 /*
  * One pass over the body [rows_off, trailer_off): checksum, and key order
  * when the file says sorted. With fn, rows are delivered too.
  */
+static int walk_rows(struct esd_ckpt_reader *r, XXH64_state_t *st, esd_ckpt_row_fn fn, void *arg,
+                     struct esd_ckpt_error *err)
+{
+	uint64_t left = r->file_rows, off = r->rows_off, prev = 0, boff = off, blen = 0;
+	uint64_t *seen = NULL;
+	int rc = 0;
+	if (r->info.meta.ntables && !(seen = calloc(r->info.meta.ntables, sizeof(*seen))))
+		return fail(err, -ENOMEM, 0, "out of memory");
+	for (; left && !rc; left--) {
+		if (off + 16 > r->dense_off) {
+			rc = fail(err, -EBADMSG, off, "rows end at %" PRIu64 " with %" PRIu64 " to go",
+			          r->dense_off, left);
+			break;
+		}
+		if (off + 16 > boff + blen && (rc = refill(r, st, &boff, &blen, off, err)))
+			break;
+		uint64_t key = esd_get_le64(r->buf + (off - boff)), rec = rec_of_key(r, key);
+		if ((rc = check_record(r, off, key, rec, seen, err)))
+			break;
+		if (off + rec > boff + blen && (rc = refill(r, st, &boff, &blen, off, err)))
+			break;
+		if (r->info.sorted && off != r->rows_off && key <= prev) {
+			rc = fail(err, -EBADMSG, off,
+			          "rows marked sorted, but key 0x%" PRIx64 " at %" PRIu64
+			          " follows 0x%" PRIx64,
+			          key, off, prev);
+			break;
+		}
+		prev = key;
+		r->cur_off = off;
+		if (fn)
+			rc = deliver(r, r->buf + (off - boff), fn, arg);
+		off += rec;
+	}
+	free(seen);
+	if (!rc && off != r->dense_off)
+		rc = fail(err, -EBADMSG, off, "rows end at %" PRIu64 ", their section at %" PRIu64,
+		          off, r->dense_off);
+	if (!rc)
+		XXH64_update(st, r->buf, (size_t)(off - boff));
+	return rc;
+}
+
 static int walk_body(struct esd_ckpt_reader *r, esd_ckpt_row_fn fn, void *arg,
                      struct esd_ckpt_error *err)
 {
 	XXH64_state_t *st = XXH64_createState();
-	const uint32_t dim = r->info.meta.dim;
-	uint64_t left = r->file_rows, off = r->rows_off, prev = 0;
+	uint64_t off = r->dense_off;
 	int rc = 0;
 	if (!st)
 		return fail(err, -ENOMEM, 0, "out of memory");
 	XXH64_reset(st, 0);
-	while (left) {
-		uint64_t n = r->bufsize / r->rec;
-		if (n > left)
-			n = left;
-		size_t bytes = (size_t)(n * r->rec);
-		rc = pread_all(r->fd, r->buf, bytes, off);
-		if (rc) {
-			rc = fail(err, rc, off, "read of rows at %" PRIu64 " failed: %s", off,
-			          esd_strerror(rc));
-			goto out;
-		}
-		XXH64_update(st, r->buf, bytes);
-		for (uint64_t i = 0; i < n; i++) {
-			const unsigned char *p = r->buf + i * r->rec;
-			uint64_t key = esd_get_le64(p);
-			uint64_t ro = off + i * r->rec;
-			if (r->info.sorted && ro != r->rows_off && key <= prev) {
-				rc = fail(err, -EBADMSG, ro,
-				          "rows marked sorted, but key 0x%" PRIx64 " at %" PRIu64
-				          " follows 0x%" PRIx64,
-				          key, ro, prev);
-				goto out;
-			}
-			prev = key;
-			if (fn) {
-				const float *v = (const float *)(const void *)(p + 16);
-				rc = fn(arg, key, esd_get_le64(p + 8), v, r->sf ? v + dim : NULL);
-				if (rc)
-					goto out;
-			}
-		}
-		left -= n;
-		off += bytes;
-	}
+	rc = walk_rows(r, st, fn, arg, err);
+	if (rc)
+		goto out;
 	/* the dense section, hashed in buffer-sized pieces */
 	while (off < r->trailer_off) {
 		uint64_t n = r->trailer_off - off;
@@ -305,7 +462,9 @@ static int open_one_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_err
 		goto err_close;
 	r->bufsize = (size_t)((RBUF_MIN + r->rec - 1) / r->rec * r->rec);
 	r->buf = malloc(r->bufsize);
-	if (!r->buf) {
+	if (r->info.meta.ntables)
+		r->pad = malloc((size_t)r->rec);
+	if (!r->buf || (r->info.meta.ntables && !r->pad)) {
 		rc = fail(err, -ENOMEM, 0, "out of memory");
 		goto err_close;
 	}
@@ -317,9 +476,12 @@ static int open_one_fd(int fd, struct esd_ckpt_reader **out, struct esd_ckpt_err
 
 err_buf:
 	free(r->buf);
+	free(r->pad);
 err_close:
 	close(r->fd);
 err_free:
+	free(r->tdims);
+	free(r->trows);
 	free(r);
 	return rc;
 }
@@ -481,7 +643,7 @@ static int collect_key(void *arg, esd_key_t key, uint64_t clock, const float *v,
 		return -ENOMEM;
 	if (!e->level) { /* levels are walked newest first */
 		e->level = c->level;
-		e->off = c->at->rows_off + c->idx * c->at->rec;
+		e->off = c->at->cur_off;
 	}
 	e->first = c->level;
 	c->idx++;
@@ -498,6 +660,14 @@ static int mark_base(void *arg, esd_key_t key, uint64_t clock, const float *v, c
 		c->in_base++;
 	}
 	return 0;
+}
+
+/* Whether two files have the same table dims (none, or each equal). */
+static bool same_tables(const struct esd_ckpt_meta *a, const struct esd_ckpt_meta *b)
+{
+	return a->ntables == b->ntables &&
+	       (!a->ntables ||
+	        !memcmp(a->table_dims, b->table_dims, a->ntables * sizeof(*a->table_dims)));
 }
 
 /* Open and check r's parents back to the base and index the keys of its
@@ -522,7 +692,8 @@ static int open_chain(const char *path, struct esd_ckpt_reader *r, struct esd_ck
 		r->chain[r->nchain++] = p;
 		const struct esd_ckpt_meta *a = &at->info.meta, *b = &p->info.meta;
 		if (b->iteration != a->parent_iteration || b->seed != a->seed || b->dim != a->dim ||
-		    b->optimizer != a->optimizer || b->shard != a->shard || b->nshards != a->nshards)
+		    b->optimizer != a->optimizer || b->shard != a->shard || b->nshards != a->nshards ||
+		    !same_tables(a, b))
 			return fail(err, -EBADMSG, 0,
 			            "%s: parent of %s is of another shard or iteration", par, cur);
 		r->info.file_size += p->info.file_size;
@@ -555,12 +726,8 @@ static int open_chain(const char *path, struct esd_ckpt_reader *r, struct esd_ck
 static int emit_newest(struct walk_ctx *c, const struct key_ent *e)
 {
 	struct esd_ckpt_reader *l = level_of(c->top, e->level);
-	int rc = pread_all(l->fd, c->rec, (size_t)l->rec, e->off);
-	if (rc)
-		return rc;
-	const float *v = (const float *)(const void *)(c->rec + 16);
-	return c->fn(c->arg, esd_get_le64(c->rec), esd_get_le64(c->rec + 8), v,
-	             l->sf ? v + l->info.meta.dim : NULL);
+	int rc = pread_all(l->fd, c->rec, (size_t)rec_of_key(l, e->key), e->off);
+	return rc ? rc : deliver(l, c->rec, c->fn, c->arg);
 }
 
 static int merge_base_row(void *arg, esd_key_t key, uint64_t clock, const float *v, const float *s)
@@ -682,5 +849,8 @@ void esd_ckpt_close(struct esd_ckpt_reader *r)
 	free(r->map);
 	close(r->fd);
 	free(r->buf);
+	free(r->pad);
+	free(r->tdims);
+	free(r->trows);
 	free(r);
 }

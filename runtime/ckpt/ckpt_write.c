@@ -33,6 +33,11 @@ struct esd_ckpt_writer {
 	struct esd_ckpt_meta meta;
 	uint32_t sf;
 	uint64_t rows;
+	/* version 2: the table dims (meta.table_dims points here), rows per
+	 * table and the table block as written at commit */
+	uint32_t *tdims;
+	uint64_t *trows;
+	unsigned char *tblock;
 	int have_prev;
 	esd_key_t prev_key;
 	int sorted;
@@ -129,12 +134,24 @@ static int emit(struct esd_ckpt_writer *w, const void *p, size_t n)
 	return 0;
 }
 
+/* Version 2's table block: each table's dim and rows written so far. */
+static void encode_tables(struct esd_ckpt_writer *w)
+{
+	for (uint32_t t = 0; t < w->meta.ntables; t++) {
+		unsigned char *e = w->tblock + (size_t)t * CKPT_TABLE_ENTRY;
+		esd_put_le32(e, w->tdims[t]);
+		esd_put_le32(e + 4, 0);
+		esd_put_le64(e + 8, w->trows[t]);
+	}
+}
+
 static void encode_header(struct esd_ckpt_writer *w)
 {
 	unsigned char *h = w->header;
+	const uint32_t nt = w->meta.ntables;
 	memset(h, 0, ESD_CKPT_HEADER_SIZE);
 	memcpy(h + H_MAGIC, CKPT_MAGIC, 8);
-	esd_put_le32(h + H_VERSION, ESD_CKPT_VERSION);
+	esd_put_le32(h + H_VERSION, nt ? ESD_CKPT_VERSION : ESD_CKPT_VERSION_PADDED);
 	esd_put_le32(h + H_HSIZE, ESD_CKPT_HEADER_SIZE);
 	esd_put_le64(h + H_SEED, w->meta.seed);
 	esd_put_le64(h + H_ITER, w->meta.iteration);
@@ -152,6 +169,11 @@ static void encode_header(struct esd_ckpt_writer *w)
 	if (w->meta.increment) {
 		esd_put_le64(h + H_PARENT_ITER, w->meta.parent_iteration);
 		esd_put_le64(h + H_PARENT_SUM, w->meta.parent_sum);
+	}
+	if (nt) {
+		encode_tables(w);
+		esd_put_le32(h + H_NTABLES, nt);
+		esd_put_le64(h + H_TABSUM, esd_ckpt_hash(w->tblock, (size_t)nt * CKPT_TABLE_ENTRY));
 	}
 	esd_put_le64(h + H_SUM, esd_ckpt_hash(h, H_SUM));
 }
@@ -175,6 +197,35 @@ static int split_path(const char *path, char **dir, char **base)
 	return 0;
 }
 
+/* meta's table dims: each 1..dim, at most ESD_CKPT_MAX_TABLES. */
+static bool tables_ok(const struct esd_ckpt_meta *meta)
+{
+	if (!meta->ntables)
+		return true;
+	if (meta->ntables > ESD_CKPT_MAX_TABLES || !meta->table_dims)
+		return false;
+	for (uint32_t t = 0; t < meta->ntables; t++)
+		if (meta->table_dims[t] < 1 || meta->table_dims[t] > meta->dim)
+			return false;
+	return true;
+}
+
+/* The writer's own copy of the table dims and its row counters. */
+static int copy_tables(struct esd_ckpt_writer *w)
+{
+	const size_t nt = w->meta.ntables;
+	if (!nt)
+		return 0;
+	w->tdims = malloc(nt * sizeof(*w->tdims));
+	w->trows = calloc(nt, sizeof(*w->trows));
+	w->tblock = malloc(nt * CKPT_TABLE_ENTRY);
+	if (!w->tdims || !w->trows || !w->tblock)
+		return -ENOMEM;
+	memcpy(w->tdims, w->meta.table_dims, nt * sizeof(*w->tdims));
+	w->meta.table_dims = w->tdims;
+	return 0;
+}
+
 int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
                          struct esd_ckpt_writer **out)
 {
@@ -183,7 +234,8 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
 	int rc;
 
 	if (!path || !meta || !out || meta->dim < 1 || meta->dim > ESD_CKPT_MAX_DIM ||
-	    meta->optimizer > ESD_OPT_ADAM || meta->nshards < 1 || meta->shard >= meta->nshards)
+	    meta->optimizer > ESD_OPT_ADAM || meta->nshards < 1 || meta->shard >= meta->nshards ||
+	    !tables_ok(meta))
 		return -EINVAL;
 	w = calloc(1, sizeof(*w));
 	if (!w)
@@ -192,7 +244,9 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
 	w->meta = *meta;
 	w->sf = esd_optimizer_state_floats(meta->optimizer);
 	w->sorted = 1;
-	rc = split_path(path, &w->dir, &base);
+	rc = copy_tables(w);
+	if (!rc)
+		rc = split_path(path, &w->dir, &base);
 	if (rc)
 		goto err_free;
 	rc = -ENOMEM;
@@ -211,10 +265,13 @@ int esd_ckpt_writer_open(const char *path, const struct esd_ckpt_meta *meta,
 		rc = esd_neg_errno();
 		goto err_free;
 	}
-	/* provisional header (row count 0); the final one is written at commit */
+	/* provisional header and table block (row counts 0); the final ones
+	 * are written at commit */
 	encode_header(w);
 	rc = write_all(w->fd, w->header, ESD_CKPT_HEADER_SIZE);
-	w->written = ESD_CKPT_HEADER_SIZE;
+	if (!rc && w->meta.ntables)
+		rc = write_all(w->fd, w->tblock, (size_t)w->meta.ntables * CKPT_TABLE_ENTRY);
+	w->written = ESD_CKPT_HEADER_SIZE + (off_t)w->meta.ntables * CKPT_TABLE_ENTRY;
 	if (rc)
 		goto err_unlink;
 	free(base);
@@ -227,6 +284,9 @@ err_unlink:
 	unlink(w->tmp);
 err_free:
 	free(base);
+	free(w->tdims);
+	free(w->trows);
+	free(w->tblock);
 	XXH64_freeState(w->body);
 	free(w->buf);
 	free(w->tmp);
@@ -236,29 +296,86 @@ err_free:
 	return rc;
 }
 
-int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock, const float *value,
-                       const float *state)
+/* Whether a row may be appended (key after the previous, not a duplicate,
+ * before the dense table, of a known table): 0 or -errno. */
+static int row_ok(struct esd_ckpt_writer *w, esd_key_t key, const float *value,
+                  const float *state)
 {
-	unsigned char kc[16];
-	int rc;
 	if (!w || w->failed || w->dense_done || !value || (w->sf && !state))
 		return w && w->failed ? -EIO : -EINVAL;
 	if (w->have_prev && key == w->prev_key)
 		return -EINVAL;
+	if (w->meta.ntables && esd_key_table(key) >= w->meta.ntables)
+		return -EINVAL;
+	return 0;
+}
+
+/* Key and clock of the row being appended. */
+static int emit_key(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock)
+{
+	unsigned char kc[16];
 	if (w->have_prev && key < w->prev_key)
 		w->sorted = 0;
 	esd_put_le64(kc, key);
 	esd_put_le64(kc + 8, clock);
-	rc = emit(w, kc, sizeof(kc));
-	if (!rc)
-		rc = emit(w, value, (size_t)w->meta.dim * sizeof(float));
-	if (!rc && w->sf)
-		rc = emit(w, state, (size_t)w->meta.dim * w->sf * sizeof(float));
-	if (rc)
-		return rc;
+	return emit(w, kc, sizeof(kc));
+}
+
+static void row_done(struct esd_ckpt_writer *w, esd_key_t key)
+{
 	w->have_prev = 1;
 	w->prev_key = key;
 	w->rows++;
+	if (w->meta.ntables)
+		w->trows[esd_key_table(key)]++;
+}
+
+/* The floats of value[dim] past d are 0 (the state's past d, which a
+ * padded row's optimizer never touched, are dropped). */
+static bool tail_zero(const struct esd_ckpt_writer *w, uint32_t d, const float *value)
+{
+	for (uint32_t i = d; i < w->meta.dim; i++)
+		if (value[i] != 0.0f)
+			return false;
+	return true;
+}
+
+int esd_ckpt_write_row(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock, const float *value,
+                       const float *state)
+{
+	int rc = row_ok(w, key, value, state);
+	if (rc)
+		return rc;
+	const uint32_t dim = w->meta.dim;
+	const uint32_t d = w->meta.ntables ? w->tdims[esd_key_table(key)] : dim;
+	if (d < dim && !tail_zero(w, d, value))
+		return -EINVAL;
+	rc = emit_key(w, key, clock);
+	if (!rc)
+		rc = emit(w, value, (size_t)d * sizeof(float));
+	for (uint32_t b = 0; b < w->sf && !rc; b++)
+		rc = emit(w, state + (size_t)b * dim, (size_t)d * sizeof(float));
+	if (rc)
+		return rc;
+	row_done(w, key);
+	return 0;
+}
+
+int esd_ckpt_write_row_packed(struct esd_ckpt_writer *w, esd_key_t key, uint64_t clock,
+                              const float *value, const float *state)
+{
+	int rc = row_ok(w, key, value, state);
+	if (rc)
+		return rc;
+	const uint32_t d = w->meta.ntables ? w->tdims[esd_key_table(key)] : w->meta.dim;
+	rc = emit_key(w, key, clock);
+	if (!rc)
+		rc = emit(w, value, (size_t)d * sizeof(float));
+	if (!rc && w->sf)
+		rc = emit(w, state, (size_t)d * w->sf * sizeof(float));
+	if (rc)
+		return rc;
+	row_done(w, key);
 	return 0;
 }
 
@@ -305,6 +422,9 @@ static int fsync_dir(const char *dir)
 
 static void writer_free(struct esd_ckpt_writer *w)
 {
+	free(w->tdims);
+	free(w->trows);
+	free(w->tblock);
 	XXH64_freeState(w->body);
 	free(w->buf);
 	free(w->tmp);
@@ -341,6 +461,9 @@ int esd_ckpt_writer_commit(struct esd_ckpt_writer *w)
 	rc = write_all(w->fd, t, sizeof(t));
 	if (!rc)
 		rc = pwrite_all(w->fd, w->header, ESD_CKPT_HEADER_SIZE, 0);
+	if (!rc && w->meta.ntables)
+		rc = pwrite_all(w->fd, w->tblock, (size_t)w->meta.ntables * CKPT_TABLE_ENTRY,
+		                ESD_CKPT_HEADER_SIZE);
 	if (rc)
 		goto err_abort;
 	if (fsync(w->fd)) {

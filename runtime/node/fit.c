@@ -6,7 +6,9 @@
  * the next barrier (A,R,C: the model its sizes come from, which shard 0
  * takes after a whole-job resume). Shard 0 fits the size model from every node's window and
  * announces it as a live workers.size_model change (settings.c), which
- * the dispatchers apply at one iteration (disp_thread.c).
+ * the dispatchers apply at one iteration (disp_thread.c). With model.dims
+ * the rows are counted at their bytes (the bytes moved over a full row's),
+ * so a small-dim row weighs in the size model what it weighs on the link.
  */
 #include "node.h"
 
@@ -26,10 +28,18 @@ void node_fit_observe(struct node *nd, const struct order *o, int64_t train_ns)
 		return;
 	}
 	f->last_iter = o->iter;
-	uint64_t rows = 0;
+	uint64_t rows = 0, bytes = 0;
 	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		if (k != ESD_XFER_OTHER) /* the dense table is the same whatever the split */
+		if (k != ESD_XFER_OTHER) { /* the dense table is the same whatever the split */
 			rows += o->pred_rows[k];
+			bytes += o->pred_bytes[k];
+		}
+	/* model.dims: rows counted at their bytes, in full rows (the
+	 * dispatcher's charge, T_j a full row's time) */
+	if (nd->job.ntable_dims) {
+		const uint64_t full = esd_job_row_bytes(&nd->job);
+		rows = (bytes + full - 1) / full;
+	}
 	f->obs.iters++;
 	f->obs.samples += o->m;
 	f->obs.rows += rows;

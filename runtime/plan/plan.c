@@ -69,6 +69,28 @@ void esd_plan_fit(uint64_t needed, uint64_t region, struct esd_plan_fit *f)
 	f->fits = f->mem_available && f->from_available <= f->mem_available;
 }
 
+/* The PS store's record classes: a class per distinct table dim, its
+ * rows summed over its tables (runtime/ps/store.c). */
+static void plan_store_classes(const struct esd_job *job, const struct esd_ds_info *di,
+			       struct esd_plan *p)
+{
+	p->store_classes = 0;
+	for (uint32_t t = 0; t < p->tables; t++) {
+		const uint32_t d = esd_job_table_dim(job, t);
+		uint32_t c = 0;
+		while (c < p->store_classes && p->class_dim[c] != d)
+			c++;
+		if (c == p->store_classes) {
+			p->class_dim[c] = d;
+			p->class_rows[c] = 0;
+			p->class_rec[c] = align64(PLAN_PS_ROW_HDR +
+						  (uint64_t)d * (1 + p->state_floats) * 4);
+			p->store_classes++;
+		}
+		p->class_rows[c] += di->rows[t];
+	}
+}
+
 /* The stream's shape, the cache rows as esdd resolves them, the model and
  * the runtime's layouts. 0 or -EINVAL with err. */
 static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
@@ -127,6 +149,7 @@ static int plan_shape(const struct esd_job *job, const struct esd_ds_info *di,
 		return -EINVAL;
 	}
 	p->row_bytes = align64(PLAN_PS_ROW_HDR + (uint64_t)(p->dim + p->state_floats * p->dim) * 4);
+	plan_store_classes(job, di, p);
 	return 0;
 }
 
@@ -140,11 +163,15 @@ static void plan_ps(const struct esd_job *job, struct esd_plan *p)
 	for (uint32_t s = 0; s < S; s++) {
 		struct esd_plan_ps *o = &p->ps[s];
 		o->rows = (p->total_rows + S - 1) / S;
-		uint64_t chunks = (o->rows + PLAN_PS_CHUNK_ROWS - 1) / PLAN_PS_CHUNK_ROWS;
 		uint64_t icap = 1024;
 		while ((o->rows + 1) * 2 > icap)
 			icap *= 2;
-		o->records = chunks * PLAN_PS_CHUNK_ROWS * p->row_bytes;
+		o->records = 0; /* each class's records in whole chunks */
+		for (uint32_t c = 0; c < p->store_classes; c++) {
+			uint64_t rows = (p->class_rows[c] + S - 1) / S;
+			uint64_t chunks = (rows + PLAN_PS_CHUNK_ROWS - 1) / PLAN_PS_CHUNK_ROWS;
+			o->records += chunks * PLAN_PS_CHUNK_ROWS * p->class_rec[c];
+		}
 		if (job->store_dir[0]) { /* a row cache of 3/4 store_ram, the rest mapped pages */
 			uint64_t ram = job->store_ram_mb << 20, cache = ram / 4 * 3;
 			o->disk = o->records;

@@ -73,7 +73,8 @@ static int write_body(struct ps *ps, struct esd_ckpt_writer *w, bool incr,
 		struct ps_row *r = ps_store_at(ps->st, i);
 		if (!r)
 			return -EIO; /* the row file failed (logged by the store) */
-		rc = esd_ckpt_write_row(w, r->key, r->clock, r->data, sd ? r->data + ps->job.dim : NULL);
+		const unsigned d = ps_store_key_dim(ps->st, r->key);
+		rc = esd_ckpt_write_row_packed(w, r->key, r->clock, r->data, sd ? r->data + d : NULL);
 	}
 	if (!rc && meta->dense_len)
 		rc = esd_ckpt_write_dense(w, ps->dtab.val, sd ? ps->dtab.state : NULL);
@@ -200,6 +201,8 @@ int ps_checkpoint_locked(struct ps *ps)
 		.iteration = ps->bar.iter_done, /* iterations completed (the next 0-based one) */
 		.data_cursor = ps_cursor_at(ps, ps->bar.iter_done),
 		.dim = ps->job.dim,
+		.ntables = ps->job.ntable_dims, /* each row at its table's dim */
+		.table_dims = ps->job.table_dims,
 		.optimizer = ps->job.optim.opt,
 		.shard = ps->shard,
 		.nshards = ps->job.shards,
@@ -272,7 +275,29 @@ static int restore_row(void *arg, esd_key_t key, uint64_t clock, const float *va
 		       const float *state)
 {
 	int rc = ps_store_check_padding(arg, key, value, "checkpoint");
-	return rc ? rc : ps_store_put_value(arg, key, clock, value, state);
+	return rc ? rc : ps_store_put_padded(arg, key, clock, value, state);
+}
+
+int ps_check_table_dims(const struct ps *ps, const struct esd_ckpt_meta *m, const char *path)
+{
+	const uint32_t nt = ps->job.ntable_dims;
+	if (!m->ntables)
+		return 0;
+	if (nt && m->ntables != nt) {
+		ESD_ERR("ps", "checkpoint %s has rows of %u tables, model.dims gives %u: it is of "
+			      "another job", path, m->ntables, nt);
+		return -EINVAL;
+	}
+	for (uint32_t t = 0; t < m->ntables; t++) {
+		if (m->table_dims[t] == esd_job_table_dim(&ps->job, t))
+			continue;
+		ESD_ERR("ps", "checkpoint %s has table %u at dim %u, this job at dim %u (%s): a "
+			      "resume keeps each table's dim",
+			path, t, m->table_dims[t], esd_job_table_dim(&ps->job, t),
+			nt ? "model.dims" : "model.dim, no model.dims");
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int ps_restore(struct ps *ps, const char *path)
@@ -293,6 +318,10 @@ int ps_restore(struct ps *ps, const char *path)
 	    (ps->dtab.val && m->dense_len != ps->dtab.len)) {
 		ESD_ERR("ps", "checkpoint %s is of another job (seed %llu dim %u shard %u/%u)", path,
 			(unsigned long long)m->seed, m->dim, m->shard, m->nshards);
+		esd_ckpt_close(r);
+		return -EINVAL;
+	}
+	if (ps_check_table_dims(ps, m, path)) {
 		esd_ckpt_close(r);
 		return -EINVAL;
 	}

@@ -355,6 +355,52 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	return rc ? rc : send_buf(pl, out);
 }
 
+/* Bytes of key's row in a PULL_RESP of state_dim sd (of a dim-float row):
+ * its table's dim with model.dims, the dense table's and every other
+ * row's dim. */
+static size_t pull_row_bytes(const struct ps *ps, esd_key_t key, uint32_t sd)
+{
+	const size_t dim = ps->job.dim;
+	const size_t d = is_dense(key) ? dim : esd_job_table_dim(&ps->job, esd_key_table(key));
+	return 16 + 4 * (d + sd * d / dim);
+}
+
+/* Rows of the pull from row i on that go in one frame: as many as fit
+ * PULL_FRAME_BYTES (at least one, a frame's body at most). */
+static uint32_t pull_frame_rows(const struct ps *ps, const struct esd_msg *m, uint32_t i,
+				uint32_t sd)
+{
+	const struct esd_pull *p = &m->u.pull;
+	const size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
+	size_t bytes = 0;
+	uint32_t n = 0;
+	while (i + n < p->count && n < ESD_PROTO_DEFAULT_MAX_ROWS) {
+		size_t b = pull_row_bytes(ps, esd_msg_key(m, i + n), sd);
+		if (n && (bytes + b > PULL_FRAME_BYTES || bytes + b > max_body))
+			break;
+		bytes += b;
+		n++;
+	}
+	return n;
+}
+
+/* Row r of the store (at its table's dim) into the open frame. */
+static int enc_store_row(struct ps *ps, struct esd_rows_enc *e, esd_key_t key,
+			 const struct ps_row *r, uint32_t sd)
+{
+	const unsigned d = ps_store_key_dim(ps->st, key);
+	if (!ps->job.ntable_dims)
+		return esd_enc_row(e, key, r->clock, r->data, sd ? r->data + d : NULL);
+	float *v, *s;
+	int rc = esd_enc_row_reserve(e, key, r->clock, &v, &s);
+	if (rc)
+		return rc;
+	memcpy(v, r->data, d * sizeof(float));
+	if (sd)
+		memcpy(s, r->data + d, (size_t)sd / ps->job.dim * d * sizeof(float));
+	return 0;
+}
+
 static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *out)
 {
 	struct ps *ps = pl->ps;
@@ -367,10 +413,6 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		dense_only = is_dense(esd_msg_key(m, i));
 	if (dense_only)
 		sd = 0;
-	size_t row_bytes = 16 + 4 * ((size_t)dim + sd);
-	size_t max_body = ESD_PROTO_DEFAULT_MAX_BODY - 64;
-	size_t budget = PULL_FRAME_BYTES > row_bytes ? PULL_FRAME_BYTES : row_bytes;
-	uint32_t per_frame = (uint32_t)((budget < max_body ? budget : max_body) / row_bytes);
 	/* on a keyed link the frames carry their tags where they are
 	 * encoded: no sealed copy (esd_link_tag_in_place) */
 	bool tag = esd_link_can_tag_in_place(pl->link);
@@ -385,7 +427,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		return rc == -ESHUTDOWN ? rc : esd_link_send_error(pl->link, rc, ps->bar.fail_msg);
 	}
 	for (uint32_t i = 0; i < p->count && !rc;) {
-		uint32_t n = p->count - i < per_frame ? p->count - i : per_frame;
+		uint32_t n = pull_frame_rows(ps, m, i, sd);
 		struct esd_rows_enc e;
 		struct esd_rows hdr = {.iteration = p->iteration, .sequence = p->request,
 				       .worker = (uint32_t)pl->worker, .kind = p->kind,
@@ -398,7 +440,6 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 		for (uint32_t j = 0; j < n && !rc; j++) {
 			esd_key_t key = esd_msg_key(m, i + j);
 			float *v, *s;
-			uint64_t clock;
 			if (is_dense(key)) {
 				rc = esd_enc_row_reserve(&e, key, ps->dtab.clock, &v, &s);
 				if (!rc)
@@ -406,12 +447,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 				continue;
 			}
 			struct ps_row *r = ps_store_get(ps->st, key);
-			if (!r) {
-				rc = -ENOMEM;
-				break;
-			}
-			clock = r->clock;
-			rc = esd_enc_row(&e, key, clock, r->data, sd ? r->data + dim : NULL);
+			rc = r ? enc_store_row(ps, &e, key, r, sd) : -ENOMEM;
 		}
 		if (!rc)
 			rc = esd_enc_rows_end(&e);
@@ -446,22 +482,12 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 		esd_link_send_error(pl->link, -EPROTO, "push: worker or row shape mismatch");
 		return -EPROTO;
 	}
-	/* rows of a table of a smaller dim are padded here (model.dims) */
-	float *row = NULL;
-	if (r->table_dims && r->count) {
-		row = malloc(((size_t)r->dim + r->state_dim) * sizeof(float));
-		if (!row) {
-			esd_link_send_error(pl->link, -ENOMEM, "push: out of memory");
-			return -ENOMEM;
-		}
-	}
 	pthread_mutex_lock(&ps->mu);
 	/* a push of a state the shard went back from is not applied (its
 	 * sequence is used up all the same) */
 	if (pl->epoch != ps->bar.epoch) {
 		esd_dedup_applied(&ps->bar.dedup, w, r->sequence);
 		pthread_mutex_unlock(&ps->mu);
-		free(row);
 		return 0;
 	}
 	/* the next sequence or an error: nothing is dropped silently */
@@ -486,14 +512,18 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	for (uint32_t i = 0; i < r->count && !rc; i++) {
 		struct esd_row_view v;
 		at = esd_rows_next(r, at, &v);
-		if (v.dim < r->dim && !is_dense(v.key)) { /* back to the store's shape */
-			esd_row_view_unpack(&v, r->dim, r->state_dim, row, row + r->dim);
-			v.value = row;
-			v.state = v.state ? row + r->dim : NULL;
+		/* a row at its table's dim as the store keeps it, or (a frame
+		 * without table dims) at the largest */
+		bool padded = !is_dense(v.key) && v.dim != ps_store_key_dim(ps->st, v.key);
+		if (padded && v.dim != r->dim) {
+			rc = -EPROTO;
+			break;
 		}
 		if (m->hdr.op == ESD_OP_PUSH_VALUE) {
 			if (is_dense(v.key))
 				rc = -EPROTO;
+			else if (padded)
+				rc = ps_store_put_padded(ps->st, v.key, v.clock, v.value, v.state);
 			else
 				rc = ps_store_put_value(ps->st, v.key, v.clock, v.value, v.state);
 			ps->stats.value_rows++;
@@ -513,7 +543,6 @@ static int on_push(struct ps_link *pl, const struct esd_msg *m)
 	}
 out:
 	pthread_mutex_unlock(&ps->mu);
-	free(row);
 	return rc;
 }
 

@@ -279,6 +279,13 @@ int ps_dense_apply_locked(struct ps *ps);
 int ps_checkpoint_locked(struct ps *ps);
 /* Restore from the checkpoint file. */
 int ps_restore(struct ps *ps, const char *path);
+/* A checkpoint's table dims (meta, of the file at path) against the job's
+ * (model.dims; without it every table has model.dim): 0, or -EINVAL
+ * logged naming the file, the table and both dims. A file without table
+ * dims (version 1, rows padded to model.dim) passes: its rows are
+ * checked one by one (ps_store_check_padding). */
+struct esd_ckpt_meta;
+int ps_check_table_dims(const struct ps *ps, const struct esd_ckpt_meta *m, const char *path);
 /* Go back to this shard's checkpoint of iteration c (its newest or the one
  * before): a fresh store from the file, the barrier and every request
  * reset. -ESTALE with *newest set when the shard has no checkpoint c.

@@ -134,8 +134,12 @@ static int open_set(struct old_set *o, const char *dir)
 static int check_job(const struct ps *ps, const struct old_set *o)
 {
 	const struct esd_ckpt_meta *m = &esd_ckpt_info(o->r[0])->meta;
-	if (m->seed == ps->job.seed && m->dim == ps->job.dim && m->optimizer == ps->job.optim.opt)
+	if (m->seed == ps->job.seed && m->dim == ps->job.dim && m->optimizer == ps->job.optim.opt) {
+		for (uint32_t i = 0; i < o->n; i++)
+			if (ps_check_table_dims(ps, &esd_ckpt_info(o->r[i])->meta, o->path[i]))
+				return -EINVAL;
 		return 0;
+	}
 	ESD_ERR("ps", "ps.resume_from: %s is of another model (job.seed %llu, model.dim %u, "
 		"model.optimizer %s); this job has job.seed %llu, model.dim %u, model.optimizer %s",
 		o->path[0], (unsigned long long)m->seed, m->dim, esd_optim_name(m->optimizer),
@@ -156,7 +160,7 @@ static int take_row(void *arg, esd_key_t key, uint64_t clock, const float *value
 		return 0;
 	c->kept++;
 	int rc = ps_store_check_padding(c->ps->st, key, value, "ps.resume_from");
-	return rc ? rc : ps_store_put_value(c->ps->st, key, clock, value, state);
+	return rc ? rc : ps_store_put_padded(c->ps->st, key, clock, value, state);
 }
 
 /* Shard 0: the dense table and its clock from the one old file that has

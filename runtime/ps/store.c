@@ -58,36 +58,60 @@ struct staged {
 	uint32_t off; /* index into grads (in units of dim floats) */
 };
 
-struct ps_store {
-	unsigned dim;
+/* The records of one row length: every table of that dim (model.dims),
+ * or every row. Record i of a class is its i-th row created. */
+struct ps_class {
+	unsigned dim; /* value floats of its rows */
 	size_t state_len;
 	size_t rec_bytes;
-	struct esd_optim_params opt;
-	uint64_t seed;
-	/* model.dims: table t's rows are initialised with table_dims[t]
-	 * floats of dim (ntable_dims 0: dim for every table) */
-	uint32_t *table_dims, ntable_dims;
 	/* arena */
 	char **chunks;
 	size_t nchunks, count;
-	/* index: slots hold record number + 1 (0 = empty) */
-	uint64_t *idx_key;
-	uint32_t *idx_rec;
-	size_t idx_cap; /* power of two */
-	/* staged gradients */
-	struct staged *stg;
-	float *grads;
-	size_t nstg, stg_cap;
-	double *tmp, *tmp_in;
 	struct ps_disk *dk; /* NULL: in RAM */
 	/* rows changed since ps_store_clear_changed, one bit a record */
 	uint64_t *changed;
 	size_t changed_cap; /* in words */
 };
 
+struct ps_store {
+	unsigned dim; /* the largest row */
+	size_t state_len;
+	struct esd_optim_params opt;
+	uint64_t seed;
+	/* model.dims: table t's rows have table_dims[t] floats, in class
+	 * table_cls[t] (ntable_dims 0: dim for every table, one class) */
+	uint32_t *table_dims, ntable_dims;
+	uint16_t *table_cls;
+	struct ps_class *cls;
+	uint32_t ncls;
+	uint32_t dim_cls; /* the class of rows of dim floats (tables past model.dims) */
+	size_t count;     /* rows of every class */
+	/* index: slots hold record number + 1 (0 = empty) in class idx_cls
+	 * (NULL with one class) */
+	uint64_t *idx_key;
+	uint32_t *idx_rec;
+	uint16_t *idx_cls;
+	size_t idx_cap; /* power of two */
+	/* staged gradients */
+	struct staged *stg;
+	float *grads;
+	size_t nstg, stg_cap;
+	double *tmp, *tmp_in;
+	float *pack; /* a row's state at its dim (ps_store_put_padded) */
+};
+
 static inline uint64_t mix(uint64_t k)
 {
 	return esd_splitmix64(k);
+}
+
+/* A class of rows of dim floats (records aligned to 64 bytes). */
+static void class_init(const struct ps_store *st, struct ps_class *c, unsigned dim)
+{
+	c->dim = dim;
+	c->state_len = esd_optim_state_len(st->opt.opt, dim);
+	c->rec_bytes = sizeof(struct ps_row) + (dim + c->state_len) * sizeof(float);
+	c->rec_bytes = (c->rec_bytes + 63) & ~(size_t)63;
 }
 
 int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t seed,
@@ -103,14 +127,17 @@ int ps_store_create(unsigned dim, const struct esd_optim_params *opt, uint64_t s
 	st->opt = *opt;
 	st->seed = seed;
 	st->state_len = esd_optim_state_len(opt->opt, dim);
-	st->rec_bytes = sizeof(struct ps_row) + (dim + st->state_len) * sizeof(float);
-	st->rec_bytes = (st->rec_bytes + 63) & ~(size_t)63;
+	st->cls = calloc(1, sizeof(*st->cls));
+	if (st->cls)
+		class_init(st, &st->cls[0], dim);
+	st->ncls = 1;
 	st->idx_cap = 1024;
 	st->idx_key = calloc(st->idx_cap, sizeof(*st->idx_key));
 	st->idx_rec = calloc(st->idx_cap, sizeof(*st->idx_rec));
 	st->tmp = calloc(dim, sizeof(double));
 	st->tmp_in = calloc(dim, sizeof(double));
-	if (!st->idx_key || !st->idx_rec || !st->tmp) {
+	st->pack = malloc((st->state_len + 1) * sizeof(float));
+	if (!st->pack || !st->cls || !st->idx_key || !st->idx_rec || !st->tmp || !st->tmp_in) {
 		ps_store_free(st);
 		return -ENOMEM;
 	}
@@ -134,18 +161,19 @@ static int open_row_file(const char *dir, unsigned shard)
 	return fd;
 }
 
-/* ram bytes: the read window (an eighth at most), the file's dirty pages
- * (two write-back rounds, a quarter at most), the rest the row cache. */
-static int size_disk(struct ps_store *st, uint64_t ram)
+/* ram bytes for class c's rows: the read window (an eighth at most), the
+ * file's dirty pages (two write-back rounds, a quarter at most), the rest
+ * the row cache. */
+static int size_disk(struct ps_class *c, uint64_t ram)
 {
-	struct ps_disk *dk = st->dk;
+	struct ps_disk *dk = c->dk;
 	size_t win = ram / 8 < WINDOW_BYTES ? (size_t)(ram / 8) : WINDOW_BYTES;
 	dk->io_budget = ram / 8 < WRITEBACK_BYTES ? (size_t)(ram / 8) : WRITEBACK_BYTES;
-	dk->win_cap = win / st->rec_bytes ? win / st->rec_bytes : 1;
-	size_t sets = (size_t)((ram - win - 2 * dk->io_budget) / (2 * st->rec_bytes));
+	dk->win_cap = win / c->rec_bytes ? win / c->rec_bytes : 1;
+	size_t sets = (size_t)((ram - win - 2 * dk->io_budget) / (2 * c->rec_bytes));
 	dk->nsets = sets ? sets : 1;
-	dk->slots = aligned_alloc(64, dk->nsets * 2 * st->rec_bytes);
-	dk->win = aligned_alloc(64, dk->win_cap * st->rec_bytes);
+	dk->slots = aligned_alloc(64, dk->nsets * 2 * c->rec_bytes);
+	dk->win = aligned_alloc(64, dk->win_cap * c->rec_bytes);
 	dk->crec = malloc(dk->nsets * 2 * sizeof(*dk->crec));
 	dk->dirty = calloc(dk->nsets * 2, 1);
 	dk->mru = calloc(dk->nsets, 1);
@@ -158,17 +186,45 @@ static int size_disk(struct ps_store *st, uint64_t ram)
 	return 0;
 }
 
-/* model.dims into the store: row initialisation by table. 0 or -ENOMEM
- * (the store freed). */
+/* The class of rows of d floats, added when there is none yet. */
+static uint16_t class_of_dim(struct ps_store *st, unsigned d)
+{
+	for (uint32_t c = 0; c < st->ncls; c++)
+		if (st->cls[c].dim == d)
+			return (uint16_t)c;
+	class_init(st, &st->cls[st->ncls], d);
+	return (uint16_t)st->ncls++;
+}
+
+/* model.dims into the store: each table's dim and class (one class per
+ * distinct dim, the full dim's too, for tables past model.dims). 0 or
+ * -ENOMEM (the store freed). */
 static int store_table_dims(struct ps_store *st, const struct esd_job *job)
 {
-	st->table_dims = malloc(job->ntable_dims * sizeof(*st->table_dims));
-	if (!st->table_dims) {
+	const uint32_t nt = job->ntable_dims;
+	struct ps_class *cls = calloc(nt + 1, sizeof(*cls));
+	st->table_dims = malloc(nt * sizeof(*st->table_dims));
+	st->table_cls = malloc(nt * sizeof(*st->table_cls));
+	if (!cls || !st->table_dims || !st->table_cls) {
+		free(cls);
 		ps_store_free(st);
 		return -ENOMEM;
 	}
-	memcpy(st->table_dims, job->table_dims, job->ntable_dims * sizeof(*st->table_dims));
-	st->ntable_dims = job->ntable_dims;
+	free(st->cls);
+	st->cls = cls;
+	st->ncls = 0;
+	memcpy(st->table_dims, job->table_dims, nt * sizeof(*st->table_dims));
+	st->ntable_dims = nt;
+	for (uint32_t t = 0; t < nt; t++)
+		st->table_cls[t] = class_of_dim(st, st->table_dims[t]);
+	st->dim_cls = class_of_dim(st, st->dim);
+	if (st->ncls > 1) {
+		st->idx_cls = calloc(st->idx_cap, sizeof(*st->idx_cls));
+		if (!st->idx_cls) {
+			ps_store_free(st);
+			return -ENOMEM;
+		}
+	}
 	return 0;
 }
 
@@ -189,6 +245,24 @@ int ps_store_check_padding(const struct ps_store *st, uint64_t key, const float 
 	return 0;
 }
 
+/* Class c's rows in a row file of dir, with ram bytes of RAM. */
+static int class_on_disk(struct ps_class *c, const char *dir, unsigned shard, uint64_t ram)
+{
+	c->dk = calloc(1, sizeof(*c->dk));
+	if (!c->dk)
+		return -ENOMEM;
+	c->dk->fd = open_row_file(dir, shard);
+	if (c->dk->fd < 0) {
+		int rc = c->dk->fd;
+		ESD_ERR("ps", "ps.store_dir = %s: cannot create the row file of shard %u: %s", dir,
+			shard, strerror(-rc));
+		free(c->dk);
+		c->dk = NULL;
+		return rc;
+	}
+	return size_disk(c, ram);
+}
+
 int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_store **out)
 {
 	struct ps_store *st;
@@ -199,22 +273,10 @@ int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_sto
 		*out = rc ? NULL : st;
 		return rc;
 	}
-	struct ps_disk *dk = calloc(1, sizeof(*dk));
-	if (!dk) {
-		ps_store_free(st);
-		return -ENOMEM;
-	}
-	dk->fd = open_row_file(job->store_dir, shard);
-	if (dk->fd < 0) {
-		rc = dk->fd;
-		ESD_ERR("ps", "ps.store_dir = %s: cannot create the row file of shard %u: %s",
-			job->store_dir, shard, strerror(-rc));
-		free(dk);
-		ps_store_free(st);
-		return rc;
-	}
-	st->dk = dk;
-	rc = size_disk(st, job->store_ram_mb << 20);
+	/* ps.store_ram shared evenly between the classes' row files */
+	for (uint32_t c = 0; c < st->ncls && !rc; c++)
+		rc = class_on_disk(&st->cls[c], job->store_dir, shard,
+				   (job->store_ram_mb << 20) / st->ncls);
 	if (rc) {
 		ps_store_free(st);
 		return rc;
@@ -225,35 +287,52 @@ int ps_store_create_job(const struct esd_job *job, unsigned shard, struct ps_sto
 
 size_t ps_store_resident_bytes(const struct ps_store *st)
 {
-	if (st->dk)
-		return (st->dk->nsets * 2 + st->dk->win_cap) * st->rec_bytes + 2 * st->dk->io_budget;
-	return st->nchunks * CHUNK_ROWS * st->rec_bytes;
+	size_t bytes = 0;
+	for (uint32_t i = 0; i < st->ncls; i++) {
+		const struct ps_class *c = &st->cls[i];
+		if (c->dk)
+			bytes += (c->dk->nsets * 2 + c->dk->win_cap) * c->rec_bytes +
+				 2 * c->dk->io_budget;
+		else
+			bytes += c->nchunks * CHUNK_ROWS * c->rec_bytes;
+	}
+	return bytes;
+}
+
+static void class_free(struct ps_class *c)
+{
+	for (size_t i = 0; i < c->nchunks; i++)
+		free(c->chunks[i]);
+	free(c->chunks);
+	if (c->dk) {
+		close(c->dk->fd);
+		free(c->dk->slots);
+		free(c->dk->win);
+		free(c->dk->crec);
+		free(c->dk->dirty);
+		free(c->dk->mru);
+		free(c->dk);
+	}
+	free(c->changed);
 }
 
 void ps_store_free(struct ps_store *st)
 {
 	if (!st)
 		return;
-	for (size_t i = 0; i < st->nchunks; i++)
-		free(st->chunks[i]);
-	free(st->chunks);
-	if (st->dk) {
-		close(st->dk->fd);
-		free(st->dk->slots);
-		free(st->dk->win);
-		free(st->dk->crec);
-		free(st->dk->dirty);
-		free(st->dk->mru);
-		free(st->dk);
-	}
-	free(st->changed);
+	for (uint32_t c = 0; st->cls && c < st->ncls; c++)
+		class_free(&st->cls[c]);
+	free(st->cls);
 	free(st->idx_key);
 	free(st->idx_rec);
+	free(st->idx_cls);
 	free(st->stg);
 	free(st->grads);
 	free(st->tmp);
 	free(st->table_dims);
+	free(st->table_cls);
 	free(st->tmp_in);
+	free(st->pack);
 	free(st);
 }
 
@@ -303,47 +382,48 @@ static bool in_window(const struct ps_disk *dk, size_t i)
 	return i >= dk->win0 && i - dk->win0 < dk->win_n;
 }
 
-/* Record i from the file (or the window) into dst. */
-static int read_rec(const struct ps_store *st, size_t i, char *dst)
+/* Record i of class c from the file (or the window) into dst. */
+static int read_rec(const struct ps_class *c, size_t i, char *dst)
 {
-	struct ps_disk *dk = st->dk;
+	struct ps_disk *dk = c->dk;
 	if (in_window(dk, i)) {
-		memcpy(dst, dk->win + (i - dk->win0) * st->rec_bytes, st->rec_bytes);
+		memcpy(dst, dk->win + (i - dk->win0) * c->rec_bytes, c->rec_bytes);
 		return 0;
 	}
-	ssize_t got = pread(dk->fd, dst, st->rec_bytes, (off_t)(i * st->rec_bytes));
-	if (got != (ssize_t)st->rec_bytes) {
+	ssize_t got = pread(dk->fd, dst, c->rec_bytes, (off_t)(i * c->rec_bytes));
+	if (got != (ssize_t)c->rec_bytes) {
 		io_failed(dk, "read", i, got);
 		return dk->err;
 	}
 	return 0;
 }
 
-/* Record i from src into the file (and the window when it holds i). */
-static int write_rec(const struct ps_store *st, size_t i, const char *src)
+/* Record i of class c from src into the file (and the window when it
+ * holds i). */
+static int write_rec(const struct ps_class *c, size_t i, const char *src)
 {
-	struct ps_disk *dk = st->dk;
+	struct ps_disk *dk = c->dk;
 	if (in_window(dk, i))
-		memcpy(dk->win + (i - dk->win0) * st->rec_bytes, src, st->rec_bytes);
-	ssize_t got = pwrite(dk->fd, src, st->rec_bytes, (off_t)(i * st->rec_bytes));
-	if (got != (ssize_t)st->rec_bytes) {
+		memcpy(dk->win + (i - dk->win0) * c->rec_bytes, src, c->rec_bytes);
+	ssize_t got = pwrite(dk->fd, src, c->rec_bytes, (off_t)(i * c->rec_bytes));
+	if (got != (ssize_t)c->rec_bytes) {
 		io_failed(dk, "write", i, got);
 		return dk->err;
 	}
-	io_account(dk, st->rec_bytes);
+	io_account(dk, c->rec_bytes);
 	return 0;
 }
 
 /* Record i through the window: the run of records from i read in one call
  * when the window does not hold it (a checkpoint walks records in order). */
-static char *window_get(const struct ps_store *st, size_t i)
+static char *window_get(const struct ps_class *c, size_t i)
 {
-	struct ps_disk *dk = st->dk;
+	struct ps_disk *dk = c->dk;
 	if (!in_window(dk, i)) {
-		size_t n = st->count - i < dk->win_cap ? st->count - i : dk->win_cap;
-		size_t want = n * st->rec_bytes;
+		size_t n = c->count - i < dk->win_cap ? c->count - i : dk->win_cap;
+		size_t want = n * c->rec_bytes;
 		dk->win_n = 0;
-		ssize_t got = pread(dk->fd, dk->win, want, (off_t)(i * st->rec_bytes));
+		ssize_t got = pread(dk->fd, dk->win, want, (off_t)(i * c->rec_bytes));
 		if (got != (ssize_t)want) {
 			io_failed(dk, "read", i, got);
 			return NULL;
@@ -351,13 +431,13 @@ static char *window_get(const struct ps_store *st, size_t i)
 		dk->win0 = i;
 		dk->win_n = n;
 	}
-	return dk->win + (i - dk->win0) * st->rec_bytes;
+	return dk->win + (i - dk->win0) * c->rec_bytes;
 }
 
 /* Record i where it is kept in RAM. */
-static char *home_of(const struct ps_store *st, size_t i)
+static char *home_of(const struct ps_class *c, size_t i)
 {
-	return st->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * st->rec_bytes;
+	return c->chunks[i / CHUNK_ROWS] + (i % CHUNK_ROWS) * c->rec_bytes;
 }
 
 static size_t cache_set(const struct ps_disk *dk, size_t i)
@@ -378,38 +458,61 @@ static long cache_way(const struct ps_disk *dk, size_t i)
 /* Record i in the cache: a hit, or the set's least recently used way
  * written back (when changed) and refilled from the file (fresh: a new
  * record, nothing to read). NULL on an I/O error. */
-static char *cache_get(const struct ps_store *st, size_t i, bool fresh)
+static char *cache_get(const struct ps_class *c, size_t i, bool fresh)
 {
-	struct ps_disk *dk = st->dk;
+	struct ps_disk *dk = c->dk;
 	size_t set = cache_set(dk, i);
 	long way = cache_way(dk, i);
 	if (way < 0) {
 		way = (long)(set * 2 + (1u - dk->mru[set]));
-		char *slot = dk->slots + (size_t)way * st->rec_bytes;
+		char *slot = dk->slots + (size_t)way * c->rec_bytes;
 		if (dk->crec[way] != UINT32_MAX && dk->dirty[way] &&
-		    write_rec(st, dk->crec[way], slot))
+		    write_rec(c, dk->crec[way], slot))
 			return NULL;
 		dk->crec[way] = UINT32_MAX;
-		if (!fresh && read_rec(st, i, slot))
+		if (!fresh && read_rec(c, i, slot))
 			return NULL;
 		dk->crec[way] = (uint32_t)i;
 		dk->dirty[way] = 0;
 	}
 	dk->mru[set] = (uint8_t)(way & 1);
-	return dk->slots + (size_t)way * st->rec_bytes;
+	return dk->slots + (size_t)way * c->rec_bytes;
+}
+
+/* Record i of class c, not created. */
+static struct ps_row *class_at(const struct ps_class *c, size_t i)
+{
+	if (i >= c->count)
+		return NULL;
+	if (c->dk) {
+		long way = cache_way(c->dk, i);
+		if (way >= 0)
+			return (struct ps_row *)(c->dk->slots + (size_t)way * c->rec_bytes);
+		return (struct ps_row *)window_get(c, i);
+	}
+	return (struct ps_row *)home_of(c, i);
+}
+
+/* Row i of the store (classes one after another) as its class and record
+ * there: false past the end. */
+static bool locate(const struct ps_store *st, size_t i, uint32_t *cls, size_t *rec)
+{
+	for (uint32_t c = 0; c < st->ncls; c++) {
+		if (i < st->cls[c].count) {
+			*cls = c;
+			*rec = i;
+			return true;
+		}
+		i -= st->cls[c].count;
+	}
+	return false;
 }
 
 struct ps_row *ps_store_at(const struct ps_store *st, size_t i)
 {
-	if (i >= st->count)
-		return NULL;
-	if (st->dk) {
-		long way = cache_way(st->dk, i);
-		if (way >= 0)
-			return (struct ps_row *)(st->dk->slots + (size_t)way * st->rec_bytes);
-		return (struct ps_row *)window_get(st, i);
-	}
-	return (struct ps_row *)home_of(st, i);
+	uint32_t c;
+	size_t rec;
+	return locate(st, i, &c, &rec) ? class_at(&st->cls[c], rec) : NULL;
 }
 
 static size_t probe(const struct ps_store *st, uint64_t key)
@@ -420,10 +523,24 @@ static size_t probe(const struct ps_store *st, uint64_t key)
 	return i;
 }
 
+/* The class of key's rows. */
+static uint32_t class_of_key(const struct ps_store *st, uint64_t key)
+{
+	const uint32_t t = esd_key_table(key);
+	return t < st->ntable_dims ? st->table_cls[t] : st->dim_cls;
+}
+
+unsigned ps_store_key_dim(const struct ps_store *st, uint64_t key)
+{
+	return st->cls[class_of_key(st, key)].dim;
+}
+
 struct ps_row *ps_store_find(const struct ps_store *st, uint64_t key)
 {
 	size_t i = probe(st, key);
-	return st->idx_rec[i] ? ps_store_at(st, st->idx_rec[i] - 1) : NULL;
+	if (!st->idx_rec[i])
+		return NULL;
+	return class_at(&st->cls[st->idx_cls ? st->idx_cls[i] : 0], st->idx_rec[i] - 1);
 }
 
 static int grow_index(struct ps_store *st)
@@ -431,9 +548,11 @@ static int grow_index(struct ps_store *st)
 	size_t ncap = st->idx_cap * 2;
 	uint64_t *nk = calloc(ncap, sizeof(*nk));
 	uint32_t *nr = calloc(ncap, sizeof(*nr));
-	if (!nk || !nr) {
+	uint16_t *nc = st->idx_cls ? calloc(ncap, sizeof(*nc)) : NULL;
+	if (!nk || !nr || (st->idx_cls && !nc)) {
 		free(nk);
 		free(nr);
+		free(nc);
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < st->idx_cap; i++) {
@@ -444,37 +563,41 @@ static int grow_index(struct ps_store *st)
 			j = (j + 1) & (ncap - 1);
 		nk[j] = st->idx_key[i];
 		nr[j] = st->idx_rec[i];
+		if (nc)
+			nc[j] = st->idx_cls[i];
 	}
 	free(st->idx_key);
 	free(st->idx_rec);
+	free(st->idx_cls);
 	st->idx_key = nk;
 	st->idx_rec = nr;
+	st->idx_cls = nc;
 	st->idx_cap = ncap;
 	return 0;
 }
 
-/* Chunk c's memory: allocated, or the row file grown by one chunk. The
- * change bitmap grows with it. */
-static int add_chunk(struct ps_store *st, size_t c)
+/* Chunk k of class c's memory: allocated, or the row file grown by one
+ * chunk. The change bitmap grows with it. */
+static int add_chunk(struct ps_class *c, size_t k)
 {
-	size_t words = (c + 1) * (CHUNK_ROWS / 64);
-	if (words > st->changed_cap) {
-		uint64_t *nw = realloc(st->changed, words * 2 * sizeof(*nw));
+	size_t words = (k + 1) * (CHUNK_ROWS / 64);
+	if (words > c->changed_cap) {
+		uint64_t *nw = realloc(c->changed, words * 2 * sizeof(*nw));
 		if (!nw)
 			return -ENOMEM;
-		memset(nw + st->changed_cap, 0, (words * 2 - st->changed_cap) * sizeof(*nw));
-		st->changed = nw;
-		st->changed_cap = words * 2;
+		memset(nw + c->changed_cap, 0, (words * 2 - c->changed_cap) * sizeof(*nw));
+		c->changed = nw;
+		c->changed_cap = words * 2;
 	}
-	if (!st->dk) {
-		st->chunks[c] = aligned_alloc(64, CHUNK_ROWS * st->rec_bytes);
-		return st->chunks[c] ? 0 : -ENOMEM;
+	if (!c->dk) {
+		c->chunks[k] = aligned_alloc(64, CHUNK_ROWS * c->rec_bytes);
+		return c->chunks[k] ? 0 : -ENOMEM;
 	}
 	/* the file covers every record, so a window read past the last one
 	 * written is not short (the file is sparse until then) */
-	size_t bytes = (c + 1) * CHUNK_ROWS * st->rec_bytes;
-	st->chunks[c] = NULL;
-	if (ftruncate(st->dk->fd, (off_t)bytes)) {
+	size_t bytes = (k + 1) * CHUNK_ROWS * c->rec_bytes;
+	c->chunks[k] = NULL;
+	if (ftruncate(c->dk->fd, (off_t)bytes)) {
 		int rc = -errno;
 		ESD_ERR("ps", "cannot grow the row file to %zu bytes: %s", bytes, strerror(-rc));
 		return rc;
@@ -482,39 +605,68 @@ static int add_chunk(struct ps_store *st, size_t c)
 	return 0;
 }
 
-/* Record i changed: for the next incremental checkpoint and, when it is
- * cached, for the write-back of its way. */
-static inline void mark_changed(struct ps_store *st, size_t i)
+/* Record i of class c changed: for the next incremental checkpoint and,
+ * when it is cached, for the write-back of its way. */
+static inline void mark_changed(struct ps_class *c, size_t i)
 {
-	st->changed[i / 64] |= 1ull << (i % 64);
-	if (st->dk) {
-		long way = cache_way(st->dk, i);
+	c->changed[i / 64] |= 1ull << (i % 64);
+	if (c->dk) {
+		long way = cache_way(c->dk, i);
 		if (way >= 0)
-			st->dk->dirty[way] = 1;
+			c->dk->dirty[way] = 1;
 	}
 }
 
 bool ps_store_changed(const struct ps_store *st, size_t i)
 {
-	return i < st->count && (st->changed[i / 64] >> (i % 64) & 1);
+	uint32_t c;
+	size_t rec;
+	return locate(st, i, &c, &rec) && (st->cls[c].changed[rec / 64] >> (rec % 64) & 1);
 }
 
 void ps_store_clear_changed(struct ps_store *st)
 {
-	if (st->changed)
-		memset(st->changed, 0, st->changed_cap * sizeof(*st->changed));
+	for (uint32_t c = 0; c < st->ncls; c++)
+		if (st->cls[c].changed)
+			memset(st->cls[c].changed, 0,
+			       st->cls[c].changed_cap * sizeof(*st->cls[c].changed));
 }
 
-/* Row of key, created if absent; *rec its record number. overwrite: the
- * caller replaces the whole record, so a row on disk is not read. */
-static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec, bool overwrite)
+/* A new record of class c: its memory (a chunk added when the last is
+ * full). NULL on -ENOMEM or an I/O error. */
+static struct ps_row *new_record(struct ps_class *c)
+{
+	if (c->count == UINT32_MAX - 1)
+		return NULL;
+	if (c->count % CHUNK_ROWS == 0) {
+		size_t k = c->count / CHUNK_ROWS;
+		if (k == c->nchunks) {
+			char **nc = realloc(c->chunks, (k + 1) * sizeof(*nc));
+			if (!nc)
+				return NULL;
+			c->chunks = nc;
+			if (add_chunk(c, k))
+				return NULL;
+			c->nchunks++;
+		}
+	}
+	return (struct ps_row *)(c->dk ? cache_get(c, c->count, true) : home_of(c, c->count));
+}
+
+/* Row of key, created if absent; *cls its class, *rec its record number
+ * there. overwrite: the caller replaces the whole record, so a row on
+ * disk is not read. */
+static struct ps_row *get_row(struct ps_store *st, uint64_t key, struct ps_class **cls,
+			      size_t *rec, bool overwrite)
 {
 	size_t i = probe(st, key);
 	if (st->idx_rec[i]) {
+		struct ps_class *c = &st->cls[st->idx_cls ? st->idx_cls[i] : 0];
+		*cls = c;
 		*rec = st->idx_rec[i] - 1;
-		if (!st->dk)
-			return (struct ps_row *)home_of(st, *rec);
-		struct ps_row *r = (struct ps_row *)cache_get(st, *rec, overwrite);
+		if (!c->dk)
+			return (struct ps_row *)home_of(c, *rec);
+		struct ps_row *r = (struct ps_row *)cache_get(c, *rec, overwrite);
 		if (r && overwrite)
 			r->key = key;
 		return r;
@@ -524,57 +676,59 @@ static struct ps_row *get_row(struct ps_store *st, uint64_t key, size_t *rec, bo
 			return NULL;
 		i = probe(st, key);
 	}
-	if (st->count == UINT32_MAX - 1)
-		return NULL;
-	if (st->count % CHUNK_ROWS == 0) {
-		size_t c = st->count / CHUNK_ROWS;
-		if (c == st->nchunks) {
-			char **nc = realloc(st->chunks, (c + 1) * sizeof(*nc));
-			if (!nc)
-				return NULL;
-			st->chunks = nc;
-			if (add_chunk(st, c))
-				return NULL;
-			st->nchunks++;
-		}
-	}
-	size_t n = st->count;
-	struct ps_row *r = (struct ps_row *)(st->dk ? cache_get(st, n, true) : home_of(st, n));
+	const uint32_t ci = class_of_key(st, key);
+	struct ps_class *c = &st->cls[ci];
+	struct ps_row *r = new_record(c);
 	if (!r)
 		return NULL;
 	r->key = key;
 	r->clock = 0;
-	const uint32_t t = esd_key_table(key);
-	esd_row_init_table(st->seed, key, t < st->ntable_dims ? st->table_dims[t] : st->dim,
-			   st->dim, r->data);
-	esd_optim_state_init(&st->opt, st->dim, r->data + st->dim);
+	esd_row_init_table(st->seed, key, c->dim, c->dim, r->data);
+	esd_optim_state_init(&st->opt, c->dim, r->data + c->dim);
 	st->idx_key[i] = key;
-	st->idx_rec[i] = (uint32_t)(n + 1);
-	st->count = n + 1;
-	*rec = n;
-	mark_changed(st, *rec);
+	st->idx_rec[i] = (uint32_t)(c->count + 1);
+	if (st->idx_cls)
+		st->idx_cls[i] = (uint16_t)ci;
+	*cls = c;
+	*rec = c->count++;
+	st->count++;
+	mark_changed(c, *rec);
 	return r;
 }
 
 struct ps_row *ps_store_get(struct ps_store *st, uint64_t key)
 {
+	struct ps_class *c;
 	size_t rec;
-	return get_row(st, key, &rec, false);
+	return get_row(st, key, &c, &rec, false);
 }
 
 int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
 		       const float *state)
 {
+	struct ps_class *c;
 	size_t rec;
-	struct ps_row *r = get_row(st, key, &rec, !st->state_len || state);
+	struct ps_row *r = get_row(st, key, &c, &rec, !st->state_len || state);
 	if (!r)
 		return -ENOMEM;
-	mark_changed(st, rec);
-	memcpy(r->data, value, st->dim * sizeof(float));
-	if (st->state_len && state)
-		memcpy(r->data + st->dim, state, st->state_len * sizeof(float));
+	mark_changed(c, rec);
+	memcpy(r->data, value, c->dim * sizeof(float));
+	if (c->state_len && state)
+		memcpy(r->data + c->dim, state, c->state_len * sizeof(float));
 	r->clock = clock;
 	return 0;
+}
+
+int ps_store_put_padded(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
+			const float *state)
+{
+	const unsigned d = ps_store_key_dim(st, key);
+	if (d == st->dim)
+		return ps_store_put_value(st, key, clock, value, state);
+	const size_t sf = st->state_len / st->dim;
+	for (size_t b = 0; state && b < sf; b++) /* each state block's first d floats */
+		memcpy(st->pack + b * d, state + b * st->dim, d * sizeof(float));
+	return ps_store_put_value(st, key, clock, value, state ? st->pack : NULL);
 }
 
 int ps_store_stage_grad(struct ps_store *st, uint32_t worker, uint64_t key, const float *grad)
@@ -595,7 +749,8 @@ int ps_store_stage_grad(struct ps_store *st, uint32_t worker, uint64_t key, cons
 	s->key = key;
 	s->worker = worker;
 	s->off = (uint32_t)st->nstg;
-	memcpy(st->grads + (size_t)st->nstg * st->dim, grad, st->dim * sizeof(float));
+	memcpy(st->grads + (size_t)st->nstg * st->dim, grad,
+	       ps_store_key_dim(st, key) * sizeof(float));
 	st->nstg++;
 	return 0;
 }
@@ -622,21 +777,23 @@ long ps_store_apply_staged(struct ps_store *st)
 	for (size_t i = 0; i < st->nstg;) {
 		size_t j = i;
 		uint64_t key = st->stg[i].key;
-		memset(st->tmp, 0, st->dim * sizeof(double));
+		const unsigned d = ps_store_key_dim(st, key);
+		memset(st->tmp, 0, d * sizeof(double));
 		for (; j < st->nstg && st->stg[j].key == key; j++) {
 			if (j > i && st->stg[j].worker == st->stg[j - 1].worker)
 				return -EEXIST; /* dedup upstream failed: refuse to double-apply */
 			const float *g = st->grads + (size_t)st->stg[j].off * st->dim;
-			for (unsigned d = 0; d < st->dim; d++)
-				st->tmp_in[d] = g[d];
-			esd_optim_grad_add(st->dim, st->tmp, st->tmp_in);
+			for (unsigned k = 0; k < d; k++)
+				st->tmp_in[k] = g[k];
+			esd_optim_grad_add(d, st->tmp, st->tmp_in);
 		}
+		struct ps_class *c;
 		size_t rec;
-		struct ps_row *r = get_row(st, key, &rec, false);
+		struct ps_row *r = get_row(st, key, &c, &rec, false);
 		if (!r)
 			return -ENOMEM;
-		mark_changed(st, rec);
-		esd_optim_apply_sum(&st->opt, st->dim, r->data, r->data + st->dim, st->tmp, r->clock + 1);
+		mark_changed(c, rec);
+		esd_optim_apply_sum(&st->opt, d, r->data, r->data + d, st->tmp, r->clock + 1);
 		r->clock++;
 		updated++;
 		i = j;

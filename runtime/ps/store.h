@@ -2,9 +2,12 @@
  * store.h - the rows of one PS shard (private to esd-ps).
  *
  * A row is created on first touch with esd_row_init(seed, key) and the
- * optimizer's initial state, clock 0. Rows live in an arena of fixed-size
- * records (key, clock, value[dim], state[]) indexed by an open-addressing
+ * optimizer's initial state, clock 0. Rows live in arenas of fixed-size
+ * records (key, clock, value[d], state[]) indexed by an open-addressing
  * table; nothing is ever freed while the shard runs (the model only grows).
+ * With model.dims a row has its table's dim d and lives in the arena of
+ * that dim (one a distinct dim: a class); rows are numbered class after
+ * class (ps_store_at). Without, one arena of model.dim.
  *
  * Gradients of rows trained by several workers arrive as partial sums, one
  * per worker; they are staged per iteration and applied at the barrier in
@@ -48,9 +51,14 @@ size_t ps_store_resident_bytes(const struct ps_store *st);
 bool ps_store_changed(const struct ps_store *st, size_t i);
 void ps_store_clear_changed(struct ps_store *st);
 
+/* The largest row's dim and its state floats (model.dim). */
 unsigned ps_store_dim(const struct ps_store *st);
 size_t ps_store_state_len(const struct ps_store *st);
 size_t ps_store_count(const struct ps_store *st);
+/* Value floats of key's row: its table's dim (model.dims), else dim. A
+ * row's state, state floats per value float times that, follows its value
+ * (struct ps_row). */
+unsigned ps_store_key_dim(const struct ps_store *st, uint64_t key);
 
 /* Row of key, created (initialised) if absent. NULL on -ENOMEM or (on
  * disk) an I/O error of the row file. The pointer is valid until the next
@@ -62,17 +70,23 @@ struct ps_row *ps_store_find(const struct ps_store *st, uint64_t key);
  * end or on an I/O error of the row file. Valid until the next call. */
 struct ps_row *ps_store_at(const struct ps_store *st, size_t i);
 
-/* Overwrite value + state + clock (PUSH_VALUE: an update or evict push).
- * Returns 0 or -ENOMEM. */
 /* A row read from a checkpoint or an export against model.dims: its floats
  * past its table's dim must be zero (else the file is of other dims).
  * 0 or -EINVAL, logged naming the key and what (the file, for the log). */
 int ps_store_check_padding(const struct ps_store *st, uint64_t key, const float *value,
 			   const char *what);
+/* Overwrite value + state + clock (PUSH_VALUE: an update or evict push),
+ * the row at its dim (ps_store_key_dim: value[d], state[d * sf] in sf
+ * blocks of d). Returns 0 or -ENOMEM. */
 int ps_store_put_value(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
 		       const float *state);
+/* The same from a row at the store's dim (value[dim], state in blocks of
+ * dim), as checkpoints and esd_row_view_unpack give it: the floats past
+ * the row's dim are dropped (ps_store_check_padding checks the value's). */
+int ps_store_put_padded(struct ps_store *st, uint64_t key, uint64_t clock, const float *value,
+			const float *state);
 
-/* Stage a partial gradient of key from worker for the iteration being
+/* Stage a partial gradient (ps_store_key_dim floats) of key from worker for the iteration being
  * collected. Returns 0, -EEXIST (same worker and key staged twice),
  * -ENOMEM. */
 int ps_store_stage_grad(struct ps_store *st, uint32_t worker, uint64_t key, const float *grad);

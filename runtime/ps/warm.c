@@ -151,12 +151,12 @@ static int npy_read(struct npy *n, float *buf, size_t count, uint64_t first)
 }
 
 /* Table t's rows of this shard, from its file of [rows, d_t] (model.dims),
- * each stored padded with zeros to model.dim. */
+ * each stored at d_t. */
 static int load_table(struct ps *ps, const char *dir, const char *name, uint32_t t,
 		      uint64_t rows, const float *state)
 {
 	struct npy n;
-	const unsigned dim = ps->job.dim, d = esd_job_table_dim(&ps->job, t);
+	const unsigned d = esd_job_table_dim(&ps->job, t);
 	int rc = npy_open(&n, dir, name);
 	if (rc)
 		return rc;
@@ -172,10 +172,7 @@ static int load_table(struct ps *ps, const char *dir, const char *name, uint32_t
 		return npy_fail(&n, msg);
 	}
 	float *buf = malloc((size_t)LOAD_ROWS * d * sizeof(float));
-	float *row = calloc(dim, sizeof(float)); /* the tail stays zero */
-	if (!buf || !row) {
-		free(buf);
-		free(row);
+	if (!buf) {
 		fclose(n.f);
 		return -ENOMEM;
 	}
@@ -187,13 +184,11 @@ static int load_table(struct ps *ps, const char *dir, const char *name, uint32_t
 			esd_key_t key = esd_key_make(t, lo + i);
 			if (esd_shard_of(key, ps->job.shards) != ps->shard)
 				continue;
-			memcpy(row, buf + i * d, d * sizeof(float));
-			rc = ps_store_put_value(ps->st, key, 0, row, state);
+			rc = ps_store_put_value(ps->st, key, 0, buf + i * d, state);
 			mine++;
 		}
 	}
 	free(buf);
-	free(row);
 	fclose(n.f);
 	if (!rc)
 		ESD_DBG("ps", "warm start: %llu rows of %s", (unsigned long long)mine, n.path);

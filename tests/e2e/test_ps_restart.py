@@ -2,7 +2,8 @@
 notice, reconnect, roll their caches and dispatchers back to the
 checkpoint boundary, and training ends bit-identical to an uninterrupted
 run. Twice: the default (hybrid, on-demand sync) and HET with staleness 0,
-whose snapshots also carry every key's version across the restart. The
+whose snapshots also carry every key's version across the restart, and
+a job of per-table dims (model.dims), its checkpoint version 2. The
 shard count and the checkpoint period do not change a job's tables: the
 cases of the default method share one uninterrupted run (one shard). HET with
 staleness > 0 cannot resume exactly (stale copies' values at the boundary
@@ -23,6 +24,9 @@ CASES = [
     ("", {}),
     ("het-", {"dispatch__method": "vanilla", "dispatch__sync": "het",
               "dispatch__staleness": 0}),
+    # per-table dims: the shard restores rows at their tables' dims from
+    # its version-2 checkpoint
+    ("dims-", {"model__dim": 16, "model__dims": "4,8*12,16*12,4"}),
 ]
 ITERS = 150  # the kill comes at iteration 50 or later, the restore at 40
 

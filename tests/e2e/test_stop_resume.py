@@ -5,7 +5,8 @@
 - the same job started again resumes from that checkpoint (tables,
   optimizer state, data cursor, every node's dispatcher state and sizes),
   and a run stopped four times ends bit-identical to one never stopped,
-  with one shard and with two (a stop asked at shard 1 relayed to shard 0);
+  with one shard and with two (a stop asked at shard 1 relayed to shard 0),
+  and with per-table dims (model.dims: version-2 checkpoints);
 - after kill -9 of every process, the same start resumes from the last
   complete checkpoint, again bit-identical, also when the shards were
   killed between writing one checkpoint (shard 1 has it, shard 0 not);
@@ -87,10 +88,10 @@ def check_ckpt_at(env, ck, it):
               % (it, info.stdout.strip().splitlines()[:2]))
 
 
-def test_stops(env, s, base, shards, victims):
+def test_stops(env, s, base, shards, victims, tag=""):
     """Graceful stops by SIGTERM to each victim in turn (esdctl: esdctl stop
     on shard 0), each followed by the same start, the last to the end."""
-    work = os.path.join(env.root, "stops-%d" % shards)
+    work = os.path.join(env.root, "%sstops-%d" % (tag, shards))
     ck = os.path.join(work, "ckpt")
     os.makedirs(ck, exist_ok=True)
     s = dict(s)
@@ -113,8 +114,8 @@ def test_stops(env, s, base, shards, victims):
     env.check("the job resumes after iteration" in log, "the last start resumed: %s"
               % [ln for ln in log.splitlines() if "resumes" in ln][:1])
     ok, out = env.compare(shard_files(ck, shards), base, exact=True)
-    env.check(ok, "%d shard(s), stopped %d times: the final tables are bit-identical to "
-              "the uninterrupted run: %s" % (shards, len(victims), out.splitlines()[-1:]))
+    env.check(ok, "%s%d shard(s), stopped %d times: the final tables are bit-identical to "
+              "the uninterrupted run: %s" % (tag, shards, len(victims), out.splitlines()[-1:]))
 
 
 def test_kill_all(env, s, base, shards, mixed=False):
@@ -251,6 +252,11 @@ def main():
         # two shards: a stop asked at shard 1 is relayed to shard 0
         base2, _ = env.run("uninterrupted-2", s, shards=2)
         test_stops(env, s, base2, 2, ("ps1", "esdd0"))
+        # per-table dims: the shards stop and resume from version-2
+        # checkpoints (each row at its table's dim)
+        sd = dict(s, **{"model.dim": 16, "model.dims": "4,8*12,16*12,4"})
+        base3, _ = env.run("uninterrupted-dims", sd, shards=2)
+        test_stops(env, sd, base3, 2, ("esdctl",), tag="dims-")
         test_kill_all(env, s, base2, 2)
         test_kill_all(env, s, base2, 2, mixed=True)
         test_node_killed(env, s, base)

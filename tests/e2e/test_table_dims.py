@@ -6,19 +6,29 @@ each row crosses the links with its table's dim (the link bytes are
 the predicted rows' unpadded bytes plus the frame headers); every row's
 padding past its table's dim is exactly zero (esd-export
 --dims refuses a non-zero one), the export gives each table its own
-shape, and a job warm-starts from it; resuming the checkpoint under
-smaller dims is refused. A job of tables of 8 and 64 floats moves rows
-of the two sizes esdctl plan gives.
+shape, and a job warm-starts from it. The checkpoint holds each row at
+its table's dim (version 2: the file is the header, the table block,
+16 + 4 * d_t * (1 + state floats) bytes a row, the dense table and the
+trailer); a job resumed from it (ps.resume_from) trains on to the
+tables esd-ref trains in one go, as does one resumed from the same
+checkpoint rewritten in version 1 (every row padded, as shards wrote it
+before); resuming it under other dims is refused naming the table and
+both dims. A job of tables of 8 and 64
+floats moves rows of the two sizes esdctl plan gives.
 
 usage: test_table_dims.py BIN_DIR
 """
+import ctypes
+import ctypes.util
 import json
 import os
+import re
+import struct
 import subprocess
 import sys
 
 from e2e_util import Env, ClusterError
-from esdcluster import write_ini
+from esdcluster import Cluster, write_ini
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DIMS = "4,8*12,16*12,4"  # 26 tables (criteo-kaggle)
@@ -126,9 +136,95 @@ def check_export(env, name, ck):
     return out
 
 
+def check_ckpt_size(env, name, ck):
+    """The checkpoint's bytes: each row at its table's dim (esd-ref info
+    gives its rows and dense floats; SGD: no state), below the padded
+    layout's."""
+    path = ck.split(",")[0]
+    r = subprocess.run([os.path.join(env.bin, "esd-ref"), "info", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"(\d+) rows of dim (\d+).*dense table (\d+) floats", r.stdout, re.S)
+    if r.returncode or not m or "version 2: 26 tables of dims 4,8," not in r.stdout:
+        env.check(False, "%s: esd-ref info %s: version 2 with the tables' dims: %s"
+                  % (name, path, r.stdout.strip()[-300:]))
+        return
+    rows, dim, dense = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    size = os.path.getsize(path)
+    padded = 128 + rows * (16 + 4 * dim) + 4 * dense + 48
+    env.check(size < padded, "%s: the checkpoint is %d bytes, %d padded (%d rows)"
+              % (name, size, padded, rows))
+    print("figure: %s checkpoint %d bytes per-table, %d padded" % (name, size, padded))
+
+
+def xxh64(data):
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH64.restype = ctypes.c_uint64
+    lib.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+    return lib.XXH64(data, len(data), 0)
+
+
+def to_version1(src, dst):
+    """The version-2 checkpoint src (SGD: no state) rewritten as version 1,
+    every row padded with zeros to the header's dim (esd/ckpt.h)."""
+    with open(src, "rb") as f:
+        buf = f.read()
+    h = bytearray(buf[:128])
+    dim = struct.unpack_from("<I", h, 64)[0]
+    nrows, ndense = struct.unpack_from("<QQ", h, 40)
+    nt = struct.unpack_from("<I", h, 104)[0]
+    dims = [struct.unpack_from("<I", buf, 128 + 16 * t)[0] for t in range(nt)]
+    off, body = 128 + 16 * nt, bytearray()
+    for _ in range(nrows):
+        key = struct.unpack_from("<Q", buf, off)[0]
+        d = dims[key >> 48]
+        body += buf[off:off + 16 + 4 * d] + bytes(4 * (dim - d))
+        off += 16 + 4 * d
+    body += buf[off:off + 4 * ndense]
+    struct.pack_into("<I", h, 8, 1)
+    h[104:120] = bytes(16)
+    struct.pack_into("<Q", h, 120, xxh64(bytes(h[:120])))
+    t = bytearray(b"ESDCKEND" + struct.pack("<QQQQ", nrows, ndense, xxh64(bytes(body)),
+                                            struct.unpack_from("<Q", h, 120)[0]))
+    t += struct.pack("<Q", xxh64(bytes(t)))
+    with open(dst, "wb") as f:
+        f.write(bytes(h) + bytes(body) + bytes(t))
+
+
+def resume_dims(env, name, s, ck, old=None, tag="resumed"):
+    """A job resumed from the run's checkpoint (ps.resume_from; old: that
+    directory) to 60 iterations: its tables equal esd-ref's trained 60
+    iterations at once."""
+    old = old or os.path.dirname(ck.split(",")[0])
+    r = dict(s, **{"job.iterations": 60, "ps.resume_from": old})
+    work, ck2 = env.run_dirs(r, name + "-" + tag)
+    with Cluster(env.bin, work, r) as c:
+        c.start(resume=True)
+        c.wait(timeout=120)
+    ref = os.path.join(env.root, name + "-60.ref.ckpt")
+    if not os.path.exists(ref):
+        ref = env.reference(name + "-60", dict(s, **{"job.iterations": 60}))
+    ok, out = env.compare(os.path.join(ck2, "ps-shard0.ckpt"), ref)
+    env.check(ok, "%s: %s from iteration 50 to 60 == esd-ref --dims of 60 iterations: %s"
+              % (name, tag, out.splitlines()[-1] if out else ""))
+
+
+def resume_version1(env, name, s, ck):
+    """The same from the checkpoint rewritten in version 1 (padded rows)."""
+    old = os.path.join(env.root, name + "-v1")
+    os.makedirs(old, exist_ok=True)
+    to_version1(ck.split(",")[0], os.path.join(old, "ps-shard0.ckpt"))
+    r = subprocess.run([os.path.join(env.bin, "esd-ref"), "info",
+                        os.path.join(old, "ps-shard0.ckpt")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    env.check(r.returncode == 0 and "version 2" not in r.stdout,
+              "%s: the version-1 rewrite is a valid checkpoint (%s)"
+              % (name, r.stdout.strip()[-200:]))
+    resume_dims(env, name, s, ck, old=old, tag="resumed-from-version-1")
+
+
 def resume_other_dims(env, s, ck):
-    """esd-ps resuming the run's checkpoint (ps.resume_from) under smaller
-    dims: refused naming a row whose padding is not zero."""
+    """esd-ps resuming the run's checkpoint (ps.resume_from) under other
+    dims: refused naming the table and both dims."""
     work = os.path.join(env.root, "other-dims")
     os.makedirs(os.path.join(work, "ckpt"), exist_ok=True)
     job = os.path.join(work, "job.ini")
@@ -142,10 +238,10 @@ def resume_other_dims(env, s, ck):
         rc, out = r.returncode, r.stdout
     except subprocess.TimeoutExpired as e:
         rc, out = "timeout", str(e.output)
-    line = [ln for ln in out.splitlines() if "past the table's dim" in ln]
+    line = [ln for ln in out.splitlines() if "has table 1 at dim 8, this job at dim 4" in ln]
     env.check(rc not in (0, "timeout") and line,
-              "resuming under other model.dims is refused naming the row (exit %s): %s"
-              % (rc, line[:1]))
+              "resuming under other model.dims is refused naming table and dims (exit %s): %s"
+              % (rc, line[:1] or out.strip()[-300:]))
 
 
 def main():
@@ -171,6 +267,10 @@ def main():
                 w = dict(s, **{"ps.warm_start": exp, "job.iterations": 5})
                 env.run(name + "-warm", w)
                 env.check(True, "%s: a job warm-started from the export trains" % name)
+            if name == "hybrid-sgd":
+                check_ckpt_size(env, name, ck)
+                resume_dims(env, name, s, ck)
+                resume_version1(env, name, s, ck)
                 resume_other_dims(env, s, ck)
         dims_8_64(env)
     except ClusterError as e:

@@ -512,6 +512,143 @@ static int note_row(void *arg, esd_key_t key, uint64_t clock, const float *v, co
 	return 0;
 }
 
+/* Per-table dims (version 2): rows at their table's dim, handed out
+ * padded to dim with zeros. */
+static const uint32_t tdims[2] = {3, 8};
+
+static esd_key_t dims_key(uint64_t i)
+{
+	return esd_key_make((uint32_t)(i % 2), i);
+}
+
+/* Row i (padded to 8 floats of value and Adam's 16 of state: the value's
+ * tail zero, the state's not, which the writer drops). */
+static void dims_row(uint64_t i, float *v)
+{
+	fill_row(i, 24, v);
+	for (unsigned c = tdims[i % 2]; c < 8; c++)
+		v[c] = 0.0f;
+}
+
+static void write_dims(const char *path, uint64_t rows, uint64_t it, const char *parent,
+                       const uint64_t *ids, size_t nids)
+{
+	struct esd_ckpt_meta m = {.seed = 5, .iteration = it, .dim = 8, .ntables = 2,
+	                          .table_dims = tdims, .optimizer = ESD_OPT_ADAM, .nshards = 1,
+	                          .dense_len = 2};
+	if (parent) {
+		m.increment = true;
+		m.parent_iteration = it / 2;
+		assert_int_equal(esd_ckpt_file_sum(parent, &m.parent_sum), 0);
+	}
+	struct esd_ckpt_writer *w;
+	float v[24], packed[24], d[6] = {1, 2, 3, 4, 5, 6};
+	assert_int_equal(esd_ckpt_writer_open(path, &m, &w), 0);
+	for (uint64_t j = 0; j < (ids ? nids : rows); j++) {
+		uint64_t i = ids ? ids[j] : j;
+		dims_row(i, v);
+		const unsigned dt = tdims[i % 2];
+		if (i % 3) { /* padded */
+			assert_int_equal(esd_ckpt_write_row(w, dims_key(i), i + it, v, v + 8), 0);
+			continue;
+		}
+		memcpy(packed, v, dt * sizeof(float)); /* at the table's dim */
+		for (unsigned b = 0; b < 2; b++)
+			memcpy(packed + dt + b * dt, v + 8 + b * 8, dt * sizeof(float));
+		assert_int_equal(esd_ckpt_write_row_packed(w, dims_key(i), i + it, packed,
+		                                           packed + dt),
+		                 0);
+	}
+	assert_int_equal(esd_ckpt_write_dense(w, d, d + 2), 0);
+	assert_int_equal(esd_ckpt_writer_commit(w), 0);
+}
+
+static int check_dims_row(void *arg, esd_key_t key, uint64_t clock, const float *value,
+                          const float *state)
+{
+	uint64_t *n = arg;
+	const uint64_t i = esd_key_id(key);
+	float v[24];
+	dims_row(i, v);
+	const unsigned dt = tdims[i % 2];
+	for (unsigned b = 0; b < 2; b++) /* the state past dt reads back zero */
+		for (unsigned c = dt; c < 8; c++)
+			v[8 + b * 8 + c] = 0.0f;
+	if (key != dims_key(i) || memcmp(value, v, 8 * sizeof(float)) ||
+	    memcmp(state, v + 8, 16 * sizeof(float)))
+		return -1;
+	(void)clock;
+	(*n)++;
+	return 0;
+}
+
+static void test_table_dims(void **state)
+{
+	(void)state;
+	char *p = path_in("dims.ckpt"), *q = path_in("dims2.ckpt");
+	struct esd_ckpt_reader *r;
+	struct esd_ckpt_error err;
+	write_dims(p, 3000, 7, NULL, NULL, 0);
+	assert_int_equal(esd_ckpt_open(p, &r, &err), 0);
+	const struct esd_ckpt_info *in = esd_ckpt_info(r);
+	assert_int_equal(in->meta.ntables, 2);
+	assert_int_equal(in->meta.table_dims[0], 3);
+	assert_int_equal(in->meta.table_dims[1], 8);
+	/* header, table block, 1500 rows of 3 and of 8 floats (Adam: 3 a
+	 * float), the dense table and its state, the trailer */
+	assert_int_equal(in->file_size, 128 + 32 + 1500 * (16 + 36) + 1500 * (16 + 96) + 24 + 48);
+	uint64_t n = 0;
+	assert_int_equal(esd_ckpt_read_rows(r, check_dims_row, &n), 0);
+	assert_int_equal(n, 3000);
+	esd_ckpt_close(r);
+
+	/* a small one cut or with one bit flipped is refused: every byte of
+	 * the header and the table block, every few past them */
+	unsigned char *b;
+	size_t len;
+	write_dims(p, 5, 7, NULL, NULL, 0);
+	read_file(p, &b, &len);
+	for (size_t i = 0; i < len; i += i < 200 ? 1 : 3) {
+		assert_int_not_equal(open_bytes(q, b, i, &err), 0);
+		b[i] ^= (unsigned char)(1u << (i % 8));
+		if (!open_bytes(q, b, len, &err))
+			fail_msg("flip of bit %zu at byte %zu went undetected", i % 8, i);
+		b[i] ^= (unsigned char)(1u << (i % 8));
+	}
+	b[8] = 3; /* a version this code does not read */
+	assert_int_equal(open_bytes(q, b, len, &err), -ESD_EBADVERSION);
+	assert_non_null(strstr(err.msg, "version 3, this code reads versions 1 and 2"));
+	assert_non_null(strstr(err.msg, "dims2.ckpt"));
+	free(b);
+
+	/* the writer refuses a value past its table's dim, an unknown table
+	 * and a table dim past dim */
+	struct esd_ckpt_meta m = {.dim = 8, .ntables = 2, .table_dims = tdims, .nshards = 1};
+	struct esd_ckpt_writer *w;
+	float v[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+	assert_int_equal(esd_ckpt_writer_open(q, &m, &w), 0);
+	assert_int_equal(esd_ckpt_write_row(w, esd_key_make(0, 1), 0, v, NULL), -EINVAL);
+	assert_int_equal(esd_ckpt_write_row(w, esd_key_make(2, 1), 0, v, NULL), -EINVAL);
+	assert_int_equal(esd_ckpt_write_row(w, esd_key_make(1, 1), 0, v, NULL), 0);
+	esd_ckpt_writer_abort(w);
+	m.dim = 7;
+	assert_int_equal(esd_ckpt_writer_open(q, &m, &w), -EINVAL);
+
+	/* a chain of version-2 files reads as the full one */
+	char *base = path_in("ps-shard0.ckpt.base4"), *inc = path_in("ps-shard0.ckpt.inc8");
+	const uint64_t changed[] = {1, 3, 4, 9, 10};
+	write_dims(base, 9, 4, NULL, NULL, 0);
+	write_dims(inc, 0, 8, base, changed, 5);
+	assert_int_equal(esd_ckpt_open(inc, &r, &err), 0);
+	assert_int_equal(esd_ckpt_info(r)->row_count, 11);
+	n = 0;
+	assert_int_equal(esd_ckpt_read_rows(r, check_dims_row, &n), 0);
+	assert_int_equal(n, 11);
+	esd_ckpt_close(r);
+	unlink(base), unlink(inc), unlink(p), unlink(q);
+	free(base), free(inc), free(p), free(q);
+}
+
 /* A base and two increments read as the one full file of the same rows,
  * in the same order; a missing parent and an fd open are refused. */
 static void test_increments(void **state)
@@ -677,6 +814,7 @@ int main(void)
 	    cmocka_unit_test(test_truncation),     cmocka_unit_test(test_bit_flips),
 	    cmocka_unit_test(test_atomic_replace), cmocka_unit_test(test_garbage),
 	    cmocka_unit_test(test_compare),        cmocka_unit_test(test_increments),
+	    cmocka_unit_test(test_table_dims),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -42,6 +42,12 @@ int esd_ref_cmd_info(int argc, char **argv)
 		       argv[i], in->file_size, m->seed, m->iteration, m->data_cursor, m->shard,
 		       m->nshards, in->row_count, m->dim, in->sorted ? " (sorted by key)" : "",
 		       esd_optim_name(m->optimizer), m->dense_len, m->dense_clock);
+		if (m->ntables) { /* version 2: each table's rows at its own dim */
+			printf("  version 2: %u tables of dims", m->ntables);
+			for (uint32_t t = 0; t < m->ntables; t++)
+				printf("%s%u", t ? "," : " ", m->table_dims[t]);
+			printf("\n");
+		}
 		esd_ckpt_close(r);
 	}
 	return bad ? 3 : 0;

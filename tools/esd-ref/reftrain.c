@@ -153,6 +153,8 @@ static int write_tables(const struct esd_ref_config *cfg, struct row_store *s, c
 	                          .iteration = cfg->iterations,
 	                          .data_cursor = cursor,
 	                          .dim = s->dim,
+	                          .ntables = cfg->ndims, /* each row at its table's dim */
+	                          .table_dims = cfg->dims,
 	                          .optimizer = cfg->optim.opt,
 	                          .shard = 0,
 	                          .nshards = 1,
