@@ -24,6 +24,10 @@ the same pair; --rate shapes both ends with tc tbf (e.g. 500M).
 --fifo (root): both processes at real-time priority, so that on a shared
 host the figures measure the link rather than the scheduler.
 
+--baseline DIR: another build's bin directory run beside BIN_DIR, round by
+round (the order of the two alternating), with its keyed / keyless ratios
+and this build's rows/s over the baseline's per case.
+
 --cpu: also the shard's link thread's CPU per batch answer, user and
 system apart (from /proc, read while the client runs; the one-row pulls
 are counted in too), and how often it slept per answer: what the key
@@ -31,6 +35,7 @@ adds on the thread that sets the pace, where the kernel's share goes.
 
 usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
                      [--gcm] [--sodium] [--netns [--rate R]] [--fifo] [--cpu]
+                     [--baseline DIR]
 """
 import argparse
 import os
@@ -222,6 +227,22 @@ def paired(res, backend, keyed):
     return "%.2fx [%.2f-%.2f]" % (statistics.median(r), r[0], r[-1])
 
 
+def print_baseline(res, base, keyings):
+    """The baseline build's keyed / keyless ratios, and this build's rows/s
+    over the baseline's, round by round, per case."""
+    for backend in ("tcp", "dpdk"):
+        print("baseline: %s keyed / keyless rows/s: %s" % (backend, ", ".join(
+            "%s %s" % (KEYING_NAME[k], paired(base, backend, k)) for k in keyings[1:])))
+    for backend in ("tcp", "dpdk"):
+        cases = []
+        for k in keyings:
+            r = sorted(a["rows_per_s"] / b["rows_per_s"]
+                       for a, b in zip(res[(backend, k)], base[(backend, k)]))
+            cases.append("key %s %.2fx [%.2f-%.2f]" % (KEYING_NAME[k], statistics.median(r),
+                                                       r[0], r[-1]))
+        print("this / baseline rows/s, %s: %s" % (backend, ", ".join(cases)))
+
+
 KEYINGS = [False, True, "gcm", "sodium"]
 KEYING_NAME = {False: "no", True: "yes", "gcm": "yes (AES-256-GCM tags)",
                "sodium": "yes (libsodium tags)"}
@@ -248,6 +269,8 @@ def main():
                     help="run the shard and the client at SCHED_FIFO priority 10 (root): "
                          "on a shared host the other work no longer takes their cores "
                          "(the kernel still leaves it 5 %% of each second)")
+    ap.add_argument("--baseline", default="",
+                    help="another build's bin directory, run beside BIN_DIR round by round")
     ap.add_argument("--cpu", action="store_true",
                     help="also the shard's link thread's CPU per batch answer (/proc)")
     args = ap.parse_args()
@@ -268,11 +291,14 @@ def main():
         res = {}
         keyings = [k for k in KEYINGS if k in (False, True) or (k == "gcm" and args.gcm)
                    or (k == "sodium" and args.sodium)]
+        base = {}
+        builds = [(args.bin, res)] + ([(args.baseline, base)] if args.baseline else [])
         for r in range(args.rounds):  # backends alternate: noise hits them alike
-            for backend in ("tcp", "dpdk"):  # a backend's keyings run back to back
-                for keyed in keyings:
-                    res.setdefault((backend, keyed), []).append(
-                        one_run(args.bin, work, stream, backend, keyed, args))
+            for bin_dir, store in builds if r % 2 == 0 else builds[::-1]:
+                for backend in ("tcp", "dpdk"):  # a backend's keyings run back to back
+                    for keyed in keyings:
+                        store.setdefault((backend, keyed), []).append(
+                            one_run(bin_dir, work, stream, backend, keyed, args))
         med = {k: {f: statistics.median(x[f] for x in v if f in x) for f in set().union(*v)}
                for k, v in res.items()}
         print("# %d rounds, %d-row batches of %d-float rows (SGD), %.1f s each; %d one-row "
@@ -310,6 +336,8 @@ def main():
                   "(goal >= %.1f)" % (backend, ", ".join(
                       "%s %s" % (KEYING_NAME[k], paired(res, backend, k))
                       for k in keyings[1:]), goal))
+        if base:
+            print_baseline(res, base, keyings)
     finally:
         if args.net:
             args.net.__exit__()
