@@ -24,8 +24,18 @@ the same pair; --rate shapes both ends with tc tbf (e.g. 500M).
 --fifo (root): both processes at real-time priority, so that on a shared
 host the figures measure the link rather than the scheduler.
 
+--baseline DIR: another build's bin directory run beside BIN_DIR, round by
+round (the order of the two alternating), with its keyed / keyless ratios
+and this build's rows/s over the baseline's per case.
+
+--cpu: also the shard's link thread's CPU per batch answer, user and
+system apart (from /proc, read while the client runs; the one-row pulls
+are counted in too), and how often it slept per answer: what the key
+adds on the thread that sets the pace, where the kernel's share goes.
+
 usage: bench_pull.py BIN_DIR [--rounds N] [--seconds S] [--pings N] [--dim D] [--queue Q]
-                     [--gcm] [--sodium] [--netns [--rate R]] [--fifo]
+                     [--gcm] [--sodium] [--netns [--rate R]] [--fifo] [--cpu]
+                     [--baseline DIR]
 """
 import argparse
 import os
@@ -36,6 +46,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 
 class VethPair:
@@ -112,6 +124,49 @@ def pin(i):
                    else [])
 
 
+class LinkCpu:
+    """The shard's link thread's user and system CPU seconds and voluntary
+    context switches, read every 20 ms from /proc while the client runs (the
+    thread ends with the link, so the last reading is kept)."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pid):
+        self.pid, self.last, self.done = pid, None, threading.Event()
+        self.th = threading.Thread(target=self._watch, daemon=True)
+        self.th.start()
+
+    def _read(self):
+        for t in os.listdir("/proc/%d/task" % self.pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (self.pid, t)) as f:
+                    stat = f.read()
+                with open("/proc/%d/task/%s/status" % (self.pid, t)) as f:
+                    status = f.read()
+            except OSError:
+                continue
+            if stat[stat.index("(") + 1:stat.rindex(")")] != "esd-ps-link":
+                continue
+            f = stat[stat.rindex(")") + 2:].split()
+            vcs = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+            return int(f[11]) / self.TICK, int(f[12]) / self.TICK, vcs
+        return None
+
+    def _watch(self):
+        while not self.done.wait(0.02):
+            try:
+                r = self._read()
+            except OSError:
+                return
+            if r:
+                self.last = r
+
+    def stop(self):
+        self.done.set()
+        self.th.join()
+        return self.last
+
+
 def one_run(bin_dir, work, stream, backend, keyed, args):
     """keyed: False, True, "gcm" (keyed, AES-256-GCM tags) or "sodium"
     (keyed, libsodium's tags)."""
@@ -141,6 +196,7 @@ def one_run(bin_dir, work, stream, backend, keyed, args):
         if not m:
             raise RuntimeError("esd-ps (%s) did not start" % backend)
         write_job(job, stream, backend, m.group(2), args.dim, key, args.queue, bool(net))
+        cpu = LinkCpu(ps.pid) if args.cpu else None
         argv = (net.wrap(1) if net else []) + pin(0) + [
             os.path.join(bin_dir, "bench_pull"), "--config", job, "--addr",
                          m.group(2), "--rows", "1024", "--seconds", str(args.seconds),
@@ -149,8 +205,15 @@ def one_run(bin_dir, work, stream, backend, keyed, args):
                              timeout=120, env=env)
         if out.returncode:
             raise RuntimeError("bench_pull (%s): %s" % (backend, out.stderr.strip()[-2000:]))
-        return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", out.stdout)
-                if k not in ("backend",)}
+        res = {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", out.stdout)
+               if k not in ("backend",)}
+        used = cpu.stop() if cpu else None
+        if used:
+            answers = res["rows_per_s"] * args.seconds / 1024
+            res["link_user_us"] = used[0] * 1e6 / answers
+            res["link_sys_us"] = used[1] * 1e6 / answers
+            res["link_sleeps"] = used[2] / answers
+        return res
     finally:
         ps.kill()
         ps.wait()
@@ -162,6 +225,22 @@ def paired(res, backend, keyed):
     r = sorted(k["rows_per_s"] / n["rows_per_s"]
                for k, n in zip(res[(backend, keyed)], res[(backend, False)]))
     return "%.2fx [%.2f-%.2f]" % (statistics.median(r), r[0], r[-1])
+
+
+def print_baseline(res, base, keyings):
+    """The baseline build's keyed / keyless ratios, and this build's rows/s
+    over the baseline's, round by round, per case."""
+    for backend in ("tcp", "dpdk"):
+        print("baseline: %s keyed / keyless rows/s: %s" % (backend, ", ".join(
+            "%s %s" % (KEYING_NAME[k], paired(base, backend, k)) for k in keyings[1:])))
+    for backend in ("tcp", "dpdk"):
+        cases = []
+        for k in keyings:
+            r = sorted(a["rows_per_s"] / b["rows_per_s"]
+                       for a, b in zip(res[(backend, k)], base[(backend, k)]))
+            cases.append("key %s %.2fx [%.2f-%.2f]" % (KEYING_NAME[k], statistics.median(r),
+                                                       r[0], r[-1]))
+        print("this / baseline rows/s, %s: %s" % (backend, ", ".join(cases)))
 
 
 KEYINGS = [False, True, "gcm", "sodium"]
@@ -190,6 +269,10 @@ def main():
                     help="run the shard and the client at SCHED_FIFO priority 10 (root): "
                          "on a shared host the other work no longer takes their cores "
                          "(the kernel still leaves it 5 %% of each second)")
+    ap.add_argument("--baseline", default="",
+                    help="another build's bin directory, run beside BIN_DIR round by round")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also the shard's link thread's CPU per batch answer (/proc)")
     args = ap.parse_args()
     if args.fifo:
         if not shutil.which("chrt"):
@@ -208,12 +291,15 @@ def main():
         res = {}
         keyings = [k for k in KEYINGS if k in (False, True) or (k == "gcm" and args.gcm)
                    or (k == "sodium" and args.sodium)]
+        base = {}
+        builds = [(args.bin, res)] + ([(args.baseline, base)] if args.baseline else [])
         for r in range(args.rounds):  # backends alternate: noise hits them alike
-            for backend in ("tcp", "dpdk"):  # a backend's keyings run back to back
-                for keyed in keyings:
-                    res.setdefault((backend, keyed), []).append(
-                        one_run(args.bin, work, stream, backend, keyed, args))
-        med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
+            for bin_dir, store in builds if r % 2 == 0 else builds[::-1]:
+                for backend in ("tcp", "dpdk"):  # a backend's keyings run back to back
+                    for keyed in keyings:
+                        store.setdefault((backend, keyed), []).append(
+                            one_run(bin_dir, work, stream, backend, keyed, args))
+        med = {k: {f: statistics.median(x[f] for x in v if f in x) for f in set().union(*v)}
                for k, v in res.items()}
         print("# %d rounds, %d-row batches of %d-float rows (SGD), %.1f s each; %d one-row "
               "pulls; medians; %s%s" % (args.rounds, 1024, args.dim, args.seconds, args.pings,
@@ -229,6 +315,16 @@ def main():
             print("| %s | %s | %.0f | %.3f | %.1f | %.1f | %.0f |"
                   % (backend, KEYING_NAME[keyed], m["rows_per_s"], m["batch_ms"],
                      m["rtt_us_p50"], m["rtt_us_p99"], m.get("retx", 0)))
+        if args.cpu:
+            print("| backend | job key | link thread user us / answer | system us | sleeps "
+                  "/ answer |")
+            print("|---|---|---:|---:|---:|")
+            for (backend, keyed), m in sorted(
+                    med.items(), key=lambda kv: (KEYINGS.index(kv[0][1]), kv[0][0])):
+                if "link_user_us" in m:
+                    print("| %s | %s | %.0f | %.0f | %.1f |"
+                          % (backend, KEYING_NAME[keyed], m["link_user_us"],
+                             m["link_sys_us"], m["link_sleeps"]))
         for keyed in (False, True):
             t, d = med[("tcp", keyed)], med[("dpdk", keyed)]
             goals = (" (goal >= 1.5)", " (goal <= 0.5)") if not args.netns else ("", "")
@@ -240,6 +336,8 @@ def main():
                   "(goal >= %.1f)" % (backend, ", ".join(
                       "%s %s" % (KEYING_NAME[k], paired(res, backend, k))
                       for k in keyings[1:]), goal))
+        if base:
+            print_baseline(res, base, keyings)
     finally:
         if args.net:
             args.net.__exit__()
