@@ -22,24 +22,29 @@ void node_fit_observe(struct node *nd, const struct order *o, int64_t train_ns)
 	struct node_fit *f = &nd->fit;
 	if (!nd->job.derived.split_fit)
 		return;
+	uint64_t any_dim = 0, bytes = 0;
+	for (int k = 0; k < ESD_XFER_NKINDS; k++)
+		if (k != ESD_XFER_OTHER) { /* the dense table is the same whatever the split */
+			any_dim += o->pred_rows[k];
+			bytes += o->pred_bytes[k];
+		}
+	/* model.dims: rows counted at their bytes, in full rows (the
+	 * dispatcher's charge, T_j a full row's time) */
+	uint64_t rows = any_dim;
+	if (nd->job.ntable_dims) {
+		const uint64_t full = esd_job_row_bytes(&nd->job);
+		rows = (bytes + full - 1) / full;
+	}
+	f->seen_iters++;
+	f->seen_rows += rows;
+	f->seen_rows_any_dim += any_dim;
+	f->seen_bytes += bytes;
 	if (o->iter <= f->last_iter || o->iter <= ESD_SIZE_FIT_SKIP) { /* rolled back, or cold */
 		memset(&f->obs, 0, sizeof(f->obs));
 		f->last_iter = o->iter;
 		return;
 	}
 	f->last_iter = o->iter;
-	uint64_t rows = 0, bytes = 0;
-	for (int k = 0; k < ESD_XFER_NKINDS; k++)
-		if (k != ESD_XFER_OTHER) { /* the dense table is the same whatever the split */
-			rows += o->pred_rows[k];
-			bytes += o->pred_bytes[k];
-		}
-	/* model.dims: rows counted at their bytes, in full rows (the
-	 * dispatcher's charge, T_j a full row's time) */
-	if (nd->job.ntable_dims) {
-		const uint64_t full = esd_job_row_bytes(&nd->job);
-		rows = (bytes + full - 1) / full;
-	}
 	f->obs.iters++;
 	f->obs.samples += o->m;
 	f->obs.rows += rows;
@@ -78,10 +83,14 @@ json_t *node_fit_json(const struct node *nd)
 {
 	if (!nd->job.derived.split_link_aware)
 		return json_null();
-	return json_pack("{s:s, s:f, s:f, s:f, s:I, s:f}", "split",
+	const struct node_fit *f = &nd->fit;
+	return json_pack("{s:s, s:f, s:f, s:f, s:I, s:f, s:{s:I, s:I, s:I, s:I}}", "split",
 			 nd->job.derived.split_fit ? "fit" : "link-aware", "fixed_rows",
-			 nd->job.derived.size_fixed_rows, "rows_per_sample", nd->job.derived.size_rows_per_sample,
-			 "compute_ns_per_sample", nd->job.derived.size_compute_ns, "reports",
-			 (json_int_t)nd->fit.reports, "measured_compute_ns_per_sample",
-			 nd->fit.last_compute_ns);
+			 nd->job.derived.size_fixed_rows, "rows_per_sample",
+			 nd->job.derived.size_rows_per_sample, "compute_ns_per_sample",
+			 nd->job.derived.size_compute_ns, "reports", (json_int_t)f->reports,
+			 "measured_compute_ns_per_sample", f->last_compute_ns, "observed",
+			 "iterations", (json_int_t)f->seen_iters, "rows", (json_int_t)f->seen_rows,
+			 "rows_any_dim", (json_int_t)f->seen_rows_any_dim, "bytes",
+			 (json_int_t)f->seen_bytes);
 }

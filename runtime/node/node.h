@@ -224,6 +224,10 @@ struct node_fit {
 	struct esd_size_obs report;
 	uint64_t reports;
 	double last_compute_ns;    /* per sample, in the last window reported */
+	/* every iteration observed (cold and rolled-back ones too): the rows
+	 * counted as the fitter counts them, the predicted rows whatever
+	 * their dim, and their bytes (esdctl status, the summary) */
+	uint64_t seen_iters, seen_rows, seen_rows_any_dim, seen_bytes;
 };
 
 /* The PS links, one per shard. The main thread's; replaced under qmu

@@ -63,6 +63,10 @@ def main():
         mdl = [sm.get("size_model") or {} for sm in sums]
         env.check(all(m.get("split") == "fit" and m.get("reports", 0) >= 5 for m in mdl),
                   "every node reported its windows: %s" % [m.get("reports") for m in mdl])
+        obs = [m.get("observed") or {} for m in mdl]
+        env.check(all(o.get("iterations") == iters and o.get("rows", 0) > 0
+                      and o.get("rows") == o.get("rows_any_dim") for o in obs),
+                  "without model.dims the fitter counts the predicted rows: %s" % obs)
         env.check(all(m.get("measured_compute_ns_per_sample", 0) > 0 for m in mdl),
                   "every node measured its trainer's time per sample: %s"
                   % [m.get("measured_compute_ns_per_sample") for m in mdl])

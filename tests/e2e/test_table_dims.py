@@ -14,7 +14,10 @@ tables esd-ref trains in one go, as does one resumed from the same
 checkpoint rewritten in version 1 (every row padded, as shards wrote it
 before); resuming it under other dims is refused naming the table and
 both dims. A job of tables of 8 and 64
-floats moves rows of the two sizes esdctl plan gives.
+floats moves rows of the two sizes esdctl plan gives. The batch-size
+fitter (the default method's online sizes) counts a row at its bytes: a
+node's observed rows are its predicted bytes in full rows, fewer than
+the rows themselves.
 
 usage: test_table_dims.py BIN_DIR
 """
@@ -244,6 +247,25 @@ def resume_other_dims(env, s, ck):
               % (rc, line[:1] or out.strip()[-300:]))
 
 
+def fit_counts_bytes(env):
+    """The default method (sizes fitted online) under model.dims: each
+    node's fitter counted every iteration's rows as its predicted bytes
+    over a full row's, rounded up (the dispatcher's charge)."""
+    s = env.settings(model__optimizer="sgd", job__iterations=12)
+    del s["model.dim"], s["dispatch.method"], s["dispatch.alpha"]
+    s["model.dims"] = DIMS
+    full = 16 + max(WANT) * 4  # SGD: key, clock and a row of the largest dim
+    _, sums = env.run("fit-dims", s)
+    for sm in sums:
+        ob = (sm.get("size_model") or {}).get("observed") or {}
+        it, rows, anyd, b = (ob.get(k, 0) for k in ("iterations", "rows", "rows_any_dim",
+                                                    "bytes"))
+        env.check(it == 12 and 0 < rows < anyd and b <= rows * full < b + it * full,
+                  "fit-dims worker %d: the fitter counted %d rows for %d predicted rows of "
+                  "%d bytes over %d iterations (full rows of %d bytes, rounded up per "
+                  "iteration)" % (sm["rank"], rows, anyd, b, it, full))
+
+
 def main():
     env = Env(sys.argv[1], "table-dims")
     env.gen_stream()
@@ -273,6 +295,7 @@ def main():
                 resume_version1(env, name, s, ck)
                 resume_other_dims(env, s, ck)
         dims_8_64(env)
+        fit_counts_bytes(env)
     except ClusterError as e:
         env.check(False, "cluster: %s" % e)
     return env.finish()
