@@ -645,6 +645,49 @@ void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len)
 	esd_gmac_mask(&l->auth->gtx, nonce, f + len - AUTH_TAG_BYTES);
 }
 
+int esd_auth_mark_begin(const struct esd_link *l, struct auth_mark *m, uint8_t *f, size_t len)
+{
+	if (!esd_auth_in_place_ok(l) || len < SEAL_HEAD)
+		return -EINVAL;
+	esd_gmac_run_start(&m->run);
+	m->f = f;
+	m->len = len;
+	m->at = 0;
+	return 0;
+}
+
+/* The head is copied first and marked (its header changes) before it is
+ * hashed; the bytes after it are copied while they are hashed. */
+void esd_auth_mark_add(struct esd_link *l, struct auth_mark *m, const uint8_t *p, size_t n)
+{
+	if (m->at + n > m->len) { /* more than the frame: esd_auth_mark_end says so */
+		m->at = m->len + 1;
+		return;
+	}
+	if (m->at < SEAL_HEAD) {
+		size_t k = SEAL_HEAD - m->at < n ? SEAL_HEAD - m->at : n;
+		memcpy(m->f + m->at, p, k);
+		m->at += k;
+		p += k;
+		n -= k;
+		if (m->at < SEAL_HEAD)
+			return;
+		hdr_mark_tagged(m->f);
+		esd_gmac_run_add(&l->auth->gtx, &m->run, m->f, SEAL_HEAD, NULL);
+	}
+	if (n)
+		esd_gmac_run_add(&l->auth->gtx, &m->run, p, n, m->f + m->at);
+	m->at += n;
+}
+
+int esd_auth_mark_end(struct esd_link *l, struct auth_mark *m)
+{
+	if (m->at != m->len)
+		return -EINVAL;
+	esd_gmac_run_end(&l->auth->gtx, &m->run, NULL, m->f + m->len);
+	return 0;
+}
+
 void esd_auth_fini(struct link_auth *a)
 {
 	if (!a)
