@@ -355,20 +355,6 @@ static int on_barrier(struct ps_link *pl, const struct esd_barrier *b, struct es
 	return rc ? rc : send_buf(pl, out);
 }
 
-/* The frame encoded by reference (pl->refs over pl->refs_hdr) appended
- * to out, copied as it is tagged; the references dropped. */
-static int tag_refs(struct ps_link *pl, struct esd_buf *out)
-{
-	void *iov;
-	int n;
-	int rc = esd_gather_iov(&pl->refs, &pl->refs_hdr, &iov, &n);
-	if (!rc)
-		rc = esd_link_tag_pieces(pl->link, out, iov, n);
-	esd_buf_reset(&pl->refs_hdr);
-	esd_gather_reset(&pl->refs);
-	return rc;
-}
-
 static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *out)
 {
 	struct ps *ps = pl->ps;
@@ -386,11 +372,8 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 	size_t budget = PULL_FRAME_BYTES > row_bytes ? PULL_FRAME_BYTES : row_bytes;
 	uint32_t per_frame = (uint32_t)((budget < max_body ? budget : max_body) / row_bytes);
 	/* on a keyed link the frames carry their tags where they are
-	 * encoded: no sealed copy (esd_link_tag_in_place); rows held in RAM
-	 * are encoded by reference and copied once, as they are tagged
-	 * (esd_link_tag_pieces: a row file's rows may leave RAM meanwhile) */
+	 * encoded: no sealed copy (esd_link_tag_in_place) */
 	bool tag = esd_link_can_tag_in_place(pl->link);
-	bool refs = tag && !ps->job.store_dir[0];
 	int rc;
 
 	pthread_mutex_lock(&ps->mu);
@@ -411,7 +394,7 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 			hdr.table_dims = ps->job.table_dims;
 			hdr.ntables = ps->job.ntable_dims;
 		}
-		rc = esd_enc_rows_begin(&e, refs ? &pl->refs_hdr : out, ESD_OP_PULL_RESP, &hdr);
+		rc = esd_enc_rows_begin(&e, out, ESD_OP_PULL_RESP, &hdr);
 		for (uint32_t j = 0; j < n && !rc; j++) {
 			esd_key_t key = esd_msg_key(m, i + j);
 			float *v, *s;
@@ -428,15 +411,11 @@ static int on_pull(struct ps_link *pl, const struct esd_msg *m, struct esd_buf *
 				break;
 			}
 			clock = r->clock;
-			rc = refs ? esd_enc_row_ref(&e, &pl->refs, key, clock, r->data,
-						    sd ? r->data + dim : NULL)
-				  : esd_enc_row(&e, key, clock, r->data, sd ? r->data + dim : NULL);
+			rc = esd_enc_row(&e, key, clock, r->data, sd ? r->data + dim : NULL);
 		}
 		if (!rc)
 			rc = esd_enc_rows_end(&e);
-		if (!rc && refs)
-			rc = tag_refs(pl, out);
-		else if (!rc && tag)
+		if (!rc && tag)
 			rc = esd_link_tag_in_place(pl->link, out, e.start);
 		ps->stats.pulled_rows += n;
 		i += n;
@@ -708,8 +687,6 @@ static void *link_main(void *arg)
 
 	esd_buf_init(&out);
 	esd_buf_init(&relayed);
-	esd_buf_init(&pl->refs_hdr);
-	esd_gather_init(&pl->refs);
 	int64_t mark = esd_thread_cpu_ns();
 	for (;;) {
 		int rc = esd_link_recv(pl->link, &m, ps_relays(pl) ? RELAY_POLL_NS : RECV_POLL_NS);
@@ -738,8 +715,6 @@ static void *link_main(void *arg)
 	}
 	esd_buf_free(&out);
 	esd_buf_free(&relayed);
-	esd_buf_free(&pl->refs_hdr);
-	esd_gather_free(&pl->refs);
 	struct esd_link_stats lst;
 	esd_link_stats(pl->link, &lst);
 	atomic_fetch_add(&ps->cpu.auth_tx_closed_ns, (int64_t)lst.auth_tx_cpu_ns);

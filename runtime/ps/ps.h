@@ -39,10 +39,6 @@ struct ps_link {
 	bool told_failure; /* the job's failure was sent to this worker */
 	uint32_t pushes;   /* push frames applied since its barrier, HELLO or ROLLBACK */
 	int64_t send_cpu_ns; /* its thread's CPU in sends (struct ps_cpu's) */
-	/* a pull answer's frame encoded by reference: its headers and keys,
-	 * and the pieces over them and the store's rows (its thread's) */
-	struct esd_buf refs_hdr;
-	struct esd_gather refs;
 };
 
 /* The barrier and the job's progress and health. Under struct ps.mu (cv
