@@ -521,16 +521,17 @@ static int send_flat(struct esd_link *l, const struct iovec *iov, int n)
 }
 
 /* The pieces' frames (checked whole: total bytes, frames of them)
- * appended to b, each marked as esd_link_tag_in_place() marks it, the copy
- * and the tag's hash one pass over the bytes. -EINVAL (b as it was) for a
- * frame too short to tag in place. */
+ * appended to b, each marked as esd_link_tag_in_place() marks it, hashed
+ * a window at a time as it is copied (esd_auth_mark_add). -EINVAL (b as
+ * it was) for a frame too short to tag in place. */
 static int mark_pieces(struct esd_link *l, struct esd_buf *b, const struct iovec *iov, int n,
 		       size_t total, size_t frames)
 {
 	if (esd_buf_reserve(b, total + frames * AUTH_TAG_BYTES))
 		return -ENOMEM;
 	const size_t len0 = b->len;
-	const int64_t c0 = esd_now_ns(); /* as in send_batch: the copy is the tag's pass */
+	/* the thread's CPU (one call a send): the copy is the tag's pass */
+	const int64_t c0 = esd_thread_cpu_ns();
 	int rc = 0;
 	struct auth_mark m;
 	size_t left = 0; /* bytes of the current frame still to come */
@@ -556,25 +557,15 @@ static int mark_pieces(struct esd_link *l, struct esd_buf *b, const struct iovec
 out:
 	if (rc)
 		b->len = len0;
-	atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_now_ns() - c0),
+	atomic_fetch_add_explicit(&l->auth_tx_cpu_ns, (uint64_t)(esd_thread_cpu_ns() - c0),
 				  memory_order_relaxed);
 	return rc;
 }
 
-int esd_link_tag_pieces(struct esd_link *l, struct esd_buf *b, const struct iovec *iov, int n)
-{
-	size_t total, frames;
-	if (!l || !b || n < 0 || (n && !iov))
-		return -EINVAL;
-	if (!esd_link_can_tag_in_place(l))
-		return -ENOTSUP;
-	int rc = count_pieces(l, iov, n, &total, &frames, 0);
-	return rc ? rc : mark_pieces(l, b, iov, n, total, frames);
-}
-
-/* A keyed link that tags in place: the pieces copied into one buffer as
- * they are tagged, sent as esd_link_send_tagged() sends; frames too short
- * for that go as send_flat() sends them. */
+/* A keyed link that tags in place: the pieces copied into one buffer and
+ * hashed there while the copy is in the CPU's cache, sent as
+ * esd_link_send_tagged() sends; frames too short for that go as
+ * send_flat() sends them. */
 static int send_marked(struct esd_link *l, const struct iovec *iov, int n, size_t total,
 		       size_t frames)
 {

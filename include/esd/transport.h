@@ -297,14 +297,6 @@ int esd_link_send(struct esd_link *l, const void *frames, size_t len);
 int esd_link_can_tag_in_place(const struct esd_link *l);
 int esd_link_tag_in_place(struct esd_link *l, struct esd_buf *b, size_t start);
 int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b);
-/* The frames of the pieces iov[0..n) (as esd_link_sendv() takes them)
- * appended to b, each marked as esd_link_tag_in_place() marks it: the
- * copy and the tag's hash are one pass over the bytes, so rows can be
- * encoded by reference (esd_enc_row_ref) and copied only here. The pieces
- * may change once this returns. 0, -ENOTSUP (as esd_link_tag_in_place()),
- * -EINVAL (not whole frames, or a frame too short for a tag in place: b
- * as it was), -ENOMEM. */
-int esd_link_tag_pieces(struct esd_link *l, struct esd_buf *b, const struct iovec *iov, int n);
 
 /*
  * Send frames given in pieces (esd_gather_iov() of esd/proto.h): the bytes
@@ -315,8 +307,9 @@ int esd_link_tag_pieces(struct esd_link *l, struct esd_buf *b, const struct iove
  * esd_transport_register_memory() (other and small pieces through its own
  * registered buffers). Otherwise they are copied into one buffer and sent
  * as esd_link_send() sends; on a link that tags in place
- * (esd_link_can_tag_in_place()) the copy is the tag's pass: each frame is
- * hashed while it is copied. The memory may change once this returns.
+ * (esd_link_can_tag_in_place()) that copy is the only one: each frame is
+ * hashed there while the copy is in the CPU's cache, not copied again into
+ * a sealed one. The memory may change once this returns.
  * Returns as esd_link_send(); -EINVAL names the piece that breaks a frame.
  */
 int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n);
