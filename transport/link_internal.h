@@ -330,6 +330,24 @@ int esd_auth_mark_in_place(struct esd_link *l, uint8_t *f, size_t len);
 /* Its tag, from that hash, under the next counter nonce, written in its
  * room (under the send lock, in send order). */
 void esd_auth_finish_in_place(struct esd_link *l, uint8_t *f, size_t len);
+/* A frame copied from pieces and marked on the way, each window of the
+ * copy hashed while it is still in the CPU's cache: what
+ * esd_auth_mark_in_place() leaves of a frame encoded at f. */
+struct auth_mark {
+	struct gmac_run run;
+	uint8_t *f;    /* where the frame goes, a tag's room after it */
+	size_t len;    /* the frame's bytes */
+	size_t at;     /* copied so far */
+	size_t hashed; /* hashed so far */
+};
+/* Start a frame of len bytes at f (room for len + AUTH_TAG_BYTES): 0, or
+ * -EINVAL where it is too short for the wide tag (send it as a copy). */
+int esd_auth_mark_begin(const struct esd_link *l, struct auth_mark *m, uint8_t *f, size_t len);
+/* Its next n bytes, from p. */
+void esd_auth_mark_add(struct esd_link *l, struct auth_mark *m, const uint8_t *p, size_t n);
+/* The frame whole: its hash in the tag's room; -EINVAL where the bytes
+ * added are not len. */
+int esd_auth_mark_end(struct esd_link *l, struct auth_mark *m);
 void esd_auth_fini(struct link_auth *a);
 
 /* ---- before the handshake ------------------------------------------------ */

@@ -306,7 +306,10 @@ int esd_link_send_tagged(struct esd_link *l, struct esd_buf *b);
  * as scatter-gather entries over memory registered with
  * esd_transport_register_memory() (other and small pieces through its own
  * registered buffers). Otherwise they are copied into one buffer and sent
- * as esd_link_send() sends. The memory may change once this returns.
+ * as esd_link_send() sends; on a link that tags in place
+ * (esd_link_can_tag_in_place()) that copy is the only one: each frame is
+ * hashed there while the copy is in the CPU's cache, not copied again into
+ * a sealed one. The memory may change once this returns.
  * Returns as esd_link_send(); -EINVAL names the piece that breaks a frame.
  */
 int esd_link_sendv(struct esd_link *l, const struct iovec *iov, int n);

@@ -658,14 +658,28 @@ static int run_iteration(struct exec *x, const struct order *o)
 	return 0;
 }
 
-/* ps.zero_copy: whether rows go from the cache in place, and the cache's
- * pages registered for the links that send from them (once per process:
- * the cache outlives the links). */
+/* Whether every shard link tags its frames in place: a keyed link's
+ * frames given in pieces are then copied once, the tag's hash on the way
+ * (esd_link_sendv). */
+static bool links_tag_in_place(const struct node *nd)
+{
+	for (uint32_t s = 0; s < nd->job.shards; s++)
+		if (!esd_link_can_tag_in_place(nd->links.link[s]))
+			return false;
+	return nd->job.shards > 0;
+}
+
+/* ps.zero_copy: whether rows go from the cache in place (auto: over rdma,
+ * and over keyed links that tag in place, where the tag's pass is the one
+ * copy), and the cache's pages registered for the links that send from
+ * them (once per process: the cache outlives the links). */
 static int zero_copy_setup(struct exec *x)
 {
 	struct node *nd = x->nd;
 	enum esd_job_zero_copy z = nd->job.zero_copy;
-	x->zero_copy = z == ESD_JOB_ZC_ON || (z == ESD_JOB_ZC_AUTO && !strcmp(nd->job.backend, "rdma"));
+	x->zero_copy = z == ESD_JOB_ZC_ON ||
+		       (z == ESD_JOB_ZC_AUTO &&
+			(!strcmp(nd->job.backend, "rdma") || links_tag_in_place(nd)));
 	if (!x->zero_copy)
 		return 0;
 	size_t len;
@@ -676,11 +690,13 @@ static int zero_copy_setup(struct exec *x)
 			len, esd_strerror(rc));
 		return rc;
 	}
+	const struct esd_link *l0 = nd->links.link[0];
 	ESD_INFO("node", "ps.zero_copy: rows go from the cache's pages in place (%s links%s)",
 		 nd->job.backend,
-		 nd->links.link[0] && !esd_link_zero_copy(nd->links.link[0])
-			 ? ": this link copies them (job key, reliable layer or faults)"
-			 : "");
+		 !l0 || esd_link_zero_copy(l0) ? ""
+		 : esd_link_can_tag_in_place(l0)
+			 ? ": copied once, as their frames' tags are hashed"
+			 : ": this link copies them (job key, reliable layer or faults)");
 	return 0;
 }
 

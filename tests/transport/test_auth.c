@@ -180,6 +180,51 @@ static void tagged_in_place(void **state)
 	esd_buf_free(&b);
 }
 
+/* Frames given in pieces (esd_link_sendv) on a keyed link that tags in
+ * place are copied once and tagged there: two PULLs cut at odd places
+ * (the first longer than a hashing window),
+ * the second starting inside the piece that ends the first, each
+ * answered; sealed frames go on after them on the one counter. */
+static void pieces_tagged_on_the_way(void **state)
+{
+	(void)state;
+	struct peer p;
+	struct esd_link *l;
+	struct esd_buf b;
+	struct esd_msg m;
+	static esd_key_t keys[3000]; /* a frame over one hashing window */
+	for (uint32_t i = 0; i < 3000; i++)
+		keys[i] = 7000 + i;
+	esd_buf_init(&b);
+	start_peer(&p, &key_a);
+	assert_int_equal(connect_to(p.addr, &key_b, &l), 0);
+	hello_round_trip(l, 0);
+	if (!esd_link_can_tag_in_place(l))
+		print_message("this CPU has no VPCLMULQDQ: pieces are sealed as copies here\n");
+	for (int round = 0; round < 3; round++) {
+		esd_buf_reset(&b);
+		assert_int_equal(esd_enc_pull(&b, 1, 4, 0, keys, 3000), 0);
+		size_t first = b.len;
+		assert_int_equal(esd_enc_pull(&b, 1, 5, 0, keys + 7, 1 + round), 0);
+		struct iovec v[5] = {
+		    {b.data, ESD_FRAME_HDR_SIZE + 3},
+		    {b.data + ESD_FRAME_HDR_SIZE + 3, 61},
+		    {b.data + ESD_FRAME_HDR_SIZE + 64, first - ESD_FRAME_HDR_SIZE - 64 - 5},
+		    {b.data + first - 5, 5},
+		    {b.data + first, b.len - first},
+		};
+		assert_int_equal(esd_link_sendv(l, v, 5), 0);
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 2 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.count, 3000);
+		assert_int_equal(peer_expect(l, &m, ESD_OP_PULL_RESP, 2 * ESD_NS_PER_S), 0);
+		assert_int_equal(m.u.rows.count, 1 + round);
+		hello_round_trip(l, (uint32_t)round);
+	}
+	esd_link_close(l);
+	peer_stop(&p);
+	esd_buf_free(&b);
+}
+
 /* Everything a raw client reads from addr after sending bytes, until the
  * close (at most 3 s). */
 static size_t raw_exchange(const char *addr, const void *out, size_t len, uint8_t *in,
@@ -451,6 +496,7 @@ int main(void)
 	    cmocka_unit_test(key_files),
 	    cmocka_unit_test(keyed_round_trips),
 	    cmocka_unit_test(tagged_in_place),
+	    cmocka_unit_test(pieces_tagged_on_the_way),
 	    cmocka_unit_test(refused_without_the_key),
 	    cmocka_unit_test(on_path),
 	};
