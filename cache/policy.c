@@ -109,6 +109,7 @@ struct bi {
 	struct esd_cmeta_slot *sl;
 	uint32_t *slots; /* fill->slots */
 	bool lru, emark;
+	bool rebuilt;      /* step 3 rebuilt the heap (every row unparked) */
 	uint32_t nskipped; /* step 3's scratch entries of pinned[] */
 	/* LRU: this iteration's slots become the newest entries, in key
 	 * order, at [lru_at, lru_at + n), written by steps 2 and 3 (pops stop
@@ -255,6 +256,7 @@ static uint32_t bi_pop_unpinned(struct bi *b, uint32_t *nskipped)
 			if (!cm->nparked)
 				return s;
 			esd_cm_heap_build(cm);
+			b->rebuilt = true;
 			continue;
 		}
 		const struct esd_cmeta_slot *e = &b->sl[s];
@@ -266,6 +268,7 @@ static uint32_t bi_pop_unpinned(struct bi *b, uint32_t *nskipped)
 			continue;
 		if (cm->nparked && cm_emark_last(cm, e)) {
 			esd_cm_heap_build(cm);
+			b->rebuilt = true;
 			continue;
 		}
 		return s;
@@ -284,8 +287,10 @@ static uint32_t bi_victim(struct bi *b, uint32_t *nskipped)
 	 * leave the last class, so they go back into the heap. */
 	const uint32_t target = cm->emark_target;
 	esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
-	if (cm->emark_target != target && cm->nparked)
+	if (cm->emark_target != target && cm->nparked) {
 		esd_cm_heap_build(cm);
+		b->rebuilt = true;
+	}
 	const uint32_t s = bi_pop_unpinned(b, nskipped);
 	if (s == ESD_SLOT_NONE)
 		return s;
@@ -357,6 +362,38 @@ static int bi_place_absent(struct bi *b)
 	return 0;
 }
 
+/* Emark: the pins left unparked, listed in key order for their lapse.
+ * Steps 2 and 3 parked the pins that are not OUTDATED: with states given,
+ * those whose new state is not; without, the ones that need no pull (an
+ * insert or an OUTDATED copy is pulled), found by walking the pulls, in
+ * key order too. Neither reads a slot line again, unless step 3 rebuilt
+ * the heap (every row unparked then, later inserts parked anew). */
+static uint32_t bi_list_unparked(const struct bi *b, uint32_t *pinned)
+{
+	uint32_t np = 0;
+	if (b->rebuilt) {
+		for (size_t i = 0; i < b->n; i++) {
+			pinned[np] = b->slots[i];
+			np += !b->sl[b->slots[i]].parked;
+		}
+	} else if (b->states) {
+		for (size_t i = 0; i < b->n; i++) {
+			pinned[np] = b->slots[i];
+			np += b->states[i] == ESD_ROW_OUTDATED;
+		}
+	} else {
+		const struct esd_cmeta_pull *pl = b->fill->pulls;
+		const size_t npl = b->fill->n_pulls;
+		for (size_t i = 0, j = 0; i < b->n; i++) {
+			const bool pulled = j < npl && pl[j].key == b->keys[i];
+			pinned[np] = b->slots[i];
+			np += pulled;
+			j += pulled;
+		}
+	}
+	return np;
+}
+
 /* 4. The index: victims out, new keys in. Nothing before reads it (step
  * 1 looked every needed key up), so its random accesses are batched
  * here: the victims' lines were requested as step 3 chose them; a new
@@ -377,11 +414,7 @@ static void bi_index_and_pins(struct bi *b)
 	uint32_t *pinned = cm_pinned(cm);
 	uint32_t np = 0;
 	if (b->emark) {
-		/* (their lines are at hand: steps 2 and 3 wrote them) */
-		for (size_t i = 0; i < b->n; i++) {
-			pinned[np] = b->slots[i];
-			np += !b->sl[b->slots[i]].parked;
-		}
+		np = bi_list_unparked(b, pinned);
 	} else if (b->n) {
 		memcpy(pinned, b->slots, b->n * sizeof(*pinned));
 		np = (uint32_t)b->n;
