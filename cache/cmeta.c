@@ -277,7 +277,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	const struct cm_ient *ix = cm_index(cm);
 	const struct cm_hent *h = cm_heap(cm);
 	const uint32_t *hp = cm_heappos(cm);
-	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0, parked = 0;
+	uint32_t occupied = 0, in_heap = 0, at_target = 0, indexed = 0, parked = 0, unlisted = 0;
 
 	for (uint32_t i = 0; i < cm->capacity; i++) {
 		bool occ = s[i].state != ESD_ROW_ABSENT;
@@ -300,6 +300,7 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 		 * pinned one may be there with a stale entry (pops skip it), and
 		 * so may a parked one (Emark's last class) or be out of it. */
 		bool pinned = cm_pinned_now(cm, &s[i]);
+		unlisted += pinned && !s[i].parked;
 		if (s[i].parked) {
 			parked++;
 			CHECK(cm->policy == ESD_POLICY_EMARK, "slot %u parked outside Emark", i);
@@ -329,6 +330,16 @@ int esd_cmeta_verify(const struct esd_cmeta *cm)
 	}
 	CHECK(occupied == cm->count, "count %u, %u slots occupied", cm->count, occupied);
 	CHECK(parked == cm->nparked, "%u slots parked, header says %u", parked, cm->nparked);
+	/* every pin not parked is listed for its lapse (once: a pin is
+	 * listed at its pin or when it leaves the parked rows) */
+	for (uint32_t j = 0; j < cm->npinned && cm->policy != ESD_POLICY_LRU; j++) {
+		const uint32_t x = cm_pinned(cm)[j];
+		if (x < cm->capacity && s[x].state != ESD_ROW_ABSENT && cm_pinned_now(cm, &s[x]) &&
+		    !s[x].parked)
+			unlisted--;
+	}
+	CHECK(cm->policy == ESD_POLICY_LRU || unlisted == 0,
+	      "%d pinned slots not parked and not listed for their lapse", (int)unlisted);
 	CHECK(at_target == cm->emark_at_target, "%u marks at target, header says %u", at_target,
 	      cm->emark_at_target);
 	if (cm->policy == ESD_POLICY_LRU) {

@@ -20,7 +20,8 @@
  *              OUTDATED, from its back (cm_heap_b)
  *   heappos    capacity x uint32: heap position + 1 of a slot, 0 = out,
  *              bit 31 set for heap B
- *   pinned     capacity x uint32: slots pinned by the last begin_iter
+ *   pinned     capacity x uint32: the pins of the last begin_iter whose
+ *              lapse has work (under Emark those not parked; below)
  *   hints      capacity x uint64: sorted keys of the last lookahead call
  *   free       three-level bitmap of free slots (bit set = free), so the
  *              lowest free slot is found in three word scans
@@ -33,11 +34,16 @@
  * So a state change of a pinned slot (Emark orders OUTDATED rows first)
  * leaves its entry as it is too: the lapse brings it up to date.
  *
- * Emark parks rows: a pin that lapses into the last class of Emark's
- * order (not OUTDATED, mark at the target: no victim is taken there while
- * any row with an older mark or an OUTDATED copy is unpinned) is only
- * flagged (slot.parked, counted in the header), its heap entry left as it
- * is or absent. Most lapses are such, and they cost no sift. A pop that
+ * Emark parks rows: a row in the last class of Emark's order (not
+ * OUTDATED, mark at the target: no victim is taken there while any row
+ * with an older mark or an OUTDATED copy is unpinned) is only flagged
+ * (slot.parked, counted in the header), its heap entry left as it is or
+ * absent. A pin is parked when it is pinned (its line is at hand then)
+ * unless it is OUTDATED, and pinned[] lists only the pins not parked, so
+ * the lapse of a parked pin reads nothing; a parked pin that turns
+ * OUTDATED is unparked and appended to pinned[] (so every pin not parked
+ * is listed, once). A listed pin that lapses into the last class is
+ * parked then. Most pins are parked, and they cost no sift. A pop that
  * yields a parked slot drops its entry; a parked row that becomes OUTDATED
  * gets its exact entry back. When a pop yields an unparked row of that
  * last class while rows are parked, or the target moves on (every row then
@@ -68,7 +74,8 @@
 #include <stdint.h>
 
 #define CM_MAGIC       UINT64_C(0x4154454d43445345) /* "ESDCMETA" */
-#define CM_VERSION     4u /* 2: index at 2 x capacity; 3: LRU ring; 4: Emark's parked rows */
+#define CM_VERSION     5u /* 2: index at 2 x capacity; 3: LRU ring; 4: Emark's parked rows; \
+                           * 5: pins parked at their pin, pinned[] the pins not parked */
 #define CM_MAX_CAP     (UINT32_C(1) << 30)
 #define CM_HDR_BYTES   256u
 #define CM_FREE_LEVELS 3

@@ -213,6 +213,26 @@ static void heap_update(struct esd_cmeta *cm, uint32_t slot)
 	resettle(cm, &v, pos, &e);
 }
 
+/* The sibling groups below children c..c+3 (c < n) requested, in the
+ * levels that miss: the walk's next compare then waits for one level's
+ * lines at most, not one level after the other. The top levels stay in
+ * cache and are not requested. always_inline: see cm_index_prefetch. */
+#define POP_PREFETCH_FROM 64
+static inline __attribute__((always_inline)) void prefetch_grandchildren(const struct hv *v,
+                                                                        uint32_t c, uint32_t n)
+{
+	if (c < POP_PREFETCH_FROM)
+		return;
+	for (uint32_t j = 0; j < ARITY; j++) {
+		const uint64_t g = (uint64_t)ARITY * (c + j) + 1;
+		if (g >= n)
+			break;
+		const struct cm_hent *e = at(v, (uint32_t)g);
+		__builtin_prefetch(e);
+		__builtin_prefetch(e + 2 * v->st);
+	}
+}
+
 /* Pop the minimum, bottom-up (Floyd): walk the hole from the root to a
  * leaf along the smallest children (no early exit to mispredict), then
  * sift the last entry up from that leaf. The last entry is usually a
@@ -235,11 +255,15 @@ static uint32_t pop_from(struct esd_cmeta *cm, const struct hv *v)
 		uint64_t c = (uint64_t)ARITY * pos + 1;
 		if (c >= n)
 			break;
+		prefetch_grandchildren(v, (uint32_t)c, n);
 		uint32_t m = min_child(v, (uint32_t)c, n);
 		put(cm, v, pos, at(v, m));
 		pos = m;
 	}
 	sift_up(cm, v, pos, &last);
+	/* the next pop's slot line, read by the caller's pin check */
+	if (n && at(v, 0)->slot < cm->capacity)
+		__builtin_prefetch(&cm_slots(cm)[at(v, 0)->slot]);
 	return slot;
 }
 

@@ -9,9 +9,9 @@
  *   2. move the pins and touch: needed slots are pinned (they may stay in
  *      the victim heap, pops skip them) and the present ones touched (use,
  *      frequency, Emark's mark at the target as it stands, new state, LRU
- *      ring entry) while their lines are at hand; slots pinned by the
- *      previous iteration and not needed now get their current order in
- *      the heap;
+ *      ring entry; under Emark the clean ones parked) while their lines
+ *      are at hand; slots pinned by the previous iteration, not needed
+ *      now and not parked get their current order in the heap;
  *   3. walk the absent keys in ascending order: each gets the lowest free
  *      slot or the heap's minimum as victim (Emark's target can move on
  *      only here, after every present key took the old one); the pulls
@@ -108,7 +108,9 @@ struct bi {
 	struct esd_cmeta_fill *fill;
 	struct esd_cmeta_slot *sl;
 	uint32_t *slots; /* fill->slots */
-	bool lru;
+	bool lru, emark;
+	bool rebuilt;      /* step 3 rebuilt the heap (every row unparked) */
+	uint32_t nskipped; /* step 3's scratch entries of pinned[] */
 	/* LRU: this iteration's slots become the newest entries, in key
 	 * order, at [lru_at, lru_at + n), written by steps 2 and 3 (pops stop
 	 * at the ring's tail, so they never see them half written) */
@@ -131,6 +133,17 @@ static int bi_check(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, 
 	return cm_counters_ok(cm) ? 0 : -EUCLEAN;
 }
 
+/* Emark: a row just pinned (its mark at the target) is parked now, while
+ * its line is at hand, unless it is OUTDATED; only the pins left unparked
+ * are listed for their lapse (cmeta_impl.h). The change of nparked. */
+static inline int park_at_pin(struct esd_cmeta_slot *e)
+{
+	const uint8_t pk = e->state != ESD_ROW_OUTDATED;
+	const int d = (int)pk - (int)e->parked;
+	e->parked = pk;
+	return d;
+}
+
 /* 2. Pin the needed keys and touch the present ones, each while its line
  * is at hand (step 1 prefetched every slot line it found): last use,
  * frequency, Emark's mark (at the target as it stands before any insert
@@ -145,7 +158,7 @@ static void bi_pin_present(struct bi *b)
 	struct esd_cmeta_fill *fill = b->fill;
 	uint64_t *stale = cm_lru_stale(cm);
 	const uint32_t target = cm->emark_target;
-	uint32_t at_target = cm->emark_at_target;
+	uint32_t at_target = cm->emark_at_target, nparked = cm->nparked;
 	size_t outdated_n = 0, present_n = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		if (b->lru && i + PIN_AHEAD < b->n) {
@@ -176,7 +189,10 @@ static void bi_pin_present(struct bi *b)
 			cm_store64(&e->clock, 0);
 			cm_store8(&e->state, b->states[i]);
 		}
+		if (b->emark)
+			nparked += park_at_pin(e);
 	}
+	cm->nparked = nparked;
 	cm->emark_at_target = at_target;
 	fill->n_miss_outdated = outdated_n;
 	fill->n_hits = present_n - outdated_n;
@@ -240,6 +256,7 @@ static uint32_t bi_pop_unpinned(struct bi *b, uint32_t *nskipped)
 			if (!cm->nparked)
 				return s;
 			esd_cm_heap_build(cm);
+			b->rebuilt = true;
 			continue;
 		}
 		const struct esd_cmeta_slot *e = &b->sl[s];
@@ -251,6 +268,7 @@ static uint32_t bi_pop_unpinned(struct bi *b, uint32_t *nskipped)
 			continue;
 		if (cm->nparked && cm_emark_last(cm, e)) {
 			esd_cm_heap_build(cm);
+			b->rebuilt = true;
 			continue;
 		}
 		return s;
@@ -269,8 +287,10 @@ static uint32_t bi_victim(struct bi *b, uint32_t *nskipped)
 	 * leave the last class, so they go back into the heap. */
 	const uint32_t target = cm->emark_target;
 	esd_rule_full(&cm->emark_target, &cm->emark_at_target, cm->count);
-	if (cm->emark_target != target && cm->nparked)
+	if (cm->emark_target != target && cm->nparked) {
 		esd_cm_heap_build(cm);
+		b->rebuilt = true;
+	}
 	const uint32_t s = bi_pop_unpinned(b, nskipped);
 	if (s == ESD_SLOT_NONE)
 		return s;
@@ -323,6 +343,8 @@ static int bi_place_absent(struct bi *b)
 		e->next_use = cm->nhints && hinted(cm, key) ? cm->hint_iter : ESD_NEXT_USE_NONE;
 		e->pin_iter = b->iter;
 		esd_rule_insert(&e->freq, &e->mark, cm->emark_target, &cm->emark_at_target);
+		if (b->emark)
+			cm->nparked += park_at_pin(e);
 		cm->count++;
 		if (b->lru) {
 			b->ring[b->lru_at + i] = s;
@@ -336,7 +358,40 @@ static int bi_place_absent(struct bi *b)
 	uint32_t *pinned = cm_pinned(cm);
 	for (uint32_t j = 0; j < nskipped; j++)
 		esd_cm_heap_insert(cm, pinned[j]);
+	b->nskipped = nskipped;
 	return 0;
+}
+
+/* Emark: the pins left unparked, listed in key order for their lapse.
+ * Steps 2 and 3 parked the pins that are not OUTDATED: with states given,
+ * those whose new state is not; without, the ones that need no pull (an
+ * insert or an OUTDATED copy is pulled), found by walking the pulls, in
+ * key order too. Neither reads a slot line again, unless step 3 rebuilt
+ * the heap (every row unparked then, later inserts parked anew). */
+static uint32_t bi_list_unparked(const struct bi *b, uint32_t *pinned)
+{
+	uint32_t np = 0;
+	if (b->rebuilt) {
+		for (size_t i = 0; i < b->n; i++) {
+			pinned[np] = b->slots[i];
+			np += !b->sl[b->slots[i]].parked;
+		}
+	} else if (b->states) {
+		for (size_t i = 0; i < b->n; i++) {
+			pinned[np] = b->slots[i];
+			np += b->states[i] == ESD_ROW_OUTDATED;
+		}
+	} else {
+		const struct esd_cmeta_pull *pl = b->fill->pulls;
+		const size_t npl = b->fill->n_pulls;
+		for (size_t i = 0, j = 0; i < b->n; i++) {
+			const bool pulled = j < npl && pl[j].key == b->keys[i];
+			pinned[np] = b->slots[i];
+			np += pulled;
+			j += pulled;
+		}
+	}
+	return np;
 }
 
 /* 4. The index: victims out, new keys in. Nothing before reads it (step
@@ -357,11 +412,19 @@ static void bi_index_and_pins(struct bi *b)
 	if (b->lru)
 		esd_cm_lru_commit(cm, (uint32_t)b->n);
 	uint32_t *pinned = cm_pinned(cm);
-	if (b->n)
+	uint32_t np = 0;
+	if (b->emark) {
+		np = bi_list_unparked(b, pinned);
+	} else if (b->n) {
 		memcpy(pinned, b->slots, b->n * sizeof(*pinned));
-	if (b->n < cm->npinned)
-		memset(pinned + b->n, 0, (cm->npinned - b->n) * sizeof(*pinned));
-	cm->npinned = (uint32_t)b->n;
+		np = (uint32_t)b->n;
+	}
+	/* unused entries zero (step 3 used some as scratch) */
+	uint32_t used = cm->npinned > b->nskipped ? cm->npinned : b->nskipped;
+	used = used > b->n ? used : (uint32_t)b->n;
+	if (np < used)
+		memset(pinned + np, 0, (used - np) * sizeof(*pinned));
+	cm->npinned = np;
 }
 
 static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys, size_t n,
@@ -372,7 +435,8 @@ static int begin_iter(struct esd_cmeta *cm, uint64_t iter, const esd_key_t *keys
 		return rc;
 	const bool lru = cm->policy == ESD_POLICY_LRU;
 	struct bi b = {.cm = cm, .iter = iter, .keys = keys, .n = n, .states = states, .fill = fill,
-	               .sl = cm_slots(cm), .slots = fill->slots, .lru = lru};
+	               .sl = cm_slots(cm), .slots = fill->slots, .lru = lru,
+	               .emark = cm->policy == ESD_POLICY_EMARK};
 	const uint64_t prev = cm->last_iter;
 
 	fill->n_pulls = fill->n_evicts = fill->n_hits = 0;
@@ -405,6 +469,20 @@ int esd_cmeta_begin_iter_states(struct esd_cmeta *cm, uint64_t iter, const esd_k
 	return begin_iter(cm, iter, keys, n, states, fill);
 }
 
+/* Emark: the slot's state entered or left OUTDATED. Unpinned, its order
+ * is brought up to date now; pinned, its lapse does it, so a pin parked
+ * at its pin (listed for no lapse) is unparked and listed. */
+static void emark_class_changed(struct esd_cmeta *cm, struct esd_cmeta_slot *s, uint32_t slot)
+{
+	if (!cm_pinned_now(cm, s)) {
+		esd_cm_emark_reorder(cm, slot);
+	} else if (s->parked && cm->npinned < cm->capacity) {
+		s->parked = 0;
+		cm->nparked--;
+		cm_pinned(cm)[cm->npinned++] = slot;
+	}
+}
+
 int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state state,
                         uint64_t clock)
 {
@@ -421,8 +499,8 @@ int esd_cmeta_set_state(struct esd_cmeta *cm, uint32_t slot, enum esd_row_state 
 	cm_store64(&s->clock, clock);
 	cm_store8(&s->state, (uint8_t)state);
 	if (cm->policy == ESD_POLICY_EMARK &&
-	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED) && !cm_pinned_now(cm, s))
-		esd_cm_emark_reorder(cm, slot);
+	    (old == ESD_ROW_OUTDATED) != (state == ESD_ROW_OUTDATED))
+		emark_class_changed(cm, s, slot);
 	return 0;
 }
 
@@ -451,9 +529,8 @@ int esd_cmeta_set_states(struct esd_cmeta *cm, const uint32_t *slots, const uint
 			return -EINVAL;
 		cm_store64(&s->clock, clock);
 		cm_store8(&s->state, (uint8_t)st);
-		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED) &&
-		    !cm_pinned_now(cm, s))
-			esd_cm_emark_reorder(cm, slot);
+		if (emark && (old == ESD_ROW_OUTDATED) != (st == ESD_ROW_OUTDATED))
+			emark_class_changed(cm, s, slot);
 	}
 	return 0;
 }
@@ -467,8 +544,8 @@ int esd_cmeta_mark_outdated(struct esd_cmeta *cm, esd_key_t key)
 	struct esd_cmeta_slot *s = &cm_slots(cm)[slot];
 	if (s->state != ESD_ROW_OUTDATED) {
 		cm_store8(&s->state, ESD_ROW_OUTDATED);
-		if (cm->policy == ESD_POLICY_EMARK && !cm_pinned_now(cm, s))
-			esd_cm_emark_reorder(cm, slot);
+		if (cm->policy == ESD_POLICY_EMARK)
+			emark_class_changed(cm, s, slot);
 	}
 	return 1;
 }
@@ -511,6 +588,8 @@ static size_t outdated_states(struct esd_cmeta *cm, const esd_key_t *keys, size_
 			if (emark && !cm_pinned_now(cm, s)) {
 				__builtin_prefetch(&hp[slot]);
 				moved[nm++] = slot;
+			} else if (emark) {
+				emark_class_changed(cm, s, slot);
 			}
 		}
 	}
@@ -542,6 +621,20 @@ size_t esd_cmeta_mark_outdated_batch(struct esd_cmeta *cm, const esd_key_t *keys
 	return cached;
 }
 
+/* Every pin listed for its lapse, in slot order: a rebuild unparked
+ * them all, those Emark parked at their pin included. */
+static void list_all_pins(struct esd_cmeta *cm)
+{
+	const struct esd_cmeta_slot *sl = cm_slots(cm);
+	uint32_t *pinned = cm_pinned(cm), np = 0;
+	for (uint32_t i = 0; i < cm->capacity; i++)
+		if (sl[i].state != ESD_ROW_ABSENT && cm_pinned_now(cm, &sl[i]))
+			pinned[np++] = i;
+	if (np < cm->npinned)
+		memset(pinned + np, 0, (cm->npinned - np) * sizeof(*pinned));
+	cm->npinned = np;
+}
+
 int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 {
 	if (!cm || (unsigned)policy > ESD_POLICY_LOOKAHEAD)
@@ -552,6 +645,7 @@ int esd_cmeta_set_policy(struct esd_cmeta *cm, enum esd_policy policy)
 		return -EUCLEAN;
 	cm->policy = policy;
 	esd_cm_heap_build(cm);
+	list_all_pins(cm);
 	return 0;
 }
 

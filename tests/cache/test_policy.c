@@ -847,9 +847,15 @@ static void test_begin_iter_states(void **state)
 			 * same - the fills compared every iteration show it. */
 			if (p == ESD_POLICY_LRU)
 				assert_memory_equal(a, b, len);
-			for (uint32_t i = 0; i < cap; i++)
-				assert_memory_equal(esd_cmeta_slot(a, i), esd_cmeta_slot(b, i),
-				                    sizeof(struct esd_cmeta_slot));
+			/* Under Emark a pin is parked when it is pinned clean (b),
+			 * not when it turns clean while pinned (a: its lapse parks
+			 * it): the flag may differ until then, the order not. */
+			for (uint32_t i = 0; i < cap; i++) {
+				struct esd_cmeta_slot sa = *esd_cmeta_slot(a, i);
+				struct esd_cmeta_slot sb = *esd_cmeta_slot(b, i);
+				sa.parked = sb.parked = 0;
+				assert_memory_equal(&sa, &sb, sizeof(sa));
+			}
 			if (it % 37 == 0) {
 				/* rows freed between iterations, as a real cache does */
 				assert_int_equal(
