@@ -305,7 +305,8 @@ static int choose_sizes(uint32_t n, uint32_t k, uint32_t max_m, const int64_t *T
 	for (uint32_t i = 0; i < nl; i++) {
 		if (t[i] > (1 + tol) * tbest)
 			continue;
-		const double score = t[i] / tbest + FIT_COST_WEIGHT * (cmin > 0 ? cost[i] / cmin : 1);
+		const double score = (tbest > 0 ? t[i] / tbest : 1) +
+		                     FIT_COST_WEIGHT * (cmin > 0 ? cost[i] / cmin : 1);
 		if (score < best) {
 			best = score;
 			pick = i;

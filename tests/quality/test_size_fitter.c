@@ -167,6 +167,11 @@ static void test_prior(void **state)
 	assert_int_equal(esd_size_prior(N, 512, T, 1e8, 26, 0, 0.02, &m), 0);
 	assert_int_equal(esd_batch_sizes_link_aware(N, 512, T, &m, 1, s), 0);
 	assert_true(s[0] >= s[2] && s[0] - s[2] <= 4);
+	/* free links and no compute: nothing to tell sizes apart, equal */
+	const int64_t free_links[N] = {0, 0, 0, 0};
+	assert_int_equal(esd_size_prior(N, 512, free_links, 0, 26, 0, 0.02, &m), 0);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 512, free_links, &m, 1, s), 0);
+	assert_true(s[0] == 128 && s[3] == 128);
 	assert_int_equal(esd_size_prior(N, 512, T, 0, 0, 0, 0.02, &m), -EINVAL);
 	assert_int_equal(esd_size_prior(N, 512, T, -1, 26, 0, 0.02, &m), -EINVAL);
 	assert_int_equal(esd_size_prior(0, 512, T, 0, 26, 0, 0.02, &m), -EINVAL);
