@@ -219,7 +219,8 @@ struct power_model {
 
 /* Lines judged per choice: the curve's tangents at sizes spread
  * geometrically from 1 to the global batch. */
-#define FIT_TANGENTS 48
+#define FIT_TANGENTS     48
+#define FIT_TANGENT_STEP 1.15
 /* Of sizes within the tolerance of the fastest, an iteration longer by
  * a share x is worth link time shorter by x / FIT_COST_WEIGHT. */
 #define FIT_COST_WEIGHT 0.05
@@ -227,9 +228,20 @@ struct power_model {
 #define FIT_POWER_MIN 0.3
 #define FIT_POWER_MAX 1.0
 
+/* x^p; at the prior's exponent 11/16 = 1/2 + 1/8 + 1/16 by correctly
+ * rounded operations only (every process computes the prior: every host
+ * gets the same sizes). */
+static double power_of(double x, double p)
+{
+	if (p != ESD_SIZE_PRIOR_POWER)
+		return pow(x, p);
+	const double x2 = sqrt(x), x8 = sqrt(sqrt(x2)), x16 = sqrt(x8);
+	return x2 * x8 * x16;
+}
+
 static double power_rows(const struct power_model *pw, uint32_t j, uint32_t m)
 {
-	return pw->b[j] * pow((double)m, pw->p);
+	return pw->b[j] * power_of((double)m, pw->p);
 }
 
 /* Predicted iteration time of sizes cap under the curve, each worker's
@@ -257,20 +269,23 @@ static double power_cost(uint32_t n, const int64_t *T, const struct power_model 
 	return sum;
 }
 
-/* The curve's tangents (at FIT_TANGENTS sizes from 1 to k, with the mean
- * b_j) as lines for the sizer, appended to lines[*nl]. */
+/* The curve's tangents (with the mean b_j) at sizes from 1 to k, each
+ * FIT_TANGENT_STEP times the last or one more, at most FIT_TANGENTS, as
+ * lines for the sizer, appended to lines[*nl]. */
 static void tangent_lines(uint32_t n, uint32_t k, const struct power_model *pw,
                           struct esd_size_model *lines, uint32_t *nl)
 {
 	double b = 0;
 	for (uint32_t j = 0; j < n; j++)
 		b += pw->b[j] / n;
-	for (uint32_t i = 0; i < FIT_TANGENTS; i++) {
-		const double x0 = exp(log((double)k) * i / (FIT_TANGENTS - 1));
-		const double y0 = b * pow(x0, pw->p);
+	const double step = sqrt(sqrt(2.0)); /* 2^(1/4), correctly rounded */
+	double x0 = 1;
+	for (uint32_t i = 0; i < FIT_TANGENTS && x0 <= k; i++) {
+		const double y0 = b * power_of(x0, pw->p);
 		lines[(*nl)++] = (struct esd_size_model){.compute_ns = pw->c,
 		                                         .fixed_rows = y0 * (1 - pw->p),
 		                                         .rows_per_sample = pw->p * y0 / x0};
+		x0 *= step;
 	}
 }
 

@@ -277,7 +277,7 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
  * that curve predicts fastest, the cheapest in link time of those within
  * tol of the fastest, in *out. Deterministic. 0 or -EINVAL. */
 #define ESD_SIZE_PRIOR_ROWS_PER_KEY 2.0
-#define ESD_SIZE_PRIOR_POWER        0.7
+#define ESD_SIZE_PRIOR_POWER        0.6875
 int esd_size_prior(uint32_t n, uint32_t k, const int64_t *T, double compute_ns,
                    uint32_t keys_per_sample, uint32_t max_m, double tol,
                    struct esd_size_model *out);

@@ -68,7 +68,7 @@ static void test_default_method_fits_sizes(void **state)
 	assert_true(j.refit_threshold == 0.02);
 	assert_int_equal(j.derived.ls_ref_keys, ESD_JOB_LS_REF_KEYS); /* swaps scaled on wide samples */
 	/* the cold prior: 2 rows per key of one sample, growing as
-	 * samples^0.7; compute 0: the slow links (10x the row cost) train one
+	 * samples^(11/16); compute 0: the slow links (10x the row cost) train one
 	 * sample each, within max_batch */
 	assert_int_equal(esd_job_fit_prior(&j, 0), -EINVAL);
 	assert_int_equal(esd_job_fit_prior(&j, 26), 0);
