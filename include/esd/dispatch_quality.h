@@ -189,8 +189,8 @@ int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
  * slope of log rows on log samples over every sizes seen, b_j through
  * worker j's rows now), with the same spread. The sizer's lines (the
  * fitted line with its spread as a margin on the fixed rows, and the
- * curve's tangents) each give sizes; the curve's fastest win, or of those
- * within the threshold of the fastest the ones with the least link time.
+ * curve's tangents) each give sizes; of those within the threshold of the
+ * curve's fastest, the least time plus 0.05 x link time win.
  * It switches to them when their predicted iteration is shorter than
  * the best observed by more than the threshold and no sizes within 2
  * samples of them were seen, and back to the best sizes seen when the
@@ -274,8 +274,10 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
  * for m samples (a pull and a push per key of one sample; keys repeat as
  * samples grow), compute_ns per sample. The line for
  * esd_batch_sizes_link_aware (capped at max_m; 0: no cap) whose sizes
- * that curve predicts fastest, the cheapest in link time of those within
- * tol of the fastest, in *out. Deterministic. 0 or -EINVAL. */
+ * that curve judges best (of those within tol of the fastest, the least
+ * time plus 0.05 x link time, each over its least), in *out.
+ * Deterministic, by correctly rounded operations only (the same on every
+ * host). 0 or -EINVAL. */
 #define ESD_SIZE_PRIOR_ROWS_PER_KEY 2.0
 #define ESD_SIZE_PRIOR_POWER        0.6875
 int esd_size_prior(uint32_t n, uint32_t k, const int64_t *T, double compute_ns,
