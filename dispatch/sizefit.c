@@ -203,53 +203,221 @@ static struct esd_size_tried *remember(struct esd_size_fitter *f, const uint32_t
 	return t;
 }
 
-/* Predicted time of sizes cap under m, each worker's transfer time
- * raised by its spread. */
-static double spread_time(uint32_t n, const int64_t *T, const struct esd_size_model *m,
-                          const uint32_t *cap)
+/*
+ * Rows grow slower than samples (keys repeat within a batch and across
+ * the iterations a cache keeps them): a worker's rows per iteration are
+ * taken as b_j m^p, p fitted over every sizes seen, b_j from its own
+ * rows under the current sizes. A line through sizes far apart lies below
+ * that curve in between, so sizes are chosen by the curve: the sizer's
+ * lines (the fitted line with its spread margins, and the curve's
+ * tangents) each give sizes, and the curve judges them.
+ */
+struct power_model {
+	double c, p;
+	double b[ESD_MAX_WORKERS];
+};
+
+/* Lines judged per choice: the curve's tangents at sizes spread
+ * geometrically from 1 to the global batch. */
+#define FIT_TANGENTS     48
+#define FIT_TANGENT_STEP 1.15
+/* Of sizes within the tolerance of the fastest, an iteration longer by
+ * a share x is worth link time shorter by x / FIT_COST_WEIGHT. */
+#define FIT_COST_WEIGHT 0.05
+/* The range a fitted exponent is kept in. */
+#define FIT_POWER_MIN 0.3
+#define FIT_POWER_MAX 1.0
+
+/* x^p; at the prior's exponent 11/16 = 1/2 + 1/8 + 1/16 by correctly
+ * rounded operations only (every process computes the prior: every host
+ * gets the same sizes). */
+static double power_of(double x, double p)
+{
+	if (p != ESD_SIZE_PRIOR_POWER)
+		return pow(x, p);
+	const double x2 = sqrt(x), x8 = sqrt(sqrt(x2)), x16 = sqrt(x8);
+	return x2 * x8 * x16;
+}
+
+static double power_rows(const struct power_model *pw, uint32_t j, uint32_t m)
+{
+	return pw->b[j] * power_of((double)m, pw->p);
+}
+
+/* Predicted iteration time of sizes cap under the curve, each worker's
+ * transfer time raised by its spread (as tried_time judges sizes seen). */
+static double power_time(uint32_t n, const int64_t *T, const struct power_model *pw,
+                         const uint32_t *cap)
 {
 	double worst = 0;
 	for (uint32_t j = 0; j < n; j++) {
-		const double rows = m->fixed_rows + m->rows_per_sample * cap[j];
-		const double t = m->compute_ns * cap[j] + (double)T[j] * rows +
+		const double rows = power_rows(pw, j, cap[j]);
+		const double t = pw->c * cap[j] + (double)T[j] * rows +
 		                 FIT_SPREAD_Z * (double)T[j] * sqrt(rows);
 		worst = t > worst ? t : worst;
 	}
 	return worst;
 }
 
-/* The sizes for the fitted model m with the spread: link-aware sizes take
- * one line per worker, so the spread goes in as a margin on the fixed
- * rows, the spread at one of a few shares (none, 1 sample, 1/4 to 2 mean
- * shares); the margin whose sizes have the shortest time with the spread
- * wins, and m takes it (the nodes re-split from m). f->last_fit_ns: that
- * time. 0 or -errno. */
-static int spread_sizes(struct esd_size_fitter *f, const int64_t *T, struct esd_size_model *m,
-                        uint32_t *sizes)
+/* Predicted link time of sizes cap under the curve, summed over the links. */
+static double power_cost(uint32_t n, const int64_t *T, const struct power_model *pw,
+                         const uint32_t *cap)
+{
+	double sum = 0;
+	for (uint32_t j = 0; j < n; j++)
+		sum += (double)T[j] * power_rows(pw, j, cap[j]);
+	return sum;
+}
+
+/* The curve's tangents (with the mean b_j) at sizes from 1 to k, each
+ * FIT_TANGENT_STEP times the last or one more, at most FIT_TANGENTS, as
+ * lines for the sizer, appended to lines[*nl]. */
+static void tangent_lines(uint32_t n, uint32_t k, const struct power_model *pw,
+                          struct esd_size_model *lines, uint32_t *nl)
+{
+	double b = 0;
+	for (uint32_t j = 0; j < n; j++)
+		b += pw->b[j] / n;
+	const double step = sqrt(sqrt(2.0)); /* 2^(1/4), correctly rounded */
+	double x0 = 1;
+	for (uint32_t i = 0; i < FIT_TANGENTS && x0 <= k; i++) {
+		const double y0 = b * power_of(x0, pw->p);
+		lines[(*nl)++] = (struct esd_size_model){.compute_ns = pw->c,
+		                                         .fixed_rows = y0 * (1 - pw->p),
+		                                         .rows_per_sample = pw->p * y0 / x0};
+		x0 *= step;
+	}
+}
+
+/* Of the sizes lines[nl] give, those within tol of the fastest the curve
+ * predicts, the ones with the least time plus FIT_COST_WEIGHT x link
+ * time, each over the least of them (sizes that can hardly be told apart
+ * by time, the cheaper: transfer-only, a slow worker's few samples more
+ * save little time and cost much link time). Their line in
+ * *out, sizes in sizes[n], predicted time in *t_out. 0 or -errno. */
+static int choose_sizes(uint32_t n, uint32_t k, uint32_t max_m, const int64_t *T,
+                        const struct power_model *pw, const struct esd_size_model *lines,
+                        uint32_t nl, double tol, struct esd_size_model *out, uint32_t *sizes,
+                        double *t_out)
+{
+	uint32_t s[FIT_TANGENTS + 8][ESD_MAX_WORKERS];
+	double t[FIT_TANGENTS + 8], cost[FIT_TANGENTS + 8], tbest = INFINITY;
+	for (uint32_t i = 0; i < nl; i++) {
+		int rc = max_m ? esd_batch_sizes_link_aware_capped(n, k, T, &lines[i], 1, max_m, s[i])
+		               : esd_batch_sizes_link_aware(n, k, T, &lines[i], 1, s[i]);
+		if (rc)
+			return rc;
+		t[i] = power_time(n, T, pw, s[i]);
+		cost[i] = power_cost(n, T, pw, s[i]);
+		tbest = t[i] < tbest ? t[i] : tbest;
+	}
+	double cmin = INFINITY;
+	for (uint32_t i = 0; i < nl; i++)
+		if (t[i] <= (1 + tol) * tbest)
+			cmin = cost[i] < cmin ? cost[i] : cmin;
+	uint32_t pick = nl;
+	double best = INFINITY;
+	for (uint32_t i = 0; i < nl; i++) {
+		if (t[i] > (1 + tol) * tbest)
+			continue;
+		const double score = (tbest > 0 ? t[i] / tbest : 1) +
+		                     FIT_COST_WEIGHT * (cmin > 0 ? cost[i] / cmin : 1);
+		if (score < best) {
+			best = score;
+			pick = i;
+		}
+	}
+	if (pick == nl)
+		return -EINVAL;
+	*out = lines[pick];
+	memcpy(sizes, s[pick], n * sizeof(*sizes));
+	*t_out = t[pick];
+	return 0;
+}
+
+int esd_size_prior(uint32_t n, uint32_t k, const int64_t *T, double compute_ns,
+                   uint32_t keys_per_sample, uint32_t max_m, double tol,
+                   struct esd_size_model *out)
+{
+	if (!T || !out || n == 0 || n > ESD_MAX_WORKERS || k < n || keys_per_sample == 0 ||
+	    !(compute_ns >= 0) || !isfinite(compute_ns) || !(tol >= 0))
+		return -EINVAL;
+	struct power_model pw = {.c = compute_ns, .p = ESD_SIZE_PRIOR_POWER};
+	for (uint32_t j = 0; j < n; j++) {
+		if (T[j] < 0)
+			return -EINVAL;
+		pw.b[j] = ESD_SIZE_PRIOR_ROWS_PER_KEY * keys_per_sample;
+	}
+	struct esd_size_model lines[FIT_TANGENTS];
+	uint32_t nl = 0, sizes[ESD_MAX_WORKERS];
+	double t;
+	tangent_lines(n, k, &pw, lines, &nl);
+	return choose_sizes(n, k, max_m, T, &pw, lines, nl, tol, out, sizes, &t);
+}
+
+/* The curve from the sizes seen: p from the least-squares line of log
+ * rows on log samples over every worker of every sizes seen (the prior's
+ * while they do not spread), b_j through worker j's rows now. */
+static void fit_power(const struct esd_size_fitter *f, const int64_t *T,
+                      const struct esd_size_tried *now, double c, struct power_model *pw)
+{
+	double sx = 0, sy = 0, sxx = 0, sxy = 0, xmin = INFINITY, xmax = 0;
+	uint32_t np = 0;
+	for (uint32_t i = 0; i < f->ntried; i++)
+		for (uint32_t j = 0; j < f->n; j++) {
+			const double rows = T[j] > 0 ? f->tried[i].xfer_ns[j] / (double)T[j] : 0;
+			if (rows <= 0 || f->tried[i].m[j] == 0)
+				continue;
+			const double x = log((double)f->tried[i].m[j]), y = log(rows);
+			sx += x, sy += y, sxx += x * x, sxy += x * y, np++;
+			xmin = f->tried[i].m[j] < xmin ? f->tried[i].m[j] : xmin;
+			xmax = f->tried[i].m[j] > xmax ? f->tried[i].m[j] : xmax;
+		}
+	pw->c = c;
+	pw->p = ESD_SIZE_PRIOR_POWER;
+	const double vx = np ? sxx - sx * sx / np : 0;
+	if (np >= 2 && xmax >= FIT_MIN_SPREAD * xmin && vx > 0) {
+		const double p = (sxy - sx * sy / np) / vx;
+		pw->p = p < FIT_POWER_MIN ? FIT_POWER_MIN : p > FIT_POWER_MAX ? FIT_POWER_MAX : p;
+	}
+	double bsum = 0;
+	uint32_t nb = 0;
+	for (uint32_t j = 0; j < f->n; j++) {
+		const double rows = T[j] > 0 ? now->xfer_ns[j] / (double)T[j] : 0;
+		pw->b[j] = rows > 0 ? rows / pow((double)now->m[j], pw->p) : 0;
+		bsum += pw->b[j];
+		nb += pw->b[j] > 0;
+	}
+	for (uint32_t j = 0; j < f->n; j++) /* a free link, or no rows: the others' mean */
+		if (pw->b[j] <= 0)
+			pw->b[j] = nb ? bsum / nb : 0;
+}
+
+/* The sizes for the fitted line m and the curve pw: the line with its
+ * spread as a margin on the fixed rows at one of a few shares (none, 1
+ * sample, 1/4 to 2 mean shares), and the curve's tangents, each give
+ * sizes; choose_sizes picks (with the fitter's threshold as the
+ * tolerance), m takes its line (the nodes re-split from m).
+ * f->last_fit_ns: its predicted time. 0 or -errno. */
+static int spread_sizes(struct esd_size_fitter *f, const int64_t *T, const struct power_model *pw,
+                        struct esd_size_model *m, uint32_t *sizes)
 {
 	static const double share[] = {0, 0, 0.25, 0.5, 1, 2};
 	const uint32_t n = f->n;
 	const double mbar = (double)f->k / n;
 	const struct esd_size_model fitted = *m;
-	f->last_fit_ns = INFINITY;
+	struct esd_size_model lines[FIT_TANGENTS + 8];
+	uint32_t nl = 0;
 	for (size_t i = 0; i < sizeof(share) / sizeof(share[0]); i++) {
 		struct esd_size_model c = fitted;
 		const double at = i == 1 ? 1 : share[i] * mbar; /* samples */
 		if (i > 0)
 			c.fixed_rows += FIT_SPREAD_Z * sqrt(fitted.fixed_rows + fitted.rows_per_sample * at);
-		uint32_t s[ESD_MAX_WORKERS];
-		int rc = f->max_m ? esd_batch_sizes_link_aware_capped(n, f->k, T, &c, 1, f->max_m, s)
-		                  : esd_batch_sizes_link_aware(n, f->k, T, &c, 1, s);
-		if (rc)
-			return rc;
-		const double t = spread_time(n, T, &fitted, s);
-		if (t < f->last_fit_ns) {
-			f->last_fit_ns = t;
-			*m = c;
-			memcpy(sizes, s, n * sizeof(*s));
-		}
+		lines[nl++] = c;
 	}
-	return 0;
+	tangent_lines(n, f->k, pw, lines, &nl);
+	return choose_sizes(n, f->k, f->max_m, T, pw, lines, nl, f->threshold, m, sizes,
+	                    &f->last_fit_ns);
 }
 
 int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t *T,
@@ -290,7 +458,9 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
 	}
 	refit_on_seen(f, T, &m);
 	f->last = m;
-	if ((rc = spread_sizes(f, T, &m, sizes)))
+	struct power_model pw;
+	fit_power(f, T, now, c, &pw);
+	if ((rc = spread_sizes(f, T, &pw, &m, sizes)))
 		return rc;
 	/* the fitted sizes when predicted to beat the best seen, unless seen
 	 * already (then they did not) */

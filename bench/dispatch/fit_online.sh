@@ -6,6 +6,7 @@
 # compute time per sample given (default: 50 us and 0).
 #
 #   bench/dispatch/fit_online.sh [COMPUTE_NS...]
+#   bench/dispatch/fit_online.sh held-out     # the 18 held-out streams, 50 us
 #
 # Rows per compute time:
 #   online        the runtime's default as a job runs it (`job`): sizes from
@@ -33,6 +34,37 @@ ST=$Q/streams/ck_z1.05_s5.esd
 . bench/dispatch/paper_job.sh
 paper_job "$Q/fit_online.ini" "$ST"
 
+# held-out: Setup's 18 streams of bench/results/quality.md (made here as
+# quality_tables.sh A makes them), online / offline at 50 us
+if [ "${1-}" = held-out ]; then
+	mkdir -p "$Q/out/H"
+	printf '%-12s %-9s %-9s %8s %8s\n' stream online offline cost crit
+	for shape in criteo-kaggle avazu criteo-search; do
+		case $shape in
+		criteo-kaggle) tag=ck z=1.3 ;;
+		avazu) tag=av z=1.2 ;;
+		criteo-search) tag=cs z=1.2 ;;
+		esac
+		for v in "s2 --zipf $z --seed 2" "s3 --zipf $z --seed 3" "s4 --zipf $z --seed 4" \
+			"z1.05_s5 --zipf 1.05 --seed 5" "z1.5_s5 --zipf 1.5 --seed 5" \
+			"d5_s6 --zipf $z --seed 6 --drift 5"; do
+			read -r name args <<<"$v"
+			st=$Q/streams/${tag}_$name.esd
+			# shellcheck disable=SC2086
+			[ -s "$st" ] || "$BIN/esd-data" gen -o "$st" --shape $shape -n 210k --scale 50 \
+				$args >/dev/null
+			o=$Q/out/H/${tag}_$name.csv
+			"$BIN/esd-replay" --config "$Q/fit_online.ini" --set data.stream="$st" \
+				--set workers.compute_ns_per_sample=50000 --format csv \
+				--mechanisms job,opt+shared+ls:2048@auto >"$o"
+			sed -n 2,3p "$o" | awk -F, -v nm="${tag}_$name" '
+			{ split($2, s, "/"); sz[NR] = s[1] "/" s[length(s)]; cost[NR] = $4; crit[NR] = $5 }
+			END { printf "%-12s %-9s %-9s %8.3f %8.3f\n", nm, sz[1], sz[2],
+				cost[1] / cost[2], crit[1] / crit[2] }'
+		done
+	done
+	exit 0
+fi
 [ $# -gt 0 ] || set -- 50000 0
 printf '%-8s %-13s %-12s %12s %10s %10s %10s %12s\n' compute mechanism "sizes fast/slow" \
 	"cost ms" "crit ms" "cost/off" "crit/off" "vs laia-own"

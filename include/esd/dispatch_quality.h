@@ -182,15 +182,20 @@ int esd_batch_sizes_link_aware_capped(uint32_t n, uint32_t k, const int64_t *T,
  * its spread T_j sqrt(rows_j) (an iteration lasts as long as its slowest
  * worker in that iteration, and rows vary from one to the next), with c
  * the mean compute time per sample over every window so far (one
- * window's is noisy). The fitted sizes are judged the same way: the
- * spread goes into the model as a margin on its fixed rows. Once several sizes were seen, a and r are fitted on
- * all of them (rows grow slower than samples, as keys repeat, so a line
- * through the current sizes alone mispredicts the next). It switches to
- * the fitted model's sizes when their predicted iteration is shorter than
- * the best observed by more than a threshold and no sizes within 2 samples
- * of them were seen, and back to the best sizes seen when the current
- * ones are slower than those by more than it. Windows that started before
- * the last change took effect are left out. The same code runs in PS
+ * window's is noisy). Once several sizes were seen, a and r are fitted on
+ * all of them. Rows grow slower than samples (keys repeat), so a line
+ * through sizes far apart lies below the rows in between: the fitter
+ * judges sizes by a curve, rows_j(m) = b_j m^p (p the least-squares
+ * slope of log rows on log samples over every sizes seen, b_j through
+ * worker j's rows now), with the same spread. The sizer's lines (the
+ * fitted line with its spread as a margin on the fixed rows, and the
+ * curve's tangents) each give sizes; of those within the threshold of the
+ * curve's fastest, the least time plus 0.05 x link time win.
+ * It switches to them when their predicted iteration is shorter than
+ * the best observed by more than the threshold and no sizes within 2
+ * samples of them were seen, and back to the best sizes seen when the
+ * current ones are slower than those by more than it. Windows that
+ * started before the last change took effect are left out. The same code runs in PS
  * shard 0 (from the nodes' reports) and in esd-replay (from its own
  * consequences).
  */
@@ -264,6 +269,20 @@ int esd_size_fitter_window(struct esd_size_fitter *f, uint64_t e, const int64_t 
                            const uint32_t *cur, const struct esd_size_model *cur_model,
                            const struct esd_size_obs *obs, struct esd_size_model *next,
                            uint32_t *sizes);
+/* The cold prior, before any window: each worker's rows per iteration
+ * taken as ESD_SIZE_PRIOR_ROWS_PER_KEY x keys_per_sample x m^ESD_SIZE_PRIOR_POWER
+ * for m samples (a pull and a push per key of one sample; keys repeat as
+ * samples grow), compute_ns per sample. The line for
+ * esd_batch_sizes_link_aware (capped at max_m; 0: no cap) whose sizes
+ * that curve judges best (of those within tol of the fastest, the least
+ * time plus 0.05 x link time, each over its least), in *out.
+ * Deterministic, by correctly rounded operations only (the same on every
+ * host). 0 or -EINVAL. */
+#define ESD_SIZE_PRIOR_ROWS_PER_KEY 2.0
+#define ESD_SIZE_PRIOR_POWER        0.6875
+int esd_size_prior(uint32_t n, uint32_t k, const int64_t *T, double compute_ns,
+                   uint32_t keys_per_sample, uint32_t max_m, double tol,
+                   struct esd_size_model *out);
 /* The sizes changed from iteration 'at' on (a switch, or new link rates:
  * then forget=1 drops what was observed under the old rates). */
 void esd_size_fitter_changed(struct esd_size_fitter *f, uint64_t at, int forget);

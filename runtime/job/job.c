@@ -196,8 +196,16 @@ int esd_job_fit_prior(struct esd_job *j, uint32_t keys_per_sample)
 		return 0;
 	if (keys_per_sample == 0)
 		return -EINVAL;
-	j->derived.size_fixed_rows = 0;
-	j->derived.size_rows_per_sample = 2.0 * keys_per_sample;
+	int64_t T[ESD_MAX_WORKERS];
+	for (uint32_t w = 0; w < j->n; w++)
+		T[w] = (int64_t)esd_job_row_cost_ns(j, w, esd_job_row_bytes(j));
+	struct esd_size_model m;
+	int rc = esd_size_prior(j->n, (uint32_t)j->derived.global_batch, T, j->derived.size_compute_ns,
+				keys_per_sample, j->derived.max_batch, j->refit_threshold, &m);
+	if (rc)
+		return rc;
+	j->derived.size_fixed_rows = m.fixed_rows;
+	j->derived.size_rows_per_sample = m.rows_per_sample;
 	j->derived.size_prior = true;
 	return esd_job_resplit(j);
 }

@@ -27,6 +27,18 @@ static void window(struct esd_size_obs *obs, const uint32_t *m, double a, double
 		    .compute_ns = (uint64_t)llround(c * m[j] * (double)w)};
 }
 
+/* The same with rows b m[j]^p: concave in the samples, as keys repeat. */
+static void window_pow(struct esd_size_obs *obs, const uint32_t *m, double b, double p, double c,
+                       uint64_t w)
+{
+	for (uint32_t j = 0; j < N; j++)
+		obs[j] = (struct esd_size_obs){
+		    .iters = w,
+		    .samples = m[j] * w,
+		    .rows = (uint64_t)llround(b * pow(m[j], p) * (double)w),
+		    .compute_ns = (uint64_t)llround(c * m[j] * (double)w)};
+}
+
 static void test_fit_line_and_prior(void **state)
 {
 	(void)state;
@@ -69,7 +81,7 @@ static void test_model_time(void **state)
 	assert_true(fabs(esd_size_model_time(N, T, &sm, m) - 102500) < 1e-6);
 }
 
-/* Equal sizes on unequal links switch once to the model's sizes; the
+/* Equal sizes on unequal links switch once to the curve's sizes; the
  * same rows seen there keep them; windows that began before the switch
  * are left out. */
 static void test_fitter_switches_once(void **state)
@@ -81,7 +93,7 @@ static void test_fitter_switches_once(void **state)
 	struct esd_size_obs obs[N];
 	struct esd_size_model cur = {.compute_ns = 2000}, next;
 	uint32_t sizes[N], eq[N] = {60, 60, 60, 60};
-	window(obs, eq, 100, 3, 2000, ESD_SIZE_FIT_WINDOW);
+	window_pow(obs, eq, 30, 0.7, 2000, ESD_SIZE_FIT_WINDOW);
 	assert_int_equal(esd_size_fitter_window(&f, 6, T, eq, &cur, obs, &next, sizes), 1);
 	assert_true(sizes[0] > sizes[2] && sizes[0] + sizes[1] + sizes[2] + sizes[3] == 240);
 	assert_int_equal(f.refits, 1);
@@ -91,45 +103,78 @@ static void test_fitter_switches_once(void **state)
 	/* the window 7..10 began before the change at 10 */
 	assert_int_equal(esd_size_fitter_window(&f, 10, T, now, &next, obs, &next, sizes), 0);
 	assert_int_equal(f.windows, 1);
-	/* the true line seen at the new sizes: the fit gives them again, and
+	/* the true curve seen at the new sizes: the fit gives them again, and
 	 * they are kept */
 	struct esd_size_model in = next, again;
-	window(obs, now, 100, 3, 2000, ESD_SIZE_FIT_WINDOW);
+	window_pow(obs, now, 30, 0.7, 2000, ESD_SIZE_FIT_WINDOW);
 	assert_int_equal(esd_size_fitter_window(&f, 14, T, now, &in, obs, &again, sizes), 0);
 	assert_memory_equal(sizes, now, sizeof(now));
 	assert_int_equal(f.windows, 2);
 }
 
-/* The fitted sizes count each worker's spread (T_j sqrt(rows)): they give
- * the slow links fewer samples than the means alone would, and the model
- * announced gives those sizes (a margin on its fixed rows). */
-static void test_fitter_counts_the_spread(void **state)
+/* The fitted sizes are judged by the curve b_j m^p through every sizes
+ * seen (p from log rows on log samples, b_j through each worker's rows
+ * now) with each worker's spread (T_j sqrt(rows)); the model announced
+ * gives those sizes. */
+static void test_fitter_judges_by_the_curve(void **state)
 {
 	(void)state;
 	const int64_t T[N] = {1000, 1000, 10000, 10000};
 	struct esd_size_fitter f;
-	esd_size_fitter_init(&f, N, 240, 0, 0.05);
+	esd_size_fitter_init(&f, N, 240, 0, 0.02);
 	struct esd_size_obs obs[N];
 	struct esd_size_model cur = {.compute_ns = 20000}, next;
-	uint32_t sizes[N], plain[N], again[N];
+	uint32_t sizes[N], again[N];
 	const uint32_t uneq[N] = {80, 80, 40, 40};
 	window(obs, uneq, 100, 3, 20000, ESD_SIZE_FIT_WINDOW);
 	assert_int_equal(esd_size_fitter_window(&f, 6, T, uneq, &cur, obs, &next, sizes), 1);
 	assert_true(fabs(f.last.fixed_rows - 100) < 1e-6 && fabs(f.last.rows_per_sample - 3) < 1e-6);
-	assert_int_equal(esd_batch_sizes_link_aware(N, 240, T, &f.last, 1, plain), 0);
-	assert_true(sizes[2] < plain[2] && sizes[0] > plain[0]);
-	assert_true(next.fixed_rows > f.last.fixed_rows &&
-	            next.rows_per_sample == f.last.rows_per_sample);
 	assert_int_equal(esd_batch_sizes_link_aware(N, 240, T, &next, 1, again), 0);
 	assert_memory_equal(again, sizes, sizeof(again));
-	/* its predicted time: the slowest worker's mean plus one spread */
+	/* rows 340 at 80 samples, 220 at 40: p = log(340 / 220) / log 2 */
+	const double p = log(340.0 / 220) / log(2.0);
 	double worst = 0;
 	for (uint32_t j = 0; j < N; j++) {
-		const double rows = 100 + 3.0 * sizes[j];
+		const double rows = (j < 2 ? 340 : 220) * pow(sizes[j] / (double)uneq[j], p);
 		const double t = 20000.0 * sizes[j] + T[j] * rows + T[j] * sqrt(rows);
 		worst = t > worst ? t : worst;
 	}
 	assert_true(fabs(f.last_fit_ns - worst) < 1e-6 * worst);
+	/* within the threshold of the best split the curve allows */
+	double best = INFINITY;
+	for (uint32_t mf = 1; mf < 120; mf++) {
+		const double rf = 340 * pow(mf / 80.0, p), rs = 220 * pow((120 - mf) / 40.0, p);
+		const double tf = 20000.0 * mf + 1000 * (rf + sqrt(rf));
+		const double ts = 20000.0 * (120 - mf) + 10000 * (rs + sqrt(rs));
+		best = fmin(best, fmax(tf, ts));
+	}
+	assert_true(f.last_fit_ns <= 1.02 * best);
+}
+
+/* The cold prior: transfer-only, the slow links (10x the row cost) train
+ * one sample each; with compute that outweighs the links, sizes near
+ * equal; bad input. */
+static void test_prior(void **state)
+{
+	(void)state;
+	const int64_t T[N] = {3303, 3303, 33024, 33024};
+	struct esd_size_model m;
+	uint32_t s[N];
+	assert_int_equal(esd_size_prior(N, 512, T, 0, 26, 0, 0.02, &m), 0);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 512, T, &m, 1, s), 0);
+	assert_int_equal(s[2], 1);
+	assert_int_equal(s[0], 255);
+	assert_int_equal(esd_size_prior(N, 512, T, 1e8, 26, 0, 0.02, &m), 0);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 512, T, &m, 1, s), 0);
+	assert_true(s[0] >= s[2] && s[0] - s[2] <= 4);
+	/* free links and no compute: nothing to tell sizes apart, equal */
+	const int64_t free_links[N] = {0, 0, 0, 0};
+	assert_int_equal(esd_size_prior(N, 512, free_links, 0, 26, 0, 0.02, &m), 0);
+	assert_int_equal(esd_batch_sizes_link_aware(N, 512, free_links, &m, 1, s), 0);
+	assert_true(s[0] == 128 && s[3] == 128);
+	assert_int_equal(esd_size_prior(N, 512, T, 0, 0, 0, 0.02, &m), -EINVAL);
+	assert_int_equal(esd_size_prior(N, 512, T, -1, 26, 0, 0.02, &m), -EINVAL);
+	assert_int_equal(esd_size_prior(0, 512, T, 0, 26, 0, 0.02, &m), -EINVAL);
 }
 
 /* Sizes that turned out slower than the best seen are left for the best,
@@ -172,7 +217,8 @@ int main(void)
 	    cmocka_unit_test(test_fit_line_and_prior),
 	    cmocka_unit_test(test_model_time),
 	    cmocka_unit_test(test_fitter_switches_once),
-	    cmocka_unit_test(test_fitter_counts_the_spread),
+	    cmocka_unit_test(test_fitter_judges_by_the_curve),
+	    cmocka_unit_test(test_prior),
 	    cmocka_unit_test(test_fitter_reverts_to_best),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
