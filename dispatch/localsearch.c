@@ -807,6 +807,17 @@ static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int
 	return 1;
 }
 
+/* Each key's workers under the final assignment, into need. */
+static void ls_need(const struct ls *L, uint64_t *need)
+{
+	if (L->K8)
+		for (uint32_t u = 0; u < L->U; u++)
+			need[u] = L->K8[u].mask;
+	else
+		for (uint32_t u = 0; u < L->U; u++)
+			need[u] = L->K[u].mask;
+}
+
 int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                      enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
                      struct esd_ls_stats *st)
@@ -885,6 +896,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		s0.swaps += r == 1;
 	}
 	s0.end_cost = cost;
+	if (p->need)
+		ls_need(L, p->need);
 	s0.ns = esd_now_ns() - t0;
 	if (st)
 		*st = s0;
