@@ -249,9 +249,14 @@ static int solve(struct esd_dispatcher *d, const struct esd_batch *b, const uint
 	}
 	if (!rc && d->cfg.ls_evals) {
 		/* quality: local search on the true cost, seeded per iteration */
-		struct esd_ls_params lp = {
-		    .max_evals = ls_budget(&d->cfg, b), .seed = seed ^ 0x15, .work = d->ls};
+		struct esd_ls_params lp = {.max_evals = ls_budget(&d->cfg, b),
+		                           .seed = seed ^ 0x15,
+		                           .work = d->ls,
+		                           .need = d->kt->need};
 		rc = esd_local_search(d->kt, b, d->T, d->cfg.sync, &lp, assign, &d->ct.ls);
+		/* the search's masks are the advance's: it need not count them */
+		if (!rc)
+			esd_keytab_need_ready(d->kt);
 	}
 	return rc;
 }

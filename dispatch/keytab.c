@@ -413,6 +413,7 @@ int esd_keytab_build(struct esd_keytab *kt, const struct esd_batch *b, uint32_t 
 	kt->count = count;
 	kt->sorted_ok = 0;
 	kt->nrep = 0;
+	kt->need_ready = 0;
 	kt->gen++;
 	struct esd_keystate *st = kt->st;
 	for (uint32_t u = 0; u < count; u++)
@@ -868,10 +869,22 @@ int esd_keytab_sort(struct esd_keytab *kt)
 	return 0;
 }
 
+/* Replicated rows: every worker needs them, whatever the assignment. */
+static void need_replicated(struct esd_keytab *kt)
+{
+	const uint64_t all = kt->n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << kt->n) - 1;
+	for (uint32_t r = 0; r < kt->nrep; r++)
+		kt->need[kt->rep[r]] = all;
+}
+
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign)
 {
 	if (!kt || !b || !assign || b->k != kt->k || (b->k && b->off[b->k] != kt->nocc))
 		return -EINVAL;
+	if (kt->need_ready) {
+		kt->need_ready = 0;
+		return 0;
+	}
 	uint64_t *need = kt->need;
 	const uint32_t *occ = kt->occ, *off = b->off, n = kt->n;
 	memset(need, 0, (size_t)kt->count * sizeof(uint64_t));
@@ -882,9 +895,12 @@ int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint
 		for (uint32_t p = off[i]; p < off[i + 1]; p++)
 			need[occ[p]] |= bit;
 	}
-	/* replicated rows: every worker, whatever the assignment */
-	const uint64_t all = kt->n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << kt->n) - 1;
-	for (uint32_t r = 0; r < kt->nrep; r++)
-		kt->need[kt->rep[r]] = all;
+	need_replicated(kt);
 	return 0;
+}
+
+void esd_keytab_need_ready(struct esd_keytab *kt)
+{
+	need_replicated(kt);
+	kt->need_ready = 1;
 }

@@ -20,6 +20,9 @@ struct esd_keytab {
 	uint32_t hbits;
 	int64_t *vec;             /* count x n: per-key charges (costmat scratch) */
 	uint64_t *need;           /* count: S(x) of the last decision */
+	int need_ready;           /* need already holds the coming decision's
+	                           * (esd_keytab_need_ready): the next
+	                           * esd_keytab_need keeps it */
 	uint32_t *sorted;         /* count: uids by ascending key (lazy) */
 	uint64_t key_or, key_and; /* of the unique keys: the bits that vary */
 	uint32_t *tmp;
@@ -85,8 +88,16 @@ int esd_keytab_grow_keys(struct esd_keytab *kt, size_t want);
 
 /* Sort the unique keys (ascending) into kt->sorted, once per build. */
 int esd_keytab_sort(struct esd_keytab *kt);
-/* need[u] = workers that got a sample containing key u. */
+/* need[u] = workers that got a sample containing key u (every worker
+ * for a replicated key). After esd_keytab_need_ready, once: the masks
+ * already there, for the assignment they were made from. */
 int esd_keytab_need(struct esd_keytab *kt, const struct esd_batch *b, const uint32_t *assign);
+
+/* need holds the masks of the assignment the caller passes next to
+ * esd_keytab_need (the local search wrote them): the replicated keys'
+ * are set, and that call keeps them instead of counting again. A new
+ * build forgets it. */
+void esd_keytab_need_ready(struct esd_keytab *kt);
 
 /* The matrices' common checks: -EINVAL (NULL, a batch that is not the
  * table's, a T outside [0, ESD_COST_MAX]), -EOVERFLOW (a sample whose keys

@@ -57,9 +57,10 @@ static inline int64_t tsum(const struct tsum *ts, uint64_t m)
 	int64_t c = ts->lo[m & 255] + ts->hi[(m >> 8) & 255];
 	if (m < (UINT64_C(1) << 16))
 		return c;
-	for (uint32_t q = 0; q < 6; q++)
-		c += ts->up[q][(m >> (16 + 8 * q)) & 255];
-	return c;
+	/* unrolled: up[q][0] is 0 */
+	return c + ts->up[0][(m >> 16) & 255] + ts->up[1][(m >> 24) & 255] +
+	       ts->up[2][(m >> 32) & 255] + ts->up[3][(m >> 40) & 255] +
+	       ts->up[4][(m >> 48) & 255] + ts->up[5][m >> 56];
 }
 
 /* A fresh stamp base (4 * generation; tags 0..3 above it), clearing the
@@ -113,6 +114,7 @@ struct lskey {
 	uint64_t latest, dbit;
 	int64_t td;
 	uint32_t cls; /* its row class (esd_keytab_set_row_bytes): its costs */
+	uint32_t row; /* n > 8: its counts' row in the pool, 0 for none */
 };
 
 static inline int64_t lskey_cost(const struct lskey *x, uint64_t N, const struct tsum *ts, int full)
@@ -169,6 +171,14 @@ struct ls_cls {
 	int64_t g[256], td[256];
 };
 
+/* The counting pass's entry of a key (n > 8): the workers holding it, its
+ * counts' row (0: none yet, at most one occurrence per worker) and its
+ * position in its samples plus one (0: not seen). */
+struct lsent {
+	uint64_t mask;
+	uint32_t row, pos;
+};
+
 /* The search's state: per unique key its occurrences per worker (cnt),
  * its entry (K; K8, a compact copy, for positional batches of n <= 8),
  * stamps and scratch for evaluating a candidate, and the tables the cost
@@ -179,10 +189,12 @@ struct ls {
 	int full;       /* full-set sync: every trainer pushes */
 	int positional; /* every key at one position of its samples (n <= 16) */
 	/* n <= 8: key u's occurrences on worker a at cnt[u * n + a]; more
-	 * workers: a row per key in pool, from roff[u]: dense (n counts, by
-	 * worker) for a key of at least n / 4 occurrences, else one
-	 * (worker + 1) << 24 | count entry per occurrence, unordered */
-	uint32_t *cnt, *pool, *roff;
+	 * workers: n counts from pool[K[u].row] for a key some worker holds
+	 * more than once (rows made when that first happens, from nrow on;
+	 * pool[0..n) a sink for the other keys' counts), else its mask's bits */
+	uint32_t *cnt, *pool;
+	size_t nrow;
+	struct lsent *E;
 	struct lskey *K;
 	struct lk8 *K8;
 	uint32_t *stamp; /* stamps: 4 * w->gen + tag */
@@ -205,10 +217,10 @@ struct esd_ls_work {
 	struct lk8 *K8;
 	uint32_t *stamp, gen; /* stamps of every call below 4 * (gen + 1) */
 	int32_t *dd;
-	uint32_t *touched, *roff, *pool;
+	uint32_t *touched, *pool;
+	struct lsent *E;
 	struct ls_cls *cls;
-	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_roff, cap_pool,
-	    cap_cls;
+	size_t cap_cnt, cap_K, cap_K8, cap_stamp, cap_dd, cap_touched, cap_pool, cap_E, cap_cls;
 };
 
 int esd_ls_work_create(struct esd_ls_work **out)
@@ -227,8 +239,8 @@ static void ls_work_release(struct esd_ls_work *w)
 	free(w->stamp);
 	free(w->dd);
 	free(w->touched);
-	free(w->roff);
 	free(w->pool);
+	free(w->E);
 	free(w->cls);
 }
 
@@ -241,8 +253,8 @@ void esd_ls_work_free(struct esd_ls_work *w)
 }
 
 /* The work's arrays for this call: the n <= 8 counts zeroed (the rows of
- * more workers are ls_rows'), stamps grown with zeros (older stamps stay
- * below the next generation); every key entry is written before use. */
+ * more workers are ls_count_rows'), stamps grown with zeros (older stamps
+ * stay below the next generation); every key entry is written before use. */
 static int ls_alloc(struct ls *L)
 {
 	struct esd_ls_work *w = L->w;
@@ -254,7 +266,6 @@ static int ls_alloc(struct ls *L)
 	    esd_grow((void **)&w->dd, &w->cap_dd, U1, sizeof(int32_t)) ||
 	    esd_grow((void **)&w->touched, &w->cap_touched, (size_t)L->off[L->k] + 1,
 	             sizeof(uint32_t)) ||
-	    esd_grow((void **)&w->roff, &w->cap_roff, U1, sizeof(uint32_t)) ||
 	    esd_grow((void **)&w->cls, &w->cap_cls, L->ncls, sizeof(*w->cls)))
 		return -ENOMEM;
 	if (w->cap_stamp > old_stamps)
@@ -262,7 +273,6 @@ static int ls_alloc(struct ls *L)
 	memset(w->cnt, 0, ncnt * sizeof(uint32_t));
 	L->cnt = w->cnt;
 	L->pool = NULL;
-	L->roff = w->roff;
 	L->K = w->K;
 	L->stamp = w->stamp;
 	L->dd = w->dd;
@@ -271,89 +281,137 @@ static int ls_alloc(struct ls *L)
 	return 0;
 }
 
-/* Key u's count on worker a, by reference; a sparse row gives a's entry,
- * or takes a free one (count 0) for it when add. NULL: none (not add). */
-static inline uint32_t *cnt_ref(const struct ls *L, uint32_t u, uint32_t a, int add)
+/* A row for the key of entry *row: n counts from its mask (at most one
+ * occurrence per worker so far). 0 or -ENOMEM. */
+static int ls_new_row(struct ls *L, uint32_t *row, uint64_t mask)
 {
-	if (!L->pool)
-		return L->cnt + (size_t)u * L->n + a;
-	uint32_t *r = L->pool + L->roff[u];
-	const uint32_t len = L->roff[u + 1] - L->roff[u], tag = (a + 1) << 24;
-	if (len == L->n)
-		return r + a;
-	uint32_t *free_e = NULL;
-	for (uint32_t q = 0; q < len; q++) {
-		if ((r[q] & 0xff000000u) == tag)
-			return r + q;
-		if (!(r[q] & 0xffffffu))
-			free_e = r + q;
-	}
-	/* a key's workers never outnumber its occurrences: a free entry */
-	if (!add || !free_e)
-		return NULL;
-	*free_e = tag;
-	return free_e;
-}
-
-/* A count behind cnt_ref (the tag off a sparse entry). */
-static inline uint32_t cnt_val(const struct ls *L, const uint32_t *c, uint32_t u)
-{
-	if (!c)
-		return 0;
-	return L->pool && L->roff[u + 1] - L->roff[u] != L->n ? *c & 0xffffffu : *c;
-}
-
-/* Add d to key u's count on worker a; returns the new count. */
-static inline uint32_t cnt_add(const struct ls *L, uint32_t u, uint32_t a, int32_t d)
-{
-	uint32_t *c = cnt_ref(L, u, a, 1);
-	*c += (uint32_t)d;
-	return cnt_val(L, c, u);
-}
-
-/* The rows (n > 8): each key's occurrences, then its row's place and
- * size, cleared (at most 4 entries an occurrence). 0 or -ENOMEM. */
-static int ls_rows(struct ls *L)
-{
-	uint32_t *tot = L->roff + 1;
-	memset(L->roff, 0, ((size_t)L->U + 1) * sizeof(uint32_t));
-	for (uint32_t p = 0; p < L->off[L->k]; p++)
-		tot[L->occ[p]]++;
-	size_t at = 0;
-	for (uint32_t u = 0; u < L->U; u++) {
-		/* a sparse row is searched entry by entry: dense from n / 4 */
-		const uint32_t len = tot[u] < (L->n + 3) / 4 ? tot[u] : L->n;
-		L->roff[u] = (uint32_t)at;
-		at += len;
-	}
-	if (at > UINT32_MAX ||
-	    esd_grow((void **)&L->w->pool, &L->w->cap_pool, at + 1, sizeof(uint32_t)))
+	struct esd_ls_work *w = L->w;
+	if (L->nrow + L->n > UINT32_MAX ||
+	    esd_grow((void **)&w->pool, &w->cap_pool, L->nrow + L->n, sizeof(uint32_t)))
 		return -ENOMEM;
-	L->roff[L->U] = (uint32_t)at;
-	L->pool = L->w->pool;
-	memset(L->pool, 0, at * sizeof(uint32_t));
+	L->pool = w->pool;
+	uint32_t *r = L->pool + L->nrow;
+	memset(r, 0, L->n * sizeof(uint32_t));
+	for (; mask; mask &= mask - 1)
+		r[__builtin_ctzll(mask)] = 1;
+	*row = (uint32_t)L->nrow;
+	L->nrow += L->n;
+	return 0;
+}
+
+/* Key u's occurrences on worker a (n <= 8: the counts; more workers: its
+ * row, or its mask's bit). */
+static inline uint32_t cnt_get(const struct ls *L, uint32_t u, uint32_t a)
+{
+	if (L->n <= 8)
+		return L->cnt[(size_t)u * L->n + a];
+	const struct lskey *x = &L->K[u];
+	return x->row ? L->pool[x->row + a] : (uint32_t)(x->mask >> a & 1);
+}
+
+/* Move d of key u's occurrences from worker a to c (d < 0: the other
+ * way); *na, *nc: its counts there after. A key gets its row when one of
+ * them reaches 2. 0 or -ENOMEM. */
+static int cnt_move(struct ls *L, uint32_t u, uint32_t a, uint32_t c, int32_t d, uint32_t *na,
+                    uint32_t *nc)
+{
+	uint32_t *r;
+	if (L->n <= 8) {
+		r = L->cnt + (size_t)u * L->n;
+	} else {
+		struct lskey *x = &L->K[u];
+		if (!x->row) {
+			const int64_t xa = (int64_t)(x->mask >> a & 1) - d,
+				      xc = (int64_t)(x->mask >> c & 1) + d;
+			if (xa <= 1 && xc <= 1) {
+				*na = (uint32_t)xa;
+				*nc = (uint32_t)xc;
+				return 0;
+			}
+			int rc = ls_new_row(L, &x->row, x->mask);
+			if (rc)
+				return rc;
+		}
+		r = L->pool + x->row;
+	}
+	r[a] -= (uint32_t)d;
+	r[c] += (uint32_t)d;
+	*na = r[a];
+	*nc = r[c];
+	return 0;
+}
+
+/* ls_count_rows' pass; with 'positions', whether some key sits at two
+ * positions of its samples (only n <= 16 asks). 1 if so, 0 if not, or
+ * -ENOMEM. */
+static inline __attribute__((always_inline)) int count_rows_pass(struct ls *L,
+                                                                 const uint32_t *assign,
+                                                                 const int positions)
+{
+	struct lsent *E = L->E;
+	uint32_t moved = 0;
+	for (uint32_t i = 0; i < L->k; i++) {
+		const uint32_t a = assign[i];
+		const uint64_t bit = UINT64_C(1) << a;
+		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
+			struct lsent *e = &E[L->occ[q]];
+			if (__builtin_expect(!e->row && (e->mask & bit), 0)) {
+				int rc = ls_new_row(L, &e->row, e->mask);
+				if (rc)
+					return rc;
+			}
+			L->pool[e->row + a]++;
+			e->mask |= bit;
+			if (positions) {
+				const uint32_t at = q - L->off[i] + 1;
+				moved |= (e->pos != 0) & (e->pos != at);
+				e->pos = at;
+			}
+		}
+	}
+	return (int)moved;
+}
+
+/* Counts of the start assignment for n > 8, in one pass: each key's mask
+ * in its entry, and its counts in a row from its first second occurrence
+ * on a worker (the other keys count into the sink, without a branch);
+ * *out_moved: whether some key sits at two positions (n <= 16; else 0).
+ * 0 or -ENOMEM. */
+static int ls_count_rows(struct ls *L, const uint32_t *assign, int *out_moved)
+{
+	struct esd_ls_work *w = L->w;
+	if (esd_grow((void **)&w->E, &w->cap_E, (size_t)L->U + 1, sizeof(*w->E)) ||
+	    esd_grow((void **)&w->pool, &w->cap_pool, L->n, sizeof(uint32_t)))
+		return -ENOMEM;
+	L->E = w->E;
+	memset(L->E, 0, (size_t)L->U * sizeof(*L->E));
+	L->pool = w->pool;
+	memset(L->pool, 0, L->n * sizeof(uint32_t));
+	L->nrow = L->n;
+	const int r = L->n <= 16 ? count_rows_pass(L, assign, 1) : count_rows_pass(L, assign, 0);
+	if (r < 0)
+		return r;
+	*out_moved = r;
 	return 0;
 }
 
 /* Counts of the start assignment and each key's position in its samples
- * (dd); the masks come from the counts (ls_key_costs). *out_moved:
- * whether some key sits at two positions. 0 or -ENOMEM. */
+ * (dd; n > 8: ls_count_rows); the masks come from the counts
+ * (ls_key_costs). *out_moved: whether some key sits at two positions.
+ * 0 or -ENOMEM. */
 static int ls_count(struct ls *L, const uint32_t *assign, int *out_moved)
 {
-	int moved = 0, rc;
+	if (L->n > 8)
+		return ls_count_rows(L, assign, out_moved);
+	int moved = 0;
 	for (uint32_t u = 0; u < L->U; u++)
 		L->dd[u] = -1;
-	if (L->n > 8 && (rc = ls_rows(L)))
-		return rc;
 	for (uint32_t i = 0; i < L->k; i++) {
 		const uint32_t a = assign[i];
 		for (uint32_t q = L->off[i]; q < L->off[i + 1]; q++) {
 			const uint32_t u = L->occ[q];
 			const int32_t at = (int32_t)(q - L->off[i]);
-			if (L->pool)
-				++*cnt_ref(L, u, a, 1);
-			else
-				++L->cnt[(size_t)u * L->n + a];
+			++L->cnt[(size_t)u * L->n + a];
 			moved |= (L->dd[u] >= 0) & (L->dd[u] != at);
 			L->dd[u] = at;
 		}
@@ -362,26 +420,22 @@ static int ls_count(struct ls *L, const uint32_t *assign, int *out_moved)
 	return 0;
 }
 
-/* Key u's masks from its row (n > 8). */
-static void ls_masks_row(const struct ls *L, uint32_t u, uint64_t *mask, uint64_t *one)
+/* The workers holding exactly one of the occurrences counted in a row. */
+static uint64_t ls_one_row(const struct ls *L, uint32_t row)
 {
-	const uint32_t *r = L->pool + L->roff[u], len = L->roff[u + 1] - L->roff[u];
-	uint64_t mk = 0, on = 0;
-	if (len == L->n) {
-		for (uint32_t j = 0; j < L->n; j++) {
-			mk |= (uint64_t)(r[j] != 0) << j;
-			on |= (uint64_t)(r[j] == 1) << j;
-		}
-	} else {
-		for (uint32_t q = 0; q < len; q++) {
-			const uint32_t c = r[q] & 0xffffffu;
-			const uint64_t bit = c ? UINT64_C(1) << ((r[q] >> 24) - 1) : 0;
-			mk |= bit;
-			on |= c == 1 ? bit : 0;
-		}
+	const uint32_t *r = L->pool + row;
+	uint64_t on = 0;
+	uint32_t j = 0;
+#if defined(__SSE2__)
+	const __m128i one = _mm_set1_epi32(1);
+	for (; j + 4 <= L->n; j += 4) {
+		const __m128i e = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(r + j)), one);
+		on |= (uint64_t)_mm_movemask_ps(_mm_castsi128_ps(e)) << j;
 	}
-	*mask = mk;
-	*one = on;
+#endif
+	for (; j < L->n; j++)
+		on |= (uint64_t)(r[j] == 1) << j;
+	return on;
 }
 
 /* Key u's mask and one-occurrence mask from its counts, n <= 8. */
@@ -423,7 +477,10 @@ static int64_t ls_key_costs(struct ls *L, const struct esd_keytab *kt)
 			x->mask = mk;
 			x->one = on;
 		} else {
-			ls_masks_row(L, u, &x->mask, &x->one);
+			const struct lsent *e = &L->E[u];
+			x->mask = e->mask;
+			x->row = e->row;
+			x->one = e->row ? ls_one_row(L, e->row) : e->mask;
 		}
 		x->latest = ks->latest;
 		x->dbit = ks->dirty != ESD_NO_WORKER ? UINT64_C(1) << ks->dirty : 0;
@@ -627,8 +684,7 @@ static int64_t delta_any(struct ls *L, const struct cand *x, uint32_t *nt)
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		const uint32_t ca = cnt_val(L, cnt_ref(L, u, x->a, 0), u),
-		               cc = cnt_val(L, cnt_ref(L, u, x->c, 0), u);
+		const uint32_t ca = cnt_get(L, u, x->a), cc = cnt_get(L, u, x->c);
 		const uint64_t m = L->K[u].mask;
 		const uint64_t m2 =
 		    (m & ~(ba | bc)) | (ca != (uint32_t)d ? ba : 0) | (cc + (uint32_t)d ? bc : 0);
@@ -649,8 +705,9 @@ static void ls_position_alive(struct ls *L, uint16_t at)
 	L->lpos[z] = at;
 }
 
-/* Take the swap: the nt touched keys' counts, masks and costs. */
-static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
+/* Take the swap: the nt touched keys' counts, masks and costs. 0 or
+ * -ENOMEM (a key's new row). */
+static int take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 {
 	const uint64_t ba = UINT64_C(1) << x->a, bc = UINT64_C(1) << x->c;
 	for (uint32_t t = 0; t < nt; t++) {
@@ -658,16 +715,10 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 		const int32_t d = L->dd[u];
 		if (!d)
 			continue;
-		/* the side that loses first: a row's free entry may be the one
-		 * it frees */
 		uint32_t na, nc;
-		if (d > 0) {
-			na = cnt_add(L, u, x->a, -d);
-			nc = cnt_add(L, u, x->c, d);
-		} else {
-			nc = cnt_add(L, u, x->c, d);
-			na = cnt_add(L, u, x->a, -d);
-		}
+		int rc = cnt_move(L, u, x->a, x->c, d, &na, &nc);
+		if (rc)
+			return rc;
 		struct lskey *k = &L->K[u];
 		const uint64_t m = k->mask;
 		const uint64_t m2 = (m & ~(ba | bc)) | (na ? ba : 0) | (nc ? bc : 0);
@@ -677,6 +728,7 @@ static void take_swap(struct ls *L, const struct cand *x, uint32_t nt)
 			k->kc = lskey_cost(k, m2, &L->C[k->cls].ts, L->full);
 		}
 	}
+	return 0;
 }
 
 /* Compact entries: key u's occurrence moves from worker a to c. */
@@ -712,13 +764,13 @@ static void take_swap8(struct ls *L, const struct cand *x)
 }
 
 /* Evaluate the candidate swap of samples i and i2 and take it when it
- * lowers the true cost. Returns 1 when taken, 0 when not, -1 when the
- * two sit on the same worker (not counted as an evaluation). */
+ * lowers the true cost. Returns 1 when taken, 0 when not, 2 when the two
+ * sit on the same worker (not counted as an evaluation), -ENOMEM. */
 static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int64_t *cost)
 {
 	const uint32_t a = assign[i], c = assign[i2];
 	if (a == c)
-		return -1;
+		return 2;
 	const struct cand x = {L->occ + L->off[i],
 	                       L->occ + L->off[i2],
 	                       L->off[i + 1] - L->off[i],
@@ -745,12 +797,25 @@ static int try_swap(struct ls *L, uint32_t *assign, uint32_t i, uint32_t i2, int
 			nt = net_moves(x.oi, x.li, x.oi2, x.li2,
 			               next_gen(L->stamp, L->w->cap_stamp, &L->w->gen), L->stamp,
 			               L->dd, L->touched);
-		take_swap(L, &x, nt);
+		int rc = take_swap(L, &x, nt);
+		if (rc)
+			return rc;
 	}
 	assign[i] = c;
 	assign[i2] = a;
 	*cost += delta;
 	return 1;
+}
+
+/* Each key's workers under the final assignment, into need. */
+static void ls_need(const struct ls *L, uint64_t *need)
+{
+	if (L->K8)
+		for (uint32_t u = 0; u < L->U; u++)
+			need[u] = L->K8[u].mask;
+	else
+		for (uint32_t u = 0; u < L->U; u++)
+			need[u] = L->K[u].mask;
 }
 
 int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
@@ -823,10 +888,16 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 		}
 		int r =
 		    try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
-		s0.evals += r >= 0;
-		s0.swaps += r > 0;
+		if (r < 0) {
+			rc = r;
+			goto out;
+		}
+		s0.evals += r <= 1;
+		s0.swaps += r == 1;
 	}
 	s0.end_cost = cost;
+	if (p->need)
+		ls_need(L, p->need);
 	s0.ns = esd_now_ns() - t0;
 	if (st)
 		*st = s0;

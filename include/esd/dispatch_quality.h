@@ -126,6 +126,9 @@ struct esd_ls_params {
 	                     * reproducible: offline use only) */
 	uint64_t seed;      /* candidate generator */
 	struct esd_ls_work *work; /* NULL: the call allocates its own */
+	uint64_t *need; /* NULL, or kt's unique keys' entries: on success, u's
+	                 * the workers whose samples carry it under the final
+	                 * assignment (0 for a key no sample carries) */
 };
 
 struct esd_ls_stats {

@@ -65,7 +65,9 @@ static void test_never_worse_and_exact(void **state)
 				assert_int_equal(esd_conseq_compute(kt, &b, start, T, dc.sync, cq),
 				                 0);
 				const int64_t before = cq->total_cost;
-				struct esd_ls_params lp = {.max_evals = 2000, .seed = (uint64_t)st};
+				uint64_t need[K * F];
+				struct esd_ls_params lp = {
+				    .max_evals = 2000, .seed = (uint64_t)st, .need = need};
 				struct esd_ls_stats ls;
 				assert_int_equal(
 				    esd_local_search(kt, &b, T, dc.sync, &lp, assign, &ls), 0);
@@ -75,6 +77,9 @@ static void test_never_worse_and_exact(void **state)
 				assert_int_equal(esd_conseq_compute(kt, &b, assign, T, dc.sync, cq),
 				                 0);
 				assert_int_equal(cq->total_cost, ls.end_cost);
+				/* the search's masks: those counted for its answer */
+				assert_memory_equal(need, esd_keytab_need_masks(kt),
+				                    esd_keytab_count(kt) * sizeof(uint64_t));
 				/* deterministic */
 				memcpy(assign, start, sizeof(start));
 				struct esd_ls_stats ls2;
@@ -176,7 +181,8 @@ static void many_workers(int repeats)
 		assert_int_equal(esd_dispatcher_step(d, &b, assign, NULL), 0);
 		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
 		const int64_t before = cq->total_cost;
-		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1, .work = work};
+		uint64_t need[KK * FF];
+		struct esd_ls_params lp = {.max_evals = 3000, .seed = 1, .work = work, .need = need};
 		struct esd_ls_stats ls;
 		assert_int_equal(esd_local_search(kt, &b, T, ESD_SYNC_ON_DEMAND, &lp, assign, &ls),
 		                 0);
@@ -185,6 +191,8 @@ static void many_workers(int repeats)
 		assert_int_equal(esd_assign_check(KK, W, cap, assign), 0);
 		assert_int_equal(esd_conseq_compute(kt, &b, assign, T, ESD_SYNC_ON_DEMAND, cq), 0);
 		assert_int_equal(cq->total_cost, ls.end_cost);
+		assert_memory_equal(need, esd_keytab_need_masks(kt),
+		                    esd_keytab_count(kt) * sizeof(uint64_t));
 		esd_keytab_free(kt);
 	}
 	esd_ls_work_free(work);
