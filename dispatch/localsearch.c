@@ -818,6 +818,43 @@ static void ls_need(const struct ls *L, uint64_t *need)
 			need[u] = L->K[u].mask;
 }
 
+/* The search's swaps: up to p->max_evals random pairs of samples, each
+ * taken when it lowers the cost, within p->budget_ns of t0. */
+static int ls_swaps(struct ls *L, const struct esd_ls_params *p, uint32_t *assign, int64_t t0,
+                    int64_t *cost, struct esd_ls_stats *s0)
+{
+	/* The candidates do not depend on the moves taken: draw them AHEAD
+	 * evaluations early and prefetch their key lists. (Prefetching the
+	 * keys' entries as well measured slower: they are in L2.) */
+	const uint32_t k = L->k, n = L->n;
+	enum { AHEAD = 4 };
+	uint32_t ring[4 * AHEAD][2];
+	uint64_t rng = p->seed, drawn = 0;
+	for (; k >= 2 && n >= 2 && drawn < p->max_evals && drawn < 2 * AHEAD; drawn++) {
+		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+	}
+	for (uint64_t e = 0; k >= 2 && n >= 2 && e < p->max_evals; e++) {
+		if (p->budget_ns && (e & 63) == 0 && esd_now_ns() - t0 > p->budget_ns)
+			break;
+		if (drawn < p->max_evals) {
+			uint32_t *r = ring[drawn % (4 * AHEAD)];
+			r[0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+			r[1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
+			__builtin_prefetch(L->occ + L->off[r[0]]);
+			__builtin_prefetch(L->occ + L->off[r[1]]);
+			drawn++;
+		}
+		const uint32_t *c = ring[e % (4 * AHEAD)];
+		int r = try_swap(L, assign, c[0], c[1], cost);
+		if (r < 0)
+			return r;
+		s0->evals += r <= 1;
+		s0->swaps += r == 1;
+	}
+	return 0;
+}
+
 int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, const int64_t *T,
                      enum esd_sync sync, const struct esd_ls_params *p, uint32_t *assign,
                      struct esd_ls_stats *st)
@@ -864,37 +901,8 @@ int esd_local_search(const struct esd_keytab *kt, const struct esd_batch *b, con
 	if ((rc = ls_keys(L, kt, &cost)))
 		goto out;
 	s0.start_cost = cost;
-	/* The candidates do not depend on the moves taken: draw them AHEAD
-	 * evaluations early and prefetch their key lists. (Prefetching the
-	 * keys' entries as well measured slower: they are in L2.) */
-	const uint32_t k = L->k, n = L->n;
-	enum { AHEAD = 4 };
-	uint32_t ring[4 * AHEAD][2];
-	uint64_t rng = p->seed, drawn = 0;
-	for (; k >= 2 && n >= 2 && drawn < p->max_evals && drawn < 2 * AHEAD; drawn++) {
-		ring[drawn % (4 * AHEAD)][0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
-		ring[drawn % (4 * AHEAD)][1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
-	}
-	for (uint64_t e = 0; k >= 2 && n >= 2 && e < p->max_evals; e++) {
-		if (p->budget_ns && (e & 63) == 0 && esd_now_ns() - t0 > p->budget_ns)
-			break;
-		if (drawn < p->max_evals) {
-			uint32_t *r = ring[drawn % (4 * AHEAD)];
-			r[0] = (uint32_t)(esd_splitmix64_next(&rng) % k);
-			r[1] = (uint32_t)(esd_splitmix64_next(&rng) % k);
-			__builtin_prefetch(L->occ + L->off[r[0]]);
-			__builtin_prefetch(L->occ + L->off[r[1]]);
-			drawn++;
-		}
-		int r =
-		    try_swap(L, assign, ring[e % (4 * AHEAD)][0], ring[e % (4 * AHEAD)][1], &cost);
-		if (r < 0) {
-			rc = r;
-			goto out;
-		}
-		s0.evals += r <= 1;
-		s0.swaps += r == 1;
-	}
+	if ((rc = ls_swaps(L, p, assign, t0, &cost, &s0)))
+		goto out;
 	s0.end_cost = cost;
 	if (p->need)
 		ls_need(L, p->need);
