@@ -630,7 +630,7 @@ def _keep_freed_memory():
         pass
 
 
-TEARDOWN_S = 30
+TEARDOWN_S = 60  # an exit is CPU work: a loaded edge host stretches it to tens of seconds
 
 
 def _leave_group():
